@@ -1,0 +1,22 @@
+# KVFOLD_CUDA=AUTO|ON|OFF. AUTO builds the CUDA backend when nvcc is found.
+set(KVFOLD_WITH_CUDA OFF)
+if(NOT KVFOLD_CUDA STREQUAL "OFF")
+  if(NOT CMAKE_CUDA_COMPILER AND EXISTS /usr/local/cuda/bin/nvcc)
+    set(CMAKE_CUDA_COMPILER /usr/local/cuda/bin/nvcc)
+  endif()
+  include(CheckLanguage)
+  check_language(CUDA)
+  if(CMAKE_CUDA_COMPILER)
+    if(NOT DEFINED CMAKE_CUDA_ARCHITECTURES)
+      # Ampere and Hopper: the cards kvfold is deployed on. Keep the list short: every
+      # architecture multiplies nvcc time in CI.
+      set(CMAKE_CUDA_ARCHITECTURES "80;90")
+    endif()
+    enable_language(CUDA)
+    find_package(CUDAToolkit REQUIRED)
+    set(KVFOLD_WITH_CUDA ON)
+  elseif(KVFOLD_CUDA STREQUAL "ON")
+    message(FATAL_ERROR "KVFOLD_CUDA=ON but no CUDA compiler was found (looked in PATH and /usr/local/cuda)")
+  endif()
+endif()
+message(STATUS "kvfold: CUDA backend ${KVFOLD_WITH_CUDA}")

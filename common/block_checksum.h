@@ -1,0 +1,34 @@
+// The memory block checksum, computed identically by writers (inference_svc) and by the
+// store (memory_svc): XXH3-64 over the header's deterministic protobuf serialization with
+// `checksum` cleared, followed by the payload bytes. See docs/memory-block.md.
+#ifndef KVFOLD_COMMON_BLOCK_CHECKSUM_H_
+#define KVFOLD_COMMON_BLOCK_CHECKSUM_H_
+
+#include <cstdint>
+#include <string>
+#include <string_view>
+
+#include "common/checksum.h"
+#include "kvfold/v1/common.pb.h"
+
+namespace kvfold {
+
+// The header bytes that enter the checksum (checksum field set to 0, deterministic).
+std::string CanonicalHeaderBytes(const v1::MemoryBlockHeader& header);
+
+// Streaming form: construct with the header, Update() with payload chunks in order.
+class BlockChecksummer {
+ public:
+  explicit BlockChecksummer(const v1::MemoryBlockHeader& header);
+  void Update(std::string_view payload_chunk) { hasher_.Update(payload_chunk); }
+  uint64_t Digest() const { return hasher_.Digest(); }
+
+ private:
+  Xxh3Hasher hasher_;
+};
+
+uint64_t BlockChecksum(const v1::MemoryBlockHeader& header, std::string_view payload);
+
+}  // namespace kvfold
+
+#endif  // KVFOLD_COMMON_BLOCK_CHECKSUM_H_
