@@ -1,0 +1,252 @@
+#include "inference_svc/memory/projector.h"
+
+#include <algorithm>
+#include <cmath>
+#include <filesystem>
+#include <utility>
+
+#include "absl/strings/str_cat.h"
+#include "absl/strings/str_join.h"
+#include "common/sha256.h"
+
+namespace kvfold::memory {
+namespace {
+
+// y[rows, out] = x[rows, in] @ W^T + b, W [out, in] (PyTorch Linear).
+void Linear(const float* x, int rows, int in, const float* w, const float* b, int out, float* y) {
+  for (int r = 0; r < rows; ++r) {
+    const float* xr = x + static_cast<size_t>(r) * in;
+    float* yr = y + static_cast<size_t>(r) * out;
+    for (int o = 0; o < out; ++o) {
+      const float* wo = w + static_cast<size_t>(o) * in;
+      float acc = 0.0f;
+      for (int i = 0; i < in; ++i) acc += xr[i] * wo[i];
+      yr[o] = acc + b[o];
+    }
+  }
+}
+
+// torch.nn.LayerNorm over the last dim (biased variance).
+void LayerNorm(const float* x, int rows, int d, const float* w, const float* b, float eps,
+               float* y) {
+  for (int r = 0; r < rows; ++r) {
+    const float* xr = x + static_cast<size_t>(r) * d;
+    float* yr = y + static_cast<size_t>(r) * d;
+    float mean = 0.0f;
+    for (int i = 0; i < d; ++i) mean += xr[i];
+    mean /= static_cast<float>(d);
+    float var = 0.0f;
+    for (int i = 0; i < d; ++i) var += (xr[i] - mean) * (xr[i] - mean);
+    var /= static_cast<float>(d);
+    const float inv = 1.0f / std::sqrt(var + eps);
+    for (int i = 0; i < d; ++i) yr[i] = (xr[i] - mean) * inv * w[i] + b[i];
+  }
+}
+
+float GeluErf(float x) { return 0.5f * x * (1.0f + std::erf(x * static_cast<float>(M_SQRT1_2))); }
+
+// Unmasked multi-head attention: out[nq, d] = concat_h softmax(q_h k_h^T / sqrt(hd)) v_h.
+void Attention(const float* q, int nq, const float* k, const float* v, int nk, int d,
+               int num_heads, float* scores, float* out) {
+  const int head_dim = d / num_heads;
+  const float scale = 1.0f / std::sqrt(static_cast<float>(head_dim));
+  for (int h = 0; h < num_heads; ++h) {
+    const int off = h * head_dim;
+    for (int i = 0; i < nq; ++i) {
+      const float* qi = q + static_cast<size_t>(i) * d + off;
+      float max_score = -INFINITY;
+      for (int j = 0; j < nk; ++j) {
+        const float* kj = k + static_cast<size_t>(j) * d + off;
+        float s = 0.0f;
+        for (int t = 0; t < head_dim; ++t) s += qi[t] * kj[t];
+        scores[j] = s * scale;
+        max_score = std::max(max_score, scores[j]);
+      }
+      float sum = 0.0f;
+      for (int j = 0; j < nk; ++j) {
+        scores[j] = std::exp(scores[j] - max_score);
+        sum += scores[j];
+      }
+      float* oi = out + static_cast<size_t>(i) * d + off;
+      std::fill(oi, oi + head_dim, 0.0f);
+      for (int j = 0; j < nk; ++j) {
+        const float p = scores[j] / sum;
+        const float* vj = v + static_cast<size_t>(j) * d + off;
+        for (int t = 0; t < head_dim; ++t) oi[t] += p * vj[t];
+      }
+    }
+  }
+}
+
+void Grow(std::vector<float>& v, size_t n) {
+  if (v.size() < n) v.resize(n);
+}
+
+absl::Status ValidateTensors(const ProjectorConfig& config, const Fp32TensorMap& tensors) {
+  const auto expected = ProjectorTensorShapes(config);
+  for (const auto& [name, shape] : expected) {
+    auto it = tensors.find(name);
+    if (it == tensors.end()) {
+      return absl::InvalidArgumentError(absl::StrCat("projector: missing tensor '", name, "'"));
+    }
+    if (it->second.shape != shape) {
+      return absl::InvalidArgumentError(absl::StrCat(
+          "projector: tensor '", name, "' has shape [", absl::StrJoin(it->second.shape, ","),
+          "], expected [", absl::StrJoin(shape, ","), "]"));
+    }
+  }
+  if (tensors.size() != expected.size()) {
+    for (const auto& [name, t] : tensors) {
+      const bool known = std::any_of(expected.begin(), expected.end(),
+                                     [&](const auto& e) { return e.first == name; });
+      if (!known) {
+        return absl::InvalidArgumentError(
+            absl::StrCat("projector: unexpected tensor '", name, "' for input_layers ",
+                         config.input_layers));
+      }
+    }
+  }
+  return absl::OkStatus();
+}
+
+}  // namespace
+
+Projector::Projector(ProjectorConfig config, Fp32TensorMap tensors, std::string fingerprint)
+    : config_(std::move(config)), tensors_(std::move(tensors)), fingerprint_(std::move(fingerprint)) {}
+
+absl::StatusOr<std::unique_ptr<Projector>> Projector::FromTensors(ProjectorConfig config,
+                                                                  Fp32TensorMap tensors,
+                                                                  std::string fingerprint) {
+  if (auto s = ValidateTensors(config, tensors); !s.ok()) return s;
+  return std::unique_ptr<Projector>(
+      new Projector(std::move(config), std::move(tensors), std::move(fingerprint)));
+}
+
+absl::StatusOr<std::unique_ptr<Projector>> Projector::Load(const std::string& dir) {
+  auto json_bytes = ReadFileBytes(dir + "/projector.json");
+  if (!json_bytes.ok()) return json_bytes.status();
+  auto st_bytes = ReadFileBytes(dir + "/projector.safetensors");
+  if (!st_bytes.ok()) return st_bytes.status();
+  auto config = ParseProjectorConfig(*json_bytes);
+  if (!config.ok()) return config.status();
+  auto tensors = ParseSafetensors(*st_bytes);
+  if (!tensors.ok()) {
+    return absl::InvalidArgumentError(
+        absl::StrCat(dir, "/projector.safetensors: ", tensors.status().message()));
+  }
+  Sha256 sha;
+  sha.Update(*json_bytes);
+  sha.Update(*st_bytes);
+  return FromTensors(*std::move(config), *std::move(tensors), sha.HexDigest());
+}
+
+absl::StatusOr<std::unique_ptr<Projector>> Projector::LoadForModel(
+    const std::string& dir, std::string_view model_fingerprint, int model_hidden_size) {
+  auto projector = Load(dir);
+  if (!projector.ok()) return projector.status();
+  if (auto s = (*projector)->CheckCompatible(model_fingerprint, model_hidden_size); !s.ok()) {
+    return s;
+  }
+  return projector;
+}
+
+absl::Status Projector::CheckCompatible(std::string_view model_fingerprint,
+                                        int model_hidden_size) const {
+  if (config_.model_fingerprint != model_fingerprint) {
+    return absl::FailedPreconditionError(absl::StrCat(
+        "projector was made for model ", config_.model_fingerprint, ", not for model ",
+        std::string(model_fingerprint)));
+  }
+  if (config_.hidden_size != model_hidden_size) {
+    return absl::FailedPreconditionError(absl::StrCat("projector hidden_size ", config_.hidden_size,
+                                                      " != model hidden_size ", model_hidden_size));
+  }
+  return absl::OkStatus();
+}
+
+absl::Status Projector::Forward(std::span<const float> mem, std::span<const float> hidden,
+                                std::span<float> out, ProjectorScratch* s) const {
+  const int d = config_.hidden_size;
+  const int num_slots = config_.mem_slots;
+  const int in_width = config_.input_width();
+  if (mem.size() % d != 0 || hidden.empty() || hidden.size() % in_width != 0 ||
+      out.size() != static_cast<size_t>(num_slots) * d) {
+    return absl::InvalidArgumentError(absl::StrCat(
+        "projector Forward: mem ", mem.size(), ", hidden ", hidden.size(), ", out ", out.size(),
+        " floats do not fit d = ", d, ", input width ", in_width, ", M = ", num_slots));
+  }
+  const int mem_rows = static_cast<int>(mem.size() / d);
+  const int num_tokens = static_cast<int>(hidden.size() / in_width);
+  const int rows = mem_rows + num_tokens;  // rows of X
+  const int f = config_.ffn_size();
+  const float eps = config_.ln_eps;
+  Grow(s->x, static_cast<size_t>(rows) * d);
+  Grow(s->xn, static_cast<size_t>(rows) * d);
+  Grow(s->k, static_cast<size_t>(rows) * d);
+  Grow(s->v, static_cast<size_t>(rows) * d);
+  Grow(s->scores, static_cast<size_t>(std::max(rows, num_slots)));
+  for (auto* buf : {&s->qn, &s->q, &s->attn, &s->proj, &s->m, &s->mn}) {
+    Grow(*buf, static_cast<size_t>(num_slots) * d);
+  }
+  Grow(s->ffn, static_cast<size_t>(num_slots) * f);
+
+  // X = concat(mem, H'), H' = in_proj(H) for input_layers == 3.
+  std::copy(mem.begin(), mem.end(), s->x.begin());
+  float* h_dst = s->x.data() + mem.size();
+  if (config_.input_layers == 3) {
+    Linear(hidden.data(), num_tokens, in_width, T("in_proj.weight"), T("in_proj.bias"), d, h_dst);
+  } else {
+    std::copy(hidden.begin(), hidden.end(), h_dst);
+  }
+
+  // m = queries + CrossAttn(LN_q(queries), LN_x(X))
+  const float* queries = T("queries");
+  LayerNorm(queries, num_slots, d, T("ln_q.weight"), T("ln_q.bias"), eps, s->qn.data());
+  LayerNorm(s->x.data(), rows, d, T("ln_x.weight"), T("ln_x.bias"), eps, s->xn.data());
+  Linear(s->qn.data(), num_slots, d, T("cross.q.weight"), T("cross.q.bias"), d, s->q.data());
+  Linear(s->xn.data(), rows, d, T("cross.k.weight"), T("cross.k.bias"), d, s->k.data());
+  Linear(s->xn.data(), rows, d, T("cross.v.weight"), T("cross.v.bias"), d, s->v.data());
+  Attention(s->q.data(), num_slots, s->k.data(), s->v.data(), rows, d, config_.num_heads,
+            s->scores.data(), s->attn.data());
+  Linear(s->attn.data(), num_slots, d, T("cross.o.weight"), T("cross.o.bias"), d, s->proj.data());
+  for (size_t i = 0; i < static_cast<size_t>(num_slots) * d; ++i) s->m[i] = queries[i] + s->proj[i];
+
+  // m = m + SelfAttn(LN_self(m))
+  LayerNorm(s->m.data(), num_slots, d, T("ln_self.weight"), T("ln_self.bias"), eps, s->mn.data());
+  Linear(s->mn.data(), num_slots, d, T("self.q.weight"), T("self.q.bias"), d, s->q.data());
+  Linear(s->mn.data(), num_slots, d, T("self.k.weight"), T("self.k.bias"), d, s->k.data());
+  Linear(s->mn.data(), num_slots, d, T("self.v.weight"), T("self.v.bias"), d, s->v.data());
+  Attention(s->q.data(), num_slots, s->k.data(), s->v.data(), num_slots, d, config_.num_heads,
+            s->scores.data(), s->attn.data());
+  Linear(s->attn.data(), num_slots, d, T("self.o.weight"), T("self.o.bias"), d, s->proj.data());
+  for (size_t i = 0; i < static_cast<size_t>(num_slots) * d; ++i) s->m[i] += s->proj[i];
+
+  // m = m + FFN(LN_ffn(m)), FFN(z) = down(GELU_erf(up(z)))
+  LayerNorm(s->m.data(), num_slots, d, T("ln_ffn.weight"), T("ln_ffn.bias"), eps, s->mn.data());
+  Linear(s->mn.data(), num_slots, d, T("ffn.up.weight"), T("ffn.up.bias"), f, s->ffn.data());
+  for (size_t i = 0; i < static_cast<size_t>(num_slots) * f; ++i) s->ffn[i] = GeluErf(s->ffn[i]);
+  Linear(s->ffn.data(), num_slots, f, T("ffn.down.weight"), T("ffn.down.bias"), d, s->proj.data());
+  for (size_t i = 0; i < static_cast<size_t>(num_slots) * d; ++i) s->m[i] += s->proj[i];
+
+  // out = LN_out(m)
+  LayerNorm(s->m.data(), num_slots, d, T("ln_out.weight"), T("ln_out.bias"), eps, out.data());
+  return absl::OkStatus();
+}
+
+absl::StatusOr<std::string> SaveProjector(const std::string& dir, const ProjectorConfig& config,
+                                          const Fp32TensorMap& tensors) {
+  if (auto s = ValidateTensors(config, tensors); !s.ok()) return s;
+  std::error_code ec;
+  std::filesystem::create_directories(dir, ec);
+  if (ec) return absl::UnavailableError(absl::StrCat("cannot create ", dir, ": ", ec.message()));
+  const std::string json = ProjectorConfigJson(config);
+  const std::string st = SerializeSafetensorsF32(tensors);
+  if (auto s = WriteFileBytes(dir + "/projector.json", json); !s.ok()) return s;
+  if (auto s = WriteFileBytes(dir + "/projector.safetensors", st); !s.ok()) return s;
+  Sha256 sha;
+  sha.Update(json);
+  sha.Update(st);
+  return sha.HexDigest();
+}
+
+}  // namespace kvfold::memory

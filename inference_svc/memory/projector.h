@@ -1,0 +1,113 @@
+// The MemoryProjector: folds rows X = concat(mem, H') into M new memory vectors.
+// Files, tensor names and the forward pass are fixed by /work/helpers/CONTRACTS.md and
+// documented in docs/memory-mode.md; the PyTorch trainer (tools/train_projector) mirrors
+// this code and a parity test holds the two together.
+//
+//   m   = queries + CrossAttn(LN_q(queries), LN_x(X))
+//   m   = m + SelfAttn(LN_self(m))
+//   m   = m + FFN(LN_ffn(m)),   FFN(z) = down(GELU_erf(up(z)))
+//   out = LN_out(m)
+//
+// All math is fp32 on the CPU; the whole projector is small (a few MB for d = 4096 is
+// ~12 d^2 floats, the largest case), so it is held as fp32 whatever its file dtype.
+#ifndef KVFOLD_INFERENCE_SVC_MEMORY_PROJECTOR_H_
+#define KVFOLD_INFERENCE_SVC_MEMORY_PROJECTOR_H_
+
+#include <memory>
+#include <span>
+#include <string>
+#include <vector>
+
+#include "absl/status/status.h"
+#include "absl/status/statusor.h"
+#include "inference_svc/memory/safetensors_lite.h"
+
+namespace kvfold::memory {
+
+// projector.json. Every field is required in the file except where a default is stated.
+struct ProjectorConfig {
+  int mem_slots = 16;      // M: memory vectors produced per fold
+  int hidden_size = 64;    // d: the base model's hidden_size
+  int num_heads = 8;       // attention heads; must divide hidden_size
+  int ffn_mult = 4;        // FFN hidden width = ffn_mult * hidden_size
+  int chunk_size = 32;     // C: tokens folded per fold
+  int window_size = 64;    // W: tokens kept as a KV window after a fold (0 = memory_only)
+  int input_layers = 1;    // 1: last layer's hidden states; 3: last three, via in_proj
+  std::string dtype = "f32";  // dtype the tensors were written in (informational)
+  float ln_eps = 1e-5f;    // LayerNorm epsilon
+  std::string model_fingerprint;  // hex sha256 of the base model (kvfold info --json)
+
+  int head_dim() const { return hidden_size / num_heads; }
+  int ffn_size() const { return ffn_mult * hidden_size; }
+  // Width of one hidden-state row handed to Forward(): input_layers * hidden_size.
+  int input_width() const { return input_layers * hidden_size; }
+};
+
+// Parses and validates projector.json text. INVALID_ARGUMENT names the offending field.
+absl::StatusOr<ProjectorConfig> ParseProjectorConfig(std::string_view json_text);
+// The canonical projector.json text for `config` (what SaveProjector writes).
+std::string ProjectorConfigJson(const ProjectorConfig& config);
+
+// Scratch buffers for Forward(); grown on first use, reused afterwards so that steady-state
+// folds do not allocate. One per thread of use.
+struct ProjectorScratch {
+  std::vector<float> x, xn, qn, q, k, v, attn, proj, m, mn, ffn;
+  std::vector<float> scores;
+};
+
+class Projector {
+ public:
+  // Loads <dir>/projector.json and <dir>/projector.safetensors.
+  // NOT_FOUND: a file is missing. INVALID_ARGUMENT: malformed JSON or safetensors, a field
+  // out of range, a missing, unexpected or wrongly shaped tensor.
+  static absl::StatusOr<std::unique_ptr<Projector>> Load(const std::string& dir);
+
+  // Load() plus the compatibility check against the base model:
+  // FAILED_PRECONDITION when the projector was made for another model (fingerprint) or
+  // another hidden_size.
+  static absl::StatusOr<std::unique_ptr<Projector>> LoadForModel(
+      const std::string& dir, std::string_view model_fingerprint, int model_hidden_size);
+
+  // Builds a projector from tensors already in memory (tests, make_random_projector).
+  // `fingerprint` is stored as is. Same validation as Load().
+  static absl::StatusOr<std::unique_ptr<Projector>> FromTensors(ProjectorConfig config,
+                                                                Fp32TensorMap tensors,
+                                                                std::string fingerprint);
+
+  // FAILED_PRECONDITION unless the projector was made for this model.
+  absl::Status CheckCompatible(std::string_view model_fingerprint, int model_hidden_size) const;
+
+  const ProjectorConfig& config() const { return config_; }
+  // Hex sha256 over the projector.json bytes followed by the projector.safetensors bytes.
+  const std::string& fingerprint() const { return fingerprint_; }
+
+  // out[M, d] = Projector(concat(mem, H')).
+  //   mem:    [mem_rows, d], mem_rows = 0 (before the first fold) or any count
+  //   hidden: [num_tokens, input_layers * d], num_tokens >= 1 (the folded chunk)
+  //   out:    [M, d]; may not alias the inputs
+  // INVALID_ARGUMENT on size mismatches. Thread-compatible (const, scratch per caller).
+  absl::Status Forward(std::span<const float> mem, std::span<const float> hidden,
+                       std::span<float> out, ProjectorScratch* scratch) const;
+
+ private:
+  Projector(ProjectorConfig config, Fp32TensorMap tensors, std::string fingerprint);
+  const float* T(const std::string& name) const { return tensors_.at(name).data.data(); }
+
+  ProjectorConfig config_;
+  Fp32TensorMap tensors_;
+  std::string fingerprint_;
+};
+
+// The tensor names and shapes a projector with `config` must contain (sorted by name).
+std::vector<std::pair<std::string, std::vector<int64_t>>> ProjectorTensorShapes(
+    const ProjectorConfig& config);
+
+// Writes <dir>/projector.json and <dir>/projector.safetensors (F32) and returns the
+// projector fingerprint. Creates `dir` if needed. INVALID_ARGUMENT if the tensors do not
+// match the config; UNAVAILABLE on I/O errors.
+absl::StatusOr<std::string> SaveProjector(const std::string& dir, const ProjectorConfig& config,
+                                          const Fp32TensorMap& tensors);
+
+}  // namespace kvfold::memory
+
+#endif  // KVFOLD_INFERENCE_SVC_MEMORY_PROJECTOR_H_
