@@ -1,0 +1,70 @@
+// Token sampling with an explicit, saveable RNG state (xoshiro256**, 4 x u64), so a
+// resumed session draws exactly the numbers the uninterrupted one would have drawn
+// (MemoryBlockHeader.sampler_state.rng_state).
+#ifndef KVFOLD_INFERENCE_SVC_ENGINE_SAMPLER_H_
+#define KVFOLD_INFERENCE_SVC_ENGINE_SAMPLER_H_
+
+#include <array>
+#include <cstdint>
+#include <span>
+#include <vector>
+
+#include "absl/status/status.h"
+
+namespace kvfold::engine {
+
+// xoshiro256** 1.0 (Blackman & Vigna), seeded through splitmix64.
+class Rng {
+ public:
+  Rng() : Rng(0) {}
+  explicit Rng(uint64_t seed);
+  uint64_t Next();
+  double Uniform();  // [0, 1) with 53 random bits
+  std::array<uint64_t, 4> state() const { return s_; }
+  void set_state(const std::array<uint64_t, 4>& s) { s_ = s; }
+
+ private:
+  std::array<uint64_t, 4> s_;
+};
+
+struct SamplingParams {
+  float temperature = 0.0f;  // 0 = greedy (argmax, lowest id on ties). Must be >= 0.
+  int top_k = 0;             // 0 = disabled
+  float top_p = 1.0f;        // (0, 1]; 0 or 1 = disabled
+  uint64_t seed = 0;
+  std::vector<int32_t> stop_token_ids;  // stop after emitting one of these
+  bool ignore_eos = false;
+  int max_new_tokens = 256;
+
+  // InvalidArgument for negative temperature/top_k, top_p outside [0, 1], etc.
+  absl::Status Validate() const;
+};
+
+class Sampler {
+ public:
+  // Keeps scratch for `vocab_size` candidates: Sample() allocates nothing.
+  Sampler(int vocab_size, const SamplingParams& params);
+
+  // Picks a token from logits [vocab_size]. Temperature > 0: softmax(logits / T), then
+  // top-k, then top-p (smallest prefix of the sorted distribution with mass >= top_p),
+  // then one Uniform() draw.
+  int32_t Sample(std::span<const float> logits);
+
+  // True when `id` ends generation: a stop id, or an EOS id unless ignore_eos.
+  bool IsStop(int32_t id, std::span<const int> eos_ids) const;
+
+  const SamplingParams& params() const { return params_; }
+  Rng& rng() { return rng_; }
+  const Rng& rng() const { return rng_; }
+
+ private:
+  SamplingParams params_;
+  Rng rng_;
+  std::vector<std::pair<float, int32_t>> scratch_;  // (prob, id)
+};
+
+int32_t Argmax(std::span<const float> logits);
+
+}  // namespace kvfold::engine
+
+#endif  // KVFOLD_INFERENCE_SVC_ENGINE_SAMPLER_H_

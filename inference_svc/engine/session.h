@@ -1,0 +1,95 @@
+// Session: one conversation's decoding state, the same interface for every KV mode, so
+// the service treats all modes alike.
+//
+//   full / sliding / sink   CreatePlainSession() here (engine/plain_session.cc)
+//   memory / memory_only    H5's memory-mode session (inference_svc/memory/) implements
+//                           this same abstract class; its factory lives there.
+//
+// A session's persistent state is SessionState (maps 1:1 onto MemoryBlockHeader fields):
+// ExportState() on one replica + ImportState() on a fresh session of another replica
+// continues the session. For full mode this is exact; for sliding/sink the window's K/V
+// are recomputed from the window ids (the old K/V depended on evicted tokens), so import
+// is exact only while nothing has been evicted; memory modes are exact by construction.
+//
+// Batched decode across sessions (continuous batching):
+//   for each session: s->PrepareAppend(id, &inputs[i]);
+//   engine.Forward(inputs, &result);
+//   for each session: s->FinishAppend(result.outputs[i]);
+// AppendBatch() does exactly this. PrepareAppend may not allocate on the steady state.
+#ifndef KVFOLD_INFERENCE_SVC_ENGINE_SESSION_H_
+#define KVFOLD_INFERENCE_SVC_ENGINE_SESSION_H_
+
+#include <cstdint>
+#include <memory>
+#include <span>
+#include <string>
+#include <vector>
+
+#include "absl/status/status.h"
+#include "absl/status/statusor.h"
+#include "inference_svc/engine/engine.h"
+
+namespace kvfold::engine {
+
+enum class KvMode { kFull, kSliding, kSink, kMemory, kMemoryOnly };
+const char* KvModeName(KvMode mode);  // "full", "sliding", "sink", "memory", "memory_only"
+absl::StatusOr<KvMode> ParseKvMode(std::string_view name);  // InvalidArgument if unknown
+
+struct SessionOptions {
+  KvMode mode = KvMode::kFull;
+  int window_size = 1024;  // sliding/sink: visible main entries incl. the current token
+  int sink_tokens = 4;     // sink
+};
+
+struct SessionState {
+  KvMode mode = KvMode::kFull;
+  int window_size = 0;
+  int sink_tokens = 0;
+  int chunk_size = 0;          // memory modes
+  int64_t total_tokens = 0;    // tokens ever fed
+  int64_t tokens_folded = 0;   // memory modes
+  std::vector<int32_t> window_token_ids;  // resident main-segment ids, oldest first
+  std::vector<int32_t> sink_token_ids;    // sink mode
+  int mem_slots = 0;                      // memory modes
+  std::vector<float> memory;              // [mem_slots, hidden_size]
+};
+
+class Session {
+ public:
+  virtual ~Session() = default;
+
+  virtual KvMode mode() const = 0;
+  // Feeds tokens (prompt or any length; chunked internally). On success Logits() are
+  // those after the last token. InvalidArgument for out-of-range ids or empty input.
+  virtual absl::Status Prefill(std::span<const int32_t> token_ids) = 0;
+  // Feeds one token (decode step).
+  virtual absl::Status Append(int32_t token_id);
+  // Logits after the last fed token [vocab_size]; empty before the first token.
+  virtual std::span<const float> Logits() const = 0;
+
+  virtual int64_t TotalTokens() const = 0;     // all tokens ever fed
+  virtual int64_t ResidentTokens() const = 0;  // entries whose K/V are resident
+  virtual size_t KvBytesResident() const = 0;  // KV pool bytes held
+
+  virtual absl::StatusOr<SessionState> ExportState() const = 0;
+  // On a fresh session only (FailedPrecondition otherwise); InvalidArgument when the
+  // state's mode/geometry do not match this session's options.
+  virtual absl::Status ImportState(const SessionState& state) = 0;
+
+  // Batched decode hooks (see the file comment). `input` stays valid until FinishAppend.
+  virtual absl::Status PrepareAppend(int32_t token_id, SequenceInput* input) = 0;
+  virtual absl::Status FinishAppend(const SequenceOutput& output) = 0;
+};
+
+// full, sliding or sink; InvalidArgument for memory modes (use H5's factory) or bad
+// geometry (window_size < 1, sink_tokens < 0).
+absl::StatusOr<std::unique_ptr<Session>> CreatePlainSession(Engine* engine,
+                                                            const SessionOptions& options);
+
+// One decode step for several sessions as one ragged Forward. ids[i] goes to sessions[i].
+absl::Status AppendBatch(Engine& engine, std::span<Session* const> sessions,
+                         std::span<const int32_t> token_ids, ForwardResult* scratch);
+
+}  // namespace kvfold::engine
+
+#endif  // KVFOLD_INFERENCE_SVC_ENGINE_SESSION_H_

@@ -1,0 +1,192 @@
+// The Backend interface: every numeric op the engine runs, on memory the backend owns.
+//
+// Design (docs/engine.md has the long form):
+// - Memory is explicit. A Backend allocates Buffers; a Tensor is a typed, shaped VIEW into
+//   a Buffer (or into weights the backend adopted). Tensor::data is a DEVICE address: the
+//   CPU backend's device memory is host RAM, the CUDA backend's is GPU memory. Ops never
+//   receive host pointers; the only host<->device traffic is CopyToDevice/CopyToHost.
+// - Ops are enqueued on a Stream. The CPU backend runs them synchronously (its Stream is a
+//   thread pool handle); the CUDA backend launches them on a cudaStream_t. A host buffer
+//   passed to CopyToHost is valid only after Synchronize(stream).
+// - Every op returns absl::Status: InvalidArgument for shape/dtype mismatches (checked by
+//   the launcher before any work), Internal for device failures. Ops never allocate on
+//   the steady-state path (the CPU backend keeps per-thread scratch that only grows when a
+//   context longer than any before is seen).
+// - Batch invariance: each output row of MatMul/RmsNorm/Attention/... is computed with an
+//   accumulation order that depends only on that row's data, never on how many rows are
+//   in the call or where the row sits. This is what makes prefill of n tokens and n
+//   single-token decodes bit-identical (CONTRACTS.md, "Bitwise rule").
+//
+// Shapes in comments are [rows, cols] in elements; all activations are F32; weights may be
+// F32, F16 or BF16 (converted on the fly); KV cache entries are F32 and UN-ROTATED.
+#ifndef KVFOLD_KERNELS_BACKEND_H_
+#define KVFOLD_KERNELS_BACKEND_H_
+
+#include <array>
+#include <cstddef>
+#include <cstdint>
+#include <memory>
+#include <string>
+
+#include "absl/status/status.h"
+#include "absl/status/statusor.h"
+
+namespace kvfold::kernels {
+
+enum class DType : uint8_t { kF32 = 0, kF16 = 1, kBF16 = 2, kI32 = 3 };
+
+size_t DTypeSize(DType dtype);
+const char* DTypeName(DType dtype);  // "f32", "f16", "bf16", "i32"
+
+// A block of device memory. Freed when destroyed (the backend must outlive it).
+class Buffer {
+ public:
+  virtual ~Buffer() = default;
+  virtual void* data() const = 0;  // device address
+  virtual size_t size_bytes() const = 0;
+};
+
+// A non-owning typed view. rank <= 4; shape[i] for i >= rank is 1. Row-major, contiguous.
+struct Tensor {
+  void* data = nullptr;  // device address; nullptr means "absent" (e.g. no bias)
+  DType dtype = DType::kF32;
+  int rank = 0;
+  std::array<int64_t, 4> shape = {1, 1, 1, 1};
+
+  bool empty() const { return data == nullptr; }
+  int64_t numel() const { return shape[0] * shape[1] * shape[2] * shape[3]; }
+  size_t size_bytes() const { return static_cast<size_t>(numel()) * DTypeSize(dtype); }
+  int64_t dim(int i) const { return shape[i]; }
+  // Rows [row_begin, row_begin + num_rows) along dim 0.
+  Tensor Rows(int64_t row_begin, int64_t num_rows) const;
+  // Same memory, new shape (numel must match; CHECKed).
+  Tensor Reshape(std::initializer_list<int64_t> new_shape) const;
+  std::string DebugString() const;
+};
+
+Tensor MakeTensor(void* data, DType dtype, std::initializer_list<int64_t> shape);
+// A view of `buffer` starting at byte `offset`; CHECKs that it fits.
+Tensor ViewOf(const Buffer& buffer, size_t offset, DType dtype,
+              std::initializer_list<int64_t> shape);
+
+// Opaque per-backend execution context (CUDA: a stream + cuBLAS handle; CPU: thread pool).
+class Stream {
+ public:
+  virtual ~Stream() = default;
+};
+
+// RoPE is applied from a precomputed table: rope_table [max_positions, head_dim] F32 where
+// row p holds cos(p * inv_freq[i]) in [0, head_dim/2) and sin(...) in [head_dim/2,
+// head_dim). Convention: HF rotate_half (pairs (i, i + head_dim/2)).
+
+// Per query row of an Attention call, kAttnRowFields int32 values (see AttnRow).
+// Logical main index j maps to physical slot (main_front + j) of the main block table;
+// a physical slot s lives in block table[s / block_size] at offset s % block_size.
+enum AttnRow : int {
+  kAttnPrefixTable = 0,   // offset of the prefix block table in block_tables
+  kAttnPrefixVisible,     // prefix entries [0, n) visible to this row
+  kAttnPrefixPosBase,     // position of prefix entry j = base + j * stride
+  kAttnPrefixPosStride,   //   (memory modes: base 0, stride 0; sink: base 0, stride 1)
+  kAttnMainTable,         // offset of the main block table in block_tables
+  kAttnMainFront,         // physical slot of logical main entry 0
+  kAttnMainLo,            // main entries [lo, hi) visible to this row
+  kAttnMainHi,
+  kAttnMainPosLo,         // position of main entry lo; entry j has pos_lo + (j - lo)
+  kAttnRowFieldsUsed,
+};
+inline constexpr int kAttnRowFields = 10;  // padded
+
+struct AttentionShape {
+  int num_heads = 0;
+  int num_kv_heads = 0;  // num_heads % num_kv_heads == 0 (GQA)
+  int head_dim = 0;      // even
+  int block_size = 0;    // KV pool block size in tokens
+  float scale = 0.0f;    // usually 1/sqrt(head_dim)
+};
+
+class Backend {
+ public:
+  virtual ~Backend() = default;
+
+  virtual std::string Name() const = 0;  // "cpu", "cpu-ref", "cuda:0"
+
+  // Memory ------------------------------------------------------------------------------
+  // ResourceExhausted when the device is out of memory. Contents are uninitialised.
+  virtual absl::StatusOr<std::unique_ptr<Buffer>> Allocate(size_t bytes) = 0;
+  // Makes read-only weight data (host memory, e.g. an mmap) available on the device. The
+  // CPU backend aliases `host` (zero copy) and keeps `keepalive` alive as long as the
+  // returned Buffer; a device backend copies and may drop `keepalive` at once.
+  virtual absl::StatusOr<std::unique_ptr<Buffer>> AdoptWeights(
+      const void* host, size_t bytes, std::shared_ptr<const void> keepalive) = 0;
+  virtual std::unique_ptr<Stream> CreateStream() = 0;
+  // Host <-> device transfers of dst.size_bytes() / src.size_bytes() bytes.
+  virtual absl::Status CopyToDevice(Stream& stream, const void* host, Tensor dst) = 0;
+  virtual absl::Status CopyToHost(Stream& stream, Tensor src, void* host) = 0;
+  // Device -> device copy of src into dst (same dtype and numel).
+  virtual absl::Status Copy(Stream& stream, Tensor src, Tensor dst) = 0;
+  virtual absl::Status Synchronize(Stream& stream) = 0;
+
+  // Ops ---------------------------------------------------------------------------------
+  // out[i, :] = F32(table[ids[i], :]). table [num_rows, width] any float dtype,
+  // ids [n] I32 (each in range; OutOfRange otherwise on CPU, undefined on device),
+  // out [n, width] F32. Used for the token embedding and to gather rows of activations.
+  virtual absl::Status Gather(Stream& stream, Tensor table, Tensor ids, Tensor out) = 0;
+
+  // out = x / sqrt(mean(x^2) + eps) * weight, per row. x, out [n, d] F32; weight [d].
+  virtual absl::Status RmsNorm(Stream& stream, Tensor x, Tensor weight, float eps,
+                               Tensor out) = 0;
+
+  // out = x @ w^T (+ bias). x [n, k] F32; w [m, k] F32/F16/BF16; bias [m] or empty;
+  // out [n, m] F32. Batch-invariant: row i of out is bit-identical for every n.
+  virtual absl::Status MatMul(Stream& stream, Tensor x, Tensor w, Tensor bias,
+                              Tensor out) = 0;
+
+  // Rotates each head of x by its row's position (HF rotate_half). x, out [n, heads,
+  // head_dim] F32 (may alias); positions [n] I32 in [0, rope_table rows).
+  virtual absl::Status Rope(Stream& stream, Tensor x, Tensor positions, Tensor rope_table,
+                            Tensor out) = 0;
+
+  // Writes k, v [n, num_kv_heads * head_dim] into the paged caches at physical slots
+  // slots[i] (I32, slot = block * block_size + offset). k_cache, v_cache [num_blocks,
+  // block_size, num_kv_heads * head_dim] F32. Keys are stored UN-ROTATED.
+  virtual absl::Status StoreKv(Stream& stream, Tensor k, Tensor v, Tensor slots,
+                               Tensor k_cache, Tensor v_cache) = 0;
+
+  // Paged GQA attention. q [n, num_heads * head_dim] already rotated by its position;
+  // rows [n, kAttnRowFields] I32 (AttnRow); block_tables [*] I32; each visible key is
+  // rotated by its position from rope_table inside the op. out [n, num_heads * head_dim].
+  // Keys are visited prefix first, then main, in index order; softmax in F32 with the
+  // row max subtracted; all identical for a row whatever else is in the batch.
+  virtual absl::Status Attention(Stream& stream, Tensor q, Tensor k_cache, Tensor v_cache,
+                                 Tensor rows, Tensor block_tables, Tensor rope_table,
+                                 const AttentionShape& shape, Tensor out) = 0;
+
+  // out = silu(gate) * up, elementwise. All [n, f] F32.
+  virtual absl::Status SiluMul(Stream& stream, Tensor gate, Tensor up, Tensor out) = 0;
+  // out = a + b, elementwise. All same shape F32; out may alias a or b.
+  virtual absl::Status Add(Stream& stream, Tensor a, Tensor b, Tensor out) = 0;
+};
+
+struct CpuBackendOptions {
+  // Worker threads for ops (including the caller). 0 = hardware concurrency.
+  int num_threads = 0;
+  // true: the plain scalar reference kernels (kernels/cpu/reference_ops.cc).
+  // false: the optimised kernels (threads, AVX2/FMA when the CPU has them).
+  // Default: false.
+  bool reference = false;
+};
+
+std::unique_ptr<Backend> CreateCpuBackend(const CpuBackendOptions& options);
+
+// Defined in kernels/cuda/ (H7) when KVFOLD_HAVE_CUDA is defined; Unavailable without a
+// usable device.
+absl::StatusOr<std::unique_ptr<Backend>> CreateCudaBackend(int device);
+
+// "cpu" (optimised), "cpu-ref" (reference), "cuda" / "cuda:N" (when built with CUDA;
+// Unavailable otherwise or without a usable device). InvalidArgument for unknown names.
+absl::StatusOr<std::unique_ptr<Backend>> CreateBackend(const std::string& name,
+                                                       int num_threads);
+
+}  // namespace kvfold::kernels
+
+#endif  // KVFOLD_KERNELS_BACKEND_H_
