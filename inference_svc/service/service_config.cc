@@ -1,0 +1,37 @@
+#include "inference_svc/service/service_config.h"
+
+#include "absl/strings/str_cat.h"
+
+namespace kvfold::service {
+
+absl::Status ServiceConfig::Validate() const {
+  if (model_path.empty()) return absl::InvalidArgumentError("--model is required");
+  if (memory_store.empty()) return absl::InvalidArgumentError("--memory_store is required");
+  if (listen.empty()) return absl::InvalidArgumentError("--listen must not be empty");
+  if (threads < 0) return absl::InvalidArgumentError("--threads must be >= 0");
+  if (kv_pool_bytes == 0) return absl::InvalidArgumentError("--kv_pool_bytes must be > 0");
+  if (tls_cert.empty() != tls_key.empty()) {
+    return absl::InvalidArgumentError("--tls_cert and --tls_key go together");
+  }
+  if (!tls_client_ca.empty() && tls_cert.empty()) {
+    return absl::InvalidArgumentError("--tls_client_ca needs --tls_cert/--tls_key");
+  }
+  if (metrics_port < 0 || metrics_port > 65535) {
+    return absl::InvalidArgumentError("--metrics_port must be in [0, 65535]");
+  }
+  if (max_prompt_tokens == 0) return absl::InvalidArgumentError("--max_prompt_tokens must be > 0");
+  if (max_new_tokens_cap == 0) return absl::InvalidArgumentError("--max_new_tokens_cap must be > 0");
+  if (default_max_new_tokens == 0 || default_max_new_tokens > max_new_tokens_cap) {
+    return absl::InvalidArgumentError(
+        absl::StrCat("--default_max_new_tokens must be in [1, ", max_new_tokens_cap, "]"));
+  }
+  if (prefill_chunk_tokens == 0) return absl::InvalidArgumentError("--prefill_chunk_tokens must be > 0");
+  if (max_active_sessions == 0) return absl::InvalidArgumentError("--max_active_sessions must be > 0");
+  if (default_mode == v1::KV_MODE_UNSPECIFIED) {
+    return absl::InvalidArgumentError("--default_mode must name a mode");
+  }
+  if (drain_timeout_s < 0) return absl::InvalidArgumentError("--drain_timeout_s must be >= 0");
+  return absl::OkStatus();
+}
+
+}  // namespace kvfold::service

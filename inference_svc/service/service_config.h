@@ -1,0 +1,74 @@
+// Configuration of a kvfold-inference replica: a plain struct filled from flags
+// (service_main.cc), validated once at start-up, immutable afterwards.
+#ifndef KVFOLD_INFERENCE_SVC_SERVICE_SERVICE_CONFIG_H_
+#define KVFOLD_INFERENCE_SVC_SERVICE_SERVICE_CONFIG_H_
+
+#include <cstdint>
+#include <string>
+
+#include "absl/status/status.h"
+#include "kvfold/v1/common.pb.h"
+
+namespace kvfold::service {
+
+struct ServiceConfig {
+  // Model directory (HF safetensors) or llama2.c checkpoint. Required.
+  std::string model_path;
+  // Tokenizer file; empty = found next to the model.
+  std::string tokenizer_path;
+  // Projector directory (projector.json + projector.safetensors); empty = memory modes
+  // unavailable (CreateSession with a memory mode is FAILED_PRECONDITION).
+  std::string projector_path;
+  // host:port of kvfold-memory. Required.
+  std::string memory_store;
+  // PEM CA for TLS to the store; empty = plaintext.
+  std::string memory_store_tls_ca;
+  // Token sent to the store when the caller sent none (auth off here, on at the store).
+  std::string store_token;
+  // Listen address. Default: 127.0.0.1:7071. Port 0 picks a free port.
+  std::string listen = "127.0.0.1:7071";
+  // Backend name for the engine's factory: "cpu" (always), "cuda" (when built).
+  std::string backend = "cpu";
+  // Compute threads; 0 = hardware concurrency.
+  int threads = 0;
+  // KV pool the admission policy measures against. Default: 1 GiB.
+  uint64_t kv_pool_bytes = 1ull << 30;
+  // Byte budget of the local session cache (derived KV of idle sessions). Default 512 MiB.
+  uint64_t session_cache_bytes = 512ull << 20;
+  // Defaults for CreateSession fields left unset.
+  v1::KvMode default_mode = v1::KV_MODE_MEMORY;
+  uint32_t default_window = 0;  // 0 = the projector's window_size (memory) or 1024
+  uint32_t default_sink = 4;
+  // TLS for the listening port (both or neither); client CA turns on mTLS.
+  std::string tls_cert;
+  std::string tls_key;
+  std::string tls_client_ca;
+  // Bearer tokens of callers (token -> tenant). Empty = auth off, one default tenant.
+  std::string tokens_file;
+  // Prometheus-style text metrics on 127.0.0.1:<port>/metrics; 0 = off.
+  int metrics_port = 0;
+  // Name reported in Usage.replica; empty = the listen address.
+  std::string replica_name;
+  // Caps. A prompt longer than max_prompt_tokens is INVALID_ARGUMENT; max_new_tokens
+  // above the cap is INVALID_ARGUMENT; 0 in a request means default_max_new_tokens.
+  uint32_t max_prompt_tokens = 65536;
+  uint32_t max_new_tokens_cap = 4096;
+  uint32_t default_max_new_tokens = 128;
+  // Scheduler: run all active sessions' decode steps in one batched forward (on), or one
+  // session per forward (off: the baseline the benchmark compares against).
+  bool batching = true;
+  // Prompt tokens prefilled per scheduler step for one session, so long prompts interleave
+  // with running decodes.
+  uint32_t prefill_chunk_tokens = 256;
+  // Maximum sessions decoding at once; more wait in the queue.
+  uint32_t max_active_sessions = 64;
+  // Seconds SIGTERM waits for turns in flight before cancelling them.
+  double drain_timeout_s = 30;
+
+  // InvalidArgument naming the first bad field.
+  absl::Status Validate() const;
+};
+
+}  // namespace kvfold::service
+
+#endif  // KVFOLD_INFERENCE_SVC_SERVICE_SERVICE_CONFIG_H_
