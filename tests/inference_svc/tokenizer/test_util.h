@@ -1,0 +1,55 @@
+// Helpers for the tokenizer tests: locating ../shared and reading its text files.
+#ifndef KVFOLD_TESTS_INFERENCE_SVC_TOKENIZER_TEST_UTIL_H_
+#define KVFOLD_TESTS_INFERENCE_SVC_TOKENIZER_TEST_UTIL_H_
+
+#include <cstdlib>
+#include <filesystem>
+#include <fstream>
+#include <sstream>
+#include <string>
+#include <vector>
+
+namespace kvfold::testing {
+
+// $KVFOLD_SHARED_DIR, else <repo>/../shared (repo = $KVFOLD_SOURCE_DIR, set by CTest).
+inline std::string SharedDir() {
+  if (const char* d = std::getenv("KVFOLD_SHARED_DIR"); d != nullptr && *d) return d;
+  const char* src = std::getenv("KVFOLD_SOURCE_DIR");
+  std::filesystem::path repo = src != nullptr && *src ? src : ".";
+  return (repo / ".." / "shared").string();
+}
+
+// Path of a file under the shared dir, or "" when absent.
+inline std::string SharedFile(const std::string& rel) {
+  const std::string p = SharedDir() + "/" + rel;
+  return std::filesystem::is_regular_file(p) ? p : "";
+}
+
+inline std::string ReadAll(const std::string& path) {
+  std::ifstream in(path, std::ios::binary);
+  std::ostringstream ss;
+  ss << in.rdbuf();
+  return ss.str();
+}
+
+// The first `count` stories of tinystories_train_sample.txt, each stripped of
+// surrounding whitespace (stories are separated by lines "<|endoftext|>").
+inline std::vector<std::string> FirstStories(const std::string& text, size_t count) {
+  std::vector<std::string> stories;
+  size_t pos = 0;
+  const std::string sep = "<|endoftext|>";
+  while (stories.size() < count && pos < text.size()) {
+    size_t end = text.find(sep, pos);
+    if (end == std::string::npos) end = text.size();
+    std::string s = text.substr(pos, end - pos);
+    const size_t b = s.find_first_not_of(" \t\r\n");
+    const size_t e = s.find_last_not_of(" \t\r\n");
+    if (b != std::string::npos) stories.push_back(s.substr(b, e - b + 1));
+    pos = end + sep.size();
+  }
+  return stories;
+}
+
+}  // namespace kvfold::testing
+
+#endif  // KVFOLD_TESTS_INFERENCE_SVC_TOKENIZER_TEST_UTIL_H_
