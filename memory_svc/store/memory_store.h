@@ -1,0 +1,155 @@
+// MemoryStore: durable, versioned memory blocks per (tenant, session) on RocksDB.
+//
+// Data model per session: a monotonically increasing version counter (versions are never
+// reused), a head pointer, immutable versions (header + payload + checksum), created and
+// updated times, and a pinned set. Every mutation of a session runs under that session's
+// lock and commits as one RocksDB WriteBatch (session record + version records), so a
+// version is either wholly present or absent, also across crashes. Reads take a RocksDB
+// snapshot and need no lock.
+//
+// Tenants scope everything: a session id names a different session in every tenant, and a
+// tenant can neither see nor detect another tenant's sessions (NOT_FOUND).
+//
+// Status codes (every method):
+//   INVALID_ARGUMENT   bad tenant, session id, version or header (message names it)
+//   NOT_FOUND          unknown, deleted or expired session; unknown or retired version
+//   ABORTED            compare-and-set lost; the message names the current head
+//   ALREADY_EXISTS     Fork into an existing session
+//   RESOURCE_EXHAUSTED block over max_block_bytes; disk full
+//   DATA_LOSS          checksum mismatch (on write: the caller's; on read: the disk's)
+//   UNAVAILABLE        the store is closed, or RocksDB reported a retryable I/O error
+//   INTERNAL           anything else RocksDB reports
+// Thread-safe. Only this class's .cc includes RocksDB.
+#ifndef KVFOLD_MEMORY_SVC_STORE_MEMORY_STORE_H_
+#define KVFOLD_MEMORY_SVC_STORE_MEMORY_STORE_H_
+
+#include <cstdint>
+#include <functional>
+#include <memory>
+#include <string>
+#include "absl/strings/string_view.h"
+#include <vector>
+
+#include "absl/status/status.h"
+#include "absl/status/statusor.h"
+#include "kvfold/v1/common.pb.h"
+#include "kvfold/v1/memory_store.pb.h"
+
+namespace kvfold::memory {
+
+struct StoreOptions {
+  // RocksDB directory; created when missing. Required.
+  std::string db_dir;
+  // fsync the WAL before a write is acknowledged. Default: true.
+  bool sync_writes = true;
+  // Newest versions retained per session (pinned versions and the head are kept on top).
+  // Applied whenever a version is written. Must be >= 1. Default: 16.
+  uint32_t versions_kept = 16;
+  // Sessions not written for this long are expired: invisible at once, deleted by the
+  // background sweep (or by the next create of the same id). 0 = never. Default: 0.
+  int64_t idle_ttl_seconds = 0;
+  // Period of the background TTL sweep; 0 = min(ttl / 2, 60 s). Ignored when TTL is off.
+  int64_t sweep_interval_ms = 0;
+  // Largest payload accepted. Default: 64 MiB.
+  uint64_t max_block_bytes = 64ull << 20;
+  // Payloads go to RocksDB's integrated BlobDB (blob files, not the LSM). Default: true.
+  bool enable_blob_files = true;
+  // Payloads at least this large are stored as blobs. Default: 64 KiB.
+  uint64_t min_blob_size = 64 << 10;
+  // Milliseconds since the Unix epoch; nullptr = the system clock (tests inject a clock).
+  std::function<int64_t()> clock_ms;
+};
+
+// One version, read back and checksum-verified.
+struct StoredBlock {
+  v1::VersionInfo info;
+  v1::MemoryBlockHeader header;
+  std::string payload;
+};
+
+struct SessionPage {
+  std::vector<v1::SessionInfo> sessions;
+  std::string next_page_token;  // empty on the last page
+};
+
+class MemoryStore {
+ public:
+  // Opens (or creates) the database and starts the TTL sweeper when a TTL is set.
+  // INVALID_ARGUMENT for bad options; UNAVAILABLE/INTERNAL when RocksDB cannot open.
+  static absl::StatusOr<std::unique_ptr<MemoryStore>> Open(StoreOptions options);
+  ~MemoryStore();  // Close()s if still open.
+  MemoryStore(const MemoryStore&) = delete;
+  MemoryStore& operator=(const MemoryStore&) = delete;
+
+  // Writes a new version (latest + 1) and makes it the head, iff the head equals
+  // expected_head_version (0 = the session must not exist; it is created). Verifies
+  // header.payload_size == payload.size() (INVALID_ARGUMENT) and header.checksum
+  // (DATA_LOSS) first. NOT_FOUND when expected_head_version > 0 and the session does not
+  // exist; ABORTED when the head differs.
+  absl::StatusOr<v1::PutBlockResponse> Put(absl::string_view tenant, absl::string_view session_id,
+                                           uint64_t expected_head_version,
+                                           const v1::MemoryBlockHeader& header,
+                                           absl::string_view payload, bool pin);
+
+  // Reads a version (0 = head) and verifies its checksum (DATA_LOSS on mismatch).
+  absl::StatusOr<StoredBlock> Get(absl::string_view tenant, absl::string_view session_id,
+                                  uint64_t version) const;
+
+  absl::StatusOr<v1::SessionInfo> GetSessionInfo(absl::string_view tenant,
+                                                 absl::string_view session_id) const;
+
+  // Every retained version, newest first (payloads are not read).
+  absl::StatusOr<v1::ListVersionsResponse> ListVersions(absl::string_view tenant,
+                                                        absl::string_view session_id) const;
+
+  // Makes a retained version the head (roll back; history kept). expected_head_version,
+  // when non-zero, must equal the current head (ABORTED otherwise). version 0 is invalid.
+  absl::StatusOr<v1::SessionInfo> SetHead(absl::string_view tenant, absl::string_view session_id,
+                                          uint64_t version, uint64_t expected_head_version);
+
+  // Pins or unpins a version (0 = head). An unpinned old version is retired by the next
+  // write's retention pass.
+  absl::StatusOr<v1::VersionInfo> PinVersion(absl::string_view tenant,
+                                             absl::string_view session_id, uint64_t version,
+                                             bool pinned);
+
+  // Copies one version (0 = head) of `source_session_id` into the new session
+  // `new_session_id` as its version 1, atomically. ALREADY_EXISTS when the new id is taken.
+  absl::StatusOr<v1::SessionInfo> Fork(absl::string_view tenant,
+                                       absl::string_view source_session_id, uint64_t version,
+                                       absl::string_view new_session_id);
+
+  // Deletes a session and every version (DeleteRange), then compacts the range away.
+  // Returns the number of versions deleted.
+  absl::StatusOr<uint32_t> Delete(absl::string_view tenant, absl::string_view session_id);
+
+  // The tenant's live sessions ordered by id, after `page_token` (a previous response's
+  // next_page_token; empty = from the start). page_size 1..1000.
+  absl::StatusOr<SessionPage> ListSessions(absl::string_view tenant, uint32_t page_size,
+                                           absl::string_view page_token) const;
+
+  // Deletes every expired session now; returns how many. (The sweeper calls this.)
+  absl::StatusOr<int> SweepExpiredSessions();
+
+  // Stops the sweeper, flushes memtables and the WAL, closes the DB. Later calls on the
+  // store return UNAVAILABLE. Idempotent.
+  absl::Status Close();
+
+  const StoreOptions& options() const { return options_; }
+
+  // Test hook: flips one payload byte of a stored version on disk, bypassing the checks,
+  // so that tests can observe DATA_LOSS on read.
+  absl::Status CorruptPayloadForTesting(absl::string_view tenant, absl::string_view session_id,
+                                        uint64_t version);
+
+ private:
+  struct Impl;
+  MemoryStore(StoreOptions options, std::unique_ptr<Impl> impl);
+
+  StoreOptions options_;
+  std::unique_ptr<Impl> impl_;
+};
+
+}  // namespace kvfold::memory
+
+#endif  // KVFOLD_MEMORY_SVC_STORE_MEMORY_STORE_H_
