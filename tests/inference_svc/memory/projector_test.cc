@@ -8,6 +8,7 @@
 
 #include "gtest/gtest.h"
 #include "common/sha256.h"
+#include "inference_svc/memory/random_projector.h"
 #include "inference_svc/memory/safetensors_lite.h"
 
 namespace kvfold::memory {
@@ -344,6 +345,38 @@ TEST(SafetensorsLiteTest, F16AndBf16AreConvertedOnLoad) {
   EXPECT_EQ(tensors->at("b").data, (std::vector<float>{0.5f}));
   file[8 + header.find("F16")] = 'I';  // "I16": unsupported dtype
   EXPECT_EQ(ParseSafetensors(file).status().code(), absl::StatusCode::kInvalidArgument);
+}
+
+
+TEST(RandomProjectorTest, DeterministicBySeedAndScaledToEmbeddingRms) {
+  ProjectorConfig c;
+  c.hidden_size = 12;
+  c.num_heads = 4;
+  c.mem_slots = 5;
+  c.input_layers = 3;
+  c.model_fingerprint = "f";
+  const float rms = RootMeanSquare(std::vector<float>{3.0f, -4.0f});  // sqrt(12.5)
+  EXPECT_NEAR(rms, 3.5355339f, 1e-6);
+  const Fp32TensorMap a = RandomProjectorTensors(c, rms, 7);
+  const Fp32TensorMap b = RandomProjectorTensors(c, rms, 7);
+  const Fp32TensorMap other = RandomProjectorTensors(c, rms, 8);
+  ASSERT_EQ(a.size(), ProjectorTensorShapes(c).size());
+  for (const auto& [name, t] : a) EXPECT_EQ(t.data, b.at(name).data) << name;
+  EXPECT_NE(a.at("queries").data, other.at("queries").data);
+  for (float w : a.at("ln_out.weight").data) EXPECT_EQ(w, rms);
+  for (float w : a.at("ln_q.weight").data) EXPECT_EQ(w, 1.0f);
+  for (float w : a.at("cross.q.bias").data) EXPECT_EQ(w, 0.0f);
+  // Linear weights ~ N(0, 1/in): the in_proj [12, 36] sample has variance near 1/36.
+  EXPECT_NEAR(RootMeanSquare(a.at("in_proj.weight").data), 1.0 / 6.0, 0.03);
+  EXPECT_NEAR(RootMeanSquare(a.at("queries").data), rms, 0.5);
+  auto projector = Projector::FromTensors(c, a, "");
+  ASSERT_TRUE(projector.ok()) << projector.status();
+  // The output rows are LayerNorm'ed with weight rms: their RMS is rms (bias 0).
+  std::vector<float> hidden(9 * 36, 0.5f), out(5 * 12);
+  for (size_t i = 0; i < hidden.size(); ++i) hidden[i] = std::sin(0.37f * i);
+  ProjectorScratch scratch;
+  ASSERT_TRUE((*projector)->Forward({}, hidden, out, &scratch).ok());
+  EXPECT_NEAR(RootMeanSquare(out), rms, 1e-3);
 }
 
 }  // namespace

@@ -1,0 +1,275 @@
+#include "inference_svc/memory/memory_session.h"
+
+#include <algorithm>
+#include <chrono>
+#include <cstring>
+
+#include "absl/strings/str_cat.h"
+#include "common/fp16.h"
+
+namespace kvfold::memory {
+
+using engine::KvMode;
+using engine::MaskKind;
+using engine::RowSelect;
+using engine::SequenceInput;
+using engine::SequenceOutput;
+
+absl::StatusOr<std::unique_ptr<MemorySession>> MemorySession::Create(
+    engine::Engine* engine, const Projector* projector, const MemorySessionOptions& options) {
+  if (options.mode != KvMode::kMemory && options.mode != KvMode::kMemoryOnly) {
+    return absl::InvalidArgumentError(
+        absl::StrCat("MemorySession: mode ", engine::KvModeName(options.mode), " is not a memory mode"));
+  }
+  if (engine == nullptr || projector == nullptr) {
+    return absl::InvalidArgumentError("MemorySession: memory modes need an engine and a projector");
+  }
+  const model::ModelConfig& config = engine->config();
+  if (auto s = projector->CheckCompatible(engine->fingerprint(), config.hidden_size); !s.ok()) {
+    return s;
+  }
+  if (projector->config().input_layers > config.num_layers) {
+    return absl::InvalidArgumentError(absl::StrCat("MemorySession: projector reads ",
+                                                   projector->config().input_layers,
+                                                   " layers, the model has ", config.num_layers));
+  }
+  return std::unique_ptr<MemorySession>(new MemorySession(engine, projector, options));
+}
+
+MemorySession::MemorySession(engine::Engine* engine, const Projector* projector,
+                             const MemorySessionOptions& options)
+    : engine_(engine),
+      projector_(projector),
+      mode_(options.mode),
+      fp16_memory_(options.fp16_memory),
+      window_size_(options.mode == KvMode::kMemoryOnly ? 0 : projector->config().window_size),
+      chunk_size_(projector->config().chunk_size),
+      mem_slots_(projector->config().mem_slots),
+      hidden_size_(engine->config().hidden_size),
+      vocab_size_(engine->config().vocab_size),
+      input_layers_(projector->config().input_layers),
+      hidden_width_(projector->config().input_width()),
+      cache_(engine->NewCache(engine::KvPolicy::Memory())) {
+  window_.reserve(window_size_ + chunk_size_);
+  memory_.reserve(static_cast<size_t>(mem_slots_) * hidden_size_);
+  new_memory_.resize(static_cast<size_t>(mem_slots_) * hidden_size_);
+  chunk_hidden_.resize(static_cast<size_t>(chunk_size_) * hidden_width_);
+  logits_.resize(vocab_size_);
+}
+
+absl::Status MemorySession::CheckIds(std::span<const int32_t> token_ids) const {
+  for (int32_t id : token_ids) {
+    if (id < 0 || id >= vocab_size_) {
+      return absl::InvalidArgumentError(
+          absl::StrCat("token id ", id, " out of range [0, ", vocab_size_, ")"));
+    }
+  }
+  return absl::OkStatus();
+}
+
+std::span<const float> MemorySession::Logits() const {
+  if (!has_logits_) return {};
+  return logits_;
+}
+
+// ---- The algorithm (docs/memory-mode.md) ---------------------------------------------
+
+absl::Status MemorySession::Prefill(std::span<const int32_t> token_ids) {
+  if (token_ids.empty()) return absl::InvalidArgumentError("Prefill: no tokens");
+  if (auto s = CheckIds(token_ids); !s.ok()) return s;
+  // Step 5: a prompt takes the same path as generated tokens, in chunks that fill the
+  // window up to W + C, folding in between.
+  size_t fed = 0;
+  while (fed < token_ids.size()) {
+    if (auto s = FoldIfFull(); !s.ok()) return s;
+    const size_t room = static_cast<size_t>(window_size_ + chunk_size_) - window_.size();
+    const size_t n = std::min(room, token_ids.size() - fed);
+    const auto ids = token_ids.subspan(fed, n);
+    const int first = static_cast<int>(window_.size());
+    if (auto s = ForwardWindow(ids, first, /*want_logits=*/fed + n == token_ids.size()); !s.ok()) {
+      return s;
+    }
+    window_.insert(window_.end(), ids.begin(), ids.end());
+    total_tokens_ += static_cast<int64_t>(n);
+    fed += n;
+  }
+  return absl::OkStatus();
+}
+
+absl::Status MemorySession::Append(int32_t token_id) {
+  SequenceInput input;
+  if (auto s = PrepareAppend(token_id, &input); !s.ok()) return s;
+  if (auto s = engine_->Forward({&input, 1}, &result_); !s.ok()) return s;
+  return FinishAppend(result_.outputs[0]);
+}
+
+absl::Status MemorySession::PrepareAppend(int32_t token_id, SequenceInput* input) {
+  if (auto s = CheckIds({&token_id, 1}); !s.ok()) return s;
+  if (auto s = FoldIfFull(); !s.ok()) return s;
+  pending_token_ = token_id;
+  pending_hidden_ = static_cast<int>(window_.size()) < chunk_size_;
+  *input = SequenceInput{};
+  input->cache = cache_.get();
+  input->token_ids = {&pending_token_, 1};
+  input->mask = MaskKind::kCausal;
+  input->logits = RowSelect::kLast;
+  input->hidden = pending_hidden_ ? RowSelect::kLast : RowSelect::kNone;
+  input->hidden_layers = input_layers_;
+  return absl::OkStatus();
+}
+
+absl::Status MemorySession::FinishAppend(const SequenceOutput& output) {
+  if (output.num_logit_rows != 1 || output.logits.size() != logits_.size() ||
+      (pending_hidden_ && output.num_hidden_rows != 1)) {
+    return absl::InternalError("MemorySession: unexpected Forward output shape");
+  }
+  std::copy(output.logits.begin(), output.logits.end(), logits_.begin());
+  has_logits_ = true;
+  if (pending_hidden_) KeepHidden(output, static_cast<int>(window_.size()));
+  window_.push_back(pending_token_);
+  ++total_tokens_;
+  return absl::OkStatus();
+}
+
+absl::Status MemorySession::FoldIfFull() {
+  if (static_cast<int>(window_.size()) < window_size_ + chunk_size_) return absl::OkStatus();
+  const auto start = std::chrono::steady_clock::now();
+  // mem <- Projector(concat(mem, H)), H = hidden states of the oldest C window tokens.
+  if (auto s = projector_->Forward(memory_, chunk_hidden_, new_memory_, &projector_scratch_);
+      !s.ok()) {
+    return s;
+  }
+  if (fp16_memory_) {
+    for (float& v : new_memory_) v = Fp16ToFp32(Fp32ToFp16(v));
+  }
+  memory_.assign(new_memory_.begin(), new_memory_.end());
+  // Drop the folded ids; the remaining W keep positions 1..W after the re-prefill.
+  window_.erase(window_.begin(), window_.begin() + chunk_size_);
+  tokens_folded_ += chunk_size_;
+  cache_->Clear();
+  if (auto s = ExpandMemory(); !s.ok()) return s;
+  // Window K/V and hidden states = Forward(mem, w) for the new mem. Logits are kept: they
+  // are those after the last fed token, computed before this fold.
+  if (!window_.empty()) {
+    if (auto s = ForwardWindow(window_, 0, /*want_logits=*/false); !s.ok()) return s;
+  }
+  ++stats_.num_folds;
+  stats_.refill_tokens += static_cast<int64_t>(window_.size());
+  stats_.fold_seconds +=
+      std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
+  return absl::OkStatus();
+}
+
+absl::Status MemorySession::ExpandMemory() {
+  if (memory_.empty()) return absl::OkStatus();
+  SequenceInput input;
+  input.cache = cache_.get();
+  input.embeddings = memory_;
+  input.mask = MaskKind::kBidirectionalPrefix;  // position 0, memory <-> memory only
+  input.logits = RowSelect::kNone;
+  input.hidden = RowSelect::kNone;
+  return engine_->Forward({&input, 1}, &result_);
+}
+
+absl::Status MemorySession::ForwardWindow(std::span<const int32_t> ids, int first,
+                                          bool want_logits) {
+  SequenceInput input;
+  input.cache = cache_.get();
+  input.token_ids = ids;
+  input.mask = MaskKind::kCausal;  // positions 1 + main index (KvPolicy::Memory)
+  input.logits = want_logits ? RowSelect::kLast : RowSelect::kNone;
+  // Only entries that a fold may read need their hidden states.
+  input.hidden = first < chunk_size_ ? RowSelect::kAll : RowSelect::kNone;
+  input.hidden_layers = input_layers_;
+  if (auto s = engine_->Forward({&input, 1}, &result_); !s.ok()) return s;
+  const SequenceOutput& out = result_.outputs[0];
+  if (want_logits) {
+    if (out.num_logit_rows != 1 || out.logits.size() != logits_.size()) {
+      return absl::InternalError("MemorySession: unexpected logits shape");
+    }
+    std::copy(out.logits.begin(), out.logits.end(), logits_.begin());
+    has_logits_ = true;
+  }
+  if (first < chunk_size_) KeepHidden(out, first);
+  return absl::OkStatus();
+}
+
+void MemorySession::KeepHidden(const SequenceOutput& output, int first) {
+  const int rows = std::min(output.num_hidden_rows, chunk_size_ - first);
+  for (int r = 0; r < rows; ++r) {
+    std::copy_n(output.hidden.begin() + static_cast<size_t>(r) * hidden_width_, hidden_width_,
+                chunk_hidden_.begin() + static_cast<size_t>(first + r) * hidden_width_);
+  }
+}
+
+// ---- Checkpoints ------------------------------------------------------------------------
+
+absl::StatusOr<engine::SessionState> MemorySession::ExportState() const {
+  engine::SessionState state;
+  state.mode = mode_;
+  state.window_size = window_size_;
+  state.chunk_size = chunk_size_;
+  state.total_tokens = total_tokens_;
+  state.tokens_folded = tokens_folded_;
+  state.window_token_ids = window_;
+  state.mem_slots = memory_.empty() ? 0 : mem_slots_;
+  state.memory = memory_;
+  return state;
+}
+
+absl::Status MemorySession::ImportState(const engine::SessionState& state) {
+  if (total_tokens_ != 0 || !memory_.empty()) {
+    return absl::FailedPreconditionError("ImportState: the session is not fresh");
+  }
+  if (state.mode != mode_ || state.window_size != window_size_ || state.chunk_size != chunk_size_) {
+    return absl::InvalidArgumentError(absl::StrCat(
+        "ImportState: state is ", engine::KvModeName(state.mode), " W=", state.window_size,
+        " C=", state.chunk_size, ", session is ", engine::KvModeName(mode_), " W=", window_size_,
+        " C=", chunk_size_));
+  }
+  const bool has_memory = state.mem_slots != 0;
+  if ((has_memory && state.mem_slots != mem_slots_) ||
+      state.memory.size() != static_cast<size_t>(state.mem_slots) * hidden_size_ ||
+      has_memory != (state.tokens_folded > 0)) {
+    return absl::InvalidArgumentError(absl::StrCat("ImportState: memory of ", state.mem_slots,
+                                                   " slots (", state.memory.size(),
+                                                   " floats) does not fit M = ", mem_slots_,
+                                                   ", d = ", hidden_size_));
+  }
+  if (state.window_token_ids.size() > static_cast<size_t>(window_size_ + chunk_size_) ||
+      state.total_tokens != state.tokens_folded + static_cast<int64_t>(state.window_token_ids.size())) {
+    return absl::InvalidArgumentError("ImportState: window does not fit W + C or token counts differ");
+  }
+  if (auto s = CheckIds(state.window_token_ids); !s.ok()) return s;
+  // Expand mem, prefill the window ids: the caches are exactly Forward(mem, w) again.
+  memory_ = state.memory;
+  if (auto s = ExpandMemory(); !s.ok()) return s;
+  if (!state.window_token_ids.empty()) {
+    if (auto s = ForwardWindow(state.window_token_ids, 0, /*want_logits=*/true); !s.ok()) return s;
+  }
+  window_ = state.window_token_ids;
+  total_tokens_ = state.total_tokens;
+  tokens_folded_ = state.tokens_folded;
+  return absl::OkStatus();
+}
+
+// ---- Factory ----------------------------------------------------------------------------
+
+absl::StatusOr<std::unique_ptr<engine::Session>> CreateSession(engine::Engine* engine,
+                                                               const engine::SessionOptions& options,
+                                                               const Projector* projector) {
+  if (options.mode != KvMode::kMemory && options.mode != KvMode::kMemoryOnly) {
+    return engine::CreatePlainSession(engine, options);
+  }
+  if (projector == nullptr) {
+    return absl::InvalidArgumentError(absl::StrCat("mode ", engine::KvModeName(options.mode),
+                                                   " needs a projector (--projector DIR)"));
+  }
+  MemorySessionOptions memory_options;
+  memory_options.mode = options.mode;
+  auto session = MemorySession::Create(engine, projector, memory_options);
+  if (!session.ok()) return session.status();
+  return std::unique_ptr<engine::Session>(std::move(*session));
+}
+
+}  // namespace kvfold::memory
