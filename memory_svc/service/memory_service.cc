@@ -1,0 +1,234 @@
+#include "memory_svc/service/memory_service.h"
+
+#include <algorithm>
+#include <chrono>
+#include <utility>
+
+#include "absl/strings/str_cat.h"
+#include "common/grpc_status.h"
+#include "memory_svc/store/validation.h"
+
+namespace kvfold::memory {
+namespace {
+
+// Times one RPC and records it when it goes out of scope.
+class CallRecord {
+ public:
+  CallRecord(Metrics* metrics, std::string method)
+      : metrics_(metrics), method_(std::move(method)), start_(std::chrono::steady_clock::now()) {}
+  ~CallRecord() {
+    const double seconds =
+        std::chrono::duration<double>(std::chrono::steady_clock::now() - start_).count();
+    metrics_->Record(method_, code_, seconds, bytes_in_, bytes_out_);
+  }
+  grpc::Status Finish(const absl::Status& status) {
+    code_ = status.code();
+    return ToGrpcStatus(status);
+  }
+  uint64_t bytes_in_ = 0;
+  uint64_t bytes_out_ = 0;
+
+ private:
+  Metrics* metrics_;
+  std::string method_;
+  std::chrono::steady_clock::time_point start_;
+  absl::StatusCode code_ = absl::StatusCode::kUnknown;
+};
+
+// Runs a unary store call: authenticate, call `fn(tenant)`, copy the result out.
+template <typename Response, typename Fn>
+grpc::Status Unary(Metrics* metrics, const char* method, const TokenTable* tokens,
+                   grpc::ServerContext* context, Response* response, Fn fn) {
+  CallRecord record(metrics, method);
+  absl::StatusOr<std::string> tenant = AuthenticateTenant(tokens, *context);
+  if (!tenant.ok()) return record.Finish(tenant.status());
+  absl::StatusOr<Response> result = fn(*tenant);
+  if (!result.ok()) return record.Finish(result.status());
+  *response = *std::move(result);
+  return record.Finish(absl::OkStatus());
+}
+
+}  // namespace
+
+grpc::Status MemoryStoreService::PutBlock(grpc::ServerContext* context,
+                                          grpc::ServerReader<v1::PutBlockRequest>* reader,
+                                          v1::PutBlockResponse* response) {
+  CallRecord record(metrics_, "PutBlock");
+  absl::StatusOr<std::string> tenant = AuthenticateTenant(tokens_, *context);
+  if (!tenant.ok()) return record.Finish(tenant.status());
+  absl::StatusOr<v1::PutBlockResponse> result = ReceiveAndPut(*tenant, context, reader);
+  if (!result.ok()) return record.Finish(result.status());
+  record.bytes_in_ = result->payload_size();
+  *response = *std::move(result);
+  return record.Finish(absl::OkStatus());
+}
+
+absl::StatusOr<v1::PutBlockResponse> MemoryStoreService::ReceiveAndPut(
+    const std::string& tenant, grpc::ServerContext* context,
+    grpc::ServerReader<v1::PutBlockRequest>* reader) {
+  v1::PutBlockRequest message;
+  if (!reader->Read(&message)) {
+    if (context->IsCancelled()) return absl::CancelledError("stream abandoned; nothing committed");
+    return absl::InvalidArgumentError("PutBlock stream carried no message");
+  }
+  if (!message.has_header()) {
+    return absl::InvalidArgumentError("the first PutBlock message must carry the header");
+  }
+  const std::string session_id = message.session_id();
+  const uint64_t expected_head = message.expected_head_version();
+  const bool pin = message.pin();
+  const v1::MemoryBlockHeader header = message.header();
+  if (absl::Status s = ValidateSessionId(session_id); !s.ok()) return s;
+  if (absl::Status s = ValidateVersion(expected_head, "expected_head_version"); !s.ok()) return s;
+  if (absl::Status s = ValidateBlockHeader(header, store_->options().max_block_bytes); !s.ok()) {
+    return s;
+  }
+  std::string payload;
+  payload.reserve(header.payload_size());
+  bool first = true;
+  do {
+    if (!first && message.has_header()) {
+      return absl::InvalidArgumentError("only the first PutBlock message may carry a header");
+    }
+    first = false;
+    if (message.offset() != payload.size()) {
+      return absl::InvalidArgumentError(absl::StrCat("chunk at offset ", message.offset(),
+                                                     " out of order: expected offset ",
+                                                     payload.size()));
+    }
+    if (message.data().size() > kMaxChunkBytes) {
+      return absl::InvalidArgumentError(absl::StrCat("chunk of ", message.data().size(),
+                                                     " bytes exceeds the 1 MiB chunk limit"));
+    }
+    if (payload.size() + message.data().size() > header.payload_size()) {
+      return absl::InvalidArgumentError(
+          absl::StrCat("payload exceeds header.payload_size ", header.payload_size()));
+    }
+    payload.append(message.data());
+  } while (reader->Read(&message));
+  if (context->IsCancelled()) return absl::CancelledError("stream abandoned; nothing committed");
+  if (payload.size() != header.payload_size()) {
+    return absl::InvalidArgumentError(absl::StrCat("stream ended after ", payload.size(), " of ",
+                                                   header.payload_size(),
+                                                   " payload bytes; nothing committed"));
+  }
+  return store_->Put(tenant, session_id, expected_head, header, payload, pin);
+}
+
+grpc::Status MemoryStoreService::GetBlock(grpc::ServerContext* context,
+                                          const v1::GetBlockRequest* request,
+                                          grpc::ServerWriter<v1::GetBlockResponse>* writer) {
+  CallRecord record(metrics_, "GetBlock");
+  absl::StatusOr<std::string> tenant = AuthenticateTenant(tokens_, *context);
+  if (!tenant.ok()) return record.Finish(tenant.status());
+  return record.Finish(StreamBlock(*tenant, context, *request, writer, &record.bytes_out_));
+}
+
+absl::Status MemoryStoreService::StreamBlock(const std::string& tenant,
+                                             grpc::ServerContext* context,
+                                             const v1::GetBlockRequest& request,
+                                             grpc::ServerWriter<v1::GetBlockResponse>* writer,
+                                             uint64_t* bytes_out) {
+  if (absl::Status s = ValidateSessionId(request.session_id()); !s.ok()) return s;
+  if (absl::Status s = ValidateVersion(request.version(), "version"); !s.ok()) return s;
+  absl::StatusOr<StoredBlock> block = store_->Get(tenant, request.session_id(), request.version());
+  if (!block.ok()) return block.status();
+  const size_t chunk = request.chunk_size() == 0
+                           ? kDefaultChunkBytes
+                           : std::min<size_t>(request.chunk_size(), kMaxChunkBytes);
+  size_t offset = 0;
+  do {
+    v1::GetBlockResponse response;
+    if (offset == 0) {
+      *response.mutable_info() = std::move(block->info);
+      *response.mutable_header() = std::move(block->header);
+    }
+    const size_t n = std::min(chunk, block->payload.size() - offset);
+    response.set_offset(offset);
+    response.set_data(block->payload.data() + offset, n);
+    if (!writer->Write(response)) {
+      return absl::CancelledError("client went away during GetBlock");
+    }
+    offset += n;
+  } while (offset < block->payload.size() && !context->IsCancelled());
+  *bytes_out = offset;
+  return absl::OkStatus();
+}
+
+grpc::Status MemoryStoreService::GetSessionInfo(grpc::ServerContext* context,
+                                                const v1::GetSessionInfoRequest* request,
+                                                v1::SessionInfo* response) {
+  return Unary(metrics_, "GetSessionInfo", tokens_, context, response,
+               [&](const std::string& tenant) {
+                 return store_->GetSessionInfo(tenant, request->session_id());
+               });
+}
+
+grpc::Status MemoryStoreService::ListVersions(grpc::ServerContext* context,
+                                              const v1::ListVersionsRequest* request,
+                                              v1::ListVersionsResponse* response) {
+  return Unary(metrics_, "ListVersions", tokens_, context, response,
+               [&](const std::string& tenant) {
+                 return store_->ListVersions(tenant, request->session_id());
+               });
+}
+
+grpc::Status MemoryStoreService::SetHead(grpc::ServerContext* context,
+                                         const v1::SetHeadRequest* request,
+                                         v1::SessionInfo* response) {
+  return Unary(metrics_, "SetHead", tokens_, context, response, [&](const std::string& tenant) {
+    return store_->SetHead(tenant, request->session_id(), request->version(),
+                           request->expected_head_version());
+  });
+}
+
+grpc::Status MemoryStoreService::PinVersion(grpc::ServerContext* context,
+                                            const v1::PinVersionRequest* request,
+                                            v1::VersionInfo* response) {
+  return Unary(metrics_, "PinVersion", tokens_, context, response,
+               [&](const std::string& tenant) {
+                 return store_->PinVersion(tenant, request->session_id(), request->version(),
+                                           request->pinned());
+               });
+}
+
+grpc::Status MemoryStoreService::ForkSession(grpc::ServerContext* context,
+                                             const v1::StoreForkSessionRequest* request,
+                                             v1::SessionInfo* response) {
+  return Unary(metrics_, "ForkSession", tokens_, context, response,
+               [&](const std::string& tenant) {
+                 return store_->Fork(tenant, request->source_session_id(), request->version(),
+                                     request->new_session_id());
+               });
+}
+
+grpc::Status MemoryStoreService::DeleteSession(grpc::ServerContext* context,
+                                               const v1::StoreDeleteSessionRequest* request,
+                                               v1::StoreDeleteSessionResponse* response) {
+  return Unary(metrics_, "DeleteSession", tokens_, context, response,
+               [&](const std::string& tenant) -> absl::StatusOr<v1::StoreDeleteSessionResponse> {
+                 absl::StatusOr<uint32_t> n = store_->Delete(tenant, request->session_id());
+                 if (!n.ok()) return n.status();
+                 v1::StoreDeleteSessionResponse r;
+                 r.set_versions_deleted(*n);
+                 return r;
+               });
+}
+
+grpc::Status MemoryStoreService::ListSessions(grpc::ServerContext* context,
+                                              const v1::StoreListSessionsRequest* request,
+                                              v1::StoreListSessionsResponse* response) {
+  return Unary(metrics_, "ListSessions", tokens_, context, response,
+               [&](const std::string& tenant) -> absl::StatusOr<v1::StoreListSessionsResponse> {
+                 const uint32_t page_size = request->page_size() == 0 ? 100 : request->page_size();
+                 absl::StatusOr<SessionPage> page =
+                     store_->ListSessions(tenant, page_size, request->page_token());
+                 if (!page.ok()) return page.status();
+                 v1::StoreListSessionsResponse r;
+                 for (v1::SessionInfo& s : page->sessions) *r.add_sessions() = std::move(s);
+                 r.set_next_page_token(page->next_page_token);
+                 return r;
+               });
+}
+
+}  // namespace kvfold::memory

@@ -1,0 +1,73 @@
+// The gRPC MemoryStore service: a thin adapter (authenticate, validate, call the store,
+// translate the status). Uses the synchronous API: every handler runs on one of gRPC's
+// server threads, so blocking on RocksDB never stalls a completion-queue poller.
+//
+// PutBlock stream rules (INVALID_ARGUMENT unless noted): the first message carries the
+// session id, header and expected head; a stream without messages or without a header is
+// rejected; each chunk's offset must equal the bytes received so far, chunks are at most
+// 1 MiB, and the total must equal header.payload_size; a header over the server's limit is
+// RESOURCE_EXHAUSTED before any payload is read; a checksum mismatch is DATA_LOSS. Nothing
+// is committed unless the whole stream arrived intact (an abandoned stream: CANCELLED).
+#ifndef KVFOLD_MEMORY_SVC_SERVICE_MEMORY_SERVICE_H_
+#define KVFOLD_MEMORY_SVC_SERVICE_MEMORY_SERVICE_H_
+
+#include <string>
+
+#include "absl/status/statusor.h"
+#include "common/auth.h"
+#include "kvfold/v1/memory_store.grpc.pb.h"
+#include "memory_svc/service/metrics.h"
+#include "memory_svc/store/memory_store.h"
+
+namespace kvfold::memory {
+
+inline constexpr size_t kMaxChunkBytes = 1 << 20;
+inline constexpr size_t kDefaultChunkBytes = 256 << 10;
+
+class MemoryStoreService final : public v1::MemoryStore::Service {
+ public:
+  // `store` and `metrics` must outlive the service; `tokens` nullptr = auth off.
+  MemoryStoreService(MemoryStore* store, const TokenTable* tokens, Metrics* metrics)
+      : store_(store), tokens_(tokens), metrics_(metrics) {}
+
+  grpc::Status PutBlock(grpc::ServerContext* context,
+                        grpc::ServerReader<v1::PutBlockRequest>* reader,
+                        v1::PutBlockResponse* response) override;
+  grpc::Status GetBlock(grpc::ServerContext* context, const v1::GetBlockRequest* request,
+                        grpc::ServerWriter<v1::GetBlockResponse>* writer) override;
+  grpc::Status GetSessionInfo(grpc::ServerContext* context,
+                              const v1::GetSessionInfoRequest* request,
+                              v1::SessionInfo* response) override;
+  grpc::Status ListVersions(grpc::ServerContext* context, const v1::ListVersionsRequest* request,
+                            v1::ListVersionsResponse* response) override;
+  grpc::Status SetHead(grpc::ServerContext* context, const v1::SetHeadRequest* request,
+                       v1::SessionInfo* response) override;
+  grpc::Status PinVersion(grpc::ServerContext* context, const v1::PinVersionRequest* request,
+                          v1::VersionInfo* response) override;
+  grpc::Status ForkSession(grpc::ServerContext* context,
+                           const v1::StoreForkSessionRequest* request,
+                           v1::SessionInfo* response) override;
+  grpc::Status DeleteSession(grpc::ServerContext* context,
+                             const v1::StoreDeleteSessionRequest* request,
+                             v1::StoreDeleteSessionResponse* response) override;
+  grpc::Status ListSessions(grpc::ServerContext* context,
+                            const v1::StoreListSessionsRequest* request,
+                            v1::StoreListSessionsResponse* response) override;
+
+ private:
+  absl::StatusOr<v1::PutBlockResponse> ReceiveAndPut(
+      const std::string& tenant, grpc::ServerContext* context,
+      grpc::ServerReader<v1::PutBlockRequest>* reader);
+  absl::Status StreamBlock(const std::string& tenant, grpc::ServerContext* context,
+                           const v1::GetBlockRequest& request,
+                           grpc::ServerWriter<v1::GetBlockResponse>* writer,
+                           uint64_t* bytes_out);
+
+  MemoryStore* store_;
+  const TokenTable* tokens_;
+  Metrics* metrics_;
+};
+
+}  // namespace kvfold::memory
+
+#endif  // KVFOLD_MEMORY_SVC_SERVICE_MEMORY_SERVICE_H_

@@ -1,0 +1,120 @@
+#include "memory_svc/service/server.h"
+
+#include <grpcpp/ext/proto_server_reflection_plugin.h>
+#include <grpcpp/health_check_service_interface.h>
+#include <grpcpp/security/server_credentials.h>
+#include <grpcpp/server_builder.h>
+
+#include <chrono>
+#include <fstream>
+#include <sstream>
+
+#include "absl/strings/str_cat.h"
+
+namespace kvfold::memory {
+namespace {
+
+constexpr char kServiceName[] = "kvfold.v1.MemoryStore";
+
+absl::StatusOr<std::string> ReadFile(const std::string& path, const char* what) {
+  std::ifstream in(path, std::ios::binary);
+  if (!in) return absl::NotFoundError(absl::StrCat(what, " not readable: ", path));
+  std::stringstream ss;
+  ss << in.rdbuf();
+  return ss.str();
+}
+
+absl::StatusOr<std::shared_ptr<grpc::ServerCredentials>> MakeCredentials(
+    const ServerConfig& config) {
+  if (config.tls_cert_file.empty() != config.tls_key_file.empty()) {
+    return absl::InvalidArgumentError("--tls_cert and --tls_key go together");
+  }
+  if (config.tls_cert_file.empty()) {
+    if (!config.tls_client_ca_file.empty()) {
+      return absl::InvalidArgumentError("--tls_client_ca needs --tls_cert and --tls_key");
+    }
+    return grpc::InsecureServerCredentials();
+  }
+  absl::StatusOr<std::string> cert = ReadFile(config.tls_cert_file, "TLS certificate");
+  if (!cert.ok()) return cert.status();
+  absl::StatusOr<std::string> key = ReadFile(config.tls_key_file, "TLS key");
+  if (!key.ok()) return key.status();
+  grpc::SslServerCredentialsOptions options;
+  options.pem_key_cert_pairs.push_back({*key, *cert});
+  if (!config.tls_client_ca_file.empty()) {
+    absl::StatusOr<std::string> ca = ReadFile(config.tls_client_ca_file, "client CA");
+    if (!ca.ok()) return ca.status();
+    options.pem_root_certs = *ca;
+    options.client_certificate_request =
+        GRPC_SSL_REQUEST_AND_REQUIRE_CLIENT_CERTIFICATE_AND_VERIFY;
+  }
+  return grpc::SslServerCredentials(options);
+}
+
+}  // namespace
+
+absl::StatusOr<std::unique_ptr<MemoryServer>> MemoryServer::Start(ServerConfig config) {
+  std::unique_ptr<MemoryServer> server(new MemoryServer());
+  absl::StatusOr<std::shared_ptr<grpc::ServerCredentials>> credentials = MakeCredentials(config);
+  if (!credentials.ok()) return credentials.status();
+  if (!config.tokens_file.empty()) {
+    absl::StatusOr<TokenTable> tokens = TokenTable::LoadFile(config.tokens_file);
+    if (!tokens.ok()) return tokens.status();
+    server->tokens_ = *std::move(tokens);
+  }
+  const size_t colon = config.listen.rfind(':');
+  if (colon == std::string::npos) {
+    return absl::InvalidArgumentError(absl::StrCat("--listen must be host:port, got '",
+                                                   config.listen, "'"));
+  }
+  absl::StatusOr<std::unique_ptr<MemoryStore>> store = MemoryStore::Open(config.store);
+  if (!store.ok()) return store.status();
+  server->store_ = *std::move(store);
+  server->service_ = std::make_unique<MemoryStoreService>(
+      server->store_.get(), server->tokens_ ? &*server->tokens_ : nullptr,
+      &server->metrics_registry_);
+
+  grpc::EnableDefaultHealthCheckService(true);
+  grpc::reflection::InitProtoReflectionServerBuilderPlugin();
+  grpc::ServerBuilder builder;
+  int port = 0;
+  builder.AddListeningPort(config.listen, *credentials, &port);
+  builder.RegisterService(server->service_.get());
+  // 1 MiB chunks plus framing; the default 4 MiB would also do, but be explicit.
+  builder.SetMaxReceiveMessageSize(4 << 20);
+  builder.SetMaxSendMessageSize(4 << 20);
+  server->server_ = builder.BuildAndStart();
+  if (!server->server_ || port == 0) {
+    server->store_->Close().IgnoreError();
+    return absl::UnavailableError(absl::StrCat("cannot listen on ", config.listen));
+  }
+  server->port_ = port;
+  server->address_ = absl::StrCat(config.listen.substr(0, colon), ":", port);
+  // The DB is open: only now report SERVING.
+  grpc::HealthCheckServiceInterface* health = server->server_->GetHealthCheckService();
+  health->SetServingStatus(kServiceName, true);
+  health->SetServingStatus(true);
+  if (config.metrics_port != 0) {
+    absl::StatusOr<std::unique_ptr<MetricsHttpServer>> metrics = MetricsHttpServer::Start(
+        &server->metrics_registry_, config.metrics_port < 0 ? 0 : config.metrics_port);
+    if (!metrics.ok()) return metrics.status();
+    server->metrics_ = *std::move(metrics);
+  }
+  return server;
+}
+
+MemoryServer::~MemoryServer() { Shutdown(absl::ZeroDuration()).IgnoreError(); }
+
+absl::Status MemoryServer::Shutdown(absl::Duration drain) {
+  if (shut_down_) return absl::OkStatus();
+  shut_down_ = true;
+  if (server_) {
+    server_->GetHealthCheckService()->SetServingStatus(false);
+    server_->Shutdown(std::chrono::system_clock::now() + absl::ToChronoMilliseconds(drain));
+    server_->Wait();
+  }
+  metrics_.reset();
+  return store_ ? store_->Close() : absl::OkStatus();
+}
+
+}  // namespace kvfold::memory

@@ -1,0 +1,72 @@
+// MemoryServer: kvfold-memory's process-level wiring, shared by main.cc and the tests.
+// Opens the store, then starts gRPC (MemoryStore service, standard health checking,
+// server reflection, optional TLS/mTLS, optional bearer-token auth) and the metrics port.
+// Health reports SERVING only after the DB is open, NOT_SERVING once draining starts.
+#ifndef KVFOLD_MEMORY_SVC_SERVICE_SERVER_H_
+#define KVFOLD_MEMORY_SVC_SERVICE_SERVER_H_
+
+#include <grpcpp/server.h>
+
+#include <memory>
+#include <optional>
+#include <string>
+
+#include "absl/status/statusor.h"
+#include "absl/time/time.h"
+#include "common/auth.h"
+#include "memory_svc/service/memory_service.h"
+#include "memory_svc/service/metrics.h"
+#include "memory_svc/store/memory_store.h"
+
+namespace kvfold::memory {
+
+struct ServerConfig {
+  // host:port to listen on; port 0 picks a free port. Default: 127.0.0.1:7070.
+  std::string listen = "127.0.0.1:7070";
+  StoreOptions store;
+  // PEM files. With cert and key the port is TLS; with a client CA too, clients must
+  // present a certificate signed by it (mTLS). All empty = plaintext.
+  std::string tls_cert_file;
+  std::string tls_key_file;
+  std::string tls_client_ca_file;
+  // "<token> <tenant>" lines (common/auth.h). Empty = auth off, one default tenant.
+  std::string tokens_file;
+  // HTTP /metrics port; 0 = off, -1 = any free port (tests).
+  int metrics_port = 0;
+};
+
+class MemoryServer {
+ public:
+  // INVALID_ARGUMENT/NOT_FOUND for bad config files, UNAVAILABLE when the port or the DB
+  // cannot be opened.
+  static absl::StatusOr<std::unique_ptr<MemoryServer>> Start(ServerConfig config);
+  ~MemoryServer();  // Shutdown(absl::ZeroDuration()) if still running.
+
+  // The address actually bound, e.g. "127.0.0.1:40123".
+  const std::string& address() const { return address_; }
+  int port() const { return port_; }
+  int metrics_port() const { return metrics_ ? metrics_->port() : 0; }
+  MemoryStore* store() { return store_.get(); }
+  grpc::Server* grpc_server() { return server_.get(); }
+
+  // Stops accepting calls, lets in-flight calls finish for up to `drain` (then cancels
+  // them), flushes and closes the DB. Idempotent; returns the store's close status.
+  absl::Status Shutdown(absl::Duration drain);
+
+ private:
+  MemoryServer() = default;
+
+  std::unique_ptr<MemoryStore> store_;
+  std::optional<TokenTable> tokens_;
+  Metrics metrics_registry_;
+  std::unique_ptr<MemoryStoreService> service_;
+  std::unique_ptr<grpc::Server> server_;
+  std::unique_ptr<MetricsHttpServer> metrics_;
+  std::string address_;
+  int port_ = 0;
+  bool shut_down_ = false;
+};
+
+}  // namespace kvfold::memory
+
+#endif  // KVFOLD_MEMORY_SVC_SERVICE_SERVER_H_

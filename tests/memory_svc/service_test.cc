@@ -1,0 +1,379 @@
+// MemoryStore through the real gRPC server on loopback: round trips, every bad input,
+// abandoned streams, health and metrics.
+#include <arpa/inet.h>
+#include <netinet/in.h>
+#include <sys/socket.h>
+#include <unistd.h>
+
+#include <thread>
+
+#include "absl/strings/str_cat.h"
+#include "common/grpc_status.h"
+#include "tests/memory_svc/server_fixture.h"
+
+namespace kvfold::memory::testing {
+namespace {
+
+using Code = absl::StatusCode;
+
+// Sends `messages` as one PutBlock stream exactly as given.
+absl::Status PutRaw(v1::MemoryStore::Stub* stub, const std::vector<v1::PutBlockRequest>& messages,
+                    v1::PutBlockResponse* response = nullptr) {
+  grpc::ClientContext context;
+  v1::PutBlockResponse ignored;
+  auto writer = stub->PutBlock(&context, response ? response : &ignored);
+  for (const v1::PutBlockRequest& m : messages) {
+    if (!writer->Write(m)) break;
+  }
+  writer->WritesDone();
+  return FromGrpcStatus(writer->Finish());
+}
+
+// The messages a well-behaved client sends for `block` in chunks of `chunk` bytes.
+std::vector<v1::PutBlockRequest> Chunks(const std::string& session, uint64_t expected,
+                                        const TestBlock& block, size_t chunk) {
+  std::vector<v1::PutBlockRequest> out;
+  size_t offset = 0;
+  do {
+    v1::PutBlockRequest m;
+    if (offset == 0) {
+      m.set_session_id(session);
+      m.set_expected_head_version(expected);
+      *m.mutable_header() = block.header;
+    }
+    const size_t n = std::min(chunk, block.payload.size() - offset);
+    m.set_offset(offset);
+    m.set_data(block.payload.substr(offset, n));
+    out.push_back(std::move(m));
+    offset += n;
+  } while (offset < block.payload.size());
+  return out;
+}
+
+class ServiceTest : public ServerFixture {};
+
+TEST_F(ServiceTest, RoundTripsWithOddChunkSizes) {
+  StoreClient client = Client();
+  const TestBlock small = MakeBlock(1), llama = MakeBlock(2, 96, 4096),
+                  big = MakeBlock(3, 96, 4096, v1::DTYPE_FP32);
+  StorePutOptions odd;
+  odd.chunk_bytes = 7777;
+  absl::StatusOr<v1::PutBlockResponse> put = client.Put("s", 0, small.header, small.payload, odd);
+  ASSERT_TRUE(put.ok()) << put.status();
+  EXPECT_EQ(put->version(), 1u);
+  EXPECT_EQ(put->checksum(), small.header.checksum());
+  StorePutOptions max;
+  max.chunk_bytes = 1 << 20;
+  ASSERT_TRUE(client.Put("s", 1, llama.header, llama.payload, max).ok());
+  ASSERT_TRUE(client.Put("s", 2, big.header, big.payload).ok());
+  for (uint32_t chunk : {0u, 1000u, 1u << 20, 5u << 20}) {
+    absl::StatusOr<StoreBlock> got = client.Get("s", 3, {}, chunk);
+    ASSERT_TRUE(got.ok()) << got.status();
+    EXPECT_EQ(got->payload, big.payload);
+    EXPECT_EQ(got->info.version(), 3u);
+    EXPECT_TRUE(got->info.is_head());
+  }
+  absl::StatusOr<StoreBlock> first = client.Get("s", 1);
+  ASSERT_TRUE(first.ok());
+  EXPECT_EQ(first->payload, small.payload);
+  EXPECT_EQ(first->header.SerializeAsString(), small.header.SerializeAsString());
+  // Server-side chunking: the 1.5 MiB block arrives in ceil(1.5 MiB / 1000 B) messages.
+  grpc::ClientContext context;
+  v1::GetBlockRequest request;
+  request.set_session_id("s");
+  request.set_chunk_size(100000);
+  auto reader = client.stub()->GetBlock(&context, request);
+  v1::GetBlockResponse message;
+  int messages = 0;
+  while (reader->Read(&message)) {
+    EXPECT_EQ(message.has_header(), messages == 0);
+    ++messages;
+  }
+  EXPECT_TRUE(reader->Finish().ok());
+  EXPECT_EQ(messages, (96 * 4096 * 4 + 99999) / 100000);
+}
+
+TEST_F(ServiceTest, EveryBadPutIsRejectedAndCommitsNothing) {
+  auto stub = v1::MemoryStore::NewStub(Channel());
+  const TestBlock b = MakeBlock(5, 31, 100);  // 6200 bytes
+  auto chunks = [&](size_t n) { return Chunks("s", 0, b, n); };
+
+  EXPECT_EQ(PutRaw(stub.get(), {}).code(), Code::kInvalidArgument);  // empty stream
+  auto no_header = chunks(1000);
+  no_header[0].clear_header();
+  EXPECT_EQ(PutRaw(stub.get(), no_header).code(), Code::kInvalidArgument);
+  auto out_of_order = chunks(1000);
+  std::swap(out_of_order[1], out_of_order[2]);
+  *out_of_order[2].mutable_header() = b.header;
+  out_of_order[1].clear_header();
+  absl::Status s = PutRaw(stub.get(), out_of_order);
+  EXPECT_EQ(s.code(), Code::kInvalidArgument);
+  EXPECT_NE(s.message().find("out of order"), std::string::npos) << s;
+  auto gap = chunks(1000);
+  gap.erase(gap.begin() + 2);
+  EXPECT_EQ(PutRaw(stub.get(), gap).code(), Code::kInvalidArgument);
+  auto second_header = chunks(1000);
+  *second_header[3].mutable_header() = b.header;
+  EXPECT_EQ(PutRaw(stub.get(), second_header).code(), Code::kInvalidArgument);
+  auto truncated = chunks(1000);
+  truncated.pop_back();
+  s = PutRaw(stub.get(), truncated);
+  EXPECT_EQ(s.code(), Code::kInvalidArgument);
+  EXPECT_NE(s.message().find("nothing committed"), std::string::npos) << s;
+  auto too_long = chunks(1000);
+  v1::PutBlockRequest extra;
+  extra.set_offset(b.payload.size());
+  extra.set_data("xyz");
+  too_long.push_back(extra);
+  EXPECT_EQ(PutRaw(stub.get(), too_long).code(), Code::kInvalidArgument);
+  auto size_lie = chunks(1000);
+  size_lie[0].mutable_header()->set_hidden_size(101);  // 31*101*2 != payload_size
+  EXPECT_EQ(PutRaw(stub.get(), size_lie).code(), Code::kInvalidArgument);
+  auto bad_sum = chunks(1000);
+  bad_sum[0].mutable_header()->set_checksum(b.header.checksum() + 1);
+  EXPECT_EQ(PutRaw(stub.get(), bad_sum).code(), Code::kDataLoss);
+  auto flipped = chunks(1000);
+  (*flipped[4].mutable_data())[17] ^= 1;
+  s = PutRaw(stub.get(), flipped);
+  EXPECT_EQ(s.code(), Code::kDataLoss);
+  auto huge = chunks(1000);  // a header announcing 256 MiB > the 64 MiB limit
+  huge[0].mutable_header()->set_mem_slots(16384);
+  huge[0].mutable_header()->set_hidden_size(4096);
+  huge[0].mutable_header()->set_dtype(v1::DTYPE_FP32);
+  huge[0].mutable_header()->set_payload_size(256ull << 20);
+  s = PutRaw(stub.get(), huge);
+  EXPECT_EQ(s.code(), Code::kResourceExhausted) << s;
+  const TestBlock two_mib = MakeBlock(7, 256, 4096);
+  EXPECT_EQ(PutRaw(stub.get(), Chunks("s", 0, two_mib, 2 << 20)).code(),
+            Code::kInvalidArgument);  // one 2 MiB chunk > 1 MiB
+  for (const std::string& id : {std::string(), std::string(257, 'a'), std::string("a\tb"),
+                                std::string("\x01"), std::string("caf\xc3\xa9")}) {
+    EXPECT_EQ(PutRaw(stub.get(), Chunks(id, 0, b, 4096)).code(), Code::kInvalidArgument) << id;
+  }
+  auto negative = chunks(4096);
+  negative[0].set_expected_head_version(static_cast<uint64_t>(-3));
+  EXPECT_EQ(PutRaw(stub.get(), negative).code(), Code::kInvalidArgument);
+  auto bad_format = chunks(4096);
+  bad_format[0].mutable_header()->set_format_version(0);
+  EXPECT_EQ(PutRaw(stub.get(), bad_format).code(), Code::kInvalidArgument);
+
+  StoreClient client(Channel());
+  EXPECT_EQ(client.GetSessionInfo("s").status().code(), Code::kNotFound);  // nothing committed
+  EXPECT_EQ(client.ListSessions()->sessions_size(), 0);
+  // And the well-formed stream still works afterwards.
+  v1::PutBlockResponse response;
+  ASSERT_TRUE(PutRaw(stub.get(), chunks(999), &response).ok());
+  EXPECT_EQ(response.version(), 1u);
+}
+
+TEST_F(ServiceTest, BadReadsAndAdminCalls) {
+  StoreClient client = Client();
+  const TestBlock b = MakeBlock(1);
+  ASSERT_TRUE(client.Put("s", 0, b.header, b.payload).ok());
+  EXPECT_EQ(client.Get("s", 2).status().code(), Code::kNotFound);
+  EXPECT_EQ(client.Get("nope").status().code(), Code::kNotFound);
+  EXPECT_EQ(client.Get("s", static_cast<uint64_t>(-1)).status().code(), Code::kInvalidArgument);
+  EXPECT_EQ(client.Get("").status().code(), Code::kInvalidArgument);
+  EXPECT_EQ(client.Get(std::string(257, 'x')).status().code(), Code::kInvalidArgument);
+  EXPECT_EQ(client.GetSessionInfo("bad\nid").status().code(), Code::kInvalidArgument);
+  EXPECT_EQ(client.ListVersions("nope").status().code(), Code::kNotFound);
+  EXPECT_EQ(client.SetHead("s", 5).status().code(), Code::kNotFound);
+  EXPECT_EQ(client.SetHead("s", 0).status().code(), Code::kInvalidArgument);
+  EXPECT_EQ(client.SetHead("s", static_cast<uint64_t>(-2)).status().code(),
+            Code::kInvalidArgument);
+  EXPECT_EQ(client.PinVersion("s", 9, true).status().code(), Code::kNotFound);
+  EXPECT_EQ(client.Fork("s", 0, "s").status().code(), Code::kAlreadyExists);
+  EXPECT_EQ(client.Fork("s", 0, "").status().code(), Code::kInvalidArgument);
+  EXPECT_EQ(client.Delete("nope").status().code(), Code::kNotFound);
+  EXPECT_EQ(client.ListSessions(1001).status().code(), Code::kInvalidArgument);
+  EXPECT_EQ(client.ListSessions(10, "bad\x01token").status().code(), Code::kInvalidArgument);
+  StorePutOptions zero_chunk;
+  zero_chunk.chunk_bytes = 0;
+  EXPECT_EQ(client.Put("s", 1, b.header, b.payload, zero_chunk).status().code(),
+            Code::kInvalidArgument);
+}
+
+TEST_F(ServiceTest, AbandonedStreamCommitsNothing) {
+  auto stub = v1::MemoryStore::NewStub(Channel());
+  const TestBlock b = MakeBlock(8, 96, 4096);
+  auto messages = Chunks("abandoned", 0, b, 64 << 10);
+  {
+    grpc::ClientContext context;
+    v1::PutBlockResponse response;
+    auto writer = stub->PutBlock(&context, &response);
+    for (size_t i = 0; i < messages.size() / 2; ++i) ASSERT_TRUE(writer->Write(messages[i]));
+    context.TryCancel();  // the client goes away half-way
+    EXPECT_EQ(writer->Finish().error_code(), grpc::StatusCode::CANCELLED);
+  }
+  {
+    // All bytes sent, but cancelled before the half-close: still nothing.
+    grpc::ClientContext context;
+    v1::PutBlockResponse response;
+    auto writer = stub->PutBlock(&context, &response);
+    for (const auto& m : messages) ASSERT_TRUE(writer->Write(m));
+    context.TryCancel();
+    writer->Finish().IgnoreError();
+  }
+  StoreClient client = Client();
+  absl::SleepFor(absl::Milliseconds(200));  // let the server notice the cancellations
+  EXPECT_EQ(client.GetSessionInfo("abandoned").status().code(), Code::kNotFound);
+  ASSERT_TRUE(client.Put("abandoned", 0, b.header, b.payload).ok());
+  EXPECT_EQ(client.GetSessionInfo("abandoned")->latest_version(), 1u);
+}
+
+TEST_F(ServiceTest, RollbackAndForkThroughTheService) {
+  StoreClient client = Client();
+  for (uint64_t v = 1; v <= 4; ++v) {
+    const TestBlock b = MakeBlock(v);
+    ASSERT_TRUE(client.Put("main", v - 1, b.header, b.payload).ok());
+  }
+  absl::StatusOr<v1::SessionInfo> rolled = client.SetHead("main", 2, 4);
+  ASSERT_TRUE(rolled.ok()) << rolled.status();
+  EXPECT_EQ(rolled->head_version(), 2u);
+  EXPECT_EQ(client.Get("main")->payload, MakeBlock(2).payload);
+  absl::Status lost = client.Put("main", 4, MakeBlock(9).header, MakeBlock(9).payload).status();
+  EXPECT_EQ(lost.code(), Code::kAborted);
+  EXPECT_NE(lost.message().find("head is 2"), std::string::npos) << lost;
+  ASSERT_TRUE(client.Put("main", 2, MakeBlock(5).header, MakeBlock(5).payload).ok());
+  absl::StatusOr<v1::ListVersionsResponse> versions = client.ListVersions("main");
+  ASSERT_TRUE(versions.ok());
+  ASSERT_EQ(versions->versions_size(), 5);
+  EXPECT_EQ(versions->versions(0).version(), 5u);
+  EXPECT_TRUE(versions->versions(0).is_head());
+  EXPECT_EQ(versions->session().latest_version(), 5u);
+
+  absl::StatusOr<v1::SessionInfo> fork = client.Fork("main", 3, "branch");
+  ASSERT_TRUE(fork.ok()) << fork.status();
+  EXPECT_EQ(fork->head_version(), 1u);
+  absl::StatusOr<StoreBlock> branch = client.Get("branch");
+  ASSERT_TRUE(branch.ok());
+  EXPECT_EQ(branch->payload, MakeBlock(3).payload);
+  EXPECT_EQ(branch->header.total_tokens(), MakeBlock(3).header.total_tokens());
+  EXPECT_EQ(client.Fork("main", 0, "branch").status().code(), Code::kAlreadyExists);
+  absl::StatusOr<v1::VersionInfo> pin = client.PinVersion("main", 1, true);
+  ASSERT_TRUE(pin.ok());
+  EXPECT_TRUE(pin->pinned());
+  absl::StatusOr<uint32_t> deleted = client.Delete("main");
+  ASSERT_TRUE(deleted.ok());
+  EXPECT_EQ(*deleted, 5u);
+  EXPECT_EQ(client.Get("main", 3).status().code(), Code::kNotFound);
+  EXPECT_EQ(client.Get("branch")->payload, MakeBlock(3).payload);  // forks are independent
+}
+
+TEST_F(ServiceTest, ListSessionsPages) {
+  StoreClient client = Client();
+  for (int i = 0; i < 23; ++i) {
+    const TestBlock b = MakeBlock(i);
+    ASSERT_TRUE(client.Put(absl::StrCat("sess-", 100 + i), 0, b.header, b.payload).ok());
+  }
+  std::vector<std::string> ids;
+  std::string token;
+  do {
+    absl::StatusOr<v1::StoreListSessionsResponse> page = client.ListSessions(10, token);
+    ASSERT_TRUE(page.ok()) << page.status();
+    for (const auto& s : page->sessions()) ids.push_back(s.session_id());
+    token = page->next_page_token();
+  } while (!token.empty());
+  ASSERT_EQ(ids.size(), 23u);
+  EXPECT_EQ(ids.front(), "sess-100");
+  EXPECT_EQ(ids.back(), "sess-122");
+  EXPECT_TRUE(std::is_sorted(ids.begin(), ids.end()));
+  EXPECT_EQ(client.ListSessions()->sessions_size(), 23);  // page_size 0 = 100
+}
+
+TEST_F(ServiceTest, HealthServingUntilShutdown) {
+  auto channel = Channel();
+  EXPECT_EQ(HealthStatus(channel.get(), ""), 1);  // SERVING
+  EXPECT_EQ(HealthStatus(channel.get(), "kvfold.v1.MemoryStore"), 1);
+  ASSERT_TRUE(server_->Shutdown(absl::Seconds(1)).ok());
+  EXPECT_NE(HealthStatus(channel.get(), ""), 1);
+  server_.reset();
+}
+
+std::string HttpGet(int port, const std::string& path) {
+  const int fd = socket(AF_INET, SOCK_STREAM, 0);
+  sockaddr_in addr{};
+  addr.sin_family = AF_INET;
+  addr.sin_port = htons(static_cast<uint16_t>(port));
+  addr.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
+  if (connect(fd, reinterpret_cast<sockaddr*>(&addr), sizeof(addr)) != 0) {
+    close(fd);
+    return "";
+  }
+  const std::string request = absl::StrCat("GET ", path, " HTTP/1.0\r\n\r\n");
+  (void)!send(fd, request.data(), request.size(), 0);
+  std::string response;
+  char buf[4096];
+  ssize_t n;
+  while ((n = recv(fd, buf, sizeof(buf), 0)) > 0) response.append(buf, static_cast<size_t>(n));
+  close(fd);
+  return response;
+}
+
+class MetricsTest : public ServerFixture {
+ protected:
+  void SetUp() override {
+    config_.metrics_port = -1;  // any free port
+    StartServer();
+  }
+};
+
+TEST_F(MetricsTest, PrometheusCounters) {
+  StoreClient client = Client();
+  const TestBlock b = MakeBlock(1, 96, 4096);
+  ASSERT_TRUE(client.Put("m", 0, b.header, b.payload).ok());
+  ASSERT_TRUE(client.Put("m", 1, b.header, b.payload).ok());
+  EXPECT_EQ(client.Put("m", 1, b.header, b.payload).status().code(), Code::kAborted);
+  ASSERT_TRUE(client.Get("m").ok());
+  const std::string text = HttpGet(server_->metrics_port(), "/metrics");
+  EXPECT_NE(text.find("200 OK"), std::string::npos) << text;
+  EXPECT_NE(text.find("kvfold_memory_requests_total{method=\"PutBlock\",code=\"OK\"} 2"),
+            std::string::npos)
+      << text;
+  EXPECT_NE(text.find("kvfold_memory_requests_total{method=\"PutBlock\",code=\"ABORTED\"} 1"),
+            std::string::npos);
+  EXPECT_NE(text.find("kvfold_memory_cas_aborts_total 1"), std::string::npos);
+  EXPECT_NE(text.find("kvfold_memory_payload_bytes_written_total 1572864"), std::string::npos);
+  EXPECT_NE(text.find("kvfold_memory_payload_bytes_read_total 786432"), std::string::npos);
+  EXPECT_NE(text.find("kvfold_memory_request_seconds_count{method=\"PutBlock\"} 3"),
+            std::string::npos);
+  EXPECT_NE(text.find("kvfold_memory_request_seconds_bucket{method=\"GetBlock\",le=\"+Inf\"} 1"),
+            std::string::npos);
+  EXPECT_NE(HttpGet(server_->metrics_port(), "/other").find("404"), std::string::npos);
+}
+
+class RetentionServiceTest : public ServerFixture {
+ protected:
+  void SetUp() override {
+    config_.store.versions_kept = 2;
+    config_.store.idle_ttl_seconds = 60;
+    config_.store.sweep_interval_ms = 3'600'000;
+    config_.store.clock_ms = [this] { return now_ms_.load(); };
+    StartServer();
+  }
+  std::atomic<int64_t> now_ms_{1'000'000};
+};
+
+TEST_F(RetentionServiceTest, RetentionAndTtlThroughTheService) {
+  StoreClient client = Client();
+  for (uint64_t v = 1; v <= 5; ++v) {
+    const TestBlock b = MakeBlock(v);
+    StorePutOptions options;
+    options.pin = v == 1;
+    ASSERT_TRUE(client.Put("r", v - 1, b.header, b.payload, options).ok());
+  }
+  absl::StatusOr<v1::ListVersionsResponse> list = client.ListVersions("r");
+  ASSERT_TRUE(list.ok());
+  std::vector<uint64_t> kept;
+  for (const auto& v : list->versions()) kept.push_back(v.version());
+  EXPECT_EQ(kept, (std::vector<uint64_t>{5, 4, 1}));
+  EXPECT_EQ(client.Get("r", 3).status().code(), Code::kNotFound);
+  EXPECT_EQ(client.Get("r", 1)->payload, MakeBlock(1).payload);
+  now_ms_ += 61'000;
+  EXPECT_EQ(client.GetSessionInfo("r").status().code(), Code::kNotFound);
+  EXPECT_EQ(client.ListSessions()->sessions_size(), 0);
+  EXPECT_EQ(*server_->store()->SweepExpiredSessions(), 1);
+}
+
+}  // namespace
+}  // namespace kvfold::memory::testing
