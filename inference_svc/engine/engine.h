@@ -79,6 +79,7 @@ struct ForwardResult {
   std::vector<SequenceOutput> outputs;  // one per SequenceInput
   std::vector<float> logits_storage;
   std::vector<float> hidden_storage;
+  std::vector<SequenceInput> batch_inputs;  // scratch for AppendBatch (session.h)
 };
 
 class Engine {
@@ -113,6 +114,7 @@ class Engine {
                             std::span<const int> row_begin, std::span<const int> row_count,
                             ForwardResult* result);
   absl::Status EnsureRopeTable(int64_t max_position);
+  absl::Status BuildRopeTable(int64_t rows, int64_t context_len);
 
   model::ModelConfig config_;
   std::string fingerprint_;

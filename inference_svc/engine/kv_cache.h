@@ -84,6 +84,9 @@ class KvCache {
   void ClearMain();
   // Drops the oldest n main entries (n <= main_len), freeing blocks that become empty.
   void DropFront(int n);
+  // Shrinks both segments to at most the given lengths (newest entries go), freeing
+  // blocks. Used to roll back a failed Forward.
+  void Truncate(int prefix_len, int main_len);
 
   // --- Used by Engine::Forward -------------------------------------------------------
   // Appends n entries to a segment; writes their physical slots into `slots`.

@@ -1,0 +1,167 @@
+// Sessions for the plain KV modes: full, sliding window, sink + window. The KvCache's
+// policy does all the windowing; this class tracks the ids that mirror the cache.
+#include <algorithm>
+#include <cstring>
+
+#include "absl/strings/str_cat.h"
+#include "inference_svc/engine/session.h"
+
+namespace kvfold::engine {
+namespace {
+
+class PlainSession : public Session {
+ public:
+  PlainSession(Engine* engine, const SessionOptions& options, std::unique_ptr<KvCache> cache)
+      : engine_(engine), options_(options), cache_(std::move(cache)) {
+    logits_.reserve(engine->config().vocab_size);
+    if (options.mode != KvMode::kFull) window_ids_.reserve(2 * options.window_size + 16);
+    sink_ids_.reserve(options.sink_tokens);
+  }
+
+  KvMode mode() const override { return options_.mode; }
+
+  absl::Status Prefill(std::span<const int32_t> token_ids) override {
+    if (token_ids.empty()) return absl::InvalidArgumentError("Prefill: no tokens");
+    SequenceInput in;
+    in.cache = cache_.get();
+    in.token_ids = token_ids;
+    in.logits = RowSelect::kLast;
+    if (absl::Status s = engine_->Forward(std::span<const SequenceInput>(&in, 1), &result_);
+        !s.ok()) {
+      return s;
+    }
+    Record(token_ids, result_.outputs[0]);
+    return absl::OkStatus();
+  }
+
+  std::span<const float> Logits() const override { return logits_; }
+  int64_t TotalTokens() const override { return total_; }
+  int64_t ResidentTokens() const override { return cache_->resident_tokens(); }
+  size_t KvBytesResident() const override { return cache_->ResidentBytes(); }
+
+  absl::StatusOr<SessionState> ExportState() const override {
+    SessionState st;
+    st.mode = options_.mode;
+    st.window_size = options_.mode == KvMode::kFull ? 0 : options_.window_size;
+    st.sink_tokens = options_.mode == KvMode::kSink ? options_.sink_tokens : 0;
+    st.total_tokens = total_;
+    st.window_token_ids.assign(window_ids_.begin() + window_front_, window_ids_.end());
+    st.sink_token_ids = sink_ids_;
+    return st;
+  }
+
+  absl::Status ImportState(const SessionState& st) override {
+    if (total_ != 0) return absl::FailedPreconditionError("ImportState: session is not fresh");
+    if (st.mode != options_.mode) {
+      return absl::InvalidArgumentError(absl::StrCat("ImportState: state is mode ",
+                                                     KvModeName(st.mode), ", session is ",
+                                                     KvModeName(options_.mode)));
+    }
+    if (options_.mode != KvMode::kFull && st.window_size != options_.window_size) {
+      return absl::InvalidArgumentError("ImportState: window_size differs");
+    }
+    if (options_.mode == KvMode::kSink && st.sink_tokens != options_.sink_tokens) {
+      return absl::InvalidArgumentError("ImportState: sink_tokens differs");
+    }
+    if (options_.mode != KvMode::kSink && !st.sink_token_ids.empty()) {
+      return absl::InvalidArgumentError("ImportState: sink ids for a non-sink session");
+    }
+    if (static_cast<int64_t>(st.sink_token_ids.size() + st.window_token_ids.size()) >
+        st.total_tokens) {
+      return absl::InvalidArgumentError("ImportState: more ids than total_tokens");
+    }
+    std::vector<int32_t> ids = st.sink_token_ids;
+    ids.insert(ids.end(), st.window_token_ids.begin(), st.window_token_ids.end());
+    if (!ids.empty()) {
+      if (absl::Status s = Prefill(ids); !s.ok()) {
+        cache_->Clear();
+        window_ids_.clear();
+        window_front_ = 0;
+        sink_ids_.clear();
+        total_ = 0;
+        logits_.clear();
+        return s;
+      }
+    }
+    total_ = st.total_tokens;
+    return absl::OkStatus();
+  }
+
+  absl::Status PrepareAppend(int32_t token_id, SequenceInput* input) override {
+    pending_id_ = token_id;
+    *input = SequenceInput();
+    input->cache = cache_.get();
+    input->token_ids = std::span<const int32_t>(&pending_id_, 1);
+    input->logits = RowSelect::kLast;
+    return absl::OkStatus();
+  }
+
+  absl::Status FinishAppend(const SequenceOutput& output) override {
+    Record(std::span<const int32_t>(&pending_id_, 1), output);
+    return absl::OkStatus();
+  }
+
+ private:
+  // Mirrors the cache: sink ids go to the prefix while main is empty; the main ids are
+  // trimmed to the cache's resident main entries.
+  void Record(std::span<const int32_t> ids, const SequenceOutput& out) {
+    for (int32_t id : ids) {
+      if (options_.mode == KvMode::kSink && window_ids_.size() == window_front_ &&
+          static_cast<int>(sink_ids_.size()) < options_.sink_tokens) {
+        sink_ids_.push_back(id);
+      } else {
+        window_ids_.push_back(id);
+      }
+    }
+    const size_t resident = static_cast<size_t>(cache_->main_len());
+    if (window_ids_.size() - window_front_ > resident) {
+      window_front_ = window_ids_.size() - resident;
+    }
+    if (window_front_ > 0 && window_front_ * 2 >= window_ids_.capacity()) {
+      window_ids_.erase(window_ids_.begin(), window_ids_.begin() + window_front_);  // no realloc
+      window_front_ = 0;
+    }
+    total_ += static_cast<int64_t>(ids.size());
+    logits_.assign(out.logits.begin(), out.logits.end());
+  }
+
+  Engine* engine_;
+  SessionOptions options_;
+  std::unique_ptr<KvCache> cache_;
+  std::vector<int32_t> window_ids_;  // [window_front_, end) mirror the main segment
+  size_t window_front_ = 0;
+  std::vector<int32_t> sink_ids_;
+  std::vector<float> logits_;
+  int64_t total_ = 0;
+  int32_t pending_id_ = 0;
+  ForwardResult result_;
+};
+
+}  // namespace
+
+absl::StatusOr<std::unique_ptr<Session>> CreatePlainSession(Engine* engine,
+                                                            const SessionOptions& options) {
+  if (engine == nullptr) return absl::InvalidArgumentError("CreatePlainSession: null engine");
+  KvPolicy policy;
+  switch (options.mode) {
+    case KvMode::kFull:
+      policy = KvPolicy::Full();
+      break;
+    case KvMode::kSliding:
+      if (options.window_size < 1) return absl::InvalidArgumentError("window_size must be >= 1");
+      policy = KvPolicy::Sliding(options.window_size);
+      break;
+    case KvMode::kSink:
+      if (options.window_size < 1) return absl::InvalidArgumentError("window_size must be >= 1");
+      if (options.sink_tokens < 0) return absl::InvalidArgumentError("sink_tokens must be >= 0");
+      policy = KvPolicy::Sink(options.sink_tokens, options.window_size);
+      break;
+    default:
+      return absl::InvalidArgumentError(absl::StrCat(
+          "CreatePlainSession: mode ", KvModeName(options.mode),
+          " is a memory mode (inference_svc/memory/ creates those sessions)"));
+  }
+  return std::unique_ptr<Session>(new PlainSession(engine, options, engine->NewCache(policy)));
+}
+
+}  // namespace kvfold::engine

@@ -1,0 +1,125 @@
+#include "inference_svc/engine/sampler.h"
+
+#include <algorithm>
+#include <cmath>
+
+#include "absl/strings/str_cat.h"
+
+namespace kvfold::engine {
+
+namespace {
+uint64_t SplitMix64(uint64_t& x) {
+  uint64_t z = (x += 0x9e3779b97f4a7c15ULL);
+  z = (z ^ (z >> 30)) * 0xbf58476d1ce4e5b9ULL;
+  z = (z ^ (z >> 27)) * 0x94d049bb133111ebULL;
+  return z ^ (z >> 31);
+}
+inline uint64_t Rotl(uint64_t x, int k) { return (x << k) | (x >> (64 - k)); }
+}  // namespace
+
+Rng::Rng(uint64_t seed) {
+  uint64_t x = seed;
+  for (auto& w : s_) w = SplitMix64(x);
+}
+
+uint64_t Rng::Next() {
+  const uint64_t result = Rotl(s_[1] * 5, 7) * 9;
+  const uint64_t t = s_[1] << 17;
+  s_[2] ^= s_[0];
+  s_[3] ^= s_[1];
+  s_[1] ^= s_[2];
+  s_[0] ^= s_[3];
+  s_[2] ^= t;
+  s_[3] = Rotl(s_[3], 45);
+  return result;
+}
+
+double Rng::Uniform() { return static_cast<double>(Next() >> 11) * 0x1.0p-53; }
+
+absl::Status SamplingParams::Validate() const {
+  if (!(temperature >= 0.0f) || !std::isfinite(temperature)) {
+    return absl::InvalidArgumentError(absl::StrCat("temperature must be >= 0, got ", temperature));
+  }
+  if (top_k < 0) return absl::InvalidArgumentError(absl::StrCat("top_k must be >= 0, got ", top_k));
+  if (!(top_p >= 0.0f && top_p <= 1.0f)) {
+    return absl::InvalidArgumentError(absl::StrCat("top_p must be in [0, 1], got ", top_p));
+  }
+  if (max_new_tokens < 0) {
+    return absl::InvalidArgumentError(
+        absl::StrCat("max_new_tokens must be >= 0, got ", max_new_tokens));
+  }
+  return absl::OkStatus();
+}
+
+int32_t Argmax(std::span<const float> logits) {
+  int32_t best = 0;
+  for (size_t i = 1; i < logits.size(); ++i) {
+    if (logits[i] > logits[best]) best = static_cast<int32_t>(i);
+  }
+  return best;
+}
+
+Sampler::Sampler(int vocab_size, const SamplingParams& params)
+    : params_(params), rng_(params.seed) {
+  scratch_.reserve(vocab_size);
+}
+
+int32_t Sampler::Sample(std::span<const float> logits) {
+  if (params_.temperature <= 0.0f || params_.top_k == 1) return Argmax(logits);
+  const float inv_t = 1.0f / params_.temperature;
+  float max_logit = logits[0];
+  for (float l : logits) max_logit = std::max(max_logit, l);
+  scratch_.clear();
+  for (size_t i = 0; i < logits.size(); ++i) {
+    scratch_.emplace_back(std::exp((logits[i] - max_logit) * inv_t), static_cast<int32_t>(i));
+  }
+  // Order by probability, ties by id: a deterministic candidate list.
+  auto by_prob = [](const std::pair<float, int32_t>& a, const std::pair<float, int32_t>& b) {
+    return a.first != b.first ? a.first > b.first : a.second < b.second;
+  };
+  size_t n = scratch_.size();
+  const bool use_top_p = params_.top_p > 0.0f && params_.top_p < 1.0f;
+  if (params_.top_k > 0 && static_cast<size_t>(params_.top_k) < n) {
+    std::partial_sort(scratch_.begin(), scratch_.begin() + params_.top_k, scratch_.end(), by_prob);
+    n = params_.top_k;
+  } else if (use_top_p) {
+    std::sort(scratch_.begin(), scratch_.end(), by_prob);
+  }
+  double total = 0.0;
+  for (size_t i = 0; i < n; ++i) total += scratch_[i].first;
+  if (use_top_p) {
+    double cum = 0.0;
+    size_t keep = n;
+    for (size_t i = 0; i < n; ++i) {
+      cum += scratch_[i].first;
+      if (cum >= params_.top_p * total) {
+        keep = i + 1;
+        break;
+      }
+    }
+    n = keep;
+    total = 0.0;
+    for (size_t i = 0; i < n; ++i) total += scratch_[i].first;
+  }
+  const double u = rng_.Uniform() * total;
+  double cum = 0.0;
+  for (size_t i = 0; i < n; ++i) {
+    cum += scratch_[i].first;
+    if (u < cum) return scratch_[i].second;
+  }
+  return scratch_[n - 1].second;
+}
+
+bool Sampler::IsStop(int32_t id, std::span<const int> eos_ids) const {
+  for (int32_t s : params_.stop_token_ids) {
+    if (s == id) return true;
+  }
+  if (!params_.ignore_eos) {
+    for (int e : eos_ids) {
+      if (e == id) return true;
+    }
+  }
+  return false;
+}
+
+}  // namespace kvfold::engine

@@ -1,0 +1,255 @@
+#include "inference_svc/model/config.h"
+
+#include <cmath>
+#include <cstdio>
+#include <numbers>
+
+#include "absl/strings/str_cat.h"
+#include "absl/strings/str_format.h"
+#include "nlohmann/json.hpp"
+
+namespace kvfold::model {
+
+const char* RopeScalingName(RopeScaling scaling) {
+  switch (scaling) {
+    case RopeScaling::kNone:
+      return "none";
+    case RopeScaling::kLlama3:
+      return "llama3";
+    case RopeScaling::kLinear:
+      return "linear";
+    case RopeScaling::kDynamic:
+      return "dynamic";
+  }
+  return "?";
+}
+
+absl::Status ModelConfig::Validate() const {
+  auto bad = [](const char* field, auto value) {
+    return absl::InvalidArgumentError(absl::StrCat("model config: invalid ", field, " = ", value));
+  };
+  if (architecture != "LlamaForCausalLM" && architecture != "MistralForCausalLM" &&
+      architecture != "Qwen2ForCausalLM") {
+    return absl::UnimplementedError(absl::StrCat("unsupported architecture '", architecture,
+                                                 "' (expected LlamaForCausalLM, "
+                                                 "MistralForCausalLM or Qwen2ForCausalLM)"));
+  }
+  if (hidden_size <= 0 || hidden_size > (1 << 16)) return bad("hidden_size", hidden_size);
+  if (intermediate_size <= 0 || intermediate_size > (1 << 18)) {
+    return bad("intermediate_size", intermediate_size);
+  }
+  if (num_layers <= 0 || num_layers > 1024) return bad("num_hidden_layers", num_layers);
+  if (num_heads <= 0 || num_heads > 1024) return bad("num_attention_heads", num_heads);
+  if (num_kv_heads <= 0 || num_heads % num_kv_heads != 0) {
+    return bad("num_key_value_heads", num_kv_heads);
+  }
+  if (head_dim <= 0 || head_dim % 2 != 0 || head_dim > 1024) return bad("head_dim", head_dim);
+  if (vocab_size <= 0 || vocab_size > (1 << 24)) return bad("vocab_size", vocab_size);
+  if (max_position_embeddings <= 0) return bad("max_position_embeddings", max_position_embeddings);
+  if (!(rms_norm_eps > 0) || !std::isfinite(rms_norm_eps)) return bad("rms_norm_eps", rms_norm_eps);
+  if (!(rope_theta > 0) || !std::isfinite(rope_theta)) return bad("rope_theta", rope_theta);
+  if (rope_scaling != RopeScaling::kNone && !(rope_factor > 0)) return bad("rope_scaling.factor", rope_factor);
+  if (bos_token_id < 0 || bos_token_id >= vocab_size) return bad("bos_token_id", bos_token_id);
+  for (int id : eos_token_ids) {
+    if (id < 0 || id >= vocab_size) return bad("eos_token_id", id);
+  }
+  return absl::OkStatus();
+}
+
+std::string ModelConfig::CanonicalString() const {
+  // Fixed field order; floats as %.9g (round-trips float32). Architecture-independent
+  // except through the fields that change the math.
+  std::string s = absl::StrFormat(
+      "kvfold-model-v1;hidden_size=%d;intermediate_size=%d;num_layers=%d;num_heads=%d;"
+      "num_kv_heads=%d;head_dim=%d;vocab_size=%d;rms_norm_eps=%.9g;rope_theta=%.9g;"
+      "tie_word_embeddings=%d;qkv_bias=%d;rope_scaling=%s",
+      hidden_size, intermediate_size, num_layers, num_heads, num_kv_heads, head_dim,
+      vocab_size, rms_norm_eps, rope_theta, tie_word_embeddings ? 1 : 0, qkv_bias ? 1 : 0,
+      RopeScalingName(rope_scaling));
+  if (rope_scaling != RopeScaling::kNone) {
+    absl::StrAppendFormat(&s, ";rope_factor=%.9g", rope_factor);
+  }
+  if (rope_scaling == RopeScaling::kLlama3) {
+    absl::StrAppendFormat(&s, ";low=%.9g;high=%.9g;original_max=%d", rope_low_freq_factor,
+                          rope_high_freq_factor, rope_original_max_position);
+  }
+  if (rope_scaling == RopeScaling::kDynamic) {
+    absl::StrAppendFormat(&s, ";max_position=%d", max_position_embeddings);
+  }
+  return s;
+}
+
+namespace {
+
+using nlohmann::json;
+
+absl::Status ParseInto(const json& j, ModelConfig& c) {
+  if (!j.is_object()) return absl::InvalidArgumentError("config.json: not a JSON object");
+  if (j.contains("architectures") && j["architectures"].is_array() &&
+      !j["architectures"].empty()) {
+    c.architecture = j["architectures"][0].get<std::string>();
+  } else if (j.contains("model_type")) {
+    const std::string t = j["model_type"].get<std::string>();
+    c.architecture = t == "qwen2" ? "Qwen2ForCausalLM"
+                     : t == "mistral" ? "MistralForCausalLM"
+                     : t == "llama" ? "LlamaForCausalLM"
+                                    : t;
+  } else {
+    return absl::InvalidArgumentError("config.json: no 'architectures' or 'model_type'");
+  }
+  for (const char* key : {"hidden_size", "intermediate_size", "num_hidden_layers",
+                          "num_attention_heads", "vocab_size"}) {
+    if (!j.contains(key) || !j[key].is_number_integer()) {
+      return absl::InvalidArgumentError(absl::StrCat("config.json: missing integer '", key, "'"));
+    }
+  }
+  c.hidden_size = j["hidden_size"].get<int>();
+  c.intermediate_size = j["intermediate_size"].get<int>();
+  c.num_layers = j["num_hidden_layers"].get<int>();
+  c.num_heads = j["num_attention_heads"].get<int>();
+  c.vocab_size = j["vocab_size"].get<int>();
+  c.num_kv_heads = j.value("num_key_value_heads", c.num_heads);
+  if (j.contains("head_dim") && j["head_dim"].is_number_integer()) {
+    c.head_dim = j["head_dim"].get<int>();
+  } else {
+    c.head_dim = c.num_heads > 0 ? c.hidden_size / c.num_heads : 0;
+  }
+  c.max_position_embeddings = j.value("max_position_embeddings", 2048);
+  c.rms_norm_eps = j.value("rms_norm_eps", 1e-6f);
+  c.rope_theta = j.value("rope_theta", 10000.0f);
+  c.tie_word_embeddings = j.value("tie_word_embeddings", false);
+  c.qkv_bias = c.architecture == "Qwen2ForCausalLM" || j.value("attention_bias", false);
+  if (j.contains("sliding_window") && j["sliding_window"].is_number_integer()) {
+    c.sliding_window = j["sliding_window"].get<int>();
+  }
+  if (j.contains("rope_scaling") && j["rope_scaling"].is_object()) {
+    const json& rs = j["rope_scaling"];
+    std::string type = rs.value("rope_type", rs.value("type", std::string("default")));
+    c.rope_factor = rs.value("factor", 1.0f);
+    if (type == "llama3") {
+      c.rope_scaling = RopeScaling::kLlama3;
+      c.rope_low_freq_factor = rs.value("low_freq_factor", 1.0f);
+      c.rope_high_freq_factor = rs.value("high_freq_factor", 4.0f);
+      c.rope_original_max_position = rs.value("original_max_position_embeddings", 8192);
+    } else if (type == "linear") {
+      c.rope_scaling = RopeScaling::kLinear;
+    } else if (type == "dynamic") {
+      c.rope_scaling = RopeScaling::kDynamic;
+    } else if (type == "default") {
+      c.rope_scaling = RopeScaling::kNone;
+    } else {
+      return absl::UnimplementedError(absl::StrCat("config.json: unsupported rope_scaling type '",
+                                                   type, "'"));
+    }
+  }
+  c.bos_token_id = j.contains("bos_token_id") && j["bos_token_id"].is_number_integer()
+                       ? j["bos_token_id"].get<int>()
+                       : 1;
+  c.eos_token_ids.clear();
+  if (j.contains("eos_token_id")) {
+    const json& e = j["eos_token_id"];
+    if (e.is_array()) {
+      for (const auto& v : e) c.eos_token_ids.push_back(v.get<int>());
+    } else if (e.is_number_integer()) {
+      c.eos_token_ids.push_back(e.get<int>());
+    }
+  }
+  if (c.eos_token_ids.empty()) c.eos_token_ids.push_back(2);
+  return c.Validate();
+}
+
+}  // namespace
+
+absl::StatusOr<ModelConfig> ParseHfConfig(std::string_view json_text) {
+  json j = json::parse(json_text, nullptr, /*allow_exceptions=*/false);
+  if (j.is_discarded()) return absl::InvalidArgumentError("config.json: malformed JSON");
+  ModelConfig c;
+  try {
+    absl::Status s = ParseInto(j, c);
+    if (!s.ok()) return s;
+  } catch (const json::exception& e) {
+    return absl::InvalidArgumentError(absl::StrCat("config.json: ", e.what()));
+  }
+  return c;
+}
+
+std::string ToHfConfigJson(const ModelConfig& c, std::string_view torch_dtype) {
+  json j;
+  j["architectures"] = {c.architecture};
+  j["model_type"] = c.architecture == "Qwen2ForCausalLM"     ? "qwen2"
+                    : c.architecture == "MistralForCausalLM" ? "mistral"
+                                                             : "llama";
+  j["hidden_size"] = c.hidden_size;
+  j["intermediate_size"] = c.intermediate_size;
+  j["num_hidden_layers"] = c.num_layers;
+  j["num_attention_heads"] = c.num_heads;
+  j["num_key_value_heads"] = c.num_kv_heads;
+  j["head_dim"] = c.head_dim;
+  j["vocab_size"] = c.vocab_size;
+  j["max_position_embeddings"] = c.max_position_embeddings;
+  j["rms_norm_eps"] = c.rms_norm_eps;
+  j["rope_theta"] = c.rope_theta;
+  j["tie_word_embeddings"] = c.tie_word_embeddings;
+  j["hidden_act"] = "silu";
+  j["torch_dtype"] = std::string(torch_dtype == "f32"    ? "float32"
+                                 : torch_dtype == "f16" ? "float16"
+                                                        : "bfloat16");
+  if (c.architecture == "LlamaForCausalLM") j["attention_bias"] = c.qkv_bias;
+  if (c.sliding_window > 0) j["sliding_window"] = c.sliding_window;
+  if (c.rope_scaling != RopeScaling::kNone) {
+    json rs;
+    rs["rope_type"] = RopeScalingName(c.rope_scaling);
+    rs["factor"] = c.rope_factor;
+    if (c.rope_scaling == RopeScaling::kLlama3) {
+      rs["low_freq_factor"] = c.rope_low_freq_factor;
+      rs["high_freq_factor"] = c.rope_high_freq_factor;
+      rs["original_max_position_embeddings"] = c.rope_original_max_position;
+    }
+    j["rope_scaling"] = rs;
+  } else {
+    j["rope_scaling"] = nullptr;
+  }
+  j["bos_token_id"] = c.bos_token_id;
+  if (c.eos_token_ids.size() == 1) {
+    j["eos_token_id"] = c.eos_token_ids[0];
+  } else {
+    j["eos_token_id"] = c.eos_token_ids;
+  }
+  return j.dump(2) + "\n";
+}
+
+std::vector<float> RopeInvFreq(const ModelConfig& c, int64_t context_len) {
+  const int half = c.head_dim / 2;
+  double base = c.rope_theta;
+  if (c.rope_scaling == RopeScaling::kDynamic && context_len > c.max_position_embeddings) {
+    const double dim = c.head_dim;
+    base *= std::pow(c.rope_factor * static_cast<double>(context_len) / c.max_position_embeddings -
+                         (c.rope_factor - 1.0),
+                     dim / (dim - 2.0));
+  }
+  std::vector<float> inv(half);
+  for (int i = 0; i < half; ++i) {
+    const float exponent = static_cast<float>(2 * i) / static_cast<float>(c.head_dim);
+    inv[i] = static_cast<float>(1.0 / std::pow(base, static_cast<double>(exponent)));
+  }
+  if (c.rope_scaling == RopeScaling::kLinear) {
+    for (float& f : inv) f /= c.rope_factor;
+  } else if (c.rope_scaling == RopeScaling::kLlama3) {
+    const double old_len = c.rope_original_max_position;
+    const double low_wavelen = old_len / c.rope_low_freq_factor;
+    const double high_wavelen = old_len / c.rope_high_freq_factor;
+    for (float& f : inv) {
+      const double wavelen = 2.0 * std::numbers::pi / f;
+      if (wavelen > low_wavelen) {
+        f = static_cast<float>(f / c.rope_factor);
+      } else if (wavelen >= high_wavelen) {
+        const double smooth = (old_len / wavelen - c.rope_low_freq_factor) /
+                              (c.rope_high_freq_factor - c.rope_low_freq_factor);
+        f = static_cast<float>((1.0 - smooth) * f / c.rope_factor + smooth * f);
+      }
+    }
+  }
+  return inv;
+}
+
+}  // namespace kvfold::model

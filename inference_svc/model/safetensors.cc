@@ -1,0 +1,148 @@
+#include "inference_svc/model/safetensors.h"
+
+#include <fcntl.h>
+#include <sys/mman.h>
+#include <sys/stat.h>
+#include <unistd.h>
+
+#include <cstring>
+#include <limits>
+
+#include "absl/strings/str_cat.h"
+#include "nlohmann/json.hpp"
+
+namespace kvfold::model {
+namespace {
+
+using nlohmann::json;
+
+struct MmapRegion {
+  void* addr = nullptr;
+  size_t size = 0;
+  ~MmapRegion() {
+    if (addr != nullptr && addr != MAP_FAILED) munmap(addr, size);
+  }
+};
+
+absl::Status Bad(const std::string& what, const std::string& msg) {
+  return absl::InvalidArgumentError(absl::StrCat(what, ": ", msg));
+}
+
+}  // namespace
+
+absl::StatusOr<std::map<std::string, HostTensor>> ParseSafetensors(
+    std::string_view bytes, std::shared_ptr<const void> keepalive, std::string_view what_view) {
+  const std::string what(what_view);
+  if (bytes.size() < 8) return Bad(what, "truncated safetensors file (no header length)");
+  uint64_t header_len = 0;
+  std::memcpy(&header_len, bytes.data(), 8);  // little-endian hosts only
+  if (header_len > bytes.size() - 8 || header_len > (uint64_t{1} << 30)) {
+    return Bad(what, absl::StrCat("header length ", header_len, " exceeds the file size ",
+                                  bytes.size()));
+  }
+  json header = json::parse(bytes.substr(8, header_len), nullptr, false);
+  if (header.is_discarded() || !header.is_object()) {
+    return Bad(what, "malformed safetensors header JSON");
+  }
+  const std::string_view data = bytes.substr(8 + header_len);
+  std::map<std::string, HostTensor> tensors;
+  try {
+    for (const auto& [name, info] : header.items()) {
+      if (name == "__metadata__") continue;
+      if (!info.is_object() || !info.contains("dtype") || !info.contains("shape") ||
+          !info.contains("data_offsets")) {
+        return Bad(what, absl::StrCat("tensor '", name, "': missing dtype/shape/data_offsets"));
+      }
+      HostTensor t;
+      const std::string dtype = info["dtype"].get<std::string>();
+      if (dtype == "F32") {
+        t.dtype = DType::kF32;
+      } else if (dtype == "F16") {
+        t.dtype = DType::kF16;
+      } else if (dtype == "BF16") {
+        t.dtype = DType::kBF16;
+      } else {
+        return Bad(what, absl::StrCat("tensor '", name, "': unsupported dtype ", dtype));
+      }
+      uint64_t numel = 1;
+      for (const auto& d : info["shape"]) {
+        const int64_t v = d.get<int64_t>();
+        if (v < 0 || v > (int64_t{1} << 40)) {
+          return Bad(what, absl::StrCat("tensor '", name, "': bad dimension ", v));
+        }
+        t.shape.push_back(v);
+        if (v != 0 && numel > std::numeric_limits<uint64_t>::max() / static_cast<uint64_t>(v)) {
+          return Bad(what, absl::StrCat("tensor '", name, "': shape overflows"));
+        }
+        numel *= static_cast<uint64_t>(v);
+      }
+      const auto& offs = info["data_offsets"];
+      if (!offs.is_array() || offs.size() != 2) {
+        return Bad(what, absl::StrCat("tensor '", name, "': data_offsets must be [begin, end]"));
+      }
+      const uint64_t begin = offs[0].get<uint64_t>(), end = offs[1].get<uint64_t>();
+      if (begin > end || end > data.size()) {
+        return Bad(what, absl::StrCat("tensor '", name, "': data_offsets [", begin, ", ", end,
+                                      ") outside the data section (", data.size(),
+                                      " bytes; file truncated?)"));
+      }
+      if (end - begin != numel * kernels::DTypeSize(t.dtype)) {
+        return Bad(what, absl::StrCat("tensor '", name, "': ", end - begin,
+                                      " bytes do not match its shape and dtype"));
+      }
+      t.data = data.data() + begin;
+      t.size_bytes = end - begin;
+      t.keepalive = keepalive;
+      tensors.emplace(name, std::move(t));
+    }
+  } catch (const json::exception& e) {
+    return Bad(what, absl::StrCat("malformed safetensors header: ", e.what()));
+  }
+  return tensors;
+}
+
+absl::StatusOr<std::map<std::string, HostTensor>> LoadSafetensorsFile(const std::string& path) {
+  const int fd = open(path.c_str(), O_RDONLY | O_CLOEXEC);
+  if (fd < 0) return absl::NotFoundError(absl::StrCat("cannot open ", path, ": ", strerror(errno)));
+  struct stat st;
+  if (fstat(fd, &st) != 0) {
+    close(fd);
+    return absl::InternalError(absl::StrCat("cannot stat ", path));
+  }
+  auto region = std::make_shared<MmapRegion>();
+  region->size = static_cast<size_t>(st.st_size);
+  if (region->size > 0) {
+    region->addr = mmap(nullptr, region->size, PROT_READ, MAP_PRIVATE, fd, 0);
+  }
+  close(fd);
+  if (region->size > 0 && region->addr == MAP_FAILED) {
+    return absl::InternalError(absl::StrCat("cannot mmap ", path));
+  }
+  std::string_view bytes(static_cast<const char*>(region->addr), region->size);
+  return ParseSafetensors(bytes, region, path);
+}
+
+std::string SerializeSafetensors(const std::map<std::string, HostTensor>& tensors) {
+  json header = json::object();
+  uint64_t offset = 0;
+  for (const auto& [name, t] : tensors) {
+    json info;
+    info["dtype"] = t.dtype == DType::kF32 ? "F32" : t.dtype == DType::kF16 ? "F16" : "BF16";
+    info["shape"] = t.shape;
+    info["data_offsets"] = {offset, offset + t.size_bytes};
+    header[name] = info;
+    offset += t.size_bytes;
+  }
+  header["__metadata__"] = {{"format", "pt"}};
+  std::string h = header.dump();
+  while ((h.size() + 8) % 8 != 0) h.push_back(' ');  // keep the data 8-byte aligned
+  std::string out;
+  out.reserve(8 + h.size() + offset);
+  const uint64_t len = h.size();
+  out.append(reinterpret_cast<const char*>(&len), 8);
+  out += h;
+  for (const auto& [name, t] : tensors) out.append(static_cast<const char*>(t.data), t.size_bytes);
+  return out;
+}
+
+}  // namespace kvfold::model

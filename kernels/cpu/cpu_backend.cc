@@ -1,0 +1,236 @@
+// The CPU backend: device memory is host memory; ops run synchronously on the calling
+// thread plus a fixed thread pool. Validation of shapes/dtypes happens here, kernels in
+// matmul.cc, attention.cc and elementwise.cc.
+#include <cstdlib>
+#include <cstring>
+#include <memory>
+#include <thread>
+
+#include "absl/strings/str_cat.h"
+#include "kernels/backend.h"
+#include "kernels/cpu/cpu_ops.h"
+#include "kernels/cpu/elementwise.h"
+#include "kernels/cpu/thread_pool.h"
+
+namespace kvfold::kernels {
+namespace {
+
+using cpu::ThreadPool;
+
+class HostBuffer : public Buffer {
+ public:
+  HostBuffer(void* data, size_t size, bool owned, std::shared_ptr<const void> keepalive)
+      : data_(data), size_(size), owned_(owned), keepalive_(std::move(keepalive)) {}
+  ~HostBuffer() override {
+    if (owned_) std::free(data_);
+  }
+  void* data() const override { return data_; }
+  size_t size_bytes() const override { return size_; }
+
+ private:
+  void* data_;
+  size_t size_;
+  bool owned_;
+  std::shared_ptr<const void> keepalive_;
+};
+
+class CpuStream : public Stream {};
+
+absl::Status Check(bool ok, const char* op, const std::string& what) {
+  if (ok) return absl::OkStatus();
+  return absl::InvalidArgumentError(absl::StrCat(op, ": ", what));
+}
+
+bool IsFloat(DType d) { return d == DType::kF32 || d == DType::kF16 || d == DType::kBF16; }
+
+class CpuBackend : public Backend {
+ public:
+  explicit CpuBackend(const CpuBackendOptions& options)
+      : reference_(options.reference),
+        pool_(options.reference ? 1
+                                : (options.num_threads > 0
+                                       ? options.num_threads
+                                       : static_cast<int>(std::max(1u, std::thread::hardware_concurrency())))) {}
+
+  std::string Name() const override { return reference_ ? "cpu-ref" : "cpu"; }
+
+  absl::StatusOr<std::unique_ptr<Buffer>> Allocate(size_t bytes) override {
+    const size_t rounded = (std::max<size_t>(bytes, 1) + 63) / 64 * 64;
+    void* p = std::aligned_alloc(64, rounded);
+    if (p == nullptr) {
+      return absl::ResourceExhaustedError(absl::StrCat("cpu: cannot allocate ", bytes, " bytes"));
+    }
+    return std::make_unique<HostBuffer>(p, bytes, true, nullptr);
+  }
+
+  absl::StatusOr<std::unique_ptr<Buffer>> AdoptWeights(
+      const void* host, size_t bytes, std::shared_ptr<const void> keepalive) override {
+    return std::make_unique<HostBuffer>(const_cast<void*>(host), bytes, false,
+                                        std::move(keepalive));
+  }
+
+  std::unique_ptr<Stream> CreateStream() override { return std::make_unique<CpuStream>(); }
+
+  absl::Status CopyToDevice(Stream&, const void* host, Tensor dst) override {
+    if (dst.size_bytes() > 0) std::memcpy(dst.data, host, dst.size_bytes());
+    return absl::OkStatus();
+  }
+  absl::Status CopyToHost(Stream&, Tensor src, void* host) override {
+    if (src.size_bytes() > 0) std::memcpy(host, src.data, src.size_bytes());
+    return absl::OkStatus();
+  }
+  absl::Status Copy(Stream&, Tensor src, Tensor dst) override {
+    if (src.size_bytes() != dst.size_bytes() || src.dtype != dst.dtype) {
+      return Check(false, "Copy", src.DebugString() + " -> " + dst.DebugString());
+    }
+    std::memmove(dst.data, src.data, src.size_bytes());
+    return absl::OkStatus();
+  }
+  absl::Status Synchronize(Stream&) override { return absl::OkStatus(); }
+
+  absl::Status Gather(Stream&, Tensor table, Tensor ids, Tensor out) override {
+    const int64_t width = table.numel() / table.dim(0);
+    if (!IsFloat(table.dtype) || ids.dtype != DType::kI32 || out.dtype != DType::kF32 ||
+        out.numel() != ids.numel() * width) {
+      return Check(false, "Gather",
+                   table.DebugString() + " " + ids.DebugString() + " " + out.DebugString());
+    }
+    return cpu::GatherRows(table.data, table.dtype, table.dim(0), width,
+                           static_cast<const int32_t*>(ids.data), ids.numel(),
+                           static_cast<float*>(out.data));
+  }
+
+  absl::Status RmsNorm(Stream&, Tensor x, Tensor weight, float eps, Tensor out) override {
+    const int64_t d = weight.numel();
+    if (x.dtype != DType::kF32 || out.dtype != DType::kF32 || !IsFloat(weight.dtype) ||
+        d == 0 || x.numel() % d != 0 || out.numel() != x.numel()) {
+      return Check(false, "RmsNorm", x.DebugString() + " " + weight.DebugString());
+    }
+    cpu::RmsNormRows(static_cast<const float*>(x.data), weight.data, weight.dtype, eps,
+                     x.numel() / d, d, static_cast<float*>(out.data));
+    return absl::OkStatus();
+  }
+
+  absl::Status MatMul(Stream&, Tensor x, Tensor w, Tensor bias, Tensor out) override {
+    const int64_t m = w.dim(0);
+    const int64_t k = w.rank >= 2 ? w.numel() / m : 0;
+    const int64_t n = k > 0 ? x.numel() / k : 0;
+    if (x.dtype != DType::kF32 || out.dtype != DType::kF32 || !IsFloat(w.dtype) || k == 0 ||
+        x.numel() != n * k || out.numel() != n * m ||
+        (!bias.empty() && (bias.dtype != DType::kF32 || bias.numel() != m))) {
+      return Check(false, "MatMul", x.DebugString() + " @ " + w.DebugString() + "^T -> " +
+                                        out.DebugString());
+    }
+    cpu::MatMulArgs a{static_cast<const float*>(x.data), w.data, w.dtype,
+                      static_cast<const float*>(bias.data), static_cast<float*>(out.data),
+                      n, m, k};
+    if (reference_) {
+      cpu::MatMulReference(a);
+    } else {
+      cpu::MatMulOptimized(pool_, a);
+    }
+    return absl::OkStatus();
+  }
+
+  absl::Status Rope(Stream&, Tensor x, Tensor positions, Tensor rope_table,
+                    Tensor out) override {
+    const int64_t hd = rope_table.rank == 2 ? rope_table.dim(1) : 0;
+    const int64_t n = positions.numel();
+    if (x.dtype != DType::kF32 || out.dtype != DType::kF32 || positions.dtype != DType::kI32 ||
+        hd == 0 || hd % 2 != 0 || n == 0 || x.numel() % (n * hd) != 0 ||
+        out.numel() != x.numel()) {
+      return Check(false, "Rope", x.DebugString() + " " + rope_table.DebugString());
+    }
+    return cpu::RopeRows(static_cast<const float*>(x.data),
+                         static_cast<const int32_t*>(positions.data),
+                         static_cast<const float*>(rope_table.data), rope_table.dim(0), n,
+                         x.numel() / (n * hd), hd, static_cast<float*>(out.data));
+  }
+
+  absl::Status StoreKv(Stream&, Tensor k, Tensor v, Tensor slots, Tensor k_cache,
+                       Tensor v_cache) override {
+    const int64_t n = slots.numel();
+    const int64_t kv_dim = k_cache.rank == 3 ? k_cache.dim(2) : 0;
+    const int64_t num_slots = k_cache.dim(0) * k_cache.dim(1);
+    if (slots.dtype != DType::kI32 || kv_dim == 0 || k.numel() != n * kv_dim ||
+        v.numel() != n * kv_dim || v_cache.numel() != k_cache.numel()) {
+      return Check(false, "StoreKv", k.DebugString() + " " + k_cache.DebugString());
+    }
+    const int32_t* s = static_cast<const int32_t*>(slots.data);
+    for (int64_t i = 0; i < n; ++i) {
+      if (s[i] < 0 || s[i] >= num_slots) {
+        return absl::OutOfRangeError(absl::StrCat("StoreKv: slot ", s[i], " out of range"));
+      }
+      std::memcpy(static_cast<float*>(k_cache.data) + s[i] * kv_dim,
+                  static_cast<const float*>(k.data) + i * kv_dim, kv_dim * sizeof(float));
+      std::memcpy(static_cast<float*>(v_cache.data) + s[i] * kv_dim,
+                  static_cast<const float*>(v.data) + i * kv_dim, kv_dim * sizeof(float));
+    }
+    return absl::OkStatus();
+  }
+
+  absl::Status Attention(Stream&, Tensor q, Tensor k_cache, Tensor v_cache, Tensor rows,
+                         Tensor block_tables, Tensor rope_table, const AttentionShape& shape,
+                         Tensor out) override {
+    const int64_t q_dim = static_cast<int64_t>(shape.num_heads) * shape.head_dim;
+    const int64_t n = q_dim > 0 ? q.numel() / q_dim : 0;
+    if (shape.num_kv_heads <= 0 || shape.num_heads % shape.num_kv_heads != 0 ||
+        shape.head_dim % 2 != 0 || shape.block_size <= 0 || rows.dtype != DType::kI32 ||
+        rows.numel() != n * kAttnRowFields || out.numel() != q.numel() ||
+        rope_table.rank != 2 || rope_table.dim(1) != shape.head_dim ||
+        k_cache.rank != 3 || k_cache.dim(2) != int64_t{shape.num_kv_heads} * shape.head_dim) {
+      return Check(false, "Attention", q.DebugString() + " " + k_cache.DebugString() + " " +
+                                           rows.DebugString());
+    }
+    cpu::AttentionArgs a{static_cast<const float*>(q.data),
+                         static_cast<const float*>(k_cache.data),
+                         static_cast<const float*>(v_cache.data),
+                         static_cast<const int32_t*>(rows.data),
+                         static_cast<const int32_t*>(block_tables.data),
+                         static_cast<const float*>(rope_table.data),
+                         rope_table.dim(0),
+                         shape,
+                         static_cast<float*>(out.data),
+                         n};
+    if (reference_) {
+      cpu::AttentionReference(a, ref_scratch_);
+    } else {
+      cpu::AttentionOptimized(pool_, a, opt_scratch_);
+    }
+    return absl::OkStatus();
+  }
+
+  absl::Status SiluMul(Stream&, Tensor gate, Tensor up, Tensor out) override {
+    if (gate.numel() != up.numel() || out.numel() != gate.numel()) {
+      return Check(false, "SiluMul", gate.DebugString() + " " + up.DebugString());
+    }
+    cpu::SiluMulRows(static_cast<const float*>(gate.data), static_cast<const float*>(up.data),
+                     gate.numel(), static_cast<float*>(out.data));
+    return absl::OkStatus();
+  }
+
+  absl::Status Add(Stream&, Tensor a, Tensor b, Tensor out) override {
+    if (a.numel() != b.numel() || out.numel() != a.numel()) {
+      return Check(false, "Add", a.DebugString() + " " + b.DebugString());
+    }
+    const float* x = static_cast<const float*>(a.data);
+    const float* y = static_cast<const float*>(b.data);
+    float* o = static_cast<float*>(out.data);
+    for (int64_t i = 0; i < a.numel(); ++i) o[i] = x[i] + y[i];
+    return absl::OkStatus();
+  }
+
+ private:
+  bool reference_;
+  ThreadPool pool_;
+  std::vector<float> ref_scratch_;
+  std::vector<std::vector<float>> opt_scratch_;
+};
+
+}  // namespace
+
+std::unique_ptr<Backend> CreateCpuBackend(const CpuBackendOptions& options) {
+  return std::make_unique<CpuBackend>(options);
+}
+
+}  // namespace kvfold::kernels

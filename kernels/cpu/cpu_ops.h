@@ -1,0 +1,64 @@
+// Kernels of the CPU backend on raw (host = device) pointers. The backend validates
+// shapes and dtypes before calling these. Each has a plain reference version and an
+// optimised one; both are batch-invariant (docs/engine.md).
+#ifndef KVFOLD_KERNELS_CPU_CPU_OPS_H_
+#define KVFOLD_KERNELS_CPU_CPU_OPS_H_
+
+#include <cstdint>
+#include <vector>
+
+#include "kernels/backend.h"
+#include "kernels/cpu/thread_pool.h"
+
+namespace kvfold::kernels::cpu {
+
+// Loads element i of a F32/F16/BF16 array as float.
+float LoadAsF32(const void* data, DType dtype, int64_t i);
+
+// out [n, m] = x [n, k] @ w[m, k]^T (+ bias [m] when non-null).
+struct MatMulArgs {
+  const float* x;
+  const void* w;
+  DType w_dtype;
+  const float* bias;
+  float* out;
+  int64_t n, m, k;
+};
+void MatMulReference(const MatMulArgs& a);
+// AVX2/FMA/F16C kernel when the CPU has them (runtime check), otherwise a portable
+// blocked kernel with the same per-element accumulation order as its own decode path.
+void MatMulOptimized(ThreadPool& pool, const MatMulArgs& a);
+bool CpuHasAvx2Fma();
+
+struct AttentionArgs {
+  const float* q;        // [n, num_heads * head_dim]
+  const float* k_cache;  // [num_blocks, block_size, kv_dim]
+  const float* v_cache;
+  const int32_t* rows;   // [n, kAttnRowFields]
+  const int32_t* block_tables;
+  const float* rope;     // [rope_rows, head_dim]
+  int64_t rope_rows;
+  AttentionShape shape;
+  float* out;            // [n, num_heads * head_dim]
+  int64_t n;
+};
+// Scratch: per-thread vectors grown to the longest context seen.
+void AttentionReference(const AttentionArgs& a, std::vector<float>& scratch);
+void AttentionOptimized(ThreadPool& pool, const AttentionArgs& a,
+                        std::vector<std::vector<float>>& scratch);
+
+// Rotates x (head_dim floats) by row `cs` of the rope table (cos | sin halves).
+inline void RotateHalf(const float* x, const float* cs, int head_dim, float* out) {
+  const int half = head_dim / 2;
+  for (int i = 0; i < half; ++i) {
+    const float c = cs[i], s = cs[half + i];
+    const float a = x[i], b = x[half + i];
+    const float ac = a * c, bs = b * s, bc = b * c, as = a * s;
+    out[i] = ac - bs;
+    out[half + i] = bc + as;
+  }
+}
+
+}  // namespace kvfold::kernels::cpu
+
+#endif  // KVFOLD_KERNELS_CPU_CPU_OPS_H_

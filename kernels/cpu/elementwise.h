@@ -1,0 +1,29 @@
+// Row-wise and elementwise CPU kernels shared by the reference and optimised paths (they
+// are memory-bound and cheap; one implementation keeps both paths identical here).
+#ifndef KVFOLD_KERNELS_CPU_ELEMENTWISE_H_
+#define KVFOLD_KERNELS_CPU_ELEMENTWISE_H_
+
+#include <cstdint>
+
+#include "absl/status/status.h"
+#include "kernels/backend.h"
+
+namespace kvfold::kernels::cpu {
+
+// out[i, :] = table[ids[i], :] as F32. OutOfRange for an id outside [0, num_rows).
+absl::Status GatherRows(const void* table, DType dtype, int64_t num_rows, int64_t width,
+                        const int32_t* ids, int64_t n, float* out);
+
+void RmsNormRows(const float* x, const void* weight, DType w_dtype, float eps, int64_t n,
+                 int64_t d, float* out);
+
+// x [n, heads, head_dim]; OutOfRange for a position outside the table.
+absl::Status RopeRows(const float* x, const int32_t* positions, const float* table,
+                      int64_t table_rows, int64_t n, int64_t heads, int64_t head_dim,
+                      float* out);
+
+void SiluMulRows(const float* gate, const float* up, int64_t count, float* out);
+
+}  // namespace kvfold::kernels::cpu
+
+#endif  // KVFOLD_KERNELS_CPU_ELEMENTWISE_H_
