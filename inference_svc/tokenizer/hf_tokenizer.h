@@ -32,6 +32,10 @@ class HfTokenizer : public Tokenizer {
   int32_t bos_id() const override;
   int32_t eos_id() const override;
 
+  // Human-readable notes on where this file's pipeline is approximated (e.g. "NFC
+  // normalization is not applied"); empty when encode is exact.
+  const std::vector<std::string>& approximations() const;
+
   struct Impl;
 
  private:
