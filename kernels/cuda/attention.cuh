@@ -1,0 +1,84 @@
+// Paged GQA attention over [prefix | main] with RoPE applied to the UN-ROTATED cached keys
+// by each entry's position (CONTRACTS.md), for decode and prefill alike.
+//
+// Every query row carries kAttnRowStride int32 fields (the same layout as
+// kvfold::kernels::AttnRow in kernels/backend.h):
+//   [0] prefix_table   offset of the row's prefix block table in block_tables
+//   [1] prefix_visible prefix entries [0, n) are visible
+//   [2] prefix_base    position of prefix entry j = base + j * stride
+//   [3] prefix_stride  (memory modes: 0 and 0; sink: 0 and 1)
+//   [4] main_table     offset of the row's main block table in block_tables
+//   [5] main_front     physical slot of logical main entry 0
+//   [6] main_lo        main entries [lo, hi) are visible
+//   [7] main_hi
+//   [8] main_pos_lo    position of main entry lo; entry j has main_pos_lo + (j - lo)
+// Prefix entry j lives at physical slot j of the prefix table; logical main entry j at
+// physical slot main_front + j of the main table; slot s is in block table[s / block_size]
+// at offset s % block_size. So one kernel covers: causal decode/prefill (hi = own index + 1),
+// sliding and sink windows (lo > 0), and memory expansion (prefix_visible = all memory
+// rows, hi = lo = 0: bidirectional among the memory, nothing else).
+//
+// Algorithm (flash-decoding): grid (row, kv_head, split). A block owns one row, one KV head
+// and all num_heads / num_kv_heads query heads of its group (K/V are read once per group),
+// and a contiguous range of that row's keys. Keys go through shared-memory tiles of 32
+// with an online softmax; when a row is split, per-split (max, sum, acc) go to the
+// workspace and a second kernel combines them. The split count depends only on the number
+// of rows, so decode of one long row is spread over the whole GPU while prefill launches
+// one block per (row, kv head).
+#ifndef KVFOLD_KERNELS_CUDA_ATTENTION_CUH_
+#define KVFOLD_KERNELS_CUDA_ATTENTION_CUH_
+
+#include <cstddef>
+#include <cstdint>
+
+#include <cuda_runtime_api.h>
+
+#include "absl/status/status.h"
+#include "kernels/cuda/elem_type.h"
+
+namespace kvfold::cuda {
+
+inline constexpr int kAttnRowStride = 10;
+inline constexpr int kAttnMaxGroup = 16;     // num_heads / num_kv_heads
+inline constexpr int kAttnMaxHeadDim = 256;
+
+struct AttentionParams {
+  const float* q = nullptr;        // [num_rows, num_heads * head_dim], already rotated
+  float* out = nullptr;            // [num_rows, num_heads * head_dim]
+  const int32_t* rows = nullptr;   // [num_rows, kAttnRowStride]
+  const int32_t* block_tables = nullptr;  // [*]
+  const void* k_cache = nullptr;   // [num_blocks, block_size, num_kv_heads * head_dim]
+  const void* v_cache = nullptr;   // [num_blocks, block_size, num_kv_heads * head_dim]
+  ElemType cache_type = ElemType::kF32;
+  // kI8 only (KIVI, kernels/quant/kv_quant.h): a block's keys are one per-channel group,
+  // values are per token in groups of v_group_size channels.
+  const float* k_scale = nullptr;  // [num_blocks, num_kv_heads * head_dim]
+  const float* v_scale = nullptr;  // [num_blocks * block_size, ceil(kv_dim / v_group_size)]
+  int32_t v_group_size = 0;
+  const float* rope_table = nullptr;  // [rope_rows, head_dim] (rope.cuh)
+  int32_t rope_rows = 0;
+  int32_t num_rows = 0;
+  int32_t num_heads = 0;
+  int32_t num_kv_heads = 0;
+  int32_t head_dim = 0;    // even, <= kAttnMaxHeadDim
+  int32_t block_size = 0;
+  float scale = 0.0f;      // usually 1 / sqrt(head_dim)
+};
+
+// Workspace bytes that suffice for any num_rows with these head counts.
+size_t AttentionWorkspaceBytes(int32_t num_heads, int32_t num_kv_heads, int32_t head_dim);
+
+// Runs attention on `stream`. `workspace` (device, F32-aligned) may be smaller than
+// AttentionWorkspaceBytes: the split count then shrinks (down to 1, which needs none).
+// A row with no visible key gets zeros. Positions outside the table are clamped.
+// InvalidArgument for inconsistent shapes (GQA group > kAttnMaxGroup, odd or too large
+// head_dim, missing int8 scales, null pointers).
+absl::Status Attention(const AttentionParams& params, void* workspace, size_t workspace_bytes,
+                       cudaStream_t stream);
+
+// The number of splits Attention uses for `num_rows` (exposed for tests and benchmarks).
+int32_t AttentionNumSplits(int32_t num_rows, int32_t num_kv_heads);
+
+}  // namespace kvfold::cuda
+
+#endif  // KVFOLD_KERNELS_CUDA_ATTENTION_CUH_

@@ -1,0 +1,439 @@
+#include "kernels/cuda/cuda_backend.h"
+
+#include <cuda_runtime_api.h>
+
+#include <algorithm>
+#include <string>
+#include <utility>
+
+#include "absl/strings/str_cat.h"
+#include "kernels/cuda/attention.cuh"
+#include "kernels/cuda/cuda_status.h"
+#include "kernels/cuda/elementwise.cuh"
+#include "kernels/cuda/embedding.cuh"
+#include "kernels/cuda/gemm.h"
+#include "kernels/cuda/kv_cache.cuh"
+#include "kernels/cuda/rmsnorm.cuh"
+#include "kernels/cuda/rope.cuh"
+
+namespace kvfold::cuda {
+namespace {
+
+using kernels::AttentionShape;
+using kernels::Buffer;
+using kernels::DType;
+using kernels::Stream;
+using kernels::Tensor;
+
+// The attention kernel reads the engine's per-row fields at the same offsets.
+static_assert(kernels::kAttnRowFields == kAttnRowStride);
+static_assert(kernels::kAttnPrefixTable == 0 && kernels::kAttnPrefixVisible == 1 &&
+              kernels::kAttnPrefixPosBase == 2 && kernels::kAttnPrefixPosStride == 3 &&
+              kernels::kAttnMainTable == 4 && kernels::kAttnMainFront == 5 &&
+              kernels::kAttnMainLo == 6 && kernels::kAttnMainHi == 7 &&
+              kernels::kAttnMainPosLo == 8);
+
+absl::StatusOr<ElemType> FloatType(const Tensor& t, const char* what) {
+  switch (t.dtype) {
+    case DType::kF32: return ElemType::kF32;
+    case DType::kF16: return ElemType::kF16;
+    case DType::kBF16: return ElemType::kBF16;
+    default:
+      return absl::InvalidArgumentError(
+          absl::StrCat(what, ": expected a float tensor, got ", t.DebugString()));
+  }
+}
+
+absl::Status Expect(bool ok, const char* op, const std::string& detail) {
+  if (ok) return absl::OkStatus();
+  return absl::InvalidArgumentError(absl::StrCat(op, ": ", detail));
+}
+
+class CudaBuffer final : public Buffer {
+ public:
+  CudaBuffer(void* data, size_t bytes) : data_(data), bytes_(bytes) {}
+  ~CudaBuffer() override { cudaFree(data_); }
+  void* data() const override { return data_; }
+  size_t size_bytes() const override { return bytes_; }
+
+ private:
+  void* data_;
+  size_t bytes_;
+};
+
+// Device scratch owned by a stream; grows geometrically, never shrinks.
+class Scratch {
+ public:
+  ~Scratch() { cudaFree(data_); }
+  absl::StatusOr<void*> Get(size_t bytes, cudaStream_t stream) {
+    if (bytes <= bytes_) return data_;
+    // The old buffer may still be read by queued kernels.
+    KVFOLD_CUDA_RETURN_IF_ERROR(cudaStreamSynchronize(stream), "scratch grow: sync");
+    const size_t want = std::max(bytes, bytes_ * 2);
+    cudaFree(data_);
+    data_ = nullptr;
+    bytes_ = 0;
+    KVFOLD_CUDA_RETURN_IF_ERROR(cudaMalloc(&data_, want), "scratch grow: cudaMalloc");
+    bytes_ = want;
+    return data_;
+  }
+  size_t size() const { return bytes_; }
+
+ private:
+  void* data_ = nullptr;
+  size_t bytes_ = 0;
+};
+
+class CudaStream final : public Stream {
+ public:
+  CudaStream(cudaStream_t stream, cublasHandle_t cublas) : stream_(stream), cublas_(cublas) {}
+  ~CudaStream() override {
+    cudaStreamSynchronize(stream_);
+    cublasDestroy(cublas_);
+    cudaStreamDestroy(stream_);
+  }
+  cudaStream_t stream() const { return stream_; }
+  cublasHandle_t cublas() const { return cublas_; }
+  Scratch& cast_scratch() { return cast_scratch_; }
+  Scratch& attention_scratch() { return attention_scratch_; }
+
+ private:
+  cudaStream_t stream_;
+  cublasHandle_t cublas_;
+  Scratch cast_scratch_;
+  Scratch attention_scratch_;
+};
+
+absl::StatusOr<CudaStream*> AsCuda(Stream& stream) {
+  auto* s = dynamic_cast<CudaStream*>(&stream);
+  if (s == nullptr) return absl::InvalidArgumentError("CUDA backend: stream of another backend");
+  return s;
+}
+
+#define KVFOLD_ASSIGN_STREAM(var, stream)            \
+  auto var##_or = AsCuda(stream);                    \
+  if (!var##_or.ok()) return var##_or.status();      \
+  CudaStream* var = *var##_or
+
+class CudaBackend final : public kernels::Backend {
+ public:
+  explicit CudaBackend(int device) : device_(device) {}
+
+  std::string Name() const override { return absl::StrCat("cuda:", device_); }
+
+  absl::StatusOr<std::unique_ptr<Buffer>> Allocate(size_t bytes) override {
+    KVFOLD_CUDA_RETURN_IF_ERROR(cudaSetDevice(device_), "cudaSetDevice");
+    void* data = nullptr;
+    if (bytes > 0) {
+      KVFOLD_CUDA_RETURN_IF_ERROR(cudaMalloc(&data, bytes),
+                                  absl::StrCat("cudaMalloc(", bytes, " bytes)"));
+    }
+    return std::make_unique<CudaBuffer>(data, bytes);
+  }
+
+  absl::StatusOr<std::unique_ptr<Buffer>> AdoptWeights(
+      const void* host, size_t bytes, std::shared_ptr<const void> keepalive) override {
+    auto buffer = Allocate(bytes);
+    if (!buffer.ok()) return buffer.status();
+    if (bytes > 0) {
+      KVFOLD_CUDA_RETURN_IF_ERROR(
+          cudaMemcpy((*buffer)->data(), host, bytes, cudaMemcpyHostToDevice),
+          "AdoptWeights: cudaMemcpy");
+    }
+    return buffer;  // `keepalive` is released: the device holds its own copy.
+  }
+
+  std::unique_ptr<Stream> CreateStream() override {
+    cudaSetDevice(device_);
+    cudaStream_t stream = nullptr;
+    cublasHandle_t cublas = nullptr;
+    // Failures here leave null handles; the first op reports the CUDA error.
+    cudaStreamCreateWithFlags(&stream, cudaStreamNonBlocking);
+    cublasCreate(&cublas);
+    return std::make_unique<CudaStream>(stream, cublas);
+  }
+
+  absl::Status CopyToDevice(Stream& stream, const void* host, Tensor dst) override {
+    KVFOLD_ASSIGN_STREAM(s, stream);
+    if (dst.size_bytes() == 0) return absl::OkStatus();
+    KVFOLD_CUDA_RETURN_IF_ERROR(cudaMemcpyAsync(dst.data, host, dst.size_bytes(),
+                                                cudaMemcpyHostToDevice, s->stream()),
+                                "CopyToDevice");
+    return absl::OkStatus();
+  }
+
+  absl::Status CopyToHost(Stream& stream, Tensor src, void* host) override {
+    KVFOLD_ASSIGN_STREAM(s, stream);
+    if (src.size_bytes() == 0) return absl::OkStatus();
+    KVFOLD_CUDA_RETURN_IF_ERROR(cudaMemcpyAsync(host, src.data, src.size_bytes(),
+                                                cudaMemcpyDeviceToHost, s->stream()),
+                                "CopyToHost");
+    return absl::OkStatus();
+  }
+
+  absl::Status Copy(Stream& stream, Tensor src, Tensor dst) override {
+    KVFOLD_ASSIGN_STREAM(s, stream);
+    if (auto st = Expect(src.dtype == dst.dtype && src.numel() == dst.numel(), "Copy",
+                         src.DebugString() + " -> " + dst.DebugString());
+        !st.ok()) {
+      return st;
+    }
+    if (src.size_bytes() == 0) return absl::OkStatus();
+    KVFOLD_CUDA_RETURN_IF_ERROR(cudaMemcpyAsync(dst.data, src.data, src.size_bytes(),
+                                                cudaMemcpyDeviceToDevice, s->stream()),
+                                "Copy");
+    return absl::OkStatus();
+  }
+
+  absl::Status Synchronize(Stream& stream) override {
+    KVFOLD_ASSIGN_STREAM(s, stream);
+    KVFOLD_CUDA_RETURN_IF_ERROR(cudaStreamSynchronize(s->stream()), "Synchronize");
+    return absl::OkStatus();
+  }
+
+  absl::Status Gather(Stream& stream, Tensor table, Tensor ids, Tensor out) override {
+    KVFOLD_ASSIGN_STREAM(s, stream);
+    auto table_type = FloatType(table, "Gather table");
+    if (!table_type.ok()) return table_type.status();
+    const int64_t width = table.rank >= 2 ? table.numel() / table.dim(0) : 1;
+    const int64_t n = ids.numel();
+    if (auto st = Expect(ids.dtype == DType::kI32 && out.dtype == DType::kF32 &&
+                             out.numel() == n * width,
+                         "Gather", table.DebugString() + " " + ids.DebugString() + " " +
+                                       out.DebugString());
+        !st.ok()) {
+      return st;
+    }
+    return EmbeddingGather(table.data, *table_type, table.dim(0), width,
+                           static_cast<const int32_t*>(ids.data), n,
+                           static_cast<float*>(out.data), s->stream());
+  }
+
+  absl::Status RmsNorm(Stream& stream, Tensor x, Tensor weight, float eps,
+                       Tensor out) override {
+    KVFOLD_ASSIGN_STREAM(s, stream);
+    auto w_type = FloatType(weight, "RmsNorm weight");
+    if (!w_type.ok()) return w_type.status();
+    const int64_t d = weight.numel();
+    if (auto st = Expect(x.dtype == DType::kF32 && out.dtype == DType::kF32 && d > 0 &&
+                             x.numel() % d == 0 && out.numel() == x.numel(),
+                         "RmsNorm", x.DebugString() + " " + weight.DebugString());
+        !st.ok()) {
+      return st;
+    }
+    return cuda::RmsNorm(static_cast<const float*>(x.data), weight.data, *w_type, eps,
+                         x.numel() / d, d, static_cast<float*>(out.data), s->stream());
+  }
+
+  absl::Status MatMul(Stream& stream, Tensor x, Tensor w, Tensor bias, Tensor out) override {
+    KVFOLD_ASSIGN_STREAM(s, stream);
+    auto w_type = FloatType(w, "MatMul weight");
+    if (!w_type.ok()) return w_type.status();
+    const int64_t m = w.dim(0), k = w.rank >= 2 ? w.dim(1) : 1;
+    const int64_t n = x.rank >= 1 ? x.dim(0) : 0;
+    if (auto st = Expect(x.dtype == DType::kF32 && out.dtype == DType::kF32 &&
+                             x.numel() == n * k && out.numel() == n * m &&
+                             (bias.empty() || bias.numel() == m),
+                         "MatMul", x.DebugString() + " x " + w.DebugString() + " -> " +
+                                       out.DebugString());
+        !st.ok()) {
+      return st;
+    }
+    LinearArgs args;
+    args.x = static_cast<const float*>(x.data);
+    args.num_tokens = n;
+    args.in_features = k;
+    args.w = w.data;
+    args.w_type = *w_type;
+    args.out_features = m;
+    if (!bias.empty()) {
+      auto b_type = FloatType(bias, "MatMul bias");
+      if (!b_type.ok()) return b_type.status();
+      args.bias = bias.data;
+      args.bias_type = *b_type;
+    }
+    args.y = static_cast<float*>(out.data);
+    const size_t scratch_bytes = LinearScratchBytes(n, k, *w_type);
+    if (scratch_bytes > 0) {
+      auto scratch = s->cast_scratch().Get(scratch_bytes, s->stream());
+      if (!scratch.ok()) return scratch.status();
+      args.scratch = *scratch;
+      args.scratch_bytes = scratch_bytes;
+    }
+    return Linear(s->cublas(), s->stream(), args);
+  }
+
+  absl::Status Rope(Stream& stream, Tensor x, Tensor positions, Tensor rope_table,
+                    Tensor out) override {
+    KVFOLD_ASSIGN_STREAM(s, stream);
+    const int64_t n = x.rank >= 1 ? x.dim(0) : 0;
+    const int64_t head_dim = rope_table.rank == 2 ? rope_table.dim(1) : 0;
+    if (auto st = Expect(x.dtype == DType::kF32 && out.dtype == DType::kF32 &&
+                             positions.dtype == DType::kI32 && positions.numel() == n &&
+                             rope_table.dtype == DType::kF32 && head_dim > 0 && n > 0 &&
+                             x.numel() % (n * head_dim) == 0 && out.numel() == x.numel(),
+                         "Rope", x.DebugString() + " table " + rope_table.DebugString());
+        !st.ok()) {
+      return st;
+    }
+    return cuda::Rope(static_cast<const float*>(x.data),
+                      static_cast<const int32_t*>(positions.data),
+                      static_cast<const float*>(rope_table.data),
+                      static_cast<int32_t>(rope_table.dim(0)), n,
+                      static_cast<int32_t>(x.numel() / (n * head_dim)),
+                      static_cast<int32_t>(head_dim), static_cast<float*>(out.data),
+                      s->stream());
+  }
+
+  absl::Status StoreKv(Stream& stream, Tensor k, Tensor v, Tensor slots, Tensor k_cache,
+                       Tensor v_cache) override {
+    KVFOLD_ASSIGN_STREAM(s, stream);
+    auto cache_type = FloatType(k_cache, "StoreKv cache");
+    if (!cache_type.ok()) return cache_type.status();
+    const int64_t n = slots.numel();
+    const int64_t kv_dim = k_cache.rank >= 3 ? k_cache.dim(2) : 0;
+    if (auto st = Expect(slots.dtype == DType::kI32 && k.dtype == DType::kF32 &&
+                             v.dtype == DType::kF32 && kv_dim > 0 && k.numel() == n * kv_dim &&
+                             v.numel() == n * kv_dim && v_cache.dtype == k_cache.dtype &&
+                             v_cache.numel() == k_cache.numel(),
+                         "StoreKv", k.DebugString() + " cache " + k_cache.DebugString());
+        !st.ok()) {
+      return st;
+    }
+    return cuda::StoreKv(static_cast<const float*>(k.data), static_cast<const float*>(v.data),
+                         static_cast<const int32_t*>(slots.data), n, kv_dim, k_cache.data,
+                         v_cache.data, *cache_type, s->stream());
+  }
+
+  absl::Status Attention(Stream& stream, Tensor q, Tensor k_cache, Tensor v_cache,
+                         Tensor rows, Tensor block_tables, Tensor rope_table,
+                         const AttentionShape& shape, Tensor out) override {
+    KVFOLD_ASSIGN_STREAM(s, stream);
+    auto cache_type = FloatType(k_cache, "Attention cache");
+    if (!cache_type.ok()) return cache_type.status();
+    const int64_t n = rows.rank >= 1 ? rows.dim(0) : 0;
+    const int64_t q_width = static_cast<int64_t>(shape.num_heads) * shape.head_dim;
+    const int64_t kv_dim = static_cast<int64_t>(shape.num_kv_heads) * shape.head_dim;
+    if (auto st = Expect(
+            q.dtype == DType::kF32 && out.dtype == DType::kF32 && rows.dtype == DType::kI32 &&
+                block_tables.dtype == DType::kI32 && rope_table.dtype == DType::kF32 &&
+                rows.numel() == n * kernels::kAttnRowFields && q.numel() == n * q_width &&
+                out.numel() == n * q_width && rope_table.rank == 2 &&
+                rope_table.dim(1) == shape.head_dim && shape.block_size > 0 &&
+                k_cache.rank == 3 && k_cache.dim(1) == shape.block_size &&
+                k_cache.dim(2) == kv_dim && v_cache.dtype == k_cache.dtype &&
+                v_cache.numel() == k_cache.numel(),
+            "Attention",
+            absl::StrCat("q ", q.DebugString(), " cache ", k_cache.DebugString(), " rows ",
+                         rows.DebugString(), " heads ", shape.num_heads, "/",
+                         shape.num_kv_heads, " head_dim ", shape.head_dim));
+        !st.ok()) {
+      return st;
+    }
+    AttentionParams p;
+    p.q = static_cast<const float*>(q.data);
+    p.out = static_cast<float*>(out.data);
+    p.rows = static_cast<const int32_t*>(rows.data);
+    p.block_tables = static_cast<const int32_t*>(block_tables.data);
+    p.k_cache = k_cache.data;
+    p.v_cache = v_cache.data;
+    p.cache_type = *cache_type;
+    p.rope_table = static_cast<const float*>(rope_table.data);
+    p.rope_rows = static_cast<int32_t>(rope_table.dim(0));
+    p.num_rows = static_cast<int32_t>(n);
+    p.num_heads = shape.num_heads;
+    p.num_kv_heads = shape.num_kv_heads;
+    p.head_dim = shape.head_dim;
+    p.block_size = shape.block_size;
+    p.scale = shape.scale;
+    void* workspace = nullptr;
+    size_t workspace_bytes = 0;
+    if (AttentionNumSplits(p.num_rows, p.num_kv_heads) > 1) {
+      workspace_bytes = AttentionWorkspaceBytes(p.num_heads, p.num_kv_heads, p.head_dim);
+      auto ws = s->attention_scratch().Get(workspace_bytes, s->stream());
+      if (!ws.ok()) return ws.status();
+      workspace = *ws;
+    }
+    return cuda::Attention(p, workspace, workspace_bytes, s->stream());
+  }
+
+  absl::Status SiluMul(Stream& stream, Tensor gate, Tensor up, Tensor out) override {
+    KVFOLD_ASSIGN_STREAM(s, stream);
+    const int64_t n = gate.rank >= 1 ? gate.dim(0) : 0;
+    if (auto st = Expect(gate.dtype == DType::kF32 && up.dtype == DType::kF32 &&
+                             out.dtype == DType::kF32 && n > 0 && up.numel() == gate.numel() &&
+                             out.numel() == gate.numel(),
+                         "SiluMul", gate.DebugString());
+        !st.ok()) {
+      return st;
+    }
+    const int64_t f = gate.numel() / n;
+    return cuda::SiluMul(static_cast<const float*>(gate.data), f,
+                         static_cast<const float*>(up.data), f, n, f,
+                         static_cast<float*>(out.data), s->stream());
+  }
+
+  absl::Status Add(Stream& stream, Tensor a, Tensor b, Tensor out) override {
+    KVFOLD_ASSIGN_STREAM(s, stream);
+    if (auto st = Expect(a.dtype == DType::kF32 && b.dtype == DType::kF32 &&
+                             out.dtype == DType::kF32 && a.numel() == b.numel() &&
+                             out.numel() == a.numel(),
+                         "Add", a.DebugString());
+        !st.ok()) {
+      return st;
+    }
+    return cuda::Add(static_cast<const float*>(a.data), static_cast<const float*>(b.data),
+                     a.numel(), static_cast<float*>(out.data), s->stream());
+  }
+
+ private:
+  int device_;
+};
+
+}  // namespace
+
+absl::StatusOr<std::unique_ptr<kernels::Backend>> CreateCudaBackendImpl(int device) {
+  int count = 0;
+  const cudaError_t err = cudaGetDeviceCount(&count);
+  if (err != cudaSuccess) {
+    cudaGetLastError();  // clear
+    return absl::UnavailableError(absl::StrCat(
+        "CUDA backend unavailable: no usable CUDA driver/device (cudaGetDeviceCount: ",
+        cudaGetErrorName(err), ": ", cudaGetErrorString(err), "); use --backend cpu"));
+  }
+  if (count == 0) {
+    return absl::UnavailableError("CUDA backend unavailable: no CUDA device; use --backend cpu");
+  }
+  if (device < 0 || device >= count) {
+    return absl::UnavailableError(absl::StrCat("CUDA backend unavailable: device ", device,
+                                               " requested but only ", count,
+                                               " CUDA device(s) present"));
+  }
+  cudaDeviceProp prop{};
+  if (absl::Status s = CudaStatus(cudaGetDeviceProperties(&prop, device), "cudaGetDeviceProperties");
+      !s.ok()) {
+    return absl::UnavailableError(absl::StrCat("CUDA backend unavailable: ", s.message()));
+  }
+  if (prop.major < 8) {
+    return absl::UnavailableError(absl::StrCat(
+        "CUDA backend unavailable: device ", device, " (", prop.name, ") has compute capability ",
+        prop.major, ".", prop.minor, "; kvfold is built for 8.0 and 9.0"));
+  }
+  if (absl::Status s = CudaStatus(cudaSetDevice(device), "cudaSetDevice"); !s.ok()) {
+    return absl::UnavailableError(absl::StrCat("CUDA backend unavailable: ", s.message()));
+  }
+  if (absl::Status s = CudaStatus(cudaFree(nullptr), "CUDA context creation"); !s.ok()) {
+    return absl::UnavailableError(absl::StrCat("CUDA backend unavailable: ", s.message()));
+  }
+  return std::make_unique<CudaBackend>(device);
+}
+
+}  // namespace kvfold::cuda
+
+namespace kvfold::kernels {
+
+absl::StatusOr<std::unique_ptr<Backend>> CreateCudaBackend(int device) {
+  return cuda::CreateCudaBackendImpl(device);
+}
+
+}  // namespace kvfold::kernels

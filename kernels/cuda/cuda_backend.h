@@ -1,0 +1,32 @@
+// The CUDA implementation of kvfold::kernels::Backend (kernels/backend.h).
+//
+// - Buffers are cudaMalloc'ed device memory; weights are copied to the device once by
+//   AdoptWeights (the host mmap can be dropped afterwards).
+// - A Stream is a cudaStream_t plus its own cuBLAS handle and scratch (the F16/BF16 cast
+//   of MatMul inputs, the split-K attention workspace). Scratch grows only when a larger
+//   call than any before arrives; a steady decode loop does not allocate.
+// - Ops only enqueue work: nothing inside a decode step synchronises with the host or
+//   copies through it. CopyToHost results are valid after Synchronize(stream).
+// - Shapes and dtypes are checked on the host before launch (InvalidArgument); device
+//   failures come back through kernels/cuda/cuda_status.h.
+// - Numerics: F32 activations and KV, weights F32/F16/BF16 fed to cuBLAS with F32
+//   accumulation; results match the CPU backend within the tolerances in docs/cuda.md, not
+//   bit for bit (cuBLAS picks its kernels by shape, so GPU rows are not batch-invariant).
+#ifndef KVFOLD_KERNELS_CUDA_CUDA_BACKEND_H_
+#define KVFOLD_KERNELS_CUDA_CUDA_BACKEND_H_
+
+#include <memory>
+
+#include "absl/status/statusor.h"
+#include "kernels/backend.h"
+
+namespace kvfold::cuda {
+
+// Unavailable (with the CUDA error text) when there is no usable device `device`: no
+// driver, no GPU, an index past the device count, or compute capability below 8.0 (the
+// build targets sm_80 and sm_90).
+absl::StatusOr<std::unique_ptr<kernels::Backend>> CreateCudaBackendImpl(int device);
+
+}  // namespace kvfold::cuda
+
+#endif  // KVFOLD_KERNELS_CUDA_CUDA_BACKEND_H_

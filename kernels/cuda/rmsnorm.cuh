@@ -1,0 +1,20 @@
+// RMSNorm: out = x / sqrt(mean(x^2) + eps) * weight, per row, statistics in fp32.
+#ifndef KVFOLD_KERNELS_CUDA_RMSNORM_CUH_
+#define KVFOLD_KERNELS_CUDA_RMSNORM_CUH_
+
+#include <cstdint>
+
+#include <cuda_runtime_api.h>
+
+#include "absl/status/status.h"
+#include "kernels/cuda/elem_type.h"
+
+namespace kvfold::cuda {
+
+// x, out [num_tokens, hidden_size] F32 (may alias); weight [hidden_size] float type.
+absl::Status RmsNorm(const float* x, const void* weight, ElemType weight_type, float eps,
+                     int64_t num_tokens, int64_t hidden_size, float* out, cudaStream_t stream);
+
+}  // namespace kvfold::cuda
+
+#endif  // KVFOLD_KERNELS_CUDA_RMSNORM_CUH_
