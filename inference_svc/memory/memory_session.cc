@@ -99,7 +99,11 @@ absl::Status MemorySession::Prefill(std::span<const int32_t> token_ids) {
 absl::Status MemorySession::Append(int32_t token_id) {
   SequenceInput input;
   if (auto s = PrepareAppend(token_id, &input); !s.ok()) return s;
-  if (auto s = engine_->Forward({&input, 1}, &result_); !s.ok()) return s;
+  const int prefix_len = cache_->prefix_len(), main_len = cache_->main_len();
+  if (auto s = engine_->Forward({&input, 1}, &result_); !s.ok()) {
+    cache_->Truncate(prefix_len, main_len);
+    return s;
+  }
   return FinishAppend(result_.outputs[0]);
 }
 
@@ -131,7 +135,19 @@ absl::Status MemorySession::FinishAppend(const SequenceOutput& output) {
   return absl::OkStatus();
 }
 
+absl::Status MemorySession::RebuildIfStale() {
+  if (!cache_stale_) return absl::OkStatus();
+  cache_->Clear();
+  if (auto s = ExpandMemory(); !s.ok()) return s;
+  if (!window_.empty()) {
+    if (auto s = ForwardWindow(window_, 0, /*want_logits=*/false); !s.ok()) return s;
+  }
+  cache_stale_ = false;
+  return absl::OkStatus();
+}
+
 absl::Status MemorySession::FoldIfFull() {
+  if (auto s = RebuildIfStale(); !s.ok()) return s;
   if (static_cast<int>(window_.size()) < window_size_ + chunk_size_) return absl::OkStatus();
   const auto start = std::chrono::steady_clock::now();
   // mem <- Projector(concat(mem, H)), H = hidden states of the oldest C window tokens.
@@ -146,13 +162,10 @@ absl::Status MemorySession::FoldIfFull() {
   // Drop the folded ids; the remaining W keep positions 1..W after the re-prefill.
   window_.erase(window_.begin(), window_.begin() + chunk_size_);
   tokens_folded_ += chunk_size_;
-  cache_->Clear();
-  if (auto s = ExpandMemory(); !s.ok()) return s;
-  // Window K/V and hidden states = Forward(mem, w) for the new mem. Logits are kept: they
-  // are those after the last fed token, computed before this fold.
-  if (!window_.empty()) {
-    if (auto s = ForwardWindow(window_, 0, /*want_logits=*/false); !s.ok()) return s;
-  }
+  // The state (mem, w) is now final; the caches below are derived from it. If deriving
+  // fails (KV pool exhausted), they are rebuilt on the next call.
+  cache_stale_ = true;
+  if (auto s = RebuildIfStale(); !s.ok()) return s;
   ++stats_.num_folds;
   stats_.refill_tokens += static_cast<int64_t>(window_.size());
   stats_.fold_seconds +=
@@ -181,7 +194,11 @@ absl::Status MemorySession::ForwardWindow(std::span<const int32_t> ids, int firs
   // Only entries that a fold may read need their hidden states.
   input.hidden = first < chunk_size_ ? RowSelect::kAll : RowSelect::kNone;
   input.hidden_layers = input_layers_;
-  if (auto s = engine_->Forward({&input, 1}, &result_); !s.ok()) return s;
+  const int prefix_len = cache_->prefix_len(), main_len = cache_->main_len();
+  if (auto s = engine_->Forward({&input, 1}, &result_); !s.ok()) {
+    cache_->Truncate(prefix_len, main_len);  // roll back rows of earlier internal chunks
+    return s;
+  }
   const SequenceOutput& out = result_.outputs[0];
   if (want_logits) {
     if (out.num_logit_rows != 1 || out.logits.size() != logits_.size()) {

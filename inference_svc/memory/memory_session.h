@@ -84,6 +84,8 @@ class MemorySession final : public engine::Session {
   MemorySession(engine::Engine* engine, const Projector* projector,
                 const MemorySessionOptions& options);
   absl::Status CheckIds(std::span<const int32_t> token_ids) const;
+  // Re-derives the caches from (mem, w) after a failed fold left them incomplete.
+  absl::Status RebuildIfStale();
   // Step 4: fold the oldest C window tokens when the window holds W + C.
   absl::Status FoldIfFull();
   // Step 2: the memory's K/V into the (cleared) cache's prefix segment.
@@ -108,6 +110,7 @@ class MemorySession final : public engine::Session {
   std::vector<float> chunk_hidden_;  // [C, hidden_width]: hidden rows of window entries < C
   std::vector<float> logits_;        // [vocab_size]
   bool has_logits_ = false;
+  bool cache_stale_ = false;  // caches not yet Forward(mem, w) (a fold failed midway)
   int64_t total_tokens_ = 0;
   int64_t tokens_folded_ = 0;
   MemorySessionStats stats_;

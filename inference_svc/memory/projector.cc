@@ -182,8 +182,9 @@ absl::Status Projector::Forward(std::span<const float> mem, std::span<const floa
   const float eps = config_.ln_eps;
   Grow(s->x, static_cast<size_t>(rows) * d);
   Grow(s->xn, static_cast<size_t>(rows) * d);
-  Grow(s->k, static_cast<size_t>(rows) * d);
-  Grow(s->v, static_cast<size_t>(rows) * d);
+  // k and v hold the cross-attention keys (rows of X), then the self-attention ones (M).
+  Grow(s->k, static_cast<size_t>(std::max(rows, num_slots)) * d);
+  Grow(s->v, static_cast<size_t>(std::max(rows, num_slots)) * d);
   Grow(s->scores, static_cast<size_t>(std::max(rows, num_slots)));
   for (auto* buf : {&s->qn, &s->q, &s->attn, &s->proj, &s->m, &s->mn}) {
     Grow(*buf, static_cast<size_t>(num_slots) * d);

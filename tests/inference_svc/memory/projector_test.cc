@@ -218,12 +218,15 @@ TEST_P(ProjectorReferenceTest, MatchesDoubleReferenceThroughFiles) {
   std::vector<float> mem(c.mem_slots * c.hidden_size), hidden(c.chunk_size * c.input_width());
   for (float& x : mem) x = normal(rng);
   for (float& x : hidden) x = normal(rng);
-  ProjectorScratch scratch;
-  for (bool with_mem : {false, true}) {
-    const std::vector<float> m = with_mem ? mem : std::vector<float>{};
+  for (int case_id : {0, 1, 2}) {
+    // 0: first fold (no memory); 1: memory + chunk; 2: fewer rows than slots (2 < M = 5).
+    const std::vector<float> m = case_id == 1 ? mem : std::vector<float>{};
+    const std::vector<float> h = case_id == 2
+        ? std::vector<float>(hidden.begin(), hidden.begin() + 2 * c.input_width()) : hidden;
     std::vector<float> out(c.mem_slots * c.hidden_size);
-    ASSERT_TRUE((*projector)->Forward(m, hidden, out, &scratch).ok());
-    const Rows ref = RefProjector(c, tensors, m, hidden);
+    ProjectorScratch scratch;  // fresh per case, so undersized buffers would show
+    ASSERT_TRUE((*projector)->Forward(m, h, out, &scratch).ok());
+    const Rows ref = RefProjector(c, tensors, m, h);
     for (int i = 0; i < c.mem_slots; ++i)
       for (int j = 0; j < c.hidden_size; ++j)
         EXPECT_NEAR(out[i * c.hidden_size + j], ref[i][j], 1e-4) << i << "," << j;

@@ -1,0 +1,261 @@
+// Memory mode equivalences and exact checkpoints: W >= sequence == full mode; prefill ==
+// decode; export -> block -> import on a fresh engine continues token for token.
+#include <random>
+
+#include "gtest/gtest.h"
+#include "inference_svc/engine/sampler.h"
+#include "inference_svc/memory/memory_session.h"
+#include "inference_svc/memory/random_projector.h"
+#include "inference_svc/memory/session_block.h"
+#include "tests/inference_svc/memory/tiny_model.h"
+
+namespace kvfold::memory {
+namespace {
+
+using engine::KvMode;
+
+struct Fixture {
+  model::ModelFile model;
+  std::unique_ptr<kernels::Backend> backend;
+  std::unique_ptr<engine::Engine> engine;
+};
+
+std::unique_ptr<Fixture> MakeEngine(uint32_t seed) {
+  auto f = std::make_unique<Fixture>();
+  f->model = testing::RandomTinyModel(seed);
+  f->backend = kernels::CreateCpuBackend({.num_threads = 2});
+  auto engine = engine::Engine::Create(f->model, f->backend.get(), {.max_batch_tokens = 32});
+  EXPECT_TRUE(engine.ok()) << engine.status();
+  f->engine = *std::move(engine);
+  return f;
+}
+
+std::unique_ptr<Projector> MakeProjector(const engine::Engine& engine, int window, int chunk,
+                                         int input_layers = 1) {
+  ProjectorConfig c;
+  c.mem_slots = 5;
+  c.hidden_size = engine.config().hidden_size;
+  c.num_heads = 4;
+  c.ffn_mult = 2;
+  c.window_size = window;
+  c.chunk_size = chunk;
+  c.input_layers = input_layers;
+  c.model_fingerprint = engine.fingerprint();
+  auto p = Projector::FromTensors(c, RandomProjectorTensors(c, 1.0f, 77), "projector-77");
+  EXPECT_TRUE(p.ok()) << p.status();
+  return *std::move(p);
+}
+
+std::unique_ptr<engine::Session> NewSession(engine::Engine* engine, const Projector* projector,
+                                            KvMode mode) {
+  engine::SessionOptions options;
+  options.mode = mode;
+  auto s = CreateSession(engine, options, projector);
+  EXPECT_TRUE(s.ok()) << s.status();
+  return *std::move(s);
+}
+
+std::vector<int32_t> RandomIds(int n, int vocab, uint32_t seed) {
+  std::mt19937 rng(seed);
+  std::uniform_int_distribution<int32_t> dist(0, vocab - 1);
+  std::vector<int32_t> ids(n);
+  for (auto& id : ids) id = dist(rng);
+  return ids;
+}
+
+// Greedy decode of n tokens; returns the ids and every step's logits.
+std::vector<int32_t> Greedy(engine::Session& s, int n, std::vector<std::vector<float>>* logits) {
+  std::vector<int32_t> out;
+  for (int i = 0; i < n; ++i) {
+    const int32_t id = engine::Argmax(s.Logits());
+    out.push_back(id);
+    EXPECT_TRUE(s.Append(id).ok());
+    if (logits) logits->emplace_back(s.Logits().begin(), s.Logits().end());
+  }
+  return out;
+}
+
+TEST(MemoryModeTest, NoFoldEqualsFullMode) {
+  auto f = MakeEngine(1);
+  auto projector = MakeProjector(*f->engine, /*window=*/200, /*chunk=*/16);
+  auto memory = NewSession(f->engine.get(), projector.get(), KvMode::kMemory);
+  auto full = NewSession(f->engine.get(), nullptr, KvMode::kFull);
+  const auto prompt = RandomIds(23, f->model.config.vocab_size, 2);
+  ASSERT_TRUE(memory->Prefill(prompt).ok());
+  ASSERT_TRUE(full->Prefill(prompt).ok());
+  std::vector<std::vector<float>> lm, lf;
+  const auto tm = Greedy(*memory, 60, &lm);
+  const auto tf = Greedy(*full, 60, &lf);
+  EXPECT_EQ(tm, tf);
+  double max_err = 0;
+  for (size_t i = 0; i < lm.size(); ++i)
+    for (size_t j = 0; j < lm[i].size(); ++j) max_err = std::max<double>(max_err, std::abs(lm[i][j] - lf[i][j]));
+  EXPECT_LT(max_err, 1e-5);  // positions are shifted by one: not bitwise, but RoPE is relative
+  EXPECT_EQ(static_cast<MemorySession*>(memory.get())->tokens_folded(), 0);
+}
+
+class MemoryModeParamTest : public ::testing::TestWithParam<KvMode> {};
+
+TEST_P(MemoryModeParamTest, PrefillEqualsTokenByTokenDecode) {
+  auto f = MakeEngine(2);
+  auto projector = MakeProjector(*f->engine, 9, 6, /*input_layers=*/3);
+  auto a = NewSession(f->engine.get(), projector.get(), GetParam());
+  auto b = NewSession(f->engine.get(), projector.get(), GetParam());
+  const auto ids = RandomIds(61, f->model.config.vocab_size, 3);  // several folds
+  ASSERT_TRUE(a->Prefill(ids).ok());
+  for (int32_t id : ids) ASSERT_TRUE(b->Append(id).ok());
+  EXPECT_TRUE(std::equal(a->Logits().begin(), a->Logits().end(), b->Logits().begin()));
+  auto sa = a->ExportState(), sb = b->ExportState();
+  ASSERT_TRUE(sa.ok() && sb.ok());
+  EXPECT_EQ(sa->memory, sb->memory);
+  EXPECT_EQ(sa->window_token_ids, sb->window_token_ids);
+  EXPECT_EQ(sa->tokens_folded, sb->tokens_folded);
+  EXPECT_GT(sa->tokens_folded, 0);
+  EXPECT_EQ(sa->total_tokens, 61);
+}
+
+// Checkpoints mid-window, with the window full (fold pending), and right after a fold:
+// export -> KVFB bytes -> parse -> validate -> fresh engine -> import -> greedy continuation
+// equals the uninterrupted session token for token and logit for logit (bitwise).
+TEST_P(MemoryModeParamTest, ExportImportContinuesExactly) {
+  const KvMode mode = GetParam();
+  const int window = mode == KvMode::kMemory ? 10 : 0, chunk = 7;
+  auto f = MakeEngine(4);
+  auto projector = MakeProjector(*f->engine, 10, chunk);
+  const auto prompt = RandomIds(5, f->model.config.vocab_size, 5);
+  const int full_at = window + chunk + chunk;  // total tokens when the window is full again
+  for (int checkpoint_at : {full_at - 3, full_at, full_at + 1}) {
+    SCOPED_TRACE(::testing::Message() << "checkpoint after " << checkpoint_at << " tokens");
+    auto live = NewSession(f->engine.get(), projector.get(), mode);
+    ASSERT_TRUE(live->Prefill(prompt).ok());
+    Greedy(*live, checkpoint_at - static_cast<int>(prompt.size()), nullptr);
+    ASSERT_EQ(live->TotalTokens(), checkpoint_at);
+
+    engine::SamplingParams params;
+    engine::Rng rng(1234);
+    rng.Next();
+    auto state = live->ExportState();
+    ASSERT_TRUE(state.ok());
+    BlockIdentity identity{f->engine->fingerprint(), f->model.config.hidden_size, projector->fingerprint()};
+    auto block = ExportSessionBlock(*state, identity, SamplerStateToProto(params, rng.state()));
+    ASSERT_TRUE(block.ok()) << block.status();
+    const std::string bytes = SerializeMemoryBlock(*block);
+
+    // A different engine instance (its own KV pool), as on another replica.
+    auto g = MakeEngine(4);
+    ASSERT_EQ(g->engine->fingerprint(), f->engine->fingerprint());
+    auto parsed = ParseMemoryBlock(bytes);
+    ASSERT_TRUE(parsed.ok());
+    BlockExpectations expected{g->engine->fingerprint(), g->model.config.hidden_size,
+                               projector->fingerprint(), 5, g->model.config.vocab_size};
+    v1::SamplerState sampler;
+    auto restored_state = ImportSessionBlock(*parsed, expected, &sampler);
+    ASSERT_TRUE(restored_state.ok()) << restored_state.status();
+    engine::SamplingParams restored_params;
+    std::array<uint64_t, 4> restored_rng;
+    ASSERT_TRUE(SamplerStateFromProto(sampler, &restored_params, &restored_rng).ok());
+    EXPECT_EQ(restored_rng, rng.state());
+    auto restored = NewSession(g->engine.get(), projector.get(), mode);
+    ASSERT_TRUE(restored->ImportState(*restored_state).ok());
+    EXPECT_EQ(restored->TotalTokens(), live->TotalTokens());
+
+    ASSERT_TRUE(std::equal(live->Logits().begin(), live->Logits().end(), restored->Logits().begin()));
+    std::vector<std::vector<float>> l_live, l_restored;
+    const auto t_live = Greedy(*live, 3 * chunk + 2, &l_live);  // through more folds
+    const auto t_restored = Greedy(*restored, 3 * chunk + 2, &l_restored);
+    EXPECT_EQ(t_live, t_restored);
+    EXPECT_EQ(l_live, l_restored);
+    // Block size is the same at every checkpoint of the same phase: M x d x 2 bytes.
+    EXPECT_EQ(block->payload.size(), 5u * f->model.config.hidden_size * 2);
+  }
+}
+
+INSTANTIATE_TEST_SUITE_P(Modes, MemoryModeParamTest,
+                         ::testing::Values(KvMode::kMemory, KvMode::kMemoryOnly),
+                         [](const auto& info) { return std::string(engine::KvModeName(info.param)); });
+
+TEST(MemoryModeTest, BadInputAndMismatches) {
+  auto f = MakeEngine(6);
+  auto projector = MakeProjector(*f->engine, 6, 4);
+  engine::SessionOptions options;
+  options.mode = KvMode::kMemory;
+  EXPECT_EQ(CreateSession(f->engine.get(), options, nullptr).status().code(),
+            absl::StatusCode::kInvalidArgument);
+  // A projector made for another model.
+  ProjectorConfig c = projector->config();
+  c.model_fingerprint = "0000";
+  auto other = Projector::FromTensors(c, RandomProjectorTensors(c, 1.0f, 1), "x");
+  ASSERT_TRUE(other.ok());
+  EXPECT_EQ(CreateSession(f->engine.get(), options, other->get()).status().code(),
+            absl::StatusCode::kFailedPrecondition);
+
+  auto session = NewSession(f->engine.get(), projector.get(), KvMode::kMemory);
+  EXPECT_EQ(session->Append(-1).code(), absl::StatusCode::kInvalidArgument);
+  EXPECT_EQ(session->Append(f->model.config.vocab_size).code(), absl::StatusCode::kInvalidArgument);
+  EXPECT_EQ(session->Prefill({}).code(), absl::StatusCode::kInvalidArgument);
+  EXPECT_TRUE(session->Logits().empty());
+  ASSERT_TRUE(session->Prefill(RandomIds(15, f->model.config.vocab_size, 1)).ok());
+  auto state = session->ExportState();
+  ASSERT_TRUE(state.ok());
+  EXPECT_EQ(state->mem_slots, 5);
+  // Import only into a fresh session, of the same mode and geometry.
+  EXPECT_EQ(session->ImportState(*state).code(), absl::StatusCode::kFailedPrecondition);
+  auto only = NewSession(f->engine.get(), projector.get(), KvMode::kMemoryOnly);
+  EXPECT_EQ(only->ImportState(*state).code(), absl::StatusCode::kInvalidArgument);
+  auto fresh = NewSession(f->engine.get(), projector.get(), KvMode::kMemory);
+  engine::SessionState bad = *state;
+  bad.memory.pop_back();
+  EXPECT_EQ(fresh->ImportState(bad).code(), absl::StatusCode::kInvalidArgument);
+  bad = *state;
+  bad.window_token_ids[0] = 100000;
+  EXPECT_EQ(fresh->ImportState(bad).code(), absl::StatusCode::kInvalidArgument);
+  bad = *state;
+  bad.total_tokens += 1;
+  EXPECT_EQ(fresh->ImportState(bad).code(), absl::StatusCode::kInvalidArgument);
+  EXPECT_TRUE(fresh->ImportState(*state).ok());
+
+  // A block of this session read by a replica with another projector / model.
+  auto block = ExportSessionBlock(*state, {f->engine->fingerprint(), 48, projector->fingerprint()},
+                                  SamplerStateToProto({}, engine::Rng(1).state()));
+  ASSERT_TRUE(block.ok());
+  BlockExpectations expected{f->engine->fingerprint(), 48, projector->fingerprint(), 5, 97};
+  EXPECT_TRUE(ImportSessionBlock(*block, expected).ok());
+  expected.projector_fingerprint = "other";
+  EXPECT_EQ(ImportSessionBlock(*block, expected).status().code(), absl::StatusCode::kFailedPrecondition);
+  expected = {"other-model", 48, projector->fingerprint(), 5, 97};
+  EXPECT_EQ(ImportSessionBlock(*block, expected).status().code(), absl::StatusCode::kFailedPrecondition);
+  MemoryBlock corrupt = *block;
+  corrupt.payload[3] ^= 0x40;
+  expected = {f->engine->fingerprint(), 48, projector->fingerprint(), 5, 97};
+  EXPECT_EQ(ImportSessionBlock(corrupt, expected).status().code(), absl::StatusCode::kDataLoss);
+}
+
+// Plain modes checkpoint through the same block (M = 0).
+TEST(MemoryModeTest, PlainModesRoundTripThroughBlocks) {
+  auto f = MakeEngine(7);
+  for (KvMode mode : {KvMode::kFull, KvMode::kSliding, KvMode::kSink}) {
+    engine::SessionOptions options;
+    options.mode = mode;
+    options.window_size = 12;
+    options.sink_tokens = 2;
+    auto live = CreateSession(f->engine.get(), options, nullptr);
+    ASSERT_TRUE(live.ok()) << live.status();
+    ASSERT_TRUE((*live)->Prefill(RandomIds(9, 97, 8)).ok());
+    auto state = (*live)->ExportState();
+    ASSERT_TRUE(state.ok());
+    auto block = ExportSessionBlock(*state, {f->engine->fingerprint(), 48, ""}, SamplerStateToProto({}, engine::Rng(2).state()));
+    ASSERT_TRUE(block.ok()) << block.status();
+    EXPECT_EQ(block->payload.size(), 0u);
+    auto back = ImportSessionBlock(*ParseMemoryBlock(SerializeMemoryBlock(*block)),
+                                   {f->engine->fingerprint(), 48, "", 0, 97});
+    ASSERT_TRUE(back.ok()) << back.status();
+    auto restored = CreateSession(f->engine.get(), options, nullptr);
+    ASSERT_TRUE(restored.ok());
+    ASSERT_TRUE((*restored)->ImportState(*back).ok());
+    std::vector<std::vector<float>> a, b;
+    EXPECT_EQ(Greedy(**live, 5, &a), Greedy(**restored, 5, &b)) << engine::KvModeName(mode);
+  }
+}
+
+}  // namespace
+}  // namespace kvfold::memory
