@@ -1,8 +1,10 @@
 // projector.json parsing/writing and the tensor list of a projector.
 #include <cmath>
+#include <cstdlib>
 #include <string>
 
 #include "absl/strings/str_cat.h"
+#include "absl/strings/str_format.h"
 #include "inference_svc/memory/projector.h"
 #include "nlohmann/json.hpp"
 
@@ -85,7 +87,8 @@ std::string ProjectorConfigJson(const ProjectorConfig& c) {
   j["window_size"] = c.window_size;
   j["input_layers"] = c.input_layers;
   j["dtype"] = c.dtype;
-  j["ln_eps"] = c.ln_eps;
+  // The shortest decimal that round-trips the float (1e-05, not 9.99999974e-06).
+  j["ln_eps"] = std::strtod(absl::StrFormat("%.8g", c.ln_eps).c_str(), nullptr);
   j["model_fingerprint"] = c.model_fingerprint;
   return j.dump(2) + "\n";
 }
