@@ -5,21 +5,32 @@
 #include <utility>
 
 #include "absl/strings/str_cat.h"
+#include "absl/time/clock.h"
 #include "common/grpc_status.h"
 #include "memory_svc/store/validation.h"
 
 namespace kvfold::memory {
-namespace {
 
-// Times one RPC and records it when it goes out of scope.
+// One RPC: counts it as in flight (for Drain) and records its metrics when it ends.
 class CallRecord {
  public:
-  CallRecord(Metrics* metrics, std::string method)
-      : metrics_(metrics), method_(std::move(method)), start_(std::chrono::steady_clock::now()) {}
+  CallRecord(MemoryStoreService* service, std::string method)
+      : service_(service),
+        metrics_(service->metrics_),
+        method_(std::move(method)),
+        start_(std::chrono::steady_clock::now()) {
+    service_->in_flight_.fetch_add(1);
+  }
   ~CallRecord() {
     const double seconds =
         std::chrono::duration<double>(std::chrono::steady_clock::now() - start_).count();
     metrics_->Record(method_, code_, seconds, bytes_in_, bytes_out_);
+    service_->in_flight_.fetch_sub(1);
+  }
+  // Checked after the call is counted, so Drain() either waits for it or it sees draining.
+  bool draining() const { return service_->draining_.load(); }
+  grpc::Status Unavailable() {
+    return Finish(absl::UnavailableError("kvfold-memory is draining; retry elsewhere"));
   }
   grpc::Status Finish(const absl::Status& status) {
     code_ = status.code();
@@ -29,17 +40,21 @@ class CallRecord {
   uint64_t bytes_out_ = 0;
 
  private:
+  MemoryStoreService* service_;
   Metrics* metrics_;
   std::string method_;
   std::chrono::steady_clock::time_point start_;
   absl::StatusCode code_ = absl::StatusCode::kUnknown;
 };
 
+namespace {
+
 // Runs a unary store call: authenticate, call `fn(tenant)`, copy the result out.
 template <typename Response, typename Fn>
-grpc::Status Unary(Metrics* metrics, const char* method, const TokenTable* tokens,
+grpc::Status Unary(MemoryStoreService* service, const char* method, const TokenTable* tokens,
                    grpc::ServerContext* context, Response* response, Fn fn) {
-  CallRecord record(metrics, method);
+  CallRecord record(service, method);
+  if (record.draining()) return record.Unavailable();
   absl::StatusOr<std::string> tenant = AuthenticateTenant(tokens, *context);
   if (!tenant.ok()) return record.Finish(tenant.status());
   absl::StatusOr<Response> result = fn(*tenant);
@@ -50,10 +65,21 @@ grpc::Status Unary(Metrics* metrics, const char* method, const TokenTable* token
 
 }  // namespace
 
+bool MemoryStoreService::Drain(absl::Duration timeout) {
+  draining_ = true;
+  const absl::Time deadline = absl::Now() + timeout;
+  while (in_flight_.load() > 0) {
+    if (absl::Now() >= deadline) return false;
+    absl::SleepFor(absl::Milliseconds(5));
+  }
+  return true;
+}
+
 grpc::Status MemoryStoreService::PutBlock(grpc::ServerContext* context,
                                           grpc::ServerReader<v1::PutBlockRequest>* reader,
                                           v1::PutBlockResponse* response) {
-  CallRecord record(metrics_, "PutBlock");
+  CallRecord record(this, "PutBlock");
+  if (record.draining()) return record.Unavailable();
   absl::StatusOr<std::string> tenant = AuthenticateTenant(tokens_, *context);
   if (!tenant.ok()) return record.Finish(tenant.status());
   absl::StatusOr<v1::PutBlockResponse> result = ReceiveAndPut(*tenant, context, reader);
@@ -118,7 +144,8 @@ absl::StatusOr<v1::PutBlockResponse> MemoryStoreService::ReceiveAndPut(
 grpc::Status MemoryStoreService::GetBlock(grpc::ServerContext* context,
                                           const v1::GetBlockRequest* request,
                                           grpc::ServerWriter<v1::GetBlockResponse>* writer) {
-  CallRecord record(metrics_, "GetBlock");
+  CallRecord record(this, "GetBlock");
+  if (record.draining()) return record.Unavailable();
   absl::StatusOr<std::string> tenant = AuthenticateTenant(tokens_, *context);
   if (!tenant.ok()) return record.Finish(tenant.status());
   return record.Finish(StreamBlock(*tenant, context, *request, writer, &record.bytes_out_));
@@ -158,7 +185,7 @@ absl::Status MemoryStoreService::StreamBlock(const std::string& tenant,
 grpc::Status MemoryStoreService::GetSessionInfo(grpc::ServerContext* context,
                                                 const v1::GetSessionInfoRequest* request,
                                                 v1::SessionInfo* response) {
-  return Unary(metrics_, "GetSessionInfo", tokens_, context, response,
+  return Unary(this, "GetSessionInfo", tokens_, context, response,
                [&](const std::string& tenant) {
                  return store_->GetSessionInfo(tenant, request->session_id());
                });
@@ -167,7 +194,7 @@ grpc::Status MemoryStoreService::GetSessionInfo(grpc::ServerContext* context,
 grpc::Status MemoryStoreService::ListVersions(grpc::ServerContext* context,
                                               const v1::ListVersionsRequest* request,
                                               v1::ListVersionsResponse* response) {
-  return Unary(metrics_, "ListVersions", tokens_, context, response,
+  return Unary(this, "ListVersions", tokens_, context, response,
                [&](const std::string& tenant) {
                  return store_->ListVersions(tenant, request->session_id());
                });
@@ -176,7 +203,7 @@ grpc::Status MemoryStoreService::ListVersions(grpc::ServerContext* context,
 grpc::Status MemoryStoreService::SetHead(grpc::ServerContext* context,
                                          const v1::SetHeadRequest* request,
                                          v1::SessionInfo* response) {
-  return Unary(metrics_, "SetHead", tokens_, context, response, [&](const std::string& tenant) {
+  return Unary(this, "SetHead", tokens_, context, response, [&](const std::string& tenant) {
     return store_->SetHead(tenant, request->session_id(), request->version(),
                            request->expected_head_version());
   });
@@ -185,7 +212,7 @@ grpc::Status MemoryStoreService::SetHead(grpc::ServerContext* context,
 grpc::Status MemoryStoreService::PinVersion(grpc::ServerContext* context,
                                             const v1::PinVersionRequest* request,
                                             v1::VersionInfo* response) {
-  return Unary(metrics_, "PinVersion", tokens_, context, response,
+  return Unary(this, "PinVersion", tokens_, context, response,
                [&](const std::string& tenant) {
                  return store_->PinVersion(tenant, request->session_id(), request->version(),
                                            request->pinned());
@@ -195,7 +222,7 @@ grpc::Status MemoryStoreService::PinVersion(grpc::ServerContext* context,
 grpc::Status MemoryStoreService::ForkSession(grpc::ServerContext* context,
                                              const v1::StoreForkSessionRequest* request,
                                              v1::SessionInfo* response) {
-  return Unary(metrics_, "ForkSession", tokens_, context, response,
+  return Unary(this, "ForkSession", tokens_, context, response,
                [&](const std::string& tenant) {
                  return store_->Fork(tenant, request->source_session_id(), request->version(),
                                      request->new_session_id());
@@ -205,7 +232,7 @@ grpc::Status MemoryStoreService::ForkSession(grpc::ServerContext* context,
 grpc::Status MemoryStoreService::DeleteSession(grpc::ServerContext* context,
                                                const v1::StoreDeleteSessionRequest* request,
                                                v1::StoreDeleteSessionResponse* response) {
-  return Unary(metrics_, "DeleteSession", tokens_, context, response,
+  return Unary(this, "DeleteSession", tokens_, context, response,
                [&](const std::string& tenant) -> absl::StatusOr<v1::StoreDeleteSessionResponse> {
                  absl::StatusOr<uint32_t> n = store_->Delete(tenant, request->session_id());
                  if (!n.ok()) return n.status();
@@ -218,7 +245,7 @@ grpc::Status MemoryStoreService::DeleteSession(grpc::ServerContext* context,
 grpc::Status MemoryStoreService::ListSessions(grpc::ServerContext* context,
                                               const v1::StoreListSessionsRequest* request,
                                               v1::StoreListSessionsResponse* response) {
-  return Unary(metrics_, "ListSessions", tokens_, context, response,
+  return Unary(this, "ListSessions", tokens_, context, response,
                [&](const std::string& tenant) -> absl::StatusOr<v1::StoreListSessionsResponse> {
                  const uint32_t page_size = request->page_size() == 0 ? 100 : request->page_size();
                  absl::StatusOr<SessionPage> page =

@@ -11,9 +11,11 @@
 #ifndef KVFOLD_MEMORY_SVC_SERVICE_MEMORY_SERVICE_H_
 #define KVFOLD_MEMORY_SVC_SERVICE_MEMORY_SERVICE_H_
 
+#include <atomic>
 #include <string>
 
 #include "absl/status/statusor.h"
+#include "absl/time/time.h"
 #include "common/auth.h"
 #include "kvfold/v1/memory_store.grpc.pb.h"
 #include "memory_svc/service/metrics.h"
@@ -29,6 +31,10 @@ class MemoryStoreService final : public v1::MemoryStore::Service {
   // `store` and `metrics` must outlive the service; `tokens` nullptr = auth off.
   MemoryStoreService(MemoryStore* store, const TokenTable* tokens, Metrics* metrics)
       : store_(store), tokens_(tokens), metrics_(metrics) {}
+
+  // Makes every new call fail with UNAVAILABLE ("draining") and waits up to `timeout` for
+  // the calls in flight to finish. Returns true when none is left.
+  bool Drain(absl::Duration timeout);
 
   grpc::Status PutBlock(grpc::ServerContext* context,
                         grpc::ServerReader<v1::PutBlockRequest>* reader,
@@ -63,9 +69,13 @@ class MemoryStoreService final : public v1::MemoryStore::Service {
                            grpc::ServerWriter<v1::GetBlockResponse>* writer,
                            uint64_t* bytes_out);
 
+  friend class CallRecord;  // counts calls in flight
+
   MemoryStore* store_;
   const TokenTable* tokens_;
   Metrics* metrics_;
+  std::atomic<int> in_flight_{0};
+  std::atomic<bool> draining_{false};
 };
 
 }  // namespace kvfold::memory
