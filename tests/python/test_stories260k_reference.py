@@ -39,6 +39,15 @@ def test_tokenizer_roundtrip():
     assert tok.decode(ids[1:]) == s, tok.decode(ids[1:])
 
 
+def test_long_text_line_encoding():
+    """evaluate.encode_long (line by line) equals llama2.c encode of the whole text."""
+    import evaluate
+    path = require_shared("text", "kjv_genesis.txt")
+    with open(path, encoding="utf-8") as f:
+        text = f.read()[:3000].strip()
+    assert evaluate.encode_long(tok, text) == tok.encode(text)
+
+
 def test_nll_first_100_stories():
     stories = data.read_stories(TEXT)[:100]
     total, n = 0.0, 0
@@ -55,4 +64,5 @@ def test_nll_first_100_stories():
 
 
 if __name__ == "__main__":
-    run_main([test_tokenizer_roundtrip, test_greedy_from_bos_200, test_nll_first_100_stories])
+    run_main([test_tokenizer_roundtrip, test_long_text_line_encoding, test_greedy_from_bos_200,
+              test_nll_first_100_stories])

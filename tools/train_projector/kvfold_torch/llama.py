@@ -138,13 +138,16 @@ class Llama(torch.nn.Module):
         u = F.linear(h, self.w[p + "up_proj.weight"])
         return F.linear(F.silu(g) * u, self.w[p + "down_proj.weight"])
 
-    def forward(self, x, positions, mask, sink=None, collect_layers=1):
+    def forward(self, x, positions, mask, sink=None, collect_layers=1, logits_from=0,
+                sink_rows=None):
         """x: input embeddings [B, T, d]; positions: int [T]; mask: bool [T, T] (True =
         may attend) or [B, T, T].
         sink: optional (S, Wm): StreamingLLM sink mode for a plain token stream; rows
           t >= S + Wm see the S sink keys at their cache positions 0..S-1 from a query at
-          position S + Wm - 1 (see kvfold_torch.memory.sink_mask for the main part).
-        Returns (logits [B, T, V], hiddens): hiddens = list of the residual outputs of the
+          position S + Wm - 1 (the mask must allow the first S columns for those rows).
+          sink_rows: optional bool [T] overriding which rows are such rows.
+        logits_from: logits are computed only for rows >= logits_from (saves work).
+        Returns (logits [B, T - logits_from, V], hiddens): hiddens = list of the residual outputs of the
         last `collect_layers` layers (oldest first), before the final norm."""
         cfg = self.cfg
         cos, sin = rope_cos_sin(cfg, positions)
@@ -159,8 +162,9 @@ class Llama(torch.nn.Module):
             T = x.shape[1]
             fixed = torch.full((T,), S + Wm - 1, dtype=torch.int64)
             cos_f, sin_f = rope_cos_sin(cfg, fixed, seq_len=int(positions.max()) + 1)
-            rows = torch.arange(T)
-            sink_rows = (rows >= S + Wm)[None, None, :, None]
+            if sink_rows is None:
+                sink_rows = torch.arange(T) >= S + Wm
+            sink_rows = sink_rows[None, None, :, None]
         hiddens = []
         for i in range(cfg.num_layers):
             p = f"model.layers.{i}."
@@ -186,7 +190,7 @@ class Llama(torch.nn.Module):
             x = x + self._mlp(i, h)
             if i >= cfg.num_layers - collect_layers:
                 hiddens.append(x)
-        xn = rms_norm(x, self.w["model.norm.weight"], cfg.rms_norm_eps)
+        xn = rms_norm(x[:, logits_from:], self.w["model.norm.weight"], cfg.rms_norm_eps)
         logits = F.linear(xn, self.w["lm_head.weight"])
         return logits, hiddens
 

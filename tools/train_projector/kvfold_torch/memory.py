@@ -29,18 +29,19 @@ def memory_mask(num_mem, n):
     return m
 
 
-def forward_mem_window(model: Llama, mem, tokens, collect_layers=1):
-    """Forward(mem, w). mem [B, M, d] or None; tokens [B, n] -> (logits [B, n, V],
-    hidden [B, n, d * collect_layers]) for the window rows."""
+def forward_mem_window(model: Llama, mem, tokens, collect_layers=1, logits_from=0):
+    """Forward(mem, w). mem [B, M, d] or None; tokens [B, n] -> (logits [B, n - logits_from,
+    V] of window rows >= logits_from, hidden [B, n, d * collect_layers] of all window rows)."""
     x = model.embed(tokens)
     M = 0 if mem is None else mem.shape[1]
     if M:
         x = torch.cat([mem, x], dim=1)
     n = tokens.shape[1]
     pos = torch.cat([torch.zeros(M, dtype=torch.int64), torch.arange(1, n + 1)])
-    logits, hiddens = model.forward(x, pos, memory_mask(M, n), collect_layers=collect_layers)
+    logits, hiddens = model.forward(x, pos, memory_mask(M, n), collect_layers=collect_layers,
+                                    logits_from=M + logits_from)
     hidden = torch.cat(hiddens, dim=-1)
-    return logits[:, M:], hidden[:, M:]
+    return logits, hidden[:, M:]
 
 
 def memory_logits(model: Llama, projector, tokens, window_size=None, chunk_size=None,
@@ -58,8 +59,8 @@ def memory_logits(model: Llama, projector, tokens, window_size=None, chunk_size=
     while True:
         s = k * C
         seg = tokens[:, s:s + W + C]
-        logits, hidden = forward_mem_window(model, mem, seg, L)
-        out.append(logits if k == 0 else logits[:, W:])
+        logits, hidden = forward_mem_window(model, mem, seg, L, 0 if k == 0 else W)
+        out.append(logits)
         if s + W + C >= N:
             break
         mem = projector(mem, hidden[:, :C])

@@ -27,11 +27,11 @@ class Llama2cTokenizer:
             self.lookup.setdefault(p, i)
         self.vocab_size = len(self.pieces)
 
-    def encode(self, text: str, bos=True, eos=False):
+    def encode(self, text: str, bos=True, eos=False, dummy_prefix=True):
         ids = []
         if bos:
             ids.append(1)
-        if text:
+        if text and dummy_prefix:
             ids.append(self.lookup[b" "])
         for ch in text:
             b = ch.encode("utf-8")

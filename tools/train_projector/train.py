@@ -1,0 +1,276 @@
+#!/usr/bin/python3
+"""Train a kvfold MemoryProjector by distillation (issue 6; docs/training.md).
+
+The base model is frozen; only the projector trains. Per batch of documents:
+  teacher = the base model with full causal context;
+  student = memory mode in teacher-forced segments (kvfold_torch.memory.memory_logits),
+            gradients flowing through the whole chain of folds;
+  loss    = 0.6 * NLL(student) + 0.4 * T^2 * KL(teacher_T || student_T), T = 2,
+            over the positions whose context reaches past the window (rows t >= W + C),
+            each weighted 1, or 1 + --recall-weight when its target token occurs earlier in
+            the document ONLY outside the student's current window (the leakage control:
+            those targets can only be predicted from memory).
+Held-out: the LAST --heldout stories of the text are never read for training or tuning;
+the --val stories before them are a small validation split for monitoring.
+Deterministic: batch order is a seeded permutation per epoch, derived from the step, so a
+resumed run (--resume) replays exactly the batches an uninterrupted one would.
+"""
+import argparse
+import csv
+import json
+import math
+import os
+import subprocess
+import sys
+import time
+
+sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
+
+import numpy as np  # noqa: E402
+import torch  # noqa: E402
+import torch.nn.functional as F  # noqa: E402
+
+from kvfold_torch import data, llama, memory, projector, tokenizer  # noqa: E402
+
+
+def parse_args(argv=None):
+    ap = argparse.ArgumentParser(description=__doc__,
+                                 formatter_class=argparse.RawDescriptionHelpFormatter)
+    ap.add_argument("--model", required=True, help="HF dir or llama2.c .bin")
+    ap.add_argument("--tokenizer", required=True, help="llama2.c tokenizer.bin")
+    ap.add_argument("--text", required=True, help="stories separated by <|endoftext|>")
+    ap.add_argument("--out", required=True, help="output dir (projector + logs + ckpt)")
+    ap.add_argument("--heldout", type=int, default=200)
+    ap.add_argument("--val", type=int, default=50)
+    ap.add_argument("--max-len", type=int, default=512)
+    ap.add_argument("--mem-slots", type=int, default=16)
+    ap.add_argument("--window", type=int, default=64)
+    ap.add_argument("--chunk", type=int, default=32)
+    ap.add_argument("--heads", type=int, default=8)
+    ap.add_argument("--ffn-mult", type=int, default=4)
+    ap.add_argument("--input-layers", type=int, default=1, choices=[1, 3])
+    ap.add_argument("--steps", type=int, default=600)
+    ap.add_argument("--batch", type=int, default=16)
+    ap.add_argument("--lr", type=float, default=2e-3)
+    ap.add_argument("--warmup", type=int, default=30)
+    ap.add_argument("--weight-decay", type=float, default=0.01)
+    ap.add_argument("--temperature", type=float, default=2.0)
+    ap.add_argument("--nll-weight", type=float, default=0.6)
+    ap.add_argument("--kl-weight", type=float, default=0.4)
+    ap.add_argument("--recall-weight", type=float, default=2.0)
+    ap.add_argument("--memory-only-frac", type=float, default=0.0,
+                    help="fraction of batches trained with W = 0 (memory_only)")
+    ap.add_argument("--seed", type=int, default=1234)
+    ap.add_argument("--threads", type=int, default=2)
+    ap.add_argument("--ckpt-every", type=int, default=50)
+    ap.add_argument("--val-every", type=int, default=100)
+    ap.add_argument("--resume", action="store_true")
+    ap.add_argument("--model-fingerprint", default="")
+    ap.add_argument("--kvfold", default="", help="kvfold binary for `info --json`")
+    return ap.parse_args(argv)
+
+
+def model_fingerprint(args):
+    if args.model_fingerprint:
+        return args.model_fingerprint
+    cands = [args.kvfold] if args.kvfold else []
+    root = os.path.abspath(os.path.join(os.path.dirname(__file__), "..", ".."))
+    for b in sorted(os.listdir(root)):
+        if b.startswith("build"):
+            cands.append(os.path.join(root, b, "tools", "kvfold", "kvfold"))
+    for c in cands:
+        if c and os.path.exists(c):
+            r = subprocess.run([c, "info", "--model", args.model, "--json"],
+                               capture_output=True, text=True)
+            if r.returncode == 0:
+                return json.loads(r.stdout)["model_fingerprint"]
+    print("warning: no model fingerprint (give --model-fingerprint or --kvfold)",
+          file=sys.stderr)
+    return ""
+
+
+def recall_mask(tokens, W, C):
+    """[B, N] bool over ROWS t (predicting tokens[t + 1]): the target occurs in
+    tokens[0 : start of the student's window at row t] and not inside that window."""
+    B, N = tokens.shape
+    out = np.zeros((B, N), dtype=bool)
+    tk = tokens.numpy()
+    for b in range(B):
+        row = tk[b]
+        for t in range(W + C, N - 1):
+            k = (t - W) // C
+            s = k * C
+            tgt = row[t + 1]
+            if tgt in row[s:t + 1]:
+                continue
+            if tgt in row[:s]:
+                out[b, t] = True
+    return torch.from_numpy(out)
+
+
+def batch_tokens(docs, idx, pad=0):
+    n = max(len(docs[i]) for i in idx)
+    t = torch.full((len(idx), n), pad, dtype=torch.int64)
+    valid = torch.zeros((len(idx), n), dtype=torch.bool)
+    for j, i in enumerate(idx):
+        t[j, :len(docs[i])] = torch.tensor(docs[i])
+        valid[j, :len(docs[i])] = True
+    return t, valid
+
+
+def distill_loss(student, teacher, tokens, weights, T, a_nll, a_kl):
+    """Weighted mean over rows with weight > 0 (rows predict tokens[t + 1])."""
+    s = student[:, :-1]
+    te = teacher[:, :-1]
+    tgt = tokens[:, 1:]
+    w = weights[:, :-1]
+    nll = F.cross_entropy(s.reshape(-1, s.shape[-1]), tgt.reshape(-1),
+                          reduction="none").view_as(tgt)
+    lt = F.log_softmax(te / T, dim=-1)
+    ls = F.log_softmax(s / T, dim=-1)
+    kl = (lt.exp() * (lt - ls)).sum(-1)
+    denom = w.sum().clamp_min(1.0)
+    nll_m = (nll * w).sum() / denom
+    kl_m = (kl * w).sum() / denom
+    loss = a_nll * nll_m + a_kl * T * T * kl_m
+    return loss, nll_m.detach(), kl_m.detach()
+
+
+def row_weights(tokens, valid, W, C, recall_w):
+    B, N = tokens.shape
+    rows = torch.arange(N)[None, :].expand(B, N)
+    nxt_valid = torch.zeros_like(valid)
+    nxt_valid[:, :-1] = valid[:, 1:]
+    w = ((rows >= W + C) & nxt_valid).float()
+    if recall_w:
+        w = w * (1 + recall_w * recall_mask(tokens, W, C).float())
+    return w
+
+
+@torch.no_grad()
+def validate(model, proj, docs, W, C, batch):
+    """Mean NLL of memory mode and of full context over rows t >= W + C (val split)."""
+    tot_m = tot_f = n = 0.0
+    for i in range(0, len(docs), batch):
+        t, valid = batch_tokens(docs, list(range(i, min(i + batch, len(docs)))))
+        w = row_weights(t, valid, W, C, 0.0)[:, :-1]
+        tgt = t[:, 1:]
+        for logits, acc in ((memory.memory_logits(model, proj, t, window_size=W), "m"),
+                            (memory.full_logits(model, t), "f")):
+            nll = F.cross_entropy(logits[:, :-1].reshape(-1, logits.shape[-1]),
+                                  tgt.reshape(-1), reduction="none").view_as(tgt)
+            v = (nll * w).sum().item()
+            if acc == "m":
+                tot_m += v
+            else:
+                tot_f += v
+        n += w.sum().item()
+    return tot_m / n, tot_f / n
+
+
+def lr_at(step, args):
+    if step < args.warmup:
+        return args.lr * (step + 1) / args.warmup
+    p = (step - args.warmup) / max(1, args.steps - args.warmup)
+    return args.lr * (0.1 + 0.9 * 0.5 * (1 + math.cos(math.pi * p)))
+
+
+def main(argv=None):
+    args = parse_args(argv)
+    torch.set_num_threads(args.threads)
+    torch.manual_seed(args.seed)
+    os.makedirs(args.out, exist_ok=True)
+    W, C = args.window, args.chunk
+
+    model = llama.load_model(args.model)
+    tok = tokenizer.Llama2cTokenizer(args.tokenizer)
+    stories = data.read_stories(args.text)
+    train_st, _heldout = data.split_train_heldout(stories, args.heldout)
+    train_st, val_st = train_st[:-args.val], train_st[-args.val:]
+    need = W + C + 2
+    train_docs = [d for d in data.encode_stories(tok, train_st, args.max_len) if len(d) >= need]
+    val_docs = [d for d in data.encode_stories(tok, val_st, args.max_len) if len(d) >= need]
+    print(f"train docs {len(train_docs)} (of {len(train_st)}), val docs {len(val_docs)}, "
+          f"held out (unused) {len(_heldout)}", file=sys.stderr)
+
+    emb = model.w["model.embed_tokens.weight"]
+    embed_rms = float(emb.pow(2).mean().sqrt())
+    proj = projector.MemoryProjector(args.mem_slots, model.cfg.hidden_size, args.heads,
+                                     args.ffn_mult, C, W, args.input_layers,
+                                     embed_rms=embed_rms, seed=args.seed)
+    opt = torch.optim.AdamW(proj.parameters(), lr=args.lr, weight_decay=args.weight_decay)
+    ckpt_path = os.path.join(args.out, "checkpoint.pt")
+    log_path = os.path.join(args.out, "loss_curve.csv")
+    step, history, elapsed0 = 0, [], 0.0
+    if args.resume and os.path.exists(ckpt_path):
+        ck = torch.load(ckpt_path)
+        proj.load_state_dict(ck["projector"])
+        opt.load_state_dict(ck["optimizer"])
+        step, history, elapsed0 = ck["step"], ck["history"], ck.get("elapsed", 0.0)
+        print(f"resumed at step {step}", file=sys.stderr)
+
+    def save_ckpt():
+        tmp = ckpt_path + ".tmp"
+        torch.save({"projector": proj.state_dict(), "optimizer": opt.state_dict(),
+                    "step": step, "history": history, "elapsed": elapsed,
+                    "args": vars(args)}, tmp)
+        os.replace(tmp, ckpt_path)
+        with open(log_path, "w", newline="") as f:
+            wr = csv.writer(f)
+            wr.writerow(["step", "loss", "nll", "kl", "lr", "val_mem_nll", "val_full_nll",
+                         "elapsed_s"])
+            wr.writerows(history)
+
+    per_epoch = len(train_docs) // args.batch
+    t0 = time.time()
+    elapsed = elapsed0
+    ema = None
+    while step < args.steps:
+        epoch, j = divmod(step, per_epoch)
+        perm = np.random.default_rng(args.seed + epoch).permutation(len(train_docs))
+        idx = perm[j * args.batch:(j + 1) * args.batch].tolist()
+        step_rng = np.random.default_rng([args.seed, step])
+        Wb = 0 if step_rng.random() < args.memory_only_frac else W
+        tokens, valid = batch_tokens(train_docs, idx)
+        weights = row_weights(tokens, valid, Wb, C, args.recall_weight)
+        for g in opt.param_groups:
+            g["lr"] = lr_at(step, args)
+        with torch.no_grad():
+            teacher = memory.full_logits(model, tokens)
+        student = memory.memory_logits(model, proj, tokens, window_size=Wb)
+        loss, nll, kl = distill_loss(student, teacher, tokens, weights, args.temperature,
+                                     args.nll_weight, args.kl_weight)
+        opt.zero_grad(set_to_none=True)
+        loss.backward()
+        torch.nn.utils.clip_grad_norm_(proj.parameters(), 1.0)
+        opt.step()
+        step += 1
+        elapsed = elapsed0 + time.time() - t0
+        ema = loss.item() if ema is None else 0.95 * ema + 0.05 * loss.item()
+        vm = vf = ""
+        if step % args.val_every == 0 or step == args.steps:
+            vm, vf = validate(model, proj, val_docs, W, C, args.batch)
+            vm, vf = round(vm, 5), round(vf, 5)
+        history.append([step, round(loss.item(), 5), round(nll.item(), 5), round(kl.item(), 5),
+                        f"{lr_at(step - 1, args):.3g}", vm, vf, round(elapsed, 1)])
+        bar = "#" * int(30 * step / args.steps)
+        print(f"\r[{bar:<30}] step {step}/{args.steps} loss {loss.item():.4f} "
+              f"(ema {ema:.4f}) nll {nll.item():.4f} kl {kl.item():.4f} W={Wb} "
+              f"{elapsed:.0f}s" + (f" val mem {vm} full {vf}" if vm != "" else ""),
+              file=sys.stderr, end="\n" if vm != "" or step % 10 == 0 else "", flush=True)
+        if step % args.ckpt_every == 0 or step == args.steps:
+            save_ckpt()
+    print("", file=sys.stderr)
+    save_ckpt()
+    proj.save(args.out, model_fingerprint(args))
+    with open(os.path.join(args.out, "train_config.json"), "w") as f:
+        json.dump({"args": vars(args), "embed_rms": embed_rms,
+                   "train_docs": len(train_docs), "val_docs": len(val_docs),
+                   "elapsed_s": round(elapsed, 1)}, f, indent=2)
+        f.write("\n")
+    print(f"wrote {args.out}/projector.json, projector.safetensors", file=sys.stderr)
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
