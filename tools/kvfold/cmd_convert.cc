@@ -1,0 +1,62 @@
+// `kvfold convert --llama2c FILE --out DIR [--tokenizer FILE] [--dtype f32|f16|bf16]`:
+// a llama2.c checkpoint to an HF-style directory (config.json + model.safetensors, HF
+// tensor names and rotate_half q/k layout). With f32 (the default) the fingerprint is
+// unchanged. --tokenizer copies the tokenizer file next to the model.
+#include <cstdio>
+#include <filesystem>
+
+#include "inference_svc/model/model_file.h"
+#include "tools/kvfold/cli_engine.h"
+#include "tools/kvfold/command.h"
+
+namespace kvfold::cli {
+namespace {
+
+constexpr char kUsage[] =
+    "usage: kvfold convert --llama2c FILE --out DIR [--tokenizer FILE] [--dtype f32|f16|bf16]\n";
+
+int RunConvert(int argc, char** argv) {
+  auto flags = ParseEngineFlags(argc, argv, {"llama2c", "out", "tokenizer", "dtype"}, {"help"});
+  if (!flags.ok() || flags->count("help") || !flags->count("llama2c") || !flags->count("out")) {
+    if (!flags.ok()) std::fprintf(stderr, "kvfold convert: %s\n", std::string(flags.status().message()).c_str());
+    std::fprintf(flags.ok() && flags->count("help") ? stdout : stderr, "%s", kUsage);
+    return flags.ok() && flags->count("help") ? 0 : 2;
+  }
+  const std::string dtype_name = flags->count("dtype") ? flags->at("dtype") : "f32";
+  kernels::DType dtype;
+  if (dtype_name == "f32") {
+    dtype = kernels::DType::kF32;
+  } else if (dtype_name == "f16") {
+    dtype = kernels::DType::kF16;
+  } else if (dtype_name == "bf16") {
+    dtype = kernels::DType::kBF16;
+  } else {
+    std::fprintf(stderr, "kvfold convert: --dtype must be f32, f16 or bf16\n");
+    return 2;
+  }
+  absl::StatusOr<model::ModelFile> m = model::LoadLlama2c(flags->at("llama2c"));
+  if (!m.ok()) return FailWith("convert", m.status());
+  if (absl::Status s = model::WriteHfDirectory(*m, flags->at("out"), dtype); !s.ok()) {
+    return FailWith("convert", s);
+  }
+  if (flags->count("tokenizer")) {
+    namespace fs = std::filesystem;
+    const fs::path src = flags->at("tokenizer");
+    std::error_code ec;
+    fs::copy_file(src, fs::path(flags->at("out")) / src.filename(),
+                  fs::copy_options::overwrite_existing, ec);
+    if (ec) {
+      std::fprintf(stderr, "kvfold convert: cannot copy %s: %s\n", src.c_str(), ec.message().c_str());
+      return 1;
+    }
+  }
+  std::printf("wrote %s (fingerprint of the source: %s)\n", flags->at("out").c_str(),
+              model::Fingerprint(*m).c_str());
+  return 0;
+}
+
+}  // namespace
+}  // namespace kvfold::cli
+
+KVFOLD_REGISTER_COMMAND(convert, "llama2.c checkpoint -> HF safetensors directory",
+                        kvfold::cli::RunConvert);

@@ -1,0 +1,74 @@
+// `kvfold info --model PATH [--json]`: config and fingerprint of a model (HF directory or
+// llama2.c checkpoint). The fingerprint is what projectors and memory blocks record.
+#include <cstdio>
+
+#include "inference_svc/model/model_file.h"
+#include "nlohmann/json.hpp"
+#include "tools/kvfold/cli_engine.h"
+#include "tools/kvfold/command.h"
+
+namespace kvfold::cli {
+namespace {
+
+constexpr char kUsage[] =
+    "usage: kvfold info --model PATH [--json]\n"
+    "Prints the model's config and fingerprint (sha256 over config + tensors).\n";
+
+int RunInfo(int argc, char** argv) {
+  auto flags = ParseEngineFlags(argc, argv, {"model"}, {"json", "help"});
+  if (!flags.ok()) {
+    std::fprintf(stderr, "kvfold info: %s\n%s", std::string(flags.status().message()).c_str(), kUsage);
+    return 2;
+  }
+  if (flags->count("help")) {
+    std::printf("%s", kUsage);
+    return 0;
+  }
+  if (!flags->count("model")) {
+    std::fprintf(stderr, "%s", kUsage);
+    return 2;
+  }
+  absl::StatusOr<model::ModelFile> m = model::LoadModel(flags->at("model"));
+  if (!m.ok()) return FailWith("info", m.status());
+  const model::ModelConfig& c = m->config;
+  size_t bytes = 0;
+  int64_t params = 0;
+  for (const auto& [name, t] : m->tensors) {
+    bytes += t.size_bytes;
+    params += t.numel();
+  }
+  nlohmann::json j;
+  j["model_fingerprint"] = model::Fingerprint(*m);
+  j["source_format"] = m->source_format;
+  j["architecture"] = c.architecture;
+  j["hidden_size"] = c.hidden_size;
+  j["intermediate_size"] = c.intermediate_size;
+  j["num_layers"] = c.num_layers;
+  j["num_heads"] = c.num_heads;
+  j["num_kv_heads"] = c.num_kv_heads;
+  j["head_dim"] = c.head_dim;
+  j["vocab_size"] = c.vocab_size;
+  j["max_position_embeddings"] = c.max_position_embeddings;
+  j["rms_norm_eps"] = c.rms_norm_eps;
+  j["rope_theta"] = c.rope_theta;
+  j["rope_scaling"] = model::RopeScalingName(c.rope_scaling);
+  j["tie_word_embeddings"] = c.tie_word_embeddings;
+  j["qkv_bias"] = c.qkv_bias;
+  j["sliding_window"] = c.sliding_window;
+  j["bos_token_id"] = c.bos_token_id;
+  j["eos_token_ids"] = c.eos_token_ids;
+  j["num_parameters"] = params;
+  j["weight_bytes"] = bytes;
+  j["kv_bytes_per_token_f32"] = int64_t{c.num_layers} * 2 * c.kv_dim() * 4;
+  if (flags->count("json")) {
+    std::printf("%s\n", j.dump(2).c_str());
+  } else {
+    for (const auto& [k, v] : j.items()) std::printf("%-26s %s\n", k.c_str(), v.dump().c_str());
+  }
+  return 0;
+}
+
+}  // namespace
+}  // namespace kvfold::cli
+
+KVFOLD_REGISTER_COMMAND(info, "model config and fingerprint", kvfold::cli::RunInfo);
