@@ -1,0 +1,206 @@
+#include "inference_svc/service/server.h"
+
+#include <chrono>
+#include <cstdio>
+#include <fstream>
+#include <sstream>
+
+#include <grpcpp/ext/proto_server_reflection_plugin.h>
+#include <grpcpp/health_check_service_interface.h>
+#include <grpcpp/security/server_credentials.h>
+#include <grpcpp/server_builder.h>
+
+#include "absl/strings/str_cat.h"
+#include "inference_svc/model/model_file.h"
+#include "inference_svc/service/session_factory.h"
+
+namespace kvfold::service {
+namespace {
+
+absl::StatusOr<std::string> ReadFile(const std::string& path) {
+  std::ifstream in(path, std::ios::binary);
+  if (!in) return absl::NotFoundError(absl::StrCat("cannot read ", path));
+  std::stringstream ss;
+  ss << in.rdbuf();
+  return ss.str();
+}
+
+absl::StatusOr<std::shared_ptr<grpc::ServerCredentials>> ServerCredentials(
+    const ServiceConfig& config) {
+  if (config.tls_cert.empty()) return grpc::InsecureServerCredentials();
+  auto cert = ReadFile(config.tls_cert);
+  if (!cert.ok()) return cert.status();
+  auto key = ReadFile(config.tls_key);
+  if (!key.ok()) return key.status();
+  grpc::SslServerCredentialsOptions ssl(
+      config.tls_client_ca.empty() ? GRPC_SSL_DONT_REQUEST_CLIENT_CERTIFICATE
+                                   : GRPC_SSL_REQUEST_AND_REQUIRE_CLIENT_CERTIFICATE_AND_VERIFY);
+  ssl.pem_key_cert_pairs.push_back({*key, *cert});
+  if (!config.tls_client_ca.empty()) {
+    auto ca = ReadFile(config.tls_client_ca);
+    if (!ca.ok()) return ca.status();
+    ssl.pem_root_certs = *ca;
+  }
+  return grpc::SslServerCredentials(ssl);
+}
+
+}  // namespace
+
+absl::StatusOr<std::unique_ptr<InferenceServer>> InferenceServer::Start(
+    const ServiceConfig& config) {
+  if (absl::Status s = config.Validate(); !s.ok()) return s;
+  auto server = std::unique_ptr<InferenceServer>(new InferenceServer());
+  server->config_ = config;
+  const ServiceConfig& c = server->config_;
+
+  auto backend = kernels::CreateBackend(c.backend, c.threads);
+  if (!backend.ok()) return backend.status();
+  server->backend_ = std::move(*backend);
+  auto model = model::LoadModel(c.model_path);
+  if (!model.ok()) return model.status();
+  engine::EngineOptions engine_options;
+  engine_options.kv_pool_bytes = c.kv_pool_bytes;
+  auto engine = engine::Engine::Create(*model, server->backend_.get(), engine_options);
+  if (!engine.ok()) return engine.status();
+  server->engine_ = std::move(*engine);
+
+  std::string tokenizer_path = c.tokenizer_path;
+  if (tokenizer_path.empty()) {
+    auto found = Tokenizer::FindNextToModel(c.model_path);
+    if (found.ok()) tokenizer_path = *found;
+  }
+  if (!tokenizer_path.empty()) {
+    auto tokenizer = Tokenizer::Load(tokenizer_path);
+    if (!tokenizer.ok()) return tokenizer.status();
+    server->tokenizer_ = std::move(*tokenizer);
+  } else {
+    std::fprintf(stderr, "kvfold-inference: no tokenizer next to %s: token-id prompts only\n",
+                 c.model_path.c_str());
+  }
+  if (!c.projector_path.empty()) {
+    auto projector = memory::Projector::LoadForModel(c.projector_path, server->engine_->fingerprint(),
+                                                     server->engine_->config().hidden_size);
+    if (!projector.ok()) return projector.status();
+    server->projector_ = std::move(*projector);
+  } else if (c.default_mode == v1::KV_MODE_MEMORY || c.default_mode == v1::KV_MODE_MEMORY_ONLY) {
+    server->config_.default_mode = v1::KV_MODE_FULL;
+    std::fprintf(stderr, "kvfold-inference: no --projector: default mode is full\n");
+  }
+  if (!c.tokens_file.empty()) {
+    auto tokens = TokenTable::LoadFile(c.tokens_file);
+    if (!tokens.ok()) return tokens.status();
+    server->tokens_ = std::make_unique<TokenTable>(std::move(*tokens));
+  }
+  StoreGatewayOptions store_options;
+  store_options.address = c.memory_store;
+  store_options.tls_ca = c.memory_store_tls_ca;
+  auto store = StoreGateway::Create(store_options);
+  if (!store.ok()) return store.status();
+  server->store_ = std::move(*store);
+
+  SchedulerOptions scheduler_options;
+  scheduler_options.batching = c.batching;
+  scheduler_options.prefill_chunk_tokens = static_cast<int>(c.prefill_chunk_tokens);
+  scheduler_options.max_active_sessions = static_cast<int>(c.max_active_sessions);
+  server->scheduler_ = std::make_unique<Scheduler>(
+      server->engine_.get(), MakeSessionFactory(server->engine_.get(), server->projector_.get()),
+      scheduler_options);
+
+  ServiceDeps deps;
+  deps.config = &server->config_;
+  deps.engine = server->engine_.get();
+  deps.tokenizer = server->tokenizer_.get();
+  deps.projector = server->projector_.get();
+  deps.projector_fingerprint = server->projector_ ? server->projector_->fingerprint() : "";
+  deps.scheduler = server->scheduler_.get();
+  deps.store = server->store_.get();
+  deps.tokens = server->tokens_.get();
+  server->service_ = std::make_unique<InferenceServiceImpl>(deps);
+
+  auto credentials = ServerCredentials(c);
+  if (!credentials.ok()) return credentials.status();
+  grpc::EnableDefaultHealthCheckService(true);
+  grpc::reflection::InitProtoReflectionServerBuilderPlugin();
+  grpc::ServerBuilder builder;
+  int bound_port = 0;
+  builder.AddListeningPort(c.listen, *credentials, &bound_port);
+  builder.RegisterService(server->service_.get());
+  builder.SetMaxReceiveMessageSize(64 << 20);
+  builder.SetMaxSendMessageSize(64 << 20);
+  server->server_ = builder.BuildAndStart();
+  if (server->server_ == nullptr || bound_port == 0) {
+    return absl::UnavailableError(absl::StrCat("cannot listen on ", c.listen));
+  }
+  const std::string host = c.listen.substr(0, c.listen.rfind(':'));
+  server->address_ = absl::StrCat(host, ":", bound_port);
+  auto* health = server->server_->GetHealthCheckService();
+  health->SetServingStatus(false);
+
+  if (c.metrics_port > 0) {
+    InferenceServer* raw = server.get();
+    auto metrics = MetricsHttpServer::Start(c.metrics_port, [raw] { return raw->MetricsText(); });
+    if (!metrics.ok()) return metrics.status();
+    server->metrics_ = std::move(*metrics);
+  }
+  server->health_thread_ = std::thread([raw = server.get()] { raw->HealthLoop(); });
+  return server;
+}
+
+void InferenceServer::HealthLoop() {
+  // SERVING once the model is loaded (it is, by now) and the store answers; re-checked
+  // every second so the probe follows the store's availability.
+  while (!stopping_.load()) {
+    const bool ok = store_->CheckHealth().ok();
+    if (ok != serving_.load()) {
+      serving_.store(ok);
+      server_->GetHealthCheckService()->SetServingStatus(ok);
+    }
+    for (int i = 0; i < 10 && !stopping_.load(); ++i) {
+      std::this_thread::sleep_for(std::chrono::milliseconds(100));
+    }
+  }
+}
+
+std::string InferenceServer::MetricsText() const {
+  return absl::StrCat(
+      "# TYPE kvfold_kv_pool_bytes gauge\nkvfold_kv_pool_bytes ", scheduler_->kv_pool_bytes(),
+      "\n# TYPE kvfold_kv_used_bytes gauge\nkvfold_kv_used_bytes ", scheduler_->kv_used_bytes(),
+      "\n# TYPE kvfold_active_turns gauge\nkvfold_active_turns ", scheduler_->active_turns(),
+      "\n# TYPE kvfold_queued_turns gauge\nkvfold_queued_turns ", scheduler_->queued_turns(),
+      "\n# TYPE kvfold_decode_steps_total counter\nkvfold_decode_steps_total ",
+      scheduler_->decode_steps(),
+      "\n# TYPE kvfold_decoded_tokens_total counter\nkvfold_decoded_tokens_total ",
+      scheduler_->decoded_tokens(),
+      "\n# TYPE kvfold_session_cache_bytes gauge\nkvfold_session_cache_bytes ",
+      service_->cache().used_bytes(),
+      "\n# TYPE kvfold_session_cache_entries gauge\nkvfold_session_cache_entries ",
+      service_->cache().size(), "\n# TYPE kvfold_serving gauge\nkvfold_serving ",
+      serving_.load() ? 1 : 0, "\n");
+}
+
+void InferenceServer::Shutdown() {
+  if (stopping_.exchange(true)) return;
+  if (health_thread_.joinable()) health_thread_.join();
+  if (server_ != nullptr) {
+    server_->GetHealthCheckService()->SetServingStatus(false);
+    service_->StartDraining();
+    // New calls are refused; handlers in flight finish their turns and checkpoint. Past
+    // the drain deadline gRPC cancels them (their turns are then not committed).
+    server_->Shutdown(std::chrono::system_clock::now() +
+                      std::chrono::milliseconds(static_cast<int64_t>(config_.drain_timeout_s * 1000)));
+  }
+  if (scheduler_ != nullptr) scheduler_->Stop();
+  metrics_.reset();
+}
+
+InferenceServer::~InferenceServer() {
+  Shutdown();
+  // Sessions cached by the service hold engine sessions whose deleter targets the
+  // scheduler (already stopped: it deletes inline). Destroy in dependency order.
+  server_.reset();
+  service_.reset();
+  scheduler_.reset();
+  engine_.reset();
+}
+
+}  // namespace kvfold::service

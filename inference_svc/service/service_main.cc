@@ -1,0 +1,125 @@
+// kvfold-inference: one inference replica. See docs/service.md.
+//
+//   kvfold-inference --model DIR --projector DIR --memory_store 127.0.0.1:7070
+//       --listen 127.0.0.1:7071
+// Prints "kvfold-inference listening on ADDR" once it accepts calls. SIGTERM/SIGINT:
+// refuse new calls, finish and checkpoint the turns in flight, exit 0.
+#include <pthread.h>
+#include <signal.h>
+
+#include <cstdio>
+#include <string>
+
+#include "absl/flags/flag.h"
+#include "absl/flags/parse.h"
+#include "absl/flags/usage.h"
+#include "absl/strings/str_cat.h"
+#include "inference_svc/service/server.h"
+
+ABSL_FLAG(std::string, model, "", "model directory (HF safetensors) or llama2.c checkpoint");
+ABSL_FLAG(std::string, tokenizer, "", "tokenizer file (default: found next to the model)");
+ABSL_FLAG(std::string, projector, "", "projector directory; empty = no memory modes");
+ABSL_FLAG(std::string, memory_store, "127.0.0.1:7070", "kvfold-memory address host:port");
+ABSL_FLAG(std::string, memory_store_tls_ca, "", "PEM CA for TLS to the store (empty: plaintext)");
+ABSL_FLAG(std::string, store_token, "",
+          "bearer token for the store when a caller sent none (callers' tokens are forwarded)");
+ABSL_FLAG(std::string, listen, "127.0.0.1:7071", "listen address (port 0 = any free port)");
+ABSL_FLAG(std::string, backend, "cpu", "engine backend: cpu, cpu-ref, cuda[:N] (when built)");
+ABSL_FLAG(int, threads, 0, "compute threads (0 = all cores)");
+ABSL_FLAG(uint64_t, kv_pool_bytes, 1ull << 30, "KV pool bytes (admission measures against it)");
+ABSL_FLAG(uint64_t, session_cache_bytes, 512ull << 20, "local session cache budget (bytes)");
+ABSL_FLAG(std::string, default_mode, "memory", "full|sliding|sink|memory|memory_only");
+ABSL_FLAG(uint32_t, default_window, 0, "default window (0 = projector's W, or 1024)");
+ABSL_FLAG(uint32_t, default_sink, 4, "default sink tokens (sink mode)");
+ABSL_FLAG(std::string, tls_cert, "", "server certificate (PEM); with --tls_key enables TLS");
+ABSL_FLAG(std::string, tls_key, "", "server private key (PEM)");
+ABSL_FLAG(std::string, tls_client_ca, "", "CA for client certificates: enables mTLS");
+ABSL_FLAG(std::string, tokens_file, "", "bearer tokens file ('<token> <tenant>' lines)");
+ABSL_FLAG(int, metrics_port, 0, "serve /metrics on 127.0.0.1:PORT (0 = off)");
+ABSL_FLAG(std::string, replica_name, "", "name reported in Usage.replica (default: address)");
+ABSL_FLAG(uint32_t, max_prompt_tokens, 65536, "longest prompt accepted (tokens)");
+ABSL_FLAG(uint32_t, max_new_tokens_cap, 4096, "largest max_new_tokens accepted");
+ABSL_FLAG(uint32_t, default_max_new_tokens, 128, "max_new_tokens when a request sets 0");
+ABSL_FLAG(bool, batching, true, "batch all sessions' decode steps into one forward");
+ABSL_FLAG(uint32_t, prefill_chunk_tokens, 256, "prompt tokens per scheduler step");
+ABSL_FLAG(uint32_t, max_active_sessions, 64, "turns running at once (more wait)");
+ABSL_FLAG(double, drain_timeout_s, 30, "SIGTERM: seconds to let turns in flight finish");
+
+namespace {
+
+absl::StatusOr<kvfold::v1::KvMode> ParseMode(const std::string& name) {
+  using kvfold::v1::KvMode;
+  if (name == "full") return kvfold::v1::KV_MODE_FULL;
+  if (name == "sliding") return kvfold::v1::KV_MODE_SLIDING;
+  if (name == "sink") return kvfold::v1::KV_MODE_SINK;
+  if (name == "memory") return kvfold::v1::KV_MODE_MEMORY;
+  if (name == "memory_only") return kvfold::v1::KV_MODE_MEMORY_ONLY;
+  return absl::InvalidArgumentError(absl::StrCat("--default_mode: unknown mode '", name, "'"));
+}
+
+}  // namespace
+
+int main(int argc, char** argv) {
+  absl::SetProgramUsageMessage("kvfold-inference --model DIR --memory_store HOST:PORT [flags]");
+  absl::ParseCommandLine(argc, argv);
+  // Signals are taken by sigwait() below; every thread started from here inherits the mask.
+  sigset_t signals;
+  sigemptyset(&signals);
+  sigaddset(&signals, SIGTERM);
+  sigaddset(&signals, SIGINT);
+  pthread_sigmask(SIG_BLOCK, &signals, nullptr);
+
+  kvfold::service::ServiceConfig c;
+  c.model_path = absl::GetFlag(FLAGS_model);
+  c.tokenizer_path = absl::GetFlag(FLAGS_tokenizer);
+  c.projector_path = absl::GetFlag(FLAGS_projector);
+  c.memory_store = absl::GetFlag(FLAGS_memory_store);
+  c.memory_store_tls_ca = absl::GetFlag(FLAGS_memory_store_tls_ca);
+  c.store_token = absl::GetFlag(FLAGS_store_token);
+  c.listen = absl::GetFlag(FLAGS_listen);
+  c.backend = absl::GetFlag(FLAGS_backend);
+  c.threads = absl::GetFlag(FLAGS_threads);
+  c.kv_pool_bytes = absl::GetFlag(FLAGS_kv_pool_bytes);
+  c.session_cache_bytes = absl::GetFlag(FLAGS_session_cache_bytes);
+  auto mode = ParseMode(absl::GetFlag(FLAGS_default_mode));
+  if (!mode.ok()) {
+    std::fprintf(stderr, "kvfold-inference: %s\n", mode.status().ToString().c_str());
+    return 2;
+  }
+  c.default_mode = *mode;
+  c.default_window = absl::GetFlag(FLAGS_default_window);
+  c.default_sink = absl::GetFlag(FLAGS_default_sink);
+  c.tls_cert = absl::GetFlag(FLAGS_tls_cert);
+  c.tls_key = absl::GetFlag(FLAGS_tls_key);
+  c.tls_client_ca = absl::GetFlag(FLAGS_tls_client_ca);
+  c.tokens_file = absl::GetFlag(FLAGS_tokens_file);
+  c.metrics_port = absl::GetFlag(FLAGS_metrics_port);
+  c.replica_name = absl::GetFlag(FLAGS_replica_name);
+  c.max_prompt_tokens = absl::GetFlag(FLAGS_max_prompt_tokens);
+  c.max_new_tokens_cap = absl::GetFlag(FLAGS_max_new_tokens_cap);
+  c.default_max_new_tokens = absl::GetFlag(FLAGS_default_max_new_tokens);
+  c.batching = absl::GetFlag(FLAGS_batching);
+  c.prefill_chunk_tokens = absl::GetFlag(FLAGS_prefill_chunk_tokens);
+  c.max_active_sessions = absl::GetFlag(FLAGS_max_active_sessions);
+  c.drain_timeout_s = absl::GetFlag(FLAGS_drain_timeout_s);
+  if (absl::Status s = c.Validate(); !s.ok()) {
+    std::fprintf(stderr, "kvfold-inference: %s\n", s.ToString().c_str());
+    return 2;
+  }
+
+  auto server = kvfold::service::InferenceServer::Start(c);
+  if (!server.ok()) {
+    std::fprintf(stderr, "kvfold-inference: %s\n", server.status().ToString().c_str());
+    return 1;
+  }
+  std::printf("kvfold-inference listening on %s\n", (*server)->address().c_str());
+  std::fflush(stdout);
+
+  int signal_number = 0;
+  sigwait(&signals, &signal_number);
+  std::fprintf(stderr, "kvfold-inference: signal %d, draining\n", signal_number);
+  (*server)->Shutdown();
+  server->reset();
+  std::fprintf(stderr, "kvfold-inference: stopped\n");
+  return 0;
+}
