@@ -3,6 +3,8 @@
 #include <algorithm>
 #include <chrono>
 
+#include <grpcpp/create_channel.h>
+
 #include "absl/strings/str_cat.h"
 #include "common/block_checksum.h"
 #include "common/grpc_status.h"
@@ -15,6 +17,18 @@ constexpr size_t kMaxChunkBytes = 1 << 20;
 std::string_view StdView(absl::string_view s) { return std::string_view(s.data(), s.size()); }
 
 }  // namespace
+
+grpc::ChannelArguments StoreChannelArguments() {
+  grpc::ChannelArguments args;
+  args.SetInt(GRPC_ARG_HTTP2_STREAM_LOOKAHEAD_BYTES, 8 << 20);
+  args.SetMaxReceiveMessageSize(4 << 20);
+  return args;
+}
+
+std::shared_ptr<grpc::Channel> CreateStoreChannel(
+    const std::string& target, const std::shared_ptr<grpc::ChannelCredentials>& credentials) {
+  return grpc::CreateCustomChannel(target, credentials, StoreChannelArguments());
+}
 
 void SealBlockHeader(v1::MemoryBlockHeader* header, absl::string_view payload) {
   header->set_payload_size(payload.size());

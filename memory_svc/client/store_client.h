@@ -18,6 +18,8 @@
 
 #include <grpcpp/channel.h>
 #include <grpcpp/client_context.h>
+#include <grpcpp/security/credentials.h>
+#include <grpcpp/support/channel_arguments.h>
 
 #include <cstdint>
 #include <memory>
@@ -51,6 +53,15 @@ struct StoreBlock {
   v1::MemoryBlockHeader header;
   std::string payload;
 };
+
+// Channel arguments tuned for 0.5-2 MiB blocks: an 8 MiB HTTP/2 stream window, so that a
+// whole block is in flight at once instead of the window growing from 64 KiB per stream
+// (2-3x faster GetBlock in bench_memory_store).
+grpc::ChannelArguments StoreChannelArguments();
+
+// grpc::CreateCustomChannel(target, credentials, StoreChannelArguments()).
+std::shared_ptr<grpc::Channel> CreateStoreChannel(
+    const std::string& target, const std::shared_ptr<grpc::ChannelCredentials>& credentials);
 
 // Sets header->payload_size = payload.size() and header->checksum to the block checksum
 // (common/block_checksum.h), as the store requires.
