@@ -1,7 +1,11 @@
-// SentencePiece .model files through Debian's libsentencepiece (encode is exactly
-// libsentencepiece's; decode follows the Tokenizer contract, which matches
-// SentencePieceProcessor::DecodeIds on the vocabularies tested in
-// tests/inference_svc/tokenizer).
+// SentencePiece .model files, read and encoded natively: the ModelProto is parsed from
+// the wire format and BPE encoding re-implements libsentencepiece 0.1.97 (normalizer
+// with the identity rule, dummy prefix, whitespace escaping and removal, user-defined
+// symbols, best-score-first merges, unused-piece resegmentation, byte fallback, fusion of
+// consecutive unknowns). Debian's libsentencepiece cannot be linked into kvfold's
+// binaries (its bundled protobuf 3.14 clashes with the system protobuf that gRPC uses),
+// so it serves as the test oracle instead: tests/inference_svc/tokenizer compares the two
+// on real text.
 #ifndef KVFOLD_INFERENCE_SVC_TOKENIZER_SENTENCEPIECE_TOKENIZER_H_
 #define KVFOLD_INFERENCE_SVC_TOKENIZER_SENTENCEPIECE_TOKENIZER_H_
 
@@ -9,20 +13,23 @@
 #include <string>
 #include <vector>
 
-#include "inference_svc/tokenizer/sentencepiece_backend.h"
+#include "inference_svc/tokenizer/sentencepiece_model.h"
+#include "inference_svc/tokenizer/string_map.h"
 #include "inference_svc/tokenizer/tokenizer.h"
 
 namespace kvfold {
 
 class SentencePieceTokenizer : public Tokenizer {
  public:
-  // Parses a serialized ModelProto; InvalidArgument with libsentencepiece's message
-  // when it is not one.
+  // Parses a serialized ModelProto. InvalidArgument when it is not one; Unimplemented
+  // for Unigram/word/char models and for normalizers with a precompiled charsmap (e.g.
+  // nmt_nfkc): kvfold implements the BPE + identity normalization of the Llama family.
   static absl::StatusOr<std::unique_ptr<SentencePieceTokenizer>> Parse(
       const std::string& bytes);
 
-  // libsentencepiece's Encode (its normalizer, dummy prefix and byte fallback), with
-  // bos_id() prepended when add_bos and the model has a BOS piece.
+  // libsentencepiece's Encode, with bos_id() prepended when add_bos and the model has a
+  // BOS piece. Never fails on any byte string (invalid UTF-8 becomes U+FFFD first, as in
+  // libsentencepiece).
   absl::StatusOr<std::vector<int32_t>> Encode(std::string_view text,
                                               bool add_bos) const override;
   std::string_view TokenBytes(int32_t id) const override;
@@ -34,23 +41,25 @@ class SentencePieceTokenizer : public Tokenizer {
 
   // The piece as the model stores it (with U+2581), its score, and whether it is a
   // byte-fallback piece. Used to derive equivalent vocabularies in tests.
-  const std::string& piece(int32_t id) const { return pieces_[id]; }
-  float score(int32_t id) const { return scores_[id]; }
-  bool IsByte(int32_t id) const { return is_byte_[id]; }
-  // libsentencepiece's own DecodeIds, for cross-checks.
-  std::string DecodeWithLibrary(std::span<const int32_t> ids) const;
+  const std::string& piece(int32_t id) const { return model_.pieces[id].piece; }
+  float score(int32_t id) const { return model_.pieces[id].score; }
+  bool IsByte(int32_t id) const {
+    return model_.pieces[id].type == tokenizer_internal::SentencePieceModelProto::kByte;
+  }
 
  private:
   SentencePieceTokenizer() = default;
+  std::string Normalize(std::string_view text) const;
 
-  std::unique_ptr<tokenizer_internal::SentencePieceBackend> backend_;
+  tokenizer_internal::SentencePieceModelProto model_;
+  tokenizer_internal::StringMap<int32_t> mergeable_;  // NORMAL, USER_DEFINED, UNUSED
+  tokenizer_internal::StringMap<int32_t> all_pieces_;
+  std::vector<std::string> user_defined_;  // longest first
+  int32_t unk_id_ = -1;
   int32_t bos_id_ = -1;
   int32_t eos_id_ = -1;
-  std::vector<std::string> pieces_;
-  std::vector<float> scores_;
+  int32_t byte_ids_[256];
   std::vector<std::string> token_bytes_;
-  std::vector<bool> is_byte_;
-  std::vector<bool> is_special_;
   std::vector<bool> dummy_space_;
 };
 

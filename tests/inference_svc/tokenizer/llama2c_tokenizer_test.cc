@@ -7,7 +7,7 @@
 
 #include "gmock/gmock.h"
 #include "gtest/gtest.h"
-#include "inference_svc/tokenizer/sentencepiece_tokenizer.h"
+#include "tests/inference_svc/tokenizer/sentencepiece_reference.h"
 #include "tests/inference_svc/tokenizer/test_util.h"
 
 namespace kvfold {
@@ -71,7 +71,7 @@ TEST(Llama2cTokenizerTest, Tok512AgreesWithSentencePieceOnStories) {
   REQUIRE_SHARED(model, "models/stories260K/tok512.model");
   REQUIRE_SHARED(stories_path, "text/tinystories_train_sample.txt");
   auto tok = MustLoad(bin);
-  auto sp = MustLoad(model);
+  auto sp = ::kvfold::testing::SentencePieceReference::LoadFile(model);  // libsentencepiece
   ASSERT_NE(tok, nullptr);
   ASSERT_NE(sp, nullptr);
   const auto stories = FirstStories(ReadAll(stories_path), 100);
@@ -86,7 +86,7 @@ TEST(Llama2cTokenizerTest, Tok512AgreesWithSentencePieceOnStories) {
     predicted += std::min<size_t>(a.size(), 512) - 1;
     EXPECT_EQ(tok->Decode(a), stories[i]) << "story " << i;
     if (stories[i].find("  ") == std::string::npos) {
-      ASSERT_EQ(a, MustEncode(*sp, stories[i], true)) << "story " << i;
+      ASSERT_EQ(a, sp->EncodeIds(stories[i], true)) << "story " << i;
       continue;
     }
     ++with_double_space;
@@ -94,7 +94,7 @@ TEST(Llama2cTokenizerTest, Tok512AgreesWithSentencePieceOnStories) {
     for (char c : stories[i]) {
       if (!(c == ' ' && !collapsed.empty() && collapsed.back() == ' ')) collapsed += c;
     }
-    ASSERT_EQ(MustEncode(*tok, collapsed, true), MustEncode(*sp, stories[i], true))
+    ASSERT_EQ(MustEncode(*tok, collapsed, true), sp->EncodeIds(stories[i], true))
         << "story " << i;
   }
   EXPECT_GT(total, 30000u);
@@ -124,7 +124,7 @@ TEST(Llama2cTokenizerTest, Llama2AgreesWithSentencePieceOnRealText) {
   REQUIRE_SHARED(stories_path, "text/tinystories_train_sample.txt");
   REQUIRE_SHARED(genesis_path, "text/kjv_genesis.txt");
   auto tok = MustLoad(bin);
-  auto sp = MustLoad(model);
+  auto sp = ::kvfold::testing::SentencePieceReference::LoadFile(model);  // libsentencepiece
   ASSERT_NE(tok, nullptr);
   ASSERT_NE(sp, nullptr);
   std::vector<std::string> texts = FirstStories(ReadAll(stories_path), 30);
@@ -136,7 +136,7 @@ TEST(Llama2cTokenizerTest, Llama2AgreesWithSentencePieceOnRealText) {
                   "日本語のテキスト, 한국어, emoji \xF0\x9F\x8E\x89\xF0\x9F\x91\x8D\xF0\x9F\x8F\xBD!");
   for (size_t i = 0; i < texts.size(); ++i) {
     const auto a = MustEncode(*tok, texts[i], true);
-    ASSERT_EQ(a, MustEncode(*sp, texts[i], true)) << "text " << i;
+    ASSERT_EQ(a, sp->EncodeIds(texts[i], true)) << "text " << i;
     EXPECT_EQ(tok->Decode(a), texts[i]) << "text " << i;
   }
 }
