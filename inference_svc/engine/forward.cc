@@ -392,7 +392,15 @@ absl::Status Engine::ForwardChunk(std::span<const SequenceInput> inputs,
           result->logits_storage.data() + (static_cast<size_t>(first_dst) + b) * c.vocab_size));
     }
   }
-  return be.Synchronize(st);
+  KVFOLD_RETURN_IF_ERROR(be.Synchronize(st));
+  // Windowed policies keep only the last `window` main entries between calls.
+  for (size_t i = 0; i < num; ++i) {
+    if (row_count[i] == 0) continue;
+    KvCache& cache = *inputs[i].cache;
+    const int w = cache.policy().window;
+    if (w > 0 && cache.main_len() > w) cache.DropFront(cache.main_len() - w);
+  }
+  return absl::OkStatus();
 }
 
 }  // namespace kvfold::engine

@@ -56,7 +56,8 @@ void AttentionReference(const AttentionArgs& a, std::vector<float>& scratch) {
   const int q_dim = sh.num_heads * hd;
   const int kv_dim = sh.num_kv_heads * hd;
   const int group = sh.num_heads / sh.num_kv_heads;
-  std::vector<float> krot(hd);
+  float krot_buf[1024];  // head_dim <= 1024 (ModelConfig::Validate)
+  float* krot = krot_buf;
   for (int64_t r = 0; r < a.n; ++r) {
     KeyRef keys{a, a.rows + r * kAttnRowFields, kv_dim};
     const int nk = keys.num_keys();
@@ -70,7 +71,7 @@ void AttentionReference(const AttentionArgs& a, std::vector<float>& scratch) {
         int pos;
         const int64_t off = keys.Locate(idx, &pos);
         RotateHalf(a.k_cache + off + kvh * hd, a.rope + static_cast<int64_t>(pos) * hd, hd,
-                   krot.data());
+                   krot);
         float dot = 0.0f;
         for (int d = 0; d < hd; ++d) dot += q[d] * krot[d];
         scratch[idx] = dot * sh.scale;

@@ -19,27 +19,27 @@ ThreadPool::~ThreadPool() {
   for (auto& t : workers_) t.join();
 }
 
-void ThreadPool::ParallelFor(int64_t n, int64_t grain,
-                             const std::function<void(int64_t, int64_t, int)>& fn) {
+void ThreadPool::Run(int64_t n, int64_t grain, Trampoline fn, void* ctx) {
   if (n <= 0) return;
   grain = std::max<int64_t>(1, grain);
   const int64_t units = (n + grain - 1) / grain;
   const int threads = static_cast<int>(std::min<int64_t>(num_threads_, units));
   if (threads <= 1) {
-    fn(0, n, 0);
+    fn(ctx, 0, n, 0);
     return;
   }
   const int64_t chunk = ((units + threads - 1) / threads) * grain;
   {
     std::lock_guard<std::mutex> lock(mu_);
-    fn_ = &fn;
+    fn_ = fn;
+    ctx_ = ctx;
     n_ = n;
     chunk_ = chunk;
     pending_ = num_threads_ - 1;
     ++generation_;
   }
   work_cv_.notify_all();
-  fn(0, std::min(n, chunk), 0);
+  fn(ctx, 0, std::min(n, chunk), 0);
   std::unique_lock<std::mutex> lock(mu_);
   done_cv_.wait(lock, [this] { return pending_ == 0; });
   fn_ = nullptr;
@@ -48,7 +48,8 @@ void ThreadPool::ParallelFor(int64_t n, int64_t grain,
 void ThreadPool::WorkerLoop(int index) {
   uint64_t seen = 0;
   while (true) {
-    const std::function<void(int64_t, int64_t, int)>* fn;
+    Trampoline fn;
+    void* ctx;
     int64_t begin, end;
     {
       std::unique_lock<std::mutex> lock(mu_);
@@ -56,10 +57,11 @@ void ThreadPool::WorkerLoop(int index) {
       if (stop_) return;
       seen = generation_;
       fn = fn_;
+      ctx = ctx_;
       begin = std::min(n_, chunk_ * index);
       end = std::min(n_, begin + chunk_);
     }
-    if (begin < end) (*fn)(begin, end, index);
+    if (begin < end) fn(ctx, begin, end, index);
     {
       std::lock_guard<std::mutex> lock(mu_);
       if (--pending_ == 0) done_cv_.notify_one();

@@ -6,7 +6,6 @@
 
 #include <condition_variable>
 #include <cstdint>
-#include <functional>
 #include <mutex>
 #include <thread>
 #include <vector>
@@ -24,10 +23,16 @@ class ThreadPool {
 
   // Calls fn(begin, end, thread_index) over disjoint ranges covering [0, n). Ranges are
   // multiples of `grain` except the last. Blocks until all are done. Not reentrant.
-  void ParallelFor(int64_t n, int64_t grain,
-                   const std::function<void(int64_t, int64_t, int)>& fn);
+  // Allocation-free (no std::function): the decode loop goes through here.
+  template <typename Fn>
+  void ParallelFor(int64_t n, int64_t grain, Fn& fn) {
+    Run(n, grain, [](void* ctx, int64_t b, int64_t e, int t) { (*static_cast<Fn*>(ctx))(b, e, t); },
+        &fn);
+  }
 
  private:
+  using Trampoline = void (*)(void* ctx, int64_t begin, int64_t end, int thread);
+  void Run(int64_t n, int64_t grain, Trampoline fn, void* ctx);
   void WorkerLoop(int index);
 
   int num_threads_;
@@ -35,7 +40,8 @@ class ThreadPool {
   std::mutex mu_;
   std::condition_variable work_cv_;
   std::condition_variable done_cv_;
-  const std::function<void(int64_t, int64_t, int)>* fn_ = nullptr;
+  Trampoline fn_ = nullptr;
+  void* ctx_ = nullptr;
   int64_t n_ = 0;
   int64_t chunk_ = 0;
   uint64_t generation_ = 0;

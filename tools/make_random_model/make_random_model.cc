@@ -17,104 +17,15 @@
 #include <vector>
 
 #include "absl/strings/numbers.h"
-#include "common/fp16.h"
-#include "inference_svc/engine/sampler.h"
 #include "inference_svc/model/config.h"
 #include "inference_svc/model/model_file.h"
+#include "inference_svc/model/random_model.h"
 #include "nlohmann/json.hpp"
 
 namespace {
 
 using kvfold::model::ModelConfig;
 using kvfold::model::RopeScaling;
-
-bool ShapeConfig(const std::string& name, ModelConfig* c) {
-  *c = ModelConfig();
-  auto tiny = [&] {
-    c->hidden_size = 64;
-    c->intermediate_size = 160;
-    c->num_layers = 2;
-    c->num_heads = 4;
-    c->num_kv_heads = 2;
-    c->head_dim = 16;
-    c->vocab_size = 256;
-    c->max_position_embeddings = 1024;
-    c->rms_norm_eps = 1e-5f;
-    c->rope_theta = 10000.0f;
-    c->bos_token_id = 1;
-    c->eos_token_ids = {2};
-  };
-  if (name == "llama-3.2-1b" || name == "llama-3.1-8b") {
-    const bool big = name == "llama-3.1-8b";
-    c->hidden_size = big ? 4096 : 2048;
-    c->intermediate_size = big ? 14336 : 8192;
-    c->num_layers = big ? 32 : 16;
-    c->num_heads = 32;
-    c->num_kv_heads = 8;
-    c->head_dim = big ? 128 : 64;
-    c->vocab_size = 128256;
-    c->max_position_embeddings = 131072;
-    c->rms_norm_eps = 1e-5f;
-    c->rope_theta = 500000.0f;
-    c->tie_word_embeddings = !big;
-    c->rope_scaling = RopeScaling::kLlama3;
-    c->rope_factor = big ? 8.0f : 32.0f;
-    c->rope_low_freq_factor = 1.0f;
-    c->rope_high_freq_factor = 4.0f;
-    c->rope_original_max_position = 8192;
-    c->bos_token_id = 128000;
-    c->eos_token_ids = {128001, 128008, 128009};
-  } else if (name == "qwen2.5-0.5b") {
-    c->architecture = "Qwen2ForCausalLM";
-    c->hidden_size = 896;
-    c->intermediate_size = 4864;
-    c->num_layers = 24;
-    c->num_heads = 14;
-    c->num_kv_heads = 2;
-    c->head_dim = 64;
-    c->vocab_size = 151936;
-    c->max_position_embeddings = 32768;
-    c->rms_norm_eps = 1e-6f;
-    c->rope_theta = 1000000.0f;
-    c->tie_word_embeddings = true;
-    c->qkv_bias = true;
-    c->bos_token_id = 151643;
-    c->eos_token_ids = {151645};
-  } else if (name == "tiny") {
-    tiny();
-  } else if (name == "tiny-qwen2") {
-    tiny();
-    c->architecture = "Qwen2ForCausalLM";
-    c->qkv_bias = true;
-    c->rms_norm_eps = 1e-6f;
-  } else if (name == "tiny-mha") {
-    tiny();
-    c->num_kv_heads = 4;
-  } else if (name == "tiny-odd") {
-    tiny();
-    c->hidden_size = 72;
-    c->num_heads = 6;
-    c->num_kv_heads = 2;
-    c->head_dim = 12;
-    c->intermediate_size = 200;
-    c->vocab_size = 263;
-    c->num_layers = 3;
-  } else {
-    return false;
-  }
-  return true;
-}
-
-uint64_t HashName(uint64_t seed, const std::string& name) {
-  uint64_t h = 1469598103934665603ULL ^ seed;
-  for (unsigned char ch : name) h = (h ^ ch) * 1099511628211ULL;
-  return h;
-}
-
-struct Spec {
-  std::vector<int64_t> shape;
-  int kind;  // 0 matrix (std 1/sqrt(fan_in)), 1 norm (1 + U(-0.1, 0.1)), 2 bias, 3 embedding
-};
 
 int Usage() {
   std::fprintf(stderr,
@@ -141,11 +52,12 @@ int main(int argc, char** argv) {
     }
   }
   if (!f.count("shape") || !f.count("out")) return Usage();
-  ModelConfig c;
-  if (!ShapeConfig(f["shape"], &c)) {
-    std::fprintf(stderr, "make_random_model: unknown shape '%s'\n", f["shape"].c_str());
+  absl::StatusOr<ModelConfig> shape = kvfold::model::NamedShape(f["shape"]);
+  if (!shape.ok()) {
+    std::fprintf(stderr, "make_random_model: %s\n", std::string(shape.status().message()).c_str());
     return Usage();
   }
+  ModelConfig c = *shape;
   uint64_t seed = 0;
   int64_t v = 0;
   if (f.count("seed") && !absl::SimpleAtoi(f["seed"], &seed)) return Usage();
@@ -191,29 +103,10 @@ int main(int argc, char** argv) {
   if (dtype != "f32" && dtype != "f16" && dtype != "bf16") return Usage();
   const size_t esize = dtype == "f32" ? 4 : 2;
 
-  // Tensor list (HF names, sorted).
-  std::map<std::string, Spec> specs;
-  const int64_t d = c.hidden_size, ff = c.intermediate_size, q = c.q_dim(), kv = c.kv_dim();
-  specs["model.embed_tokens.weight"] = {{c.vocab_size, d}, 3};
-  specs["model.norm.weight"] = {{d}, 1};
-  if (!c.tie_word_embeddings) specs["lm_head.weight"] = {{c.vocab_size, d}, 0};
-  for (int l = 0; l < c.num_layers; ++l) {
-    using kvfold::model::LayerTensorName;
-    specs[LayerTensorName(l, "input_layernorm.weight")] = {{d}, 1};
-    specs[LayerTensorName(l, "post_attention_layernorm.weight")] = {{d}, 1};
-    specs[LayerTensorName(l, "self_attn.q_proj.weight")] = {{q, d}, 0};
-    specs[LayerTensorName(l, "self_attn.k_proj.weight")] = {{kv, d}, 0};
-    specs[LayerTensorName(l, "self_attn.v_proj.weight")] = {{kv, d}, 0};
-    specs[LayerTensorName(l, "self_attn.o_proj.weight")] = {{d, q}, 0};
-    specs[LayerTensorName(l, "mlp.gate_proj.weight")] = {{ff, d}, 0};
-    specs[LayerTensorName(l, "mlp.up_proj.weight")] = {{ff, d}, 0};
-    specs[LayerTensorName(l, "mlp.down_proj.weight")] = {{d, ff}, 0};
-    if (c.qkv_bias) {
-      specs[LayerTensorName(l, "self_attn.q_proj.bias")] = {{q}, 2};
-      specs[LayerTensorName(l, "self_attn.k_proj.bias")] = {{kv}, 2};
-      specs[LayerTensorName(l, "self_attn.v_proj.bias")] = {{kv}, 2};
-    }
-  }
+  const auto specs = kvfold::model::TensorSpecs(c);
+  const kvfold::model::DType dt = dtype == "f32"   ? kvfold::model::DType::kF32
+                                  : dtype == "f16" ? kvfold::model::DType::kF16
+                                                   : kvfold::model::DType::kBF16;
   nlohmann::json header = nlohmann::json::object();
   uint64_t offset = 0;
   const char* st_dtype = dtype == "f32" ? "F32" : dtype == "f16" ? "F16" : "BF16";
@@ -239,20 +132,8 @@ int main(int argc, char** argv) {
   for (const auto& [name, s] : specs) {
     int64_t n = 1;
     for (int64_t x : s.shape) n *= x;
-    kvfold::engine::Rng rng(HashName(seed, name));
-    const double fan_in = static_cast<double>(s.shape.back());
-    const double scale = s.kind == 0 ? std::sqrt(3.0 / fan_in) : s.kind == 3 ? std::sqrt(3.0) : 0.1;
     buf.resize(static_cast<size_t>(n) * esize);
-    for (int64_t i = 0; i < n; ++i) {
-      float x = static_cast<float>((2.0 * rng.Uniform() - 1.0) * scale);
-      if (s.kind == 1) x += 1.0f;
-      if (esize == 4) {
-        std::memcpy(buf.data() + i * 4, &x, 4);
-      } else {
-        const uint16_t b = dtype == "f16" ? kvfold::Fp32ToFp16(x) : kvfold::Fp32ToBf16(x);
-        std::memcpy(buf.data() + i * 2, &b, 2);
-      }
-    }
+    kvfold::model::FillRandomTensor(name, s, seed, dt, buf.data());
     out.write(buf.data(), static_cast<std::streamsize>(buf.size()));
   }
   if (!out) {

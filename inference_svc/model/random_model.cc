@@ -1,0 +1,199 @@
+#include "inference_svc/model/random_model.h"
+
+#include <cmath>
+#include <cstring>
+#include <memory>
+
+#include "absl/strings/str_cat.h"
+#include "common/fp16.h"
+
+namespace kvfold::model {
+namespace {
+
+// xoshiro256** seeded by splitmix64 (same generator as engine::Rng, kept local so the
+// model library does not depend on the engine).
+class Xoshiro {
+ public:
+  explicit Xoshiro(uint64_t seed) {
+    for (auto& w : s_) {
+      uint64_t z = (seed += 0x9e3779b97f4a7c15ULL);
+      z = (z ^ (z >> 30)) * 0xbf58476d1ce4e5b9ULL;
+      z = (z ^ (z >> 27)) * 0x94d049bb133111ebULL;
+      w = z ^ (z >> 31);
+    }
+  }
+  double Uniform() {
+    const uint64_t result = Rotl(s_[1] * 5, 7) * 9;
+    const uint64_t t = s_[1] << 17;
+    s_[2] ^= s_[0];
+    s_[3] ^= s_[1];
+    s_[1] ^= s_[2];
+    s_[0] ^= s_[3];
+    s_[2] ^= t;
+    s_[3] = Rotl(s_[3], 45);
+    return static_cast<double>(result >> 11) * 0x1.0p-53;
+  }
+
+ private:
+  static uint64_t Rotl(uint64_t x, int k) { return (x << k) | (x >> (64 - k)); }
+  uint64_t s_[4];
+};
+
+uint64_t HashName(uint64_t seed, const std::string& name) {
+  uint64_t h = 1469598103934665603ULL ^ seed;
+  for (unsigned char ch : name) h = (h ^ ch) * 1099511628211ULL;
+  return h;
+}
+
+void Tiny(ModelConfig* c) {
+  c->hidden_size = 64;
+  c->intermediate_size = 160;
+  c->num_layers = 2;
+  c->num_heads = 4;
+  c->num_kv_heads = 2;
+  c->head_dim = 16;
+  c->vocab_size = 256;
+  c->max_position_embeddings = 1024;
+  c->rms_norm_eps = 1e-5f;
+  c->rope_theta = 10000.0f;
+  c->bos_token_id = 1;
+  c->eos_token_ids = {2};
+}
+
+}  // namespace
+
+absl::StatusOr<ModelConfig> NamedShape(const std::string& name) {
+  ModelConfig c;
+  if (name == "llama-3.2-1b" || name == "llama-3.1-8b") {
+    const bool big = name == "llama-3.1-8b";
+    c.hidden_size = big ? 4096 : 2048;
+    c.intermediate_size = big ? 14336 : 8192;
+    c.num_layers = big ? 32 : 16;
+    c.num_heads = 32;
+    c.num_kv_heads = 8;
+    c.head_dim = big ? 128 : 64;
+    c.vocab_size = 128256;
+    c.max_position_embeddings = 131072;
+    c.rms_norm_eps = 1e-5f;
+    c.rope_theta = 500000.0f;
+    c.tie_word_embeddings = !big;
+    c.rope_scaling = RopeScaling::kLlama3;
+    c.rope_factor = big ? 8.0f : 32.0f;
+    c.rope_low_freq_factor = 1.0f;
+    c.rope_high_freq_factor = 4.0f;
+    c.rope_original_max_position = 8192;
+    c.bos_token_id = 128000;
+    c.eos_token_ids = {128001, 128008, 128009};
+  } else if (name == "qwen2.5-0.5b") {
+    c.architecture = "Qwen2ForCausalLM";
+    c.hidden_size = 896;
+    c.intermediate_size = 4864;
+    c.num_layers = 24;
+    c.num_heads = 14;
+    c.num_kv_heads = 2;
+    c.head_dim = 64;
+    c.vocab_size = 151936;
+    c.max_position_embeddings = 32768;
+    c.rms_norm_eps = 1e-6f;
+    c.rope_theta = 1000000.0f;
+    c.tie_word_embeddings = true;
+    c.qkv_bias = true;
+    c.bos_token_id = 151643;
+    c.eos_token_ids = {151645};
+  } else if (name == "tiny") {
+    Tiny(&c);
+  } else if (name == "tiny-qwen2") {
+    Tiny(&c);
+    c.architecture = "Qwen2ForCausalLM";
+    c.qkv_bias = true;
+    c.rms_norm_eps = 1e-6f;
+  } else if (name == "tiny-mha") {
+    Tiny(&c);
+    c.num_kv_heads = 4;
+  } else if (name == "tiny-odd") {
+    Tiny(&c);
+    c.hidden_size = 72;
+    c.num_heads = 6;
+    c.num_kv_heads = 2;
+    c.head_dim = 12;
+    c.intermediate_size = 200;
+    c.vocab_size = 263;
+    c.num_layers = 3;
+  } else {
+    return absl::InvalidArgumentError(absl::StrCat(
+        "unknown shape '", name,
+        "' (llama-3.2-1b, llama-3.1-8b, qwen2.5-0.5b, tiny, tiny-qwen2, tiny-mha, tiny-odd)"));
+  }
+  return c;
+}
+
+std::map<std::string, TensorSpec> TensorSpecs(const ModelConfig& c) {
+  std::map<std::string, TensorSpec> specs;
+  const int64_t d = c.hidden_size, ff = c.intermediate_size, q = c.q_dim(), kv = c.kv_dim();
+  specs["model.embed_tokens.weight"] = {{c.vocab_size, d}, InitKind::kEmbedding};
+  specs["model.norm.weight"] = {{d}, InitKind::kNorm};
+  if (!c.tie_word_embeddings) specs["lm_head.weight"] = {{c.vocab_size, d}, InitKind::kMatrix};
+  for (int l = 0; l < c.num_layers; ++l) {
+    specs[LayerTensorName(l, "input_layernorm.weight")] = {{d}, InitKind::kNorm};
+    specs[LayerTensorName(l, "post_attention_layernorm.weight")] = {{d}, InitKind::kNorm};
+    specs[LayerTensorName(l, "self_attn.q_proj.weight")] = {{q, d}, InitKind::kMatrix};
+    specs[LayerTensorName(l, "self_attn.k_proj.weight")] = {{kv, d}, InitKind::kMatrix};
+    specs[LayerTensorName(l, "self_attn.v_proj.weight")] = {{kv, d}, InitKind::kMatrix};
+    specs[LayerTensorName(l, "self_attn.o_proj.weight")] = {{d, q}, InitKind::kMatrix};
+    specs[LayerTensorName(l, "mlp.gate_proj.weight")] = {{ff, d}, InitKind::kMatrix};
+    specs[LayerTensorName(l, "mlp.up_proj.weight")] = {{ff, d}, InitKind::kMatrix};
+    specs[LayerTensorName(l, "mlp.down_proj.weight")] = {{d, ff}, InitKind::kMatrix};
+    if (c.qkv_bias) {
+      specs[LayerTensorName(l, "self_attn.q_proj.bias")] = {{q}, InitKind::kBias};
+      specs[LayerTensorName(l, "self_attn.k_proj.bias")] = {{kv}, InitKind::kBias};
+      specs[LayerTensorName(l, "self_attn.v_proj.bias")] = {{kv}, InitKind::kBias};
+    }
+  }
+  return specs;
+}
+
+void FillRandomTensor(const std::string& name, const TensorSpec& spec, uint64_t seed,
+                      DType dtype, void* out) {
+  int64_t n = 1;
+  for (int64_t x : spec.shape) n *= x;
+  Xoshiro rng(HashName(seed, name));
+  const double fan_in = static_cast<double>(spec.shape.back());
+  const double scale = spec.kind == InitKind::kMatrix      ? std::sqrt(3.0 / fan_in)
+                       : spec.kind == InitKind::kEmbedding ? std::sqrt(3.0)
+                                                           : 0.1;
+  for (int64_t i = 0; i < n; ++i) {
+    float x = static_cast<float>((2.0 * rng.Uniform() - 1.0) * scale);
+    if (spec.kind == InitKind::kNorm) x += 1.0f;
+    switch (dtype) {
+      case DType::kF16:
+        static_cast<uint16_t*>(out)[i] = Fp32ToFp16(x);
+        break;
+      case DType::kBF16:
+        static_cast<uint16_t*>(out)[i] = Fp32ToBf16(x);
+        break;
+      default:
+        static_cast<float*>(out)[i] = x;
+    }
+  }
+}
+
+ModelFile MakeRandomModel(const ModelConfig& config, uint64_t seed, DType dtype) {
+  ModelFile m;
+  m.config = config;
+  m.source_path = "<random>";
+  m.source_format = "hf";
+  for (const auto& [name, spec] : TensorSpecs(config)) {
+    HostTensor t;
+    t.dtype = dtype;
+    t.shape = spec.shape;
+    t.size_bytes = static_cast<size_t>(t.numel()) * kernels::DTypeSize(dtype);
+    auto storage = std::shared_ptr<char[]>(new char[t.size_bytes]);
+    FillRandomTensor(name, spec, seed, dtype, storage.get());
+    t.data = storage.get();
+    t.keepalive = std::shared_ptr<const void>(storage, storage.get());
+    m.tensors[name] = std::move(t);
+  }
+  return m;
+}
+
+}  // namespace kvfold::model

@@ -1,0 +1,192 @@
+// Plain sessions: export/import continues exactly, batched decode across sessions equals
+// per-session decode, accounting, sampler determinism and RNG save/restore, and the
+// steady-state decode loop performs no heap allocation.
+#include "inference_svc/engine/session.h"
+
+#include <atomic>
+#include <cstdlib>
+#include <new>
+
+#include "gtest/gtest.h"
+#include "inference_svc/engine/sampler.h"
+#include "inference_svc/model/random_model.h"
+
+// Counts heap allocations in this test binary.
+static std::atomic<int64_t> g_allocations{0};
+void* operator new(size_t size) {
+  g_allocations.fetch_add(1, std::memory_order_relaxed);
+  if (void* p = std::malloc(size ? size : 1)) return p;
+  throw std::bad_alloc();
+}
+void operator delete(void* p) noexcept { std::free(p); }
+void operator delete(void* p, size_t) noexcept { std::free(p); }
+
+namespace kvfold::engine {
+namespace {
+
+SamplingParams P(float temperature, int top_k = 0, float top_p = 1.0f, uint64_t seed = 0) {
+  SamplingParams p;
+  p.temperature = temperature;
+  p.top_k = top_k;
+  p.top_p = top_p;
+  p.seed = seed;
+  return p;
+}
+
+struct Rig {
+  model::ModelFile model;
+  std::unique_ptr<kernels::Backend> backend;
+  std::unique_ptr<Engine> engine;
+};
+
+Rig Make(bool reference = false) {
+  Rig s;
+  s.model = model::MakeRandomModel(*model::NamedShape("tiny-odd"), 3, kernels::DType::kF32);
+  kernels::CpuBackendOptions bo;
+  bo.reference = reference;
+  bo.num_threads = 2;
+  s.backend = kernels::CreateCpuBackend(bo);
+  EngineOptions options;
+  options.kv_pool_bytes = 32 << 20;
+  s.engine = std::move(*Engine::Create(s.model, s.backend.get(), options));
+  return s;
+}
+
+std::vector<float> Copy(std::span<const float> s) { return {s.begin(), s.end()}; }
+
+TEST(SessionTest, FullModeExportImportContinuesBitwise) {
+  Rig s = Make();
+  SessionOptions o;
+  auto a = *CreatePlainSession(s.engine.get(), o);
+  ASSERT_TRUE(a->Prefill(std::vector<int32_t>{1, 5, 9, 33, 200, 17}).ok());
+  for (int32_t id : {4, 8, 15}) ASSERT_TRUE(a->Append(id).ok());
+  auto state = a->ExportState();
+  ASSERT_TRUE(state.ok());
+  EXPECT_EQ(state->total_tokens, 9);
+  EXPECT_EQ(state->window_token_ids.size(), 9u);
+  auto b = *CreatePlainSession(s.engine.get(), o);
+  ASSERT_TRUE(b->ImportState(*state).ok());
+  EXPECT_EQ(Copy(a->Logits()), Copy(b->Logits()));
+  for (int32_t id : {16, 23, 42}) {
+    ASSERT_TRUE(a->Append(id).ok());
+    ASSERT_TRUE(b->Append(id).ok());
+    EXPECT_EQ(Copy(a->Logits()), Copy(b->Logits()));
+  }
+  EXPECT_EQ(b->ImportState(*state).code(), absl::StatusCode::kFailedPrecondition);
+}
+
+TEST(SessionTest, SinkStateAndAccounting) {
+  Rig s = Make();
+  SessionOptions o;
+  o.mode = KvMode::kSink;
+  o.window_size = 10;
+  o.sink_tokens = 3;
+  auto a = *CreatePlainSession(s.engine.get(), o);
+  std::vector<int32_t> ids;
+  for (int i = 0; i < 40; ++i) ids.push_back(3 + i);
+  ASSERT_TRUE(a->Prefill(ids).ok());
+  EXPECT_EQ(a->TotalTokens(), 40);
+  EXPECT_EQ(a->ResidentTokens(), 13);
+  auto st = *a->ExportState();
+  EXPECT_EQ(st.sink_token_ids, (std::vector<int32_t>{3, 4, 5}));
+  EXPECT_EQ(st.window_token_ids, std::vector<int32_t>(ids.end() - 10, ids.end()));
+  EXPECT_GT(a->KvBytesResident(), 0u);
+  // Import on a fresh session: same resident ids and the same accounting.
+  auto b = *CreatePlainSession(s.engine.get(), o);
+  ASSERT_TRUE(b->ImportState(st).ok());
+  EXPECT_EQ(b->TotalTokens(), 40);
+  EXPECT_EQ(b->ResidentTokens(), 13);
+  SessionOptions wrong = o;
+  wrong.window_size = 11;
+  auto c = *CreatePlainSession(s.engine.get(), wrong);
+  EXPECT_EQ(c->ImportState(st).code(), absl::StatusCode::kInvalidArgument);
+}
+
+TEST(SessionTest, AppendBatchEqualsSingleAppends) {
+  Rig s = Make();
+  std::vector<std::unique_ptr<Session>> batched, single;
+  const KvMode modes[] = {KvMode::kFull, KvMode::kSliding, KvMode::kSink};
+  for (int i = 0; i < 3; ++i) {
+    SessionOptions o;
+    o.mode = modes[i];
+    o.window_size = 6;
+    o.sink_tokens = 2;
+    batched.push_back(*CreatePlainSession(s.engine.get(), o));
+    single.push_back(*CreatePlainSession(s.engine.get(), o));
+    std::vector<int32_t> prompt(3 + 4 * i, 7 + i);
+    ASSERT_TRUE(batched[i]->Prefill(prompt).ok());
+    ASSERT_TRUE(single[i]->Prefill(prompt).ok());
+  }
+  ForwardResult scratch;
+  std::vector<Session*> ptrs = {batched[0].get(), batched[1].get(), batched[2].get()};
+  for (int step = 0; step < 12; ++step) {
+    std::vector<int32_t> ids = {10 + step, 20 + step, 30 + step};
+    ASSERT_TRUE(AppendBatch(*s.engine, ptrs, ids, &scratch).ok());
+    for (int i = 0; i < 3; ++i) {
+      ASSERT_TRUE(single[i]->Append(ids[i]).ok());
+      EXPECT_EQ(Copy(single[i]->Logits()), Copy(batched[i]->Logits())) << step << " " << i;
+    }
+  }
+}
+
+TEST(SessionTest, SteadyStateDecodeDoesNotAllocate) {
+  Rig s = Make();
+  SessionOptions o;
+  o.mode = KvMode::kSliding;
+  o.window_size = 40;
+  auto a = *CreatePlainSession(s.engine.get(), o);
+  Sampler sampler(s.engine->config().vocab_size, P(0.8f, 20, 0.9f, 7));
+  ASSERT_TRUE(a->Prefill(std::vector<int32_t>{1, 2, 3}).ok());
+  for (int i = 0; i < 200; ++i) ASSERT_TRUE(a->Append(sampler.Sample(a->Logits())).ok());
+  const int64_t before = g_allocations.load();
+  for (int i = 0; i < 100; ++i) ASSERT_TRUE(a->Append(sampler.Sample(a->Logits())).ok());
+  EXPECT_EQ(g_allocations.load() - before, 0);
+}
+
+TEST(SamplerTest, RngMatchesXoshiroAndRestores) {
+  Rng rng(0);
+  EXPECT_EQ(rng.state()[0], 0xe220a8397b1dcdafULL);  // splitmix64(0), first output
+  Rng a(42);
+  for (int i = 0; i < 10; ++i) a.Next();
+  Rng b;
+  b.set_state(a.state());
+  for (int i = 0; i < 100; ++i) EXPECT_EQ(a.Next(), b.Next());
+}
+
+TEST(SamplerTest, DistributionTopKTopPAndGreedy) {
+  const std::vector<float> logits = {std::log(0.5f), std::log(0.3f), std::log(0.15f),
+                                     std::log(0.05f)};
+  EXPECT_EQ(Argmax(logits), 0);
+  Sampler greedy(4, P(0.0f));
+  EXPECT_EQ(greedy.Sample(logits), 0);
+  Sampler t1(4, P(1.0f, 0, 1.0f, 123));
+  int counts[4] = {};
+  for (int i = 0; i < 20000; ++i) ++counts[t1.Sample(logits)];
+  EXPECT_NEAR(counts[0] / 20000.0, 0.5, 0.015);
+  EXPECT_NEAR(counts[1] / 20000.0, 0.3, 0.015);
+  EXPECT_NEAR(counts[3] / 20000.0, 0.05, 0.01);
+  Sampler k2(4, P(1.0f, 2, 1.0f, 5));
+  Sampler p(4, P(1.0f, 0, 0.75f, 5));  // keeps {0, 1}: 0.5 + 0.3 >= 0.75
+  for (int i = 0; i < 2000; ++i) {
+    EXPECT_LT(k2.Sample(logits), 2);
+    EXPECT_LT(p.Sample(logits), 2);
+  }
+  // Same seed, same draws; restored RNG state, same continuation.
+  Sampler x(4, P(0.7f, 0, 1.0f, 99)), y(4, P(0.7f, 0, 1.0f, 99));
+  for (int i = 0; i < 50; ++i) EXPECT_EQ(x.Sample(logits), y.Sample(logits));
+  Sampler z(4, P(0.7f, 0, 1.0f, 1));
+  z.rng().set_state(x.rng().state());
+  for (int i = 0; i < 50; ++i) EXPECT_EQ(x.Sample(logits), z.Sample(logits));
+  EXPECT_FALSE(P(-1.0f).Validate().ok());
+  EXPECT_FALSE(P(1.0f, 0, 1.5f).Validate().ok());
+  SamplingParams stops;
+  stops.stop_token_ids = {9};
+  Sampler st(4, stops);
+  const int eos[] = {2};
+  EXPECT_TRUE(st.IsStop(9, eos));
+  EXPECT_TRUE(st.IsStop(2, eos));
+  EXPECT_FALSE(st.IsStop(3, eos));
+}
+
+}  // namespace
+}  // namespace kvfold::engine
