@@ -44,8 +44,8 @@ std::string RenderTable(const Plan& plan) {
                   " B per token per sequence (scales: ", QuantizationNote(o.kv_dtype),
                   "); sequences = batch ", o.batch_size, " x beams ", o.num_beams, "\n");
   absl::StrAppendFormat(&out,
-                        "  window %d, sink %d, mem_slots %d, chunk %d: memory folds cost W/C = "
-                        "%.2f extra prefill tokens per token (+ M/C = %.2f for memory expansion)\n",
+                        "  window %d, sink %d, mem_slots %d, chunk %d\n  memory folds: W/C = "
+                        "%.2f extra prefill tokens per token (+ M/C = %.2f to expand memory)\n",
                         o.window_size, o.sink_tokens, o.mem_slots, o.chunk_size,
                         static_cast<double>(o.window_size) / o.chunk_size,
                         static_cast<double>(o.mem_slots) / o.chunk_size);

@@ -45,7 +45,7 @@ KV-cache size per kvfold mode, and how many sessions fit on a GPU (docs/planner.
   --mem-slots M        memory slots (default 96)
   --chunk C            fold chunk (default 256)
   --gpu-memory SIZE    e.g. 80GiB, 141GB: adds the KV pool and sessions that fit
-  --reserve X          activation reserve: a size or a percentage (default 10%%)
+  --reserve X          activation reserve: a size, a percentage, or 0 (default 10%%)
   --modes LIST         all (default) or e.g. full,sliding,sink,memory,memory_only
   --json               JSON instead of the table
 
@@ -150,8 +150,11 @@ absl::Status ApplyOptions(const std::map<std::string, std::string>& flags, PlanO
   if (flags.count("reserve")) {
     if (!flags.count("gpu-memory"))
       return absl::InvalidArgumentError("--reserve needs --gpu-memory");
+    // "0" / "0%" = no reserve (reserve_percent 0); "N%" a share of GPU memory; else bytes.
     absl::string_view r = flags.at("reserve");
-    if (absl::EndsWith(r, "%")) {
+    if (r == "0" || r == "0%") {
+      o->reserve_percent = 0;
+    } else if (absl::EndsWith(r, "%")) {
       r.remove_suffix(1);
       absl::StatusOr<uint64_t> pct = planner::ParsePositive("--reserve percentage", r, 99);
       if (!pct.ok()) return pct.status();

@@ -160,6 +160,11 @@ TEST(PlanCliTest, DtypesGeometryAndCapacity) {
   EXPECT_GE((fit + 1) * 2621440000ULL * 100, pool * 95);
   EXPECT_GT(Estimate(j, "memory", 131072)["sessions_fit"], fit);
 
+  Json no_reserve = RunJson(
+      {"--preset", "llama-3.1-8b", "--context", "1k", "--gpu-memory", "80GiB", "--reserve", "0"});
+  EXPECT_EQ(no_reserve["activation_reserve_bytes"], 0);
+  EXPECT_EQ(no_reserve["kv_pool_bytes"], (80ULL << 30) - 16060522496ULL);
+
   Result table = RunPlan({"--preset", "llama-3.1-8b", "--context", "20k", "--gpu-memory", "80GiB",
                           "--reserve", "8GiB"});
   ASSERT_EQ(table.exit_code, 0) << table.err;

@@ -30,7 +30,7 @@ TEST(RenderTableTest, HeaderAndRows) {
   // Header, blank line, column titles, 10 rows, blank line, 3 legend lines.
   int rows = 0;
   for (char c : table) rows += c == '\n';
-  EXPECT_EQ(rows, 5 + 1 + 1 + 10 + 1 + 3);
+  EXPECT_EQ(rows, 6 + 1 + 1 + 10 + 1 + 3);
 }
 
 TEST(RenderTableTest, CapacityColumnsAndWeightsThatDoNotFit) {
