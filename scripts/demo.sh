@@ -135,7 +135,7 @@ PROMPTS=(
 
 SESSION=demo-session
 "$KVFOLD_BIN" sessions ls --target "${ADDR[A]}" > /dev/null  # both replicas see the store
-python_json() { /usr/bin/python3 -c "import json,sys; d=json.loads(sys.stdin.read()); print($1)"; }
+python_json() { /usr/bin/python3 -c "import json,sys; d=json.loads(sys.stdin.read()); u=d.get('usage', {}); print($1)"; }
 
 turn() {  # replica prompt [max_new]
   local replica="$1" prompt="$2" max_new="${3:-48}" out="$WORK/turn.out"
@@ -148,7 +148,7 @@ turn() {  # replica prompt [max_new]
   final="$(tail -1 "$out")"
   text="$(head -n -1 "$out")"
   printf '[%s] user: %s\n[%s] model: %s\n' "$replica" "$prompt" "$replica" "$text"
-  echo "$final" | python_json '"      (v%s written by %s, %s, folded %s, prompt %s + generated %s tokens, ttft %.1f ms)" % (d["usage"]["memory_version"], d["usage"]["replica"], "restored from the store" if d["usage"]["restored_from_store"] else "cached", d["usage"]["tokens_folded"], d["usage"]["prompt_tokens"], d["usage"]["generated_tokens"], d["usage"]["timings"]["time_to_first_token_ms"])'
+  echo "$final" | python_json '"      (v%s written by %s, %s, folded %s, prompt %s + generated %s tokens, ttft %.1f ms)" % (u["memoryVersion"], u["replica"], "restored from the store" if u["restoredFromStore"] else "cached", u["tokensFolded"], u["promptTokens"], u["generatedTokens"], u["timings"]["timeToFirstTokenMs"])'
 }
 
 killed_at=$((TURNS / 2))
@@ -191,7 +191,7 @@ kv = int(s.get("kvBytesResident", 0))
 per_token = kv // resident if resident else 0
 full = total * per_token
 print(f"tokens in the session      {total} ({int(s.get('tokensFolded', 0))} folded into memory)")
-print(f"memory block size          {int(s.get('memoryBlockBytes', 0))} B (+ {resident} resident tokens' ids in the header)")
+print(f"memory block size          {int(s.get('memoryBlockBytes', 0))} B payload (+ the window's token ids in the header)")
 print(f"versions written           {int(s.get('headVersion', 0))} (head v{int(s.get('headVersion', 0))})")
 print(f"KV resident (memory mode)  {kv} B for {resident} entries ({per_token} B/token)")
 print(f"KV for full attention      {full} B for {total} tokens")

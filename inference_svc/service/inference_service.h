@@ -78,6 +78,8 @@ class InferenceServiceImpl final : public v1::InferenceService::Service {
   uint64_t kv_bytes_per_token() const { return kv_bytes_per_token_; }
   const LruByteCache<LiveSession>& cache() const { return cache_; }
   const std::string& replica_name() const { return replica_name_; }
+  // Called once before serving (the bound address, when no --replica_name was given).
+  void set_replica_name(const std::string& name) { replica_name_ = name; }
 
  private:
   struct Caller {
@@ -111,7 +113,7 @@ class InferenceServiceImpl final : public v1::InferenceService::Service {
 
   const ServiceDeps deps_;
   const ServiceConfig& config_;
-  const std::string replica_name_;
+  std::string replica_name_;
   const uint64_t kv_bytes_per_token_;
   planner::ModelSpec served_spec_;
   LruByteCache<LiveSession> cache_;

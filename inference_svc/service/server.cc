@@ -133,6 +133,7 @@ absl::StatusOr<std::unique_ptr<InferenceServer>> InferenceServer::Start(
   }
   const std::string host = c.listen.substr(0, c.listen.rfind(':'));
   server->address_ = absl::StrCat(host, ":", bound_port);
+  if (c.replica_name.empty()) server->service_->set_replica_name(server->address_);
   auto* health = server->server_->GetHealthCheckService();
   health->SetServingStatus(false);
 
