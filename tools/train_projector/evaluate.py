@@ -183,7 +183,7 @@ def _memory_stream_nll(model, proj, ids, window_size):
             out.append(F.cross_entropy(logits[0, :n], toks[0, tgt_lo:tgt_hi], reduction="none"))
         if s + W + C >= N:
             break
-        mem = proj(mem, hidden[:, :C])
+        mem = memory.round_memory(proj(mem, hidden[:, :C]))
         k += 1
         if k % 500 == 0:
             print(f"    memory stream {s}/{N}", file=sys.stderr)

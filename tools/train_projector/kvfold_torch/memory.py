@@ -9,6 +9,10 @@ Decode semantics mirrored exactly (session state = (mem, w)):
   attending bidirectionally to each other and nothing else; window token i at position
   i + 1 attends to all memory rows and causally to window tokens 0..i.
 
+Like the C++ session (MemorySessionOptions::fp16_memory, on by default), every new memory
+is rounded to fp16-representable values, so a memory block (fp16 payload) restores exactly;
+in training the rounding is a straight-through estimator (identity gradient).
+
 Teacher-forced form (identical values): segment k >= 0 covers window tokens
 [kC, kC + W + C) with memory mem_k; it yields the logits of tokens [kC + W, kC + W + C)
 (for k = 0: of all tokens [0, W + C)) and the hidden states of tokens [kC, kC + C), which
@@ -29,6 +33,13 @@ def memory_mask(num_mem, n):
     return m
 
 
+def round_memory(mem, fp16_memory=True):
+    """fp16 rounding of a new memory with a straight-through gradient."""
+    if not fp16_memory:
+        return mem
+    return mem + (mem.detach().half().float() - mem.detach())
+
+
 def forward_mem_window(model: Llama, mem, tokens, collect_layers=1, logits_from=0):
     """Forward(mem, w). mem [B, M, d] or None; tokens [B, n] -> (logits [B, n - logits_from,
     V] of window rows >= logits_from, hidden [B, n, d * collect_layers] of all window rows)."""
@@ -45,7 +56,7 @@ def forward_mem_window(model: Llama, mem, tokens, collect_layers=1, logits_from=
 
 
 def memory_logits(model: Llama, projector, tokens, window_size=None, chunk_size=None,
-                  return_mems=False):
+                  return_mems=False, fp16_memory=True):
     """Student logits [B, N, V] for every position of tokens [B, N], exactly as memory-mode
     decode produces them. window_size 0 = memory_only. Defaults from the projector."""
     W = projector.config["window_size"] if window_size is None else window_size
@@ -63,7 +74,7 @@ def memory_logits(model: Llama, projector, tokens, window_size=None, chunk_size=
         out.append(logits)
         if s + W + C >= N:
             break
-        mem = projector(mem, hidden[:, :C])
+        mem = round_memory(projector(mem, hidden[:, :C]), fp16_memory)
         mems.append(mem)
         k += 1
     res = torch.cat(out, dim=1)
@@ -100,7 +111,8 @@ def full_logits(model: Llama, tokens):
     return logits
 
 
-def naive_memory_decode(model: Llama, projector, tokens, window_size=None, chunk_size=None):
+def naive_memory_decode(model: Llama, projector, tokens, window_size=None, chunk_size=None,
+                        fp16_memory=True):
     """Token-by-token reference of the decode loop (slow; for tests). tokens: 1-D list."""
     W = projector.config["window_size"] if window_size is None else window_size
     C = projector.config["chunk_size"] if chunk_size is None else chunk_size
@@ -111,6 +123,6 @@ def naive_memory_decode(model: Llama, projector, tokens, window_size=None, chunk
         logits, hidden = forward_mem_window(model, mem, torch.tensor([w]), L)
         rows.append(logits[0, -1])
         if len(w) == W + C:
-            mem = projector(mem, hidden[:, :C])
+            mem = round_memory(projector(mem, hidden[:, :C]), fp16_memory)
             w = w[C:]
     return torch.stack(rows)
