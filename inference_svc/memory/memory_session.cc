@@ -155,6 +155,8 @@ absl::Status MemorySession::FoldIfFull() {
       !s.ok()) {
     return s;
   }
+  const auto projected = std::chrono::steady_clock::now();
+  stats_.projector_seconds += std::chrono::duration<double>(projected - start).count();
   if (fp16_memory_) {
     for (float& v : new_memory_) v = Fp16ToFp32(Fp32ToFp16(v));
   }
@@ -175,13 +177,17 @@ absl::Status MemorySession::FoldIfFull() {
 
 absl::Status MemorySession::ExpandMemory() {
   if (memory_.empty()) return absl::OkStatus();
+  const auto start = std::chrono::steady_clock::now();
   SequenceInput input;
   input.cache = cache_.get();
   input.embeddings = memory_;
   input.mask = MaskKind::kBidirectionalPrefix;  // position 0, memory <-> memory only
   input.logits = RowSelect::kNone;
   input.hidden = RowSelect::kNone;
-  return engine_->Forward({&input, 1}, &result_);
+  absl::Status status = engine_->Forward({&input, 1}, &result_);
+  stats_.expand_seconds +=
+      std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
+  return status;
 }
 
 absl::Status MemorySession::ForwardWindow(std::span<const int32_t> ids, int first,

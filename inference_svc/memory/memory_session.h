@@ -46,6 +46,8 @@ struct MemorySessionStats {
   int64_t num_folds = 0;
   int64_t refill_tokens = 0;   // window tokens re-prefilled after folds
   double fold_seconds = 0.0;   // projector + memory expansion + window re-prefill
+  double projector_seconds = 0.0;  // of which the projector
+  double expand_seconds = 0.0;     // of which the memory expansion
 };
 
 class MemorySession final : public engine::Session {

@@ -12,17 +12,25 @@
 namespace kvfold::memory {
 namespace {
 
+// sum_i a[i] * b[i] with 8 independent partial sums (lets the compiler use SIMD lanes
+// without -ffast-math; the fixed order keeps results deterministic).
+float Dot(const float* a, const float* b, int n) {
+  float acc[8] = {0, 0, 0, 0, 0, 0, 0, 0};
+  int i = 0;
+  for (; i + 8 <= n; i += 8) {
+    for (int l = 0; l < 8; ++l) acc[l] += a[i + l] * b[i + l];
+  }
+  float sum = ((acc[0] + acc[1]) + (acc[2] + acc[3])) + ((acc[4] + acc[5]) + (acc[6] + acc[7]));
+  for (; i < n; ++i) sum += a[i] * b[i];
+  return sum;
+}
+
 // y[rows, out] = x[rows, in] @ W^T + b, W [out, in] (PyTorch Linear).
 void Linear(const float* x, int rows, int in, const float* w, const float* b, int out, float* y) {
   for (int r = 0; r < rows; ++r) {
     const float* xr = x + static_cast<size_t>(r) * in;
     float* yr = y + static_cast<size_t>(r) * out;
-    for (int o = 0; o < out; ++o) {
-      const float* wo = w + static_cast<size_t>(o) * in;
-      float acc = 0.0f;
-      for (int i = 0; i < in; ++i) acc += xr[i] * wo[i];
-      yr[o] = acc + b[o];
-    }
+    for (int o = 0; o < out; ++o) yr[o] = Dot(xr, w + static_cast<size_t>(o) * in, in) + b[o];
   }
 }
 
@@ -57,9 +65,7 @@ void Attention(const float* q, int nq, const float* k, const float* v, int nk, i
       float max_score = -INFINITY;
       for (int j = 0; j < nk; ++j) {
         const float* kj = k + static_cast<size_t>(j) * d + off;
-        float s = 0.0f;
-        for (int t = 0; t < head_dim; ++t) s += qi[t] * kj[t];
-        scores[j] = s * scale;
+        scores[j] = Dot(qi, kj, head_dim) * scale;
         max_score = std::max(max_score, scores[j]);
       }
       float sum = 0.0f;
