@@ -1,0 +1,255 @@
+// Loaders: llama2.c (header, permutation, untied classifier), safetensors and HF
+// directories, with every malformed-input path returning a clear error; fingerprints.
+#include <cstring>
+#include <filesystem>
+#include <fstream>
+#include <random>
+
+#include "gtest/gtest.h"
+#include "inference_svc/model/model_file.h"
+#include "inference_svc/model/random_model.h"
+#include "inference_svc/model/safetensors.h"
+#include "nlohmann/json.hpp"
+
+namespace kvfold::model {
+namespace {
+
+namespace fs = std::filesystem;
+
+std::string Tmp(const std::string& name) {
+  const std::string dir = ::testing::TempDir() + "/kvfold_model_test_" + name;
+  fs::remove_all(dir);
+  return dir;
+}
+
+void WriteFile(const std::string& path, const std::string& bytes) {
+  std::ofstream f(path, std::ios::binary | std::ios::trunc);
+  f.write(bytes.data(), static_cast<std::streamsize>(bytes.size()));
+}
+
+std::string ReadFile(const std::string& path) {
+  std::ifstream f(path, std::ios::binary);
+  return std::string(std::istreambuf_iterator<char>(f), {});
+}
+
+// A llama2.c checkpoint: dim 16, hidden 24, 2 layers, 4 heads, 2 kv heads, vocab 11
+// (negative = untied when `untied`), seq_len 8. Float k of the file is k * 0.001.
+std::string Llama2cBytes(bool untied) {
+  const int32_t dim = 16, hidden = 24, layers = 2, heads = 4, kv_heads = 2, vocab = 11, seq = 8;
+  const int32_t header[7] = {dim, hidden, layers, heads, kv_heads, untied ? -vocab : vocab, seq};
+  const int kv = dim / heads * kv_heads, hd = dim / heads;
+  const int64_t floats = vocab * dim + layers * dim + layers * dim * dim + 2 * layers * kv * dim +
+                         layers * dim * dim + layers * dim + 3 * layers * hidden * dim + dim +
+                         seq * hd + (untied ? vocab * dim : 0);
+  std::string b(reinterpret_cast<const char*>(header), sizeof(header));
+  for (int64_t i = 0; i < floats; ++i) {
+    const float x = static_cast<float>(i) * 0.001f;
+    b.append(reinterpret_cast<const char*>(&x), 4);
+  }
+  return b;
+}
+
+TEST(Llama2cTest, ParsesAndPermutesToHfLayout) {
+  auto m = ParseLlama2c(std::make_shared<const std::string>(Llama2cBytes(false)));
+  ASSERT_TRUE(m.ok()) << m.status();
+  EXPECT_EQ(m->config.hidden_size, 16);
+  EXPECT_EQ(m->config.num_kv_heads, 2);
+  EXPECT_EQ(m->config.head_dim, 4);
+  EXPECT_TRUE(m->config.tie_word_embeddings);
+  EXPECT_EQ(m->tensors.count("lm_head.weight"), 0u);
+  EXPECT_TRUE(m->ValidateTensors().ok());
+  // wq of layer 0 starts after embeddings (11*16) and rms_att (2*16): float index 208.
+  // HF row (h, p, i) = llama2.c row (h, 2i + p); head_dim 4: HF row 1 = llama2.c row 2.
+  const float* q = static_cast<const float*>(m->tensors.at("model.layers.0.self_attn.q_proj.weight").data);
+  EXPECT_FLOAT_EQ(q[0 * 16], 208 * 0.001f);             // row 0 <- row 0
+  EXPECT_FLOAT_EQ(q[1 * 16], (208 + 2 * 16) * 0.001f);  // row 1 <- row 2
+  EXPECT_FLOAT_EQ(q[2 * 16], (208 + 1 * 16) * 0.001f);  // row 2 <- row 1
+  EXPECT_FLOAT_EQ(q[5 * 16], (208 + 6 * 16) * 0.001f);  // head 1: row 5 <- row 6
+  auto untied = ParseLlama2c(std::make_shared<const std::string>(Llama2cBytes(true)));
+  ASSERT_TRUE(untied.ok()) << untied.status();
+  EXPECT_FALSE(untied->config.tie_word_embeddings);
+  EXPECT_EQ(untied->tensors.count("lm_head.weight"), 1u);
+}
+
+TEST(Llama2cTest, MalformedFilesAreClearErrors) {
+  const std::string good = Llama2cBytes(false);
+  auto parse = [](std::string b) { return ParseLlama2c(std::make_shared<const std::string>(std::move(b))); };
+  auto truncated = parse(good.substr(0, good.size() - 3));
+  EXPECT_EQ(truncated.status().code(), absl::StatusCode::kInvalidArgument);
+  EXPECT_NE(truncated.status().message().find("truncated"), std::string::npos);
+  EXPECT_EQ(parse(good + "xxxx").status().code(), absl::StatusCode::kInvalidArgument);
+  EXPECT_EQ(parse(good.substr(0, 10)).status().code(), absl::StatusCode::kInvalidArgument);
+  std::string bad_heads = good;
+  const int32_t three = 3;
+  std::memcpy(bad_heads.data() + 12, &three, 4);  // n_heads 3 does not divide dim 16
+  EXPECT_EQ(parse(bad_heads).status().code(), absl::StatusCode::kInvalidArgument);
+  std::string huge = good;
+  const int32_t big = 1 << 30;
+  std::memcpy(huge.data(), &big, 4);
+  EXPECT_EQ(parse(huge).status().code(), absl::StatusCode::kInvalidArgument);
+  std::string magic = good;
+  const int32_t ak42 = 0x616b3432;
+  std::memcpy(magic.data(), &ak42, 4);
+  EXPECT_EQ(parse(magic).status().code(), absl::StatusCode::kUnimplemented);
+  EXPECT_EQ(LoadModel("/nonexistent/model.bin").status().code(), absl::StatusCode::kNotFound);
+}
+
+class HfDirTest : public ::testing::Test {
+ protected:
+  void SetUp() override {
+    dir_ = Tmp(::testing::UnitTest::GetInstance()->current_test_info()->name());
+    auto c = NamedShape("tiny-qwen2");
+    model_ = MakeRandomModel(*c, 4, DType::kBF16);
+    ASSERT_TRUE(WriteHfDirectory(model_, dir_, DType::kBF16).ok());
+  }
+  absl::StatusCode Load() { return LoadModel(dir_).status().code(); }
+  void EditConfig(const std::function<void(nlohmann::json&)>& edit) {
+    auto j = nlohmann::json::parse(ReadFile(dir_ + "/config.json"));
+    edit(j);
+    WriteFile(dir_ + "/config.json", j.dump());
+  }
+  std::string dir_;
+  ModelFile model_;
+};
+
+TEST_F(HfDirTest, LoadsWithSameFingerprint) {
+  auto m = LoadModel(dir_);
+  ASSERT_TRUE(m.ok()) << m.status();
+  EXPECT_EQ(m->config.architecture, "Qwen2ForCausalLM");
+  EXPECT_TRUE(m->config.qkv_bias);
+  EXPECT_EQ(Fingerprint(*m), Fingerprint(model_));
+  EXPECT_EQ(m->tensors.at("model.norm.weight").dtype, DType::kBF16);
+}
+
+TEST_F(HfDirTest, FingerprintSeesEveryByte) {
+  const std::string before = Fingerprint(model_);
+  HostTensor& t = model_.tensors.at("model.layers.1.mlp.down_proj.weight");
+  std::vector<char> copy(static_cast<const char*>(t.data), static_cast<const char*>(t.data) + t.size_bytes);
+  copy[1234] ^= 1;
+  t.data = copy.data();
+  EXPECT_NE(Fingerprint(model_), before);
+}
+
+TEST_F(HfDirTest, ShardedIndexLoads) {
+  // Split into two shards plus an index.
+  auto tensors = LoadSafetensorsFile(dir_ + "/model.safetensors");
+  ASSERT_TRUE(tensors.ok());
+  std::map<std::string, HostTensor> a, b;
+  nlohmann::json index;
+  for (auto& [name, t] : *tensors) {
+    const bool first = name < "model.layers.1";
+    (first ? a : b)[name] = t;
+    index["weight_map"][name] = first ? "model-00001-of-00002.safetensors" : "model-00002-of-00002.safetensors";
+  }
+  WriteFile(dir_ + "/model-00001-of-00002.safetensors", SerializeSafetensors(a));
+  WriteFile(dir_ + "/model-00002-of-00002.safetensors", SerializeSafetensors(b));
+  WriteFile(dir_ + "/model.safetensors.index.json", index.dump());
+  tensors->clear();
+  fs::remove(dir_ + "/model.safetensors");
+  auto m = LoadModel(dir_);
+  ASSERT_TRUE(m.ok()) << m.status();
+  EXPECT_EQ(Fingerprint(*m), Fingerprint(model_));
+}
+
+TEST_F(HfDirTest, TruncatedSafetensors) {
+  const std::string bytes = ReadFile(dir_ + "/model.safetensors");
+  WriteFile(dir_ + "/model.safetensors", bytes.substr(0, bytes.size() - 100));
+  EXPECT_EQ(Load(), absl::StatusCode::kInvalidArgument);
+  WriteFile(dir_ + "/model.safetensors", bytes.substr(0, 5));
+  EXPECT_EQ(Load(), absl::StatusCode::kInvalidArgument);
+}
+
+TEST_F(HfDirTest, BadHeaderJson) {
+  std::string bytes = ReadFile(dir_ + "/model.safetensors");
+  bytes[8] = '[';
+  bytes[9] = '!';
+  WriteFile(dir_ + "/model.safetensors", bytes);
+  EXPECT_EQ(Load(), absl::StatusCode::kInvalidArgument);
+}
+
+TEST_F(HfDirTest, ShapeMismatch) {
+  EditConfig([](nlohmann::json& j) { j["intermediate_size"] = 161; });
+  auto m = LoadModel(dir_);
+  EXPECT_EQ(m.status().code(), absl::StatusCode::kInvalidArgument);
+  EXPECT_NE(m.status().message().find("mlp.gate_proj.weight"), std::string::npos) << m.status();
+}
+
+TEST_F(HfDirTest, UnknownArchitecture) {
+  EditConfig([](nlohmann::json& j) { j["architectures"] = {"GPT2LMHeadModel"}; });
+  EXPECT_EQ(Load(), absl::StatusCode::kUnimplemented);
+}
+
+TEST_F(HfDirTest, BadConfigJson) {
+  WriteFile(dir_ + "/config.json", "{\"hidden_size\": 64,");
+  EXPECT_EQ(Load(), absl::StatusCode::kInvalidArgument);
+  WriteFile(dir_ + "/config.json", "{\"architectures\": [\"LlamaForCausalLM\"], \"hidden_size\": \"x\"}");
+  EXPECT_EQ(Load(), absl::StatusCode::kInvalidArgument);
+}
+
+TEST_F(HfDirTest, MissingTensor) {
+  auto tensors = LoadSafetensorsFile(dir_ + "/model.safetensors");
+  ASSERT_TRUE(tensors.ok());
+  tensors->erase("model.layers.0.self_attn.k_proj.bias");
+  const std::string bytes = SerializeSafetensors(*tensors);
+  tensors->clear();
+  WriteFile(dir_ + "/model.safetensors", bytes);
+  auto m = LoadModel(dir_);
+  EXPECT_EQ(m.status().code(), absl::StatusCode::kInvalidArgument);
+  EXPECT_NE(m.status().message().find("k_proj.bias"), std::string::npos);
+}
+
+TEST(SafetensorsTest, RejectsInconsistentHeaders) {
+  auto parse = [](const std::string& json, size_t data_bytes) {
+    std::string b(8, '\0');
+    const uint64_t n = json.size();
+    std::memcpy(b.data(), &n, 8);
+    b += json + std::string(data_bytes, '\0');
+    return ParseSafetensors(b, nullptr, "test").status().code();
+  };
+  EXPECT_EQ(parse(R"({"a":{"dtype":"F32","shape":[2],"data_offsets":[0,8]}})", 8), absl::StatusCode::kOk);
+  EXPECT_EQ(parse(R"({"a":{"dtype":"F32","shape":[3],"data_offsets":[0,8]}})", 8),
+            absl::StatusCode::kInvalidArgument);
+  EXPECT_EQ(parse(R"({"a":{"dtype":"F32","shape":[2],"data_offsets":[0,16]}})", 8),
+            absl::StatusCode::kInvalidArgument);
+  EXPECT_EQ(parse(R"({"a":{"dtype":"I64","shape":[1],"data_offsets":[0,8]}})", 8),
+            absl::StatusCode::kInvalidArgument);
+  EXPECT_EQ(parse(R"({"a":{"dtype":"F32","shape":[-1],"data_offsets":[0,8]}})", 8),
+            absl::StatusCode::kInvalidArgument);
+  EXPECT_EQ(parse(R"({"a":{"dtype":"F32","shape":[2],"data_offsets":[8,0]}})", 8),
+            absl::StatusCode::kInvalidArgument);
+  EXPECT_EQ(parse(R"({"a":{"dtype":"F32","shape":"x","data_offsets":[0,8]}})", 8),
+            absl::StatusCode::kInvalidArgument);
+  EXPECT_EQ(parse(R"({"a":3})", 8), absl::StatusCode::kInvalidArgument);
+  EXPECT_EQ(parse(R"([1,2])", 8), absl::StatusCode::kInvalidArgument);
+  std::string lying(8, '\0');
+  const uint64_t too_long = 1000;
+  std::memcpy(lying.data(), &too_long, 8);
+  EXPECT_EQ(ParseSafetensors(lying + "{}", nullptr, "t").status().code(),
+            absl::StatusCode::kInvalidArgument);
+}
+
+TEST(ConfigTest, ParsesRopeScalingAndDefaults) {
+  auto c = ParseHfConfig(R"({"architectures":["LlamaForCausalLM"],"hidden_size":64,
+    "intermediate_size":128,"num_hidden_layers":2,"num_attention_heads":4,"vocab_size":100,
+    "rope_scaling":{"rope_type":"llama3","factor":8.0,"low_freq_factor":1.0,
+    "high_freq_factor":4.0,"original_max_position_embeddings":64},"eos_token_id":[2,3]})");
+  ASSERT_TRUE(c.ok()) << c.status();
+  EXPECT_EQ(c->num_kv_heads, 4);
+  EXPECT_EQ(c->head_dim, 16);
+  EXPECT_EQ(c->rope_scaling, RopeScaling::kLlama3);
+  EXPECT_EQ(c->eos_token_ids, (std::vector<int>{2, 3}));
+  // llama3: low frequencies (long wavelengths) divided by the factor, high ones kept.
+  const auto inv = RopeInvFreq(*c, 10);
+  EXPECT_FLOAT_EQ(inv[0], 1.0f);
+  EXPECT_NEAR(inv[7], std::pow(10000.0, -14.0 / 16) / 8, 1e-9);
+  auto round = ParseHfConfig(ToHfConfigJson(*c, "f32"));
+  ASSERT_TRUE(round.ok());
+  EXPECT_EQ(round->CanonicalString(), c->CanonicalString());
+  EXPECT_EQ(ParseHfConfig(R"({"architectures":["LlamaForCausalLM"],"hidden_size":64,
+    "intermediate_size":128,"num_hidden_layers":2,"num_attention_heads":4,"vocab_size":100,
+    "rope_scaling":{"rope_type":"yarn","factor":4}})").status().code(),
+            absl::StatusCode::kUnimplemented);
+}
+
+}  // namespace
+}  // namespace kvfold::model
