@@ -1,0 +1,205 @@
+// CPU backend ops: optimised vs reference on odd shapes (tails of every tile), batch
+// invariance of each row, attention over paged [prefix | main] vs a direct computation,
+// and the launcher's shape/range checks.
+#include <cmath>
+#include <cstring>
+#include <random>
+
+#include "common/fp16.h"
+#include "gtest/gtest.h"
+#include "kernels/backend.h"
+
+namespace kvfold::kernels {
+namespace {
+
+struct Rig {
+  std::unique_ptr<Backend> ref = CreateCpuBackend({1, true});
+  std::unique_ptr<Backend> opt = CreateCpuBackend({2, false});
+  std::unique_ptr<Stream> s1 = ref->CreateStream();
+  std::unique_ptr<Stream> s2 = opt->CreateStream();
+};
+
+std::vector<float> Random(size_t n, uint32_t seed, float scale = 1.0f) {
+  std::mt19937 rng(seed);
+  std::uniform_real_distribution<float> u(-scale, scale);
+  std::vector<float> v(n);
+  for (float& x : v) x = u(rng);
+  return v;
+}
+
+Tensor T(void* p, DType dt, std::initializer_list<int64_t> shape) { return MakeTensor(p, dt, shape); }
+
+class MatMulTest : public ::testing::TestWithParam<std::tuple<int, int, int, DType>> {};
+
+TEST_P(MatMulTest, OptimizedMatchesReferenceAndIsBatchInvariant) {
+  const auto [n, m, k, dtype] = GetParam();
+  Rig r;
+  auto x = Random(static_cast<size_t>(n) * k, 1);
+  auto w32 = Random(static_cast<size_t>(m) * k, 2, 0.2f);
+  auto bias = Random(m, 3);
+  std::vector<uint16_t> w16(w32.size());
+  for (size_t i = 0; i < w32.size(); ++i) {
+    w16[i] = dtype == DType::kF16 ? Fp32ToFp16(w32[i]) : Fp32ToBf16(w32[i]);
+  }
+  void* wp = dtype == DType::kF32 ? static_cast<void*>(w32.data()) : static_cast<void*>(w16.data());
+  std::vector<float> out_ref(static_cast<size_t>(n) * m), out_opt(out_ref.size());
+  const Tensor w = T(wp, dtype, {m, k}), b = T(bias.data(), DType::kF32, {m});
+  ASSERT_TRUE(r.ref->MatMul(*r.s1, T(x.data(), DType::kF32, {n, k}), w, b,
+                            T(out_ref.data(), DType::kF32, {n, m})).ok());
+  ASSERT_TRUE(r.opt->MatMul(*r.s2, T(x.data(), DType::kF32, {n, k}), w, b,
+                            T(out_opt.data(), DType::kF32, {n, m})).ok());
+  for (size_t i = 0; i < out_ref.size(); ++i) {
+    ASSERT_NEAR(out_opt[i], out_ref[i], 1e-4f * (1.0f + std::abs(out_ref[i]))) << i;
+  }
+  // Every row alone gives the same bits as inside the batch, on both backends.
+  for (int row : {0, n / 2, n - 1}) {
+    std::vector<float> one(m);
+    for (Backend* be : {r.ref.get(), r.opt.get()}) {
+      auto& out = be == r.ref.get() ? out_ref : out_opt;
+      ASSERT_TRUE(be->MatMul(be == r.ref.get() ? *r.s1 : *r.s2,
+                             T(x.data() + static_cast<size_t>(row) * k, DType::kF32, {1, k}), w, b,
+                             T(one.data(), DType::kF32, {1, m})).ok());
+      EXPECT_EQ(0, std::memcmp(one.data(), out.data() + static_cast<size_t>(row) * m, m * 4));
+    }
+  }
+}
+
+INSTANTIATE_TEST_SUITE_P(
+    Shapes, MatMulTest,
+    ::testing::Values(std::make_tuple(1, 769, 75, DType::kF32), std::make_tuple(5, 67, 131, DType::kF32),
+                      std::make_tuple(17, 130, 64, DType::kBF16), std::make_tuple(9, 257, 200, DType::kF16),
+                      std::make_tuple(33, 300, 96, DType::kF32), std::make_tuple(2, 3, 7, DType::kBF16)));
+
+// Direct attention for one row: keys given as (pointer to un-rotated k, v, position).
+TEST(AttentionTest, PagedGqaMatchesDirectAndBackendsAgree) {
+  Rig r;
+  const int heads = 6, kv_heads = 2, hd = 12, bs = 5, blocks = 12;
+  const int kv_dim = kv_heads * hd, q_dim = heads * hd;
+  const int rope_rows = 64;
+  std::vector<float> rope(rope_rows * hd);
+  for (int p = 0; p < rope_rows; ++p)
+    for (int i = 0; i < hd / 2; ++i) {
+      const double a = p * std::pow(10000.0, -2.0 * i / hd);
+      rope[p * hd + i] = static_cast<float>(std::cos(a));
+      rope[p * hd + hd / 2 + i] = static_cast<float>(std::sin(a));
+    }
+  auto kc = Random(static_cast<size_t>(blocks) * bs * kv_dim, 4);
+  auto vc = Random(kc.size(), 5);
+  // Prefix: blocks {7}, 3 entries at positions 0 (memory-like, stride 0). Main: blocks
+  // {2, 9, 4}, front 3, entries [0, 11); rows see main [lo, hi).
+  const std::vector<int32_t> tables = {7, 2, 9, 4};
+  struct RowSpec { int prefix, lo, hi, pos_lo; };
+  const std::vector<RowSpec> specs = {{3, 0, 1, 1}, {3, 2, 9, 1}, {0, 4, 11, 0}, {2, 10, 11, 7}};
+  const int n = static_cast<int>(specs.size());
+  std::vector<int32_t> rows(n * kAttnRowFields, 0);
+  for (int i = 0; i < n; ++i) {
+    int32_t* f = &rows[i * kAttnRowFields];
+    f[kAttnPrefixTable] = 0;
+    f[kAttnPrefixVisible] = specs[i].prefix;
+    f[kAttnPrefixPosBase] = 0;
+    f[kAttnPrefixPosStride] = 0;
+    f[kAttnMainTable] = 1;
+    f[kAttnMainFront] = 3;
+    f[kAttnMainLo] = specs[i].lo;
+    f[kAttnMainHi] = specs[i].hi;
+    f[kAttnMainPosLo] = specs[i].pos_lo;
+  }
+  auto q = Random(static_cast<size_t>(n) * q_dim, 6);
+  AttentionShape shape{heads, kv_heads, hd, bs, 1.0f / std::sqrt(12.0f)};
+  std::vector<float> out_ref(q.size()), out_opt(q.size());
+  auto run = [&](Backend& be, Stream& st, std::vector<float>& out, int row0, int nrows) {
+    return be.Attention(st, T(q.data() + row0 * q_dim, DType::kF32, {nrows, q_dim}),
+                        T(kc.data(), DType::kF32, {blocks, bs, kv_dim}),
+                        T(vc.data(), DType::kF32, {blocks, bs, kv_dim}),
+                        T(rows.data() + row0 * kAttnRowFields, DType::kI32, {nrows, kAttnRowFields}),
+                        T(const_cast<int32_t*>(tables.data()), DType::kI32, {4}),
+                        T(rope.data(), DType::kF32, {rope_rows, hd}), shape,
+                        T(out.data() + row0 * q_dim, DType::kF32, {nrows, q_dim}));
+  };
+  ASSERT_TRUE(run(*r.ref, *r.s1, out_ref, 0, n).ok());
+  ASSERT_TRUE(run(*r.opt, *r.s2, out_opt, 0, n).ok());
+  for (int i = 0; i < n; ++i) {
+    const RowSpec& sp = specs[i];
+    for (int h = 0; h < heads; ++h) {
+      const int kvh = h / (heads / kv_heads);
+      std::vector<std::pair<int64_t, int>> keys;  // (float offset of entry, position)
+      for (int j = 0; j < sp.prefix; ++j) keys.push_back({(7LL * bs + j) * kv_dim, 0});
+      for (int j = sp.lo; j < sp.hi; ++j) {
+        const int slot = 3 + j;
+        keys.push_back({(static_cast<int64_t>(tables[1 + slot / bs]) * bs + slot % bs) * kv_dim,
+                        sp.pos_lo + j - sp.lo});
+      }
+      std::vector<double> s;
+      for (auto [off, pos] : keys) {
+        double dot = 0;
+        for (int t = 0; t < hd / 2; ++t) {
+          const double c = rope[pos * hd + t], sn = rope[pos * hd + hd / 2 + t];
+          const double a = kc[off + kvh * hd + t], b = kc[off + kvh * hd + hd / 2 + t];
+          dot += q[i * q_dim + h * hd + t] * (a * c - b * sn) +
+                 q[i * q_dim + h * hd + hd / 2 + t] * (b * c + a * sn);
+        }
+        s.push_back(dot * shape.scale);
+      }
+      double mx = -1e300, sum = 0;
+      for (double x : s) mx = std::max(mx, x);
+      for (double& x : s) sum += (x = std::exp(x - mx));
+      for (int t = 0; t < hd; ++t) {
+        double o = 0;
+        for (size_t j = 0; j < keys.size(); ++j) o += s[j] / sum * vc[keys[j].first + kvh * hd + t];
+        EXPECT_NEAR(out_ref[i * q_dim + h * hd + t], o, 1e-5);
+        EXPECT_NEAR(out_opt[i * q_dim + h * hd + t], o, 1e-5);
+      }
+    }
+  }
+  // Row 2 alone: same bits on each backend.
+  std::vector<float> alone_ref(q.size()), alone_opt(q.size());
+  ASSERT_TRUE(run(*r.ref, *r.s1, alone_ref, 2, 1).ok());
+  ASSERT_TRUE(run(*r.opt, *r.s2, alone_opt, 2, 1).ok());
+  EXPECT_EQ(0, std::memcmp(&alone_ref[2 * q_dim], &out_ref[2 * q_dim], q_dim * 4));
+  EXPECT_EQ(0, std::memcmp(&alone_opt[2 * q_dim], &out_opt[2 * q_dim], q_dim * 4));
+}
+
+TEST(OpsTest, RmsNormRopeSiluGatherAndChecks) {
+  Rig r;
+  Backend& be = *r.opt;
+  Stream& st = *r.s2;
+  std::vector<float> x = {1, 2, 3, 4, -1, 0, 0, 1}, w = {1, 0.5f, 2, 1}, out(8);
+  ASSERT_TRUE(be.RmsNorm(st, T(x.data(), DType::kF32, {2, 4}), T(w.data(), DType::kF32, {4}), 0.0f,
+                         T(out.data(), DType::kF32, {2, 4})).ok());
+  const float inv = 1.0f / std::sqrt(30.0f / 4);
+  EXPECT_NEAR(out[1], 2 * inv * 0.5f, 1e-6);
+  EXPECT_NEAR(out[4], -1 / std::sqrt(0.5f), 1e-6);
+  // RoPE by position 1 with one frequency pair: a 2-d rotation.
+  std::vector<float> table = {1, 0, std::cos(0.5f), std::sin(0.5f)};  // [2 rows, head_dim 2]
+  std::vector<float> v = {1, 0}, rotated(2);
+  std::vector<int32_t> pos = {1};
+  ASSERT_TRUE(be.Rope(st, T(v.data(), DType::kF32, {1, 1, 2}), T(pos.data(), DType::kI32, {1}),
+                      T(table.data(), DType::kF32, {2, 2}), T(rotated.data(), DType::kF32, {1, 1, 2})).ok());
+  EXPECT_NEAR(rotated[0], std::cos(0.5f), 1e-6);
+  EXPECT_NEAR(rotated[1], std::sin(0.5f), 1e-6);
+  pos[0] = 2;
+  EXPECT_EQ(be.Rope(st, T(v.data(), DType::kF32, {1, 1, 2}), T(pos.data(), DType::kI32, {1}),
+                    T(table.data(), DType::kF32, {2, 2}), T(rotated.data(), DType::kF32, {1, 1, 2})).code(),
+            absl::StatusCode::kOutOfRange);
+  std::vector<float> g = {0, 1, -2}, u = {1, 2, 3}, o(3);
+  ASSERT_TRUE(be.SiluMul(st, T(g.data(), DType::kF32, {3}), T(u.data(), DType::kF32, {3}),
+                         T(o.data(), DType::kF32, {3})).ok());
+  EXPECT_NEAR(o[1], 2 / (1 + std::exp(-1.0f)), 1e-6);
+  std::vector<uint16_t> table16 = {Fp32ToBf16(1.5f), Fp32ToBf16(-2.0f), Fp32ToBf16(3.0f), Fp32ToBf16(0.25f)};
+  std::vector<int32_t> ids = {1, 0}, bad = {2};
+  std::vector<float> gathered(4);
+  ASSERT_TRUE(be.Gather(st, T(table16.data(), DType::kBF16, {2, 2}), T(ids.data(), DType::kI32, {2}),
+                        T(gathered.data(), DType::kF32, {2, 2})).ok());
+  EXPECT_EQ(gathered, (std::vector<float>{3.0f, 0.25f, 1.5f, -2.0f}));
+  EXPECT_EQ(be.Gather(st, T(table16.data(), DType::kBF16, {2, 2}), T(bad.data(), DType::kI32, {1}),
+                      T(gathered.data(), DType::kF32, {1, 2})).code(),
+            absl::StatusCode::kOutOfRange);
+  EXPECT_EQ(be.MatMul(st, T(x.data(), DType::kF32, {2, 4}), T(w.data(), DType::kF32, {1, 3}), Tensor(),
+                      T(out.data(), DType::kF32, {2, 1})).code(),
+            absl::StatusCode::kInvalidArgument);
+  EXPECT_EQ(CreateBackend("tpu", 1).status().code(), absl::StatusCode::kInvalidArgument);
+  EXPECT_TRUE(CreateBackend("cpu-ref", 1).ok());
+}
+
+}  // namespace
+}  // namespace kvfold::kernels
