@@ -1,0 +1,332 @@
+// InferenceService in process: a real kvfold::memory::MemoryServer and InferenceServer on
+// 127.0.0.1 (free ports), a random tiny model. Golden equivalence against the engine run
+// directly, and a bad-input test for every RPC.
+#include <gtest/gtest.h>
+
+#include <filesystem>
+#include <thread>
+
+#include <grpcpp/create_channel.h>
+
+#include "absl/time/time.h"
+#include "inference_svc/engine/engine.h"
+#include "inference_svc/engine/sampler.h"
+#include "inference_svc/engine/session.h"
+#include "inference_svc/model/model_file.h"
+#include "inference_svc/service/server.h"
+#include "memory_svc/service/server.h"
+#include "tests/integration/process_util.h"
+#include "tests/integration/tiny_model.h"
+
+namespace kvfold::service {
+namespace {
+
+using ::kvfold::testing::MakeTempDir;
+
+class ServiceTest : public ::testing::Test {
+ protected:
+  static void SetUpTestSuite() {
+    dir_ = new std::string(MakeTempDir("kvfold-svc-"));
+    absl::Status s = ::kvfold::testing::WriteTinyModel(*dir_ + "/model", 11);
+    ASSERT_TRUE(s.ok()) << s;
+  }
+  static void TearDownTestSuite() {
+    std::error_code ec;
+    std::filesystem::remove_all(*dir_, ec);
+    delete dir_;
+  }
+
+  void SetUp() override {
+    memory::ServerConfig store_config;
+    store_config.listen = "127.0.0.1:0";
+    store_config.store.db_dir = MakeTempDir((*dir_) + "/db-");
+    auto store = memory::MemoryServer::Start(store_config);
+    ASSERT_TRUE(store.ok()) << store.status();
+    store_ = std::move(*store);
+    StartReplica(/*kv_pool_bytes=*/64 << 20);
+  }
+
+  void StartReplica(uint64_t kv_pool_bytes) {
+    server_.reset();
+    ServiceConfig config;
+    config.model_path = *dir_ + "/model";
+    config.memory_store = store_->address();
+    config.listen = "127.0.0.1:0";
+    config.threads = 1;
+    config.kv_pool_bytes = kv_pool_bytes;
+    config.default_mode = v1::KV_MODE_FULL;
+    config.max_prompt_tokens = 100;
+    config.max_new_tokens_cap = 64;
+    config.default_max_new_tokens = 16;
+    auto server = InferenceServer::Start(config);
+    ASSERT_TRUE(server.ok()) << server.status();
+    server_ = std::move(*server);
+    stub_ = v1::InferenceService::NewStub(
+        grpc::CreateChannel(server_->address(), grpc::InsecureChannelCredentials()));
+  }
+
+  void TearDown() override {
+    server_.reset();
+    if (store_) (void)store_->Shutdown(absl::ZeroDuration());
+  }
+
+  grpc::Status Create(const std::string& id, v1::KvMode mode, uint32_t window = 0) {
+    grpc::ClientContext context;
+    v1::CreateSessionRequest request;
+    request.set_session_id(id);
+    request.mutable_config()->set_mode(mode);
+    request.mutable_config()->set_window_size(window);
+    v1::Session session;
+    return stub_->CreateSession(&context, request, &session);
+  }
+
+  grpc::Status Generate(const v1::GenerateRequest& request, std::vector<int32_t>* tokens,
+                        v1::GenerateFinal* final_message = nullptr) {
+    grpc::ClientContext context;
+    auto reader = stub_->Generate(&context, request);
+    v1::GenerateResponse response;
+    while (reader->Read(&response)) {
+      if (response.has_delta()) {
+        for (int32_t id : response.delta().token_ids()) tokens->push_back(id);
+      } else if (final_message != nullptr) {
+        *final_message = response.final();
+      }
+    }
+    return reader->Finish();
+  }
+
+  static v1::GenerateRequest Turn(const std::string& id, std::vector<int32_t> prompt, int max_new) {
+    v1::GenerateRequest request;
+    request.set_session_id(id);
+    for (int32_t t : prompt) request.add_prompt_token_ids(t);
+    request.mutable_sampling()->set_max_new_tokens(max_new);
+    request.mutable_sampling()->set_ignore_eos(true);
+    return request;
+  }
+
+  static std::string* dir_;
+  std::unique_ptr<memory::MemoryServer> store_;
+  std::unique_ptr<InferenceServer> server_;
+  std::unique_ptr<v1::InferenceService::Stub> stub_;
+};
+
+std::string* ServiceTest::dir_ = nullptr;
+
+// Greedy decode with the engine directly: feed prompt, then argmax-and-feed max_new times.
+std::vector<int32_t> EngineGreedy(const std::string& model_dir,
+                                  const std::vector<std::vector<int32_t>>& prompts, int max_new) {
+  auto model = model::LoadModel(model_dir);
+  EXPECT_TRUE(model.ok());
+  auto backend = kernels::CreateBackend("cpu", 1);
+  EXPECT_TRUE(backend.ok());
+  auto engine = engine::Engine::Create(*model, backend->get());
+  EXPECT_TRUE(engine.ok());
+  engine::SessionOptions options;
+  options.mode = engine::KvMode::kFull;
+  options.window_size = 1 << 30;
+  auto session = engine::CreatePlainSession(engine->get(), options);
+  EXPECT_TRUE(session.ok());
+  std::vector<int32_t> out;
+  for (const auto& prompt : prompts) {
+    EXPECT_TRUE((*session)->Prefill(prompt).ok());
+    for (int i = 0; i < max_new; ++i) {
+      const int32_t t = engine::Argmax((*session)->Logits());
+      out.push_back(t);
+      EXPECT_TRUE((*session)->Append(t).ok());
+    }
+  }
+  return out;
+}
+
+TEST_F(ServiceTest, GreedyTurnsEqualTheEngineRunDirectly) {
+  ASSERT_TRUE(Create("golden", v1::KV_MODE_FULL).ok());
+  const std::vector<std::vector<int32_t>> prompts = {{1, 17, 33, 91}, {5, 6}, {200, 3, 77}};
+  std::vector<int32_t> served;
+  uint64_t expected_version = 2;
+  for (const auto& p : prompts) {
+    v1::GenerateFinal final_message;
+    ASSERT_TRUE(Generate(Turn("golden", p, 13), &served, &final_message).ok());
+    EXPECT_EQ(final_message.usage().memory_version(), expected_version++);
+    EXPECT_EQ(final_message.usage().generated_tokens(), 13u);
+    EXPECT_EQ(final_message.finish_reason(), v1::FINISH_REASON_LENGTH);
+  }
+  EXPECT_EQ(served, EngineGreedy(*dir_ + "/model", prompts, 13));
+}
+
+TEST_F(ServiceTest, RestoreAfterCacheLossContinuesExactly) {
+  ASSERT_TRUE(Create("a", v1::KV_MODE_FULL).ok());
+  std::vector<int32_t> first;
+  ASSERT_TRUE(Generate(Turn("a", {1, 2, 3}, 9), &first).ok());
+  StartReplica(64 << 20);  // a fresh replica: empty cache, same store
+  std::vector<int32_t> second;
+  v1::GenerateFinal final_message;
+  ASSERT_TRUE(Generate(Turn("a", {4, 5}, 9), &second, &final_message).ok());
+  EXPECT_TRUE(final_message.usage().restored_from_store());
+  first.insert(first.end(), second.begin(), second.end());
+  EXPECT_EQ(first, EngineGreedy(*dir_ + "/model", {{1, 2, 3}, {4, 5}}, 9));
+}
+
+TEST_F(ServiceTest, ForkRollbackDeleteAndList) {
+  ASSERT_TRUE(Create("base", v1::KV_MODE_FULL).ok());
+  std::vector<int32_t> t1, t2;
+  ASSERT_TRUE(Generate(Turn("base", {9, 8, 7}, 5), &t1).ok());  // v2
+  ASSERT_TRUE(Generate(Turn("base", {6}, 5), &t2).ok());         // v3
+  {
+    grpc::ClientContext context;
+    v1::ForkSessionRequest request;
+    request.set_source_session_id("base");
+    request.set_version(2);
+    request.set_new_session_id("branch");
+    v1::Session branch;
+    ASSERT_TRUE(stub_->ForkSession(&context, request, &branch).ok());
+    EXPECT_EQ(branch.total_tokens(), 3u + 5u);
+    EXPECT_EQ(branch.head_version(), 1u);
+  }
+  // The branch replays turn 2 exactly.
+  std::vector<int32_t> replay;
+  ASSERT_TRUE(Generate(Turn("branch", {6}, 5), &replay).ok());
+  EXPECT_EQ(replay, t2);
+  {
+    grpc::ClientContext context;
+    v1::RollbackSessionRequest request;
+    request.set_session_id("base");
+    request.set_version(2);
+    v1::Session rolled;
+    ASSERT_TRUE(stub_->RollbackSession(&context, request, &rolled).ok());
+    EXPECT_EQ(rolled.head_version(), 2u);
+    EXPECT_EQ(rolled.total_tokens(), 8u);
+  }
+  std::vector<int32_t> after_rollback;
+  ASSERT_TRUE(Generate(Turn("base", {6}, 5), &after_rollback).ok());
+  EXPECT_EQ(after_rollback, t2);
+  {
+    grpc::ClientContext context;
+    v1::ListSessionsRequest request;
+    v1::ListSessionsResponse response;
+    ASSERT_TRUE(stub_->ListSessions(&context, request, &response).ok());
+    ASSERT_EQ(response.sessions_size(), 2);
+    EXPECT_EQ(response.sessions(0).session_id(), "base");
+    EXPECT_EQ(response.sessions(1).session_id(), "branch");
+  }
+  {
+    grpc::ClientContext context;
+    v1::DeleteSessionRequest request;
+    request.set_session_id("branch");
+    v1::DeleteSessionResponse response;
+    ASSERT_TRUE(stub_->DeleteSession(&context, request, &response).ok());
+    EXPECT_EQ(response.versions_deleted(), 2u);
+  }
+  std::vector<int32_t> none;
+  EXPECT_EQ(Generate(Turn("branch", {1}, 1), &none).error_code(), grpc::StatusCode::NOT_FOUND);
+}
+
+TEST_F(ServiceTest, BadInputForEveryRpc) {
+  ASSERT_TRUE(Create("ok", v1::KV_MODE_FULL).ok());
+  // CreateSession
+  EXPECT_EQ(Create("bad id", v1::KV_MODE_FULL).error_code(), grpc::StatusCode::INVALID_ARGUMENT);
+  EXPECT_EQ(Create(std::string(257, 'x'), v1::KV_MODE_FULL).error_code(),
+            grpc::StatusCode::INVALID_ARGUMENT);
+  EXPECT_EQ(Create("ok", v1::KV_MODE_FULL).error_code(), grpc::StatusCode::ALREADY_EXISTS);
+  EXPECT_EQ(Create("mem", v1::KV_MODE_MEMORY).error_code(),
+            grpc::StatusCode::FAILED_PRECONDITION);  // no projector on this replica
+  EXPECT_EQ(Create("weird", static_cast<v1::KvMode>(42)).error_code(),
+            grpc::StatusCode::INVALID_ARGUMENT);
+  {
+    grpc::ClientContext context;
+    v1::CreateSessionRequest request;
+    request.set_session_id("neg");
+    request.mutable_sampling()->set_temperature(-1);
+    v1::Session s;
+    EXPECT_EQ(stub_->CreateSession(&context, request, &s).error_code(),
+              grpc::StatusCode::INVALID_ARGUMENT);
+  }
+  // Generate
+  std::vector<int32_t> tokens;
+  EXPECT_EQ(Generate(Turn("missing", {1}, 1), &tokens).error_code(), grpc::StatusCode::NOT_FOUND);
+  EXPECT_EQ(Generate(Turn("", {1}, 1), &tokens).error_code(), grpc::StatusCode::INVALID_ARGUMENT);
+  EXPECT_EQ(Generate(Turn("ok", {1}, 65), &tokens).error_code(),
+            grpc::StatusCode::INVALID_ARGUMENT);  // over max_new_tokens_cap
+  EXPECT_EQ(Generate(Turn("ok", std::vector<int32_t>(101, 1), 1), &tokens).error_code(),
+            grpc::StatusCode::INVALID_ARGUMENT);  // over max_prompt_tokens
+  EXPECT_EQ(Generate(Turn("ok", {256}, 1), &tokens).error_code(),
+            grpc::StatusCode::INVALID_ARGUMENT);  // id outside the vocabulary
+  {
+    v1::GenerateRequest r = Turn("ok", {1}, 4);
+    r.mutable_sampling()->set_top_p(2);
+    EXPECT_EQ(Generate(r, &tokens).error_code(), grpc::StatusCode::INVALID_ARGUMENT);
+    r = Turn("ok", {1}, 4);
+    r.set_prompt("text");
+    EXPECT_EQ(Generate(r, &tokens).error_code(), grpc::StatusCode::INVALID_ARGUMENT);  // both set
+    r = Turn("ok", {}, 4);
+    r.set_prompt("text");  // the random model has no tokenizer
+    EXPECT_EQ(Generate(r, &tokens).error_code(), grpc::StatusCode::FAILED_PRECONDITION);
+  }
+  EXPECT_TRUE(tokens.empty());
+  // GetSession / DeleteSession / RollbackSession / ForkSession
+  {
+    grpc::ClientContext c1, c2, c3, c4, c5, c6;
+    v1::Session s;
+    v1::GetSessionRequest get;
+    get.set_session_id("missing");
+    EXPECT_EQ(stub_->GetSession(&c1, get, &s).error_code(), grpc::StatusCode::NOT_FOUND);
+    v1::DeleteSessionRequest del;
+    del.set_session_id("a\tb");
+    v1::DeleteSessionResponse dr;
+    EXPECT_EQ(stub_->DeleteSession(&c2, del, &dr).error_code(), grpc::StatusCode::INVALID_ARGUMENT);
+    v1::RollbackSessionRequest rb;
+    rb.set_session_id("ok");
+    rb.set_version(0);
+    EXPECT_EQ(stub_->RollbackSession(&c3, rb, &s).error_code(), grpc::StatusCode::INVALID_ARGUMENT);
+    rb.set_version(99);
+    EXPECT_EQ(stub_->RollbackSession(&c4, rb, &s).error_code(), grpc::StatusCode::NOT_FOUND);
+    v1::ForkSessionRequest fork;
+    fork.set_source_session_id("ok");
+    fork.set_version(99);
+    EXPECT_EQ(stub_->ForkSession(&c5, fork, &s).error_code(), grpc::StatusCode::NOT_FOUND);
+    fork.set_version(0);
+    fork.set_new_session_id("ok");
+    EXPECT_EQ(stub_->ForkSession(&c6, fork, &s).error_code(), grpc::StatusCode::ALREADY_EXISTS);
+  }
+  // ListSessions / EstimateKvCache / GetModelInfo
+  {
+    grpc::ClientContext c1, c2, c3, c4;
+    v1::ListSessionsRequest list;
+    list.set_page_size(5000);
+    v1::ListSessionsResponse lr;
+    EXPECT_EQ(stub_->ListSessions(&c1, list, &lr).error_code(), grpc::StatusCode::INVALID_ARGUMENT);
+    v1::EstimateKvCacheRequest est;
+    est.set_preset("no-such-model");
+    est.set_context_tokens(10);
+    v1::EstimateKvCacheResponse er;
+    EXPECT_EQ(stub_->EstimateKvCache(&c2, est, &er).error_code(),
+              grpc::StatusCode::INVALID_ARGUMENT);
+    est.set_preset("llama-3.1-8b");
+    est.set_context_tokens(20000);
+    ASSERT_TRUE(stub_->EstimateKvCache(&c3, est, &er).ok());
+    ASSERT_GE(er.modes_size(), 1);
+    EXPECT_EQ(er.modes(0).bytes_per_token(), 131072u);  // fp16, full
+    v1::ModelInfo info;
+    ASSERT_TRUE(stub_->GetModelInfo(&c4, v1::GetModelInfoRequest(), &info).ok());
+    EXPECT_EQ(info.hidden_size(), 64u);
+    EXPECT_EQ(info.vocab_size(), 256u);
+    EXPECT_EQ(info.model_fingerprint().size(), 64u);
+    EXPECT_EQ(info.kv_bytes_per_token(), 2u * info.num_layers() * info.num_kv_heads() * info.head_dim() * 4);
+  }
+}
+
+TEST_F(ServiceTest, AdmissionRejectsWithRetryAfterWhenThePoolIsFull) {
+  StartReplica(/*kv_pool_bytes=*/64 << 10);  // a few blocks only
+  ASSERT_TRUE(Create("big", v1::KV_MODE_FULL).ok());
+  grpc::ClientContext context;
+  auto reader = stub_->Generate(&context, Turn("big", std::vector<int32_t>(100, 3), 64));
+  v1::GenerateResponse response;
+  while (reader->Read(&response)) {
+  }
+  grpc::Status s = reader->Finish();
+  EXPECT_EQ(s.error_code(), grpc::StatusCode::RESOURCE_EXHAUSTED) << s.error_message();
+  EXPECT_NE(s.error_message().find("retry_after_ms="), std::string::npos);
+  EXPECT_EQ(context.GetServerTrailingMetadata().count("retry-after-ms"), 1u);
+}
+
+}  // namespace
+}  // namespace kvfold::service

@@ -1,0 +1,204 @@
+// Multi-process: kvfold-memory + two kvfold-inference replicas on 127.0.0.1, a random tiny
+// model and projector (memory mode folds every 8 tokens past a 16-token window).
+#include <gtest/gtest.h>
+
+#include <thread>
+
+#include "tests/integration/service_cluster.h"
+
+namespace kvfold::testing {
+namespace {
+
+constexpr int kMaxNew = 24;
+
+// prefix + number (appending avoids a GCC 12 -Wrestrict false positive on operator+).
+std::string Id(const char* prefix, int i) {
+  std::string id(prefix);
+  id.append(std::to_string(i));
+  return id;
+}
+
+class ServiceIntegrationTest : public ::testing::Test {
+ protected:
+  void SetUp() override {
+    std::string error;
+    ASSERT_TRUE(cluster_.Setup(2, &error)) << error;
+  }
+  Cluster cluster_;
+};
+
+// Runs `turns` turns of session `id` on the replicas given by `replica_of(turn)`.
+std::vector<std::vector<int32_t>> RunTurns(Cluster& c, const std::string& id, int salt, int turns,
+                                           const std::function<int(int)>& replica_of) {
+  std::vector<std::vector<int32_t>> out;
+  for (int t = 0; t < turns; ++t) {
+    TurnResult r = c.Generate(replica_of(t), id, PromptFor(salt, t), kMaxNew);
+    EXPECT_TRUE(r.status.ok()) << "turn " << t << ": " << r.status.error_message();
+    EXPECT_EQ(static_cast<int>(r.tokens.size()), kMaxNew);
+    out.push_back(r.tokens);
+  }
+  return out;
+}
+
+TEST_F(ServiceIntegrationTest, AlternatingReplicasGiveTheUninterruptedTokens) {
+  for (v1::KvMode mode : {v1::KV_MODE_MEMORY, v1::KV_MODE_MEMORY_ONLY, v1::KV_MODE_FULL,
+                          v1::KV_MODE_SLIDING}) {
+    SCOPED_TRACE(v1::KvMode_Name(mode));
+    const std::string base = "alt-" + v1::KvMode_Name(mode);
+    // Sliding: window larger than the session, so restore is exact (see docs/service.md).
+    const uint32_t window = mode == v1::KV_MODE_SLIDING ? 1024 : 0;
+    ASSERT_TRUE(cluster_.Create(0, base + "-one", mode, nullptr, window).ok());
+    ASSERT_TRUE(cluster_.Create(1, base + "-two", mode, nullptr, window).ok());
+    auto uninterrupted = RunTurns(cluster_, base + "-one", 1, 6, [](int) { return 0; });
+    auto alternating = RunTurns(cluster_, base + "-two", 1, 6, [](int t) { return t % 2; });
+    EXPECT_EQ(uninterrupted, alternating);
+    v1::Session one, two;
+    ASSERT_TRUE(cluster_.GetSession(1, base + "-one", &one).ok());
+    ASSERT_TRUE(cluster_.GetSession(0, base + "-two", &two).ok());
+    EXPECT_EQ(one.total_tokens(), 6u * (5 + kMaxNew));
+    EXPECT_EQ(one.total_tokens(), two.total_tokens());
+    EXPECT_EQ(one.tokens_folded(), two.tokens_folded());
+    EXPECT_EQ(two.head_version(), 7u);  // create + 6 turns
+    if (mode == v1::KV_MODE_MEMORY) {
+      EXPECT_GT(two.tokens_folded(), 0u);
+    }
+  }
+}
+
+TEST_F(ServiceIntegrationTest, KillingAReplicaLosesAtMostTheTurnInFlight) {
+  ASSERT_TRUE(cluster_.Create(0, "victim", v1::KV_MODE_MEMORY).ok());
+  ASSERT_TRUE(cluster_.Create(0, "reference", v1::KV_MODE_MEMORY).ok());
+  // Two committed turns on replica 0.
+  for (int t = 0; t < 2; ++t) {
+    ASSERT_TRUE(cluster_.Generate(0, "victim", PromptFor(2, t), kMaxNew).status.ok());
+    ASSERT_TRUE(cluster_.Generate(0, "reference", PromptFor(2, t), kMaxNew).status.ok());
+  }
+  // A long turn on replica 0, killed once tokens flow.
+  std::atomic<bool> started{false};
+  TurnResult killed;
+  std::thread turn([&] { killed = cluster_.Generate(0, "victim", PromptFor(99, 0), 4000, &started); });
+  while (!started.load()) std::this_thread::sleep_for(std::chrono::milliseconds(1));
+  cluster_.replica_process(0).Kill(SIGKILL);
+  turn.join();
+  EXPECT_FALSE(killed.status.ok());
+  v1::Session after;
+  ASSERT_TRUE(cluster_.GetSession(1, "victim", &after).ok());
+  EXPECT_EQ(after.head_version(), 3u);  // create + 2 committed turns; the killed one is gone
+  // The session continues on the other replica exactly as the reference does.
+  TurnResult next = cluster_.Generate(1, "victim", PromptFor(2, 2), kMaxNew);
+  ASSERT_TRUE(next.status.ok()) << next.status.error_message();
+  EXPECT_TRUE(next.final_message.usage().restored_from_store());
+  TurnResult ref = cluster_.Generate(1, "reference", PromptFor(2, 2), kMaxNew);
+  ASSERT_TRUE(ref.status.ok());
+  EXPECT_EQ(next.tokens, ref.tokens);
+  // The restarted replica resumes it too.
+  ASSERT_TRUE(cluster_.StartReplica(0));
+  TurnResult again = cluster_.Generate(0, "victim", PromptFor(2, 3), kMaxNew);
+  TurnResult ref_again = cluster_.Generate(1, "reference", PromptFor(2, 3), kMaxNew);
+  ASSERT_TRUE(again.status.ok()) << again.status.error_message();
+  EXPECT_EQ(again.tokens, ref_again.tokens);
+}
+
+TEST_F(ServiceIntegrationTest, ConcurrentTurnsOnOneSessionAbortOneAndStayConsistent) {
+  ASSERT_TRUE(cluster_.Create(0, "contested", v1::KV_MODE_MEMORY).ok());
+  ASSERT_TRUE(cluster_.Generate(0, "contested", PromptFor(3, 0), 8).status.ok());
+  ASSERT_TRUE(cluster_.Generate(1, "contested", PromptFor(3, 1), 8).status.ok());  // both warm
+  TurnResult a, b;
+  std::atomic<int> ready{0};
+  auto run = [&](int replica, TurnResult* out) {
+    ready.fetch_add(1);
+    while (ready.load() < 2) {
+    }
+    *out = cluster_.Generate(replica, "contested", PromptFor(3, 2 + replica), 400);
+  };
+  std::thread ta(run, 0, &a), tb(run, 1, &b);
+  ta.join();
+  tb.join();
+  const int ok = a.status.ok() + b.status.ok();
+  ASSERT_EQ(ok, 1) << a.status.error_message() << " / " << b.status.error_message();
+  const TurnResult& loser = a.status.ok() ? b : a;
+  EXPECT_EQ(loser.status.error_code(), grpc::StatusCode::ABORTED);
+  const TurnResult& winner = a.status.ok() ? a : b;
+  v1::Session s;
+  ASSERT_TRUE(cluster_.GetSession(0, "contested", &s).ok());
+  EXPECT_EQ(s.head_version(), 4u);
+  EXPECT_EQ(s.total_tokens(), 5u + 8 + 5 + 8 + 5 + winner.tokens.size());
+  // Both replicas continue the winner's history identically.
+  v1::Session forked;
+  {
+    grpc::ClientContext context;
+    v1::ForkSessionRequest fork;
+    fork.set_source_session_id("contested");
+    fork.set_new_session_id("contested-copy");
+    ASSERT_TRUE(cluster_.stub(1).ForkSession(&context, fork, &forked).ok());
+  }
+  TurnResult on0 = cluster_.Generate(0, "contested", PromptFor(3, 9), kMaxNew);
+  TurnResult on1 = cluster_.Generate(1, "contested-copy", PromptFor(3, 9), kMaxNew);
+  ASSERT_TRUE(on0.status.ok()) << on0.status.error_message();
+  ASSERT_TRUE(on1.status.ok()) << on1.status.error_message();
+  EXPECT_EQ(on0.tokens, on1.tokens);
+}
+
+TEST_F(ServiceIntegrationTest, SixteenConcurrentSessionsAllComplete) {
+  constexpr int kSessions = 16;
+  constexpr int kTurns = 3;
+  std::vector<std::vector<std::vector<int32_t>>> concurrent(kSessions);
+  std::vector<std::thread> threads;
+  for (int i = 0; i < kSessions; ++i) {
+    ASSERT_TRUE(cluster_.Create(i % 2, Id("c", i), v1::KV_MODE_MEMORY).ok());
+  }
+  for (int i = 0; i < kSessions; ++i) {
+    threads.emplace_back([&, i] {
+      concurrent[i] = RunTurns(cluster_, Id("c", i), 100 + i, kTurns,
+                               [i](int t) { return (i + t) % 2; });
+    });
+  }
+  for (auto& t : threads) t.join();
+  // Each equals the same session run alone, one turn at a time, on one replica.
+  for (int i = 0; i < kSessions; ++i) {
+    const std::string id = Id("solo", i);
+    ASSERT_TRUE(cluster_.Create(0, id, v1::KV_MODE_MEMORY).ok());
+    EXPECT_EQ(RunTurns(cluster_, id, 100 + i, kTurns, [](int) { return 0; }), concurrent[i])
+        << "session " << i;
+  }
+}
+
+TEST_F(ServiceIntegrationTest, SigtermFinishesTheTurnInFlightAndExitsZero) {
+  ASSERT_TRUE(cluster_.Create(0, "drain", v1::KV_MODE_MEMORY).ok());
+  std::atomic<bool> started{false};
+  TurnResult r;
+  std::thread turn([&] { r = cluster_.Generate(0, "drain", PromptFor(5, 0), 200, &started); });
+  while (!started.load()) std::this_thread::sleep_for(std::chrono::milliseconds(1));
+  EXPECT_EQ(cluster_.replica_process(0).Kill(SIGTERM), 0);
+  turn.join();
+  ASSERT_TRUE(r.status.ok()) << r.status.error_message();
+  EXPECT_EQ(r.tokens.size(), 200u);
+  v1::Session s;
+  ASSERT_TRUE(cluster_.GetSession(1, "drain", &s).ok());
+  EXPECT_EQ(s.head_version(), 2u);
+  EXPECT_EQ(s.total_tokens(), 205u);
+}
+
+TEST_F(ServiceIntegrationTest, StoreOutageIsUnavailableAndTheSessionSurvives) {
+  ASSERT_TRUE(cluster_.Create(0, "outage", v1::KV_MODE_MEMORY).ok());
+  ASSERT_TRUE(cluster_.Create(0, "outage-ref", v1::KV_MODE_MEMORY).ok());
+  ASSERT_TRUE(cluster_.Generate(0, "outage", PromptFor(6, 0), kMaxNew).status.ok());
+  ASSERT_TRUE(cluster_.Generate(0, "outage-ref", PromptFor(6, 0), kMaxNew).status.ok());
+  cluster_.store().Kill(SIGTERM);
+  TurnResult down = cluster_.Generate(1, "outage", PromptFor(6, 1), kMaxNew);
+  EXPECT_EQ(down.status.error_code(), grpc::StatusCode::UNAVAILABLE) << down.status.error_message();
+  ASSERT_TRUE(cluster_.StartStore());  // same address, same DB
+  TurnResult up;
+  for (int attempt = 0; attempt < 50; ++attempt) {
+    up = cluster_.Generate(1, "outage", PromptFor(6, 1), kMaxNew);
+    if (up.status.error_code() != grpc::StatusCode::UNAVAILABLE) break;
+    std::this_thread::sleep_for(std::chrono::milliseconds(200));
+  }
+  ASSERT_TRUE(up.status.ok()) << up.status.error_message();
+  TurnResult ref = cluster_.Generate(0, "outage-ref", PromptFor(6, 1), kMaxNew);
+  ASSERT_TRUE(ref.status.ok());
+  EXPECT_EQ(up.tokens, ref.tokens);
+}
+
+}  // namespace
+}  // namespace kvfold::testing
