@@ -13,6 +13,12 @@ namespace {
 
 using Json = nlohmann::json;
 
+// For error messages; never throws (invalid UTF-8 is replaced), and long values are cut.
+std::string Dump(const Json& value) {
+  std::string text = value.dump(-1, ' ', false, Json::error_handler_t::replace);
+  return text.size() > 64 ? text.substr(0, 64) + "..." : text;
+}
+
 ModelSpec MakePreset(std::string name, uint64_t hidden_size, uint64_t num_layers,
                      uint64_t num_heads, uint64_t num_kv_heads, uint64_t head_dim,
                      uint64_t vocab_size, uint64_t intermediate_size, uint64_t sliding_window,
@@ -47,10 +53,10 @@ absl::StatusOr<std::optional<uint64_t>> OptionalUint(const Json& j, const char* 
   }
   if (it->is_number_float()) {
     return absl::InvalidArgumentError(
-        absl::StrCat("config.json: ", field, " must be an integer, got ", it->dump()));
+        absl::StrCat("config.json: ", field, " must be an integer, got ", Dump(*it)));
   }
   return absl::InvalidArgumentError(
-      absl::StrCat("config.json: ", field, " must be a positive integer, got ", it->dump()));
+      absl::StrCat("config.json: ", field, " must be a positive integer, got ", Dump(*it)));
 }
 
 absl::StatusOr<uint64_t> RequiredPositive(const Json& j, const char* field) {
@@ -68,7 +74,7 @@ absl::StatusOr<bool> OptionalBool(const Json& j, const char* field, bool default
   if (it == j.end() || it->is_null()) return default_value;
   if (!it->is_boolean()) {
     return absl::InvalidArgumentError(
-        absl::StrCat("config.json: ", field, " must be true or false, got ", it->dump()));
+        absl::StrCat("config.json: ", field, " must be true or false, got ", Dump(*it)));
   }
   return it->get<bool>();
 }

@@ -152,7 +152,8 @@ std::string RenderJson(const Plan& plan) {
                          {"exceeds_max_position", e.exceeds_max_position}});
   }
   j["estimates"] = std::move(estimates);
-  return j.dump(2) + "\n";
+  // Names come from user files: replace invalid UTF-8 rather than throw.
+  return j.dump(2, ' ', false, Json::error_handler_t::replace) + "\n";
 }
 
 }  // namespace kvfold::planner

@@ -183,6 +183,8 @@ INSTANTIATE_TEST_SUITE_P(
                     "num_attention_heads": 1, "vocab_size": 4294967296,
                     "intermediate_size": 4294967296})",
                   "overflow"},
+        BadConfig{"{\"hidden_size\": 64, \"tie_word_embeddings\": \"\xff\", " BASE "}",
+                  "malformed JSON"},
         BadConfig{R"({"hidden_size": 100000000000000000000000, )" BASE "}",
                   "hidden_size must be an integer"}));
 #undef BASE

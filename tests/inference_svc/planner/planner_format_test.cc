@@ -62,6 +62,14 @@ TEST(RenderJsonTest, ParsesWithEveryField) {
   }
 }
 
+TEST(RenderJsonTest, InvalidUtf8InANameDoesNotThrow) {
+  ModelSpec model = *FindPreset("stories260K");
+  model.name = "bad\xff name";
+  Plan plan = *MakePlan(model, PlanOptions(), {10}, {KvMode::kFull});
+  nlohmann::json j = nlohmann::json::parse(RenderJson(plan));
+  EXPECT_EQ(j["model"]["name"], "bad\xEF\xBF\xBD name");  // U+FFFD
+}
+
 TEST(QuantizationNoteTest, StatesTheScaleScheme) {
   EXPECT_EQ(QuantizationNote(Dtype::kInt8), "one fp16 scale per 32 elements (per head), counted");
   EXPECT_THAT(QuantizationNote(Dtype::kFp8), HasSubstr("per-tensor"));
