@@ -436,10 +436,13 @@ int Main(int argc, char** argv) {
   }
   std::string json = absl::StrFormat(
       "{\n  \"device\": \"%s\",\n  \"model\": \"llama-3.1-8b shape, bf16 weights, random\",\n"
+      "  \"note\": \"memory mode = %d memory slots + %d-token window, steady-state decode; "
+      "fold cost (projector + window re-prefill) not included; int8 rows read int8 K/V and "
+      "skip the new token's write\",\n"
       "  \"weight_bytes_per_step\": %.0f,\n  \"peak_bandwidth_gbs\": %.1f,\n"
       "  \"copy_bandwidth_gbs\": %.1f,\n  \"steps\": %d,\n  \"total_seconds\": %.1f,\n"
       "  \"results\": [\n",
-      prop.name, double(w.decode_bytes), peak / 1e9, copy_bw.ok() ? *copy_bw / 1e9 : -1.0, steps,
+      prop.name, kMemSlots, kMemWindow, double(w.decode_bytes), peak / 1e9, copy_bw.ok() ? *copy_bw / 1e9 : -1.0, steps,
       std::chrono::duration<double>(std::chrono::steady_clock::now() - t_start).count());
   for (size_t i = 0; i < results.size(); ++i) {
     const Result& r = results[i];
