@@ -1,0 +1,244 @@
+// bench_service: end-to-end numbers of kvfold-inference, one JSON document, one run.
+//
+//   bench_service --model PATH [--projector DIR] [--sessions 1,4,16] [--new_tokens 128]
+//                 [--histories 1000,10000,50000] [--threads 0]
+//
+// In process, over real gRPC on 127.0.0.1: a MemoryServer and kvfold-inference servers.
+// 1. decode: aggregate decode tok/s of N concurrent sessions, scheduler batching on vs off
+//    (the ratio is the gain of continuous batching's shared matmuls).
+// 2. resume: time to first token of a turn on a replica that never saw the session (it
+//    streams the block from the store and rebuilds: memory mode with --projector, else
+//    full) against re-prefilling the whole history in full mode, as an engine without
+//    persistence must, for each history length.
+#include <chrono>
+#include <cstdio>
+#include <random>
+#include <string>
+#include <thread>
+#include <vector>
+
+#include <grpcpp/create_channel.h>
+#include <nlohmann/json.hpp>
+
+#include "absl/flags/flag.h"
+#include "absl/flags/parse.h"
+#include "absl/strings/numbers.h"
+#include "absl/strings/str_split.h"
+#include "absl/time/time.h"
+#include "inference_svc/service/server.h"
+#include "memory_svc/service/server.h"
+
+ABSL_FLAG(std::string, model, "", "model path (HF directory or llama2.c .bin); required");
+ABSL_FLAG(std::string, projector, "", "projector directory (memory mode); empty = full mode");
+ABSL_FLAG(std::string, sessions, "1,4,16", "concurrent sessions for the decode table");
+ABSL_FLAG(int, new_tokens, 128, "tokens generated per session in the decode table");
+ABSL_FLAG(std::string, histories, "1000,10000,50000", "history lengths for the resume table");
+ABSL_FLAG(int, threads, 0, "engine threads (0 = all cores)");
+ABSL_FLAG(int, reprefill_max_tokens, 20000,
+          "skip the full-mode re-prefill baseline above this history (it is quadratic)");
+ABSL_FLAG(std::string, db_dir, "/tmp/kvfold-bench-service-db", "scratch RocksDB directory");
+
+namespace {
+
+using Clock = std::chrono::steady_clock;
+using kvfold::v1::InferenceService;
+
+double Ms(Clock::time_point a, Clock::time_point b) {
+  return std::chrono::duration<double, std::milli>(b - a).count();
+}
+
+std::vector<int> ParseList(const std::string& text) {
+  std::vector<int> out;
+  for (absl::string_view part : absl::StrSplit(text, ',', absl::SkipEmpty())) {
+    int v = 0;
+    if (absl::SimpleAtoi(part, &v) && v > 0) out.push_back(v);
+  }
+  return out;
+}
+
+struct Replica {
+  std::unique_ptr<kvfold::service::InferenceServer> server;
+  std::unique_ptr<InferenceService::Stub> stub;
+};
+
+Replica StartReplica(const std::string& store, bool batching, kvfold::v1::KvMode mode) {
+  kvfold::service::ServiceConfig c;
+  c.model_path = absl::GetFlag(FLAGS_model);
+  c.projector_path = absl::GetFlag(FLAGS_projector);
+  c.memory_store = store;
+  c.listen = "127.0.0.1:0";
+  c.threads = absl::GetFlag(FLAGS_threads);
+  c.kv_pool_bytes = 4ull << 30;
+  c.default_mode = mode;
+  c.batching = batching;
+  c.max_prompt_tokens = 1 << 20;
+  c.max_new_tokens_cap = 1 << 16;
+  c.max_active_sessions = 256;
+  auto server = kvfold::service::InferenceServer::Start(c);
+  if (!server.ok()) {
+    std::fprintf(stderr, "bench_service: %s\n", server.status().ToString().c_str());
+    std::exit(1);
+  }
+  Replica r;
+  r.server = std::move(*server);
+  r.stub = InferenceService::NewStub(
+      grpc::CreateChannel(r.server->address(), grpc::InsecureChannelCredentials()));
+  return r;
+}
+
+bool Create(InferenceService::Stub& stub, const std::string& id, kvfold::v1::KvMode mode) {
+  grpc::ClientContext context;
+  kvfold::v1::CreateSessionRequest request;
+  request.set_session_id(id);
+  request.mutable_config()->set_mode(mode);
+  kvfold::v1::Session session;
+  grpc::Status s = stub.CreateSession(&context, request, &session);
+  if (!s.ok()) std::fprintf(stderr, "create %s: %s\n", id.c_str(), s.error_message().c_str());
+  return s.ok();
+}
+
+struct Turn {
+  bool ok = false;
+  int tokens = 0;
+  double ttft_ms = 0, total_ms = 0;
+  kvfold::v1::Usage usage;
+};
+
+Turn Generate(InferenceService::Stub& stub, const std::string& id,
+              const std::vector<int32_t>& prompt, int max_new) {
+  grpc::ClientContext context;
+  kvfold::v1::GenerateRequest request;
+  request.set_session_id(id);
+  for (int32_t t : prompt) request.add_prompt_token_ids(t);
+  request.mutable_sampling()->set_max_new_tokens(max_new);
+  request.mutable_sampling()->set_ignore_eos(true);
+  const auto start = Clock::now();
+  auto reader = stub.Generate(&context, request);
+  kvfold::v1::GenerateResponse response;
+  Turn t;
+  while (reader->Read(&response)) {
+    if (response.has_delta()) {
+      if (t.tokens == 0) t.ttft_ms = Ms(start, Clock::now());
+      t.tokens += response.delta().token_ids_size();
+    } else {
+      t.usage = response.final().usage();
+    }
+  }
+  grpc::Status s = reader->Finish();
+  t.total_ms = Ms(start, Clock::now());
+  t.ok = s.ok();
+  if (!s.ok()) std::fprintf(stderr, "generate %s: %s\n", id.c_str(), s.error_message().c_str());
+  return t;
+}
+
+std::vector<int32_t> RandomIds(int n, int vocab, uint64_t seed) {
+  std::mt19937_64 rng(seed);
+  std::vector<int32_t> ids(n);
+  for (int32_t& id : ids) id = static_cast<int32_t>(3 + rng() % static_cast<uint64_t>(vocab - 3));
+  return ids;
+}
+
+}  // namespace
+
+int main(int argc, char** argv) {
+  absl::ParseCommandLine(argc, argv);
+  if (absl::GetFlag(FLAGS_model).empty()) {
+    std::fprintf(stderr, "usage: bench_service --model PATH [--projector DIR] [flags]\n");
+    return 2;
+  }
+  std::filesystem::remove_all(absl::GetFlag(FLAGS_db_dir));
+  kvfold::memory::ServerConfig store_config;
+  store_config.listen = "127.0.0.1:0";
+  store_config.store.db_dir = absl::GetFlag(FLAGS_db_dir);
+  store_config.store.sync_writes = false;
+  auto store = kvfold::memory::MemoryServer::Start(store_config);
+  if (!store.ok()) {
+    std::fprintf(stderr, "bench_service: %s\n", store.status().ToString().c_str());
+    return 1;
+  }
+  const std::string store_address = (*store)->address();
+  const bool memory = !absl::GetFlag(FLAGS_projector).empty();
+  const kvfold::v1::KvMode resume_mode = memory ? kvfold::v1::KV_MODE_MEMORY : kvfold::v1::KV_MODE_FULL;
+  const int new_tokens = absl::GetFlag(FLAGS_new_tokens);
+  nlohmann::json out;
+  out["model"] = absl::GetFlag(FLAGS_model);
+  out["projector"] = absl::GetFlag(FLAGS_projector);
+  out["threads"] = absl::GetFlag(FLAGS_threads);
+
+  // 1. Decode throughput, batching on vs off.
+  nlohmann::json decode = nlohmann::json::array();
+  int vocab = 0;
+  for (int n : ParseList(absl::GetFlag(FLAGS_sessions))) {
+    nlohmann::json row;
+    row["sessions"] = n;
+    row["new_tokens_per_session"] = new_tokens;
+    for (bool batching : {true, false}) {
+      Replica r = StartReplica(store_address, batching, kvfold::v1::KV_MODE_FULL);
+      vocab = static_cast<int>(r.server->engine().config().vocab_size);
+      const std::string tag = std::string(batching ? "on" : "off") + "-" + std::to_string(n) + "-";
+      for (int i = 0; i < n; ++i) Create(*r.stub, tag + std::to_string(i), kvfold::v1::KV_MODE_FULL);
+      Create(*r.stub, tag + "warmup", kvfold::v1::KV_MODE_FULL);
+      Generate(*r.stub, tag + "warmup", RandomIds(8, vocab, 99), 16);
+      std::vector<Turn> turns(n);
+      std::vector<std::thread> threads;
+      const auto start = Clock::now();
+      for (int i = 0; i < n; ++i) {
+        threads.emplace_back([&, i] {
+          turns[i] = Generate(*r.stub, tag + std::to_string(i), RandomIds(8, vocab, i), new_tokens);
+        });
+      }
+      for (auto& t : threads) t.join();
+      const double wall_ms = Ms(start, Clock::now());
+      int total = 0;
+      for (const Turn& t : turns) total += t.tokens;
+      row[batching ? "batching_on_tok_s" : "batching_off_tok_s"] = total / (wall_ms / 1000.0);
+    }
+    row["speedup"] = row["batching_on_tok_s"].get<double>() / row["batching_off_tok_s"].get<double>();
+    decode.push_back(row);
+    std::fprintf(stderr, "decode %d sessions: %.0f tok/s batched, %.0f unbatched\n", n,
+                 row["batching_on_tok_s"].get<double>(), row["batching_off_tok_s"].get<double>());
+  }
+  out["decode"] = decode;
+
+  // 2. Resume on another replica vs re-prefilling the history.
+  nlohmann::json resume = nlohmann::json::array();
+  Replica a = StartReplica(store_address, true, resume_mode);
+  for (int history : ParseList(absl::GetFlag(FLAGS_histories))) {
+    Replica b = StartReplica(store_address, true, resume_mode);  // a fresh, cold replica
+    const std::string id = "resume-" + std::to_string(history);
+    const std::vector<int32_t> ids = RandomIds(history, vocab, 1000 + history);
+    const std::vector<int32_t> next = RandomIds(8, vocab, 7);
+    Create(*a.stub, id, resume_mode);
+    const Turn fed = Generate(*a.stub, id, ids, 1);  // the history, on replica A
+    const Turn switched = Generate(*b.stub, id, next, 1);  // replica B: restore from the store
+    // An engine without persistence: the whole history (+ the new prompt) as a prefill.
+    const std::string full_id = "reprefill-" + std::to_string(history);
+    Create(*b.stub, full_id, kvfold::v1::KV_MODE_FULL);
+    std::vector<int32_t> all = ids;
+    all.insert(all.end(), next.begin(), next.end());
+    const bool run_reprefill = history <= absl::GetFlag(FLAGS_reprefill_max_tokens);
+    const Turn reprefill = run_reprefill ? Generate(*b.stub, full_id, all, 1) : Turn{};
+    nlohmann::json row;
+    row["history_tokens"] = history;
+    row["resume_mode"] = memory ? "memory" : "full";
+    row["feed_history_ms"] = fed.total_ms;
+    row["switch_replica_ttft_ms"] = switched.ttft_ms;
+    row["switch_replica_restore_ms"] = switched.usage.timings().restore_ms();
+    row["switch_replica_restored"] = switched.usage.restored_from_store();
+    if (run_reprefill) {
+      row["reprefill_ttft_ms"] = reprefill.ttft_ms;
+      row["speedup"] = switched.ttft_ms > 0 ? reprefill.ttft_ms / switched.ttft_ms : 0.0;
+    } else {
+      row["reprefill_ttft_ms"] = nullptr;  // skipped: --reprefill_max_tokens
+    }
+    row["ok"] = fed.ok && switched.ok && (!run_reprefill || reprefill.ok);
+    resume.push_back(row);
+    std::fprintf(stderr, "resume %d tokens: switch %.1f ms vs re-prefill %.1f ms\n", history,
+                 switched.ttft_ms, reprefill.ttft_ms);
+  }
+  out["resume"] = resume;
+  a.server.reset();
+  (void)(*store)->Shutdown(absl::ZeroDuration());
+  std::printf("%s\n", out.dump(2).c_str());
+  return 0;
+}
