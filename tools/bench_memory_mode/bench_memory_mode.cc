@@ -2,21 +2,22 @@
 // tokens for full, sliding, sink, memory and memory_only on one model, in one run, as JSON.
 //
 //   bench_memory_mode [--model PATH] [--projector DIR] [--histories 1000,10000,100000]
-//                     [--modes full,sliding,sink,memory,memory_only] [--decode_tokens 256] [--repeats 3] [--window 112] [--sink 4]
-//                     [--threads 0] [--full_real_max 2048] [--seed 1]
+//                     [--modes full,sliding,sink,memory,memory_only] [--decode-tokens 256] [--repeats 3] [--window 112] [--sink 4]
+//                     [--threads 0] [--full-real-max 2048] [--seed 1]
 //
 // Model: default $KVFOLD_SHARED_DIR/models/stories260K/stories260K.bin (KVFOLD_SHARED_DIR
 // defaults to ../shared). Projector: --projector DIR, else a random one (M 16, W 64, C 32).
 // The history is fed for real (random token ids, prompt path: memory modes fold exactly as
-// in decode), then `--repeats` x `--decode_tokens` greedy tokens are timed and the best
+// in decode), then `--repeats` x `--decode-tokens` greedy tokens are timed and the best
 // repeat counts (the machine is shared; decode_tokens is a multiple of C, so memory modes
-// include whole fold cycles in every repeat). Full mode beyond --full_real_max would need an
+// include whole fold cycles in every repeat). Full mode beyond --full-real-max would need an
 // O(n^2) prefill, so its K/V are synthesised (entries appended without compute; attention
 // cost is the same) and the row says "kv_synthetic": true. Sliding and sink use --window
 // (default 112 = M + W + C, the memory mode's largest resident size: equal KV budgets).
 #include <chrono>
 #include <cstdio>
 #include <cstdlib>
+#include <cstring>
 #include <map>
 #include <random>
 #include <string>
@@ -264,10 +265,21 @@ int Main() {
   return 0;
 }
 
+// Accepts --flag-name as well as absl's --flag_name (CONTRACTS.md spells flags with dashes).
+void DashesToUnderscores(int argc, char** argv) {
+  for (int i = 1; i < argc; ++i) {
+    if (std::strncmp(argv[i], "--", 2) != 0) continue;
+    for (char* p = argv[i] + 2; *p != '\0' && *p != '='; ++p) {
+      if (*p == '-') *p = '_';
+    }
+  }
+}
+
 }  // namespace
 }  // namespace kvfold
 
 int main(int argc, char** argv) {
+  kvfold::DashesToUnderscores(argc, argv);
   absl::ParseCommandLine(argc, argv);
   return kvfold::Main();
 }

@@ -48,9 +48,20 @@ std::vector<float> ToFloats(const kvfold::model::HostTensor& t) {
   return out;
 }
 
+// Accepts --flag-name as well as absl's --flag_name (CONTRACTS.md spells flags with dashes).
+void DashesToUnderscores(int argc, char** argv) {
+  for (int i = 1; i < argc; ++i) {
+    if (std::strncmp(argv[i], "--", 2) != 0) continue;
+    for (char* p = argv[i] + 2; *p != '\0' && *p != '='; ++p) {
+      if (*p == '-') *p = '_';
+    }
+  }
+}
+
 }  // namespace
 
 int main(int argc, char** argv) {
+  DashesToUnderscores(argc, argv);
   absl::ParseCommandLine(argc, argv);
   const std::string model_path = absl::GetFlag(FLAGS_model);
   const std::string out_dir = absl::GetFlag(FLAGS_out);
