@@ -85,6 +85,10 @@ absl::StatusOr<std::unique_ptr<MemoryStore>> MemoryStore::Open(StoreOptions opti
   payload_cf.compression = rocksdb::kNoCompression;  // fp16 activations do not compress
   payload_cf.blob_compression_type = rocksdb::kNoCompression;
   payload_cf.write_buffer_size = 64 << 20;
+  if (options.enable_blob_files && options.blob_cache_bytes > 0) {
+    payload_cf.blob_cache = rocksdb::NewLRUCache(options.blob_cache_bytes);
+    payload_cf.prepopulate_blob_cache = rocksdb::PrepopulateBlobCache::kFlushOnly;
+  }
 
   std::vector<rocksdb::ColumnFamilyDescriptor> cfs = {
       {rocksdb::kDefaultColumnFamilyName, small_cf},

@@ -3,6 +3,7 @@
 #ifndef KVFOLD_MEMORY_SVC_STORE_STORE_IMPL_H_
 #define KVFOLD_MEMORY_SVC_STORE_STORE_IMPL_H_
 
+#include <rocksdb/cache.h>
 #include <rocksdb/db.h>
 #include <rocksdb/options.h>
 #include <rocksdb/slice.h>

@@ -37,6 +37,8 @@ ABSL_FLAG(double, seconds, 2.0, "measured seconds per cell (put and get each)");
 ABSL_FLAG(std::string, clients, "1,8,32", "concurrent client counts");
 ABSL_FLAG(std::string, dir, "", "scratch directory for the databases (default: TMPDIR)");
 ABSL_FLAG(std::string, json_out, "", "also write the JSON here");
+ABSL_FLAG(bool, main_grid, true, "run the variant x block x clients x sync grid");
+ABSL_FLAG(bool, blob_comparison, true, "run BlobDB vs inline values (never with --quick)");
 
 namespace kvfold::bench {
 namespace {
@@ -88,6 +90,7 @@ class RawTarget : public Target {
   absl::Status Get(int client, uint64_t version, size_t* bytes) override {
     thread_local std::string buffer;
     absl::Status s = db_->Get(client, version, &buffer);
+    if (!s.ok()) buffer.clear();
     *bytes = buffer.size();
     return s;
   }
@@ -275,6 +278,70 @@ absl::Status RunCombination(const std::string& variant, const std::vector<Block>
   return absl::OkStatus();
 }
 
+// Bytes this process handed to write() so far (WAL, flushes, compactions, blob files).
+uint64_t ProcessWriteChars() {
+  std::ifstream io("/proc/self/io");
+  std::string key;
+  uint64_t value = 0;
+  while (io >> key >> value) {
+    if (key == "wchar:") return value;
+  }
+  return 0;
+}
+
+// BlobDB or not, on the raw baseline without sync: puts for `seconds`, then the LSM's
+// background work to completion; write amplification = bytes written / payload bytes.
+absl::Status RunBlobComparison(const std::vector<Block>& blocks, int clients, bool blob,
+                               uint64_t blob_cache_bytes, double seconds,
+                               const std::string& root, nlohmann::json* out) {
+  const std::string dir = absl::StrCat(root, "/blobcmp-", clients, "-", blob);
+  std::filesystem::remove_all(dir);
+  {
+    RawRocksDb::Options options;
+    options.dir = dir;
+    options.sync_writes = false;
+    options.enable_blob_files = blob;
+    options.blob_cache_bytes = blob_cache_bytes;
+    std::unique_ptr<RawRocksDb> db;
+    if (absl::Status s = RawRocksDb::Open(options, &db); !s.ok()) return s;
+    RawRocksDb* raw = db.get();
+    RawTarget target(std::move(db));
+    std::vector<uint64_t> head(clients, 0);
+    const uint64_t written_before = ProcessWriteChars();
+    const CellResult put = RunCell(clients, seconds, [&](int c, uint64_t i, size_t* n) {
+      const Block& b = blocks[(c + i) % blocks.size()];
+      absl::Status s = target.Put(c, head[c] + 1, b);
+      if (s.ok()) {
+        ++head[c];
+        *n = b.payload.size();
+      }
+      return s;
+    });
+    if (absl::Status s = raw->FlushAndWaitIdle(); !s.ok()) return s;
+    const uint64_t written = ProcessWriteChars() - written_before;
+    std::vector<std::mt19937_64> rngs;
+    for (int c = 0; c < clients; ++c) rngs.emplace_back(c);
+    const CellResult get = RunCell(clients, seconds, [&](int c, uint64_t, size_t* n) {
+      const uint64_t retained = std::min<uint64_t>(head[c], 16);
+      return target.Get(c, head[c] - rngs[c]() % retained, n);
+    });
+    const size_t block_bytes = blocks[0].payload.size();
+    nlohmann::json p = ToJson(put, "put", "rocksdb", block_bytes, clients, false, blob);
+    p["write_amplification"] = put.bytes ? static_cast<double>(written) / put.bytes : 0.0;
+    p["blob_cache_bytes"] = blob_cache_bytes;
+    out->push_back(p);
+    nlohmann::json g = ToJson(get, "get", "rocksdb", block_bytes, clients, false, blob);
+    g["blob_cache_bytes"] = blob_cache_bytes;
+    out->push_back(g);
+    std::cerr << "bench: blob=" << blob << " cache=" << blob_cache_bytes << " " << block_bytes << " B x" << clients << ": put "
+              << static_cast<int>(put.ops / put.seconds) << " ops/s, write amp "
+              << p["write_amplification"].get<double>() << ", get "
+              << static_cast<int>(get.ops / get.seconds) << " ops/s\n";
+  }
+  std::filesystem::remove_all(dir);
+  return absl::OkStatus();
+}
+
 int Main() {
   const bool quick = absl::GetFlag(FLAGS_quick);
   const double seconds = quick ? 0.25 : absl::GetFlag(FLAGS_seconds);
@@ -297,6 +364,7 @@ int Main() {
   const std::vector<std::string> variants = {"rocksdb", "store", "service"};
   nlohmann::json results = nlohmann::json::array();
   for (const auto& blocks : block_sets) {
+    if (!absl::GetFlag(FLAGS_main_grid)) break;
     for (int clients : client_counts) {
       for (bool sync : {true, false}) {
         for (const std::string& variant : variants) {
@@ -310,14 +378,17 @@ int Main() {
       }
     }
   }
-  // BlobDB or not: the raw baseline with payloads inline in the LSM, no sync.
+  // BlobDB or not: the raw baseline with payloads inline in the LSM, no sync, 4x longer
+  // puts so that compactions happen; write amplification measured.
   nlohmann::json blob_vs_inline = nlohmann::json::array();
-  if (!quick) {
+  if (!quick && absl::GetFlag(FLAGS_blob_comparison)) {
     for (const auto& blocks : block_sets) {
       for (int clients : {1, 8}) {
-        for (bool blob : {true, false}) {
-          if (absl::Status s = RunCombination("rocksdb", blocks, clients, false, blob, seconds,
-                                              root, &blob_vs_inline);
+        // BlobDB with the store's blob cache, BlobDB without it, values inline.
+        for (const auto& [blob, cache] : {std::pair<bool, uint64_t>{true, 256ull << 20},
+                                          {true, 0}, {false, 0}}) {
+          if (absl::Status s = RunBlobComparison(blocks, clients, blob, cache, 4 * seconds, root,
+                                                 &blob_vs_inline);
               !s.ok()) {
             std::cerr << "bench: " << s << "\n";
             return 1;

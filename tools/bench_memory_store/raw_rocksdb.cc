@@ -2,10 +2,13 @@
 // against (the only RocksDB user outside memory_svc/store/).
 #include "tools/bench_memory_store/raw_rocksdb.h"
 
+#include <rocksdb/cache.h>
 #include <rocksdb/db.h>
 #include <rocksdb/options.h>
 #include <rocksdb/write_batch.h>
 
+#include <chrono>
+#include <thread>
 #include <vector>
 
 #include "absl/strings/str_cat.h"
@@ -53,6 +56,10 @@ absl::Status RawRocksDb::Open(const Options& options, std::unique_ptr<RawRocksDb
   payload_cf.compression = rocksdb::kNoCompression;
   payload_cf.blob_compression_type = rocksdb::kNoCompression;
   payload_cf.write_buffer_size = 64 << 20;
+  if (options.enable_blob_files && options.blob_cache_bytes > 0) {
+    payload_cf.blob_cache = rocksdb::NewLRUCache(options.blob_cache_bytes);
+    payload_cf.prepopulate_blob_cache = rocksdb::PrepopulateBlobCache::kFlushOnly;
+  }
   std::vector<rocksdb::ColumnFamilyDescriptor> cfs = {
       {rocksdb::kDefaultColumnFamilyName, rocksdb::ColumnFamilyOptions()},
       {"payloads", payload_cf}};
@@ -81,6 +88,26 @@ absl::Status RawRocksDb::Put(int client, uint64_t version, absl::string_view pay
 absl::Status RawRocksDb::Get(int client, uint64_t version, std::string* payload) {
   return Check(impl_->db->Get(rocksdb::ReadOptions(), impl_->handles[1], Key(client, version),
                               payload));
+}
+
+absl::Status RawRocksDb::FlushAndWaitIdle() {
+  rocksdb::FlushOptions flush;
+  flush.wait = true;
+  if (absl::Status s = Check(impl_->db->Flush(flush, impl_->handles)); !s.ok()) return s;
+  const auto deadline = std::chrono::steady_clock::now() + std::chrono::seconds(120);
+  while (std::chrono::steady_clock::now() < deadline) {
+    uint64_t running = 0, pending = 0, flushes = 0;
+    impl_->db->GetIntProperty("rocksdb.num-running-compactions", &running);
+    impl_->db->GetIntProperty("rocksdb.num-running-flushes", &flushes);
+    for (auto* h : impl_->handles) {
+      uint64_t p = 0;
+      impl_->db->GetIntProperty(h, "rocksdb.compaction-pending", &p);
+      pending += p;
+    }
+    if (running == 0 && pending == 0 && flushes == 0) return absl::OkStatus();
+    std::this_thread::sleep_for(std::chrono::milliseconds(20));
+  }
+  return absl::DeadlineExceededError("background work did not finish in 120 s");
 }
 
 }  // namespace kvfold::bench

@@ -20,6 +20,7 @@ class RawRocksDb {
     bool sync_writes = true;
     bool enable_blob_files = true;
     uint64_t min_blob_size = 64 << 10;
+    uint64_t blob_cache_bytes = 256ull << 20;  // as MemoryStore; 0 = none
     uint32_t versions_kept = 16;
   };
   static absl::Status Open(const Options& options, std::unique_ptr<RawRocksDb>* out);
@@ -28,6 +29,9 @@ class RawRocksDb {
   absl::Status Put(int client, uint64_t version, absl::string_view payload);
   // Reads into *payload (reused buffer).
   absl::Status Get(int client, uint64_t version, std::string* payload);
+  // Flushes the memtables and waits (up to 120 s) until no flush or compaction runs or is
+  // pending, so that the bytes written so far include the LSM's background work.
+  absl::Status FlushAndWaitIdle();
 
  private:
   struct Impl;
