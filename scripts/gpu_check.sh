@@ -45,8 +45,10 @@ cmake -S "$ROOT" -B "$BUILD_DIR" "${GEN[@]}" -DCMAKE_BUILD_TYPE=Release -DKVFOLD
 
 log "build"
 TARGETS=(cuda_ops_test bench_gpu)
-for t in cuda_backend_test cuda_backend_factory_test; do
-  if cmake --build "$BUILD_DIR" --target help 2>/dev/null | grep -q "\b$t\b"; then TARGETS+=("$t"); fi
+# The engine-level tests exist once the engine and memory mode are in the tree.
+HELP=$(cmake --build "$BUILD_DIR" --target help 2>/dev/null || true)
+for t in cuda_backend_test cuda_memory_mode_test cuda_backend_factory_test; do
+  if grep -qw "$t" <<<"$HELP"; then TARGETS+=("$t"); fi
 done
 echo "targets: ${TARGETS[*]}"
 cmake --build "$BUILD_DIR" -j "$(nproc)" --target "${TARGETS[@]}" > "$OUT_DIR/build.log" 2>&1 \
@@ -63,8 +65,9 @@ if [ "$SKIPS" != "0" ]; then
   grep -m3 "gpu test skipped" "$OUT_DIR/gpu_tests.log" >&2
   TESTS_RC=1
 fi
-PASSED=$(grep -c "^\[       OK \]" "$OUT_DIR/gpu_tests.log" || true)
-FAILED=$(grep -c "^\[  FAILED  \].*(" "$OUT_DIR/gpu_tests.log" || true)
+# ctest -V prefixes gtest lines with "N: "; count per-case results (with their timings).
+PASSED=$(grep -cE "\[       OK \] .* \([0-9]+ ms\)" "$OUT_DIR/gpu_tests.log" || true)
+FAILED=$(grep -cE "\[  FAILED  \] .* \([0-9]+ ms\)" "$OUT_DIR/gpu_tests.log" || true)
 
 log "benchmark (tools/bench_gpu)"
 BENCH_RC=0
