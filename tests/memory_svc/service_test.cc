@@ -93,6 +93,30 @@ TEST_F(ServiceTest, RoundTripsWithOddChunkSizes) {
   EXPECT_EQ(messages, (96 * 4096 * 4 + 99999) / 100000);
 }
 
+TEST_F(ServiceTest, EmptyPayloadBlocksRoundTrip) {
+  // Full/sliding/sink sessions and memory sessions before their first fold have
+  // mem_slots = 0 and no payload: one message each way.
+  StoreClient client = Client();
+  v1::MemoryBlockHeader header;
+  header.set_format_version(1);
+  header.set_hidden_size(64);
+  header.set_kv_mode(v1::KV_MODE_SLIDING);
+  header.set_window_size(64);
+  for (int i = 0; i < 61; ++i) header.add_window_token_ids(i * 3);
+  header.set_total_tokens(61);
+  SealBlockHeader(&header, "");
+  absl::StatusOr<v1::PutBlockResponse> put = client.Put("empty", 0, header, "");
+  ASSERT_TRUE(put.ok()) << put.status();
+  EXPECT_EQ(put->payload_size(), 0u);
+  absl::StatusOr<StoreBlock> got = client.Get("empty");
+  ASSERT_TRUE(got.ok()) << got.status();
+  EXPECT_TRUE(got->payload.empty());
+  EXPECT_EQ(got->header.window_token_ids_size(), 61);
+  EXPECT_EQ(got->info.total_tokens(), 61u);
+  ASSERT_TRUE(client.Fork("empty", 0, "empty-fork").ok());
+  EXPECT_EQ(client.Get("empty-fork")->header.SerializeAsString(), header.SerializeAsString());
+}
+
 TEST_F(ServiceTest, EveryBadPutIsRejectedAndCommitsNothing) {
   auto stub = v1::MemoryStore::NewStub(Channel());
   const TestBlock b = MakeBlock(5, 31, 100);  // 6200 bytes
@@ -279,6 +303,36 @@ TEST_F(ServiceTest, ListSessionsPages) {
   EXPECT_EQ(ids.back(), "sess-122");
   EXPECT_TRUE(std::is_sorted(ids.begin(), ids.end()));
   EXPECT_EQ(client.ListSessions()->sessions_size(), 23);  // page_size 0 = 100
+}
+
+TEST_F(ServiceTest, DrainLetsInFlightPutsFinish) {
+  auto stub = v1::MemoryStore::NewStub(Channel());
+  const TestBlock b = MakeBlock(12, 96, 4096);
+  auto messages = Chunks("drain", 0, b, 64 << 10);
+  grpc::ClientContext context;
+  v1::PutBlockResponse response;
+  auto writer = stub->PutBlock(&context, &response);
+  for (size_t i = 0; i < messages.size() / 2; ++i) ASSERT_TRUE(writer->Write(messages[i]));
+  absl::Status shutdown;
+  std::thread stopper([&] { shutdown = server_->Shutdown(absl::Seconds(10)); });
+  absl::SleepFor(absl::Milliseconds(200));  // draining now; the put is in flight
+  StoreClient late = Client();
+  EXPECT_EQ(late.GetSessionInfo("drain").status().code(), Code::kUnavailable);
+  for (size_t i = messages.size() / 2; i < messages.size(); ++i) {
+    ASSERT_TRUE(writer->Write(messages[i]));
+  }
+  writer->WritesDone();
+  grpc::Status status = writer->Finish();
+  stopper.join();
+  ASSERT_TRUE(status.ok()) << status.error_message();
+  EXPECT_EQ(response.version(), 1u);
+  EXPECT_TRUE(shutdown.ok()) << shutdown;
+  // The drained put is durable: reopen the DB and read it.
+  server_.reset();
+  StartServer();
+  absl::StatusOr<StoreBlock> got = Client().Get("drain");
+  ASSERT_TRUE(got.ok()) << got.status();
+  EXPECT_EQ(got->payload, b.payload);
 }
 
 TEST_F(ServiceTest, HealthServingUntilShutdown) {
