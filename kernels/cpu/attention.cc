@@ -131,8 +131,77 @@ void AxpyPortable(float p, const float* v, float* out, int n) {
 
 }  // namespace
 
-void AttentionOptimized(ThreadPool& pool, const AttentionArgs& a,
-                        std::vector<std::vector<float>>& scratch) {
+namespace {
+
+// exp for 8 lanes (Cephes expf polynomial, ~2 ulp). Deterministic: the same inputs give
+// the same bits wherever a row is computed.
+__attribute__((target("avx2,fma"))) __m256 Exp8(__m256 x) {
+  x = _mm256_min_ps(_mm256_max_ps(x, _mm256_set1_ps(-87.3f)), _mm256_set1_ps(88.3f));
+  __m256 fx = _mm256_fmadd_ps(x, _mm256_set1_ps(1.44269504088896341f), _mm256_set1_ps(0.5f));
+  fx = _mm256_floor_ps(fx);
+  x = _mm256_fnmadd_ps(fx, _mm256_set1_ps(0.693359375f), x);
+  x = _mm256_fnmadd_ps(fx, _mm256_set1_ps(-2.12194440e-4f), x);
+  __m256 y = _mm256_set1_ps(1.9875691500e-4f);
+  y = _mm256_fmadd_ps(y, x, _mm256_set1_ps(1.3981999507e-3f));
+  y = _mm256_fmadd_ps(y, x, _mm256_set1_ps(8.3334519073e-3f));
+  y = _mm256_fmadd_ps(y, x, _mm256_set1_ps(4.1665795894e-2f));
+  y = _mm256_fmadd_ps(y, x, _mm256_set1_ps(1.6666665459e-1f));
+  y = _mm256_fmadd_ps(y, x, _mm256_set1_ps(5.0000001201e-1f));
+  y = _mm256_fmadd_ps(y, _mm256_mul_ps(x, x), _mm256_add_ps(x, _mm256_set1_ps(1.0f)));
+  const __m256i e = _mm256_slli_epi32(_mm256_add_epi32(_mm256_cvttps_epi32(fx), _mm256_set1_epi32(127)), 23);
+  return _mm256_mul_ps(y, _mm256_castsi256_ps(e));
+}
+
+// s[i] <- softmax(s)[i] over n scores, AVX2.
+__attribute__((target("avx2,fma"))) void SoftmaxAvx2(float* s, int n) {
+  float mx = -std::numeric_limits<float>::infinity();
+  for (int i = 0; i < n; ++i) mx = std::max(mx, s[i]);
+  const __m256 m = _mm256_set1_ps(mx);
+  __m256 acc = _mm256_setzero_ps();
+  int i = 0;
+  for (; i + 8 <= n; i += 8) {
+    const __m256 e = Exp8(_mm256_sub_ps(_mm256_loadu_ps(s + i), m));
+    _mm256_storeu_ps(s + i, e);
+    acc = _mm256_add_ps(acc, e);
+  }
+  if (i < n) {
+    alignas(32) float tail[8];
+    for (int l = 0; l < 8; ++l) tail[l] = i + l < n ? s[i + l] : -std::numeric_limits<float>::infinity();
+    const __m256 e = Exp8(_mm256_sub_ps(_mm256_load_ps(tail), m));
+    _mm256_store_ps(tail, e);
+    acc = _mm256_add_ps(acc, e);
+    for (int l = 0; i + l < n; ++l) s[i + l] = tail[l];
+  }
+  alignas(32) float lanes[8];
+  _mm256_store_ps(lanes, acc);
+  const float sum = ((lanes[0] + lanes[4]) + (lanes[2] + lanes[6])) + ((lanes[1] + lanes[5]) + (lanes[3] + lanes[7]));
+  const __m256 inv = _mm256_set1_ps(1.0f / sum);
+  for (i = 0; i + 8 <= n; i += 8) _mm256_storeu_ps(s + i, _mm256_mul_ps(_mm256_loadu_ps(s + i), inv));
+  for (; i < n; ++i) s[i] *= 1.0f / sum;
+}
+
+void SoftmaxPortable(float* s, int n) {
+  float mx = -std::numeric_limits<float>::infinity();
+  for (int i = 0; i < n; ++i) mx = std::max(mx, s[i]);
+  float sum = 0.0f;
+  for (int i = 0; i < n; ++i) sum += (s[i] = std::exp(s[i] - mx));
+  const float inv = 1.0f / sum;
+  for (int i = 0; i < n; ++i) s[i] *= inv;
+}
+
+// Rows whose keys sit at the same positions (same prefix rule, same main table, front,
+// lo and position of lo) share one pre-rotated copy of their keys: prefill rows of one
+// sequence rotate each key once instead of once per row.
+bool SameKeyLayout(const int32_t* a, const int32_t* b) {
+  return a[kAttnPrefixTable] == b[kAttnPrefixTable] && a[kAttnPrefixPosBase] == b[kAttnPrefixPosBase] &&
+         a[kAttnPrefixPosStride] == b[kAttnPrefixPosStride] && a[kAttnMainTable] == b[kAttnMainTable] &&
+         a[kAttnMainFront] == b[kAttnMainFront] && a[kAttnMainLo] == b[kAttnMainLo] &&
+         a[kAttnMainPosLo] == b[kAttnMainPosLo];
+}
+
+}  // namespace
+
+void AttentionOptimized(ThreadPool& pool, const AttentionArgs& a, AttentionScratch& scratch) {
   const AttentionShape& sh = a.shape;
   const int hd = sh.head_dim;
   const int q_dim = sh.num_heads * hd;
@@ -141,54 +210,106 @@ void AttentionOptimized(ThreadPool& pool, const AttentionArgs& a,
   const bool avx2 = CpuHasAvx2Fma();
   auto dot = avx2 ? DotAvx2 : DotPortable;
   auto axpy = avx2 ? AxpyAvx2 : AxpyPortable;
-  if (scratch.size() < static_cast<size_t>(pool.num_threads())) scratch.resize(pool.num_threads());
-  // One task = (row, kv head): each key is rotated once and scored for the whole group.
-  const int64_t tasks = a.n * sh.num_kv_heads;
+  auto softmax = avx2 ? SoftmaxAvx2 : SoftmaxPortable;
+  if (scratch.per_thread.size() < static_cast<size_t>(pool.num_threads())) {
+    scratch.per_thread.resize(pool.num_threads());
+  }
+  // 1. Key groups: consecutive rows with the same key layout. For each: the union of
+  // their keys = prefix [0, max visible) + main [lo, max hi), laid out in that order.
+  auto& groups = scratch.groups;  // per group: first row, prefix keys, main keys, key base
+  groups.clear();
+  auto& row_group = scratch.row_group;
+  if (row_group.size() < static_cast<size_t>(a.n)) row_group.resize(a.n);
   int64_t total_keys = 0;
-  for (int64_t r = 0; r < a.n; ++r) total_keys += KeyRef{a, a.rows + r * kAttnRowFields, kv_dim}.num_keys();
-  auto body = [&](int64_t t0, int64_t t1, int thread) {
-    std::vector<float>& buf = scratch[thread];
-    for (int64_t t = t0; t < t1; ++t) {
-      const int64_t r = t / sh.num_kv_heads;
-      const int kvh = static_cast<int>(t % sh.num_kv_heads);
-      KeyRef keys{a, a.rows + r * kAttnRowFields, kv_dim};
-      const int nk = keys.num_keys();
-      const size_t need = static_cast<size_t>(group) * nk + hd;
-      if (buf.size() < need) buf.resize(need);
-      float* scores = buf.data();       // [group, nk]
-      float* krot = buf.data() + static_cast<size_t>(group) * nk;
-      const float* q0 = a.q + r * q_dim + kvh * group * hd;
-      for (int idx = 0; idx < nk; ++idx) {
-        int pos;
-        const int64_t off = keys.Locate(idx, &pos);
-        RotateHalf(a.k_cache + off + kvh * hd, a.rope + static_cast<int64_t>(pos) * hd, hd, krot);
-        for (int g = 0; g < group; ++g) scores[g * nk + idx] = dot(q0 + g * hd, krot, hd) * sh.scale;
-      }
-      for (int g = 0; g < group; ++g) {
-        float* s = scores + g * nk;
-        float max_score = -std::numeric_limits<float>::infinity();
-        for (int idx = 0; idx < nk; ++idx) max_score = std::max(max_score, s[idx]);
-        float sum = 0.0f;
-        for (int idx = 0; idx < nk; ++idx) {
-          s[idx] = std::exp(s[idx] - max_score);
-          sum += s[idx];
-        }
-        const float inv = 1.0f / sum;
-        for (int idx = 0; idx < nk; ++idx) s[idx] *= inv;
-        std::memset(a.out + r * q_dim + (kvh * group + g) * hd, 0, hd * sizeof(float));
-      }
-      for (int idx = 0; idx < nk; ++idx) {
-        int pos;
-        const float* v = a.v_cache + keys.Locate(idx, &pos) + kvh * hd;
-        for (int g = 0; g < group; ++g)
-          axpy(scores[g * nk + idx], v, a.out + r * q_dim + (kvh * group + g) * hd, hd);
+  for (int64_t r = 0; r < a.n; ++r) {
+    const int32_t* row = a.rows + r * kAttnRowFields;
+    if (groups.empty() || !SameKeyLayout(a.rows + groups.back()[0] * kAttnRowFields, row)) {
+      groups.push_back({static_cast<int>(r), 0, 0, 0});
+    }
+    auto& g = groups.back();
+    g[1] = std::max(g[1], row[kAttnPrefixVisible]);
+    g[2] = std::max(g[2], row[kAttnMainHi] - row[kAttnMainLo]);
+    row_group[r] = static_cast<int>(groups.size()) - 1;
+  }
+  for (auto& g : groups) {
+    g[3] = static_cast<int>(total_keys);
+    total_keys += g[1] + g[2];
+  }
+  if (scratch.rotated.size() < static_cast<size_t>(total_keys) * kv_dim) {
+    scratch.rotated.resize(static_cast<size_t>(total_keys) * kv_dim);
+    scratch.v_offsets.resize(total_keys);
+  }
+  if (scratch.v_offsets.size() < static_cast<size_t>(total_keys)) scratch.v_offsets.resize(total_keys);
+  scratch.key_group.resize(total_keys);
+  for (size_t gi = 0; gi < groups.size(); ++gi)
+    for (int k = 0; k < groups[gi][1] + groups[gi][2]; ++k) scratch.key_group[groups[gi][3] + k] = static_cast<int>(gi);
+  float* rotated = scratch.rotated.data();
+  int64_t* v_off = scratch.v_offsets.data();
+  auto rotate = [&](int64_t k0, int64_t k1, int) {
+    for (int64_t k = k0; k < k1; ++k) {
+      const auto& g = groups[scratch.key_group[k]];
+      const int32_t* row = a.rows + static_cast<int64_t>(g[0]) * kAttnRowFields;
+      const int local = static_cast<int>(k - g[3]);
+      // Locate with a row whose visible prefix is the group's maximum.
+      int32_t probe[kAttnRowFields];
+      std::memcpy(probe, row, sizeof(probe));
+      probe[kAttnPrefixVisible] = g[1];
+      KeyRef keys{a, probe, kv_dim};
+      int pos;
+      const int64_t off = keys.Locate(local, &pos);
+      v_off[k] = off;
+      const float* cs = a.rope + static_cast<int64_t>(pos) * hd;
+      for (int h = 0; h < sh.num_kv_heads; ++h) {
+        RotateHalf(a.k_cache + off + h * hd, cs, hd, rotated + k * kv_dim + h * hd);
       }
     }
   };
-  if (total_keys * sh.num_heads * hd < (1 << 15)) {
-    body(0, tasks, 0);
+  const bool parallel = total_keys * kv_dim * a.n >= (1 << 16);
+  if (parallel) {
+    pool.ParallelFor(total_keys, 64, rotate);
   } else {
-    pool.ParallelFor(tasks, 1, body);
+    rotate(0, total_keys, 0);
+  }
+
+  // 2. One task = (row, kv head): scores, softmax and V for the heads of the group.
+  auto body = [&](int64_t t0, int64_t t1, int thread) {
+    std::vector<float>& buf = scratch.per_thread[thread];
+    for (int64_t t = t0; t < t1; ++t) {
+      const int64_t r = t / sh.num_kv_heads;
+      const int kvh = static_cast<int>(t % sh.num_kv_heads);
+      const int32_t* row = a.rows + r * kAttnRowFields;
+      const auto& g = groups[row_group[r]];
+      const int pv = row[kAttnPrefixVisible];
+      const int nm = row[kAttnMainHi] - row[kAttnMainLo];
+      const int nk = pv + nm;
+      const size_t need = static_cast<size_t>(group) * nk;
+      if (buf.size() < need) buf.resize(need);
+      float* scores = buf.data();  // [group, nk]
+      const float* q0 = a.q + r * q_dim + kvh * group * hd;
+      // Key idx of this row -> group key g[3] + (idx < pv ? idx : g[1] + idx - pv).
+      for (int idx = 0; idx < nk; ++idx) {
+        const int64_t k = g[3] + (idx < pv ? idx : g[1] + (idx - pv));
+        const float* krot = rotated + k * kv_dim + kvh * hd;
+        for (int gh = 0; gh < group; ++gh) scores[gh * nk + idx] = dot(q0 + gh * hd, krot, hd) * sh.scale;
+      }
+      for (int gh = 0; gh < group; ++gh) {
+        softmax(scores + gh * nk, nk);
+        std::memset(a.out + r * q_dim + (kvh * group + gh) * hd, 0, hd * sizeof(float));
+      }
+      for (int idx = 0; idx < nk; ++idx) {
+        const int64_t k = g[3] + (idx < pv ? idx : g[1] + (idx - pv));
+        const float* v = a.v_cache + v_off[k] + kvh * hd;
+        for (int gh = 0; gh < group; ++gh)
+          axpy(scores[gh * nk + idx], v, a.out + r * q_dim + (kvh * group + gh) * hd, hd);
+      }
+    }
+  };
+  int64_t work = 0;
+  for (int64_t r = 0; r < a.n; ++r) work += KeyRef{a, a.rows + r * kAttnRowFields, kv_dim}.num_keys();
+  if (work * sh.num_heads * hd < (1 << 16)) {
+    body(0, a.n * sh.num_kv_heads, 0);
+  } else {
+    pool.ParallelFor(a.n * sh.num_kv_heads, 1, body);
   }
 }
 

@@ -224,7 +224,7 @@ class CpuBackend : public Backend {
   bool reference_;
   ThreadPool pool_;
   std::vector<float> ref_scratch_;
-  std::vector<std::vector<float>> opt_scratch_;
+  cpu::AttentionScratch opt_scratch_;
 };
 
 }  // namespace

@@ -4,6 +4,7 @@
 #ifndef KVFOLD_KERNELS_CPU_CPU_OPS_H_
 #define KVFOLD_KERNELS_CPU_CPU_OPS_H_
 
+#include <array>
 #include <cstdint>
 #include <vector>
 
@@ -44,8 +45,14 @@ struct AttentionArgs {
 };
 // Scratch: per-thread vectors grown to the longest context seen.
 void AttentionReference(const AttentionArgs& a, std::vector<float>& scratch);
-void AttentionOptimized(ThreadPool& pool, const AttentionArgs& a,
-                        std::vector<std::vector<float>>& scratch);
+struct AttentionScratch {
+  std::vector<std::vector<float>> per_thread;  // scores
+  std::vector<float> rotated;                  // [keys, kv_dim] pre-rotated keys
+  std::vector<int64_t> v_offsets;              // per key: float offset in the cache
+  std::vector<std::array<int, 4>> groups;      // first row, prefix keys, main keys, base
+  std::vector<int> row_group, key_group;
+};
+void AttentionOptimized(ThreadPool& pool, const AttentionArgs& a, AttentionScratch& scratch);
 
 // Rotates x (head_dim floats) by row `cs` of the rope table (cos | sin halves).
 inline void RotateHalf(const float* x, const float* cs, int head_dim, float* out) {

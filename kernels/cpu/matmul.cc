@@ -6,6 +6,7 @@
 // tail), never by the number of rows or the tiling. Tiles (rows x cols) only decide
 // which independent outputs are computed together, so prefill (n rows) and decode (1 row)
 // produce identical bits.
+#include <cpuid.h>
 #include <immintrin.h>
 
 #include <algorithm>
@@ -42,8 +43,12 @@ void MatMulReference(const MatMulArgs& a) {
 }
 
 bool CpuHasAvx2Fma() {
-  static const bool has = __builtin_cpu_supports("avx2") && __builtin_cpu_supports("fma") &&
-                          __builtin_cpu_supports("f16c");
+  static const bool has = [] {
+    unsigned eax, ebx, ecx, edx;
+    // F16C: CPUID.1:ECX bit 29 (clang's __builtin_cpu_supports lacks "f16c").
+    const bool f16c = __get_cpuid(1, &eax, &ebx, &ecx, &edx) && (ecx & (1u << 29));
+    return f16c && __builtin_cpu_supports("avx2") && __builtin_cpu_supports("fma");
+  }();
   return has;
 }
 

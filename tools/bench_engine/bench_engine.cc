@@ -1,0 +1,236 @@
+// bench_engine: prefill and decode throughput of the engine per KV mode and context, with
+// the machine's memory bandwidth (STREAM-like copy) and the decode roofline beside each
+// figure, plus our batch-invariant GEMM against OpenBLAS. Prints one JSON document.
+//
+//   bench_engine [--stories PATH] [--no-big] [--quick] [--threads N]
+//                [--contexts 128,1024,4096,16384] [--decode-steps N] [--window 1024]
+//
+// Decode at context C: the cache holds C tokens (a real prefill when C <= the prefill cap,
+// otherwise synthetic zero K/V appended directly: decode speed does not depend on the
+// values), then `decode-steps` single-token steps are timed. Roofline = bandwidth / bytes
+// read per token (all weights once + the K/V of the entries the token attends to).
+#include <algorithm>
+#include <chrono>
+#include <cstdio>
+#include <cstring>
+#include <map>
+#include <string>
+#include <thread>
+#include <vector>
+
+#include "absl/strings/numbers.h"
+#include "absl/strings/str_split.h"
+#include "inference_svc/engine/engine.h"
+#include "inference_svc/model/model_file.h"
+#include "inference_svc/model/random_model.h"
+#include "kernels/backend.h"
+#include "nlohmann/json.hpp"
+#ifdef KVFOLD_HAVE_OPENBLAS
+#include <cblas.h>
+#endif
+
+namespace kvfold {
+namespace {
+
+using Clock = std::chrono::steady_clock;
+using nlohmann::json;
+
+double Since(Clock::time_point t) { return std::chrono::duration<double>(Clock::now() - t).count(); }
+
+// STREAM "copy" with all threads: bytes read + written per second, best of 5.
+double MeasureBandwidth(int threads) {
+  const size_t n = size_t{64} << 20;  // 64 Mi floats = 256 MiB per array
+  std::vector<float> a(n, 1.0f), b(n, 0.0f);
+  double best = 0;
+  for (int rep = 0; rep < 5; ++rep) {
+    const auto t = Clock::now();
+    std::vector<std::thread> pool;
+    for (int i = 0; i < threads; ++i) {
+      pool.emplace_back([&, i] {
+        const size_t begin = n * i / threads, end = n * (i + 1) / threads;
+        std::memcpy(b.data() + begin, a.data() + begin, (end - begin) * sizeof(float));
+      });
+    }
+    for (auto& th : pool) th.join();
+    best = std::max(best, 2.0 * n * sizeof(float) / Since(t));
+  }
+  return best;
+}
+
+json GemmVsOpenBlas(kernels::Backend& backend, int n, int m, int k) {
+  std::vector<float> x(static_cast<size_t>(n) * k), w(static_cast<size_t>(m) * k), out(static_cast<size_t>(n) * m);
+  for (size_t i = 0; i < x.size(); ++i) x[i] = static_cast<float>((i * 7) % 13) * 0.01f;
+  for (size_t i = 0; i < w.size(); ++i) w[i] = static_cast<float>((i * 5) % 11) * 0.01f;
+  auto stream = backend.CreateStream();
+  const double flops = 2.0 * n * m * k;
+  auto time_best = [&](auto fn) {
+    double best = 1e9;
+    for (int r = 0; r < 3; ++r) {
+      const auto t = Clock::now();
+      fn();
+      best = std::min(best, Since(t));
+    }
+    return best;
+  };
+  const double ours = time_best([&] {
+    (void)backend.MatMul(*stream, kernels::MakeTensor(x.data(), kernels::DType::kF32, {n, k}),
+                         kernels::MakeTensor(w.data(), kernels::DType::kF32, {m, k}), kernels::Tensor(),
+                         kernels::MakeTensor(out.data(), kernels::DType::kF32, {n, m}));
+  });
+  json j = {{"n", n}, {"m", m}, {"k", k}, {"kvfold_gflops", flops / ours / 1e9}};
+#ifdef KVFOLD_HAVE_OPENBLAS
+  const double blas = time_best([&] {
+    cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasTrans, n, m, k, 1.0f, x.data(), k, w.data(), k,
+                0.0f, out.data(), m);
+  });
+  j["openblas_gflops"] = flops / blas / 1e9;
+  j["kvfold_over_openblas"] = blas / ours;
+#endif
+  return j;
+}
+
+struct Options {
+  std::vector<int> contexts = {128, 1024, 4096, 16384};
+  int decode_steps = 32;
+  int window = 1024;
+  int sink = 4;
+  int max_prefill = 16384;
+};
+
+json BenchModel(const std::string& name, const model::ModelFile& m, kernels::Backend& backend,
+                const Options& o, double bandwidth) {
+  const model::ModelConfig& c = m.config;
+  engine::EngineOptions eo;
+  const int max_ctx = *std::max_element(o.contexts.begin(), o.contexts.end());
+  const size_t kv_per_token = size_t{4} * 2 * c.num_layers * c.kv_dim();
+  eo.kv_pool_bytes = kv_per_token * (max_ctx + 2 * o.decode_steps + 64) + (size_t{64} << 20);
+  eo.rope_table_rows = max_ctx + 2 * o.decode_steps + 64;
+  auto e = engine::Engine::Create(m, &backend, eo);
+  if (!e.ok()) return {{"error", e.status().ToString()}};
+  engine::Engine& engine = **e;
+  size_t weight_bytes = 0;
+  for (const auto& [tname, t] : m.tensors) {
+    if (tname != "model.embed_tokens.weight" || c.tie_word_embeddings) weight_bytes += t.size_bytes;
+  }
+  json results = json::array();
+  engine::ForwardResult result;
+  for (const char* mode : {"full", "sliding", "sink"}) {
+    for (int ctx : o.contexts) {
+      const std::string mode_s = mode;
+      const engine::KvPolicy policy = mode_s == "full"      ? engine::KvPolicy::Full()
+                                      : mode_s == "sliding" ? engine::KvPolicy::Sliding(o.window)
+                                                            : engine::KvPolicy::Sink(o.sink, o.window - o.sink);
+      auto cache = engine.NewCache(policy);
+      std::vector<int32_t> ids(ctx);
+      for (int i = 0; i < ctx; ++i) ids[i] = 1 + (i * 7919) % (c.vocab_size - 1);
+      json row = {{"model", name}, {"mode", mode}, {"context", ctx}};
+      if (ctx <= o.max_prefill) {
+        engine::SequenceInput in;
+        in.cache = cache.get();
+        in.token_ids = ids;
+        const auto t = Clock::now();
+        const absl::Status s = engine.Forward(std::span<const engine::SequenceInput>(&in, 1), &result);
+        if (!s.ok()) return {{"error", s.ToString()}};
+        row["prefill_tok_s"] = ctx / Since(t);
+      } else {
+        // Synthetic context: zero K/V entries appended without computing them.
+        std::vector<int32_t> slots(ctx);
+        const int keep = policy.window > 0 ? std::min(ctx, policy.window) : ctx;
+        const int to_prefix = std::min(policy.auto_prefix_tokens, keep);
+        if (!cache->AppendPrefix(to_prefix, slots.data()).ok() ||
+            !cache->AppendMain(keep - to_prefix, slots.data()).ok()) {
+          return {{"error", "KV pool too small"}};
+        }
+        row["prefill_tok_s"] = nullptr;
+        row["context_filled"] = "synthetic";
+      }
+      const int32_t next = 5;
+      engine::SequenceInput in;
+      in.cache = cache.get();
+      in.token_ids = std::span<const int32_t>(&next, 1);
+      (void)engine.Forward(std::span<const engine::SequenceInput>(&in, 1), &result);  // warm-up
+      const auto t = Clock::now();
+      for (int i = 0; i < o.decode_steps; ++i) {
+        const absl::Status s = engine.Forward(std::span<const engine::SequenceInput>(&in, 1), &result);
+        if (!s.ok()) return {{"error", s.ToString()}};
+      }
+      const double decode = o.decode_steps / Since(t);
+      const size_t attended = static_cast<size_t>(cache->resident_tokens());
+      const double bytes = static_cast<double>(weight_bytes) + static_cast<double>(attended) * kv_per_token;
+      row["decode_tok_s"] = decode;
+      row["resident_tokens"] = attended;
+      row["bytes_per_decode_token"] = bytes;
+      row["roofline_tok_s"] = bandwidth / bytes;
+      row["fraction_of_roofline"] = decode / (bandwidth / bytes);
+      results.push_back(row);
+      std::fprintf(stderr, "%s %s ctx %d: prefill %s tok/s, decode %.1f tok/s (roofline %.1f)\n",
+                   name.c_str(), mode, ctx, row["prefill_tok_s"].dump().c_str(), decode, bandwidth / bytes);
+    }
+  }
+  return {{"model", name},
+          {"weight_bytes", weight_bytes},
+          {"kv_bytes_per_token", kv_per_token},
+          {"results", results}};
+}
+
+int Main(int argc, char** argv) {
+  std::map<std::string, std::string> f;
+  for (int i = 1; i < argc; ++i) {
+    std::string a = argv[i];
+    if (a == "--quick" || a == "--no-big") {
+      f[a.substr(2)] = "1";
+    } else if (a.rfind("--", 0) == 0 && i + 1 < argc) {
+      f[a.substr(2)] = argv[++i];
+    } else {
+      std::fprintf(stderr,
+                   "usage: bench_engine [--stories PATH] [--no-big] [--quick] [--threads N]\n"
+                   "  [--contexts 128,1024,4096,16384] [--decode-steps N] [--window N]\n");
+      return 2;
+    }
+  }
+  Options o;
+  int threads = static_cast<int>(std::thread::hardware_concurrency());
+  int64_t v;
+  if (f.count("threads") && absl::SimpleAtoi(f["threads"], &v)) threads = static_cast<int>(v);
+  if (f.count("decode-steps") && absl::SimpleAtoi(f["decode-steps"], &v)) o.decode_steps = static_cast<int>(v);
+  if (f.count("window") && absl::SimpleAtoi(f["window"], &v)) o.window = static_cast<int>(v);
+  if (f.count("contexts")) {
+    o.contexts.clear();
+    for (auto p : absl::StrSplit(f["contexts"], ',')) {
+      if (absl::SimpleAtoi(p, &v)) o.contexts.push_back(static_cast<int>(v));
+    }
+  }
+  const bool quick = f.count("quick") > 0;
+  auto backend = kernels::CreateCpuBackend({threads, false});
+  const double bandwidth = MeasureBandwidth(threads);
+  json out;
+  out["threads"] = threads;
+  out["backend"] = backend->Name();
+  out["bandwidth_bytes_per_s"] = bandwidth;
+  out["gemm"] = json::array({GemmVsOpenBlas(*backend, 1, 2048, 2048), GemmVsOpenBlas(*backend, 128, 2048, 2048)});
+  const std::string stories =
+      f.count("stories") ? f["stories"] : "../shared/models/stories260K/stories260K.bin";
+  json models = json::array();
+  if (auto m = model::LoadModel(stories); m.ok()) {
+    models.push_back(BenchModel("stories260K", *m, *backend, o, bandwidth));
+  } else {
+    std::fprintf(stderr, "skipping stories260K: %s\n", m.status().ToString().c_str());
+  }
+  if (!f.count("no-big")) {
+    Options big = o;
+    big.decode_steps = quick ? 2 : std::min(o.decode_steps, 8);
+    big.max_prefill = quick ? 128 : 1024;
+    auto config = model::NamedShape("llama-3.2-1b");
+    std::fprintf(stderr, "generating a random llama-3.2-1b-shape bf16 model...\n");
+    model::ModelFile m = model::MakeRandomModel(*config, 1, kernels::DType::kBF16);
+    models.push_back(BenchModel("llama-3.2-1b-random-bf16", m, *backend, big, bandwidth));
+  }
+  out["models"] = models;
+  std::printf("%s\n", out.dump(2).c_str());
+  return 0;
+}
+
+}  // namespace
+}  // namespace kvfold
+
+int main(int argc, char** argv) { return kvfold::Main(argc, argv); }
