@@ -111,6 +111,7 @@ struct Turn {
   uint32_t generated_tokens = 0;
   int64_t tokens_folded_in_turn = 0;
   double queue_ms = 0, restore_ms = 0, prefill_ms = 0, decode_ms = 0, ttft_ms = 0;
+  double fold_ms = 0;  // part of prefill_ms/decode_ms spent folding (memory modes)
 };
 
 }  // namespace kvfold::service

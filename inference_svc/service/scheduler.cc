@@ -4,12 +4,18 @@
 #include <utility>
 
 #include "absl/strings/str_cat.h"
+#include "inference_svc/memory/memory_session.h"
 
 namespace kvfold::service {
 namespace {
 
 double MsSince(Turn::Clock::time_point t) {
   return std::chrono::duration<double, std::milli>(Turn::Clock::now() - t).count();
+}
+
+double FoldSeconds(const engine::Session* session) {
+  const auto* memory_session = dynamic_cast<const memory::MemorySession*>(session);
+  return memory_session != nullptr ? memory_session->stats().fold_seconds : 0.0;
 }
 
 }  // namespace
@@ -151,6 +157,7 @@ void Scheduler::PromptStep() {
       }
       r.folded_at_start = turn.restore_state.has_value() ? turn.restore_state->tokens_folded
                                                          : live.tokens_folded.load();
+      r.fold_seconds_at_start = FoldSeconds(live.engine_session.get());
       r.sampler.emplace(engine_->config().vocab_size, turn.sampling);
       if (turn.reseed.has_value()) {
         r.sampler->rng() = engine::Rng(*turn.reseed);
@@ -268,6 +275,7 @@ void Scheduler::Complete(Running& r) {
   if (!state.ok()) return Fail(r, state.status());
   turn.final_state = std::move(*state);
   turn.tokens_folded_in_turn = turn.final_state.tokens_folded - r.folded_at_start;
+  turn.fold_ms = 1000.0 * (FoldSeconds(&session) - r.fold_seconds_at_start);
   if (r.sampler.has_value()) {
     turn.final_rng_state = r.sampler->rng().state();
     live.rng_state = turn.final_rng_state;

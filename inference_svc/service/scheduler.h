@@ -77,6 +77,7 @@ class Scheduler {
     int32_t pending_token = -1;  // sampled, emitted, not yet fed
     bool stop_after_feed = false;
     int64_t folded_at_start = 0;
+    double fold_seconds_at_start = 0;  // memory modes: MemorySession::stats().fold_seconds
     std::optional<engine::Sampler> sampler;
     Turn::Clock::time_point started;
   };

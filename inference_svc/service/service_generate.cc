@@ -258,6 +258,7 @@ grpc::Status InferenceServiceImpl::GenerateImpl(grpc::ServerContext* context,
   t->set_restore_ms(fetch_ms + turn->restore_ms);
   t->set_prefill_ms(turn->prefill_ms);
   t->set_decode_ms(turn->decode_ms);
+  t->set_fold_ms(turn->fold_ms);
   t->set_checkpoint_ms(checkpoint_ms);
   t->set_time_to_first_token_ms(turn->generated_tokens > 0
                                     ? turn->ttft_ms + std::chrono::duration<double, std::milli>(

@@ -46,7 +46,7 @@ class ServiceTest : public ::testing::Test {
     StartReplica(/*kv_pool_bytes=*/64 << 20);
   }
 
-  void StartReplica(uint64_t kv_pool_bytes) {
+  void StartReplica(uint64_t kv_pool_bytes, const std::string& tokens_file = "") {
     server_.reset();
     ServiceConfig config;
     config.model_path = *dir_ + "/model";
@@ -58,6 +58,7 @@ class ServiceTest : public ::testing::Test {
     config.max_prompt_tokens = 100;
     config.max_new_tokens_cap = 64;
     config.default_max_new_tokens = 16;
+    config.tokens_file = tokens_file;
     auto server = InferenceServer::Start(config);
     ASSERT_TRUE(server.ok()) << server.status();
     server_ = std::move(*server);
@@ -326,6 +327,68 @@ TEST_F(ServiceTest, AdmissionRejectsWithRetryAfterWhenThePoolIsFull) {
   EXPECT_EQ(s.error_code(), grpc::StatusCode::RESOURCE_EXHAUSTED) << s.error_message();
   EXPECT_NE(s.error_message().find("retry_after_ms="), std::string::npos);
   EXPECT_EQ(context.GetServerTrailingMetadata().count("retry-after-ms"), 1u);
+}
+
+TEST_F(ServiceTest, TenantFlowsFromTheCallersTokenToTheStore) {
+  const std::string tokens = *dir_ + "/tokens.txt";
+  {
+    FILE* f = std::fopen(tokens.c_str(), "w");
+    ASSERT_NE(f, nullptr);
+    std::fputs("tok-alice alice\ntok-bob bob\n", f);
+    std::fclose(f);
+  }
+  server_.reset();
+  (void)store_->Shutdown(absl::ZeroDuration());
+  memory::ServerConfig store_config;
+  store_config.listen = "127.0.0.1:0";
+  store_config.store.db_dir = MakeTempDir((*dir_) + "/db-auth-");
+  store_config.tokens_file = tokens;
+  auto store = memory::MemoryServer::Start(store_config);
+  ASSERT_TRUE(store.ok()) << store.status();
+  store_ = std::move(*store);
+  StartReplica(64 << 20, tokens);
+
+  auto call = [&](const std::string& token, auto&& rpc) {
+    grpc::ClientContext context;
+    if (!token.empty()) context.AddMetadata("authorization", "Bearer " + token);
+    return rpc(&context);
+  };
+  v1::Session session;
+  v1::CreateSessionRequest create;
+  create.set_session_id("shared-name");
+  create.mutable_config()->set_mode(v1::KV_MODE_FULL);
+  EXPECT_EQ(call("", [&](grpc::ClientContext* c) { return stub_->CreateSession(c, create, &session); })
+                .error_code(),
+            grpc::StatusCode::UNAUTHENTICATED);
+  EXPECT_EQ(call("tok-mallory",
+                 [&](grpc::ClientContext* c) { return stub_->CreateSession(c, create, &session); })
+                .error_code(),
+            grpc::StatusCode::UNAUTHENTICATED);
+  ASSERT_TRUE(
+      call("tok-alice", [&](grpc::ClientContext* c) { return stub_->CreateSession(c, create, &session); })
+          .ok());
+  v1::GetSessionRequest get;
+  get.set_session_id("shared-name");
+  EXPECT_EQ(call("tok-bob", [&](grpc::ClientContext* c) { return stub_->GetSession(c, get, &session); })
+                .error_code(),
+            grpc::StatusCode::NOT_FOUND);  // bob cannot see alice's session
+  // The same id is free in bob's namespace, and each tenant's turn lands in its own session.
+  ASSERT_TRUE(
+      call("tok-bob", [&](grpc::ClientContext* c) { return stub_->CreateSession(c, create, &session); })
+          .ok());
+  for (const char* token : {"tok-alice", "tok-alice", "tok-bob"}) {
+    grpc::ClientContext context;
+    context.AddMetadata("authorization", std::string("Bearer ") + token);
+    auto reader = stub_->Generate(&context, Turn("shared-name", {1, 2}, 3));
+    v1::GenerateResponse response;
+    while (reader->Read(&response)) {
+    }
+    ASSERT_TRUE(reader->Finish().ok());
+  }
+  ASSERT_TRUE(call("tok-alice", [&](grpc::ClientContext* c) { return stub_->GetSession(c, get, &session); }).ok());
+  EXPECT_EQ(session.head_version(), 3u);
+  ASSERT_TRUE(call("tok-bob", [&](grpc::ClientContext* c) { return stub_->GetSession(c, get, &session); }).ok());
+  EXPECT_EQ(session.head_version(), 2u);
 }
 
 }  // namespace
