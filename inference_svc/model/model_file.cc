@@ -167,7 +167,8 @@ absl::Status WriteHfDirectory(const ModelFile& model, const std::string& dir, DT
   std::map<std::string, HostTensor> out;
   std::vector<std::shared_ptr<std::vector<uint16_t>>> owned16;
   std::vector<std::shared_ptr<std::vector<float>>> owned32;
-  for (const auto& [name, t] : model.tensors) {
+  for (const auto& [name, tensor] : model.tensors) {
+    const HostTensor& t = tensor;  // clang 14: lambdas cannot capture structured bindings
     HostTensor o = t;
     if (t.dtype != dtype) {
       const int64_t n = t.numel();
