@@ -3,6 +3,7 @@
 #include <chrono>
 
 #include "absl/strings/str_cat.h"
+#include "inference_svc/memory/memory_session.h"
 
 namespace kvfold::memory {
 
@@ -139,6 +140,50 @@ absl::StatusOr<engine::SessionState> ImportSessionBlock(const MemoryBlock& block
   state.memory = *std::move(memory);
   if (sampler != nullptr) *sampler = h.sampler_state();
   return state;
+}
+
+BlockIdentity IdentityFor(const engine::Engine& engine, const Projector* projector) {
+  return {engine.fingerprint(), engine.config().hidden_size,
+          projector ? projector->fingerprint() : std::string()};
+}
+
+BlockExpectations ExpectationsFor(const engine::Engine& engine, const Projector* projector) {
+  BlockExpectations e;
+  e.model_fingerprint = engine.fingerprint();
+  e.hidden_size = engine.config().hidden_size;
+  if (projector != nullptr) {
+    e.projector_fingerprint = projector->fingerprint();
+    e.projector_mem_slots = projector->config().mem_slots;
+  }
+  e.vocab_size = engine.config().vocab_size;
+  return e;
+}
+
+absl::StatusOr<MemoryBlock> CheckpointSession(const engine::Session& session,
+                                              const engine::Engine& engine,
+                                              const Projector* projector,
+                                              const v1::SamplerState& sampler, v1::Dtype dtype) {
+  auto state = session.ExportState();
+  if (!state.ok()) return state.status();
+  return ExportSessionBlock(*state, IdentityFor(engine, projector), sampler, dtype);
+}
+
+absl::StatusOr<RestoredSession> RestoreSession(engine::Engine* engine, const Projector* projector,
+                                               const MemoryBlock& block) {
+  RestoredSession out;
+  auto state = ImportSessionBlock(block, ExpectationsFor(*engine, projector), &out.sampler);
+  if (!state.ok()) return state.status();
+  engine::SessionOptions options;
+  options.mode = state->mode;
+  if (state->mode == KvMode::kSliding || state->mode == KvMode::kSink) {
+    options.window_size = state->window_size;
+  }
+  options.sink_tokens = state->sink_tokens;
+  auto session = CreateSession(engine, options, projector);
+  if (!session.ok()) return session.status();
+  if (auto s = (*session)->ImportState(*state); !s.ok()) return s;
+  out.session = *std::move(session);
+  return out;
 }
 
 }  // namespace kvfold::memory

@@ -2,22 +2,30 @@
 // tokens for full, sliding, sink, memory and memory_only on one model, in one run, as JSON.
 //
 //   bench_memory_mode [--model PATH] [--projector DIR] [--histories 1000,10000,100000]
-//                     [--modes full,sliding,sink,memory,memory_only] [--decode-tokens 256] [--repeats 3] [--window 112] [--sink 4]
-//                     [--threads 0] [--full-real-max 2048] [--seed 1]
+//                     [--modes full,sliding,sink,memory,memory_only] [--rounds 8]
+//                     [--round-tokens 64] [--window 112] [--sink 4] [--threads 1]
+//                     [--full-real-max 2048] [--seed 1]
 //
 // Model: default $KVFOLD_SHARED_DIR/models/stories260K/stories260K.bin (KVFOLD_SHARED_DIR
 // defaults to ../shared). Projector: --projector DIR, else a random one (M 16, W 64, C 32).
-// The history is fed for real (random token ids, prompt path: memory modes fold exactly as
-// in decode), then `--repeats` x `--decode-tokens` greedy tokens are timed and the best
-// repeat counts (the machine is shared; decode_tokens is a multiple of C, so memory modes
-// include whole fold cycles in every repeat). Full mode beyond --full-real-max would need an
-// O(n^2) prefill, so its K/V are synthesised (entries appended without compute; attention
-// cost is the same) and the row says "kv_synthetic": true. Sliding and sink use --window
-// (default 112 = M + W + C, the memory mode's largest resident size: equal KV budgets).
+//
+// Method. For each mode, one session per history is built by feeding random token ids
+// through the prompt path (memory modes fold exactly as in decode). Then `--rounds` rounds
+// each decode `--round-tokens` greedy tokens on every session of the mode in turn
+// (interleaved, so load from other processes hits every history alike); a session's
+// figure is its best round. round-tokens is a multiple of C, so every memory-mode round
+// holds whole fold cycles. Two clocks: wall time and process CPU time (CPU tok/s measures
+// the work per token even on a busy machine). Full mode beyond --full-real-max would need
+// an O(n^2) prefill, so its K/V are synthesised (entries appended without compute; the
+// attention work per token is the same) and the row says "kv_synthetic": true. Sliding and
+// sink use --window (default 112 = M + W + C, memory mode's largest resident size).
+#include <time.h>
+
 #include <chrono>
 #include <cstdio>
 #include <cstdlib>
 #include <cstring>
+#include <functional>
 #include <map>
 #include <random>
 #include <string>
@@ -38,11 +46,11 @@ ABSL_FLAG(std::string, model, "", "model path (default: stories260K from the sha
 ABSL_FLAG(std::string, projector, "", "projector dir (default: a random projector)");
 ABSL_FLAG(std::string, histories, "1000,10000,100000", "history lengths in tokens");
 ABSL_FLAG(std::string, modes, "full,sliding,sink,memory,memory_only", "modes to run");
-ABSL_FLAG(int, decode_tokens, 256, "timed decode steps per (mode, history)");
+ABSL_FLAG(int, rounds, 8, "interleaved timing rounds; a session's best round counts");
+ABSL_FLAG(int, round_tokens, 64, "decode steps per round (a multiple of C)");
 ABSL_FLAG(int, window, 112, "sliding/sink window (default M + W + C: equal KV budget)");
 ABSL_FLAG(int, sink, 4, "sink tokens");
-ABSL_FLAG(int, threads, 0, "CPU threads (0 = all cores)");
-ABSL_FLAG(int, repeats, 3, "timed decode repeats per (mode, history); the best counts");
+ABSL_FLAG(int, threads, 1, "CPU threads (0 = all cores)");
 ABSL_FLAG(int, full_real_max, 2048, "full mode: longest history prefilled for real");
 ABSL_FLAG(uint64_t, seed, 1, "token RNG seed");
 
@@ -52,18 +60,33 @@ namespace {
 using Clock = std::chrono::steady_clock;
 using engine::KvMode;
 
-struct Run {
+double CpuSeconds() {
+  timespec ts;
+  clock_gettime(CLOCK_PROCESS_CPUTIME_ID, &ts);
+  return ts.tv_sec + 1e-9 * ts.tv_nsec;
+}
+
+// One (mode, history) under test: a decode step and its resident KV.
+struct Subject {
   std::string mode;
   int64_t history = 0;
-  double decode_tok_s = 0;
-  size_t kv_bytes_resident = 0;      // max over the timed decode steps
-  int64_t resident_tokens = 0;       // at the end
-  double history_seconds = 0;        // building the history
   bool kv_synthetic = false;
-  int64_t folds_during_decode = 0;
-  double fold_seconds_during_decode = 0;
-  double projector_seconds_during_decode = 0;
-  double expand_seconds_during_decode = 0;
+  double history_build_s = 0;
+  std::function<absl::Status()> step;
+  std::function<size_t()> resident_bytes;
+  std::function<int64_t()> resident_tokens;
+  memory::MemorySession* memory = nullptr;  // memory modes: fold statistics
+  // Owned state.
+  std::unique_ptr<engine::Session> session;
+  std::unique_ptr<engine::KvCache> cache;
+  engine::ForwardResult result;
+  int32_t token = 1;
+  // Results.
+  double best_wall_tok_s = 0, best_cpu_tok_s = 0;
+  size_t max_resident_bytes = 0;
+  memory::MemorySessionStats stats_before;
+  memory::MemorySessionStats decode_stats;  // folds during the timed decode steps
+  double decode_wall_s = 0;                 // all timed steps
 };
 
 std::string DefaultModel() {
@@ -71,105 +94,90 @@ std::string DefaultModel() {
   return std::string(shared ? shared : "../shared") + "/models/stories260K/stories260K.bin";
 }
 
-// Full mode with a synthesised history: `history` main entries appended without compute,
-// then decode through Engine::Forward exactly as a full-mode session does.
-absl::StatusOr<Run> RunSyntheticFull(engine::Engine& engine, int64_t history, int decode_tokens) {
-  Run run{"full", history};
-  run.kv_synthetic = true;
-  auto cache = engine.NewCache(engine::KvPolicy::Full());
+// Full mode with a synthesised history: entries appended without compute, then decode
+// through Engine::Forward exactly as a full-mode session does.
+absl::Status MakeSyntheticFull(engine::Engine& engine, Subject* s) {
+  s->kv_synthetic = true;
+  s->cache = engine.NewCache(engine::KvPolicy::Full());
   std::vector<int32_t> slots(4096);
-  for (int64_t done = 0; done < history;) {
-    const int n = static_cast<int>(std::min<int64_t>(4096, history - done));
-    if (auto s = cache->AppendMain(n, slots.data()); !s.ok()) return s;
+  for (int64_t done = 0; done < s->history;) {
+    const int n = static_cast<int>(std::min<int64_t>(4096, s->history - done));
+    if (auto st = s->cache->AppendMain(n, slots.data()); !st.ok()) return st;
     done += n;
   }
-  engine::ForwardResult result;
-  int32_t token = 1;
-  engine::SequenceInput input;
-  input.cache = cache.get();
-  input.token_ids = {&token, 1};
-  for (int rep = 0; rep < absl::GetFlag(FLAGS_repeats); ++rep) {
-    const auto start = Clock::now();
-    for (int i = 0; i < decode_tokens; ++i) {
-      if (auto s = engine.Forward({&input, 1}, &result); !s.ok()) return s;
-      token = engine::Argmax(result.outputs[0].logits);
-      run.kv_bytes_resident = std::max(run.kv_bytes_resident, cache->ResidentBytes());
-    }
-    run.decode_tok_s = std::max(
-        run.decode_tok_s, decode_tokens / std::chrono::duration<double>(Clock::now() - start).count());
-  }
-  run.resident_tokens = cache->resident_tokens();
-  return run;
+  s->step = [&engine, s]() -> absl::Status {
+    engine::SequenceInput input;
+    input.cache = s->cache.get();
+    input.token_ids = {&s->token, 1};
+    if (auto st = engine.Forward({&input, 1}, &s->result); !st.ok()) return st;
+    s->token = engine::Argmax(s->result.outputs[0].logits);
+    return absl::OkStatus();
+  };
+  s->resident_bytes = [s] { return s->cache->ResidentBytes(); };
+  s->resident_tokens = [s] { return static_cast<int64_t>(s->cache->resident_tokens()); };
+  return absl::OkStatus();
 }
 
-absl::StatusOr<Run> RunSession(engine::Engine& engine, const memory::Projector* projector,
-                               KvMode mode, int64_t history, int decode_tokens, int window,
-                               int sink, uint64_t seed) {
+absl::Status MakeSession(engine::Engine& engine, const memory::Projector* projector, KvMode mode,
+                         uint64_t seed, Subject* s) {
   engine::SessionOptions options;
   options.mode = mode;
-  options.window_size = window;
-  options.sink_tokens = sink;
+  options.window_size = absl::GetFlag(FLAGS_window);
+  options.sink_tokens = absl::GetFlag(FLAGS_sink);
   auto session = memory::CreateSession(&engine, options, projector);
   if (!session.ok()) return session.status();
-  engine::Session& s = **session;
-  Run run{engine::KvModeName(mode), history};
+  s->session = *std::move(session);
+  engine::Session* sess = s->session.get();
   std::mt19937 rng(static_cast<uint32_t>(seed));
   std::uniform_int_distribution<int32_t> dist(0, engine.config().vocab_size - 1);
   std::vector<int32_t> piece(4096);
-  auto start = Clock::now();
-  for (int64_t done = 0; done < history;) {
-    const int n = static_cast<int>(std::min<int64_t>(piece.size(), history - done));
+  const auto start = Clock::now();
+  for (int64_t done = 0; done < s->history;) {
+    const int n = static_cast<int>(std::min<int64_t>(piece.size(), s->history - done));
     for (int i = 0; i < n; ++i) piece[i] = dist(rng);
-    if (auto st = s.Prefill({piece.data(), static_cast<size_t>(n)}); !st.ok()) return st;
+    if (auto st = sess->Prefill({piece.data(), static_cast<size_t>(n)}); !st.ok()) return st;
     done += n;
   }
-  run.history_seconds = std::chrono::duration<double>(Clock::now() - start).count();
-  auto* mem = dynamic_cast<memory::MemorySession*>(&s);
-  const memory::MemorySessionStats before = mem ? mem->stats() : memory::MemorySessionStats{};
-  for (int rep = 0; rep < absl::GetFlag(FLAGS_repeats); ++rep) {
-    start = Clock::now();
-    for (int i = 0; i < decode_tokens; ++i) {
-      if (auto st = s.Append(engine::Argmax(s.Logits())); !st.ok()) return st;
-      run.kv_bytes_resident = std::max(run.kv_bytes_resident, s.KvBytesResident());
+  s->history_build_s = std::chrono::duration<double>(Clock::now() - start).count();
+  s->memory = dynamic_cast<memory::MemorySession*>(sess);
+  if (s->memory) s->stats_before = s->memory->stats();
+  s->step = [sess] { return sess->Append(engine::Argmax(sess->Logits())); };
+  s->resident_bytes = [sess] { return sess->KvBytesResident(); };
+  s->resident_tokens = [sess] { return sess->ResidentTokens(); };
+  return absl::OkStatus();
+}
+
+// Accepts --flag-name as well as absl's --flag_name (CONTRACTS.md spells flags with dashes).
+void DashesToUnderscores(int argc, char** argv) {
+  for (int i = 1; i < argc; ++i) {
+    if (std::strncmp(argv[i], "--", 2) != 0) continue;
+    for (char* p = argv[i] + 2; *p != '\0' && *p != '='; ++p) {
+      if (*p == '-') *p = '_';
     }
-    run.decode_tok_s = std::max(
-        run.decode_tok_s, decode_tokens / std::chrono::duration<double>(Clock::now() - start).count());
   }
-  run.resident_tokens = s.ResidentTokens();
-  if (mem) {
-    run.folds_during_decode = mem->stats().num_folds - before.num_folds;
-    run.fold_seconds_during_decode = mem->stats().fold_seconds - before.fold_seconds;
-    run.projector_seconds_during_decode = mem->stats().projector_seconds - before.projector_seconds;
-    run.expand_seconds_during_decode = mem->stats().expand_seconds - before.expand_seconds;
-  }
-  return run;
+}
+
+int Fail(const std::string& what, const absl::Status& status, int code) {
+  std::fprintf(stderr, "bench_memory_mode: %s%s\n", what.c_str(), std::string(status.message()).c_str());
+  return code;
 }
 
 int Main() {
   const std::string model_path =
       absl::GetFlag(FLAGS_model).empty() ? DefaultModel() : absl::GetFlag(FLAGS_model);
   auto model = model::LoadModel(model_path);
-  if (!model.ok()) {
-    std::fprintf(stderr, "bench_memory_mode: %s\n", std::string(model.status().message()).c_str());
-    return 2;
-  }
+  if (!model.ok()) return Fail("", model.status(), 2);
   auto backend = kernels::CreateCpuBackend({.num_threads = absl::GetFlag(FLAGS_threads)});
   engine::EngineOptions engine_options;
   engine_options.kv_pool_bytes = size_t{2} << 30;
   auto engine = engine::Engine::Create(*model, backend.get(), engine_options);
-  if (!engine.ok()) {
-    std::fprintf(stderr, "bench_memory_mode: %s\n", std::string(engine.status().message()).c_str());
-    return 1;
-  }
+  if (!engine.ok()) return Fail("", engine.status(), 1);
   std::unique_ptr<memory::Projector> projector;
   std::string projector_source = absl::GetFlag(FLAGS_projector);
   if (!projector_source.empty()) {
     auto p = memory::Projector::LoadForModel(projector_source, (*engine)->fingerprint(),
                                              model->config.hidden_size);
-    if (!p.ok()) {
-      std::fprintf(stderr, "bench_memory_mode: %s\n", std::string(p.status().message()).c_str());
-      return 2;
-    }
+    if (!p.ok()) return Fail("", p.status(), 2);
     projector = *std::move(p);
   } else {
     memory::ProjectorConfig c;
@@ -182,41 +190,62 @@ int Main() {
   std::vector<int64_t> histories;
   for (absl::string_view h : absl::StrSplit(absl::GetFlag(FLAGS_histories), ',')) {
     int64_t v;
-    if (!absl::SimpleAtoi(h, &v) || v < 1) {
-      std::fprintf(stderr, "bench_memory_mode: bad --histories\n");
-      return 2;
-    }
+    if (!absl::SimpleAtoi(h, &v) || v < 1) return Fail("bad --histories", absl::OkStatus(), 2);
     histories.push_back(v);
   }
-  const int decode_tokens = absl::GetFlag(FLAGS_decode_tokens);
-  const memory::ProjectorConfig& pc = projector->config();
-
   std::vector<KvMode> modes;
   for (absl::string_view name : absl::StrSplit(absl::GetFlag(FLAGS_modes), ',')) {
     auto mode = engine::ParseKvMode(std::string(name));
-    if (!mode.ok()) {
-      std::fprintf(stderr, "bench_memory_mode: %s\n", std::string(mode.status().message()).c_str());
-      return 2;
-    }
+    if (!mode.ok()) return Fail("", mode.status(), 2);
     modes.push_back(*mode);
   }
-  std::vector<Run> runs;
+  const int rounds = absl::GetFlag(FLAGS_rounds), round_tokens = absl::GetFlag(FLAGS_round_tokens);
+  const memory::ProjectorConfig& pc = projector->config();
+
+  std::vector<std::unique_ptr<Subject>> all;
   for (KvMode mode : modes) {
+    // Build this mode's sessions, time them interleaved, then free them.
+    std::vector<std::unique_ptr<Subject>> subjects;
     for (int64_t history : histories) {
-      absl::StatusOr<Run> run =
-          mode == KvMode::kFull && history > absl::GetFlag(FLAGS_full_real_max)
-              ? RunSyntheticFull(**engine, history, decode_tokens)
-              : RunSession(**engine, projector.get(), mode, history, decode_tokens,
-                           absl::GetFlag(FLAGS_window), absl::GetFlag(FLAGS_sink),
-                           absl::GetFlag(FLAGS_seed));
-      if (!run.ok()) {
-        std::fprintf(stderr, "bench_memory_mode: %s at %lld: %s\n", engine::KvModeName(mode),
-                     static_cast<long long>(history), std::string(run.status().message()).c_str());
-        return 1;
+      auto s = std::make_unique<Subject>();
+      s->mode = engine::KvModeName(mode);
+      s->history = history;
+      const absl::Status st = mode == KvMode::kFull && history > absl::GetFlag(FLAGS_full_real_max)
+                                  ? MakeSyntheticFull(**engine, s.get())
+                                  : MakeSession(**engine, projector.get(), mode, absl::GetFlag(FLAGS_seed), s.get());
+      if (!st.ok()) return Fail(s->mode + " history " + std::to_string(history) + ": ", st, 1);
+      subjects.push_back(std::move(s));
+    }
+    for (int round = 0; round < rounds; ++round) {
+      for (auto& s : subjects) {
+        const double cpu0 = CpuSeconds();
+        const auto wall0 = Clock::now();
+        for (int i = 0; i < round_tokens; ++i) {
+          if (auto st = s->step(); !st.ok()) return Fail(s->mode + ": ", st, 1);
+          s->max_resident_bytes = std::max(s->max_resident_bytes, s->resident_bytes());
+        }
+        const double wall = std::chrono::duration<double>(Clock::now() - wall0).count();
+        const double cpu = CpuSeconds() - cpu0;
+        s->decode_wall_s += wall;
+        s->best_wall_tok_s = std::max(s->best_wall_tok_s, round_tokens / wall);
+        s->best_cpu_tok_s = std::max(s->best_cpu_tok_s, round_tokens / cpu);
       }
-      std::fprintf(stderr, "%-12s history %7lld: %9.1f tok/s, %10zu KV bytes\n", run->mode.c_str(),
-                   static_cast<long long>(history), run->decode_tok_s, run->kv_bytes_resident);
-      runs.push_back(*run);
+    }
+    for (auto& s : subjects) {
+      std::fprintf(stderr, "%-12s history %7lld: %9.1f tok/s wall, %9.1f tok/s cpu, %10zu KV bytes\n",
+                   s->mode.c_str(), static_cast<long long>(s->history), s->best_wall_tok_s,
+                   s->best_cpu_tok_s, s->max_resident_bytes);
+      if (s->memory) {
+        const memory::MemorySessionStats& now = s->memory->stats();
+        s->decode_stats.num_folds = now.num_folds - s->stats_before.num_folds;
+        s->decode_stats.refill_tokens = now.refill_tokens - s->stats_before.refill_tokens;
+        s->decode_stats.fold_seconds = now.fold_seconds - s->stats_before.fold_seconds;
+        s->decode_stats.projector_seconds = now.projector_seconds - s->stats_before.projector_seconds;
+        s->decode_stats.expand_seconds = now.expand_seconds - s->stats_before.expand_seconds;
+      }
+      s->session.reset();  // frees its KV blocks for the next mode
+      s->cache.reset();
+      all.push_back(std::move(s));
     }
   }
 
@@ -228,51 +257,41 @@ int Main() {
                       {"window_size", pc.window_size}, {"chunk_size", pc.chunk_size}};
   out["sliding_sink_window"] = absl::GetFlag(FLAGS_window);
   out["sink_tokens"] = absl::GetFlag(FLAGS_sink);
-  out["decode_tokens"] = decode_tokens;
-  out["repeats"] = absl::GetFlag(FLAGS_repeats);
-  std::map<std::string, std::map<int64_t, double>> tok_s;
-  for (const Run& r : runs) {
-    out["runs"].push_back({{"mode", r.mode},
-                           {"history", r.history},
-                           {"decode_tok_s", r.decode_tok_s},
-                           {"kv_bytes_resident", r.kv_bytes_resident},
-                           {"resident_tokens", r.resident_tokens},
-                           {"history_build_s", r.history_seconds},
-                           {"kv_synthetic", r.kv_synthetic}});
-    tok_s[r.mode][r.history] = r.decode_tok_s;
+  out["rounds"] = rounds;
+  out["round_tokens"] = round_tokens;
+  std::map<std::string, std::map<int64_t, const Subject*>> by_mode;
+  for (const auto& s : all) {
+    out["runs"].push_back({{"mode", s->mode},
+                           {"history", s->history},
+                           {"decode_tok_s", s->best_wall_tok_s},
+                           {"decode_tok_s_cpu", s->best_cpu_tok_s},
+                           {"kv_bytes_resident", s->max_resident_bytes},
+                           {"history_build_s", s->history_build_s},
+                           {"kv_synthetic", s->kv_synthetic}});
+    by_mode[s->mode][s->history] = s.get();
   }
   const int64_t lo = histories.front(), hi = histories.back();
-  for (const auto& [mode, by_history] : tok_s) {
-    out["tok_s_ratio_longest_over_shortest"][mode] = by_history.at(hi) / by_history.at(lo);
-  }
   out["ratio_histories"] = {lo, hi};
-  // Fold cost, from the memory-mode runs at the longest history.
-  for (const Run& r : runs) {
-    if (r.mode != "memory" && r.mode != "memory_only") continue;
-    if (r.history != hi || r.folds_during_decode == 0) continue;
-    // Fold time over all repeats against the decode time of the same steps.
-    const double decode_s = absl::GetFlag(FLAGS_repeats) * decode_tokens / r.decode_tok_s;
-    out["fold"][r.mode] = {
-        {"folds", r.folds_during_decode},
-        {"ms_per_fold", 1e3 * r.fold_seconds_during_decode / r.folds_during_decode},
-        {"projector_ms_per_fold", 1e3 * r.projector_seconds_during_decode / r.folds_during_decode},
-        {"expand_ms_per_fold", 1e3 * r.expand_seconds_during_decode / r.folds_during_decode},
-        {"refill_tokens_per_token",
-         r.mode == "memory" ? static_cast<double>(pc.window_size) / pc.chunk_size : 0.0},
-        {"share_of_decode_time", r.fold_seconds_during_decode / decode_s}};
+  for (const auto& [mode, h] : by_mode) {
+    out["tok_s_ratio"][mode] = {{"wall", h.at(hi)->best_wall_tok_s / h.at(lo)->best_wall_tok_s},
+                                {"cpu", h.at(hi)->best_cpu_tok_s / h.at(lo)->best_cpu_tok_s}};
+  }
+  // Fold cost over every timed decode step of the longest history's memory-mode sessions.
+  for (const auto& s : all) {
+    const memory::MemorySessionStats& f = s->decode_stats;
+    if (s->memory == nullptr || s->history != hi || f.num_folds == 0) continue;
+    const int64_t steps = static_cast<int64_t>(rounds) * round_tokens;
+    out["fold"][s->mode] = {
+        {"folds", f.num_folds},
+        {"ms_per_fold", 1e3 * f.fold_seconds / f.num_folds},
+        {"projector_ms_per_fold", 1e3 * f.projector_seconds / f.num_folds},
+        {"expand_ms_per_fold", 1e3 * f.expand_seconds / f.num_folds},
+        {"refill_ms_per_fold", 1e3 * (f.fold_seconds - f.projector_seconds - f.expand_seconds) / f.num_folds},
+        {"refill_tokens_per_token", static_cast<double>(f.refill_tokens) / steps},
+        {"share_of_decode_wall_time", f.fold_seconds / s->decode_wall_s}};
   }
   std::printf("%s\n", out.dump(2).c_str());
   return 0;
-}
-
-// Accepts --flag-name as well as absl's --flag_name (CONTRACTS.md spells flags with dashes).
-void DashesToUnderscores(int argc, char** argv) {
-  for (int i = 1; i < argc; ++i) {
-    if (std::strncmp(argv[i], "--", 2) != 0) continue;
-    for (char* p = argv[i] + 2; *p != '\0' && *p != '='; ++p) {
-      if (*p == '-') *p = '_';
-    }
-  }
 }
 
 }  // namespace

@@ -230,31 +230,52 @@ TEST(MemoryModeTest, BadInputAndMismatches) {
   EXPECT_EQ(ImportSessionBlock(corrupt, expected).status().code(), absl::StatusCode::kDataLoss);
 }
 
-// Plain modes checkpoint through the same block (M = 0).
-TEST(MemoryModeTest, PlainModesRoundTripThroughBlocks) {
+// Every mode through the one-call service path: CheckpointSession -> KVFB bytes ->
+// RestoreSession on another engine (plain modes have M = 0 and an empty payload).
+TEST(MemoryModeTest, EveryModeRoundTripsThroughCheckpointAndRestore) {
   auto f = MakeEngine(7);
-  for (KvMode mode : {KvMode::kFull, KvMode::kSliding, KvMode::kSink}) {
+  auto g = MakeEngine(7);
+  auto projector = MakeProjector(*f->engine, 6, 4);
+  for (KvMode mode : {KvMode::kFull, KvMode::kSliding, KvMode::kSink, KvMode::kMemory,
+                      KvMode::kMemoryOnly}) {
+    SCOPED_TRACE(engine::KvModeName(mode));
     engine::SessionOptions options;
     options.mode = mode;
-    options.window_size = 12;
+    // Sliding/sink import recomputes the window from its ids, exact only while nothing was
+    // evicted (engine/session.h): a window of 40 keeps all 13 tokens of the checkpoint.
+    options.window_size = 40;
     options.sink_tokens = 2;
-    auto live = CreateSession(f->engine.get(), options, nullptr);
+    auto live = CreateSession(f->engine.get(), options, projector.get());
     ASSERT_TRUE(live.ok()) << live.status();
     ASSERT_TRUE((*live)->Prefill(RandomIds(9, 97, 8)).ok());
-    auto state = (*live)->ExportState();
-    ASSERT_TRUE(state.ok());
-    auto block = ExportSessionBlock(*state, {f->engine->fingerprint(), 48, ""}, SamplerStateToProto({}, engine::Rng(2).state()));
+    Greedy(**live, 4, nullptr);
+    engine::Rng rng(99);
+    auto block = CheckpointSession(**live, *f->engine, projector.get(),
+                                   SamplerStateToProto({}, rng.state()));
     ASSERT_TRUE(block.ok()) << block.status();
-    EXPECT_EQ(block->payload.size(), 0u);
-    auto back = ImportSessionBlock(*ParseMemoryBlock(SerializeMemoryBlock(*block)),
-                                   {f->engine->fingerprint(), 48, "", 0, 97});
-    ASSERT_TRUE(back.ok()) << back.status();
-    auto restored = CreateSession(f->engine.get(), options, nullptr);
-    ASSERT_TRUE(restored.ok());
-    ASSERT_TRUE((*restored)->ImportState(*back).ok());
+    const bool memory_mode = mode == KvMode::kMemory || mode == KvMode::kMemoryOnly;
+    EXPECT_EQ(block->payload.size(), memory_mode ? 5u * 48 * 2 : 0u);
+    auto parsed = ParseMemoryBlock(SerializeMemoryBlock(*block));
+    ASSERT_TRUE(parsed.ok());
+    auto restored = RestoreSession(g->engine.get(), projector.get(), *parsed);
+    ASSERT_TRUE(restored.ok()) << restored.status();
+    EXPECT_EQ(restored->sampler.rng_state(0), rng.state()[0]);
+    EXPECT_EQ(restored->session->mode(), mode);
+    EXPECT_EQ(restored->session->TotalTokens(), (*live)->TotalTokens());
     std::vector<std::vector<float>> a, b;
-    EXPECT_EQ(Greedy(**live, 5, &a), Greedy(**restored, 5, &b)) << engine::KvModeName(mode);
+    EXPECT_EQ(Greedy(**live, 12, &a), Greedy(*restored->session, 12, &b));
+    EXPECT_EQ(a, b);
   }
+  // A replica without the projector cannot resume a memory-mode session.
+  engine::SessionOptions options;
+  options.mode = KvMode::kMemory;
+  auto live = CreateSession(f->engine.get(), options, projector.get());
+  ASSERT_TRUE(live.ok());
+  ASSERT_TRUE((*live)->Prefill(RandomIds(20, 97, 9)).ok());
+  auto block = CheckpointSession(**live, *f->engine, projector.get(), SamplerStateToProto({}, engine::Rng(1).state()));
+  ASSERT_TRUE(block.ok());
+  EXPECT_EQ(RestoreSession(g->engine.get(), nullptr, *block).status().code(),
+            absl::StatusCode::kFailedPrecondition);
 }
 
 }  // namespace
