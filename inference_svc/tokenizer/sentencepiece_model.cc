@@ -112,18 +112,18 @@ absl::StatusOr<SentencePieceModelProto> ParseSentencePieceModel(const std::strin
           size_t off) -> absl::Status {
         if (field == 1 && wire == 2) {  // pieces
           M::Piece piece;
+          uint64_t type = M::kNormal;
           auto s = ForEachField(payload, off, "SentencePiece",
                                 [&](uint32_t f, int w, uint64_t v, std::string_view p,
                                     size_t) -> absl::Status {
                                   if (f == 1 && w == 2) piece.piece = std::string(p);
                                   if (f == 2 && w == 5) piece.score = AsFloat(v);
-                                  if (f == 3 && w == 0) piece.type = static_cast<M::PieceType>(v);
+                                  if (f == 3 && w == 0) type = v;
                                   return absl::OkStatus();
                                 });
           if (!s.ok()) return s;
-          if (piece.type < M::kNormal || piece.type > M::kByte) {
-            return Malformed("piece type", off);
-          }
+          if (type < M::kNormal || type > M::kByte) return Malformed("piece type", off);
+          piece.type = static_cast<M::PieceType>(type);
           model.pieces.push_back(std::move(piece));
         } else if (field == 2 && wire == 2) {  // trainer_spec
           return ForEachField(payload, off, "TrainerSpec",

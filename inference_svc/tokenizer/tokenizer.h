@@ -1,7 +1,8 @@
 // Tokenizers for kvfold: one interface over three file formats.
 //
 //   llama2.c tokenizer.bin   Llama2cTokenizer   (exactly llama2.c run.c encode/decode)
-//   SentencePiece .model     SentencePieceTokenizer (Debian's libsentencepiece)
+//   SentencePiece .model     SentencePieceTokenizer (BPE; libsentencepiece's encode,
+//                                               re-implemented, tested against it)
 //   HF tokenizer.json        HfTokenizer        (byte-level BPE: Llama-3, Qwen2, GPT-2;
 //                                               SentencePiece-style BPE: Llama-2, Mistral)
 //

@@ -4,6 +4,10 @@
 
 #include <chrono>
 #include <cstring>
+#include <filesystem>
+#include <fstream>
+
+#include <unistd.h>
 
 #include "gmock/gmock.h"
 #include "gtest/gtest.h"
@@ -262,6 +266,29 @@ TEST(TokenizerTest, FindNextToModel) {
   EXPECT_EQ(*from_dir, *found);
   EXPECT_EQ(Tokenizer::FindNextToModel("/nonexistent-dir/model.bin").status().code(),
             absl::StatusCode::kNotFound);
+}
+
+TEST(TokenizerTest, FindNextToModelPreferenceOrder) {
+  namespace fs = std::filesystem;
+  const fs::path dir = fs::temp_directory_path() / ("kvfold_find_" + std::to_string(::getpid()));
+  fs::create_directories(dir);
+  auto touch = [&](const char* name) { std::ofstream(dir / name) << "x"; };
+  touch("model.safetensors");
+  touch("tok4096.bin");
+  touch("tok512.bin");
+  EXPECT_EQ(*Tokenizer::FindNextToModel((dir / "model.safetensors").string()),
+            (dir / "tok4096.bin").string());  // alphabetical among tok*.bin
+  touch("tokenizer.bin");
+  EXPECT_EQ(*Tokenizer::FindNextToModel(dir.string()), (dir / "tokenizer.bin").string());
+  touch("tokenizer.model");
+  EXPECT_EQ(*Tokenizer::FindNextToModel(dir.string()), (dir / "tokenizer.model").string());
+  touch("tokenizer.json");
+  EXPECT_EQ(*Tokenizer::FindNextToModel(dir.string()), (dir / "tokenizer.json").string());
+  // Load of a directory resolves the same file (here a 1-byte fake: a clear error).
+  auto bad = Tokenizer::Load(dir.string());
+  EXPECT_EQ(bad.status().code(), absl::StatusCode::kInvalidArgument);
+  EXPECT_THAT(std::string(bad.status().message()), HasSubstr("tokenizer.json"));
+  fs::remove_all(dir);
 }
 
 }  // namespace
