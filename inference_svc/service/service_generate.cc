@@ -168,7 +168,12 @@ grpc::Status InferenceServiceImpl::GenerateImpl(grpc::ServerContext* context,
   // 5. Run on the scheduler and stream.
   deps_.scheduler->Submit(turn);
   std::optional<IncrementalDecoder> decoder;
-  if (deps_.tokenizer != nullptr) decoder.emplace(deps_.tokenizer, session_empty);
+  // Generated text continues the prompt's text: only a turn that starts from BOS alone
+  // begins a text (and drops the dummy-prefix space, as Decode does).
+  const bool text_start =
+      session_empty && turn->prompt_ids.size() == 1 &&
+      turn->prompt_ids[0] == deps_.engine->config().bos_token_id;
+  if (deps_.tokenizer != nullptr) decoder.emplace(deps_.tokenizer, text_start);
   if (request->echo() && !turn->prompt_ids.empty()) {
     v1::GenerateResponse echo;
     for (int32_t id : turn->prompt_ids) echo.mutable_delta()->add_token_ids(id);

@@ -28,14 +28,18 @@ class Cluster {
  public:
   // Builds the model (make_random_model --shape tiny) and projector (M 8, W 16, C 8) in a
   // temp dir. Returns false with a message on failure.
-  bool Setup(int num_replicas, std::string* error, const std::vector<std::string>& extra_flags = {}) {
+  // `model_path` non-empty: use that model (e.g. stories260K) instead of the tiny one.
+  bool Setup(int num_replicas, std::string* error, const std::vector<std::string>& extra_flags = {},
+             const std::string& model_path = "") {
     dir_ = MakeTempDir("kvfold-it-");
-    model_ = dir_ + "/model";
+    model_ = model_path.empty() ? dir_ + "/model" : model_path;
     projector_ = dir_ + "/projector";
     extra_flags_ = extra_flags;
-    if (absl::Status s = WriteTinyModel(model_, 7); !s.ok()) {
-      *error = "writing the tiny model failed: " + s.ToString();
-      return false;
+    if (model_path.empty()) {
+      if (absl::Status s = WriteTinyModel(model_, 7); !s.ok()) {
+        *error = "writing the tiny model failed: " + s.ToString();
+        return false;
+      }
     }
     if (RunCommand(std::string(KVFOLD_MAKE_RANDOM_PROJECTOR_BIN) + " --model " + model_ +
                    " --out " + projector_ +
@@ -131,6 +135,30 @@ class Cluster {
       if (response.has_delta()) {
         for (int32_t id : response.delta().token_ids()) result.tokens.push_back(id);
         if (first_token != nullptr) first_token->store(true);
+      } else if (response.has_final()) {
+        result.final_message = response.final();
+      }
+    }
+    result.status = reader->Finish();
+    return result;
+  }
+
+  // Greedy turn with a text prompt; returns the streamed text in `text`.
+  TurnResult GenerateText(int replica, const std::string& session_id, const std::string& prompt,
+                          int max_new_tokens, std::string* text) {
+    grpc::ClientContext context;
+    context.set_deadline(std::chrono::system_clock::now() + std::chrono::seconds(120));
+    v1::GenerateRequest request;
+    request.set_session_id(session_id);
+    request.set_prompt(prompt);
+    request.mutable_sampling()->set_max_new_tokens(max_new_tokens);
+    auto reader = stub(replica).Generate(&context, request);
+    TurnResult result;
+    v1::GenerateResponse response;
+    while (reader->Read(&response)) {
+      if (response.has_delta()) {
+        for (int32_t id : response.delta().token_ids()) result.tokens.push_back(id);
+        text->append(response.delta().text());
       } else if (response.has_final()) {
         result.final_message = response.final();
       }

@@ -2,6 +2,8 @@
 // model and projector (memory mode folds every 8 tokens past a 16-token window).
 #include <gtest/gtest.h>
 
+#include <cstdlib>
+#include <filesystem>
 #include <thread>
 
 #include "tests/integration/service_cluster.h"
@@ -198,6 +200,41 @@ TEST_F(ServiceIntegrationTest, StoreOutageIsUnavailableAndTheSessionSurvives) {
   TurnResult ref = cluster_.Generate(0, "outage-ref", PromptFor(6, 1), kMaxNew);
   ASSERT_TRUE(ref.status.ok());
   EXPECT_EQ(up.tokens, ref.tokens);
+}
+
+// The demo's shape on the real model: stories260K with its tokenizer, text prompts, memory
+// mode with a random projector (M 8, W 16, C 8), alternating replicas.
+TEST(ServiceStoriesTest, TextSessionAlternatingReplicasMatchesUninterrupted) {
+  const char* env = std::getenv("KVFOLD_SHARED_DIR");
+  const std::string shared = env != nullptr ? env : std::string(KVFOLD_SOURCE_DIR_FALLBACK) + "/../shared";
+  const std::string model = shared + "/models/stories260K/stories260K.bin";
+  if (!std::filesystem::exists(model)) {
+    GTEST_SKIP() << "stories260K not found under " << shared << " (set KVFOLD_SHARED_DIR)";
+  }
+  Cluster cluster;
+  std::string error;
+  ASSERT_TRUE(cluster.Setup(2, &error, {}, model)) << error;
+  ASSERT_TRUE(cluster.Create(0, "one", v1::KV_MODE_MEMORY).ok());
+  ASSERT_TRUE(cluster.Create(1, "two", v1::KV_MODE_MEMORY).ok());
+  const std::vector<std::string> prompts = {"Once upon a time, there was a little girl named Lily.",
+                                            "She had a red ball.", "One day, she went to the park.",
+                                            "She saw a big dog."};
+  std::string text_one, text_two;
+  for (size_t t = 0; t < prompts.size(); ++t) {
+    TurnResult a = cluster.GenerateText(0, "one", prompts[t], 40, &text_one);
+    TurnResult b = cluster.GenerateText(static_cast<int>(t % 2), "two", prompts[t], 40, &text_two);
+    ASSERT_TRUE(a.status.ok()) << a.status.error_message();
+    ASSERT_TRUE(b.status.ok()) << b.status.error_message();
+    EXPECT_EQ(a.tokens, b.tokens) << "turn " << t;
+  }
+  EXPECT_EQ(text_one, text_two);
+  EXPECT_FALSE(text_one.empty());
+  // The first turn is plain llama2.c greedy continuation (nothing folded yet).
+  EXPECT_EQ(text_one.rfind(" She", 0), 0u) << text_one;
+  v1::Session s;
+  ASSERT_TRUE(cluster.GetSession(0, "two", &s).ok());
+  EXPECT_GT(s.tokens_folded(), 0u);
+  EXPECT_EQ(s.memory_block_bytes(), 8u * 64 * 2);  // M x d fp16
 }
 
 }  // namespace
