@@ -315,9 +315,14 @@ TEST_F(ServiceTest, DrainLetsInFlightPutsFinish) {
   for (size_t i = 0; i < messages.size() / 2; ++i) ASSERT_TRUE(writer->Write(messages[i]));
   absl::Status shutdown;
   std::thread stopper([&] { shutdown = server_->Shutdown(absl::Seconds(10)); });
-  absl::SleepFor(absl::Milliseconds(200));  // draining now; the put is in flight
+  // Once draining, new calls are refused while the put stays in flight.
   StoreClient late = Client();
-  EXPECT_EQ(late.GetSessionInfo("drain").status().code(), Code::kUnavailable);
+  absl::StatusCode late_code = Code::kOk;
+  for (int i = 0; i < 200 && late_code != Code::kUnavailable; ++i) {
+    late_code = late.GetSessionInfo("drain").status().code();
+    if (late_code != Code::kUnavailable) absl::SleepFor(absl::Milliseconds(25));
+  }
+  EXPECT_EQ(late_code, Code::kUnavailable);
   for (size_t i = messages.size() / 2; i < messages.size(); ++i) {
     ASSERT_TRUE(writer->Write(messages[i]));
   }
