@@ -96,7 +96,7 @@ void AttentionReference(const AttentionArgs& a, std::vector<float>& scratch) {
 
 namespace {
 
-__attribute__((target("avx2,fma"))) float DotAvx2(const float* x, const float* y, int n) {
+__attribute__((target("avx2,fma"))) inline float DotAvx2(const float* x, const float* y, int n) {
   __m256 acc = _mm256_setzero_ps();
   int d = 0;
   for (; d + 8 <= n; d += 8) acc = _mm256_fmadd_ps(_mm256_loadu_ps(x + d), _mm256_loadu_ps(y + d), acc);
@@ -107,7 +107,7 @@ __attribute__((target("avx2,fma"))) float DotAvx2(const float* x, const float* y
   return s;
 }
 
-float DotPortable(const float* x, const float* y, int n) {
+inline float DotPortable(const float* x, const float* y, int n) {
   float lanes[8] = {};
   int d = 0;
   for (; d + 8 <= n; d += 8)
@@ -117,7 +117,7 @@ float DotPortable(const float* x, const float* y, int n) {
   return s;
 }
 
-__attribute__((target("avx2,fma"))) void AxpyAvx2(float p, const float* v, float* out, int n) {
+__attribute__((target("avx2,fma"))) inline void AxpyAvx2(float p, const float* v, float* out, int n) {
   const __m256 pv = _mm256_set1_ps(p);
   int d = 0;
   for (; d + 8 <= n; d += 8)
@@ -125,7 +125,7 @@ __attribute__((target("avx2,fma"))) void AxpyAvx2(float p, const float* v, float
   for (; d < n; ++d) out[d] = __builtin_fmaf(p, v[d], out[d]);
 }
 
-void AxpyPortable(float p, const float* v, float* out, int n) {
+inline void AxpyPortable(float p, const float* v, float* out, int n) {
   for (int d = 0; d < n; ++d) out[d] = __builtin_fmaf(p, v[d], out[d]);
 }
 
@@ -135,7 +135,7 @@ namespace {
 
 // exp for 8 lanes (Cephes expf polynomial, ~2 ulp). Deterministic: the same inputs give
 // the same bits wherever a row is computed.
-__attribute__((target("avx2,fma"))) __m256 Exp8(__m256 x) {
+__attribute__((target("avx2,fma"))) inline __m256 Exp8(__m256 x) {
   x = _mm256_min_ps(_mm256_max_ps(x, _mm256_set1_ps(-87.3f)), _mm256_set1_ps(88.3f));
   __m256 fx = _mm256_fmadd_ps(x, _mm256_set1_ps(1.44269504088896341f), _mm256_set1_ps(0.5f));
   fx = _mm256_floor_ps(fx);
@@ -153,7 +153,7 @@ __attribute__((target("avx2,fma"))) __m256 Exp8(__m256 x) {
 }
 
 // s[i] <- softmax(s)[i] over n scores, AVX2.
-__attribute__((target("avx2,fma"))) void SoftmaxAvx2(float* s, int n) {
+__attribute__((target("avx2,fma"))) inline void SoftmaxAvx2(float* s, int n) {
   float mx = -std::numeric_limits<float>::infinity();
   for (int i = 0; i < n; ++i) mx = std::max(mx, s[i]);
   const __m256 m = _mm256_set1_ps(mx);
@@ -180,7 +180,7 @@ __attribute__((target("avx2,fma"))) void SoftmaxAvx2(float* s, int n) {
   for (; i < n; ++i) s[i] *= 1.0f / sum;
 }
 
-void SoftmaxPortable(float* s, int n) {
+inline void SoftmaxPortable(float* s, int n) {
   float mx = -std::numeric_limits<float>::infinity();
   for (int i = 0; i < n; ++i) mx = std::max(mx, s[i]);
   float sum = 0.0f;
@@ -188,6 +188,50 @@ void SoftmaxPortable(float* s, int n) {
   const float inv = 1.0f / sum;
   for (int i = 0; i < n; ++i) s[i] *= inv;
 }
+
+
+// One task = (row, kv head): scores, softmax and V for the query heads of the group.
+// Stamped out twice (AVX2 and portable) so that the small per-key helpers inline.
+struct TaskArgs {
+  const AttentionArgs* a;
+  const float* rotated;      // [group keys, kv_dim]
+  const int64_t* v_off;      // per group key
+  int key_base, prefix_keys; // of the row's key group
+  int64_t row;
+  int kvh;
+  float* scores;             // [group, nk]
+};
+
+#define KVFOLD_ATTEND_TASK(NAME, ATTR, DOT, AXPY, SOFTMAX)                                   \
+  ATTR void NAME(const TaskArgs& t) {                                                          \
+    const AttentionArgs& a = *t.a;                                                             \
+    const AttentionShape& sh = a.shape;                                                        \
+    const int hd = sh.head_dim, q_dim = sh.num_heads * hd, kv_dim = sh.num_kv_heads * hd;      \
+    const int group = sh.num_heads / sh.num_kv_heads;                                          \
+    const int32_t* row = a.rows + t.row * kAttnRowFields;                                      \
+    const int pv = row[kAttnPrefixVisible];                                                    \
+    const int nk = pv + (row[kAttnMainHi] - row[kAttnMainLo]);                                 \
+    const float* q0 = a.q + t.row * q_dim + t.kvh * group * hd;                                \
+    float* out0 = a.out + t.row * q_dim + t.kvh * group * hd;                                  \
+    for (int idx = 0; idx < nk; ++idx) {                                                       \
+      const int64_t k = t.key_base + (idx < pv ? idx : t.prefix_keys + (idx - pv));            \
+      const float* krot = t.rotated + k * kv_dim + t.kvh * hd;                                 \
+      for (int gh = 0; gh < group; ++gh) t.scores[gh * nk + idx] = DOT(q0 + gh * hd, krot, hd) * sh.scale; \
+    }                                                                                          \
+    for (int gh = 0; gh < group; ++gh) {                                                       \
+      SOFTMAX(t.scores + gh * nk, nk);                                                         \
+      std::memset(out0 + gh * hd, 0, hd * sizeof(float));                                      \
+    }                                                                                          \
+    for (int idx = 0; idx < nk; ++idx) {                                                       \
+      const int64_t k = t.key_base + (idx < pv ? idx : t.prefix_keys + (idx - pv));            \
+      const float* v = a.v_cache + t.v_off[k] + t.kvh * hd;                                    \
+      for (int gh = 0; gh < group; ++gh) AXPY(t.scores[gh * nk + idx], v, out0 + gh * hd, hd); \
+    }                                                                                          \
+  }
+
+KVFOLD_ATTEND_TASK(AttendTaskAvx2, __attribute__((target("avx2,fma"))), DotAvx2, AxpyAvx2, SoftmaxAvx2)
+KVFOLD_ATTEND_TASK(AttendTaskPortable, , DotPortable, AxpyPortable, SoftmaxPortable)
+#undef KVFOLD_ATTEND_TASK
 
 // Rows whose keys sit at the same positions (same prefix rule, same main table, front,
 // lo and position of lo) share one pre-rotated copy of their keys: prefill rows of one
@@ -204,13 +248,9 @@ bool SameKeyLayout(const int32_t* a, const int32_t* b) {
 void AttentionOptimized(ThreadPool& pool, const AttentionArgs& a, AttentionScratch& scratch) {
   const AttentionShape& sh = a.shape;
   const int hd = sh.head_dim;
-  const int q_dim = sh.num_heads * hd;
   const int kv_dim = sh.num_kv_heads * hd;
   const int group = sh.num_heads / sh.num_kv_heads;
   const bool avx2 = CpuHasAvx2Fma();
-  auto dot = avx2 ? DotAvx2 : DotPortable;
-  auto axpy = avx2 ? AxpyAvx2 : AxpyPortable;
-  auto softmax = avx2 ? SoftmaxAvx2 : SoftmaxPortable;
   if (scratch.per_thread.size() < static_cast<size_t>(pool.num_threads())) {
     scratch.per_thread.resize(pool.num_threads());
   }
@@ -271,37 +311,18 @@ void AttentionOptimized(ThreadPool& pool, const AttentionArgs& a, AttentionScrat
     rotate(0, total_keys, 0);
   }
 
-  // 2. One task = (row, kv head): scores, softmax and V for the heads of the group.
+  // 2. One task = (row, kv head).
+  auto attend = avx2 ? AttendTaskAvx2 : AttendTaskPortable;
   auto body = [&](int64_t t0, int64_t t1, int thread) {
     std::vector<float>& buf = scratch.per_thread[thread];
     for (int64_t t = t0; t < t1; ++t) {
       const int64_t r = t / sh.num_kv_heads;
-      const int kvh = static_cast<int>(t % sh.num_kv_heads);
       const int32_t* row = a.rows + r * kAttnRowFields;
       const auto& g = groups[row_group[r]];
-      const int pv = row[kAttnPrefixVisible];
-      const int nm = row[kAttnMainHi] - row[kAttnMainLo];
-      const int nk = pv + nm;
+      const int nk = row[kAttnPrefixVisible] + (row[kAttnMainHi] - row[kAttnMainLo]);
       const size_t need = static_cast<size_t>(group) * nk;
       if (buf.size() < need) buf.resize(need);
-      float* scores = buf.data();  // [group, nk]
-      const float* q0 = a.q + r * q_dim + kvh * group * hd;
-      // Key idx of this row -> group key g[3] + (idx < pv ? idx : g[1] + idx - pv).
-      for (int idx = 0; idx < nk; ++idx) {
-        const int64_t k = g[3] + (idx < pv ? idx : g[1] + (idx - pv));
-        const float* krot = rotated + k * kv_dim + kvh * hd;
-        for (int gh = 0; gh < group; ++gh) scores[gh * nk + idx] = dot(q0 + gh * hd, krot, hd) * sh.scale;
-      }
-      for (int gh = 0; gh < group; ++gh) {
-        softmax(scores + gh * nk, nk);
-        std::memset(a.out + r * q_dim + (kvh * group + gh) * hd, 0, hd * sizeof(float));
-      }
-      for (int idx = 0; idx < nk; ++idx) {
-        const int64_t k = g[3] + (idx < pv ? idx : g[1] + (idx - pv));
-        const float* v = a.v_cache + v_off[k] + kvh * hd;
-        for (int gh = 0; gh < group; ++gh)
-          axpy(scores[gh * nk + idx], v, a.out + r * q_dim + (kvh * group + gh) * hd, hd);
-      }
+      attend(TaskArgs{&a, rotated, v_off, g[3], g[1], r, static_cast<int>(t % sh.num_kv_heads), buf.data()});
     }
   };
   int64_t work = 0;
