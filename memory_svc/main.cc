@@ -69,7 +69,12 @@ int main(int argc, char** argv) {
       kvfold::memory::MemoryServer::Start(config);
   if (!server.ok()) {
     std::fprintf(stderr, "kvfold-memory: %s\n", server.status().ToString().c_str());
-    return server.status().code() == absl::StatusCode::kInvalidArgument ? 2 : 1;
+    // Bad flags or unreadable config files are usage errors (2); a DB or port that
+    // cannot be opened is a runtime failure (1).
+    const absl::StatusCode code = server.status().code();
+    return code == absl::StatusCode::kInvalidArgument || code == absl::StatusCode::kNotFound
+               ? 2
+               : 1;
   }
   std::printf("kvfold-memory listening on %s\n", (*server)->address().c_str());
   if ((*server)->metrics_port() != 0) {

@@ -6,6 +6,7 @@
 #include <gtest/gtest.h>
 
 #include <atomic>
+#include <fstream>
 #include <mutex>
 #include <random>
 #include <set>
@@ -168,6 +169,40 @@ TEST(CrashTest, SigtermDrainsAndClosesCleanly) {
   ASSERT_TRUE(first.ok()) << first.status();
   EXPECT_EQ(first->payload, b.payload);
   EXPECT_EQ(WEXITSTATUS(again.Stop(SIGTERM)), 0);
+}
+
+TEST(BinaryTest, BadConfigurationExitsWithCode2) {
+  TempDir dir;
+  const std::string db = "--db_dir=" + dir.path() + "/db";
+  EXPECT_EQ(RunToExit(KVFOLD_MEMORY_BINARY, {}), 2);  // --db_dir missing
+  EXPECT_EQ(RunToExit(KVFOLD_MEMORY_BINARY, {db, "--listen=no-port"}), 2);
+  EXPECT_EQ(RunToExit(KVFOLD_MEMORY_BINARY, {db, "--tokens_file=" + dir.path() + "/none"}), 2);
+  EXPECT_EQ(RunToExit(KVFOLD_MEMORY_BINARY, {db, "--tls_cert=" + dir.path() + "/x.crt"}), 2);
+  EXPECT_EQ(RunToExit(KVFOLD_MEMORY_BINARY, {db, "--versions_kept=0"}), 2);
+  EXPECT_EQ(RunToExit(KVFOLD_MEMORY_BINARY, {db, "--metrics_port=-5"}), 2);
+}
+
+TEST(BinaryTest, FlagsReachTheServer) {
+  TempDir dir;
+  std::ofstream(dir.path() + "/tokens") << "tok-a tenant-a\n";
+  ServerProcess server;
+  ASSERT_TRUE(server.Start(KVFOLD_MEMORY_BINARY,
+                           {"--listen=127.0.0.1:0", "--db_dir=" + dir.path() + "/db",
+                            "--tokens_file=" + dir.path() + "/tokens", "--versions_kept=2",
+                            "--max_block_bytes=100000", "--sync_writes=false"}));
+  StoreClient anonymous = ClientFor(server.address());
+  EXPECT_EQ(anonymous.ListSessions().status().code(), absl::StatusCode::kUnauthenticated);
+  StoreClient client(grpc::CreateChannel(server.address(), grpc::InsecureChannelCredentials()),
+                     "tok-a");
+  for (uint64_t v = 1; v <= 4; ++v) {
+    const TestBlock b = BlockFor(1, v * 3 + 1);  // 48 KB blocks
+    ASSERT_TRUE(client.Put("flags", v - 1, b.header, b.payload).ok());
+  }
+  EXPECT_EQ(client.ListVersions("flags")->versions_size(), 2);  // --versions_kept=2
+  const TestBlock big = BlockFor(1, 3);                            // 768 KiB > 100000
+  EXPECT_EQ(client.Put("flags", 4, big.header, big.payload).status().code(),
+            absl::StatusCode::kResourceExhausted);
+  EXPECT_EQ(server.Stop(SIGINT), 0);
 }
 
 }  // namespace
