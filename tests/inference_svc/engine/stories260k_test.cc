@@ -70,6 +70,9 @@ TEST_P(Stories260KTest, GreedyFromBosReproducesReferenceText) {
 
 // 1.408 +- 0.002 nats/token over 37,072 predicted tokens.
 TEST_P(Stories260KTest, MeanNllOnTinyStories) {
+  // The reference backend gives the same logits up to rounding (BitwiseTest covers its
+  // paths); one full NLL pass keeps CI time down.
+  if (GetParam()) GTEST_SKIP() << "NLL runs on the optimised backend only";
   const std::string text = ReadAll(testing::SharedDir() + "/text/tinystories_train_sample.txt");
   if (text.empty()) GTEST_SKIP() << "tinystories_train_sample.txt not found";
   double total_nll = 0;
