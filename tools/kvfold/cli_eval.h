@@ -41,16 +41,22 @@ struct ModeSpec {
   int64_t max_tokens = 0;       // evaluate only the first max_tokens of a document (0 = all)
 };
 
-// Accumulated results of one mode.
-struct ModeTotals {
+// NLL sums over the position sets of the report.
+struct PositionSums {
   NllSum all;            // every target
   NllSum beyond_window;  // targets whose context exceeds W + C (where memory modes fold)
   NllSum beyond_budget;  // targets whose context exceeds the budget (every bounded mode)
   NllSum recall;         // recall probe (see RecallProbe)
   NllSum recall_names;   // its subset of capitalised names
+};
+
+// Accumulated results of one mode.
+struct ModeTotals {
+  PositionSums sums;            // every scored target
+  PositionSums head;            // targets j < Report::head_limit (where full is scored too)
   std::vector<NllSum> buckets;  // by target position / bucket_size
   int64_t max_resident = 0;     // largest Session::ResidentTokens() seen
-  double seconds = 0.0;
+  bool truncated = false;       // some document was cut at ModeSpec::max_tokens
 };
 
 // The file's documents: the whole text (stripped of surrounding whitespace) or, with
@@ -87,8 +93,10 @@ struct Report {
   int64_t num_tokens = 0;          // ids fed (incl. BOS) over all documents
   int64_t beyond_window_from = 0;  // W + C (or the budget without a projector)
   int64_t beyond_budget_from = 0;  // the budget
+  int64_t head_limit = 0;          // full mode's max_tokens (0: full not evaluated)
   int mem_slots = 0, window_size = 0, chunk_size = 0;
   int64_t bucket_size = 0;
+  int64_t bucket_stride = 1;  // Markdown shows every bucket_stride-th bucket (and the last)
   bool recall = false;
   std::vector<ModeSpec> modes;
   std::vector<ModeTotals> totals;  // parallel to modes

@@ -1,4 +1,5 @@
 // `kvfold eval`: the Markdown and JSON reports (cli_eval.h).
+#include <algorithm>
 #include <cmath>
 
 #include "absl/strings/str_cat.h"
@@ -45,6 +46,58 @@ std::string JsonSum(const NllSum& s) {
   return absl::StrCat("{\"nll\": ", JsonNumber(s.Mean()), ", \"tokens\": ", s.tokens, "}");
 }
 
+// One table of mode rows over `sums_of(totals)`: NLL all, beyond W + C, beyond the budget,
+// the recall probe, each with its change relative to full mode.
+std::string ModeTable(const Report& r, const PositionSums& (*sums_of)(const ModeTotals&)) {
+  const PositionSums* full = nullptr;
+  for (size_t i = 0; i < r.modes.size(); ++i) {
+    if (r.modes[i].mode == engine::KvMode::kFull) full = &sums_of(r.totals[i]);
+  }
+  static const PositionSums kNone;
+  const PositionSums& f = full ? *full : kNone;
+  // The beyond-window column only with a projector (W + C differs from the budget), the
+  // beyond-budget one whenever there is a budget.
+  const bool show_window = r.beyond_window_from > 0 && r.beyond_window_from != r.beyond_budget_from;
+  const bool show_budget = r.beyond_budget_from > 0;
+  std::string head = "| mode | KV budget (entries) | max resident | NLL all |";
+  if (show_window) absl::StrAppend(&head, " NLL ctx > ", r.beyond_window_from, " | vs full |");
+  if (show_budget) absl::StrAppend(&head, " NLL ctx > ", r.beyond_budget_from, " | vs full |");
+  if (r.recall) head += " recall probe | vs full | recall: names |";
+  std::string out = head + "\n|";
+  for (size_t k = 1; k < head.size(); ++k) {
+    if (head[k] == '|') out += " --- |";
+  }
+  out += "\n";
+  for (size_t i = 0; i < r.modes.size(); ++i) {
+    const PositionSums& t = sums_of(r.totals[i]);
+    absl::StrAppend(&out, "| ", r.modes[i].name, " | ", r.modes[i].budget_text, " | ",
+                    r.totals[i].max_resident, " | ", Cell(t.all), " |");
+    if (show_window) {
+      absl::StrAppend(&out, " ", Cell(t.beyond_window), " | ", VsFull(t.beyond_window, f.beyond_window), " |");
+    }
+    if (show_budget) {
+      absl::StrAppend(&out, " ", Cell(t.beyond_budget), " | ", VsFull(t.beyond_budget, f.beyond_budget), " |");
+    }
+    if (r.recall) {
+      absl::StrAppend(&out, " ", Cell(t.recall), " | ", VsFull(t.recall, f.recall), " | ",
+                      Cell(t.recall_names), " |");
+    }
+    out += "\n";
+  }
+  out += "\nscored tokens: ";
+  for (size_t i = 0; i < r.modes.size(); ++i) {
+    const PositionSums& t = sums_of(r.totals[i]);
+    absl::StrAppend(&out, i ? "; " : "", r.modes[i].name, " all ", t.all.tokens);
+    if (show_window) absl::StrAppend(&out, ", ctx > ", r.beyond_window_from, " ", t.beyond_window.tokens);
+    if (show_budget) absl::StrAppend(&out, ", ctx > ", r.beyond_budget_from, " ", t.beyond_budget.tokens);
+    if (r.recall) absl::StrAppend(&out, ", recall ", t.recall.tokens, " (names ", t.recall_names.tokens, ")");
+  }
+  return out + "\n";
+}
+
+const PositionSums& AllSums(const ModeTotals& t) { return t.sums; }
+const PositionSums& HeadSums(const ModeTotals& t) { return t.head; }
+
 }  // namespace
 
 std::string MarkdownReport(const Report& r) {
@@ -56,48 +109,18 @@ std::string MarkdownReport(const Report& r) {
   }
   absl::StrAppend(&out, "text: ", r.text, ": ", r.num_docs, " document(s), ", r.num_tokens,
                   " tokens; ", absl::StrFormat("%.1f", r.seconds), " s\n\n");
-  const int full = [&r] {
-    for (size_t i = 0; i < r.modes.size(); ++i) {
-      if (r.modes[i].mode == engine::KvMode::kFull) return static_cast<int>(i);
-    }
-    return -1;
-  }();
-  static const NllSum kNone;
-  absl::StrAppend(&out, "| mode | KV budget (entries) | max resident | NLL all | NLL ctx > ",
-                  r.beyond_window_from, " | vs full | NLL ctx > ", r.beyond_budget_from,
-                  " | vs full |");
-  if (r.recall) absl::StrAppend(&out, " recall probe | vs full | recall names |");
-  absl::StrAppend(&out, "\n| --- | --- | --- | --- | --- | --- | --- | --- |");
-  if (r.recall) absl::StrAppend(&out, " --- | --- | --- |");
-  out += "\n";
+  bool full_truncated = false;
   for (size_t i = 0; i < r.modes.size(); ++i) {
-    const ModeTotals& t = r.totals[i];
-    const ModeTotals* f = full >= 0 ? &r.totals[static_cast<size_t>(full)] : nullptr;
-    absl::StrAppend(&out, "| ", r.modes[i].name, " | ", r.modes[i].budget_text, " | ",
-                    t.max_resident, " | ", Cell(t.all), " | ", Cell(t.beyond_window), " | ",
-                    VsFull(t.beyond_window, f ? f->beyond_window : kNone), " | ",
-                    Cell(t.beyond_budget), " | ",
-                    VsFull(t.beyond_budget, f ? f->beyond_budget : kNone), " |");
-    if (r.recall) {
-      absl::StrAppend(&out, " ", Cell(t.recall), " | ", VsFull(t.recall, f ? f->recall : kNone),
-                      " | ", Cell(t.recall_names), " |");
-    }
-    out += "\n";
+    full_truncated |= r.modes[i].mode == engine::KvMode::kFull && r.totals[i].truncated;
   }
-  out += "\nscored tokens per mode: ";
-  for (size_t i = 0; i < r.modes.size(); ++i) {
-    const ModeTotals& t = r.totals[i];
-    absl::StrAppend(&out, i ? "; " : "", r.modes[i].name, " all ", t.all.tokens, ", ctx > ",
-                    r.beyond_window_from, " ", t.beyond_window.tokens, ", ctx > ",
-                    r.beyond_budget_from, " ", t.beyond_budget.tokens);
-    if (r.recall) {
-      absl::StrAppend(&out, ", recall ", t.recall.tokens, " (names ", t.recall_names.tokens, ")");
-    }
-    if (r.modes[i].max_tokens > 0) {
-      absl::StrAppend(&out, " (first ", r.modes[i].max_tokens, " tokens of each document)");
-    }
+  if (full_truncated) {
+    absl::StrAppend(&out, "Full mode is scored only on the first ", r.head_limit,
+                    " tokens of each document (--full-max-tokens); every mode on those same "
+                    "positions:\n\n", ModeTable(r, &HeadSums),
+                    "\nEvery mode on all its positions (\"vs full\" compares with full's "
+                    "shorter range):\n\n");
   }
-  out += "\n";
+  out += ModeTable(r, &AllSums);
   if (r.bucket_size > 0) {
     size_t num_buckets = 0;
     for (const ModeTotals& t : r.totals) num_buckets = std::max(num_buckets, t.buckets.size());
@@ -106,29 +129,56 @@ std::string MarkdownReport(const Report& r) {
     out += "\n| --- |";
     for (size_t i = 0; i < r.modes.size(); ++i) out += " --- |";
     out += "\n";
+    const size_t stride = static_cast<size_t>(std::max<int64_t>(1, r.bucket_stride));
     for (size_t b = 0; b < num_buckets; ++b) {
+      if (b % stride != 0 && b + 1 != num_buckets) continue;
       absl::StrAppend(&out, "| ", b * static_cast<size_t>(r.bucket_size), " |");
       for (const ModeTotals& t : r.totals) {
         absl::StrAppend(&out, " ", b < t.buckets.size() ? Cell(t.buckets[b]) : "-", " |");
       }
       out += "\n";
     }
-    out += "| mean of buckets |";
-    for (const ModeTotals& t : r.totals) {
+    // Summary rows: the mean of the per-bucket means over all buckets and over each half of
+    // the buckets a mode scored (a drift between the halves shows instability).
+    auto mean_of = [](const std::vector<NllSum>& buckets, size_t begin, size_t end) {
       double sum = 0.0;
       int count = 0;
-      for (const NllSum& s : t.buckets) {
-        if (s.tokens > 0) {
-          sum += s.Mean();
+      for (size_t b = begin; b < end && b < buckets.size(); ++b) {
+        if (buckets[b].tokens > 0) {
+          sum += buckets[b].Mean();
           ++count;
         }
       }
-      absl::StrAppend(&out, " ", count ? absl::StrFormat("%.4f", sum / count) : "-", " |");
+      return count ? absl::StrFormat("%.4f", sum / count) : std::string("-");
+    };
+    out += "| mean of buckets |";
+    for (const ModeTotals& t : r.totals) absl::StrAppend(&out, " ", mean_of(t.buckets, 0, t.buckets.size()), " |");
+    out += "\n| mean, first half |";
+    for (const ModeTotals& t : r.totals) absl::StrAppend(&out, " ", mean_of(t.buckets, 0, t.buckets.size() / 2), " |");
+    out += "\n| mean, second half |";
+    for (const ModeTotals& t : r.totals) {
+      absl::StrAppend(&out, " ", mean_of(t.buckets, t.buckets.size() / 2, t.buckets.size()), " |");
     }
     out += "\n";
   }
   return out;
 }
+
+namespace {
+
+// "all": {...}, "beyond_window": {...}, ... (without braces around).
+std::string JsonSums(const PositionSums& s, bool recall) {
+  std::string out = absl::StrCat("\"all\": ", JsonSum(s.all), ", \"beyond_window\": ",
+                                 JsonSum(s.beyond_window), ", \"beyond_budget\": ",
+                                 JsonSum(s.beyond_budget));
+  if (recall) {
+    absl::StrAppend(&out, ", \"recall\": ", JsonSum(s.recall), ", \"recall_names\": ",
+                    JsonSum(s.recall_names));
+  }
+  return out;
+}
+
+}  // namespace
 
 std::string JsonReport(const Report& r) {
   std::string out = "{\n";
@@ -139,6 +189,7 @@ std::string JsonReport(const Report& r) {
                   ",\n \"text\": ", JsonString(r.text), ",\n \"documents\": ", r.num_docs,
                   ", \"tokens\": ", r.num_tokens, ",\n \"beyond_window_from\": ",
                   r.beyond_window_from, ", \"beyond_budget_from\": ", r.beyond_budget_from,
+                  ", \"head_limit\": ", r.head_limit,
                   ", \"bucket_size\": ", r.bucket_size, ",\n \"seconds\": ",
                   JsonNumber(r.seconds), ",\n \"modes\": {");
   for (size_t i = 0; i < r.modes.size(); ++i) {
@@ -147,13 +198,11 @@ std::string JsonReport(const Report& r) {
     absl::StrAppend(&out, i ? "," : "", "\n  ", JsonString(m.name), ": {\"budget\": ", m.budget,
                     ", \"budget_text\": ", JsonString(m.budget_text), ", \"window_size\": ",
                     m.window_size, ", \"sink_tokens\": ", m.sink_tokens, ", \"max_tokens\": ",
-                    m.max_tokens, ", \"max_resident\": ", t.max_resident, ", \"seconds\": ",
-                    JsonNumber(t.seconds), ",\n   \"all\": ", JsonSum(t.all),
-                    ", \"beyond_window\": ", JsonSum(t.beyond_window), ", \"beyond_budget\": ",
-                    JsonSum(t.beyond_budget));
-    if (r.recall) {
-      absl::StrAppend(&out, ",\n   \"recall\": ", JsonSum(t.recall), ", \"recall_names\": ",
-                      JsonSum(t.recall_names));
+                    m.max_tokens, ", \"truncated\": ", t.truncated ? "true" : "false",
+                    ", \"max_resident\": ", t.max_resident, ",\n   ", JsonSums(t.sums, r.recall));
+    if (r.head_limit > 0) {
+      absl::StrAppend(&out, ",\n   \"head\": {\"limit\": ", r.head_limit, ", ",
+                      JsonSums(t.head, r.recall), "}");
     }
     if (r.bucket_size > 0) {
       out += ",\n   \"buckets\": [";

@@ -26,7 +26,8 @@ constexpr char kUsage[] =
     "usage: kvfold eval --model PATH [--tokenizer FILE] [--projector DIR]\n"
     "         --text FILE [--split-endoftext] [--docs first:N|last:N|all]\n"
     "         [--modes full,sliding,sink,memory,memory_only] [--budget N] [--sink N]\n"
-    "         [--max-tokens N] [--full-max-tokens N] [--buckets N] [--recall]\n"
+    "         [--max-tokens N] [--full-max-tokens N] [--buckets N [--bucket-stride K]]\n"
+    "         [--recall]\n"
     "         [--json OUT] [--per-token OUT] [--projector-label TEXT]\n"
     "         [--backend cpu|cpu-ref] [--threads N]\n"
     "Feeds every document token by token through each mode's session and scores the\n"
@@ -35,7 +36,8 @@ constexpr char kUsage[] =
     "memory_only M + C. --max-tokens: truncate each document (default with\n"
     "--split-endoftext: the model's trained context; otherwise no limit).\n"
     "--full-max-tokens: full mode only on each document's first N tokens (default 4096).\n"
-    "--buckets N: NLL per N target positions. --recall: recall probe (docs/eval.md).\n"
+    "--buckets N: NLL per N target positions (Markdown: every K-th bucket; JSON: all).\n"
+    "--recall: recall probe (docs/eval.md).\n"
     "--per-token OUT: TSV doc, pos, token, NLL per mode. Markdown to stdout, progress to\n"
     "stderr.\n";
 
@@ -80,7 +82,7 @@ int RunEval(int argc, char** argv) {
   auto flags = ParseEngineFlags(
       argc, argv,
       {"model", "tokenizer", "projector", "projector-label", "text", "docs", "modes", "budget",
-       "sink", "max-tokens", "full-max-tokens", "buckets", "json", "per-token", "backend",
+       "sink", "max-tokens", "full-max-tokens", "buckets", "bucket-stride", "json", "per-token", "backend",
        "threads"},
       {"split-endoftext", "recall", "help"});
   if (!flags.ok()) {
@@ -104,18 +106,19 @@ int RunEval(int argc, char** argv) {
   auto max_tokens_flag = IntFlag(*flags, "max-tokens", -1);
   auto full_max = IntFlag(*flags, "full-max-tokens", 4096);
   auto buckets = IntFlag(*flags, "buckets", 0);
+  auto bucket_stride = IntFlag(*flags, "bucket-stride", 1);
   auto threads = IntFlag(*flags, "threads", 1);
-  for (const auto* v : {&budget_flag, &sink, &max_tokens_flag, &full_max, &buckets, &threads}) {
+  for (const auto* v : {&budget_flag, &sink, &max_tokens_flag, &full_max, &buckets, &bucket_stride, &threads}) {
     if (!v->ok()) return FailWith("eval", v->status());
   }
   if (has("budget") && *budget_flag < 2) {
     return FailWith("eval", absl::InvalidArgumentError("--budget must be >= 2"));
   }
   if (*sink < 1 || (has("max-tokens") && *max_tokens_flag < 2) || *full_max < 2 ||
-      *buckets < 0 || *threads < 0) {
+      *buckets < 0 || *bucket_stride < 1 || *threads < 0) {
     return FailWith("eval", absl::InvalidArgumentError(
                                 "--sink >= 1, --max-tokens >= 2, --full-max-tokens >= 2, "
-                                "--buckets >= 0 and --threads >= 0 are required"));
+                                "--buckets >= 0, --bucket-stride >= 1 and --threads >= 0 are required"));
   }
   const std::string default_modes =
       has("projector") ? "full,sliding,sink,memory,memory_only" : "full,sliding,sink";
@@ -200,6 +203,7 @@ int RunEval(int argc, char** argv) {
       case engine::KvMode::kFull:
         m.budget_text = "all";
         m.max_tokens = *full_max;
+        report.head_limit = *full_max;
         break;
       case engine::KvMode::kSliding:
         m.window_size = static_cast<int>(budget);
@@ -250,6 +254,7 @@ int RunEval(int argc, char** argv) {
   if (ids.empty()) return FailWith("eval", absl::InvalidArgumentError("no document has 2 tokens"));
   report.num_docs = static_cast<int>(ids.size());
   report.bucket_size = *buckets;
+  report.bucket_stride = *bucket_stride;
   report.recall = has("recall");
   report.modes = modes;
   report.totals.resize(modes.size());
@@ -267,48 +272,74 @@ int RunEval(int argc, char** argv) {
   Progress progress(total_work);
   int64_t done = 0;
   std::vector<std::vector<double>> doc_nll(modes.size());
+  std::vector<engine::Session*> active;
+  std::vector<int32_t> active_ids;
+  std::vector<size_t> active_modes;
+  engine::ForwardResult scratch;
   for (size_t d = 0; d < ids.size(); ++d) {
     const std::vector<int32_t>& doc = ids[d];
     const int64_t n = static_cast<int64_t>(doc.size());
     eval::RecallMarks marks;
     if (report.recall) marks = eval::RecallProbe(**tokenizer, doc, budget);
+    // All modes in lockstep: one ragged Forward per position for every session still
+    // scoring (engine::AppendBatch; results are batch-invariant, so each mode's logits are
+    // exactly those of its own Append loop).
+    std::vector<std::unique_ptr<engine::Session>> sessions;
+    std::vector<int64_t> ends;
     for (size_t i = 0; i < modes.size(); ++i) {
-      const eval::ModeSpec& m = modes[i];
-      eval::ModeTotals& t = report.totals[i];
-      const auto t0 = Clock::now();
-      auto session = MakeSession(*loaded, m.name, std::max(m.window_size, 1), m.sink_tokens);
+      auto session = MakeSession(*loaded, modes[i].name, std::max(modes[i].window_size, 1),
+                                 modes[i].sink_tokens);
       if (!session.ok()) return FailWith("eval", session.status());
-      const int64_t end = m.max_tokens > 0 ? std::min(m.max_tokens, n) : n;
+      sessions.push_back(std::move(*session));
+      ends.push_back(modes[i].max_tokens > 0 ? std::min(modes[i].max_tokens, n) : n);
       doc_nll[i].assign(static_cast<size_t>(n), std::numeric_limits<double>::quiet_NaN());
-      for (int64_t j = 1; j < end; ++j) {
-        if (absl::Status s = (*session)->Append(doc[static_cast<size_t>(j - 1)]); !s.ok()) {
-          return FailWith("eval", s);
-        }
-        t.max_resident = std::max(t.max_resident, (*session)->ResidentTokens());
-        const double nll = eval::TokenNll((*session)->Logits(), doc[static_cast<size_t>(j)]);
+    }
+    for (int64_t j = 1; j < n; ++j) {
+      active.clear();
+      active_ids.clear();
+      active_modes.clear();
+      for (size_t i = 0; i < modes.size(); ++i) {
+        if (j >= ends[i]) continue;
+        active.push_back(sessions[i].get());
+        active_ids.push_back(doc[static_cast<size_t>(j - 1)]);
+        active_modes.push_back(i);
+      }
+      if (active.empty()) break;
+      if (absl::Status s = engine::AppendBatch(*loaded->engine, active, active_ids, &scratch);
+          !s.ok()) {
+        return FailWith("eval", s);
+      }
+      for (size_t i : active_modes) {
+        eval::ModeTotals& t = report.totals[i];
+        t.max_resident = std::max(t.max_resident, sessions[i]->ResidentTokens());
+        const double nll = eval::TokenNll(sessions[i]->Logits(), doc[static_cast<size_t>(j)]);
         doc_nll[i][static_cast<size_t>(j)] = nll;
-        t.all.Add(nll);
-        if (j > report.beyond_window_from) t.beyond_window.Add(nll);
-        if (j > report.beyond_budget_from) t.beyond_budget.Add(nll);
-        if (report.recall && marks.any[static_cast<size_t>(j)]) t.recall.Add(nll);
-        if (report.recall && marks.names[static_cast<size_t>(j)]) t.recall_names.Add(nll);
+        for (eval::PositionSums* p : {&t.sums, &t.head}) {
+          if (p == &t.head && j >= report.head_limit) break;
+          p->all.Add(nll);
+          if (j > report.beyond_window_from) p->beyond_window.Add(nll);
+          if (j > report.beyond_budget_from) p->beyond_budget.Add(nll);
+          if (report.recall && marks.any[static_cast<size_t>(j)]) p->recall.Add(nll);
+          if (report.recall && marks.names[static_cast<size_t>(j)]) p->recall_names.Add(nll);
+        }
         if (report.bucket_size > 0) {
           const size_t b = static_cast<size_t>(j / report.bucket_size);
           if (t.buckets.size() <= b) t.buckets.resize(b + 1);
           t.buckets[b].Add(nll);
         }
-        if ((++done & 255) == 0) {
-          progress.Update(done, absl::StrFormat("doc %d/%d %s", d + 1, ids.size(), m.name));
-        }
+        if (j + 1 == ends[i] && modes[i].max_tokens > 0 && ends[i] < n) t.truncated = true;
       }
-      t.seconds += std::chrono::duration<double>(Clock::now() - t0).count();
+      done += static_cast<int64_t>(active.size());
+      if ((j & 63) == 0) {
+        progress.Update(done, absl::StrFormat("doc %d/%d", d + 1, ids.size()));
+      }
     }
     if (has("per-token")) {
       for (int64_t j = 1; j < n; ++j) {
         absl::StrAppend(&per_token, d, "\t", j, "\t", doc[static_cast<size_t>(j)]);
         for (size_t i = 0; i < modes.size(); ++i) {
           const double v = doc_nll[i][static_cast<size_t>(j)];
-          absl::StrAppend(&per_token, "\t", std::isnan(v) ? std::string("-") : absl::StrFormat("%.9g", v));
+          absl::StrAppend(&per_token, "\t", std::isnan(v) ? std::string("-") : absl::StrFormat("%.17g", v));
         }
         per_token += "\n";
       }

@@ -194,7 +194,7 @@ TEST_F(EvalCliTest, MemoryNllEqualsKvfoldLogitsOfTheSameSession) {
     double differs_from_full = 0.0;
     for (size_t r = 0; r < n; ++r) {
       const double expected = NllFromLogits(rows + r * 300, 300, pt.token[r]);
-      EXPECT_NEAR(pt.nll.at(mode)[r], expected, 1e-7 * std::max(1.0, expected)) << mode << " row " << r;
+      EXPECT_NEAR(pt.nll.at(mode)[r], expected, 1e-12) << mode << " row " << r;
       differs_from_full = std::max(differs_from_full, std::abs(pt.nll.at(mode)[r] - pt.nll.at("full")[r]));
     }
     EXPECT_GT(differs_from_full, 1e-3) << mode << ": folds/eviction must change something";
