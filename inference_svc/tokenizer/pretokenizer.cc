@@ -37,7 +37,12 @@ struct Codepoints {
   bool Is(size_t i, uint32_t c) const { return i < cp.size() && cp[i] == c; }
 };
 
-uint32_t Lower(uint32_t c) { return c >= 'A' && c <= 'Z' ? c + 32 : c; }
+// Simple case folding for the letters of the contractions: ASCII, plus U+017F LATIN
+// SMALL LETTER LONG S, which folds to 's' (Rust's regex, Oniguruma and PCRE agree).
+uint32_t Lower(uint32_t c) {
+  if (c == 0x17F) return 's';
+  return c >= 'A' && c <= 'Z' ? c + 32 : c;
+}
 
 // 's|'t|'re|'ve|'m|'ll|'d at i, optionally ASCII-case-insensitive: end index or 0.
 size_t Contraction(const Codepoints& t, size_t i, bool ignore_case) {

@@ -28,6 +28,8 @@ TEST(PretokenizerTest, Llama3) {
   // Case-insensitive contractions; an apostrophe that starts no contraction prefixes a word.
   EXPECT_THAT(Split(SplitPattern::kLlama3, "I'LL don't 'quote'"),
               ElementsAre("I", "'LL", " don", "'t", " '", "quote", "'"));
+  // (?i) folds U+017F LONG S to 's', as Rust/Oniguruma do.
+  EXPECT_THAT(Split(SplitPattern::kLlama3, "x'\xC5\xBFx"), ElementsAre("x", "'\xC5\xBF", "x"));
   // Non-ASCII letters, CJK (Lo) and emoji (So, "other").
   EXPECT_THAT(Split(SplitPattern::kLlama3,
                     "h\xC3\xA9llo w\xC3\xB6rld \xE6\x97\xA5\xE6\x9C\xAC \xF0\x9F\x98\x80\xF0\x9F\x98\x80!"),
