@@ -203,6 +203,7 @@ int main(int argc, char** argv) {
   // 2. Resume on another replica vs re-prefilling the history.
   nlohmann::json resume = nlohmann::json::array();
   Replica a = StartReplica(store_address, true, resume_mode);
+  vocab = static_cast<int>(a.server->engine().config().vocab_size);
   for (int history : ParseList(absl::GetFlag(FLAGS_histories))) {
     Replica b = StartReplica(store_address, true, resume_mode);  // a fresh, cold replica
     const std::string id = "resume-" + std::to_string(history);
