@@ -203,7 +203,7 @@ std::string KvModeName(v1::KvMode mode) {
     case v1::KV_MODE_SINK: return "sink";
     case v1::KV_MODE_MEMORY: return "memory";
     case v1::KV_MODE_MEMORY_ONLY: return "memory_only";
-    default: return "default";
+    default: return "-";  // not reported (e.g. ListSessions rows)
   }
 }
 
