@@ -196,6 +196,12 @@ int RunEval(int argc, char** argv) {
   if (wants_window && budget <= *sink) {
     return FailWith("eval", absl::InvalidArgumentError("the budget must exceed --sink"));
   }
+  if (has("budget") && wants_memory && wants_window && budget != mem_budget) {
+    std::fprintf(stderr,
+                 "[eval] note: --budget %lld differs from the memory mode's M + W + C = %lld; "
+                 "the budgets are not equal\n",
+                 static_cast<long long>(budget), static_cast<long long>(mem_budget));
+  }
   report.beyond_budget_from = budget;
   report.beyond_window_from = loaded->projector ? report.window_size + report.chunk_size : budget;
   for (auto& m : modes) {
