@@ -2,6 +2,7 @@
 // checkpoint with compare-and-set. See inference_service.h and docs/service.md.
 #include <chrono>
 #include <optional>
+#include <thread>
 
 #include "absl/strings/str_cat.h"
 #include "common/grpc_status.h"
@@ -158,7 +159,17 @@ grpc::Status InferenceServiceImpl::GenerateImpl(grpc::ServerContext* context,
       (turn->prompt_ids.size() + static_cast<uint64_t>(turn->sampling.max_new_tokens)) *
       kv_bytes_per_token_;
   admission.max_new_tokens = static_cast<uint32_t>(std::max(1, turn->sampling.max_new_tokens));
-  const planner::AdmissionDecision decision = planner::Admit(admission);
+  planner::AdmissionDecision decision = planner::Admit(admission);
+  if (decision.tier != planner::AdmissionTier::kAdmit && cache_.size() > 0) {
+    // Idle cached sessions hold pool blocks too: drop them (they are only a cache; the
+    // scheduler frees their blocks on its next step) and judge again.
+    cache_.Clear();
+    for (int i = 0; i < 20 && deps_.scheduler->kv_used_bytes() >= admission.used_bytes; ++i) {
+      std::this_thread::sleep_for(std::chrono::milliseconds(5));
+    }
+    admission.used_bytes = deps_.scheduler->kv_used_bytes();
+    decision = planner::Admit(admission);
+  }
   if (!decision.admitted) {
     context->AddTrailingMetadata("retry-after-ms", std::to_string(decision.retry_after_ms));
     return ToGrpcStatus(planner::AdmissionStatus(decision));

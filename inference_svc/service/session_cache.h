@@ -70,6 +70,17 @@ class LruByteCache {
     return value;
   }
 
+  // Removes every entry; returns the values (released by the caller, outside the lock).
+  std::vector<std::shared_ptr<V>> Clear() {
+    std::vector<std::shared_ptr<V>> values;
+    std::lock_guard<std::mutex> lock(mu_);
+    for (Entry& e : order_) values.push_back(std::move(e.value));
+    order_.clear();
+    index_.clear();
+    used_bytes_ = 0;
+    return values;
+  }
+
   size_t used_bytes() const {
     std::lock_guard<std::mutex> lock(mu_);
     return used_bytes_;

@@ -111,7 +111,7 @@ TEST_F(ServiceIntegrationTest, ConcurrentTurnsOnOneSessionAbortOneAndStayConsist
     ready.fetch_add(1);
     while (ready.load() < 2) {
     }
-    *out = cluster_.Generate(replica, "contested", PromptFor(3, 2 + replica), 400);
+    *out = cluster_.Generate(replica, "contested", PromptFor(3, 2 + replica), 2000);
   };
   std::thread ta(run, 0, &a), tb(run, 1, &b);
   ta.join();

@@ -329,6 +329,31 @@ TEST_F(ServiceTest, AdmissionRejectsWithRetryAfterWhenThePoolIsFull) {
   EXPECT_EQ(context.GetServerTrailingMetadata().count("retry-after-ms"), 1u);
 }
 
+TEST_F(ServiceTest, IdleCachedSessionsAreEvictedBeforeRejecting) {
+  // 64 KiB pool = 8 blocks of 16 tokens (512 B per token on the tiny model).
+  StartReplica(/*kv_pool_bytes=*/64 << 10);
+  const std::vector<int32_t> prompt(40, 7);
+  for (const char* id : {"idle-1", "idle-2", "third"}) {
+    ASSERT_TRUE(Create(id, v1::KV_MODE_FULL).ok());
+  }
+  std::vector<int32_t> tokens;
+  ASSERT_TRUE(Generate(Turn("idle-1", prompt, 8), &tokens).ok());
+  ASSERT_TRUE(Generate(Turn("idle-2", prompt, 8), &tokens).ok());
+  // idle-2's own turn already found the pool at 75 % and evicted idle-1; idle-2 stays cached
+  // (3 blocks), so "third" (3 more blocks) would be degraded (max_new_tokens halved, a
+  // warning) unless idle-2 is evicted first.
+  EXPECT_GE(server_->service().cache().size(), 1u);
+  v1::GenerateFinal final_message;
+  ASSERT_TRUE(Generate(Turn("third", prompt, 8), &tokens, &final_message).ok());
+  EXPECT_EQ(final_message.usage().generated_tokens(), 8u);
+  EXPECT_TRUE(final_message.warnings().empty());
+  // The evicted sessions are intact in the store and resume exactly.
+  std::vector<int32_t> resumed, reference;
+  ASSERT_TRUE(Generate(Turn("idle-1", {9}, 4), &resumed, &final_message).ok());
+  EXPECT_TRUE(final_message.usage().restored_from_store());
+  EXPECT_EQ(resumed.size(), 4u);
+}
+
 TEST_F(ServiceTest, TenantFlowsFromTheCallersTokenToTheStore) {
   const std::string tokens = *dir_ + "/tokens.txt";
   {
