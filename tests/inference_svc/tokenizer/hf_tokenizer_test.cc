@@ -255,6 +255,41 @@ TEST(HfTokenizerTest, DerivedLlama2MatchesLibSentencePiece) {
     }
     EXPECT_EQ(mismatches, 0);
   }
+  // Metaspace with split=true cuts words at every U+2581, so pieces spanning two spaces
+  // ("▁▁") cannot form; on text without double spaces it must still match.
+  json split = DeriveLlama2Json(**sp, true);
+  split["pre_tokenizer"]["split"] = true;
+  auto hf_split = HfTokenizer::Parse(split.dump(), "");
+  ASSERT_TRUE(hf_split.ok()) << hf_split.status();
+  int compared = 0;
+  for (const auto& text : texts) {
+    if (text.find("  ") != std::string::npos) continue;
+    EXPECT_EQ(Enc(**hf_split, text, true), ref->EncodeIds(text, true));
+    ++compared;
+  }
+  EXPECT_GT(compared, 40);
+}
+
+TEST(HfTokenizerTest, TokenizerConfigAndNonSpecialAddedTokens) {
+  json j = ByteLevelJson();
+  j["added_tokens"].push_back({{"id", 267}, {"content", "<extra>"}, {"special", false}});
+  const auto dir = std::filesystem::temp_directory_path() /
+                   ("kvfold_tokcfg_" + std::to_string(::getpid()));
+  std::filesystem::create_directories(dir);
+  std::ofstream(dir / "tokenizer.json") << j.dump();
+  // Deliberately unusual choices, to prove tokenizer_config.json wins over the template.
+  std::ofstream(dir / "tokenizer_config.json")
+      << R"({"bos_token": {"content": "<|end_of_text|>"}, "eos_token": "<extra>"})";
+  auto tok = Tokenizer::Load((dir / "tokenizer.json").string());
+  std::filesystem::remove_all(dir);
+  ASSERT_TRUE(tok.ok()) << tok.status();
+  EXPECT_EQ((*tok)->bos_id(), 265);
+  EXPECT_EQ((*tok)->eos_id(), 267);
+  EXPECT_EQ((*tok)->vocab_size(), 268);
+  // A non-special added token is matched before BPE and decodes to its text.
+  EXPECT_THAT(Enc(**tok, "Hello<extra> the"), ElementsAre(262, 267, 258));
+  EXPECT_FALSE((*tok)->IsSpecial(267));
+  EXPECT_EQ((*tok)->Decode(Enc(**tok, "Hello<extra> the", true)), "Hello<extra> the");
 }
 
 TEST(HfTokenizerTest, MalformedFilesGiveClearErrors) {
