@@ -21,7 +21,8 @@ std::string_view StdView(absl::string_view s) { return std::string_view(s.data()
 grpc::ChannelArguments StoreChannelArguments() {
   grpc::ChannelArguments args;
   args.SetInt(GRPC_ARG_HTTP2_STREAM_LOOKAHEAD_BYTES, 8 << 20);
-  args.SetMaxReceiveMessageSize(4 << 20);
+  args.SetMaxReceiveMessageSize(64 << 20);  // headers of long full-mode sessions
+  args.SetMaxSendMessageSize(64 << 20);
   return args;
 }
 

@@ -56,7 +56,8 @@ struct StoreBlock {
 
 // Channel arguments tuned for 0.5-2 MiB blocks: an 8 MiB HTTP/2 stream window, so that a
 // whole block is in flight at once instead of the window growing from 64 KiB per stream
-// (2-3x faster GetBlock in bench_memory_store).
+// (2-3x faster GetBlock in bench_memory_store), and 64 MiB messages both ways (the first
+// message carries the header, which lists a full-mode session's whole history).
 grpc::ChannelArguments StoreChannelArguments();
 
 // grpc::CreateCustomChannel(target, credentials, StoreChannelArguments()).

@@ -15,6 +15,7 @@ namespace kvfold::memory {
 namespace {
 
 constexpr char kServiceName[] = "kvfold.v1.MemoryStore";
+constexpr int kMaxMessageBytes = 64 << 20;
 
 absl::StatusOr<std::string> ReadFile(const std::string& path, const char* what) {
   std::ifstream in(path, std::ios::binary);
@@ -80,9 +81,11 @@ absl::StatusOr<std::unique_ptr<MemoryServer>> MemoryServer::Start(ServerConfig c
   int port = 0;
   builder.AddListeningPort(config.listen, *credentials, &port);
   builder.RegisterService(server->service_.get());
-  // 1 MiB chunks plus framing; the default 4 MiB would also do, but be explicit.
-  builder.SetMaxReceiveMessageSize(4 << 20);
-  builder.SetMaxSendMessageSize(4 << 20);
+  // Payload chunks are <= 1 MiB, but the first message also carries the header, and a
+  // full-mode session's header lists its whole history (4-5 bytes per token id): allow
+  // headers of millions of tokens.
+  builder.SetMaxReceiveMessageSize(kMaxMessageBytes);
+  builder.SetMaxSendMessageSize(kMaxMessageBytes);
   // Blocks are 0.5-2 MiB: let a stream have a whole block in flight instead of growing the
   // HTTP/2 window from 64 KiB on every new stream.
   builder.AddChannelArgument(GRPC_ARG_HTTP2_STREAM_LOOKAHEAD_BYTES, 8 << 20);

@@ -117,6 +117,22 @@ TEST_F(ServiceTest, EmptyPayloadBlocksRoundTrip) {
   EXPECT_EQ(client.Get("empty-fork")->header.SerializeAsString(), header.SerializeAsString());
 }
 
+TEST_F(ServiceTest, HeaderOfALongFullModeSessionFits) {
+  // A full-mode session keeps its whole history in window_token_ids: ~4.5 MB of header for
+  // 1.5M ids, more than gRPC's default 4 MiB message limit.
+  TestBlock b = MakeBlock(21);
+  for (int i = 0; i < 1'500'000; ++i) b.header.add_window_token_ids(100000 + i % 28000);
+  b.header.set_checksum(BlockChecksum(b.header, b.payload));
+  ASSERT_GT(b.header.ByteSizeLong(), 4u << 20);
+  StoreClient client(CreateStoreChannel(server_->address(), grpc::InsecureChannelCredentials()));
+  absl::StatusOr<v1::PutBlockResponse> put = client.Put("long", 0, b.header, b.payload);
+  ASSERT_TRUE(put.ok()) << put.status();
+  absl::StatusOr<StoreBlock> got = client.Get("long");
+  ASSERT_TRUE(got.ok()) << got.status();
+  EXPECT_EQ(got->header.SerializeAsString(), b.header.SerializeAsString());
+  EXPECT_EQ(got->payload, b.payload);
+}
+
 TEST_F(ServiceTest, EveryBadPutIsRejectedAndCommitsNothing) {
   auto stub = v1::MemoryStore::NewStub(Channel());
   const TestBlock b = MakeBlock(5, 31, 100);  // 6200 bytes
