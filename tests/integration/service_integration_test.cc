@@ -2,6 +2,7 @@
 // model and projector (memory mode folds every 8 tokens past a 16-token window).
 #include <gtest/gtest.h>
 
+#include <algorithm>
 #include <cstdlib>
 #include <filesystem>
 #include <thread>
@@ -235,6 +236,64 @@ TEST(ServiceStoriesTest, TextSessionAlternatingReplicasMatchesUninterrupted) {
   ASSERT_TRUE(cluster.GetSession(0, "two", &s).ok());
   EXPECT_GT(s.tokens_folded(), 0u);
   EXPECT_EQ(s.memory_block_bytes(), 8u * 64 * 2);  // M x d fp16
+}
+
+// Runs a command, returns (exit code, stdout).
+std::pair<int, std::string> Capture(const std::string& command) {
+  std::string out;
+  FILE* pipe = popen(command.c_str(), "r");
+  if (pipe == nullptr) return {-1, out};
+  char buf[4096];
+  size_t n;
+  while ((n = std::fread(buf, 1, sizeof(buf), pipe)) > 0) out.append(buf, n);
+  const int rc = pclose(pipe);
+  return {WIFEXITED(rc) ? WEXITSTATUS(rc) : -1, out};
+}
+
+// The `kvfold chat` and `kvfold sessions` commands against a replica.
+TEST(ServiceCliTest, ChatAndSessionsCommands) {
+  const char* env = std::getenv("KVFOLD_SHARED_DIR");
+  const std::string shared = env != nullptr ? env : std::string(KVFOLD_SOURCE_DIR_FALLBACK) + "/../shared";
+  const std::string model = shared + "/models/stories260K/stories260K.bin";
+  if (!std::filesystem::exists(model)) {
+    GTEST_SKIP() << "stories260K not found under " << shared << " (set KVFOLD_SHARED_DIR)";
+  }
+  Cluster cluster;
+  std::string error;
+  ASSERT_TRUE(cluster.Setup(2, &error, {}, model)) << error;
+  const std::string kvfold = KVFOLD_CLI_BIN;
+  const std::string a = " --target " + cluster.replica_process(0).address();
+  const std::string b = " --target " + cluster.replica_process(1).address();
+  // One turn through the CLI equals the same turn through the API.
+  auto [rc, text] = Capture(kvfold + " chat" + a +
+                            " --session cli --mode memory --prompt 'Once upon a time' "
+                            "--max_new_tokens 30 2>/dev/null");
+  ASSERT_EQ(rc, 0);
+  ASSERT_TRUE(cluster.Create(1, "api", v1::KV_MODE_MEMORY).ok());
+  std::string api_text;
+  ASSERT_TRUE(cluster.GenerateText(1, "api", "Once upon a time", 30, &api_text).status.ok());
+  EXPECT_EQ(text, api_text + "\n");
+  // Interactive: one turn per stdin line, on the other replica.
+  auto [rc2, two_turns] = Capture("printf 'The dog\\nThe cat\\n' | " + kvfold + " chat" + b +
+                                  " --session cli --max_new_tokens 5 2>/dev/null");
+  ASSERT_EQ(rc2, 0);
+  EXPECT_GE(std::count(two_turns.begin(), two_turns.end(), '\n'), 2);
+  auto [rc3, show] = Capture(kvfold + " sessions show cli --json" + b);
+  ASSERT_EQ(rc3, 0);
+  EXPECT_NE(show.find("\"headVersion\":\"4\""), std::string::npos) << show;  // create + 3 turns
+  EXPECT_EQ(Capture(kvfold + " sessions fork cli --version 2 --new_id cli-fork" + a).first, 0);
+  EXPECT_EQ(Capture(kvfold + " sessions rollback cli --version 2" + a).first, 0);
+  auto [rc4, list] = Capture(kvfold + " sessions ls" + b);
+  ASSERT_EQ(rc4, 0);
+  EXPECT_NE(list.find("cli-fork"), std::string::npos) << list;
+  EXPECT_NE(list.find("api"), std::string::npos) << list;
+  EXPECT_EQ(Capture(kvfold + " sessions rm cli-fork" + a).first, 0);
+  EXPECT_EQ(Capture(kvfold + " sessions show cli-fork" + a + " 2>/dev/null").first, 2);  // NOT_FOUND
+  EXPECT_EQ(Capture(kvfold + " sessions frobnicate x" + a + " 2>/dev/null").first, 2);
+  EXPECT_EQ(Capture(kvfold + " chat --bogus" + a + " 2>/dev/null").first, 2);
+  EXPECT_EQ(Capture(kvfold + " chat --session cli --prompt x --temperature -1" + a + " 2>/dev/null").first, 2);
+  // An unreachable replica is a runtime failure (exit 1).
+  EXPECT_EQ(Capture(kvfold + " sessions ls --target 127.0.0.1:1 --deadline_s 2 2>/dev/null").first, 1);
 }
 
 }  // namespace
