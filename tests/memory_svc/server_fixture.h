@@ -7,6 +7,7 @@
 #include <grpcpp/impl/codegen/client_unary_call.h>
 #include <grpcpp/security/credentials.h>
 #include <grpcpp/support/byte_buffer.h>
+#include <grpcpp/support/sync_stream.h>
 #include <gtest/gtest.h>
 
 #include <fstream>

@@ -365,6 +365,38 @@ TEST_F(ServiceTest, HealthServingUntilShutdown) {
   server_.reset();
 }
 
+TEST_F(ServiceTest, ReflectionListsTheService) {
+  // grpc.reflection.v1alpha.ServerReflection/ServerReflectionInfo with list_services = ""
+  // (field 7), through the byte-buffer path: what `grpcurl list` sends.
+  auto channel = Channel();
+  grpc::ClientContext context;
+  context.set_deadline(std::chrono::system_clock::now() + std::chrono::seconds(5));
+  std::unique_ptr<grpc::ClientReaderWriter<grpc::ByteBuffer, grpc::ByteBuffer>> stream(
+      grpc::internal::ClientReaderWriterFactory<grpc::ByteBuffer, grpc::ByteBuffer>::Create(
+          channel.get(),
+          grpc::internal::RpcMethod(
+              "/grpc.reflection.v1alpha.ServerReflection/ServerReflectionInfo",
+              grpc::internal::RpcMethod::BIDI_STREAMING),
+          &context));
+  const std::string request("\x3a\x00", 2);
+  grpc::Slice slice(request);
+  grpc::ByteBuffer in(&slice, 1), out;
+  ASSERT_TRUE(stream->Write(in));
+  stream->WritesDone();
+  ASSERT_TRUE(stream->Read(&out));
+  std::vector<grpc::Slice> slices;
+  ASSERT_TRUE(out.Dump(&slices).ok());
+  std::string reply;
+  for (const grpc::Slice& s : slices) {
+    reply.append(reinterpret_cast<const char*>(s.begin()), s.size());
+  }
+  EXPECT_NE(reply.find("kvfold.v1.MemoryStore"), std::string::npos);
+  EXPECT_NE(reply.find("grpc.health.v1.Health"), std::string::npos);
+  while (stream->Read(&out)) {
+  }
+  EXPECT_TRUE(stream->Finish().ok());
+}
+
 std::string HttpGet(int port, const std::string& path) {
   const int fd = socket(AF_INET, SOCK_STREAM, 0);
   sockaddr_in addr{};
