@@ -6,7 +6,14 @@
 #include <filesystem>
 #include <thread>
 
+#include <condition_variable>
+#include <fstream>
+#include <mutex>
+#include <sstream>
+
 #include <grpcpp/create_channel.h>
+#include <grpcpp/generic/generic_stub.h>
+#include <grpcpp/security/credentials.h>
 
 #include "absl/time/time.h"
 #include "inference_svc/engine/engine.h"
@@ -22,6 +29,7 @@ namespace kvfold::service {
 namespace {
 
 using ::kvfold::testing::MakeTempDir;
+using ::kvfold::testing::RunCommand;
 
 class ServiceTest : public ::testing::Test {
  protected:
@@ -352,6 +360,96 @@ TEST_F(ServiceTest, IdleCachedSessionsAreEvictedBeforeRejecting) {
   ASSERT_TRUE(Generate(Turn("idle-1", {9}, 4), &resumed, &final_message).ok());
   EXPECT_TRUE(final_message.usage().restored_from_store());
   EXPECT_EQ(resumed.size(), 4u);
+}
+
+// grpc.health.v1.Health/Check through a generic stub (the health proto's C++ header is not
+// packaged): request = empty message, response = field 1 (status) as a varint.
+int HealthStatus(const std::string& address) {
+  auto channel = grpc::CreateChannel(address, grpc::InsecureChannelCredentials());
+  grpc::GenericStub stub(channel);
+  grpc::ClientContext context;
+  context.set_deadline(std::chrono::system_clock::now() + std::chrono::seconds(5));
+  grpc::Slice empty;
+  grpc::ByteBuffer request(&empty, 1);
+  grpc::ByteBuffer response;
+  std::mutex mu;
+  std::condition_variable cv;
+  bool done = false;
+  grpc::Status status;
+  stub.UnaryCall(&context, "/grpc.health.v1.Health/Check", grpc::StubOptions(), &request,
+                 &response, [&](grpc::Status s) {
+                   std::lock_guard<std::mutex> lock(mu);
+                   status = s;
+                   done = true;
+                   cv.notify_all();
+                 });
+  std::unique_lock<std::mutex> lock(mu);
+  cv.wait(lock, [&] { return done; });
+  if (!status.ok()) return -1;
+  std::vector<grpc::Slice> slices;
+  (void)response.Dump(&slices);
+  std::string bytes;
+  for (const auto& slice : slices) bytes.append(reinterpret_cast<const char*>(slice.begin()), slice.size());
+  if (bytes.empty()) return 0;  // UNKNOWN (default value, not serialized)
+  return bytes.size() >= 2 && bytes[0] == 0x08 ? bytes[1] : -2;
+}
+
+TEST_F(ServiceTest, HealthFollowsTheStore) {
+  constexpr int kServing = 1, kNotServing = 2;
+  int status = 0;
+  for (int i = 0; i < 50 && status != kServing; ++i) {
+    status = HealthStatus(server_->address());
+    if (status != kServing) std::this_thread::sleep_for(std::chrono::milliseconds(100));
+  }
+  EXPECT_EQ(status, kServing);
+  (void)store_->Shutdown(absl::ZeroDuration());
+  for (int i = 0; i < 50 && status != kNotServing; ++i) {
+    std::this_thread::sleep_for(std::chrono::milliseconds(100));
+    status = HealthStatus(server_->address());
+  }
+  EXPECT_EQ(status, kNotServing);
+  // Calls that need the store are UNAVAILABLE meanwhile.
+  grpc::ClientContext context;
+  v1::GetSessionRequest get;
+  get.set_session_id("any");
+  v1::Session s;
+  EXPECT_EQ(stub_->GetSession(&context, get, &s).error_code(), grpc::StatusCode::UNAVAILABLE);
+}
+
+TEST_F(ServiceTest, TlsListener) {
+  const std::string cert = *dir_ + "/cert.pem", key = *dir_ + "/key.pem";
+  if (RunCommand("openssl req -x509 -newkey rsa:2048 -nodes -days 1 -subj /CN=localhost "
+                 "-addext subjectAltName=IP:127.0.0.1 -keyout " + key + " -out " + cert +
+                 " > /dev/null 2>&1") != 0) {
+    GTEST_SKIP() << "openssl is not available to make a test certificate";
+  }
+  server_.reset();
+  ServiceConfig config;
+  config.model_path = *dir_ + "/model";
+  config.memory_store = store_->address();
+  config.listen = "127.0.0.1:0";
+  config.threads = 1;
+  config.tls_cert = cert;
+  config.tls_key = key;
+  auto server = InferenceServer::Start(config);
+  ASSERT_TRUE(server.ok()) << server.status();
+  std::ifstream in(cert);
+  std::stringstream pem;
+  pem << in.rdbuf();
+  grpc::SslCredentialsOptions ssl;
+  ssl.pem_root_certs = pem.str();
+  auto tls_stub = v1::InferenceService::NewStub(
+      grpc::CreateChannel((*server)->address(), grpc::SslCredentials(ssl)));
+  grpc::ClientContext c1;
+  v1::ModelInfo info;
+  grpc::Status s = tls_stub->GetModelInfo(&c1, v1::GetModelInfoRequest(), &info);
+  EXPECT_TRUE(s.ok()) << s.error_message();
+  EXPECT_EQ(info.hidden_size(), 64u);
+  auto plain_stub = v1::InferenceService::NewStub(
+      grpc::CreateChannel((*server)->address(), grpc::InsecureChannelCredentials()));
+  grpc::ClientContext c2;
+  c2.set_deadline(std::chrono::system_clock::now() + std::chrono::seconds(5));
+  EXPECT_FALSE(plain_stub->GetModelInfo(&c2, v1::GetModelInfoRequest(), &info).ok());
 }
 
 TEST_F(ServiceTest, TenantFlowsFromTheCallersTokenToTheStore) {
