@@ -238,6 +238,43 @@ TEST(ServiceStoriesTest, TextSessionAlternatingReplicasMatchesUninterrupted) {
   EXPECT_EQ(s.memory_block_bytes(), 8u * 64 * 2);  // M x d fp16
 }
 
+// A long prompt is prefilled in chunks between decode steps: a session that is decoding
+// keeps producing tokens while another session's 8,000-token prompt is prefilled.
+TEST(ServiceSchedulerTest, LongPromptDoesNotStallRunningSessions) {
+  Cluster cluster;
+  std::string error;
+  ASSERT_TRUE(cluster.Setup(1, &error, {"--prefill_chunk_tokens=64"})) << error;
+  ASSERT_TRUE(cluster.Create(0, "running", v1::KV_MODE_MEMORY).ok());
+  ASSERT_TRUE(cluster.Create(0, "long-prompt", v1::KV_MODE_MEMORY).ok());
+  std::atomic<bool> started{false};
+  std::atomic<bool> running_done{false};
+  TurnResult running;
+  std::thread decode([&] {
+    running = cluster.Generate(0, "running", PromptFor(8, 0), 40, &started);
+    running_done.store(true);
+  });
+  while (!started.load()) std::this_thread::sleep_for(std::chrono::milliseconds(1));
+  std::vector<int32_t> prompt;
+  for (int i = 0; i < 8000; ++i) prompt.push_back(3 + (i * 37) % 250);
+  std::atomic<bool> long_first_token{false};
+  bool running_finished_first = false;
+  std::thread watcher([&] {
+    while (!long_first_token.load() && !running_done.load()) {
+      std::this_thread::sleep_for(std::chrono::milliseconds(1));
+    }
+    running_finished_first = running_done.load() && !long_first_token.load();
+  });
+  TurnResult long_turn = cluster.Generate(0, "long-prompt", prompt, 1, &long_first_token);
+  decode.join();
+  watcher.join();
+  ASSERT_TRUE(running.status.ok()) << running.status.error_message();
+  ASSERT_TRUE(long_turn.status.ok()) << long_turn.status.error_message();
+  EXPECT_EQ(running.tokens.size(), 40u);
+  // 40 decode steps interleave with 125 prefill chunks: the decoding session finishes first.
+  EXPECT_TRUE(running_finished_first);
+  EXPECT_GT(long_turn.final_message.usage().tokens_folded(), 7000u);
+}
+
 // Runs a command, returns (exit code, stdout).
 std::pair<int, std::string> Capture(const std::string& command) {
   std::string out;
