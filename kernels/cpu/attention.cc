@@ -200,6 +200,7 @@ struct TaskArgs {
   int64_t row;
   int kvh;
   float* scores;             // [group, nk]
+  bool inline_rotate;        // keys not pre-rotated: rotate (and locate) here
 };
 
 #define KVFOLD_ATTEND_TASK(NAME, ATTR, DOT, AXPY, SOFTMAX)                                   \
@@ -213,9 +214,19 @@ struct TaskArgs {
     const int nk = pv + (row[kAttnMainHi] - row[kAttnMainLo]);                                 \
     const float* q0 = a.q + t.row * q_dim + t.kvh * group * hd;                                \
     float* out0 = a.out + t.row * q_dim + t.kvh * group * hd;                                  \
+    const KeyRef keys{a, row, kv_dim};                                                         \
+    float krot_buf[1024];                                                                      \
     for (int idx = 0; idx < nk; ++idx) {                                                       \
-      const int64_t k = t.key_base + (idx < pv ? idx : t.prefix_keys + (idx - pv));            \
-      const float* krot = t.rotated + k * kv_dim + t.kvh * hd;                                 \
+      const float* krot;                                                                       \
+      if (t.inline_rotate) {                                                                   \
+        int pos;                                                                               \
+        const int64_t off = keys.Locate(idx, &pos);                                            \
+        RotateHalf(a.k_cache + off + t.kvh * hd, a.rope + static_cast<int64_t>(pos) * hd, hd, krot_buf); \
+        krot = krot_buf;                                                                       \
+      } else {                                                                                 \
+        const int64_t k = t.key_base + (idx < pv ? idx : t.prefix_keys + (idx - pv));          \
+        krot = t.rotated + k * kv_dim + t.kvh * hd;                                            \
+      }                                                                                        \
       for (int gh = 0; gh < group; ++gh) t.scores[gh * nk + idx] = DOT(q0 + gh * hd, krot, hd) * sh.scale; \
     }                                                                                          \
     for (int gh = 0; gh < group; ++gh) {                                                       \
@@ -223,8 +234,14 @@ struct TaskArgs {
       std::memset(out0 + gh * hd, 0, hd * sizeof(float));                                      \
     }                                                                                          \
     for (int idx = 0; idx < nk; ++idx) {                                                       \
-      const int64_t k = t.key_base + (idx < pv ? idx : t.prefix_keys + (idx - pv));            \
-      const float* v = a.v_cache + t.v_off[k] + t.kvh * hd;                                    \
+      int64_t voff;                                                                            \
+      if (t.inline_rotate) {                                                                   \
+        int pos;                                                                               \
+        voff = keys.Locate(idx, &pos);                                                         \
+      } else {                                                                                 \
+        voff = t.v_off[t.key_base + (idx < pv ? idx : t.prefix_keys + (idx - pv))];            \
+      }                                                                                        \
+      const float* v = a.v_cache + voff + t.kvh * hd;                                          \
       for (int gh = 0; gh < group; ++gh) AXPY(t.scores[gh * nk + idx], v, out0 + gh * hd, hd); \
     }                                                                                          \
   }
@@ -264,16 +281,19 @@ void AttentionOptimized(ThreadPool& pool, const AttentionArgs& a, AttentionScrat
   for (int64_t r = 0; r < a.n; ++r) {
     const int32_t* row = a.rows + r * kAttnRowFields;
     if (groups.empty() || !SameKeyLayout(a.rows + groups.back()[0] * kAttnRowFields, row)) {
-      groups.push_back({static_cast<int>(r), 0, 0, 0});
+      groups.push_back({static_cast<int>(r), 0, 0, 0, 0});
     }
     auto& g = groups.back();
+    ++g[4];
     g[1] = std::max(g[1], row[kAttnPrefixVisible]);
     g[2] = std::max(g[2], row[kAttnMainHi] - row[kAttnMainLo]);
     row_group[r] = static_cast<int>(groups.size()) - 1;
   }
+  // A group of one row (a decode step) rotates its keys inside its tasks instead: no
+  // round trip of the rotated keys through memory. Same RotateHalf, same bits.
   for (auto& g : groups) {
     g[3] = static_cast<int>(total_keys);
-    total_keys += g[1] + g[2];
+    if (g[4] > 1) total_keys += g[1] + g[2];
   }
   if (scratch.rotated.size() < static_cast<size_t>(total_keys) * kv_dim) {
     scratch.rotated.resize(static_cast<size_t>(total_keys) * kv_dim);
@@ -281,8 +301,10 @@ void AttentionOptimized(ThreadPool& pool, const AttentionArgs& a, AttentionScrat
   }
   if (scratch.v_offsets.size() < static_cast<size_t>(total_keys)) scratch.v_offsets.resize(total_keys);
   scratch.key_group.resize(total_keys);
-  for (size_t gi = 0; gi < groups.size(); ++gi)
+  for (size_t gi = 0; gi < groups.size(); ++gi) {
+    if (groups[gi][4] <= 1) continue;
     for (int k = 0; k < groups[gi][1] + groups[gi][2]; ++k) scratch.key_group[groups[gi][3] + k] = static_cast<int>(gi);
+  }
   float* rotated = scratch.rotated.data();
   int64_t* v_off = scratch.v_offsets.data();
   auto rotate = [&](int64_t k0, int64_t k1, int) {
@@ -322,7 +344,8 @@ void AttentionOptimized(ThreadPool& pool, const AttentionArgs& a, AttentionScrat
       const int nk = row[kAttnPrefixVisible] + (row[kAttnMainHi] - row[kAttnMainLo]);
       const size_t need = static_cast<size_t>(group) * nk;
       if (buf.size() < need) buf.resize(need);
-      attend(TaskArgs{&a, rotated, v_off, g[3], g[1], r, static_cast<int>(t % sh.num_kv_heads), buf.data()});
+      attend(TaskArgs{&a, rotated, v_off, g[3], g[1], r, static_cast<int>(t % sh.num_kv_heads),
+                      buf.data(), g[4] == 1});
     }
   };
   int64_t work = 0;

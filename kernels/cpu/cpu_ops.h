@@ -49,7 +49,7 @@ struct AttentionScratch {
   std::vector<std::vector<float>> per_thread;  // scores
   std::vector<float> rotated;                  // [keys, kv_dim] pre-rotated keys
   std::vector<int64_t> v_offsets;              // per key: float offset in the cache
-  std::vector<std::array<int, 4>> groups;      // first row, prefix keys, main keys, base
+  std::vector<std::array<int, 5>> groups;      // first row, prefix keys, main keys, base, rows
   std::vector<int> row_group, key_group;
 };
 void AttentionOptimized(ThreadPool& pool, const AttentionArgs& a, AttentionScratch& scratch);
