@@ -107,6 +107,9 @@ class InferenceServiceImpl final : public v1::InferenceService::Service {
                                                  bool session_empty) const;
   void CacheCommitted(const std::string& key, std::shared_ptr<LiveSession> live);
   engine::SamplingParams ToEngineSampling(const v1::SamplingParams& p) const;
+  // KV bytes this turn adds to the pool at most: the mode's resident cap after the turn
+  // minus what the cached copy already holds (a restore counts in full).
+  uint64_t ProjectedNewKvBytes(const LiveSession& live, const Turn& turn) const;
 
   grpc::Status GenerateImpl(grpc::ServerContext* context, const v1::GenerateRequest* request,
                             grpc::ServerWriter<v1::GenerateResponse>* writer);

@@ -1,5 +1,6 @@
 // InferenceServiceImpl::Generate: read the head, continue or restore, stream the turn,
 // checkpoint with compare-and-set. See inference_service.h and docs/service.md.
+#include <algorithm>
 #include <chrono>
 #include <optional>
 #include <thread>
@@ -77,6 +78,42 @@ absl::StatusOr<std::vector<int32_t>> InferenceServiceImpl::PromptIds(
   return ids;
 }
 
+uint64_t InferenceServiceImpl::ProjectedNewKvBytes(const LiveSession& live,
+                                                   const Turn& turn) const {
+  // Resident entries now: the state to restore, or the cached copy (whose blocks are
+  // already counted in the pool's used bytes).
+  uint64_t current = 0;
+  if (turn.restore_state.has_value()) {
+    current = turn.restore_state->window_token_ids.size() + turn.restore_state->mem_slots +
+              turn.restore_state->sink_token_ids.size();
+  } else {
+    current = static_cast<uint64_t>(live.resident_tokens.load());
+  }
+  uint64_t projected = current + turn.prompt_ids.size() +
+                       static_cast<uint64_t>(std::max(0, turn.sampling.max_new_tokens));
+  // Each mode caps what stays resident (docs/memory-mode.md, engine/kv_cache.h).
+  const uint64_t window = live.config.window_size();
+  switch (live.config.mode()) {
+    case v1::KV_MODE_SLIDING:
+      projected = std::min<uint64_t>(projected, window);
+      break;
+    case v1::KV_MODE_SINK:
+      projected = std::min<uint64_t>(projected, window + live.config.sink_tokens());
+      break;
+    case v1::KV_MODE_MEMORY:
+    case v1::KV_MODE_MEMORY_ONLY:
+      if (deps_.projector != nullptr) {
+        const auto& p = deps_.projector->config();
+        projected = std::min<uint64_t>(projected, window + p.chunk_size + p.mem_slots);
+      }
+      break;
+    default:
+      break;
+  }
+  const uint64_t already_counted = turn.restore_state.has_value() ? 0 : current;
+  return projected > already_counted ? (projected - already_counted) * kv_bytes_per_token_ : 0;
+}
+
 grpc::Status InferenceServiceImpl::Generate(grpc::ServerContext* context,
                                             const v1::GenerateRequest* request,
                                             grpc::ServerWriter<v1::GenerateResponse>* writer) {
@@ -147,17 +184,7 @@ grpc::Status InferenceServiceImpl::GenerateImpl(grpc::ServerContext* context,
   planner::AdmissionRequest admission;
   admission.pool_bytes = deps_.scheduler->kv_pool_bytes();
   admission.used_bytes = deps_.scheduler->kv_used_bytes();
-  if (turn->restore_state.has_value() || live->kv_bytes_resident.load() == 0) {
-    const uint64_t resident =
-        turn->restore_state.has_value()
-            ? turn->restore_state->window_token_ids.size() + turn->restore_state->mem_slots +
-                  turn->restore_state->sink_token_ids.size()
-            : 0;
-    admission.requested_bytes = resident * kv_bytes_per_token_;
-  }
-  admission.requested_bytes +=
-      (turn->prompt_ids.size() + static_cast<uint64_t>(turn->sampling.max_new_tokens)) *
-      kv_bytes_per_token_;
+  admission.requested_bytes = ProjectedNewKvBytes(*live, *turn);
   admission.max_new_tokens = static_cast<uint32_t>(std::max(1, turn->sampling.max_new_tokens));
   planner::AdmissionDecision decision = planner::Admit(admission);
   if (decision.tier != planner::AdmissionTier::kAdmit && cache_.size() > 0) {

@@ -19,6 +19,8 @@
 #include "inference_svc/engine/engine.h"
 #include "inference_svc/engine/sampler.h"
 #include "inference_svc/engine/session.h"
+#include "inference_svc/memory/projector.h"
+#include "inference_svc/memory/random_projector.h"
 #include "inference_svc/model/model_file.h"
 #include "inference_svc/service/server.h"
 #include "memory_svc/service/server.h"
@@ -54,7 +56,8 @@ class ServiceTest : public ::testing::Test {
     StartReplica(/*kv_pool_bytes=*/64 << 20);
   }
 
-  void StartReplica(uint64_t kv_pool_bytes, const std::string& tokens_file = "") {
+  void StartReplica(uint64_t kv_pool_bytes, const std::string& tokens_file = "",
+                    const std::string& projector = "") {
     server_.reset();
     ServiceConfig config;
     config.model_path = *dir_ + "/model";
@@ -67,6 +70,7 @@ class ServiceTest : public ::testing::Test {
     config.max_new_tokens_cap = 64;
     config.default_max_new_tokens = 16;
     config.tokens_file = tokens_file;
+    config.projector_path = projector;
     auto server = InferenceServer::Start(config);
     ASSERT_TRUE(server.ok()) << server.status();
     server_ = std::move(*server);
@@ -360,6 +364,35 @@ TEST_F(ServiceTest, IdleCachedSessionsAreEvictedBeforeRejecting) {
   ASSERT_TRUE(Generate(Turn("idle-1", {9}, 4), &resumed, &final_message).ok());
   EXPECT_TRUE(final_message.usage().restored_from_store());
   EXPECT_EQ(resumed.size(), 4u);
+}
+
+// Admission counts what each mode keeps resident: a memory session's long prompt needs at
+// most M + W + C entries, a full session's needs all of them.
+TEST_F(ServiceTest, AdmissionCountsTheModesResidentCap) {
+  auto model = model::LoadModel(*dir_ + "/model");
+  ASSERT_TRUE(model.ok());
+  memory::ProjectorConfig pc;
+  pc.mem_slots = 8;
+  pc.hidden_size = 64;
+  pc.num_heads = 4;
+  pc.chunk_size = 8;
+  pc.window_size = 16;
+  pc.model_fingerprint = model::Fingerprint(*model);
+  const std::string projector = *dir_ + "/projector";
+  ASSERT_TRUE(memory::SaveProjector(projector, pc, memory::RandomProjectorTensors(pc, 1.0f, 5)).ok());
+  StartReplica(/*kv_pool_bytes=*/64 << 10, "", projector);  // 128 tokens of KV
+  ASSERT_TRUE(Create("mem", v1::KV_MODE_MEMORY).ok());
+  ASSERT_TRUE(Create("full", v1::KV_MODE_FULL).ok());
+  const std::vector<int32_t> prompt(90, 5);
+  std::vector<int32_t> tokens;
+  v1::GenerateFinal final_message;
+  ASSERT_TRUE(Generate(Turn("mem", prompt, 8), &tokens, &final_message).ok());
+  EXPECT_TRUE(final_message.warnings().empty());  // 32 of 128 entries
+  EXPECT_EQ(final_message.usage().generated_tokens(), 8u);
+  EXPECT_GT(final_message.usage().tokens_folded(), 0u);
+  ASSERT_TRUE(Generate(Turn("full", prompt, 8), &tokens, &final_message).ok());
+  ASSERT_EQ(final_message.warnings_size(), 1);  // 98 of 128 entries: >= 70 %, halved
+  EXPECT_EQ(final_message.usage().generated_tokens(), 4u);
 }
 
 // grpc.health.v1.Health/Check through a generic stub (the health proto's C++ header is not
