@@ -121,6 +121,17 @@ TEST(EngineTest, ChunkSizeDoesNotChangeBits) {
   EXPECT_EQ(PrefillLogits(*s1.engine, a.get(), ids), PrefillLogits(*s2.engine, b.get(), ids));
 }
 
+TEST(EngineTest, RopeTableGrowthDoesNotChangeBits) {
+  EngineOptions tiny_table;
+  tiny_table.rope_table_rows = 3;  // grows several times during the run
+  Rig s1 = Make("tiny", false, tiny_table);
+  Rig s2 = Make("tiny", false);
+  const auto ids = RandomIds(70, 256, 12);
+  auto a = s1.engine->NewCache(KvPolicy::Full());
+  auto b = s2.engine->NewCache(KvPolicy::Full());
+  EXPECT_EQ(DecodeLogits(*s1.engine, a.get(), ids), PrefillLogits(*s2.engine, b.get(), ids));
+}
+
 TEST(EngineTest, RaggedBatchEqualsSeparateCalls) {
   Rig s = Make("tiny-odd", false);
   const int vocab = s.engine->config().vocab_size;

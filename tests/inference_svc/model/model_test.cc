@@ -71,6 +71,17 @@ TEST(Llama2cTest, ParsesAndPermutesToHfLayout) {
   EXPECT_EQ(untied->tensors.count("lm_head.weight"), 1u);
 }
 
+TEST(Llama2cTest, UntiedConvertRoundTripKeepsFingerprint) {
+  auto m = ParseLlama2c(std::make_shared<const std::string>(Llama2cBytes(true)));
+  ASSERT_TRUE(m.ok());
+  const std::string dir = Tmp("untied_convert");
+  ASSERT_TRUE(WriteHfDirectory(*m, dir, DType::kF32).ok());
+  auto hf = LoadModel(dir);
+  ASSERT_TRUE(hf.ok()) << hf.status();
+  EXPECT_FALSE(hf->config.tie_word_embeddings);
+  EXPECT_EQ(Fingerprint(*hf), Fingerprint(*m));
+}
+
 TEST(Llama2cTest, MalformedFilesAreClearErrors) {
   const std::string good = Llama2cBytes(false);
   auto parse = [](std::string b) { return ParseLlama2c(std::make_shared<const std::string>(std::move(b))); };
@@ -242,6 +253,17 @@ TEST(ConfigTest, ParsesRopeScalingAndDefaults) {
   const auto inv = RopeInvFreq(*c, 10);
   EXPECT_FLOAT_EQ(inv[0], 1.0f);
   EXPECT_NEAR(inv[7], std::pow(10000.0, -14.0 / 16) / 8, 1e-9);
+  // Mistral: sliding_window recorded; linear/dynamic scaling.
+  auto mistral = ParseHfConfig(R"({"architectures":["MistralForCausalLM"],"hidden_size":64,
+    "intermediate_size":128,"num_hidden_layers":2,"num_attention_heads":4,"num_key_value_heads":2,
+    "vocab_size":100,"sliding_window":4096,"max_position_embeddings":32,
+    "rope_scaling":{"type":"dynamic","factor":2.0}})");
+  ASSERT_TRUE(mistral.ok()) << mistral.status();
+  EXPECT_EQ(mistral->sliding_window, 4096);
+  EXPECT_EQ(mistral->rope_scaling, RopeScaling::kDynamic);
+  EXPECT_EQ(RopeInvFreq(*mistral, 32), RopeInvFreq(*mistral, 1));  // within the trained range
+  // Beyond it the base grows: base * (2 * 64 / 32 - 1)^(16 / 14).
+  EXPECT_NEAR(RopeInvFreq(*mistral, 64)[1], std::pow(10000.0 * std::pow(3.0, 16.0 / 14), -2.0 / 16), 1e-7);
   auto round = ParseHfConfig(ToHfConfigJson(*c, "f32"));
   ASSERT_TRUE(round.ok());
   EXPECT_EQ(round->CanonicalString(), c->CanonicalString());
