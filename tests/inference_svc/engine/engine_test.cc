@@ -116,9 +116,13 @@ TEST(EngineTest, ChunkSizeDoesNotChangeBits) {
   Rig s1 = Make("tiny", false, small);
   Rig s2 = Make("tiny", false);
   const auto ids = RandomIds(40, 256, 9);
-  auto a = s1.engine->NewCache(KvPolicy::Full());
-  auto b = s2.engine->NewCache(KvPolicy::Full());
-  EXPECT_EQ(PrefillLogits(*s1.engine, a.get(), ids), PrefillLogits(*s2.engine, b.get(), ids));
+  for (const KvPolicy& policy : {KvPolicy::Full(), KvPolicy::Sliding(8), KvPolicy::Sink(3, 6)}) {
+    auto a = s1.engine->NewCache(policy);
+    auto b = s2.engine->NewCache(policy);
+    EXPECT_EQ(PrefillLogits(*s1.engine, a.get(), ids), PrefillLogits(*s2.engine, b.get(), ids));
+    EXPECT_EQ(a->main_len(), b->main_len());
+    EXPECT_EQ(a->prefix_len(), b->prefix_len());
+  }
 }
 
 TEST(EngineTest, RopeTableGrowthDoesNotChangeBits) {
