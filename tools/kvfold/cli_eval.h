@@ -44,7 +44,7 @@ struct ModeSpec {
 // NLL sums over the position sets of the report.
 struct PositionSums {
   NllSum all;            // every target
-  NllSum beyond_window;  // targets whose context exceeds W + C (where memory modes fold)
+  NllSum beyond_window;  // targets whose context exceeds W + C (where memory mode folds)
   NllSum beyond_budget;  // targets whose context exceeds the budget (every bounded mode)
   NllSum recall;         // recall probe (see RecallProbe)
   NllSum recall_names;   // its subset of capitalised names
