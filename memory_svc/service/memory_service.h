@@ -35,6 +35,8 @@ class MemoryStoreService final : public v1::MemoryStore::Service {
   // Makes every new call fail with UNAVAILABLE ("draining") and waits up to `timeout` for
   // the calls in flight to finish. Returns true when none is left.
   bool Drain(absl::Duration timeout);
+  // Calls whose handler is running now (for drain tests and metrics).
+  int calls_in_flight() const { return in_flight_.load(); }
 
   grpc::Status PutBlock(grpc::ServerContext* context,
                         grpc::ServerReader<v1::PutBlockRequest>* reader,

@@ -48,6 +48,8 @@ class MemoryServer {
   int metrics_port() const { return metrics_ ? metrics_->port() : 0; }
   MemoryStore* store() { return store_.get(); }
   grpc::Server* grpc_server() { return server_.get(); }
+  // MemoryStore calls whose handler is running now.
+  int calls_in_flight() const { return service_ ? service_->calls_in_flight() : 0; }
 
   // Stops accepting calls, lets in-flight calls finish for up to `drain` (then cancels
   // them), flushes and closes the DB. Idempotent; returns the store's close status.

@@ -329,6 +329,12 @@ TEST_F(ServiceTest, DrainLetsInFlightPutsFinish) {
   v1::PutBlockResponse response;
   auto writer = stub->PutBlock(&context, &response);
   for (size_t i = 0; i < messages.size() / 2; ++i) ASSERT_TRUE(writer->Write(messages[i]));
+  // The put must be in the server's hands before draining starts (on a loaded machine the
+  // handler can start well after the client's first writes).
+  for (int i = 0; i < 400 && server_->calls_in_flight() == 0; ++i) {
+    absl::SleepFor(absl::Milliseconds(10));
+  }
+  ASSERT_EQ(server_->calls_in_flight(), 1);
   absl::Status shutdown;
   std::thread stopper([&] { shutdown = server_->Shutdown(absl::Seconds(10)); });
   // Once draining, new calls are refused while the put stays in flight.
