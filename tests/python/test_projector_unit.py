@@ -123,6 +123,35 @@ def test_long_document_chunking_is_exact():
             assert got.shape == ref_nll.shape and err < 1e-4, (mode, err)
 
 
+def test_hf_dir_and_ref_logits_cli():
+    """A random model written as an HF directory (config.json + F32 safetensors) loads back
+    identically, and ref_logits.py writes float32 [n, vocab] full-causal logits."""
+    import json
+    import subprocess
+    import sys
+    import numpy as np
+    from kvfold_torch import safetensors_io
+    from _util import SOURCE_DIR
+    d = tempfile.mkdtemp()
+    with open(os.path.join(d, "config.json"), "w") as f:
+        json.dump({"architectures": ["Qwen2ForCausalLM"], "hidden_size": 48,
+                   "intermediate_size": 72, "num_hidden_layers": 3, "num_attention_heads": 6,
+                   "num_key_value_heads": 2, "vocab_size": 97, "rms_norm_eps": 1e-5,
+                   "rope_theta": 10000.0, "tie_word_embeddings": False}, f)
+    safetensors_io.save(os.path.join(d, "model.safetensors"), MODEL.w)
+    loaded = llama.load_model(d)
+    toks = [1, 5, 9, 33, 2, 96, 40]
+    out = os.path.join(d, "logits.bin")
+    subprocess.run([sys.executable, os.path.join(SOURCE_DIR, "tools", "train_projector",
+                                                 "ref_logits.py"), "--model", d, "--tokens",
+                    ",".join(map(str, toks)), "--out", out], check=True)
+    got = np.fromfile(out, dtype="<f4").reshape(len(toks), 97)
+    with torch.no_grad():
+        want = MODEL.full_logits(toks)[0].numpy()
+        assert torch.equal(loaded.full_logits(toks), MODEL.full_logits(toks))
+    assert np.abs(got - want).max() == 0.0
+
+
 def test_llama2c_rope_permutation():
     hd = 8
     w = torch.randn(2 * hd, 16)
@@ -146,4 +175,5 @@ def test_llama2c_rope_permutation():
 if __name__ == "__main__":
     run_main([test_projector_file_roundtrip, test_teacher_forced_equals_decode,
               test_no_fold_equals_full, test_sink_against_naive,
-              test_long_document_chunking_is_exact, test_llama2c_rope_permutation])
+              test_long_document_chunking_is_exact, test_hf_dir_and_ref_logits_cli,
+              test_llama2c_rope_permutation])
