@@ -280,7 +280,8 @@ absl::Status MemorySession::ImportState(const engine::SessionState& state) {
 
 absl::StatusOr<std::unique_ptr<engine::Session>> CreateSession(engine::Engine* engine,
                                                                const engine::SessionOptions& options,
-                                                               const Projector* projector) {
+                                                               const Projector* projector,
+                                                               bool fp16_memory) {
   if (options.mode != KvMode::kMemory && options.mode != KvMode::kMemoryOnly) {
     return engine::CreatePlainSession(engine, options);
   }
@@ -290,6 +291,7 @@ absl::StatusOr<std::unique_ptr<engine::Session>> CreateSession(engine::Engine* e
   }
   MemorySessionOptions memory_options;
   memory_options.mode = options.mode;
+  memory_options.fp16_memory = fp16_memory;
   auto session = MemorySession::Create(engine, projector, memory_options);
   if (!session.ok()) return session.status();
   return std::unique_ptr<engine::Session>(std::move(*session));

@@ -129,10 +129,12 @@ class MemorySession final : public engine::Session {
 // service: full/sliding/sink -> engine::CreatePlainSession; memory/memory_only ->
 // MemorySession with `projector` (W, C, M come from the projector; options.window_size is
 // ignored for memory modes). INVALID_ARGUMENT: memory mode without a projector, bad
-// geometry. FAILED_PRECONDITION: projector made for another model.
+// geometry. FAILED_PRECONDITION: projector made for another model. fp16_memory: see
+// MemorySessionOptions (false only for fp32 parity tests; plain modes ignore it).
 absl::StatusOr<std::unique_ptr<engine::Session>> CreateSession(engine::Engine* engine,
                                                                const engine::SessionOptions& options,
-                                                               const Projector* projector);
+                                                               const Projector* projector,
+                                                               bool fp16_memory = true);
 
 }  // namespace kvfold::memory
 

@@ -83,14 +83,16 @@ absl::StatusOr<LoadedEngine> LoadEngine(const std::string& model_path,
 
 absl::StatusOr<std::unique_ptr<engine::Session>> MakeSession(LoadedEngine& loaded,
                                                              const std::string& mode,
-                                                             int window, int sink) {
+                                                             int window, int sink,
+                                                             bool fp16_memory) {
   absl::StatusOr<engine::KvMode> kv_mode = engine::ParseKvMode(mode);
   if (!kv_mode.ok()) return kv_mode.status();
   engine::SessionOptions options;
   options.mode = *kv_mode;
   options.window_size = window;
   options.sink_tokens = sink;
-  return memory::CreateSession(loaded.engine.get(), options, loaded.projector.get());
+  return memory::CreateSession(loaded.engine.get(), options, loaded.projector.get(),
+                               fp16_memory);
 }
 
 int FailWith(const char* cmd, const absl::Status& status) {

@@ -43,7 +43,8 @@ absl::StatusOr<LoadedEngine> LoadEngine(const std::string& model_path,
 // Any mode: plain modes from the engine, memory modes through memory::CreateSession.
 absl::StatusOr<std::unique_ptr<engine::Session>> MakeSession(LoadedEngine& loaded,
                                                              const std::string& mode,
-                                                             int window, int sink);
+                                                             int window, int sink,
+                                                             bool fp16_memory = true);
 
 // Exit code for a status: 2 for InvalidArgument/NotFound/FailedPrecondition/Unimplemented
 // (bad input), 1 otherwise. Prints "kvfold <cmd>: message" to stderr.

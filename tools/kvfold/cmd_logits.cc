@@ -18,7 +18,9 @@ constexpr char kUsage[] =
     "usage: kvfold logits --model PATH [--projector DIR]\n"
     "         [--mode full|sliding|sink|memory|memory_only] [--window N] [--sink N]\n"
     "         (--tokens 1,2,3 | --tokens-file F) [--prefill] --out FILE\n"
-    "         [--backend cpu|cpu-ref] [--threads N]\n"
+    "         [--backend cpu|cpu-ref] [--threads N] [--fp32-memory]\n"
+    "--fp32-memory: memory modes keep the projector's fp32 output instead of rounding it\n"
+    "to fp16 after each fold (for fp32 parity tests; blocks then need fp32 payloads).\n"
     "--tokens-file: ids separated by commas or whitespace. Output: float32 LE\n"
     "[num_tokens, vocab_size].\n";
 
@@ -40,7 +42,7 @@ int RunLogits(int argc, char** argv) {
       argc, argv,
       {"model", "projector", "mode", "window", "sink", "tokens", "tokens-file", "out", "backend",
        "threads"},
-      {"prefill", "help"});
+      {"prefill", "fp32-memory", "help"});
   if (!flags.ok()) return FailWith("logits", flags.status());
   if (flags->count("help")) {
     std::printf("%s", kUsage);
@@ -102,7 +104,8 @@ int RunLogits(int argc, char** argv) {
     }
     out.assign(result.outputs[0].logits.begin(), result.outputs[0].logits.end());
   } else {
-    auto session = MakeSession(*loaded, mode, static_cast<int>(*window), static_cast<int>(*sink));
+    auto session = MakeSession(*loaded, mode, static_cast<int>(*window), static_cast<int>(*sink),
+                               /*fp16_memory=*/!flags->count("fp32-memory"));
     if (!session.ok()) return FailWith("logits", session.status());
     for (int32_t id : *ids) {
       if (absl::Status s = (*session)->Append(id); !s.ok()) return FailWith("logits", s);
