@@ -10,6 +10,13 @@ namespace kvfold::engine {
 
 namespace {
 
+// Output row of input row `global` (of `total`) under `sel`, or -1 when not selected.
+int SelectedRow(RowSelect sel, int global, int total) {
+  if (sel == RowSelect::kAll) return global;
+  if (sel == RowSelect::kLast && global == total - 1) return 0;
+  return -1;
+}
+
 int NumRows(const SequenceInput& in, int hidden_size) {
   return in.token_ids.empty() ? static_cast<int>(in.embeddings.size() / hidden_size)
                               : static_cast<int>(in.token_ids.size());
@@ -294,9 +301,7 @@ absl::Status Engine::ForwardChunk(std::span<const SequenceInput> inputs,
       const int total = NumRows(in, d);
       for (int r = 0; r < cnt; ++r) {
         const int global = row_begin[i] + r;
-        int out_row = -1;
-        if (in.hidden == RowSelect::kAll) out_row = global;
-        if (in.hidden == RowSelect::kLast && global == total - 1) out_row = 0;
+        const int out_row = SelectedRow(in.hidden, global, total);
         if (out_row < 0) continue;
         s.hidden_src.push_back(base + r);
         s.hidden_dst.push_back(s.hidden_row_offset[i] * 1 + out_row * in.hidden_layers);
@@ -368,9 +373,7 @@ absl::Status Engine::ForwardChunk(std::span<const SequenceInput> inputs,
       const int total = NumRows(in, d);
       for (int r = 0; r < cnt; ++r) {
         const int global = row_begin[i] + r;
-        int out_row = -1;
-        if (in.logits == RowSelect::kAll) out_row = global;
-        if (in.logits == RowSelect::kLast && global == total - 1) out_row = 0;
+        const int out_row = SelectedRow(in.logits, global, total);
         if (out_row < 0) continue;
         if (first_dst < 0) first_dst = s.logit_row_offset[i] + out_row;
         s.h_sel[nsel++] = base + r;

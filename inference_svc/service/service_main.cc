@@ -14,6 +14,8 @@
 #include "absl/flags/parse.h"
 #include "absl/flags/usage.h"
 #include "absl/strings/str_cat.h"
+#include "inference_svc/engine/session.h"
+#include "inference_svc/memory/session_block.h"
 #include "inference_svc/service/server.h"
 
 ABSL_FLAG(std::string, model, "", "model directory (HF safetensors) or llama2.c checkpoint");
@@ -47,14 +49,14 @@ ABSL_FLAG(double, drain_timeout_s, 30, "SIGTERM: seconds to let turns in flight 
 
 namespace {
 
+// The flag takes the engine's mode names ("full", ..., "memory_only"); one parser and one
+// engine->proto mapping serve the CLI, the sessions and this flag.
 absl::StatusOr<kvfold::v1::KvMode> ParseMode(const std::string& name) {
-  using kvfold::v1::KvMode;
-  if (name == "full") return kvfold::v1::KV_MODE_FULL;
-  if (name == "sliding") return kvfold::v1::KV_MODE_SLIDING;
-  if (name == "sink") return kvfold::v1::KV_MODE_SINK;
-  if (name == "memory") return kvfold::v1::KV_MODE_MEMORY;
-  if (name == "memory_only") return kvfold::v1::KV_MODE_MEMORY_ONLY;
-  return absl::InvalidArgumentError(absl::StrCat("--default_mode: unknown mode '", name, "'"));
+  absl::StatusOr<kvfold::engine::KvMode> mode = kvfold::engine::ParseKvMode(name);
+  if (!mode.ok()) {
+    return absl::InvalidArgumentError(absl::StrCat("--default_mode: ", mode.status().message()));
+  }
+  return kvfold::memory::ToProtoMode(*mode);
 }
 
 }  // namespace
