@@ -18,6 +18,8 @@ size_t DTypeSize(DType dtype) {
     case DType::kF16:
     case DType::kBF16:
       return 2;
+    case DType::kI8:
+      return 1;
   }
   return 0;
 }
@@ -32,6 +34,8 @@ const char* DTypeName(DType dtype) {
       return "bf16";
     case DType::kI32:
       return "i32";
+    case DType::kI8:
+      return "i8";
   }
   return "?";
 }

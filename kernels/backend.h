@@ -18,7 +18,8 @@
 //   single-token decodes bit-identical (CONTRACTS.md, "Bitwise rule").
 //
 // Shapes in comments are [rows, cols] in elements; all activations are F32; weights may be
-// F32, F16 or BF16 (converted on the fly); KV cache entries are F32 and UN-ROTATED.
+// F32, F16 or BF16 (converted on the fly); KV cache entries are F32 (or INT8 codes with
+// F32 scales, KvCacheI8) and UN-ROTATED.
 #ifndef KVFOLD_KERNELS_BACKEND_H_
 #define KVFOLD_KERNELS_BACKEND_H_
 
@@ -33,10 +34,10 @@
 
 namespace kvfold::kernels {
 
-enum class DType : uint8_t { kF32 = 0, kF16 = 1, kBF16 = 2, kI32 = 3 };
+enum class DType : uint8_t { kF32 = 0, kF16 = 1, kBF16 = 2, kI32 = 3, kI8 = 4 };
 
 size_t DTypeSize(DType dtype);
-const char* DTypeName(DType dtype);  // "f32", "f16", "bf16", "i32"
+const char* DTypeName(DType dtype);  // "f32", "f16", "bf16", "i32", "i8"
 
 // A block of device memory. Freed when destroyed (the backend must outlive it).
 class Buffer {
@@ -104,6 +105,33 @@ struct AttentionShape {
   float scale = 0.0f;    // usually 1/sqrt(head_dim)
 };
 
+// One layer of an INT8 KV cache (KIVI, kernels/quant/kv_quant.h; docs/engine.md "INT8
+// KV"). A block's entries live in an F32 residual PAGE while the block is open; when it is
+// complete (or sealed) StoreKvInt8 quantizes it into codes + scales: keys per channel over
+// the block's tokens (one key group = one block), values per token in groups of
+// `value_group` channels. kv_dim = num_kv_heads * head_dim.
+struct KvCacheI8 {
+  Tensor k_codes;   // [num_blocks, block_size, kv_dim] I8
+  Tensor v_codes;   // [num_blocks, block_size, kv_dim] I8
+  Tensor k_scales;  // [num_blocks, kv_dim] F32
+  Tensor v_scales;  // [num_blocks, block_size, NumValueGroups(kv_dim, value_group)] F32
+  Tensor k_pages;   // [num_pages, block_size, kv_dim] F32 (entries of open blocks)
+  Tensor v_pages;   // [num_pages, block_size, kv_dim] F32
+  int value_group = 32;  // channels per value scale, >= 1
+};
+
+// Per query row of an AttentionInt8 call, kAttnI8Fields int32 values: the row's OWN block
+// (the pool block holding the row's own entry) and the page holding that block's F32
+// entries. Entries in the own block are read F32 from the page, every other entry from
+// its block's int8 codes (dequantized inside the op). This is the rule that keeps prefill
+// and token-by-token decode bit-identical (docs/engine.md).
+enum AttnI8Row : int { kAttnOwnBlock = 0, kAttnOwnPage = 1 };
+inline constexpr int kAttnI8Fields = 2;
+
+// Per block to quantize in a StoreKvInt8 call, kSealFields int32 values.
+enum SealField : int { kSealBlock = 0, kSealPage = 1, kSealCount = 2 };
+inline constexpr int kSealFields = 3;
+
 class Backend {
  public:
   virtual ~Backend() = default;
@@ -160,6 +188,30 @@ class Backend {
   virtual absl::Status Attention(Stream& stream, Tensor q, Tensor k_cache, Tensor v_cache,
                                  Tensor rows, Tensor block_tables, Tensor rope_table,
                                  const AttentionShape& shape, Tensor out) = 0;
+
+  // INT8 KV (KvCacheI8) ------------------------------------------------------------------
+  // false: the two ops below return Unimplemented (the engine refuses kv_dtype int8).
+  virtual bool SupportsInt8Kv() const { return false; }
+
+  // 1. Writes k, v [n, kv_dim] F32 rows into the F32 pages: row i goes to page pages[i]
+  //    (I32 [n]) at offset slots[i] % block_size. 2. Then quantizes each block of `seal`
+  //    (I32 [num_seal, kSealFields], may be empty): entries [0, count) of page `page`
+  //    become the block's codes and scales (kernels/quant/kv_quant.h, bit for bit: keys
+  //    QuantizeKeys with group_size = count, values QuantizeValues with value_group).
+  virtual absl::Status StoreKvInt8(Stream& stream, Tensor k, Tensor v, Tensor slots,
+                                   Tensor pages, Tensor seal, const KvCacheI8& cache) {
+    return absl::UnimplementedError(Name() + ": INT8 KV cache not implemented");
+  }
+
+  // Attention over an INT8 cache; same contract as Attention plus own [n, kAttnI8Fields]
+  // I32 (AttnI8Row). A key read from int8 is codes * scale (F32), then rotated; a value is
+  // codes * scale. Batch-invariant like Attention.
+  virtual absl::Status AttentionInt8(Stream& stream, Tensor q, const KvCacheI8& cache,
+                                     Tensor rows, Tensor own, Tensor block_tables,
+                                     Tensor rope_table, const AttentionShape& shape,
+                                     Tensor out) {
+    return absl::UnimplementedError(Name() + ": INT8 KV attention not implemented");
+  }
 
   // out = silu(gate) * up, elementwise. All [n, f] F32.
   virtual absl::Status SiluMul(Stream& stream, Tensor gate, Tensor up, Tensor out) = 0;

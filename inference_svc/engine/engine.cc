@@ -1,4 +1,5 @@
 // Engine construction: weights onto the backend, activation scratch, KV pool, RoPE table.
+#include <algorithm>
 #include <cmath>
 #include <cstring>
 
@@ -52,6 +53,13 @@ absl::StatusOr<std::unique_ptr<Engine>> Engine::Create(const model::ModelFile& m
   if (backend == nullptr) return absl::InvalidArgumentError("Engine: null backend");
   if (options.max_batch_tokens < 1 || options.block_size < 1) {
     return absl::InvalidArgumentError("Engine: max_batch_tokens and block_size must be >= 1");
+  }
+  if (options.kv_dtype == KvDType::kInt8 && options.kv_value_group < 1) {
+    return absl::InvalidArgumentError("Engine: kv_value_group must be >= 1");
+  }
+  if (options.kv_dtype == KvDType::kInt8 && !backend->SupportsInt8Kv()) {
+    return absl::UnimplementedError(absl::StrCat("backend ", backend->Name(),
+                                                 " has no INT8 KV cache (use --kv-dtype f32)"));
   }
   if (absl::Status s = model.config.Validate(); !s.ok()) return s;
   if (absl::Status s = model.ValidateTensors(); !s.ok()) return s;
@@ -134,7 +142,9 @@ absl::StatusOr<std::unique_ptr<Engine>> Engine::Create(const model::ModelFile& m
   s.logits = carve({Scratch::kLogitRows, c.vocab_size});
   s.sel_norm = s.h;  // the logits path runs after the last layer: h is free
   absl::StatusOr<std::unique_ptr<kernels::Buffer>> ints =
-      backend->Allocate(T * (4 + kernels::kAttnRowFields) * sizeof(int32_t));
+      backend->Allocate(T * (4 + kernels::kAttnRowFields + kernels::kAttnI8Fields + 1 +
+                             2 * kernels::kSealFields) *
+                        sizeof(int32_t));
   if (!ints.ok()) return ints.status();
   s.int_buffer = std::move(*ints);
   off = 0;
@@ -148,19 +158,40 @@ absl::StatusOr<std::unique_ptr<Engine>> Engine::Create(const model::ModelFile& m
   s.positions = carve_i({T});
   s.sel_idx = carve_i({T});
   s.rows = carve_i({T, kernels::kAttnRowFields});
+  s.own = carve_i({T, kernels::kAttnI8Fields});
+  s.pages = carve_i({T});
+  s.seal = carve_i({2 * T, kernels::kSealFields});
   s.h_ids.resize(T);
   s.h_slots.resize(T);
   s.h_positions.resize(T);
   s.h_sel.resize(T);
   s.h_rows.resize(T * kernels::kAttnRowFields);
   s.h_hidden.resize(T * d);
+  if (options.kv_dtype == KvDType::kInt8) {
+    s.h_own.resize(T * kernels::kAttnI8Fields);
+    s.h_pages.resize(T);
+    s.h_seal.reserve(2 * T * kernels::kSealFields);
+  }
 
-  // KV pool.
-  const size_t block_bytes =
-      static_cast<size_t>(c.num_layers) * 2 * options.block_size * c.kv_dim() * sizeof(float);
-  const int num_blocks = static_cast<int>(std::max<size_t>(1, options.kv_pool_bytes / block_bytes));
-  absl::StatusOr<std::unique_ptr<BlockPool>> pool =
-      BlockPool::Create(backend, c.num_layers, c.kv_dim(), options.block_size, num_blocks);
+  // KV pool. Int8: the initial F32 pages (enough for one chunk's open blocks plus 16
+  // sequences' open blocks; they grow on demand) come out of kv_pool_bytes too.
+  BlockPoolOptions pool_options;
+  pool_options.dtype = options.kv_dtype;
+  pool_options.value_group = std::min(options.kv_value_group, c.kv_dim());
+  size_t pool_bytes = options.kv_pool_bytes;
+  if (options.kv_dtype == KvDType::kInt8) {
+    pool_options.num_pages = 2 * ((options.max_batch_tokens + options.block_size - 1) /
+                                  options.block_size) + 16;
+    const size_t page_bytes = static_cast<size_t>(c.num_layers) * 2 * options.block_size *
+                              c.kv_dim() * sizeof(float);
+    const size_t pages_bytes = page_bytes * pool_options.num_pages;
+    pool_bytes = pool_bytes > pages_bytes ? pool_bytes - pages_bytes : 0;
+  }
+  const size_t block_bytes = KvBlockBytes(options.kv_dtype, c.num_layers, c.kv_dim(),
+                                          options.block_size, pool_options.value_group);
+  const int num_blocks = static_cast<int>(std::max<size_t>(1, pool_bytes / block_bytes));
+  absl::StatusOr<std::unique_ptr<BlockPool>> pool = BlockPool::Create(
+      backend, c.num_layers, c.kv_dim(), options.block_size, num_blocks, pool_options);
   if (!pool.ok()) return pool.status();
   e->pool_ = std::move(*pool);
 

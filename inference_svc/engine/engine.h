@@ -45,6 +45,13 @@ struct EngineOptions {
   size_t kv_pool_bytes = size_t{1} << 30;
   // Initial RoPE table rows (grown on demand). 0 = min(max_position_embeddings, 4096).
   int rope_table_rows = 0;
+  // KV cache element type. kInt8: KIVI int8 codes (keys per channel over each block,
+  // values per token in groups of kv_value_group channels) for window AND prefix (sink,
+  // memory) entries; kv_pool_bytes then holds ~3.4x more tokens (docs/engine.md "INT8
+  // KV"). Unimplemented at Create on backends without int8 KV ops. Default: kF32.
+  KvDType kv_dtype = KvDType::kF32;
+  // int8: channels per value scale (clamped to kv_dim). Default: 32.
+  int kv_value_group = 32;
 };
 
 enum class MaskKind { kCausal, kBidirectionalPrefix };

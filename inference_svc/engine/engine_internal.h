@@ -35,10 +35,12 @@ struct Engine::Scratch {
   Tensor logits;                           // [kLogitRows, vocab_size]
   std::unique_ptr<kernels::Buffer> int_buffer;
   Tensor ids, slots, positions, rows, sel_idx;  // I32
+  Tensor own, pages, seal;  // int8 KV: [T, kAttnI8Fields], [T], [2T, kSealFields] I32
   std::unique_ptr<kernels::Buffer> table_buffer;
   int64_t table_capacity = 0;  // int32 entries
 
   std::vector<int32_t> h_ids, h_slots, h_positions, h_rows, h_tables, h_sel;
+  std::vector<int32_t> h_own, h_pages, h_seal;  // int8 KV (h_seal: kSealFields per block)
   std::vector<float> h_hidden;
   // Per chunk: index of each row's sequence and its rows in the chunk.
   std::vector<int> piece_begin, piece_count, piece_offset;

@@ -145,7 +145,9 @@ absl::Status Engine::ForwardChunk(std::span<const SequenceInput> inputs,
   constexpr int F = kernels::kAttnRowFields;
 
   // 1. Place every row: append K/V slots, fill ids, positions and attention rows.
+  const bool int8 = pool_->dtype() == KvDType::kInt8;
   s.h_tables.clear();
+  s.h_seal.clear();
   s.before_prefix.assign(num, -1);
   s.before_main.assign(num, -1);
   int n = 0;
@@ -234,6 +236,30 @@ absl::Status Engine::ForwardChunk(std::span<const SequenceInput> inputs,
                  pol.main_pos_base + (j - lo));
       }
     }
+    if (int8) {
+      // Int8 KV: each row reads its own block F32 (from the block's page) and every other
+      // block int8. A block is quantized (sealed) in the StoreKvInt8 of the chunk that
+      // writes its last entry; a partial prefix block when the prefix is complete (memory
+      // expansion, or the sink's last token), before any main row can read it.
+      const int bs = pool_->block_size();
+      for (int r = 0; r < cnt; ++r) {
+        const int32_t slot = s.h_slots[base + r];
+        const int32_t block = slot / bs;
+        const int32_t page = pool_->page_of(block);
+        s.h_own[static_cast<size_t>(base + r) * kernels::kAttnI8Fields + kernels::kAttnOwnBlock] = block;
+        s.h_own[static_cast<size_t>(base + r) * kernels::kAttnI8Fields + kernels::kAttnOwnPage] = page;
+        s.h_pages[base + r] = page;
+        if (slot % bs == bs - 1) s.h_seal.insert(s.h_seal.end(), {block, page, bs});
+      }
+      const bool wrote_prefix = in.mask == MaskKind::kBidirectionalPrefix ||
+                                cache.prefix_len() > s.before_prefix[i];
+      const bool prefix_complete = in.mask == MaskKind::kBidirectionalPrefix ||
+                                   cache.prefix_len() >= pol.auto_prefix_tokens;
+      if (wrote_prefix && prefix_complete && cache.prefix_len() % bs != 0) {
+        const int32_t block = cache.prefix_blocks().back();
+        s.h_seal.insert(s.h_seal.end(), {block, pool_->page_of(block), cache.prefix_len() % bs});
+      }
+    }
     for (int r = 0; r < cnt; ++r) {
       s.h_ids[base + r] = in.token_ids.empty() ? 0 : in.token_ids[row_begin[i] + r];
     }
@@ -268,6 +294,18 @@ absl::Status Engine::ForwardChunk(std::span<const SequenceInput> inputs,
   KVFOLD_RETURN_IF_ERROR(be.CopyToDevice(st, s.h_slots.data(), slots));
   KVFOLD_RETURN_IF_ERROR(be.CopyToDevice(st, s.h_positions.data(), pos));
   KVFOLD_RETURN_IF_ERROR(be.CopyToDevice(st, s.h_rows.data(), rows));
+  Tensor own, pages, seal;
+  if (int8) {
+    own = s.own.Rows(0, n);
+    pages = s.pages.Rows(0, n);
+    KVFOLD_RETURN_IF_ERROR(be.CopyToDevice(st, s.h_own.data(), own));
+    KVFOLD_RETURN_IF_ERROR(be.CopyToDevice(st, s.h_pages.data(), pages));
+    const int64_t num_seal = static_cast<int64_t>(s.h_seal.size()) / kernels::kSealFields;
+    if (num_seal > 0) {
+      seal = s.seal.Rows(0, num_seal);
+      KVFOLD_RETURN_IF_ERROR(be.CopyToDevice(st, s.h_seal.data(), seal));
+    }
+  }
 
   // 3. Input rows: token embeddings or caller-provided embeddings.
   const Tensor x = s.x.Rows(0, n), h = s.h.Rows(0, n);
@@ -324,14 +362,22 @@ absl::Status Engine::ForwardChunk(std::span<const SequenceInput> inputs,
   const Tensor gate = s.gate.Rows(0, n), up = s.up.Rows(0, n);
   for (int l = 0; l < c.num_layers; ++l) {
     const Weights::Layer& w = weights_->layers[l];
-    const Tensor kc = pool_->k_cache(l), vc = pool_->v_cache(l);
     KVFOLD_RETURN_IF_ERROR(be.RmsNorm(st, x, w.attn_norm, c.rms_norm_eps, h));
     KVFOLD_RETURN_IF_ERROR(be.MatMul(st, h, w.wq, w.bq, q));
     KVFOLD_RETURN_IF_ERROR(be.MatMul(st, h, w.wk, w.bk, k));
     KVFOLD_RETURN_IF_ERROR(be.MatMul(st, h, w.wv, w.bv, v));
-    KVFOLD_RETURN_IF_ERROR(be.StoreKv(st, k, v, slots, kc, vc));
-    KVFOLD_RETURN_IF_ERROR(be.Rope(st, q, pos, rope, q));
-    KVFOLD_RETURN_IF_ERROR(be.Attention(st, q, kc, vc, rows, tables, rope, ash, att));
+    if (int8) {
+      const kernels::KvCacheI8 cache = pool_->int8_cache(l);
+      KVFOLD_RETURN_IF_ERROR(be.StoreKvInt8(st, k, v, slots, pages, seal, cache));
+      KVFOLD_RETURN_IF_ERROR(be.Rope(st, q, pos, rope, q));
+      KVFOLD_RETURN_IF_ERROR(
+          be.AttentionInt8(st, q, cache, rows, own, tables, rope, ash, att));
+    } else {
+      const Tensor kc = pool_->k_cache(l), vc = pool_->v_cache(l);
+      KVFOLD_RETURN_IF_ERROR(be.StoreKv(st, k, v, slots, kc, vc));
+      KVFOLD_RETURN_IF_ERROR(be.Rope(st, q, pos, rope, q));
+      KVFOLD_RETURN_IF_ERROR(be.Attention(st, q, kc, vc, rows, tables, rope, ash, att));
+    }
     KVFOLD_RETURN_IF_ERROR(be.MatMul(st, att, w.wo, Tensor(), o));
     KVFOLD_RETURN_IF_ERROR(be.Add(st, x, o, x));
     KVFOLD_RETURN_IF_ERROR(be.RmsNorm(st, x, w.ffn_norm, c.rms_norm_eps, h));
@@ -396,6 +442,10 @@ absl::Status Engine::ForwardChunk(std::span<const SequenceInput> inputs,
     }
   }
   KVFOLD_RETURN_IF_ERROR(be.Synchronize(st));
+  // Int8: blocks sealed in this chunk are int8 from now on for every row.
+  for (size_t f = 0; f < s.h_seal.size(); f += kernels::kSealFields) {
+    pool_->ReleasePage(s.h_seal[f + kernels::kSealBlock]);
+  }
   // Windowed policies keep only the last `window` main entries between calls.
   for (size_t i = 0; i < num; ++i) {
     if (row_count[i] == 0) continue;

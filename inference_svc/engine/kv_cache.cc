@@ -1,51 +1,214 @@
 #include "inference_svc/engine/kv_cache.h"
 
 #include <algorithm>
+#include <string>
 
-#include "kernels/check.h"
 #include "absl/strings/str_cat.h"
+#include "kernels/check.h"
+#include "kernels/quant/kv_quant.h"
 
 namespace kvfold::engine {
 
 using kernels::DType;
 using kernels::Tensor;
 
+namespace {
+
+size_t AlignUp(size_t x) { return (x + 63) / 64 * 64; }
+
+int64_t ValueGroups(int kv_dim, int value_group) {
+  return (kv_dim + value_group - 1) / value_group;
+}
+
+// Byte sizes of one layer's int8 tensors for `num_blocks` blocks: k codes, v codes,
+// k scales, v scales (each starts 64-byte aligned).
+struct Int8Layout {
+  size_t codes, k_scales, v_scales;
+  size_t layer_bytes() const { return 2 * AlignUp(codes) + AlignUp(k_scales) + AlignUp(v_scales); }
+};
+
+Int8Layout LayoutOf(int num_blocks, int block_size, int kv_dim, int value_group) {
+  const size_t nb = static_cast<size_t>(num_blocks);
+  return {nb * block_size * kv_dim, nb * kv_dim * sizeof(float),
+          nb * block_size * ValueGroups(kv_dim, value_group) * sizeof(float)};
+}
+
+}  // namespace
+
+const char* KvDTypeName(KvDType dtype) { return dtype == KvDType::kInt8 ? "int8" : "f32"; }
+
+absl::StatusOr<KvDType> ParseKvDType(std::string_view name) {
+  if (name == "f32") return KvDType::kF32;
+  if (name == "int8") return KvDType::kInt8;
+  return absl::InvalidArgumentError(
+      absl::StrCat("unknown KV dtype '", std::string(name), "' (expected f32 or int8)"));
+}
+
+size_t KvBlockBytes(KvDType dtype, int num_layers, int kv_dim, int block_size, int value_group) {
+  const size_t layers = static_cast<size_t>(num_layers);
+  if (dtype == KvDType::kF32) return layers * 2 * block_size * kv_dim * sizeof(float);
+  const Int8Layout one = LayoutOf(1, block_size, kv_dim, value_group);
+  return layers * (2 * one.codes + one.k_scales + one.v_scales);
+}
+
 absl::StatusOr<std::unique_ptr<BlockPool>> BlockPool::Create(kernels::Backend* backend,
                                                              int num_layers, int kv_dim,
-                                                             int block_size, int num_blocks) {
+                                                             int block_size, int num_blocks,
+                                                             const BlockPoolOptions& options) {
   if (num_layers <= 0 || kv_dim <= 0 || block_size <= 0 || num_blocks <= 0) {
     return absl::InvalidArgumentError(absl::StrCat("BlockPool: bad geometry (layers ", num_layers,
                                                    ", kv_dim ", kv_dim, ", block_size ",
                                                    block_size, ", blocks ", num_blocks, ")"));
   }
+  const bool int8 = options.dtype == KvDType::kInt8;
+  if (int8 && options.value_group < 1) {
+    return absl::InvalidArgumentError("BlockPool: int8 value_group must be >= 1");
+  }
+  if (int8 && !backend->SupportsInt8Kv()) {
+    return absl::UnimplementedError(
+        absl::StrCat("backend ", backend->Name(), " has no INT8 KV cache (use --kv-dtype f32)"));
+  }
   std::unique_ptr<BlockPool> pool(new BlockPool());
+  pool->backend_ = backend;
+  pool->options_ = options;
   pool->num_layers_ = num_layers;
   pool->kv_dim_ = kv_dim;
   pool->block_size_ = block_size;
   pool->num_blocks_ = num_blocks;
-  absl::StatusOr<std::unique_ptr<kernels::Buffer>> buffer =
-      backend->Allocate(pool->bytes_per_block() * static_cast<size_t>(num_blocks));
+  const size_t bytes =
+      int8 ? num_layers * LayoutOf(num_blocks, block_size, kv_dim, options.value_group).layer_bytes()
+           : pool->bytes_per_block() * static_cast<size_t>(num_blocks);
+  absl::StatusOr<std::unique_ptr<kernels::Buffer>> buffer = backend->Allocate(bytes);
   if (!buffer.ok()) return buffer.status();
   pool->buffer_ = std::move(*buffer);
   pool->free_.reserve(num_blocks);
   for (int b = num_blocks - 1; b >= 0; --b) pool->free_.push_back(b);
+  if (int8) {
+    pool->stream_ = backend->CreateStream();
+    pool->page_of_.assign(num_blocks, -1);
+    pool->options_.num_pages = options.num_pages > 0 ? options.num_pages : 16;
+    if (absl::Status s = pool->GrowPages(); !s.ok()) return s;
+  }
   return pool;
 }
 
+BlockPool::~BlockPool() = default;
+
 size_t BlockPool::bytes_per_block() const {
+  return KvBlockBytes(options_.dtype, num_layers_, kv_dim_, block_size_, options_.value_group);
+}
+
+size_t BlockPool::bytes_per_page() const {
+  if (options_.dtype == KvDType::kF32) return 0;
   return static_cast<size_t>(num_layers_) * 2 * block_size_ * kv_dim_ * sizeof(float);
 }
 
 Tensor BlockPool::k_cache(int layer) const {
+  KVFOLD_CHECK(options_.dtype == KvDType::kF32);
   const size_t per_tensor = static_cast<size_t>(num_blocks_) * block_size_ * kv_dim_ * sizeof(float);
   return kernels::ViewOf(*buffer_, (2 * static_cast<size_t>(layer)) * per_tensor, DType::kF32,
                          {num_blocks_, block_size_, kv_dim_});
 }
 
 Tensor BlockPool::v_cache(int layer) const {
+  KVFOLD_CHECK(options_.dtype == KvDType::kF32);
   const size_t per_tensor = static_cast<size_t>(num_blocks_) * block_size_ * kv_dim_ * sizeof(float);
   return kernels::ViewOf(*buffer_, (2 * static_cast<size_t>(layer) + 1) * per_tensor, DType::kF32,
                          {num_blocks_, block_size_, kv_dim_});
+}
+
+kernels::KvCacheI8 BlockPool::int8_cache(int layer) const {
+  KVFOLD_CHECK(options_.dtype == KvDType::kInt8);
+  const Int8Layout lay = LayoutOf(num_blocks_, block_size_, kv_dim_, options_.value_group);
+  size_t off = static_cast<size_t>(layer) * lay.layer_bytes();
+  kernels::KvCacheI8 c;
+  c.value_group = options_.value_group;
+  c.k_codes = kernels::ViewOf(*buffer_, off, DType::kI8, {num_blocks_, block_size_, kv_dim_});
+  off += AlignUp(lay.codes);
+  c.v_codes = kernels::ViewOf(*buffer_, off, DType::kI8, {num_blocks_, block_size_, kv_dim_});
+  off += AlignUp(lay.codes);
+  c.k_scales = kernels::ViewOf(*buffer_, off, DType::kF32, {num_blocks_, kv_dim_});
+  off += AlignUp(lay.k_scales);
+  c.v_scales = kernels::ViewOf(*buffer_, off, DType::kF32,
+                               {num_blocks_, block_size_, ValueGroups(kv_dim_, options_.value_group)});
+  const size_t page_tensor = static_cast<size_t>(num_pages_) * block_size_ * kv_dim_ * sizeof(float);
+  c.k_pages = kernels::ViewOf(*page_buffer_, 2 * static_cast<size_t>(layer) * page_tensor,
+                              DType::kF32, {num_pages_, block_size_, kv_dim_});
+  c.v_pages = kernels::ViewOf(*page_buffer_, (2 * static_cast<size_t>(layer) + 1) * page_tensor,
+                              DType::kF32, {num_pages_, block_size_, kv_dim_});
+  return c;
+}
+
+absl::Status BlockPool::GrowPages() {
+  const int old_pages = num_pages_;
+  const int new_pages = old_pages == 0 ? options_.num_pages : 2 * old_pages;
+  const size_t page_tensor_bytes = static_cast<size_t>(block_size_) * kv_dim_ * sizeof(float);
+  absl::StatusOr<std::unique_ptr<kernels::Buffer>> buffer =
+      backend_->Allocate(static_cast<size_t>(num_layers_) * 2 * new_pages * page_tensor_bytes);
+  if (!buffer.ok()) return buffer.status();
+  if (old_pages > 0) {
+    // Layout [layer][k|v][page]: copy each old tensor to the start of its new tensor.
+    for (int t = 0; t < 2 * num_layers_; ++t) {
+      const Tensor src = kernels::ViewOf(*page_buffer_, t * old_pages * page_tensor_bytes,
+                                         DType::kF32, {old_pages, block_size_, kv_dim_});
+      const Tensor dst = kernels::ViewOf(**buffer, t * new_pages * page_tensor_bytes,
+                                         DType::kF32, {old_pages, block_size_, kv_dim_});
+      if (absl::Status s = backend_->Copy(*stream_, src, dst); !s.ok()) return s;
+    }
+    if (absl::Status s = backend_->Synchronize(*stream_); !s.ok()) return s;
+  }
+  page_buffer_ = std::move(*buffer);
+  num_pages_ = new_pages;
+  for (int p = new_pages - 1; p >= old_pages; --p) free_pages_.push_back(p);
+  return absl::OkStatus();
+}
+
+absl::Status BlockPool::AttachPage(int32_t block, int restore) {
+  KVFOLD_CHECK(options_.dtype == KvDType::kInt8 && page_of_[block] < 0);
+  if (free_pages_.empty()) {
+    if (absl::Status s = GrowPages(); !s.ok()) return s;
+  }
+  const int32_t page = free_pages_.back();
+  if (restore > 0) {
+    if (absl::Status s = RestorePage(block, page, restore); !s.ok()) return s;
+  }
+  free_pages_.pop_back();
+  page_of_[block] = page;
+  return absl::OkStatus();
+}
+
+absl::Status BlockPool::RestorePage(int32_t block, int32_t page, int count) {
+  const int bs = block_size_, kv = kv_dim_, g = options_.value_group;
+  const int64_t vg = ValueGroups(kv, g);
+  std::vector<int8_t> codes(static_cast<size_t>(count) * kv);
+  std::vector<float> scales(static_cast<size_t>(count) * std::max<int64_t>(kv, vg));
+  std::vector<float> values(static_cast<size_t>(count) * kv);
+  for (int l = 0; l < num_layers_; ++l) {
+    const kernels::KvCacheI8 c = int8_cache(l);
+    for (int part = 0; part < 2; ++part) {  // keys, then values
+      const Tensor code_t = (part == 0 ? c.k_codes : c.v_codes).Rows(block, 1).Reshape({bs, kv}).Rows(0, count);
+      const Tensor scale_t = part == 0 ? c.k_scales.Rows(block, 1)
+                                       : c.v_scales.Rows(block, 1).Reshape({bs, vg}).Rows(0, count);
+      if (absl::Status s = backend_->CopyToHost(*stream_, code_t, codes.data()); !s.ok()) return s;
+      if (absl::Status s = backend_->CopyToHost(*stream_, scale_t, scales.data()); !s.ok()) return s;
+      if (absl::Status s = backend_->Synchronize(*stream_); !s.ok()) return s;
+      absl::Status s = part == 0 ? quant::DequantizeKeys(codes.data(), scales.data(), count, kv, bs,
+                                                         values.data())
+                                 : quant::DequantizeValues(codes.data(), scales.data(), count, kv, g,
+                                                           values.data());
+      if (!s.ok()) return s;
+      const Tensor dst = (part == 0 ? c.k_pages : c.v_pages).Rows(page, 1).Reshape({bs, kv}).Rows(0, count);
+      if (s = backend_->CopyToDevice(*stream_, values.data(), dst); !s.ok()) return s;
+      if (s = backend_->Synchronize(*stream_); !s.ok()) return s;
+    }
+  }
+  return absl::OkStatus();
+}
+
+void BlockPool::ReleasePage(int32_t block) {
+  if (page_of_.empty() || page_of_[block] < 0) return;
+  free_pages_.push_back(page_of_[block]);
+  page_of_[block] = -1;
 }
 
 absl::StatusOr<int32_t> BlockPool::AllocateBlock() {
@@ -60,6 +223,7 @@ absl::StatusOr<int32_t> BlockPool::AllocateBlock() {
 
 void BlockPool::FreeBlock(int32_t block) {
   KVFOLD_CHECK(block >= 0 && block < num_blocks_);
+  ReleasePage(block);
   free_.push_back(block);
 }
 
@@ -68,7 +232,13 @@ KvCache::KvCache(BlockPool* pool, const KvPolicy& policy) : pool_(pool), policy_
 KvCache::~KvCache() { Clear(); }
 
 size_t KvCache::ResidentBytes() const {
-  return (prefix_blocks_.size() + main_blocks_.size()) * pool_->bytes_per_block();
+  size_t pages = 0;
+  if (pool_->dtype() == KvDType::kInt8) {
+    for (int32_t b : prefix_blocks_) pages += pool_->page_of(b) >= 0;
+    for (int32_t b : main_blocks_) pages += pool_->page_of(b) >= 0;
+  }
+  return (prefix_blocks_.size() + main_blocks_.size()) * pool_->bytes_per_block() +
+         pages * pool_->bytes_per_page();
 }
 
 void KvCache::Clear() {
@@ -138,7 +308,27 @@ absl::Status KvCache::Append(std::vector<int32_t>& blocks, int begin, int n, int
     return absl::ResourceExhaustedError(absl::StrCat(
         "KV pool exhausted: need ", need, " more blocks, ", pool_->free_blocks(), " free"));
   }
-  for (int i = 0; i < need; ++i) blocks.push_back(*pool_->AllocateBlock());
+  if (pool_->dtype() == KvDType::kInt8 && n > 0) {
+    // Int8: every block written to needs its F32 page. A partial last block without one
+    // was sealed and then truncated (rollback): rebuild its page from the codes.
+    if (begin % bs != 0 && pool_->page_of(blocks[begin / bs]) < 0) {
+      if (absl::Status s = pool_->AttachPage(blocks[begin / bs], begin % bs); !s.ok()) return s;
+    }
+    for (int i = 0; i < need; ++i) {
+      const int32_t b = *pool_->AllocateBlock();
+      if (absl::Status s = pool_->AttachPage(b); !s.ok()) {
+        pool_->FreeBlock(b);
+        for (int j = 0; j < i; ++j) {
+          pool_->FreeBlock(blocks.back());
+          blocks.pop_back();
+        }
+        return s;
+      }
+      blocks.push_back(b);
+    }
+  } else {
+    for (int i = 0; i < need; ++i) blocks.push_back(*pool_->AllocateBlock());
+  }
   for (int s = begin; s < end; ++s) slots[s - begin] = blocks[s / bs] * bs + s % bs;
   return absl::OkStatus();
 }

@@ -3,6 +3,12 @@
 //
 // Layout of the pool (one backend Buffer): for each layer, k_cache and v_cache tensors
 // [num_blocks, block_size, num_kv_heads * head_dim] F32, keys UN-ROTATED (CONTRACTS.md).
+// With KvDType::kInt8 (KIVI, docs/engine.md "INT8 KV") each layer instead holds int8 key
+// and value codes of the same shape, key scales [num_blocks, kv_dim] (a key group is one
+// block) and value scales [num_blocks, block_size, ceil(kv_dim / value_group)], and a
+// second, small store of F32 PAGES [num_pages, block_size, kv_dim] holds the entries of
+// blocks that are still open (not yet quantized). A block gets a page when a sequence
+// takes it and gives the page back once the Forward that completed (sealed) it ends.
 // No per-session max-length allocation: a sequence takes blocks as it grows and returns
 // them when entries are dropped from the front of main (sliding windows) or cleared.
 //
@@ -15,6 +21,7 @@
 
 #include <cstdint>
 #include <memory>
+#include <string_view>
 #include <vector>
 
 #include "absl/status/status.h"
@@ -42,28 +49,71 @@ struct KvPolicy {
   static KvPolicy Memory() { return {0, 0, 0, 1, 0}; }
 };
 
+// Element type of the KV cache.
+enum class KvDType { kF32, kInt8 };
+const char* KvDTypeName(KvDType dtype);  // "f32", "int8"
+// THE parser of --kv-dtype (CLI and service): "f32" or "int8"; InvalidArgument otherwise.
+absl::StatusOr<KvDType> ParseKvDType(std::string_view name);
+
+// Bytes of one pool block (all layers, K and V, codes and scales for int8).
+size_t KvBlockBytes(KvDType dtype, int num_layers, int kv_dim, int block_size, int value_group);
+
+struct BlockPoolOptions {
+  KvDType dtype = KvDType::kF32;  // Default: F32.
+  int value_group = 32;           // int8: channels per value scale. Default: 32.
+  int num_pages = 0;              // int8: initial F32 pages (grown on demand). 0 = 16.
+};
+
 class BlockPool {
  public:
-  // ResourceExhausted when the backend cannot allocate the pool.
+  // ResourceExhausted when the backend cannot allocate the pool; InvalidArgument for bad
+  // geometry or int8 on a backend without int8 KV ops (Unimplemented).
   static absl::StatusOr<std::unique_ptr<BlockPool>> Create(kernels::Backend* backend,
                                                            int num_layers, int kv_dim,
-                                                           int block_size, int num_blocks);
+                                                           int block_size, int num_blocks,
+                                                           const BlockPoolOptions& options = {});
+  ~BlockPool();
+  KvDType dtype() const { return options_.dtype; }
   int block_size() const { return block_size_; }
   int num_blocks() const { return num_blocks_; }
   int free_blocks() const { return static_cast<int>(free_.size()); }
-  size_t bytes_per_block() const;  // all layers, K and V
+  size_t bytes_per_block() const;  // all layers, K and V (int8: codes + scales)
+  size_t bytes_per_page() const;   // int8: one F32 page, all layers, K and V; F32: 0
+  // F32 pool only.
   kernels::Tensor k_cache(int layer) const;
   kernels::Tensor v_cache(int layer) const;
+  // Int8 pool only.
+  kernels::KvCacheI8 int8_cache(int layer) const;
+  int num_pages() const { return num_pages_; }
+  int free_pages() const { return static_cast<int>(free_pages_.size()); }
+  // The F32 page of `block`, or -1 (sealed, or an F32 pool).
+  int32_t page_of(int32_t block) const {
+    return page_of_.empty() ? -1 : page_of_[static_cast<size_t>(block)];
+  }
+  // Int8: gives `block` a page (the page store doubles when all pages are taken; only
+  // between Forwards). The first `restore` entries are rebuilt from the block's codes
+  // (used when a sealed block becomes the open block again after a rollback).
+  absl::Status AttachPage(int32_t block, int restore = 0);
+  void ReleasePage(int32_t block);  // no-op without a page
 
   // ResourceExhausted when the pool is empty.
   absl::StatusOr<int32_t> AllocateBlock();
-  void FreeBlock(int32_t block);
+  void FreeBlock(int32_t block);  // also releases its page
 
  private:
   BlockPool() = default;
+  absl::Status GrowPages();
+  absl::Status RestorePage(int32_t block, int32_t page, int count);
+
+  kernels::Backend* backend_ = nullptr;
+  std::unique_ptr<kernels::Stream> stream_;
+  BlockPoolOptions options_;
   std::unique_ptr<kernels::Buffer> buffer_;
-  int num_layers_ = 0, kv_dim_ = 0, block_size_ = 0, num_blocks_ = 0;
-  std::vector<int32_t> free_;  // stack of free block ids
+  std::unique_ptr<kernels::Buffer> page_buffer_;  // int8 only
+  int num_layers_ = 0, kv_dim_ = 0, block_size_ = 0, num_blocks_ = 0, num_pages_ = 0;
+  std::vector<int32_t> free_;        // stack of free block ids
+  std::vector<int32_t> free_pages_;  // stack of free page ids
+  std::vector<int32_t> page_of_;     // per block; int8 only
 };
 
 class KvCache {
@@ -77,7 +127,7 @@ class KvCache {
   int prefix_len() const { return prefix_len_; }
   int main_len() const { return main_len_; }
   int resident_tokens() const { return prefix_len_ + main_len_; }
-  size_t ResidentBytes() const;  // blocks held x bytes per block
+  size_t ResidentBytes() const;  // blocks held x bytes per block (+ F32 pages held, int8)
 
   void Clear();
   void ClearPrefix();

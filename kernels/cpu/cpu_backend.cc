@@ -43,6 +43,28 @@ absl::Status Check(bool ok, const char* op, const std::string& what) {
 
 bool IsFloat(DType d) { return d == DType::kF32 || d == DType::kF16 || d == DType::kBF16; }
 
+// Validates the tensors of a KvCacheI8 against each other (backend.h) and returns its sizes.
+absl::Status CheckI8Cache(const KvCacheI8& c, const char* op, int64_t* kv_dim, int64_t* bs,
+                          int64_t* num_blocks, int64_t* num_pages, int64_t* v_groups) {
+  *num_blocks = c.k_codes.dim(0);
+  *bs = c.k_codes.dim(1);
+  *kv_dim = c.k_codes.rank == 3 ? c.k_codes.dim(2) : 0;
+  *num_pages = c.k_pages.dim(0);
+  *v_groups = c.value_group >= 1 ? (*kv_dim + c.value_group - 1) / c.value_group : 0;
+  const bool ok =
+      c.k_codes.dtype == DType::kI8 && c.v_codes.dtype == DType::kI8 &&
+      c.k_scales.dtype == DType::kF32 && c.v_scales.dtype == DType::kF32 &&
+      c.k_pages.dtype == DType::kF32 && c.v_pages.dtype == DType::kF32 && *kv_dim > 0 &&
+      *v_groups > 0 && c.v_codes.numel() == c.k_codes.numel() &&
+      c.k_scales.numel() == *num_blocks * *kv_dim &&
+      c.v_scales.numel() == *num_blocks * *bs * *v_groups && c.k_pages.rank == 3 &&
+      c.k_pages.dim(1) == *bs && c.k_pages.dim(2) == *kv_dim &&
+      c.v_pages.numel() == c.k_pages.numel();
+  return Check(ok, op, "inconsistent int8 cache " + c.k_codes.DebugString() + " " +
+                           c.k_scales.DebugString() + " " + c.v_scales.DebugString() + " " +
+                           c.k_pages.DebugString() + " group " + std::to_string(c.value_group));
+}
+
 class CpuBackend : public Backend {
  public:
   explicit CpuBackend(const CpuBackendOptions& options)
@@ -200,6 +222,108 @@ class CpuBackend : public Backend {
     return absl::OkStatus();
   }
 
+  bool SupportsInt8Kv() const override { return true; }
+
+  absl::Status StoreKvInt8(Stream&, Tensor k, Tensor v, Tensor slots, Tensor pages, Tensor seal,
+                           const KvCacheI8& c) override {
+    int64_t kv_dim, bs, num_blocks, num_pages, v_groups;
+    if (absl::Status st = CheckI8Cache(c, "StoreKvInt8", &kv_dim, &bs, &num_blocks, &num_pages,
+                                       &v_groups);
+        !st.ok()) {
+      return st;
+    }
+    const int64_t n = slots.numel();
+    const int64_t num_seal = seal.empty() ? 0 : seal.numel() / kSealFields;
+    if (slots.dtype != DType::kI32 || pages.dtype != DType::kI32 || pages.numel() != n ||
+        k.dtype != DType::kF32 || v.dtype != DType::kF32 || k.numel() != n * kv_dim ||
+        v.numel() != n * kv_dim ||
+        (!seal.empty() && (seal.dtype != DType::kI32 || seal.numel() % kSealFields != 0))) {
+      return Check(false, "StoreKvInt8", k.DebugString() + " " + slots.DebugString() + " " +
+                                             pages.DebugString() + " " + seal.DebugString());
+    }
+    const int32_t* sl = static_cast<const int32_t*>(slots.data);
+    const int32_t* pg = static_cast<const int32_t*>(pages.data);
+    const int32_t* se = static_cast<const int32_t*>(seal.data);
+    for (int64_t i = 0; i < n; ++i) {
+      if (sl[i] < 0 || sl[i] >= num_blocks * bs || pg[i] < 0 || pg[i] >= num_pages) {
+        return absl::OutOfRangeError(
+            absl::StrCat("StoreKvInt8: slot ", sl[i], " / page ", pg[i], " out of range"));
+      }
+    }
+    for (int64_t i = 0; i < num_seal; ++i) {
+      const int32_t* f = se + i * kSealFields;
+      if (f[kSealBlock] < 0 || f[kSealBlock] >= num_blocks || f[kSealPage] < 0 ||
+          f[kSealPage] >= num_pages || f[kSealCount] < 0 || f[kSealCount] > bs) {
+        return absl::OutOfRangeError(absl::StrCat("StoreKvInt8: bad seal (block ", f[kSealBlock],
+                                                  ", page ", f[kSealPage], ", count ",
+                                                  f[kSealCount], ")"));
+      }
+    }
+    float* kp = static_cast<float*>(c.k_pages.data);
+    float* vp = static_cast<float*>(c.v_pages.data);
+    for (int64_t i = 0; i < n; ++i) {
+      const int64_t dst = (int64_t{pg[i]} * bs + sl[i] % bs) * kv_dim;
+      std::memcpy(kp + dst, static_cast<const float*>(k.data) + i * kv_dim, kv_dim * sizeof(float));
+      std::memcpy(vp + dst, static_cast<const float*>(v.data) + i * kv_dim, kv_dim * sizeof(float));
+    }
+    for (int64_t i = 0; i < num_seal; ++i) {
+      const int32_t* f = se + i * kSealFields;
+      const int64_t b = f[kSealBlock], p = f[kSealPage];
+      cpu::SealBlockInt8(kp + p * bs * kv_dim, vp + p * bs * kv_dim, f[kSealCount],
+                         static_cast<int>(kv_dim), static_cast<int>(bs), c.value_group,
+                         static_cast<int8_t*>(c.k_codes.data) + b * bs * kv_dim,
+                         static_cast<float*>(c.k_scales.data) + b * kv_dim,
+                         static_cast<int8_t*>(c.v_codes.data) + b * bs * kv_dim,
+                         static_cast<float*>(c.v_scales.data) + b * bs * v_groups);
+    }
+    return absl::OkStatus();
+  }
+
+  absl::Status AttentionInt8(Stream&, Tensor q, const KvCacheI8& c, Tensor rows, Tensor own,
+                             Tensor block_tables, Tensor rope_table, const AttentionShape& shape,
+                             Tensor out) override {
+    int64_t kv_dim, bs, num_blocks, num_pages, v_groups;
+    if (absl::Status st = CheckI8Cache(c, "AttentionInt8", &kv_dim, &bs, &num_blocks, &num_pages,
+                                       &v_groups);
+        !st.ok()) {
+      return st;
+    }
+    const int64_t q_dim = static_cast<int64_t>(shape.num_heads) * shape.head_dim;
+    const int64_t n = q_dim > 0 ? q.numel() / q_dim : 0;
+    if (shape.num_kv_heads <= 0 || shape.num_heads % shape.num_kv_heads != 0 ||
+        shape.head_dim % 2 != 0 || shape.block_size != bs || rows.dtype != DType::kI32 ||
+        rows.numel() != n * kAttnRowFields || own.dtype != DType::kI32 ||
+        own.numel() != n * kAttnI8Fields || out.numel() != q.numel() || rope_table.rank != 2 ||
+        rope_table.dim(1) != shape.head_dim ||
+        kv_dim != int64_t{shape.num_kv_heads} * shape.head_dim) {
+      return Check(false, "AttentionInt8", q.DebugString() + " " + c.k_codes.DebugString() +
+                                               " " + rows.DebugString() + " " + own.DebugString());
+    }
+    cpu::AttentionArgsI8 a{static_cast<const float*>(q.data),
+                           static_cast<const int8_t*>(c.k_codes.data),
+                           static_cast<const int8_t*>(c.v_codes.data),
+                           static_cast<const float*>(c.k_scales.data),
+                           static_cast<const float*>(c.v_scales.data),
+                           static_cast<const float*>(c.k_pages.data),
+                           static_cast<const float*>(c.v_pages.data),
+                           c.value_group,
+                           static_cast<int>(v_groups),
+                           static_cast<const int32_t*>(rows.data),
+                           static_cast<const int32_t*>(own.data),
+                           static_cast<const int32_t*>(block_tables.data),
+                           static_cast<const float*>(rope_table.data),
+                           rope_table.dim(0),
+                           shape,
+                           static_cast<float*>(out.data),
+                           n};
+    if (reference_) {
+      cpu::AttentionInt8Reference(a, ref_scratch_);
+    } else {
+      cpu::AttentionInt8Optimized(pool_, a, i8_scratch_);
+    }
+    return absl::OkStatus();
+  }
+
   absl::Status SiluMul(Stream&, Tensor gate, Tensor up, Tensor out) override {
     if (gate.numel() != up.numel() || out.numel() != gate.numel()) {
       return Check(false, "SiluMul", gate.DebugString() + " " + up.DebugString());
@@ -225,6 +349,7 @@ class CpuBackend : public Backend {
   ThreadPool pool_;
   std::vector<float> ref_scratch_;
   cpu::AttentionScratch opt_scratch_;
+  cpu::AttentionI8Scratch i8_scratch_;
 };
 
 }  // namespace

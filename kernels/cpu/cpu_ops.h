@@ -54,6 +54,45 @@ struct AttentionScratch {
 };
 void AttentionOptimized(ThreadPool& pool, const AttentionArgs& a, AttentionScratch& scratch);
 
+// INT8 KV (backend.h KvCacheI8). Entries of a row's own block are read F32 from its page,
+// all others dequantized from codes * scale (exactly kernels/quant's DequantizeKeys /
+// DequantizeValues), then keys are rotated like the F32 path.
+struct AttentionArgsI8 {
+  const float* q;            // [n, num_heads * head_dim]
+  const int8_t* k_codes;     // [num_blocks, block_size, kv_dim]
+  const int8_t* v_codes;
+  const float* k_scales;     // [num_blocks, kv_dim]
+  const float* v_scales;     // [num_blocks, block_size, v_groups]
+  const float* k_pages;      // [num_pages, block_size, kv_dim]
+  const float* v_pages;
+  int value_group;
+  int v_groups;
+  const int32_t* rows;       // [n, kAttnRowFields]
+  const int32_t* own;        // [n, kAttnI8Fields]
+  const int32_t* block_tables;
+  const float* rope;         // [rope_rows, head_dim]
+  int64_t rope_rows;
+  AttentionShape shape;
+  float* out;                // [n, num_heads * head_dim]
+  int64_t n;
+};
+void AttentionInt8Reference(const AttentionArgsI8& a, std::vector<float>& scratch);
+struct AttentionI8Scratch {
+  std::vector<std::vector<float>> per_thread;  // scores
+  std::vector<float> keys, values;             // [keys, kv_dim] dequantized (keys rotated)
+  std::vector<std::array<int, 5>> groups;      // first row, prefix keys, main keys, base, rows
+  std::vector<int> row_group, key_group;
+};
+void AttentionInt8Optimized(ThreadPool& pool, const AttentionArgsI8& a,
+                            AttentionI8Scratch& scratch);
+
+// StoreKvInt8's quantization of one block: entries [0, count) of a page into the block's
+// codes and scales (QuantizeKeys with group_size = count, QuantizeValues with
+// value_group).
+void SealBlockInt8(const float* k_page, const float* v_page, int count, int kv_dim,
+                   int block_size, int value_group, int8_t* k_codes, float* k_scales,
+                   int8_t* v_codes, float* v_scales);
+
 // Rotates x (head_dim floats) by row `cs` of the rope table (cos | sin halves).
 inline void RotateHalf(const float* x, const float* cs, int head_dim, float* out) {
   const int half = head_dim / 2;

@@ -27,6 +27,8 @@ float LoadAsF32(const void* data, DType dtype, int64_t i) {
       return Bf16ToFp32(static_cast<const uint16_t*>(data)[i]);
     case DType::kI32:
       return static_cast<float>(static_cast<const int32_t*>(data)[i]);
+    case DType::kI8:
+      return static_cast<float>(static_cast<const int8_t*>(data)[i]);
   }
   return 0.0f;
 }

@@ -1,0 +1,266 @@
+// Paged GQA attention over an INT8 KV cache (backend.h KvCacheI8), and the quantization
+// of a sealed block.
+//
+// Same row contract as attention.cc; the only difference is where an entry's F32 values
+// come from: the row's own block is read from its F32 page, every other block from its
+// int8 codes times the block's scales (kernels/quant/kv_quant.h). Dequantization happens
+// per entry inside the op, never for the whole cache. The reference kernel follows
+// AttentionReference operation for operation, so it equals AttentionReference run on a
+// cache that holds the dequantized values (tests/kernels/cpu/int8_attention_test.cc).
+#include <algorithm>
+#include <cmath>
+#include <cstring>
+#include <limits>
+
+#include "kernels/cpu/attention_simd.h"
+#include "kernels/cpu/cpu_ops.h"
+#include "kernels/quant/kv_quant.h"
+
+namespace kvfold::kernels::cpu {
+namespace {
+
+using KeyRef = attention_simd::KeyRefT<AttentionArgsI8>;
+using attention_simd::AxpyAvx2;
+using attention_simd::AxpyPortable;
+using attention_simd::DotAvx2;
+using attention_simd::DotPortable;
+using attention_simd::SoftmaxAvx2;
+using attention_simd::SoftmaxPortable;
+
+// Loads visible entry `idx` of a row: its un-rotated key (all kv heads) into k and its
+// value into v (either may be null). Returns the entry's position.
+inline int LoadEntry(const AttentionArgsI8& a, const KeyRef& keys, const int32_t* own, int idx,
+                     float* k, float* v) {
+  int pos;
+  const int kv_dim = keys.kv_dim;
+  const int bs = a.shape.block_size;
+  const int64_t slot = keys.Locate(idx, &pos) / kv_dim;  // block * block_size + offset
+  const int64_t block = slot / bs;
+  if (block == own[kAttnOwnBlock]) {
+    const int64_t p = (static_cast<int64_t>(own[kAttnOwnPage]) * bs + slot % bs) * kv_dim;
+    if (k != nullptr) std::memcpy(k, a.k_pages + p, kv_dim * sizeof(float));
+    if (v != nullptr) std::memcpy(v, a.v_pages + p, kv_dim * sizeof(float));
+    return pos;
+  }
+  if (k != nullptr) {
+    const int8_t* codes = a.k_codes + slot * kv_dim;
+    const float* scales = a.k_scales + block * kv_dim;
+    for (int c = 0; c < kv_dim; ++c) k[c] = static_cast<float>(codes[c]) * scales[c];
+  }
+  if (v != nullptr) {
+    const int8_t* codes = a.v_codes + slot * kv_dim;
+    const float* scales = a.v_scales + slot * a.v_groups;
+    for (int c = 0; c < kv_dim; ++c) v[c] = static_cast<float>(codes[c]) * scales[c / a.value_group];
+  }
+  return pos;
+}
+
+// Key (rotated per kv head) and value of one entry into k_out / v_out (kv_dim each).
+inline void LoadRotated(const AttentionArgsI8& a, const KeyRef& keys, const int32_t* own, int idx,
+                        float* raw, float* k_out, float* v_out) {
+  const int hd = a.shape.head_dim;
+  const int pos = LoadEntry(a, keys, own, idx, raw, v_out);
+  const float* cs = a.rope + static_cast<int64_t>(pos) * hd;
+  for (int h = 0; h < a.shape.num_kv_heads; ++h) RotateHalf(raw + h * hd, cs, hd, k_out + h * hd);
+}
+
+}  // namespace
+
+void AttentionInt8Reference(const AttentionArgsI8& a, std::vector<float>& scratch) {
+  const AttentionShape& sh = a.shape;
+  const int hd = sh.head_dim;
+  const int q_dim = sh.num_heads * hd;
+  const int kv_dim = sh.num_kv_heads * hd;
+  const int group = sh.num_heads / sh.num_kv_heads;
+  std::vector<float> raw(kv_dim), krot(kv_dim), val(kv_dim);
+  for (int64_t r = 0; r < a.n; ++r) {
+    const int32_t* own = a.own + r * kAttnI8Fields;
+    KeyRef keys{a, a.rows + r * kAttnRowFields, kv_dim};
+    const int nk = keys.num_keys();
+    if (scratch.size() < static_cast<size_t>(nk)) scratch.resize(nk);
+    for (int h = 0; h < sh.num_heads; ++h) {
+      const int kvh = h / group;
+      const float* q = a.q + r * q_dim + h * hd;
+      float* out = a.out + r * q_dim + h * hd;
+      float max_score = -std::numeric_limits<float>::infinity();
+      for (int idx = 0; idx < nk; ++idx) {
+        const int pos = LoadEntry(a, keys, own, idx, raw.data(), nullptr);
+        RotateHalf(raw.data() + kvh * hd, a.rope + static_cast<int64_t>(pos) * hd, hd, krot.data());
+        float dot = 0.0f;
+        for (int d = 0; d < hd; ++d) dot += q[d] * krot[d];
+        scratch[idx] = dot * sh.scale;
+        max_score = std::max(max_score, scratch[idx]);
+      }
+      float sum = 0.0f;
+      for (int idx = 0; idx < nk; ++idx) {
+        scratch[idx] = std::exp(scratch[idx] - max_score);
+        sum += scratch[idx];
+      }
+      const float inv = 1.0f / sum;
+      std::fill(out, out + hd, 0.0f);
+      for (int idx = 0; idx < nk; ++idx) {
+        LoadEntry(a, keys, own, idx, nullptr, val.data());
+        const float* v = val.data() + kvh * hd;
+        const float p = scratch[idx] * inv;
+        for (int d = 0; d < hd; ++d) out[d] += p * v[d];
+      }
+    }
+  }
+}
+
+namespace {
+
+// One task = (row, kv head) over its group's dequantized keys (rotated) and values.
+struct TaskI8 {
+  const AttentionArgsI8* a;
+  const float* keys;    // [group keys, kv_dim]
+  const float* values;  // [group keys, kv_dim]
+  int key_base, prefix_keys;
+  int64_t row;
+  int kvh;
+  float* scores;  // [group, nk]
+};
+
+#define KVFOLD_ATTEND_I8(NAME, ATTR, DOT, AXPY, SOFTMAX)                                        \
+  ATTR void NAME(const TaskI8& t) {                                                            \
+    const AttentionArgsI8& a = *t.a;                                                           \
+    const AttentionShape& sh = a.shape;                                                        \
+    const int hd = sh.head_dim, q_dim = sh.num_heads * hd, kv_dim = sh.num_kv_heads * hd;      \
+    const int group = sh.num_heads / sh.num_kv_heads;                                          \
+    const int32_t* row = a.rows + t.row * kAttnRowFields;                                      \
+    const int pv = row[kAttnPrefixVisible];                                                    \
+    const int nk = pv + (row[kAttnMainHi] - row[kAttnMainLo]);                                 \
+    const float* q0 = a.q + t.row * q_dim + t.kvh * group * hd;                                \
+    float* out0 = a.out + t.row * q_dim + t.kvh * group * hd;                                  \
+    for (int idx = 0; idx < nk; ++idx) {                                                       \
+      const int64_t k = t.key_base + (idx < pv ? idx : t.prefix_keys + (idx - pv));            \
+      const float* key = t.keys + k * kv_dim + t.kvh * hd;                                     \
+      for (int gh = 0; gh < group; ++gh) {                                                     \
+        t.scores[gh * nk + idx] = DOT(q0 + gh * hd, key, hd) * sh.scale;                       \
+      }                                                                                        \
+    }                                                                                          \
+    for (int gh = 0; gh < group; ++gh) {                                                       \
+      SOFTMAX(t.scores + gh * nk, nk);                                                         \
+      std::memset(out0 + gh * hd, 0, hd * sizeof(float));                                      \
+    }                                                                                          \
+    for (int idx = 0; idx < nk; ++idx) {                                                       \
+      const int64_t k = t.key_base + (idx < pv ? idx : t.prefix_keys + (idx - pv));            \
+      const float* v = t.values + k * kv_dim + t.kvh * hd;                                     \
+      for (int gh = 0; gh < group; ++gh) AXPY(t.scores[gh * nk + idx], v, out0 + gh * hd, hd); \
+    }                                                                                          \
+  }
+
+KVFOLD_ATTEND_I8(AttendI8Avx2, __attribute__((target("avx2,fma"))), DotAvx2, AxpyAvx2, SoftmaxAvx2)
+KVFOLD_ATTEND_I8(AttendI8Portable, , DotPortable, AxpyPortable, SoftmaxPortable)
+#undef KVFOLD_ATTEND_I8
+
+// Rows share dequantized keys when their keys sit at the same positions (attention.cc's
+// rule) AND they read the same block from its page.
+bool SameLayoutI8(const int32_t* a, const int32_t* b, const int32_t* own_a, const int32_t* own_b) {
+  return a[kAttnPrefixTable] == b[kAttnPrefixTable] && a[kAttnPrefixPosBase] == b[kAttnPrefixPosBase] &&
+         a[kAttnPrefixPosStride] == b[kAttnPrefixPosStride] && a[kAttnMainTable] == b[kAttnMainTable] &&
+         a[kAttnMainFront] == b[kAttnMainFront] && a[kAttnMainLo] == b[kAttnMainLo] &&
+         a[kAttnMainPosLo] == b[kAttnMainPosLo] && own_a[kAttnOwnBlock] == own_b[kAttnOwnBlock] &&
+         own_a[kAttnOwnPage] == own_b[kAttnOwnPage];
+}
+
+}  // namespace
+
+void AttentionInt8Optimized(ThreadPool& pool, const AttentionArgsI8& a, AttentionI8Scratch& scratch) {
+  const AttentionShape& sh = a.shape;
+  const int hd = sh.head_dim;
+  const int kv_dim = sh.num_kv_heads * hd;
+  const int group = sh.num_heads / sh.num_kv_heads;
+  const bool avx2 = CpuHasAvx2Fma();
+  if (scratch.per_thread.size() < static_cast<size_t>(pool.num_threads()) * 2) {
+    scratch.per_thread.resize(static_cast<size_t>(pool.num_threads()) * 2);
+  }
+  // 1. Key groups and the union of their keys (prefix [0, max visible) + main [lo, max hi)).
+  auto& groups = scratch.groups;
+  groups.clear();
+  auto& row_group = scratch.row_group;
+  if (row_group.size() < static_cast<size_t>(a.n)) row_group.resize(a.n);
+  for (int64_t r = 0; r < a.n; ++r) {
+    const int32_t* row = a.rows + r * kAttnRowFields;
+    const int32_t* own = a.own + r * kAttnI8Fields;
+    if (groups.empty() ||
+        !SameLayoutI8(a.rows + groups.back()[0] * kAttnRowFields, row,
+                      a.own + groups.back()[0] * kAttnI8Fields, own)) {
+      groups.push_back({static_cast<int>(r), 0, 0, 0, 0});
+    }
+    auto& g = groups.back();
+    ++g[4];
+    g[1] = std::max(g[1], row[kAttnPrefixVisible]);
+    g[2] = std::max(g[2], row[kAttnMainHi] - row[kAttnMainLo]);
+    row_group[r] = static_cast<int>(groups.size()) - 1;
+  }
+  int64_t total_keys = 0;
+  for (auto& g : groups) {
+    g[3] = static_cast<int>(total_keys);
+    total_keys += g[1] + g[2];
+  }
+  const size_t floats = static_cast<size_t>(total_keys) * kv_dim;
+  if (scratch.keys.size() < floats) scratch.keys.resize(floats);
+  if (scratch.values.size() < floats) scratch.values.resize(floats);
+  scratch.key_group.resize(total_keys);
+  for (size_t gi = 0; gi < groups.size(); ++gi) {
+    for (int k = 0; k < groups[gi][1] + groups[gi][2]; ++k) {
+      scratch.key_group[groups[gi][3] + k] = static_cast<int>(gi);
+    }
+  }
+  float* keys = scratch.keys.data();
+  float* values = scratch.values.data();
+  auto dequant = [&](int64_t k0, int64_t k1, int thread) {
+    std::vector<float>& raw = scratch.per_thread[pool.num_threads() + thread];
+    if (raw.size() < static_cast<size_t>(kv_dim)) raw.resize(kv_dim);
+    for (int64_t k = k0; k < k1; ++k) {
+      const auto& g = groups[scratch.key_group[k]];
+      int32_t probe[kAttnRowFields];
+      std::memcpy(probe, a.rows + static_cast<int64_t>(g[0]) * kAttnRowFields, sizeof(probe));
+      probe[kAttnPrefixVisible] = g[1];
+      const KeyRef ref{a, probe, kv_dim};
+      LoadRotated(a, ref, a.own + static_cast<int64_t>(g[0]) * kAttnI8Fields,
+                  static_cast<int>(k - g[3]), raw.data(), keys + k * kv_dim, values + k * kv_dim);
+    }
+  };
+  if (total_keys * kv_dim >= (1 << 15)) {
+    pool.ParallelFor(total_keys, 64, dequant);
+  } else {
+    dequant(0, total_keys, 0);
+  }
+
+  // 2. One task = (row, kv head).
+  auto attend = avx2 ? AttendI8Avx2 : AttendI8Portable;
+  auto body = [&](int64_t t0, int64_t t1, int thread) {
+    std::vector<float>& buf = scratch.per_thread[thread];
+    for (int64_t t = t0; t < t1; ++t) {
+      const int64_t r = t / sh.num_kv_heads;
+      const int32_t* row = a.rows + r * kAttnRowFields;
+      const auto& g = groups[row_group[r]];
+      const int nk = row[kAttnPrefixVisible] + (row[kAttnMainHi] - row[kAttnMainLo]);
+      const size_t need = static_cast<size_t>(group) * nk;
+      if (buf.size() < need) buf.resize(need);
+      attend(TaskI8{&a, keys, values, g[3], g[1], r, static_cast<int>(t % sh.num_kv_heads),
+                    buf.data()});
+    }
+  };
+  int64_t work = 0;
+  for (int64_t r = 0; r < a.n; ++r) work += KeyRef{a, a.rows + r * kAttnRowFields, kv_dim}.num_keys();
+  if (work * sh.num_heads * hd < (1 << 16)) {
+    body(0, a.n * sh.num_kv_heads, 0);
+  } else {
+    pool.ParallelFor(a.n * sh.num_kv_heads, 1, body);
+  }
+}
+
+void SealBlockInt8(const float* k_page, const float* v_page, int count, int kv_dim,
+                   int block_size, int value_group, int8_t* k_codes, float* k_scales,
+                   int8_t* v_codes, float* v_scales) {
+  if (count <= 0) return;
+  // Arguments are validated by the backend; these calls cannot fail.
+  (void)quant::QuantizeKeys(k_page, count, kv_dim, {.group_size = count}, k_codes, k_scales);
+  (void)quant::QuantizeValues(v_page, count, kv_dim, {.group_size = value_group}, v_codes,
+                              v_scales);
+}
+
+}  // namespace kvfold::kernels::cpu
