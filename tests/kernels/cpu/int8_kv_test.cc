@@ -1,0 +1,235 @@
+// INT8 KV ops of the CPU backends ("cpu" and "cpu-ref"): StoreKvInt8 against
+// kernels/quant's QuantizeKeys/QuantizeValues (bit for bit), and AttentionInt8 against the
+// F32 Attention of the same backend run on a cache that holds the dequantized entries
+// (DequantizeKeys/DequantizeValues) plus the row's own block from its page. Odd shapes:
+// kv_dim 24 with value groups of 10 (a partial group), block size 5, partial blocks,
+// sliding front offsets, prefix + main, rows that own different blocks.
+#include <cmath>
+#include <cstring>
+#include <random>
+
+#include "gtest/gtest.h"
+#include "kernels/backend.h"
+#include "kernels/quant/kv_quant.h"
+
+namespace kvfold::kernels {
+namespace {
+
+constexpr int kHeads = 6, kKvHeads = 2, kHd = 12, kKvDim = kKvHeads * kHd, kQDim = kHeads * kHd;
+constexpr int kBs = 5, kBlocks = 12, kPages = 6, kGroup = 10, kVGroups = 3, kRopeRows = 64;
+
+std::vector<float> Random(size_t n, uint32_t seed, float scale = 1.0f) {
+  std::mt19937 rng(seed);
+  std::uniform_real_distribution<float> u(-scale, scale);
+  std::vector<float> v(n);
+  for (float& x : v) x = u(rng);
+  return v;
+}
+
+Tensor T(const void* p, DType dt, std::initializer_list<int64_t> shape) {
+  return MakeTensor(const_cast<void*>(p), dt, shape);
+}
+
+// Host storage of one int8 cache layer.
+struct Cache {
+  std::vector<int8_t> k_codes = std::vector<int8_t>(kBlocks * kBs * kKvDim);
+  std::vector<int8_t> v_codes = std::vector<int8_t>(kBlocks * kBs * kKvDim);
+  std::vector<float> k_scales = std::vector<float>(kBlocks * kKvDim);
+  std::vector<float> v_scales = std::vector<float>(kBlocks * kBs * kVGroups);
+  std::vector<float> k_pages = std::vector<float>(kPages * kBs * kKvDim);
+  std::vector<float> v_pages = std::vector<float>(kPages * kBs * kKvDim);
+  KvCacheI8 View() const {
+    KvCacheI8 c;
+    c.k_codes = T(k_codes.data(), DType::kI8, {kBlocks, kBs, kKvDim});
+    c.v_codes = T(v_codes.data(), DType::kI8, {kBlocks, kBs, kKvDim});
+    c.k_scales = T(k_scales.data(), DType::kF32, {kBlocks, kKvDim});
+    c.v_scales = T(v_scales.data(), DType::kF32, {kBlocks, kBs, kVGroups});
+    c.k_pages = T(k_pages.data(), DType::kF32, {kPages, kBs, kKvDim});
+    c.v_pages = T(v_pages.data(), DType::kF32, {kPages, kBs, kKvDim});
+    c.value_group = kGroup;
+    return c;
+  }
+};
+
+class Int8KvTest : public ::testing::TestWithParam<bool> {
+ protected:
+  std::unique_ptr<Backend> be = CreateCpuBackend({2, GetParam()});
+  std::unique_ptr<Stream> st = be->CreateStream();
+};
+
+TEST_P(Int8KvTest, StoreKvInt8WritesPagesAndSealsLikeTheReference) {
+  ASSERT_TRUE(be->SupportsInt8Kv());
+  Cache c;
+  // 7 rows: block 3 (page 1) gets offsets 0..4 (full), block 8 (page 2) offsets 0..1.
+  const int n = 7;
+  const auto k = Random(n * kKvDim, 1), v = Random(n * kKvDim, 2, 3.0f);
+  const std::vector<int32_t> slots = {15, 16, 17, 18, 19, 40, 41};
+  const std::vector<int32_t> pages = {1, 1, 1, 1, 1, 2, 2};
+  // Seal block 3 whole and block 8 partially (2 entries: a completed prefix).
+  const std::vector<int32_t> seal = {3, 1, kBs, 8, 2, 2};
+  ASSERT_TRUE(be->StoreKvInt8(*st, T(k.data(), DType::kF32, {n, kKvDim}),
+                              T(v.data(), DType::kF32, {n, kKvDim}), T(slots.data(), DType::kI32, {n}),
+                              T(pages.data(), DType::kI32, {n}),
+                              T(seal.data(), DType::kI32, {2, kSealFields}), c.View())
+                  .ok());
+  EXPECT_EQ(0, std::memcmp(c.k_pages.data() + 1 * kBs * kKvDim, k.data(), 5 * kKvDim * 4));
+  EXPECT_EQ(0, std::memcmp(c.v_pages.data() + 2 * kBs * kKvDim, v.data() + 5 * kKvDim, 2 * kKvDim * 4));
+  for (auto [block, row0, count] : {std::tuple{3, 0, kBs}, std::tuple{8, 5, 2}}) {
+    std::vector<int8_t> kc(count * kKvDim), vc(count * kKvDim);
+    std::vector<float> ks(kKvDim), vs(count * kVGroups);
+    ASSERT_TRUE(quant::QuantizeKeys(k.data() + row0 * kKvDim, count, kKvDim, {.group_size = count},
+                                    kc.data(), ks.data()).ok());
+    ASSERT_TRUE(quant::QuantizeValues(v.data() + row0 * kKvDim, count, kKvDim, {.group_size = kGroup},
+                                      vc.data(), vs.data()).ok());
+    EXPECT_EQ(0, std::memcmp(c.k_codes.data() + block * kBs * kKvDim, kc.data(), kc.size()));
+    EXPECT_EQ(0, std::memcmp(c.v_codes.data() + block * kBs * kKvDim, vc.data(), vc.size()));
+    EXPECT_EQ(0, std::memcmp(c.k_scales.data() + block * kKvDim, ks.data(), ks.size() * 4));
+    EXPECT_EQ(0, std::memcmp(c.v_scales.data() + block * kBs * kVGroups, vs.data(), vs.size() * 4));
+  }
+  // Range checks.
+  const std::vector<int32_t> bad_seal = {3, 1, kBs + 1};
+  EXPECT_EQ(be->StoreKvInt8(*st, T(k.data(), DType::kF32, {1, kKvDim}),
+                            T(v.data(), DType::kF32, {1, kKvDim}), T(slots.data(), DType::kI32, {1}),
+                            T(pages.data(), DType::kI32, {1}),
+                            T(bad_seal.data(), DType::kI32, {1, kSealFields}), c.View())
+                .code(),
+            absl::StatusCode::kOutOfRange);
+  const std::vector<int32_t> bad_page = {kPages};
+  EXPECT_EQ(be->StoreKvInt8(*st, T(k.data(), DType::kF32, {1, kKvDim}),
+                            T(v.data(), DType::kF32, {1, kKvDim}), T(slots.data(), DType::kI32, {1}),
+                            T(bad_page.data(), DType::kI32, {1}), Tensor(), c.View())
+                .code(),
+            absl::StatusCode::kOutOfRange);
+  KvCacheI8 broken = c.View();
+  broken.value_group = 7;  // v_scales no longer match
+  EXPECT_EQ(be->StoreKvInt8(*st, T(k.data(), DType::kF32, {1, kKvDim}),
+                            T(v.data(), DType::kF32, {1, kKvDim}), T(slots.data(), DType::kI32, {1}),
+                            T(pages.data(), DType::kI32, {1}), Tensor(), broken)
+                .code(),
+            absl::StatusCode::kInvalidArgument);
+}
+
+TEST_P(Int8KvTest, AttentionInt8EqualsF32AttentionOnDequantizedCache) {
+  // True F32 entries of every block; all blocks quantized with the reference; pages hold
+  // the F32 of the blocks that rows own.
+  const auto k_true = Random(kBlocks * kBs * kKvDim, 3);
+  const auto v_true = Random(kBlocks * kBs * kKvDim, 4, 2.0f);
+  Cache c;
+  for (int b = 0; b < kBlocks; ++b) {
+    const int64_t off = int64_t{b} * kBs * kKvDim;
+    ASSERT_TRUE(quant::QuantizeKeys(k_true.data() + off, kBs, kKvDim, {.group_size = kBs},
+                                    c.k_codes.data() + off, c.k_scales.data() + b * kKvDim).ok());
+    ASSERT_TRUE(quant::QuantizeValues(v_true.data() + off, kBs, kKvDim, {.group_size = kGroup},
+                                      c.v_codes.data() + off,
+                                      c.v_scales.data() + b * kBs * kVGroups).ok());
+  }
+  std::vector<float> k_deq(k_true.size()), v_deq(v_true.size());
+  ASSERT_TRUE(quant::DequantizeKeys(c.k_codes.data(), c.k_scales.data(), kBlocks * kBs, kKvDim, kBs,
+                                    k_deq.data()).ok());
+  ASSERT_TRUE(quant::DequantizeValues(c.v_codes.data(), c.v_scales.data(), kBlocks * kBs, kKvDim,
+                                      kGroup, v_deq.data()).ok());
+  std::vector<float> rope(kRopeRows * kHd);
+  for (int p = 0; p < kRopeRows; ++p) {
+    for (int i = 0; i < kHd / 2; ++i) {
+      const double a = p * std::pow(10000.0, -2.0 * i / kHd);
+      rope[p * kHd + i] = static_cast<float>(std::cos(a));
+      rope[p * kHd + kHd / 2 + i] = static_cast<float>(std::sin(a));
+    }
+  }
+  // Prefix: blocks {7, 1} (7 entries, stride 1: sink-like). Main: blocks {2, 9, 4, 11},
+  // front 3 (a sliding window dropped 3 entries), entries [0, 16).
+  const std::vector<int32_t> tables = {7, 1, 2, 9, 4, 11};
+  struct RowSpec { int prefix, lo, hi, pos_lo, own_block, own_page; };
+  const std::vector<RowSpec> specs = {
+      {7, 0, 1, 7, 2, 0},      // first main entry: own block 2
+      {7, 0, 2, 7, 2, 0},      // same own block: shares the group in the optimised kernel
+      {7, 2, 9, 9, 9, 3},      // own block 9 (main slots 5..9)
+      {0, 4, 11, 0, 4, 1},     // no prefix
+      {7, 8, 16, 20, 11, 2},   // last block, partially filled
+      {3, 0, 0, 0, 7, 4},      // a prefix row (sink token 2): own prefix block
+      {7, 0, 0, 0, 1, 5},      // a prefix row in the second prefix block
+  };
+  const int n = static_cast<int>(specs.size());
+  std::vector<int32_t> rows(n * kAttnRowFields, 0), own(n * kAttnI8Fields);
+  for (int i = 0; i < n; ++i) {
+    int32_t* f = &rows[i * kAttnRowFields];
+    f[kAttnPrefixTable] = 0;
+    f[kAttnPrefixVisible] = specs[i].prefix;
+    f[kAttnPrefixPosBase] = 0;
+    f[kAttnPrefixPosStride] = 1;
+    f[kAttnMainTable] = 2;
+    f[kAttnMainFront] = 3;
+    f[kAttnMainLo] = specs[i].lo;
+    f[kAttnMainHi] = specs[i].hi;
+    f[kAttnMainPosLo] = specs[i].pos_lo;
+    own[i * kAttnI8Fields + kAttnOwnBlock] = specs[i].own_block;
+    own[i * kAttnI8Fields + kAttnOwnPage] = specs[i].own_page;
+  }
+  // Pages: page p holds the TRUE entries of the block that owns it in `specs`.
+  for (const RowSpec& sp : specs) {
+    const int64_t src = int64_t{sp.own_block} * kBs * kKvDim, dst = int64_t{sp.own_page} * kBs * kKvDim;
+    std::copy_n(k_true.begin() + src, kBs * kKvDim, c.k_pages.begin() + dst);
+    std::copy_n(v_true.begin() + src, kBs * kKvDim, c.v_pages.begin() + dst);
+  }
+  const auto q = Random(n * kQDim, 6);
+  const AttentionShape shape{kHeads, kKvHeads, kHd, kBs, 1.0f / std::sqrt(12.0f)};
+  std::vector<float> out(q.size()), single(q.size());
+  auto run = [&](std::vector<float>& dst, int row0, int nrows) {
+    return be->AttentionInt8(*st, T(q.data() + row0 * kQDim, DType::kF32, {nrows, kQDim}), c.View(),
+                             T(rows.data() + row0 * kAttnRowFields, DType::kI32, {nrows, kAttnRowFields}),
+                             T(own.data() + row0 * kAttnI8Fields, DType::kI32, {nrows, kAttnI8Fields}),
+                             T(tables.data(), DType::kI32, {6}), T(rope.data(), DType::kF32, {kRopeRows, kHd}),
+                             shape, T(dst.data() + row0 * kQDim, DType::kF32, {nrows, kQDim}));
+  };
+  ASSERT_TRUE(run(out, 0, n).ok());
+  for (int i = 0; i < n; ++i) ASSERT_TRUE(run(single, i, 1).ok());
+  // Batch invariance: each row alone gives the same bits.
+  EXPECT_EQ(0, std::memcmp(out.data(), single.data(), out.size() * sizeof(float)));
+  // Each row against F32 attention on (dequantized cache + own block's true entries).
+  for (int i = 0; i < n; ++i) {
+    std::vector<float> kc = k_deq, vc = v_deq, ref(kQDim);
+    const int64_t b = int64_t{specs[i].own_block} * kBs * kKvDim;
+    std::copy_n(k_true.begin() + b, kBs * kKvDim, kc.begin() + b);
+    std::copy_n(v_true.begin() + b, kBs * kKvDim, vc.begin() + b);
+    ASSERT_TRUE(be->Attention(*st, T(q.data() + i * kQDim, DType::kF32, {1, kQDim}),
+                              T(kc.data(), DType::kF32, {kBlocks, kBs, kKvDim}),
+                              T(vc.data(), DType::kF32, {kBlocks, kBs, kKvDim}),
+                              T(rows.data() + i * kAttnRowFields, DType::kI32, {1, kAttnRowFields}),
+                              T(tables.data(), DType::kI32, {6}),
+                              T(rope.data(), DType::kF32, {kRopeRows, kHd}), shape,
+                              T(ref.data(), DType::kF32, {1, kQDim}))
+                    .ok());
+    EXPECT_EQ(0, std::memcmp(ref.data(), out.data() + i * kQDim, kQDim * sizeof(float))) << "row " << i;
+    // And int8 is really in use: the all-F32 answer differs for rows that read int8.
+    std::vector<float> exact(kQDim);
+    ASSERT_TRUE(be->Attention(*st, T(q.data() + i * kQDim, DType::kF32, {1, kQDim}),
+                              T(k_true.data(), DType::kF32, {kBlocks, kBs, kKvDim}),
+                              T(v_true.data(), DType::kF32, {kBlocks, kBs, kKvDim}),
+                              T(rows.data() + i * kAttnRowFields, DType::kI32, {1, kAttnRowFields}),
+                              T(tables.data(), DType::kI32, {6}),
+                              T(rope.data(), DType::kF32, {kRopeRows, kHd}), shape,
+                              T(exact.data(), DType::kF32, {1, kQDim}))
+                    .ok());
+    double max_err = 0;
+    for (int j = 0; j < kQDim; ++j) max_err = std::max(max_err, double{std::fabs(exact[j] - out[i * kQDim + j])});
+    EXPECT_LT(max_err, 0.05) << "row " << i;
+    if (i != 5) {
+      EXPECT_GT(max_err, 0.0) << "row " << i;  // row 5 reads only its own block
+    }
+  }
+  // Shape checks: own with the wrong row count.
+  EXPECT_EQ(be->AttentionInt8(*st, T(q.data(), DType::kF32, {n, kQDim}), c.View(),
+                              T(rows.data(), DType::kI32, {n, kAttnRowFields}),
+                              T(own.data(), DType::kI32, {1, kAttnI8Fields}),
+                              T(tables.data(), DType::kI32, {6}),
+                              T(rope.data(), DType::kF32, {kRopeRows, kHd}), shape,
+                              T(out.data(), DType::kF32, {n, kQDim}))
+                .code(),
+            absl::StatusCode::kInvalidArgument);
+}
+
+INSTANTIATE_TEST_SUITE_P(Backends, Int8KvTest, ::testing::Bool(),
+                         [](const auto& info) { return info.param ? "Reference" : "Optimized"; });
+
+}  // namespace
+}  // namespace kvfold::kernels
