@@ -1,0 +1,269 @@
+// EngineOptions::kv_dtype = kInt8 (KIVI int8 KV, docs/engine.md "INT8 KV"): prefill ==
+// token-by-token decode bit for bit on both CPU backends and every plain mode, chunking
+// and ragged batching invariance, logits close to the F32 engine (and not equal: int8 is
+// really used), memory expansion with more slots than a block, rollback into a sealed
+// block, pool capacity and ResidentBytes from the real int8 sizes.
+#include <cmath>
+#include <cstring>
+#include <random>
+
+#include "gtest/gtest.h"
+#include "inference_svc/engine/engine.h"
+#include "inference_svc/model/random_model.h"
+
+namespace kvfold::engine {
+namespace {
+
+std::vector<int32_t> RandomIds(int n, int vocab, uint64_t seed) {
+  std::mt19937_64 rng(seed);
+  std::vector<int32_t> ids(n);
+  for (auto& id : ids) id = static_cast<int32_t>(rng() % vocab);
+  return ids;
+}
+
+struct Rig {
+  model::ModelFile model;
+  std::unique_ptr<kernels::Backend> backend;
+  std::unique_ptr<Engine> engine;
+};
+
+EngineOptions Int8Options(int block_size = 4, int max_batch_tokens = 256) {
+  EngineOptions o;
+  o.kv_dtype = KvDType::kInt8;
+  o.block_size = block_size;
+  o.max_batch_tokens = max_batch_tokens;
+  o.kv_value_group = 10;  // tiny-odd: kv_dim 24, a partial last group
+  return o;
+}
+
+Rig Make(bool reference, EngineOptions options, const std::string& shape = "tiny-odd") {
+  Rig s;
+  auto c = model::NamedShape(shape);
+  EXPECT_TRUE(c.ok());
+  s.model = model::MakeRandomModel(*c, 11, kernels::DType::kF32);
+  s.backend = kernels::CreateCpuBackend({.num_threads = 2, .reference = reference});
+  if (options.kv_pool_bytes == EngineOptions().kv_pool_bytes) options.kv_pool_bytes = 16 << 20;
+  auto e = Engine::Create(s.model, s.backend.get(), options);
+  EXPECT_TRUE(e.ok()) << e.status();
+  s.engine = std::move(*e);
+  return s;
+}
+
+std::vector<float> Feed(Engine& e, KvCache* cache, std::span<const int32_t> ids, int step) {
+  std::vector<float> out;
+  ForwardResult r;
+  for (size_t i = 0; i < ids.size(); i += step) {
+    SequenceInput in;
+    in.cache = cache;
+    in.token_ids = ids.subspan(i, std::min<size_t>(step, ids.size() - i));
+    in.logits = RowSelect::kAll;
+    EXPECT_TRUE(e.Forward(std::span<const SequenceInput>(&in, 1), &r).ok());
+    out.insert(out.end(), r.outputs[0].logits.begin(), r.outputs[0].logits.end());
+  }
+  return out;
+}
+
+bool SameBits(const std::vector<float>& a, const std::vector<float>& b) {
+  return a.size() == b.size() && std::memcmp(a.data(), b.data(), a.size() * sizeof(float)) == 0;
+}
+
+double MaxAbsDiff(const std::vector<float>& a, const std::vector<float>& b) {
+  double m = 0;
+  for (size_t i = 0; i < a.size(); ++i) m = std::max(m, double{std::fabs(a[i] - b[i])});
+  return m;
+}
+
+struct ModeCase {
+  const char* name;
+  KvPolicy policy;
+};
+
+const ModeCase kModes[] = {{"full", KvPolicy::Full()},
+                           {"sliding", KvPolicy::Sliding(9)},
+                           {"sink", KvPolicy::Sink(6, 7)},
+                           {"sink_one_block", KvPolicy::Sink(3, 10)}};
+
+class Int8BitwiseTest : public ::testing::TestWithParam<bool> {};
+
+TEST_P(Int8BitwiseTest, PrefillEqualsDecodeAndChunkingInEveryMode) {
+  Rig s = Make(GetParam(), Int8Options());
+  Rig chunked = Make(GetParam(), Int8Options(4, 7));
+  const auto ids = RandomIds(41, s.engine->config().vocab_size, 5);
+  for (const ModeCase& m : kModes) {
+    SCOPED_TRACE(m.name);
+    auto a = s.engine->NewCache(m.policy), b = s.engine->NewCache(m.policy);
+    auto c = s.engine->NewCache(m.policy), d = chunked.engine->NewCache(m.policy);
+    const auto prefill = Feed(*s.engine, a.get(), ids, 1000);
+    const auto decode = Feed(*s.engine, b.get(), ids, 1);
+    const auto pieces = Feed(*s.engine, c.get(), ids, 5);  // calls that start mid-block
+    const auto small_chunks = Feed(*chunked.engine, d.get(), ids, 1000);
+    EXPECT_TRUE(SameBits(prefill, decode));
+    EXPECT_TRUE(SameBits(prefill, pieces));
+    EXPECT_TRUE(SameBits(prefill, small_chunks));
+  }
+  // Between calls at most one open block (one F32 page) per sequence and segment.
+  EXPECT_EQ(s.engine->pool().num_pages() - s.engine->pool().free_pages(), 0);
+}
+
+TEST_P(Int8BitwiseTest, RaggedBatchEqualsSeparateCalls) {
+  Rig s = Make(GetParam(), Int8Options());
+  const int vocab = s.engine->config().vocab_size;
+  const auto p1 = RandomIds(13, vocab, 1), p2 = RandomIds(6, vocab, 2);
+  auto a1 = s.engine->NewCache(KvPolicy::Full()), a2 = s.engine->NewCache(KvPolicy::Sink(3, 5));
+  auto b1 = s.engine->NewCache(KvPolicy::Full()), b2 = s.engine->NewCache(KvPolicy::Sink(3, 5));
+  ForwardResult r;
+  std::vector<float> sep, batched;
+  for (int step = 0; step < 4; ++step) {
+    const int32_t t1 = static_cast<int32_t>((step * 31 + 7) % vocab), t2 = static_cast<int32_t>((step * 17 + 3) % vocab);
+    const std::vector<int32_t> x1 = step == 0 ? p1 : std::vector<int32_t>{t1};
+    const std::vector<int32_t> x2 = step == 0 ? p2 : std::vector<int32_t>{t2};
+    for (auto [cache, ids] : {std::pair{a1.get(), &x1}, std::pair{a2.get(), &x2}}) {
+      SequenceInput in;
+      in.cache = cache;
+      in.token_ids = *ids;
+      ASSERT_TRUE(s.engine->Forward(std::span<const SequenceInput>(&in, 1), &r).ok());
+      sep.insert(sep.end(), r.outputs[0].logits.begin(), r.outputs[0].logits.end());
+    }
+    SequenceInput both[2];
+    both[0].cache = b1.get();
+    both[0].token_ids = x1;
+    both[1].cache = b2.get();
+    both[1].token_ids = x2;
+    ASSERT_TRUE(s.engine->Forward(both, &r).ok());
+    batched.insert(batched.end(), r.logits_storage.begin(), r.logits_storage.end());
+  }
+  EXPECT_TRUE(SameBits(sep, batched));
+}
+
+TEST_P(Int8BitwiseTest, MemoryExpansionLargerThanABlockThenWindow) {
+  Rig s = Make(GetParam(), Int8Options());
+  const int d = s.engine->config().hidden_size;
+  const int M = 7;  // two prefix blocks of 4: both sealed at the end of the expansion
+  std::mt19937 rng(3);
+  std::normal_distribution<float> normal(0.0f, 1.0f);
+  std::vector<float> mem(M * d);
+  for (float& x : mem) x = normal(rng);
+  const auto ids = RandomIds(19, s.engine->config().vocab_size, 8);
+  std::vector<float> results[2];
+  for (int step : {1000, 1}) {
+    auto cache = s.engine->NewCache(KvPolicy::Memory());
+    SequenceInput expand;
+    expand.cache = cache.get();
+    expand.embeddings = mem;
+    expand.mask = MaskKind::kBidirectionalPrefix;
+    expand.logits = RowSelect::kAll;
+    ForwardResult r;
+    ASSERT_TRUE(s.engine->Forward(std::span<const SequenceInput>(&expand, 1), &r).ok());
+    EXPECT_EQ(s.engine->pool().page_of(cache->prefix_blocks().back()), -1);  // sealed
+    std::vector<float> out(r.outputs[0].logits.begin(), r.outputs[0].logits.end());
+    const auto window = Feed(*s.engine, cache.get(), ids, step);
+    out.insert(out.end(), window.begin(), window.end());
+    results[step == 1] = out;
+  }
+  EXPECT_TRUE(SameBits(results[0], results[1]));
+}
+
+INSTANTIATE_TEST_SUITE_P(Backends, Int8BitwiseTest, ::testing::Bool(),
+                         [](const auto& info) { return info.param ? "Reference" : "Optimized"; });
+
+// int8 vs f32 logits on the same random model: close (the tiny model's logits are O(1)),
+// and not identical.
+TEST(Int8EngineTest, LogitsCloseToF32InEveryMode) {
+  Rig i8 = Make(false, Int8Options(16));
+  EngineOptions f32_options;
+  f32_options.block_size = 16;
+  Rig f32 = Make(false, f32_options);
+  const auto ids = RandomIds(80, i8.engine->config().vocab_size, 9);
+  for (const ModeCase& m : kModes) {
+    SCOPED_TRACE(m.name);
+    auto a = i8.engine->NewCache(m.policy), b = f32.engine->NewCache(m.policy);
+    const auto la = Feed(*i8.engine, a.get(), ids, 1000), lb = Feed(*f32.engine, b.get(), ids, 1000);
+    const double diff = MaxAbsDiff(la, lb);
+    double scale = 0;
+    for (float x : lb) scale = std::max(scale, double{std::fabs(x)});
+    EXPECT_GT(diff, 0.0);
+    EXPECT_LT(diff, 0.03 * scale) << "max |logit| " << scale;
+  }
+}
+
+TEST(Int8EngineTest, PoolHoldsMoreTokensAndResidentBytesAreInt8Sizes) {
+  EngineOptions f32_options;
+  f32_options.kv_pool_bytes = 8 << 20;
+  EngineOptions i8_options = Int8Options(16);
+  i8_options.kv_pool_bytes = 8 << 20;
+  i8_options.kv_value_group = 32;
+  Rig f32 = Make(false, f32_options, "tiny"), i8 = Make(false, i8_options, "tiny");
+  const BlockPool& pf = f32.engine->pool();
+  const BlockPool& pi = i8.engine->pool();
+  // tiny: 2 layers, kv_dim 32. Per token per layer f32 256 B; int8 2 * 32 codes + 32 key
+  // scales / 16 tokens * 4 B + 1 value scale * 4 B = 76 B.
+  EXPECT_EQ(pf.bytes_per_block(), 2u * 16 * 256);
+  EXPECT_EQ(pi.bytes_per_block(), 2u * 16 * 76);
+  EXPECT_EQ(pi.bytes_per_page(), 2u * 16 * 256);
+  const double ratio = static_cast<double>(pi.num_blocks()) / pf.num_blocks();
+  EXPECT_GT(ratio, 3.2);
+  EXPECT_LT(ratio, 256.0 / 76.0 + 1e-9);
+  // ResidentBytes: 37 tokens = 2 sealed blocks + 1 open block with its page.
+  auto cache = i8.engine->NewCache(KvPolicy::Full());
+  Feed(*i8.engine, cache.get(), RandomIds(37, 256, 1), 1000);
+  EXPECT_EQ(cache->ResidentBytes(), 3 * pi.bytes_per_block() + pi.bytes_per_page());
+  Feed(*i8.engine, cache.get(), RandomIds(11, 256, 2), 1);  // fills block 3: no page left
+  EXPECT_EQ(cache->ResidentBytes(), 3 * pi.bytes_per_block());
+  cache->Clear();
+  EXPECT_EQ(pi.free_blocks(), pi.num_blocks());
+  EXPECT_EQ(pi.free_pages(), pi.num_pages());
+}
+
+TEST(Int8EngineTest, ManySequencesGrowThePagesAndKeepBits) {
+  EngineOptions o = Int8Options(4, 8);
+  Rig s = Make(false, o);
+  const int initial_pages = s.engine->pool().num_pages();
+  const int vocab = s.engine->config().vocab_size;
+  std::vector<std::unique_ptr<KvCache>> caches;
+  for (int i = 0; i < 3 * initial_pages; ++i) {  // each holds an open block
+    caches.push_back(s.engine->NewCache(KvPolicy::Full()));
+    Feed(*s.engine, caches.back().get(), RandomIds(6, vocab, 100 + i), 6);
+  }
+  EXPECT_GT(s.engine->pool().num_pages(), initial_pages);
+  const auto ids = RandomIds(6, vocab, 100);
+  // Continue the first sequence past its (grown, copied) page: same bits as a fresh run.
+  const auto more = RandomIds(5, vocab, 7);
+  auto twin = s.engine->NewCache(KvPolicy::Full());
+  Feed(*s.engine, twin.get(), ids, 6);
+  EXPECT_TRUE(SameBits(Feed(*s.engine, caches[0].get(), more, 1), Feed(*s.engine, twin.get(), more, 5)));
+}
+
+TEST(Int8EngineTest, TruncateIntoASealedBlockRestoresItsPage) {
+  Rig s = Make(false, Int8Options());
+  const auto ids = RandomIds(14, s.engine->config().vocab_size, 4);
+  auto a = s.engine->NewCache(KvPolicy::Full());
+  Feed(*s.engine, a.get(), ids, 1000);  // blocks 0..2 sealed, block 3 open
+  a->Truncate(0, 6);                   // block 1 is partial again
+  EXPECT_EQ(s.engine->pool().page_of(a->main_blocks()[1]), -1);
+  const auto more = RandomIds(5, s.engine->config().vocab_size, 6);
+  const auto after = Feed(*s.engine, a.get(), more, 1);
+  // Entries 4, 5 now come from their int8 codes: close to, not equal to, a clean run.
+  auto b = s.engine->NewCache(KvPolicy::Full());
+  std::vector<int32_t> clean(ids.begin(), ids.begin() + 6);
+  Feed(*s.engine, b.get(), clean, 1000);
+  const auto expected = Feed(*s.engine, b.get(), more, 1);
+  EXPECT_LT(MaxAbsDiff(after, expected), 0.05);
+  EXPECT_EQ(a->main_len(), 11);
+}
+
+TEST(Int8EngineTest, KvDTypeParserAndBackendSupport) {
+  EXPECT_EQ(*ParseKvDType("f32"), KvDType::kF32);
+  EXPECT_EQ(*ParseKvDType("int8"), KvDType::kInt8);
+  EXPECT_EQ(ParseKvDType("fp8").status().code(), absl::StatusCode::kInvalidArgument);
+  EXPECT_EQ(ParseKvDType("INT8").status().code(), absl::StatusCode::kInvalidArgument);
+  EXPECT_STREQ(KvDTypeName(KvDType::kInt8), "int8");
+  EngineOptions bad = Int8Options();
+  bad.kv_value_group = 0;
+  auto c = model::NamedShape("tiny");
+  auto m = model::MakeRandomModel(*c, 1, kernels::DType::kF32);
+  auto be = kernels::CreateCpuBackend({});
+  EXPECT_EQ(Engine::Create(m, be.get(), bad).status().code(), absl::StatusCode::kInvalidArgument);
+}
+
+}  // namespace
+}  // namespace kvfold::engine
