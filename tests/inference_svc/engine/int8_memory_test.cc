@@ -1,0 +1,151 @@
+// Memory modes (memory, memory_only) on an int8 KV engine: memory slots are int8 for the
+// window rows (the seed's third pitfall), folds happen, prefill == token-by-token decode
+// bit for bit, and a session exported from one int8 engine and imported on another int8
+// engine continues bit for bit. Plain modes export/import too (they re-prefill).
+#include <random>
+
+#include "gtest/gtest.h"
+#include "inference_svc/engine/sampler.h"
+#include "inference_svc/memory/memory_session.h"
+#include "inference_svc/memory/random_projector.h"
+#include "tests/inference_svc/memory/tiny_model.h"
+
+namespace kvfold::memory {
+namespace {
+
+using engine::KvMode;
+
+struct Fixture {
+  model::ModelFile model;
+  std::unique_ptr<kernels::Backend> backend;
+  std::unique_ptr<engine::Engine> engine;
+};
+
+std::unique_ptr<Fixture> MakeEngine(engine::KvDType dtype, bool reference = false) {
+  auto f = std::make_unique<Fixture>();
+  f->model = testing::RandomTinyModel(4);
+  f->backend = kernels::CreateCpuBackend({.num_threads = 2, .reference = reference});
+  engine::EngineOptions options;
+  options.max_batch_tokens = 32;
+  options.block_size = 4;  // mem_slots 5: two prefix blocks, the second partial
+  options.kv_pool_bytes = 4 << 20;
+  options.kv_dtype = dtype;
+  auto engine = engine::Engine::Create(f->model, f->backend.get(), options);
+  EXPECT_TRUE(engine.ok()) << engine.status();
+  f->engine = *std::move(engine);
+  return f;
+}
+
+std::unique_ptr<Projector> MakeProjector(const engine::Engine& engine, int window, int chunk) {
+  ProjectorConfig c;
+  c.mem_slots = 5;
+  c.hidden_size = engine.config().hidden_size;
+  c.num_heads = 4;
+  c.ffn_mult = 2;
+  c.window_size = window;
+  c.chunk_size = chunk;
+  c.input_layers = 1;
+  c.model_fingerprint = engine.fingerprint();
+  auto p = Projector::FromTensors(c, RandomProjectorTensors(c, 1.0f, 77), "projector-77");
+  EXPECT_TRUE(p.ok()) << p.status();
+  return *std::move(p);
+}
+
+std::unique_ptr<engine::Session> NewSession(engine::Engine* engine, const Projector* projector,
+                                            KvMode mode) {
+  engine::SessionOptions options;
+  options.mode = mode;
+  options.window_size = 9;
+  options.sink_tokens = 3;
+  auto s = CreateSession(engine, options, projector);
+  EXPECT_TRUE(s.ok()) << s.status();
+  return *std::move(s);
+}
+
+std::vector<int32_t> RandomIds(int n, int vocab, uint32_t seed) {
+  std::mt19937 rng(seed);
+  std::uniform_int_distribution<int32_t> dist(0, vocab - 1);
+  std::vector<int32_t> ids(n);
+  for (auto& id : ids) id = dist(rng);
+  return ids;
+}
+
+std::vector<std::vector<float>> Greedy(engine::Session& s, int n) {
+  std::vector<std::vector<float>> logits;
+  for (int i = 0; i < n; ++i) {
+    EXPECT_TRUE(s.Append(engine::Argmax(s.Logits())).ok());
+    logits.emplace_back(s.Logits().begin(), s.Logits().end());
+  }
+  return logits;
+}
+
+class Int8MemoryTest : public ::testing::TestWithParam<KvMode> {};
+
+TEST_P(Int8MemoryTest, PrefillEqualsDecodeAndFoldsHappen) {
+  for (bool reference : {false, true}) {
+    auto f = MakeEngine(engine::KvDType::kInt8, reference);
+    auto projector = MakeProjector(*f->engine, 10, 7);
+    auto a = NewSession(f->engine.get(), projector.get(), GetParam());
+    auto b = NewSession(f->engine.get(), projector.get(), GetParam());
+    const auto ids = RandomIds(47, f->model.config.vocab_size, 3);
+    ASSERT_TRUE(a->Prefill(ids).ok());
+    for (int32_t id : ids) ASSERT_TRUE(b->Append(id).ok());
+    EXPECT_TRUE(std::equal(a->Logits().begin(), a->Logits().end(), b->Logits().begin()));
+    if (GetParam() == KvMode::kMemory || GetParam() == KvMode::kMemoryOnly) {
+      EXPECT_GT(static_cast<MemorySession*>(a.get())->tokens_folded(), 0);
+    }
+  }
+}
+
+// Modes whose state resumes exactly (docs/engine.md: sliding/sink windows are recomputed
+// from their ids after evictions, in F32 as in int8).
+class Int8ResumeTest : public ::testing::TestWithParam<KvMode> {};
+
+TEST_P(Int8ResumeTest, ExportImportOnAnotherInt8EngineContinuesBitwise) {
+  auto f = MakeEngine(engine::KvDType::kInt8);
+  auto g = MakeEngine(engine::KvDType::kInt8);
+  auto projector = MakeProjector(*f->engine, 10, 7);
+  for (int checkpoint_at : {22, 24, 25}) {
+    SCOPED_TRACE(::testing::Message() << "checkpoint after " << checkpoint_at << " tokens");
+    auto live = NewSession(f->engine.get(), projector.get(), GetParam());
+    ASSERT_TRUE(live->Prefill(RandomIds(5, f->model.config.vocab_size, 5)).ok());
+    Greedy(*live, checkpoint_at - 5);
+    auto state = live->ExportState();
+    ASSERT_TRUE(state.ok());
+    auto restored = NewSession(g->engine.get(), projector.get(), GetParam());
+    ASSERT_TRUE(restored->ImportState(*state).ok());
+    ASSERT_TRUE(std::equal(live->Logits().begin(), live->Logits().end(), restored->Logits().begin()));
+    EXPECT_EQ(Greedy(*live, 23), Greedy(*restored, 23));  // through more folds
+  }
+}
+
+// The memory slots really are int8 for window rows: the int8 engine's logits differ from
+// the F32 engine's, by little.
+TEST_P(Int8MemoryTest, CloseToF32Engine) {
+  auto i8 = MakeEngine(engine::KvDType::kInt8);
+  auto f32 = MakeEngine(engine::KvDType::kF32);
+  auto projector = MakeProjector(*i8->engine, 10, 7);
+  auto a = NewSession(i8->engine.get(), projector.get(), GetParam());
+  auto b = NewSession(f32->engine.get(), projector.get(), GetParam());
+  const auto ids = RandomIds(40, i8->model.config.vocab_size, 8);
+  ASSERT_TRUE(a->Prefill(ids).ok());
+  ASSERT_TRUE(b->Prefill(ids).ok());
+  double diff = 0, scale = 0;
+  for (size_t i = 0; i < a->Logits().size(); ++i) {
+    diff = std::max(diff, double{std::fabs(a->Logits()[i] - b->Logits()[i])});
+    scale = std::max(scale, double{std::fabs(b->Logits()[i])});
+  }
+  EXPECT_GT(diff, 0.0);
+  EXPECT_LT(diff, 0.05 * scale);
+}
+
+INSTANTIATE_TEST_SUITE_P(Modes, Int8ResumeTest,
+                         ::testing::Values(KvMode::kMemory, KvMode::kMemoryOnly, KvMode::kFull),
+                         [](const auto& info) { return std::string(engine::KvModeName(info.param)); });
+INSTANTIATE_TEST_SUITE_P(Modes, Int8MemoryTest,
+                         ::testing::Values(KvMode::kMemory, KvMode::kMemoryOnly, KvMode::kFull,
+                                           KvMode::kSliding, KvMode::kSink),
+                         [](const auto& info) { return std::string(engine::KvModeName(info.param)); });
+
+}  // namespace
+}  // namespace kvfold::memory
