@@ -60,6 +60,7 @@ absl::StatusOr<std::unique_ptr<InferenceServer>> InferenceServer::Start(
   if (!model.ok()) return model.status();
   engine::EngineOptions engine_options;
   engine_options.kv_pool_bytes = c.kv_pool_bytes;
+  engine_options.kv_dtype = c.kv_dtype;
   auto engine = engine::Engine::Create(*model, server->backend_.get(), engine_options);
   if (!engine.ok()) return engine.status();
   server->engine_ = std::move(*engine);

@@ -29,6 +29,7 @@ ABSL_FLAG(std::string, listen, "127.0.0.1:7071", "listen address (port 0 = any f
 ABSL_FLAG(std::string, backend, "cpu", "engine backend: cpu, cpu-ref, cuda[:N] (when built)");
 ABSL_FLAG(int, threads, 0, "compute threads (0 = all cores)");
 ABSL_FLAG(uint64_t, kv_pool_bytes, 1ull << 30, "KV pool bytes (admission measures against it)");
+ABSL_FLAG(std::string, kv_dtype, "f32", "KV cache element type: f32|int8 (KIVI int8 codes)");
 ABSL_FLAG(uint64_t, session_cache_bytes, 512ull << 20, "local session cache budget (bytes)");
 ABSL_FLAG(std::string, default_mode, "memory", "full|sliding|sink|memory|memory_only");
 ABSL_FLAG(uint32_t, default_window, 0, "default window (0 = projector's W, or 1024)");
@@ -83,6 +84,13 @@ int main(int argc, char** argv) {
   c.threads = absl::GetFlag(FLAGS_threads);
   c.kv_pool_bytes = absl::GetFlag(FLAGS_kv_pool_bytes);
   c.session_cache_bytes = absl::GetFlag(FLAGS_session_cache_bytes);
+  auto kv_dtype = kvfold::engine::ParseKvDType(absl::GetFlag(FLAGS_kv_dtype));
+  if (!kv_dtype.ok()) {
+    std::fprintf(stderr, "kvfold-inference: --kv_dtype: %s\n",
+                 std::string(kv_dtype.status().message()).c_str());
+    return 2;
+  }
+  c.kv_dtype = *kv_dtype;
   auto mode = ParseMode(absl::GetFlag(FLAGS_default_mode));
   if (!mode.ok()) {
     std::fprintf(stderr, "kvfold-inference: %s\n", mode.status().ToString().c_str());

@@ -57,9 +57,21 @@ absl::StatusOr<double> FloatFlag(const std::map<std::string, std::string>& flags
   return v;
 }
 
+absl::StatusOr<engine::EngineOptions> EngineOptionsFromFlags(
+    const std::map<std::string, std::string>& flags) {
+  engine::EngineOptions options;
+  if (auto it = flags.find("kv-dtype"); it != flags.end()) {
+    absl::StatusOr<engine::KvDType> dtype = engine::ParseKvDType(it->second);
+    if (!dtype.ok()) return absl::InvalidArgumentError(absl::StrCat("--kv-dtype: ", dtype.status().message()));
+    options.kv_dtype = *dtype;
+  }
+  return options;
+}
+
 absl::StatusOr<LoadedEngine> LoadEngine(const std::string& model_path,
                                         const std::string& backend_name, int threads,
-                                        const std::string& projector_dir) {
+                                        const std::string& projector_dir,
+                                        const engine::EngineOptions& options) {
   LoadedEngine out;
   absl::StatusOr<model::ModelFile> m = model::LoadModel(model_path);
   if (!m.ok()) return m.status();
@@ -67,7 +79,6 @@ absl::StatusOr<LoadedEngine> LoadEngine(const std::string& model_path,
   absl::StatusOr<std::unique_ptr<kernels::Backend>> be = kernels::CreateBackend(backend_name, threads);
   if (!be.ok()) return be.status();
   out.backend = std::move(*be);
-  engine::EngineOptions options;
   absl::StatusOr<std::unique_ptr<engine::Engine>> e =
       engine::Engine::Create(out.model, out.backend.get(), options);
   if (!e.ok()) return e.status();

@@ -36,9 +36,16 @@ struct LoadedEngine {
   std::unique_ptr<memory::Projector> projector;  // when --projector is given
 };
 
+// Engine options from the flags every engine command accepts: --kv-dtype f32|int8
+// (engine::ParseKvDType; InvalidArgument for other values). Commands list "kv-dtype" among
+// their valued flags.
+absl::StatusOr<engine::EngineOptions> EngineOptionsFromFlags(
+    const std::map<std::string, std::string>& flags);
+
 absl::StatusOr<LoadedEngine> LoadEngine(const std::string& model_path,
                                         const std::string& backend_name, int threads,
-                                        const std::string& projector_dir);
+                                        const std::string& projector_dir,
+                                        const engine::EngineOptions& options = {});
 
 // Any mode: plain modes from the engine, memory modes through memory::CreateSession.
 absl::StatusOr<std::unique_ptr<engine::Session>> MakeSession(LoadedEngine& loaded,

@@ -29,7 +29,7 @@ constexpr char kUsage[] =
     "         [--max-tokens N] [--full-max-tokens N] [--buckets N [--bucket-stride K]]\n"
     "         [--recall]\n"
     "         [--json OUT] [--per-token OUT] [--projector-label TEXT]\n"
-    "         [--backend cpu|cpu-ref] [--threads N]\n"
+    "         [--backend cpu|cpu-ref] [--threads N] [--kv-dtype f32|int8]\n"
     "Feeds every document token by token through each mode's session and scores the\n"
     "next token (mean NLL, nats/token). Budgets: memory M + W + C entries (from the\n"
     "projector), sliding --budget (default M + W + C), sink S + (budget - S),\n"
@@ -83,7 +83,7 @@ int RunEval(int argc, char** argv) {
       argc, argv,
       {"model", "tokenizer", "projector", "projector-label", "text", "docs", "modes", "budget",
        "sink", "max-tokens", "full-max-tokens", "buckets", "bucket-stride", "json", "per-token", "backend",
-       "threads"},
+       "threads", "kv-dtype"},
       {"split-endoftext", "recall", "help"});
   if (!flags.ok()) {
     std::fprintf(stderr, "%s", kUsage);
@@ -169,8 +169,10 @@ int RunEval(int argc, char** argv) {
   auto tokenizer = Tokenizer::Load(*tok_path);
   if (!tokenizer.ok()) return FailWith("eval", tokenizer.status());
 
+  auto engine_options = EngineOptionsFromFlags(*flags);
+  if (!engine_options.ok()) return FailWith("eval", engine_options.status());
   auto loaded = LoadEngine(model_path, get("backend", "cpu"), static_cast<int>(*threads),
-                           get("projector", ""));
+                           get("projector", ""), *engine_options);
   if (!loaded.ok()) return FailWith("eval", loaded.status());
   const model::ModelConfig& config = loaded->engine->config();
   if ((*tokenizer)->vocab_size() > config.vocab_size) {

@@ -18,7 +18,7 @@ constexpr char kUsage[] =
     "         [--mode full|sliding|sink|memory|memory_only] [--window N] [--sink N]\n"
     "         [--projector DIR] [--temperature T] [--top-k K] [--top-p P] [--seed S]\n"
     "         [--max-new-tokens N] [--ignore-eos] [--no-bos] [--json]\n"
-    "         [--backend cpu|cpu-ref] [--threads N] [--tokenizer FILE]\n"
+    "         [--backend cpu|cpu-ref] [--threads N] [--kv-dtype f32|int8] [--tokenizer FILE]\n"
     "Streams the generated text to stdout (--json: one JSON object at the end).\n"
     "The tokenizer is found next to the model unless --tokenizer is given.\n";
 
@@ -32,7 +32,7 @@ int RunGenerate(int argc, char** argv) {
   auto flags = ParseEngineFlags(
       argc, argv,
       {"model", "prompt", "prompt-ids", "mode", "window", "sink", "projector", "temperature",
-       "top-k", "top-p", "seed", "max-new-tokens", "backend", "threads", "tokenizer"},
+       "top-k", "top-p", "seed", "max-new-tokens", "backend", "threads", "kv-dtype", "tokenizer"},
       {"json", "help", "ignore-eos", "no-bos"});
   if (!flags.ok()) return FailWith("generate", flags.status());
   if (flags->count("help")) {
@@ -65,9 +65,12 @@ int RunGenerate(int argc, char** argv) {
   if (absl::Status s = params.Validate(); !s.ok()) return FailWith("generate", s);
 
   const std::string model_path = flags->at("model");
+  auto engine_options = EngineOptionsFromFlags(*flags);
+  if (!engine_options.ok()) return FailWith("generate", engine_options.status());
   auto loaded = LoadEngine(model_path, flags->count("backend") ? flags->at("backend") : "cpu",
                            static_cast<int>(*threads),
-                           flags->count("projector") ? flags->at("projector") : "");
+                           flags->count("projector") ? flags->at("projector") : "",
+                           *engine_options);
   if (!loaded.ok()) return FailWith("generate", loaded.status());
   const model::ModelConfig& config = loaded->engine->config();
 

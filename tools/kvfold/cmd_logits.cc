@@ -18,7 +18,7 @@ constexpr char kUsage[] =
     "usage: kvfold logits --model PATH [--projector DIR]\n"
     "         [--mode full|sliding|sink|memory|memory_only] [--window N] [--sink N]\n"
     "         (--tokens 1,2,3 | --tokens-file F) [--prefill] --out FILE\n"
-    "         [--backend cpu|cpu-ref] [--threads N] [--fp32-memory]\n"
+    "         [--backend cpu|cpu-ref] [--threads N] [--kv-dtype f32|int8] [--fp32-memory]\n"
     "--fp32-memory: memory modes keep the projector's fp32 output instead of rounding it\n"
     "to fp16 after each fold (for fp32 parity tests; blocks then need fp32 payloads).\n"
     "--tokens-file: ids separated by commas or whitespace. Output: float32 LE\n"
@@ -41,7 +41,7 @@ int RunLogits(int argc, char** argv) {
   auto flags = ParseEngineFlags(
       argc, argv,
       {"model", "projector", "mode", "window", "sink", "tokens", "tokens-file", "out", "backend",
-       "threads"},
+       "threads", "kv-dtype"},
       {"prefill", "fp32-memory", "help"});
   if (!flags.ok()) return FailWith("logits", flags.status());
   if (flags->count("help")) {
@@ -72,9 +72,12 @@ int RunLogits(int argc, char** argv) {
     return FailWith("logits", absl::InvalidArgumentError("--window/--sink/--threads must be integers"));
   }
   const std::string mode = flags->count("mode") ? flags->at("mode") : "full";
+  auto engine_options = EngineOptionsFromFlags(*flags);
+  if (!engine_options.ok()) return FailWith("logits", engine_options.status());
   auto loaded = LoadEngine(flags->at("model"), flags->count("backend") ? flags->at("backend") : "cpu",
                            static_cast<int>(*threads),
-                           flags->count("projector") ? flags->at("projector") : "");
+                           flags->count("projector") ? flags->at("projector") : "",
+                           *engine_options);
   if (!loaded.ok()) return FailWith("logits", loaded.status());
   const int vocab = loaded->engine->config().vocab_size;
   std::vector<float> out;

@@ -1,7 +1,8 @@
 #!/bin/sh
 # End-to-end checks of the engine CLI commands on stories260K (skipped, exit 77, without
 # the shared models): generate reproduces the reference greedy text; convert keeps the
-# fingerprint; logits via decode and --prefill are bit-identical; bad input exits 2.
+# fingerprint; logits via decode and --prefill are bit-identical (f32 and --kv-dtype int8,
+# which differs from f32); bad input exits 2.
 set -eu
 KVFOLD="$1"
 MRM="$2"
@@ -31,6 +32,17 @@ grep -q '"generated_tokens":20' "$T/gen.json"
 cmp "$T/a.bin" "$T/b.bin"
 "$KVFOLD" logits --model "$T/hf" --tokens 1,403,407 --out "$T/c.bin" --backend cpu-ref --mode sliding --window 2
 test "$(wc -c < "$T/c.bin")" -eq $((3 * 512 * 4))
+# INT8 KV: prefill == decode bitwise, and really different from the f32 cache (20 tokens:
+# blocks of 16 get quantized).
+IDS=1,403,407,261,378,275,395,301,403,407,261,378,275,395,301,403,407,261,378,275
+"$KVFOLD" logits --model "$T/hf" --tokens $IDS --out "$T/i8a.bin" --kv-dtype int8
+"$KVFOLD" logits --model "$T/hf" --tokens $IDS --out "$T/i8b.bin" --kv-dtype int8 --prefill
+"$KVFOLD" logits --model "$T/hf" --tokens $IDS --out "$T/f32.bin" --kv-dtype f32
+cmp "$T/i8a.bin" "$T/i8b.bin"
+if cmp -s "$T/i8a.bin" "$T/f32.bin"; then echo "int8 logits equal f32"; exit 1; fi
+"$KVFOLD" generate --model "$T/hf" --prompt "Once upon a time" --max-new-tokens 20 --json \
+  --mode sink --window 16 --sink 2 --kv-dtype int8 > "$T/gen8.json"
+grep -q '"generated_tokens":20' "$T/gen8.json"
 
 # Random model directories load; bad input is exit code 2 with a message.
 "$MRM" --shape tiny-odd --out "$T/rand" --seed 1 --dtype bf16 > /dev/null
@@ -39,8 +51,11 @@ set +e
 "$KVFOLD" logits --model "$T/rand" --tokens 1,999 --out "$T/x.bin" 2> /dev/null; rc1=$?
 head -c 100 "$S/stories260K.bin" > "$T/trunc.bin"
 "$KVFOLD" info --model "$T/trunc.bin" 2> "$T/trunc.err"; rc2=$?
+"$KVFOLD" logits --model "$T/hf" --tokens 1 --out "$T/x.bin" --kv-dtype fp8 2> "$T/dtype.err"; rc3=$?
 set -e
 test "$rc1" -eq 2
 test "$rc2" -eq 2
+test "$rc3" -eq 2
+grep -q "unknown KV dtype 'fp8'" "$T/dtype.err"
 grep -q truncated "$T/trunc.err"
 echo "cli_test: all checks passed"
