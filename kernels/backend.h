@@ -109,12 +109,14 @@ struct AttentionShape {
 // KV"). A block's entries live in an F32 residual PAGE while the block is open; when it is
 // complete (or sealed) StoreKvInt8 quantizes it into codes + scales: keys per channel over
 // the block's tokens (one key group = one block), values per token in groups of
-// `value_group` channels. kv_dim = num_kv_heads * head_dim.
+// `value_group` channels. kv_dim = num_kv_heads * head_dim. Scales are F16: rounded to fp16
+// before the codes are computed (KvQuantOptions::fp16_scales), so storing them loses
+// nothing.
 struct KvCacheI8 {
   Tensor k_codes;   // [num_blocks, block_size, kv_dim] I8
   Tensor v_codes;   // [num_blocks, block_size, kv_dim] I8
-  Tensor k_scales;  // [num_blocks, kv_dim] F32
-  Tensor v_scales;  // [num_blocks, block_size, NumValueGroups(kv_dim, value_group)] F32
+  Tensor k_scales;  // [num_blocks, kv_dim] F16
+  Tensor v_scales;  // [num_blocks, block_size, NumValueGroups(kv_dim, value_group)] F16
   Tensor k_pages;   // [num_pages, block_size, kv_dim] F32 (entries of open blocks)
   Tensor v_pages;   // [num_pages, block_size, kv_dim] F32
   int value_group = 32;  // channels per value scale, >= 1
@@ -197,7 +199,8 @@ class Backend {
   //    (I32 [n]) at offset slots[i] % block_size. 2. Then quantizes each block of `seal`
   //    (I32 [num_seal, kSealFields], may be empty): entries [0, count) of page `page`
   //    become the block's codes and scales (kernels/quant/kv_quant.h, bit for bit: keys
-  //    QuantizeKeys with group_size = count, values QuantizeValues with value_group).
+  //    QuantizeKeys with group_size = count, values QuantizeValues with value_group,
+  //    both with fp16_scales).
   virtual absl::Status StoreKvInt8(Stream& stream, Tensor k, Tensor v, Tensor slots,
                                    Tensor pages, Tensor seal, const KvCacheI8& cache) {
     return absl::UnimplementedError(Name() + ": INT8 KV cache not implemented");

@@ -5,6 +5,7 @@
 
 #include "absl/strings/str_cat.h"
 #include "kernels/check.h"
+#include "common/fp16.h"
 #include "kernels/quant/kv_quant.h"
 
 namespace kvfold::engine {
@@ -21,7 +22,7 @@ int64_t ValueGroups(int kv_dim, int value_group) {
 }
 
 // Byte sizes of one layer's int8 tensors for `num_blocks` blocks: k codes, v codes,
-// k scales, v scales (each starts 64-byte aligned).
+// k scales, v scales (fp16; each tensor starts 64-byte aligned).
 struct Int8Layout {
   size_t codes, k_scales, v_scales;
   size_t layer_bytes() const { return 2 * AlignUp(codes) + AlignUp(k_scales) + AlignUp(v_scales); }
@@ -29,8 +30,8 @@ struct Int8Layout {
 
 Int8Layout LayoutOf(int num_blocks, int block_size, int kv_dim, int value_group) {
   const size_t nb = static_cast<size_t>(num_blocks);
-  return {nb * block_size * kv_dim, nb * kv_dim * sizeof(float),
-          nb * block_size * ValueGroups(kv_dim, value_group) * sizeof(float)};
+  return {nb * block_size * kv_dim, nb * kv_dim * sizeof(uint16_t),
+          nb * block_size * ValueGroups(kv_dim, value_group) * sizeof(uint16_t)};
 }
 
 }  // namespace
@@ -127,9 +128,9 @@ kernels::KvCacheI8 BlockPool::int8_cache(int layer) const {
   off += AlignUp(lay.codes);
   c.v_codes = kernels::ViewOf(*buffer_, off, DType::kI8, {num_blocks_, block_size_, kv_dim_});
   off += AlignUp(lay.codes);
-  c.k_scales = kernels::ViewOf(*buffer_, off, DType::kF32, {num_blocks_, kv_dim_});
+  c.k_scales = kernels::ViewOf(*buffer_, off, DType::kF16, {num_blocks_, kv_dim_});
   off += AlignUp(lay.k_scales);
-  c.v_scales = kernels::ViewOf(*buffer_, off, DType::kF32,
+  c.v_scales = kernels::ViewOf(*buffer_, off, DType::kF16,
                                {num_blocks_, block_size_, ValueGroups(kv_dim_, options_.value_group)});
   const size_t page_tensor = static_cast<size_t>(num_pages_) * block_size_ * kv_dim_ * sizeof(float);
   c.k_pages = kernels::ViewOf(*page_buffer_, 2 * static_cast<size_t>(layer) * page_tensor,
@@ -181,7 +182,8 @@ absl::Status BlockPool::RestorePage(int32_t block, int32_t page, int count) {
   const int bs = block_size_, kv = kv_dim_, g = options_.value_group;
   const int64_t vg = ValueGroups(kv, g);
   std::vector<int8_t> codes(static_cast<size_t>(count) * kv);
-  std::vector<float> scales(static_cast<size_t>(count) * std::max<int64_t>(kv, vg));
+  std::vector<uint16_t> half_scales(static_cast<size_t>(count) * std::max<int64_t>(kv, vg));
+  std::vector<float> scales(half_scales.size());
   std::vector<float> values(static_cast<size_t>(count) * kv);
   for (int l = 0; l < num_layers_; ++l) {
     const kernels::KvCacheI8 c = int8_cache(l);
@@ -190,8 +192,11 @@ absl::Status BlockPool::RestorePage(int32_t block, int32_t page, int count) {
       const Tensor scale_t = part == 0 ? c.k_scales.Rows(block, 1)
                                        : c.v_scales.Rows(block, 1).Reshape({bs, vg}).Rows(0, count);
       if (absl::Status s = backend_->CopyToHost(*stream_, code_t, codes.data()); !s.ok()) return s;
-      if (absl::Status s = backend_->CopyToHost(*stream_, scale_t, scales.data()); !s.ok()) return s;
+      if (absl::Status s = backend_->CopyToHost(*stream_, scale_t, half_scales.data()); !s.ok()) {
+        return s;
+      }
       if (absl::Status s = backend_->Synchronize(*stream_); !s.ok()) return s;
+      for (size_t i = 0; i < scales.size(); ++i) scales[i] = Fp16ToFp32(half_scales[i]);
       absl::Status s = part == 0 ? quant::DequantizeKeys(codes.data(), scales.data(), count, kv, bs,
                                                          values.data())
                                  : quant::DequantizeValues(codes.data(), scales.data(), count, kv, g,

@@ -4,8 +4,8 @@
 // Layout of the pool (one backend Buffer): for each layer, k_cache and v_cache tensors
 // [num_blocks, block_size, num_kv_heads * head_dim] F32, keys UN-ROTATED (CONTRACTS.md).
 // With KvDType::kInt8 (KIVI, docs/engine.md "INT8 KV") each layer instead holds int8 key
-// and value codes of the same shape, key scales [num_blocks, kv_dim] (a key group is one
-// block) and value scales [num_blocks, block_size, ceil(kv_dim / value_group)], and a
+// and value codes of the same shape, fp16 key scales [num_blocks, kv_dim] (a key group is
+// one block) and fp16 value scales [num_blocks, block_size, ceil(kv_dim / value_group)], and a
 // second, small store of F32 PAGES [num_pages, block_size, kv_dim] holds the entries of
 // blocks that are still open (not yet quantized). A block gets a page when a sequence
 // takes it and gives the page back once the Forward that completed (sealed) it ends.
@@ -77,7 +77,7 @@ class BlockPool {
   int block_size() const { return block_size_; }
   int num_blocks() const { return num_blocks_; }
   int free_blocks() const { return static_cast<int>(free_.size()); }
-  size_t bytes_per_block() const;  // all layers, K and V (int8: codes + scales)
+  size_t bytes_per_block() const;  // all layers, K and V (int8: codes + fp16 scales)
   size_t bytes_per_page() const;   // int8: one F32 page, all layers, K and V; F32: 0
   // F32 pool only.
   kernels::Tensor k_cache(int layer) const;

@@ -12,6 +12,7 @@
 #include <cstring>
 #include <limits>
 
+#include "common/fp16.h"
 #include "kernels/cpu/attention_simd.h"
 #include "kernels/cpu/cpu_ops.h"
 #include "kernels/quant/kv_quant.h"
@@ -44,13 +45,17 @@ inline int LoadEntry(const AttentionArgsI8& a, const KeyRef& keys, const int32_t
   }
   if (k != nullptr) {
     const int8_t* codes = a.k_codes + slot * kv_dim;
-    const float* scales = a.k_scales + block * kv_dim;
-    for (int c = 0; c < kv_dim; ++c) k[c] = static_cast<float>(codes[c]) * scales[c];
+    const uint16_t* scales = a.k_scales + block * kv_dim;
+    for (int c = 0; c < kv_dim; ++c) k[c] = static_cast<float>(codes[c]) * Fp16ToFp32(scales[c]);
   }
   if (v != nullptr) {
     const int8_t* codes = a.v_codes + slot * kv_dim;
-    const float* scales = a.v_scales + slot * a.v_groups;
-    for (int c = 0; c < kv_dim; ++c) v[c] = static_cast<float>(codes[c]) * scales[c / a.value_group];
+    const uint16_t* scales = a.v_scales + slot * a.v_groups;
+    float s = 0.0f;
+    for (int c = 0; c < kv_dim; ++c) {
+      if (c % a.value_group == 0) s = Fp16ToFp32(scales[c / a.value_group]);
+      v[c] = static_cast<float>(codes[c]) * s;
+    }
   }
   return pos;
 }
@@ -254,13 +259,18 @@ void AttentionInt8Optimized(ThreadPool& pool, const AttentionArgsI8& a, Attentio
 }
 
 void SealBlockInt8(const float* k_page, const float* v_page, int count, int kv_dim,
-                   int block_size, int value_group, int8_t* k_codes, float* k_scales,
-                   int8_t* v_codes, float* v_scales) {
+                   int value_group, int8_t* k_codes, uint16_t* k_scales, int8_t* v_codes,
+                   uint16_t* v_scales, float* scratch) {
   if (count <= 0) return;
-  // Arguments are validated by the backend; these calls cannot fail.
-  (void)quant::QuantizeKeys(k_page, count, kv_dim, {.group_size = count}, k_codes, k_scales);
-  (void)quant::QuantizeValues(v_page, count, kv_dim, {.group_size = value_group}, v_codes,
-                              v_scales);
+  // Arguments are validated by the backend; these calls cannot fail. The scales are
+  // already fp16 values: the conversion is exact.
+  (void)quant::QuantizeKeys(k_page, count, kv_dim, {.group_size = count, .fp16_scales = true},
+                            k_codes, scratch);
+  for (int c = 0; c < kv_dim; ++c) k_scales[c] = Fp32ToFp16(scratch[c]);
+  (void)quant::QuantizeValues(v_page, count, kv_dim,
+                              {.group_size = value_group, .fp16_scales = true}, v_codes, scratch);
+  const int64_t num_v = int64_t{count} * quant::NumValueGroups(kv_dim, value_group);
+  for (int64_t i = 0; i < num_v; ++i) v_scales[i] = Fp32ToFp16(scratch[i]);
 }
 
 }  // namespace kvfold::kernels::cpu

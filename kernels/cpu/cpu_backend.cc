@@ -1,6 +1,7 @@
 // The CPU backend: device memory is host memory; ops run synchronously on the calling
 // thread plus a fixed thread pool. Validation of shapes/dtypes happens here, kernels in
 // matmul.cc, attention.cc and elementwise.cc.
+#include <algorithm>
 #include <cstdlib>
 #include <cstring>
 #include <memory>
@@ -53,7 +54,7 @@ absl::Status CheckI8Cache(const KvCacheI8& c, const char* op, int64_t* kv_dim, i
   *v_groups = c.value_group >= 1 ? (*kv_dim + c.value_group - 1) / c.value_group : 0;
   const bool ok =
       c.k_codes.dtype == DType::kI8 && c.v_codes.dtype == DType::kI8 &&
-      c.k_scales.dtype == DType::kF32 && c.v_scales.dtype == DType::kF32 &&
+      c.k_scales.dtype == DType::kF16 && c.v_scales.dtype == DType::kF16 &&
       c.k_pages.dtype == DType::kF32 && c.v_pages.dtype == DType::kF32 && *kv_dim > 0 &&
       *v_groups > 0 && c.v_codes.numel() == c.k_codes.numel() &&
       c.k_scales.numel() == *num_blocks * *kv_dim &&
@@ -261,6 +262,8 @@ class CpuBackend : public Backend {
     }
     float* kp = static_cast<float*>(c.k_pages.data);
     float* vp = static_cast<float*>(c.v_pages.data);
+    const size_t scratch = static_cast<size_t>(std::max(kv_dim, bs * v_groups));
+    if (seal_scratch_.size() < scratch) seal_scratch_.resize(scratch);
     for (int64_t i = 0; i < n; ++i) {
       const int64_t dst = (int64_t{pg[i]} * bs + sl[i] % bs) * kv_dim;
       std::memcpy(kp + dst, static_cast<const float*>(k.data) + i * kv_dim, kv_dim * sizeof(float));
@@ -270,11 +273,12 @@ class CpuBackend : public Backend {
       const int32_t* f = se + i * kSealFields;
       const int64_t b = f[kSealBlock], p = f[kSealPage];
       cpu::SealBlockInt8(kp + p * bs * kv_dim, vp + p * bs * kv_dim, f[kSealCount],
-                         static_cast<int>(kv_dim), static_cast<int>(bs), c.value_group,
+                         static_cast<int>(kv_dim), c.value_group,
                          static_cast<int8_t*>(c.k_codes.data) + b * bs * kv_dim,
-                         static_cast<float*>(c.k_scales.data) + b * kv_dim,
+                         static_cast<uint16_t*>(c.k_scales.data) + b * kv_dim,
                          static_cast<int8_t*>(c.v_codes.data) + b * bs * kv_dim,
-                         static_cast<float*>(c.v_scales.data) + b * bs * v_groups);
+                         static_cast<uint16_t*>(c.v_scales.data) + b * bs * v_groups,
+                         seal_scratch_.data());
     }
     return absl::OkStatus();
   }
@@ -302,8 +306,8 @@ class CpuBackend : public Backend {
     cpu::AttentionArgsI8 a{static_cast<const float*>(q.data),
                            static_cast<const int8_t*>(c.k_codes.data),
                            static_cast<const int8_t*>(c.v_codes.data),
-                           static_cast<const float*>(c.k_scales.data),
-                           static_cast<const float*>(c.v_scales.data),
+                           static_cast<const uint16_t*>(c.k_scales.data),
+                           static_cast<const uint16_t*>(c.v_scales.data),
                            static_cast<const float*>(c.k_pages.data),
                            static_cast<const float*>(c.v_pages.data),
                            c.value_group,
@@ -350,6 +354,7 @@ class CpuBackend : public Backend {
   std::vector<float> ref_scratch_;
   cpu::AttentionScratch opt_scratch_;
   cpu::AttentionI8Scratch i8_scratch_;
+  std::vector<float> seal_scratch_;
 };
 
 }  // namespace

@@ -61,8 +61,8 @@ struct AttentionArgsI8 {
   const float* q;            // [n, num_heads * head_dim]
   const int8_t* k_codes;     // [num_blocks, block_size, kv_dim]
   const int8_t* v_codes;
-  const float* k_scales;     // [num_blocks, kv_dim]
-  const float* v_scales;     // [num_blocks, block_size, v_groups]
+  const uint16_t* k_scales;  // [num_blocks, kv_dim] fp16
+  const uint16_t* v_scales;  // [num_blocks, block_size, v_groups] fp16
   const float* k_pages;      // [num_pages, block_size, kv_dim]
   const float* v_pages;
   int value_group;
@@ -87,11 +87,11 @@ void AttentionInt8Optimized(ThreadPool& pool, const AttentionArgsI8& a,
                             AttentionI8Scratch& scratch);
 
 // StoreKvInt8's quantization of one block: entries [0, count) of a page into the block's
-// codes and scales (QuantizeKeys with group_size = count, QuantizeValues with
-// value_group).
+// codes and fp16 scales (QuantizeKeys with group_size = count, QuantizeValues with
+// value_group, fp16_scales). scratch: max(kv_dim, count * v_groups) floats.
 void SealBlockInt8(const float* k_page, const float* v_page, int count, int kv_dim,
-                   int block_size, int value_group, int8_t* k_codes, float* k_scales,
-                   int8_t* v_codes, float* v_scales);
+                   int value_group, int8_t* k_codes, uint16_t* k_scales, int8_t* v_codes,
+                   uint16_t* v_scales, float* scratch);
 
 // Rotates x (head_dim floats) by row `cs` of the rope table (cos | sin halves).
 inline void RotateHalf(const float* x, const float* cs, int head_dim, float* out) {

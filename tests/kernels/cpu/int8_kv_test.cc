@@ -1,13 +1,15 @@
 // INT8 KV ops of the CPU backends ("cpu" and "cpu-ref"): StoreKvInt8 against
-// kernels/quant's QuantizeKeys/QuantizeValues (bit for bit), and AttentionInt8 against the
-// F32 Attention of the same backend run on a cache that holds the dequantized entries
-// (DequantizeKeys/DequantizeValues) plus the row's own block from its page. Odd shapes:
+// kernels/quant's QuantizeKeys/QuantizeValues with fp16 scales (bit for bit), and
+// AttentionInt8 against the F32 Attention of the same backend run on a cache that holds
+// the dequantized entries (DequantizeKeys/DequantizeValues) plus the row's own block from
+// its page. Odd shapes:
 // kv_dim 24 with value groups of 10 (a partial group), block size 5, partial blocks,
 // sliding front offsets, prefix + main, rows that own different blocks.
 #include <cmath>
 #include <cstring>
 #include <random>
 
+#include "common/fp16.h"
 #include "gtest/gtest.h"
 #include "kernels/backend.h"
 #include "kernels/quant/kv_quant.h"
@@ -34,16 +36,16 @@ Tensor T(const void* p, DType dt, std::initializer_list<int64_t> shape) {
 struct Cache {
   std::vector<int8_t> k_codes = std::vector<int8_t>(kBlocks * kBs * kKvDim);
   std::vector<int8_t> v_codes = std::vector<int8_t>(kBlocks * kBs * kKvDim);
-  std::vector<float> k_scales = std::vector<float>(kBlocks * kKvDim);
-  std::vector<float> v_scales = std::vector<float>(kBlocks * kBs * kVGroups);
+  std::vector<uint16_t> k_scales = std::vector<uint16_t>(kBlocks * kKvDim);  // fp16
+  std::vector<uint16_t> v_scales = std::vector<uint16_t>(kBlocks * kBs * kVGroups);
   std::vector<float> k_pages = std::vector<float>(kPages * kBs * kKvDim);
   std::vector<float> v_pages = std::vector<float>(kPages * kBs * kKvDim);
   KvCacheI8 View() const {
     KvCacheI8 c;
     c.k_codes = T(k_codes.data(), DType::kI8, {kBlocks, kBs, kKvDim});
     c.v_codes = T(v_codes.data(), DType::kI8, {kBlocks, kBs, kKvDim});
-    c.k_scales = T(k_scales.data(), DType::kF32, {kBlocks, kKvDim});
-    c.v_scales = T(v_scales.data(), DType::kF32, {kBlocks, kBs, kVGroups});
+    c.k_scales = T(k_scales.data(), DType::kF16, {kBlocks, kKvDim});
+    c.v_scales = T(v_scales.data(), DType::kF16, {kBlocks, kBs, kVGroups});
     c.k_pages = T(k_pages.data(), DType::kF32, {kPages, kBs, kKvDim});
     c.v_pages = T(v_pages.data(), DType::kF32, {kPages, kBs, kKvDim});
     c.value_group = kGroup;
@@ -77,14 +79,19 @@ TEST_P(Int8KvTest, StoreKvInt8WritesPagesAndSealsLikeTheReference) {
   for (auto [block, row0, count] : {std::tuple{3, 0, kBs}, std::tuple{8, 5, 2}}) {
     std::vector<int8_t> kc(count * kKvDim), vc(count * kKvDim);
     std::vector<float> ks(kKvDim), vs(count * kVGroups);
-    ASSERT_TRUE(quant::QuantizeKeys(k.data() + row0 * kKvDim, count, kKvDim, {.group_size = count},
-                                    kc.data(), ks.data()).ok());
-    ASSERT_TRUE(quant::QuantizeValues(v.data() + row0 * kKvDim, count, kKvDim, {.group_size = kGroup},
-                                      vc.data(), vs.data()).ok());
+    ASSERT_TRUE(quant::QuantizeKeys(k.data() + row0 * kKvDim, count, kKvDim,
+                                    {.group_size = count, .fp16_scales = true}, kc.data(), ks.data())
+                    .ok());
+    ASSERT_TRUE(quant::QuantizeValues(v.data() + row0 * kKvDim, count, kKvDim,
+                                      {.group_size = kGroup, .fp16_scales = true}, vc.data(),
+                                      vs.data())
+                    .ok());
     EXPECT_EQ(0, std::memcmp(c.k_codes.data() + block * kBs * kKvDim, kc.data(), kc.size()));
     EXPECT_EQ(0, std::memcmp(c.v_codes.data() + block * kBs * kKvDim, vc.data(), vc.size()));
-    EXPECT_EQ(0, std::memcmp(c.k_scales.data() + block * kKvDim, ks.data(), ks.size() * 4));
-    EXPECT_EQ(0, std::memcmp(c.v_scales.data() + block * kBs * kVGroups, vs.data(), vs.size() * 4));
+    for (int i = 0; i < kKvDim; ++i) EXPECT_EQ(Fp16ToFp32(c.k_scales[block * kKvDim + i]), ks[i]);
+    for (size_t i = 0; i < vs.size(); ++i) {
+      EXPECT_EQ(Fp16ToFp32(c.v_scales[block * kBs * kVGroups + i]), vs[i]);
+    }
   }
   // Range checks.
   const std::vector<int32_t> bad_seal = {3, 1, kBs + 1};
@@ -115,18 +122,22 @@ TEST_P(Int8KvTest, AttentionInt8EqualsF32AttentionOnDequantizedCache) {
   const auto k_true = Random(kBlocks * kBs * kKvDim, 3);
   const auto v_true = Random(kBlocks * kBs * kKvDim, 4, 2.0f);
   Cache c;
+  std::vector<float> ks(c.k_scales.size()), vs(c.v_scales.size());  // the same, as F32
   for (int b = 0; b < kBlocks; ++b) {
     const int64_t off = int64_t{b} * kBs * kKvDim;
-    ASSERT_TRUE(quant::QuantizeKeys(k_true.data() + off, kBs, kKvDim, {.group_size = kBs},
-                                    c.k_codes.data() + off, c.k_scales.data() + b * kKvDim).ok());
-    ASSERT_TRUE(quant::QuantizeValues(v_true.data() + off, kBs, kKvDim, {.group_size = kGroup},
-                                      c.v_codes.data() + off,
-                                      c.v_scales.data() + b * kBs * kVGroups).ok());
+    ASSERT_TRUE(quant::QuantizeKeys(k_true.data() + off, kBs, kKvDim,
+                                    {.group_size = kBs, .fp16_scales = true},
+                                    c.k_codes.data() + off, ks.data() + b * kKvDim).ok());
+    ASSERT_TRUE(quant::QuantizeValues(v_true.data() + off, kBs, kKvDim,
+                                      {.group_size = kGroup, .fp16_scales = true},
+                                      c.v_codes.data() + off, vs.data() + b * kBs * kVGroups).ok());
   }
+  for (size_t i = 0; i < ks.size(); ++i) c.k_scales[i] = Fp32ToFp16(ks[i]);
+  for (size_t i = 0; i < vs.size(); ++i) c.v_scales[i] = Fp32ToFp16(vs[i]);
   std::vector<float> k_deq(k_true.size()), v_deq(v_true.size());
-  ASSERT_TRUE(quant::DequantizeKeys(c.k_codes.data(), c.k_scales.data(), kBlocks * kBs, kKvDim, kBs,
+  ASSERT_TRUE(quant::DequantizeKeys(c.k_codes.data(), ks.data(), kBlocks * kBs, kKvDim, kBs,
                                     k_deq.data()).ok());
-  ASSERT_TRUE(quant::DequantizeValues(c.v_codes.data(), c.v_scales.data(), kBlocks * kBs, kKvDim,
+  ASSERT_TRUE(quant::DequantizeValues(c.v_codes.data(), vs.data(), kBlocks * kBs, kKvDim,
                                       kGroup, v_deq.data()).ok());
   std::vector<float> rope(kRopeRows * kHd);
   for (int p = 0; p < kRopeRows; ++p) {
