@@ -28,10 +28,17 @@ using attention_simd::DotPortable;
 using attention_simd::SoftmaxAvx2;
 using attention_simd::SoftmaxPortable;
 
+// The F32 key scales of the block last dequantized (consecutive entries mostly share a
+// block): converting fp16 -> F32 once per block instead of once per entry.
+struct KeyScales {
+  int64_t block = -1;
+  std::vector<float> scales;  // [kv_dim]
+};
+
 // Loads visible entry `idx` of a row: its un-rotated key (all kv heads) into k and its
 // value into v (either may be null). Returns the entry's position.
 inline int LoadEntry(const AttentionArgsI8& a, const KeyRef& keys, const int32_t* own, int idx,
-                     float* k, float* v) {
+                     KeyScales& ks, float* k, float* v) {
   int pos;
   const int kv_dim = keys.kv_dim;
   const int bs = a.shape.block_size;
@@ -44,17 +51,23 @@ inline int LoadEntry(const AttentionArgsI8& a, const KeyRef& keys, const int32_t
     return pos;
   }
   if (k != nullptr) {
+    if (ks.block != block) {
+      ks.scales.resize(kv_dim);
+      const uint16_t* half = a.k_scales + block * kv_dim;
+      for (int c = 0; c < kv_dim; ++c) ks.scales[c] = Fp16ToFp32(half[c]);
+      ks.block = block;
+    }
     const int8_t* codes = a.k_codes + slot * kv_dim;
-    const uint16_t* scales = a.k_scales + block * kv_dim;
-    for (int c = 0; c < kv_dim; ++c) k[c] = static_cast<float>(codes[c]) * Fp16ToFp32(scales[c]);
+    const float* scales = ks.scales.data();
+    for (int c = 0; c < kv_dim; ++c) k[c] = static_cast<float>(codes[c]) * scales[c];
   }
   if (v != nullptr) {
     const int8_t* codes = a.v_codes + slot * kv_dim;
     const uint16_t* scales = a.v_scales + slot * a.v_groups;
-    float s = 0.0f;
-    for (int c = 0; c < kv_dim; ++c) {
-      if (c % a.value_group == 0) s = Fp16ToFp32(scales[c / a.value_group]);
-      v[c] = static_cast<float>(codes[c]) * s;
+    for (int c0 = 0, g = 0; c0 < kv_dim; c0 += a.value_group, ++g) {
+      const float s = Fp16ToFp32(scales[g]);
+      const int c1 = std::min(kv_dim, c0 + a.value_group);
+      for (int c = c0; c < c1; ++c) v[c] = static_cast<float>(codes[c]) * s;
     }
   }
   return pos;
@@ -62,9 +75,9 @@ inline int LoadEntry(const AttentionArgsI8& a, const KeyRef& keys, const int32_t
 
 // Key (rotated per kv head) and value of one entry into k_out / v_out (kv_dim each).
 inline void LoadRotated(const AttentionArgsI8& a, const KeyRef& keys, const int32_t* own, int idx,
-                        float* raw, float* k_out, float* v_out) {
+                        KeyScales& ks, float* raw, float* k_out, float* v_out) {
   const int hd = a.shape.head_dim;
-  const int pos = LoadEntry(a, keys, own, idx, raw, v_out);
+  const int pos = LoadEntry(a, keys, own, idx, ks, raw, v_out);
   const float* cs = a.rope + static_cast<int64_t>(pos) * hd;
   for (int h = 0; h < a.shape.num_kv_heads; ++h) RotateHalf(raw + h * hd, cs, hd, k_out + h * hd);
 }
@@ -78,6 +91,7 @@ void AttentionInt8Reference(const AttentionArgsI8& a, std::vector<float>& scratc
   const int kv_dim = sh.num_kv_heads * hd;
   const int group = sh.num_heads / sh.num_kv_heads;
   std::vector<float> raw(kv_dim), krot(kv_dim), val(kv_dim);
+  KeyScales ks;
   for (int64_t r = 0; r < a.n; ++r) {
     const int32_t* own = a.own + r * kAttnI8Fields;
     KeyRef keys{a, a.rows + r * kAttnRowFields, kv_dim};
@@ -89,7 +103,7 @@ void AttentionInt8Reference(const AttentionArgsI8& a, std::vector<float>& scratc
       float* out = a.out + r * q_dim + h * hd;
       float max_score = -std::numeric_limits<float>::infinity();
       for (int idx = 0; idx < nk; ++idx) {
-        const int pos = LoadEntry(a, keys, own, idx, raw.data(), nullptr);
+        const int pos = LoadEntry(a, keys, own, idx, ks, raw.data(), nullptr);
         RotateHalf(raw.data() + kvh * hd, a.rope + static_cast<int64_t>(pos) * hd, hd, krot.data());
         float dot = 0.0f;
         for (int d = 0; d < hd; ++d) dot += q[d] * krot[d];
@@ -104,7 +118,7 @@ void AttentionInt8Reference(const AttentionArgsI8& a, std::vector<float>& scratc
       const float inv = 1.0f / sum;
       std::fill(out, out + hd, 0.0f);
       for (int idx = 0; idx < nk; ++idx) {
-        LoadEntry(a, keys, own, idx, nullptr, val.data());
+        LoadEntry(a, keys, own, idx, ks, nullptr, val.data());
         const float* v = val.data() + kvh * hd;
         const float p = scratch[idx] * inv;
         for (int d = 0; d < hd; ++d) out[d] += p * v[d];
@@ -215,9 +229,14 @@ void AttentionInt8Optimized(ThreadPool& pool, const AttentionArgsI8& a, Attentio
   }
   float* keys = scratch.keys.data();
   float* values = scratch.values.data();
+  if (scratch.key_scales.size() < static_cast<size_t>(pool.num_threads())) {
+    scratch.key_scales.resize(pool.num_threads());
+  }
   auto dequant = [&](int64_t k0, int64_t k1, int thread) {
     std::vector<float>& raw = scratch.per_thread[pool.num_threads() + thread];
     if (raw.size() < static_cast<size_t>(kv_dim)) raw.resize(kv_dim);
+    std::vector<float>& ks_buf = scratch.key_scales[thread];
+    KeyScales ks{-1, std::move(ks_buf)};
     for (int64_t k = k0; k < k1; ++k) {
       const auto& g = groups[scratch.key_group[k]];
       int32_t probe[kAttnRowFields];
@@ -225,8 +244,9 @@ void AttentionInt8Optimized(ThreadPool& pool, const AttentionArgsI8& a, Attentio
       probe[kAttnPrefixVisible] = g[1];
       const KeyRef ref{a, probe, kv_dim};
       LoadRotated(a, ref, a.own + static_cast<int64_t>(g[0]) * kAttnI8Fields,
-                  static_cast<int>(k - g[3]), raw.data(), keys + k * kv_dim, values + k * kv_dim);
+                  static_cast<int>(k - g[3]), ks, raw.data(), keys + k * kv_dim, values + k * kv_dim);
     }
+    ks_buf = std::move(ks.scales);  // keep the capacity: no allocation next time
   };
   if (total_keys * kv_dim >= (1 << 15)) {
     pool.ParallelFor(total_keys, 64, dequant);

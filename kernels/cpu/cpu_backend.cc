@@ -61,7 +61,8 @@ absl::Status CheckI8Cache(const KvCacheI8& c, const char* op, int64_t* kv_dim, i
       c.v_scales.numel() == *num_blocks * *bs * *v_groups && c.k_pages.rank == 3 &&
       c.k_pages.dim(1) == *bs && c.k_pages.dim(2) == *kv_dim &&
       c.v_pages.numel() == c.k_pages.numel();
-  return Check(ok, op, "inconsistent int8 cache " + c.k_codes.DebugString() + " " +
+  if (ok) return absl::OkStatus();  // (the message below allocates)
+  return Check(false, op, "inconsistent int8 cache " + c.k_codes.DebugString() + " " +
                            c.k_scales.DebugString() + " " + c.v_scales.DebugString() + " " +
                            c.k_pages.DebugString() + " group " + std::to_string(c.value_group));
 }

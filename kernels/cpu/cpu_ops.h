@@ -80,6 +80,7 @@ void AttentionInt8Reference(const AttentionArgsI8& a, std::vector<float>& scratc
 struct AttentionI8Scratch {
   std::vector<std::vector<float>> per_thread;  // scores
   std::vector<float> keys, values;             // [keys, kv_dim] dequantized (keys rotated)
+  std::vector<std::vector<float>> key_scales;  // per thread: one block's F32 key scales
   std::vector<std::array<int, 5>> groups;      // first row, prefix keys, main keys, base, rows
   std::vector<int> row_group, key_group;
 };

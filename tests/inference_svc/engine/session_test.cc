@@ -39,7 +39,7 @@ struct Rig {
   std::unique_ptr<Engine> engine;
 };
 
-Rig Make(bool reference = false) {
+Rig Make(bool reference = false, KvDType kv_dtype = KvDType::kF32) {
   Rig s;
   s.model = model::MakeRandomModel(*model::NamedShape("tiny-odd"), 3, kernels::DType::kF32);
   kernels::CpuBackendOptions bo;
@@ -48,6 +48,7 @@ Rig Make(bool reference = false) {
   s.backend = kernels::CreateCpuBackend(bo);
   EngineOptions options;
   options.kv_pool_bytes = 32 << 20;
+  options.kv_dtype = kv_dtype;
   s.engine = std::move(*Engine::Create(s.model, s.backend.get(), options));
   return s;
 }
@@ -129,8 +130,10 @@ TEST(SessionTest, AppendBatchEqualsSingleAppends) {
   }
 }
 
-TEST(SessionTest, SteadyStateDecodeDoesNotAllocate) {
-  Rig s = Make();
+class SteadyStateTest : public ::testing::TestWithParam<KvDType> {};
+
+TEST_P(SteadyStateTest, SteadyStateDecodeDoesNotAllocate) {
+  Rig s = Make(false, GetParam());
   SessionOptions o;
   o.mode = KvMode::kSliding;
   o.window_size = 40;
@@ -142,6 +145,9 @@ TEST(SessionTest, SteadyStateDecodeDoesNotAllocate) {
   for (int i = 0; i < 100; ++i) ASSERT_TRUE(a->Append(sampler.Sample(a->Logits())).ok());
   EXPECT_EQ(g_allocations.load() - before, 0);
 }
+
+INSTANTIATE_TEST_SUITE_P(KvDTypes, SteadyStateTest, ::testing::Values(KvDType::kF32, KvDType::kInt8),
+                         [](const auto& info) { return std::string(KvDTypeName(info.param)); });
 
 TEST(SamplerTest, RngMatchesXoshiroAndRestores) {
   Rng rng(0);
