@@ -173,15 +173,15 @@ absl::StatusOr<std::unique_ptr<Engine>> Engine::Create(const model::ModelFile& m
     s.h_seal.reserve(2 * T * kernels::kSealFields);
   }
 
-  // KV pool. Int8: the initial F32 pages (enough for one chunk's open blocks plus 16
-  // sequences' open blocks; they grow on demand) come out of kv_pool_bytes too.
+  // KV pool. Int8: the initial F32 pages (one chunk's blocks plus 8 sequences' open
+  // blocks; the page store doubles on demand) come out of kv_pool_bytes too.
   BlockPoolOptions pool_options;
   pool_options.dtype = options.kv_dtype;
   pool_options.value_group = std::min(options.kv_value_group, c.kv_dim());
   size_t pool_bytes = options.kv_pool_bytes;
   if (options.kv_dtype == KvDType::kInt8) {
-    pool_options.num_pages = 2 * ((options.max_batch_tokens + options.block_size - 1) /
-                                  options.block_size) + 16;
+    pool_options.num_pages =
+        (options.max_batch_tokens + options.block_size - 1) / options.block_size + 8;
     const size_t page_bytes = static_cast<size_t>(c.num_layers) * 2 * options.block_size *
                               c.kv_dim() * sizeof(float);
     const size_t pages_bytes = page_bytes * pool_options.num_pages;

@@ -239,6 +239,76 @@ TEST_P(Int8KvTest, AttentionInt8EqualsF32AttentionOnDequantizedCache) {
             absl::StatusCode::kInvalidArgument);
 }
 
+// A long context (2,000 entries in 400 blocks): the optimised kernel's threaded
+// dequantization and attention against the reference kernel, and batch invariance.
+TEST(Int8KvLongTest, OptimizedMatchesReferenceAndIsBatchInvariant) {
+  constexpr int kLongBlocks = 400, kEntries = kLongBlocks * kBs;
+  auto ref = CreateCpuBackend({1, true});
+  auto opt = CreateCpuBackend({2, false});
+  auto s1 = ref->CreateStream(), s2 = opt->CreateStream();
+  const auto k = Random(kEntries * kKvDim, 11), v = Random(kEntries * kKvDim, 12);
+  std::vector<int8_t> kc(k.size()), vc(v.size());
+  std::vector<float> ks(kLongBlocks * kKvDim), vs(kEntries * kVGroups);
+  for (int b = 0; b < kLongBlocks; ++b) {
+    const int64_t off = int64_t{b} * kBs * kKvDim;
+    ASSERT_TRUE(quant::QuantizeKeys(k.data() + off, kBs, kKvDim, {.group_size = kBs, .fp16_scales = true},
+                                    kc.data() + off, ks.data() + b * kKvDim).ok());
+  }
+  ASSERT_TRUE(quant::QuantizeValues(v.data(), kEntries, kKvDim, {.group_size = kGroup, .fp16_scales = true},
+                                    vc.data(), vs.data()).ok());
+  std::vector<uint16_t> ksh(ks.size()), vsh(vs.size());
+  for (size_t i = 0; i < ks.size(); ++i) ksh[i] = Fp32ToFp16(ks[i]);
+  for (size_t i = 0; i < vs.size(); ++i) vsh[i] = Fp32ToFp16(vs[i]);
+  std::vector<float> pages(kBs * kKvDim, 0.5f);  // own block content of every row: page 0
+  KvCacheI8 c;
+  c.k_codes = T(kc.data(), DType::kI8, {kLongBlocks, kBs, kKvDim});
+  c.v_codes = T(vc.data(), DType::kI8, {kLongBlocks, kBs, kKvDim});
+  c.k_scales = T(ksh.data(), DType::kF16, {kLongBlocks, kKvDim});
+  c.v_scales = T(vsh.data(), DType::kF16, {kLongBlocks, kBs, kVGroups});
+  c.k_pages = T(pages.data(), DType::kF32, {1, kBs, kKvDim});
+  c.v_pages = T(pages.data(), DType::kF32, {1, kBs, kKvDim});
+  c.value_group = kGroup;
+  std::vector<int32_t> tables(kLongBlocks);
+  for (int b = 0; b < kLongBlocks; ++b) tables[b] = (b * 7) % kLongBlocks;  // scattered
+  const int rope_rows = 2048;
+  std::vector<float> rope(rope_rows * kHd);
+  for (int p = 0; p < rope_rows; ++p) {
+    for (int i = 0; i < kHd / 2; ++i) {
+      const double a = p * std::pow(10000.0, -2.0 * i / kHd);
+      rope[p * kHd + i] = static_cast<float>(std::cos(a));
+      rope[p * kHd + kHd / 2 + i] = static_cast<float>(std::sin(a));
+    }
+  }
+  const std::vector<int> his = {kEntries, 1501, 1500, 1};  // rows 1 and 2 share a block
+  const int n = static_cast<int>(his.size());
+  std::vector<int32_t> rows(n * kAttnRowFields, 0), own(n * kAttnI8Fields);
+  for (int i = 0; i < n; ++i) {
+    int32_t* f = &rows[i * kAttnRowFields];
+    f[kAttnMainTable] = 0;
+    f[kAttnMainHi] = his[i];
+    own[i * kAttnI8Fields + kAttnOwnBlock] = tables[(his[i] - 1) / kBs];
+    own[i * kAttnI8Fields + kAttnOwnPage] = 0;
+  }
+  const auto q = Random(n * kQDim, 13);
+  const AttentionShape shape{kHeads, kKvHeads, kHd, kBs, 1.0f / std::sqrt(12.0f)};
+  auto run = [&](Backend& be, Stream& st, std::vector<float>& out, int row0, int nrows) {
+    return be.AttentionInt8(st, T(q.data() + row0 * kQDim, DType::kF32, {nrows, kQDim}), c,
+                            T(rows.data() + row0 * kAttnRowFields, DType::kI32, {nrows, kAttnRowFields}),
+                            T(own.data() + row0 * kAttnI8Fields, DType::kI32, {nrows, kAttnI8Fields}),
+                            T(tables.data(), DType::kI32, {kLongBlocks}),
+                            T(rope.data(), DType::kF32, {rope_rows, kHd}), shape,
+                            T(out.data() + row0 * kQDim, DType::kF32, {nrows, kQDim}));
+  };
+  std::vector<float> a(q.size()), b(q.size()), single(q.size());
+  ASSERT_TRUE(run(*ref, *s1, a, 0, n).ok());
+  ASSERT_TRUE(run(*opt, *s2, b, 0, n).ok());
+  for (int i = 0; i < n; ++i) ASSERT_TRUE(run(*opt, *s2, single, i, 1).ok());
+  EXPECT_EQ(0, std::memcmp(b.data(), single.data(), b.size() * sizeof(float)));
+  double max_err = 0;
+  for (size_t i = 0; i < a.size(); ++i) max_err = std::max(max_err, double{std::fabs(a[i] - b[i])});
+  EXPECT_LT(max_err, 1e-5);
+}
+
 INSTANTIATE_TEST_SUITE_P(Backends, Int8KvTest, ::testing::Bool(),
                          [](const auto& info) { return info.param ? "Reference" : "Optimized"; });
 
