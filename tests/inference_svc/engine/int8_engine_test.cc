@@ -251,6 +251,84 @@ TEST(Int8EngineTest, TruncateIntoASealedBlockRestoresItsPage) {
   EXPECT_EQ(a->main_len(), 11);
 }
 
+// A backend without int8 KV ops (like the CUDA backend for now): delegates to the CPU.
+class F32OnlyBackend : public kernels::Backend {
+ public:
+  F32OnlyBackend() : cpu_(kernels::CreateCpuBackend({})) {}
+  std::string Name() const override { return "f32-only"; }
+  absl::StatusOr<std::unique_ptr<kernels::Buffer>> Allocate(size_t bytes) override {
+    return cpu_->Allocate(bytes);
+  }
+  absl::StatusOr<std::unique_ptr<kernels::Buffer>> AdoptWeights(
+      const void* host, size_t bytes, std::shared_ptr<const void> keepalive) override {
+    return cpu_->AdoptWeights(host, bytes, std::move(keepalive));
+  }
+  std::unique_ptr<kernels::Stream> CreateStream() override { return cpu_->CreateStream(); }
+  absl::Status CopyToDevice(kernels::Stream& s, const void* host, kernels::Tensor dst) override {
+    return cpu_->CopyToDevice(s, host, dst);
+  }
+  absl::Status CopyToHost(kernels::Stream& s, kernels::Tensor src, void* host) override {
+    return cpu_->CopyToHost(s, src, host);
+  }
+  absl::Status Copy(kernels::Stream& s, kernels::Tensor src, kernels::Tensor dst) override {
+    return cpu_->Copy(s, src, dst);
+  }
+  absl::Status Synchronize(kernels::Stream& s) override { return cpu_->Synchronize(s); }
+  absl::Status Gather(kernels::Stream& s, kernels::Tensor t, kernels::Tensor ids,
+                      kernels::Tensor out) override {
+    return cpu_->Gather(s, t, ids, out);
+  }
+  absl::Status RmsNorm(kernels::Stream& s, kernels::Tensor x, kernels::Tensor w, float eps,
+                       kernels::Tensor out) override {
+    return cpu_->RmsNorm(s, x, w, eps, out);
+  }
+  absl::Status MatMul(kernels::Stream& s, kernels::Tensor x, kernels::Tensor w, kernels::Tensor b,
+                      kernels::Tensor out) override {
+    return cpu_->MatMul(s, x, w, b, out);
+  }
+  absl::Status Rope(kernels::Stream& s, kernels::Tensor x, kernels::Tensor p, kernels::Tensor t,
+                    kernels::Tensor out) override {
+    return cpu_->Rope(s, x, p, t, out);
+  }
+  absl::Status StoreKv(kernels::Stream& s, kernels::Tensor k, kernels::Tensor v, kernels::Tensor sl,
+                       kernels::Tensor kc, kernels::Tensor vc) override {
+    return cpu_->StoreKv(s, k, v, sl, kc, vc);
+  }
+  absl::Status Attention(kernels::Stream& s, kernels::Tensor q, kernels::Tensor kc,
+                         kernels::Tensor vc, kernels::Tensor rows, kernels::Tensor tables,
+                         kernels::Tensor rope, const kernels::AttentionShape& shape,
+                         kernels::Tensor out) override {
+    return cpu_->Attention(s, q, kc, vc, rows, tables, rope, shape, out);
+  }
+  absl::Status SiluMul(kernels::Stream& s, kernels::Tensor g, kernels::Tensor u,
+                       kernels::Tensor out) override {
+    return cpu_->SiluMul(s, g, u, out);
+  }
+  absl::Status Add(kernels::Stream& s, kernels::Tensor a, kernels::Tensor b,
+                   kernels::Tensor out) override {
+    return cpu_->Add(s, a, b, out);
+  }
+
+ private:
+  std::unique_ptr<kernels::Backend> cpu_;
+};
+
+TEST(Int8EngineTest, BackendWithoutInt8OpsIsUnimplemented) {
+  auto c = model::NamedShape("tiny");
+  auto m = model::MakeRandomModel(*c, 1, kernels::DType::kF32);
+  F32OnlyBackend backend;
+  EngineOptions o = Int8Options();
+  o.kv_pool_bytes = 1 << 20;
+  auto e = Engine::Create(m, &backend, o);
+  EXPECT_EQ(e.status().code(), absl::StatusCode::kUnimplemented);
+  EXPECT_NE(e.status().message().find("f32-only"), std::string::npos) << e.status();
+  o.kv_dtype = KvDType::kF32;
+  EXPECT_TRUE(Engine::Create(m, &backend, o).ok());  // the F32 cache still works
+  auto stream = backend.CreateStream();
+  EXPECT_EQ(backend.StoreKvInt8(*stream, {}, {}, {}, {}, {}, {}).code(),
+            absl::StatusCode::kUnimplemented);
+}
+
 TEST(Int8EngineTest, KvDTypeParserAndBackendSupport) {
   EXPECT_EQ(*ParseKvDType("f32"), KvDType::kF32);
   EXPECT_EQ(*ParseKvDType("int8"), KvDType::kInt8);
