@@ -113,12 +113,12 @@ struct AttentionShape {
 // before the codes are computed (KvQuantOptions::fp16_scales), so storing them loses
 // nothing.
 struct KvCacheI8 {
-  Tensor k_codes;   // [num_blocks, block_size, kv_dim] I8
-  Tensor v_codes;   // [num_blocks, block_size, kv_dim] I8
-  Tensor k_scales;  // [num_blocks, kv_dim] F16
-  Tensor v_scales;  // [num_blocks, block_size, NumValueGroups(kv_dim, value_group)] F16
-  Tensor k_pages;   // [num_pages, block_size, kv_dim] F32 (entries of open blocks)
-  Tensor v_pages;   // [num_pages, block_size, kv_dim] F32
+  Tensor k_codes;        // [num_blocks, block_size, kv_dim] I8
+  Tensor v_codes;        // [num_blocks, block_size, kv_dim] I8
+  Tensor k_scales;       // [num_blocks, kv_dim] F16
+  Tensor v_scales;       // [num_blocks, block_size, NumValueGroups(kv_dim, value_group)] F16
+  Tensor k_pages;        // [num_pages, block_size, kv_dim] F32 (entries of open blocks)
+  Tensor v_pages;        // [num_pages, block_size, kv_dim] F32
   int value_group = 32;  // channels per value scale, >= 1
 };
 
@@ -201,18 +201,17 @@ class Backend {
   //    become the block's codes and scales (kernels/quant/kv_quant.h, bit for bit: keys
   //    QuantizeKeys with group_size = count, values QuantizeValues with value_group,
   //    both with fp16_scales).
-  virtual absl::Status StoreKvInt8(Stream& stream, Tensor k, Tensor v, Tensor slots,
-                                   Tensor pages, Tensor seal, const KvCacheI8& cache) {
+  virtual absl::Status StoreKvInt8(Stream& stream, Tensor k, Tensor v, Tensor slots, Tensor pages,
+                                   Tensor seal, const KvCacheI8& cache) {
     return absl::UnimplementedError(Name() + ": INT8 KV cache not implemented");
   }
 
   // Attention over an INT8 cache; same contract as Attention plus own [n, kAttnI8Fields]
   // I32 (AttnI8Row). A key read from int8 is codes * scale (F32), then rotated; a value is
   // codes * scale. Batch-invariant like Attention.
-  virtual absl::Status AttentionInt8(Stream& stream, Tensor q, const KvCacheI8& cache,
-                                     Tensor rows, Tensor own, Tensor block_tables,
-                                     Tensor rope_table, const AttentionShape& shape,
-                                     Tensor out) {
+  virtual absl::Status AttentionInt8(Stream& stream, Tensor q, const KvCacheI8& cache, Tensor rows,
+                                     Tensor own, Tensor block_tables, Tensor rope_table,
+                                     const AttentionShape& shape, Tensor out) {
     return absl::UnimplementedError(Name() + ": INT8 KV attention not implemented");
   }
 

@@ -58,8 +58,8 @@ absl::StatusOr<std::unique_ptr<Engine>> Engine::Create(const model::ModelFile& m
     return absl::InvalidArgumentError("Engine: kv_value_group must be >= 1");
   }
   if (options.kv_dtype == KvDType::kInt8 && !backend->SupportsInt8Kv()) {
-    return absl::UnimplementedError(absl::StrCat("backend ", backend->Name(),
-                                                 " has no INT8 KV cache (use --kv-dtype f32)"));
+    return absl::UnimplementedError(
+        absl::StrCat("backend ", backend->Name(), " has no INT8 KV cache (use --kv-dtype f32)"));
   }
   if (absl::Status s = model.config.Validate(); !s.ok()) return s;
   if (absl::Status s = model.ValidateTensors(); !s.ok()) return s;
@@ -141,10 +141,9 @@ absl::StatusOr<std::unique_ptr<Engine>> Engine::Create(const model::ModelFile& m
   s.sel = carve({T, d});
   s.logits = carve({Scratch::kLogitRows, c.vocab_size});
   s.sel_norm = s.h;  // the logits path runs after the last layer: h is free
-  absl::StatusOr<std::unique_ptr<kernels::Buffer>> ints =
-      backend->Allocate(T * (4 + kernels::kAttnRowFields + kernels::kAttnI8Fields + 1 +
-                             2 * kernels::kSealFields) *
-                        sizeof(int32_t));
+  absl::StatusOr<std::unique_ptr<kernels::Buffer>> ints = backend->Allocate(
+      T * (4 + kernels::kAttnRowFields + kernels::kAttnI8Fields + 1 + 2 * kernels::kSealFields) *
+      sizeof(int32_t));
   if (!ints.ok()) return ints.status();
   s.int_buffer = std::move(*ints);
   off = 0;
@@ -182,8 +181,8 @@ absl::StatusOr<std::unique_ptr<Engine>> Engine::Create(const model::ModelFile& m
   if (options.kv_dtype == KvDType::kInt8) {
     pool_options.num_pages =
         (options.max_batch_tokens + options.block_size - 1) / options.block_size + 8;
-    const size_t page_bytes = static_cast<size_t>(c.num_layers) * 2 * options.block_size *
-                              c.kv_dim() * sizeof(float);
+    const size_t page_bytes =
+        static_cast<size_t>(c.num_layers) * 2 * options.block_size * c.kv_dim() * sizeof(float);
     const size_t pages_bytes = page_bytes * pool_options.num_pages;
     pool_bytes = pool_bytes > pages_bytes ? pool_bytes - pages_bytes : 0;
   }

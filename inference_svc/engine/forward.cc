@@ -246,15 +246,17 @@ absl::Status Engine::ForwardChunk(std::span<const SequenceInput> inputs,
         const int32_t slot = s.h_slots[base + r];
         const int32_t block = slot / bs;
         const int32_t page = pool_->page_of(block);
-        s.h_own[static_cast<size_t>(base + r) * kernels::kAttnI8Fields + kernels::kAttnOwnBlock] = block;
-        s.h_own[static_cast<size_t>(base + r) * kernels::kAttnI8Fields + kernels::kAttnOwnPage] = page;
+        s.h_own[static_cast<size_t>(base + r) * kernels::kAttnI8Fields + kernels::kAttnOwnBlock] =
+            block;
+        s.h_own[static_cast<size_t>(base + r) * kernels::kAttnI8Fields + kernels::kAttnOwnPage] =
+            page;
         s.h_pages[base + r] = page;
         if (slot % bs == bs - 1) s.h_seal.insert(s.h_seal.end(), {block, page, bs});
       }
-      const bool wrote_prefix = in.mask == MaskKind::kBidirectionalPrefix ||
-                                cache.prefix_len() > s.before_prefix[i];
-      const bool prefix_complete = in.mask == MaskKind::kBidirectionalPrefix ||
-                                   cache.prefix_len() >= pol.auto_prefix_tokens;
+      const bool wrote_prefix =
+          in.mask == MaskKind::kBidirectionalPrefix || cache.prefix_len() > s.before_prefix[i];
+      const bool prefix_complete =
+          in.mask == MaskKind::kBidirectionalPrefix || cache.prefix_len() >= pol.auto_prefix_tokens;
       if (wrote_prefix && prefix_complete && cache.prefix_len() % bs != 0) {
         const int32_t block = cache.prefix_blocks().back();
         s.h_seal.insert(s.h_seal.end(), {block, pool_->page_of(block), cache.prefix_len() % bs});
@@ -370,8 +372,7 @@ absl::Status Engine::ForwardChunk(std::span<const SequenceInput> inputs,
       const kernels::KvCacheI8 cache = pool_->int8_cache(l);
       KVFOLD_RETURN_IF_ERROR(be.StoreKvInt8(st, k, v, slots, pages, seal, cache));
       KVFOLD_RETURN_IF_ERROR(be.Rope(st, q, pos, rope, q));
-      KVFOLD_RETURN_IF_ERROR(
-          be.AttentionInt8(st, q, cache, rows, own, tables, rope, ash, att));
+      KVFOLD_RETURN_IF_ERROR(be.AttentionInt8(st, q, cache, rows, own, tables, rope, ash, att));
     } else {
       const Tensor kc = pool_->k_cache(l), vc = pool_->v_cache(l);
       KVFOLD_RETURN_IF_ERROR(be.StoreKv(st, k, v, slots, kc, vc));

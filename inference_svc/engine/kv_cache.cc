@@ -4,8 +4,8 @@
 #include <string>
 
 #include "absl/strings/str_cat.h"
-#include "kernels/check.h"
 #include "common/fp16.h"
+#include "kernels/check.h"
 #include "kernels/quant/kv_quant.h"
 
 namespace kvfold::engine {
@@ -77,8 +77,9 @@ absl::StatusOr<std::unique_ptr<BlockPool>> BlockPool::Create(kernels::Backend* b
   pool->block_size_ = block_size;
   pool->num_blocks_ = num_blocks;
   const size_t bytes =
-      int8 ? num_layers * LayoutOf(num_blocks, block_size, kv_dim, options.value_group).layer_bytes()
-           : pool->bytes_per_block() * static_cast<size_t>(num_blocks);
+      int8
+          ? num_layers * LayoutOf(num_blocks, block_size, kv_dim, options.value_group).layer_bytes()
+          : pool->bytes_per_block() * static_cast<size_t>(num_blocks);
   absl::StatusOr<std::unique_ptr<kernels::Buffer>> buffer = backend->Allocate(bytes);
   if (!buffer.ok()) return buffer.status();
   pool->buffer_ = std::move(*buffer);
@@ -130,9 +131,11 @@ kernels::KvCacheI8 BlockPool::int8_cache(int layer) const {
   off += AlignUp(lay.codes);
   c.k_scales = kernels::ViewOf(*buffer_, off, DType::kF16, {num_blocks_, kv_dim_});
   off += AlignUp(lay.k_scales);
-  c.v_scales = kernels::ViewOf(*buffer_, off, DType::kF16,
-                               {num_blocks_, block_size_, ValueGroups(kv_dim_, options_.value_group)});
-  const size_t page_tensor = static_cast<size_t>(num_pages_) * block_size_ * kv_dim_ * sizeof(float);
+  c.v_scales =
+      kernels::ViewOf(*buffer_, off, DType::kF16,
+                      {num_blocks_, block_size_, ValueGroups(kv_dim_, options_.value_group)});
+  const size_t page_tensor =
+      static_cast<size_t>(num_pages_) * block_size_ * kv_dim_ * sizeof(float);
   c.k_pages = kernels::ViewOf(*page_buffer_, 2 * static_cast<size_t>(layer) * page_tensor,
                               DType::kF32, {num_pages_, block_size_, kv_dim_});
   c.v_pages = kernels::ViewOf(*page_buffer_, (2 * static_cast<size_t>(layer) + 1) * page_tensor,
@@ -152,8 +155,8 @@ absl::Status BlockPool::GrowPages() {
     for (int t = 0; t < 2 * num_layers_; ++t) {
       const Tensor src = kernels::ViewOf(*page_buffer_, t * old_pages * page_tensor_bytes,
                                          DType::kF32, {old_pages, block_size_, kv_dim_});
-      const Tensor dst = kernels::ViewOf(**buffer, t * new_pages * page_tensor_bytes,
-                                         DType::kF32, {old_pages, block_size_, kv_dim_});
+      const Tensor dst = kernels::ViewOf(**buffer, t * new_pages * page_tensor_bytes, DType::kF32,
+                                         {old_pages, block_size_, kv_dim_});
       if (absl::Status s = backend_->Copy(*stream_, src, dst); !s.ok()) return s;
     }
     if (absl::Status s = backend_->Synchronize(*stream_); !s.ok()) return s;
@@ -188,7 +191,8 @@ absl::Status BlockPool::RestorePage(int32_t block, int32_t page, int count) {
   for (int l = 0; l < num_layers_; ++l) {
     const kernels::KvCacheI8 c = int8_cache(l);
     for (int part = 0; part < 2; ++part) {  // keys, then values
-      const Tensor code_t = (part == 0 ? c.k_codes : c.v_codes).Rows(block, 1).Reshape({bs, kv}).Rows(0, count);
+      const Tensor code_t =
+          (part == 0 ? c.k_codes : c.v_codes).Rows(block, 1).Reshape({bs, kv}).Rows(0, count);
       const Tensor scale_t = part == 0 ? c.k_scales.Rows(block, 1)
                                        : c.v_scales.Rows(block, 1).Reshape({bs, vg}).Rows(0, count);
       if (absl::Status s = backend_->CopyToHost(*stream_, code_t, codes.data()); !s.ok()) return s;
@@ -197,12 +201,13 @@ absl::Status BlockPool::RestorePage(int32_t block, int32_t page, int count) {
       }
       if (absl::Status s = backend_->Synchronize(*stream_); !s.ok()) return s;
       for (size_t i = 0; i < scales.size(); ++i) scales[i] = Fp16ToFp32(half_scales[i]);
-      absl::Status s = part == 0 ? quant::DequantizeKeys(codes.data(), scales.data(), count, kv, bs,
-                                                         values.data())
-                                 : quant::DequantizeValues(codes.data(), scales.data(), count, kv, g,
-                                                           values.data());
+      absl::Status s =
+          part == 0
+              ? quant::DequantizeKeys(codes.data(), scales.data(), count, kv, bs, values.data())
+              : quant::DequantizeValues(codes.data(), scales.data(), count, kv, g, values.data());
       if (!s.ok()) return s;
-      const Tensor dst = (part == 0 ? c.k_pages : c.v_pages).Rows(page, 1).Reshape({bs, kv}).Rows(0, count);
+      const Tensor dst =
+          (part == 0 ? c.k_pages : c.v_pages).Rows(page, 1).Reshape({bs, kv}).Rows(0, count);
       if (s = backend_->CopyToDevice(*stream_, values.data(), dst); !s.ok()) return s;
       if (s = backend_->Synchronize(*stream_); !s.ok()) return s;
     }

@@ -140,7 +140,7 @@ struct TaskI8 {
   float* scores;  // [group, nk]
 };
 
-#define KVFOLD_ATTEND_I8(NAME, ATTR, DOT, AXPY, SOFTMAX)                                        \
+#define KVFOLD_ATTEND_I8(NAME, ATTR, DOT, AXPY, SOFTMAX)                                       \
   ATTR void NAME(const TaskI8& t) {                                                            \
     const AttentionArgsI8& a = *t.a;                                                           \
     const AttentionShape& sh = a.shape;                                                        \
@@ -176,16 +176,18 @@ KVFOLD_ATTEND_I8(AttendI8Portable, , DotPortable, AxpyPortable, SoftmaxPortable)
 // Rows share dequantized keys when their keys sit at the same positions (attention.cc's
 // rule) AND they read the same block from its page.
 bool SameLayoutI8(const int32_t* a, const int32_t* b, const int32_t* own_a, const int32_t* own_b) {
-  return a[kAttnPrefixTable] == b[kAttnPrefixTable] && a[kAttnPrefixPosBase] == b[kAttnPrefixPosBase] &&
-         a[kAttnPrefixPosStride] == b[kAttnPrefixPosStride] && a[kAttnMainTable] == b[kAttnMainTable] &&
-         a[kAttnMainFront] == b[kAttnMainFront] && a[kAttnMainLo] == b[kAttnMainLo] &&
-         a[kAttnMainPosLo] == b[kAttnMainPosLo] && own_a[kAttnOwnBlock] == own_b[kAttnOwnBlock] &&
-         own_a[kAttnOwnPage] == own_b[kAttnOwnPage];
+  return a[kAttnPrefixTable] == b[kAttnPrefixTable] &&
+         a[kAttnPrefixPosBase] == b[kAttnPrefixPosBase] &&
+         a[kAttnPrefixPosStride] == b[kAttnPrefixPosStride] &&
+         a[kAttnMainTable] == b[kAttnMainTable] && a[kAttnMainFront] == b[kAttnMainFront] &&
+         a[kAttnMainLo] == b[kAttnMainLo] && a[kAttnMainPosLo] == b[kAttnMainPosLo] &&
+         own_a[kAttnOwnBlock] == own_b[kAttnOwnBlock] && own_a[kAttnOwnPage] == own_b[kAttnOwnPage];
 }
 
 }  // namespace
 
-void AttentionInt8Optimized(ThreadPool& pool, const AttentionArgsI8& a, AttentionI8Scratch& scratch) {
+void AttentionInt8Optimized(ThreadPool& pool, const AttentionArgsI8& a,
+                            AttentionI8Scratch& scratch) {
   const AttentionShape& sh = a.shape;
   const int hd = sh.head_dim;
   const int kv_dim = sh.num_kv_heads * hd;
@@ -202,9 +204,8 @@ void AttentionInt8Optimized(ThreadPool& pool, const AttentionArgsI8& a, Attentio
   for (int64_t r = 0; r < a.n; ++r) {
     const int32_t* row = a.rows + r * kAttnRowFields;
     const int32_t* own = a.own + r * kAttnI8Fields;
-    if (groups.empty() ||
-        !SameLayoutI8(a.rows + groups.back()[0] * kAttnRowFields, row,
-                      a.own + groups.back()[0] * kAttnI8Fields, own)) {
+    if (groups.empty() || !SameLayoutI8(a.rows + groups.back()[0] * kAttnRowFields, row,
+                                        a.own + groups.back()[0] * kAttnI8Fields, own)) {
       groups.push_back({static_cast<int>(r), 0, 0, 0, 0});
     }
     auto& g = groups.back();
@@ -244,7 +245,8 @@ void AttentionInt8Optimized(ThreadPool& pool, const AttentionArgsI8& a, Attentio
       probe[kAttnPrefixVisible] = g[1];
       const KeyRef ref{a, probe, kv_dim};
       LoadRotated(a, ref, a.own + static_cast<int64_t>(g[0]) * kAttnI8Fields,
-                  static_cast<int>(k - g[3]), ks, raw.data(), keys + k * kv_dim, values + k * kv_dim);
+                  static_cast<int>(k - g[3]), ks, raw.data(), keys + k * kv_dim,
+                  values + k * kv_dim);
     }
     ks_buf = std::move(ks.scales);  // keep the capacity: no allocation next time
   };
@@ -270,7 +272,8 @@ void AttentionInt8Optimized(ThreadPool& pool, const AttentionArgsI8& a, Attentio
     }
   };
   int64_t work = 0;
-  for (int64_t r = 0; r < a.n; ++r) work += KeyRef{a, a.rows + r * kAttnRowFields, kv_dim}.num_keys();
+  for (int64_t r = 0; r < a.n; ++r)
+    work += KeyRef{a, a.rows + r * kAttnRowFields, kv_dim}.num_keys();
   if (work * sh.num_heads * hd < (1 << 16)) {
     body(0, a.n * sh.num_kv_heads, 0);
   } else {
@@ -278,9 +281,9 @@ void AttentionInt8Optimized(ThreadPool& pool, const AttentionArgsI8& a, Attentio
   }
 }
 
-void SealBlockInt8(const float* k_page, const float* v_page, int count, int kv_dim,
-                   int value_group, int8_t* k_codes, uint16_t* k_scales, int8_t* v_codes,
-                   uint16_t* v_scales, float* scratch) {
+void SealBlockInt8(const float* k_page, const float* v_page, int count, int kv_dim, int value_group,
+                   int8_t* k_codes, uint16_t* k_scales, int8_t* v_codes, uint16_t* v_scales,
+                   float* scratch) {
   if (count <= 0) return;
   // Arguments are validated by the backend; these calls cannot fail. The scales are
   // already fp16 values: the conversion is exact.

@@ -52,19 +52,19 @@ absl::Status CheckI8Cache(const KvCacheI8& c, const char* op, int64_t* kv_dim, i
   *kv_dim = c.k_codes.rank == 3 ? c.k_codes.dim(2) : 0;
   *num_pages = c.k_pages.dim(0);
   *v_groups = c.value_group >= 1 ? (*kv_dim + c.value_group - 1) / c.value_group : 0;
-  const bool ok =
-      c.k_codes.dtype == DType::kI8 && c.v_codes.dtype == DType::kI8 &&
-      c.k_scales.dtype == DType::kF16 && c.v_scales.dtype == DType::kF16 &&
-      c.k_pages.dtype == DType::kF32 && c.v_pages.dtype == DType::kF32 && *kv_dim > 0 &&
-      *v_groups > 0 && c.v_codes.numel() == c.k_codes.numel() &&
-      c.k_scales.numel() == *num_blocks * *kv_dim &&
-      c.v_scales.numel() == *num_blocks * *bs * *v_groups && c.k_pages.rank == 3 &&
-      c.k_pages.dim(1) == *bs && c.k_pages.dim(2) == *kv_dim &&
-      c.v_pages.numel() == c.k_pages.numel();
+  const bool ok = c.k_codes.dtype == DType::kI8 && c.v_codes.dtype == DType::kI8 &&
+                  c.k_scales.dtype == DType::kF16 && c.v_scales.dtype == DType::kF16 &&
+                  c.k_pages.dtype == DType::kF32 && c.v_pages.dtype == DType::kF32 && *kv_dim > 0 &&
+                  *v_groups > 0 && c.v_codes.numel() == c.k_codes.numel() &&
+                  c.k_scales.numel() == *num_blocks * *kv_dim &&
+                  c.v_scales.numel() == *num_blocks * *bs * *v_groups && c.k_pages.rank == 3 &&
+                  c.k_pages.dim(1) == *bs && c.k_pages.dim(2) == *kv_dim &&
+                  c.v_pages.numel() == c.k_pages.numel();
   if (ok) return absl::OkStatus();  // (the message below allocates)
-  return Check(false, op, "inconsistent int8 cache " + c.k_codes.DebugString() + " " +
-                           c.k_scales.DebugString() + " " + c.v_scales.DebugString() + " " +
-                           c.k_pages.DebugString() + " group " + std::to_string(c.value_group));
+  return Check(false, op,
+               "inconsistent int8 cache " + c.k_codes.DebugString() + " " +
+                   c.k_scales.DebugString() + " " + c.v_scales.DebugString() + " " +
+                   c.k_pages.DebugString() + " group " + std::to_string(c.value_group));
 }
 
 class CpuBackend : public Backend {
@@ -229,8 +229,8 @@ class CpuBackend : public Backend {
   absl::Status StoreKvInt8(Stream&, Tensor k, Tensor v, Tensor slots, Tensor pages, Tensor seal,
                            const KvCacheI8& c) override {
     int64_t kv_dim, bs, num_blocks, num_pages, v_groups;
-    if (absl::Status st = CheckI8Cache(c, "StoreKvInt8", &kv_dim, &bs, &num_blocks, &num_pages,
-                                       &v_groups);
+    if (absl::Status st =
+            CheckI8Cache(c, "StoreKvInt8", &kv_dim, &bs, &num_blocks, &num_pages, &v_groups);
         !st.ok()) {
       return st;
     }
@@ -240,8 +240,9 @@ class CpuBackend : public Backend {
         k.dtype != DType::kF32 || v.dtype != DType::kF32 || k.numel() != n * kv_dim ||
         v.numel() != n * kv_dim ||
         (!seal.empty() && (seal.dtype != DType::kI32 || seal.numel() % kSealFields != 0))) {
-      return Check(false, "StoreKvInt8", k.DebugString() + " " + slots.DebugString() + " " +
-                                             pages.DebugString() + " " + seal.DebugString());
+      return Check(false, "StoreKvInt8",
+                   k.DebugString() + " " + slots.DebugString() + " " + pages.DebugString() + " " +
+                       seal.DebugString());
     }
     const int32_t* sl = static_cast<const int32_t*>(slots.data);
     const int32_t* pg = static_cast<const int32_t*>(pages.data);
@@ -273,13 +274,12 @@ class CpuBackend : public Backend {
     for (int64_t i = 0; i < num_seal; ++i) {
       const int32_t* f = se + i * kSealFields;
       const int64_t b = f[kSealBlock], p = f[kSealPage];
-      cpu::SealBlockInt8(kp + p * bs * kv_dim, vp + p * bs * kv_dim, f[kSealCount],
-                         static_cast<int>(kv_dim), c.value_group,
-                         static_cast<int8_t*>(c.k_codes.data) + b * bs * kv_dim,
-                         static_cast<uint16_t*>(c.k_scales.data) + b * kv_dim,
-                         static_cast<int8_t*>(c.v_codes.data) + b * bs * kv_dim,
-                         static_cast<uint16_t*>(c.v_scales.data) + b * bs * v_groups,
-                         seal_scratch_.data());
+      cpu::SealBlockInt8(
+          kp + p * bs * kv_dim, vp + p * bs * kv_dim, f[kSealCount], static_cast<int>(kv_dim),
+          c.value_group, static_cast<int8_t*>(c.k_codes.data) + b * bs * kv_dim,
+          static_cast<uint16_t*>(c.k_scales.data) + b * kv_dim,
+          static_cast<int8_t*>(c.v_codes.data) + b * bs * kv_dim,
+          static_cast<uint16_t*>(c.v_scales.data) + b * bs * v_groups, seal_scratch_.data());
     }
     return absl::OkStatus();
   }
@@ -288,8 +288,8 @@ class CpuBackend : public Backend {
                              Tensor block_tables, Tensor rope_table, const AttentionShape& shape,
                              Tensor out) override {
     int64_t kv_dim, bs, num_blocks, num_pages, v_groups;
-    if (absl::Status st = CheckI8Cache(c, "AttentionInt8", &kv_dim, &bs, &num_blocks, &num_pages,
-                                       &v_groups);
+    if (absl::Status st =
+            CheckI8Cache(c, "AttentionInt8", &kv_dim, &bs, &num_blocks, &num_pages, &v_groups);
         !st.ok()) {
       return st;
     }
@@ -301,8 +301,9 @@ class CpuBackend : public Backend {
         own.numel() != n * kAttnI8Fields || out.numel() != q.numel() || rope_table.rank != 2 ||
         rope_table.dim(1) != shape.head_dim ||
         kv_dim != int64_t{shape.num_kv_heads} * shape.head_dim) {
-      return Check(false, "AttentionInt8", q.DebugString() + " " + c.k_codes.DebugString() +
-                                               " " + rows.DebugString() + " " + own.DebugString());
+      return Check(false, "AttentionInt8",
+                   q.DebugString() + " " + c.k_codes.DebugString() + " " + rows.DebugString() +
+                       " " + own.DebugString());
     }
     cpu::AttentionArgsI8 a{static_cast<const float*>(q.data),
                            static_cast<const int8_t*>(c.k_codes.data),

@@ -58,8 +58,8 @@ void AttentionOptimized(ThreadPool& pool, const AttentionArgs& a, AttentionScrat
 // all others dequantized from codes * scale (exactly kernels/quant's DequantizeKeys /
 // DequantizeValues), then keys are rotated like the F32 path.
 struct AttentionArgsI8 {
-  const float* q;            // [n, num_heads * head_dim]
-  const int8_t* k_codes;     // [num_blocks, block_size, kv_dim]
+  const float* q;         // [n, num_heads * head_dim]
+  const int8_t* k_codes;  // [num_blocks, block_size, kv_dim]
   const int8_t* v_codes;
   const uint16_t* k_scales;  // [num_blocks, kv_dim] fp16
   const uint16_t* v_scales;  // [num_blocks, block_size, v_groups] fp16
@@ -67,13 +67,13 @@ struct AttentionArgsI8 {
   const float* v_pages;
   int value_group;
   int v_groups;
-  const int32_t* rows;       // [n, kAttnRowFields]
-  const int32_t* own;        // [n, kAttnI8Fields]
+  const int32_t* rows;  // [n, kAttnRowFields]
+  const int32_t* own;   // [n, kAttnI8Fields]
   const int32_t* block_tables;
-  const float* rope;         // [rope_rows, head_dim]
+  const float* rope;  // [rope_rows, head_dim]
   int64_t rope_rows;
   AttentionShape shape;
-  float* out;                // [n, num_heads * head_dim]
+  float* out;  // [n, num_heads * head_dim]
   int64_t n;
 };
 void AttentionInt8Reference(const AttentionArgsI8& a, std::vector<float>& scratch);
@@ -90,9 +90,9 @@ void AttentionInt8Optimized(ThreadPool& pool, const AttentionArgsI8& a,
 // StoreKvInt8's quantization of one block: entries [0, count) of a page into the block's
 // codes and fp16 scales (QuantizeKeys with group_size = count, QuantizeValues with
 // value_group, fp16_scales). scratch: max(kv_dim, count * v_groups) floats.
-void SealBlockInt8(const float* k_page, const float* v_page, int count, int kv_dim,
-                   int value_group, int8_t* k_codes, uint16_t* k_scales, int8_t* v_codes,
-                   uint16_t* v_scales, float* scratch);
+void SealBlockInt8(const float* k_page, const float* v_page, int count, int kv_dim, int value_group,
+                   int8_t* k_codes, uint16_t* k_scales, int8_t* v_codes, uint16_t* v_scales,
+                   float* scratch);
 
 // Rotates x (head_dim floats) by row `cs` of the rope table (cos | sin halves).
 inline void RotateHalf(const float* x, const float* cs, int head_dim, float* out) {

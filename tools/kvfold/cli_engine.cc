@@ -62,7 +62,8 @@ absl::StatusOr<engine::EngineOptions> EngineOptionsFromFlags(
   engine::EngineOptions options;
   if (auto it = flags.find("kv-dtype"); it != flags.end()) {
     absl::StatusOr<engine::KvDType> dtype = engine::ParseKvDType(it->second);
-    if (!dtype.ok()) return absl::InvalidArgumentError(absl::StrCat("--kv-dtype: ", dtype.status().message()));
+    if (!dtype.ok())
+      return absl::InvalidArgumentError(absl::StrCat("--kv-dtype: ", dtype.status().message()));
     options.kv_dtype = *dtype;
   }
   return options;

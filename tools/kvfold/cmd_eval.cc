@@ -79,12 +79,12 @@ class Progress {
 };
 
 int RunEval(int argc, char** argv) {
-  auto flags = ParseEngineFlags(
-      argc, argv,
-      {"model", "tokenizer", "projector", "projector-label", "text", "docs", "modes", "budget",
-       "sink", "max-tokens", "full-max-tokens", "buckets", "bucket-stride", "json", "per-token", "backend",
-       "threads", "kv-dtype"},
-      {"split-endoftext", "recall", "help"});
+  auto flags =
+      ParseEngineFlags(argc, argv,
+                       {"model", "tokenizer", "projector", "projector-label", "text", "docs",
+                        "modes", "budget", "sink", "max-tokens", "full-max-tokens", "buckets",
+                        "bucket-stride", "json", "per-token", "backend", "threads", "kv-dtype"},
+                       {"split-endoftext", "recall", "help"});
   if (!flags.ok()) {
     std::fprintf(stderr, "%s", kUsage);
     return FailWith("eval", flags.status());

@@ -67,10 +67,10 @@ int RunGenerate(int argc, char** argv) {
   const std::string model_path = flags->at("model");
   auto engine_options = EngineOptionsFromFlags(*flags);
   if (!engine_options.ok()) return FailWith("generate", engine_options.status());
-  auto loaded = LoadEngine(model_path, flags->count("backend") ? flags->at("backend") : "cpu",
-                           static_cast<int>(*threads),
-                           flags->count("projector") ? flags->at("projector") : "",
-                           *engine_options);
+  auto loaded =
+      LoadEngine(model_path, flags->count("backend") ? flags->at("backend") : "cpu",
+                 static_cast<int>(*threads),
+                 flags->count("projector") ? flags->at("projector") : "", *engine_options);
   if (!loaded.ok()) return FailWith("generate", loaded.status());
   const model::ModelConfig& config = loaded->engine->config();
 

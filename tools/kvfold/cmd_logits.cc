@@ -38,11 +38,10 @@ absl::StatusOr<std::vector<int32_t>> ParseIds(const std::string& text) {
 }
 
 int RunLogits(int argc, char** argv) {
-  auto flags = ParseEngineFlags(
-      argc, argv,
-      {"model", "projector", "mode", "window", "sink", "tokens", "tokens-file", "out", "backend",
-       "threads", "kv-dtype"},
-      {"prefill", "fp32-memory", "help"});
+  auto flags = ParseEngineFlags(argc, argv,
+                                {"model", "projector", "mode", "window", "sink", "tokens",
+                                 "tokens-file", "out", "backend", "threads", "kv-dtype"},
+                                {"prefill", "fp32-memory", "help"});
   if (!flags.ok()) return FailWith("logits", flags.status());
   if (flags->count("help")) {
     std::printf("%s", kUsage);
@@ -74,10 +73,10 @@ int RunLogits(int argc, char** argv) {
   const std::string mode = flags->count("mode") ? flags->at("mode") : "full";
   auto engine_options = EngineOptionsFromFlags(*flags);
   if (!engine_options.ok()) return FailWith("logits", engine_options.status());
-  auto loaded = LoadEngine(flags->at("model"), flags->count("backend") ? flags->at("backend") : "cpu",
-                           static_cast<int>(*threads),
-                           flags->count("projector") ? flags->at("projector") : "",
-                           *engine_options);
+  auto loaded =
+      LoadEngine(flags->at("model"), flags->count("backend") ? flags->at("backend") : "cpu",
+                 static_cast<int>(*threads),
+                 flags->count("projector") ? flags->at("projector") : "", *engine_options);
   if (!loaded.ok()) return FailWith("logits", loaded.status());
   const int vocab = loaded->engine->config().vocab_size;
   std::vector<float> out;

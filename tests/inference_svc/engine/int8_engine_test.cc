@@ -114,7 +114,8 @@ TEST_P(Int8BitwiseTest, RaggedBatchEqualsSeparateCalls) {
   ForwardResult r;
   std::vector<float> sep, batched;
   for (int step = 0; step < 4; ++step) {
-    const int32_t t1 = static_cast<int32_t>((step * 31 + 7) % vocab), t2 = static_cast<int32_t>((step * 17 + 3) % vocab);
+    const int32_t t1 = static_cast<int32_t>((step * 31 + 7) % vocab),
+                  t2 = static_cast<int32_t>((step * 17 + 3) % vocab);
     const std::vector<int32_t> x1 = step == 0 ? p1 : std::vector<int32_t>{t1};
     const std::vector<int32_t> x2 = step == 0 ? p2 : std::vector<int32_t>{t2};
     for (auto [cache, ids] : {std::pair{a1.get(), &x1}, std::pair{a2.get(), &x2}}) {
@@ -177,7 +178,8 @@ TEST(Int8EngineTest, LogitsCloseToF32InEveryMode) {
   for (const ModeCase& m : kModes) {
     SCOPED_TRACE(m.name);
     auto a = i8.engine->NewCache(m.policy), b = f32.engine->NewCache(m.policy);
-    const auto la = Feed(*i8.engine, a.get(), ids, 1000), lb = Feed(*f32.engine, b.get(), ids, 1000);
+    const auto la = Feed(*i8.engine, a.get(), ids, 1000),
+               lb = Feed(*f32.engine, b.get(), ids, 1000);
     const double diff = MaxAbsDiff(la, lb);
     double scale = 0;
     for (float x : lb) scale = std::max(scale, double{std::fabs(x)});
@@ -230,7 +232,8 @@ TEST(Int8EngineTest, ManySequencesGrowThePagesAndKeepBits) {
   const auto more = RandomIds(5, vocab, 7);
   auto twin = s.engine->NewCache(KvPolicy::Full());
   Feed(*s.engine, twin.get(), ids, 6);
-  EXPECT_TRUE(SameBits(Feed(*s.engine, caches[0].get(), more, 1), Feed(*s.engine, twin.get(), more, 5)));
+  EXPECT_TRUE(
+      SameBits(Feed(*s.engine, caches[0].get(), more, 1), Feed(*s.engine, twin.get(), more, 5)));
 }
 
 TEST(Int8EngineTest, TruncateIntoASealedBlockRestoresItsPage) {
@@ -238,7 +241,7 @@ TEST(Int8EngineTest, TruncateIntoASealedBlockRestoresItsPage) {
   const auto ids = RandomIds(14, s.engine->config().vocab_size, 4);
   auto a = s.engine->NewCache(KvPolicy::Full());
   Feed(*s.engine, a.get(), ids, 1000);  // blocks 0..2 sealed, block 3 open
-  a->Truncate(0, 6);                   // block 1 is partial again
+  a->Truncate(0, 6);                    // block 1 is partial again
   EXPECT_EQ(s.engine->pool().page_of(a->main_blocks()[1]), -1);
   const auto more = RandomIds(5, s.engine->config().vocab_size, 6);
   const auto after = Feed(*s.engine, a.get(), more, 1);

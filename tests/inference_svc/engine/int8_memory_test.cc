@@ -114,7 +114,8 @@ TEST_P(Int8ResumeTest, ExportImportOnAnotherInt8EngineContinuesBitwise) {
     ASSERT_TRUE(state.ok());
     auto restored = NewSession(g->engine.get(), projector.get(), GetParam());
     ASSERT_TRUE(restored->ImportState(*state).ok());
-    ASSERT_TRUE(std::equal(live->Logits().begin(), live->Logits().end(), restored->Logits().begin()));
+    ASSERT_TRUE(
+        std::equal(live->Logits().begin(), live->Logits().end(), restored->Logits().begin()));
     EXPECT_EQ(Greedy(*live, 23), Greedy(*restored, 23));  // through more folds
   }
 }
@@ -141,11 +142,15 @@ TEST_P(Int8MemoryTest, CloseToF32Engine) {
 
 INSTANTIATE_TEST_SUITE_P(Modes, Int8ResumeTest,
                          ::testing::Values(KvMode::kMemory, KvMode::kMemoryOnly, KvMode::kFull),
-                         [](const auto& info) { return std::string(engine::KvModeName(info.param)); });
+                         [](const auto& info) {
+                           return std::string(engine::KvModeName(info.param));
+                         });
 INSTANTIATE_TEST_SUITE_P(Modes, Int8MemoryTest,
                          ::testing::Values(KvMode::kMemory, KvMode::kMemoryOnly, KvMode::kFull,
                                            KvMode::kSliding, KvMode::kSink),
-                         [](const auto& info) { return std::string(engine::KvModeName(info.param)); });
+                         [](const auto& info) {
+                           return std::string(engine::KvModeName(info.param));
+                         });
 
 }  // namespace
 }  // namespace kvfold::memory

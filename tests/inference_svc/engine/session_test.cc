@@ -146,7 +146,8 @@ TEST_P(SteadyStateTest, SteadyStateDecodeDoesNotAllocate) {
   EXPECT_EQ(g_allocations.load() - before, 0);
 }
 
-INSTANTIATE_TEST_SUITE_P(KvDTypes, SteadyStateTest, ::testing::Values(KvDType::kF32, KvDType::kInt8),
+INSTANTIATE_TEST_SUITE_P(KvDTypes, SteadyStateTest,
+                         ::testing::Values(KvDType::kF32, KvDType::kInt8),
                          [](const auto& info) { return std::string(KvDTypeName(info.param)); });
 
 TEST(SamplerTest, RngMatchesXoshiroAndRestores) {

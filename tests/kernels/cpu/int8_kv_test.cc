@@ -70,17 +70,19 @@ TEST_P(Int8KvTest, StoreKvInt8WritesPagesAndSealsLikeTheReference) {
   // Seal block 3 whole and block 8 partially (2 entries: a completed prefix).
   const std::vector<int32_t> seal = {3, 1, kBs, 8, 2, 2};
   ASSERT_TRUE(be->StoreKvInt8(*st, T(k.data(), DType::kF32, {n, kKvDim}),
-                              T(v.data(), DType::kF32, {n, kKvDim}), T(slots.data(), DType::kI32, {n}),
-                              T(pages.data(), DType::kI32, {n}),
+                              T(v.data(), DType::kF32, {n, kKvDim}),
+                              T(slots.data(), DType::kI32, {n}), T(pages.data(), DType::kI32, {n}),
                               T(seal.data(), DType::kI32, {2, kSealFields}), c.View())
                   .ok());
   EXPECT_EQ(0, std::memcmp(c.k_pages.data() + 1 * kBs * kKvDim, k.data(), 5 * kKvDim * 4));
-  EXPECT_EQ(0, std::memcmp(c.v_pages.data() + 2 * kBs * kKvDim, v.data() + 5 * kKvDim, 2 * kKvDim * 4));
+  EXPECT_EQ(
+      0, std::memcmp(c.v_pages.data() + 2 * kBs * kKvDim, v.data() + 5 * kKvDim, 2 * kKvDim * 4));
   for (auto [block, row0, count] : {std::tuple{3, 0, kBs}, std::tuple{8, 5, 2}}) {
     std::vector<int8_t> kc(count * kKvDim), vc(count * kKvDim);
     std::vector<float> ks(kKvDim), vs(count * kVGroups);
     ASSERT_TRUE(quant::QuantizeKeys(k.data() + row0 * kKvDim, count, kKvDim,
-                                    {.group_size = count, .fp16_scales = true}, kc.data(), ks.data())
+                                    {.group_size = count, .fp16_scales = true}, kc.data(),
+                                    ks.data())
                     .ok());
     ASSERT_TRUE(quant::QuantizeValues(v.data() + row0 * kKvDim, count, kKvDim,
                                       {.group_size = kGroup, .fp16_scales = true}, vc.data(),
@@ -96,24 +98,26 @@ TEST_P(Int8KvTest, StoreKvInt8WritesPagesAndSealsLikeTheReference) {
   // Range checks.
   const std::vector<int32_t> bad_seal = {3, 1, kBs + 1};
   EXPECT_EQ(be->StoreKvInt8(*st, T(k.data(), DType::kF32, {1, kKvDim}),
-                            T(v.data(), DType::kF32, {1, kKvDim}), T(slots.data(), DType::kI32, {1}),
-                            T(pages.data(), DType::kI32, {1}),
+                            T(v.data(), DType::kF32, {1, kKvDim}),
+                            T(slots.data(), DType::kI32, {1}), T(pages.data(), DType::kI32, {1}),
                             T(bad_seal.data(), DType::kI32, {1, kSealFields}), c.View())
                 .code(),
             absl::StatusCode::kOutOfRange);
   const std::vector<int32_t> bad_page = {kPages};
-  EXPECT_EQ(be->StoreKvInt8(*st, T(k.data(), DType::kF32, {1, kKvDim}),
-                            T(v.data(), DType::kF32, {1, kKvDim}), T(slots.data(), DType::kI32, {1}),
-                            T(bad_page.data(), DType::kI32, {1}), Tensor(), c.View())
-                .code(),
-            absl::StatusCode::kOutOfRange);
+  EXPECT_EQ(
+      be->StoreKvInt8(*st, T(k.data(), DType::kF32, {1, kKvDim}),
+                      T(v.data(), DType::kF32, {1, kKvDim}), T(slots.data(), DType::kI32, {1}),
+                      T(bad_page.data(), DType::kI32, {1}), Tensor(), c.View())
+          .code(),
+      absl::StatusCode::kOutOfRange);
   KvCacheI8 broken = c.View();
   broken.value_group = 7;  // v_scales no longer match
-  EXPECT_EQ(be->StoreKvInt8(*st, T(k.data(), DType::kF32, {1, kKvDim}),
-                            T(v.data(), DType::kF32, {1, kKvDim}), T(slots.data(), DType::kI32, {1}),
-                            T(pages.data(), DType::kI32, {1}), Tensor(), broken)
-                .code(),
-            absl::StatusCode::kInvalidArgument);
+  EXPECT_EQ(
+      be->StoreKvInt8(*st, T(k.data(), DType::kF32, {1, kKvDim}),
+                      T(v.data(), DType::kF32, {1, kKvDim}), T(slots.data(), DType::kI32, {1}),
+                      T(pages.data(), DType::kI32, {1}), Tensor(), broken)
+          .code(),
+      absl::StatusCode::kInvalidArgument);
 }
 
 TEST_P(Int8KvTest, AttentionInt8EqualsF32AttentionOnDequantizedCache) {
@@ -127,18 +131,22 @@ TEST_P(Int8KvTest, AttentionInt8EqualsF32AttentionOnDequantizedCache) {
     const int64_t off = int64_t{b} * kBs * kKvDim;
     ASSERT_TRUE(quant::QuantizeKeys(k_true.data() + off, kBs, kKvDim,
                                     {.group_size = kBs, .fp16_scales = true},
-                                    c.k_codes.data() + off, ks.data() + b * kKvDim).ok());
+                                    c.k_codes.data() + off, ks.data() + b * kKvDim)
+                    .ok());
     ASSERT_TRUE(quant::QuantizeValues(v_true.data() + off, kBs, kKvDim,
                                       {.group_size = kGroup, .fp16_scales = true},
-                                      c.v_codes.data() + off, vs.data() + b * kBs * kVGroups).ok());
+                                      c.v_codes.data() + off, vs.data() + b * kBs * kVGroups)
+                    .ok());
   }
   for (size_t i = 0; i < ks.size(); ++i) c.k_scales[i] = Fp32ToFp16(ks[i]);
   for (size_t i = 0; i < vs.size(); ++i) c.v_scales[i] = Fp32ToFp16(vs[i]);
   std::vector<float> k_deq(k_true.size()), v_deq(v_true.size());
-  ASSERT_TRUE(quant::DequantizeKeys(c.k_codes.data(), ks.data(), kBlocks * kBs, kKvDim, kBs,
-                                    k_deq.data()).ok());
-  ASSERT_TRUE(quant::DequantizeValues(c.v_codes.data(), vs.data(), kBlocks * kBs, kKvDim,
-                                      kGroup, v_deq.data()).ok());
+  ASSERT_TRUE(
+      quant::DequantizeKeys(c.k_codes.data(), ks.data(), kBlocks * kBs, kKvDim, kBs, k_deq.data())
+          .ok());
+  ASSERT_TRUE(quant::DequantizeValues(c.v_codes.data(), vs.data(), kBlocks * kBs, kKvDim, kGroup,
+                                      v_deq.data())
+                  .ok());
   std::vector<float> rope(kRopeRows * kHd);
   for (int p = 0; p < kRopeRows; ++p) {
     for (int i = 0; i < kHd / 2; ++i) {
@@ -150,15 +158,17 @@ TEST_P(Int8KvTest, AttentionInt8EqualsF32AttentionOnDequantizedCache) {
   // Prefix: blocks {7, 1} (7 entries, stride 1: sink-like). Main: blocks {2, 9, 4, 11},
   // front 3 (a sliding window dropped 3 entries), entries [0, 16).
   const std::vector<int32_t> tables = {7, 1, 2, 9, 4, 11};
-  struct RowSpec { int prefix, lo, hi, pos_lo, own_block, own_page; };
+  struct RowSpec {
+    int prefix, lo, hi, pos_lo, own_block, own_page;
+  };
   const std::vector<RowSpec> specs = {
-      {7, 0, 1, 7, 2, 0},      // first main entry: own block 2
-      {7, 0, 2, 7, 2, 0},      // same own block: shares the group in the optimised kernel
-      {7, 2, 9, 9, 9, 3},      // own block 9 (main slots 5..9)
-      {0, 4, 11, 0, 4, 1},     // no prefix
-      {7, 8, 16, 20, 11, 2},   // last block, partially filled
-      {3, 0, 0, 0, 7, 4},      // a prefix row (sink token 2): own prefix block
-      {7, 0, 0, 0, 1, 5},      // a prefix row in the second prefix block
+      {7, 0, 1, 7, 2, 0},     // first main entry: own block 2
+      {7, 0, 2, 7, 2, 0},     // same own block: shares the group in the optimised kernel
+      {7, 2, 9, 9, 9, 3},     // own block 9 (main slots 5..9)
+      {0, 4, 11, 0, 4, 1},    // no prefix
+      {7, 8, 16, 20, 11, 2},  // last block, partially filled
+      {3, 0, 0, 0, 7, 4},     // a prefix row (sink token 2): own prefix block
+      {7, 0, 0, 0, 1, 5},     // a prefix row in the second prefix block
   };
   const int n = static_cast<int>(specs.size());
   std::vector<int32_t> rows(n * kAttnRowFields, 0), own(n * kAttnI8Fields);
@@ -178,7 +188,8 @@ TEST_P(Int8KvTest, AttentionInt8EqualsF32AttentionOnDequantizedCache) {
   }
   // Pages: page p holds the TRUE entries of the block that owns it in `specs`.
   for (const RowSpec& sp : specs) {
-    const int64_t src = int64_t{sp.own_block} * kBs * kKvDim, dst = int64_t{sp.own_page} * kBs * kKvDim;
+    const int64_t src = int64_t{sp.own_block} * kBs * kKvDim,
+                  dst = int64_t{sp.own_page} * kBs * kKvDim;
     std::copy_n(k_true.begin() + src, kBs * kKvDim, c.k_pages.begin() + dst);
     std::copy_n(v_true.begin() + src, kBs * kKvDim, c.v_pages.begin() + dst);
   }
@@ -186,11 +197,12 @@ TEST_P(Int8KvTest, AttentionInt8EqualsF32AttentionOnDequantizedCache) {
   const AttentionShape shape{kHeads, kKvHeads, kHd, kBs, 1.0f / std::sqrt(12.0f)};
   std::vector<float> out(q.size()), single(q.size());
   auto run = [&](std::vector<float>& dst, int row0, int nrows) {
-    return be->AttentionInt8(*st, T(q.data() + row0 * kQDim, DType::kF32, {nrows, kQDim}), c.View(),
-                             T(rows.data() + row0 * kAttnRowFields, DType::kI32, {nrows, kAttnRowFields}),
-                             T(own.data() + row0 * kAttnI8Fields, DType::kI32, {nrows, kAttnI8Fields}),
-                             T(tables.data(), DType::kI32, {6}), T(rope.data(), DType::kF32, {kRopeRows, kHd}),
-                             shape, T(dst.data() + row0 * kQDim, DType::kF32, {nrows, kQDim}));
+    return be->AttentionInt8(
+        *st, T(q.data() + row0 * kQDim, DType::kF32, {nrows, kQDim}), c.View(),
+        T(rows.data() + row0 * kAttnRowFields, DType::kI32, {nrows, kAttnRowFields}),
+        T(own.data() + row0 * kAttnI8Fields, DType::kI32, {nrows, kAttnI8Fields}),
+        T(tables.data(), DType::kI32, {6}), T(rope.data(), DType::kF32, {kRopeRows, kHd}), shape,
+        T(dst.data() + row0 * kQDim, DType::kF32, {nrows, kQDim}));
   };
   ASSERT_TRUE(run(out, 0, n).ok());
   for (int i = 0; i < n; ++i) ASSERT_TRUE(run(single, i, 1).ok());
@@ -210,7 +222,8 @@ TEST_P(Int8KvTest, AttentionInt8EqualsF32AttentionOnDequantizedCache) {
                               T(rope.data(), DType::kF32, {kRopeRows, kHd}), shape,
                               T(ref.data(), DType::kF32, {1, kQDim}))
                     .ok());
-    EXPECT_EQ(0, std::memcmp(ref.data(), out.data() + i * kQDim, kQDim * sizeof(float))) << "row " << i;
+    EXPECT_EQ(0, std::memcmp(ref.data(), out.data() + i * kQDim, kQDim * sizeof(float)))
+        << "row " << i;
     // And int8 is really in use: the all-F32 answer differs for rows that read int8.
     std::vector<float> exact(kQDim);
     ASSERT_TRUE(be->Attention(*st, T(q.data() + i * kQDim, DType::kF32, {1, kQDim}),
@@ -222,7 +235,8 @@ TEST_P(Int8KvTest, AttentionInt8EqualsF32AttentionOnDequantizedCache) {
                               T(exact.data(), DType::kF32, {1, kQDim}))
                     .ok());
     double max_err = 0;
-    for (int j = 0; j < kQDim; ++j) max_err = std::max(max_err, double{std::fabs(exact[j] - out[i * kQDim + j])});
+    for (int j = 0; j < kQDim; ++j)
+      max_err = std::max(max_err, double{std::fabs(exact[j] - out[i * kQDim + j])});
     EXPECT_LT(max_err, 0.05) << "row " << i;
     if (i != 5) {
       EXPECT_GT(max_err, 0.0) << "row " << i;  // row 5 reads only its own block
@@ -251,11 +265,15 @@ TEST(Int8KvLongTest, OptimizedMatchesReferenceAndIsBatchInvariant) {
   std::vector<float> ks(kLongBlocks * kKvDim), vs(kEntries * kVGroups);
   for (int b = 0; b < kLongBlocks; ++b) {
     const int64_t off = int64_t{b} * kBs * kKvDim;
-    ASSERT_TRUE(quant::QuantizeKeys(k.data() + off, kBs, kKvDim, {.group_size = kBs, .fp16_scales = true},
-                                    kc.data() + off, ks.data() + b * kKvDim).ok());
+    ASSERT_TRUE(quant::QuantizeKeys(k.data() + off, kBs, kKvDim,
+                                    {.group_size = kBs, .fp16_scales = true}, kc.data() + off,
+                                    ks.data() + b * kKvDim)
+                    .ok());
   }
-  ASSERT_TRUE(quant::QuantizeValues(v.data(), kEntries, kKvDim, {.group_size = kGroup, .fp16_scales = true},
-                                    vc.data(), vs.data()).ok());
+  ASSERT_TRUE(quant::QuantizeValues(v.data(), kEntries, kKvDim,
+                                    {.group_size = kGroup, .fp16_scales = true}, vc.data(),
+                                    vs.data())
+                  .ok());
   std::vector<uint16_t> ksh(ks.size()), vsh(vs.size());
   for (size_t i = 0; i < ks.size(); ++i) ksh[i] = Fp32ToFp16(ks[i]);
   for (size_t i = 0; i < vs.size(); ++i) vsh[i] = Fp32ToFp16(vs[i]);
@@ -292,12 +310,12 @@ TEST(Int8KvLongTest, OptimizedMatchesReferenceAndIsBatchInvariant) {
   const auto q = Random(n * kQDim, 13);
   const AttentionShape shape{kHeads, kKvHeads, kHd, kBs, 1.0f / std::sqrt(12.0f)};
   auto run = [&](Backend& be, Stream& st, std::vector<float>& out, int row0, int nrows) {
-    return be.AttentionInt8(st, T(q.data() + row0 * kQDim, DType::kF32, {nrows, kQDim}), c,
-                            T(rows.data() + row0 * kAttnRowFields, DType::kI32, {nrows, kAttnRowFields}),
-                            T(own.data() + row0 * kAttnI8Fields, DType::kI32, {nrows, kAttnI8Fields}),
-                            T(tables.data(), DType::kI32, {kLongBlocks}),
-                            T(rope.data(), DType::kF32, {rope_rows, kHd}), shape,
-                            T(out.data() + row0 * kQDim, DType::kF32, {nrows, kQDim}));
+    return be.AttentionInt8(
+        st, T(q.data() + row0 * kQDim, DType::kF32, {nrows, kQDim}), c,
+        T(rows.data() + row0 * kAttnRowFields, DType::kI32, {nrows, kAttnRowFields}),
+        T(own.data() + row0 * kAttnI8Fields, DType::kI32, {nrows, kAttnI8Fields}),
+        T(tables.data(), DType::kI32, {kLongBlocks}), T(rope.data(), DType::kF32, {rope_rows, kHd}),
+        shape, T(out.data() + row0 * kQDim, DType::kF32, {nrows, kQDim}));
   };
   std::vector<float> a(q.size()), b(q.size()), single(q.size());
   ASSERT_TRUE(run(*ref, *s1, a, 0, n).ok());
