@@ -123,12 +123,14 @@ struct KvCacheI8 {
 };
 
 // Per query row of an AttentionInt8 call, kAttnI8Fields int32 values: the row's OWN block
-// (the pool block holding the row's own entry) and the page holding that block's F32
-// entries. Entries in the own block are read F32 from the page, every other entry from
-// its block's int8 codes (dequantized inside the op). This is the rule that keeps prefill
-// and token-by-token decode bit-identical (docs/engine.md).
-enum AttnI8Row : int { kAttnOwnBlock = 0, kAttnOwnPage = 1 };
-inline constexpr int kAttnI8Fields = 2;
+// (the pool block holding the row's own entry), the page holding that block's F32
+// entries, and whether the block is sealed by the StoreKvInt8 before this call (its codes
+// are valid; 0 for the open last block of a segment). Entries in the own block are read
+// F32 from the page, every other entry from its block's int8 codes (dequantized inside the
+// op). This is the rule that keeps prefill and token-by-token decode bit-identical
+// (docs/engine.md). Every entry a row sees is in its own block or in a sealed block.
+enum AttnI8Row : int { kAttnOwnBlock = 0, kAttnOwnPage = 1, kAttnOwnSealed = 2 };
+inline constexpr int kAttnI8Fields = 3;
 
 // Per block to quantize in a StoreKvInt8 call, kSealFields int32 values.
 enum SealField : int { kSealBlock = 0, kSealPage = 1, kSealCount = 2 };

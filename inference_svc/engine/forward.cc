@@ -242,14 +242,14 @@ absl::Status Engine::ForwardChunk(std::span<const SequenceInput> inputs,
       // writes its last entry; a partial prefix block when the prefix is complete (memory
       // expansion, or the sink's last token), before any main row can read it.
       const int bs = pool_->block_size();
+      const size_t first_seal = s.h_seal.size();
       for (int r = 0; r < cnt; ++r) {
         const int32_t slot = s.h_slots[base + r];
         const int32_t block = slot / bs;
         const int32_t page = pool_->page_of(block);
-        s.h_own[static_cast<size_t>(base + r) * kernels::kAttnI8Fields + kernels::kAttnOwnBlock] =
-            block;
-        s.h_own[static_cast<size_t>(base + r) * kernels::kAttnI8Fields + kernels::kAttnOwnPage] =
-            page;
+        int32_t* own = &s.h_own[static_cast<size_t>(base + r) * kernels::kAttnI8Fields];
+        own[kernels::kAttnOwnBlock] = block;
+        own[kernels::kAttnOwnPage] = page;
         s.h_pages[base + r] = page;
         if (slot % bs == bs - 1) s.h_seal.insert(s.h_seal.end(), {block, page, bs});
       }
@@ -260,6 +260,16 @@ absl::Status Engine::ForwardChunk(std::span<const SequenceInput> inputs,
       if (wrote_prefix && prefix_complete && cache.prefix_len() % bs != 0) {
         const int32_t block = cache.prefix_blocks().back();
         s.h_seal.insert(s.h_seal.end(), {block, pool_->page_of(block), cache.prefix_len() % bs});
+      }
+      // A row's own block is sealed when this chunk seals it (this input's seal entries).
+      for (int r = 0; r < cnt; ++r) {
+        int32_t* own = &s.h_own[static_cast<size_t>(base + r) * kernels::kAttnI8Fields];
+        own[kernels::kAttnOwnSealed] = 0;
+        for (size_t f = first_seal; f < s.h_seal.size(); f += kernels::kSealFields) {
+          if (s.h_seal[f + kernels::kSealBlock] == own[kernels::kAttnOwnBlock]) {
+            own[kernels::kAttnOwnSealed] = 1;
+          }
+        }
       }
     }
     for (int r = 0; r < cnt; ++r) {

@@ -21,6 +21,7 @@ namespace kvfold::kernels::cpu {
 namespace {
 
 using KeyRef = attention_simd::KeyRefT<AttentionArgsI8>;
+constexpr int kMaxHeadDim = 1024;  // ModelConfig::Validate
 using attention_simd::AxpyAvx2;
 using attention_simd::AxpyPortable;
 using attention_simd::DotAvx2;
@@ -129,11 +130,14 @@ void AttentionInt8Reference(const AttentionArgsI8& a, std::vector<float>& scratc
 
 namespace {
 
-// One task = (row, kv head) over its group's dequantized keys (rotated) and values.
+// One task = (row, kv head) over its group's dequantized int8 keys (rotated) and values;
+// entries of the row's own block come from its page instead (rotated here).
 struct TaskI8 {
   const AttentionArgsI8* a;
-  const float* keys;    // [group keys, kv_dim]
-  const float* values;  // [group keys, kv_dim]
+  const float* keys;        // [group keys, kv_dim]
+  const float* values;      // [group keys, kv_dim]
+  const int64_t* key_slot;  // [group keys] physical slot
+  const int32_t* key_pos;   // [group keys] position
   int key_base, prefix_keys;
   int64_t row;
   int kvh;
@@ -145,15 +149,26 @@ struct TaskI8 {
     const AttentionArgsI8& a = *t.a;                                                           \
     const AttentionShape& sh = a.shape;                                                        \
     const int hd = sh.head_dim, q_dim = sh.num_heads * hd, kv_dim = sh.num_kv_heads * hd;      \
-    const int group = sh.num_heads / sh.num_kv_heads;                                          \
+    const int group = sh.num_heads / sh.num_kv_heads, bs = sh.block_size;                      \
     const int32_t* row = a.rows + t.row * kAttnRowFields;                                      \
+    const int32_t* own = a.own + t.row * kAttnI8Fields;                                        \
+    const int64_t own_block = own[kAttnOwnBlock];                                              \
+    const float* own_k = a.k_pages + static_cast<int64_t>(own[kAttnOwnPage]) * bs * kv_dim;   \
+    const float* own_v = a.v_pages + static_cast<int64_t>(own[kAttnOwnPage]) * bs * kv_dim;   \
     const int pv = row[kAttnPrefixVisible];                                                    \
     const int nk = pv + (row[kAttnMainHi] - row[kAttnMainLo]);                                 \
     const float* q0 = a.q + t.row * q_dim + t.kvh * group * hd;                                \
     float* out0 = a.out + t.row * q_dim + t.kvh * group * hd;                                  \
+    float krot[kMaxHeadDim];                                                                   \
     for (int idx = 0; idx < nk; ++idx) {                                                       \
       const int64_t k = t.key_base + (idx < pv ? idx : t.prefix_keys + (idx - pv));            \
+      const int64_t slot = t.key_slot[k];                                                      \
       const float* key = t.keys + k * kv_dim + t.kvh * hd;                                     \
+      if (slot / bs == own_block) {                                                            \
+        RotateHalf(own_k + (slot % bs) * kv_dim + t.kvh * hd,                                  \
+                   a.rope + static_cast<int64_t>(t.key_pos[k]) * hd, hd, krot);                \
+        key = krot;                                                                            \
+      }                                                                                        \
       for (int gh = 0; gh < group; ++gh) {                                                     \
         t.scores[gh * nk + idx] = DOT(q0 + gh * hd, key, hd) * sh.scale;                       \
       }                                                                                        \
@@ -164,7 +179,9 @@ struct TaskI8 {
     }                                                                                          \
     for (int idx = 0; idx < nk; ++idx) {                                                       \
       const int64_t k = t.key_base + (idx < pv ? idx : t.prefix_keys + (idx - pv));            \
-      const float* v = t.values + k * kv_dim + t.kvh * hd;                                     \
+      const int64_t slot = t.key_slot[k];                                                      \
+      const float* v = slot / bs == own_block ? own_v + (slot % bs) * kv_dim + t.kvh * hd      \
+                                              : t.values + k * kv_dim + t.kvh * hd;            \
       for (int gh = 0; gh < group; ++gh) AXPY(t.scores[gh * nk + idx], v, out0 + gh * hd, hd); \
     }                                                                                          \
   }
@@ -173,15 +190,14 @@ KVFOLD_ATTEND_I8(AttendI8Avx2, __attribute__((target("avx2,fma"))), DotAvx2, Axp
 KVFOLD_ATTEND_I8(AttendI8Portable, , DotPortable, AxpyPortable, SoftmaxPortable)
 #undef KVFOLD_ATTEND_I8
 
-// Rows share dequantized keys when their keys sit at the same positions (attention.cc's
-// rule) AND they read the same block from its page.
-bool SameLayoutI8(const int32_t* a, const int32_t* b, const int32_t* own_a, const int32_t* own_b) {
+// attention.cc's rule: rows whose keys sit at the same positions share one dequantized,
+// rotated copy of the keys (a prefill's rows of one sequence: each entry once per call).
+bool SameLayout(const int32_t* a, const int32_t* b) {
   return a[kAttnPrefixTable] == b[kAttnPrefixTable] &&
          a[kAttnPrefixPosBase] == b[kAttnPrefixPosBase] &&
          a[kAttnPrefixPosStride] == b[kAttnPrefixPosStride] &&
          a[kAttnMainTable] == b[kAttnMainTable] && a[kAttnMainFront] == b[kAttnMainFront] &&
-         a[kAttnMainLo] == b[kAttnMainLo] && a[kAttnMainPosLo] == b[kAttnMainPosLo] &&
-         own_a[kAttnOwnBlock] == own_b[kAttnOwnBlock] && own_a[kAttnOwnPage] == own_b[kAttnOwnPage];
+         a[kAttnMainLo] == b[kAttnMainLo] && a[kAttnMainPosLo] == b[kAttnMainPosLo];
 }
 
 }  // namespace
@@ -192,23 +208,31 @@ void AttentionInt8Optimized(ThreadPool& pool, const AttentionArgsI8& a,
   const int hd = sh.head_dim;
   const int kv_dim = sh.num_kv_heads * hd;
   const int group = sh.num_heads / sh.num_kv_heads;
+  const int bs = sh.block_size;
   const bool avx2 = CpuHasAvx2Fma();
   if (scratch.per_thread.size() < static_cast<size_t>(pool.num_threads()) * 2) {
     scratch.per_thread.resize(static_cast<size_t>(pool.num_threads()) * 2);
   }
   // 1. Key groups and the union of their keys (prefix [0, max visible) + main [lo, max hi)).
-  auto& groups = scratch.groups;
+  // Per group, up to two blocks whose codes are not valid yet (own blocks of its rows
+  // that are not sealed: the open last block of a segment, read only by its own rows);
+  // a sequence has at most two open blocks, a third starts a new group.
+  auto& groups = scratch.groups;  // first row, prefix keys, main keys, base, rows, open x2
   groups.clear();
   auto& row_group = scratch.row_group;
   if (row_group.size() < static_cast<size_t>(a.n)) row_group.resize(a.n);
   for (int64_t r = 0; r < a.n; ++r) {
     const int32_t* row = a.rows + r * kAttnRowFields;
     const int32_t* own = a.own + r * kAttnI8Fields;
-    if (groups.empty() || !SameLayoutI8(a.rows + groups.back()[0] * kAttnRowFields, row,
-                                        a.own + groups.back()[0] * kAttnI8Fields, own)) {
-      groups.push_back({static_cast<int>(r), 0, 0, 0, 0});
+    const int open = own[kAttnOwnSealed] ? -1 : own[kAttnOwnBlock];
+    bool fits = !groups.empty() && SameLayout(a.rows + groups.back()[0] * kAttnRowFields, row);
+    if (fits && open >= 0) {
+      auto& g = groups.back();
+      fits = g[5] == open || g[6] == open || g[5] < 0 || g[6] < 0;
     }
+    if (!fits) groups.push_back({static_cast<int>(r), 0, 0, 0, 0, -1, -1});
     auto& g = groups.back();
+    if (open >= 0 && g[5] != open && g[6] != open) (g[5] < 0 ? g[5] : g[6]) = open;
     ++g[4];
     g[1] = std::max(g[1], row[kAttnPrefixVisible]);
     g[2] = std::max(g[2], row[kAttnMainHi] - row[kAttnMainLo]);
@@ -222,6 +246,10 @@ void AttentionInt8Optimized(ThreadPool& pool, const AttentionArgsI8& a,
   const size_t floats = static_cast<size_t>(total_keys) * kv_dim;
   if (scratch.keys.size() < floats) scratch.keys.resize(floats);
   if (scratch.values.size() < floats) scratch.values.resize(floats);
+  if (scratch.key_slot.size() < static_cast<size_t>(total_keys)) {
+    scratch.key_slot.resize(total_keys);
+    scratch.key_pos.resize(total_keys);
+  }
   scratch.key_group.resize(total_keys);
   for (size_t gi = 0; gi < groups.size(); ++gi) {
     for (int k = 0; k < groups[gi][1] + groups[gi][2]; ++k) {
@@ -233,6 +261,8 @@ void AttentionInt8Optimized(ThreadPool& pool, const AttentionArgsI8& a,
   if (scratch.key_scales.size() < static_cast<size_t>(pool.num_threads())) {
     scratch.key_scales.resize(pool.num_threads());
   }
+  // No row owns a block here (kNone): every entry not in an open block is dequantized.
+  const int32_t kNone[kAttnI8Fields] = {-1, -1, 1};
   auto dequant = [&](int64_t k0, int64_t k1, int thread) {
     std::vector<float>& raw = scratch.per_thread[pool.num_threads() + thread];
     if (raw.size() < static_cast<size_t>(kv_dim)) raw.resize(kv_dim);
@@ -244,8 +274,12 @@ void AttentionInt8Optimized(ThreadPool& pool, const AttentionArgsI8& a,
       std::memcpy(probe, a.rows + static_cast<int64_t>(g[0]) * kAttnRowFields, sizeof(probe));
       probe[kAttnPrefixVisible] = g[1];
       const KeyRef ref{a, probe, kv_dim};
-      LoadRotated(a, ref, a.own + static_cast<int64_t>(g[0]) * kAttnI8Fields,
-                  static_cast<int>(k - g[3]), ks, raw.data(), keys + k * kv_dim,
+      int pos;
+      const int64_t slot = ref.Locate(static_cast<int>(k - g[3]), &pos) / kv_dim;
+      scratch.key_slot[k] = slot;
+      scratch.key_pos[k] = pos;
+      if (slot / bs == g[5] || slot / bs == g[6]) continue;  // read from pages only
+      LoadRotated(a, ref, kNone, static_cast<int>(k - g[3]), ks, raw.data(), keys + k * kv_dim,
                   values + k * kv_dim);
     }
     ks_buf = std::move(ks.scales);  // keep the capacity: no allocation next time
@@ -267,13 +301,14 @@ void AttentionInt8Optimized(ThreadPool& pool, const AttentionArgsI8& a,
       const int nk = row[kAttnPrefixVisible] + (row[kAttnMainHi] - row[kAttnMainLo]);
       const size_t need = static_cast<size_t>(group) * nk;
       if (buf.size() < need) buf.resize(need);
-      attend(TaskI8{&a, keys, values, g[3], g[1], r, static_cast<int>(t % sh.num_kv_heads),
-                    buf.data()});
+      attend(TaskI8{&a, keys, values, scratch.key_slot.data(), scratch.key_pos.data(), g[3], g[1],
+                    r, static_cast<int>(t % sh.num_kv_heads), buf.data()});
     }
   };
   int64_t work = 0;
-  for (int64_t r = 0; r < a.n; ++r)
+  for (int64_t r = 0; r < a.n; ++r) {
     work += KeyRef{a, a.rows + r * kAttnRowFields, kv_dim}.num_keys();
+  }
   if (work * sh.num_heads * hd < (1 << 16)) {
     body(0, a.n * sh.num_kv_heads, 0);
   } else {

@@ -80,9 +80,12 @@ void AttentionInt8Reference(const AttentionArgsI8& a, std::vector<float>& scratc
 struct AttentionI8Scratch {
   std::vector<std::vector<float>> per_thread;  // scores
   std::vector<float> keys, values;             // [keys, kv_dim] dequantized (keys rotated)
-  std::vector<std::vector<float>> key_scales;  // per thread: one block's F32 key scales
-  std::vector<std::array<int, 5>> groups;      // first row, prefix keys, main keys, base, rows
+  std::vector<int64_t> key_slot;               // [keys] physical slot
+  std::vector<int32_t> key_pos;                // [keys] position
+  std::vector<std::array<int, 7>> groups;      // first row, prefix keys, main keys, base,
+                                               // rows, open blocks x2
   std::vector<int> row_group, key_group;
+  std::vector<std::vector<float>> key_scales;  // per thread: one block's F32 key scales
 };
 void AttentionInt8Optimized(ThreadPool& pool, const AttentionArgsI8& a,
                             AttentionI8Scratch& scratch);

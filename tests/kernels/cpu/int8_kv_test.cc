@@ -185,6 +185,7 @@ TEST_P(Int8KvTest, AttentionInt8EqualsF32AttentionOnDequantizedCache) {
     f[kAttnMainPosLo] = specs[i].pos_lo;
     own[i * kAttnI8Fields + kAttnOwnBlock] = specs[i].own_block;
     own[i * kAttnI8Fields + kAttnOwnPage] = specs[i].own_page;
+    own[i * kAttnI8Fields + kAttnOwnSealed] = 1;  // every block's codes are valid here
   }
   // Pages: page p holds the TRUE entries of the block that owns it in `specs`.
   for (const RowSpec& sp : specs) {
@@ -288,6 +289,9 @@ TEST(Int8KvLongTest, OptimizedMatchesReferenceAndIsBatchInvariant) {
   c.value_group = kGroup;
   std::vector<int32_t> tables(kLongBlocks);
   for (int b = 0; b < kLongBlocks; ++b) tables[b] = (b * 7) % kLongBlocks;  // scattered
+  const int last = tables[kLongBlocks - 1];  // open: NaN scales that must never be read
+  for (int c = 0; c < kKvDim; ++c) ksh[last * kKvDim + c] = 0x7e00;
+  for (int i = 0; i < kBs * kVGroups; ++i) vsh[last * kBs * kVGroups + i] = 0x7e00;
   const int rope_rows = 2048;
   std::vector<float> rope(rope_rows * kHd);
   for (int p = 0; p < rope_rows; ++p) {
@@ -306,6 +310,9 @@ TEST(Int8KvLongTest, OptimizedMatchesReferenceAndIsBatchInvariant) {
     f[kAttnMainHi] = his[i];
     own[i * kAttnI8Fields + kAttnOwnBlock] = tables[(his[i] - 1) / kBs];
     own[i * kAttnI8Fields + kAttnOwnPage] = 0;
+    // The last block is open (its codes are garbage: NaN scales below) and only its own
+    // row sees it; every other block is sealed.
+    own[i * kAttnI8Fields + kAttnOwnSealed] = his[i] != kEntries;
   }
   const auto q = Random(n * kQDim, 13);
   const AttentionShape shape{kHeads, kKvHeads, kHd, kBs, 1.0f / std::sqrt(12.0f)};
