@@ -153,8 +153,8 @@ struct TaskI8 {
     const int32_t* row = a.rows + t.row * kAttnRowFields;                                      \
     const int32_t* own = a.own + t.row * kAttnI8Fields;                                        \
     const int64_t own_block = own[kAttnOwnBlock];                                              \
-    const float* own_k = a.k_pages + static_cast<int64_t>(own[kAttnOwnPage]) * bs * kv_dim;   \
-    const float* own_v = a.v_pages + static_cast<int64_t>(own[kAttnOwnPage]) * bs * kv_dim;   \
+    const float* own_k = a.k_pages + static_cast<int64_t>(own[kAttnOwnPage]) * bs * kv_dim;    \
+    const float* own_v = a.v_pages + static_cast<int64_t>(own[kAttnOwnPage]) * bs * kv_dim;    \
     const int pv = row[kAttnPrefixVisible];                                                    \
     const int nk = pv + (row[kAttnMainHi] - row[kAttnMainLo]);                                 \
     const float* q0 = a.q + t.row * q_dim + t.kvh * group * hd;                                \
