@@ -89,6 +89,7 @@ RecallMarks RecallProbe(const Tokenizer& tokenizer, std::span<const int32_t> ids
 // Report inputs shared by the Markdown and JSON writers.
 struct Report {
   std::string model, projector, projector_label, text;
+  std::string kv_dtype = "f32";  // engine::KvDTypeName of the engine's KV cache
   int num_docs = 0;
   int64_t num_tokens = 0;          // ids fed (incl. BOS) over all documents
   int64_t beyond_window_from = 0;  // W + C (or the budget without a projector)

@@ -103,6 +103,7 @@ const PositionSums& HeadSums(const ModeTotals& t) { return t.head; }
 std::string MarkdownReport(const Report& r) {
   std::string out;
   absl::StrAppend(&out, "model: ", r.model, "\n");
+  if (r.kv_dtype != "f32") absl::StrAppend(&out, "kv cache: ", r.kv_dtype, "\n");
   if (!r.projector.empty()) {
     absl::StrAppend(&out, "projector: ", r.projector_label, " (", r.projector, "; M = ",
                     r.mem_slots, ", W = ", r.window_size, ", C = ", r.chunk_size, ")\n");
@@ -182,7 +183,8 @@ std::string JsonSums(const PositionSums& s, bool recall) {
 
 std::string JsonReport(const Report& r) {
   std::string out = "{\n";
-  absl::StrAppend(&out, " \"model\": ", JsonString(r.model), ",\n \"projector\": ",
+  absl::StrAppend(&out, " \"model\": ", JsonString(r.model), ",\n \"kv_dtype\": ",
+                  JsonString(r.kv_dtype), ",\n \"projector\": ",
                   JsonString(r.projector), ",\n \"projector_label\": ",
                   JsonString(r.projector_label), ",\n \"mem_slots\": ", r.mem_slots,
                   ", \"window_size\": ", r.window_size, ", \"chunk_size\": ", r.chunk_size,

@@ -184,6 +184,7 @@ int RunEval(int argc, char** argv) {
   // Budgets (docs/eval.md): every bounded mode at its largest resident size.
   eval::Report report;
   report.model = model_path;
+  report.kv_dtype = engine::KvDTypeName(engine_options->kv_dtype);
   report.text = flags->at("text");
   if (loaded->projector) {
     const memory::ProjectorConfig& pc = loaded->projector->config();
