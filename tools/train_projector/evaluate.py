@@ -53,6 +53,8 @@ def mode_logits(model, proj, mode, t, a):
         return memory.full_logits(model, t)
     if mode == "sliding":
         return memory.sliding_logits(model, t, a.budget)
+    if mode.startswith("sliding@"):  # another window, scored at the same positions
+        return memory.sliding_logits(model, t, int(mode[len("sliding@"):]))
     if mode == "sink":
         return memory.sink_logits(model, t, a.sink, a.budget - a.sink)
     if mode == "memory":
@@ -204,10 +206,17 @@ def main():
     ap.add_argument("--projector", required=True)
     ap.add_argument("--text", required=True)
     ap.add_argument("--heldout", type=int, default=200)
+    ap.add_argument("--split", choices=["heldout", "val"], default="heldout",
+                    help="heldout: the last --heldout stories (the reported numbers); val: "
+                         "the --val stories before them (train.py's validation split, the "
+                         "only one used for choices)")
+    ap.add_argument("--val", type=int, default=50)
     ap.add_argument("--max-len", type=int, default=512)
     ap.add_argument("--budget", type=int, default=0, help="default M + W + C")
     ap.add_argument("--sink", type=int, default=4)
-    ap.add_argument("--modes", default="full,sliding,sink,memory,memory_only")
+    ap.add_argument("--modes", default="full,sliding,sink,memory,memory_only",
+                    help="also sliding@N: a sliding window of N tokens scored at the same "
+                         "positions (rows t >= budget), e.g. sliding@96,sliding@128")
     ap.add_argument("--long", default="", help="long document (e.g. kjv_genesis.txt)")
     ap.add_argument("--long-modes", default="memory,memory_only,sliding,sink,full")
     ap.add_argument("--long-full", type=int, default=2048)
@@ -224,9 +233,11 @@ def main():
         a.budget = cfg["mem_slots"] + cfg["window_size"] + cfg["chunk_size"]
     modes = a.modes.split(",")
     a.long_modes = a.long_modes.split(",")
-    _, held = data.split_train_heldout(data.read_stories(a.text), a.heldout)
+    train, held = data.split_train_heldout(data.read_stories(a.text), a.heldout)
+    if a.split == "val":
+        held = train[-a.val:]
     docs = data.encode_stories(tok, held, a.max_len)
-    print(f"evaluating {len(docs)} held-out stories, {sum(map(len, docs))} tokens",
+    print(f"evaluating {len(docs)} {a.split} stories, {sum(map(len, docs))} tokens",
           file=sys.stderr)
     res = eval_stories(model, proj, docs, modes, a, content_ids(tok))
     budgets = {"full": "all", "sliding": str(a.budget), "sink": f"{a.sink} + {a.budget - a.sink}",
@@ -238,14 +249,15 @@ def main():
     print("| --- | --- | --- | --- | --- | --- | --- |")
     for m in modes:
         r = res[m]
-        print(f"| {m} | {budgets[m]} | {r['all']['nll']:.4f} | {r['beyond']['nll']:.4f} | "
+        b = budgets.get(m, m.partition("@")[2])
+        print(f"| {m} | {b} | {r['all']['nll']:.4f} | {r['beyond']['nll']:.4f} | "
               f"{100 * (r['beyond']['nll'] / full_b - 1):+.2f}% | {r['recall']['nll']:.4f} | "
               f"{r['recall_any']['nll']:.4f} |")
     t = res[modes[0]]
     print(f"\ntokens: all {t['all']['tokens']}, beyond {t['beyond']['tokens']}, recall probe "
           f"{t['recall']['tokens']} (content words), {t['recall_any']['tokens']} (any token)")
     out = {"stories": res, "budget": a.budget, "sink": a.sink, "projector": cfg,
-           "heldout_stories": len(docs)}
+           "split": a.split, "heldout_stories": len(docs)}
     if a.long:
         with open(a.long, encoding="utf-8") as f:
             text = f.read().strip()
