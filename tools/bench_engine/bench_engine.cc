@@ -4,11 +4,15 @@
 //
 //   bench_engine [--stories PATH] [--no-big] [--quick] [--threads N]
 //                [--contexts 128,1024,4096,16384] [--decode-steps N] [--window 1024]
+//                [--kv-dtypes f32,int8]
 //
 // Decode at context C: the cache holds C tokens (a real prefill when C <= the prefill cap,
 // otherwise synthetic zero K/V appended directly: decode speed does not depend on the
 // values), then `decode-steps` single-token steps are timed. Roofline = bandwidth / bytes
 // read per token (all weights once + the K/V of the entries the token attends to).
+// With several --kv-dtypes every row is measured for each KV cache type and
+// "kv_dtype_ratios" puts int8 beside f32 (decode tok per CPU-second, bytes per token).
+// INT8 rows use real prefills only (synthetic K/V would skip the quantizer).
 #include <algorithm>
 #include <chrono>
 #include <ctime>
@@ -107,6 +111,7 @@ struct Options {
   int window = 1024;
   int sink = 4;
   int max_prefill = 16384;
+  engine::KvDType kv_dtype = engine::KvDType::kF32;
 };
 
 json BenchModel(const std::string& name, const model::ModelFile& m, kernels::Backend& backend,
@@ -114,9 +119,14 @@ json BenchModel(const std::string& name, const model::ModelFile& m, kernels::Bac
   const double bandwidth = bw.per_s;
   const model::ModelConfig& c = m.config;
   engine::EngineOptions eo;
+  eo.kv_dtype = o.kv_dtype;
   const int max_ctx = *std::max_element(o.contexts.begin(), o.contexts.end());
-  const size_t kv_per_token = size_t{4} * 2 * c.num_layers * c.kv_dim();
-  eo.kv_pool_bytes = kv_per_token * (max_ctx + 2 * o.decode_steps + 64) + (size_t{64} << 20);
+  const size_t f32_per_token = size_t{4} * 2 * c.num_layers * c.kv_dim();
+  const size_t kv_per_token =
+      engine::KvBlockBytes(o.kv_dtype, c.num_layers, c.kv_dim(), eo.block_size, eo.kv_value_group) /
+      eo.block_size;
+  // Sized as for F32 so INT8's F32 pages for open blocks always fit.
+  eo.kv_pool_bytes = f32_per_token * (max_ctx + 2 * o.decode_steps + 64) + (size_t{64} << 20);
   eo.rope_table_rows = max_ctx + 2 * o.decode_steps + 64;
   auto e = engine::Engine::Create(m, &backend, eo);
   if (!e.ok()) return {{"error", e.status().ToString()}};
@@ -136,7 +146,9 @@ json BenchModel(const std::string& name, const model::ModelFile& m, kernels::Bac
       auto cache = engine.NewCache(policy);
       std::vector<int32_t> ids(ctx);
       for (int i = 0; i < ctx; ++i) ids[i] = 1 + (i * 7919) % (c.vocab_size - 1);
-      json row = {{"model", name}, {"mode", mode}, {"context", ctx}};
+      json row = {{"model", name}, {"kv_dtype", engine::KvDTypeName(o.kv_dtype)}, {"mode", mode},
+                  {"context", ctx}};
+      if (ctx > o.max_prefill && o.kv_dtype != engine::KvDType::kF32) continue;
       if (ctx <= o.max_prefill) {
         engine::SequenceInput in;
         in.cache = cache.get();
@@ -183,14 +195,43 @@ json BenchModel(const std::string& name, const model::ModelFile& m, kernels::Bac
       row["roofline_tok_per_cpu_s"] = bw.per_cpu_s / bytes;
       row["fraction_of_cpu_roofline"] = decode_cpu / (bw.per_cpu_s / bytes);
       results.push_back(row);
-      std::fprintf(stderr, "%s %s ctx %d: prefill %s tok/s, decode %.1f tok/s (roofline %.1f)\n",
-                   name.c_str(), mode, ctx, row["prefill_tok_s"].dump().c_str(), decode, bandwidth / bytes);
+      std::fprintf(stderr, "%s %s %s ctx %d: prefill %s tok/s, decode %.1f tok/s (roofline %.1f)\n",
+                   name.c_str(), engine::KvDTypeName(o.kv_dtype), mode, ctx,
+                   row["prefill_tok_s"].dump().c_str(), decode, bandwidth / bytes);
     }
   }
   return {{"model", name},
+          {"kv_dtype", engine::KvDTypeName(o.kv_dtype)},
           {"weight_bytes", weight_bytes},
           {"kv_bytes_per_token", kv_per_token},
           {"results", results}};
+}
+
+// int8 / f32 for every (model, mode, context) measured with both KV cache types.
+json KvDtypeRatios(const json& models) {
+  json out = json::array();
+  for (const json& a : models) {
+    if (!a.contains("results") || a["kv_dtype"] != "int8") continue;
+    for (const json& b : models) {
+      if (!b.contains("results") || b["kv_dtype"] != "f32" || b["model"] != a["model"]) continue;
+      for (const json& ra : a["results"]) {
+        for (const json& rb : b["results"]) {
+          if (ra["mode"] != rb["mode"] || ra["context"] != rb["context"]) continue;
+          json r = {{"model", a["model"]}, {"mode", ra["mode"]}, {"context", ra["context"]},
+                    {"decode_per_cpu_s_int8_over_f32",
+                     ra["decode_tok_per_cpu_s"].get<double>() / rb["decode_tok_per_cpu_s"].get<double>()},
+                    {"kv_bytes_per_token_int8_over_f32",
+                     a["kv_bytes_per_token"].get<double>() / b["kv_bytes_per_token"].get<double>()}};
+          if (ra["prefill_tok_per_cpu_s"].is_number() && rb["prefill_tok_per_cpu_s"].is_number()) {
+            r["prefill_per_cpu_s_int8_over_f32"] =
+                ra["prefill_tok_per_cpu_s"].get<double>() / rb["prefill_tok_per_cpu_s"].get<double>();
+          }
+          out.push_back(r);
+        }
+      }
+    }
+  }
+  return out;
 }
 
 int Main(int argc, char** argv) {
@@ -204,7 +245,8 @@ int Main(int argc, char** argv) {
     } else {
       std::fprintf(stderr,
                    "usage: bench_engine [--stories PATH] [--no-big] [--quick] [--threads N]\n"
-                   "  [--contexts 128,1024,4096,16384] [--decode-steps N] [--window N]\n");
+                   "  [--contexts 128,1024,4096,16384] [--decode-steps N] [--window N]\n"
+                   "  [--kv-dtypes f32,int8]\n");
       return 2;
     }
   }
@@ -220,6 +262,18 @@ int Main(int argc, char** argv) {
       if (absl::SimpleAtoi(p, &v)) o.contexts.push_back(static_cast<int>(v));
     }
   }
+  std::vector<engine::KvDType> dtypes = {engine::KvDType::kF32};
+  if (f.count("kv-dtypes")) {
+    dtypes.clear();
+    for (auto p : absl::StrSplit(f["kv-dtypes"], ',')) {
+      auto d = engine::ParseKvDType(std::string_view(p.data(), p.size()));
+      if (!d.ok()) {
+        std::fprintf(stderr, "bench_engine: %s\n", d.status().ToString().c_str());
+        return 2;
+      }
+      dtypes.push_back(*d);
+    }
+  }
   const bool quick = f.count("quick") > 0;
   if (quick) o.max_prefill = 4096;  // longer contexts are filled synthetically for decode
   auto backend = kernels::CreateCpuBackend({threads, false});
@@ -233,8 +287,14 @@ int Main(int argc, char** argv) {
   const std::string stories =
       f.count("stories") ? f["stories"] : "../shared/models/stories260K/stories260K.bin";
   json models = json::array();
+  auto bench_all = [&](const std::string& name, const model::ModelFile& m, Options opt) {
+    for (engine::KvDType d : dtypes) {
+      opt.kv_dtype = d;
+      models.push_back(BenchModel(name, m, *backend, opt, bandwidth));
+    }
+  };
   if (auto m = model::LoadModel(stories); m.ok()) {
-    models.push_back(BenchModel("stories260K", *m, *backend, o, bandwidth));
+    bench_all("stories260K", *m, o);
   } else {
     std::fprintf(stderr, "skipping stories260K: %s\n", m.status().ToString().c_str());
   }
@@ -245,9 +305,10 @@ int Main(int argc, char** argv) {
     auto config = model::NamedShape("llama-3.2-1b");
     std::fprintf(stderr, "generating a random llama-3.2-1b-shape bf16 model...\n");
     model::ModelFile m = model::MakeRandomModel(*config, 1, kernels::DType::kBF16);
-    models.push_back(BenchModel("llama-3.2-1b-random-bf16", m, *backend, big, bandwidth));
+    bench_all("llama-3.2-1b-random-bf16", m, big);
   }
   out["models"] = models;
+  out["kv_dtype_ratios"] = KvDtypeRatios(models);
   std::printf("%s\n", out.dump(2).c_str());
   return 0;
 }
