@@ -16,20 +16,29 @@ constexpr int kDimsPerThread = kAttnMaxHeadDim / kThreads;
 constexpr int kTargetBlocks = 1024;  // enough blocks to fill an H100/H200 several times
 constexpr int kMaxSplits = 64;
 
-// Element (slot, channel) of a cache, dequantized when int8.
+// Element (slot, channel) of a cache, dequantized when int8. from_page: `slot` indexes the
+// F32 pages instead (the row's own block, AttentionParams::own).
 __device__ __forceinline__ float LoadKey(const AttentionParams& p, int64_t slot, int32_t block,
-                                         int ch, int kv_dim) {
+                                         bool from_page, int ch, int kv_dim) {
+  if (from_page) return p.k_pages[slot * kv_dim + ch];
   float k = LoadElem(p.k_cache, slot * kv_dim + ch, p.cache_type);
-  if (p.cache_type == ElemType::kI8) k *= p.k_scale[static_cast<int64_t>(block) * kv_dim + ch];
+  if (p.cache_type == ElemType::kI8) {
+    const int64_t i = static_cast<int64_t>(block) * kv_dim + ch;
+    k *= p.fp16_scales ? __half2float(static_cast<const __half*>(p.k_scale)[i])
+                       : static_cast<const float*>(p.k_scale)[i];
+  }
   return k;
 }
 
-__device__ __forceinline__ float LoadValue(const AttentionParams& p, int64_t slot, int ch,
-                                           int kv_dim) {
+__device__ __forceinline__ float LoadValue(const AttentionParams& p, int64_t slot,
+                                           bool from_page, int ch, int kv_dim) {
+  if (from_page) return p.v_pages[slot * kv_dim + ch];
   float v = LoadElem(p.v_cache, slot * kv_dim + ch, p.cache_type);
   if (p.cache_type == ElemType::kI8) {
     const int groups = (kv_dim + p.v_group_size - 1) / p.v_group_size;
-    v *= p.v_scale[slot * groups + ch / p.v_group_size];
+    const int64_t i = slot * groups + ch / p.v_group_size;
+    v *= p.fp16_scales ? __half2float(static_cast<const __half*>(p.v_scale)[i])
+                       : static_cast<const float*>(p.v_scale)[i];
   }
   return v;
 }
@@ -48,6 +57,7 @@ __global__ void __launch_bounds__(kThreads)
   __shared__ int64_t slot_s[kTile];  // physical slot of each key of the tile, -1 = none
   __shared__ int32_t block_s[kTile];
   __shared__ int32_t pos_s[kTile];
+  __shared__ bool page_s[kTile];  // the key is in the row's own block: read from its page
 
   const int row = blockIdx.x, kv_head = blockIdx.y, split = blockIdx.z;
   const int tid = threadIdx.x, lane = tid & 31, warp = tid >> 5;
@@ -62,6 +72,11 @@ __global__ void __launch_bounds__(kThreads)
   const int main_table = r[4], main_front = r[5], main_lo = r[6], main_hi = r[7];
   const int main_pos_lo = r[8];
   const int total = prefix_visible + max(main_hi - main_lo, 0);
+  // INT8 engine cache: the row's own block (read F32 from its page), -1 = none.
+  const int32_t own_block =
+      p.own == nullptr ? -1 : p.own[static_cast<int64_t>(row) * kAttnOwnStride + 0];
+  const int32_t own_page =
+      p.own == nullptr ? -1 : p.own[static_cast<int64_t>(row) * kAttnOwnStride + 1];
 
   // This split's key range: equal shares rounded up to whole tiles.
   const int share = ((total + num_splits - 1) / num_splits + kTile - 1) / kTile * kTile;
@@ -89,6 +104,7 @@ __global__ void __launch_bounds__(kThreads)
       const int k = t0 + tid;
       int64_t slot = -1;
       int32_t block = 0, pos = 0;
+      bool from_page = false;
       if (k < end) {
         int phys, table;
         if (k < prefix_visible) {
@@ -102,12 +118,14 @@ __global__ void __launch_bounds__(kThreads)
           pos = main_pos_lo + (j - main_lo);
         }
         block = p.block_tables[static_cast<int64_t>(table) + phys / bs];
-        slot = static_cast<int64_t>(block) * bs + phys % bs;
+        from_page = block == own_block && own_block >= 0;
+        slot = static_cast<int64_t>(from_page ? own_page : block) * bs + phys % bs;
         pos = min(max(pos, 0), p.rope_rows - 1);
       }
       slot_s[tid] = slot;
       block_s[tid] = block;
       pos_s[tid] = pos;
+      page_s[tid] = from_page;
     }
     __syncthreads();
 
@@ -121,8 +139,8 @@ __global__ void __launch_bounds__(kThreads)
         const float* cs = p.rope_table + static_cast<int64_t>(pos_s[j]) * head_dim;
         const int ch0 = kv_head * head_dim;
         for (int i = lane; i < half; i += 32) {
-          const float k0 = LoadKey(p, slot, block_s[j], ch0 + i, kv_dim);
-          const float k1 = LoadKey(p, slot, block_s[j], ch0 + i + half, kv_dim);
+          const float k0 = LoadKey(p, slot, block_s[j], page_s[j], ch0 + i, kv_dim);
+          const float k1 = LoadKey(p, slot, block_s[j], page_s[j], ch0 + i + half, kv_dim);
           const float c = cs[i], s = cs[half + i];
           const float r0 = k0 * c - k1 * s;
           const float r1 = k1 * c + k0 * s;
@@ -170,7 +188,7 @@ __global__ void __launch_bounds__(kThreads)
           if (g < group) acc[di][g] *= corr_s[g];
         }
         for (int j = 0; j < n; ++j) {
-          const float v = LoadValue(p, slot_s[j], kv_head * head_dim + d, kv_dim);
+          const float v = LoadValue(p, slot_s[j], page_s[j], kv_head * head_dim + d, kv_dim);
 #pragma unroll
           for (int g = 0; g < kAttnMaxGroup; ++g) {
             if (g < group) acc[di][g] += prob_s[g][j] * v;
@@ -280,6 +298,10 @@ absl::Status Attention(const AttentionParams& p, void* workspace, size_t workspa
   if (p.cache_type == ElemType::kI8 &&
       (p.k_scale == nullptr || p.v_scale == nullptr || p.v_group_size <= 0)) {
     return absl::InvalidArgumentError("Attention: int8 cache needs k_scale, v_scale, v_group_size");
+  }
+  if (p.own != nullptr &&
+      (p.cache_type != ElemType::kI8 || p.k_pages == nullptr || p.v_pages == nullptr)) {
+    return absl::InvalidArgumentError("Attention: own blocks need an int8 cache and F32 pages");
   }
   int32_t splits = AttentionNumSplits(p.num_rows, p.num_kv_heads);
   if (splits > 1) {

@@ -39,6 +39,7 @@
 namespace kvfold::cuda {
 
 inline constexpr int kAttnRowStride = 10;
+inline constexpr int kAttnOwnStride = 3;  // == kernels::kAttnI8Fields
 inline constexpr int kAttnMaxGroup = 16;     // num_heads / num_kv_heads
 inline constexpr int kAttnMaxHeadDim = 256;
 
@@ -51,10 +52,19 @@ struct AttentionParams {
   const void* v_cache = nullptr;   // [num_blocks, block_size, num_kv_heads * head_dim]
   ElemType cache_type = ElemType::kF32;
   // kI8 only (KIVI, kernels/quant/kv_quant.h): a block's keys are one per-channel group,
-  // values are per token in groups of v_group_size channels.
-  const float* k_scale = nullptr;  // [num_blocks, num_kv_heads * head_dim]
-  const float* v_scale = nullptr;  // [num_blocks * block_size, ceil(kv_dim / v_group_size)]
+  // values are per token in groups of v_group_size channels. Scales are F32, or fp16 (the
+  // engine's kernels::KvCacheI8) when fp16_scales is set.
+  const void* k_scale = nullptr;  // [num_blocks, num_kv_heads * head_dim]
+  const void* v_scale = nullptr;  // [num_blocks * block_size, ceil(kv_dim / v_group_size)]
   int32_t v_group_size = 0;
+  bool fp16_scales = false;
+  // kI8 only, optional (the engine's AttentionInt8, kernels/backend.h AttnI8Row): per row
+  // kAttnOwnStride int32 (own block, own page, sealed). Entries that live in the row's own
+  // block are read F32 from page `own page` of k_pages / v_pages instead of from the
+  // codes (whose scales may not exist yet: the block may be open). null = no own block.
+  const int32_t* own = nullptr;    // [num_rows, kAttnOwnStride]
+  const float* k_pages = nullptr;  // [num_pages, block_size, num_kv_heads * head_dim]
+  const float* v_pages = nullptr;  // [num_pages, block_size, num_kv_heads * head_dim]
   const float* rope_table = nullptr;  // [rope_rows, head_dim] (rope.cuh)
   int32_t rope_rows = 0;
   int32_t num_rows = 0;

@@ -3,6 +3,7 @@
 #include <cuda_runtime_api.h>
 
 #include <algorithm>
+#include <cstdint>
 #include <string>
 #include <utility>
 
@@ -27,6 +28,9 @@ using kernels::Tensor;
 
 // The attention kernel reads the engine's per-row fields at the same offsets.
 static_assert(kernels::kAttnRowFields == kAttnRowStride);
+static_assert(kernels::kAttnI8Fields == kAttnOwnStride && kernels::kAttnOwnBlock == 0 &&
+              kernels::kAttnOwnPage == 1 && kernels::kSealFields == 3 &&
+              kernels::kSealBlock == 0 && kernels::kSealPage == 1 && kernels::kSealCount == 2);
 static_assert(kernels::kAttnPrefixTable == 0 && kernels::kAttnPrefixVisible == 1 &&
               kernels::kAttnPrefixPosBase == 2 && kernels::kAttnPrefixPosStride == 3 &&
               kernels::kAttnMainTable == 4 && kernels::kAttnMainFront == 5 &&
@@ -47,6 +51,42 @@ absl::StatusOr<ElemType> FloatType(const Tensor& t, const char* what) {
 absl::Status Expect(bool ok, const char* op, const std::string& detail) {
   if (ok) return absl::OkStatus();
   return absl::InvalidArgumentError(absl::StrCat(op, ": ", detail));
+}
+
+// The shapes of a kernels::KvCacheI8 (the same rules as the CPU backend's CheckI8Cache)
+// as the raw layer the kernels take.
+absl::StatusOr<Int8KvLayer> I8Layer(const kernels::KvCacheI8& c, const char* op) {
+  Int8KvLayer l;
+  const int64_t num_blocks = c.k_codes.dim(0), bs = c.k_codes.dim(1);
+  const int64_t kv_dim = c.k_codes.rank == 3 ? c.k_codes.dim(2) : 0;
+  const int64_t v_groups = c.value_group >= 1 ? (kv_dim + c.value_group - 1) / c.value_group : 0;
+  const bool ok = c.k_codes.dtype == DType::kI8 && c.v_codes.dtype == DType::kI8 &&
+                  c.k_scales.dtype == DType::kF16 && c.v_scales.dtype == DType::kF16 &&
+                  c.k_pages.dtype == DType::kF32 && c.v_pages.dtype == DType::kF32 &&
+                  kv_dim > 0 && bs > 0 && v_groups > 0 &&
+                  c.v_codes.numel() == c.k_codes.numel() &&
+                  c.k_scales.numel() == num_blocks * kv_dim &&
+                  c.v_scales.numel() == num_blocks * bs * v_groups && c.k_pages.rank == 3 &&
+                  c.k_pages.dim(1) == bs && c.k_pages.dim(2) == kv_dim &&
+                  c.v_pages.numel() == c.k_pages.numel() && kv_dim <= INT32_MAX &&
+                  bs <= INT32_MAX;
+  if (!ok) {
+    return absl::InvalidArgumentError(absl::StrCat(
+        op, ": inconsistent int8 cache ", c.k_codes.DebugString(), " ", c.k_scales.DebugString(),
+        " ", c.v_scales.DebugString(), " ", c.k_pages.DebugString(), " group ", c.value_group));
+  }
+  l.k_codes = static_cast<int8_t*>(c.k_codes.data);
+  l.v_codes = static_cast<int8_t*>(c.v_codes.data);
+  l.k_scales = static_cast<uint16_t*>(c.k_scales.data);
+  l.v_scales = static_cast<uint16_t*>(c.v_scales.data);
+  l.k_pages = static_cast<float*>(c.k_pages.data);
+  l.v_pages = static_cast<float*>(c.v_pages.data);
+  l.num_blocks = num_blocks;
+  l.num_pages = c.k_pages.dim(0);
+  l.block_size = static_cast<int32_t>(bs);
+  l.kv_dim = static_cast<int32_t>(kv_dim);
+  l.value_group = c.value_group;
+  return l;
 }
 
 class CudaBuffer final : public Buffer {
@@ -346,15 +386,89 @@ class CudaBackend final : public kernels::Backend {
     p.head_dim = shape.head_dim;
     p.block_size = shape.block_size;
     p.scale = shape.scale;
-    void* workspace = nullptr;
-    size_t workspace_bytes = 0;
-    if (AttentionNumSplits(p.num_rows, p.num_kv_heads) > 1) {
-      workspace_bytes = AttentionWorkspaceBytes(p.num_heads, p.num_kv_heads, p.head_dim);
-      auto ws = s->attention_scratch().Get(workspace_bytes, s->stream());
-      if (!ws.ok()) return ws.status();
-      workspace = *ws;
+    return RunAttention(*s, p);
+  }
+
+  bool SupportsInt8Kv() const override { return true; }
+
+  absl::Status StoreKvInt8(Stream& stream, Tensor k, Tensor v, Tensor slots, Tensor pages,
+                           Tensor seal, const kernels::KvCacheI8& cache) override {
+    KVFOLD_ASSIGN_STREAM(s, stream);
+    auto layer = I8Layer(cache, "StoreKvInt8");
+    if (!layer.ok()) return layer.status();
+    const int64_t n = slots.numel();
+    const int64_t num_seal = seal.empty() ? 0 : seal.numel() / kernels::kSealFields;
+    const int64_t kv_dim = layer->kv_dim;
+    if (auto st = Expect(slots.dtype == DType::kI32 && pages.dtype == DType::kI32 &&
+                             pages.numel() == n && k.dtype == DType::kF32 &&
+                             v.dtype == DType::kF32 && k.numel() == n * kv_dim &&
+                             v.numel() == n * kv_dim &&
+                             (seal.empty() || (seal.dtype == DType::kI32 &&
+                                               seal.numel() % kernels::kSealFields == 0)),
+                         "StoreKvInt8",
+                         absl::StrCat(k.DebugString(), " ", slots.DebugString(), " ",
+                                      pages.DebugString(), " ", seal.DebugString()));
+        !st.ok()) {
+      return st;
     }
-    return cuda::Attention(p, workspace, workspace_bytes, s->stream());
+    return cuda::StoreKvInt8(static_cast<const float*>(k.data),
+                             static_cast<const float*>(v.data),
+                             static_cast<const int32_t*>(slots.data),
+                             static_cast<const int32_t*>(pages.data), n,
+                             static_cast<const int32_t*>(seal.data), num_seal, *layer,
+                             s->stream());
+  }
+
+  absl::Status AttentionInt8(Stream& stream, Tensor q, const kernels::KvCacheI8& cache,
+                             Tensor rows, Tensor own, Tensor block_tables, Tensor rope_table,
+                             const AttentionShape& shape, Tensor out) override {
+    KVFOLD_ASSIGN_STREAM(s, stream);
+    auto layer = I8Layer(cache, "AttentionInt8");
+    if (!layer.ok()) return layer.status();
+    const int64_t n = rows.rank >= 1 ? rows.dim(0) : 0;
+    const int64_t q_width = static_cast<int64_t>(shape.num_heads) * shape.head_dim;
+    const int64_t kv_dim = static_cast<int64_t>(shape.num_kv_heads) * shape.head_dim;
+    if (auto st = Expect(
+            q.dtype == DType::kF32 && out.dtype == DType::kF32 && rows.dtype == DType::kI32 &&
+                own.dtype == DType::kI32 && block_tables.dtype == DType::kI32 &&
+                rope_table.dtype == DType::kF32 &&
+                rows.numel() == n * kernels::kAttnRowFields &&
+                own.numel() == n * kernels::kAttnI8Fields && q.numel() == n * q_width &&
+                out.numel() == n * q_width && rope_table.rank == 2 &&
+                rope_table.dim(1) == shape.head_dim && shape.block_size == layer->block_size &&
+                layer->kv_dim == kv_dim,
+            "AttentionInt8",
+            absl::StrCat("q ", q.DebugString(), " codes ", cache.k_codes.DebugString(), " rows ",
+                         rows.DebugString(), " own ", own.DebugString(), " heads ",
+                         shape.num_heads, "/", shape.num_kv_heads, " head_dim ",
+                         shape.head_dim));
+        !st.ok()) {
+      return st;
+    }
+    AttentionParams p;
+    p.q = static_cast<const float*>(q.data);
+    p.out = static_cast<float*>(out.data);
+    p.rows = static_cast<const int32_t*>(rows.data);
+    p.block_tables = static_cast<const int32_t*>(block_tables.data);
+    p.k_cache = layer->k_codes;
+    p.v_cache = layer->v_codes;
+    p.cache_type = ElemType::kI8;
+    p.k_scale = layer->k_scales;
+    p.v_scale = layer->v_scales;
+    p.v_group_size = layer->value_group;
+    p.fp16_scales = true;
+    p.own = static_cast<const int32_t*>(own.data);
+    p.k_pages = layer->k_pages;
+    p.v_pages = layer->v_pages;
+    p.rope_table = static_cast<const float*>(rope_table.data);
+    p.rope_rows = static_cast<int32_t>(rope_table.dim(0));
+    p.num_rows = static_cast<int32_t>(n);
+    p.num_heads = shape.num_heads;
+    p.num_kv_heads = shape.num_kv_heads;
+    p.head_dim = shape.head_dim;
+    p.block_size = shape.block_size;
+    p.scale = shape.scale;
+    return RunAttention(*s, p);
   }
 
   absl::Status SiluMul(Stream& stream, Tensor gate, Tensor up, Tensor out) override {
@@ -387,6 +501,19 @@ class CudaBackend final : public kernels::Backend {
   }
 
  private:
+  // Attention on the stream, with the split-K workspace from the stream's scratch.
+  static absl::Status RunAttention(CudaStream& s, const AttentionParams& p) {
+    void* workspace = nullptr;
+    size_t workspace_bytes = 0;
+    if (AttentionNumSplits(p.num_rows, p.num_kv_heads) > 1) {
+      workspace_bytes = AttentionWorkspaceBytes(p.num_heads, p.num_kv_heads, p.head_dim);
+      auto ws = s.attention_scratch().Get(workspace_bytes, s.stream());
+      if (!ws.ok()) return ws.status();
+      workspace = *ws;
+    }
+    return cuda::Attention(p, workspace, workspace_bytes, s.stream());
+  }
+
   int device_;
 };
 

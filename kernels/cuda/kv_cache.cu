@@ -84,6 +84,68 @@ __global__ void DequantizeKernel(const int8_t* codes, const float* scales, int64
   }
 }
 
+// grid num_tokens, block kThreads: row i into its page (StoreKvInt8 step 1).
+__global__ void StorePagesKernel(const float* k, const float* v,  // [num_tokens, kv_dim]
+                                 const int32_t* slots, const int32_t* pages,  // [num_tokens]
+                                 Int8KvLayer c) {
+  const int64_t token = blockIdx.x;
+  const int32_t slot = slots[token], page = pages[token];
+  if (slot < 0 || slot >= c.num_blocks * c.block_size || page < 0 || page >= c.num_pages) return;
+  const int64_t dst = (static_cast<int64_t>(page) * c.block_size + slot % c.block_size) * c.kv_dim;
+  const int64_t src = token * c.kv_dim;
+  for (int64_t ch = threadIdx.x; ch < c.kv_dim; ch += blockDim.x) {
+    c.k_pages[dst + ch] = k[src + ch];
+    c.v_pages[dst + ch] = v[src + ch];
+  }
+}
+
+// The fp16 scale for `amax` and its bits: Int8Scale(amax, true) of kv_quant.cc.
+__device__ __forceinline__ float Fp16Scale(float amax, uint16_t* bits) {
+  const __half h = __float2half_rn(amax / 127.0f);
+  *bits = __half_as_ushort(h);
+  return __half2float(h);
+}
+
+// grid num_seal, block kThreads: one block (of the pool) per CUDA block (StoreKvInt8 step 2).
+__global__ void SealBlocksKernel(const int32_t* seal,  // [num_seal, 3]
+                                 Int8KvLayer c) {
+  const int32_t* f = seal + static_cast<int64_t>(blockIdx.x) * 3;
+  const int32_t block = f[0], page = f[1], count = f[2];
+  if (block < 0 || block >= c.num_blocks || page < 0 || page >= c.num_pages || count < 1 ||
+      count > c.block_size) {
+    return;  // block-uniform
+  }
+  const int64_t kv_dim = c.kv_dim;
+  const float* kp = c.k_pages + static_cast<int64_t>(page) * c.block_size * kv_dim;
+  const float* vp = c.v_pages + static_cast<int64_t>(page) * c.block_size * kv_dim;
+  int8_t* kc = c.k_codes + static_cast<int64_t>(block) * c.block_size * kv_dim;
+  int8_t* vc = c.v_codes + static_cast<int64_t>(block) * c.block_size * kv_dim;
+  // Keys: per channel over the count tokens (QuantizeKeys, group_size = count).
+  for (int64_t ch = threadIdx.x; ch < kv_dim; ch += blockDim.x) {
+    float amax = 0.0f;
+    for (int t = 0; t < count; ++t) amax = fmaxf(amax, fabsf(kp[t * kv_dim + ch]));
+    uint16_t bits;
+    const float scale = Fp16Scale(amax, &bits);
+    c.k_scales[static_cast<int64_t>(block) * kv_dim + ch] = bits;
+    for (int t = 0; t < count; ++t) kc[t * kv_dim + ch] = Int8Code(kp[t * kv_dim + ch], scale);
+  }
+  // Values: per token in groups of value_group channels (QuantizeValues).
+  const int64_t g = c.value_group;
+  const int64_t groups = (kv_dim + g - 1) / g;
+  uint16_t* vs = c.v_scales + static_cast<int64_t>(block) * c.block_size * groups;
+  for (int64_t item = threadIdx.x; item < count * groups; item += blockDim.x) {
+    const int64_t t = item / groups, gi = item % groups;
+    const int64_t c0 = gi * g, c1 = min(kv_dim, c0 + g);
+    const float* row = vp + t * kv_dim;
+    float amax = 0.0f;
+    for (int64_t ch = c0; ch < c1; ++ch) amax = fmaxf(amax, fabsf(row[ch]));
+    uint16_t bits;
+    const float scale = Fp16Scale(amax, &bits);
+    vs[t * groups + gi] = bits;
+    for (int64_t ch = c0; ch < c1; ++ch) vc[t * kv_dim + ch] = Int8Code(row[ch], scale);
+  }
+}
+
 absl::Status CheckQuantArgs(const void* in, const void* out, const void* scales,
                             int64_t num_tokens, int64_t channels, int32_t group_size) {
   if (num_tokens < 0 || channels < 0 || group_size < 1) {
@@ -127,6 +189,33 @@ absl::Status StoreKv(const float* k, const float* v, const int32_t* slots, int64
   StoreKvKernel<<<static_cast<unsigned>(num_tokens), kThreads, 0, stream>>>(
       k, v, slots, kv_dim, k_cache, v_cache, cache_type);
   return LaunchStatus("StoreKvKernel");
+}
+
+absl::Status StoreKvInt8(const float* k, const float* v, const int32_t* slots,
+                         const int32_t* pages, int64_t num_tokens, const int32_t* seal,
+                         int64_t num_seal, const Int8KvLayer& cache, cudaStream_t stream) {
+  const Int8KvLayer& c = cache;
+  if (num_tokens < 0 || num_seal < 0 || c.num_blocks < 0 || c.num_pages < 0 ||
+      c.block_size <= 0 || c.kv_dim <= 0 || c.value_group < 1) {
+    return absl::InvalidArgumentError("StoreKvInt8: bad size");
+  }
+  if ((num_tokens > 0 && (k == nullptr || v == nullptr || slots == nullptr || pages == nullptr ||
+                          c.k_pages == nullptr || c.v_pages == nullptr)) ||
+      (num_seal > 0 && (seal == nullptr || c.k_codes == nullptr || c.v_codes == nullptr ||
+                        c.k_scales == nullptr || c.v_scales == nullptr || c.k_pages == nullptr ||
+                        c.v_pages == nullptr))) {
+    return absl::InvalidArgumentError("StoreKvInt8: null pointer");
+  }
+  if (num_tokens > 0) {
+    StorePagesKernel<<<static_cast<unsigned>(num_tokens), kThreads, 0, stream>>>(k, v, slots,
+                                                                                 pages, c);
+    if (absl::Status s = LaunchStatus("StorePagesKernel"); !s.ok()) return s;
+  }
+  if (num_seal > 0) {
+    SealBlocksKernel<<<static_cast<unsigned>(num_seal), kThreads, 0, stream>>>(seal, c);
+    if (absl::Status s = LaunchStatus("SealBlocksKernel"); !s.ok()) return s;
+  }
+  return absl::OkStatus();
 }
 
 absl::Status QuantizeKeys(const float* keys, int64_t num_tokens, int64_t channels,

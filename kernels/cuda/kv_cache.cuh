@@ -44,6 +44,37 @@ absl::Status DequantizeValues(const int8_t* codes, const float* scales, int64_t 
                               int64_t channels, int32_t group_size, float* values,
                               cudaStream_t stream);
 
+// The engine's INT8 KV layer (kernels::KvCacheI8, kernels/backend.h): codes and fp16
+// scales per pool block, plus F32 pages holding the entries of open blocks.
+struct Int8KvLayer {
+  int8_t* k_codes = nullptr;     // [num_blocks, block_size, kv_dim]
+  int8_t* v_codes = nullptr;     // [num_blocks, block_size, kv_dim]
+  uint16_t* k_scales = nullptr;  // [num_blocks, kv_dim] fp16 bits
+  uint16_t* v_scales = nullptr;  // [num_blocks, block_size, ceil(kv_dim / value_group)] fp16
+  float* k_pages = nullptr;      // [num_pages, block_size, kv_dim]
+  float* v_pages = nullptr;      // [num_pages, block_size, kv_dim]
+  int64_t num_blocks = 0;
+  int64_t num_pages = 0;
+  int32_t block_size = 0;
+  int32_t kv_dim = 0;
+  int32_t value_group = 0;  // >= 1
+};
+
+// kernels::Backend::StoreKvInt8 on the device, bit-identical to the CPU backend:
+// 1. row i of k, v [num_tokens, kv_dim] F32 goes to page pages[i] at offset
+//    slots[i] % block_size (slots, pages [num_tokens] I32);
+// 2. then each of the num_seal blocks of seal [num_seal, 3] I32 (block, page, count)
+//    quantizes entries [0, count) of its page into the block's codes and fp16 scales:
+//    keys per channel over the count tokens, values per token in groups of value_group
+//    channels (kv_quant.h with fp16_scales; the scale is rounded to fp16 before the codes).
+// Device-side indices cannot be checked on the host: a row whose slot or page is out of
+// range, and a seal entry out of range (count outside [1, block_size]), is skipped
+// (nothing is written) instead of corrupting memory. The two steps are two launches on
+// `stream`, so a block sealed in this call sees the rows written by it.
+absl::Status StoreKvInt8(const float* k, const float* v, const int32_t* slots,
+                         const int32_t* pages, int64_t num_tokens, const int32_t* seal,
+                         int64_t num_seal, const Int8KvLayer& cache, cudaStream_t stream);
+
 }  // namespace kvfold::cuda
 
 #endif  // KVFOLD_KERNELS_CUDA_KV_CACHE_CUH_

@@ -5,6 +5,10 @@
 // Tolerances (docs/cuda.md): F32 weights |gpu - cpu| <= 2e-3 + 2e-3 |cpu| on logits;
 // BF16 weights 0.05 + 0.02 |cpu| (the GPU feeds cuBLAS BF16 activations, the CPU keeps
 // them F32), plus identical greedy tokens on >= 95% of rows.
+// INT8 KV (engine kv_dtype int8 on both backends): 1e-2 + 1e-2 |cpu|. The two sides
+// quantize K/V that differ by F32 noise, so a value within that noise of a rounding
+// boundary gets a code one step apart (one step = amax / 127 of its group); the
+// tolerance covers a few such flips, not a different quantizer.
 #include <algorithm>
 #include <cmath>
 #include <cstdint>
@@ -34,9 +38,10 @@ using kernels::DType;
 // different sampled tokens).
 std::vector<float> RunLogits(const model::ModelFile& model, kernels::Backend* backend,
                              const engine::KvPolicy& policy, const std::vector<int32_t>& prompt,
-                             const std::vector<int32_t>& continuation) {
+                             const std::vector<int32_t>& continuation, engine::KvDType kv_dtype) {
   engine::EngineOptions options;
   options.kv_pool_bytes = size_t{64} << 20;
+  options.kv_dtype = kv_dtype;
   auto eng = engine::Engine::Create(model, backend, options);
   EXPECT_TRUE(eng.ok()) << eng.status();
   if (!eng.ok()) return {};
@@ -64,7 +69,8 @@ std::vector<float> RunLogits(const model::ModelFile& model, kernels::Backend* ba
 }
 
 void CompareModels(DType dtype, bool qwen2, const engine::KvPolicy& policy, double tol,
-                   double eps, const std::string& what) {
+                   double eps, const std::string& what,
+                   engine::KvDType kv_dtype = engine::KvDType::kF32) {
   const model::ModelFile model = cuda::testing::TinyModel(dtype, qwen2, 5);
   std::mt19937 rng(9);
   std::vector<int32_t> prompt(77), continuation(60);
@@ -74,8 +80,8 @@ void CompareModels(DType dtype, bool qwen2, const engine::KvPolicy& policy, doub
   ASSERT_TRUE(cpu.ok()) << cpu.status();
   auto gpu = kernels::CreateBackend("cuda:0", 1);
   ASSERT_TRUE(gpu.ok()) << gpu.status();
-  const auto ref = RunLogits(model, cpu->get(), policy, prompt, continuation);
-  const auto got = RunLogits(model, gpu->get(), policy, prompt, continuation);
+  const auto ref = RunLogits(model, cpu->get(), policy, prompt, continuation, kv_dtype);
+  const auto got = RunLogits(model, gpu->get(), policy, prompt, continuation, kv_dtype);
   ASSERT_EQ(ref.size(), got.size());
   ASSERT_FALSE(ref.empty());
   std::vector<double> ref_d(ref.begin(), ref.end());
@@ -107,6 +113,22 @@ TEST(CudaBackendModel, Bf16LlamaSlidingMatchesCpu) {
   KVFOLD_SKIP_WITHOUT_GPU();
   CompareModels(DType::kBF16, false, engine::KvPolicy::Sliding(50), 0.05, 0.02,
                 "bf16 llama sliding(50)");
+}
+
+// INT8 KV on both sides: the CUDA StoreKvInt8 / AttentionInt8 against the CPU reference
+// through the whole engine (77-token prefill = 4 sealed blocks + an open one, then 60
+// decode steps that seal 4 more).
+TEST(CudaBackendModel, Int8KvLlamaFullModeMatchesCpu) {
+  KVFOLD_SKIP_WITHOUT_GPU();
+  CompareModels(DType::kF32, false, engine::KvPolicy::Full(), 1e-2, 1e-2, "int8 kv llama full",
+                engine::KvDType::kInt8);
+}
+
+TEST(CudaBackendModel, Int8KvQwen2SinkWindowMatchesCpu) {
+  KVFOLD_SKIP_WITHOUT_GPU();
+  // The 4 sink tokens are a partial prefix block sealed when the prefix completes.
+  CompareModels(DType::kF32, true, engine::KvPolicy::Sink(4, 40), 1e-2, 1e-2,
+                "int8 kv qwen2 sink(4)+window(40)", engine::KvDType::kInt8);
 }
 
 }  // namespace
