@@ -10,6 +10,10 @@
 // residual), final RMSNorm, lm_head GEMM, argmax; the argmax feeds the next step's
 // embedding on the device (no host round trip). History is held fixed so every step reads
 // the same bytes. Achieved bandwidth = (weight bytes + KV bytes read) / step time.
+// INT8 KV runs the engine's int8 decode ops (the CUDA backend's StoreKvInt8 and
+// AttentionInt8 kernels, kernels::KvCacheI8 layout): the new token goes to its block's
+// F32 page, attention reads that (own) block from the page and every other block as int8
+// codes with fp16 scales. No block is sealed (the history is fixed).
 #include <cuda_runtime_api.h>
 
 #include <algorithm>
@@ -140,9 +144,10 @@ absl::Status RunConfig(const Weights& w, cublasHandle_t cublas, cudaStream_t str
   const int64_t slots = num_blocks * kBlock;
   const size_t elem = ElemSize(c.kv_type);
   const size_t cache_bytes = slots * kKvDim * elem;  // one of K or V, one layer
-  size_t scale_bytes = 0;
+  size_t scale_bytes = 0;  // int8: fp16 scales + one F32 page per sequence, K and V
+  const size_t page_bytes = size_t{kBlock} * kKvDim * 4 * B;
   if (c.kv_type == ElemType::kI8) {
-    scale_bytes = num_blocks * kKvDim * 4 + slots * (kKvDim / kVGroup) * 4;
+    scale_bytes = num_blocks * kKvDim * 2 + slots * (kKvDim / kVGroup) * 2 + 2 * page_bytes;
   }
   const double need = double(kLayers) * (2 * cache_bytes + scale_bytes);
   size_t free_b = 0, total_b = 0;
@@ -154,7 +159,8 @@ absl::Status RunConfig(const Weights& w, cublasHandle_t cublas, cudaStream_t str
   }
   DeviceMem mem;
   std::vector<void*> kc(kLayers), vc(kLayers);
-  std::vector<float*> ks(kLayers, nullptr), vs(kLayers, nullptr);
+  std::vector<void*> ks(kLayers, nullptr), vs(kLayers, nullptr);
+  std::vector<float*> kp(kLayers, nullptr), vp(kLayers, nullptr);
   for (int l = 0; l < kLayers; ++l) {
     ALLOC(k, void, cache_bytes);
     ALLOC(v, void, cache_bytes);
@@ -163,20 +169,28 @@ absl::Status RunConfig(const Weights& w, cublasHandle_t cublas, cudaStream_t str
     RETURN_IF_ERROR(FillUniform(k, c.kv_type, slots * kKvDim, 100 + l, -1, 1, stream));
     RETURN_IF_ERROR(FillUniform(v, c.kv_type, slots * kKvDim, 200 + l, -1, 1, stream));
     if (c.kv_type == ElemType::kI8) {
-      ALLOC(k_scale, float, num_blocks * kKvDim * 4);
-      ALLOC(v_scale, float, slots * (kKvDim / kVGroup) * 4);
-      RETURN_IF_ERROR(FillUniform(k_scale, ElemType::kF32, num_blocks * kKvDim, 300 + l,
+      ALLOC(k_scale, void, num_blocks * kKvDim * 2);
+      ALLOC(v_scale, void, slots * (kKvDim / kVGroup) * 2);
+      ALLOC(k_page, float, page_bytes);
+      ALLOC(v_page, float, page_bytes);
+      RETURN_IF_ERROR(FillUniform(k_scale, ElemType::kF16, num_blocks * kKvDim, 300 + l,
                                   0.005f, 0.01f, stream));
-      RETURN_IF_ERROR(FillUniform(v_scale, ElemType::kF32, slots * (kKvDim / kVGroup),
+      RETURN_IF_ERROR(FillUniform(v_scale, ElemType::kF16, slots * (kKvDim / kVGroup),
                                   400 + l, 0.005f, 0.01f, stream));
+      RETURN_IF_ERROR(FillUniform(k_page, ElemType::kF32, page_bytes / 4, 500 + l, -1, 1, stream));
+      RETURN_IF_ERROR(FillUniform(v_page, ElemType::kF32, page_bytes / 4, 600 + l, -1, 1, stream));
       ks[l] = k_scale;
       vs[l] = v_scale;
+      kp[l] = k_page;
+      vp[l] = v_page;
     }
   }
   // Block tables: sequence b owns blocks [b * blocks_per_seq, ...): prefix, then main.
   std::vector<int32_t> tables(num_blocks);
   for (int64_t i = 0; i < num_blocks; ++i) tables[i] = static_cast<int32_t>(i);
   std::vector<int32_t> rows(int64_t{B} * kAttnRowStride, 0), positions(B), slot_of(B), tokens(B);
+  // int8: sequence b's newest (own, open) block lives in page b.
+  std::vector<int32_t> page_of(B), own(int64_t{B} * kAttnOwnStride);
   for (int b = 0; b < B; ++b) {
     int32_t* f = &rows[int64_t{b} * kAttnRowStride];
     f[0] = b * blocks_per_seq;                  // prefix table
@@ -191,6 +205,10 @@ absl::Status RunConfig(const Weights& w, cublasHandle_t cublas, cudaStream_t str
     positions[b] = f[8] + main_len;
     slot_of[b] = (b * blocks_per_seq + prefix_blocks) * kBlock + main_len;
     tokens[b] = (b * 7919) % kVocab;
+    page_of[b] = b;
+    own[int64_t{b} * kAttnOwnStride + 0] = slot_of[b] / kBlock;
+    own[int64_t{b} * kAttnOwnStride + 1] = b;
+    own[int64_t{b} * kAttnOwnStride + 2] = 0;
   }
   const int rope_rows = main_len + 2;
   std::vector<float> rope(int64_t{rope_rows} * kHeadDim);
@@ -208,6 +226,8 @@ absl::Status RunConfig(const Weights& w, cublasHandle_t cublas, cudaStream_t str
   ALLOC(d_slots, int32_t, B * 4);
   ALLOC(d_tokens, int32_t, B * 4);
   ALLOC(d_rope, float, rope.size() * 4);
+  ALLOC(d_pages, int32_t, B * 4);
+  ALLOC(d_own, int32_t, own.size() * 4);
   auto up = [&](void* dst, const void* src, size_t bytes) {
     return CudaStatus(cudaMemcpyAsync(dst, src, bytes, cudaMemcpyHostToDevice, stream), "upload");
   };
@@ -217,6 +237,8 @@ absl::Status RunConfig(const Weights& w, cublasHandle_t cublas, cudaStream_t str
   RETURN_IF_ERROR(up(d_slots, slot_of.data(), B * 4));
   RETURN_IF_ERROR(up(d_tokens, tokens.data(), B * 4));
   RETURN_IF_ERROR(up(d_rope, rope.data(), rope.size() * 4));
+  RETURN_IF_ERROR(up(d_pages, page_of.data(), B * 4));
+  RETURN_IF_ERROR(up(d_own, own.data(), own.size() * 4));
   ALLOC(x, float, int64_t{B} * kHidden * 4);
   ALLOC(h, float, int64_t{B} * kHidden * 4);
   ALLOC(q, float, int64_t{B} * kQDim * 4);
@@ -256,9 +278,22 @@ absl::Status RunConfig(const Weights& w, cublasHandle_t cublas, cudaStream_t str
       RETURN_IF_ERROR(linear(h, kHidden, L.wk, kKvDim, k_new, 0));
       RETURN_IF_ERROR(linear(h, kHidden, L.wv, kKvDim, v_new, 0));
       RETURN_IF_ERROR(Rope(q, d_pos, d_rope, rope_rows, B, kHeads, kHeadDim, q, stream));
-      // Int8: KIVI keeps the newest, partial block in full precision and quantizes it
-      // when it fills; that small write is not modelled, only the int8 reads.
-      if (c.kv_type != ElemType::kI8) {
+      Int8KvLayer i8;
+      if (c.kv_type == ElemType::kI8) {
+        // The engine's int8 write: the new token into its (open) block's F32 page.
+        i8.k_codes = static_cast<int8_t*>(kc[l]);
+        i8.v_codes = static_cast<int8_t*>(vc[l]);
+        i8.k_scales = static_cast<uint16_t*>(ks[l]);
+        i8.v_scales = static_cast<uint16_t*>(vs[l]);
+        i8.k_pages = kp[l];
+        i8.v_pages = vp[l];
+        i8.num_blocks = num_blocks;
+        i8.num_pages = B;
+        i8.block_size = kBlock;
+        i8.kv_dim = kKvDim;
+        i8.value_group = kVGroup;
+        RETURN_IF_ERROR(StoreKvInt8(k_new, v_new, d_slots, d_pages, B, nullptr, 0, i8, stream));
+      } else {
         RETURN_IF_ERROR(StoreKv(k_new, v_new, d_slots, B, kKvDim, kc[l], vc[l], c.kv_type,
                                 stream));
       }
@@ -273,6 +308,12 @@ absl::Status RunConfig(const Weights& w, cublasHandle_t cublas, cudaStream_t str
       p.k_scale = ks[l];
       p.v_scale = vs[l];
       p.v_group_size = kVGroup;
+      if (c.kv_type == ElemType::kI8) {
+        p.fp16_scales = true;
+        p.own = d_own;
+        p.k_pages = kp[l];
+        p.v_pages = vp[l];
+      }
       p.rope_table = d_rope;
       p.rope_rows = rope_rows;
       p.num_rows = B;
@@ -333,7 +374,9 @@ absl::Status RunConfig(const Weights& w, cublasHandle_t cublas, cudaStream_t str
 
   const double keys = double(B) * (prefix + main_len + 1);
   double per_key = 2.0 * kKvDim * elem;  // K and V
-  if (c.kv_type == ElemType::kI8) per_key += 4.0 * kKvDim / kVGroup + 4.0 * kKvDim / kBlock;
+  // int8: codes + fp16 scales (the own block's <= 16 entries come from the F32 page; not
+  // counted separately).
+  if (c.kv_type == ElemType::kI8) per_key += 2.0 * kKvDim / kVGroup + 2.0 * kKvDim / kBlock;
   r->kv_bytes = keys * per_key * kLayers;
   r->step_bytes = double(w.decode_bytes) + r->kv_bytes;
   return cudaStreamSynchronize(stream) == cudaSuccess ? absl::OkStatus()
@@ -437,8 +480,9 @@ int Main(int argc, char** argv) {
   std::string json = absl::StrFormat(
       "{\n  \"device\": \"%s\",\n  \"model\": \"llama-3.1-8b shape, bf16 weights, random\",\n"
       "  \"note\": \"memory mode = %d memory slots + %d-token window, steady-state decode; "
-      "fold cost (projector + window re-prefill) not included; int8 rows read int8 K/V and "
-      "skip the new token's write\",\n"
+      "fold cost (projector + window re-prefill) not included; int8 rows run the engine's "
+      "int8 ops: new token to its block's F32 page, own block read from the page, other "
+      "blocks int8 with fp16 scales, no seal\",\n"
       "  \"weight_bytes_per_step\": %.0f,\n  \"peak_bandwidth_gbs\": %.1f,\n"
       "  \"copy_bandwidth_gbs\": %.1f,\n  \"steps\": %d,\n  \"total_seconds\": %.1f,\n"
       "  \"results\": [\n",
