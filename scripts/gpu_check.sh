@@ -47,7 +47,7 @@ log "build"
 TARGETS=(cuda_ops_test bench_gpu)
 # The engine-level tests exist once the engine and memory mode are in the tree.
 HELP=$(cmake --build "$BUILD_DIR" --target help 2>/dev/null || true)
-for t in cuda_backend_test cuda_memory_mode_test cuda_int8_kv_test cuda_backend_factory_test; do
+for t in cuda_backend_test cuda_memory_mode_test cuda_int8_kv_test cuda_projector_test cuda_backend_factory_test; do
   if grep -qw "$t" <<<"$HELP"; then TARGETS+=("$t"); fi
 done
 echo "targets: ${TARGETS[*]}"

@@ -3,14 +3,91 @@
 #include <algorithm>
 #include <cmath>
 #include <filesystem>
+#include <map>
 #include <utility>
 
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_join.h"
 #include "common/sha256.h"
+#include "kernels/backend.h"
 
 namespace kvfold::memory {
+
+#define KVFOLD_PROJECTOR_RETURN_IF_ERROR(expr)                        \
+  do {                                                                \
+    if (absl::Status status_ = (expr); !status_.ok()) return status_; \
+  } while (0)
+
+// The projector's tensors on a backend (Projector::UseBackend). Only virtual Backend
+// methods are called here, so kvfold::memory needs no link dependency on the kernels.
+class ProjectorDevice {
+ public:
+  static absl::StatusOr<std::shared_ptr<const ProjectorDevice>> Create(
+      kernels::Backend* backend, const Fp32TensorMap& tensors) {
+    auto device = std::shared_ptr<ProjectorDevice>(new ProjectorDevice(backend));
+    for (const auto& [name, t] : tensors) {
+      const size_t bytes = t.data.size() * sizeof(float);
+      // The CPU backend aliases the projector's own vectors (which outlive this).
+      auto buffer = backend->AdoptWeights(t.data.data(), bytes, nullptr);
+      if (!buffer.ok()) return buffer.status();
+      kernels::Tensor view;
+      view.data = (*buffer)->data();
+      view.dtype = kernels::DType::kF32;
+      view.rank = static_cast<int>(t.shape.size());
+      for (size_t i = 0; i < t.shape.size() && i < 4; ++i) view.shape[i] = t.shape[i];
+      device->weights_[name] = {*std::move(buffer), view};
+    }
+    return std::shared_ptr<const ProjectorDevice>(std::move(device));
+  }
+
+  kernels::Backend* backend() const { return backend_; }
+
+  // y[rows, out] = x[rows, in] @ W^T + b on the device, through `s`'s stream; returns when
+  // y is on the host.
+  absl::Status Linear(ProjectorScratch* s, const float* x, int rows, int in, const char* weight,
+                      const char* bias, int out, float* y) const;
+
+ private:
+  struct Weight {
+    std::unique_ptr<kernels::Buffer> buffer;
+    kernels::Tensor view;
+  };
+  explicit ProjectorDevice(kernels::Backend* backend) : backend_(backend) {}
+
+  kernels::Backend* backend_;
+  std::map<std::string, Weight> weights_;
+};
+
+struct ProjectorDeviceScratch {
+  const ProjectorDevice* owner = nullptr;
+  std::unique_ptr<kernels::Stream> stream;
+  std::unique_ptr<kernels::Buffer> x, y;
+  size_t x_floats = 0, y_floats = 0;
+};
+
 namespace {
+
+// A [rows, cols] F32 view of `buffer` (no kernels helper: see ProjectorDevice).
+kernels::Tensor View2d(const kernels::Buffer& buffer, int64_t rows, int64_t cols) {
+  kernels::Tensor t;
+  t.data = buffer.data();
+  t.dtype = kernels::DType::kF32;
+  t.rank = 2;
+  t.shape = {rows, cols, 1, 1};
+  return t;
+}
+
+// Grows a device buffer to at least `floats` (geometrically; never shrinks).
+absl::Status GrowDevice(kernels::Backend& backend, size_t floats,
+                        std::unique_ptr<kernels::Buffer>* buffer, size_t* capacity) {
+  if (*buffer != nullptr && *capacity >= floats) return absl::OkStatus();
+  const size_t want = std::max(floats, 2 * *capacity);
+  auto fresh = backend.Allocate(want * sizeof(float));
+  if (!fresh.ok()) return fresh.status();
+  *buffer = *std::move(fresh);
+  *capacity = want;
+  return absl::OkStatus();
+}
 
 // sum_i a[i] * b[i] with 8 independent partial sums (lets the compiler use SIMD lanes
 // without -ffast-math; the fixed order keeps results deterministic).
@@ -117,6 +194,37 @@ absl::Status ValidateTensors(const ProjectorConfig& config, const Fp32TensorMap&
 
 }  // namespace
 
+absl::Status ProjectorDevice::Linear(ProjectorScratch* s, const float* x, int rows, int in,
+                                     const char* weight, const char* bias, int out,
+                                     float* y) const {
+  auto w = weights_.find(weight);
+  auto b = weights_.find(bias);
+  if (w == weights_.end() || b == weights_.end()) {
+    return absl::InternalError(absl::StrCat("projector device: no tensor ", weight));
+  }
+  if (s->device == nullptr || s->device->owner != this) {
+    // The stream's owner changed (UseBackend again): everything of the old one goes.
+    auto fresh = std::make_shared<ProjectorDeviceScratch>();
+    fresh->owner = this;
+    fresh->stream = backend_->CreateStream();
+    s->device = std::move(fresh);
+  }
+  ProjectorDeviceScratch& d = *s->device;
+  const size_t x_floats = static_cast<size_t>(rows) * in,
+               y_floats = static_cast<size_t>(rows) * out;
+  if (absl::Status st = GrowDevice(*backend_, x_floats, &d.x, &d.x_floats); !st.ok()) return st;
+  if (absl::Status st = GrowDevice(*backend_, y_floats, &d.y, &d.y_floats); !st.ok()) return st;
+  const kernels::Tensor xt = View2d(*d.x, rows, in), yt = View2d(*d.y, rows, out);
+  kernels::Stream& stream = *d.stream;
+  if (absl::Status st = backend_->CopyToDevice(stream, x, xt); !st.ok()) return st;
+  if (absl::Status st = backend_->MatMul(stream, xt, w->second.view, b->second.view, yt);
+      !st.ok()) {
+    return st;
+  }
+  if (absl::Status st = backend_->CopyToHost(stream, yt, y); !st.ok()) return st;
+  return backend_->Synchronize(stream);
+}
+
 Projector::Projector(ProjectorConfig config, Fp32TensorMap tensors, std::string fingerprint)
     : config_(std::move(config)), tensors_(std::move(tensors)), fingerprint_(std::move(fingerprint)) {}
 
@@ -154,6 +262,28 @@ absl::StatusOr<std::unique_ptr<Projector>> Projector::LoadForModel(
     return s;
   }
   return projector;
+}
+
+absl::Status Projector::UseBackend(kernels::Backend* backend) {
+  if (backend == nullptr) {
+    device_.reset();
+    return absl::OkStatus();
+  }
+  auto device = ProjectorDevice::Create(backend, tensors_);
+  if (!device.ok()) return device.status();
+  device_ = *std::move(device);
+  return absl::OkStatus();
+}
+
+kernels::Backend* Projector::backend() const {
+  return device_ == nullptr ? nullptr : device_->backend();
+}
+
+absl::Status Projector::RunLinear(ProjectorScratch* s, const float* x, int rows, int in,
+                                  const char* weight, const char* bias, int out, float* y) const {
+  if (device_ != nullptr) return device_->Linear(s, x, rows, in, weight, bias, out, y);
+  Linear(x, rows, in, T(weight), T(bias), out, y);
+  return absl::OkStatus();
 }
 
 absl::Status Projector::CheckCompatible(std::string_view model_fingerprint,
@@ -201,7 +331,8 @@ absl::Status Projector::Forward(std::span<const float> mem, std::span<const floa
   std::copy(mem.begin(), mem.end(), s->x.begin());
   float* h_dst = s->x.data() + mem.size();
   if (config_.input_layers == 3) {
-    Linear(hidden.data(), num_tokens, in_width, T("in_proj.weight"), T("in_proj.bias"), d, h_dst);
+    KVFOLD_PROJECTOR_RETURN_IF_ERROR(RunLinear(s, hidden.data(), num_tokens, in_width,
+                                               "in_proj.weight", "in_proj.bias", d, h_dst));
   } else {
     std::copy(hidden.begin(), hidden.end(), h_dst);
   }
@@ -210,29 +341,39 @@ absl::Status Projector::Forward(std::span<const float> mem, std::span<const floa
   const float* queries = T("queries");
   LayerNorm(queries, num_slots, d, T("ln_q.weight"), T("ln_q.bias"), eps, s->qn.data());
   LayerNorm(s->x.data(), rows, d, T("ln_x.weight"), T("ln_x.bias"), eps, s->xn.data());
-  Linear(s->qn.data(), num_slots, d, T("cross.q.weight"), T("cross.q.bias"), d, s->q.data());
-  Linear(s->xn.data(), rows, d, T("cross.k.weight"), T("cross.k.bias"), d, s->k.data());
-  Linear(s->xn.data(), rows, d, T("cross.v.weight"), T("cross.v.bias"), d, s->v.data());
+  KVFOLD_PROJECTOR_RETURN_IF_ERROR(
+      RunLinear(s, s->qn.data(), num_slots, d, "cross.q.weight", "cross.q.bias", d, s->q.data()));
+  KVFOLD_PROJECTOR_RETURN_IF_ERROR(
+      RunLinear(s, s->xn.data(), rows, d, "cross.k.weight", "cross.k.bias", d, s->k.data()));
+  KVFOLD_PROJECTOR_RETURN_IF_ERROR(
+      RunLinear(s, s->xn.data(), rows, d, "cross.v.weight", "cross.v.bias", d, s->v.data()));
   Attention(s->q.data(), num_slots, s->k.data(), s->v.data(), rows, d, config_.num_heads,
             s->scores.data(), s->attn.data());
-  Linear(s->attn.data(), num_slots, d, T("cross.o.weight"), T("cross.o.bias"), d, s->proj.data());
+  KVFOLD_PROJECTOR_RETURN_IF_ERROR(RunLinear(s, s->attn.data(), num_slots, d, "cross.o.weight",
+                                             "cross.o.bias", d, s->proj.data()));
   for (size_t i = 0; i < static_cast<size_t>(num_slots) * d; ++i) s->m[i] = queries[i] + s->proj[i];
 
   // m = m + SelfAttn(LN_self(m))
   LayerNorm(s->m.data(), num_slots, d, T("ln_self.weight"), T("ln_self.bias"), eps, s->mn.data());
-  Linear(s->mn.data(), num_slots, d, T("self.q.weight"), T("self.q.bias"), d, s->q.data());
-  Linear(s->mn.data(), num_slots, d, T("self.k.weight"), T("self.k.bias"), d, s->k.data());
-  Linear(s->mn.data(), num_slots, d, T("self.v.weight"), T("self.v.bias"), d, s->v.data());
+  KVFOLD_PROJECTOR_RETURN_IF_ERROR(
+      RunLinear(s, s->mn.data(), num_slots, d, "self.q.weight", "self.q.bias", d, s->q.data()));
+  KVFOLD_PROJECTOR_RETURN_IF_ERROR(
+      RunLinear(s, s->mn.data(), num_slots, d, "self.k.weight", "self.k.bias", d, s->k.data()));
+  KVFOLD_PROJECTOR_RETURN_IF_ERROR(
+      RunLinear(s, s->mn.data(), num_slots, d, "self.v.weight", "self.v.bias", d, s->v.data()));
   Attention(s->q.data(), num_slots, s->k.data(), s->v.data(), num_slots, d, config_.num_heads,
             s->scores.data(), s->attn.data());
-  Linear(s->attn.data(), num_slots, d, T("self.o.weight"), T("self.o.bias"), d, s->proj.data());
+  KVFOLD_PROJECTOR_RETURN_IF_ERROR(RunLinear(s, s->attn.data(), num_slots, d, "self.o.weight",
+                                             "self.o.bias", d, s->proj.data()));
   for (size_t i = 0; i < static_cast<size_t>(num_slots) * d; ++i) s->m[i] += s->proj[i];
 
   // m = m + FFN(LN_ffn(m)), FFN(z) = down(GELU_erf(up(z)))
   LayerNorm(s->m.data(), num_slots, d, T("ln_ffn.weight"), T("ln_ffn.bias"), eps, s->mn.data());
-  Linear(s->mn.data(), num_slots, d, T("ffn.up.weight"), T("ffn.up.bias"), f, s->ffn.data());
+  KVFOLD_PROJECTOR_RETURN_IF_ERROR(
+      RunLinear(s, s->mn.data(), num_slots, d, "ffn.up.weight", "ffn.up.bias", f, s->ffn.data()));
   for (size_t i = 0; i < static_cast<size_t>(num_slots) * f; ++i) s->ffn[i] = GeluErf(s->ffn[i]);
-  Linear(s->ffn.data(), num_slots, f, T("ffn.down.weight"), T("ffn.down.bias"), d, s->proj.data());
+  KVFOLD_PROJECTOR_RETURN_IF_ERROR(RunLinear(s, s->ffn.data(), num_slots, f, "ffn.down.weight",
+                                             "ffn.down.bias", d, s->proj.data()));
   for (size_t i = 0; i < static_cast<size_t>(num_slots) * d; ++i) s->m[i] += s->proj[i];
 
   // out = LN_out(m)

@@ -10,6 +10,8 @@
 //
 // All math is fp32 on the CPU; the whole projector is small (a few MB for d = 4096 is
 // ~12 d^2 floats, the largest case), so it is held as fp32 whatever its file dtype.
+// Optionally (Projector::UseBackend) its matmuls run on a kernels::Backend, e.g. cuBLAS
+// when the engine runs on "cuda"; the CPU path is unchanged.
 #ifndef KVFOLD_INFERENCE_SVC_MEMORY_PROJECTOR_H_
 #define KVFOLD_INFERENCE_SVC_MEMORY_PROJECTOR_H_
 
@@ -22,7 +24,14 @@
 #include "absl/status/statusor.h"
 #include "inference_svc/memory/safetensors_lite.h"
 
+namespace kvfold::kernels {
+class Backend;
+}  // namespace kvfold::kernels
+
 namespace kvfold::memory {
+
+class ProjectorDevice;          // projector.cc: the weights on a kernels::Backend
+struct ProjectorDeviceScratch;  // projector.cc: a caller's stream and device activations
 
 // projector.json. Every field is required in the file except where a default is stated.
 struct ProjectorConfig {
@@ -53,6 +62,9 @@ std::string ProjectorConfigJson(const ProjectorConfig& config);
 struct ProjectorScratch {
   std::vector<float> x, xn, qn, q, k, v, attn, proj, m, mn, ffn;
   std::vector<float> scores;
+  // With Projector::UseBackend: this caller's stream and device buffers (grown like the
+  // vectors above; made again when the projector's backend changes).
+  std::shared_ptr<ProjectorDeviceScratch> device;
 };
 
 class Projector {
@@ -89,13 +101,32 @@ class Projector {
   absl::Status Forward(std::span<const float> mem, std::span<const float> hidden,
                        std::span<float> out, ProjectorScratch* scratch) const;
 
+  // Runs every Linear of Forward (in_proj, cross/self q k v o, ffn up/down: all the
+  // matmuls) on `backend` with Backend::MatMul (cuBLAS on "cuda", F32 weights, F32
+  // accumulation); LayerNorm, the attention over the few rows, GELU and the residual adds
+  // stay on the CPU. The weights are copied to the device here, once. Each matmul group
+  // is one upload, the MatMuls and one download on the caller's stream (synchronous), so
+  // Forward stays thread-compatible. Results match the CPU path within float rounding,
+  // not bit for bit (1e-4: tests/kernels/cuda/projector_cuda_test.cc). nullptr returns to
+  // the CPU path, which is bit-identical to a projector that never had a backend.
+  // `backend` must outlive the projector (or the next UseBackend). Not safe concurrently
+  // with Forward. ResourceExhausted / Internal from the backend.
+  absl::Status UseBackend(kernels::Backend* backend);
+  // The backend set by UseBackend, or nullptr (CPU path).
+  kernels::Backend* backend() const;
+
  private:
   Projector(ProjectorConfig config, Fp32TensorMap tensors, std::string fingerprint);
   const float* T(const std::string& name) const { return tensors_.at(name).data.data(); }
+  // y[rows, out] = x[rows, in] @ W^T + b for the tensors `<name>.weight` / `<name>.bias`,
+  // on the CPU or (UseBackend) on the device.
+  absl::Status RunLinear(ProjectorScratch* s, const float* x, int rows, int in, const char* weight,
+                         const char* bias, int out, float* y) const;
 
   ProjectorConfig config_;
   Fp32TensorMap tensors_;
   std::string fingerprint_;
+  std::shared_ptr<const ProjectorDevice> device_;  // null: CPU path
 };
 
 // The tensor names and shapes a projector with `config` must contain (sorted by name).
