@@ -109,8 +109,10 @@ class Projector {
   // Forward stays thread-compatible. Results match the CPU path within float rounding,
   // not bit for bit (1e-4: tests/kernels/cuda/projector_cuda_test.cc). nullptr returns to
   // the CPU path, which is bit-identical to a projector that never had a backend.
-  // `backend` must outlive the projector (or the next UseBackend). Not safe concurrently
-  // with Forward. ResourceExhausted / Internal from the backend.
+  // Meant for device backends (call it when the engine runs on "cuda"); with a CPU
+  // backend it works too but only reorders the CPU arithmetic. `backend` must outlive the
+  // projector (or the next UseBackend). Not safe concurrently with Forward.
+  // ResourceExhausted / Internal from the backend.
   absl::Status UseBackend(kernels::Backend* backend);
   // The backend set by UseBackend, or nullptr (CPU path).
   kernels::Backend* backend() const;

@@ -12,6 +12,12 @@
 // - Numerics: F32 activations and KV, weights F32/F16/BF16 fed to cuBLAS with F32
 //   accumulation; results match the CPU backend within the tolerances in docs/cuda.md, not
 //   bit for bit (cuBLAS picks its kernels by shape, so GPU rows are not batch-invariant).
+// - INT8 KV (SupportsInt8Kv): StoreKvInt8 writes the F32 pages and seals blocks on the
+//   device with codes and fp16 scales bit-identical to the CPU backend (kv_quant.h);
+//   AttentionInt8 is the split-K Attention kernel reading int8 codes * fp16 scales, and
+//   each row's own block F32 from its page (kv_cache.cuh, attention.cuh). Device-side
+//   indices (slots, pages, seal entries) cannot be range-checked on the host: out-of-range
+//   ones are skipped by the kernels instead of returning OutOfRange like the CPU.
 #ifndef KVFOLD_KERNELS_CUDA_CUDA_BACKEND_H_
 #define KVFOLD_KERNELS_CUDA_CUDA_BACKEND_H_
 
