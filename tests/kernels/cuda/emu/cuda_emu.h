@@ -12,6 +12,8 @@
 #include <cuda_fp16.h>
 #include <cuda_bf16.h>
 #include <algorithm>
+#include <atomic>
+#include <cstring>
 #include <barrier>
 #include <cmath>
 #include <cstdint>
@@ -68,6 +70,19 @@ inline int __shfl_xor_sync(unsigned, int v, int o) {
   w.i[lane] = v;
   w.bar.arrive_and_wait();
   return w.i[lane ^ o];
+}
+inline unsigned __float_as_uint(float x) {
+  unsigned u;
+  std::memcpy(&u, &x, sizeof(u));
+  return u;
+}
+template <class T>
+inline T atomicMax(T* address, T value) {
+  std::atomic_ref<T> a(*address);
+  T old = a.load();
+  while (old < value && !a.compare_exchange_weak(old, value)) {
+  }
+  return old;
 }
 template <class A, class B>
 inline auto min(A a, B b) { using T = decltype(a + b); return std::min<T>(a, b); }

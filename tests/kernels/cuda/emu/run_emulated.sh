@@ -19,7 +19,7 @@ CUDA_INC="${CUDA_HOME:-/usr/local/cuda}/include"
 mkdir -p "$OUT/obj"
 ninja -C "$BASE" kvfold_memory kvfold_engine kvfold_model kvfold_kernels kvfold_quant >/dev/null
 # 1. The .cu files as host C++: the emulation header first, launches as emu::Launcher calls.
-for f in attention kv_cache elementwise embedding rmsnorm rope; do
+for f in attention kv_cache elementwise embedding rmsnorm rope sampling; do
   /usr/bin/python3 - "$ROOT/kernels/cuda/$f.cu" "$OUT/${f}_emu.cc" "$f" <<'PY'
 import re, sys
 src, dst, name = sys.argv[1:4]
@@ -39,7 +39,9 @@ CXX=(g++ -std=c++20 -O2 -w -pthread -I"$ROOT" -I"$CUDA_INC")
 SRCS=("$OUT"/*_emu.cc tests/kernels/cuda/emu/cuda_stubs.cc kernels/cuda/gemm.cc
       kernels/cuda/cuda_status.cc kernels/cuda/cuda_backend.cc
       tests/kernels/cuda/int8_kv_cuda_test.cc tests/kernels/cuda/cuda_backend_test.cc
-      tests/kernels/cuda/cuda_memory_mode_test.cc tests/kernels/cuda/projector_cuda_test.cc)
+      tests/kernels/cuda/cuda_memory_mode_test.cc tests/kernels/cuda/projector_cuda_test.cc
+      tests/kernels/cuda/attention_test.cc tests/kernels/cuda/kv_quant_cuda_test.cc
+      tests/kernels/cuda/ops_test.cc tests/kernels/cuda/sampling_test.cc)
 OBJS=()
 for s in "${SRCS[@]}"; do
   o="$OUT/obj/$(basename "$s" .cc).o"
