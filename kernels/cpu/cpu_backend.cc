@@ -42,6 +42,19 @@ absl::Status Check(bool ok, const char* op, const std::string& what) {
   return absl::InvalidArgumentError(absl::StrCat(op, ": ", what));
 }
 
+// The checks Attention and AttentionInt8 share: shape, rows, rope table, out, and the
+// cache width kv_dim. Sets *n (query rows).
+bool AttentionCallOk(Tensor q, Tensor rows, Tensor rope_table, const AttentionShape& shape,
+                     Tensor out, int64_t kv_dim, int64_t* n) {
+  const int64_t q_dim = static_cast<int64_t>(shape.num_heads) * shape.head_dim;
+  *n = q_dim > 0 ? q.numel() / q_dim : 0;
+  return shape.num_kv_heads > 0 && shape.num_heads % shape.num_kv_heads == 0 &&
+         shape.head_dim % 2 == 0 && shape.block_size > 0 && rows.dtype == DType::kI32 &&
+         rows.numel() == *n * kAttnRowFields && out.numel() == q.numel() &&
+         rope_table.rank == 2 && rope_table.dim(1) == shape.head_dim &&
+         kv_dim == int64_t{shape.num_kv_heads} * shape.head_dim;
+}
+
 bool IsFloat(DType d) { return d == DType::kF32 || d == DType::kF16 || d == DType::kBF16; }
 
 // Validates the tensors of a KvCacheI8 against each other (backend.h) and returns its sizes.
@@ -196,13 +209,9 @@ class CpuBackend : public Backend {
   absl::Status Attention(Stream&, Tensor q, Tensor k_cache, Tensor v_cache, Tensor rows,
                          Tensor block_tables, Tensor rope_table, const AttentionShape& shape,
                          Tensor out) override {
-    const int64_t q_dim = static_cast<int64_t>(shape.num_heads) * shape.head_dim;
-    const int64_t n = q_dim > 0 ? q.numel() / q_dim : 0;
-    if (shape.num_kv_heads <= 0 || shape.num_heads % shape.num_kv_heads != 0 ||
-        shape.head_dim % 2 != 0 || shape.block_size <= 0 || rows.dtype != DType::kI32 ||
-        rows.numel() != n * kAttnRowFields || out.numel() != q.numel() ||
-        rope_table.rank != 2 || rope_table.dim(1) != shape.head_dim ||
-        k_cache.rank != 3 || k_cache.dim(2) != int64_t{shape.num_kv_heads} * shape.head_dim) {
+    int64_t n;
+    if (k_cache.rank != 3 ||
+        !AttentionCallOk(q, rows, rope_table, shape, out, k_cache.dim(2), &n)) {
       return Check(false, "Attention", q.DebugString() + " " + k_cache.DebugString() + " " +
                                            rows.DebugString());
     }
@@ -293,14 +302,9 @@ class CpuBackend : public Backend {
         !st.ok()) {
       return st;
     }
-    const int64_t q_dim = static_cast<int64_t>(shape.num_heads) * shape.head_dim;
-    const int64_t n = q_dim > 0 ? q.numel() / q_dim : 0;
-    if (shape.num_kv_heads <= 0 || shape.num_heads % shape.num_kv_heads != 0 ||
-        shape.head_dim % 2 != 0 || shape.block_size != bs || rows.dtype != DType::kI32 ||
-        rows.numel() != n * kAttnRowFields || own.dtype != DType::kI32 ||
-        own.numel() != n * kAttnI8Fields || out.numel() != q.numel() || rope_table.rank != 2 ||
-        rope_table.dim(1) != shape.head_dim ||
-        kv_dim != int64_t{shape.num_kv_heads} * shape.head_dim) {
+    int64_t n;
+    if (!AttentionCallOk(q, rows, rope_table, shape, out, kv_dim, &n) ||
+        shape.block_size != bs || own.dtype != DType::kI32 || own.numel() != n * kAttnI8Fields) {
       return Check(false, "AttentionInt8",
                    q.DebugString() + " " + c.k_codes.DebugString() + " " + rows.DebugString() +
                        " " + own.DebugString());
