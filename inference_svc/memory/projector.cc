@@ -264,6 +264,11 @@ absl::StatusOr<std::unique_ptr<Projector>> Projector::LoadForModel(
   return projector;
 }
 
+absl::Status Projector::UseEngineBackend(kernels::Backend* backend) {
+  if (backend == nullptr || backend->Name().rfind("cpu", 0) == 0) return absl::OkStatus();
+  return UseBackend(backend);
+}
+
 absl::Status Projector::UseBackend(kernels::Backend* backend) {
   if (backend == nullptr) {
     device_.reset();

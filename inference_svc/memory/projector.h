@@ -114,6 +114,9 @@ class Projector {
   // projector (or the next UseBackend). Not safe concurrently with Forward.
   // ResourceExhausted / Internal from the backend.
   absl::Status UseBackend(kernels::Backend* backend);
+  // UseBackend(backend) when `backend` is a device backend (not "cpu"/"cpu-ref"); a no-op
+  // on the CPU, so the CPU path stays bit-exact. What loaders call next to an Engine.
+  absl::Status UseEngineBackend(kernels::Backend* backend);
   // The backend set by UseBackend, or nullptr (CPU path).
   kernels::Backend* backend() const;
 

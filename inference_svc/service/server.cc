@@ -82,9 +82,8 @@ absl::StatusOr<std::unique_ptr<InferenceServer>> InferenceServer::Start(
     auto projector = memory::Projector::LoadForModel(c.projector_path, server->engine_->fingerprint(),
                                                      server->engine_->config().hidden_size);
     if (!projector.ok()) return projector.status();
-    // On a GPU the projector's matmuls go to cuBLAS too (the CPU path stays bit-exact).
-    if (server->engine_->backend().Name().rfind("cuda", 0) == 0) {
-      if (absl::Status s = (*projector)->UseBackend(&server->engine_->backend()); !s.ok()) return s;
+    if (absl::Status s = (*projector)->UseEngineBackend(&server->engine_->backend()); !s.ok()) {
+      return s;
     }
     server->projector_ = std::move(*projector);
   } else if (c.default_mode == v1::KV_MODE_MEMORY || c.default_mode == v1::KV_MODE_MEMORY_ONLY) {

@@ -88,10 +88,7 @@ absl::StatusOr<LoadedEngine> LoadEngine(const std::string& model_path,
     absl::StatusOr<std::unique_ptr<memory::Projector>> p = memory::Projector::LoadForModel(
         projector_dir, out.engine->fingerprint(), out.engine->config().hidden_size);
     if (!p.ok()) return p.status();
-    // On a GPU the projector's matmuls go to cuBLAS too (the CPU path stays bit-exact).
-    if (out.backend->Name().rfind("cuda", 0) == 0) {
-      if (absl::Status s = (*p)->UseBackend(out.backend.get()); !s.ok()) return s;
-    }
+    if (absl::Status s = (*p)->UseEngineBackend(out.backend.get()); !s.ok()) return s;
     out.projector = std::move(*p);
   }
   return out;

@@ -107,6 +107,11 @@ TEST_P(ProjectorBackendTest, MatmulsOnABackendMatchTheCpuPath) {
   const std::vector<float> again = Folds(projector, &scratch);
   ASSERT_EQ(again.size(), ref.size());
   EXPECT_EQ(0, std::memcmp(again.data(), ref.data(), ref.size() * sizeof(float)));
+
+  // What loaders call: a CPU engine backend leaves the projector on its own CPU path.
+  ASSERT_TRUE(projector.UseEngineBackend(backend.get()).ok());
+  EXPECT_EQ(projector.backend(), nullptr);
+  EXPECT_EQ(Folds(projector, &scratch), again);
 }
 
 INSTANTIATE_TEST_SUITE_P(InputLayers, ProjectorBackendTest, ::testing::Values(1, 3));
