@@ -55,13 +55,7 @@ std::unique_ptr<engine::Session> NewSession(engine::Engine* engine, const Projec
   return *std::move(s);
 }
 
-std::vector<int32_t> RandomIds(int n, int vocab, uint32_t seed) {
-  std::mt19937 rng(seed);
-  std::uniform_int_distribution<int32_t> dist(0, vocab - 1);
-  std::vector<int32_t> ids(n);
-  for (auto& id : ids) id = dist(rng);
-  return ids;
-}
+using testing::RandomIds;
 
 // Greedy decode of n tokens; returns the ids and every step's logits.
 std::vector<int32_t> Greedy(engine::Session& s, int n, std::vector<std::vector<float>>* logits) {

@@ -56,13 +56,7 @@ std::unique_ptr<MemorySession> NewSession(engine::Engine* engine, const Projecto
   return *std::move(s);
 }
 
-std::vector<int32_t> RandomIds(int n, int vocab, uint32_t seed) {
-  std::mt19937 rng(seed);
-  std::uniform_int_distribution<int32_t> dist(0, vocab - 1);
-  std::vector<int32_t> ids(n);
-  for (auto& id : ids) id = dist(rng);
-  return ids;
-}
+using testing::RandomIds;
 
 double MaxAbsDiff(std::span<const float> a, const std::vector<double>& b) {
   double m = 0;

@@ -27,6 +27,15 @@ struct TinyShape {
 };
 
 // A LlamaForCausalLM with N(0, 1/in) weights, N(0, 1) embeddings, norms near 1.
+// n token ids uniform in [0, vocab), seeded.
+inline std::vector<int32_t> RandomIds(int n, int vocab, uint32_t seed) {
+  std::mt19937 rng(seed);
+  std::uniform_int_distribution<int32_t> dist(0, vocab - 1);
+  std::vector<int32_t> ids(n);
+  for (auto& id : ids) id = dist(rng);
+  return ids;
+}
+
 inline model::ModelFile RandomTinyModel(uint32_t seed, const TinyShape& shape = {}) {
   model::ModelFile m;
   model::ModelConfig& c = m.config;
