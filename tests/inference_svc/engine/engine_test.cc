@@ -7,6 +7,7 @@
 #include <random>
 
 #include "gtest/gtest.h"
+#include "tests/inference_svc/engine/engine_rig.h"
 #include "inference_svc/model/random_model.h"
 #include "tests/inference_svc/engine/naive_forward.h"
 
@@ -22,18 +23,8 @@ model::ModelFile Model(const std::string& shape, uint64_t seed, DType dtype = DT
   return model::MakeRandomModel(*c, seed, dtype);
 }
 
-std::vector<int32_t> RandomIds(int n, int vocab, uint64_t seed) {
-  std::mt19937_64 rng(seed);
-  std::vector<int32_t> ids(n);
-  for (auto& id : ids) id = static_cast<int32_t>(rng() % vocab);
-  return ids;
-}
-
-struct Rig {
-  model::ModelFile model;
-  std::unique_ptr<kernels::Backend> backend;
-  std::unique_ptr<Engine> engine;
-};
+using testing::RandomIds;
+using testing::Rig;
 
 Rig Make(const std::string& shape, bool reference, EngineOptions options = {},
            DType dtype = DType::kF32) {

@@ -8,24 +8,15 @@
 #include <random>
 
 #include "gtest/gtest.h"
+#include "tests/inference_svc/engine/engine_rig.h"
 #include "inference_svc/engine/engine.h"
 #include "inference_svc/model/random_model.h"
 
 namespace kvfold::engine {
 namespace {
 
-std::vector<int32_t> RandomIds(int n, int vocab, uint64_t seed) {
-  std::mt19937_64 rng(seed);
-  std::vector<int32_t> ids(n);
-  for (auto& id : ids) id = static_cast<int32_t>(rng() % vocab);
-  return ids;
-}
-
-struct Rig {
-  model::ModelFile model;
-  std::unique_ptr<kernels::Backend> backend;
-  std::unique_ptr<Engine> engine;
-};
+using testing::RandomIds;
+using testing::Rig;
 
 EngineOptions Int8Options(int block_size = 4, int max_batch_tokens = 256) {
   EngineOptions o;
