@@ -3,11 +3,13 @@
 #ifndef KVFOLD_TESTS_INTEGRATION_PROCESS_UTIL_H_
 #define KVFOLD_TESTS_INTEGRATION_PROCESS_UTIL_H_
 
+#include <poll.h>
 #include <signal.h>
 #include <sys/types.h>
 #include <sys/wait.h>
 #include <unistd.h>
 
+#include <chrono>
 #include <cstdio>
 #include <cstdlib>
 #include <filesystem>
@@ -25,6 +27,7 @@ class ServerProcess {
   ~ServerProcess() { Kill(SIGKILL); }
 
   // Returns false (and kills the child) if no "listening on" line came within timeout_s.
+  // The child's stderr goes to log_path (empty: the test's own stderr).
   bool Start(const std::string& binary, const std::vector<std::string>& args,
              const std::string& log_path, double timeout_s = 60) {
     int out_pipe[2];
@@ -32,8 +35,10 @@ class ServerProcess {
     pid_ = fork();
     if (pid_ == 0) {
       dup2(out_pipe[1], STDOUT_FILENO);
-      FILE* log = std::fopen(log_path.c_str(), "w");
-      if (log != nullptr) dup2(fileno(log), STDERR_FILENO);
+      if (!log_path.empty()) {
+        FILE* log = std::fopen(log_path.c_str(), "w");
+        if (log != nullptr) dup2(fileno(log), STDERR_FILENO);
+      }
       close(out_pipe[0]);
       close(out_pipe[1]);
       std::vector<char*> argv;
@@ -44,18 +49,23 @@ class ServerProcess {
       _exit(127);
     }
     close(out_pipe[1]);
-    out_ = fdopen(out_pipe[0], "r");
-    char line[512];
-    // fgets blocks; the child prints the line or dies (EOF).
-    (void)timeout_s;
-    while (std::fgets(line, sizeof(line), out_) != nullptr) {
-      std::string s(line);
-      const auto at = s.find("listening on ");
-      if (at != std::string::npos) {
-        address_ = s.substr(at + 13);
-        while (!address_.empty() && (address_.back() == '\n' || address_.back() == '\r')) {
-          address_.pop_back();
-        }
+    out_fd_ = out_pipe[0];
+    const std::string marker = "listening on ";
+    std::string out;
+    const auto deadline = std::chrono::steady_clock::now() +
+                          std::chrono::milliseconds(static_cast<int64_t>(timeout_s * 1000));
+    while (std::chrono::steady_clock::now() < deadline) {
+      pollfd p{out_fd_, POLLIN, 0};
+      if (poll(&p, 1, 100) <= 0) continue;
+      char buf[256];
+      const ssize_t n = read(out_fd_, buf, sizeof(buf));
+      if (n <= 0) break;  // the child exited
+      out.append(buf, static_cast<size_t>(n));
+      const size_t at = out.find(marker);
+      const size_t eol = at == std::string::npos ? at : out.find('\n', at);
+      if (eol != std::string::npos) {
+        address_ = out.substr(at + marker.size(), eol - at - marker.size());
+        while (!address_.empty() && address_.back() == '\r') address_.pop_back();
         return true;
       }
     }
@@ -63,17 +73,24 @@ class ServerProcess {
     return false;
   }
 
-  // Sends `signal` and reaps the child; returns its exit status (or -signal).
-  int Kill(int signal) {
+  // Sends `signal` and reaps the child; returns its raw wait status (0 if none runs).
+  int Signal(int signal) {
     if (pid_ <= 0) return 0;
     ::kill(pid_, signal);
     int status = 0;
     waitpid(pid_, &status, 0);
     pid_ = -1;
-    if (out_ != nullptr) {
-      std::fclose(out_);
-      out_ = nullptr;
+    if (out_fd_ >= 0) {
+      close(out_fd_);
+      out_fd_ = -1;
     }
+    return status;
+  }
+
+  // Signal(), decoded: the exit status, or -signal when the child was killed.
+  int Kill(int signal) {
+    if (pid_ <= 0) return 0;
+    const int status = Signal(signal);
     if (WIFEXITED(status)) return WEXITSTATUS(status);
     if (WIFSIGNALED(status)) return -WTERMSIG(status);
     return status;
@@ -84,7 +101,7 @@ class ServerProcess {
 
  private:
   pid_t pid_ = -1;
-  FILE* out_ = nullptr;
+  int out_fd_ = -1;
   std::string address_;
 };
 
