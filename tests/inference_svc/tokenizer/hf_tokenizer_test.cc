@@ -21,33 +21,12 @@ namespace kvfold {
 namespace {
 
 using json = nlohmann::json;
+using ::kvfold::testing::ByteChar;
 using ::kvfold::testing::FirstStories;
 using ::kvfold::testing::ReadAll;
 using ::kvfold::testing::SharedFile;
 using ::testing::ElementsAre;
 using ::testing::HasSubstr;
-
-// GPT-2's bytes_to_unicode, written independently of the library's table.
-std::string ByteChar(int b) {
-  std::vector<int> bs;
-  for (int i = '!'; i <= '~'; ++i) bs.push_back(i);
-  for (int i = 0xA1; i <= 0xAC; ++i) bs.push_back(i);
-  for (int i = 0xAE; i <= 0xFF; ++i) bs.push_back(i);
-  int n = 0, cp = -1;
-  for (int i = 0; i < 256; ++i) {
-    const bool printable = std::find(bs.begin(), bs.end(), i) != bs.end();
-    const int c = printable ? i : 256 + n++;
-    if (i == b) cp = c;
-  }
-  std::string out;
-  if (cp < 0x80) {
-    out.push_back(static_cast<char>(cp));
-  } else {
-    out.push_back(static_cast<char>(0xC0 | (cp >> 6)));
-    out.push_back(static_cast<char>(0x80 | (cp & 0x3F)));
-  }
-  return out;
-}
 
 // A Llama-3-shaped byte-level tokenizer.json: ids 0..255 are the byte characters (id ==
 // byte value), then a few merges, then the special tokens.

@@ -2,6 +2,7 @@
 #ifndef KVFOLD_TESTS_INFERENCE_SVC_TOKENIZER_TEST_UTIL_H_
 #define KVFOLD_TESTS_INFERENCE_SVC_TOKENIZER_TEST_UTIL_H_
 
+#include <algorithm>
 #include <cstdlib>
 #include <filesystem>
 #include <fstream>
@@ -48,6 +49,28 @@ inline std::vector<std::string> FirstStories(const std::string& text, size_t cou
     pos = end + sep.size();
   }
   return stories;
+}
+
+// GPT-2's bytes_to_unicode, written independently of the library's table.
+inline std::string ByteChar(int b) {
+  std::vector<int> bs;
+  for (int i = '!'; i <= '~'; ++i) bs.push_back(i);
+  for (int i = 0xA1; i <= 0xAC; ++i) bs.push_back(i);
+  for (int i = 0xAE; i <= 0xFF; ++i) bs.push_back(i);
+  int n = 0, cp = -1;
+  for (int i = 0; i < 256; ++i) {
+    const bool printable = std::find(bs.begin(), bs.end(), i) != bs.end();
+    const int c = printable ? i : 256 + n++;
+    if (i == b) cp = c;
+  }
+  std::string out;
+  if (cp < 0x80) {
+    out.push_back(static_cast<char>(cp));
+  } else {
+    out.push_back(static_cast<char>(0xC0 | (cp >> 6)));
+    out.push_back(static_cast<char>(0x80 | (cp & 0x3F)));
+  }
+  return out;
 }
 
 }  // namespace kvfold::testing

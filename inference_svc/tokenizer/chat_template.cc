@@ -1,0 +1,354 @@
+// ChatTemplate: the native renderers of the chat-template families (chat_template.h).
+// Each Render* mirrors its family's Jinja template line by line; `| trim` and `.strip()`
+// are Python's str.strip().
+#include "inference_svc/tokenizer/chat_template.h"
+
+#include <algorithm>
+
+#include "absl/strings/ascii.h"
+#include "absl/strings/str_cat.h"
+#include "absl/strings/str_join.h"
+
+namespace kvfold {
+namespace {
+
+constexpr std::string_view kNames[] = {"llama3", "chatml", "llama2", "mistral", "gemma", "plain"};
+
+// Python's str.strip() / rstrip() for the ASCII whitespace that occurs in chat text.
+// (std::string results: Debian's Abseil has its own string_view type.)
+std::string RStrip(std::string_view s) {
+  while (!s.empty() && absl::ascii_isspace(static_cast<unsigned char>(s.back()))) {
+    s.remove_suffix(1);
+  }
+  return std::string(s);
+}
+std::string Strip(std::string_view s) {
+  while (!s.empty() && absl::ascii_isspace(static_cast<unsigned char>(s.front()))) {
+    s.remove_prefix(1);
+  }
+  return RStrip(s);
+}
+
+absl::Status Invalid(const std::string& what) {
+  return absl::InvalidArgumentError(absl::StrCat("chat messages: ", what));
+}
+
+// Roles known, system only first, and (when `alternate`) user/assistant alternating from a
+// user message on (after an optional leading system message).
+absl::Status CheckRoles(std::span<const ChatMessage> messages, bool alternate, bool continuation) {
+  if (messages.empty()) return Invalid("no messages");
+  for (size_t i = 0; i < messages.size(); ++i) {
+    const std::string& role = messages[i].role;
+    if (role != "system" && role != "user" && role != "assistant") {
+      return Invalid(absl::StrCat("message ", i, " has role \"", role,
+                                  "\"; expected system, user or assistant"));
+    }
+    if (role == "system" && (i != 0 || continuation)) {
+      return Invalid(absl::StrCat("message ", i,
+                                  " is a system message; only the first message of a new "
+                                  "conversation may be one"));
+    }
+  }
+  if (!alternate) return absl::OkStatus();
+  const size_t first = messages[0].role == "system" ? 1 : 0;
+  for (size_t i = first; i < messages.size(); ++i) {
+    const bool want_user = (i - first) % 2 == 0;
+    if ((messages[i].role == "user") != want_user) {
+      return Invalid(
+          absl::StrCat("this model's template needs user and assistant messages "
+                       "to alternate, starting with user; message ",
+                       i, " is ", messages[i].role));
+    }
+  }
+  return absl::OkStatus();
+}
+
+}  // namespace
+
+std::string_view ChatFormatName(ChatFormat format) { return kNames[static_cast<int>(format)]; }
+
+absl::StatusOr<ChatFormat> ParseChatFormat(std::string_view name) {
+  std::vector<std::string> names;
+  for (size_t i = 0; i < std::size(kNames); ++i) {
+    if (name == kNames[i]) return static_cast<ChatFormat>(i);
+    names.emplace_back(kNames[i]);
+  }
+  return absl::InvalidArgumentError(absl::StrCat("unknown chat template \"", std::string(name),
+                                                 "\"; expected one of ",
+                                                 absl::StrJoin(names, ", ")));
+}
+
+absl::StatusOr<ChatFormat> DetectChatFormat(std::string_view jinja) {
+  auto has = [&](std::string_view marker) { return jinja.find(marker) != std::string::npos; };
+  if (has("<|start_header_id|>") && has("<|eot_id|>")) return ChatFormat::kLlama3;
+  if (has("<|im_start|>") && has("<|im_end|>")) return ChatFormat::kChatMl;
+  if (has("<start_of_turn>") && has("<end_of_turn>")) return ChatFormat::kGemma;
+  if (has("[INST]") && has("<<SYS>>")) return ChatFormat::kLlama2;
+  if (has("[INST]")) return ChatFormat::kMistral;
+  return absl::NotFoundError(
+      "the chat template matches none of the families kvfold renders (llama3: "
+      "<|start_header_id|>, chatml: <|im_start|>, gemma: <start_of_turn>, llama2/mistral: "
+      "[INST])");
+}
+
+absl::StatusOr<ChatTemplate> ChatTemplate::Create(ChatFormat format, const Tokenizer* tokenizer,
+                                                  ChatSpecialTokens special) {
+  if (tokenizer == nullptr) return absl::InvalidArgumentError("chat template needs a tokenizer");
+  ChatTemplate t;
+  t.format_ = format;
+  t.tokenizer_ = tokenizer;
+  std::vector<std::string> markers;
+  switch (format) {
+    case ChatFormat::kLlama3:
+      if (special.bos.empty()) special.bos = "<|begin_of_text|>";
+      markers = {special.bos, "<|start_header_id|>", "<|end_header_id|>", "<|eot_id|>"};
+      break;
+    case ChatFormat::kChatMl:
+      markers = {"<|im_start|>", "<|im_end|>"};
+      break;
+    case ChatFormat::kLlama2:
+    case ChatFormat::kMistral:
+      if (special.bos.empty()) special.bos = "<s>";
+      if (special.eos.empty()) special.eos = "</s>";
+      markers = {special.bos, special.eos};
+      break;
+    case ChatFormat::kGemma:
+      if (special.bos.empty()) special.bos = "<bos>";
+      markers = {special.bos, "<start_of_turn>", "<end_of_turn>"};
+      break;
+    case ChatFormat::kPlain:
+      break;
+  }
+  t.special_ = std::move(special);
+  for (const std::string& text : markers) {
+    int32_t id = -1;
+    for (int32_t i = 0; i < tokenizer->vocab_size() && id < 0; ++i) {
+      if (tokenizer->IsSpecial(i) && tokenizer->TokenBytes(i) == text) id = i;
+    }
+    // SentencePiece control pieces <s> / </s> carry no text: the tokenizer's own ids.
+    if (id < 0 && text == t.special_.bos) id = tokenizer->bos_id();
+    if (id < 0 && text == t.special_.eos) id = tokenizer->eos_id();
+    if (id < 0) {
+      return absl::FailedPreconditionError(
+          absl::StrCat("chat template ", std::string(ChatFormatName(format)), " writes ", text,
+                       ", which is not a special token of this model's tokenizer"));
+    }
+    t.markers_.emplace_back(text, id);
+    const bool ends_turn = text == "<|eot_id|>" || text == "<|im_end|>" ||
+                           text == "<end_of_turn>" || text == t.special_.eos;
+    if (ends_turn) t.end_of_turn_ids_.push_back(id);
+  }
+  std::sort(t.markers_.begin(), t.markers_.end(),
+            [](const auto& a, const auto& b) { return a.first.size() > b.first.size(); });
+  if (tokenizer->eos_id() >= 0 && std::find(t.end_of_turn_ids_.begin(), t.end_of_turn_ids_.end(),
+                                            tokenizer->eos_id()) == t.end_of_turn_ids_.end()) {
+    t.end_of_turn_ids_.push_back(tokenizer->eos_id());
+  }
+  if (format == ChatFormat::kPlain) t.stop_strings_ = {"\nUser:"};
+  return t;
+}
+
+std::string ChatTemplate::AssistantClose() const {
+  switch (format_) {
+    case ChatFormat::kLlama3:
+      return "<|eot_id|>";
+    case ChatFormat::kChatMl:
+      return "<|im_end|>\n";
+    case ChatFormat::kLlama2:
+      return absl::StrCat(" ", special_.eos);
+    case ChatFormat::kMistral:
+      return absl::StrCat(special_.eos, special_.space_after_eos ? " " : "");
+    case ChatFormat::kGemma:
+      return "<end_of_turn>\n";
+    case ChatFormat::kPlain:
+      return "\n";
+  }
+  return "";
+}
+
+absl::StatusOr<std::string> ChatTemplate::Render(std::span<const ChatMessage> messages,
+                                                 const ChatRenderOptions& options) const {
+  const bool alternate = format_ == ChatFormat::kLlama2 || format_ == ChatFormat::kMistral ||
+                         format_ == ChatFormat::kGemma;
+  if (absl::Status s =
+          CheckRoles(messages, alternate && !options.continuation, options.continuation);
+      !s.ok()) {
+    return s;
+  }
+  if (options.continue_final_message) {
+    if (messages.back().role != "assistant") {
+      return Invalid("continue_final_message needs the last message to be the assistant's");
+    }
+    if (options.add_generation_prompt) {
+      return Invalid("continue_final_message and add_generation_prompt exclude each other");
+    }
+  }
+  if (options.continuation && alternate) {
+    // The session ends after an assistant turn: the new messages start with a user one.
+    if (absl::Status s = CheckRoles(messages, true, true); !s.ok()) return s;
+  }
+
+  std::string out;
+  if (options.continuation) {
+    // Close the assistant turn the session ends with: the model produced its end-of-turn
+    // token (only the text after it is missing) or stopped before it.
+    const std::string close = AssistantClose();
+    if (!options.previous_turn_closed) {
+      out += close;
+    } else if (format_ == ChatFormat::kChatMl || format_ == ChatFormat::kGemma) {
+      out += "\n";
+    } else if (format_ == ChatFormat::kMistral && special_.space_after_eos) {
+      out += " ";
+    }
+  }
+  // A system message rides on the first user message in the families without a system
+  // turn; `system_prefix` holds it until then.
+  std::string system_prefix;
+  size_t begin = 0;
+  if (messages[0].role == "system") {
+    switch (format_) {
+      case ChatFormat::kLlama2:
+        system_prefix = absl::StrCat("<<SYS>>\n", messages[0].content, "\n<</SYS>>\n\n");
+        begin = 1;
+        break;
+      case ChatFormat::kMistral:
+        system_prefix = absl::StrCat(messages[0].content, "\n\n");
+        begin = 1;
+        break;
+      case ChatFormat::kGemma:
+        system_prefix = absl::StrCat(messages[0].content, "\n\n");
+        begin = 1;
+        break;
+      default:
+        break;
+    }
+  }
+  const bool first_is_system = messages[0].role == "system";
+  if (!options.continuation) {
+    if (format_ == ChatFormat::kMistral || format_ == ChatFormat::kGemma) out += special_.bos;
+    if (format_ == ChatFormat::kChatMl && !first_is_system && !special_.default_system.empty()) {
+      absl::StrAppend(&out, "<|im_start|>system\n", special_.default_system, "<|im_end|>\n");
+    }
+  }
+  for (size_t i = begin; i < messages.size(); ++i) {
+    const ChatMessage& m = messages[i];
+    const bool is_last = i + 1 == messages.size();
+    const bool open = is_last && options.continue_final_message;  // assistant prefix
+    std::string content = m.content;
+    // Gemma writes the system text untrimmed before the trimmed first user message.
+    if (i == begin && format_ != ChatFormat::kGemma) content = system_prefix + content;
+    switch (format_) {
+      case ChatFormat::kLlama3: {
+        if (i == 0 && !options.continuation) out += special_.bos;
+        absl::StrAppend(&out, "<|start_header_id|>", m.role, "<|end_header_id|>\n\n",
+                        Strip(content));
+        if (!open) out += "<|eot_id|>";
+        break;
+      }
+      case ChatFormat::kChatMl:
+        absl::StrAppend(&out, "<|im_start|>", m.role, "\n", open ? RStrip(content) : content);
+        if (!open) out += "<|im_end|>\n";
+        break;
+      case ChatFormat::kLlama2:
+        if (m.role == "user") {
+          absl::StrAppend(&out, special_.bos, "[INST] ", Strip(content), " [/INST]");
+        } else {
+          absl::StrAppend(&out, " ", Strip(content));
+          if (!open) absl::StrAppend(&out, " ", special_.eos);
+        }
+        break;
+      case ChatFormat::kMistral:
+        if (m.role == "user") {
+          absl::StrAppend(&out, "[INST] ", content, " [/INST]");
+        } else if (open) {
+          out += RStrip(content);
+        } else {
+          absl::StrAppend(&out, content, AssistantClose());
+        }
+        break;
+      case ChatFormat::kGemma:
+        absl::StrAppend(&out, "<start_of_turn>", m.role == "assistant" ? "model" : m.role, "\n",
+                        i == begin ? system_prefix : "", Strip(content));
+        if (!open) out += "<end_of_turn>\n";
+        break;
+      case ChatFormat::kPlain:
+        if (m.role == "system") {
+          absl::StrAppend(&out, content, "\n\n");
+        } else {
+          absl::StrAppend(
+              &out, m.role == "user" ? "User: " : "Assistant: ", open ? RStrip(content) : content);
+          if (!open) out += "\n";
+        }
+        break;
+    }
+  }
+  if (options.add_generation_prompt) {
+    switch (format_) {
+      case ChatFormat::kLlama3:
+        out += "<|start_header_id|>assistant<|end_header_id|>\n\n";
+        break;
+      case ChatFormat::kChatMl:
+        out += "<|im_start|>assistant\n";
+        break;
+      case ChatFormat::kGemma:
+        out += "<start_of_turn>model\n";
+        break;
+      case ChatFormat::kPlain:
+        out += "Assistant:";
+        break;
+      case ChatFormat::kLlama2:
+      case ChatFormat::kMistral:
+        break;  // "[/INST]" already asks for the answer
+    }
+  }
+  return out;
+}
+
+absl::StatusOr<std::vector<int32_t>> ChatTemplate::Encode(std::string_view rendered,
+                                                          bool continuation) const {
+  std::vector<int32_t> ids;
+  if (format_ == ChatFormat::kPlain && !continuation && tokenizer_->bos_id() >= 0) {
+    ids.push_back(tokenizer_->bos_id());
+  }
+  auto encode_text = [&](std::string_view text) -> absl::Status {
+    if (text.empty()) return absl::OkStatus();
+    auto piece = tokenizer_->Encode(text, /*add_bos=*/false);
+    if (!piece.ok()) return piece.status();
+    ids.insert(ids.end(), piece->begin(), piece->end());
+    return absl::OkStatus();
+  };
+  size_t text_start = 0;
+  size_t pos = 0;
+  while (pos < rendered.size()) {
+    const std::pair<std::string, int32_t>* hit = nullptr;
+    if (rendered[pos] == '<') {  // every marker starts with '<'
+      for (const auto& marker : markers_) {
+        if (rendered.substr(pos).starts_with(marker.first)) {
+          hit = &marker;
+          break;
+        }
+      }
+    }
+    if (hit == nullptr) {
+      ++pos;
+      continue;
+    }
+    if (absl::Status s = encode_text(rendered.substr(text_start, pos - text_start)); !s.ok()) {
+      return s;
+    }
+    ids.push_back(hit->second);
+    pos += hit->first.size();
+    text_start = pos;
+  }
+  if (absl::Status s = encode_text(rendered.substr(text_start)); !s.ok()) return s;
+  return ids;
+}
+
+absl::StatusOr<std::vector<int32_t>> ChatTemplate::RenderIds(
+    std::span<const ChatMessage> messages, const ChatRenderOptions& options) const {
+  auto text = Render(messages, options);
+  if (!text.ok()) return text.status();
+  return Encode(*text, options.continuation);
+}
+
+}  // namespace kvfold
