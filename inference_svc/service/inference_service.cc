@@ -5,6 +5,7 @@
 
 #include "absl/strings/str_cat.h"
 #include "common/grpc_status.h"
+#include "common/sha256.h"
 #include "inference_svc/planner/planner_proto.h"
 #include "inference_svc/service/session_codec.h"
 #include "inference_svc/service/validation.h"
@@ -67,7 +68,12 @@ absl::StatusOr<InferenceServiceImpl::Caller> InferenceServiceImpl::Authenticate(
 
 std::string InferenceServiceImpl::CacheKey(const Caller& caller,
                                            const std::string& session_id) const {
-  return absl::StrCat(caller.tenant, "\n", session_id);
+  // The store scopes every call by the credential the replica forwards, whatever tenant
+  // this replica resolved locally (with auth off here, every caller is the local default
+  // tenant). Cached state is derived from the store's data for that credential, so the
+  // key carries a digest of it: a copy is only ever reused by a caller the store sees as
+  // the same identity (docs/service.md, "Tenants").
+  return absl::StrCat(caller.tenant, "\n", Sha256Hex(caller.store_token), "\n", session_id);
 }
 
 absl::StatusOr<v1::SessionConfig> InferenceServiceImpl::ResolveConfig(

@@ -62,12 +62,18 @@ class Cluster {
     return true;
   }
 
+  // Extra kvfold-memory flags (e.g. a tokens file); call before Setup.
+  void set_store_flags(std::vector<std::string> flags) { store_flags_ = std::move(flags); }
+  // `authorization: Bearer <token>` on every call made after this ("" = none).
+  void set_bearer_token(std::string token) { bearer_token_ = std::move(token); }
+
   bool StartStore() {
     store_ = std::make_unique<ServerProcess>();
     const std::string listen = store_address_.empty() ? "127.0.0.1:0" : store_address_;
-    if (!store_->Start(KVFOLD_MEMORY_BIN,
-                       {"--listen=" + listen, "--db_dir=" + dir_ + "/db", "--sync_writes=false"},
-                       dir_ + "/memory.log")) {
+    std::vector<std::string> args = {"--listen=" + listen, "--db_dir=" + dir_ + "/db",
+                                     "--sync_writes=false"};
+    args.insert(args.end(), store_flags_.begin(), store_flags_.end());
+    if (!store_->Start(KVFOLD_MEMORY_BIN, args, dir_ + "/memory.log")) {
       return false;
     }
     store_address_ = store_->address();
@@ -106,6 +112,7 @@ class Cluster {
                       v1::Session* out = nullptr, uint32_t window = 0) {
     grpc::ClientContext context;
     context.set_deadline(std::chrono::system_clock::now() + std::chrono::seconds(60));
+    Authorize(&context);
     v1::CreateSessionRequest request;
     request.set_session_id(session_id);
     request.mutable_config()->set_mode(mode);
@@ -123,6 +130,7 @@ class Cluster {
     grpc::ClientContext context;
     context.set_deadline(std::chrono::system_clock::now() +
                          std::chrono::milliseconds(static_cast<int64_t>(deadline_s * 1000)));
+    Authorize(&context);
     v1::GenerateRequest request;
     request.set_session_id(session_id);
     for (int32_t id : prompt) request.add_prompt_token_ids(id);
@@ -148,6 +156,7 @@ class Cluster {
                           int max_new_tokens, std::string* text) {
     grpc::ClientContext context;
     context.set_deadline(std::chrono::system_clock::now() + std::chrono::seconds(120));
+    Authorize(&context);
     v1::GenerateRequest request;
     request.set_session_id(session_id);
     request.set_prompt(prompt);
@@ -170,6 +179,7 @@ class Cluster {
   grpc::Status GetSession(int replica, const std::string& session_id, v1::Session* out) {
     grpc::ClientContext context;
     context.set_deadline(std::chrono::system_clock::now() + std::chrono::seconds(30));
+    Authorize(&context);
     v1::GetSessionRequest request;
     request.set_session_id(session_id);
     return stub(replica).GetSession(&context, request, out);
@@ -187,13 +197,18 @@ class Cluster {
   }
 
  private:
+  void Authorize(grpc::ClientContext* context) const {
+    if (!bearer_token_.empty()) context->AddMetadata("authorization", "Bearer " + bearer_token_);
+  }
+
   struct Replica {
     std::unique_ptr<ServerProcess> process;
     std::shared_ptr<grpc::Channel> channel;
     std::unique_ptr<v1::InferenceService::Stub> stub;
   };
   std::string dir_, model_, projector_, store_address_;
-  std::vector<std::string> extra_flags_;
+  std::vector<std::string> extra_flags_, store_flags_;
+  std::string bearer_token_;
   std::unique_ptr<ServerProcess> store_;
   std::vector<Replica> replicas_;
 };
