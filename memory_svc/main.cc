@@ -1,6 +1,7 @@
 // kvfold-memory: the durable, versioned memory-block store (MemoryStore over gRPC).
 //
 //   kvfold-memory --db_dir /var/lib/kvfold-memory [--listen 127.0.0.1:7070]
+//   kvfold-memory --backend rados --ceph_conf /etc/ceph/ceph.conf --pool kvfold
 //
 // Prints "kvfold-memory listening on HOST:PORT" once serving (with --listen HOST:0 the
 // chosen port). SIGTERM/SIGINT: stop accepting, drain in-flight calls (--drain_seconds),
@@ -18,7 +19,15 @@
 #include "memory_svc/service/server.h"
 
 ABSL_FLAG(std::string, listen, "127.0.0.1:7070", "host:port to serve on (port 0: any free port)");
-ABSL_FLAG(std::string, db_dir, "", "RocksDB directory (created if missing); required");
+ABSL_FLAG(std::string, backend, "rocksdb", "where records live: rocksdb (embedded) or rados");
+ABSL_FLAG(std::string, db_dir, "", "RocksDB directory (created if missing); required for rocksdb");
+ABSL_FLAG(std::string, ceph_conf, "", "rados: ceph.conf with the monitors; required for rados");
+ABSL_FLAG(std::string, ceph_keyring, "", "rados: keyring file with the user's cephx key");
+ABSL_FLAG(std::string, ceph_user, "client.admin", "rados: cephx user");
+ABSL_FLAG(std::string, pool, "", "rados: pool holding the store; required for rados");
+ABSL_FLAG(std::string, rados_namespace, "", "rados: namespace inside the pool");
+ABSL_FLAG(int64_t, orphan_grace_seconds, 600,
+          "rados: age after which an uncommitted version object is garbage-collected");
 ABSL_FLAG(bool, sync_writes, true, "fsync the WAL before acknowledging a write");
 ABSL_FLAG(uint32_t, versions_kept, 16, "newest versions kept per session (plus pinned ones)");
 ABSL_FLAG(int64_t, idle_ttl_seconds, 0, "expire sessions not written for this long; 0 = off");
@@ -45,7 +54,21 @@ int main(int argc, char** argv) {
 
   kvfold::memory::ServerConfig config;
   config.listen = absl::GetFlag(FLAGS_listen);
+  const std::string backend = absl::GetFlag(FLAGS_backend);
+  if (backend != "rocksdb" && backend != "rados") {
+    std::fprintf(stderr, "kvfold-memory: --backend must be rocksdb or rados, not '%s'\n",
+                 backend.c_str());
+    return 2;
+  }
+  config.store.backend = backend == "rados" ? kvfold::memory::BackendKind::kRados
+                                            : kvfold::memory::BackendKind::kRocksDb;
   config.store.db_dir = absl::GetFlag(FLAGS_db_dir);
+  config.store.rados.conf_file = absl::GetFlag(FLAGS_ceph_conf);
+  config.store.rados.keyring_file = absl::GetFlag(FLAGS_ceph_keyring);
+  config.store.rados.user = absl::GetFlag(FLAGS_ceph_user);
+  config.store.rados.pool = absl::GetFlag(FLAGS_pool);
+  config.store.rados.name_space = absl::GetFlag(FLAGS_rados_namespace);
+  config.store.orphan_grace_seconds = absl::GetFlag(FLAGS_orphan_grace_seconds);
   config.store.sync_writes = absl::GetFlag(FLAGS_sync_writes);
   config.store.versions_kept = absl::GetFlag(FLAGS_versions_kept);
   config.store.idle_ttl_seconds = absl::GetFlag(FLAGS_idle_ttl_seconds);
@@ -56,8 +79,13 @@ int main(int argc, char** argv) {
   config.tls_client_ca_file = absl::GetFlag(FLAGS_tls_client_ca);
   config.tokens_file = absl::GetFlag(FLAGS_tokens_file);
   config.metrics_port = absl::GetFlag(FLAGS_metrics_port);
-  if (config.store.db_dir.empty()) {
+  if (backend == "rocksdb" && config.store.db_dir.empty()) {
     std::fprintf(stderr, "kvfold-memory: --db_dir is required\n");
+    return 2;
+  }
+  if (backend == "rados" &&
+      (config.store.rados.conf_file.empty() || config.store.rados.pool.empty())) {
+    std::fprintf(stderr, "kvfold-memory: --backend rados needs --ceph_conf and --pool\n");
     return 2;
   }
   if (config.metrics_port < 0) {

@@ -13,6 +13,7 @@ PACKAGES=(
   libabsl-dev librocksdb-dev libgtest-dev libgmock-dev
   libsentencepiece-dev libopenblas-dev libxxhash-dev nlohmann-json3-dev libssl-dev
   python3 python3-numpy python3-torch python3-grpcio
+  librados-dev libradospp-dev ceph-mon ceph-osd ceph-common
 )
 
 missing=()

@@ -1,11 +1,14 @@
-// MemoryStore: durable, versioned memory blocks per (tenant, session) on RocksDB.
+// MemoryStore: durable, versioned memory blocks per (tenant, session) on a storage backend:
+// embedded RocksDB (default) or a Ceph RADOS pool shared by any number of processes.
 //
 // Data model per session: a monotonically increasing version counter (versions are never
 // reused), a head pointer, immutable versions (header + payload + checksum), created and
-// updated times, and a pinned set. Every mutation of a session runs under that session's
-// lock and commits as one RocksDB WriteBatch (session record + version records), so a
-// version is either wholly present or absent, also across crashes. Reads take a RocksDB
-// snapshot and need no lock.
+// updated times, and a pinned set. Every mutation of a session is computed from the
+// session record it read and committed atomically only if that record is still current
+// (compare-and-set in the backend: a RocksDB WriteBatch under the session's lock, or a
+// RADOS compound operation on the session's head object), so a version is either wholly
+// committed or invisible, also across crashes and across processes. Reads see one
+// consistent view of a session.
 //
 // Tenants scope everything: a session id names a different session in every tenant, and a
 // tenant can neither see nor detect another tenant's sessions (NOT_FOUND).
@@ -17,9 +20,9 @@
 //   ALREADY_EXISTS     Fork into an existing session
 //   RESOURCE_EXHAUSTED block over max_block_bytes; disk full
 //   DATA_LOSS          checksum mismatch (on write: the caller's; on read: the disk's)
-//   UNAVAILABLE        the store is closed, or RocksDB reported a retryable I/O error
-//   INTERNAL           anything else RocksDB reports
-// Thread-safe. Only this class's .cc includes RocksDB.
+//   UNAVAILABLE        the store is closed, or the backend reported a retryable error
+//   INTERNAL           anything else the backend reports
+// Thread-safe. Only the backends' .cc files include RocksDB or librados.
 #ifndef KVFOLD_MEMORY_SVC_STORE_MEMORY_STORE_H_
 #define KVFOLD_MEMORY_SVC_STORE_MEMORY_STORE_H_
 
@@ -27,19 +30,47 @@
 #include <functional>
 #include <memory>
 #include <string>
-#include "absl/strings/string_view.h"
+#include <utility>
 #include <vector>
 
 #include "absl/status/status.h"
 #include "absl/status/statusor.h"
+#include "absl/strings/string_view.h"
 #include "kvfold/v1/common.pb.h"
 #include "kvfold/v1/memory_store.pb.h"
 
 namespace kvfold::memory {
 
+enum class BackendKind { kRocksDb, kRados };
+
+// The RADOS backend's cluster and pool (docs/memory-store.md, "RADOS backend").
+struct RadosOptions {
+  // ceph.conf with the monitors (mon_host). Required.
+  std::string conf_file;
+  // Keyring with the user's cephx key; empty = whatever ceph.conf says (or auth none).
+  std::string keyring_file;
+  // cephx entity. Default: client.admin.
+  std::string user = "client.admin";
+  // Pool holding every object of the store. Required; must exist.
+  std::string pool;
+  // RADOS namespace inside the pool; empty = the default namespace. Several stores can
+  // share a pool in different namespaces (tests use one each).
+  std::string name_space;
+  // Client-side timeout of every RADOS operation, seconds (then UNAVAILABLE). Default: 30.
+  int op_timeout_seconds = 30;
+};
+
 struct StoreOptions {
-  // RocksDB directory; created when missing. Required.
+  // Where records live. Default: RocksDB in db_dir.
+  BackendKind backend = BackendKind::kRocksDb;
+  // RocksDB directory; created when missing. Required with the RocksDB backend.
   std::string db_dir;
+  // Required with the RADOS backend.
+  RadosOptions rados;
+  // RADOS: a version object not committed to its session this long after it was written is
+  // garbage (its writer died or lost the compare-and-set) and is deleted by the background
+  // collector, which runs every this long. Must exceed op_timeout_seconds. Default: 600.
+  int64_t orphan_grace_seconds = 600;
   // fsync the WAL before a write is acknowledged. Default: true.
   bool sync_writes = true;
   // Newest versions retained per session (pinned versions and the head are kept on top).
@@ -78,8 +109,10 @@ struct SessionPage {
 
 class MemoryStore {
  public:
-  // Opens (or creates) the database and starts the TTL sweeper when a TTL is set.
-  // INVALID_ARGUMENT for bad options; UNAVAILABLE/INTERNAL when RocksDB cannot open.
+  // Opens (or creates) the backend and starts the TTL sweeper when a TTL is set (and, on
+  // RADOS, the collector of uncommitted versions). INVALID_ARGUMENT for bad options;
+  // UNAVAILABLE/INTERNAL when the backend cannot open; UNIMPLEMENTED for RADOS in a build
+  // without librados.
   static absl::StatusOr<std::unique_ptr<MemoryStore>> Open(StoreOptions options);
   ~MemoryStore();  // Close()s if still open.
   MemoryStore(const MemoryStore&) = delete;
@@ -123,7 +156,8 @@ class MemoryStore {
                                        absl::string_view source_session_id, uint64_t version,
                                        absl::string_view new_session_id);
 
-  // Deletes a session and every version (DeleteRange), then compacts the range away.
+  // Deletes a session and every version, then gives the space back (RocksDB compacts the
+  // range away).
   // Returns the number of versions deleted.
   absl::StatusOr<uint32_t> Delete(absl::string_view tenant, absl::string_view session_id);
 
@@ -135,13 +169,20 @@ class MemoryStore {
   // Deletes every expired session now; returns how many. (The sweeper calls this.)
   absl::StatusOr<int> SweepExpiredSessions();
 
-  // Stops the sweeper, flushes memtables and the WAL, closes the DB. Later calls on the
+  // Deletes versions written but never committed that are older than `grace_seconds`
+  // (RADOS; RocksDB never has any). Returns how many. (The sweeper calls this.)
+  absl::StatusOr<int> CollectGarbage(int64_t grace_seconds);
+
+  // Every session of every tenant, for copying a store (kvfold-memory-admin copy).
+  absl::StatusOr<std::vector<std::pair<std::string, std::string>>> ListAllSessions() const;
+
+  // Stops the sweeper, flushes and closes the backend. Later calls on the
   // store return UNAVAILABLE. Idempotent.
   absl::Status Close();
 
   const StoreOptions& options() const { return options_; }
 
-  // Test hook: flips one payload byte of a stored version on disk, bypassing the checks,
+  // Test hook: flips one payload byte of a stored version in the backend, bypassing the checks,
   // so that tests can observe DATA_LOSS on read.
   absl::Status CorruptPayloadForTesting(absl::string_view tenant, absl::string_view session_id,
                                         uint64_t version);

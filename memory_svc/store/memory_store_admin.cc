@@ -1,15 +1,36 @@
-// MemoryStore's session administration: roll back, pin, fork, delete, list, TTL sweep.
+// MemoryStore's session administration: roll back, pin, fork, delete, list, TTL sweep,
+// garbage collection. Each mutation reads the session record, decides, and commits guarded
+// by that record (backend.h); a commit that lost against a concurrent change decides again.
 #include <algorithm>
 #include <utility>
 
 #include "absl/strings/str_cat.h"
-#include "common/block_checksum.h"
 #include "memory_svc/store/memory_store.h"
 #include "memory_svc/store/records.h"
 #include "memory_svc/store/store_impl.h"
 #include "memory_svc/store/validation.h"
 
 namespace kvfold::memory {
+namespace {
+
+// The record of a version that `state` lists; nullopt when it was retired since `state`
+// was read (the caller's commit would lose, so it decides again).
+absl::StatusOr<std::optional<VersionRecord>> ReadListedRecord(const StoreBackend& backend,
+                                                              absl::string_view tenant,
+                                                              absl::string_view session_id,
+                                                              uint64_t version) {
+  absl::StatusOr<std::optional<BlockRead>> read =
+      backend.ReadBlock(tenant, session_id, version, /*with_payload=*/false);
+  if (!read.ok()) return read.status();
+  if (!read->has_value()) return std::optional<VersionRecord>();
+  return std::move((*read)->record);
+}
+
+absl::Status NoSuchVersion(absl::string_view session_id, uint64_t version) {
+  return absl::NotFoundError(absl::StrCat("session '", session_id, "' has no version ", version));
+}
+
+}  // namespace
 
 absl::StatusOr<v1::SessionInfo> MemoryStore::SetHead(absl::string_view tenant,
                                                      absl::string_view session_id,
@@ -22,32 +43,34 @@ absl::StatusOr<v1::SessionInfo> MemoryStore::SetHead(absl::string_view tenant,
   }
   if (version == 0) return absl::InvalidArgumentError("SetHead needs a version >= 1");
   KVFOLD_STORE_OPEN_OR_RETURN();
-  const std::string skey = SessionKey(tenant, session_id);
-  absl::MutexLock session_lock(&impl_->StripeFor(skey));
-  absl::StatusOr<std::optional<SessionMeta>> meta = impl_->ReadMeta(skey, nullptr);
-  if (!meta.ok()) return meta.status();
-  const int64_t now = options_.clock_ms();
-  if (!meta->has_value() || Expired(options_, **meta, now)) return SessionNotFound(session_id);
-  SessionMeta& m = **meta;
-  if (expected_head_version != 0 && m.head_version != expected_head_version) {
-    return absl::AbortedError(absl::StrCat("session '", session_id, "': head is ",
-                                           m.head_version, ", expected ",
-                                           expected_head_version));
+  StoreBackend& backend = *impl_->backend;
+  for (int attempt = 0; attempt < kMaxCommitAttempts; ++attempt) {
+    const int64_t now = options_.clock_ms();
+    absl::StatusOr<SessionState> state =
+        ReadLiveSession(backend, options_, tenant, session_id, now);
+    if (!state.ok()) return state.status();
+    SessionMeta& m = state->meta;
+    if (expected_head_version != 0 && m.head_version != expected_head_version) {
+      return absl::AbortedError(absl::StrCat("session '", session_id, "': head is ",
+                                             m.head_version, ", expected ",
+                                             expected_head_version));
+    }
+    if (!m.HasVersion(version)) return NoSuchVersion(session_id, version);
+    absl::StatusOr<std::optional<VersionRecord>> record =
+        ReadListedRecord(backend, tenant, session_id, version);
+    if (!record.ok()) return record.status();
+    if (!record->has_value()) continue;
+    m.head_version = version;
+    m.total_tokens = (*record)->header.total_tokens();
+    m.updated_unix_ms = now;
+    SessionCommit commit;
+    commit.expected_token = state->cas_token;
+    commit.meta = m;
+    absl::StatusOr<bool> committed = backend.Commit(tenant, session_id, commit);
+    if (!committed.ok()) return committed.status();
+    if (*committed) return MakeSessionInfo(session_id, m);
   }
-  if (!m.HasVersion(version)) {
-    return absl::NotFoundError(
-        absl::StrCat("session '", session_id, "' has no version ", version));
-  }
-  absl::StatusOr<VersionRecord> record =
-      impl_->ReadVersionRecord(VersionKey(tenant, session_id, version), nullptr);
-  if (!record.ok()) return record.status();
-  m.head_version = version;
-  m.total_tokens = record->header.total_tokens();
-  m.updated_unix_ms = now;
-  rocksdb::WriteBatch batch;
-  batch.Put(impl_->sessions, skey, EncodeSessionMeta(m));
-  if (absl::Status s = impl_->Write(&batch, "set head"); !s.ok()) return s;
-  return MakeSessionInfo(session_id, m);
+  return TooMuchContention(session_id);
 }
 
 absl::StatusOr<v1::VersionInfo> MemoryStore::PinVersion(absl::string_view tenant,
@@ -56,29 +79,32 @@ absl::StatusOr<v1::VersionInfo> MemoryStore::PinVersion(absl::string_view tenant
   if (absl::Status s = CheckIds(tenant, session_id); !s.ok()) return s;
   if (absl::Status s = ValidateVersion(version, "version"); !s.ok()) return s;
   KVFOLD_STORE_OPEN_OR_RETURN();
-  const std::string skey = SessionKey(tenant, session_id);
-  absl::MutexLock session_lock(&impl_->StripeFor(skey));
-  absl::StatusOr<std::optional<SessionMeta>> meta = impl_->ReadMeta(skey, nullptr);
-  if (!meta.ok()) return meta.status();
-  const int64_t now = options_.clock_ms();
-  if (!meta->has_value() || Expired(options_, **meta, now)) return SessionNotFound(session_id);
-  SessionMeta& m = **meta;
-  const uint64_t v = version == 0 ? m.head_version : version;
-  if (!m.HasVersion(v)) {
-    return absl::NotFoundError(absl::StrCat("session '", session_id, "' has no version ", v));
+  StoreBackend& backend = *impl_->backend;
+  for (int attempt = 0; attempt < kMaxCommitAttempts; ++attempt) {
+    const int64_t now = options_.clock_ms();
+    absl::StatusOr<SessionState> state =
+        ReadLiveSession(backend, options_, tenant, session_id, now);
+    if (!state.ok()) return state.status();
+    SessionMeta& m = state->meta;
+    const uint64_t v = version == 0 ? m.head_version : version;
+    if (!m.HasVersion(v)) return NoSuchVersion(session_id, v);
+    absl::StatusOr<std::optional<VersionRecord>> record =
+        ReadListedRecord(backend, tenant, session_id, v);
+    if (!record.ok()) return record.status();
+    if (!record->has_value()) continue;
+    auto it = std::lower_bound(m.pinned.begin(), m.pinned.end(), v);
+    const bool was_pinned = it != m.pinned.end() && *it == v;
+    if (pinned && !was_pinned) m.pinned.insert(it, v);
+    if (!pinned && was_pinned) m.pinned.erase(it);
+    m.updated_unix_ms = now;
+    SessionCommit commit;
+    commit.expected_token = state->cas_token;
+    commit.meta = m;
+    absl::StatusOr<bool> committed = backend.Commit(tenant, session_id, commit);
+    if (!committed.ok()) return committed.status();
+    if (*committed) return MakeVersionInfo(v, m, **record);
   }
-  absl::StatusOr<VersionRecord> record =
-      impl_->ReadVersionRecord(VersionKey(tenant, session_id, v), nullptr);
-  if (!record.ok()) return record.status();
-  auto it = std::lower_bound(m.pinned.begin(), m.pinned.end(), v);
-  const bool was_pinned = it != m.pinned.end() && *it == v;
-  if (pinned && !was_pinned) m.pinned.insert(it, v);
-  if (!pinned && was_pinned) m.pinned.erase(it);
-  m.updated_unix_ms = now;
-  rocksdb::WriteBatch batch;
-  batch.Put(impl_->sessions, skey, EncodeSessionMeta(m));
-  if (absl::Status s = impl_->Write(&batch, "pin version"); !s.ok()) return s;
-  return MakeVersionInfo(v, m, *record);
+  return TooMuchContention(session_id);
 }
 
 absl::StatusOr<v1::SessionInfo> MemoryStore::Fork(absl::string_view tenant,
@@ -91,52 +117,56 @@ absl::StatusOr<v1::SessionInfo> MemoryStore::Fork(absl::string_view tenant,
   absl::StatusOr<StoredBlock> source = Get(tenant, source_session_id, version);
   if (!source.ok()) return source.status();
   KVFOLD_STORE_OPEN_OR_RETURN();
-  const std::string skey = SessionKey(tenant, new_session_id);
-  absl::MutexLock session_lock(&impl_->StripeFor(skey));
-  absl::StatusOr<std::optional<SessionMeta>> old = impl_->ReadMeta(skey, nullptr);
-  if (!old.ok()) return old.status();
-  const int64_t now = options_.clock_ms();
-  rocksdb::WriteBatch batch;
-  if (old->has_value()) {
-    if (!Expired(options_, **old, now)) {
-      return absl::AlreadyExistsError(
-          absl::StrCat("session '", new_session_id, "' already exists"));
+  StoreBackend& backend = *impl_->backend;
+  for (int attempt = 0; attempt < kMaxCommitAttempts; ++attempt) {
+    absl::StatusOr<std::optional<SessionState>> old = backend.ReadSession(tenant, new_session_id);
+    if (!old.ok()) return old.status();
+    const int64_t now = options_.clock_ms();
+    SessionCommit commit;
+    if (old->has_value()) {
+      if (!Expired(options_, (*old)->meta, now)) {
+        return absl::AlreadyExistsError(
+            absl::StrCat("session '", new_session_id, "' already exists"));
+      }
+      commit.expected_token = (*old)->cas_token;
+      commit.drop_all_versions = true;
     }
-    impl_->DeleteAllVersions(tenant, new_session_id, &batch);
+    SessionMeta meta;
+    meta.head_version = 1;
+    meta.latest_version = 1;
+    meta.created_unix_ms = now;
+    meta.updated_unix_ms = now;
+    meta.total_tokens = source->header.total_tokens();
+    meta.versions = {1};
+    commit.new_version = NewVersion{1, {now, source->header}, source->payload};
+    commit.meta = meta;
+    absl::StatusOr<bool> committed = backend.Commit(tenant, new_session_id, commit);
+    if (!committed.ok()) return committed.status();
+    if (*committed) return MakeSessionInfo(new_session_id, meta);
   }
-  SessionMeta meta;
-  meta.head_version = 1;
-  meta.latest_version = 1;
-  meta.created_unix_ms = now;
-  meta.updated_unix_ms = now;
-  meta.total_tokens = source->header.total_tokens();
-  meta.versions = {1};
-  const std::string vkey = VersionKey(tenant, new_session_id, 1);
-  batch.Put(impl_->versions, vkey, EncodeVersionRecord({now, source->header}));
-  batch.Put(impl_->payloads, vkey, source->payload);
-  batch.Put(impl_->sessions, skey, EncodeSessionMeta(meta));
-  if (absl::Status s = impl_->Write(&batch, "fork session"); !s.ok()) return s;
-  return MakeSessionInfo(new_session_id, meta);
+  return TooMuchContention(new_session_id);
 }
 
 absl::StatusOr<uint32_t> MemoryStore::Delete(absl::string_view tenant,
                                              absl::string_view session_id) {
   if (absl::Status s = CheckIds(tenant, session_id); !s.ok()) return s;
   KVFOLD_STORE_OPEN_OR_RETURN();
-  const std::string skey = SessionKey(tenant, session_id);
-  uint32_t deleted = 0;
-  {
-    absl::MutexLock session_lock(&impl_->StripeFor(skey));
-    absl::StatusOr<std::optional<SessionMeta>> meta = impl_->ReadMeta(skey, nullptr);
-    if (!meta.ok()) return meta.status();
-    if (!meta->has_value()) return SessionNotFound(session_id);
-    const bool expired = Expired(options_, **meta, options_.clock_ms());
-    if (absl::Status s = impl_->DeleteSessionLocked(tenant, session_id); !s.ok()) return s;
+  StoreBackend& backend = *impl_->backend;
+  for (int attempt = 0; attempt < kMaxCommitAttempts; ++attempt) {
+    absl::StatusOr<std::optional<SessionState>> state = backend.ReadSession(tenant, session_id);
+    if (!state.ok()) return state.status();
+    if (!state->has_value()) return SessionNotFound(session_id);
+    const bool expired = Expired(options_, (*state)->meta, options_.clock_ms());
+    SessionCommit commit;
+    commit.expected_token = (*state)->cas_token;
+    absl::StatusOr<bool> committed = backend.Commit(tenant, session_id, commit);
+    if (!committed.ok()) return committed.status();
+    if (!*committed) continue;
+    if (absl::Status s = backend.ReclaimDeleted(tenant, session_id); !s.ok()) return s;
     if (expired) return SessionNotFound(session_id);  // gone already as far as callers know
-    deleted = static_cast<uint32_t>((*meta)->versions.size());
+    return static_cast<uint32_t>((*state)->meta.versions.size());
   }
-  if (absl::Status s = impl_->CompactSession(tenant, session_id); !s.ok()) return s;
-  return deleted;
+  return TooMuchContention(session_id);
 }
 
 absl::StatusOr<SessionPage> MemoryStore::ListSessions(absl::string_view tenant,
@@ -153,79 +183,83 @@ absl::StatusOr<SessionPage> MemoryStore::ListSessions(absl::string_view tenant,
     }
   }
   KVFOLD_STORE_OPEN_OR_RETURN();
-  const std::string prefix = TenantPrefix(tenant);
   const int64_t now = options_.clock_ms();
-  rocksdb::ReadOptions ro;
-  std::unique_ptr<rocksdb::Iterator> it(impl_->db->NewIterator(ro, impl_->sessions));
-  const std::string start = prefix + std::string(page_token);
   SessionPage page;
-  for (it->Seek(start); it->Valid(); it->Next()) {
-    const rocksdb::Slice key = it->key();
-    if (!key.starts_with(prefix)) break;
-    absl::string_view session_id(key.data() + prefix.size(), key.size() - prefix.size());
-    if (!page_token.empty() && session_id == page_token) continue;  // strictly after
-    absl::StatusOr<SessionMeta> meta =
-        DecodeSessionMeta(absl::string_view(it->value().data(), it->value().size()));
-    if (!meta.ok()) return meta.status();
-    if (Expired(options_, *meta, now)) continue;
-    if (page.sessions.size() == page_size) {
-      page.next_page_token = page.sessions.back().session_id();
-      break;
+  std::string after(page_token);
+  // One more than a page tells whether another page follows; expired sessions are skipped,
+  // so scan on until the page is full or the tenant ends.
+  while (true) {
+    auto batch = impl_->backend->ScanSessions(tenant, after, page_size + 1);
+    if (!batch.ok()) return batch.status();
+    for (auto& [id, meta] : *batch) {
+      if (Expired(options_, meta, now)) continue;
+      if (page.sessions.size() == page_size) {
+        page.next_page_token = page.sessions.back().session_id();
+        return page;
+      }
+      page.sessions.push_back(MakeSessionInfo(id, meta));
     }
-    page.sessions.push_back(MakeSessionInfo(session_id, *meta));
+    if (batch->size() < page_size + 1) return page;
+    after = batch->back().first;
   }
-  if (absl::Status s = FromRocks(it->status(), "list sessions"); !s.ok()) return s;
-  return page;
 }
 
 absl::StatusOr<int> MemoryStore::SweepExpiredSessions() {
   if (options_.idle_ttl_seconds <= 0) return 0;
-  std::vector<std::pair<std::string, std::string>> expired;  // (tenant, session id)
+  std::vector<StoreBackend::SessionEntry> expired;
   {
     KVFOLD_STORE_OPEN_OR_RETURN();
+    auto all = impl_->backend->ScanAllSessions();
+    if (!all.ok()) return all.status();
     const int64_t now = options_.clock_ms();
-    std::unique_ptr<rocksdb::Iterator> it(
-        impl_->db->NewIterator(rocksdb::ReadOptions(), impl_->sessions));
-    for (it->SeekToFirst(); it->Valid(); it->Next()) {
-      absl::StatusOr<SessionMeta> meta =
-          DecodeSessionMeta(absl::string_view(it->value().data(), it->value().size()));
-      if (!meta.ok() || !Expired(options_, *meta, now)) continue;
-      const absl::string_view key(it->key().data(), it->key().size());
-      const size_t sep = key.find('\0');
-      if (sep == absl::string_view::npos) continue;
-      expired.emplace_back(std::string(key.substr(0, sep)), std::string(key.substr(sep + 1)));
+    for (StoreBackend::SessionEntry& e : *all) {
+      if (Expired(options_, e.meta, now)) expired.push_back(std::move(e));
     }
-    if (absl::Status s = FromRocks(it->status(), "sweep"); !s.ok()) return s;
   }
   int swept = 0;
-  for (const auto& [tenant, session_id] : expired) {
+  for (const StoreBackend::SessionEntry& e : expired) {
     KVFOLD_STORE_OPEN_OR_RETURN();
-    const std::string skey = SessionKey(tenant, session_id);
-    {
-      absl::MutexLock session_lock(&impl_->StripeFor(skey));
-      // Re-check under the lock: the session may have been rewritten since the scan.
-      absl::StatusOr<std::optional<SessionMeta>> meta = impl_->ReadMeta(skey, nullptr);
-      if (!meta.ok()) return meta.status();
-      if (!meta->has_value() || !Expired(options_, **meta, options_.clock_ms())) continue;
-      if (absl::Status s = impl_->DeleteSessionLocked(tenant, session_id); !s.ok()) return s;
-    }
-    if (absl::Status s = impl_->CompactSession(tenant, session_id); !s.ok()) return s;
+    StoreBackend& backend = *impl_->backend;
+    // Re-check: the session may have been rewritten since the scan; the commit is guarded
+    // by the record that was found expired.
+    absl::StatusOr<std::optional<SessionState>> state =
+        backend.ReadSession(e.tenant, e.session_id);
+    if (!state.ok()) return state.status();
+    if (!state->has_value() || !Expired(options_, (*state)->meta, options_.clock_ms())) continue;
+    SessionCommit commit;
+    commit.expected_token = (*state)->cas_token;
+    absl::StatusOr<bool> committed = backend.Commit(e.tenant, e.session_id, commit);
+    if (!committed.ok()) return committed.status();
+    if (!*committed) continue;
+    if (absl::Status s = backend.ReclaimDeleted(e.tenant, e.session_id); !s.ok()) return s;
     ++swept;
   }
   return swept;
+}
+
+absl::StatusOr<int> MemoryStore::CollectGarbage(int64_t grace_seconds) {
+  KVFOLD_STORE_OPEN_OR_RETURN();
+  return impl_->backend->CollectGarbage(grace_seconds * 1000);
+}
+
+absl::StatusOr<std::vector<std::pair<std::string, std::string>>> MemoryStore::ListAllSessions()
+    const {
+  KVFOLD_STORE_OPEN_OR_RETURN();
+  auto all = impl_->backend->ScanAllSessions();
+  if (!all.ok()) return all.status();
+  const int64_t now = options_.clock_ms();
+  std::vector<std::pair<std::string, std::string>> out;
+  for (StoreBackend::SessionEntry& e : *all) {
+    if (!Expired(options_, e.meta, now)) out.emplace_back(std::move(e.tenant), std::move(e.session_id));
+  }
+  return out;
 }
 
 absl::Status MemoryStore::CorruptPayloadForTesting(absl::string_view tenant,
                                                    absl::string_view session_id,
                                                    uint64_t version) {
   KVFOLD_STORE_OPEN_OR_RETURN();
-  const std::string vkey = VersionKey(tenant, session_id, version);
-  std::string payload;
-  if (absl::Status s = impl_->ReadPayload(vkey, nullptr, &payload); !s.ok()) return s;
-  if (payload.empty()) return absl::FailedPreconditionError("empty payload");
-  payload[payload.size() / 2] ^= 0x01;
-  return FromRocks(impl_->db->Put(impl_->write_options, impl_->payloads, vkey, payload),
-                   "corrupt payload");
+  return impl_->backend->CorruptPayloadForTesting(tenant, session_id, version);
 }
 
 }  // namespace kvfold::memory
