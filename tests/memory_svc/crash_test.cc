@@ -14,8 +14,8 @@
 
 #include "absl/strings/str_cat.h"
 #include "memory_svc/client/store_client.h"
+#include "tests/memory_svc/put_stream.h"
 #include "tests/memory_svc/server_process.h"
-#include "tests/memory_svc/test_blocks.h"
 
 #ifndef KVFOLD_MEMORY_BINARY
 #error "KVFOLD_MEMORY_BINARY must name the kvfold-memory binary"
@@ -26,55 +26,6 @@ namespace {
 
 constexpr int kClients = 4;
 constexpr int kRounds = 5;
-
-// The content of version `version` of client `c`'s session is a function of both, so a
-// version that committed without its acknowledgement reaching the client is still checkable.
-TestBlock BlockFor(int c, uint64_t version) {
-  const uint64_t seed = static_cast<uint64_t>(c) * 1'000'003 + version;
-  if (version % 3 == 0) return MakeBlock(seed, 96, 4096);  // 768 KiB: a blob
-  return MakeBlock(seed, 24, 1000);                        // 48 KB
-}
-
-std::string SessionOf(int c) { return absl::StrCat("crash-", c); }
-
-StoreClient ClientFor(const std::string& address) {
-  return StoreClient(grpc::CreateChannel(address, grpc::InsecureChannelCredentials()));
-}
-
-// Every acknowledged version is present; every present version is intact and is exactly
-// the block that was sent for it. Returns the heads.
-std::vector<uint64_t> Verify(const std::string& address,
-                             const std::vector<std::set<uint64_t>>& acked) {
-  StoreClient client = ClientFor(address);
-  std::vector<uint64_t> heads(kClients, 0);
-  for (int c = 0; c < kClients; ++c) {
-    absl::StatusOr<v1::ListVersionsResponse> list = client.ListVersions(SessionOf(c));
-    if (!list.ok()) {
-      EXPECT_EQ(list.status().code(), absl::StatusCode::kNotFound) << list.status();
-      EXPECT_TRUE(acked[c].empty()) << "client " << c << " lost its whole session";
-      continue;
-    }
-    std::set<uint64_t> present;
-    for (const v1::VersionInfo& info : list->versions()) {
-      present.insert(info.version());
-      absl::StatusOr<StoreBlock> got = client.Get(SessionOf(c), info.version());
-      EXPECT_TRUE(got.ok()) << "client " << c << " version " << info.version() << ": "
-                            << got.status();
-      if (!got.ok()) continue;
-      const TestBlock expected = BlockFor(c, info.version());
-      EXPECT_EQ(got->payload, expected.payload) << "client " << c << " v" << info.version();
-      EXPECT_EQ(got->header.SerializeAsString(), expected.header.SerializeAsString());
-    }
-    for (uint64_t v : acked[c]) {
-      EXPECT_TRUE(present.count(v)) << "client " << c << " lost acknowledged version " << v;
-    }
-    // Versions form 1..latest with no holes (retention is off in this test).
-    EXPECT_EQ(present.size(), list->session().latest_version());
-    EXPECT_EQ(list->session().head_version(), list->session().latest_version());
-    heads[c] = list->session().head_version();
-  }
-  return heads;
-}
 
 TEST(CrashTest, AcknowledgedVersionsSurviveSigkill) {
   TempDir dir;
@@ -88,7 +39,7 @@ TEST(CrashTest, AcknowledgedVersionsSurviveSigkill) {
   for (int round = 0; round < kRounds; ++round) {
     ServerProcess server;
     ASSERT_TRUE(server.Start(KVFOLD_MEMORY_BINARY, args)) << "round " << round;
-    const std::vector<uint64_t> heads = Verify(server.address(), acked);
+    const std::vector<uint64_t> heads = VerifyStreams(server.address(), acked);
     std::atomic<bool> stop{false};
     std::vector<std::thread> clients;
     for (int c = 0; c < kClients; ++c) {
@@ -128,7 +79,7 @@ TEST(CrashTest, AcknowledgedVersionsSurviveSigkill) {
 
   ServerProcess final_server;
   ASSERT_TRUE(final_server.Start(KVFOLD_MEMORY_BINARY, args));
-  Verify(final_server.address(), acked);
+  VerifyStreams(final_server.address(), acked);
   const int status = final_server.Stop(SIGTERM);
   EXPECT_TRUE(WIFEXITED(status) && WEXITSTATUS(status) == 0) << status;
 }

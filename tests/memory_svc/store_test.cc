@@ -7,6 +7,7 @@
 #include <memory>
 
 #include "absl/time/clock.h"
+#include "tests/memory_svc/backend_param.h"
 #include "tests/memory_svc/test_blocks.h"
 
 namespace kvfold::memory {
@@ -16,13 +17,16 @@ using ::kvfold::memory::testing::MakeBlock;
 using ::kvfold::memory::testing::TempDir;
 using ::kvfold::memory::testing::TestBlock;
 
-class StoreTest : public ::testing::Test {
+// Every test runs on RocksDB and on RADOS (backend_param.h).
+class StoreTest : public ::testing::TestWithParam<std::string> {
  protected:
+  bool rados() const { return GetParam() == "rados"; }
+  StoreOptions BaseOptions() const {
+    return testing::BackendOptions(GetParam(), dir_.path(), name_space_);
+  }
   void Open(uint32_t versions_kept = 16, int64_t ttl_seconds = 0) {
     store_.reset();
-    StoreOptions options;
-    options.db_dir = dir_.path();
-    options.sync_writes = false;  // tests do not need fsync; crash_test covers durability
+    StoreOptions options = BaseOptions();
     options.versions_kept = versions_kept;
     options.idle_ttl_seconds = ttl_seconds;
     options.sweep_interval_ms = 3'600'000;  // the tests sweep by hand
@@ -31,7 +35,10 @@ class StoreTest : public ::testing::Test {
     ASSERT_TRUE(store.ok()) << store.status();
     store_ = *std::move(store);
   }
-  void SetUp() override { Open(); }
+  void SetUp() override {
+    if (rados() && testing::CephConf().empty()) GTEST_SKIP() << testing::kCephSkipMessage;
+    Open();
+  }
 
   uint64_t PutOk(const std::string& session, uint64_t expected, const TestBlock& b,
                  const std::string& tenant = "t1", bool pin = false) {
@@ -52,11 +59,12 @@ class StoreTest : public ::testing::Test {
   }
 
   TempDir dir_;
+  const std::string name_space_ = testing::FreshNamespace();
   std::atomic<int64_t> now_ms_{1'700'000'000'000};
   std::unique_ptr<MemoryStore> store_;
 };
 
-TEST_F(StoreTest, PutGetRoundTripAndHead) {
+TEST_P(StoreTest, PutGetRoundTripAndHead) {
   const TestBlock b1 = MakeBlock(1), b2 = MakeBlock(2, 96, 4096, v1::DTYPE_FP32),
                   b3 = MakeBlock(3, 5, 33, v1::DTYPE_INT8);
   EXPECT_EQ(PutOk("s", 0, b1), 1u);
@@ -88,7 +96,7 @@ TEST_F(StoreTest, PutGetRoundTripAndHead) {
   EXPECT_EQ(store_->Get("t1", "nope", 0).status().code(), absl::StatusCode::kNotFound);
 }
 
-TEST_F(StoreTest, CompareAndSetOnHead) {
+TEST_P(StoreTest, CompareAndSetOnHead) {
   PutOk("s", 0, MakeBlock(1));
   PutOk("s", 1, MakeBlock(2));
   absl::StatusOr<v1::PutBlockResponse> stale = store_->Put("t1", "s", 1, MakeBlock(3).header,
@@ -106,7 +114,7 @@ TEST_F(StoreTest, CompareAndSetOnHead) {
   EXPECT_EQ(store_->GetSessionInfo("t1", "s")->latest_version(), 2u);
 }
 
-TEST_F(StoreTest, RejectsBadBlocksAndCommitsNothing) {
+TEST_P(StoreTest, RejectsBadBlocksAndCommitsNothing) {
   TestBlock b = MakeBlock(9);
   TestBlock bad_sum = b;
   bad_sum.header.set_checksum(b.header.checksum() ^ 1);
@@ -134,11 +142,9 @@ TEST_F(StoreTest, RejectsBadBlocksAndCommitsNothing) {
   EXPECT_EQ(store_->GetSessionInfo("t1", "s").status().code(), absl::StatusCode::kNotFound);
 }
 
-TEST_F(StoreTest, SizeLimitIsResourceExhausted) {
+TEST_P(StoreTest, SizeLimitIsResourceExhausted) {
   store_.reset();
-  StoreOptions options;
-  options.db_dir = dir_.path();
-  options.sync_writes = false;
+  StoreOptions options = BaseOptions();
   options.max_block_bytes = 1000;
   absl::StatusOr<std::unique_ptr<MemoryStore>> small = MemoryStore::Open(options);
   ASSERT_TRUE(small.ok());
@@ -149,7 +155,7 @@ TEST_F(StoreTest, SizeLimitIsResourceExhausted) {
   EXPECT_TRUE((*small)->Put("t1", "s", 0, fits.header, fits.payload, false).ok());
 }
 
-TEST_F(StoreTest, CorruptionOnDiskIsDataLoss) {
+TEST_P(StoreTest, CorruptionOnDiskIsDataLoss) {
   const TestBlock b = MakeBlock(4, 96, 4096);  // a blob
   PutOk("s", 0, b);
   PutOk("s", 1, MakeBlock(5));
@@ -161,7 +167,7 @@ TEST_F(StoreTest, CorruptionOnDiskIsDataLoss) {
   ExpectBlock("s", 2, MakeBlock(5));
 }
 
-TEST_F(StoreTest, RetentionKeepsNewestAndPinned) {
+TEST_P(StoreTest, RetentionKeepsNewestAndPinned) {
   Open(/*versions_kept=*/3);
   PutOk("s", 0, MakeBlock(1));
   PutOk("s", 1, MakeBlock(2), "t1", /*pin=*/true);
@@ -188,7 +194,7 @@ TEST_F(StoreTest, RetentionKeepsNewestAndPinned) {
   EXPECT_EQ(store_->PinVersion("t1", "s", 1, true).status().code(), absl::StatusCode::kNotFound);
 }
 
-TEST_F(StoreTest, RollbackKeepsHistoryAndNeverReusesVersions) {
+TEST_P(StoreTest, RollbackKeepsHistoryAndNeverReusesVersions) {
   for (uint64_t v = 1; v <= 4; ++v) PutOk("s", v - 1, MakeBlock(v));
   EXPECT_EQ(store_->SetHead("t1", "s", 2, 3).status().code(), absl::StatusCode::kAborted);
   EXPECT_EQ(store_->SetHead("t1", "s", 9, 0).status().code(), absl::StatusCode::kNotFound);
@@ -209,7 +215,7 @@ TEST_F(StoreTest, RollbackKeepsHistoryAndNeverReusesVersions) {
   EXPECT_EQ(PutOk("s", 2, MakeBlock(5)), 5u);
 }
 
-TEST_F(StoreTest, ForkCopiesOneVersion) {
+TEST_P(StoreTest, ForkCopiesOneVersion) {
   for (uint64_t v = 1; v <= 3; ++v) PutOk("src", v - 1, MakeBlock(v));
   absl::StatusOr<v1::SessionInfo> fork = store_->Fork("t1", "src", 2, "dst");
   ASSERT_TRUE(fork.ok()) << fork.status();
@@ -230,7 +236,7 @@ TEST_F(StoreTest, ForkCopiesOneVersion) {
   ExpectBlock("src", 2, MakeBlock(2));
 }
 
-TEST_F(StoreTest, DeleteRemovesEverything) {
+TEST_P(StoreTest, DeleteRemovesEverything) {
   for (uint64_t v = 1; v <= 5; ++v) PutOk("s", v - 1, MakeBlock(v, 96, 4096));
   PutOk("other", 0, MakeBlock(11));
   absl::StatusOr<uint32_t> deleted = store_->Delete("t1", "s");
@@ -245,7 +251,7 @@ TEST_F(StoreTest, DeleteRemovesEverything) {
   ExpectBlock("s", 1, MakeBlock(6));
 }
 
-TEST_F(StoreTest, ListSessionsPagesPerTenant) {
+TEST_P(StoreTest, ListSessionsPagesPerTenant) {
   const std::vector<std::string> ids = {"a", "a b", "b", "c/1", "c/2", "d", "zz"};
   for (const std::string& id : ids) PutOk(id, 0, MakeBlock(1));
   PutOk("a", 0, MakeBlock(1), "t2");
@@ -270,7 +276,7 @@ TEST_F(StoreTest, ListSessionsPagesPerTenant) {
   EXPECT_EQ(store_->ListSessions("t3", 10, "")->sessions.size(), 0u);
 }
 
-TEST_F(StoreTest, TenantsAreIsolated) {
+TEST_P(StoreTest, TenantsAreIsolated) {
   PutOk("shared-id", 0, MakeBlock(1), "alice");
   PutOk("shared-id", 0, MakeBlock(2), "bob");
   ExpectBlock("shared-id", 0, MakeBlock(1), "alice");
@@ -287,7 +293,7 @@ TEST_F(StoreTest, TenantsAreIsolated) {
   EXPECT_EQ(store_->Get("", "x", 0).status().code(), absl::StatusCode::kInvalidArgument);
 }
 
-TEST_F(StoreTest, IdleSessionsExpire) {
+TEST_P(StoreTest, IdleSessionsExpire) {
   Open(16, /*ttl_seconds=*/10);
   PutOk("old", 0, MakeBlock(1));
   PutOk("old2", 0, MakeBlock(1));
@@ -315,11 +321,9 @@ TEST_F(StoreTest, IdleSessionsExpire) {
   ExpectBlock("fresh", 1, MakeBlock(2));
 }
 
-TEST_F(StoreTest, BackgroundSweeperDeletesExpiredSessions) {
+TEST_P(StoreTest, BackgroundSweeperDeletesExpiredSessions) {
   store_.reset();
-  StoreOptions options;
-  options.db_dir = dir_.path();
-  options.sync_writes = false;
+  StoreOptions options = BaseOptions();
   options.idle_ttl_seconds = 1;
   options.sweep_interval_ms = 20;
   options.clock_ms = [this] { return now_ms_.load(); };
@@ -340,7 +344,7 @@ TEST_F(StoreTest, BackgroundSweeperDeletesExpiredSessions) {
   EXPECT_EQ((*store)->GetSessionInfo("t1", "s").status().code(), absl::StatusCode::kNotFound);
 }
 
-TEST_F(StoreTest, SurvivesReopenAndUsesBlobFiles) {
+TEST_P(StoreTest, SurvivesReopenAndUsesBlobFiles) {
   const TestBlock big = MakeBlock(5, 96, 4096);
   PutOk("s", 0, big);
   PutOk("s", 1, MakeBlock(6));
@@ -349,12 +353,16 @@ TEST_F(StoreTest, SurvivesReopenAndUsesBlobFiles) {
   Open();
   ExpectBlock("s", 1, big);
   ExpectBlock("s", 2, MakeBlock(6));
+  if (rados()) return;  // blob files are RocksDB's
   int blob_files = 0;
   for (const auto& entry : std::filesystem::directory_iterator(dir_.path())) {
     if (entry.path().extension() == ".blob") ++blob_files;
   }
   EXPECT_GE(blob_files, 1) << "payloads >= min_blob_size should live in blob files";
 }
+
+INSTANTIATE_TEST_SUITE_P(Backends, StoreTest, ::testing::Values("rocksdb", "rados"),
+                         testing::BackendName);
 
 }  // namespace
 }  // namespace kvfold::memory
