@@ -159,31 +159,4 @@ BlockExpectations ExpectationsFor(const engine::Engine& engine, const Projector*
   return e;
 }
 
-absl::StatusOr<MemoryBlock> CheckpointSession(const engine::Session& session,
-                                              const engine::Engine& engine,
-                                              const Projector* projector,
-                                              const v1::SamplerState& sampler, v1::Dtype dtype) {
-  auto state = session.ExportState();
-  if (!state.ok()) return state.status();
-  return ExportSessionBlock(*state, IdentityFor(engine, projector), sampler, dtype);
-}
-
-absl::StatusOr<RestoredSession> RestoreSession(engine::Engine* engine, const Projector* projector,
-                                               const MemoryBlock& block) {
-  RestoredSession out;
-  auto state = ImportSessionBlock(block, ExpectationsFor(*engine, projector), &out.sampler);
-  if (!state.ok()) return state.status();
-  engine::SessionOptions options;
-  options.mode = state->mode;
-  if (state->mode == KvMode::kSliding || state->mode == KvMode::kSink) {
-    options.window_size = state->window_size;
-  }
-  options.sink_tokens = state->sink_tokens;
-  auto session = CreateSession(engine, options, projector);
-  if (!session.ok()) return session.status();
-  if (auto s = (*session)->ImportState(*state); !s.ok()) return s;
-  out.session = *std::move(session);
-  return out;
-}
-
 }  // namespace kvfold::memory

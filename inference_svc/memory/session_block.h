@@ -13,8 +13,6 @@
 
 #include "absl/status/status.h"
 #include "absl/status/statusor.h"
-#include <memory>
-
 #include "inference_svc/engine/engine.h"
 #include "inference_svc/engine/sampler.h"
 #include "inference_svc/engine/session.h"
@@ -56,31 +54,10 @@ absl::StatusOr<engine::SessionState> ImportSessionBlock(const MemoryBlock& block
                                                         const BlockExpectations& expected,
                                                         v1::SamplerState* sampler = nullptr);
 
-// ---- One-call forms for the service ---------------------------------------------------
-
 // The identity this replica writes into blocks / the expectations it reads them with.
 // `projector` may be null (a replica without memory modes).
 BlockIdentity IdentityFor(const engine::Engine& engine, const Projector* projector);
 BlockExpectations ExpectationsFor(const engine::Engine& engine, const Projector* projector);
-
-// session->ExportState() + ExportSessionBlock with IdentityFor(engine, projector).
-absl::StatusOr<MemoryBlock> CheckpointSession(const engine::Session& session,
-                                              const engine::Engine& engine,
-                                              const Projector* projector,
-                                              const v1::SamplerState& sampler,
-                                              v1::Dtype dtype = v1::DTYPE_FP16);
-
-struct RestoredSession {
-  std::unique_ptr<engine::Session> session;
-  v1::SamplerState sampler;
-};
-
-// Validates `block` against this replica (ExpectationsFor), creates a session of the
-// block's mode and geometry (CreateSession) and imports the state: memory expanded, window
-// prefilled; the session continues exactly where the block was taken.
-// Codes: those of ValidateMemoryBlock, CreateSession and ImportState.
-absl::StatusOr<RestoredSession> RestoreSession(engine::Engine* engine, const Projector* projector,
-                                               const MemoryBlock& block);
 
 }  // namespace kvfold::memory
 

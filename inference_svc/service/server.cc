@@ -12,7 +12,8 @@
 
 #include "absl/strings/str_cat.h"
 #include "inference_svc/model/model_file.h"
-#include "inference_svc/service/session_factory.h"
+#include "inference_svc/service/decode_errors.h"
+#include "inference_svc/service/session_codec.h"
 
 namespace kvfold::service {
 namespace {
@@ -102,13 +103,26 @@ absl::StatusOr<std::unique_ptr<InferenceServer>> InferenceServer::Start(
   if (!store.ok()) return store.status();
   server->store_ = std::move(*store);
 
-  SchedulerOptions scheduler_options;
-  scheduler_options.batching = c.batching;
-  scheduler_options.prefill_chunk_tokens = static_cast<int>(c.prefill_chunk_tokens);
-  scheduler_options.max_active_sessions = static_cast<int>(c.max_active_sessions);
-  server->scheduler_ = std::make_unique<Scheduler>(
-      server->engine_.get(), MakeSessionFactory(server->engine_.get(), server->projector_.get()),
-      scheduler_options);
+  server->store_sessions_ = std::make_unique<StoreSessions>(
+      server->store_.get(), server->engine_.get(), server->projector_.get());
+  runtime::RuntimeOptions runtime_options;
+  runtime_options.default_mode = FromProtoMode(server->config_.default_mode);
+  runtime_options.default_window = static_cast<int>(c.default_window);
+  runtime_options.default_sink = static_cast<int>(c.default_sink);
+  runtime_options.default_max_new_tokens = static_cast<int>(c.default_max_new_tokens);
+  runtime_options.max_new_tokens_cap = static_cast<int>(c.max_new_tokens_cap);
+  runtime_options.max_prompt_tokens = static_cast<int>(c.max_prompt_tokens);
+  runtime_options.session_cache_bytes = c.session_cache_bytes;
+  runtime_options.scheduler.batching = c.batching;
+  runtime_options.scheduler.prefill_chunk_tokens = static_cast<int>(c.prefill_chunk_tokens);
+  runtime_options.scheduler.max_active_sessions = static_cast<int>(c.max_active_sessions);
+  runtime_options.scheduler.prefill_stall = c.prefill_stall;
+  runtime::Runtime::Deps runtime_deps;
+  runtime_deps.engine = server->engine_.get();
+  runtime_deps.tokenizer = server->tokenizer_.get();
+  runtime_deps.projector = server->projector_.get();
+  runtime_deps.store = server->store_sessions_.get();
+  server->runtime_ = std::make_unique<runtime::Runtime>(runtime_deps, runtime_options);
 
   ServiceDeps deps;
   deps.config = &server->config_;
@@ -116,7 +130,7 @@ absl::StatusOr<std::unique_ptr<InferenceServer>> InferenceServer::Start(
   deps.tokenizer = server->tokenizer_.get();
   deps.projector = server->projector_.get();
   deps.projector_fingerprint = server->projector_ ? server->projector_->fingerprint() : "";
-  deps.scheduler = server->scheduler_.get();
+  deps.runtime = server->runtime_.get();
   deps.store = server->store_.get();
   deps.tokens = server->tokens_.get();
   server->service_ = std::make_unique<InferenceServiceImpl>(deps);
@@ -131,6 +145,9 @@ absl::StatusOr<std::unique_ptr<InferenceServer>> InferenceServer::Start(
   builder.RegisterService(server->service_.get());
   builder.SetMaxReceiveMessageSize(64 << 20);
   builder.SetMaxSendMessageSize(64 << 20);
+  std::vector<std::unique_ptr<grpc::experimental::ServerInterceptorFactoryInterface>> interceptors;
+  interceptors.push_back(MakeDecodeErrorInterceptor());
+  builder.experimental().SetInterceptorCreators(std::move(interceptors));
   server->server_ = builder.BuildAndStart();
   if (server->server_ == nullptr || bound_port == 0) {
     return absl::UnavailableError(absl::StrCat("cannot listen on ", c.listen));
@@ -167,19 +184,24 @@ void InferenceServer::HealthLoop() {
 }
 
 std::string InferenceServer::MetricsText() const {
+  const runtime::Scheduler& scheduler = runtime_->scheduler();
   return absl::StrCat(
-      "# TYPE kvfold_kv_pool_bytes gauge\nkvfold_kv_pool_bytes ", scheduler_->kv_pool_bytes(),
-      "\n# TYPE kvfold_kv_used_bytes gauge\nkvfold_kv_used_bytes ", scheduler_->kv_used_bytes(),
-      "\n# TYPE kvfold_active_turns gauge\nkvfold_active_turns ", scheduler_->active_turns(),
-      "\n# TYPE kvfold_queued_turns gauge\nkvfold_queued_turns ", scheduler_->queued_turns(),
+      "# TYPE kvfold_kv_pool_bytes gauge\nkvfold_kv_pool_bytes ", scheduler.kv_pool_bytes(),
+      "\n# TYPE kvfold_kv_used_bytes gauge\nkvfold_kv_used_bytes ", scheduler.kv_used_bytes(),
+      "\n# TYPE kvfold_kv_reserved_bytes gauge\nkvfold_kv_reserved_bytes ",
+      scheduler.kv_reserved_bytes(),
+      "\n# TYPE kvfold_active_turns gauge\nkvfold_active_turns ", scheduler.active_turns(),
+      "\n# TYPE kvfold_queued_turns gauge\nkvfold_queued_turns ", scheduler.queued_turns(),
+      "\n# TYPE kvfold_rejected_turns_total counter\nkvfold_rejected_turns_total ",
+      scheduler.rejected_turns(),
       "\n# TYPE kvfold_decode_steps_total counter\nkvfold_decode_steps_total ",
-      scheduler_->decode_steps(),
+      scheduler.decode_steps(),
       "\n# TYPE kvfold_decoded_tokens_total counter\nkvfold_decoded_tokens_total ",
-      scheduler_->decoded_tokens(),
+      scheduler.decoded_tokens(),
       "\n# TYPE kvfold_session_cache_bytes gauge\nkvfold_session_cache_bytes ",
-      service_->cache().used_bytes(),
+      runtime_->sessions().cached_bytes(),
       "\n# TYPE kvfold_session_cache_entries gauge\nkvfold_session_cache_entries ",
-      service_->cache().size(), "\n# TYPE kvfold_serving gauge\nkvfold_serving ",
+      runtime_->sessions().cached_sessions(), "\n# TYPE kvfold_serving gauge\nkvfold_serving ",
       serving_.load() ? 1 : 0, "\n");
 }
 
@@ -194,17 +216,18 @@ void InferenceServer::Shutdown() {
     server_->Shutdown(std::chrono::system_clock::now() +
                       std::chrono::milliseconds(static_cast<int64_t>(config_.drain_timeout_s * 1000)));
   }
-  if (scheduler_ != nullptr) scheduler_->Stop();
+  if (runtime_ != nullptr) runtime_->Stop();
   metrics_.reset();
 }
 
 InferenceServer::~InferenceServer() {
   Shutdown();
-  // Sessions cached by the service hold engine sessions whose deleter targets the
+  // Sessions cached by the runtime hold engine sessions whose deleter targets the
   // scheduler (already stopped: it deletes inline). Destroy in dependency order.
   server_.reset();
   service_.reset();
-  scheduler_.reset();
+  runtime_.reset();
+  store_sessions_.reset();
   engine_.reset();
 }
 

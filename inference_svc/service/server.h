@@ -1,5 +1,5 @@
 // InferenceServer: builds everything a replica runs from a ServiceConfig (backend, model,
-// tokenizer, projector, engine, store gateway, scheduler, gRPC server with health and
+// tokenizer, projector, engine, store gateway, runtime, gRPC server with health and
 // reflection, optional metrics endpoint) and owns it. service_main.cc is flags + this.
 #ifndef KVFOLD_INFERENCE_SVC_SERVICE_SERVER_H_
 #define KVFOLD_INFERENCE_SVC_SERVICE_SERVER_H_
@@ -17,9 +17,10 @@
 #include "inference_svc/memory/projector.h"
 #include "inference_svc/service/inference_service.h"
 #include "inference_svc/service/metrics_http.h"
-#include "inference_svc/service/scheduler.h"
+#include "inference_svc/runtime/runtime.h"
 #include "inference_svc/service/service_config.h"
 #include "inference_svc/service/store_gateway.h"
+#include "inference_svc/service/store_sessions.h"
 #include "inference_svc/tokenizer/tokenizer.h"
 #include "kernels/backend.h"
 
@@ -37,7 +38,7 @@ class InferenceServer {
   // "127.0.0.1:<bound port>".
   const std::string& address() const { return address_; }
   InferenceServiceImpl& service() { return *service_; }
-  Scheduler& scheduler() { return *scheduler_; }
+  runtime::Runtime& runtime() { return *runtime_; }
   engine::Engine& engine() { return *engine_; }
 
   // Graceful stop: refuse new calls, let turns in flight finish and checkpoint (up to
@@ -56,7 +57,8 @@ class InferenceServer {
   std::unique_ptr<memory::Projector> projector_;
   std::unique_ptr<TokenTable> tokens_;
   std::unique_ptr<StoreGateway> store_;
-  std::unique_ptr<Scheduler> scheduler_;
+  std::unique_ptr<StoreSessions> store_sessions_;
+  std::unique_ptr<runtime::Runtime> runtime_;
   std::unique_ptr<InferenceServiceImpl> service_;
   std::unique_ptr<grpc::Server> server_;
   std::unique_ptr<MetricsHttpServer> metrics_;

@@ -30,6 +30,9 @@ absl::Status ServiceConfig::Validate() const {
   if (default_mode == v1::KV_MODE_UNSPECIFIED) {
     return absl::InvalidArgumentError("--default_mode must name a mode");
   }
+  if (!(prefill_stall >= 0) || prefill_stall > 1e6) {
+    return absl::InvalidArgumentError("prefill_stall must be in [0, 1e6]");
+  }
   if (drain_timeout_s < 0) return absl::InvalidArgumentError("--drain_timeout_s must be >= 0");
   return absl::OkStatus();
 }

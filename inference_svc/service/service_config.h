@@ -63,6 +63,10 @@ struct ServiceConfig {
   // Prompt tokens prefilled per scheduler step for one session, so long prompts interleave
   // with running decodes.
   uint32_t prefill_chunk_tokens = 256;
+  // While other sessions decode, one prompt chunk may take at most this many decode steps
+  // time (the chunk is sized from measurements), so a long prompt slows their tokens by
+  // at most (1 + prefill_stall)x. 0 = fixed prefill_chunk_tokens chunks. Default: 2.
+  double prefill_stall = 2.0;
   // Maximum sessions decoding at once; more wait in the queue.
   uint32_t max_active_sessions = 64;
   // Seconds SIGTERM waits for turns in flight before cancelling them.

@@ -15,21 +15,4 @@ bool IsMemoryMode(v1::KvMode mode) {
   return mode == v1::KV_MODE_MEMORY || mode == v1::KV_MODE_MEMORY_ONLY;
 }
 
-absl::StatusOr<memory::MemoryBlock> EncodeSessionBlock(const engine::SessionState& state,
-                                                       const v1::SamplerState& sampler,
-                                                       const std::string& model_fingerprint,
-                                                       const std::string& projector_fingerprint,
-                                                       int hidden_size) {
-  memory::BlockIdentity identity;
-  identity.model_fingerprint = model_fingerprint;
-  identity.hidden_size = hidden_size;
-  identity.projector_fingerprint = projector_fingerprint;
-  return memory::ExportSessionBlock(state, identity, sampler, v1::DTYPE_FP16);
-}
-
-absl::StatusOr<engine::SessionState> DecodeSessionBlock(const memory::MemoryBlock& block,
-                                                        const memory::BlockExpectations& expected) {
-  return memory::ImportSessionBlock(block, expected, nullptr);
-}
-
 }  // namespace kvfold::service

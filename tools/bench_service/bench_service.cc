@@ -10,7 +10,14 @@
 //    streams the block from the store and rebuilds: memory mode with --projector, else
 //    full) against re-prefilling the whole history in full mode, as an engine without
 //    persistence must, for each history length.
+// 3. fairness: latency of short turns (8-token prompt, 8 new tokens, --fairness_sessions
+//    sessions in a loop) alone, and while one full-mode session prefills a
+//    --fairness_long_prompt-token prompt; with the scheduler's fair prefill chunks (on)
+//    and with fixed chunks (off). p99 ratio with / without the long prompt.
+#include <algorithm>
+#include <atomic>
 #include <chrono>
+#include <cmath>
 #include <cstdio>
 #include <random>
 #include <string>
@@ -36,6 +43,11 @@ ABSL_FLAG(std::string, histories, "1000,10000,50000", "history lengths for the r
 ABSL_FLAG(int, threads, 0, "engine threads (0 = all cores)");
 ABSL_FLAG(int, reprefill_max_tokens, 20000,
           "skip the full-mode re-prefill baseline above this history (it is quadratic)");
+ABSL_FLAG(int, fairness_long_prompt, 8000,
+          "tokens of the long full-mode prompt in the fairness table (0 = skip the table)");
+ABSL_FLAG(int, fairness_sessions, 4, "sessions running short turns in the fairness table");
+ABSL_FLAG(int, fairness_turns, 40, "short turns per session measured without the long prompt");
+ABSL_FLAG(bool, skip_decode_resume, false, "run only the fairness table");
 ABSL_FLAG(std::string, db_dir, "/tmp/kvfold-bench-service-db", "scratch RocksDB directory");
 
 namespace {
@@ -61,7 +73,8 @@ struct Replica {
   std::unique_ptr<InferenceService::Stub> stub;
 };
 
-Replica StartReplica(const std::string& store, bool batching, kvfold::v1::KvMode mode) {
+Replica StartReplica(const std::string& store, bool batching, kvfold::v1::KvMode mode,
+                     double prefill_stall = 2.0) {
   kvfold::service::ServiceConfig c;
   c.model_path = absl::GetFlag(FLAGS_model);
   c.projector_path = absl::GetFlag(FLAGS_projector);
@@ -74,6 +87,7 @@ Replica StartReplica(const std::string& store, bool batching, kvfold::v1::KvMode
   c.max_prompt_tokens = 1 << 20;
   c.max_new_tokens_cap = 1 << 16;
   c.max_active_sessions = 256;
+  c.prefill_stall = prefill_stall;
   auto server = kvfold::service::InferenceServer::Start(c);
   if (!server.ok()) {
     std::fprintf(stderr, "bench_service: %s\n", server.status().ToString().c_str());
@@ -138,6 +152,73 @@ std::vector<int32_t> RandomIds(int n, int vocab, uint64_t seed) {
   return ids;
 }
 
+double Percentile(std::vector<double> v, double q) {
+  if (v.empty()) return 0;
+  std::sort(v.begin(), v.end());
+  const size_t i = static_cast<size_t>(std::ceil(q * static_cast<double>(v.size()))) - 1;
+  return v[std::min(i, v.size() - 1)];
+}
+
+// Short turns on `sessions` sessions until `stop` (or `turns` each when stop is null);
+// returns each turn's latency in ms.
+std::vector<double> ShortTurns(InferenceService::Stub& stub, const std::string& tag, int sessions,
+                               int turns, int vocab, const std::atomic<bool>* stop) {
+  std::vector<std::vector<double>> per(sessions);
+  std::vector<std::thread> threads;
+  for (int i = 0; i < sessions; ++i) {
+    threads.emplace_back([&, i] {
+      const std::string id = tag + std::to_string(i);
+      for (int t = 0; stop != nullptr ? !stop->load() : t < turns; ++t) {
+        const Turn turn = Generate(stub, id, RandomIds(8, vocab, 100 * i + t), 8);
+        if (turn.ok && (stop == nullptr || !stop->load())) per[i].push_back(turn.total_ms);
+      }
+    });
+  }
+  for (auto& t : threads) t.join();
+  std::vector<double> all;
+  for (const auto& v : per) all.insert(all.end(), v.begin(), v.end());
+  return all;
+}
+
+nlohmann::json Fairness(const std::string& store_address, bool fair) {
+  const int sessions = absl::GetFlag(FLAGS_fairness_sessions);
+  const int long_tokens = absl::GetFlag(FLAGS_fairness_long_prompt);
+  Replica r = StartReplica(store_address, true, kvfold::v1::KV_MODE_FULL, fair ? 2.0 : 0.0);
+  const int vocab = static_cast<int>(r.server->engine().config().vocab_size);
+  const std::string tag = std::string(fair ? "fair-" : "fixed-");
+  for (int i = 0; i < sessions; ++i) Create(*r.stub, tag + std::to_string(i), kvfold::v1::KV_MODE_FULL);
+  Create(*r.stub, tag + "long", kvfold::v1::KV_MODE_FULL);
+  (void)ShortTurns(*r.stub, tag, sessions, 2, vocab, nullptr);  // warm-up
+  const std::vector<double> alone =
+      ShortTurns(*r.stub, tag, sessions, absl::GetFlag(FLAGS_fairness_turns), vocab, nullptr);
+  std::atomic<bool> long_done{false};
+  Turn long_turn;
+  std::thread long_thread([&] {
+    long_turn = Generate(*r.stub, tag + "long", RandomIds(long_tokens, vocab, 5), 1);
+    long_done.store(true);
+  });
+  const std::vector<double> with_long = ShortTurns(*r.stub, tag, sessions, 0, vocab, &long_done);
+  long_thread.join();
+  nlohmann::json row;
+  row["fair_prefill"] = fair;
+  row["long_prompt_tokens"] = long_tokens;
+  row["long_prompt_ms"] = long_turn.total_ms;
+  row["short_turns_alone"] = alone.size();
+  row["short_turns_with_long"] = with_long.size();
+  row["p50_alone_ms"] = Percentile(alone, 0.5);
+  row["p99_alone_ms"] = Percentile(alone, 0.99);
+  row["p50_with_long_ms"] = Percentile(with_long, 0.5);
+  row["p99_with_long_ms"] = Percentile(with_long, 0.99);
+  row["p99_ratio"] = Percentile(alone, 0.99) > 0
+                         ? Percentile(with_long, 0.99) / Percentile(alone, 0.99)
+                         : 0.0;
+  row["ok"] = long_turn.ok && !with_long.empty();
+  std::fprintf(stderr, "fairness (%s): p99 %.1f ms alone, %.1f ms with a %d-token prompt (%.2fx)\n",
+               fair ? "fair chunks" : "fixed chunks", row["p99_alone_ms"].get<double>(),
+               row["p99_with_long_ms"].get<double>(), long_tokens, row["p99_ratio"].get<double>());
+  return row;
+}
+
 }  // namespace
 
 int main(int argc, char** argv) {
@@ -165,10 +246,11 @@ int main(int argc, char** argv) {
   out["projector"] = absl::GetFlag(FLAGS_projector);
   out["threads"] = absl::GetFlag(FLAGS_threads);
 
+  const bool skip = absl::GetFlag(FLAGS_skip_decode_resume);
   // 1. Decode throughput, batching on vs off.
   nlohmann::json decode = nlohmann::json::array();
   int vocab = 0;
-  for (int n : ParseList(absl::GetFlag(FLAGS_sessions))) {
+  for (int n : skip ? std::vector<int>() : ParseList(absl::GetFlag(FLAGS_sessions))) {
     nlohmann::json row;
     row["sessions"] = n;
     row["new_tokens_per_session"] = new_tokens;
@@ -204,7 +286,7 @@ int main(int argc, char** argv) {
   nlohmann::json resume = nlohmann::json::array();
   Replica a = StartReplica(store_address, true, resume_mode);
   vocab = static_cast<int>(a.server->engine().config().vocab_size);
-  for (int history : ParseList(absl::GetFlag(FLAGS_histories))) {
+  for (int history : skip ? std::vector<int>() : ParseList(absl::GetFlag(FLAGS_histories))) {
     Replica b = StartReplica(store_address, true, resume_mode);  // a fresh, cold replica
     const std::string id = "resume-" + std::to_string(history);
     const std::vector<int32_t> ids = RandomIds(history, vocab, 1000 + history);
@@ -239,6 +321,13 @@ int main(int argc, char** argv) {
   }
   out["resume"] = resume;
   a.server.reset();
+
+  // 3. Fairness: short turns with and without one long prompt.
+  nlohmann::json fairness = nlohmann::json::array();
+  if (absl::GetFlag(FLAGS_fairness_long_prompt) > 0) {
+    for (bool fair : {true, false}) fairness.push_back(Fairness(store_address, fair));
+  }
+  out["fairness"] = fairness;
   (void)(*store)->Shutdown(absl::ZeroDuration());
   std::printf("%s\n", out.dump(2).c_str());
   return 0;

@@ -224,9 +224,10 @@ TEST(MemoryModeTest, BadInputAndMismatches) {
   EXPECT_EQ(ImportSessionBlock(corrupt, expected).status().code(), absl::StatusCode::kDataLoss);
 }
 
-// Every mode through the one-call service path: CheckpointSession -> KVFB bytes ->
-// RestoreSession on another engine (plain modes have M = 0 and an empty payload).
-TEST(MemoryModeTest, EveryModeRoundTripsThroughCheckpointAndRestore) {
+// Every mode through a block: ExportState -> ExportSessionBlock -> KVFB bytes ->
+// ImportSessionBlock -> a fresh session on another engine -> ImportState, the path a
+// checkpoint takes from one replica to the next (plain modes have M = 0, no payload).
+TEST(MemoryModeTest, EveryModeRoundTripsThroughABlock) {
   auto f = MakeEngine(7);
   auto g = MakeEngine(7);
   auto projector = MakeProjector(*f->engine, 6, 4);
@@ -244,20 +245,27 @@ TEST(MemoryModeTest, EveryModeRoundTripsThroughCheckpointAndRestore) {
     ASSERT_TRUE((*live)->Prefill(RandomIds(9, 97, 8)).ok());
     Greedy(**live, 4, nullptr);
     engine::Rng rng(99);
-    auto block = CheckpointSession(**live, *f->engine, projector.get(),
-                                   SamplerStateToProto({}, rng.state()));
+    auto state = (*live)->ExportState();
+    ASSERT_TRUE(state.ok()) << state.status();
+    auto block = ExportSessionBlock(*state, IdentityFor(*f->engine, projector.get()),
+                                    SamplerStateToProto({}, rng.state()));
     ASSERT_TRUE(block.ok()) << block.status();
     const bool memory_mode = mode == KvMode::kMemory || mode == KvMode::kMemoryOnly;
     EXPECT_EQ(block->payload.size(), memory_mode ? 5u * 48 * 2 : 0u);
     auto parsed = ParseMemoryBlock(SerializeMemoryBlock(*block));
     ASSERT_TRUE(parsed.ok());
-    auto restored = RestoreSession(g->engine.get(), projector.get(), *parsed);
+    v1::SamplerState sampler;
+    auto imported =
+        ImportSessionBlock(*parsed, ExpectationsFor(*g->engine, projector.get()), &sampler);
+    ASSERT_TRUE(imported.ok()) << imported.status();
+    EXPECT_EQ(sampler.rng_state(0), rng.state()[0]);
+    EXPECT_EQ(imported->mode, mode);
+    auto restored = CreateSession(g->engine.get(), options, projector.get());
     ASSERT_TRUE(restored.ok()) << restored.status();
-    EXPECT_EQ(restored->sampler.rng_state(0), rng.state()[0]);
-    EXPECT_EQ(restored->session->mode(), mode);
-    EXPECT_EQ(restored->session->TotalTokens(), (*live)->TotalTokens());
+    ASSERT_TRUE((*restored)->ImportState(*imported).ok());
+    EXPECT_EQ((*restored)->TotalTokens(), (*live)->TotalTokens());
     std::vector<std::vector<float>> a, b;
-    EXPECT_EQ(Greedy(**live, 12, &a), Greedy(*restored->session, 12, &b));
+    EXPECT_EQ(Greedy(**live, 12, &a), Greedy(**restored, 12, &b));
     EXPECT_EQ(a, b);
   }
   // A replica without the projector cannot resume a memory-mode session.
@@ -266,9 +274,12 @@ TEST(MemoryModeTest, EveryModeRoundTripsThroughCheckpointAndRestore) {
   auto live = CreateSession(f->engine.get(), options, projector.get());
   ASSERT_TRUE(live.ok());
   ASSERT_TRUE((*live)->Prefill(RandomIds(20, 97, 9)).ok());
-  auto block = CheckpointSession(**live, *f->engine, projector.get(), SamplerStateToProto({}, engine::Rng(1).state()));
+  auto state = (*live)->ExportState();
+  ASSERT_TRUE(state.ok());
+  auto block = ExportSessionBlock(*state, IdentityFor(*f->engine, projector.get()),
+                                  SamplerStateToProto({}, engine::Rng(1).state()));
   ASSERT_TRUE(block.ok());
-  EXPECT_EQ(RestoreSession(g->engine.get(), nullptr, *block).status().code(),
+  EXPECT_EQ(ImportSessionBlock(*block, ExpectationsFor(*g->engine, nullptr)).status().code(),
             absl::StatusCode::kFailedPrecondition);
 }
 

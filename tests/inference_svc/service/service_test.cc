@@ -3,7 +3,10 @@
 // directly, and a bad-input test for every RPC.
 #include <gtest/gtest.h>
 
+#include <atomic>
+#include <algorithm>
 #include <filesystem>
+#include <functional>
 #include <thread>
 
 #include <condition_variable>
@@ -23,6 +26,7 @@
 #include "inference_svc/memory/random_projector.h"
 #include "inference_svc/model/model_file.h"
 #include "inference_svc/service/server.h"
+#include "memory_svc/client/store_client.h"
 #include "memory_svc/service/server.h"
 #include "tests/integration/process_util.h"
 #include "tests/integration/tiny_model.h"
@@ -57,7 +61,8 @@ class ServiceTest : public ::testing::Test {
   }
 
   void StartReplica(uint64_t kv_pool_bytes, const std::string& tokens_file = "",
-                    const std::string& projector = "") {
+                    const std::string& projector = "",
+                    const std::function<void(ServiceConfig&)>& tweak = nullptr) {
     server_.reset();
     ServiceConfig config;
     config.model_path = *dir_ + "/model";
@@ -71,6 +76,7 @@ class ServiceTest : public ::testing::Test {
     config.default_max_new_tokens = 16;
     config.tokens_file = tokens_file;
     config.projector_path = projector;
+    if (tweak) tweak(config);
     auto server = InferenceServer::Start(config);
     ASSERT_TRUE(server.ok()) << server.status();
     server_ = std::move(*server);
@@ -327,18 +333,65 @@ TEST_F(ServiceTest, BadInputForEveryRpc) {
   }
 }
 
-TEST_F(ServiceTest, AdmissionRejectsWithRetryAfterWhenThePoolIsFull) {
-  StartReplica(/*kv_pool_bytes=*/64 << 10);  // a few blocks only
+// A turn whose reservation can never fit the pool is refused before any token, without a
+// retry hint (retrying cannot help).
+TEST_F(ServiceTest, AdmissionRefusesATurnLargerThanThePool) {
+  StartReplica(/*kv_pool_bytes=*/64 << 10);  // 8 blocks of 16 tokens
   ASSERT_TRUE(Create("big", v1::KV_MODE_FULL).ok());
   grpc::ClientContext context;
   auto reader = stub_->Generate(&context, Turn("big", std::vector<int32_t>(100, 3), 64));
   v1::GenerateResponse response;
-  while (reader->Read(&response)) {
-  }
+  int deltas = 0;
+  while (reader->Read(&response)) deltas += response.has_delta();
   grpc::Status s = reader->Finish();
   EXPECT_EQ(s.error_code(), grpc::StatusCode::RESOURCE_EXHAUSTED) << s.error_message();
-  EXPECT_NE(s.error_message().find("retry_after_ms="), std::string::npos);
-  EXPECT_EQ(context.GetServerTrailingMetadata().count("retry-after-ms"), 1u);
+  EXPECT_NE(s.error_message().find("cannot run on this replica"), std::string::npos);
+  EXPECT_EQ(deltas, 0);
+  EXPECT_EQ(context.GetServerTrailingMetadata().count("retry-after"), 0u);
+}
+
+// While an admitted turn holds the whole pool, another turn is refused before its first
+// token with RESOURCE_EXHAUSTED and a retry-after hint; the admitted turn runs to its end.
+TEST_F(ServiceTest, AdmissionHoldsAndRejectsWithRetryAfter) {
+  // 64 blocks of 16 tokens.
+  StartReplica(64 * 8192, "", "", [](ServiceConfig& c) { c.max_new_tokens_cap = 2000; });
+  ASSERT_TRUE(Create("long", v1::KV_MODE_FULL).ok());
+  ASSERT_TRUE(Create("short", v1::KV_MODE_FULL).ok());
+  // 100 + 900 tokens: 63 blocks + 1 = the whole pool.
+  std::atomic<bool> streaming{false};
+  std::vector<int32_t> long_tokens;
+  grpc::Status long_status;
+  std::thread long_turn([&] {
+    grpc::ClientContext context;
+    auto reader = stub_->Generate(&context, Turn("long", std::vector<int32_t>(100, 3), 900));
+    v1::GenerateResponse response;
+    while (reader->Read(&response)) {
+      for (int32_t id : response.delta().token_ids()) long_tokens.push_back(id);
+      streaming.store(true);
+    }
+    long_status = reader->Finish();
+  });
+  while (!streaming.load()) std::this_thread::sleep_for(std::chrono::milliseconds(1));
+  grpc::ClientContext context;
+  auto reader = stub_->Generate(&context, Turn("short", {5, 6, 7}, 8));
+  v1::GenerateResponse response;
+  int deltas = 0;
+  while (reader->Read(&response)) deltas += response.has_delta();
+  grpc::Status s = reader->Finish();
+  long_turn.join();
+  EXPECT_EQ(s.error_code(), grpc::StatusCode::RESOURCE_EXHAUSTED) << s.error_message();
+  EXPECT_EQ(deltas, 0);
+  const auto& trailers = context.GetServerTrailingMetadata();
+  ASSERT_EQ(trailers.count("retry-after"), 1u);
+  EXPECT_GE(std::stoi(std::string(trailers.find("retry-after")->second.data(),
+                                  trailers.find("retry-after")->second.size())),
+            1);
+  ASSERT_TRUE(long_status.ok()) << long_status.error_message();
+  EXPECT_EQ(long_tokens.size(), 900u);
+  // Once the pool is free again the refused turn runs.
+  std::vector<int32_t> tokens;
+  ASSERT_TRUE(Generate(Turn("short", {5, 6, 7}, 8), &tokens).ok());
+  EXPECT_EQ(tokens.size(), 8u);
 }
 
 TEST_F(ServiceTest, IdleCachedSessionsAreEvictedBeforeRejecting) {
@@ -349,25 +402,26 @@ TEST_F(ServiceTest, IdleCachedSessionsAreEvictedBeforeRejecting) {
     ASSERT_TRUE(Create(id, v1::KV_MODE_FULL).ok());
   }
   std::vector<int32_t> tokens;
+  // Each turn reserves 48 tokens = 4 blocks; idle-1 and idle-2 stay cached and fill the pool.
   ASSERT_TRUE(Generate(Turn("idle-1", prompt, 8), &tokens).ok());
   ASSERT_TRUE(Generate(Turn("idle-2", prompt, 8), &tokens).ok());
-  // idle-2's own turn already found the pool at 75 % and evicted idle-1; idle-2 stays cached
-  // (3 blocks), so "third" (3 more blocks) would be degraded (max_new_tokens halved, a
-  // warning) unless idle-2 is evicted first.
-  EXPECT_GE(server_->service().cache().size(), 1u);
+  EXPECT_EQ(server_->runtime().sessions().cached_sessions(), 3u);  // with "third" (created)
+  // "third" fits only once the least recently used idle session (idle-1) is evicted.
   v1::GenerateFinal final_message;
   ASSERT_TRUE(Generate(Turn("third", prompt, 8), &tokens, &final_message).ok());
   EXPECT_EQ(final_message.usage().generated_tokens(), 8u);
-  EXPECT_TRUE(final_message.warnings().empty());
-  // The evicted sessions are intact in the store and resume exactly.
-  std::vector<int32_t> resumed, reference;
+  // idle-2 is still cached; the evicted idle-1 is intact in the store and resumes.
+  std::vector<int32_t> resumed;
+  ASSERT_TRUE(Generate(Turn("idle-2", {9}, 2), &resumed, &final_message).ok());
+  EXPECT_FALSE(final_message.usage().restored_from_store());
   ASSERT_TRUE(Generate(Turn("idle-1", {9}, 4), &resumed, &final_message).ok());
   EXPECT_TRUE(final_message.usage().restored_from_store());
-  EXPECT_EQ(resumed.size(), 4u);
+  EXPECT_EQ(final_message.usage().generated_tokens(), 4u);
 }
 
-// Admission counts what each mode keeps resident: a memory session's long prompt needs at
-// most M + W + C entries, a full session's needs all of them.
+// Admission reserves what each mode keeps resident: a memory session's long turn needs at
+// most M + W + C entries and runs; the same turn in full mode needs all of them and can
+// never fit this pool.
 TEST_F(ServiceTest, AdmissionCountsTheModesResidentCap) {
   auto model = model::LoadModel(*dir_ + "/model");
   ASSERT_TRUE(model.ok());
@@ -383,16 +437,18 @@ TEST_F(ServiceTest, AdmissionCountsTheModesResidentCap) {
   StartReplica(/*kv_pool_bytes=*/64 << 10, "", projector);  // 128 tokens of KV
   ASSERT_TRUE(Create("mem", v1::KV_MODE_MEMORY).ok());
   ASSERT_TRUE(Create("full", v1::KV_MODE_FULL).ok());
-  const std::vector<int32_t> prompt(90, 5);
+  const std::vector<int32_t> prompt(100, 5);
   std::vector<int32_t> tokens;
   v1::GenerateFinal final_message;
-  ASSERT_TRUE(Generate(Turn("mem", prompt, 8), &tokens, &final_message).ok());
-  EXPECT_TRUE(final_message.warnings().empty());  // 32 of 128 entries
-  EXPECT_EQ(final_message.usage().generated_tokens(), 8u);
+  ASSERT_TRUE(Generate(Turn("mem", prompt, 64), &tokens, &final_message).ok());
+  EXPECT_EQ(final_message.usage().generated_tokens(), 64u);
   EXPECT_GT(final_message.usage().tokens_folded(), 0u);
-  ASSERT_TRUE(Generate(Turn("full", prompt, 8), &tokens, &final_message).ok());
-  ASSERT_EQ(final_message.warnings_size(), 1);  // 98 of 128 entries: >= 70 %, halved
-  EXPECT_EQ(final_message.usage().generated_tokens(), 4u);
+  tokens.clear();
+  EXPECT_EQ(Generate(Turn("full", prompt, 64), &tokens).error_code(),
+            grpc::StatusCode::RESOURCE_EXHAUSTED);
+  EXPECT_TRUE(tokens.empty());
+  ASSERT_TRUE(Generate(Turn("full", std::vector<int32_t>(40, 5), 8), &tokens).ok());
+  EXPECT_EQ(tokens.size(), 8u);
 }
 
 // grpc.health.v1.Health/Check through a generic stub (the health proto's C++ header is not
@@ -427,6 +483,121 @@ int HealthStatus(const std::string& address) {
   return bytes.size() >= 2 && bytes[0] == 0x08 ? bytes[1] : -2;
 }
 
+// Sends raw bytes as the request of `method`; returns the call's status.
+grpc::Status RawCall(const std::string& address, const std::string& method,
+                     const std::string& bytes) {
+  auto channel = grpc::CreateChannel(address, grpc::InsecureChannelCredentials());
+  grpc::GenericStub stub(channel);
+  grpc::ClientContext context;
+  context.set_deadline(std::chrono::system_clock::now() + std::chrono::seconds(10));
+  grpc::Slice slice(bytes);
+  grpc::ByteBuffer request(&slice, 1);
+  grpc::ByteBuffer response;
+  std::mutex mu;
+  std::condition_variable cv;
+  bool done = false;
+  grpc::Status status;
+  stub.UnaryCall(&context, method, grpc::StubOptions(), &request, &response,
+                 [&](grpc::Status s) {
+                   std::lock_guard<std::mutex> lock(mu);
+                   status = s;
+                   done = true;
+                   cv.notify_all();
+                 });
+  std::unique_lock<std::mutex> lock(mu);
+  cv.wait(lock, [&] { return done; });
+  return status;
+}
+
+TEST_F(ServiceTest, UndecodableRequestsAreInvalidArgumentWithAMessage) {
+  // CreateSessionRequest.session_id (field 1) = one byte 0xff: not UTF-8.
+  grpc::Status s = RawCall(server_->address(), "/kvfold.v1.InferenceService/CreateSession",
+                           std::string("\x0a\x01\xff", 3));
+  EXPECT_EQ(s.error_code(), grpc::StatusCode::INVALID_ARGUMENT);
+  EXPECT_NE(s.error_message().find("UTF-8"), std::string::npos) << s.error_message();
+  // GenerateRequest.prompt (field 2) with invalid UTF-8, and bytes that are no protobuf.
+  s = RawCall(server_->address(), "/kvfold.v1.InferenceService/Generate",
+              std::string("\x0a\x02ok\x12\x02\xc3\x28", 8));
+  EXPECT_EQ(s.error_code(), grpc::StatusCode::INVALID_ARGUMENT);
+  EXPECT_FALSE(s.error_message().empty());
+  s = RawCall(server_->address(), "/kvfold.v1.InferenceService/GetModelInfo",
+              std::string("\xff\xff\xff\xff", 4));
+  EXPECT_EQ(s.error_code(), grpc::StatusCode::INVALID_ARGUMENT);
+  EXPECT_NE(s.error_message().find("GetModelInfo"), std::string::npos) << s.error_message();
+}
+
+// A second call on a session whose turn is running on this replica is ABORTED before any
+// token, whether the running turn continued a cached copy or restored from the store.
+TEST_F(ServiceTest, SecondCallOnABusySessionIsAbortedBeforeAnyToken) {
+  for (uint64_t cache_bytes : {uint64_t{512} << 20, uint64_t{0}}) {
+    SCOPED_TRACE(cache_bytes);
+    StartReplica(64 << 20, "", "", [&](ServiceConfig& c) {
+      c.max_new_tokens_cap = 2000;
+      c.session_cache_bytes = cache_bytes;
+    });
+    const std::string id = "busy-" + std::to_string(cache_bytes);
+    ASSERT_TRUE(Create(id, v1::KV_MODE_FULL).ok());
+    std::atomic<bool> streaming{false};
+    std::vector<int32_t> first_tokens;
+    grpc::Status first_status;
+    std::thread first([&] {
+      grpc::ClientContext context;
+      auto reader = stub_->Generate(&context, Turn(id, {3, 4, 5}, 1500));
+      v1::GenerateResponse response;
+      while (reader->Read(&response)) {
+        for (int32_t t : response.delta().token_ids()) first_tokens.push_back(t);
+        streaming.store(true);
+      }
+      first_status = reader->Finish();
+    });
+    while (!streaming.load()) std::this_thread::sleep_for(std::chrono::milliseconds(1));
+    std::vector<int32_t> second_tokens;
+    grpc::Status second = Generate(Turn(id, {6}, 200), &second_tokens);
+    first.join();
+    EXPECT_EQ(second.error_code(), grpc::StatusCode::ABORTED) << second.error_message();
+    EXPECT_TRUE(second_tokens.empty());
+    ASSERT_TRUE(first_status.ok()) << first_status.error_message();
+    EXPECT_EQ(first_tokens.size(), 1500u);
+  }
+}
+
+// A stored sampler state whose RNG words are all zero (xoshiro256** would then draw only
+// zeros, so temperature 1 emits token 0 forever) restarts from the session's seed.
+TEST_F(ServiceTest, AllZeroRngWordsAreRepairedOnRestore) {
+  grpc::ClientContext create_context;
+  v1::CreateSessionRequest create;
+  create.set_session_id("zero-rng");
+  create.mutable_config()->set_mode(v1::KV_MODE_FULL);
+  create.mutable_sampling()->set_temperature(1.0f);
+  create.mutable_sampling()->set_seed(5);
+  v1::Session session;
+  ASSERT_TRUE(stub_->CreateSession(&create_context, create, &session).ok());
+  std::vector<int32_t> tokens;
+  ASSERT_TRUE(Generate(Turn("zero-rng", {3, 4, 5}, 4), &tokens).ok());
+  StoreClient store(grpc::CreateChannel(store_->address(), grpc::InsecureChannelCredentials()));
+  auto head = store.Get("zero-rng");
+  ASSERT_TRUE(head.ok()) << head.status();
+  memory::MemoryBlock block;
+  block.header = head->header;
+  block.payload = head->payload;
+  for (int i = 0; i < block.header.sampler_state().rng_state_size(); ++i) {
+    block.header.mutable_sampler_state()->set_rng_state(i, 0);
+  }
+  memory::SealMemoryBlock(&block);
+  ASSERT_TRUE(store.Put("zero-rng", head->info.version(), block.header, block.payload).ok());
+  tokens.clear();
+  v1::GenerateFinal final_message;
+  ASSERT_TRUE(Generate(Turn("zero-rng", {6}, 32), &tokens, &final_message).ok());
+  EXPECT_TRUE(final_message.usage().restored_from_store());
+  ASSERT_EQ(tokens.size(), 32u);
+  EXPECT_NE(std::count(tokens.begin(), tokens.end(), 0), 32) << "the RNG was left all-zero";
+  auto after = store.Get("zero-rng");
+  ASSERT_TRUE(after.ok());
+  uint64_t any = 0;
+  for (uint64_t w : after->header.sampler_state().rng_state()) any |= w;
+  EXPECT_NE(any, 0u);
+}
+
 TEST_F(ServiceTest, HealthFollowsTheStore) {
   constexpr int kServing = 1, kNotServing = 2;
   int status = 0;
@@ -446,7 +617,19 @@ TEST_F(ServiceTest, HealthFollowsTheStore) {
   v1::GetSessionRequest get;
   get.set_session_id("any");
   v1::Session s;
-  EXPECT_EQ(stub_->GetSession(&context, get, &s).error_code(), grpc::StatusCode::UNAVAILABLE);
+  grpc::Status unavailable = stub_->GetSession(&context, get, &s);
+  EXPECT_EQ(unavailable.error_code(), grpc::StatusCode::UNAVAILABLE);
+  // The client is not told where the store lives.
+  const std::string store_port = store_->address().substr(store_->address().rfind(':') + 1);
+  EXPECT_EQ(unavailable.error_message().find(store_port), std::string::npos)
+      << unavailable.error_message();
+  EXPECT_EQ(unavailable.error_message().find("127.0.0.1"), std::string::npos)
+      << unavailable.error_message();
+  std::vector<int32_t> tokens;
+  grpc::Status generate = Generate(Turn("any", {1}, 1), &tokens);
+  EXPECT_EQ(generate.error_code(), grpc::StatusCode::UNAVAILABLE);
+  EXPECT_EQ(generate.error_message().find(store_port), std::string::npos)
+      << generate.error_message();
 }
 
 TEST_F(ServiceTest, TlsListener) {

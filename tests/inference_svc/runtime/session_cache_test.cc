@@ -1,8 +1,8 @@
-#include "inference_svc/service/session_cache.h"
+#include "inference_svc/runtime/session_cache.h"
 
 #include <gtest/gtest.h>
 
-namespace kvfold::service {
+namespace kvfold::runtime {
 namespace {
 
 TEST(LruByteCacheTest, EvictsLeastRecentlyUsedByBytes) {
@@ -43,4 +43,4 @@ TEST(LruByteCacheTest, EntryLargerThanCapacityIsNotKept) {
 }
 
 }  // namespace
-}  // namespace kvfold::service
+}  // namespace kvfold::runtime

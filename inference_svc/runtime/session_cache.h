@@ -2,10 +2,11 @@
 //
 // Values are shared_ptr so that an entry evicted while a turn is running on it stays alive
 // until the turn ends; the cache only drops its reference. Thread-safe.
-#ifndef KVFOLD_INFERENCE_SVC_SERVICE_SESSION_CACHE_H_
-#define KVFOLD_INFERENCE_SVC_SERVICE_SESSION_CACHE_H_
+#ifndef KVFOLD_INFERENCE_SVC_RUNTIME_SESSION_CACHE_H_
+#define KVFOLD_INFERENCE_SVC_RUNTIME_SESSION_CACHE_H_
 
 #include <cstddef>
+#include <functional>
 #include <list>
 #include <memory>
 #include <mutex>
@@ -15,7 +16,7 @@
 
 #include "absl/container/flat_hash_map.h"
 
-namespace kvfold::service {
+namespace kvfold::runtime {
 
 template <typename V>
 class LruByteCache {
@@ -70,6 +71,21 @@ class LruByteCache {
     return value;
   }
 
+  // Removes the least recently used entry whose key `skip` does not accept; returns its
+  // value, or nullptr when every entry is skipped (or none is left).
+  std::shared_ptr<V> PopLeastRecent(const std::function<bool(const std::string&)>& skip) {
+    std::lock_guard<std::mutex> lock(mu_);
+    for (auto it = order_.rbegin(); it != order_.rend(); ++it) {
+      if (skip(it->key)) continue;
+      std::shared_ptr<V> value = std::move(it->value);
+      used_bytes_ -= it->bytes;
+      index_.erase(it->key);
+      order_.erase(std::next(it).base());
+      return value;
+    }
+    return nullptr;
+  }
+
   // Removes every entry; returns the values (released by the caller, outside the lock).
   std::vector<std::shared_ptr<V>> Clear() {
     std::vector<std::shared_ptr<V>> values;
@@ -104,6 +120,6 @@ class LruByteCache {
   size_t used_bytes_ = 0;
 };
 
-}  // namespace kvfold::service
+}  // namespace kvfold::runtime
 
-#endif  // KVFOLD_INFERENCE_SVC_SERVICE_SESSION_CACHE_H_
+#endif  // KVFOLD_INFERENCE_SVC_RUNTIME_SESSION_CACHE_H_

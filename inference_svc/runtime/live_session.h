@@ -1,0 +1,124 @@
+// LiveSession: one session resident on this replica (derived state only; the store holds
+// the truth), and TurnJob: one turn as the Scheduler runs it.
+//
+// Threading: the fields under "scheduler-owned" are touched only by the scheduler thread
+// (the engine is single-threaded and its KV pool is not thread-safe, so engine sessions are
+// created, fed, exported and destroyed there: EngineSessionPtr's deleter hands the pointer
+// back to the scheduler). Stats are atomics any thread may read.
+#ifndef KVFOLD_INFERENCE_SVC_RUNTIME_LIVE_SESSION_H_
+#define KVFOLD_INFERENCE_SVC_RUNTIME_LIVE_SESSION_H_
+
+#include <array>
+#include <atomic>
+#include <chrono>
+#include <condition_variable>
+#include <cstdint>
+#include <functional>
+#include <memory>
+#include <mutex>
+#include <optional>
+#include <string>
+#include <vector>
+
+#include "absl/status/status.h"
+#include "inference_svc/engine/sampler.h"
+#include "inference_svc/engine/session.h"
+#include "inference_svc/runtime/sampling.h"
+
+namespace kvfold::runtime {
+
+// Destroys engine sessions on the scheduler thread (see the file comment).
+struct EngineSessionDeleter {
+  std::function<void(engine::Session*)> retire;
+  void operator()(engine::Session* s) const {
+    if (s == nullptr) return;
+    if (retire) {
+      retire(s);
+    } else {
+      delete s;
+    }
+  }
+};
+using EngineSessionPtr = std::unique_ptr<engine::Session, EngineSessionDeleter>;
+
+// A session's geometry, resolved (Runtime::ResolveSpec): memory modes take W from the
+// projector, full mode has window_size 0, sink_tokens is 0 outside sink mode.
+struct SessionSpec {
+  engine::KvMode mode = engine::KvMode::kFull;
+  int window_size = 0;
+  int sink_tokens = 0;
+};
+
+struct LiveSession {
+  std::string session_id;
+  SessionSpec spec;
+  SamplingSpec sampling;  // the session's defaults
+
+  // --- scheduler-owned -------------------------------------------------------------
+  EngineSessionPtr engine_session;  // null until the first turn creates/imports it
+  std::array<uint64_t, 4> rng_state{};
+
+  // --- stats (written by the scheduler at the end of a turn) -----------------------
+  std::atomic<uint64_t> version{0};  // store version the derived state equals; 0 = none
+  std::atomic<int64_t> total_tokens{0};
+  std::atomic<int64_t> tokens_folded{0};
+  std::atomic<int64_t> resident_tokens{0};
+  std::atomic<uint64_t> kv_bytes_resident{0};
+};
+
+enum class FinishReason { kNone, kStop, kLength };
+
+// Tokens and the end of a turn, from the scheduler thread to the consumer.
+class TurnStream {
+ public:
+  explicit TurnStream(std::function<void()> on_progress) : on_progress_(std::move(on_progress)) {}
+  void PushToken(int32_t token);
+  void End(absl::Status status);
+  // Waits up to `timeout` for news; moves new tokens to *out. True once the turn ended.
+  bool Wait(std::chrono::milliseconds timeout, std::vector<int32_t>* out);
+  bool ended() const;
+  absl::Status status() const;  // valid once ended
+
+ private:
+  void Notify();
+  const std::function<void()> on_progress_;
+  mutable std::mutex mu_;
+  std::condition_variable cv_;
+  std::vector<int32_t> pending_;
+  bool ended_ = false;
+  absl::Status status_;
+};
+
+struct TurnJob {
+  using Clock = std::chrono::steady_clock;
+  explicit TurnJob(std::function<void()> on_progress) : stream(std::move(on_progress)) {}
+
+  // --- inputs, fixed before Submit ---------------------------------------------------
+  std::shared_ptr<LiveSession> live;
+  // Import this state into a fresh engine session before the prompt (a resume); nullopt
+  // with live->engine_session == null creates an empty session.
+  std::optional<engine::SessionState> restore_state;
+  std::vector<int32_t> prompt_ids;
+  engine::SamplingParams sampling;  // resolved; max_new_tokens 0 = prefill only
+  std::optional<uint64_t> reseed;   // set: the RNG restarts from this seed
+  int reserve_blocks = 0;           // KV blocks the turn may hold at most (kv_reservation.h)
+  Clock::time_point submitted_at;
+
+  // --- control -----------------------------------------------------------------------
+  std::atomic<bool> cancelled{false};
+  std::atomic<bool> admitted{false};  // set by the scheduler once the reservation is held
+  TurnStream stream;
+
+  // --- results, valid once the stream ended OK ---------------------------------------
+  engine::SessionState final_state;
+  std::array<uint64_t, 4> final_rng_state{};
+  FinishReason finish_reason = FinishReason::kNone;
+  uint32_t generated_tokens = 0;
+  int64_t tokens_folded_in_turn = 0;
+  double queue_ms = 0, restore_ms = 0, prefill_ms = 0, decode_ms = 0, ttft_ms = 0;
+  double fold_ms = 0;  // part of prefill_ms/decode_ms spent folding (memory modes)
+};
+
+}  // namespace kvfold::runtime
+
+#endif  // KVFOLD_INFERENCE_SVC_RUNTIME_LIVE_SESSION_H_

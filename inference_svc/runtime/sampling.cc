@@ -1,0 +1,60 @@
+#include "inference_svc/runtime/sampling.h"
+
+#include <cmath>
+
+#include "absl/strings/str_cat.h"
+
+namespace kvfold::runtime {
+
+absl::Status ValidateSampling(const SamplingSpec& p, int vocab_size, int max_new_tokens_cap) {
+  if (!std::isfinite(p.temperature) || p.temperature < 0) {
+    return absl::InvalidArgumentError(
+        absl::StrCat("temperature must be finite and >= 0, got ", p.temperature));
+  }
+  if (p.top_k < 0) return absl::InvalidArgumentError(absl::StrCat("top_k must be >= 0, got ", p.top_k));
+  if (!std::isfinite(p.top_p) || p.top_p < 0 || p.top_p > 1) {
+    return absl::InvalidArgumentError(absl::StrCat("top_p must be in [0, 1], got ", p.top_p));
+  }
+  if (p.max_new_tokens < 0) {
+    return absl::InvalidArgumentError(
+        absl::StrCat("max_new_tokens must be >= 0, got ", p.max_new_tokens));
+  }
+  if (p.max_new_tokens > max_new_tokens_cap) {
+    return absl::InvalidArgumentError(absl::StrCat("max_new_tokens ", p.max_new_tokens,
+                                                   " exceeds the server cap ",
+                                                   max_new_tokens_cap));
+  }
+  for (int32_t id : p.stop_token_ids) {
+    if (id < 0 || id >= vocab_size) {
+      return absl::InvalidArgumentError(
+          absl::StrCat("stop token id ", id, " outside [0, ", vocab_size, ")"));
+    }
+  }
+  return absl::OkStatus();
+}
+
+SamplingSpec MergeSampling(const SamplingSpec& defaults, const SamplingSpec& o) {
+  SamplingSpec out = defaults;
+  if (o.temperature != 0) out.temperature = o.temperature;
+  if (o.top_k != 0) out.top_k = o.top_k;
+  if (o.top_p != 0) out.top_p = o.top_p;
+  if (o.seed != 0) out.seed = o.seed;
+  if (!o.stop_token_ids.empty()) out.stop_token_ids = o.stop_token_ids;
+  if (o.ignore_eos) out.ignore_eos = true;
+  if (o.max_new_tokens != 0) out.max_new_tokens = o.max_new_tokens;
+  return out;
+}
+
+engine::SamplingParams ResolveSampling(const SamplingSpec& p, int default_max_new_tokens) {
+  engine::SamplingParams s;
+  s.temperature = p.temperature;
+  s.top_k = p.top_k;
+  s.top_p = p.top_p == 0 ? 1.0f : p.top_p;
+  s.seed = p.seed;
+  s.stop_token_ids = p.stop_token_ids;
+  s.ignore_eos = p.ignore_eos;
+  s.max_new_tokens = p.max_new_tokens > 0 ? p.max_new_tokens : default_max_new_tokens;
+  return s;
+}
+
+}  // namespace kvfold::runtime

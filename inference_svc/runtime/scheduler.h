@@ -1,0 +1,161 @@
+// Scheduler: ONE thread that owns the engine and runs every turn on this replica.
+//
+// Each loop iteration does, in order:
+//   1. destroys retired engine sessions (their KV blocks return to the pool),
+//   2. admits queued turns (up to max_active_sessions): a turn's KV reservation
+//      (TurnJob::reserve_blocks) must fit the pool next to the reservations of running
+//      turns and the blocks idle sessions hold; idle sessions are evicted least recently
+//      used first to make room; a turn that still does not fit ends with
+//      RESOURCE_EXHAUSTED and a retry-after hint (RetryAfter()) before any work,
+//   3. ONE unit of prompt work for ONE turn, round robin: create/import a session (a
+//      resume), or prefill the next chunk of its prompt. The chunk is sized so that it
+//      costs at most `prefill_stall` decode steps (both measured), so a long prompt delays
+//      other sessions' tokens by a bounded factor,
+//   4. ONE decode step for EVERY decoding turn: with batching on, a single ragged Forward
+//      over all of them (engine::AppendBatch); with batching off, one Forward per session.
+// Every sampled token is fed back into its session, the last one too, so a finished turn's
+// state includes everything it emitted. A turn's stream ends OK (final_state exported) or
+// with an error; a cancelled turn ends with CANCELLED. No engine work runs elsewhere.
+#ifndef KVFOLD_INFERENCE_SVC_RUNTIME_SCHEDULER_H_
+#define KVFOLD_INFERENCE_SVC_RUNTIME_SCHEDULER_H_
+
+#include <atomic>
+#include <condition_variable>
+#include <deque>
+#include <functional>
+#include <memory>
+#include <mutex>
+#include <optional>
+#include <thread>
+#include <vector>
+
+#include "absl/container/flat_hash_map.h"
+#include "absl/status/statusor.h"
+#include "absl/time/time.h"
+#include "inference_svc/engine/engine.h"
+#include "inference_svc/engine/session.h"
+#include "inference_svc/runtime/kv_reservation.h"
+#include "inference_svc/runtime/live_session.h"
+
+namespace kvfold::runtime {
+
+struct SchedulerOptions {
+  // Batch all decoding turns into one forward per step. Default: true.
+  bool batching = true;
+  // Largest prompt chunk per step. Default: 256.
+  int prefill_chunk_tokens = 256;
+  // Smallest prompt chunk per step (progress guarantee). Default: 1.
+  int min_prefill_chunk_tokens = 1;
+  // While other turns decode, a prompt chunk may take at most this many decode steps'
+  // time, so their per-token latency grows by at most (1 + prefill_stall). 0 = always
+  // prefill_chunk_tokens. Default: 2.
+  double prefill_stall = 2.0;
+  // Turns running at once; more wait in the queue. Default: 64.
+  int max_active_sessions = 64;
+};
+
+// The retry-after hint a RESOURCE_EXHAUSTED status from the runtime carries, if any.
+std::optional<absl::Duration> RetryAfter(const absl::Status& status);
+
+class Scheduler {
+ public:
+  // Builds a fresh engine session for a resolved spec (plain or memory mode).
+  using SessionFactory =
+      std::function<absl::StatusOr<std::unique_ptr<engine::Session>>(const SessionSpec&)>;
+  // Removes the least recently used idle session from the cache (nullptr: none left).
+  using EvictIdle = std::function<std::shared_ptr<LiveSession>()>;
+
+  // `engine` must outlive the scheduler. Starts the thread.
+  Scheduler(engine::Engine* engine, SessionFactory factory, EvictIdle evict_idle,
+            const KvGeometry& geometry, const SchedulerOptions& options);
+  ~Scheduler();  // Stop()
+
+  // Queues a turn. Its tokens and end arrive on job->stream.
+  void Submit(std::shared_ptr<TurnJob> job);
+
+  // Hands an engine session to the scheduler thread for destruction.
+  void Retire(engine::Session* session);
+  // A deleter that calls Retire (for LiveSession::engine_session).
+  EngineSessionDeleter Deleter();
+
+  // Finishes every queued and running turn, then joins the thread. Idempotent.
+  void Stop();
+
+  const KvGeometry& geometry() const { return geometry_; }
+  uint64_t kv_pool_bytes() const { return kv_pool_bytes_; }
+  // KV pool bytes in use (blocks held), and reserved (running turns' reservations plus
+  // what idle sessions hold), refreshed every iteration.
+  uint64_t kv_used_bytes() const { return kv_used_bytes_.load(); }
+  uint64_t kv_reserved_bytes() const { return kv_reserved_bytes_.load(); }
+  int active_turns() const { return active_count_.load(); }
+  int queued_turns() const;
+  uint64_t decode_steps() const { return decode_steps_.load(); }
+  uint64_t decoded_tokens() const { return decoded_tokens_.load(); }
+  uint64_t rejected_turns() const { return rejected_turns_.load(); }
+
+ private:
+  enum class Phase { kStart, kPrefill, kDecode, kFinish };
+  struct Running {
+    std::shared_ptr<TurnJob> job;
+    Phase phase = Phase::kStart;
+    int reserved_blocks = 0;
+    size_t prompt_pos = 0;
+    double prefill_ms_per_token = 0;  // last chunk's cost; 0 = not measured yet
+    int32_t pending_token = -1;       // sampled, emitted, not yet fed
+    bool stop_after_feed = false;
+    int64_t folded_at_start = 0;
+    double fold_seconds_at_start = 0;
+    std::optional<engine::Sampler> sampler;
+  };
+
+  void Loop();
+  void DrainGraveyard();
+  // Step 2 for one queued turn: running_ gains it, or its stream ends with the reason.
+  void Admit(std::shared_ptr<TurnJob> job);
+  absl::Status Busy(int need_blocks) const;
+  int PrefillChunk(const Running& r, bool others_decoding) const;
+  void PromptStep();
+  void DecodeStep();
+  void SampleAndEmit(Running& r);
+  void Fail(Running& r, absl::Status status);
+  void Complete(Running& r);
+  void RefreshStats();
+
+  engine::Engine* const engine_;
+  const SessionFactory factory_;
+  const EvictIdle evict_idle_;
+  const KvGeometry geometry_;
+  const SchedulerOptions options_;
+  const uint64_t kv_pool_bytes_;
+
+  mutable std::mutex mu_;
+  std::condition_variable cv_;
+  std::deque<std::shared_ptr<TurnJob>> queue_;
+  std::vector<engine::Session*> graveyard_;
+  bool stop_ = false;
+
+  // Scheduler thread only.
+  std::vector<Running> running_;
+  size_t prompt_cursor_ = 0;
+  // Blocks counted for each idle engine session (HeldBlocks at the end of its last turn);
+  // reserved_blocks_ = these + the reservations of running turns.
+  absl::flat_hash_map<const engine::Session*, int> idle_blocks_;
+  int64_t reserved_blocks_ = 0;
+  double decode_step_ms_ = 0;  // decode step duration, smoothed
+  std::vector<engine::Session*> batch_sessions_;
+  std::vector<int32_t> batch_ids_;
+  std::vector<size_t> batch_index_;
+  engine::ForwardResult forward_scratch_;
+
+  std::atomic<uint64_t> kv_used_bytes_{0};
+  std::atomic<uint64_t> kv_reserved_bytes_{0};
+  std::atomic<int> active_count_{0};
+  std::atomic<uint64_t> decode_steps_{0};
+  std::atomic<uint64_t> decoded_tokens_{0};
+  std::atomic<uint64_t> rejected_turns_{0};
+  std::thread thread_;
+};
+
+}  // namespace kvfold::runtime
+
+#endif  // KVFOLD_INFERENCE_SVC_RUNTIME_SCHEDULER_H_

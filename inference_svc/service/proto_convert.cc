@@ -1,0 +1,78 @@
+#include "inference_svc/service/proto_convert.h"
+
+#include "absl/strings/str_cat.h"
+#include "inference_svc/service/session_codec.h"
+
+namespace kvfold::service {
+
+runtime::SamplingSpec FromProto(const v1::SamplingParams& p) {
+  runtime::SamplingSpec s;
+  s.temperature = p.temperature();
+  s.top_k = p.top_k();
+  s.top_p = p.top_p();
+  s.seed = p.seed();
+  s.stop_token_ids.assign(p.stop_token_ids().begin(), p.stop_token_ids().end());
+  s.ignore_eos = p.ignore_eos();
+  s.max_new_tokens = p.max_new_tokens();
+  return s;
+}
+
+v1::SamplingParams ToProto(const runtime::SamplingSpec& s) {
+  v1::SamplingParams p;
+  p.set_temperature(s.temperature);
+  p.set_top_k(s.top_k);
+  p.set_top_p(s.top_p);
+  p.set_seed(s.seed);
+  for (int32_t id : s.stop_token_ids) p.add_stop_token_ids(id);
+  p.set_ignore_eos(s.ignore_eos);
+  p.set_max_new_tokens(s.max_new_tokens);
+  return p;
+}
+
+absl::StatusOr<runtime::SessionRequest> FromProto(const v1::SessionConfig& c) {
+  runtime::SessionRequest r;
+  if (c.mode() != v1::KV_MODE_UNSPECIFIED) {
+    if (!v1::KvMode_IsValid(c.mode())) {
+      return absl::InvalidArgumentError(absl::StrCat("unknown mode ", static_cast<int>(c.mode())));
+    }
+    r.mode = FromProtoMode(c.mode());
+  }
+  if (c.window_size() > (1u << 24)) return absl::InvalidArgumentError("window_size too large");
+  if (c.sink_tokens() > (1u << 24)) return absl::InvalidArgumentError("sink_tokens too large");
+  r.window_size = static_cast<int>(c.window_size());
+  r.sink_tokens = static_cast<int>(c.sink_tokens());
+  return r;
+}
+
+v1::FinishReason ToProto(runtime::FinishReason reason) {
+  switch (reason) {
+    case runtime::FinishReason::kStop:
+      return v1::FINISH_REASON_STOP;
+    case runtime::FinishReason::kLength:
+      return v1::FINISH_REASON_LENGTH;
+    case runtime::FinishReason::kNone:
+      break;
+  }
+  return v1::FINISH_REASON_UNSPECIFIED;
+}
+
+void FillUsage(const runtime::TurnUsage& u, const std::string& replica, v1::Usage* out) {
+  out->set_prompt_tokens(u.prompt_tokens);
+  out->set_generated_tokens(u.generated_tokens);
+  out->set_memory_version(u.version);
+  out->set_kv_bytes_resident(u.kv_bytes_resident);
+  out->set_restored_from_store(u.restored_from_store);
+  out->set_replica(replica);
+  out->set_tokens_folded(static_cast<uint32_t>(u.tokens_folded));
+  v1::Timings* t = out->mutable_timings();
+  t->set_queue_ms(u.queue_ms);
+  t->set_restore_ms(u.restore_ms);
+  t->set_prefill_ms(u.prefill_ms);
+  t->set_decode_ms(u.decode_ms);
+  t->set_fold_ms(u.fold_ms);
+  t->set_checkpoint_ms(u.checkpoint_ms);
+  t->set_time_to_first_token_ms(u.ttft_ms);
+  t->set_total_ms(u.total_ms);
+}
+
+}  // namespace kvfold::service

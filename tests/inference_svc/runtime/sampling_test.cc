@@ -1,0 +1,57 @@
+#include "inference_svc/runtime/sampling.h"
+
+#include <gtest/gtest.h>
+
+#include <limits>
+
+namespace kvfold::runtime {
+namespace {
+
+TEST(SamplingTest, Validate) {
+  SamplingSpec p;
+  EXPECT_TRUE(ValidateSampling(p, 32, 100).ok());
+  p.temperature = -0.1f;
+  EXPECT_EQ(ValidateSampling(p, 32, 100).code(), absl::StatusCode::kInvalidArgument);
+  p.temperature = std::numeric_limits<float>::quiet_NaN();
+  EXPECT_EQ(ValidateSampling(p, 32, 100).code(), absl::StatusCode::kInvalidArgument);
+  p.temperature = 0.7f;
+  p.top_p = 1.5f;
+  EXPECT_EQ(ValidateSampling(p, 32, 100).code(), absl::StatusCode::kInvalidArgument);
+  p.top_p = 0.9f;
+  p.top_k = -1;
+  EXPECT_EQ(ValidateSampling(p, 32, 100).code(), absl::StatusCode::kInvalidArgument);
+  p.top_k = 5;
+  p.max_new_tokens = 101;
+  EXPECT_EQ(ValidateSampling(p, 32, 100).code(), absl::StatusCode::kInvalidArgument);
+  p.max_new_tokens = -1;
+  EXPECT_EQ(ValidateSampling(p, 32, 100).code(), absl::StatusCode::kInvalidArgument);
+  p.max_new_tokens = 100;
+  p.stop_token_ids = {32};
+  EXPECT_EQ(ValidateSampling(p, 32, 100).code(), absl::StatusCode::kInvalidArgument);
+  p.stop_token_ids = {31};
+  EXPECT_TRUE(ValidateSampling(p, 32, 100).ok());
+}
+
+TEST(SamplingTest, MergeOverridesSetFieldsAndResolveFillsDefaults) {
+  SamplingSpec defaults;
+  defaults.temperature = 0.5f;
+  defaults.top_k = 10;
+  defaults.max_new_tokens = 20;
+  defaults.stop_token_ids = {3};
+  SamplingSpec o;
+  o.top_k = 4;
+  o.seed = 99;
+  SamplingSpec m = MergeSampling(defaults, o);
+  EXPECT_FLOAT_EQ(m.temperature, 0.5f);
+  EXPECT_EQ(m.top_k, 4);
+  EXPECT_EQ(m.seed, 99u);
+  EXPECT_EQ(m.max_new_tokens, 20);
+  EXPECT_EQ(m.stop_token_ids, std::vector<int32_t>({3}));
+  engine::SamplingParams r = ResolveSampling(SamplingSpec(), 17);
+  EXPECT_EQ(r.max_new_tokens, 17);
+  EXPECT_FLOAT_EQ(r.top_p, 1.0f);
+  EXPECT_EQ(ResolveSampling(m, 17).max_new_tokens, 20);
+}
+
+}  // namespace
+}  // namespace kvfold::runtime
