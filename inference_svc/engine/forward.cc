@@ -79,8 +79,10 @@ absl::Status Engine::Forward(std::span<const SequenceInput> inputs, ForwardResul
       return absl::InvalidArgumentError(absl::StrCat(
           "Forward: a bidirectional prefix of ", rows, " rows exceeds max_batch_tokens ", T));
     }
-    if (in.mask == MaskKind::kBidirectionalPrefix && in.cache->policy().window > 0) {
-      return absl::InvalidArgumentError("Forward: prefix rows need a policy without window");
+    if (in.mask == MaskKind::kBidirectionalPrefix && in.cache->policy().window > 0 &&
+        in.cache->main_len() > 0) {
+      return absl::InvalidArgumentError(
+          "Forward: prefix rows under a windowed policy need an empty main segment");
     }
     s.logit_row_offset[i] = static_cast<int>(logit_floats / c.vocab_size);
     s.hidden_row_offset[i] = static_cast<int>(hidden_floats / d);

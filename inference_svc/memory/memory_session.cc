@@ -15,6 +15,16 @@ using engine::RowSelect;
 using engine::SequenceInput;
 using engine::SequenceOutput;
 
+engine::KvPolicy MemorySession::CachePolicy(KvMode mode, const ProjectorConfig& config) {
+  engine::KvPolicy policy = engine::KvPolicy::Memory();
+  // Sliding window policy: each row sees the memory and the last W window tokens, the
+  // cache drops the older ones. memory_only (W = 0) always grows.
+  if (mode == KvMode::kMemory && config.window_policy == WindowPolicy::kSliding) {
+    policy.window = config.window_size;
+  }
+  return policy;
+}
+
 absl::StatusOr<std::unique_ptr<MemorySession>> MemorySession::Create(
     engine::Engine* engine, const Projector* projector, const MemorySessionOptions& options) {
   if (options.mode != KvMode::kMemory && options.mode != KvMode::kMemoryOnly) {
@@ -49,7 +59,7 @@ MemorySession::MemorySession(engine::Engine* engine, const Projector* projector,
       vocab_size_(engine->config().vocab_size),
       input_layers_(projector->config().input_layers),
       hidden_width_(projector->config().input_width()),
-      cache_(engine->NewCache(engine::KvPolicy::Memory())) {
+      cache_(engine->NewCache(CachePolicy(options.mode, projector->config()))) {
   window_.reserve(window_size_ + chunk_size_);
   memory_.reserve(static_cast<size_t>(mem_slots_) * hidden_size_);
   new_memory_.resize(static_cast<size_t>(mem_slots_) * hidden_size_);

@@ -12,6 +12,9 @@
 //              re-prefill the remaining W ids (W/C extra prefill tokens per token)
 //   prompts    go through the same loop (chunks of at most W + C - |w| tokens)
 //   modes      memory (W from the projector) and memory_only (W = 0)
+//   policy     the projector's window policy: growing (above) or sliding, where the cache
+//              keeps only the last W window entries (each row sees mem + its last W
+//              tokens) while w still holds up to W + C ids; resident KV <= M + W
 //
 // Because the state is exactly (mem, w) and mem is kept fp16-representable, ExportState +
 // ImportState on a fresh engine continue bit for bit (batch-invariant engine kernels).
@@ -73,6 +76,10 @@ class MemorySession final : public engine::Session {
   absl::Status ImportState(const engine::SessionState& state) override;
   absl::Status PrepareAppend(int32_t token_id, engine::SequenceInput* input) override;
   absl::Status FinishAppend(const engine::SequenceOutput& output) override;
+
+  // The cache policy of a memory-mode session: KvPolicy::Memory(), windowed to W under the
+  // sliding window policy (memory mode only).
+  static engine::KvPolicy CachePolicy(engine::KvMode mode, const ProjectorConfig& config);
 
   int window_size() const { return window_size_; }  // W
   int chunk_size() const { return chunk_size_; }    // C

@@ -33,6 +33,16 @@ namespace kvfold::memory {
 class ProjectorDevice;          // projector.cc: the weights on a kernels::Backend
 struct ProjectorDeviceScratch;  // projector.cc: a caller's stream and device activations
 
+// How memory mode's KV window behaves between folds (docs/memory-mode.md "Window policy").
+enum class WindowPolicy {
+  // All W..W + C window tokens stay resident; the fold drops the oldest C (budget M + W + C).
+  kGrowing,
+  // Only the last W tokens stay resident (the tokens between them and the last fold wait,
+  // as ids, for the next fold); budget M + W.
+  kSliding,
+};
+const char* WindowPolicyName(WindowPolicy policy);  // "growing", "sliding"
+
 // projector.json. Every field is required in the file except where a default is stated.
 struct ProjectorConfig {
   int mem_slots = 16;      // M: memory vectors produced per fold
@@ -42,6 +52,9 @@ struct ProjectorConfig {
   int chunk_size = 32;     // C: tokens folded per fold
   int window_size = 64;    // W: tokens kept as a KV window after a fold (0 = memory_only)
   int input_layers = 1;    // 1: last layer's hidden states; 3: last three, via in_proj
+  // "window_policy" in the file; absent = growing (written only when sliding, so older
+  // files keep their bytes and fingerprints). Default: kGrowing.
+  WindowPolicy window_policy = WindowPolicy::kGrowing;
   std::string dtype = "f32";  // dtype the tensors were written in (informational)
   float ln_eps = 1e-5f;    // LayerNorm epsilon
   std::string model_fingerprint;  // hex sha256 of the base model (kvfold info --json)
@@ -50,6 +63,10 @@ struct ProjectorConfig {
   int ffn_size() const { return ffn_mult * hidden_size; }
   // Width of one hidden-state row handed to Forward(): input_layers * hidden_size.
   int input_width() const { return input_layers * hidden_size; }
+  // Memory mode's largest resident KV entries: M + W + C (growing) or M + W (sliding).
+  int kv_budget() const {
+    return mem_slots + window_size + (window_policy == WindowPolicy::kSliding ? 0 : chunk_size);
+  }
 };
 
 // Parses and validates projector.json text. INVALID_ARGUMENT names the offending field.

@@ -26,6 +26,10 @@ absl::Status ReadInt(const nlohmann::json& j, const char* key, int min_value, in
 
 }  // namespace
 
+const char* WindowPolicyName(WindowPolicy policy) {
+  return policy == WindowPolicy::kSliding ? "sliding" : "growing";
+}
+
 absl::StatusOr<ProjectorConfig> ParseProjectorConfig(std::string_view json_text) {
   const nlohmann::json j = nlohmann::json::parse(json_text, nullptr, /*allow_exceptions=*/false);
   if (j.is_discarded() || !j.is_object()) {
@@ -47,6 +51,21 @@ absl::StatusOr<ProjectorConfig> ParseProjectorConfig(std::string_view json_text)
   if (auto s = ReadInt(j, "input_layers", 1, &c.input_layers); !s.ok()) return s;
   if (c.input_layers != 1 && c.input_layers != 3) {
     return absl::InvalidArgumentError("projector.json: 'input_layers' must be 1 or 3");
+  }
+  if (j.contains("window_policy")) {
+    const auto& v = j["window_policy"];
+    if (v == "growing") {
+      c.window_policy = WindowPolicy::kGrowing;
+    } else if (v == "sliding") {
+      c.window_policy = WindowPolicy::kSliding;
+    } else {
+      return absl::InvalidArgumentError(
+          "projector.json: 'window_policy' must be \"growing\" or \"sliding\"");
+    }
+    if (c.window_policy == WindowPolicy::kSliding && c.window_size < 1) {
+      return absl::InvalidArgumentError(
+          "projector.json: the sliding window policy needs window_size >= 1");
+    }
   }
   if (c.hidden_size % c.num_heads != 0) {
     return absl::InvalidArgumentError(absl::StrCat("projector.json: num_heads ", c.num_heads,
@@ -89,6 +108,7 @@ std::string ProjectorConfigJson(const ProjectorConfig& c) {
   j["dtype"] = c.dtype;
   // The shortest decimal that round-trips the float (1e-05, not 9.99999974e-06).
   j["ln_eps"] = std::strtod(absl::StrFormat("%.8g", c.ln_eps).c_str(), nullptr);
+  if (c.window_policy != WindowPolicy::kGrowing) j["window_policy"] = WindowPolicyName(c.window_policy);
   j["model_fingerprint"] = c.model_fingerprint;
   return j.dump(2) + "\n";
 }

@@ -71,16 +71,17 @@ def engine_logits(model_dir, vocab, proj_dir, toks, mode):
     return np.fromfile(out, dtype="<f4").reshape(len(toks), vocab)
 
 
-def python_projector(shape, input_layers, seed):
+def python_projector(shape, input_layers, seed, window_policy="growing"):
     model_dir, model = get_model(shape)
     p = projector.MemoryProjector(mem_slots=5, hidden_size=model.cfg.hidden_size, num_heads=4,
                                   ffn_mult=4, chunk_size=6, window_size=10,
-                                  input_layers=input_layers, embed_rms=0.5, seed=seed)
+                                  input_layers=input_layers, embed_rms=0.5, seed=seed,
+                                  window_policy=window_policy)
     g = torch.Generator().manual_seed(seed)
     with torch.no_grad():
         for prm in p.parameters():
             prm.add_(torch.randn(prm.shape, generator=g) * 0.05)
-    d = os.path.join(TMP, f"proj_py_{input_layers}")
+    d = os.path.join(TMP, f"proj_py_{input_layers}_{window_policy}")
     p.save(d, fingerprint(model_dir))
     return d
 
@@ -114,6 +115,14 @@ def test_python_exported_projector():
     compare("tiny-odd", python_projector("tiny-odd", 3, 6), "pytorch-exported input_layers=3")
 
 
+def test_sliding_window_policy():
+    """The sliding window policy: the engine's windowed memory cache (mem + the last W
+    tokens, query at position W for the memory once the window is full) vs the student."""
+    compare("tiny", python_projector("tiny", 1, 7, "sliding"), "sliding policy input_layers=1")
+    compare("tiny-odd", python_projector("tiny-odd", 3, 8, "sliding"),
+            "sliding policy input_layers=3")
+
+
 def test_cpp_random_projector():
     if not args.make_random_projector or not os.path.exists(args.make_random_projector):
         print("  (make_random_projector not built; skipped this case)")
@@ -126,4 +135,5 @@ def test_cpp_random_projector():
 
 
 if __name__ == "__main__":
-    run_main([test_python_exported_projector, test_cpp_random_projector])
+    run_main([test_python_exported_projector, test_sliding_window_policy,
+              test_cpp_random_projector])

@@ -24,15 +24,16 @@ using Clock = std::chrono::steady_clock;
 
 constexpr char kUsage[] =
     "usage: kvfold eval --model PATH [--tokenizer FILE] [--projector DIR]\n"
-    "         --text FILE [--split-endoftext] [--docs first:N|last:N|all]\n"
+    "         --text FILE [--split-endoftext] [--docs first:N|last:N|range:A:B|all]\n"
     "         [--modes full,sliding,sink,memory,memory_only] [--budget N] [--sink N]\n"
     "         [--max-tokens N] [--full-max-tokens N] [--buckets N [--bucket-stride K]]\n"
     "         [--recall]\n"
     "         [--json OUT] [--per-token OUT] [--projector-label TEXT]\n"
     "         [--backend cpu|cpu-ref] [--threads N] [--kv-dtype f32|int8]\n"
     "Feeds every document token by token through each mode's session and scores the\n"
-    "next token (mean NLL, nats/token). Budgets: memory M + W + C entries (from the\n"
-    "projector), sliding --budget (default M + W + C), sink S + (budget - S),\n"
+    "next token (mean NLL, nats/token). Budgets: memory M + W + C entries (M + W under\n"
+    "the projector's sliding window policy), sliding --budget (default: memory's),\n"
+    "sink S + (budget - S),\n"
     "memory_only M + C. --max-tokens: truncate each document (default with\n"
     "--split-endoftext: the model's trained context; otherwise no limit).\n"
     "--full-max-tokens: full mode only on each document's first N tokens (default 4096).\n"
@@ -194,14 +195,15 @@ int RunEval(int argc, char** argv) {
     report.window_size = pc.window_size;
     report.chunk_size = pc.chunk_size;
   }
-  const int64_t mem_budget = report.mem_slots + report.window_size + report.chunk_size;
+  const int64_t mem_budget =
+      loaded->projector ? loaded->projector->config().kv_budget() : int64_t{0};
   const int64_t budget = has("budget") ? *budget_flag : mem_budget;
   if (wants_window && budget <= *sink) {
     return FailWith("eval", absl::InvalidArgumentError("the budget must exceed --sink"));
   }
   if (has("budget") && wants_memory && wants_window && budget != mem_budget) {
     std::fprintf(stderr,
-                 "[eval] note: --budget %lld differs from the memory mode's M + W + C = %lld; "
+                 "[eval] note: --budget %lld differs from the memory mode's budget %lld; "
                  "the budgets are not equal\n",
                  static_cast<long long>(budget), static_cast<long long>(mem_budget));
   }
@@ -227,8 +229,12 @@ int RunEval(int argc, char** argv) {
         break;
       case engine::KvMode::kMemory:
         m.budget = mem_budget;
-        m.budget_text = absl::StrCat(report.mem_slots, " + ", report.window_size, " + ",
-                                     report.chunk_size, " = ", mem_budget);
+        m.budget_text =
+            mem_budget == report.mem_slots + report.window_size
+                ? absl::StrCat(report.mem_slots, " + ", report.window_size, " (sliding) = ",
+                               mem_budget)
+                : absl::StrCat(report.mem_slots, " + ", report.window_size, " + ",
+                               report.chunk_size, " = ", mem_budget);
         break;
       case engine::KvMode::kMemoryOnly:
         m.budget = report.mem_slots + report.chunk_size;

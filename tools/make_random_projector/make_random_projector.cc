@@ -1,5 +1,6 @@
 // make_random_projector --model PATH --out DIR [--mem-slots 16] [--window 64] [--chunk 32]
 //   [--heads 8] [--ffn-mult 4] [--input-layers 1|3] [--seed N] [--ln-eps 1e-5]
+//   [--window-policy growing|sliding]
 //
 // Writes DIR/projector.json + DIR/projector.safetensors: an untrained MemoryProjector for
 // the model at PATH (HF directory or llama2.c checkpoint), bound to its fingerprint, with
@@ -28,6 +29,8 @@ ABSL_FLAG(int, ffn_mult, 4, "FFN width multiplier");
 ABSL_FLAG(int, input_layers, 1, "1 = last layer's hidden states, 3 = last three via in_proj");
 ABSL_FLAG(uint64_t, seed, 0, "RNG seed");
 ABSL_FLAG(double, ln_eps, 1e-5, "LayerNorm epsilon");
+ABSL_FLAG(std::string, window_policy, "growing",
+          "memory mode's window between folds: growing (W..W + C) or sliding (last W)");
 
 namespace {
 
@@ -83,6 +86,13 @@ int main(int argc, char** argv) {
   config.window_size = absl::GetFlag(FLAGS_window);
   config.input_layers = absl::GetFlag(FLAGS_input_layers);
   config.ln_eps = static_cast<float>(absl::GetFlag(FLAGS_ln_eps));
+  const std::string policy = absl::GetFlag(FLAGS_window_policy);
+  if (policy != "growing" && policy != "sliding") {
+    std::fprintf(stderr, "make_random_projector: --window-policy must be growing or sliding\n");
+    return 2;
+  }
+  config.window_policy = policy == "sliding" ? kvfold::memory::WindowPolicy::kSliding
+                                             : kvfold::memory::WindowPolicy::kGrowing;
   config.model_fingerprint = kvfold::model::Fingerprint(*model);
   // Validate through the same parser the loader uses.
   if (auto parsed = kvfold::memory::ParseProjectorConfig(kvfold::memory::ProjectorConfigJson(config));

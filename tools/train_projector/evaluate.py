@@ -5,7 +5,8 @@ Same model, same held-out text, same positions for every mode:
   full          full causal context
   sliding       the last `budget` tokens (KV entries) incl. the current one
   sink          `sink` first tokens + the last `budget - sink` tokens
-  memory        M memory slots + a window of up to W + C tokens (budget M + W + C)
+  memory        M memory slots + a window of up to W + C tokens (budget M + W + C), or
+                with the projector's sliding window policy the last W tokens (budget M + W)
   memory_only   M memory slots + the tokens since the last fold (W = 0; budget M + C)
 Metrics (nats/token): NLL over all predicted positions, over positions beyond the budget
 (rows t >= budget, where every bounded mode has lost context), and the recall probe: rows
@@ -177,6 +178,7 @@ def _memory_stream_nll(model, proj, ids, window_size):
     W = proj.config["window_size"] if window_size is None else window_size
     C = proj.config["chunk_size"]
     L = proj.config["input_layers"]
+    band = memory.window_band(proj, W)
     toks = torch.tensor([ids])
     N = len(ids)
     out, mem, k = [], None, 0
@@ -184,7 +186,7 @@ def _memory_stream_nll(model, proj, ids, window_size):
         s = k * C
         seg = toks[:, s:s + W + C]
         lf = 0 if k == 0 else W
-        logits, hidden = memory.forward_mem_window(model, mem, seg, L, lf)
+        logits, hidden = memory.forward_mem_window(model, mem, seg, L, lf, band)
         tgt_lo, tgt_hi = s + lf + 1, min(N, s + W + C + 1)
         n = tgt_hi - tgt_lo
         if n > 0:
@@ -212,7 +214,8 @@ def main():
                          "only one used for choices)")
     ap.add_argument("--val", type=int, default=50)
     ap.add_argument("--max-len", type=int, default=512)
-    ap.add_argument("--budget", type=int, default=0, help="default M + W + C")
+    ap.add_argument("--budget", type=int, default=0,
+                    help="default: the projector's, M + W + C (growing) or M + W (sliding)")
     ap.add_argument("--sink", type=int, default=4)
     ap.add_argument("--modes", default="full,sliding,sink,memory,memory_only",
                     help="also sliding@N: a sliding window of N tokens scored at the same "
@@ -229,8 +232,11 @@ def main():
     tok = tokenizer.Llama2cTokenizer(a.tokenizer)
     proj = projector.MemoryProjector.load(a.projector).eval()
     cfg = proj.config
+    sliding_policy = memory.window_band(proj, cfg["window_size"]) > 0
     if not a.budget:
-        a.budget = cfg["mem_slots"] + cfg["window_size"] + cfg["chunk_size"]
+        a.budget = cfg["mem_slots"] + cfg["window_size"]
+        if not sliding_policy:
+            a.budget += cfg["chunk_size"]
     modes = a.modes.split(",")
     a.long_modes = a.long_modes.split(",")
     train, held = data.split_train_heldout(data.read_stories(a.text), a.heldout)
@@ -241,7 +247,8 @@ def main():
           file=sys.stderr)
     res = eval_stories(model, proj, docs, modes, a, content_ids(tok))
     budgets = {"full": "all", "sliding": str(a.budget), "sink": f"{a.sink} + {a.budget - a.sink}",
-               "memory": f"{cfg['mem_slots']} + {cfg['window_size']} + {cfg['chunk_size']}",
+               "memory": (f"{cfg['mem_slots']} + {cfg['window_size']}" if sliding_policy else
+                          f"{cfg['mem_slots']} + {cfg['window_size']} + {cfg['chunk_size']}"),
                "memory_only": f"{cfg['mem_slots']} + {cfg['chunk_size']}"}
     full_b = res["full"]["beyond"]["nll"] if "full" in res else float("nan")
     print(f"| mode | KV budget | NLL all | NLL beyond {a.budget} | vs full (beyond) | "

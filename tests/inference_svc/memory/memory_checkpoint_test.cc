@@ -31,7 +31,8 @@ std::unique_ptr<Fixture> MakeEngine(uint32_t seed) {
 }
 
 std::unique_ptr<Projector> MakeProjector(const engine::Engine& engine, int window, int chunk,
-                                         int input_layers = 1) {
+                                         int input_layers = 1,
+                                         WindowPolicy policy = WindowPolicy::kGrowing) {
   ProjectorConfig c;
   c.mem_slots = 5;
   c.hidden_size = engine.config().hidden_size;
@@ -40,6 +41,7 @@ std::unique_ptr<Projector> MakeProjector(const engine::Engine& engine, int windo
   c.window_size = window;
   c.chunk_size = chunk;
   c.input_layers = input_layers;
+  c.window_policy = policy;
   c.model_fingerprint = engine.fingerprint();
   auto p = Projector::FromTensors(c, RandomProjectorTensors(c, 1.0f, 77), "projector-77");
   EXPECT_TRUE(p.ok()) << p.status();
@@ -88,13 +90,19 @@ TEST(MemoryModeTest, NoFoldEqualsFullMode) {
   EXPECT_EQ(static_cast<MemorySession*>(memory.get())->tokens_folded(), 0);
 }
 
-class MemoryModeParamTest : public ::testing::TestWithParam<KvMode> {};
+// A memory mode under one of the projector's window policies.
+struct ModeAndPolicy {
+  KvMode mode;
+  WindowPolicy policy;
+};
+
+class MemoryModeParamTest : public ::testing::TestWithParam<ModeAndPolicy> {};
 
 TEST_P(MemoryModeParamTest, PrefillEqualsTokenByTokenDecode) {
   auto f = MakeEngine(2);
-  auto projector = MakeProjector(*f->engine, 9, 6, /*input_layers=*/3);
-  auto a = NewSession(f->engine.get(), projector.get(), GetParam());
-  auto b = NewSession(f->engine.get(), projector.get(), GetParam());
+  auto projector = MakeProjector(*f->engine, 9, 6, /*input_layers=*/3, GetParam().policy);
+  auto a = NewSession(f->engine.get(), projector.get(), GetParam().mode);
+  auto b = NewSession(f->engine.get(), projector.get(), GetParam().mode);
   const auto ids = RandomIds(61, f->model.config.vocab_size, 3);  // several folds
   ASSERT_TRUE(a->Prefill(ids).ok());
   for (int32_t id : ids) ASSERT_TRUE(b->Append(id).ok());
@@ -112,10 +120,10 @@ TEST_P(MemoryModeParamTest, PrefillEqualsTokenByTokenDecode) {
 // export -> KVFB bytes -> parse -> validate -> fresh engine -> import -> greedy continuation
 // equals the uninterrupted session token for token and logit for logit (bitwise).
 TEST_P(MemoryModeParamTest, ExportImportContinuesExactly) {
-  const KvMode mode = GetParam();
+  const KvMode mode = GetParam().mode;
   const int window = mode == KvMode::kMemory ? 10 : 0, chunk = 7;
   auto f = MakeEngine(4);
-  auto projector = MakeProjector(*f->engine, 10, chunk);
+  auto projector = MakeProjector(*f->engine, 10, chunk, 1, GetParam().policy);
   const auto prompt = RandomIds(5, f->model.config.vocab_size, 5);
   const int full_at = window + chunk + chunk;  // total tokens when the window is full again
   for (int checkpoint_at : {full_at - 3, full_at, full_at + 1}) {
@@ -164,9 +172,42 @@ TEST_P(MemoryModeParamTest, ExportImportContinuesExactly) {
   }
 }
 
-INSTANTIATE_TEST_SUITE_P(Modes, MemoryModeParamTest,
-                         ::testing::Values(KvMode::kMemory, KvMode::kMemoryOnly),
-                         [](const auto& info) { return std::string(engine::KvModeName(info.param)); });
+INSTANTIATE_TEST_SUITE_P(
+    Modes, MemoryModeParamTest,
+    ::testing::Values(ModeAndPolicy{KvMode::kMemory, WindowPolicy::kGrowing},
+                      ModeAndPolicy{KvMode::kMemoryOnly, WindowPolicy::kGrowing},
+                      ModeAndPolicy{KvMode::kMemory, WindowPolicy::kSliding},
+                      ModeAndPolicy{KvMode::kMemoryOnly, WindowPolicy::kSliding}),
+    [](const auto& info) {
+      return std::string(engine::KvModeName(info.param.mode)) + "_" +
+             WindowPolicyName(info.param.policy);
+    });
+
+// The sliding window policy keeps at most M + W entries resident (the projector's KV
+// budget), reaches it, and its rows see exactly the last W tokens: with W covering the
+// whole sequence it is full mode, with W smaller it differs from the growing policy.
+TEST(MemoryModeTest, SlidingPolicyResidentBudget) {
+  auto f = MakeEngine(8);
+  const int window = 11, chunk = 5;
+  auto sliding = MakeProjector(*f->engine, window, chunk, 1, WindowPolicy::kSliding);
+  auto growing = MakeProjector(*f->engine, window, chunk, 1, WindowPolicy::kGrowing);
+  EXPECT_EQ(sliding->config().kv_budget(), 5 + window);
+  EXPECT_EQ(growing->config().kv_budget(), 5 + window + chunk);
+  auto s = NewSession(f->engine.get(), sliding.get(), KvMode::kMemory);
+  auto g = NewSession(f->engine.get(), growing.get(), KvMode::kMemory);
+  const auto ids = RandomIds(70, f->model.config.vocab_size, 10);
+  int64_t max_resident = 0;
+  bool differ = false;
+  for (int32_t id : ids) {
+    ASSERT_TRUE(s->Append(id).ok());
+    ASSERT_TRUE(g->Append(id).ok());
+    max_resident = std::max(max_resident, s->ResidentTokens());
+    differ |= !std::equal(s->Logits().begin(), s->Logits().end(), g->Logits().begin());
+  }
+  EXPECT_EQ(max_resident, sliding->config().kv_budget());
+  EXPECT_TRUE(differ);
+  EXPECT_GT(static_cast<MemorySession*>(s.get())->tokens_folded(), 0);
+}
 
 TEST(MemoryModeTest, BadInputAndMismatches) {
   auto f = MakeEngine(6);

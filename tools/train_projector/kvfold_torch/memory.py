@@ -17,19 +17,37 @@ Teacher-forced form (identical values): segment k >= 0 covers window tokens
 [kC, kC + W + C) with memory mem_k; it yields the logits of tokens [kC + W, kC + W + C)
 (for k = 0: of all tokens [0, W + C)) and the hidden states of tokens [kC, kC + C), which
 fold into mem_{k+1}. Gradients flow through the chain of folds. memory_only is W = 0.
+
+Window policy "sliding" (projector.json `window_policy`): the same ids and folds, but a
+window row sees only the last W tokens (the KV cache keeps M + W entries, not M + W + C);
+the tokens between the window and the last fold are in neither until the next fold.
 """
 import torch
 
 from .llama import Llama
 
 
-def memory_mask(num_mem, n):
-    """[M + n, M + n] bool, True = may attend."""
+def window_band(projector, window_size):
+    """Tokens a window row sees (0 = all of the window): W under the sliding window policy
+    (the last W tokens, including the current one), else unbounded. memory_only (W = 0)
+    always grows."""
+    if window_size > 0 and projector.config.get("window_policy", "growing") == "sliding":
+        return window_size
+    return 0
+
+
+def memory_mask(num_mem, n, band=0):
+    """[M + n, M + n] bool, True = may attend. band > 0: window row i sees window tokens
+    i - band + 1 .. i only."""
     T = num_mem + n
     m = torch.zeros(T, T, dtype=torch.bool)
     m[:num_mem, :num_mem] = True
     m[num_mem:, :num_mem] = True
-    m[num_mem:, num_mem:] = torch.ones(n, n, dtype=torch.bool).tril()
+    tok = torch.ones(n, n, dtype=torch.bool).tril()
+    if band:
+        idx = torch.arange(n)
+        tok &= (idx[:, None] - idx[None, :]) < band
+    m[num_mem:, num_mem:] = tok
     return m
 
 
@@ -40,28 +58,39 @@ def round_memory(mem, fp16_memory=True):
     return mem + (mem.detach().half().float() - mem.detach())
 
 
-def forward_mem_window(model: Llama, mem, tokens, collect_layers=1, logits_from=0):
+def forward_mem_window(model: Llama, mem, tokens, collect_layers=1, logits_from=0, band=0):
     """Forward(mem, w). mem [B, M, d] or None; tokens [B, n] -> (logits [B, n - logits_from,
-    V] of window rows >= logits_from, hidden [B, n, d * collect_layers] of all window rows)."""
+    V] of window rows >= logits_from, hidden [B, n, d * collect_layers] of all window rows).
+    band > 0 (sliding window policy): row i sees window tokens i - band + 1 .. i, and once
+    the band is full (i >= band) its query sits at position band for the memory keys, as the
+    engine's windowed positions (1 + i - lo) place it; window keys only need i - j."""
     x = model.embed(tokens)
     M = 0 if mem is None else mem.shape[1]
     if M:
         x = torch.cat([mem, x], dim=1)
     n = tokens.shape[1]
     pos = torch.cat([torch.zeros(M, dtype=torch.int64), torch.arange(1, n + 1)])
-    logits, hiddens = model.forward(x, pos, memory_mask(M, n), collect_layers=collect_layers,
+    sink = sink_rows = None
+    if band and M and n > band:
+        sink = (M, band - M + 1)  # fixed query position M + (band - M + 1) - 1 = band
+        sink_rows = torch.cat([torch.zeros(M, dtype=torch.bool), torch.arange(n) >= band])
+    logits, hiddens = model.forward(x, pos, memory_mask(M, n, band), sink=sink,
+                                    sink_rows=sink_rows, collect_layers=collect_layers,
                                     logits_from=M + logits_from)
     hidden = torch.cat(hiddens, dim=-1)
     return logits, hidden[:, M:]
 
 
 def memory_logits(model: Llama, projector, tokens, window_size=None, chunk_size=None,
-                  return_mems=False, fp16_memory=True):
+                  return_mems=False, fp16_memory=True, grad_checkpoint=False):
     """Student logits [B, N, V] for every position of tokens [B, N], exactly as memory-mode
-    decode produces them. window_size 0 = memory_only. Defaults from the projector."""
+    decode produces them. window_size 0 = memory_only. Defaults from the projector.
+    grad_checkpoint: keep only each segment's inputs for the backward pass and recompute
+    its forward there (activation memory of one segment instead of all of them)."""
     W = projector.config["window_size"] if window_size is None else window_size
     C = projector.config["chunk_size"] if chunk_size is None else chunk_size
     L = projector.config["input_layers"]
+    band = window_band(projector, W)
     B, N = tokens.shape
     out = []
     mems = []
@@ -70,7 +99,11 @@ def memory_logits(model: Llama, projector, tokens, window_size=None, chunk_size=
     while True:
         s = k * C
         seg = tokens[:, s:s + W + C]
-        logits, hidden = forward_mem_window(model, mem, seg, L, 0 if k == 0 else W)
+        lf = 0 if k == 0 else W
+        if grad_checkpoint and torch.is_grad_enabled():
+            logits, hidden = _checkpointed_segment(model, mem, seg, L, lf, band)
+        else:
+            logits, hidden = forward_mem_window(model, mem, seg, L, lf, band)
         out.append(logits)
         if s + W + C >= N:
             break
@@ -80,6 +113,15 @@ def memory_logits(model: Llama, projector, tokens, window_size=None, chunk_size=
     res = torch.cat(out, dim=1)
     assert res.shape[1] == N, (res.shape, N)
     return (res, mems) if return_mems else res
+
+
+def _checkpointed_segment(model, mem, seg, L, lf, band):
+    from torch.utils.checkpoint import checkpoint
+    if mem is None:
+        return checkpoint(lambda s: forward_mem_window(model, None, s, L, lf, band), seg,
+                          use_reentrant=False)
+    return checkpoint(lambda m, s: forward_mem_window(model, m, s, L, lf, band), mem, seg,
+                      use_reentrant=False)
 
 
 def sliding_logits(model: Llama, tokens, window):
@@ -117,10 +159,11 @@ def naive_memory_decode(model: Llama, projector, tokens, window_size=None, chunk
     W = projector.config["window_size"] if window_size is None else window_size
     C = projector.config["chunk_size"] if chunk_size is None else chunk_size
     L = projector.config["input_layers"]
+    band = window_band(projector, W)
     mem, w, rows = None, [], []
     for t in tokens:
         w.append(int(t))
-        logits, hidden = forward_mem_window(model, mem, torch.tensor([w]), L)
+        logits, hidden = forward_mem_window(model, mem, torch.tensor([w]), L, band=band)
         rows.append(logits[0, -1])
         if len(w) == W + C:
             mem = round_memory(projector(mem, hidden[:, :C]), fp16_memory)

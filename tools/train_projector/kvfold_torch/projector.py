@@ -56,16 +56,20 @@ class _FFN(nn.Module):
 
 class MemoryProjector(nn.Module):
     def __init__(self, mem_slots=16, hidden_size=64, num_heads=8, ffn_mult=4, chunk_size=32,
-                 window_size=64, input_layers=1, ln_eps=1e-5, embed_rms=1.0, seed=0):
+                 window_size=64, input_layers=1, ln_eps=1e-5, embed_rms=1.0, seed=0,
+                 window_policy="growing"):
         super().__init__()
         assert hidden_size % num_heads == 0
         assert input_layers in (1, 3)
+        assert window_policy in ("growing", "sliding")
         self.config = {
             "format": "kvfold-projector", "version": 1, "mem_slots": mem_slots,
             "hidden_size": hidden_size, "num_heads": num_heads, "ffn_mult": ffn_mult,
             "chunk_size": chunk_size, "window_size": window_size,
             "input_layers": input_layers, "dtype": "f32", "ln_eps": ln_eps,
         }
+        if window_policy != "growing":  # absent = growing (older files stay byte-identical)
+            self.config["window_policy"] = window_policy
         d = hidden_size
         g = torch.Generator().manual_seed(seed)
         with torch.random.fork_rng(devices=[]):
@@ -90,7 +94,12 @@ class MemoryProjector(nn.Module):
         return self.config["mem_slots"]
 
     def forward(self, mem, hidden):
-        """mem: [B, M, d] or None; hidden: [B, C, d * input_layers] -> [B, M, d]."""
+        """mem: [B, M, d] or None; hidden: [B, C, d * input_layers] -> [B, M, d]. Always
+        fp32, also inside a bf16 autocast region (the engine's projector is fp32)."""
+        with torch.autocast(hidden.device.type, enabled=False):
+            return self._forward(None if mem is None else mem.float(), hidden.float())
+
+    def _forward(self, mem, hidden):
         h = self.in_proj(hidden) if self.config["input_layers"] == 3 else hidden
         x = h if mem is None else torch.cat([mem, h], dim=1)
         q = self.queries.unsqueeze(0).expand(x.shape[0], -1, -1)
@@ -126,7 +135,8 @@ class MemoryProjector(nn.Module):
             raise ValueError(f"{in_dir}: not a kvfold-projector v1")
         p = MemoryProjector(cfg["mem_slots"], cfg["hidden_size"], cfg["num_heads"],
                             cfg["ffn_mult"], cfg["chunk_size"], cfg["window_size"],
-                            cfg.get("input_layers", 1), cfg.get("ln_eps", 1e-5))
+                            cfg.get("input_layers", 1), cfg.get("ln_eps", 1e-5),
+                            window_policy=cfg.get("window_policy", "growing"))
         p.config["model_fingerprint"] = cfg.get("model_fingerprint", "")
         tensors, _ = safetensors_io.load(os.path.join(in_dir, "projector.safetensors"))
         state = {}
