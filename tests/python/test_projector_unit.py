@@ -2,8 +2,12 @@
  * projector files round-trip (contract tensor names and shapes, same outputs);
  * the teacher-forced segment form of memory mode equals the token-by-token decode loop
    over several folds (memory and memory_only, input_layers 1 and 3);
+ * the sliding window policy (mem + the last W tokens) against a per-row construction of
+   each row's visible tokens and positions;
  * with a window covering the whole sequence, memory mode equals full mode (positions
    shifted by one; RoPE is relative) and sliding/sink equal full;
+ * gradient checkpointing gives the same gradients, bf16 autocast runs; the streamed
+   training text resumes exactly;
  * the llama2.c loader's RoPE permutation: interleaved-pair RoPE on the raw weights equals
    the loaded model's rotate_half RoPE.
 """
@@ -23,10 +27,10 @@ CFG = llama.LlamaConfig(hidden_size=48, intermediate_size=72, num_layers=3, num_
 MODEL = llama.random_model(CFG, seed=3)
 
 
-def make_proj(input_layers=1, W=8, C=5, seed=1):
+def make_proj(input_layers=1, W=8, C=5, seed=1, window_policy="growing"):
     p = projector.MemoryProjector(mem_slots=3, hidden_size=48, num_heads=4, ffn_mult=2,
                                   chunk_size=C, window_size=W, input_layers=input_layers,
-                                  embed_rms=0.7, seed=seed)
+                                  embed_rms=0.7, seed=seed, window_policy=window_policy)
     with torch.no_grad():
         for prm in p.parameters():
             prm.add_(torch.randn(prm.shape, generator=torch.Generator().manual_seed(9)) * 0.05)
@@ -65,6 +69,87 @@ def test_teacher_forced_equals_decode():
                 b = memory.naive_memory_decode(MODEL, p, toks[0].tolist())
             err = (a - b).abs().max().item()
             assert err < 1e-5, (L, W, err)
+
+
+def test_sliding_policy_against_naive():
+    """Sliding window policy vs a direct construction: row i of the window (ids w, reset by
+    each fold) sees the memory at position 0 and w[max(0, i - W + 1)..i] at positions
+    1..n, the query last (so at most at position W). One layer: the cached K/V depend only
+    on the token, so re-running a row's visible tokens reproduces it exactly."""
+    cfg1 = llama.LlamaConfig(hidden_size=48, intermediate_size=72, num_layers=1,
+                             num_heads=6, num_kv_heads=2, vocab_size=97, qkv_bias=True)
+    model1 = llama.random_model(cfg1, seed=4)
+    g = torch.Generator().manual_seed(8)
+    toks = torch.randint(3, 97, (1, 44), generator=g)
+    W, C = 7, 4
+    p = make_proj(1, W=W, C=C, window_policy="sliding")
+    with torch.no_grad():
+        got = memory.memory_logits(model1, p, toks)[0]
+        assert (got - memory.naive_memory_decode(model1, p, toks[0].tolist())).abs().max() < 1e-5
+
+        def row(mem, w, i):
+            vis = torch.tensor([w[max(0, i - W + 1):i + 1]])
+            return memory.forward_mem_window(model1, mem, vis)
+
+        mem, w, folds = None, [], 0
+        for t in range(toks.shape[1]):
+            if len(w) == W + C:
+                hid = torch.cat([row(mem, w, i)[1][:, -1:] for i in range(C)], dim=1)
+                mem = memory.round_memory(p(mem, hid))
+                w = w[C:]
+                folds += 1
+            w.append(int(toks[0, t]))
+            logits, _ = row(mem, w, len(w) - 1)
+            err = (logits[0, -1] - got[t]).abs().max().item()
+            assert err < 1e-5, (t, err)
+        assert folds >= 5, folds
+
+
+def test_grad_checkpoint_and_bf16():
+    """--grad-checkpoint recomputes segments in the backward pass: same gradients; bf16
+    autocast (train.py --bf16) runs the same chain with an fp32 projector."""
+    g = torch.Generator().manual_seed(11)
+    toks = torch.randint(3, 97, (2, 37), generator=g)
+    p = make_proj(1, W=8, C=5, window_policy="sliding")
+    grads = []
+    for ckpt in (False, True):
+        p.zero_grad()
+        memory.memory_logits(MODEL, p, toks, grad_checkpoint=ckpt).pow(2).mean().backward()
+        grads.append([prm.grad.clone() for prm in p.parameters()])
+    for a, b in zip(*grads):
+        assert torch.allclose(a, b, rtol=1e-5, atol=1e-7)
+    with torch.autocast("cpu", dtype=torch.bfloat16):
+        lg, mems = memory.memory_logits(MODEL, p, toks, return_mems=True)
+    assert torch.isfinite(lg.float()).all() and all(m.dtype == torch.float32 for m in mems)
+    ref = memory.memory_logits(MODEL, p, toks)
+    assert (lg.float() - ref).abs().max() < 0.5  # bf16 is coarse, not wrong
+
+
+def test_stream_batches_resume():
+    """train.py --stream: documents are read lazily, drawn through a seeded shuffle buffer,
+    and a resumed stream (skip(draws)) continues with exactly the same batches."""
+    from kvfold_torch import data
+    d = tempfile.mkdtemp()
+    paths = [os.path.join(d, "a.txt"), os.path.join(d, "b.txt")]
+    with open(paths[0], "w") as f:
+        f.write("<|endoftext|>".join(f"story {i} " + "x" * (i % 7) for i in range(30)))
+    with open(paths[1], "w") as f:
+        f.write("y" * 50)  # no marker: cut into max_chars pieces
+    docs = list(data.iter_documents(paths, max_chars=20))
+    assert docs[0] == "story 0" and docs[-1] == "y" * 10 and len(docs) == 33
+
+    def encode(t):
+        return [1] + [ord(c) % 97 for c in t]
+
+    a = data.StreamBatches(paths, encode, 3, 12, 9, seed=5, buffer=8, skip_docs=2)
+    first = [a.next_batch() for _ in range(4)]
+    b = data.StreamBatches(paths, encode, 3, 12, 9, seed=5, buffer=8, skip_docs=2)
+    b.next_batch()
+    b.next_batch()
+    c = data.StreamBatches(paths, encode, 3, 12, 9, seed=5, buffer=8, skip_docs=2)
+    c.skip(b.draws)
+    assert [c.next_batch(), c.next_batch()] == first[2:]
+    assert all(len(x) >= 9 and len(x) <= 12 for batch in first for x in batch)
 
 
 def test_no_fold_equals_full():
@@ -174,6 +259,7 @@ def test_llama2c_rope_permutation():
 
 if __name__ == "__main__":
     run_main([test_projector_file_roundtrip, test_teacher_forced_equals_decode,
-              test_no_fold_equals_full, test_sink_against_naive,
+              test_sliding_policy_against_naive, test_grad_checkpoint_and_bf16,
+              test_stream_batches_resume, test_no_fold_equals_full, test_sink_against_naive,
               test_long_document_chunking_is_exact, test_hf_dir_and_ref_logits_cli,
               test_llama2c_rope_permutation])

@@ -37,8 +37,28 @@ def parse_args(argv=None):
     ap = argparse.ArgumentParser(description=__doc__,
                                  formatter_class=argparse.RawDescriptionHelpFormatter)
     ap.add_argument("--model", required=True, help="HF dir or llama2.c .bin")
-    ap.add_argument("--tokenizer", required=True, help="llama2.c tokenizer.bin")
-    ap.add_argument("--text", required=True, help="stories separated by <|endoftext|>")
+    ap.add_argument("--tokenizer", required=True,
+                    help="llama2.c tokenizer.bin (in-process), or any tokenizer `kvfold "
+                    "tokenize` reads (tokenizer.json, .model, or the model dir)")
+    ap.add_argument("--text", required=True,
+                    help="stories separated by <|endoftext|>; with --stream a comma-separated "
+                    "list of text files")
+    ap.add_argument("--stream", action="store_true",
+                    help="stream --text (any size): its first --val documents are the "
+                    "validation split, the rest is read lazily through a shuffle buffer; "
+                    "--heldout does not apply (hold out a separate file)")
+    ap.add_argument("--shuffle-buffer", type=int, default=4096)
+    ap.add_argument("--init-from", default="",
+                    help="projector dir whose weights start this run (its first M queries "
+                    "when it has more); a warm start for a new budget or window policy")
+    ap.add_argument("--token-cache", default="",
+                    help="JSON file caching the encoded training stories across runs")
+    ap.add_argument("--device", default="cpu", help="cpu or cuda (cuda:N)")
+    ap.add_argument("--bf16", action="store_true",
+                    help="frozen model weights in bf16 and bf16 autocast for the forward "
+                    "passes (the projector and its optimizer stay fp32)")
+    ap.add_argument("--grad-checkpoint", action="store_true",
+                    help="recompute each segment's forward in the backward pass")
     ap.add_argument("--out", required=True, help="output dir (projector + logs + ckpt)")
     ap.add_argument("--heldout", type=int, default=200)
     ap.add_argument("--val", type=int, default=50)
@@ -49,6 +69,9 @@ def parse_args(argv=None):
     ap.add_argument("--heads", type=int, default=8)
     ap.add_argument("--ffn-mult", type=int, default=4)
     ap.add_argument("--input-layers", type=int, default=1, choices=[1, 3])
+    ap.add_argument("--window-policy", default="growing", choices=["growing", "sliding"],
+                    help="growing: the window holds W..W + C tokens (budget M + W + C); "
+                    "sliding: always the last W tokens (budget M + W)")
     ap.add_argument("--steps", type=int, default=600)
     ap.add_argument("--batch", type=int, default=16)
     ap.add_argument("--lr", type=float, default=2e-3)
@@ -63,7 +86,7 @@ def parse_args(argv=None):
     ap.add_argument("--seed", type=int, default=1234)
     ap.add_argument("--threads", type=int, default=2)
     ap.add_argument("--ckpt-every", type=int, default=50)
-    ap.add_argument("--val-every", type=int, default=100)
+    ap.add_argument("--val-every", type=int, default=100, help="0: no validation pass")
     ap.add_argument("--resume", action="store_true")
     ap.add_argument("--model-fingerprint", default="")
     ap.add_argument("--kvfold", default="", help="kvfold binary for `info --json`")
@@ -73,25 +96,21 @@ def parse_args(argv=None):
 def model_fingerprint(args):
     if args.model_fingerprint:
         return args.model_fingerprint
-    cands = [args.kvfold] if args.kvfold else []
-    root = os.path.abspath(os.path.join(os.path.dirname(__file__), "..", ".."))
-    for b in sorted(os.listdir(root)):
-        if b.startswith("build"):
-            cands.append(os.path.join(root, b, "tools", "kvfold", "kvfold"))
-    for c in cands:
-        if c and os.path.exists(c):
-            r = subprocess.run([c, "info", "--model", args.model, "--json"],
-                               capture_output=True, text=True)
-            if r.returncode == 0:
-                return json.loads(r.stdout)["model_fingerprint"]
+    c = find_kvfold(args)
+    if c:
+        r = subprocess.run([c, "info", "--model", args.model, "--json"],
+                           capture_output=True, text=True)
+        if r.returncode == 0:
+            return json.loads(r.stdout)["model_fingerprint"]
     print("warning: no model fingerprint (give --model-fingerprint or --kvfold)",
           file=sys.stderr)
     return ""
 
 
-def recall_mask(tokens, W, C):
+def recall_mask(tokens, W, C, band=0):
     """[B, N] bool over ROWS t (predicting tokens[t + 1]): the target occurs in
-    tokens[0 : start of the student's window at row t] and not inside that window."""
+    tokens[0 : start of the student's window at row t] and not inside that window
+    (band > 0: the window is the last `band` tokens)."""
     B, N = tokens.shape
     out = np.zeros((B, N), dtype=bool)
     tk = tokens.numpy()
@@ -99,13 +118,48 @@ def recall_mask(tokens, W, C):
         row = tk[b]
         for t in range(W + C, N - 1):
             k = (t - W) // C
-            s = k * C
+            s = max(k * C, t - band + 1) if band else k * C
             tgt = row[t + 1]
             if tgt in row[s:t + 1]:
                 continue
             if tgt in row[:s]:
                 out[b, t] = True
     return torch.from_numpy(out)
+
+
+class KvfoldTokenizer:
+    """Encodes through `kvfold tokenize` (HF tokenizer.json, SentencePiece, llama2.c), for
+    models whose tokenizer the Python package does not read. One process per document."""
+
+    def __init__(self, kvfold, path):
+        self.kvfold, self.path = kvfold, path
+
+    def encode(self, text):
+        import tempfile
+        with tempfile.NamedTemporaryFile("w", suffix=".txt", encoding="utf-8") as f:
+            f.write(text)
+            f.flush()
+            r = subprocess.run([self.kvfold, "tokenize", "--tokenizer", self.path, "--file",
+                                f.name], capture_output=True, text=True, check=True)
+        return [int(x) for x in r.stdout.strip().split(",") if x]
+
+
+def find_kvfold(args):
+    root = os.path.abspath(os.path.join(os.path.dirname(__file__), "..", ".."))
+    cands = [args.kvfold] if args.kvfold else []
+    cands += [os.path.join(root, b, "tools", "kvfold", "kvfold")
+              for b in sorted(os.listdir(root)) if b.startswith("build")]
+    return next((c for c in cands if c and os.path.exists(c)), "")
+
+
+def load_tokenizer(args):
+    if args.tokenizer.endswith(".bin"):
+        return tokenizer.Llama2cTokenizer(args.tokenizer)
+    kv = find_kvfold(args)
+    if not kv:
+        raise SystemExit("--tokenizer is not a llama2.c .bin and no kvfold binary was found "
+                         "(give --kvfold)")
+    return KvfoldTokenizer(kv, args.tokenizer)
 
 
 def batch_tokens(docs, idx, pad=0):
@@ -121,14 +175,17 @@ def batch_tokens(docs, idx, pad=0):
 def distill_loss(student, teacher, tokens, weights, T, a_nll, a_kl):
     """Weighted mean over rows with weight > 0 (rows predict tokens[t + 1])."""
     s = student[:, :-1]
-    te = teacher[:, :-1]
+    te = None if teacher is None else teacher[:, :-1]
     tgt = tokens[:, 1:]
     w = weights[:, :-1]
     nll = F.cross_entropy(s.reshape(-1, s.shape[-1]), tgt.reshape(-1),
                           reduction="none").view_as(tgt)
-    lt = F.log_softmax(te / T, dim=-1)
-    ls = F.log_softmax(s / T, dim=-1)
-    kl = (lt.exp() * (lt - ls)).sum(-1)
+    if teacher is None:  # a_kl == 0
+        kl = torch.zeros_like(nll)
+    else:
+        lt = F.log_softmax(te / T, dim=-1)
+        ls = F.log_softmax(s / T, dim=-1)
+        kl = (lt.exp() * (lt - ls)).sum(-1)
     denom = w.sum().clamp_min(1.0)
     nll_m = (nll * w).sum() / denom
     kl_m = (kl * w).sum() / denom
@@ -136,27 +193,37 @@ def distill_loss(student, teacher, tokens, weights, T, a_nll, a_kl):
     return loss, nll_m.detach(), kl_m.detach()
 
 
-def row_weights(tokens, valid, W, C, recall_w):
+def row_weights(tokens, valid, W, C, recall_w, band=0):
     B, N = tokens.shape
     rows = torch.arange(N)[None, :].expand(B, N)
     nxt_valid = torch.zeros_like(valid)
     nxt_valid[:, :-1] = valid[:, 1:]
     w = ((rows >= W + C) & nxt_valid).float()
     if recall_w:
-        w = w * (1 + recall_w * recall_mask(tokens, W, C).float())
+        w = w * (1 + recall_w * recall_mask(tokens, W, C, band).float())
     return w
 
 
+def autocast(args):
+    """bf16 autocast on --device with --bf16, else a no-op context."""
+    kind = "cuda" if args.device.startswith("cuda") else "cpu"
+    return torch.autocast(kind, dtype=torch.bfloat16, enabled=args.bf16)
+
+
 @torch.no_grad()
-def validate(model, proj, docs, W, C, batch):
+def validate(model, proj, docs, W, C, batch, args):
     """Mean NLL of memory mode and of full context over rows t >= W + C (val split)."""
     tot_m = tot_f = n = 0.0
     for i in range(0, len(docs), batch):
         t, valid = batch_tokens(docs, list(range(i, min(i + batch, len(docs)))))
-        w = row_weights(t, valid, W, C, 0.0)[:, :-1]
+        w = row_weights(t, valid, W, C, 0.0)[:, :-1].to(args.device)
+        t = t.to(args.device)
         tgt = t[:, 1:]
-        for logits, acc in ((memory.memory_logits(model, proj, t, window_size=W), "m"),
-                            (memory.full_logits(model, t), "f")):
+        with autocast(args):
+            outs = ((memory.memory_logits(model, proj, t, window_size=W), "m"),
+                    (memory.full_logits(model, t), "f"))
+        for logits, acc in outs:
+            logits = logits.float()
             nll = F.cross_entropy(logits[:, :-1].reshape(-1, logits.shape[-1]),
                                   tgt.reshape(-1), reduction="none").view_as(tgt)
             v = (nll * w).sum().item()
@@ -183,36 +250,57 @@ def main(argv=None):
     W, C = args.window, args.chunk
 
     model = llama.load_model(args.model)
-    tok = tokenizer.Llama2cTokenizer(args.tokenizer)
-    stories = data.read_stories(args.text)
-    train_st, _heldout = data.split_train_heldout(stories, args.heldout)
-    train_st, val_st = train_st[:-args.val], train_st[-args.val:]
+    model.to_device(args.device, torch.bfloat16 if args.bf16 else None)
+    tok = load_tokenizer(args)
     need = W + C + 2
-    train_docs = [d for d in data.encode_stories(tok, train_st, args.max_len) if len(d) >= need]
+    stream = None
+    if args.stream:
+        paths = args.text.split(",")
+        val_st = [d for _, d in zip(range(args.val), data.iter_documents(paths))]
+        stream = data.StreamBatches(paths, tok.encode, args.batch, args.max_len, need,
+                                    args.seed, args.shuffle_buffer, skip_docs=len(val_st))
+        train_docs = []
+        print(f"streaming {paths}; val docs = the first {len(val_st)}", file=sys.stderr)
+    else:
+        stories = data.read_stories(args.text)
+        train_st, _heldout = data.split_train_heldout(stories, args.heldout)
+        train_st, val_st = train_st[:-args.val], train_st[-args.val:]
+        train_docs = [d for d in data.encode_stories(tok, train_st, args.max_len,
+                                                     args.token_cache) if len(d) >= need]
+        print(f"train docs {len(train_docs)} (of {len(train_st)}), held out (unused) "
+              f"{len(_heldout)}", file=sys.stderr)
     val_docs = [d for d in data.encode_stories(tok, val_st, args.max_len) if len(d) >= need]
-    print(f"train docs {len(train_docs)} (of {len(train_st)}), val docs {len(val_docs)}, "
-          f"held out (unused) {len(_heldout)}", file=sys.stderr)
+    print(f"val docs {len(val_docs)}", file=sys.stderr)
 
     emb = model.w["model.embed_tokens.weight"]
     embed_rms = float(emb.pow(2).mean().sqrt())
     proj = projector.MemoryProjector(args.mem_slots, model.cfg.hidden_size, args.heads,
                                      args.ffn_mult, C, W, args.input_layers,
-                                     embed_rms=embed_rms, seed=args.seed)
+                                     embed_rms=embed_rms, seed=args.seed,
+                                     window_policy=args.window_policy).to(args.device)
+    if args.init_from:
+        src = projector.MemoryProjector.load(args.init_from).state_dict()
+        src["queries"] = src["queries"][:args.mem_slots]
+        proj.load_state_dict(src, strict=True)
+        print(f"weights from {args.init_from}", file=sys.stderr)
     opt = torch.optim.AdamW(proj.parameters(), lr=args.lr, weight_decay=args.weight_decay)
     ckpt_path = os.path.join(args.out, "checkpoint.pt")
     log_path = os.path.join(args.out, "loss_curve.csv")
     step, history, elapsed0 = 0, [], 0.0
     if args.resume and os.path.exists(ckpt_path):
-        ck = torch.load(ckpt_path)
+        ck = torch.load(ckpt_path, map_location=args.device)
         proj.load_state_dict(ck["projector"])
         opt.load_state_dict(ck["optimizer"])
         step, history, elapsed0 = ck["step"], ck["history"], ck.get("elapsed", 0.0)
+        if stream is not None:
+            stream.skip(ck.get("stream_draws", 0))
         print(f"resumed at step {step}", file=sys.stderr)
 
     def save_ckpt():
         tmp = ckpt_path + ".tmp"
         torch.save({"projector": proj.state_dict(), "optimizer": opt.state_dict(),
                     "step": step, "history": history, "elapsed": elapsed,
+                    "stream_draws": stream.draws if stream is not None else 0,
                     "args": vars(args)}, tmp)
         os.replace(tmp, ckpt_path)
         with open(log_path, "w", newline="") as f:
@@ -221,25 +309,36 @@ def main(argv=None):
                          "elapsed_s"])
             wr.writerows(history)
 
-    per_epoch = len(train_docs) // args.batch
+    per_epoch = max(1, len(train_docs) // args.batch)
     t0 = time.time()
     elapsed = elapsed0
     ema = None
     while step < args.steps:
-        epoch, j = divmod(step, per_epoch)
-        perm = np.random.default_rng(args.seed + epoch).permutation(len(train_docs))
-        idx = perm[j * args.batch:(j + 1) * args.batch].tolist()
+        if stream is not None:
+            docs = stream.next_batch()
+            idx = list(range(len(docs)))
+        else:
+            epoch, j = divmod(step, per_epoch)
+            perm = np.random.default_rng(args.seed + epoch).permutation(len(train_docs))
+            docs, idx = train_docs, perm[j * args.batch:(j + 1) * args.batch].tolist()
         step_rng = np.random.default_rng([args.seed, step])
         Wb = 0 if step_rng.random() < args.memory_only_frac else W
-        tokens, valid = batch_tokens(train_docs, idx)
-        weights = row_weights(tokens, valid, Wb, C, args.recall_weight)
+        tokens, valid = batch_tokens(docs, idx)
+        weights = row_weights(tokens, valid, Wb, C, args.recall_weight,
+                              memory.window_band(proj, Wb)).to(args.device)
+        tokens = tokens.to(args.device)
         for g in opt.param_groups:
             g["lr"] = lr_at(step, args)
-        with torch.no_grad():
-            teacher = memory.full_logits(model, tokens)
-        student = memory.memory_logits(model, proj, tokens, window_size=Wb)
-        loss, nll, kl = distill_loss(student, teacher, tokens, weights, args.temperature,
-                                     args.nll_weight, args.kl_weight)
+        with autocast(args):
+            if args.kl_weight:
+                with torch.no_grad():
+                    teacher = memory.full_logits(model, tokens).float()
+            else:  # NLL only: no teacher pass
+                teacher = None
+            student = memory.memory_logits(model, proj, tokens, window_size=Wb,
+                                           grad_checkpoint=args.grad_checkpoint)
+        loss, nll, kl = distill_loss(student.float(), teacher, tokens, weights,
+                                     args.temperature, args.nll_weight, args.kl_weight)
         opt.zero_grad(set_to_none=True)
         loss.backward()
         torch.nn.utils.clip_grad_norm_(proj.parameters(), 1.0)
@@ -248,8 +347,8 @@ def main(argv=None):
         elapsed = elapsed0 + time.time() - t0
         ema = loss.item() if ema is None else 0.95 * ema + 0.05 * loss.item()
         vm = vf = ""
-        if step % args.val_every == 0 or step == args.steps:
-            vm, vf = validate(model, proj, val_docs, W, C, args.batch)
+        if args.val_every > 0 and (step % args.val_every == 0 or step == args.steps):
+            vm, vf = validate(model, proj, val_docs, W, C, args.batch, args)
             vm, vf = round(vm, 5), round(vf, 5)
         history.append([step, round(loss.item(), 5), round(nll.item(), 5), round(kl.item(), 5),
                         f"{lr_at(step - 1, args):.3g}", vm, vf, round(elapsed, 1)])

@@ -107,14 +107,21 @@ def rms_norm(x, w, eps):
 class Llama(torch.nn.Module):
     """Frozen-weight Llama. Parameters are plain tensors in self.w (HF names)."""
 
-    def __init__(self, cfg: LlamaConfig, weights: dict):
+    def __init__(self, cfg: LlamaConfig, weights: dict, dtype=torch.float32):
         super().__init__()
         self.cfg = cfg
-        self.w = {k: v.to(torch.float32) for k, v in weights.items()}
+        self.w = {k: v.to(dtype) for k, v in weights.items()}
         if "lm_head.weight" not in self.w:
             self.w["lm_head.weight"] = self.w["model.embed_tokens.weight"]
         for k, v in self.w.items():
             v.requires_grad_(False)
+
+    def to_device(self, device, dtype=None):
+        """Moves the frozen weights (optionally cast, e.g. bf16 for a 1B-8B model on one
+        GPU); returns self. Activations follow the input embeddings' device."""
+        for k, v in self.w.items():
+            self.w[k] = v.to(device=device, dtype=dtype or v.dtype)
+        return self
 
     # -- pieces -------------------------------------------------------------------------
     def embed(self, tokens):
@@ -150,10 +157,11 @@ class Llama(torch.nn.Module):
         Returns (logits [B, T - logits_from, V], hiddens): hiddens = list of the residual outputs of the
         last `collect_layers` layers (oldest first), before the final norm."""
         cfg = self.cfg
-        cos, sin = rope_cos_sin(cfg, positions)
+        dev = x.device
+        positions, mask = positions.to(dev), mask.to(dev)
+        cos, sin = (t.to(dev) for t in rope_cos_sin(cfg, positions.cpu()))
         rep = cfg.num_heads // cfg.num_kv_heads
         scale = 1.0 / math.sqrt(cfg.head_dim)
-        neg = torch.finfo(torch.float32).min
         if mask.dim() == 2:
             mask = mask[None]
         mask = mask[:, None]  # [B|1, 1, T, T]
@@ -161,10 +169,11 @@ class Llama(torch.nn.Module):
             S, Wm = sink
             T = x.shape[1]
             fixed = torch.full((T,), S + Wm - 1, dtype=torch.int64)
-            cos_f, sin_f = rope_cos_sin(cfg, fixed, seq_len=int(positions.max()) + 1)
+            cos_f, sin_f = (t.to(dev) for t in
+                            rope_cos_sin(cfg, fixed, seq_len=int(positions.max()) + 1))
             if sink_rows is None:
                 sink_rows = torch.arange(T) >= S + Wm
-            sink_rows = sink_rows[None, None, :, None]
+            sink_rows = sink_rows.to(dev)[None, None, :, None]
         hiddens = []
         for i in range(cfg.num_layers):
             p = f"model.layers.{i}."
@@ -181,7 +190,7 @@ class Llama(torch.nn.Module):
                 s_sink = (qf @ ks.transpose(-1, -2)) * scale  # [B, H, T, S]
                 head = torch.where(sink_rows, s_sink, scores[..., :S])
                 scores = torch.cat([head, scores[..., S:]], dim=-1)
-            scores = scores.masked_fill(~mask, neg)
+            scores = scores.masked_fill(~mask, torch.finfo(scores.dtype).min)
             att = torch.softmax(scores, dim=-1)
             o = (att @ v).transpose(1, 2).reshape(x.shape[0], x.shape[1], -1)
             x = x + F.linear(o, self.w[p + "self_attn.o_proj.weight"],
