@@ -3,7 +3,7 @@
 //
 //   bench_memory_mode [--model PATH] [--projector DIR] [--histories 1000,10000,100000]
 //                     [--modes full,sliding,sink,memory,memory_only] [--rounds 8]
-//                     [--round-tokens 64] [--window 112] [--sink 4] [--threads 1]
+//                     [--round-tokens 64] [--window N] [--sink 4] [--threads 1]
 //                     [--full-real-max 2048] [--seed 1]
 //
 // Model: default $KVFOLD_SHARED_DIR/models/stories260K/stories260K.bin (KVFOLD_SHARED_DIR
@@ -18,7 +18,9 @@
 // the work per token even on a busy machine). Full mode beyond --full-real-max would need
 // an O(n^2) prefill, so its K/V are synthesised (entries appended without compute; the
 // attention work per token is the same) and the row says "kv_synthetic": true. Sliding and
-// sink use --window (default 112 = M + W + C, memory mode's largest resident size).
+// sink use --window (default: the projector's KV budget, memory mode's largest resident
+// size: M + W + C, or M + W under the sliding window policy). "memory_over_sliding" is
+// memory mode's decode tok/s divided by sliding's at each history (CPU and wall).
 #include <time.h>
 
 #include <chrono>
@@ -48,7 +50,7 @@ ABSL_FLAG(std::string, histories, "1000,10000,100000", "history lengths in token
 ABSL_FLAG(std::string, modes, "full,sliding,sink,memory,memory_only", "modes to run");
 ABSL_FLAG(int, rounds, 8, "interleaved timing rounds; a session's best round counts");
 ABSL_FLAG(int, round_tokens, 64, "decode steps per round (a multiple of C)");
-ABSL_FLAG(int, window, 112, "sliding/sink window (default M + W + C: equal KV budget)");
+ABSL_FLAG(int, window, 0, "sliding/sink window (0 = the projector's KV budget)");
 ABSL_FLAG(int, sink, 4, "sink tokens");
 ABSL_FLAG(int, threads, 1, "CPU threads (0 = all cores)");
 ABSL_FLAG(int, full_real_max, 2048, "full mode: longest history prefilled for real");
@@ -118,11 +120,17 @@ absl::Status MakeSyntheticFull(engine::Engine& engine, Subject* s) {
   return absl::OkStatus();
 }
 
+// Sliding/sink window: --window, else the projector's KV budget (equal budgets).
+int SlidingWindow(const memory::Projector& projector) {
+  const int w = absl::GetFlag(FLAGS_window);
+  return w > 0 ? w : projector.config().kv_budget();
+}
+
 absl::Status MakeSession(engine::Engine& engine, const memory::Projector* projector, KvMode mode,
                          uint64_t seed, Subject* s) {
   engine::SessionOptions options;
   options.mode = mode;
-  options.window_size = absl::GetFlag(FLAGS_window);
+  options.window_size = SlidingWindow(*projector);
   options.sink_tokens = absl::GetFlag(FLAGS_sink);
   auto session = memory::CreateSession(&engine, options, projector);
   if (!session.ok()) return session.status();
@@ -254,8 +262,10 @@ int Main() {
   out["backend"] = backend->Name();
   out["threads"] = absl::GetFlag(FLAGS_threads);
   out["projector"] = {{"source", projector_source}, {"mem_slots", pc.mem_slots},
-                      {"window_size", pc.window_size}, {"chunk_size", pc.chunk_size}};
-  out["sliding_sink_window"] = absl::GetFlag(FLAGS_window);
+                      {"window_size", pc.window_size}, {"chunk_size", pc.chunk_size},
+                      {"window_policy", memory::WindowPolicyName(pc.window_policy)},
+                      {"kv_budget", pc.kv_budget()}};
+  out["sliding_sink_window"] = SlidingWindow(*projector);
   out["sink_tokens"] = absl::GetFlag(FLAGS_sink);
   out["rounds"] = rounds;
   out["round_tokens"] = round_tokens;
@@ -275,6 +285,15 @@ int Main() {
   for (const auto& [mode, h] : by_mode) {
     out["tok_s_ratio"][mode] = {{"wall", h.at(hi)->best_wall_tok_s / h.at(lo)->best_wall_tok_s},
                                 {"cpu", h.at(hi)->best_cpu_tok_s / h.at(lo)->best_cpu_tok_s}};
+  }
+  if (by_mode.count("memory") && by_mode.count("sliding")) {
+    for (int64_t h : histories) {
+      const Subject* m = by_mode["memory"].at(h);
+      const Subject* sl = by_mode["sliding"].at(h);
+      out["memory_over_sliding"][std::to_string(h)] = {
+          {"cpu", m->best_cpu_tok_s / sl->best_cpu_tok_s},
+          {"wall", m->best_wall_tok_s / sl->best_wall_tok_s}};
+    }
   }
   // Fold cost over every timed decode step of the longest history's memory-mode sessions.
   for (const auto& s : all) {

@@ -4,10 +4,12 @@
 #include <limits>
 #include <map>
 #include <set>
+#include <vector>
 
 #include "absl/strings/ascii.h"
 #include "absl/strings/numbers.h"
 #include "absl/strings/str_cat.h"
+#include "absl/strings/str_split.h"
 #include "absl/strings/strip.h"
 #include "tools/kvfold/cli_eval.h"
 
@@ -41,11 +43,24 @@ std::vector<std::string> SplitDocuments(std::string_view text, bool split_endoft
 absl::StatusOr<std::pair<int, int>> ParseDocRange(std::string_view spec_text, int num_docs) {
   absl::string_view spec(spec_text.data(), spec_text.size());
   if (spec == "all") return std::make_pair(0, num_docs);
+  if (absl::ConsumePrefix(&spec, "range:")) {
+    const std::vector<absl::string_view> ab = absl::StrSplit(spec, ':');
+    int a = 0, b = 0;
+    if (ab.size() != 2 || !absl::SimpleAtoi(ab[0], &a) || !absl::SimpleAtoi(ab[1], &b) ||
+        a < 0 || b <= a) {
+      return absl::InvalidArgumentError("--docs range:A:B needs 0 <= A < B");
+    }
+    if (b > num_docs) {
+      return absl::InvalidArgumentError(
+          absl::StrCat("--docs asks for documents up to ", b, " but the text has ", num_docs));
+    }
+    return std::make_pair(a, b);
+  }
   const bool first = absl::ConsumePrefix(&spec, "first:");
   const bool last = !first && absl::ConsumePrefix(&spec, "last:");
   int n = 0;
   if ((!first && !last) || !absl::SimpleAtoi(spec, &n) || n < 1) {
-    return absl::InvalidArgumentError("--docs must be first:N, last:N or all with N >= 1");
+    return absl::InvalidArgumentError("--docs must be first:N, last:N, range:A:B or all with N >= 1");
   }
   if (n > num_docs) {
     return absl::InvalidArgumentError(

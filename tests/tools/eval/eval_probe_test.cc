@@ -28,6 +28,10 @@ TEST(EvalDocumentsTest, DocRanges) {
   EXPECT_EQ(*ParseDocRange("first:3", 10), std::make_pair(0, 3));
   EXPECT_EQ(*ParseDocRange("last:3", 10), std::make_pair(7, 10));
   EXPECT_EQ(*ParseDocRange("all", 10), std::make_pair(0, 10));
+  EXPECT_EQ(*ParseDocRange("range:2:5", 10), std::make_pair(2, 5));
+  EXPECT_FALSE(ParseDocRange("range:5:5", 10).ok());
+  EXPECT_FALSE(ParseDocRange("range:2:11", 10).ok());
+  EXPECT_FALSE(ParseDocRange("range:2", 10).ok());
   EXPECT_EQ(*ParseDocRange("last:10", 10), std::make_pair(0, 10));
   for (const char* bad : {"last:0", "last:11", "first:-1", "middle:3", "last:", "3", "first:2x"}) {
     EXPECT_EQ(ParseDocRange(bad, 10).status().code(), absl::StatusCode::kInvalidArgument) << bad;
