@@ -272,10 +272,18 @@ void Scheduler::PromptStep() {
   const size_t n = running_.size();
   bool others_decoding = false;
   for (const Running& r : running_) others_decoding = others_decoding || r.phase == Phase::kDecode;
+  if (!others_decoding) prefill_debt_ms_ = 0;
   for (size_t k = 0; k < n; ++k) {
     const size_t i = (prompt_cursor_ + k) % n;
     Running& r = running_[i];
     if (r.phase != Phase::kStart && r.phase != Phase::kPrefill) continue;
+    // A long prompt waits while its earlier chunks are not yet paid for by decode steps
+    // (prefill time <= prefill_stall x decode time); short prompts always go ahead.
+    const size_t remaining = r.job->prompt_ids.size() - r.prompt_pos;
+    if (r.phase == Phase::kPrefill && prefill_debt_ms_ > 0 &&
+        remaining > static_cast<size_t>(kProbeChunkTokens)) {
+      continue;
+    }
     prompt_cursor_ = i + 1;
     TurnJob& job = *r.job;
     LiveSession& live = *job.live;
@@ -314,6 +322,9 @@ void Scheduler::PromptStep() {
       const double ms = MsSince(t0);
       job.prefill_ms += ms;
       r.prefill_ms_per_token = ms / static_cast<double>(take);
+      if (others_decoding && options_.prefill_stall > 0) {
+        prefill_debt_ms_ += ms / options_.prefill_stall;
+      }
       if (!s.ok()) return Fail(r, s);
       r.prompt_pos += take;
       if (r.prompt_pos < job.prompt_ids.size()) return;
@@ -395,6 +406,7 @@ void Scheduler::DecodeStep() {
   // prompt chunks to nothing.
   const double step_ms = MsSince(t0);
   decode_step_ms_ = decode_step_ms_ <= 0 ? step_ms : 0.7 * decode_step_ms_ + 0.3 * step_ms;
+  prefill_debt_ms_ = std::max(0.0, prefill_debt_ms_ - step_ms);
 }
 
 void Scheduler::Fail(Running& r, absl::Status status) {

@@ -8,9 +8,11 @@
 //      used first to make room; a turn that still does not fit ends with
 //      RESOURCE_EXHAUSTED and a retry-after hint (RetryAfter()) before any work,
 //   3. ONE unit of prompt work for ONE turn, round robin: create/import a session (a
-//      resume), or prefill the next chunk of its prompt. The chunk is sized so that it
-//      costs at most `prefill_stall` decode steps (both measured), so a long prompt delays
-//      other sessions' tokens by a bounded factor,
+//      resume), or prefill the next chunk of its prompt. While others decode, a chunk is
+//      sized to cost about `prefill_stall` decode steps (both measured), and a long prompt
+//      takes its next chunk only once the decode steps since have paid for the last one
+//      (prefill time <= prefill_stall x decode time), so it delays other sessions' tokens
+//      by a bounded factor,
 //   4. ONE decode step for EVERY decoding turn: with batching on, a single ragged Forward
 //      over all of them (engine::AppendBatch); with batching off, one Forward per session.
 // Every sampled token is fed back into its session, the last one too, so a finished turn's
@@ -142,6 +144,9 @@ class Scheduler {
   absl::flat_hash_map<const engine::Session*, int> idle_blocks_;
   int64_t reserved_blocks_ = 0;
   double decode_step_ms_ = 0;  // decode step duration, smoothed
+  // Decode time still owed for prompt chunks run while others decode (divided by
+  // prefill_stall); long prompts wait while it is positive.
+  double prefill_debt_ms_ = 0;
   std::vector<engine::Session*> batch_sessions_;
   std::vector<int32_t> batch_ids_;
   std::vector<size_t> batch_index_;

@@ -48,6 +48,8 @@ ABSL_FLAG(int, fairness_long_prompt, 8000,
 ABSL_FLAG(int, fairness_sessions, 4, "sessions running short turns in the fairness table");
 ABSL_FLAG(int, fairness_turns, 40, "short turns per session measured without the long prompt");
 ABSL_FLAG(bool, skip_decode_resume, false, "run only the fairness table");
+ABSL_FLAG(bool, fairness_baseline, true, "also run the fairness table with fixed chunks");
+ABSL_FLAG(double, prefill_stall, 2.0, "the replica's prefill_stall in the fair fairness row");
 ABSL_FLAG(std::string, db_dir, "/tmp/kvfold-bench-service-db", "scratch RocksDB directory");
 
 namespace {
@@ -162,45 +164,71 @@ double Percentile(std::vector<double> v, double q) {
 // Short turns on `sessions` sessions until `stop` (or `turns` each when stop is null);
 // returns each turn's latency in ms.
 std::vector<double> ShortTurns(InferenceService::Stub& stub, const std::string& tag, int sessions,
-                               int turns, int vocab, const std::atomic<bool>* stop) {
+                               int turns, int vocab, const std::atomic<bool>* stop,
+                               nlohmann::json* server_p50 = nullptr) {
   std::vector<std::vector<double>> per(sessions);
+  std::vector<std::vector<kvfold::v1::Timings>> timings(sessions);
   std::vector<std::thread> threads;
   for (int i = 0; i < sessions; ++i) {
     threads.emplace_back([&, i] {
       const std::string id = tag + std::to_string(i);
       for (int t = 0; stop != nullptr ? !stop->load() : t < turns; ++t) {
         const Turn turn = Generate(stub, id, RandomIds(8, vocab, 100 * i + t), 8);
-        if (turn.ok && (stop == nullptr || !stop->load())) per[i].push_back(turn.total_ms);
+        if (turn.ok && (stop == nullptr || !stop->load())) {
+          per[i].push_back(turn.total_ms);
+          timings[i].push_back(turn.usage.timings());
+        }
       }
     });
   }
   for (auto& t : threads) t.join();
   std::vector<double> all;
   for (const auto& v : per) all.insert(all.end(), v.begin(), v.end());
+  if (server_p50 != nullptr) {
+    // Where a turn's time goes on the server (medians).
+    std::vector<double> queue, prefill, decode, checkpoint, total;
+    for (const auto& v : timings) {
+      for (const kvfold::v1::Timings& t : v) {
+        queue.push_back(t.queue_ms());
+        prefill.push_back(t.restore_ms() + t.prefill_ms());
+        decode.push_back(t.decode_ms());
+        checkpoint.push_back(t.checkpoint_ms());
+        total.push_back(t.total_ms());
+      }
+    }
+    (*server_p50)["queue_ms"] = Percentile(queue, 0.5);
+    (*server_p50)["restore_prefill_ms"] = Percentile(prefill, 0.5);
+    (*server_p50)["decode_ms"] = Percentile(decode, 0.5);
+    (*server_p50)["checkpoint_ms"] = Percentile(checkpoint, 0.5);
+    (*server_p50)["server_total_ms"] = Percentile(total, 0.5);
+  }
   return all;
 }
 
 nlohmann::json Fairness(const std::string& store_address, bool fair) {
   const int sessions = absl::GetFlag(FLAGS_fairness_sessions);
   const int long_tokens = absl::GetFlag(FLAGS_fairness_long_prompt);
-  Replica r = StartReplica(store_address, true, kvfold::v1::KV_MODE_FULL, fair ? 2.0 : 0.0);
+  const double stall = fair ? absl::GetFlag(FLAGS_prefill_stall) : 0.0;
+  Replica r = StartReplica(store_address, true, kvfold::v1::KV_MODE_FULL, stall);
   const int vocab = static_cast<int>(r.server->engine().config().vocab_size);
   const std::string tag = std::string(fair ? "fair-" : "fixed-");
   for (int i = 0; i < sessions; ++i) Create(*r.stub, tag + std::to_string(i), kvfold::v1::KV_MODE_FULL);
   Create(*r.stub, tag + "long", kvfold::v1::KV_MODE_FULL);
   (void)ShortTurns(*r.stub, tag, sessions, 2, vocab, nullptr);  // warm-up
-  const std::vector<double> alone =
-      ShortTurns(*r.stub, tag, sessions, absl::GetFlag(FLAGS_fairness_turns), vocab, nullptr);
+  nlohmann::json alone_server, with_long_server;
+  const std::vector<double> alone = ShortTurns(
+      *r.stub, tag, sessions, absl::GetFlag(FLAGS_fairness_turns), vocab, nullptr, &alone_server);
   std::atomic<bool> long_done{false};
   Turn long_turn;
   std::thread long_thread([&] {
     long_turn = Generate(*r.stub, tag + "long", RandomIds(long_tokens, vocab, 5), 1);
     long_done.store(true);
   });
-  const std::vector<double> with_long = ShortTurns(*r.stub, tag, sessions, 0, vocab, &long_done);
+  const std::vector<double> with_long =
+      ShortTurns(*r.stub, tag, sessions, 0, vocab, &long_done, &with_long_server);
   long_thread.join();
   nlohmann::json row;
-  row["fair_prefill"] = fair;
+  row["prefill_stall"] = stall;
   row["long_prompt_tokens"] = long_tokens;
   row["long_prompt_ms"] = long_turn.total_ms;
   row["short_turns_alone"] = alone.size();
@@ -212,6 +240,8 @@ nlohmann::json Fairness(const std::string& store_address, bool fair) {
   row["p99_ratio"] = Percentile(alone, 0.99) > 0
                          ? Percentile(with_long, 0.99) / Percentile(alone, 0.99)
                          : 0.0;
+  row["server_p50_alone"] = alone_server;
+  row["server_p50_with_long"] = with_long_server;
   row["ok"] = long_turn.ok && !with_long.empty();
   std::fprintf(stderr, "fairness (%s): p99 %.1f ms alone, %.1f ms with a %d-token prompt (%.2fx)\n",
                fair ? "fair chunks" : "fixed chunks", row["p99_alone_ms"].get<double>(),
@@ -325,7 +355,8 @@ int main(int argc, char** argv) {
   // 3. Fairness: short turns with and without one long prompt.
   nlohmann::json fairness = nlohmann::json::array();
   if (absl::GetFlag(FLAGS_fairness_long_prompt) > 0) {
-    for (bool fair : {true, false}) fairness.push_back(Fairness(store_address, fair));
+    fairness.push_back(Fairness(store_address, true));
+    if (absl::GetFlag(FLAGS_fairness_baseline)) fairness.push_back(Fairness(store_address, false));
   }
   out["fairness"] = fairness;
   (void)(*store)->Shutdown(absl::ZeroDuration());
