@@ -99,14 +99,17 @@ class ServiceTest : public ::testing::Test {
     return stub_->CreateSession(&context, request, &session);
   }
 
+  // `streaming` (optional) turns true once the first delta arrived.
   grpc::Status Generate(const v1::GenerateRequest& request, std::vector<int32_t>* tokens,
-                        v1::GenerateFinal* final_message = nullptr) {
+                        v1::GenerateFinal* final_message = nullptr,
+                        std::atomic<bool>* streaming = nullptr) {
     grpc::ClientContext context;
     auto reader = stub_->Generate(&context, request);
     v1::GenerateResponse response;
     while (reader->Read(&response)) {
       if (response.has_delta()) {
         for (int32_t id : response.delta().token_ids()) tokens->push_back(id);
+        if (streaming != nullptr) streaming->store(true);
       } else if (final_message != nullptr) {
         *final_message = response.final();
       }
@@ -362,14 +365,8 @@ TEST_F(ServiceTest, AdmissionHoldsAndRejectsWithRetryAfter) {
   std::vector<int32_t> long_tokens;
   grpc::Status long_status;
   std::thread long_turn([&] {
-    grpc::ClientContext context;
-    auto reader = stub_->Generate(&context, Turn("long", std::vector<int32_t>(100, 3), 900));
-    v1::GenerateResponse response;
-    while (reader->Read(&response)) {
-      for (int32_t id : response.delta().token_ids()) long_tokens.push_back(id);
-      streaming.store(true);
-    }
-    long_status = reader->Finish();
+    long_status = Generate(Turn("long", std::vector<int32_t>(100, 3), 900), &long_tokens,
+                           nullptr, &streaming);
   });
   while (!streaming.load()) std::this_thread::sleep_for(std::chrono::milliseconds(1));
   grpc::ClientContext context;
@@ -541,14 +538,7 @@ TEST_F(ServiceTest, SecondCallOnABusySessionIsAbortedBeforeAnyToken) {
     std::vector<int32_t> first_tokens;
     grpc::Status first_status;
     std::thread first([&] {
-      grpc::ClientContext context;
-      auto reader = stub_->Generate(&context, Turn(id, {3, 4, 5}, 1500));
-      v1::GenerateResponse response;
-      while (reader->Read(&response)) {
-        for (int32_t t : response.delta().token_ids()) first_tokens.push_back(t);
-        streaming.store(true);
-      }
-      first_status = reader->Finish();
+      first_status = Generate(Turn(id, {3, 4, 5}, 1500), &first_tokens, nullptr, &streaming);
     });
     while (!streaming.load()) std::this_thread::sleep_for(std::chrono::milliseconds(1));
     std::vector<int32_t> second_tokens;
