@@ -45,7 +45,7 @@ struct SessionCommit {
   // Every stored version of the session goes first (an expired session being replaced).
   bool drop_all_versions = false;
   std::vector<uint64_t> retired_versions;
-  std::optional<NewVersion> new_version;
+  std::vector<NewVersion> new_versions;  // a put or fork adds one, a copy all
 };
 
 // A session record and, when it lists the requested version, that version.

@@ -139,7 +139,7 @@ absl::StatusOr<v1::PutBlockResponse> MemoryStore::Put(absl::string_view tenant,
       commit.retired_versions.push_back(victim);
       meta.versions.erase(std::find(meta.versions.begin(), meta.versions.end(), victim));
     }
-    commit.new_version = NewVersion{version, {now, header}, payload};
+    commit.new_versions.push_back(NewVersion{version, {now, header}, payload});
     commit.meta = std::move(meta);
     absl::StatusOr<bool> committed = backend.Commit(tenant, session_id, commit);
     if (!committed.ok()) return committed.status();

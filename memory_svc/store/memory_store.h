@@ -102,6 +102,12 @@ struct StoredBlock {
   std::string payload;
 };
 
+// One whole session, for copying it between stores (kvfold-memory-admin copy).
+struct SessionExport {
+  v1::SessionInfo info;
+  std::vector<StoredBlock> versions;  // every retained version, ascending
+};
+
 struct SessionPage {
   std::vector<v1::SessionInfo> sessions;
   std::string next_page_token;  // empty on the last page
@@ -172,6 +178,17 @@ class MemoryStore {
   // Deletes versions written but never committed that are older than `grace_seconds`
   // (RADOS; RocksDB never has any). Returns how many. (The sweeper calls this.)
   absl::StatusOr<int> CollectGarbage(int64_t grace_seconds);
+
+  // Reads every retained version of a session, checksums verified. ABORTED when the
+  // session changed while it was read.
+  absl::StatusOr<SessionExport> ExportSession(absl::string_view tenant,
+                                              absl::string_view session_id) const;
+
+  // Writes an exported session as it was: the same version numbers, head, latest version,
+  // pins, commit and session times, in one atomic commit, after verifying every block's
+  // checksum (DATA_LOSS) and the export's consistency (INVALID_ARGUMENT). ALREADY_EXISTS
+  // when the session id is taken.
+  absl::Status ImportSession(absl::string_view tenant, const SessionExport& session);
 
   // Every session of every tenant, for copying a store (kvfold-memory-admin copy).
   absl::StatusOr<std::vector<std::pair<std::string, std::string>>> ListAllSessions() const;

@@ -138,7 +138,7 @@ absl::StatusOr<v1::SessionInfo> MemoryStore::Fork(absl::string_view tenant,
     meta.updated_unix_ms = now;
     meta.total_tokens = source->header.total_tokens();
     meta.versions = {1};
-    commit.new_version = NewVersion{1, {now, source->header}, source->payload};
+    commit.new_versions.push_back(NewVersion{1, {now, source->header}, source->payload});
     commit.meta = meta;
     absl::StatusOr<bool> committed = backend.Commit(tenant, new_session_id, commit);
     if (!committed.ok()) return committed.status();

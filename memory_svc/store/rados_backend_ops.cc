@@ -46,14 +46,18 @@ absl::StatusOr<bool> RadosBackend::Commit(absl::string_view tenant, absl::string
     doomed.push_back(layout::PayloadObject(tenant, session_id, v, nonce));
   }
 
-  // 1. The new version's payload, in an object of its own (invisible until step 3).
-  std::string new_object;
-  uint64_t nonce = 0;
-  if (commit.new_version.has_value()) {
-    nonce = Nonce();
-    new_object = layout::PayloadObject(tenant, session_id, commit.new_version->version, nonce);
-    bufferlist bl = RadosBytes(commit.new_version->payload);
-    if (int r = io_.write_full(new_object, bl); r < 0) return FromRados(r, "write version");
+  // 1. Each new version's payload, in an object of its own (invisible until step 3).
+  std::vector<std::string> new_objects;
+  std::map<std::string, bufferlist> new_entries;
+  for (const NewVersion& v : commit.new_versions) {
+    const uint64_t nonce = Nonce();
+    new_objects.push_back(layout::PayloadObject(tenant, session_id, v.version, nonce));
+    bufferlist bl = RadosBytes(v.payload);
+    if (int r = io_.write_full(new_objects.back(), bl); r < 0) {
+      return FromRados(r, "write version");
+    }
+    new_entries[layout::VersionKey(v.version)] =
+        RadosBytes(layout::EncodeVersionEntry(nonce, v.record));
   }
   // 2. A new session is listed before it exists (listings skip ids without a head).
   if (!commit.expected_token.has_value()) {
@@ -84,12 +88,7 @@ absl::StatusOr<bool> RadosBackend::Commit(absl::string_view tenant, absl::string
       for (uint64_t v : commit.retired_versions) keys.insert(layout::VersionKey(v));
       op.omap_rm_keys(keys);
     }
-    if (commit.new_version.has_value()) {
-      std::map<std::string, bufferlist> entry{
-          {layout::VersionKey(commit.new_version->version),
-           RadosBytes(layout::EncodeVersionEntry(nonce, commit.new_version->record))}};
-      op.omap_set(entry);
-    }
+    if (!new_entries.empty()) op.omap_set(new_entries);
     bufferlist gen_bl = RadosBytes(std::to_string(gen));
     bufferlist meta_bl = RadosBytes(EncodeSessionMeta(*commit.meta));
     op.setxattr(layout::kGenXattr, gen_bl);
@@ -97,11 +96,11 @@ absl::StatusOr<bool> RadosBackend::Commit(absl::string_view tenant, absl::string
   }
   const int r = io_.operate(head, &op);
   if (r == -ECANCELED || r == -EEXIST || r == -ENOENT) {
-    // Lost the compare-and-set: nothing references the new object.
-    if (!new_object.empty()) RemoveObjects({new_object});
+    // Lost the compare-and-set: nothing references the new objects.
+    RemoveObjects(new_objects);
     return false;
   }
-  // On a timeout the outcome is unknown: the new object stays; if the commit did not hold,
+  // On a timeout the outcome is unknown: the new objects stay; if the commit did not hold,
   // the collector removes it after the grace period.
   if (r < 0) return FromRados(r, "commit session head");
   RemoveObjects(doomed);

@@ -130,8 +130,7 @@ class RocksDbBackend final : public StoreBackend {
       batch.Delete(versions_, vkey);
       batch.Delete(payloads_, vkey);
     }
-    if (commit.new_version.has_value()) {
-      const NewVersion& v = *commit.new_version;
+    for (const NewVersion& v : commit.new_versions) {
       const std::string vkey = VersionKey(tenant, session_id, v.version);
       batch.Put(versions_, vkey, EncodeVersionRecord(v.record));
       batch.Put(payloads_, vkey, rocksdb::Slice(v.payload.data(), v.payload.size()));
