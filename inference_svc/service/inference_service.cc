@@ -49,6 +49,7 @@ absl::StatusOr<runtime::Caller> InferenceServiceImpl::Authenticate(
   if (!tenant.ok()) return tenant.status();
   runtime::Caller caller;
   caller.tenant = *tenant;
+  Annotate(&context, [&](logging::RequestRecord* r) { r->tenant = caller.tenant; });
   caller.store_credential = config_.store_token;
   const auto& md = context.client_metadata();
   if (auto it = md.find("authorization"); it != md.end()) {

@@ -15,10 +15,12 @@
 #include <grpcpp/server_context.h>
 
 #include "common/auth.h"
+#include "common/grpc_request_log.h"
 #include "inference_svc/engine/engine.h"
 #include "inference_svc/memory/projector.h"
 #include "inference_svc/planner/model_spec.h"
 #include "inference_svc/runtime/runtime.h"
+#include "inference_svc/service/inference_metrics.h"
 #include "inference_svc/service/service_config.h"
 #include "inference_svc/service/store_gateway.h"
 #include "inference_svc/tokenizer/tokenizer.h"
@@ -37,6 +39,9 @@ struct ServiceDeps {
   runtime::Runtime* runtime = nullptr;
   StoreGateway* store = nullptr;
   const TokenTable* tokens = nullptr;
+  // Observability; either may be null (tests that build a service without a server).
+  InferenceMetrics* metrics = nullptr;
+  logging::GrpcRequestLog* request_log = nullptr;
 };
 
 class InferenceServiceImpl final : public v1::InferenceService::Service {
@@ -79,6 +84,13 @@ class InferenceServiceImpl final : public v1::InferenceService::Service {
   // Fills a Session message from the store's head block.
   absl::Status DescribeSession(const runtime::Caller& caller, const std::string& session_id,
                                v1::Session* out);
+
+  // Observability (service_observe.cc): fields of the call's request-log line; a turn's
+  // outcome into the metrics and the log line.
+  void Annotate(const grpc::ServerContext* context,
+                const std::function<void(logging::RequestRecord*)>& fill) const;
+  void ReportTurn(const grpc::ServerContext* context,
+                  const absl::StatusOr<runtime::TurnUsage>& outcome) const;
 
   const ServiceDeps deps_;
   const ServiceConfig& config_;

@@ -11,6 +11,7 @@
 #include <grpcpp/server_builder.h>
 
 #include "absl/strings/str_cat.h"
+#include "common/install_paths.h"
 #include "inference_svc/model/model_file.h"
 #include "inference_svc/service/decode_errors.h"
 #include "inference_svc/service/session_codec.h"
@@ -79,6 +80,17 @@ absl::StatusOr<std::unique_ptr<InferenceServer>> InferenceServer::Start(
     std::fprintf(stderr, "kvfold-inference: no tokenizer next to %s: token-id prompts only\n",
                  c.model_path.c_str());
   }
+  if (c.projector_path == kAutoProjector) {
+    // The installed projector made for this model, if any (share/kvfold/projectors).
+    auto found = FindInstalledProjector(server->engine_->fingerprint());
+    if (found.ok()) {
+      server->config_.projector_path = *found;
+    } else {
+      std::fprintf(stderr, "kvfold-inference: --projector=auto: %s\n",
+                   std::string(found.status().message()).c_str());
+      server->config_.projector_path.clear();
+    }
+  }
   if (!c.projector_path.empty()) {
     auto projector = memory::Projector::LoadForModel(c.projector_path, server->engine_->fingerprint(),
                                                      server->engine_->config().hidden_size);
@@ -124,6 +136,20 @@ absl::StatusOr<std::unique_ptr<InferenceServer>> InferenceServer::Start(
   runtime_deps.store = server->store_sessions_.get();
   server->runtime_ = std::make_unique<runtime::Runtime>(runtime_deps, runtime_options);
 
+  auto level = logging::ParseLevel(c.log_level);
+  if (!level.ok()) return level.status();
+  logging::RequestLogOptions log_options;
+  log_options.min_level = *level;
+  log_options.log_prompts = c.log_prompts;
+  server->logger_ = std::make_unique<logging::RequestLogger>(log_options);
+  server->inference_metrics_ = std::make_unique<InferenceMetrics>(&server->registry_);
+  server->request_log_ = std::make_unique<logging::GrpcRequestLog>(
+      server->logger_.get(), [m = server->inference_metrics_.get()](const logging::RequestRecord& r) {
+        // gRPC's own services (health probes, reflection) are not requests to count.
+        if (r.method.rfind("/grpc.", 0) == 0) return;
+        m->RequestDone(Front::kGrpc, r.code, r.duration_ms / 1000.0);
+      });
+
   ServiceDeps deps;
   deps.config = &server->config_;
   deps.engine = server->engine_.get();
@@ -133,6 +159,8 @@ absl::StatusOr<std::unique_ptr<InferenceServer>> InferenceServer::Start(
   deps.runtime = server->runtime_.get();
   deps.store = server->store_.get();
   deps.tokens = server->tokens_.get();
+  deps.metrics = server->inference_metrics_.get();
+  deps.request_log = server->request_log_.get();
   server->service_ = std::make_unique<InferenceServiceImpl>(deps);
 
   auto credentials = ServerCredentials(c);
@@ -145,8 +173,11 @@ absl::StatusOr<std::unique_ptr<InferenceServer>> InferenceServer::Start(
   builder.RegisterService(server->service_.get());
   builder.SetMaxReceiveMessageSize(64 << 20);
   builder.SetMaxSendMessageSize(64 << 20);
+  // The decode-error interceptor first: it rewrites a status that the request log (next)
+  // then records as the client sees it.
   std::vector<std::unique_ptr<grpc::experimental::ServerInterceptorFactoryInterface>> interceptors;
   interceptors.push_back(MakeDecodeErrorInterceptor());
+  interceptors.push_back(server->request_log_->MakeFactory());
   builder.experimental().SetInterceptorCreators(std::move(interceptors));
   server->server_ = builder.BuildAndStart();
   if (server->server_ == nullptr || bound_port == 0) {
@@ -158,11 +189,14 @@ absl::StatusOr<std::unique_ptr<InferenceServer>> InferenceServer::Start(
   auto* health = server->server_->GetHealthCheckService();
   health->SetServingStatus(false);
 
-  if (c.metrics_port > 0) {
+  server->RegisterReplicaMetrics();
+  if (!c.metrics_listen.empty()) {
     InferenceServer* raw = server.get();
-    auto metrics = MetricsHttpServer::Start(c.metrics_port, [raw] { return raw->MetricsText(); });
+    auto metrics = metrics::MetricsHttpServer::Start(
+        c.metrics_listen, [raw] { return raw->registry_.Render(); },
+        [raw] { return raw->serving_.load() && !raw->stopping_.load(); });
     if (!metrics.ok()) return metrics.status();
-    server->metrics_ = std::move(*metrics);
+    server->metrics_http_ = std::move(*metrics);
   }
   server->health_thread_ = std::thread([raw = server.get()] { raw->HealthLoop(); });
   return server;
@@ -183,33 +217,47 @@ void InferenceServer::HealthLoop() {
   }
 }
 
-std::string InferenceServer::MetricsText() const {
-  const runtime::Scheduler& scheduler = runtime_->scheduler();
-  return absl::StrCat(
-      "# TYPE kvfold_kv_pool_bytes gauge\nkvfold_kv_pool_bytes ", scheduler.kv_pool_bytes(),
-      "\n# TYPE kvfold_kv_used_bytes gauge\nkvfold_kv_used_bytes ", scheduler.kv_used_bytes(),
-      "\n# TYPE kvfold_kv_reserved_bytes gauge\nkvfold_kv_reserved_bytes ",
-      scheduler.kv_reserved_bytes(),
-      "\n# TYPE kvfold_active_turns gauge\nkvfold_active_turns ", scheduler.active_turns(),
-      "\n# TYPE kvfold_queued_turns gauge\nkvfold_queued_turns ", scheduler.queued_turns(),
-      "\n# TYPE kvfold_rejected_turns_total counter\nkvfold_rejected_turns_total ",
-      scheduler.rejected_turns(),
-      "\n# TYPE kvfold_decode_steps_total counter\nkvfold_decode_steps_total ",
-      scheduler.decode_steps(),
-      "\n# TYPE kvfold_decoded_tokens_total counter\nkvfold_decoded_tokens_total ",
-      scheduler.decoded_tokens(),
-      "\n# TYPE kvfold_session_cache_bytes gauge\nkvfold_session_cache_bytes ",
-      runtime_->sessions().cached_bytes(),
-      "\n# TYPE kvfold_session_cache_entries gauge\nkvfold_session_cache_entries ",
-      runtime_->sessions().cached_sessions(), "\n# TYPE kvfold_serving gauge\nkvfold_serving ",
-      serving_.load() ? 1 : 0, "\n");
+void InferenceServer::RegisterReplicaMetrics() {
+  const runtime::Scheduler* sched = &runtime_->scheduler();
+  inference_metrics_->SetGaugeSources(
+      [sched] {
+        // What admission measures: the reservations of admitted turns against the pool.
+        const double pool = static_cast<double>(sched->kv_pool_bytes());
+        return pool > 0 ? static_cast<double>(sched->kv_reserved_bytes()) / pool : 0.0;
+      },
+      [sched] { return static_cast<double>(sched->active_turns()); },
+      [sched] { return static_cast<double>(sched->queued_turns()); });
+  metrics::Registry& r = registry_;
+  r.AddCallbackGauge("kvfold_kv_pool_bytes", "Size of the KV pool in bytes.",
+                     [sched] { return static_cast<double>(sched->kv_pool_bytes()); });
+  r.AddCallbackGauge("kvfold_kv_used_bytes", "KV pool bytes held by sessions.",
+                     [sched] { return static_cast<double>(sched->kv_used_bytes()); });
+  r.AddCallbackGauge("kvfold_kv_reserved_bytes", "KV pool bytes reserved by admitted turns.",
+                     [sched] { return static_cast<double>(sched->kv_reserved_bytes()); });
+  r.AddCallbackCounter("kvfold_decode_steps_total", "Batched decode steps run.",
+                       [sched] { return static_cast<double>(sched->decode_steps()); });
+  const runtime::Runtime* rt = runtime_.get();
+  r.AddCallbackGauge("kvfold_session_cache_bytes", "Bytes of idle sessions in the local cache.",
+                     [rt] { return static_cast<double>(rt->sessions().cached_bytes()); });
+  r.AddCallbackGauge("kvfold_session_cache_entries", "Idle sessions in the local cache.",
+                     [rt] { return static_cast<double>(rt->sessions().cached_sessions()); });
+  r.AddCallbackGauge("kvfold_serving", "1 while health reports SERVING, else 0.",
+                     [this] { return serving_.load() ? 1.0 : 0.0; });
 }
 
 void InferenceServer::Shutdown() {
   if (stopping_.exchange(true)) return;
   if (health_thread_.joinable()) health_thread_.join();
   if (server_ != nullptr) {
+    // 1. NOT_SERVING first: readiness probes fail and the endpoint leaves the Services,
+    // while calls that were already routed here keep being served for drain_delay_s.
+    serving_.store(false);
     server_->GetHealthCheckService()->SetServingStatus(false);
+    if (config_.drain_delay_s > 0) {
+      std::this_thread::sleep_for(
+          std::chrono::milliseconds(static_cast<int64_t>(config_.drain_delay_s * 1000)));
+    }
+    // 2. Refuse new calls; turns in flight finish and checkpoint.
     service_->StartDraining();
     // New calls are refused; handlers in flight finish their turns and checkpoint. Past
     // the drain deadline gRPC cancels them (their turns are then not committed).
@@ -217,7 +265,7 @@ void InferenceServer::Shutdown() {
                       std::chrono::milliseconds(static_cast<int64_t>(config_.drain_timeout_s * 1000)));
   }
   if (runtime_ != nullptr) runtime_->Stop();
-  metrics_.reset();
+  metrics_http_.reset();
 }
 
 InferenceServer::~InferenceServer() {

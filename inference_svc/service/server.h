@@ -13,10 +13,14 @@
 
 #include "absl/status/statusor.h"
 #include "common/auth.h"
+#include "common/grpc_request_log.h"
+#include "common/metrics.h"
+#include "common/metrics_http.h"
+#include "common/request_log.h"
 #include "inference_svc/engine/engine.h"
 #include "inference_svc/memory/projector.h"
+#include "inference_svc/service/inference_metrics.h"
 #include "inference_svc/service/inference_service.h"
-#include "inference_svc/service/metrics_http.h"
 #include "inference_svc/runtime/runtime.h"
 #include "inference_svc/service/service_config.h"
 #include "inference_svc/service/store_gateway.h"
@@ -41,14 +45,27 @@ class InferenceServer {
   runtime::Runtime& runtime() { return *runtime_; }
   engine::Engine& engine() { return *engine_; }
 
-  // Graceful stop: refuse new calls, let turns in flight finish and checkpoint (up to
-  // config.drain_timeout_s, then cancel them), stop the scheduler. Idempotent.
+  // The replica's metrics: the registry /metrics renders (other fronts register into it
+  // and report with metrics()) and the kvfold_inference_* series.
+  metrics::Registry& metrics_registry() { return registry_; }
+  InferenceMetrics& metrics() { return *inference_metrics_; }
+  // The request log every front writes its lines to.
+  logging::RequestLogger& request_logger() { return *logger_; }
+  // "HOST:PORT" of /metrics; "" when config.metrics_listen is empty.
+  std::string metrics_address() const { return metrics_http_ ? metrics_http_->address() : ""; }
+  // True from the first moment of a drain (Shutdown): other fronts report not-ready too.
+  bool draining() const { return stopping_.load(); }
+
+  // Graceful stop, in the order Kubernetes needs: health turns NOT_SERVING at once; calls
+  // are still accepted and served for config.drain_delay_s (endpoints are being removed);
+  // then new calls are refused, turns in flight get config.drain_timeout_s to finish and
+  // checkpoint (then they are cancelled), the scheduler stops. Idempotent; blocks.
   void Shutdown();
 
  private:
   InferenceServer() = default;
   void HealthLoop();
-  std::string MetricsText() const;
+  void RegisterReplicaMetrics();
 
   ServiceConfig config_;
   std::unique_ptr<kernels::Backend> backend_;
@@ -61,7 +78,11 @@ class InferenceServer {
   std::unique_ptr<runtime::Runtime> runtime_;
   std::unique_ptr<InferenceServiceImpl> service_;
   std::unique_ptr<grpc::Server> server_;
-  std::unique_ptr<MetricsHttpServer> metrics_;
+  metrics::Registry registry_;
+  std::unique_ptr<InferenceMetrics> inference_metrics_;
+  std::unique_ptr<logging::RequestLogger> logger_;
+  std::unique_ptr<logging::GrpcRequestLog> request_log_;
+  std::unique_ptr<metrics::MetricsHttpServer> metrics_http_;
   std::string address_;
   std::atomic<bool> stopping_{false};
   std::atomic<bool> serving_{false};

@@ -1,6 +1,7 @@
 #include "inference_svc/service/service_config.h"
 
 #include "absl/strings/str_cat.h"
+#include "common/request_log.h"
 
 namespace kvfold::service {
 
@@ -16,8 +17,9 @@ absl::Status ServiceConfig::Validate() const {
   if (!tls_client_ca.empty() && tls_cert.empty()) {
     return absl::InvalidArgumentError("--tls_client_ca needs --tls_cert/--tls_key");
   }
-  if (metrics_port < 0 || metrics_port > 65535) {
-    return absl::InvalidArgumentError("--metrics_port must be in [0, 65535]");
+  if (!logging::ParseLevel(log_level).ok()) {
+    return absl::InvalidArgumentError(
+        absl::StrCat("--log-level '", log_level, "': expected debug, info, warn, error or off"));
   }
   if (max_prompt_tokens == 0) return absl::InvalidArgumentError("--max_prompt_tokens must be > 0");
   if (max_new_tokens_cap == 0) return absl::InvalidArgumentError("--max_new_tokens_cap must be > 0");
@@ -34,6 +36,7 @@ absl::Status ServiceConfig::Validate() const {
     return absl::InvalidArgumentError("prefill_stall must be in [0, 1e6]");
   }
   if (drain_timeout_s < 0) return absl::InvalidArgumentError("--drain_timeout_s must be >= 0");
+  if (drain_delay_s < 0) return absl::InvalidArgumentError("--drain-delay must be >= 0");
   return absl::OkStatus();
 }
 

@@ -48,8 +48,14 @@ struct ServiceConfig {
   std::string tls_client_ca;
   // Bearer tokens of callers (token -> tenant). Empty = auth off, one default tenant.
   std::string tokens_file;
-  // Prometheus-style text metrics on 127.0.0.1:<port>/metrics; 0 = off.
-  int metrics_port = 0;
+  // Prometheus text metrics (GET /metrics) on this "HOST:PORT" (numeric host:
+  // "0.0.0.0:9091" in a pod, "127.0.0.1:0" in tests). Empty = off. Default: off.
+  std::string metrics_listen;
+  // Structured request logs (one JSON line per call on stderr): the lowest level written
+  // ("debug", "info", "warn", "error", "off") and whether prompt text may appear in them.
+  // Default: info, no prompts.
+  std::string log_level = "info";
+  bool log_prompts = false;
   // Name reported in Usage.replica; empty = the listen address.
   std::string replica_name;
   // Caps. A prompt longer than max_prompt_tokens is INVALID_ARGUMENT; max_new_tokens
@@ -69,7 +75,11 @@ struct ServiceConfig {
   double prefill_stall = 2.0;
   // Maximum sessions decoding at once; more wait in the queue.
   uint32_t max_active_sessions = 64;
-  // Seconds SIGTERM waits for turns in flight before cancelling them.
+  // SIGTERM: health turns NOT_SERVING at once, calls are still accepted and served for
+  // drain_delay_s (so load balancers see the change and stop routing here), then new calls
+  // are refused and turns in flight get drain_timeout_s to finish and checkpoint.
+  // Defaults: 0 s and 30 s. docs/observability.md, k8s/README.md.
+  double drain_delay_s = 0;
   double drain_timeout_s = 30;
 
   // InvalidArgument naming the first bad field.

@@ -36,6 +36,10 @@ grpc::Status InferenceServiceImpl::Generate(grpc::ServerContext* context,
   auto caller = Authenticate(*context);
   if (!caller.ok()) return ToGrpcStatus(caller.status());
   if (absl::Status s = ValidateSessionId(request->session_id()); !s.ok()) return ToGrpcStatus(s);
+  Annotate(context, [&](logging::RequestRecord* r) {
+    r->session = request->session_id();
+    r->prompt = request->prompt();  // written only with --log-prompts
+  });
   runtime::TurnRequest turn_request;
   turn_request.session_id = request->session_id();
   turn_request.prompt_text = request->prompt();
@@ -43,7 +47,10 @@ grpc::Status InferenceServiceImpl::Generate(grpc::ServerContext* context,
                                  request->prompt_token_ids().end());
   turn_request.sampling = FromProto(request->sampling());
   auto turn = deps_.runtime->StartTurn(*caller, std::move(turn_request));
-  if (!turn.ok()) return Reply(turn.status(), context);
+  if (!turn.ok()) {
+    ReportTurn(context, turn.status());
+    return Reply(turn.status(), context);
+  }
 
   std::optional<IncrementalDecoder> decoder;
   // Generated text continues the prompt's text: only a turn that starts from BOS alone
@@ -82,6 +89,7 @@ grpc::Status InferenceServiceImpl::Generate(grpc::ServerContext* context,
     writer->Write(response);
   }
   absl::StatusOr<runtime::TurnUsage> usage = (*turn)->Finish();
+  ReportTurn(context, usage);
   if (client_gone) {
     // A cancelled turn is never committed.
     if (context->deadline() < std::chrono::system_clock::now()) {

@@ -2,8 +2,9 @@
 //
 //   kvfold-inference --model DIR --projector DIR --memory_store 127.0.0.1:7070
 //       --listen 127.0.0.1:7071
-// Prints "kvfold-inference listening on ADDR" once it accepts calls. SIGTERM/SIGINT:
-// refuse new calls, finish and checkpoint the turns in flight, exit 0.
+// Prints "kvfold-inference listening on ADDR" once it accepts calls. SIGTERM/SIGINT: the
+// drain of docs/observability.md (NOT_SERVING, serve for --drain-delay, refuse new calls,
+// finish and checkpoint the turns in flight, exit 0).
 #include <pthread.h>
 #include <signal.h>
 
@@ -38,7 +39,11 @@ ABSL_FLAG(std::string, tls_cert, "", "server certificate (PEM); with --tls_key e
 ABSL_FLAG(std::string, tls_key, "", "server private key (PEM)");
 ABSL_FLAG(std::string, tls_client_ca, "", "CA for client certificates: enables mTLS");
 ABSL_FLAG(std::string, tokens_file, "", "bearer tokens file ('<token> <tenant>' lines)");
-ABSL_FLAG(int, metrics_port, 0, "serve /metrics on 127.0.0.1:PORT (0 = off)");
+ABSL_FLAG(std::string, metrics_listen, "",
+          "serve /metrics, /readyz, /livez on HOST:PORT (numeric host, e.g. 0.0.0.0:9091; "
+          "empty = off)");
+ABSL_FLAG(std::string, log_level, "info", "request logs: debug|info|warn|error|off");
+ABSL_FLAG(bool, log_prompts, false, "write prompt text into the request logs");
 ABSL_FLAG(std::string, replica_name, "", "name reported in Usage.replica (default: address)");
 ABSL_FLAG(uint32_t, max_prompt_tokens, 65536, "longest prompt accepted (tokens)");
 ABSL_FLAG(uint32_t, max_new_tokens_cap, 4096, "largest max_new_tokens accepted");
@@ -46,6 +51,8 @@ ABSL_FLAG(uint32_t, default_max_new_tokens, 128, "max_new_tokens when a request 
 ABSL_FLAG(bool, batching, true, "batch all sessions' decode steps into one forward");
 ABSL_FLAG(uint32_t, prefill_chunk_tokens, 256, "prompt tokens per scheduler step");
 ABSL_FLAG(uint32_t, max_active_sessions, 64, "turns running at once (more wait)");
+ABSL_FLAG(double, drain_delay, 0,
+          "SIGTERM: seconds to keep serving while NOT_SERVING (endpoint removal)");
 ABSL_FLAG(double, drain_timeout_s, 30, "SIGTERM: seconds to let turns in flight finish");
 
 namespace {
@@ -103,7 +110,9 @@ int main(int argc, char** argv) {
   c.tls_key = absl::GetFlag(FLAGS_tls_key);
   c.tls_client_ca = absl::GetFlag(FLAGS_tls_client_ca);
   c.tokens_file = absl::GetFlag(FLAGS_tokens_file);
-  c.metrics_port = absl::GetFlag(FLAGS_metrics_port);
+  c.metrics_listen = absl::GetFlag(FLAGS_metrics_listen);
+  c.log_level = absl::GetFlag(FLAGS_log_level);
+  c.log_prompts = absl::GetFlag(FLAGS_log_prompts);
   c.replica_name = absl::GetFlag(FLAGS_replica_name);
   c.max_prompt_tokens = absl::GetFlag(FLAGS_max_prompt_tokens);
   c.max_new_tokens_cap = absl::GetFlag(FLAGS_max_new_tokens_cap);
@@ -111,6 +120,7 @@ int main(int argc, char** argv) {
   c.batching = absl::GetFlag(FLAGS_batching);
   c.prefill_chunk_tokens = absl::GetFlag(FLAGS_prefill_chunk_tokens);
   c.max_active_sessions = absl::GetFlag(FLAGS_max_active_sessions);
+  c.drain_delay_s = absl::GetFlag(FLAGS_drain_delay);
   c.drain_timeout_s = absl::GetFlag(FLAGS_drain_timeout_s);
   if (absl::Status s = c.Validate(); !s.ok()) {
     std::fprintf(stderr, "kvfold-inference: %s\n", s.ToString().c_str());
@@ -121,6 +131,9 @@ int main(int argc, char** argv) {
   if (!server.ok()) {
     std::fprintf(stderr, "kvfold-inference: %s\n", server.status().ToString().c_str());
     return 1;
+  }
+  if (!(*server)->metrics_address().empty()) {
+    std::fprintf(stderr, "kvfold-inference metrics on %s\n", (*server)->metrics_address().c_str());
   }
   std::printf("kvfold-inference listening on %s\n", (*server)->address().c_str());
   std::fflush(stdout);

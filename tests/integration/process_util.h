@@ -73,6 +73,11 @@ class ServerProcess {
     return false;
   }
 
+  // Sends `signal` without waiting (e.g. SIGTERM, then watch the drain; Kill reaps).
+  void Notify(int signal) {
+    if (pid_ > 0) ::kill(pid_, signal);
+  }
+
   // Sends `signal` and reaps the child; returns its raw wait status (0 if none runs).
   int Signal(int signal) {
     if (pid_ <= 0) return 0;

@@ -4,6 +4,7 @@
 
 #include "absl/strings/numbers.h"
 #include "absl/strings/str_cat.h"
+#include "common/install_paths.h"
 #include "inference_svc/memory/memory_session.h"
 
 namespace kvfold::cli {
@@ -84,9 +85,16 @@ absl::StatusOr<LoadedEngine> LoadEngine(const std::string& model_path,
       engine::Engine::Create(out.model, out.backend.get(), options);
   if (!e.ok()) return e.status();
   out.engine = std::move(*e);
-  if (!projector_dir.empty()) {
+  std::string projector = projector_dir;
+  if (projector == kAutoProjector) {
+    // The installed projector made for this model (share/kvfold/projectors).
+    absl::StatusOr<std::string> found = FindInstalledProjector(out.engine->fingerprint());
+    if (!found.ok()) return found.status();
+    projector = *found;
+  }
+  if (!projector.empty()) {
     absl::StatusOr<std::unique_ptr<memory::Projector>> p = memory::Projector::LoadForModel(
-        projector_dir, out.engine->fingerprint(), out.engine->config().hidden_size);
+        projector, out.engine->fingerprint(), out.engine->config().hidden_size);
     if (!p.ok()) return p.status();
     if (absl::Status s = (*p)->UseEngineBackend(out.backend.get()); !s.ok()) return s;
     out.projector = std::move(*p);

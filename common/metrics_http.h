@@ -1,0 +1,49 @@
+// A minimal HTTP endpoint for Prometheus text metrics: GET /metrics on a configurable
+// address answers with whatever the render callback returns (Content-Type
+// text/plain; version=0.0.4). GET /readyz answers 200 while the `ready` callback returns
+// true and 503 otherwise (a readiness probe for servers whose gRPC port speaks TLS, which
+// Kubernetes' gRPC probe cannot); GET /livez always 200. One thread, one request at a time:
+// scrapes and probes are rare and small. Every other path answers 404.
+#ifndef KVFOLD_COMMON_METRICS_HTTP_H_
+#define KVFOLD_COMMON_METRICS_HTTP_H_
+
+#include <atomic>
+#include <functional>
+#include <memory>
+#include <string>
+#include <thread>
+
+#include "absl/status/statusor.h"
+
+namespace kvfold::metrics {
+
+class MetricsHttpServer {
+ public:
+  // `listen` is "HOST:PORT" with a numeric host: "0.0.0.0:9091" (all IPv4 interfaces, what a
+  // pod needs), "127.0.0.1:0" (loopback, any free port), "[::]:9091". InvalidArgument for a
+  // malformed address, Unavailable when it cannot be bound.
+  // `ready` may be empty: /readyz then always answers 200.
+  static absl::StatusOr<std::unique_ptr<MetricsHttpServer>> Start(
+      const std::string& listen, std::function<std::string()> render,
+      std::function<bool()> ready = nullptr);
+  ~MetricsHttpServer();
+  int port() const { return port_; }
+  // "HOST:<bound port>".
+  const std::string& address() const { return address_; }
+
+ private:
+  MetricsHttpServer() = default;
+  void Loop();
+  void Serve(int client);
+  int listen_fd_ = -1;
+  int port_ = 0;
+  std::string address_;
+  std::function<std::string()> render_;
+  std::function<bool()> ready_;
+  std::atomic<bool> stop_{false};
+  std::thread thread_;
+};
+
+}  // namespace kvfold::metrics
+
+#endif  // KVFOLD_COMMON_METRICS_HTTP_H_
