@@ -27,30 +27,18 @@ bool ValidName(const std::string& name) {
   return true;
 }
 
-std::string EscapeLabelValue(const std::string& value) {
+// Label values escape backslash, double quote and newline; help text only backslash and
+// newline (the exposition format's two rules).
+std::string Escape(const std::string& text, bool quotes) {
   std::string out;
-  out.reserve(value.size());
-  for (char c : value) {
+  out.reserve(text.size());
+  for (char c : text) {
     if (c == '\\') {
       out += "\\\\";
-    } else if (c == '"') {
+    } else if (c == '\n') {
+      out += "\\n";
+    } else if (c == '"' && quotes) {
       out += "\\\"";
-    } else if (c == '\n') {
-      out += "\\n";
-    } else {
-      out += c;
-    }
-  }
-  return out;
-}
-
-std::string EscapeHelp(const std::string& help) {
-  std::string out;
-  for (char c : help) {
-    if (c == '\\') {
-      out += "\\\\";
-    } else if (c == '\n') {
-      out += "\\n";
     } else {
       out += c;
     }
@@ -79,7 +67,7 @@ std::string FormatLabels(const Labels& labels) {
   for (size_t i = 0; i < labels.size(); ++i) {
     Require(ValidName(labels[i].first),
             absl::StrCat("bad metric label name '", labels[i].first, "'"));
-    absl::StrAppend(&out, i ? "," : "", labels[i].first, "=\"", EscapeLabelValue(labels[i].second),
+    absl::StrAppend(&out, i ? "," : "", labels[i].first, "=\"", Escape(labels[i].second, /*quotes=*/true),
                     "\"");
   }
   return out + "}";
@@ -202,7 +190,7 @@ std::string Registry::Render() const {
   std::lock_guard<std::mutex> lock(mu_);
   std::string out;
   for (const auto& [name, family] : families_) {
-    absl::StrAppend(&out, "# HELP ", name, " ", EscapeHelp(family.help), "\n# TYPE ", name, " ",
+    absl::StrAppend(&out, "# HELP ", name, " ", Escape(family.help, /*quotes=*/false), "\n# TYPE ", name, " ",
                     TypeName(static_cast<int>(family.type)), "\n");
     for (const auto& [labels, s] : family.series) {
       switch (family.type) {

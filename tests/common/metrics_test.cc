@@ -1,10 +1,5 @@
 #include "common/metrics.h"
 
-#include <arpa/inet.h>
-#include <netinet/in.h>
-#include <sys/socket.h>
-#include <unistd.h>
-
 #include <atomic>
 #include <cmath>
 #include <string>
@@ -13,11 +8,14 @@
 
 #include "common/metrics_http.h"
 #include "gtest/gtest.h"
+#include "tests/common/http_get.h"
 #include "tests/common/prometheus_text.h"
 
 namespace kvfold::metrics {
 namespace {
 
+using kvfold::testing::HttpBody;
+using kvfold::testing::HttpGet;
 using kvfold::testing::ParsePrometheusText;
 using kvfold::testing::PromPage;
 
@@ -121,27 +119,6 @@ TEST(MetricsRegistryDeathTest, TypeClashIsAProgrammingError) {
   EXPECT_DEATH(r.GetCounter("bad name", "X."), "bad metric name");
 }
 
-// A blocking HTTP/1.1 GET on 127.0.0.1:port; returns the whole response.
-std::string HttpGet(int port, const std::string& path) {
-  const int fd = ::socket(AF_INET, SOCK_STREAM, 0);
-  sockaddr_in addr{};
-  addr.sin_family = AF_INET;
-  addr.sin_port = htons(static_cast<uint16_t>(port));
-  addr.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
-  if (::connect(fd, reinterpret_cast<sockaddr*>(&addr), sizeof(addr)) != 0) {
-    ::close(fd);
-    return "";
-  }
-  const std::string request = "GET " + path + " HTTP/1.1\r\nHost: x\r\n\r\n";
-  ::send(fd, request.data(), request.size(), 0);
-  std::string out;
-  char buf[4096];
-  ssize_t n;
-  while ((n = ::recv(fd, buf, sizeof(buf), 0)) > 0) out.append(buf, static_cast<size_t>(n));
-  ::close(fd);
-  return out;
-}
-
 TEST(MetricsHttpServerTest, ServesTheRegistryOnTheConfiguredAddress) {
   Registry r;
   r.GetCounter("kvfold_http_total", "Scrapes.").Increment(7);
@@ -152,7 +129,7 @@ TEST(MetricsHttpServerTest, ServesTheRegistryOnTheConfiguredAddress) {
   const std::string response = HttpGet((*server)->port(), "/metrics");
   ASSERT_EQ(response.rfind("HTTP/1.1 200 OK\r\n", 0), 0u) << response;
   EXPECT_NE(response.find("Content-Type: text/plain; version=0.0.4"), std::string::npos);
-  const std::string body = response.substr(response.find("\r\n\r\n") + 4);
+  const std::string body = HttpBody(response);
   EXPECT_EQ(ParsePrometheusText(body).Value("kvfold_http_total"), 7);
   EXPECT_EQ(HttpGet((*server)->port(), "/other").rfind("HTTP/1.1 404", 0), 0u);
 }

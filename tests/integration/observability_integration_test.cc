@@ -2,21 +2,19 @@
 // its /metrics page parsed as a scraper would, its JSON request-log lines, and the drain
 // that Kubernetes sees on SIGTERM (NOT_SERVING first, calls still served during
 // --drain-delay, exit 0).
-#include <arpa/inet.h>
-#include <grpcpp/create_channel.h>
-#include <netinet/in.h>
-#include <sys/socket.h>
-
 #include <chrono>
 #include <fstream>
-#include <nlohmann/json.hpp>
 #include <sstream>
 #include <string>
 #include <thread>
 #include <vector>
 
+#include <grpcpp/create_channel.h>
+#include <nlohmann/json.hpp>
+
 #include "gtest/gtest.h"
 #include "tests/common/health_check.h"
+#include "tests/common/http_get.h"
 #include "tests/common/prometheus_text.h"
 #include "tests/integration/service_cluster.h"
 
@@ -43,27 +41,9 @@ std::string MetricsAddress(const std::string& log) {
   return log.substr(at + marker.size(), eol - at - marker.size());
 }
 
-std::string HttpGet(const std::string& address, const std::string& path) {
-  const size_t colon = address.rfind(':');
-  const int port = std::stoi(address.substr(colon + 1));
-  const int fd = ::socket(AF_INET, SOCK_STREAM, 0);
-  sockaddr_in addr{};
-  addr.sin_family = AF_INET;
-  addr.sin_port = htons(static_cast<uint16_t>(port));
-  addr.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
-  if (::connect(fd, reinterpret_cast<sockaddr*>(&addr), sizeof(addr)) != 0) {
-    ::close(fd);
-    return "";
-  }
-  const std::string request = "GET " + path + " HTTP/1.1\r\nHost: kvfold\r\n\r\n";
-  ::send(fd, request.data(), request.size(), 0);
-  std::string out;
-  char buf[8192];
-  ssize_t n;
-  while ((n = ::recv(fd, buf, sizeof(buf), 0)) > 0) out.append(buf, static_cast<size_t>(n));
-  ::close(fd);
-  const size_t body = out.find("\r\n\r\n");
-  return body == std::string::npos ? "" : out.substr(body + 4);
+// GET `path` from the metrics address "HOST:PORT" (a loopback host); the body.
+std::string MetricsGet(const std::string& address, const std::string& path) {
+  return HttpBody(HttpGet(std::stoi(address.substr(address.rfind(':') + 1)), path));
 }
 
 std::vector<nlohmann::json> JsonLines(const std::string& log) {
@@ -143,7 +123,7 @@ TEST_F(ObservabilityTest, MetricsPageParsesAndCountsATurn) {
   ASSERT_FALSE(address.empty()) << "no 'metrics on' line in the replica's log";
 
   // A fresh replica already lists every family (at zero).
-  PromPage before = ParsePrometheusText(HttpGet(address, "/metrics"));
+  PromPage before = ParsePrometheusText(MetricsGet(address, "/metrics"));
   ASSERT_TRUE(before.errors.empty()) << before.errors[0];
   const std::vector<std::pair<std::string, std::string>> families = {
       {"kvfold_inference_ttft_seconds", "histogram"},
@@ -169,7 +149,7 @@ TEST_F(ObservabilityTest, MetricsPageParsesAndCountsATurn) {
   ASSERT_EQ(turn.tokens.size(), 9u);
   const v1::Usage& usage = turn.final_message.usage();
 
-  PromPage after = ParsePrometheusText(HttpGet(address, "/metrics"));
+  PromPage after = ParsePrometheusText(MetricsGet(address, "/metrics"));
   ASSERT_TRUE(after.errors.empty()) << after.errors[0];
   EXPECT_EQ(after.Value("kvfold_inference_tokens_total", {{"kind", "generated"}}), 9);
   EXPECT_EQ(after.Value("kvfold_inference_tokens_total", {{"kind", "prompt"}}),
@@ -202,7 +182,7 @@ TEST_F(ObservabilityTest, MetricsPageParsesAndCountsATurn) {
     }
     ASSERT_EQ(reader->Finish().error_code(), grpc::StatusCode::UNAUTHENTICATED);
   }
-  PromPage refused = ParsePrometheusText(HttpGet(address, "/metrics"));
+  PromPage refused = ParsePrometheusText(MetricsGet(address, "/metrics"));
   EXPECT_EQ(refused.Value("kvfold_inference_requests_total",
                           {{"front", "grpc"}, {"code", "UNAUTHENTICATED"}}),
             1);

@@ -9,13 +9,11 @@
 #include <functional>
 #include <thread>
 
-#include <condition_variable>
 #include <fstream>
 #include <mutex>
 #include <sstream>
 
 #include <grpcpp/create_channel.h>
-#include <grpcpp/generic/generic_stub.h>
 #include <grpcpp/security/credentials.h>
 
 #include "absl/time/time.h"
@@ -28,6 +26,7 @@
 #include "inference_svc/service/server.h"
 #include "memory_svc/client/store_client.h"
 #include "memory_svc/service/server.h"
+#include "tests/common/health_check.h"
 #include "tests/integration/process_util.h"
 #include "tests/integration/tiny_model.h"
 
@@ -448,158 +447,19 @@ TEST_F(ServiceTest, AdmissionCountsTheModesResidentCap) {
   EXPECT_EQ(tokens.size(), 8u);
 }
 
-// grpc.health.v1.Health/Check through a generic stub (the health proto's C++ header is not
-// packaged): request = empty message, response = field 1 (status) as a varint.
-int HealthStatus(const std::string& address) {
-  auto channel = grpc::CreateChannel(address, grpc::InsecureChannelCredentials());
-  grpc::GenericStub stub(channel);
-  grpc::ClientContext context;
-  context.set_deadline(std::chrono::system_clock::now() + std::chrono::seconds(5));
-  grpc::Slice empty;
-  grpc::ByteBuffer request(&empty, 1);
-  grpc::ByteBuffer response;
-  std::mutex mu;
-  std::condition_variable cv;
-  bool done = false;
-  grpc::Status status;
-  stub.UnaryCall(&context, "/grpc.health.v1.Health/Check", grpc::StubOptions(), &request,
-                 &response, [&](grpc::Status s) {
-                   std::lock_guard<std::mutex> lock(mu);
-                   status = s;
-                   done = true;
-                   cv.notify_all();
-                 });
-  std::unique_lock<std::mutex> lock(mu);
-  cv.wait(lock, [&] { return done; });
-  if (!status.ok()) return -1;
-  std::vector<grpc::Slice> slices;
-  (void)response.Dump(&slices);
-  std::string bytes;
-  for (const auto& slice : slices) bytes.append(reinterpret_cast<const char*>(slice.begin()), slice.size());
-  if (bytes.empty()) return 0;  // UNKNOWN (default value, not serialized)
-  return bytes.size() >= 2 && bytes[0] == 0x08 ? bytes[1] : -2;
-}
-
-// Sends raw bytes as the request of `method`; returns the call's status.
-grpc::Status RawCall(const std::string& address, const std::string& method,
-                     const std::string& bytes) {
-  auto channel = grpc::CreateChannel(address, grpc::InsecureChannelCredentials());
-  grpc::GenericStub stub(channel);
-  grpc::ClientContext context;
-  context.set_deadline(std::chrono::system_clock::now() + std::chrono::seconds(10));
-  grpc::Slice slice(bytes);
-  grpc::ByteBuffer request(&slice, 1);
-  grpc::ByteBuffer response;
-  std::mutex mu;
-  std::condition_variable cv;
-  bool done = false;
-  grpc::Status status;
-  stub.UnaryCall(&context, method, grpc::StubOptions(), &request, &response,
-                 [&](grpc::Status s) {
-                   std::lock_guard<std::mutex> lock(mu);
-                   status = s;
-                   done = true;
-                   cv.notify_all();
-                 });
-  std::unique_lock<std::mutex> lock(mu);
-  cv.wait(lock, [&] { return done; });
-  return status;
-}
-
-TEST_F(ServiceTest, UndecodableRequestsAreInvalidArgumentWithAMessage) {
-  // CreateSessionRequest.session_id (field 1) = one byte 0xff: not UTF-8.
-  grpc::Status s = RawCall(server_->address(), "/kvfold.v1.InferenceService/CreateSession",
-                           std::string("\x0a\x01\xff", 3));
-  EXPECT_EQ(s.error_code(), grpc::StatusCode::INVALID_ARGUMENT);
-  EXPECT_NE(s.error_message().find("UTF-8"), std::string::npos) << s.error_message();
-  // GenerateRequest.prompt (field 2) with invalid UTF-8, and bytes that are no protobuf.
-  s = RawCall(server_->address(), "/kvfold.v1.InferenceService/Generate",
-              std::string("\x0a\x02ok\x12\x02\xc3\x28", 8));
-  EXPECT_EQ(s.error_code(), grpc::StatusCode::INVALID_ARGUMENT);
-  EXPECT_FALSE(s.error_message().empty());
-  s = RawCall(server_->address(), "/kvfold.v1.InferenceService/GetModelInfo",
-              std::string("\xff\xff\xff\xff", 4));
-  EXPECT_EQ(s.error_code(), grpc::StatusCode::INVALID_ARGUMENT);
-  EXPECT_NE(s.error_message().find("GetModelInfo"), std::string::npos) << s.error_message();
-}
-
-// A second call on a session whose turn is running on this replica is ABORTED before any
-// token, whether the running turn continued a cached copy or restored from the store.
-TEST_F(ServiceTest, SecondCallOnABusySessionIsAbortedBeforeAnyToken) {
-  for (uint64_t cache_bytes : {uint64_t{512} << 20, uint64_t{0}}) {
-    SCOPED_TRACE(cache_bytes);
-    StartReplica(64 << 20, "", "", [&](ServiceConfig& c) {
-      c.max_new_tokens_cap = 2000;
-      c.session_cache_bytes = cache_bytes;
-    });
-    const std::string id = "busy-" + std::to_string(cache_bytes);
-    ASSERT_TRUE(Create(id, v1::KV_MODE_FULL).ok());
-    std::atomic<bool> streaming{false};
-    std::vector<int32_t> first_tokens;
-    grpc::Status first_status;
-    std::thread first([&] {
-      first_status = Generate(Turn(id, {3, 4, 5}, 1500), &first_tokens, nullptr, &streaming);
-    });
-    while (!streaming.load()) std::this_thread::sleep_for(std::chrono::milliseconds(1));
-    std::vector<int32_t> second_tokens;
-    grpc::Status second = Generate(Turn(id, {6}, 200), &second_tokens);
-    first.join();
-    EXPECT_EQ(second.error_code(), grpc::StatusCode::ABORTED) << second.error_message();
-    EXPECT_TRUE(second_tokens.empty());
-    ASSERT_TRUE(first_status.ok()) << first_status.error_message();
-    EXPECT_EQ(first_tokens.size(), 1500u);
-  }
-}
-
-// A stored sampler state whose RNG words are all zero (xoshiro256** would then draw only
-// zeros, so temperature 1 emits token 0 forever) restarts from the session's seed.
-TEST_F(ServiceTest, AllZeroRngWordsAreRepairedOnRestore) {
-  grpc::ClientContext create_context;
-  v1::CreateSessionRequest create;
-  create.set_session_id("zero-rng");
-  create.mutable_config()->set_mode(v1::KV_MODE_FULL);
-  create.mutable_sampling()->set_temperature(1.0f);
-  create.mutable_sampling()->set_seed(5);
-  v1::Session session;
-  ASSERT_TRUE(stub_->CreateSession(&create_context, create, &session).ok());
-  std::vector<int32_t> tokens;
-  ASSERT_TRUE(Generate(Turn("zero-rng", {3, 4, 5}, 4), &tokens).ok());
-  StoreClient store(grpc::CreateChannel(store_->address(), grpc::InsecureChannelCredentials()));
-  auto head = store.Get("zero-rng");
-  ASSERT_TRUE(head.ok()) << head.status();
-  memory::MemoryBlock block;
-  block.header = head->header;
-  block.payload = head->payload;
-  for (int i = 0; i < block.header.sampler_state().rng_state_size(); ++i) {
-    block.header.mutable_sampler_state()->set_rng_state(i, 0);
-  }
-  memory::SealMemoryBlock(&block);
-  ASSERT_TRUE(store.Put("zero-rng", head->info.version(), block.header, block.payload).ok());
-  tokens.clear();
-  v1::GenerateFinal final_message;
-  ASSERT_TRUE(Generate(Turn("zero-rng", {6}, 32), &tokens, &final_message).ok());
-  EXPECT_TRUE(final_message.usage().restored_from_store());
-  ASSERT_EQ(tokens.size(), 32u);
-  EXPECT_NE(std::count(tokens.begin(), tokens.end(), 0), 32) << "the RNG was left all-zero";
-  auto after = store.Get("zero-rng");
-  ASSERT_TRUE(after.ok());
-  uint64_t any = 0;
-  for (uint64_t w : after->header.sampler_state().rng_state()) any |= w;
-  EXPECT_NE(any, 0u);
-}
-
 TEST_F(ServiceTest, HealthFollowsTheStore) {
-  constexpr int kServing = 1, kNotServing = 2;
+  constexpr int kServing = kvfold::testing::kHealthServing;
+  constexpr int kNotServing = kvfold::testing::kHealthNotServing;
   int status = 0;
   for (int i = 0; i < 50 && status != kServing; ++i) {
-    status = HealthStatus(server_->address());
+    status = kvfold::testing::HealthCheck(server_->address());
     if (status != kServing) std::this_thread::sleep_for(std::chrono::milliseconds(100));
   }
   EXPECT_EQ(status, kServing);
   (void)store_->Shutdown(absl::ZeroDuration());
   for (int i = 0; i < 50 && status != kNotServing; ++i) {
     std::this_thread::sleep_for(std::chrono::milliseconds(100));
-    status = HealthStatus(server_->address());
+    status = kvfold::testing::HealthCheck(server_->address());
   }
   EXPECT_EQ(status, kNotServing);
   // Calls that need the store are UNAVAILABLE meanwhile.
