@@ -82,7 +82,6 @@ auth_service_required = $AUTH
 auth_client_required = $AUTH
 $([ "$AUTH" = cephx ] && echo "keyring = $DIR/admin.keyring")
 run_dir = $DIR/run
-admin_socket = $DIR/run/\$name.asok
 log_file = $DIR/log/\$name.log
 pid_file = $DIR/run/\$name.pid
 log_to_stderr = false
@@ -97,10 +96,17 @@ mon_allow_pool_delete = true
 mon_warn_on_pool_no_redundancy = false
 mon_osd_min_down_reporters = 1
 mon_osd_down_out_interval = 0
+[client]
+# Clients (kvfold-memory, tests, tools) neither log to a file nor open an admin socket: a
+# process may hold several cluster connections.
+log_to_file = false
+admin_socket =
 [mon]
+admin_socket = $DIR/run/\$name.asok
 mon_data = $DIR/mon/\$name
 mon_cluster_log_file = $DIR/log/cluster.log
 [osd]
+admin_socket = $DIR/run/\$name.asok
 osd_data = $DIR/osd/\$name
 osd_objectstore = memstore
 memstore_device_bytes = $((OSD_MB << 20))

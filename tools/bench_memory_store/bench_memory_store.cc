@@ -4,6 +4,7 @@
 // (no gRPC), so that the store's and the service's overheads are ratios. Prints JSON.
 //
 //   bench_memory_store [--quick] [--seconds 2] [--dir /tmp] [--json_out FILE]
+//   bench_memory_store --rados_conf ceph.conf [--rados_pool kvfold]   # the RADOS grid
 #include <grpcpp/create_channel.h>
 
 #include <algorithm>
@@ -30,6 +31,8 @@
 #include "common/block_checksum.h"
 #include "memory_svc/client/store_client.h"
 #include "memory_svc/service/server.h"
+#include "tools/bench_memory_store/bench_common.h"
+#include "tools/bench_memory_store/rados_bench.h"
 #include "tools/bench_memory_store/raw_rocksdb.h"
 
 ABSL_FLAG(bool, quick, false, "short run: 0.25 s per cell, no blob/inline comparison");
@@ -39,176 +42,13 @@ ABSL_FLAG(std::string, dir, "", "scratch directory for the databases (default: T
 ABSL_FLAG(std::string, json_out, "", "also write the JSON here");
 ABSL_FLAG(bool, main_grid, true, "run the variant x block x clients x sync grid");
 ABSL_FLAG(bool, blob_comparison, true, "run BlobDB vs inline values (never with --quick)");
+ABSL_FLAG(std::string, rados_conf, "",
+          "ceph.conf: run the RADOS grid (48 KiB and 768 KiB, rocksdb vs raw rados vs store vs "
+          "1 and 2 replicas) instead of the RocksDB grids");
+ABSL_FLAG(std::string, rados_pool, "kvfold", "pool for the RADOS grid");
 
 namespace kvfold::bench {
 namespace {
-
-using Clock = std::chrono::steady_clock;
-
-struct Block {
-  v1::MemoryBlockHeader header;
-  std::string payload;
-};
-
-// The Llama-3.1-8B block (96 x 4096 fp16 = 768 KiB) and the same in fp32 (1.5 MiB).
-std::vector<Block> MakeBlocks(v1::Dtype dtype, int count) {
-  std::vector<Block> blocks(count);
-  std::mt19937_64 rng(42 + dtype);
-  for (Block& b : blocks) {
-    b.header.set_format_version(1);
-    b.header.set_mem_slots(96);
-    b.header.set_hidden_size(4096);
-    b.header.set_dtype(dtype);
-    b.header.set_total_tokens(rng() % 100000);
-    b.payload.resize(96 * 4096 * (dtype == v1::DTYPE_FP32 ? 4 : 2));
-    for (size_t i = 0; i < b.payload.size(); i += 8) {
-      const uint64_t r = rng();
-      std::memcpy(&b.payload[i], &r, 8);
-    }
-    SealBlockHeader(&b.header, b.payload);
-  }
-  return blocks;
-}
-
-// One way of putting and getting blocks: raw RocksDB, MemoryStore, or the gRPC service.
-class Target {
- public:
-  virtual ~Target() = default;
-  // Writes version `version` (= expected_head + 1) of client `client`'s session.
-  virtual absl::Status Put(int client, uint64_t version, const Block& block) = 0;
-  virtual absl::Status Get(int client, uint64_t version, size_t* bytes) = 0;
-};
-
-std::string SessionOf(int client) { return absl::StrCat("bench-", client); }
-
-class RawTarget : public Target {
- public:
-  explicit RawTarget(std::unique_ptr<RawRocksDb> db) : db_(std::move(db)) {}
-  absl::Status Put(int client, uint64_t version, const Block& block) override {
-    return db_->Put(client, version, block.payload);
-  }
-  absl::Status Get(int client, uint64_t version, size_t* bytes) override {
-    thread_local std::string buffer;
-    absl::Status s = db_->Get(client, version, &buffer);
-    if (!s.ok()) buffer.clear();
-    *bytes = buffer.size();
-    return s;
-  }
-
- private:
-  std::unique_ptr<RawRocksDb> db_;
-};
-
-class StoreTarget : public Target {
- public:
-  explicit StoreTarget(std::unique_ptr<memory::MemoryStore> store) : store_(std::move(store)) {}
-  absl::Status Put(int client, uint64_t version, const Block& block) override {
-    return store_->Put("bench", SessionOf(client), version - 1, block.header, block.payload, false)
-        .status();
-  }
-  absl::Status Get(int client, uint64_t version, size_t* bytes) override {
-    absl::StatusOr<memory::StoredBlock> b = store_->Get("bench", SessionOf(client), version);
-    if (!b.ok()) return b.status();
-    *bytes = b->payload.size();
-    return absl::OkStatus();
-  }
-
- private:
-  std::unique_ptr<memory::MemoryStore> store_;
-};
-
-class ServiceTarget : public Target {
- public:
-  ServiceTarget(std::unique_ptr<memory::MemoryServer> server, int clients)
-      : server_(std::move(server)) {
-    for (int c = 0; c < clients; ++c) {  // one channel (connection) per client
-      grpc::ChannelArguments args = StoreChannelArguments();
-      args.SetInt("bench_client", c);  // distinct args: distinct subchannels
-      clients_.push_back(std::make_unique<StoreClient>(grpc::CreateCustomChannel(
-          server_->address(), grpc::InsecureChannelCredentials(), args)));
-    }
-  }
-  ~ServiceTarget() override { server_->Shutdown(absl::Seconds(5)).IgnoreError(); }
-  absl::Status Put(int client, uint64_t version, const Block& block) override {
-    return clients_[client]->Put(SessionOf(client), version - 1, block.header, block.payload)
-        .status();
-  }
-  absl::Status Get(int client, uint64_t version, size_t* bytes) override {
-    absl::StatusOr<StoreBlock> b = clients_[client]->Get(SessionOf(client), version);
-    if (!b.ok()) return b.status();
-    *bytes = b->payload.size();
-    return absl::OkStatus();
-  }
-
- private:
-  std::unique_ptr<memory::MemoryServer> server_;
-  std::vector<std::unique_ptr<StoreClient>> clients_;
-};
-
-struct CellResult {
-  uint64_t ops = 0;
-  uint64_t errors = 0;
-  double seconds = 0;
-  double p50_ms = 0, p99_ms = 0;
-  uint64_t bytes = 0;
-};
-
-// Runs `op(client, i)` on `clients` threads for `seconds`; latency percentiles over all ops.
-CellResult RunCell(int clients, double seconds,
-                   const std::function<absl::Status(int, uint64_t, size_t*)>& op) {
-  std::vector<std::vector<double>> latencies(clients);
-  std::vector<uint64_t> errors(clients, 0), bytes(clients, 0);
-  const Clock::time_point start = Clock::now();
-  const Clock::time_point deadline =
-      start + std::chrono::duration_cast<Clock::duration>(std::chrono::duration<double>(seconds));
-  std::vector<std::thread> threads;
-  for (int c = 0; c < clients; ++c) {
-    threads.emplace_back([&, c] {
-      for (uint64_t i = 0; Clock::now() < deadline; ++i) {
-        const Clock::time_point t0 = Clock::now();
-        size_t n = 0;
-        const absl::Status s = op(c, i, &n);
-        latencies[c].push_back(std::chrono::duration<double, std::milli>(Clock::now() - t0).count());
-        if (!s.ok()) {
-          if (errors[c]++ == 0) std::cerr << "bench: " << s << "\n";
-        }
-        bytes[c] += n;
-      }
-    });
-  }
-  for (std::thread& t : threads) t.join();
-  CellResult r;
-  r.seconds = std::chrono::duration<double>(Clock::now() - start).count();
-  std::vector<double> all;
-  for (int c = 0; c < clients; ++c) {
-    all.insert(all.end(), latencies[c].begin(), latencies[c].end());
-    r.errors += errors[c];
-    r.bytes += bytes[c];
-  }
-  r.ops = all.size() - r.errors;
-  std::sort(all.begin(), all.end());
-  if (!all.empty()) {
-    r.p50_ms = all[all.size() / 2];
-    r.p99_ms = all[std::min(all.size() - 1, all.size() * 99 / 100)];
-  }
-  return r;
-}
-
-nlohmann::json ToJson(const CellResult& r, const char* op, const std::string& variant,
-                      size_t block_bytes, int clients, bool sync, bool blob) {
-  return {{"op", op},
-          {"variant", variant},
-          {"block_bytes", block_bytes},
-          {"clients", clients},
-          {"sync", sync},
-          {"blob_files", blob},
-          {"ops", r.ops},
-          {"errors", r.errors},
-          {"ops_per_s", r.ops / r.seconds},
-          {"mib_per_s", r.bytes / r.seconds / (1 << 20)},
-          {"p50_ms", r.p50_ms},
-          {"p99_ms", r.p99_ms}};
-}
 
 absl::StatusOr<std::unique_ptr<Target>> MakeTarget(const std::string& variant,
                                                    const std::string& dir, bool sync, bool blob,
@@ -236,7 +76,9 @@ absl::StatusOr<std::unique_ptr<Target>> MakeTarget(const std::string& variant,
   config.store = store;
   absl::StatusOr<std::unique_ptr<memory::MemoryServer>> server = memory::MemoryServer::Start(config);
   if (!server.ok()) return server.status();
-  return std::unique_ptr<Target>(new ServiceTarget(*std::move(server), clients));
+  std::vector<std::unique_ptr<memory::MemoryServer>> servers;
+  servers.push_back(*std::move(server));
+  return std::unique_ptr<Target>(new ServiceTarget(std::move(servers), clients));
 }
 
 // One (variant, block, clients, sync, blob) combination on a fresh DB: puts for `seconds`,
@@ -249,25 +91,9 @@ absl::Status RunCombination(const std::string& variant, const std::vector<Block>
   {
     absl::StatusOr<std::unique_ptr<Target>> target = MakeTarget(variant, dir, sync, blob, clients);
     if (!target.ok()) return target.status();
-    std::vector<uint64_t> head(clients, 0);
-    const CellResult put = RunCell(clients, seconds, [&](int c, uint64_t i, size_t* n) {
-      const Block& b = blocks[(c + i) % blocks.size()];
-      absl::Status s = (*target)->Put(c, head[c] + 1, b);
-      if (s.ok()) {
-        ++head[c];
-        *n = b.payload.size();
-      }
-      return s;
-    });
+    const auto [put, get] = PutThenGet(**target, blocks, clients, seconds, /*retained=*/16);
     const size_t block_bytes = blocks[0].payload.size();
     results->push_back(ToJson(put, "put", variant, block_bytes, clients, sync, blob));
-    std::vector<std::mt19937_64> rngs;
-    for (int c = 0; c < clients; ++c) rngs.emplace_back(c);
-    const CellResult get = RunCell(clients, seconds, [&](int c, uint64_t, size_t* n) {
-      if (head[c] == 0) return absl::FailedPreconditionError("client wrote nothing");
-      const uint64_t retained = std::min<uint64_t>(head[c], 16);
-      return (*target)->Get(c, head[c] - rngs[c]() % retained, n);
-    });
     results->push_back(ToJson(get, "get", variant, block_bytes, clients, sync, blob));
     std::cerr << "bench: " << variant << " " << block_bytes << " B x" << clients
               << (sync ? " sync" : " nosync") << (blob ? " blob" : " inline") << ": put "
@@ -359,6 +185,30 @@ int Main() {
   root += "/kvfold-bench-memory-store";
   std::filesystem::create_directories(root);
 
+  if (!absl::GetFlag(FLAGS_rados_conf).empty()) {
+    RadosGridOptions options;
+    options.conf_file = absl::GetFlag(FLAGS_rados_conf);
+    options.pool = absl::GetFlag(FLAGS_rados_pool);
+    options.seconds = seconds;
+    options.clients = client_counts;
+    options.rocksdb_dir = root + "/rados-grid-rocksdb";
+    nlohmann::json results = nlohmann::json::array();
+    if (absl::Status s = RunRadosGrid(options, &results); !s.ok()) {
+      std::cerr << "bench: " << s << "\n";
+      return 1;
+    }
+    nlohmann::json out = {{"benchmark", "bench_memory_store"},
+                          {"grid", "rados"},
+                          {"seconds_per_cell", seconds},
+                          {"hardware_threads", std::thread::hardware_concurrency()},
+                          {"results", results}};
+    std::cout << out.dump(2) << "\n";
+    if (!absl::GetFlag(FLAGS_json_out).empty()) {
+      std::ofstream(absl::GetFlag(FLAGS_json_out)) << out.dump(2);
+    }
+    std::filesystem::remove_all(root);
+    return 0;
+  }
   const std::vector<std::vector<Block>> block_sets = {MakeBlocks(v1::DTYPE_FP16, 4),
                                                       MakeBlocks(v1::DTYPE_FP32, 4)};
   const std::vector<std::string> variants = {"rocksdb", "store", "service"};

@@ -7,8 +7,34 @@ import json
 import sys
 
 
+def rados_grid(data):
+    """The RADOS grid (bench_memory_store --rados_conf): one row per (op, block, clients)."""
+    rows = {}
+    for r in data["results"]:
+        rows.setdefault((r["op"], r["block_bytes"], r["clients"]), {})[r["variant"]] = r
+    print("| op | block | clients | MemoryStore on RocksDB | raw rados | MemoryStore on RADOS | "
+          "service, 1 replica | service, 2 replicas | store RADOS / raw | 2 / 1 replicas |")
+    print("| --- | --- | ---: | ---: | ---: | ---: | ---: | ---: | ---: | ---: |")
+    for (op, size, clients), cells in sorted(
+            rows.items(), key=lambda kv: (kv[0][0] != "put", kv[0][1], kv[0][2])):
+        def fmt(v):
+            r = cells.get(v)
+            return "-" if r is None else f"{r['ops_per_s']:.0f} ({r['p50_ms']:.1f}/{r['p99_ms']:.1f})"
+
+        def ops(v):
+            return cells.get(v, {}).get("ops_per_s", 0) or 1e-9
+        label = "768 KiB" if size == 786432 else "48 KiB" if size == 49152 else str(size)
+        print(f"| {op} | {label} | {clients} | {fmt('store_rocksdb')} | {fmt('raw_rados')} | "
+              f"{fmt('store_rados')} | {fmt('service_rados_1')} | {fmt('service_rados_2')} | "
+              f"{ops('store_rados') / ops('raw_rados'):.2f} | "
+              f"{ops('service_rados_2') / ops('service_rados_1'):.2f} |")
+
+
 def main(path):
     data = json.load(open(path))
+    if data.get("grid") == "rados":
+        rados_grid(data)
+        return
     rows = {}
     for r in data["results"]:
         key = (r["op"], r["block_bytes"], r["clients"], r["sync"])
