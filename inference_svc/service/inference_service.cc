@@ -67,6 +67,7 @@ grpc::Status InferenceServiceImpl::CreateSession(grpc::ServerContext* context,
   const std::string session_id =
       request->session_id().empty() ? NewSessionId() : request->session_id();
   if (absl::Status s = ValidateSessionId(session_id); !s.ok()) return ToGrpcStatus(s);
+  AnnotateSession(context, session_id);
   auto session_request = FromProto(request->config());
   if (!session_request.ok()) return ToGrpcStatus(session_request.status());
   auto version = deps_.runtime->CreateSession(*caller, session_id, *session_request,
@@ -112,6 +113,7 @@ grpc::Status InferenceServiceImpl::GetSession(grpc::ServerContext* context,
   auto caller = Authenticate(*context);
   if (!caller.ok()) return ToGrpcStatus(caller.status());
   if (absl::Status s = ValidateSessionId(request->session_id()); !s.ok()) return ToGrpcStatus(s);
+  AnnotateSession(context, request->session_id());
   return ToGrpcStatus(DescribeSession(*caller, request->session_id(), response));
 }
 
@@ -144,6 +146,7 @@ grpc::Status InferenceServiceImpl::DeleteSession(grpc::ServerContext* context,
   auto caller = Authenticate(*context);
   if (!caller.ok()) return ToGrpcStatus(caller.status());
   if (absl::Status s = ValidateSessionId(request->session_id()); !s.ok()) return ToGrpcStatus(s);
+  AnnotateSession(context, request->session_id());
   auto deleted = deps_.store->Delete(caller->store_credential, request->session_id());
   deps_.runtime->Forget(*caller, request->session_id());
   if (!deleted.ok()) return ToGrpcStatus(StoreError(deleted.status()));
@@ -162,6 +165,7 @@ grpc::Status InferenceServiceImpl::ForkSession(grpc::ServerContext* context,
   const std::string new_id =
       request->new_session_id().empty() ? NewSessionId() : request->new_session_id();
   if (absl::Status s = ValidateSessionId(new_id); !s.ok()) return ToGrpcStatus(s);
+  AnnotateSession(context, new_id, request->version());
   auto forked = deps_.store->Fork(caller->store_credential, request->source_session_id(),
                                   request->version(), new_id);
   if (!forked.ok()) return ToGrpcStatus(StoreError(forked.status()));
@@ -174,6 +178,7 @@ grpc::Status InferenceServiceImpl::RollbackSession(grpc::ServerContext* context,
   auto caller = Authenticate(*context);
   if (!caller.ok()) return ToGrpcStatus(caller.status());
   if (absl::Status s = ValidateSessionId(request->session_id()); !s.ok()) return ToGrpcStatus(s);
+  AnnotateSession(context, request->session_id(), request->version());
   if (request->version() == 0) {
     return ToGrpcStatus(absl::InvalidArgumentError("version must be >= 1"));
   }

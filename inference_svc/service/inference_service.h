@@ -91,6 +91,9 @@ class InferenceServiceImpl final : public v1::InferenceService::Service {
                 const std::function<void(logging::RequestRecord*)>& fill) const;
   void ReportTurn(const grpc::ServerContext* context,
                   const absl::StatusOr<runtime::TurnUsage>& outcome) const;
+  // The session (and version, when the call names one) of a metadata RPC's log line.
+  void AnnotateSession(const grpc::ServerContext* context, const std::string& session_id,
+                       uint64_t version = 0) const;
 
   const ServiceDeps deps_;
   const ServiceConfig& config_;

@@ -9,6 +9,15 @@ void InferenceServiceImpl::Annotate(const grpc::ServerContext* context,
   if (deps_.request_log != nullptr) deps_.request_log->Annotate(context, fill);
 }
 
+void InferenceServiceImpl::AnnotateSession(const grpc::ServerContext* context,
+                                           const std::string& session_id,
+                                           uint64_t version) const {
+  Annotate(context, [&](logging::RequestRecord* r) {
+    r->session = session_id;
+    r->version = version;
+  });
+}
+
 void InferenceServiceImpl::ReportTurn(const grpc::ServerContext* context,
                                       const absl::StatusOr<runtime::TurnUsage>& outcome) const {
   if (deps_.metrics != nullptr) deps_.metrics->TurnFinished(outcome);

@@ -210,7 +210,11 @@ TEST_F(ObservabilityTest, OneJsonLinePerCallWithTraceIdAndNoSecrets) {
       if (generate == nullptr) generate = &j;
       EXPECT_FALSE(j.contains("prompt"));
     }
-    if (j["method"] == "/kvfold.v1.InferenceService/CreateSession") ++create_lines;
+    if (j["method"] == "/kvfold.v1.InferenceService/CreateSession") {
+      ++create_lines;
+      EXPECT_EQ(j["session"], "log-1");
+      EXPECT_EQ(j["tenant"], "acme");
+    }
     EXPECT_NE(j["method"].get<std::string>().rfind("/grpc.health", 0), 0u)
         << "health probes are debug-level";
   }
