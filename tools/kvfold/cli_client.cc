@@ -148,6 +148,10 @@ absl::StatusOr<std::shared_ptr<grpc::Channel>> MakeChannel(const ClientOptions& 
   }
   grpc::ChannelArguments args;
   args.SetMaxReceiveMessageSize(64 << 20);
+  // Per-call balancing over every address the target resolves to: with a headless
+  // Service (dns:///inference-svc-headless.NS.svc:7071) calls spread over all ready
+  // replicas instead of pinning one connection to one pod (k8s/README.md).
+  args.SetLoadBalancingPolicyName("round_robin");
   return grpc::CreateCustomChannel(options.target, creds, args);
 }
 
