@@ -24,7 +24,7 @@ VERSION=$(sed -n 's/^project(kvfold VERSION \([0-9.]*\).*/\1/p' CMakeLists.txt)
 IMAGE="ghcr.io/kvfold/kvfold:${VERSION}"
 # Runtime libraries of the binaries (docker/Dockerfile, stage runtime-deps) + curl for the
 # init step's --from-url.
-RUNTIME_PACKAGES=ca-certificates,curl,libgrpc++1.51,libgrpc29,libprotobuf32,libabsl20220623,librocksdb7.8,libsentencepiece0,libopenblas0-pthread,libxxhash0,libssl3
+RUNTIME_PACKAGES=ca-certificates,curl,libgrpc++1.51,libgrpc29,libprotobuf32,libabsl20220623,librocksdb7.8,libsentencepiece0,libopenblas0-pthread,libxxhash0,libssl3,librados2
 
 [ "$(id -u)" -eq 0 ] || { echo "build_image: needs root (debootstrap)" >&2; exit 1; }
 [ -x "$BUILD_DIR/tools/kvfold/kvfold" ] || { echo "build_image: no build in $BUILD_DIR (run scripts/setup.sh)" >&2; exit 1; }

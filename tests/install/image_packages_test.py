@@ -16,7 +16,8 @@ import sys
 # In every Debian minbase root (Priority: required / Essential: yes).
 MINBASE = {"libc6", "libgcc-s1", "libstdc++6", "zlib1g", "libzstd1", "liblzma5", "libbz2-1.0",
            "libsystemd0", "libcap2", "libgcrypt20", "libgpg-error0", "liblz4-1", "libselinux1",
-           "libpcre2-8-0", "libcrypt1", "libudev1", "libmd0", "libacl1", "libattr1"}
+           "libpcre2-8-0", "libcrypt1", "libudev1", "libmd0", "libacl1", "libattr1",
+           "libblkid1", "libmount1", "libuuid1", "libsmartcols1"}
 
 
 def dockerfile_packages(src):
@@ -33,35 +34,47 @@ def build_image_packages(src):
 
 def closure(packages):
     """The packages plus everything they depend on, recursively (dpkg's records of the
-    installed packages: the build machine has the runtime packages as -dev dependencies)."""
-    seen, todo = set(), list(packages)
-    while todo:
-        pkg = todo.pop()
-        if pkg in seen:
-            continue
-        seen.add(pkg)
-        r = subprocess.run(["dpkg-query", "-W", "-f=${Depends},${Pre-Depends}", pkg],
+    installed packages: the build machine has the runtime packages as -dev dependencies).
+    One dpkg-query per level of the dependency tree."""
+    seen, level = set(), set(packages)
+    while level:
+        seen |= level
+        r = subprocess.run(["dpkg-query", "-W", "-f=${Depends},${Pre-Depends}\\n", *sorted(level)],
                            capture_output=True, text=True)
-        for alternative in r.stdout.split(","):
+        nxt = set()
+        for alternative in r.stdout.replace("\n", ",").split(","):
             name = alternative.split("|")[0].strip().split(" ")[0].split(":")[0]
-            if name:
-                todo.append(name)
+            if name and name not in seen:
+                nxt.add(name)
+        level = nxt
     return seen
 
 
 def needed_packages(binary):
+    """The Debian packages owning the libraries ldd resolves for `binary` (one dpkg -S)."""
     out = subprocess.run(["ldd", binary], capture_output=True, text=True, check=True).stdout
     if "not found" in out:
         raise SystemExit(f"{binary}: unresolved libraries:\n{out}")
-    pkgs = set()
-    for lib in re.findall(r"=> (/\S+)", out):
+    libs = re.findall(r"=> (/\S+)", out)
+    # dpkg records /usr/lib/... or /lib/... (merged /usr): ask for both spellings.
+    paths = set()
+    for lib in libs:
         real = os.path.realpath(lib)
-        owner = None
-        for path in (lib, real, real.replace("/usr/lib", "/lib"), lib.replace("/lib/", "/usr/lib/")):
-            r = subprocess.run(["dpkg", "-S", path], capture_output=True, text=True)
-            if r.returncode == 0:
-                owner = r.stdout.split(":")[0].strip()
-                break
+        for p in (lib, real):
+            paths.add(p)
+            paths.add(p[4:] if p.startswith("/usr/") else "/usr" + p)
+    r = subprocess.run(["dpkg", "-S", *sorted(paths)], capture_output=True, text=True)
+    owners = {}
+    for line in r.stdout.splitlines():
+        pkg, _, path = line.partition(": ")
+        for p in path.split(", "):
+            owners[p.strip()] = pkg.split(":")[0].split(",")[0].strip()
+    pkgs = set()
+    for lib in libs:
+        real = os.path.realpath(lib)
+        cands = [lib, real, lib[4:] if lib.startswith("/usr/") else "/usr" + lib,
+                 real[4:] if real.startswith("/usr/") else "/usr" + real]
+        owner = next((owners[c] for c in cands if c in owners), None)
         if owner is None:
             raise SystemExit(f"{binary}: no Debian package owns {lib}")
         pkgs.add(owner)

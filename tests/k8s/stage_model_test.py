@@ -32,7 +32,8 @@ def write_llama2c(path, dim=16, hidden=32, layers=2, heads=2, kv_heads=2, vocab=
 
 def write_llama2c_tokenizer(path, vocab=40):
     """llama2.c tokenizer.bin: max_token_length, then (score, length, bytes) per token."""
-    pieces = [b"<unk>", b"<s>", b"</s>"] + [bytes([c]) for c in range(ord("a"), ord("a") + vocab - 3)]
+    letters = [bytes([c]) for c in range(ord("a"), ord("a") + vocab - 4)]
+    pieces = [b"<unk>", b"<s>", b"</s>", b" "] + letters
     with open(path, "wb") as f:
         f.write(struct.pack("i", max(len(p) for p in pieces)))
         for i, p in enumerate(pieces):
@@ -40,7 +41,8 @@ def write_llama2c_tokenizer(path, vocab=40):
 
 
 def run(*args):
-    return subprocess.run(list(args), capture_output=True, text=True, timeout=120)
+    env = dict(os.environ, KVFOLD_BIN=KVFOLD)  # the script's model check runs this kvfold
+    return subprocess.run(list(args), capture_output=True, text=True, timeout=120, env=env)
 
 
 class StageModelTest(unittest.TestCase):
