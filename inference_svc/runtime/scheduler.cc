@@ -233,7 +233,14 @@ void Scheduler::Admit(std::shared_ptr<TurnJob> job) {
     auto it = own == nullptr ? idle_blocks_.end() : idle_blocks_.find(own);
     return it == idle_blocks_.end() ? 0 : it->second;
   };
-  while (reserved_blocks_ - own_blocks() + need > pool_blocks) {
+  // Evict only when dropping every idle session would make room: running turns'
+  // reservations cannot be reclaimed, and a cache wiped for a turn that is refused anyway
+  // helps no one.
+  int64_t idle_total = 0;
+  for (const auto& [session, blocks] : idle_blocks_) idle_total += blocks;
+  const int64_t running_reserved = reserved_blocks_ - idle_total;
+  while (running_reserved + need <= pool_blocks &&
+         reserved_blocks_ - own_blocks() + need > pool_blocks) {
     std::shared_ptr<LiveSession> victim = evict_idle_ ? evict_idle_() : nullptr;
     if (victim == nullptr) break;
     victim.reset();  // the last reference: its engine session retires

@@ -33,7 +33,7 @@ absl::Status ServiceConfig::Validate() const {
     return absl::InvalidArgumentError("--default_mode must name a mode");
   }
   if (!(prefill_stall >= 0) || prefill_stall > 1e6) {
-    return absl::InvalidArgumentError("prefill_stall must be in [0, 1e6]");
+    return absl::InvalidArgumentError("--prefill_stall must be in [0, 1e6]");
   }
   if (drain_timeout_s < 0) return absl::InvalidArgumentError("--drain_timeout_s must be >= 0");
   if (drain_delay_s < 0) return absl::InvalidArgumentError("--drain-delay must be >= 0");

@@ -69,9 +69,10 @@ struct ServiceConfig {
   // Prompt tokens prefilled per scheduler step for one session, so long prompts interleave
   // with running decodes.
   uint32_t prefill_chunk_tokens = 256;
-  // While other sessions decode, one prompt chunk may take at most this many decode steps
-  // time (the chunk is sized from measurements), so a long prompt slows their tokens by
-  // at most (1 + prefill_stall)x. 0 = fixed prefill_chunk_tokens chunks. Default: 2.
+  // While other sessions decode, prompt work may take at most this many times their decode
+  // time (chunks sized and spaced from measurements), so a long prompt slows their tokens
+  // by at most (1 + prefill_stall)x of engine time. 0 = fixed prefill_chunk_tokens chunks.
+  // Default: 2.
   double prefill_stall = 2.0;
   // Maximum sessions decoding at once; more wait in the queue.
   uint32_t max_active_sessions = 64;

@@ -49,7 +49,10 @@ ABSL_FLAG(uint32_t, max_prompt_tokens, 65536, "longest prompt accepted (tokens)"
 ABSL_FLAG(uint32_t, max_new_tokens_cap, 4096, "largest max_new_tokens accepted");
 ABSL_FLAG(uint32_t, default_max_new_tokens, 128, "max_new_tokens when a request sets 0");
 ABSL_FLAG(bool, batching, true, "batch all sessions' decode steps into one forward");
-ABSL_FLAG(uint32_t, prefill_chunk_tokens, 256, "prompt tokens per scheduler step");
+ABSL_FLAG(uint32_t, prefill_chunk_tokens, 256, "prompt tokens per scheduler step (at most)");
+ABSL_FLAG(double, prefill_stall, 2.0,
+          "while others decode, prompt work may take at most this many times their decode "
+          "time (0 = fixed --prefill_chunk_tokens chunks)");
 ABSL_FLAG(uint32_t, max_active_sessions, 64, "turns running at once (more wait)");
 ABSL_FLAG(double, drain_delay, 0,
           "SIGTERM: seconds to keep serving while NOT_SERVING (endpoint removal)");
@@ -119,6 +122,7 @@ int main(int argc, char** argv) {
   c.default_max_new_tokens = absl::GetFlag(FLAGS_default_max_new_tokens);
   c.batching = absl::GetFlag(FLAGS_batching);
   c.prefill_chunk_tokens = absl::GetFlag(FLAGS_prefill_chunk_tokens);
+  c.prefill_stall = absl::GetFlag(FLAGS_prefill_stall);
   c.max_active_sessions = absl::GetFlag(FLAGS_max_active_sessions);
   c.drain_delay_s = absl::GetFlag(FLAGS_drain_delay);
   c.drain_timeout_s = absl::GetFlag(FLAGS_drain_timeout_s);

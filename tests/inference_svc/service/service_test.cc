@@ -352,24 +352,28 @@ TEST_F(ServiceTest, AdmissionRefusesATurnLargerThanThePool) {
   EXPECT_EQ(context.GetServerTrailingMetadata().count("retry-after"), 0u);
 }
 
-// While an admitted turn holds the whole pool, another turn is refused before its first
-// token with RESOURCE_EXHAUSTED and a retry-after hint; the admitted turn runs to its end.
+// While an admitted turn holds most of the pool, another turn that does not fit next to it
+// is refused before its first token with RESOURCE_EXHAUSTED and a retry-after hint; the
+// admitted turn runs to its end, and an idle cached session is not evicted for a turn that
+// could not fit anyway.
 TEST_F(ServiceTest, AdmissionHoldsAndRejectsWithRetryAfter) {
   // 64 blocks of 16 tokens.
   StartReplica(64 * 8192, "", "", [](ServiceConfig& c) { c.max_new_tokens_cap = 2000; });
-  ASSERT_TRUE(Create("long", v1::KV_MODE_FULL).ok());
-  ASSERT_TRUE(Create("short", v1::KV_MODE_FULL).ok());
-  // 100 + 900 tokens: 63 blocks + 1 = the whole pool.
+  for (const char* id : {"long", "short", "idle"}) ASSERT_TRUE(Create(id, v1::KV_MODE_FULL).ok());
+  std::vector<int32_t> tokens;
+  ASSERT_TRUE(Generate(Turn("idle", std::vector<int32_t>(20, 4), 4), &tokens).ok());  // 3 blocks
+  // 100 + 840 tokens: 59 blocks + 1.
   std::atomic<bool> streaming{false};
   std::vector<int32_t> long_tokens;
   grpc::Status long_status;
   std::thread long_turn([&] {
-    long_status = Generate(Turn("long", std::vector<int32_t>(100, 3), 900), &long_tokens,
+    long_status = Generate(Turn("long", std::vector<int32_t>(100, 3), 840), &long_tokens,
                            nullptr, &streaming);
   });
   while (!streaming.load()) std::this_thread::sleep_for(std::chrono::milliseconds(1));
+  // 50 + 8 tokens: 5 blocks; 60 + 5 > 64 even without the idle session.
   grpc::ClientContext context;
-  auto reader = stub_->Generate(&context, Turn("short", {5, 6, 7}, 8));
+  auto reader = stub_->Generate(&context, Turn("short", std::vector<int32_t>(50, 5), 8));
   v1::GenerateResponse response;
   int deltas = 0;
   while (reader->Read(&response)) deltas += response.has_delta();
@@ -383,10 +387,14 @@ TEST_F(ServiceTest, AdmissionHoldsAndRejectsWithRetryAfter) {
                                   trailers.find("retry-after")->second.size())),
             1);
   ASSERT_TRUE(long_status.ok()) << long_status.error_message();
-  EXPECT_EQ(long_tokens.size(), 900u);
+  EXPECT_EQ(long_tokens.size(), 840u);
+  v1::GenerateFinal final_message;
+  tokens.clear();
+  ASSERT_TRUE(Generate(Turn("idle", {9}, 2), &tokens, &final_message).ok());
+  EXPECT_FALSE(final_message.usage().restored_from_store());  // still cached
   // Once the pool is free again the refused turn runs.
-  std::vector<int32_t> tokens;
-  ASSERT_TRUE(Generate(Turn("short", {5, 6, 7}, 8), &tokens).ok());
+  tokens.clear();
+  ASSERT_TRUE(Generate(Turn("short", std::vector<int32_t>(50, 5), 8), &tokens).ok());
   EXPECT_EQ(tokens.size(), 8u);
 }
 
