@@ -116,6 +116,15 @@ class ServiceTest : public ::testing::Test {
     return reader->Finish();
   }
 
+  // A turn whose deltas are only counted; `context` keeps the trailing metadata.
+  grpc::Status CountDeltas(const v1::GenerateRequest& request, grpc::ClientContext* context,
+                           int* deltas) {
+    auto reader = stub_->Generate(context, request);
+    v1::GenerateResponse response;
+    while (reader->Read(&response)) *deltas += response.has_delta();
+    return reader->Finish();
+  }
+
   static v1::GenerateRequest Turn(const std::string& id, std::vector<int32_t> prompt, int max_new) {
     v1::GenerateRequest request;
     request.set_session_id(id);
@@ -341,11 +350,8 @@ TEST_F(ServiceTest, AdmissionRefusesATurnLargerThanThePool) {
   StartReplica(/*kv_pool_bytes=*/64 << 10);  // 8 blocks of 16 tokens
   ASSERT_TRUE(Create("big", v1::KV_MODE_FULL).ok());
   grpc::ClientContext context;
-  auto reader = stub_->Generate(&context, Turn("big", std::vector<int32_t>(100, 3), 64));
-  v1::GenerateResponse response;
   int deltas = 0;
-  while (reader->Read(&response)) deltas += response.has_delta();
-  grpc::Status s = reader->Finish();
+  grpc::Status s = CountDeltas(Turn("big", std::vector<int32_t>(100, 3), 64), &context, &deltas);
   EXPECT_EQ(s.error_code(), grpc::StatusCode::RESOURCE_EXHAUSTED) << s.error_message();
   EXPECT_NE(s.error_message().find("cannot run on this replica"), std::string::npos);
   EXPECT_EQ(deltas, 0);
@@ -373,11 +379,8 @@ TEST_F(ServiceTest, AdmissionHoldsAndRejectsWithRetryAfter) {
   while (!streaming.load()) std::this_thread::sleep_for(std::chrono::milliseconds(1));
   // 50 + 8 tokens: 5 blocks; 60 + 5 > 64 even without the idle session.
   grpc::ClientContext context;
-  auto reader = stub_->Generate(&context, Turn("short", std::vector<int32_t>(50, 5), 8));
-  v1::GenerateResponse response;
   int deltas = 0;
-  while (reader->Read(&response)) deltas += response.has_delta();
-  grpc::Status s = reader->Finish();
+  grpc::Status s = CountDeltas(Turn("short", std::vector<int32_t>(50, 5), 8), &context, &deltas);
   long_turn.join();
   EXPECT_EQ(s.error_code(), grpc::StatusCode::RESOURCE_EXHAUSTED) << s.error_message();
   EXPECT_EQ(deltas, 0);
