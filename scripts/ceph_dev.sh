@@ -10,8 +10,9 @@
 # Environment:
 #   CEPH_DEV_DIR    scratch directory (default ${TMPDIR:-/tmp}/kvfold-ceph-dev-$UID)
 #   CEPH_DEV_POOL   pool name (default kvfold)
-#   CEPH_DEV_AUTH   none (default) or cephx: then an admin keyring is generated in the dir
-#                   and ceph.conf points clients at it
+#   CEPH_DEV_AUTH   none (default) or cephx: then the client.admin key is generated into
+#                   $CEPH_DEV_DIR/admin.keyring, which clients must be given (ceph.conf does
+#                   not name it); `start` prints its path after the conf path
 #   CEPH_DEV_OSD_MB memory cap per memstore OSD in MiB (default 512)
 # Exit codes: 0 ok, 1 failure (logs under $CEPH_DEV_DIR/log), 3 the Ceph packages are
 # missing (ceph-mon, ceph-osd, ceph-common).
@@ -23,6 +24,8 @@ AUTH="${CEPH_DEV_AUTH:-none}"
 OSD_MB="${CEPH_DEV_OSD_MB:-512}"
 NUM_OSDS=3
 CONF="$DIR/ceph.conf"
+# A running cephx cluster is recognised by its admin keyring.
+if [ "${1:-}" != start ] && [ -f "$DIR/admin.keyring" ]; then AUTH=cephx; fi
 
 die() { echo "ceph_dev: $*" >&2; exit 1; }
 
@@ -40,7 +43,10 @@ free_port() {
   /usr/bin/python3 -c 'import socket; s=socket.socket(); s.bind(("127.0.0.1",0)); print(s.getsockname()[1])'
 }
 
-ceph_cmd() { timeout 30 ceph -c "$CONF" "$@"; }
+# With cephx the admin key is in $DIR/admin.keyring and ceph.conf does not name it: clients
+# (kvfold-memory --ceph_keyring, the tests) must be given the file.
+auth_args() { [ "$AUTH" = cephx ] && echo "--keyring=$DIR/admin.keyring" || true; }
+ceph_cmd() { timeout 30 ceph -c "$CONF" $(auth_args) "$@"; }
 
 # Starts a daemon in the foreground mode under setsid and records its PID.
 spawn() {
@@ -80,7 +86,6 @@ ms_bind_ipv6 = false
 auth_cluster_required = $AUTH
 auth_service_required = $AUTH
 auth_client_required = $AUTH
-$([ "$AUTH" = cephx ] && echo "keyring = $DIR/admin.keyring")
 run_dir = $DIR/run
 log_file = $DIR/log/\$name.log
 pid_file = $DIR/run/\$name.pid
@@ -108,6 +113,7 @@ mon_cluster_log_file = $DIR/log/cluster.log
 [osd]
 admin_socket = $DIR/run/\$name.asok
 osd_data = $DIR/osd/\$name
+keyring = $DIR/osd/\$name/keyring
 osd_objectstore = memstore
 memstore_device_bytes = $((OSD_MB << 20))
 osd_heartbeat_interval = 1
@@ -176,6 +182,7 @@ cmd_start() {
   cmd_status >/dev/null 2>&1 || die "pool '$POOL' did not become writable (see $DIR/log)"
   echo "ceph_dev: cluster up in $DIR (pool $POOL, $NUM_OSDS OSDs, auth $AUTH)" >&2
   echo "$CONF"
+  if [ "$AUTH" = cephx ]; then echo "$DIR/admin.keyring"; fi
 }
 
 # Healthy = all OSDs up and a write + read of a probe object in the pool succeed.
@@ -184,8 +191,8 @@ cmd_status() {
   local up
   up=$(ceph_cmd osd stat -f json 2>/dev/null | /usr/bin/python3 -c 'import json,sys; print(json.load(sys.stdin)["num_up_osds"])' 2>/dev/null || echo 0)
   echo "ceph_dev: $up/$NUM_OSDS OSDs up" >&2
-  echo probe | timeout 10 rados -c "$CONF" -p "$POOL" put ceph_dev_probe - 2>/dev/null || return 1
-  timeout 10 rados -c "$CONF" -p "$POOL" stat ceph_dev_probe >/dev/null 2>&1 || return 1
+  echo probe | timeout 10 rados -c "$CONF" $(auth_args) -p "$POOL" put ceph_dev_probe - 2>/dev/null || return 1
+  timeout 10 rados -c "$CONF" $(auth_args) -p "$POOL" stat ceph_dev_probe >/dev/null 2>&1 || return 1
   [ "$up" = "$NUM_OSDS" ]
 }
 

@@ -80,7 +80,7 @@ absl::Status RadosBackend::Open(const RadosOptions& o) {
     return absl::NotFoundError(
         absl::StrCat("rados: cannot read ", o.conf_file, ": ", std::strerror(-r)));
   }
-  if (!o.keyring_file.empty()) {
+  if (!o.keyring_file.empty()) {  // the flag wins over ceph.conf
     if (int r = cluster_.conf_set("keyring", o.keyring_file.c_str()); r < 0) {
       return FromRados(r, "set keyring");
     }
@@ -90,8 +90,10 @@ absl::Status RadosBackend::Open(const RadosOptions& o) {
     if (int r = cluster_.conf_set(key, timeout.c_str()); r < 0) return FromRados(r, key);
   }
   if (int r = cluster_.connect(); r < 0) {
-    return absl::UnavailableError(absl::StrCat("rados: cannot connect to the cluster of ",
-                                               o.conf_file, ": ", std::strerror(-r)));
+    return absl::UnavailableError(absl::StrCat(
+        "rados: cannot connect to the cluster of ", o.conf_file, " as ", o.user, ": ",
+        std::strerror(-r), " (monitors unreachable, or with cephx a missing or wrong key: ",
+        o.keyring_file.empty() ? "no keyring given" : "keyring " + o.keyring_file, ")"));
   }
   connected_ = true;
   if (int r = cluster_.ioctx_create(o.pool.c_str(), io_); r < 0) {

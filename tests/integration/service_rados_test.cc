@@ -32,7 +32,8 @@ TEST(ServiceRadosTest, DemoSessionResumesThroughRados) {
   const std::string name_space = absl::StrFormat("it-%08x", rd());
   const std::vector<std::string> rados = {"--backend=rados", "--ceph_conf=" + conf,
                                           "--pool=" + Env("KVFOLD_CEPH_POOL"),
-                                          "--rados_namespace=" + name_space};
+                                          "--rados_namespace=" + name_space,
+                                          "--ceph_keyring=" + Env("KVFOLD_CEPH_KEYRING")};
   // The demo's model when ../shared has it, else the tiny random one.
   const std::string shared = Env("KVFOLD_SHARED_DIR").empty()
                                  ? std::string(KVFOLD_SOURCE_DIR_FALLBACK) + "/../shared"

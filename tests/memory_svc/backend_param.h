@@ -25,6 +25,12 @@ inline std::string CephPool() {
   return pool == nullptr || *pool == '\0' ? std::string("kvfold") : std::string(pool);
 }
 
+// The client.admin keyring of a cephx test cluster; empty with auth none.
+inline std::string CephKeyring() {
+  const char* keyring = std::getenv("KVFOLD_CEPH_KEYRING");
+  return keyring == nullptr ? std::string() : std::string(keyring);
+}
+
 inline constexpr char kCephSkipMessage[] =
     "no Ceph test cluster (KVFOLD_CEPH_CONF unset): the RADOS instances run in the "
     "ceph-labelled tests (ctest -L ceph), which start one with scripts/ceph_dev.sh";
@@ -45,6 +51,7 @@ inline StoreOptions BackendOptions(const std::string& backend, const std::string
     options.rados.conf_file = CephConf();
     options.rados.pool = CephPool();
     options.rados.name_space = name_space;
+    options.rados.keyring_file = CephKeyring();
   } else {
     options.db_dir = dir;
   }

@@ -43,7 +43,7 @@ class CephTest : public ::testing::Test {
         KVFOLD_MEMORY_BINARY,
         {"--listen=127.0.0.1:0", "--backend=rados", "--ceph_conf=" + CephConf(),
          "--pool=" + CephPool(), "--rados_namespace=" + name_space_, "--versions_kept=100000",
-         "--drain_seconds=2"});
+         "--drain_seconds=2", "--ceph_keyring=" + CephKeyring()});
     EXPECT_TRUE(started);
     return started ? std::move(server) : nullptr;
   }
@@ -57,6 +57,27 @@ class CephTest : public ::testing::Test {
 
   const std::string name_space_ = FreshNamespace();
 };
+
+// The cluster runs cephx: the key comes from the --ceph_keyring file, and without it (or
+// with a wrong one) the process does not start.
+TEST_F(CephTest, TheKeyringComesFromAFile) {
+  if (CephKeyring().empty()) GTEST_SKIP() << "the test cluster runs without cephx";
+  const std::vector<std::string> base = {"--listen=127.0.0.1:0", "--backend=rados",
+                                         "--ceph_conf=" + CephConf(), "--pool=" + CephPool()};
+  EXPECT_EQ(RunToExit(KVFOLD_MEMORY_BINARY, base), 1);
+  TempDir dir;
+  const std::string wrong = dir.path() + "/wrong.keyring";
+  std::FILE* f = std::fopen(wrong.c_str(), "w");
+  ASSERT_NE(f, nullptr);
+  std::fputs("[client.admin]\n\tkey = AQBtFXBnAAAAABAAd9Wn1fVfUp4nU1Xq4hWwXA==\n", f);
+  std::fclose(f);
+  std::vector<std::string> args = base;
+  args.push_back("--ceph_keyring=" + wrong);
+  EXPECT_EQ(RunToExit(KVFOLD_MEMORY_BINARY, args), 1);
+  std::unique_ptr<ServerProcess> server = StartReplica();  // with the right keyring
+  ASSERT_TRUE(server);
+  EXPECT_EQ(server->Stop(SIGTERM), 0);
+}
 
 TEST_F(CephTest, EightWritersOnTwoProcessesRaceOnOneHead) {
   std::unique_ptr<ServerProcess> a = StartReplica(), b = StartReplica();
@@ -201,6 +222,9 @@ TEST_F(CephTest, UncommittedVersionsAreCollected) {
   librados::Rados cluster;
   ASSERT_EQ(cluster.init2("client.admin", "ceph", 0), 0);
   ASSERT_EQ(cluster.conf_read_file(CephConf().c_str()), 0);
+  if (!CephKeyring().empty()) {
+    ASSERT_EQ(cluster.conf_set("keyring", CephKeyring().c_str()), 0);
+  }
   ASSERT_EQ(cluster.connect(), 0);
   librados::IoCtx io;
   ASSERT_EQ(cluster.ioctx_create(CephPool().c_str(), io), 0);
