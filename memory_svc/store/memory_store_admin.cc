@@ -2,6 +2,7 @@
 // garbage collection. Each mutation reads the session record, decides, and commits guarded
 // by that record (backend.h); a commit that lost against a concurrent change decides again.
 #include <algorithm>
+#include <functional>
 #include <utility>
 
 #include "absl/strings/str_cat.h"
@@ -30,6 +31,48 @@ absl::Status NoSuchVersion(absl::string_view session_id, uint64_t version) {
   return absl::NotFoundError(absl::StrCat("session '", session_id, "' has no version ", version));
 }
 
+// A change of a session's record that concerns one retained version (roll back, pin).
+struct RecordChange {
+  SessionMeta meta;  // as committed
+  uint64_t version = 0;
+  VersionRecord record;
+};
+
+// Reads the live session and version `version` (0 = head), checks the head against
+// `expected_head` (0 = any), lets `change` edit the record, and commits it guarded by what
+// was read; decides again when a concurrent commit got in between.
+absl::StatusOr<RecordChange> ChangeSessionRecord(
+    StoreBackend& backend, const StoreOptions& options, absl::string_view tenant,
+    absl::string_view session_id, uint64_t version, uint64_t expected_head,
+    const std::function<void(SessionMeta&, const RecordChange&, int64_t)>& change) {
+  for (int attempt = 0; attempt < kMaxCommitAttempts; ++attempt) {
+    const int64_t now = options.clock_ms();
+    absl::StatusOr<SessionState> state = ReadLiveSession(backend, options, tenant, session_id, now);
+    if (!state.ok()) return state.status();
+    RecordChange out;
+    out.meta = std::move(state->meta);
+    if (expected_head != 0 && out.meta.head_version != expected_head) {
+      return absl::AbortedError(absl::StrCat("session '", session_id, "': head is ",
+                                             out.meta.head_version, ", expected ", expected_head));
+    }
+    out.version = version == 0 ? out.meta.head_version : version;
+    if (!out.meta.HasVersion(out.version)) return NoSuchVersion(session_id, out.version);
+    absl::StatusOr<std::optional<VersionRecord>> record =
+        ReadListedRecord(backend, tenant, session_id, out.version);
+    if (!record.ok()) return record.status();
+    if (!record->has_value()) continue;
+    out.record = **std::move(record);
+    change(out.meta, out, now);
+    SessionCommit commit;
+    commit.expected_token = state->cas_token;
+    commit.meta = out.meta;
+    absl::StatusOr<bool> committed = backend.Commit(tenant, session_id, commit);
+    if (!committed.ok()) return committed.status();
+    if (*committed) return out;
+  }
+  return TooMuchContention(session_id);
+}
+
 }  // namespace
 
 absl::StatusOr<v1::SessionInfo> MemoryStore::SetHead(absl::string_view tenant,
@@ -43,34 +86,15 @@ absl::StatusOr<v1::SessionInfo> MemoryStore::SetHead(absl::string_view tenant,
   }
   if (version == 0) return absl::InvalidArgumentError("SetHead needs a version >= 1");
   KVFOLD_STORE_OPEN_OR_RETURN();
-  StoreBackend& backend = *impl_->backend;
-  for (int attempt = 0; attempt < kMaxCommitAttempts; ++attempt) {
-    const int64_t now = options_.clock_ms();
-    absl::StatusOr<SessionState> state =
-        ReadLiveSession(backend, options_, tenant, session_id, now);
-    if (!state.ok()) return state.status();
-    SessionMeta& m = state->meta;
-    if (expected_head_version != 0 && m.head_version != expected_head_version) {
-      return absl::AbortedError(absl::StrCat("session '", session_id, "': head is ",
-                                             m.head_version, ", expected ",
-                                             expected_head_version));
-    }
-    if (!m.HasVersion(version)) return NoSuchVersion(session_id, version);
-    absl::StatusOr<std::optional<VersionRecord>> record =
-        ReadListedRecord(backend, tenant, session_id, version);
-    if (!record.ok()) return record.status();
-    if (!record->has_value()) continue;
-    m.head_version = version;
-    m.total_tokens = (*record)->header.total_tokens();
-    m.updated_unix_ms = now;
-    SessionCommit commit;
-    commit.expected_token = state->cas_token;
-    commit.meta = m;
-    absl::StatusOr<bool> committed = backend.Commit(tenant, session_id, commit);
-    if (!committed.ok()) return committed.status();
-    if (*committed) return MakeSessionInfo(session_id, m);
-  }
-  return TooMuchContention(session_id);
+  absl::StatusOr<RecordChange> done = ChangeSessionRecord(
+      *impl_->backend, options_, tenant, session_id, version, expected_head_version,
+      [](SessionMeta& m, const RecordChange& c, int64_t now) {
+        m.head_version = c.version;
+        m.total_tokens = c.record.header.total_tokens();
+        m.updated_unix_ms = now;
+      });
+  if (!done.ok()) return done.status();
+  return MakeSessionInfo(session_id, done->meta);
 }
 
 absl::StatusOr<v1::VersionInfo> MemoryStore::PinVersion(absl::string_view tenant,
@@ -79,32 +103,17 @@ absl::StatusOr<v1::VersionInfo> MemoryStore::PinVersion(absl::string_view tenant
   if (absl::Status s = CheckIds(tenant, session_id); !s.ok()) return s;
   if (absl::Status s = ValidateVersion(version, "version"); !s.ok()) return s;
   KVFOLD_STORE_OPEN_OR_RETURN();
-  StoreBackend& backend = *impl_->backend;
-  for (int attempt = 0; attempt < kMaxCommitAttempts; ++attempt) {
-    const int64_t now = options_.clock_ms();
-    absl::StatusOr<SessionState> state =
-        ReadLiveSession(backend, options_, tenant, session_id, now);
-    if (!state.ok()) return state.status();
-    SessionMeta& m = state->meta;
-    const uint64_t v = version == 0 ? m.head_version : version;
-    if (!m.HasVersion(v)) return NoSuchVersion(session_id, v);
-    absl::StatusOr<std::optional<VersionRecord>> record =
-        ReadListedRecord(backend, tenant, session_id, v);
-    if (!record.ok()) return record.status();
-    if (!record->has_value()) continue;
-    auto it = std::lower_bound(m.pinned.begin(), m.pinned.end(), v);
-    const bool was_pinned = it != m.pinned.end() && *it == v;
-    if (pinned && !was_pinned) m.pinned.insert(it, v);
-    if (!pinned && was_pinned) m.pinned.erase(it);
-    m.updated_unix_ms = now;
-    SessionCommit commit;
-    commit.expected_token = state->cas_token;
-    commit.meta = m;
-    absl::StatusOr<bool> committed = backend.Commit(tenant, session_id, commit);
-    if (!committed.ok()) return committed.status();
-    if (*committed) return MakeVersionInfo(v, m, **record);
-  }
-  return TooMuchContention(session_id);
+  absl::StatusOr<RecordChange> done = ChangeSessionRecord(
+      *impl_->backend, options_, tenant, session_id, version, /*expected_head=*/0,
+      [pinned](SessionMeta& m, const RecordChange& c, int64_t now) {
+        auto it = std::lower_bound(m.pinned.begin(), m.pinned.end(), c.version);
+        const bool was_pinned = it != m.pinned.end() && *it == c.version;
+        if (pinned && !was_pinned) m.pinned.insert(it, c.version);
+        if (!pinned && was_pinned) m.pinned.erase(it);
+        m.updated_unix_ms = now;
+      });
+  if (!done.ok()) return done.status();
+  return MakeVersionInfo(done->version, done->meta, done->record);
 }
 
 absl::StatusOr<v1::SessionInfo> MemoryStore::Fork(absl::string_view tenant,

@@ -201,14 +201,11 @@ inline nlohmann::json ToJson(const CellResult& r, const char* op, const std::str
           {"p99_ms", r.p99_ms}};
 }
 
-// Puts for `seconds` (client c writes versions 1, 2, ... of its session), then gets of
-// random versions among each client's newest `retained` for `seconds`.
-inline std::pair<CellResult, CellResult> PutThenGet(Target& target,
-                                                    const std::vector<Block>& blocks,
-                                                    int clients, double seconds,
-                                                    uint64_t retained) {
-  std::vector<uint64_t> head(clients, 0);
-  const CellResult put = RunCell(clients, seconds, [&](int c, uint64_t i, size_t* n) {
+// Puts for `seconds`: client c writes versions head[c] + 1, ... of its session and
+// advances head[c] (sized to `clients`, zeros for fresh sessions).
+inline CellResult PutCell(Target& target, const std::vector<Block>& blocks, int clients,
+                          double seconds, std::vector<uint64_t>& head) {
+  return RunCell(clients, seconds, [&](int c, uint64_t i, size_t* n) {
     const Block& b = blocks[(c + i) % blocks.size()];
     absl::Status s = target.Put(c, head[c] + 1, b);
     if (s.ok()) {
@@ -217,13 +214,26 @@ inline std::pair<CellResult, CellResult> PutThenGet(Target& target,
     }
     return s;
   });
+}
+
+// Gets for `seconds` of random versions among each client's newest `retained`.
+inline CellResult GetCell(Target& target, int clients, double seconds,
+                          const std::vector<uint64_t>& head, uint64_t retained) {
   std::vector<std::mt19937_64> rngs;
   for (int c = 0; c < clients; ++c) rngs.emplace_back(c);
-  const CellResult get = RunCell(clients, seconds, [&](int c, uint64_t, size_t* n) {
+  return RunCell(clients, seconds, [&](int c, uint64_t, size_t* n) {
     if (head[c] == 0) return absl::FailedPreconditionError("client wrote nothing");
     return target.Get(c, head[c] - rngs[c]() % std::min<uint64_t>(head[c], retained), n);
   });
-  return {put, get};
+}
+
+inline std::pair<CellResult, CellResult> PutThenGet(Target& target,
+                                                    const std::vector<Block>& blocks,
+                                                    int clients, double seconds,
+                                                    uint64_t retained) {
+  std::vector<uint64_t> head(clients, 0);
+  const CellResult put = PutCell(target, blocks, clients, seconds, head);
+  return {put, GetCell(target, clients, seconds, head, retained)};
 }
 
 }  // namespace kvfold::bench

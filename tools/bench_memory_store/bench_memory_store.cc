@@ -134,23 +134,10 @@ absl::Status RunBlobComparison(const std::vector<Block>& blocks, int clients, bo
     RawTarget target(std::move(db));
     std::vector<uint64_t> head(clients, 0);
     const uint64_t written_before = ProcessWriteChars();
-    const CellResult put = RunCell(clients, seconds, [&](int c, uint64_t i, size_t* n) {
-      const Block& b = blocks[(c + i) % blocks.size()];
-      absl::Status s = target.Put(c, head[c] + 1, b);
-      if (s.ok()) {
-        ++head[c];
-        *n = b.payload.size();
-      }
-      return s;
-    });
+    const CellResult put = PutCell(target, blocks, clients, seconds, head);
     if (absl::Status s = raw->FlushAndWaitIdle(); !s.ok()) return s;
     const uint64_t written = ProcessWriteChars() - written_before;
-    std::vector<std::mt19937_64> rngs;
-    for (int c = 0; c < clients; ++c) rngs.emplace_back(c);
-    const CellResult get = RunCell(clients, seconds, [&](int c, uint64_t, size_t* n) {
-      const uint64_t retained = std::min<uint64_t>(head[c], 16);
-      return target.Get(c, head[c] - rngs[c]() % retained, n);
-    });
+    const CellResult get = GetCell(target, clients, seconds, head, /*retained=*/16);
     const size_t block_bytes = blocks[0].payload.size();
     nlohmann::json p = ToJson(put, "put", "rocksdb", block_bytes, clients, false, blob);
     p["write_amplification"] = put.bytes ? static_cast<double>(written) / put.bytes : 0.0;
