@@ -73,6 +73,9 @@ def parse_args(argv=None):
                     help="growing: the window holds W..W + C tokens (budget M + W + C); "
                     "sliding: always the last W tokens (budget M + W)")
     ap.add_argument("--steps", type=int, default=600)
+    ap.add_argument("--stop-at", type=int, default=0,
+                    help="end after this step (the lr schedule still spans --steps); the "
+                    "written projector is that step's")
     ap.add_argument("--batch", type=int, default=16)
     ap.add_argument("--lr", type=float, default=2e-3)
     ap.add_argument("--warmup", type=int, default=30)
@@ -313,7 +316,8 @@ def main(argv=None):
     t0 = time.time()
     elapsed = elapsed0
     ema = None
-    while step < args.steps:
+    last = min(args.steps, args.stop_at) if args.stop_at > 0 else args.steps
+    while step < last:
         if stream is not None:
             docs = stream.next_batch()
             idx = list(range(len(docs)))
@@ -357,7 +361,7 @@ def main(argv=None):
               f"(ema {ema:.4f}) nll {nll.item():.4f} kl {kl.item():.4f} W={Wb} "
               f"{elapsed:.0f}s" + (f" val mem {vm} full {vf}" if vm != "" else ""),
               file=sys.stderr, end="\n" if vm != "" or step % 10 == 0 else "", flush=True)
-        if step % args.ckpt_every == 0 or step == args.steps:
+        if step % args.ckpt_every == 0 or step == last:
             save_ckpt()
     print("", file=sys.stderr)
     save_ckpt()
