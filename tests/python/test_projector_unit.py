@@ -25,6 +25,10 @@ from kvfold_torch import llama, memory, projector  # noqa: E402
 CFG = llama.LlamaConfig(hidden_size=48, intermediate_size=72, num_layers=3, num_heads=6,
                         num_kv_heads=2, vocab_size=97, qkv_bias=True)
 MODEL = llama.random_model(CFG, seed=3)
+# One layer: a token's cached K/V depend only on the token (naive per-row references).
+MODEL_1LAYER = llama.random_model(
+    llama.LlamaConfig(hidden_size=48, intermediate_size=72, num_layers=1, num_heads=6,
+                      num_kv_heads=2, vocab_size=97, qkv_bias=True), seed=4)
 
 
 def make_proj(input_layers=1, W=8, C=5, seed=1, window_policy="growing"):
@@ -76,9 +80,7 @@ def test_sliding_policy_against_naive():
     each fold) sees the memory at position 0 and w[max(0, i - W + 1)..i] at positions
     1..n, the query last (so at most at position W). One layer: the cached K/V depend only
     on the token, so re-running a row's visible tokens reproduces it exactly."""
-    cfg1 = llama.LlamaConfig(hidden_size=48, intermediate_size=72, num_layers=1,
-                             num_heads=6, num_kv_heads=2, vocab_size=97, qkv_bias=True)
-    model1 = llama.random_model(cfg1, seed=4)
+    model1 = MODEL_1LAYER
     g = torch.Generator().manual_seed(8)
     toks = torch.randint(3, 97, (1, 44), generator=g)
     W, C = 7, 4
@@ -169,9 +171,7 @@ def test_sink_against_naive():
     """Sink mode vs a direct per-token construction of the cache and its positions. With
     one layer the cached K/V depend only on the token, so re-running the kept tokens
     reproduces the cache exactly."""
-    cfg1 = llama.LlamaConfig(hidden_size=48, intermediate_size=72, num_layers=1,
-                             num_heads=6, num_kv_heads=2, vocab_size=97, qkv_bias=True)
-    model1 = llama.random_model(cfg1, seed=4)
+    model1 = MODEL_1LAYER
     g = torch.Generator().manual_seed(7)
     toks = torch.randint(3, 97, (1, 23), generator=g)
     S, Wm = 3, 6
