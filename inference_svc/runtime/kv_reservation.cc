@@ -18,9 +18,11 @@ int Saturate(int64_t v) {
 
 }  // namespace
 
-int ReserveBlocks(const SessionSpec& spec, const KvGeometry& g, int64_t tokens_after_turn) {
+int ReserveBlocks(const SessionSpec& spec, const KvGeometry& g, int64_t tokens_after_turn,
+                  int64_t prompt_tokens) {
   const int64_t n = std::max<int64_t>(0, tokens_after_turn);
-  const int64_t windowed = static_cast<int64_t>(spec.window_size) + g.transient_tokens;
+  const int64_t rows = std::max<int64_t>(1, std::min<int64_t>(prompt_tokens, g.transient_tokens));
+  const int64_t windowed = static_cast<int64_t>(spec.window_size) + rows;
   int64_t prefix = 0, main = 0;
   switch (spec.mode) {
     case engine::KvMode::kFull:

@@ -12,18 +12,22 @@ namespace kvfold::runtime {
 
 struct KvGeometry {
   int block_size = 16;       // entries per pool block
-  // Entries one Forward may append to a sliding/sink window before it drops the ones no
-  // later row sees: the larger of the engine's rows per forward and the prefill chunk.
+  // Most rows one Forward appends to a sliding/sink window before it drops the ones no
+  // later row sees: the scheduler's prefill chunk (a window import feeds at most the
+  // window itself).
   int transient_tokens = 256;
   int mem_slots = 0;         // memory modes: M (prefix entries)
   int chunk_size = 0;        // memory modes: C (window holds at most W + C)
 };
 
 // Upper bound of the blocks a session of `spec` holds while `tokens_after_turn` tokens
-// (resident now + prompt + max_new_tokens) pass through it: full keeps all of them;
-// sliding W (+ one forward's rows); sink S + W (+ rows); memory M + W + C; memory_only
-// M + C. Each segment counts a partial block at either end. Saturates at INT32_MAX.
-int ReserveBlocks(const SessionSpec& spec, const KvGeometry& geometry, int64_t tokens_after_turn);
+// (resident now + prompt + max_new_tokens) pass through it, `prompt_tokens` of them as
+// prefill: full keeps all of them; sliding W plus one forward's rows (the smaller of the
+// prompt and transient_tokens, at least 1); sink S + the same; memory M + W + C;
+// memory_only M + C. Each segment counts a partial block at either end. Saturates at
+// INT32_MAX.
+int ReserveBlocks(const SessionSpec& spec, const KvGeometry& geometry, int64_t tokens_after_turn,
+                  int64_t prompt_tokens);
 
 // Upper bound of the blocks an idle session with `resident_tokens` entries holds.
 int HeldBlocks(const KvGeometry& geometry, int64_t resident_tokens);

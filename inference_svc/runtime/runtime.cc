@@ -112,7 +112,7 @@ Runtime::Runtime(const Deps& deps, const RuntimeOptions& options)
     : deps_(deps), options_(options), table_(options.session_cache_bytes) {
   const engine::EngineOptions& e = deps.engine->options();
   geometry_.block_size = e.block_size;
-  geometry_.transient_tokens = std::max(e.max_batch_tokens, options.scheduler.prefill_chunk_tokens);
+  geometry_.transient_tokens = std::max(1, options.scheduler.prefill_chunk_tokens);
   if (deps.projector != nullptr) {
     geometry_.mem_slots = deps.projector->config().mem_slots;
     geometry_.chunk_size = deps.projector->config().chunk_size;
@@ -257,10 +257,10 @@ std::unique_ptr<TurnHandle> Runtime::Launch(const Caller& caller, const std::str
   job->prompt_ids = std::move(prompt);
   job->sampling = sampling;
   job->reseed = reseed;
-  job->reserve_blocks =
-      ReserveBlocks(live->spec, geometry_,
-                    resident + static_cast<int64_t>(job->prompt_ids.size()) +
-                        std::max(0, sampling.max_new_tokens));
+  const int64_t prompt_tokens = static_cast<int64_t>(job->prompt_ids.size());
+  job->reserve_blocks = ReserveBlocks(live->spec, geometry_,
+                                      resident + prompt_tokens + std::max(0, sampling.max_new_tokens),
+                                      prompt_tokens);
   auto handle = std::unique_ptr<TurnHandle>(new TurnHandle());
   handle->runtime_ = this;
   handle->caller_ = caller;
