@@ -6,6 +6,7 @@
 #define KVFOLD_TESTS_MEMORY_SVC_BACKEND_PARAM_H_
 
 #include <cstdlib>
+#include <filesystem>
 #include <random>
 #include <string>
 
@@ -14,10 +15,12 @@
 
 namespace kvfold::memory::testing {
 
-// The ceph.conf of the test cluster; empty when none runs.
+// The ceph.conf of the test cluster; empty when none runs (the fixture could not start one:
+// the Ceph packages are missing).
 inline std::string CephConf() {
   const char* conf = std::getenv("KVFOLD_CEPH_CONF");
-  return conf == nullptr ? std::string() : std::string(conf);
+  if (conf == nullptr || !std::filesystem::exists(conf)) return std::string();
+  return std::string(conf);
 }
 
 inline std::string CephPool() {
@@ -32,8 +35,9 @@ inline std::string CephKeyring() {
 }
 
 inline constexpr char kCephSkipMessage[] =
-    "no Ceph test cluster (KVFOLD_CEPH_CONF unset): the RADOS instances run in the "
-    "ceph-labelled tests (ctest -L ceph), which start one with scripts/ceph_dev.sh";
+    "no Ceph test cluster (KVFOLD_CEPH_CONF unset or no such file): the RADOS instances run "
+    "in the ceph-labelled tests (ctest -L ceph), which start one with scripts/ceph_dev.sh "
+    "when the Ceph packages are installed";
 
 // A namespace no other test uses.
 inline std::string FreshNamespace() {
