@@ -19,7 +19,14 @@ cd "$(dirname "$0")/.."
 OUT="${1:-build/image}"
 BUILD_DIR="${KVFOLD_BUILD_DIR:-build}"
 SUITE=bookworm
-MIRROR="${KVFOLD_DEBIAN_MIRROR:-http://deb.debian.org/debian}"
+# The Debian mirror this machine's apt uses (deb822 .sources or a sources.list line).
+apt_mirror() {
+  sed -n 's/^URIs: *\([^ ]*\).*/\1/p' /etc/apt/sources.list.d/*.sources 2>/dev/null |
+    grep -v security | head -1
+  sed -n 's/^deb \(\[[^]]*\] \)\{0,1\}\([^ ]*\) bookworm .*/\2/p' /etc/apt/sources.list 2>/dev/null | head -1
+}
+MIRROR="${KVFOLD_DEBIAN_MIRROR:-$(apt_mirror | head -1)}"
+[ -n "$MIRROR" ] || { echo "build_image: no Debian mirror in apt's sources; set KVFOLD_DEBIAN_MIRROR" >&2; exit 1; }
 VERSION=$(sed -n 's/^project(kvfold VERSION \([0-9.]*\).*/\1/p' CMakeLists.txt)
 IMAGE="ghcr.io/kvfold/kvfold:${VERSION}"
 # Runtime libraries of the binaries (docker/Dockerfile, stage runtime-deps) + curl for the
@@ -53,10 +60,10 @@ step "3/5 user kvfold (10001), no apt lists or caches"
 chroot "$ROOT" useradd --uid 10001 --user-group --no-create-home --home-dir /nonexistent kvfold
 rm -rf "$ROOT"/var/lib/apt/lists/* "$ROOT"/var/cache/apt/*.bin "$ROOT"/var/cache/apt/archives/*.deb
 
-step "4/5 smoke test inside the root: kvfold --version, kvfold-inference --help"
-chroot --userspec=10001:10001 "$ROOT" /usr/local/bin/kvfold --version | tee -a "$LOG"
-chroot --userspec=10001:10001 "$ROOT" /usr/local/bin/kvfold-inference --help > /dev/null
-chroot --userspec=10001:10001 "$ROOT" /usr/local/bin/kvfold-memory --help > /dev/null
+step "4/5 smoke test inside the root, as UID 10001: the binaries start with the root's libraries"
+chroot --userspec=10001:10001 "$ROOT" /usr/local/bin/kvfold --help > /dev/null
+chroot --userspec=10001:10001 "$ROOT" /usr/local/bin/kvfold-inference --version | tee -a "$LOG"
+chroot --userspec=10001:10001 "$ROOT" /usr/local/bin/kvfold-memory --version | tee -a "$LOG"
 ls "$ROOT"/usr/local/share/kvfold/projectors | sed 's/^/build_image: projector /' | tee -a "$LOG"
 
 step "5/5 buildah: commit $IMAGE and write $OUT/kvfold-$VERSION-cpu.oci.tar"
