@@ -20,8 +20,16 @@ size_t DTypeSize(DType dtype) {
       return 2;
     case DType::kI8:
       return 1;
+    case DType::kQ8:
+      return 0;
   }
   return 0;
+}
+
+size_t StorageBytes(DType dtype, int64_t numel, int64_t last_dim) {
+  if (dtype != DType::kQ8) return static_cast<size_t>(numel) * DTypeSize(dtype);
+  if (last_dim <= 0) return 0;
+  return static_cast<size_t>(numel / last_dim) * Q8RowBytes(last_dim);
 }
 
 const char* DTypeName(DType dtype) {
@@ -36,6 +44,8 @@ const char* DTypeName(DType dtype) {
       return "i32";
     case DType::kI8:
       return "i8";
+    case DType::kQ8:
+      return "q8";
   }
   return "?";
 }
@@ -43,8 +53,8 @@ const char* DTypeName(DType dtype) {
 Tensor Tensor::Rows(int64_t row_begin, int64_t num_rows) const {
   KVFOLD_CHECK(row_begin >= 0 && row_begin + num_rows <= shape[0]);
   Tensor t = *this;
-  const int64_t row_elems = numel() / shape[0];
-  t.data = static_cast<char*>(data) + row_begin * row_elems * DTypeSize(dtype);
+  const size_t row_bytes = shape[0] > 0 ? size_bytes() / shape[0] : 0;
+  t.data = static_cast<char*>(data) + row_begin * row_bytes;
   t.shape[0] = num_rows;
   return t;
 }

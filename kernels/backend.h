@@ -34,10 +34,23 @@
 
 namespace kvfold::kernels {
 
-enum class DType : uint8_t { kF32 = 0, kF16 = 1, kBF16 = 2, kI32 = 3, kI8 = 4 };
+enum class DType : uint8_t { kF32 = 0, kF16 = 1, kBF16 = 2, kI32 = 3, kI8 = 4, kQ8 = 5 };
 
+// Bytes per element; 0 for kQ8 (a blocked format: use StorageBytes).
 size_t DTypeSize(DType dtype);
-const char* DTypeName(DType dtype);  // "f32", "f16", "bf16", "i32", "i8"
+const char* DTypeName(DType dtype);  // "f32", "f16", "bf16", "i32", "i8", "q8"
+
+// Q8 weights (kQ8, "q8"; the numbers of ggml's Q8_0, docs/model-format.md "Q8 weights"):
+// a [rows, cols] matrix stored row by row; a row is ceil(cols / kQ8Block) fp16 scales
+// followed by ceil(cols / kQ8Block) * kQ8Block int8 codes (codes past `cols` are 0).
+// Weight (r, c) = scale[c / kQ8Block] * code[c]. Only weight matrices use it (MatMul's w,
+// Gather's table).
+inline constexpr int64_t kQ8Block = 32;
+constexpr size_t Q8RowBytes(int64_t cols) {
+  return static_cast<size_t>((cols + kQ8Block - 1) / kQ8Block) * (sizeof(uint16_t) + kQ8Block);
+}
+// Bytes of a tensor of `numel` elements whose last dimension is `last_dim`.
+size_t StorageBytes(DType dtype, int64_t numel, int64_t last_dim);
 
 // A block of device memory. Freed when destroyed (the backend must outlive it).
 class Buffer {
@@ -56,7 +69,9 @@ struct Tensor {
 
   bool empty() const { return data == nullptr; }
   int64_t numel() const { return shape[0] * shape[1] * shape[2] * shape[3]; }
-  size_t size_bytes() const { return static_cast<size_t>(numel()) * DTypeSize(dtype); }
+  size_t size_bytes() const {
+    return StorageBytes(dtype, numel(), rank > 0 ? shape[rank - 1] : 1);
+  }
   int64_t dim(int i) const { return shape[i]; }
   // Rows [row_begin, row_begin + num_rows) along dim 0.
   Tensor Rows(int64_t row_begin, int64_t num_rows) const;
@@ -159,7 +174,8 @@ class Backend {
   virtual absl::Status Synchronize(Stream& stream) = 0;
 
   // Ops ---------------------------------------------------------------------------------
-  // out[i, :] = F32(table[ids[i], :]). table [num_rows, width] any float dtype,
+  // out[i, :] = F32(table[ids[i], :]). table [num_rows, width] any float dtype (or Q8 on
+  // backends that SupportsQ8Weights),
   // ids [n] I32 (each in range; OutOfRange otherwise on CPU, undefined on device),
   // out [n, width] F32. Used for the token embedding and to gather rows of activations.
   virtual absl::Status Gather(Stream& stream, Tensor table, Tensor ids, Tensor out) = 0;
@@ -168,7 +184,8 @@ class Backend {
   virtual absl::Status RmsNorm(Stream& stream, Tensor x, Tensor weight, float eps,
                                Tensor out) = 0;
 
-  // out = x @ w^T (+ bias). x [n, k] F32; w [m, k] F32/F16/BF16; bias [m] or empty;
+  // out = x @ w^T (+ bias). x [n, k] F32; w [m, k] F32/F16/BF16 (Q8 on backends that
+  // SupportsQ8Weights); bias [m] or empty;
   // out [n, m] F32. Batch-invariant: row i of out is bit-identical for every n.
   virtual absl::Status MatMul(Stream& stream, Tensor x, Tensor w, Tensor bias,
                               Tensor out) = 0;
@@ -192,6 +209,9 @@ class Backend {
   virtual absl::Status Attention(Stream& stream, Tensor q, Tensor k_cache, Tensor v_cache,
                                  Tensor rows, Tensor block_tables, Tensor rope_table,
                                  const AttentionShape& shape, Tensor out) = 0;
+
+  // false: MatMul and Gather reject Q8 weights with InvalidArgument.
+  virtual bool SupportsQ8Weights() const { return false; }
 
   // INT8 KV (KvCacheI8) ------------------------------------------------------------------
   // false: the two ops below return Unimplemented (the engine refuses kv_dtype int8).

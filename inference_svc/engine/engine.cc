@@ -63,6 +63,14 @@ absl::StatusOr<std::unique_ptr<Engine>> Engine::Create(const model::ModelFile& m
   }
   if (absl::Status s = model.config.Validate(); !s.ok()) return s;
   if (absl::Status s = model.ValidateTensors(); !s.ok()) return s;
+  if (!backend->SupportsQ8Weights()) {
+    for (const auto& [name, t] : model.tensors) {
+      if (t.dtype == DType::kQ8) {
+        return absl::UnimplementedError(absl::StrCat("backend ", backend->Name(),
+                                                     " has no Q8 weights (tensor ", name, ")"));
+      }
+    }
+  }
   std::unique_ptr<Engine> e(new Engine());
   e->config_ = model.config;
   e->fingerprint_ = model::Fingerprint(model);

@@ -191,9 +191,9 @@ std::string ToHfConfigJson(const ModelConfig& c, std::string_view torch_dtype) {
   j["rope_theta"] = c.rope_theta;
   j["tie_word_embeddings"] = c.tie_word_embeddings;
   j["hidden_act"] = "silu";
-  j["torch_dtype"] = std::string(torch_dtype == "f32"    ? "float32"
-                                 : torch_dtype == "f16" ? "float16"
-                                                        : "bfloat16");
+  j["torch_dtype"] = std::string(torch_dtype == "f16"    ? "float16"
+                                 : torch_dtype == "bf16" ? "bfloat16"
+                                                         : "float32");
   if (c.architecture == "LlamaForCausalLM") j["attention_bias"] = c.qkv_bias;
   if (c.sliding_window > 0) j["sliding_window"] = c.sliding_window;
   if (c.rope_scaling != RopeScaling::kNone) {

@@ -1,5 +1,6 @@
 #include "inference_svc/model/model_file.h"
 
+#include <cstring>
 #include <filesystem>
 #include <fstream>
 #include <set>
@@ -10,6 +11,7 @@
 #include "common/fp16.h"
 #include "common/sha256.h"
 #include "inference_svc/model/safetensors.h"
+#include "kernels/quant/weight_q8.h"
 #include "nlohmann/json.hpp"
 
 namespace kvfold::model {
@@ -19,6 +21,60 @@ int64_t HostTensor::numel() const {
   int64_t n = 1;
   for (int64_t d : shape) n *= d;
   return n;
+}
+
+absl::StatusOr<HostTensor> ConvertHostTensor(const HostTensor& t, DType dtype) {
+  const int64_t n = t.numel();
+  const int64_t cols = t.shape.empty() ? 1 : t.shape.back();
+  const int64_t rows = cols > 0 ? n / cols : 0;
+  if (dtype == DType::kQ8 && t.shape.size() != 2) {
+    return absl::InvalidArgumentError("Q8 needs a rank-2 tensor");
+  }
+  if (dtype != DType::kF32 && dtype != DType::kF16 && dtype != DType::kBF16 && dtype != DType::kQ8) {
+    return absl::InvalidArgumentError(absl::StrCat("cannot convert to ", kernels::DTypeName(dtype)));
+  }
+  // 1. As F32, row by row.
+  std::vector<float> f(static_cast<size_t>(n));
+  const uint16_t* h16 = static_cast<const uint16_t*>(t.data);
+  for (int64_t r = 0; r < rows; ++r) {
+    float* row = f.data() + r * cols;
+    switch (t.dtype) {
+      case DType::kF32:
+        std::memcpy(row, static_cast<const float*>(t.data) + r * cols, cols * sizeof(float));
+        break;
+      case DType::kF16:
+        for (int64_t c = 0; c < cols; ++c) row[c] = Fp16ToFp32(h16[r * cols + c]);
+        break;
+      case DType::kBF16:
+        for (int64_t c = 0; c < cols; ++c) row[c] = Bf16ToFp32(h16[r * cols + c]);
+        break;
+      case DType::kQ8:
+        quant::DequantizeRowQ8(static_cast<const uint8_t*>(t.data) + r * kernels::Q8RowBytes(cols),
+                               cols, row);
+        break;
+      default:
+        return absl::InvalidArgumentError(
+            absl::StrCat("cannot convert from ", kernels::DTypeName(t.dtype)));
+    }
+  }
+  // 2. Encoded.
+  HostTensor o = t;
+  o.dtype = dtype;
+  o.size_bytes = kernels::StorageBytes(dtype, n, cols);
+  auto bytes = std::make_shared<std::vector<uint8_t>>(o.size_bytes);
+  if (dtype == DType::kF32) {
+    std::memcpy(bytes->data(), f.data(), o.size_bytes);
+  } else if (dtype == DType::kQ8) {
+    for (int64_t r = 0; r < rows; ++r) {
+      quant::QuantizeRowQ8(f.data() + r * cols, cols, bytes->data() + r * kernels::Q8RowBytes(cols));
+    }
+  } else {
+    uint16_t* out = reinterpret_cast<uint16_t*>(bytes->data());
+    for (int64_t i = 0; i < n; ++i) out[i] = dtype == DType::kF16 ? Fp32ToFp16(f[i]) : Fp32ToBf16(f[i]);
+  }
+  o.data = bytes->data();
+  o.keepalive = bytes;
+  return o;
 }
 
 std::string LayerTensorName(int layer, const char* suffix) {
@@ -165,38 +221,17 @@ absl::Status WriteHfDirectory(const ModelFile& model, const std::string& dir, DT
   fs::create_directories(dir, ec);
   if (ec) return absl::InternalError(absl::StrCat("cannot create ", dir, ": ", ec.message()));
   std::map<std::string, HostTensor> out;
-  std::vector<std::shared_ptr<std::vector<uint16_t>>> owned16;
-  std::vector<std::shared_ptr<std::vector<float>>> owned32;
+  std::vector<std::shared_ptr<const void>> owned;
   for (const auto& [name, tensor] : model.tensors) {
     const HostTensor& t = tensor;  // clang 14: lambdas cannot capture structured bindings
+    // Q8 applies to weight matrices; norms and biases (rank 1) stay F32.
+    const DType want = dtype == DType::kQ8 && t.shape.size() != 2 ? DType::kF32 : dtype;
     HostTensor o = t;
-    if (t.dtype != dtype) {
-      const int64_t n = t.numel();
-      auto load = [&](int64_t i) -> float {
-        const uint16_t* h16 = static_cast<const uint16_t*>(t.data);
-        switch (t.dtype) {
-          case DType::kF16:
-            return Fp16ToFp32(h16[i]);
-          case DType::kBF16:
-            return Bf16ToFp32(h16[i]);
-          default:
-            return static_cast<const float*>(t.data)[i];
-        }
-      };
-      if (dtype == DType::kF32) {
-        auto v = std::make_shared<std::vector<float>>(n);
-        for (int64_t i = 0; i < n; ++i) (*v)[i] = load(i);
-        o.data = v->data();
-        owned32.push_back(v);
-      } else {
-        auto v = std::make_shared<std::vector<uint16_t>>(n);
-        for (int64_t i = 0; i < n; ++i)
-          (*v)[i] = dtype == DType::kF16 ? Fp32ToFp16(load(i)) : Fp32ToBf16(load(i));
-        o.data = v->data();
-        owned16.push_back(v);
-      }
-      o.dtype = dtype;
-      o.size_bytes = n * kernels::DTypeSize(dtype);
+    if (t.dtype != want) {
+      absl::StatusOr<HostTensor> c = ConvertHostTensor(t, want);
+      if (!c.ok()) return absl::Status(c.status().code(), absl::StrCat(name, ": ", c.status().message()));
+      o = *std::move(c);
+      owned.push_back(o.keepalive);
     }
     out[name] = o;
   }

@@ -64,8 +64,13 @@ std::string LayerTensorName(int layer, const char* suffix);  // "model.layers.N.
 // config followed by every tensor sorted by name (name, dtype, shape, raw bytes).
 std::string Fingerprint(const ModelFile& model);
 
+// `t` re-encoded as `dtype` (F32, F16, BF16 or Q8; via F32). The result owns its bytes.
+// InvalidArgument for other dtypes and for Q8 of a tensor whose rank is not 2.
+absl::StatusOr<HostTensor> ConvertHostTensor(const HostTensor& t, DType dtype);
+
 // Writes an HF directory (config.json + model.safetensors) with every tensor converted to
-// `dtype`. Used by `kvfold convert` and make_random_model.
+// `dtype`; with Q8 only rank-2 tensors (weight matrices, embeddings) are quantized and
+// the others are written F32. Used by `kvfold convert` and make_random_model.
 absl::Status WriteHfDirectory(const ModelFile& model, const std::string& dir, DType dtype);
 
 }  // namespace kvfold::model

@@ -61,6 +61,8 @@ absl::StatusOr<std::map<std::string, HostTensor>> ParseSafetensors(
         t.dtype = DType::kF16;
       } else if (dtype == "BF16") {
         t.dtype = DType::kBF16;
+      } else if (dtype == "Q8") {  // kvfold's blocked int8 (docs/model-format.md)
+        t.dtype = DType::kQ8;
       } else {
         return Bad(what, absl::StrCat("tensor '", name, "': unsupported dtype ", dtype));
       }
@@ -76,6 +78,9 @@ absl::StatusOr<std::map<std::string, HostTensor>> ParseSafetensors(
         }
         numel *= static_cast<uint64_t>(v);
       }
+      if (t.dtype == DType::kQ8 && t.shape.size() != 2) {
+        return Bad(what, absl::StrCat("tensor '", name, "': Q8 tensors must have rank 2"));
+      }
       const auto& offs = info["data_offsets"];
       if (!offs.is_array() || offs.size() != 2) {
         return Bad(what, absl::StrCat("tensor '", name, "': data_offsets must be [begin, end]"));
@@ -86,7 +91,8 @@ absl::StatusOr<std::map<std::string, HostTensor>> ParseSafetensors(
                                       ") outside the data section (", data.size(),
                                       " bytes; file truncated?)"));
       }
-      if (end - begin != numel * kernels::DTypeSize(t.dtype)) {
+      const int64_t last = t.shape.empty() ? 1 : t.shape.back();
+      if (end - begin != kernels::StorageBytes(t.dtype, static_cast<int64_t>(numel), last)) {
         return Bad(what, absl::StrCat("tensor '", name, "': ", end - begin,
                                       " bytes do not match its shape and dtype"));
       }
@@ -127,7 +133,10 @@ std::string SerializeSafetensors(const std::map<std::string, HostTensor>& tensor
   uint64_t offset = 0;
   for (const auto& [name, t] : tensors) {
     json info;
-    info["dtype"] = t.dtype == DType::kF32 ? "F32" : t.dtype == DType::kF16 ? "F16" : "BF16";
+    info["dtype"] = t.dtype == DType::kF32    ? "F32"
+                    : t.dtype == DType::kF16  ? "F16"
+                    : t.dtype == DType::kBF16 ? "BF16"
+                                              : "Q8";
     info["shape"] = t.shape;
     info["data_offsets"] = {offset, offset + t.size_bytes};
     header[name] = info;

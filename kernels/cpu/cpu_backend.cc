@@ -56,6 +56,8 @@ bool AttentionCallOk(Tensor q, Tensor rows, Tensor rope_table, const AttentionSh
 }
 
 bool IsFloat(DType d) { return d == DType::kF32 || d == DType::kF16 || d == DType::kBF16; }
+// Weight matrices (MatMul's w, Gather's table) may also be Q8 (rank 2: rows are blocked).
+bool IsWeight(const Tensor& t) { return IsFloat(t.dtype) || (t.dtype == DType::kQ8 && t.rank == 2); }
 
 // Validates the tensors of a KvCacheI8 against each other (backend.h) and returns its sizes.
 absl::Status CheckI8Cache(const KvCacheI8& c, const char* op, int64_t* kv_dim, int64_t* bs,
@@ -90,6 +92,7 @@ class CpuBackend : public Backend {
                                        : static_cast<int>(std::max(1u, std::thread::hardware_concurrency())))) {}
 
   std::string Name() const override { return reference_ ? "cpu-ref" : "cpu"; }
+  bool SupportsQ8Weights() const override { return true; }
 
   absl::StatusOr<std::unique_ptr<Buffer>> Allocate(size_t bytes) override {
     const size_t rounded = (std::max<size_t>(bytes, 1) + 63) / 64 * 64;
@@ -127,7 +130,7 @@ class CpuBackend : public Backend {
 
   absl::Status Gather(Stream&, Tensor table, Tensor ids, Tensor out) override {
     const int64_t width = table.numel() / table.dim(0);
-    if (!IsFloat(table.dtype) || ids.dtype != DType::kI32 || out.dtype != DType::kF32 ||
+    if (!IsWeight(table) || ids.dtype != DType::kI32 || out.dtype != DType::kF32 ||
         out.numel() != ids.numel() * width) {
       return Check(false, "Gather",
                    table.DebugString() + " " + ids.DebugString() + " " + out.DebugString());
@@ -152,7 +155,7 @@ class CpuBackend : public Backend {
     const int64_t m = w.dim(0);
     const int64_t k = w.rank >= 2 ? w.numel() / m : 0;
     const int64_t n = k > 0 ? x.numel() / k : 0;
-    if (x.dtype != DType::kF32 || out.dtype != DType::kF32 || !IsFloat(w.dtype) || k == 0 ||
+    if (x.dtype != DType::kF32 || out.dtype != DType::kF32 || !IsWeight(w) || k == 0 ||
         x.numel() != n * k || out.numel() != n * m ||
         (!bias.empty() && (bias.dtype != DType::kF32 || bias.numel() != m))) {
       return Check(false, "MatMul", x.DebugString() + " @ " + w.DebugString() + "^T -> " +

@@ -15,8 +15,10 @@ namespace kvfold::kernels::cpu {
 
 // Loads element i of a F32/F16/BF16 array as float.
 float LoadAsF32(const void* data, DType dtype, int64_t i);
+// Weight (j, t) of a Q8 matrix with k columns (backend.h kQ8).
+float Q8At(const void* w, int64_t k, int64_t j, int64_t t);
 
-// out [n, m] = x [n, k] @ w[m, k]^T (+ bias [m] when non-null).
+// out [n, m] = x [n, k] @ w[m, k]^T (+ bias [m] when non-null). w: F32/F16/BF16/Q8.
 struct MatMulArgs {
   const float* x;
   const void* w;
@@ -46,11 +48,8 @@ struct AttentionArgs {
 // Scratch: per-thread vectors grown to the longest context seen.
 void AttentionReference(const AttentionArgs& a, std::vector<float>& scratch);
 struct AttentionScratch {
-  std::vector<std::vector<float>> per_thread;  // scores
-  std::vector<float> rotated;                  // [keys, kv_dim] pre-rotated keys
-  std::vector<int64_t> v_offsets;              // per key: float offset in the cache
-  std::vector<std::array<int, 5>> groups;      // first row, prefix keys, main keys, base, rows
-  std::vector<int> row_group, key_group;
+  std::vector<std::vector<float>> per_thread;  // key/value tiles and online-softmax state
+  std::vector<std::array<int, 5>> groups;      // row blocks: first row, rows
 };
 void AttentionOptimized(ThreadPool& pool, const AttentionArgs& a, AttentionScratch& scratch);
 

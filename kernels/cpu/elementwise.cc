@@ -18,6 +18,8 @@ absl::Status GatherRows(const void* table, DType dtype, int64_t num_rows, int64_
     const int64_t base = static_cast<int64_t>(ids[i]) * width;
     if (dtype == DType::kF32) {
       std::memcpy(out + i * width, static_cast<const float*>(table) + base, width * sizeof(float));
+    } else if (dtype == DType::kQ8) {
+      for (int64_t j = 0; j < width; ++j) out[i * width + j] = Q8At(table, width, ids[i], j);
     } else {
       for (int64_t j = 0; j < width; ++j) out[i * width + j] = LoadAsF32(table, dtype, base + j);
     }

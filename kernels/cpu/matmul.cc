@@ -1,12 +1,12 @@
 // Batch-invariant matrix multiply: out[i, j] = sum_k x[i, k] * w[j, k] (+ bias[j]).
 //
 // The value of out[i, j] depends only on row i of x and row j of w: the accumulation
-// order over k is fixed by the kernel (reference: one sequential float sum; optimised:
-// 8 lane partial sums over k in steps of 8, reduced in a fixed tree, then a sequential
-// tail), never by the number of rows or the tiling. Tiles (rows x cols) only decide
+// order over k is fixed by the kernel path (reference: one sequential float sum; portable
+// and AVX2: 8 lane partial sums over k in steps of 8, reduced in a fixed tree, then a
+// sequential tail; AVX-512: 16 lanes, matmul_tiles.h), never by the number of rows or
+// the tiling. Tiles (rows x cols) only decide
 // which independent outputs are computed together, so prefill (n rows) and decode (1 row)
 // produce identical bits.
-#include <cpuid.h>
 #include <immintrin.h>
 
 #include <algorithm>
@@ -14,6 +14,8 @@
 
 #include "common/fp16.h"
 #include "kernels/cpu/cpu_ops.h"
+#include "kernels/cpu/isa.h"
+#include "kernels/cpu/matmul_tiles.h"
 
 namespace kvfold::kernels::cpu {
 
@@ -29,30 +31,36 @@ float LoadAsF32(const void* data, DType dtype, int64_t i) {
       return static_cast<float>(static_cast<const int32_t*>(data)[i]);
     case DType::kI8:
       return static_cast<float>(static_cast<const int8_t*>(data)[i]);
+    case DType::kQ8:  // blocked rows: Q8At
+      return 0.0f;
   }
   return 0.0f;
 }
 
+float Q8At(const void* w, int64_t k, int64_t j, int64_t t) {
+  const uint8_t* row = static_cast<const uint8_t*>(w) + j * Q8RowBytes(k);
+  const int64_t blocks = (k + kQ8Block - 1) / kQ8Block;
+  uint16_t h;
+  std::memcpy(&h, row + (t / kQ8Block) * sizeof(uint16_t), sizeof(h));
+  const int8_t code = static_cast<int8_t>(row[blocks * sizeof(uint16_t) + t]);
+  return Fp16ToFp32(h) * static_cast<float>(code);
+}
+
 void MatMulReference(const MatMulArgs& a) {
+  const bool q8 = a.w_dtype == DType::kQ8;
   for (int64_t i = 0; i < a.n; ++i) {
     const float* x = a.x + i * a.k;
     for (int64_t j = 0; j < a.m; ++j) {
       float acc = 0.0f;
-      for (int64_t t = 0; t < a.k; ++t) acc += x[t] * LoadAsF32(a.w, a.w_dtype, j * a.k + t);
+      for (int64_t t = 0; t < a.k; ++t) {
+        acc += x[t] * (q8 ? Q8At(a.w, a.k, j, t) : LoadAsF32(a.w, a.w_dtype, j * a.k + t));
+      }
       a.out[i * a.m + j] = a.bias ? acc + a.bias[j] : acc;
     }
   }
 }
 
-bool CpuHasAvx2Fma() {
-  static const bool has = [] {
-    unsigned eax, ebx, ecx, edx;
-    // F16C: CPUID.1:ECX bit 29 (clang's __builtin_cpu_supports lacks "f16c").
-    const bool f16c = __get_cpuid(1, &eax, &ebx, &ecx, &edx) && (ecx & (1u << 29));
-    return f16c && __builtin_cpu_supports("avx2") && __builtin_cpu_supports("fma");
-  }();
-  return has;
-}
+bool CpuHasAvx2Fma() { return ActiveIsa() >= Isa::kAvx2; }
 
 namespace {
 
@@ -138,8 +146,6 @@ __attribute__((target("avx2,fma,f16c"))) void TileAvx2(const MatMulArgs& a, int6
   }
 }
 
-using TileFn = void (*)(const MatMulArgs&, int64_t, int64_t);
-
 template <int R>
 TileFn PickTile(bool avx2, int cols) {
   switch (cols) {
@@ -154,7 +160,10 @@ TileFn PickTile(bool avx2, int cols) {
   }
 }
 
-TileFn Pick(bool avx2, int rows, int cols) {
+TileFn Pick(Isa isa, DType w_dtype, int rows, int cols) {
+  if (isa == Isa::kAvx512) return PickTileAvx512(w_dtype, rows, cols);
+  const bool avx2 = isa == Isa::kAvx2;
+  if (w_dtype == DType::kQ8) return PickTileQ8(avx2, rows, cols);
   switch (rows) {
     case 1:
       return PickTile<1>(avx2, cols);
@@ -167,16 +176,23 @@ TileFn Pick(bool avx2, int rows, int cols) {
   }
 }
 
+// Output columns per tile. AVX2 (16 ymm): decode 1 x 4, prefill 4 x 3 (12 accumulators;
+// Q8 4 x 2). AVX-512 (32 zmm): decode 1 x 8 (eight weight rows streamed at once),
+// otherwise 4 x 6 (Q8 4 x 4: two x vectors per row and block).
+int TileCols(Isa isa, DType w_dtype, int64_t n) {
+  const bool q8 = w_dtype == DType::kQ8;
+  if (isa == Isa::kAvx512) return n == 1 ? kAvx512MaxCols : q8 ? 4 : 6;
+  return n >= 4 ? (q8 ? 2 : 3) : 4;
+}
+
 // Columns per task: weights of one column block stay in cache while all row tiles pass.
 constexpr int64_t kColBlock = 64;
 
 }  // namespace
 
 void MatMulOptimized(ThreadPool& pool, const MatMulArgs& a) {
-  const bool avx2 = CpuHasAvx2Fma();
-  // Decode (n small): 1 x 4 tiles stream each weight row once. Prefill: 4 x 3 tiles reuse
-  // each loaded weight vector for four rows (12 accumulators + 3 weights + 1 x = 16 ymm).
-  const int tile_cols = a.n >= 4 ? 3 : 4;
+  const Isa isa = ActiveIsa();
+  const int tile_cols = TileCols(isa, a.w_dtype, a.n);
   const int64_t col_block = kColBlock / tile_cols * tile_cols;
   const int64_t num_col_blocks = (a.m + col_block - 1) / col_block;
   const int64_t work = a.n * a.m * a.k;
@@ -186,9 +202,10 @@ void MatMulOptimized(ThreadPool& pool, const MatMulArgs& a) {
       const int64_t j_end = std::min(a.m, j_begin + col_block);
       for (int64_t i = 0; i < a.n; i += 4) {
         const int rows = static_cast<int>(std::min<int64_t>(4, a.n - i));
+        const TileFn full = Pick(isa, a.w_dtype, rows, tile_cols);
         for (int64_t j = j_begin; j < j_end; j += tile_cols) {
           const int cols = static_cast<int>(std::min<int64_t>(tile_cols, j_end - j));
-          Pick(avx2, rows, cols)(a, i, j);
+          (cols == tile_cols ? full : Pick(isa, a.w_dtype, rows, cols))(a, i, j);
         }
       }
     }

@@ -1,9 +1,16 @@
 // A small fixed thread pool for the CPU backend: ParallelFor splits [0, n) into
 // contiguous ranges, one per thread (the calling thread takes the first). Work never
 // depends on the split for numerics: callers partition only independent outputs.
+//
+// Wake-up: a decode step runs ~100 parallel ops of a few microseconds each, so a
+// sleep/wake pair per op (futex, ~10-50 us) would cost more than the op. Workers and the
+// caller therefore spin on an atomic generation counter for a short while
+// (kSpinIterations pause instructions, ~50-100 us) before blocking on a condition
+// variable; an idle pool sleeps.
 #ifndef KVFOLD_KERNELS_CPU_THREAD_POOL_H_
 #define KVFOLD_KERNELS_CPU_THREAD_POOL_H_
 
+#include <atomic>
 #include <condition_variable>
 #include <cstdint>
 #include <mutex>
@@ -40,13 +47,15 @@ class ThreadPool {
   std::mutex mu_;
   std::condition_variable work_cv_;
   std::condition_variable done_cv_;
+  // The job: written by Run before it publishes a new generation (release), read by
+  // workers after they observe it (acquire).
   Trampoline fn_ = nullptr;
   void* ctx_ = nullptr;
   int64_t n_ = 0;
   int64_t chunk_ = 0;
-  uint64_t generation_ = 0;
-  int pending_ = 0;
-  bool stop_ = false;
+  std::atomic<uint64_t> generation_{0};
+  std::atomic<int> pending_{0};
+  std::atomic<bool> stop_{false};
 };
 
 }  // namespace kvfold::kernels::cpu

@@ -4,15 +4,21 @@
 //
 //   bench_engine [--stories PATH] [--no-big] [--quick] [--threads N]
 //                [--contexts 128,1024,4096,16384] [--decode-steps N] [--window 1024]
-//                [--kv-dtypes f32,int8]
+//                [--kv-dtypes f32,int8] [--modes full,sliding,sink] [--no-gemm]
+//
+// --stories takes any model LoadModel reads (llama2.c file or HF directory, e.g. a
+// `kvfold convert --dtype q8` output).
 //
 // Decode at context C: the cache holds C tokens (a real prefill when C <= the prefill cap,
 // otherwise synthetic zero K/V appended directly: decode speed does not depend on the
 // values), then `decode-steps` single-token steps are timed. Roofline = bandwidth / bytes
-// read per token (all weights once + the K/V of the entries the token attends to).
+// read per token (all weights once + the K/V of the entries the token attends to), for
+// the copy bandwidth and for the read-only bandwidth.
 // With several --kv-dtypes every row is measured for each KV cache type and
 // "kv_dtype_ratios" puts int8 beside f32 (decode tok per CPU-second, bytes per token).
 // INT8 rows use real prefills only (synthetic K/V would skip the quantizer).
+#include <immintrin.h>
+
 #include <algorithm>
 #include <chrono>
 #include <ctime>
@@ -29,6 +35,7 @@
 #include "inference_svc/model/model_file.h"
 #include "inference_svc/model/random_model.h"
 #include "kernels/backend.h"
+#include "kernels/cpu/isa.h"
 #include "nlohmann/json.hpp"
 #ifdef KVFOLD_HAVE_OPENBLAS
 #include <cblas.h>
@@ -49,9 +56,32 @@ double CpuSeconds() { return static_cast<double>(std::clock()) / CLOCKS_PER_SEC;
 struct Bandwidth {
   double per_s = 0;      // bytes per wall second (best of 5)
   double per_cpu_s = 0;  // bytes per CPU second (best of 5): what one core's worth streams
+  double read_per_s = 0;  // read-only streaming (a sum over 256 MiB), bytes per wall second
 };
 
-// STREAM "copy" with all threads: bytes read + written, per wall and per CPU second.
+// Sum of n floats with 4 independent AVX2 accumulators: a read stream at full speed.
+__attribute__((target("avx2"))) float SumAvx2(const float* p, size_t n) {
+  __m256 a0 = _mm256_setzero_ps(), a1 = a0, a2 = a0, a3 = a0;
+  for (size_t i = 0; i + 32 <= n; i += 32) {
+    a0 = _mm256_add_ps(a0, _mm256_loadu_ps(p + i));
+    a1 = _mm256_add_ps(a1, _mm256_loadu_ps(p + i + 8));
+    a2 = _mm256_add_ps(a2, _mm256_loadu_ps(p + i + 16));
+    a3 = _mm256_add_ps(a3, _mm256_loadu_ps(p + i + 24));
+  }
+  float out[8];
+  _mm256_storeu_ps(out, _mm256_add_ps(_mm256_add_ps(a0, a1), _mm256_add_ps(a2, a3)));
+  return out[0] + out[1] + out[2] + out[3] + out[4] + out[5] + out[6] + out[7];
+}
+
+float SumPortable(const float* p, size_t n) {
+  float acc[8] = {};
+  for (size_t i = 0; i + 8 <= n; i += 8)
+    for (int l = 0; l < 8; ++l) acc[l] += p[i + l];
+  return acc[0] + acc[1] + acc[2] + acc[3] + acc[4] + acc[5] + acc[6] + acc[7];
+}
+
+// STREAM "copy" with all threads: bytes read + written, per wall and per CPU second; then
+// a read-only stream (decode mostly reads).
 Bandwidth MeasureBandwidth(int threads) {
   const size_t n = size_t{64} << 20;  // 64 Mi floats = 256 MiB per array
   std::vector<float> a(n, 1.0f), b(n, 0.0f);
@@ -70,6 +100,23 @@ Bandwidth MeasureBandwidth(int threads) {
     best.per_s = std::max(best.per_s, 2.0 * n * sizeof(float) / Since(t));
     best.per_cpu_s = std::max(best.per_cpu_s, 2.0 * n * sizeof(float) / std::max(1e-9, CpuSeconds() - cpu));
   }
+  const bool avx2 = __builtin_cpu_supports("avx2");
+  volatile float sink = 0;
+  for (int rep = 0; rep < 5; ++rep) {
+    const auto t = Clock::now();
+    std::vector<std::thread> pool;
+    std::vector<float> sums(threads);
+    for (int i = 0; i < threads; ++i) {
+      pool.emplace_back([&, i] {
+        const size_t begin = n * i / threads, end = n * (i + 1) / threads;
+        sums[i] = avx2 ? SumAvx2(b.data() + begin, end - begin) : SumPortable(b.data() + begin, end - begin);
+      });
+    }
+    for (auto& th : pool) th.join();
+    best.read_per_s = std::max(best.read_per_s, 1.0 * n * sizeof(float) / Since(t));
+    for (float v : sums) sink = sink + v;
+  }
+  (void)sink;
   return best;
 }
 
@@ -112,6 +159,7 @@ struct Options {
   int sink = 4;
   int max_prefill = 16384;
   engine::KvDType kv_dtype = engine::KvDType::kF32;
+  std::vector<std::string> modes = {"full", "sliding", "sink"};
 };
 
 json BenchModel(const std::string& name, const model::ModelFile& m, kernels::Backend& backend,
@@ -137,9 +185,9 @@ json BenchModel(const std::string& name, const model::ModelFile& m, kernels::Bac
   }
   json results = json::array();
   engine::ForwardResult result;
-  for (const char* mode : {"full", "sliding", "sink"}) {
+  for (const std::string& mode_s : o.modes) {
+    const char* mode = mode_s.c_str();
     for (int ctx : o.contexts) {
-      const std::string mode_s = mode;
       const engine::KvPolicy policy = mode_s == "full"      ? engine::KvPolicy::Full()
                                       : mode_s == "sliding" ? engine::KvPolicy::Sliding(o.window)
                                                             : engine::KvPolicy::Sink(o.sink, o.window - o.sink);
@@ -192,6 +240,8 @@ json BenchModel(const std::string& name, const model::ModelFile& m, kernels::Bac
       row["bytes_per_decode_token"] = bytes;
       row["roofline_tok_s"] = bandwidth / bytes;
       row["fraction_of_roofline"] = decode / (bandwidth / bytes);
+      row["read_roofline_tok_s"] = bw.read_per_s / bytes;
+      row["fraction_of_read_roofline"] = decode / (bw.read_per_s / bytes);
       row["roofline_tok_per_cpu_s"] = bw.per_cpu_s / bytes;
       row["fraction_of_cpu_roofline"] = decode_cpu / (bw.per_cpu_s / bytes);
       results.push_back(row);
@@ -238,7 +288,7 @@ int Main(int argc, char** argv) {
   std::map<std::string, std::string> f;
   for (int i = 1; i < argc; ++i) {
     std::string a = argv[i];
-    if (a == "--quick" || a == "--no-big") {
+    if (a == "--quick" || a == "--no-big" || a == "--no-gemm") {
       f[a.substr(2)] = "1";
     } else if (a.rfind("--", 0) == 0 && i + 1 < argc) {
       f[a.substr(2)] = argv[++i];
@@ -246,7 +296,7 @@ int Main(int argc, char** argv) {
       std::fprintf(stderr,
                    "usage: bench_engine [--stories PATH] [--no-big] [--quick] [--threads N]\n"
                    "  [--contexts 128,1024,4096,16384] [--decode-steps N] [--window N]\n"
-                   "  [--kv-dtypes f32,int8]\n");
+                   "  [--kv-dtypes f32,int8] [--modes full,sliding,sink] [--no-gemm]\n");
       return 2;
     }
   }
@@ -256,6 +306,16 @@ int Main(int argc, char** argv) {
   if (f.count("threads") && absl::SimpleAtoi(f["threads"], &v)) threads = static_cast<int>(v);
   if (f.count("decode-steps") && absl::SimpleAtoi(f["decode-steps"], &v)) o.decode_steps = static_cast<int>(v);
   if (f.count("window") && absl::SimpleAtoi(f["window"], &v)) o.window = static_cast<int>(v);
+  if (f.count("modes")) {
+    o.modes.clear();
+    for (auto p : absl::StrSplit(f["modes"], ',')) {
+      if (p != "full" && p != "sliding" && p != "sink") {
+        std::fprintf(stderr, "bench_engine: unknown mode %s\n", std::string(p).c_str());
+        return 2;
+      }
+      o.modes.emplace_back(p);
+    }
+  }
   if (f.count("contexts")) {
     o.contexts.clear();
     for (auto p : absl::StrSplit(f["contexts"], ',')) {
@@ -283,7 +343,11 @@ int Main(int argc, char** argv) {
   out["backend"] = backend->Name();
   out["bandwidth_bytes_per_s"] = bandwidth.per_s;
   out["bandwidth_bytes_per_cpu_s"] = bandwidth.per_cpu_s;
-  out["gemm"] = json::array({GemmVsOpenBlas(*backend, 1, 2048, 2048), GemmVsOpenBlas(*backend, 128, 2048, 2048)});
+  out["bandwidth_read_bytes_per_s"] = bandwidth.read_per_s;
+  out["cpu_isa"] = kernels::cpu::IsaName(kernels::cpu::ActiveIsa());
+  if (!f.count("no-gemm")) {
+    out["gemm"] = json::array({GemmVsOpenBlas(*backend, 1, 2048, 2048), GemmVsOpenBlas(*backend, 128, 2048, 2048)});
+  }
   const std::string stories =
       f.count("stories") ? f["stories"] : "../shared/models/stories260K/stories260K.bin";
   json models = json::array();

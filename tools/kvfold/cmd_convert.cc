@@ -1,7 +1,9 @@
-// `kvfold convert --llama2c FILE --out DIR [--tokenizer FILE] [--dtype f32|f16|bf16]`:
-// a llama2.c checkpoint to an HF-style directory (config.json + model.safetensors, HF
-// tensor names and rotate_half q/k layout). With f32 (the default) the fingerprint is
-// unchanged. --tokenizer copies the tokenizer file next to the model.
+// `kvfold convert (--llama2c FILE | --model PATH) --out DIR [--tokenizer FILE]
+// [--dtype f32|f16|bf16|q8]`: a llama2.c checkpoint (or any model LoadModel reads: an HF
+// directory or a llama2.c file) to an HF-style directory (config.json + model.safetensors,
+// HF tensor names and rotate_half q/k layout). With f32 (the default) the fingerprint of a
+// llama2.c source is unchanged. q8: weight matrices as Q8 (docs/model-format.md), norms
+// and biases F32. --tokenizer copies the tokenizer file next to the model.
 #include <cstdio>
 #include <filesystem>
 
@@ -13,11 +15,12 @@ namespace kvfold::cli {
 namespace {
 
 constexpr char kUsage[] =
-    "usage: kvfold convert --llama2c FILE --out DIR [--tokenizer FILE] [--dtype f32|f16|bf16]\n";
+    "usage: kvfold convert (--llama2c FILE | --model PATH) --out DIR [--tokenizer FILE]\n"
+    "                      [--dtype f32|f16|bf16|q8]\n";
 
 int RunConvert(int argc, char** argv) {
-  auto flags = ParseEngineFlags(argc, argv, {"llama2c", "out", "tokenizer", "dtype"}, {"help"});
-  if (!flags.ok() || flags->count("help") || !flags->count("llama2c") || !flags->count("out")) {
+  auto flags = ParseEngineFlags(argc, argv, {"llama2c", "model", "out", "tokenizer", "dtype"}, {"help"});
+  if (!flags.ok() || flags->count("help") || (flags->count("llama2c") + flags->count("model")) != 1 || !flags->count("out")) {
     if (!flags.ok()) std::fprintf(stderr, "kvfold convert: %s\n", std::string(flags.status().message()).c_str());
     std::fprintf(flags.ok() && flags->count("help") ? stdout : stderr, "%s", kUsage);
     return flags.ok() && flags->count("help") ? 0 : 2;
@@ -30,11 +33,14 @@ int RunConvert(int argc, char** argv) {
     dtype = kernels::DType::kF16;
   } else if (dtype_name == "bf16") {
     dtype = kernels::DType::kBF16;
+  } else if (dtype_name == "q8") {
+    dtype = kernels::DType::kQ8;
   } else {
-    std::fprintf(stderr, "kvfold convert: --dtype must be f32, f16 or bf16\n");
+    std::fprintf(stderr, "kvfold convert: --dtype must be f32, f16, bf16 or q8\n");
     return 2;
   }
-  absl::StatusOr<model::ModelFile> m = model::LoadLlama2c(flags->at("llama2c"));
+  absl::StatusOr<model::ModelFile> m = flags->count("llama2c") ? model::LoadLlama2c(flags->at("llama2c"))
+                                                                 : model::LoadModel(flags->at("model"));
   if (!m.ok()) return FailWith("convert", m.status());
   if (absl::Status s = model::WriteHfDirectory(*m, flags->at("out"), dtype); !s.ok()) {
     return FailWith("convert", s);
@@ -58,5 +64,5 @@ int RunConvert(int argc, char** argv) {
 }  // namespace
 }  // namespace kvfold::cli
 
-KVFOLD_REGISTER_COMMAND(convert, "llama2.c checkpoint -> HF safetensors directory",
+KVFOLD_REGISTER_COMMAND(convert, "llama2.c checkpoint or model -> HF safetensors directory (f32/f16/bf16/q8)",
                         kvfold::cli::RunConvert);

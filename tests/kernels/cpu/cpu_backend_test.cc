@@ -8,6 +8,8 @@
 #include "common/fp16.h"
 #include "gtest/gtest.h"
 #include "kernels/backend.h"
+#include "kernels/cpu/isa.h"
+#include "kernels/quant/weight_q8.h"
 
 namespace kvfold::kernels {
 namespace {
@@ -29,6 +31,19 @@ std::vector<float> Random(size_t n, uint32_t seed, float scale = 1.0f) {
 
 Tensor T(void* p, DType dt, std::initializer_list<int64_t> shape) { return MakeTensor(p, dt, shape); }
 
+// Every ISA path this CPU can run (cpu/isa.h), restored to the default afterwards.
+class IsaScope {
+ public:
+  explicit IsaScope(cpu::Isa isa) { cpu::SetActiveIsaForTesting(isa); }
+  ~IsaScope() { cpu::SetActiveIsaForTesting(cpu::CpuBestIsa()); }
+};
+
+std::vector<cpu::Isa> RunnableIsas() {
+  std::vector<cpu::Isa> isas;
+  for (int i = 0; i <= static_cast<int>(cpu::CpuBestIsa()); ++i) isas.push_back(static_cast<cpu::Isa>(i));
+  return isas;
+}
+
 class MatMulTest : public ::testing::TestWithParam<std::tuple<int, int, int, DType>> {};
 
 TEST_P(MatMulTest, OptimizedMatchesReferenceAndIsBatchInvariant) {
@@ -42,25 +57,37 @@ TEST_P(MatMulTest, OptimizedMatchesReferenceAndIsBatchInvariant) {
     w16[i] = dtype == DType::kF16 ? Fp32ToFp16(w32[i]) : Fp32ToBf16(w32[i]);
   }
   void* wp = dtype == DType::kF32 ? static_cast<void*>(w32.data()) : static_cast<void*>(w16.data());
-  std::vector<float> out_ref(static_cast<size_t>(n) * m), out_opt(out_ref.size());
   const Tensor w = T(wp, dtype, {m, k}), b = T(bias.data(), DType::kF32, {m});
+  std::vector<float> out_ref(static_cast<size_t>(n) * m);
   ASSERT_TRUE(r.ref->MatMul(*r.s1, T(x.data(), DType::kF32, {n, k}), w, b,
                             T(out_ref.data(), DType::kF32, {n, m})).ok());
-  ASSERT_TRUE(r.opt->MatMul(*r.s2, T(x.data(), DType::kF32, {n, k}), w, b,
-                            T(out_opt.data(), DType::kF32, {n, m})).ok());
-  for (size_t i = 0; i < out_ref.size(); ++i) {
-    ASSERT_NEAR(out_opt[i], out_ref[i], 1e-4f * (1.0f + std::abs(out_ref[i]))) << i;
-  }
-  // Every row alone gives the same bits as inside the batch, on both backends.
-  for (int row : {0, n / 2, n - 1}) {
-    std::vector<float> one(m);
-    for (Backend* be : {r.ref.get(), r.opt.get()}) {
-      auto& out = be == r.ref.get() ? out_ref : out_opt;
-      ASSERT_TRUE(be->MatMul(be == r.ref.get() ? *r.s1 : *r.s2,
-                             T(x.data() + static_cast<size_t>(row) * k, DType::kF32, {1, k}), w, b,
-                             T(one.data(), DType::kF32, {1, m})).ok());
-      EXPECT_EQ(0, std::memcmp(one.data(), out.data() + static_cast<size_t>(row) * m, m * 4));
+  for (cpu::Isa isa : RunnableIsas()) {
+    SCOPED_TRACE(cpu::IsaName(isa));
+    IsaScope scope(isa);
+    std::vector<float> out_opt(out_ref.size());
+    ASSERT_TRUE(r.opt->MatMul(*r.s2, T(x.data(), DType::kF32, {n, k}), w, b,
+                              T(out_opt.data(), DType::kF32, {n, m})).ok());
+    for (size_t i = 0; i < out_ref.size(); ++i) {
+      ASSERT_NEAR(out_opt[i], out_ref[i], 1e-4f * (1.0f + std::abs(out_ref[i]))) << i;
     }
+    // Every row alone, and every prefix of rows, gives the same bits as inside the batch.
+    for (int row : {0, n / 2, n - 1}) {
+      std::vector<float> one(m);
+      ASSERT_TRUE(r.opt->MatMul(*r.s2, T(x.data() + static_cast<size_t>(row) * k, DType::kF32, {1, k}), w, b,
+                                T(one.data(), DType::kF32, {1, m})).ok());
+      EXPECT_EQ(0, std::memcmp(one.data(), out_opt.data() + static_cast<size_t>(row) * m, m * 4));
+      std::vector<float> head(static_cast<size_t>(row + 1) * m);
+      ASSERT_TRUE(r.opt->MatMul(*r.s2, T(x.data(), DType::kF32, {row + 1, k}), w, b,
+                                T(head.data(), DType::kF32, {row + 1, m})).ok());
+      EXPECT_EQ(0, std::memcmp(head.data(), out_opt.data(), head.size() * 4));
+    }
+  }
+  // The reference is batch-invariant too.
+  for (int row : {0, n - 1}) {
+    std::vector<float> one(m);
+    ASSERT_TRUE(r.ref->MatMul(*r.s1, T(x.data() + static_cast<size_t>(row) * k, DType::kF32, {1, k}), w, b,
+                              T(one.data(), DType::kF32, {1, m})).ok());
+    EXPECT_EQ(0, std::memcmp(one.data(), out_ref.data() + static_cast<size_t>(row) * m, m * 4));
   }
 }
 
@@ -68,7 +95,65 @@ INSTANTIATE_TEST_SUITE_P(
     Shapes, MatMulTest,
     ::testing::Values(std::make_tuple(1, 769, 75, DType::kF32), std::make_tuple(5, 67, 131, DType::kF32),
                       std::make_tuple(17, 130, 64, DType::kBF16), std::make_tuple(9, 257, 200, DType::kF16),
-                      std::make_tuple(33, 300, 96, DType::kF32), std::make_tuple(2, 3, 7, DType::kBF16)));
+                      std::make_tuple(33, 300, 96, DType::kF32), std::make_tuple(2, 3, 7, DType::kBF16),
+                      std::make_tuple(3, 77, 33, DType::kF16), std::make_tuple(6, 71, 17, DType::kF32),
+                      std::make_tuple(1, 13, 768, DType::kBF16)));
+
+// Q8 weights: every ISA path against the reference (which reads scale * code), rows alone
+// and in batches bit-identical, and Gather dequantizing exactly like DequantizeRowQ8.
+class MatMulQ8Test : public ::testing::TestWithParam<std::tuple<int, int, int>> {};
+
+TEST_P(MatMulQ8Test, OptimizedMatchesReferenceAndIsBatchInvariant) {
+  const auto [n, m, k] = GetParam();
+  Rig r;
+  auto x = Random(static_cast<size_t>(n) * k, 11);
+  auto w32 = Random(static_cast<size_t>(m) * k, 12, 0.2f);
+  const size_t row_bytes = Q8RowBytes(k);
+  std::vector<uint8_t> wq(m * row_bytes);
+  for (int j = 0; j < m; ++j) quant::QuantizeRowQ8(w32.data() + static_cast<size_t>(j) * k, k, wq.data() + j * row_bytes);
+  const Tensor w = T(wq.data(), DType::kQ8, {m, k});
+  ASSERT_EQ(w.size_bytes(), wq.size());
+  std::vector<float> out_ref(static_cast<size_t>(n) * m);
+  ASSERT_TRUE(r.ref->MatMul(*r.s1, T(x.data(), DType::kF32, {n, k}), w, Tensor(),
+                            T(out_ref.data(), DType::kF32, {n, m})).ok());
+  // The reference is the dequantized matrix times x.
+  std::vector<float> deq(static_cast<size_t>(m) * k);
+  for (int j = 0; j < m; ++j) quant::DequantizeRowQ8(wq.data() + j * row_bytes, k, deq.data() + static_cast<size_t>(j) * k);
+  for (int i = 0; i < n; ++i) {
+    for (int j = 0; j < m; ++j) {
+      double want = 0;
+      for (int t = 0; t < k; ++t) want += double{x[i * k + t]} * deq[static_cast<size_t>(j) * k + t];
+      ASSERT_NEAR(out_ref[i * m + j], want, 1e-4 * (1.0 + std::abs(want)));
+    }
+  }
+  for (cpu::Isa isa : RunnableIsas()) {
+    SCOPED_TRACE(cpu::IsaName(isa));
+    IsaScope scope(isa);
+    std::vector<float> out_opt(out_ref.size());
+    ASSERT_TRUE(r.opt->MatMul(*r.s2, T(x.data(), DType::kF32, {n, k}), w, Tensor(),
+                              T(out_opt.data(), DType::kF32, {n, m})).ok());
+    for (size_t i = 0; i < out_ref.size(); ++i) {
+      ASSERT_NEAR(out_opt[i], out_ref[i], 1e-4f * (1.0f + std::abs(out_ref[i]))) << i;
+    }
+    for (int row : {0, n / 2, n - 1}) {
+      std::vector<float> one(m);
+      ASSERT_TRUE(r.opt->MatMul(*r.s2, T(x.data() + static_cast<size_t>(row) * k, DType::kF32, {1, k}), w,
+                                Tensor(), T(one.data(), DType::kF32, {1, m})).ok());
+      EXPECT_EQ(0, std::memcmp(one.data(), out_opt.data() + static_cast<size_t>(row) * m, m * 4));
+    }
+  }
+  std::vector<int32_t> ids = {m - 1, 0, m / 2};
+  std::vector<float> rows(3 * static_cast<size_t>(k));
+  ASSERT_TRUE(r.opt->Gather(*r.s2, w, T(ids.data(), DType::kI32, {3}), T(rows.data(), DType::kF32, {3, k})).ok());
+  for (int i = 0; i < 3; ++i) {
+    EXPECT_EQ(0, std::memcmp(rows.data() + static_cast<size_t>(i) * k, deq.data() + static_cast<size_t>(ids[i]) * k, k * 4));
+  }
+}
+
+INSTANTIATE_TEST_SUITE_P(Shapes, MatMulQ8Test,
+                         ::testing::Values(std::make_tuple(1, 769, 75), std::make_tuple(5, 67, 131),
+                                           std::make_tuple(17, 130, 64), std::make_tuple(2, 3, 7),
+                                           std::make_tuple(9, 41, 200), std::make_tuple(1, 300, 768)));
 
 // Direct attention for one row: keys given as (pointer to un-rotated k, v, position).
 TEST(AttentionTest, PagedGqaMatchesDirectAndBackendsAgree) {
@@ -157,6 +242,65 @@ TEST(AttentionTest, PagedGqaMatchesDirectAndBackendsAgree) {
   ASSERT_TRUE(run(*r.opt, *r.s2, alone_opt, 2, 1).ok());
   EXPECT_EQ(0, std::memcmp(&alone_ref[2 * q_dim], &out_ref[2 * q_dim], q_dim * 4));
   EXPECT_EQ(0, std::memcmp(&alone_opt[2 * q_dim], &out_opt[2 * q_dim], q_dim * 4));
+}
+
+// Causal rows over several key tiles (70 keys > 4 tiles of 16), a 3-entry prefix and a
+// shuffled block table: the tiled kernel agrees with the reference, each row alone
+// (decode) gives the bits it has inside the batch (prefill), and every ISA path gives the
+// same bits.
+TEST(AttentionTest, TiledCausalRowsMatchReferenceAcrossBatchesAndIsas) {
+  Rig r;
+  const int heads = 6, kv_heads = 3, hd = 12, bs = 16, blocks = 8, main_keys = 70, prefix = 3;
+  const int kv_dim = kv_heads * hd, q_dim = heads * hd, rope_rows = 128;
+  std::vector<float> rope(rope_rows * hd);
+  for (int p = 0; p < rope_rows; ++p)
+    for (int i = 0; i < hd / 2; ++i) {
+      const double a = p * std::pow(10000.0, -2.0 * i / hd);
+      rope[p * hd + i] = static_cast<float>(std::cos(a));
+      rope[p * hd + hd / 2 + i] = static_cast<float>(std::sin(a));
+    }
+  auto kc = Random(static_cast<size_t>(blocks) * bs * kv_dim, 21);
+  auto vc = Random(kc.size(), 22);
+  const std::vector<int32_t> tables = {6, 3, 0, 7, 1, 5, 2};  // prefix: {6}; main: the rest
+  const int n = main_keys;
+  std::vector<int32_t> rows(n * kAttnRowFields, 0);
+  for (int i = 0; i < n; ++i) {
+    int32_t* f = &rows[i * kAttnRowFields];
+    f[kAttnPrefixTable] = 0;
+    f[kAttnPrefixVisible] = prefix;
+    f[kAttnPrefixPosBase] = 0;
+    f[kAttnPrefixPosStride] = 1;
+    f[kAttnMainTable] = 1;
+    f[kAttnMainFront] = 0;
+    f[kAttnMainLo] = 0;
+    f[kAttnMainHi] = i + 1;
+    f[kAttnMainPosLo] = prefix;
+  }
+  auto q = Random(static_cast<size_t>(n) * q_dim, 23);
+  AttentionShape shape{heads, kv_heads, hd, bs, 1.0f / std::sqrt(12.0f)};
+  auto run = [&](Backend& be, Stream& st, std::vector<float>& out, int row0, int nrows) {
+    return be.Attention(st, T(q.data() + row0 * q_dim, DType::kF32, {nrows, q_dim}),
+                        T(kc.data(), DType::kF32, {blocks, bs, kv_dim}),
+                        T(vc.data(), DType::kF32, {blocks, bs, kv_dim}),
+                        T(rows.data() + row0 * kAttnRowFields, DType::kI32, {nrows, kAttnRowFields}),
+                        T(const_cast<int32_t*>(tables.data()), DType::kI32, {7}),
+                        T(rope.data(), DType::kF32, {rope_rows, hd}), shape,
+                        T(out.data() + row0 * q_dim, DType::kF32, {nrows, q_dim}));
+  };
+  std::vector<float> out_ref(q.size());
+  ASSERT_TRUE(run(*r.ref, *r.s1, out_ref, 0, n).ok());
+  std::vector<float> first;
+  for (cpu::Isa isa : RunnableIsas()) {
+    SCOPED_TRACE(cpu::IsaName(isa));
+    IsaScope scope(isa);
+    std::vector<float> batch(q.size()), single(q.size());
+    ASSERT_TRUE(run(*r.opt, *r.s2, batch, 0, n).ok());
+    for (int i = 0; i < n; ++i) ASSERT_TRUE(run(*r.opt, *r.s2, single, i, 1).ok());
+    for (size_t i = 0; i < batch.size(); ++i) ASSERT_NEAR(batch[i], out_ref[i], 1e-5) << i;
+    EXPECT_EQ(0, std::memcmp(batch.data(), single.data(), batch.size() * 4));
+    if (first.empty()) first = batch;
+    EXPECT_EQ(0, std::memcmp(batch.data(), first.data(), batch.size() * 4));
+  }
 }
 
 TEST(OpsTest, RmsNormRopeSiluGatherAndChecks) {

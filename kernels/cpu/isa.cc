@@ -1,0 +1,97 @@
+#include "kernels/cpu/isa.h"
+
+#include <cpuid.h>
+
+#include <algorithm>
+#include <atomic>
+#include <cstdlib>
+#include <cstring>
+
+namespace kvfold::kernels::cpu {
+namespace {
+
+bool Leaf7(unsigned* ebx, unsigned* ecx, unsigned* edx, unsigned sub = 0) {
+  unsigned eax;
+  return __get_cpuid_count(7, sub, &eax, ebx, ecx, edx) != 0;
+}
+
+// The OS saves the AVX-512 register state (XCR0 bits 1, 2, 5, 6, 7).
+bool OsSavesZmm() {
+  unsigned eax, ebx, ecx, edx;
+  if (!__get_cpuid(1, &eax, &ebx, &ecx, &edx) || !(ecx & (1u << 27))) return false;  // OSXSAVE
+  unsigned lo, hi;
+  __asm__("xgetbv" : "=a"(lo), "=d"(hi) : "c"(0));
+  return (lo & 0xE6) == 0xE6;
+}
+
+Isa Detect() {
+  unsigned eax, ebx, ecx, edx;
+  // F16C: CPUID.1:ECX bit 29 (clang's __builtin_cpu_supports lacks "f16c").
+  const bool f16c = __get_cpuid(1, &eax, &ebx, &ecx, &edx) && (ecx & (1u << 29));
+  if (!f16c || !__builtin_cpu_supports("avx2") || !__builtin_cpu_supports("fma")) {
+    return Isa::kPortable;
+  }
+  if (__builtin_cpu_supports("avx512f") && __builtin_cpu_supports("avx512bw") &&
+      __builtin_cpu_supports("avx512vl") && __builtin_cpu_supports("avx512dq") && OsSavesZmm()) {
+    return Isa::kAvx512;
+  }
+  return Isa::kAvx2;
+}
+
+Isa FromEnv(Isa best) {
+  const char* env = std::getenv("KVFOLD_CPU_ISA");
+  if (env == nullptr) return best;
+  Isa want = best;
+  if (std::strcmp(env, "portable") == 0) want = Isa::kPortable;
+  if (std::strcmp(env, "avx2") == 0) want = Isa::kAvx2;
+  return std::min(want, best);
+}
+
+std::atomic<int>& Active() {
+  static std::atomic<int> active{static_cast<int>(FromEnv(CpuBestIsa()))};
+  return active;
+}
+
+}  // namespace
+
+const char* IsaName(Isa isa) {
+  switch (isa) {
+    case Isa::kPortable:
+      return "portable";
+    case Isa::kAvx2:
+      return "avx2";
+    case Isa::kAvx512:
+      return "avx512";
+  }
+  return "?";
+}
+
+Isa CpuBestIsa() {
+  static const Isa best = Detect();
+  return best;
+}
+
+Isa ActiveIsa() { return static_cast<Isa>(Active().load(std::memory_order_relaxed)); }
+
+void SetActiveIsaForTesting(Isa isa) {
+  Active().store(static_cast<int>(std::min(isa, CpuBestIsa())), std::memory_order_relaxed);
+}
+
+bool CpuHasAvx512Vnni() {
+  static const bool has = [] {
+    unsigned ebx, ecx, edx;
+    return CpuBestIsa() == Isa::kAvx512 && Leaf7(&ebx, &ecx, &edx) && (ecx & (1u << 11));
+  }();
+  return has;
+}
+
+bool CpuHasAvx512Bf16() {
+  static const bool has = [] {
+    unsigned eax, ebx, ecx, edx;
+    return CpuBestIsa() == Isa::kAvx512 && __get_cpuid_count(7, 1, &eax, &ebx, &ecx, &edx) &&
+           (eax & (1u << 5));
+  }();
+  return has;
+}
+
+}  // namespace kvfold::kernels::cpu

@@ -1,0 +1,38 @@
+// Runtime instruction-set dispatch for the CPU kernels. One binary carries every path
+// (functions compiled with __attribute__((target(...)))); cpuid picks the best one the
+// CPU has when the kernels first run. KVFOLD_CPU_ISA=portable|avx2|avx512 caps the choice
+// (tests use it to exercise every path the machine can run; a cap above what the CPU
+// has is lowered to the CPU's best).
+//
+// Numerics: each path has its own fixed per-output accumulation order (docs/engine.md,
+// "Kernels and ISA dispatch"), so results are bit-identical for any batch size on one
+// path, and agree with the reference within float rounding across paths.
+#ifndef KVFOLD_KERNELS_CPU_ISA_H_
+#define KVFOLD_KERNELS_CPU_ISA_H_
+
+namespace kvfold::kernels::cpu {
+
+enum class Isa : int {
+  kPortable = 0,  // plain C++ (any CPU)
+  kAvx2 = 1,      // AVX2 + FMA + F16C
+  kAvx512 = 2,    // AVX-512 F/BW/VL/DQ (+ VNNI for int8 weights when present)
+};
+
+const char* IsaName(Isa isa);
+
+// The best path this CPU supports (cpuid; cached).
+Isa CpuBestIsa();
+
+// The path the kernels use: CpuBestIsa() capped by KVFOLD_CPU_ISA (read once).
+Isa ActiveIsa();
+
+// For tests: run kernels on `isa` (capped at CpuBestIsa()) until the next call.
+void SetActiveIsaForTesting(Isa isa);
+
+// Extensions that refine a path.
+bool CpuHasAvx512Vnni();
+bool CpuHasAvx512Bf16();
+
+}  // namespace kvfold::kernels::cpu
+
+#endif  // KVFOLD_KERNELS_CPU_ISA_H_

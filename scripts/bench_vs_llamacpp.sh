@@ -1,0 +1,101 @@
+#!/usr/bin/env bash
+# kvfold vs llama.cpp on the same machine, same model shape, same precision, same thread
+# count, runs interleaved (kvfold, llama.cpp, kvfold, ...) so load noise hits both.
+#
+#   scripts/bench_vs_llamacpp.sh LLAMA_CPP_BIN_DIR [--reps N] [--scratch DIR]
+#        [--tokenizer-32k FILE] [--stories260k DIR_WITH_stories260K.bin_AND_tok512.bin]
+#        [--rows s110,q8,long]
+#
+# LLAMA_CPP_BIN_DIR holds llama-bench, llama-quantize and llama-convert-llama2c-to-ggml.
+# Models are built once into the scratch dir (default $KVFOLD_BENCH_DIR or a new temp
+# dir): a random llama2.c checkpoint of stories110M's shape
+# (scripts/make_llama2c_checkpoint.py), its GGUF (f32 and Q8_0) and its kvfold q8
+# conversion (`kvfold convert --dtype q8`), and stories260K's GGUF. The 32000-token
+# llama2 tokenizer (llama2.c's tokenizer.bin) gives the GGUF its vocab; by default
+# ../shared/models/tokenizers/llama2_32000.bin and ../shared/models/stories260K.
+#
+# Prints one table: per row the kvfold and llama.cpp medians over the reps and
+# kvfold / llama.cpp. Rows: stories110m f32 prefill (128-token prompt) and decode
+# (32 tokens) at 1 and 2 threads; stories110m q8 vs Q8_0 at 1 and 2 threads;
+# stories260K 10240-token prompt, full mode, 2 threads; kvfold decode against the
+# read-bandwidth roofline (bench_engine's probe: weights bytes per token / bytes per s).
+set -euo pipefail
+ROOT="$(cd "$(dirname "$0")/.." && pwd)"
+BUILD_DIR="${KVFOLD_BUILD_DIR:-$ROOT/build}"
+PY=/usr/bin/python3
+[ -x "$PY" ] || PY=python3
+LLAMA="${1:?usage: bench_vs_llamacpp.sh LLAMA_CPP_BIN_DIR [--reps N] [--scratch DIR] ...}"
+shift
+REPS=3
+SCRATCH="${KVFOLD_BENCH_DIR:-}"
+TOK32K="$ROOT/../shared/models/tokenizers/llama2_32000.bin"
+S260="$ROOT/../shared/models/stories260K"
+ROWS="s110,q8,long"
+while (($#)); do
+  case "$1" in
+    --reps) REPS="$2"; shift 2 ;;
+    --scratch) SCRATCH="$2"; shift 2 ;;
+    --tokenizer-32k) TOK32K="$2"; shift 2 ;;
+    --stories260k) S260="$2"; shift 2 ;;
+    --rows) ROWS="$2"; shift 2 ;;
+    -h|--help) sed -n '2,20p' "$0"; exit 0 ;;
+    *) echo "bench_vs_llamacpp: unknown argument $1" >&2; exit 2 ;;
+  esac
+done
+[ -n "$SCRATCH" ] || SCRATCH="$(mktemp -d)"
+mkdir -p "$SCRATCH"
+BENCH="$BUILD_DIR/tools/bench_engine/bench_engine"
+KVFOLD="$BUILD_DIR/tools/kvfold/kvfold"
+for b in "$BENCH" "$KVFOLD" "$LLAMA/llama-bench" "$LLAMA/llama-quantize" \
+         "$LLAMA/llama-convert-llama2c-to-ggml"; do
+  [ -x "$b" ] || { echo "bench_vs_llamacpp: missing $b (build kvfold / llama.cpp first)" >&2; exit 1; }
+done
+has_row() { [[ ",$ROWS," == *",$1,"* ]]; }
+
+# ---- Models (built once). ----
+cd "$SCRATCH"
+if has_row s110 || has_row q8; then
+  [ -f "$TOK32K" ] || { echo "bench_vs_llamacpp: no 32000-token tokenizer at $TOK32K" >&2; exit 1; }
+  [ -f s110.bin ] || "$PY" "$ROOT/scripts/make_llama2c_checkpoint.py" --shape stories110m --out s110.bin
+  [ -f s110.gguf ] || "$LLAMA/llama-convert-llama2c-to-ggml" --copy-vocab-from-model "$TOK32K" \
+      --llama2c-model s110.bin --llama2c-output-model s110.gguf >convert.log 2>&1
+fi
+if has_row q8; then
+  [ -f s110-q8_0.gguf ] || "$LLAMA/llama-quantize" s110.gguf s110-q8_0.gguf Q8_0 >quantize.log 2>&1
+  [ -d s110-q8 ] || "$KVFOLD" convert --llama2c s110.bin --out s110-q8 --dtype q8 >/dev/null
+fi
+if has_row long; then
+  [ -f "$S260/stories260K.bin" ] || { echo "bench_vs_llamacpp: no stories260K at $S260" >&2; exit 1; }
+  [ -f s260.gguf ] || "$LLAMA/llama-convert-llama2c-to-ggml" --copy-vocab-from-model "$S260/tok512.bin" \
+      --llama2c-model "$S260/stories260K.bin" --llama2c-output-model s260.gguf >>convert.log 2>&1
+fi
+
+# ---- Interleaved runs: results/<row>.<engine>.<rep>.json ----
+mkdir -p results
+rm -f results/*.json
+run_pair() {  # name, kvfold bench args..., --, llama-bench args...
+  local name="$1"; shift
+  local kv=() ll=()
+  while [ "$1" != "--" ]; do kv+=("$1"); shift; done
+  shift
+  ll=("$@")
+  for rep in $(seq 1 "$REPS"); do
+    "$BENCH" --no-big --no-gemm --modes full "${kv[@]}" >"results/$name.kvfold.$rep.json" 2>/dev/null
+    "$LLAMA/llama-bench" -r 1 -o json "${ll[@]}" >"results/$name.llama.$rep.json" 2>/dev/null
+  done
+}
+for t in 1 2; do
+  if has_row s110; then
+    run_pair "s110_f32_t$t" --stories s110.bin --contexts 128 --decode-steps 32 --threads "$t" \
+      -- -m s110.gguf -p 128 -n 32 -t "$t"
+  fi
+  if has_row q8; then
+    run_pair "s110_q8_t$t" --stories s110-q8 --contexts 128 --decode-steps 32 --threads "$t" \
+      -- -m s110-q8_0.gguf -p 128 -n 32 -t "$t"
+  fi
+done
+if has_row long; then
+  run_pair "s260_10k_t2" --stories "$S260/stories260K.bin" --contexts 10240 --decode-steps 1 --threads 2 \
+    -- -m s260.gguf -p 10240 -n 0 -t 2
+fi
+"$PY" "$ROOT/scripts/bench_vs_llamacpp_table.py" results
