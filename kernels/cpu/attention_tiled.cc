@@ -9,7 +9,8 @@
 // softmax (running max m, sum l, accumulator acc) with them:
 //   s = scale * q.k (per key: sequential sum over head_dim), masked past the row's keys
 //   m' = max(m, max s); a = exp(m - m'); p = exp(s - m')
-//   l = l * a + sum p (fixed tree);  acc = acc * a + sum_k p_k v_k (key order)
+//   l = l * a + sum p (fixed tree);  acc = acc * a + sum_k p_k v_k, the tile's sum kept
+//   in four partial sums (key k into k % 4) added as (0 + 1) + (2 + 3)
 // and out = acc * (1 / l). The tiles a row visits and every operation on them depend only
 // on that row (its key count and data), never on the other rows or the block: prefill
 // and decode give the same bits. Vector code uses GCC vector extensions without FMA
@@ -35,6 +36,9 @@ constexpr int kRowBlock = 32;
 typedef float V16 __attribute__((vector_size(64)));
 typedef int32_t I16 __attribute__((vector_size(64)));
 
+// Value rows and accumulators are padded to whole 16-lane vectors.
+inline int PaddedHeadDim(int head_dim) { return (head_dim + 15) / 16 * 16; }
+
 // The state of one (row, query head) while its keys are visited.
 struct RowState {
   float m, l;
@@ -46,8 +50,8 @@ struct TaskArgs {
   int rows;       // rows in the block (all of one group)
   int kvh;
   float* kt;      // [head_dim, kTile] rotated keys of the tile, transposed
-  float* vt;      // [kTile, head_dim]
-  float* acc;     // [rows * group, head_dim]
+  float* vt;      // [kTile, hdp] values of the tile, zero-padded to hdp = PaddedHeadDim
+  float* acc;     // [rows * group, hdp]
   RowState* st;   // [rows * group]
 };
 
@@ -84,6 +88,7 @@ struct TaskArgs {
     const AttentionShape& sh = a.shape;                                                       \
     const int hd = sh.head_dim, q_dim = sh.num_heads * hd, kv_dim = sh.num_kv_heads * hd;     \
     const int group = sh.num_heads / sh.num_kv_heads;                                         \
+    const int hdp = PaddedHeadDim(hd);                                                        \
     const float ninf = -std::numeric_limits<float>::infinity();                               \
     int nk_max = 0;                                                                           \
     int64_t probe_row = t.row0;                                                               \
@@ -95,7 +100,7 @@ struct TaskArgs {
       }                                                                                       \
       for (int gh = 0; gh < group; ++gh) {                                                    \
         t.st[r * group + gh] = RowState{ninf, 0.0f};                                          \
-        std::fill(t.acc + (r * group + gh) * hd, t.acc + (r * group + gh + 1) * hd, 0.0f);    \
+        std::fill(t.acc + (r * group + gh) * hdp, t.acc + (r * group + gh + 1) * hdp, 0.0f);  \
       }                                                                                       \
     }                                                                                         \
     const KeyRef keys{a, a.rows + probe_row * kAttnRowFields, kv_dim};                        \
@@ -108,7 +113,7 @@ struct TaskArgs {
           const int64_t off = keys.Locate(t0 + i, &pos) + t.kvh * hd;                         \
           RotateHalf(a.k_cache + off, a.rope + static_cast<int64_t>(pos) * hd, hd, krot);     \
           for (int d = 0; d < hd; ++d) t.kt[d * kTile + i] = krot[d];                         \
-          std::memcpy(t.vt + i * hd, a.v_cache + off, hd * sizeof(float));                    \
+          std::memcpy(t.vt + i * hdp, a.v_cache + off, hd * sizeof(float));                   \
         } else {                                                                              \
           for (int d = 0; d < hd; ++d) t.kt[d * kTile + i] = 0.0f;                            \
         }                                                                                     \
@@ -145,12 +150,18 @@ struct TaskArgs {
           const float psum = (s4[0] + s4[2]) + (s4[1] + s4[3]);                               \
           st.l = st.l * alpha + psum;                                                         \
           st.m = m_new;                                                                       \
-          float* acc = t.acc + (r * group + gh) * hd;                                         \
-          for (int d = 0; d < hd; ++d) acc[d] = acc[d] * alpha;                               \
-          for (int i = 0; i < valid; ++i) {                                                   \
-            const float pi = p[i];                                                            \
-            const float* v = t.vt + i * hd;                                                   \
-            for (int d = 0; d < hd; ++d) acc[d] = acc[d] + pi * v[d];                         \
+          float* acc = t.acc + (r * group + gh) * hdp;                                        \
+          for (int d0 = 0; d0 < hdp; d0 += 16) {                                              \
+            V16 part[4] = {};                                                                 \
+            for (int i = 0; i < valid; ++i) {                                                 \
+              V16 v;                                                                          \
+              std::memcpy(&v, t.vt + i * hdp + d0, sizeof(v));                                \
+              part[i & 3] = part[i & 3] + p[i] * v;                                           \
+            }                                                                                 \
+            V16 av;                                                                           \
+            std::memcpy(&av, acc + d0, sizeof(av));                                           \
+            av = av * alpha + ((part[0] + part[1]) + (part[2] + part[3]));                    \
+            std::memcpy(acc + d0, &av, sizeof(av));                                           \
           }                                                                                   \
         }                                                                                     \
       }                                                                                       \
@@ -158,7 +169,7 @@ struct TaskArgs {
     for (int r = 0; r < t.rows; ++r) {                                                        \
       for (int gh = 0; gh < group; ++gh) {                                                    \
         const float inv = 1.0f / t.st[r * group + gh].l;                                      \
-        const float* acc = t.acc + (r * group + gh) * hd;                                     \
+        const float* acc = t.acc + (r * group + gh) * hdp;                                    \
         float* out = a.out + (t.row0 + r) * q_dim + (t.kvh * group + gh) * hd;                \
         for (int d = 0; d < hd; ++d) out[d] = acc[d] * inv;                                   \
       }                                                                                       \
@@ -202,7 +213,8 @@ void AttentionOptimized(ThreadPool& pool, const AttentionArgs& a, AttentionScrat
   }
   const int threads = pool.num_threads();
   if (scratch.per_thread.size() < static_cast<size_t>(threads)) scratch.per_thread.resize(threads);
-  const size_t per_thread = static_cast<size_t>(2 * kTile * hd) + static_cast<size_t>(kRowBlock) * group * hd +
+  const int hdp = PaddedHeadDim(hd);
+  const size_t per_thread = static_cast<size_t>(kTile) * (hd + hdp) + static_cast<size_t>(kRowBlock) * group * hdp +
                             static_cast<size_t>(kRowBlock) * group * 2;
   for (auto& buf : scratch.per_thread) {
     if (buf.size() < per_thread) buf.resize(per_thread);
@@ -213,8 +225,10 @@ void AttentionOptimized(ThreadPool& pool, const AttentionArgs& a, AttentionScrat
     float* buf = scratch.per_thread[thread].data();
     for (int64_t t = t0; t < t1; ++t) {
       const auto& b = blocks[t / sh.num_kv_heads];
-      TaskArgs args{&a, b[0], b[1], static_cast<int>(t % sh.num_kv_heads), buf, buf + kTile * hd,
-                    buf + 2 * kTile * hd, reinterpret_cast<RowState*>(buf + 2 * kTile * hd + kRowBlock * group * hd)};
+      float* vt = buf + kTile * hd;
+      float* acc = vt + kTile * hdp;
+      TaskArgs args{&a, b[0], b[1], static_cast<int>(t % sh.num_kv_heads), buf, vt, acc,
+                    reinterpret_cast<RowState*>(acc + kRowBlock * group * hdp)};
       task(args);
     }
   };

@@ -7,7 +7,7 @@
 namespace kvfold::kernels::cpu {
 namespace {
 
-constexpr int kSpinIterations = 20000;
+constexpr int kSpinIterations = 2000;
 
 // Spins until pred() or the budget runs out; true when pred() held.
 template <typename Pred>

@@ -5,7 +5,7 @@
 // Wake-up: a decode step runs ~100 parallel ops of a few microseconds each, so a
 // sleep/wake pair per op (futex, ~10-50 us) would cost more than the op. Workers and the
 // caller therefore spin on an atomic generation counter for a short while
-// (kSpinIterations pause instructions, ~50-100 us) before blocking on a condition
+// (kSpinIterations pause instructions, ~10-100 us by CPU) before blocking on a condition
 // variable; an idle pool sleeps.
 #ifndef KVFOLD_KERNELS_CPU_THREAD_POOL_H_
 #define KVFOLD_KERNELS_CPU_THREAD_POOL_H_
