@@ -2,7 +2,7 @@
 # kvfold vs llama.cpp on the same machine, same model shape, same precision, same thread
 # count, runs interleaved (kvfold, llama.cpp, kvfold, ...) so load noise hits both.
 #
-#   scripts/bench_vs_llamacpp.sh LLAMA_CPP_BIN_DIR [--reps N] [--scratch DIR]
+#   scripts/bench_vs_llamacpp.sh LLAMA_CPP_BIN_DIR [--reps N] [--long-reps N] [--scratch DIR]
 #        [--tokenizer-32k FILE] [--stories260k DIR_WITH_stories260K.bin_AND_tok512.bin]
 #        [--rows s110,q8,long]
 #
@@ -14,7 +14,8 @@
 # llama2 tokenizer (llama2.c's tokenizer.bin) gives the GGUF its vocab; by default
 # ../shared/models/tokenizers/llama2_32000.bin and ../shared/models/stories260K.
 #
-# Prints one table: per row the kvfold and llama.cpp medians over the reps and
+# --reps (default 3) interleaved pairs per stories110m row, --long-reps (default 1) for the
+# 10k-token row. Prints one table: per row the kvfold and llama.cpp medians over the reps and
 # kvfold / llama.cpp. Rows: stories110m f32 prefill (128-token prompt) and decode
 # (32 tokens) at 1 and 2 threads; stories110m q8 vs Q8_0 at 1 and 2 threads;
 # stories260K 10240-token prompt, full mode, 2 threads; kvfold decode against the
@@ -27,6 +28,7 @@ PY=/usr/bin/python3
 LLAMA="${1:?usage: bench_vs_llamacpp.sh LLAMA_CPP_BIN_DIR [--reps N] [--scratch DIR] ...}"
 shift
 REPS=3
+LONG_REPS=1
 SCRATCH="${KVFOLD_BENCH_DIR:-}"
 TOK32K="$ROOT/../shared/models/tokenizers/llama2_32000.bin"
 S260="$ROOT/../shared/models/stories260K"
@@ -34,11 +36,12 @@ ROWS="s110,q8,long"
 while (($#)); do
   case "$1" in
     --reps) REPS="$2"; shift 2 ;;
+    --long-reps) LONG_REPS="$2"; shift 2 ;;
     --scratch) SCRATCH="$2"; shift 2 ;;
     --tokenizer-32k) TOK32K="$2"; shift 2 ;;
     --stories260k) S260="$2"; shift 2 ;;
     --rows) ROWS="$2"; shift 2 ;;
-    -h|--help) sed -n '2,20p' "$0"; exit 0 ;;
+    -h|--help) sed -n '2,22p' "$0"; exit 0 ;;
     *) echo "bench_vs_llamacpp: unknown argument $1" >&2; exit 2 ;;
   esac
 done
@@ -73,29 +76,29 @@ fi
 # ---- Interleaved runs: results/<row>.<engine>.<rep>.json ----
 mkdir -p results
 rm -f results/*.json
-run_pair() {  # name, kvfold bench args..., --, llama-bench args...
-  local name="$1"; shift
+run_pair() {  # name, reps, kvfold bench args..., --, llama-bench args...
+  local name="$1" reps="$2"; shift 2
   local kv=() ll=()
   while [ "$1" != "--" ]; do kv+=("$1"); shift; done
   shift
   ll=("$@")
-  for rep in $(seq 1 "$REPS"); do
+  for rep in $(seq 1 "$reps"); do
     "$BENCH" --no-big --no-gemm --modes full "${kv[@]}" >"results/$name.kvfold.$rep.json" 2>/dev/null
     "$LLAMA/llama-bench" -r 1 -o json "${ll[@]}" >"results/$name.llama.$rep.json" 2>/dev/null
   done
 }
 for t in 1 2; do
   if has_row s110; then
-    run_pair "s110_f32_t$t" --stories s110.bin --contexts 128 --decode-steps 32 --threads "$t" \
+    run_pair "s110_f32_t$t" "$REPS" --stories s110.bin --contexts 128 --decode-steps 32 --threads "$t" \
       -- -m s110.gguf -p 128 -n 32 -t "$t"
   fi
   if has_row q8; then
-    run_pair "s110_q8_t$t" --stories s110-q8 --contexts 128 --decode-steps 32 --threads "$t" \
+    run_pair "s110_q8_t$t" "$REPS" --stories s110-q8 --contexts 128 --decode-steps 32 --threads "$t" \
       -- -m s110-q8_0.gguf -p 128 -n 32 -t "$t"
   fi
 done
 if has_row long; then
-  run_pair "s260_10k_t2" --stories "$S260/stories260K.bin" --contexts 10240 --decode-steps 1 --threads 2 \
+  run_pair "s260_10k_t2" "$LONG_REPS" --stories "$S260/stories260K.bin" --contexts 10240 --decode-steps 1 --threads 2 \
     -- -m s260.gguf -p 10240 -n 0 -t 2
 fi
 "$PY" "$ROOT/scripts/bench_vs_llamacpp_table.py" results

@@ -178,6 +178,16 @@ void FillRandomTensor(const std::string& name, const TensorSpec& spec, uint64_t 
 }
 
 ModelFile MakeRandomModel(const ModelConfig& config, uint64_t seed, DType dtype) {
+  if (dtype == DType::kQ8) {
+    // The F32 model with its rank-2 tensors quantized (as `kvfold convert --dtype q8`).
+    ModelFile m = MakeRandomModel(config, seed, DType::kF32);
+    for (auto& [name, t] : m.tensors) {
+      if (t.shape.size() != 2) continue;
+      absl::StatusOr<HostTensor> q = ConvertHostTensor(t, DType::kQ8);
+      if (q.ok()) t = *std::move(q);  // rank 2 -> Q8 cannot fail
+    }
+    return m;
+  }
   ModelFile m;
   m.config = config;
   m.source_path = "<random>";

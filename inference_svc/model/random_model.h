@@ -36,7 +36,8 @@ std::map<std::string, TensorSpec> TensorSpecs(const ModelConfig& config);
 void FillRandomTensor(const std::string& name, const TensorSpec& spec, uint64_t seed,
                       DType dtype, void* out);
 
-// The whole model in memory.
+// The whole model in memory. dtype F32, F16, BF16 or Q8 (the F32 values with rank-2
+// tensors quantized; norms F32).
 ModelFile MakeRandomModel(const ModelConfig& config, uint64_t seed, DType dtype);
 
 }  // namespace kvfold::model

@@ -20,16 +20,7 @@ model::ModelFile Model(const std::string& shape, uint64_t seed, DType dtype = DT
   auto c = model::NamedShape(shape);
   EXPECT_TRUE(c.ok());
   if (shape == "tiny-qwen2") c->num_layers = 3;  // room for hidden_layers = 3
-  if (dtype != DType::kQ8) return model::MakeRandomModel(*c, seed, dtype);
-  // Q8: the F32 model with every weight matrix quantized (as `kvfold convert --dtype q8`).
-  model::ModelFile m = model::MakeRandomModel(*c, seed, DType::kF32);
-  for (auto& [name, t] : m.tensors) {
-    if (t.shape.size() != 2) continue;
-    auto q = model::ConvertHostTensor(t, DType::kQ8);
-    EXPECT_TRUE(q.ok()) << name << ": " << q.status();
-    if (q.ok()) t = *std::move(q);
-  }
-  return m;
+  return model::MakeRandomModel(*c, seed, dtype);
 }
 
 using testing::RandomIds;

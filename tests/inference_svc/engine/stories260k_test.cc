@@ -1,5 +1,7 @@
 // The real stories260K model: greedy text from BOS, mean NLL on TinyStories (protocol in
 // ../shared/models/README.md), and the llama2.c -> HF conversion round trip.
+#include <algorithm>
+#include <cmath>
 #include <filesystem>
 #include <fstream>
 #include <sstream>
@@ -68,15 +70,11 @@ TEST_P(Stories260KTest, GreedyFromBosReproducesReferenceText) {
   EXPECT_EQ(tokenizer_->Decode(out), expected);
 }
 
-// 1.408 +- 0.002 nats/token over 37,072 predicted tokens.
-TEST_P(Stories260KTest, MeanNllOnTinyStories) {
-  // The reference backend gives the same logits up to rounding (BitwiseTest covers its
-  // paths); one full NLL pass keeps CI time down.
-  if (GetParam()) GTEST_SKIP() << "NLL runs on the optimised backend only";
-  const std::string text = ReadAll(testing::SharedDir() + "/text/tinystories_train_sample.txt");
-  if (text.empty()) GTEST_SKIP() << "tinystories_train_sample.txt not found";
+// Mean NLL (nats/token) of the first 100 stories (each cut at 512 tokens), by prefill;
+// *count gets the number of predicted tokens.
+double MeanNll(Engine& engine, const Tokenizer& tokenizer, const std::string& text, int64_t* count) {
   double total_nll = 0;
-  int64_t count = 0;
+  *count = 0;
   size_t pos = 0;
   ForwardResult r;
   for (int story = 0; story < 100; ++story) {
@@ -86,28 +84,70 @@ TEST_P(Stories260KTest, MeanNllOnTinyStories) {
     pos = end + 13;
     const size_t b = s.find_first_not_of(" \t\r\n"), e = s.find_last_not_of(" \t\r\n");
     s = b == std::string::npos ? "" : s.substr(b, e - b + 1);
-    auto ids = tokenizer_->Encode(s, /*add_bos=*/true);
-    ASSERT_TRUE(ids.ok());
+    auto ids = tokenizer.Encode(s, /*add_bos=*/true);
+    EXPECT_TRUE(ids.ok());
+    if (!ids.ok()) return 0;
     if (ids->size() > 512) ids->resize(512);
-    auto cache = engine_->NewCache(KvPolicy::Full());
+    auto cache = engine.NewCache(KvPolicy::Full());
     SequenceInput in;
     in.cache = cache.get();
     in.token_ids = *ids;
     in.logits = RowSelect::kAll;
-    ASSERT_TRUE(engine_->Forward(std::span<const SequenceInput>(&in, 1), &r).ok());
-    const int vocab = engine_->config().vocab_size;
+    const absl::Status st = engine.Forward(std::span<const SequenceInput>(&in, 1), &r);
+    EXPECT_TRUE(st.ok()) << st;
+    if (!st.ok()) return 0;
+    const int vocab = engine.config().vocab_size;
     for (size_t t = 0; t + 1 < ids->size(); ++t) {
       const float* l = r.outputs[0].logits.data() + t * vocab;
       double mx = l[0], sum = 0;
       for (int v = 0; v < vocab; ++v) mx = std::max<double>(mx, l[v]);
       for (int v = 0; v < vocab; ++v) sum += std::exp(l[v] - mx);
       total_nll += -(l[(*ids)[t + 1]] - mx - std::log(sum));
-      ++count;
+      ++*count;
     }
   }
+  return total_nll / std::max<int64_t>(1, *count);
+}
+
+// 1.408 +- 0.002 nats/token over 37,072 predicted tokens.
+TEST_P(Stories260KTest, MeanNllOnTinyStories) {
+  // The reference backend gives the same logits up to rounding (BitwiseTest covers its
+  // paths); one full NLL pass keeps CI time down.
+  if (GetParam()) GTEST_SKIP() << "NLL runs on the optimised backend only";
+  const std::string text = ReadAll(testing::SharedDir() + "/text/tinystories_train_sample.txt");
+  if (text.empty()) GTEST_SKIP() << "tinystories_train_sample.txt not found";
+  int64_t count = 0;
+  const double nll = MeanNll(*engine_, *tokenizer_, text, &count);
   EXPECT_EQ(count, 37072);
-  EXPECT_NEAR(total_nll / count, 1.408, 0.002);
-  std::printf("mean NLL %.5f over %lld tokens\n", total_nll / count, static_cast<long long>(count));
+  EXPECT_NEAR(nll, 1.408, 0.002);
+  std::printf("mean NLL %.5f over %lld tokens\n", nll, static_cast<long long>(count));
+}
+
+// Q8 weights (every weight matrix quantized, as `kvfold convert --dtype q8`): mean NLL
+// within 0.5 % of the F32 model's on the same tokens.
+TEST_P(Stories260KTest, Q8WeightsKeepNllWithinHalfAPercent) {
+  if (GetParam()) GTEST_SKIP() << "NLL runs on the optimised backend only";
+  const std::string text = ReadAll(testing::SharedDir() + "/text/tinystories_train_sample.txt");
+  if (text.empty()) GTEST_SKIP() << "tinystories_train_sample.txt not found";
+  model::ModelFile q8 = model_;
+  for (auto& [name, t] : q8.tensors) {
+    if (t.shape.size() != 2) continue;
+    auto q = model::ConvertHostTensor(t, kernels::DType::kQ8);
+    ASSERT_TRUE(q.ok()) << name << ": " << q.status();
+    t = *std::move(q);
+  }
+  EngineOptions options;
+  options.kv_pool_bytes = 32 << 20;
+  options.max_batch_tokens = 512;
+  auto e = Engine::Create(q8, backend_.get(), options);
+  ASSERT_TRUE(e.ok()) << e.status();
+  int64_t n32 = 0, n8 = 0;
+  const double f32 = MeanNll(*engine_, *tokenizer_, text, &n32);
+  const double q = MeanNll(**e, *tokenizer_, text, &n8);
+  EXPECT_EQ(n32, n8);
+  EXPECT_LT(std::abs(q - f32) / f32, 0.005) << "f32 " << f32 << " q8 " << q;
+  EXPECT_NE(q, f32);  // the weights did change
+  std::printf("mean NLL f32 %.5f q8 %.5f (%+.3f %%)\n", f32, q, (q - f32) / f32 * 100);
 }
 
 TEST_P(Stories260KTest, ConvertRoundTripKeepsFingerprintAndLogits) {

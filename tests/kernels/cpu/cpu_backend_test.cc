@@ -31,6 +31,18 @@ std::vector<float> Random(size_t n, uint32_t seed, float scale = 1.0f) {
 
 Tensor T(void* p, DType dt, std::initializer_list<int64_t> shape) { return MakeTensor(p, dt, shape); }
 
+// cos | sin halves per position (backend.h's RoPE table), theta 10000.
+std::vector<float> RopeTable(int rows, int hd) {
+  std::vector<float> rope(static_cast<size_t>(rows) * hd);
+  for (int p = 0; p < rows; ++p)
+    for (int i = 0; i < hd / 2; ++i) {
+      const double a = p * std::pow(10000.0, -2.0 * i / hd);
+      rope[p * hd + i] = static_cast<float>(std::cos(a));
+      rope[p * hd + hd / 2 + i] = static_cast<float>(std::sin(a));
+    }
+  return rope;
+}
+
 // Every ISA path this CPU can run (cpu/isa.h), restored to the default afterwards.
 class IsaScope {
  public:
@@ -161,13 +173,7 @@ TEST(AttentionTest, PagedGqaMatchesDirectAndBackendsAgree) {
   const int heads = 6, kv_heads = 2, hd = 12, bs = 5, blocks = 12;
   const int kv_dim = kv_heads * hd, q_dim = heads * hd;
   const int rope_rows = 64;
-  std::vector<float> rope(rope_rows * hd);
-  for (int p = 0; p < rope_rows; ++p)
-    for (int i = 0; i < hd / 2; ++i) {
-      const double a = p * std::pow(10000.0, -2.0 * i / hd);
-      rope[p * hd + i] = static_cast<float>(std::cos(a));
-      rope[p * hd + hd / 2 + i] = static_cast<float>(std::sin(a));
-    }
+  std::vector<float> rope = RopeTable(rope_rows, hd);
   auto kc = Random(static_cast<size_t>(blocks) * bs * kv_dim, 4);
   auto vc = Random(kc.size(), 5);
   // Prefix: blocks {7}, 3 entries at positions 0 (memory-like, stride 0). Main: blocks
@@ -252,13 +258,7 @@ TEST(AttentionTest, TiledCausalRowsMatchReferenceAcrossBatchesAndIsas) {
   Rig r;
   const int heads = 6, kv_heads = 3, hd = 12, bs = 16, blocks = 8, main_keys = 70, prefix = 3;
   const int kv_dim = kv_heads * hd, q_dim = heads * hd, rope_rows = 128;
-  std::vector<float> rope(rope_rows * hd);
-  for (int p = 0; p < rope_rows; ++p)
-    for (int i = 0; i < hd / 2; ++i) {
-      const double a = p * std::pow(10000.0, -2.0 * i / hd);
-      rope[p * hd + i] = static_cast<float>(std::cos(a));
-      rope[p * hd + hd / 2 + i] = static_cast<float>(std::sin(a));
-    }
+  std::vector<float> rope = RopeTable(rope_rows, hd);
   auto kc = Random(static_cast<size_t>(blocks) * bs * kv_dim, 21);
   auto vc = Random(kc.size(), 22);
   const std::vector<int32_t> tables = {6, 3, 0, 7, 1, 5, 2};  // prefix: {6}; main: the rest
