@@ -1,5 +1,7 @@
 // Loaders: llama2.c (header, permutation, untied classifier), safetensors and HF
 // directories, with every malformed-input path returning a clear error; fingerprints.
+#include <algorithm>
+#include <cmath>
 #include <cstring>
 #include <filesystem>
 #include <fstream>
@@ -80,6 +82,46 @@ TEST(Llama2cTest, UntiedConvertRoundTripKeepsFingerprint) {
   ASSERT_TRUE(hf.ok()) << hf.status();
   EXPECT_FALSE(hf->config.tie_word_embeddings);
   EXPECT_EQ(Fingerprint(*hf), Fingerprint(*m));
+}
+
+// --dtype q8: rank-2 tensors become Q8 (shape kept, Q8RowBytes per row, each weight
+// within half a quantization step), norms stay F32; the directory loads and validates;
+// converting the result back to Q8 changes no byte; a Q8 tensor of rank 1 is rejected.
+TEST(Llama2cTest, Q8ConvertRoundTrip) {
+  auto m = ParseLlama2c(std::make_shared<const std::string>(Llama2cBytes(true)));
+  ASSERT_TRUE(m.ok());
+  const std::string dir = Tmp("q8_convert");
+  ASSERT_TRUE(WriteHfDirectory(*m, dir, DType::kQ8).ok());
+  auto hf = LoadModel(dir);
+  ASSERT_TRUE(hf.ok()) << hf.status();
+  EXPECT_TRUE(hf->ValidateTensors().ok());
+  for (const auto& [name, t] : hf->tensors) {
+    const HostTensor& src = m->tensors.at(name);
+    EXPECT_EQ(t.shape, src.shape) << name;
+    if (src.shape.size() != 2) {
+      EXPECT_EQ(t.dtype, DType::kF32) << name;
+      continue;
+    }
+    ASSERT_EQ(t.dtype, DType::kQ8) << name;
+    const int64_t cols = t.shape[1];
+    ASSERT_EQ(t.size_bytes, static_cast<size_t>(t.shape[0]) * kernels::Q8RowBytes(cols)) << name;
+    auto back = ConvertHostTensor(t, DType::kF32);
+    ASSERT_TRUE(back.ok());
+    const float* x = static_cast<const float*>(src.data);
+    const float* y = static_cast<const float*>(back->data);
+    for (int64_t r = 0; r < t.shape[0]; ++r) {
+      float amax = 0;  // of the row's widest block: a bound on every block's step
+      for (int64_t c = 0; c < cols; ++c) amax = std::max(amax, std::fabs(x[r * cols + c]));
+      for (int64_t c = 0; c < cols; ++c) {
+        ASSERT_LE(std::fabs(y[r * cols + c] - x[r * cols + c]), amax / 127.0f * 0.51f) << name;
+      }
+    }
+    auto again = ConvertHostTensor(t, DType::kQ8);
+    ASSERT_TRUE(again.ok());
+    EXPECT_EQ(0, std::memcmp(again->data, t.data, t.size_bytes)) << name;
+  }
+  EXPECT_EQ(ConvertHostTensor(m->tensors.at("model.norm.weight"), DType::kQ8).status().code(),
+            absl::StatusCode::kInvalidArgument);
 }
 
 TEST(Llama2cTest, MalformedFilesAreClearErrors) {

@@ -223,8 +223,15 @@ TEST_P(Int8KvTest, AttentionInt8EqualsF32AttentionOnDequantizedCache) {
                               T(rope.data(), DType::kF32, {kRopeRows, kHd}), shape,
                               T(ref.data(), DType::kF32, {1, kQDim}))
                     .ok());
-    EXPECT_EQ(0, std::memcmp(ref.data(), out.data() + i * kQDim, kQDim * sizeof(float)))
-        << "row " << i;
+    // The reference kernels follow the same operations: equal bits. The optimised F32
+    // kernel is the tiled online softmax (attention_tiled.cc) while the optimised INT8
+    // kernel normalises per row, so there they agree up to float rounding.
+    if (GetParam()) {
+      EXPECT_EQ(0, std::memcmp(ref.data(), out.data() + i * kQDim, kQDim * sizeof(float)))
+          << "row " << i;
+    } else {
+      for (int j = 0; j < kQDim; ++j) EXPECT_NEAR(ref[j], out[i * kQDim + j], 1e-5) << "row " << i;
+    }
     // And int8 is really in use: the all-F32 answer differs for rows that read int8.
     std::vector<float> exact(kQDim);
     ASSERT_TRUE(be->Attention(*st, T(q.data() + i * kQDim, DType::kF32, {1, kQDim}),
