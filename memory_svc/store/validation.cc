@@ -57,6 +57,11 @@ absl::Status ExpectedPayloadBytes(const v1::MemoryBlockHeader& header, uint64_t*
     default:
       return absl::InvalidArgumentError(absl::StrCat("header.dtype ", header.dtype(), " is unknown"));
   }
+  if (total > std::numeric_limits<uint64_t>::max()) {
+    return absl::InvalidArgumentError(absl::StrCat(
+        "header mem_slots ", header.mem_slots(), " x hidden_size ", header.hidden_size(), " x ",
+        v1::Dtype_Name(header.dtype()), " overflows 64 bits"));
+  }
   *bytes = static_cast<uint64_t>(total);
   return absl::OkStatus();
 }
@@ -75,10 +80,14 @@ absl::Status ValidateBlockHeader(const v1::MemoryBlockHeader& header, uint64_t m
         header.mem_slots(), " x hidden_size ", header.hidden_size(), " x ",
         v1::Dtype_Name(header.dtype()), " = ", expected, " bytes"));
   }
-  if (header.payload_size() > max_block_bytes) {
-    return absl::ResourceExhaustedError(absl::StrCat("block of ", header.payload_size(),
-                                                     " bytes exceeds the store's limit of ",
-                                                     max_block_bytes, " bytes"));
+  // The limit bounds what the block costs the store: the header (which lists a full-mode
+  // session's history and can dwarf the payload) plus the payload.
+  const uint64_t header_bytes = header.ByteSizeLong();
+  if (header.payload_size() > max_block_bytes ||
+      header_bytes > max_block_bytes - header.payload_size()) {
+    return absl::ResourceExhaustedError(absl::StrCat(
+        "block of ", header_bytes, " header + ", header.payload_size(),
+        " payload bytes exceeds the store's limit of ", max_block_bytes, " bytes"));
   }
   return absl::OkStatus();
 }

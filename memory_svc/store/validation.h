@@ -26,12 +26,13 @@ absl::Status ValidateTenant(absl::string_view tenant);
 absl::Status ValidateVersion(uint64_t version, absl::string_view field);
 
 // mem_slots * hidden_size * element size of dtype (DTYPE_UNSPECIFIED counts as FP16,
-// INT4 packs two elements per byte). INVALID_ARGUMENT on overflow.
+// INT4 packs two elements per byte), computed in 128 bits. INVALID_ARGUMENT when the
+// product does not fit 64 bits.
 absl::Status ExpectedPayloadBytes(const v1::MemoryBlockHeader& header, uint64_t* bytes);
 
 // Checks a header before any payload arrives:
 //   INVALID_ARGUMENT   format_version != 1, payload_size != mem_slots*hidden_size*dtype size
-//   RESOURCE_EXHAUSTED payload_size > max_block_bytes
+//   RESOURCE_EXHAUSTED serialized header size + payload_size > max_block_bytes
 absl::Status ValidateBlockHeader(const v1::MemoryBlockHeader& header, uint64_t max_block_bytes);
 
 }  // namespace kvfold::memory

@@ -111,5 +111,45 @@ TEST(ValidationTest, HeaderSizes) {
   EXPECT_EQ(ValidateBlockHeader(h, 64 << 20).code(), absl::StatusCode::kInvalidArgument);
 }
 
+// mem_slots x hidden_size x 4 = 2^64 wraps to 0 in 64 bits: an empty payload must not pass
+// as "the right size" of an 8-EiB block.
+TEST(ValidationTest, PayloadSizeOverflowIsInvalid) {
+  v1::MemoryBlockHeader h;
+  h.set_format_version(1);
+  h.set_mem_slots(1u << 31);
+  h.set_hidden_size(1u << 31);
+  h.set_dtype(v1::DTYPE_FP32);
+  h.set_payload_size(0);
+  uint64_t bytes = 0;
+  const absl::Status s = ExpectedPayloadBytes(h, &bytes);
+  EXPECT_EQ(s.code(), absl::StatusCode::kInvalidArgument);
+  EXPECT_NE(s.message().find("overflows"), absl::string_view::npos) << s;
+  EXPECT_EQ(ValidateBlockHeader(h, 64 << 20).code(), absl::StatusCode::kInvalidArgument);
+  // 2^63 still fits: FP16 of the same shape is a (too large) valid size.
+  h.set_dtype(v1::DTYPE_FP16);
+  ASSERT_TRUE(ExpectedPayloadBytes(h, &bytes).ok());
+  EXPECT_EQ(bytes, 1ull << 63);
+}
+
+// The limit counts the whole block: a huge header (window ids) with a tiny payload is over it.
+TEST(ValidationTest, MaxBlockBytesCountsTheHeader) {
+  v1::MemoryBlockHeader h;
+  h.set_format_version(1);
+  h.set_mem_slots(2);
+  h.set_hidden_size(8);
+  h.set_dtype(v1::DTYPE_FP16);
+  h.set_payload_size(32);
+  for (int i = 0; i < 300000; ++i) h.add_window_token_ids(3000000 + i);  // 4 B each packed
+  ASSERT_GT(h.ByteSizeLong(), 1u << 20);
+  const absl::Status s = ValidateBlockHeader(h, 1 << 20);
+  EXPECT_EQ(s.code(), absl::StatusCode::kResourceExhausted) << s;
+  EXPECT_NE(s.message().find("header"), absl::string_view::npos) << s;
+  EXPECT_TRUE(ValidateBlockHeader(h, 2 << 20).ok());
+  // Exactly at the limit passes; one byte below fails.
+  const uint64_t whole = h.ByteSizeLong() + h.payload_size();
+  EXPECT_TRUE(ValidateBlockHeader(h, whole).ok());
+  EXPECT_EQ(ValidateBlockHeader(h, whole - 1).code(), absl::StatusCode::kResourceExhausted);
+}
+
 }  // namespace
 }  // namespace kvfold::memory

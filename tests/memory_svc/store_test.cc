@@ -145,13 +145,14 @@ TEST_P(StoreTest, RejectsBadBlocksAndCommitsNothing) {
 TEST_P(StoreTest, SizeLimitIsResourceExhausted) {
   store_.reset();
   StoreOptions options = BaseOptions();
-  options.max_block_bytes = 1000;
+  const TestBlock big = MakeBlock(1, 10, 51);   // 1020 payload bytes
+  const TestBlock fits = MakeBlock(1, 10, 50);  // 1000 payload bytes
+  // The limit counts the whole block: header + payload.
+  options.max_block_bytes = fits.header.ByteSizeLong() + fits.payload.size();
   absl::StatusOr<std::unique_ptr<MemoryStore>> small = MemoryStore::Open(options);
   ASSERT_TRUE(small.ok());
-  const TestBlock big = MakeBlock(1, 10, 51);  // 1020 bytes
   EXPECT_EQ((*small)->Put("t1", "s", 0, big.header, big.payload, false).status().code(),
             absl::StatusCode::kResourceExhausted);
-  const TestBlock fits = MakeBlock(1, 10, 50);  // 1000 bytes
   EXPECT_TRUE((*small)->Put("t1", "s", 0, fits.header, fits.payload, false).ok());
 }
 
