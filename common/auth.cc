@@ -1,26 +1,54 @@
 #include "common/auth.h"
 
-#include <fstream>
-#include <sstream>
+#include <sys/stat.h>
 
+#include <condition_variable>
+#include <cstdio>
+#include <fstream>
+#include <mutex>
+#include <sstream>
+#include <thread>
+#include <utility>
+#include <vector>
+
+#include "absl/container/flat_hash_set.h"
 #include "absl/status/status.h"
 #include "absl/strings/ascii.h"
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_split.h"
 #include "absl/strings/strip.h"
+#include "common/sha256.h"
 
 namespace kvfold {
+namespace {
 
-absl::StatusOr<TokenTable> TokenTable::LoadFile(const std::string& path) {
-  std::ifstream in(path);
-  if (!in) return absl::NotFoundError(absl::StrCat("tokens file not readable: ", path));
-  std::stringstream ss;
-  ss << in.rdbuf();
-  return Parse(ss.str());
+struct Entry {
+  std::string digest;  // hex SHA-256 of the token
+  std::string tenant;
+};
+using Entries = std::vector<Entry>;
+
+// Equal-length strings compared without an early exit.
+bool ConstantTimeEqual(const std::string& a, const std::string& b) {
+  if (a.size() != b.size()) return false;
+  unsigned char diff = 0;
+  for (size_t i = 0; i < a.size(); ++i) {
+    diff |= static_cast<unsigned char>(a[i] ^ b[i]);
+  }
+  return diff == 0;
 }
 
-absl::StatusOr<TokenTable> TokenTable::Parse(const std::string& text) {
-  TokenTable table;
+absl::StatusOr<std::string> ReadWholeFile(const std::string& path, const char* what) {
+  std::ifstream in(path, std::ios::binary);
+  if (!in) return absl::NotFoundError(absl::StrCat(what, " not readable: ", path));
+  std::stringstream ss;
+  ss << in.rdbuf();
+  return ss.str();
+}
+
+absl::StatusOr<std::shared_ptr<const Entries>> ParseEntries(const std::string& text) {
+  auto entries = std::make_shared<Entries>();
+  absl::flat_hash_set<std::string> seen;
   int line_no = 0;
   for (absl::string_view line : absl::StrSplit(text, '\n')) {
     ++line_no;
@@ -28,23 +56,163 @@ absl::StatusOr<TokenTable> TokenTable::Parse(const std::string& text) {
     if (hash != absl::string_view::npos) line = line.substr(0, hash);
     line = absl::StripAsciiWhitespace(line);
     if (line.empty()) continue;
-    std::vector<std::string> parts = absl::StrSplit(line, absl::ByAnyChar(" \t"), absl::SkipEmpty());
+    std::vector<std::string> parts =
+        absl::StrSplit(line, absl::ByAnyChar(" \t"), absl::SkipEmpty());
     if (parts.size() != 2) {
       return absl::InvalidArgumentError(
           absl::StrCat("tokens file line ", line_no, ": expected '<token> <tenant>'"));
     }
-    if (!table.tenants_.emplace(parts[0], parts[1]).second) {
+    std::string digest = Sha256Hex(parts[0]);
+    if (!seen.insert(digest).second) {
       return absl::InvalidArgumentError(
           absl::StrCat("tokens file line ", line_no, ": duplicate token"));
     }
+    entries->push_back({std::move(digest), std::move(parts[1])});
   }
+  return std::shared_ptr<const Entries>(std::move(entries));
+}
+
+// What identifies one version of a file on disk.
+struct FileStamp {
+  dev_t dev = 0;
+  ino_t ino = 0;
+  off_t size = -1;
+  int64_t mtime_ns = -1;
+  bool operator==(const FileStamp& o) const {
+    return dev == o.dev && ino == o.ino && size == o.size && mtime_ns == o.mtime_ns;
+  }
+};
+
+FileStamp StampOf(const std::string& path) {
+  FileStamp stamp;
+  struct stat st;
+  if (::stat(path.c_str(), &st) != 0) return stamp;
+  stamp.dev = st.st_dev;
+  stamp.ino = st.st_ino;
+  stamp.size = st.st_size;
+  stamp.mtime_ns = static_cast<int64_t>(st.st_mtim.tv_sec) * 1000000000 + st.st_mtim.tv_nsec;
+  return stamp;
+}
+
+}  // namespace
+
+struct TokenTable::State {
+  std::string path;  // empty: parsed from text, not reloadable
+  // The file as it was when last read (taken before reading it); the watcher compares it.
+  FileStamp loaded_stamp;  // guarded by watch_mu
+  mutable std::mutex mu;
+  std::shared_ptr<const Entries> entries;  // guarded by mu; swapped whole on reload
+  uint64_t reloads = 0;                    // guarded by mu
+
+  std::mutex watch_mu;
+  std::condition_variable watch_cv;
+  bool stop_watching = false;  // guarded by watch_mu
+  std::thread watcher;
+
+  std::shared_ptr<const Entries> Current() const {
+    std::lock_guard<std::mutex> lock(mu);
+    return entries;
+  }
+
+  absl::Status Reload() {
+    if (path.empty()) {
+      return absl::FailedPreconditionError("this token table was not loaded from a file");
+    }
+    {
+      std::lock_guard<std::mutex> lock(watch_mu);
+      loaded_stamp = StampOf(path);
+    }
+    absl::StatusOr<std::string> text = ReadWholeFile(path, "tokens file");
+    if (!text.ok()) return text.status();
+    absl::StatusOr<std::shared_ptr<const Entries>> parsed = ParseEntries(*text);
+    if (!parsed.ok()) {
+      return absl::Status(parsed.status().code(),
+                          absl::StrCat(path, ": ", parsed.status().message()));
+    }
+    std::lock_guard<std::mutex> lock(mu);
+    entries = *std::move(parsed);
+    ++reloads;
+    return absl::OkStatus();
+  }
+
+  ~State() {
+    {
+      std::lock_guard<std::mutex> lock(watch_mu);
+      stop_watching = true;
+    }
+    watch_cv.notify_all();
+    if (watcher.joinable()) watcher.join();
+  }
+};
+
+TokenTable::TokenTable() : state_(std::make_unique<State>()) {}
+TokenTable::TokenTable(TokenTable&&) noexcept = default;
+TokenTable& TokenTable::operator=(TokenTable&&) noexcept = default;
+TokenTable::~TokenTable() = default;
+
+absl::StatusOr<TokenTable> TokenTable::LoadFile(const std::string& path) {
+  const FileStamp stamp = StampOf(path);
+  absl::StatusOr<std::string> text = ReadWholeFile(path, "tokens file");
+  if (!text.ok()) return text.status();
+  absl::StatusOr<TokenTable> table = Parse(*text);
+  if (!table.ok()) {
+    return absl::Status(table.status().code(), absl::StrCat(path, ": ", table.status().message()));
+  }
+  table->state_->path = path;
+  table->state_->loaded_stamp = stamp;
+  return table;
+}
+
+absl::StatusOr<TokenTable> TokenTable::Parse(const std::string& text) {
+  absl::StatusOr<std::shared_ptr<const Entries>> entries = ParseEntries(text);
+  if (!entries.ok()) return entries.status();
+  TokenTable table;
+  table.state_->entries = *std::move(entries);
   return table;
 }
 
 absl::StatusOr<std::string> TokenTable::TenantOf(const std::string& token) const {
-  auto it = tenants_.find(token);
-  if (it == tenants_.end()) return absl::UnauthenticatedError("unknown bearer token");
-  return it->second;
+  const std::shared_ptr<const Entries> entries = state_->Current();
+  const std::string digest = Sha256Hex(token);
+  const Entry* match = nullptr;
+  for (const Entry& e : *entries) {
+    // No early exit: every entry is compared, whichever matches.
+    if (ConstantTimeEqual(e.digest, digest)) match = &e;
+  }
+  if (match == nullptr) return absl::UnauthenticatedError("unknown bearer token");
+  return match->tenant;
+}
+
+size_t TokenTable::size() const { return state_->Current()->size(); }
+
+uint64_t TokenTable::reloads() const {
+  std::lock_guard<std::mutex> lock(state_->mu);
+  return state_->reloads;
+}
+
+absl::Status TokenTable::Reload() { return state_->Reload(); }
+
+void TokenTable::WatchFile(absl::Duration period) {
+  State* state = state_.get();
+  if (state->path.empty() || state->watcher.joinable()) return;
+  // The thread uses only the State, which stays put when the TokenTable is moved.
+  state->watcher = std::thread([state, period] {
+    std::unique_lock<std::mutex> lock(state->watch_mu);
+    while (!state->watch_cv.wait_for(lock, absl::ToChronoMilliseconds(period),
+                                     [state] { return state->stop_watching; })) {
+      const FileStamp now = StampOf(state->path);
+      if (now == state->loaded_stamp) continue;
+      state->loaded_stamp = now;  // a file that fails to parse is reported once
+      lock.unlock();
+      if (absl::Status s = state->Reload(); !s.ok()) {
+        std::fprintf(stderr, "tokens file changed but was not reloaded: %s\n",
+                     s.ToString().c_str());
+      } else {
+        std::fprintf(stderr, "tokens file reloaded: %s\n", state->path.c_str());
+      }
+      lock.lock();
+    }
+  });
 }
 
 absl::StatusOr<std::string> AuthenticateTenant(const TokenTable* tokens,
@@ -60,6 +228,21 @@ absl::StatusOr<std::string> AuthenticateTenant(const TokenTable* tokens,
     return absl::UnauthenticatedError("authorization metadata must be 'Bearer <token>'");
   }
   return tokens->TenantOf(std::string(value));
+}
+
+absl::StatusOr<std::string> ReadSecretFile(const std::string& path) {
+  absl::StatusOr<std::string> text = ReadWholeFile(path, "token file");
+  if (!text.ok()) return text.status();
+  const absl::string_view secret = absl::StripTrailingAsciiWhitespace(*text);
+  if (secret.empty()) return absl::InvalidArgumentError(absl::StrCat(path, " is empty"));
+  for (const char c : secret) {
+    const unsigned char u = static_cast<unsigned char>(c);
+    if (u <= 0x20 || u > 0x7e) {
+      return absl::InvalidArgumentError(
+          absl::StrCat(path, ": a token is printable ASCII without spaces"));
+    }
+  }
+  return std::string(secret);
 }
 
 }  // namespace kvfold

@@ -5,7 +5,9 @@
 //
 // Prints "kvfold-memory listening on HOST:PORT" once serving (with --listen HOST:0 the
 // chosen port). SIGTERM/SIGINT: stop accepting, drain in-flight calls (--drain_seconds),
-// flush and close the DB, exit 0.
+// flush and close the DB, exit 0. SIGHUP: reload the tokens file.
+// Without --tokens_file it refuses to start unless --insecure_no_auth is given; on a port
+// already in use it exits 1 (the port is never shared).
 #include <pthread.h>
 #include <signal.h>
 
@@ -36,7 +38,13 @@ ABSL_FLAG(bool, blob_files, true, "store payloads in RocksDB blob files (BlobDB)
 ABSL_FLAG(std::string, tls_cert, "", "PEM server certificate (enables TLS with --tls_key)");
 ABSL_FLAG(std::string, tls_key, "", "PEM server private key");
 ABSL_FLAG(std::string, tls_client_ca, "", "PEM CA for client certificates (enables mTLS)");
-ABSL_FLAG(std::string, tokens_file, "", "'<token> <tenant>' lines; empty = auth off");
+ABSL_FLAG(std::string, tokens_file, "",
+          "'<token> <tenant>' lines; reloaded on SIGHUP and when the file changes");
+ABSL_FLAG(std::string, tenants_file, "",
+          "per-tenant quotas: '<tenant|*> [sessions=N] [versions=N] [bytes=N[K|M|G]]' lines; "
+          "reloaded on SIGHUP");
+ABSL_FLAG(bool, insecure_no_auth, false,
+          "serve without a tokens file: every caller is tenant 'default' (development only)");
 ABSL_FLAG(int, metrics_port, 0, "HTTP port for /metrics (Prometheus text); 0 = off");
 ABSL_FLAG(int, drain_seconds, 10, "on SIGTERM, how long in-flight calls may finish");
 
@@ -50,6 +58,7 @@ int main(int argc, char** argv) {
   sigemptyset(&signals);
   sigaddset(&signals, SIGTERM);
   sigaddset(&signals, SIGINT);
+  sigaddset(&signals, SIGHUP);
   pthread_sigmask(SIG_BLOCK, &signals, nullptr);
 
   kvfold::memory::ServerConfig config;
@@ -78,6 +87,8 @@ int main(int argc, char** argv) {
   config.tls_key_file = absl::GetFlag(FLAGS_tls_key);
   config.tls_client_ca_file = absl::GetFlag(FLAGS_tls_client_ca);
   config.tokens_file = absl::GetFlag(FLAGS_tokens_file);
+  config.insecure_no_auth = absl::GetFlag(FLAGS_insecure_no_auth);
+  config.tenants_file = absl::GetFlag(FLAGS_tenants_file);
   config.metrics_port = absl::GetFlag(FLAGS_metrics_port);
   if (backend == "rocksdb" && config.store.db_dir.empty()) {
     std::fprintf(stderr, "kvfold-memory: --db_dir is required\n");
@@ -100,7 +111,8 @@ int main(int argc, char** argv) {
     // Bad flags or unreadable config files are usage errors (2); a DB or port that
     // cannot be opened is a runtime failure (1).
     const absl::StatusCode code = server.status().code();
-    return code == absl::StatusCode::kInvalidArgument || code == absl::StatusCode::kNotFound
+    return code == absl::StatusCode::kInvalidArgument || code == absl::StatusCode::kNotFound ||
+                   code == absl::StatusCode::kFailedPrecondition
                ? 2
                : 1;
   }
@@ -111,7 +123,11 @@ int main(int argc, char** argv) {
   std::fflush(stdout);
 
   int signal_number = 0;
-  sigwait(&signals, &signal_number);
+  while (sigwait(&signals, &signal_number) == 0 && signal_number == SIGHUP) {
+    const absl::Status reloaded = (*server)->ReloadAuth();
+    std::fprintf(stderr, "kvfold-memory: SIGHUP: tokens and tenants %s\n",
+                 reloaded.ok() ? "reloaded" : reloaded.ToString().c_str());
+  }
   std::fprintf(stderr, "kvfold-memory: signal %d, draining\n", signal_number);
   const absl::Status closed =
       (*server)->Shutdown(absl::Seconds(absl::GetFlag(FLAGS_drain_seconds)));

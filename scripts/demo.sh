@@ -96,7 +96,8 @@ wait_listening() {  # file pid -> prints the address
   echo "demo: timeout waiting for $1" >&2
   exit 1
 }
-"$MEMORY_BIN" --listen 127.0.0.1:0 --db_dir "$WORK/db" > "$WORK/memory.out" 2> "$WORK/memory.log" &
+# A local demo on loopback: no tokens, and the servers are told so explicitly.
+"$MEMORY_BIN" --listen 127.0.0.1:0 --db_dir "$WORK/db" --insecure_no_auth > "$WORK/memory.out" 2> "$WORK/memory.log" &
 PIDS+=($!)
 STORE="$(wait_listening "$WORK/memory.out" $!)"
 
@@ -104,7 +105,7 @@ declare -A ADDR PID
 start_replica() {
   "$INFERENCE_BIN" --model "$MODEL" --tokenizer "$TOKENIZER" --projector "$PROJECTOR" \
     --memory_store "$STORE" --listen 127.0.0.1:0 --threads 1 --replica_name "$1" \
-    --default_mode memory > "$WORK/$1.out" 2> "$WORK/$1.log" &
+    --default_mode memory --insecure_no_auth > "$WORK/$1.out" 2> "$WORK/$1.log" &
   PID[$1]=$!
   PIDS+=($!)
   ADDR[$1]="$(wait_listening "$WORK/$1.out" $!)"

@@ -137,6 +137,7 @@ grpc::Status InferenceServiceImpl::ListSessions(grpc::ServerContext* context,
     s->set_updated_unix_ms(info.updated_unix_ms());
   }
   response->set_next_page_token(page->next_page_token());
+  if (page->has_usage()) *response->mutable_usage() = page->usage();
   return grpc::Status::OK;
 }
 

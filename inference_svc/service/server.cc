@@ -4,6 +4,7 @@
 #include <cstdio>
 #include <fstream>
 #include <sstream>
+#include <vector>
 
 #include <grpcpp/ext/proto_server_reflection_plugin.h>
 #include <grpcpp/health_check_service_interface.h>
@@ -12,8 +13,8 @@
 
 #include "absl/strings/str_cat.h"
 #include "common/install_paths.h"
+#include "common/grpc_decode_errors.h"
 #include "inference_svc/model/model_file.h"
-#include "inference_svc/service/decode_errors.h"
 #include "inference_svc/service/session_codec.h"
 
 namespace kvfold::service {
@@ -107,10 +108,13 @@ absl::StatusOr<std::unique_ptr<InferenceServer>> InferenceServer::Start(
     auto tokens = TokenTable::LoadFile(c.tokens_file);
     if (!tokens.ok()) return tokens.status();
     server->tokens_ = std::make_unique<TokenTable>(std::move(*tokens));
+    server->tokens_->WatchFile();
   }
   StoreGatewayOptions store_options;
   store_options.address = c.memory_store;
   store_options.tls_ca = c.memory_store_tls_ca;
+  store_options.tls_cert = c.memory_store_tls_cert;
+  store_options.tls_key = c.memory_store_tls_key;
   auto store = StoreGateway::Create(store_options);
   if (!store.ok()) return store.status();
   server->store_ = std::move(*store);
@@ -173,15 +177,20 @@ absl::StatusOr<std::unique_ptr<InferenceServer>> InferenceServer::Start(
   builder.RegisterService(server->service_.get());
   builder.SetMaxReceiveMessageSize(64 << 20);
   builder.SetMaxSendMessageSize(64 << 20);
+  // Never share the port (gRPC sets SO_REUSEPORT by default): a second replica started on
+  // a port in use must fail, not take half of the connections.
+  builder.AddChannelArgument(GRPC_ARG_ALLOW_REUSEPORT, 0);
   // The decode-error interceptor first: it rewrites a status that the request log (next)
   // then records as the client sees it.
   std::vector<std::unique_ptr<grpc::experimental::ServerInterceptorFactoryInterface>> interceptors;
-  interceptors.push_back(MakeDecodeErrorInterceptor());
+  interceptors.push_back(MakeDecodeErrorInterceptorFactory());
   interceptors.push_back(server->request_log_->MakeFactory());
   builder.experimental().SetInterceptorCreators(std::move(interceptors));
   server->server_ = builder.BuildAndStart();
   if (server->server_ == nullptr || bound_port == 0) {
-    return absl::UnavailableError(absl::StrCat("cannot listen on ", c.listen));
+    return absl::UnavailableError(
+        absl::StrCat("cannot listen on ", c.listen,
+                     " (address in use by another process, or not a local address)"));
   }
   const std::string host = c.listen.substr(0, c.listen.rfind(':'));
   server->address_ = absl::StrCat(host, ":", bound_port);

@@ -34,7 +34,8 @@ class InferenceServer {
  public:
   // Loads the model (NotFound/InvalidArgument from the loaders), the projector
   // (FailedPrecondition when made for another model), starts the scheduler and the gRPC
-  // server (Unavailable when the address cannot be bound). The store need not be up:
+  // server (Unavailable when the address cannot be bound, also when another process
+  // listens on it: SO_REUSEPORT is off). The store need not be up:
   // health stays NOT_SERVING until it answers.
   static absl::StatusOr<std::unique_ptr<InferenceServer>> Start(const ServiceConfig& config);
   ~InferenceServer();
@@ -55,6 +56,10 @@ class InferenceServer {
   std::string metrics_address() const { return metrics_http_ ? metrics_http_->address() : ""; }
   // True from the first moment of a drain (Shutdown): other fronts report not-ready too.
   bool draining() const { return stopping_.load(); }
+
+  // Re-reads the tokens file (SIGHUP); the tokens in force stay when it fails to parse.
+  // OK without a tokens file.
+  absl::Status ReloadAuth() { return tokens_ ? tokens_->Reload() : absl::OkStatus(); }
 
   // Graceful stop, in the order Kubernetes needs: health turns NOT_SERVING at once; calls
   // are still accepted and served for config.drain_delay_s (endpoints are being removed);

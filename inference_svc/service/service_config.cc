@@ -17,6 +17,18 @@ absl::Status ServiceConfig::Validate() const {
   if (!tls_client_ca.empty() && tls_cert.empty()) {
     return absl::InvalidArgumentError("--tls_client_ca needs --tls_cert/--tls_key");
   }
+  if (tokens_file.empty() && !insecure_no_auth) {
+    return absl::InvalidArgumentError(
+        "no --tokens_file: refusing to serve without authentication (give --insecure_no_auth "
+        "to accept every caller as tenant 'default')");
+  }
+  if (memory_store_tls_cert.empty() != memory_store_tls_key.empty()) {
+    return absl::InvalidArgumentError(
+        "--memory_store_tls_cert and --memory_store_tls_key go together");
+  }
+  if (!memory_store_tls_cert.empty() && memory_store_tls_ca.empty()) {
+    return absl::InvalidArgumentError("--memory_store_tls_cert needs --memory_store_tls_ca");
+  }
   if (!logging::ParseLevel(log_level).ok()) {
     return absl::InvalidArgumentError(
         absl::StrCat("--log-level '", log_level, "': expected debug, info, warn, error or off"));

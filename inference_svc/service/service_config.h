@@ -24,7 +24,12 @@ struct ServiceConfig {
   std::string memory_store;
   // PEM CA for TLS to the store; empty = plaintext.
   std::string memory_store_tls_ca;
+  // PEM client certificate and key presented to a store that requires mTLS (both or
+  // neither; they need memory_store_tls_ca).
+  std::string memory_store_tls_cert;
+  std::string memory_store_tls_key;
   // Token sent to the store when the caller sent none (auth off here, on at the store).
+  // Read from a file or the environment (service_main.cc), never from the command line.
   std::string store_token;
   // Listen address. Default: 127.0.0.1:7071. Port 0 picks a free port.
   std::string listen = "127.0.0.1:7071";
@@ -46,8 +51,12 @@ struct ServiceConfig {
   std::string tls_cert;
   std::string tls_key;
   std::string tls_client_ca;
-  // Bearer tokens of callers (token -> tenant). Empty = auth off, one default tenant.
+  // Bearer tokens of callers (token -> tenant), reloaded on SIGHUP and when the file
+  // changes. Required unless insecure_no_auth.
   std::string tokens_file;
+  // Serve without authenticating callers (development only): every caller is the tenant
+  // "default" here, and callers' tokens are still forwarded to the store. Default: false.
+  bool insecure_no_auth = false;
   // Prometheus text metrics (GET /metrics) on this "HOST:PORT" (numeric host:
   // "0.0.0.0:9091" in a pod, "127.0.0.1:0" in tests). Empty = off. Default: off.
   std::string metrics_listen;

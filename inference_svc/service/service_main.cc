@@ -4,17 +4,20 @@
 //       --listen 127.0.0.1:7071
 // Prints "kvfold-inference listening on ADDR" once it accepts calls. SIGTERM/SIGINT: the
 // drain of docs/observability.md (NOT_SERVING, serve for --drain-delay, refuse new calls,
-// finish and checkpoint the turns in flight, exit 0).
+// finish and checkpoint the turns in flight, exit 0). SIGHUP: reload the tokens
+// file. Without --tokens_file it refuses to start unless --insecure_no_auth is given.
 #include <pthread.h>
 #include <signal.h>
 
 #include <cstdio>
+#include <cstdlib>
 #include <string>
 
 #include "absl/flags/flag.h"
 #include "absl/flags/parse.h"
 #include "absl/flags/usage.h"
 #include "absl/strings/str_cat.h"
+#include "common/auth.h"
 #include "inference_svc/engine/session.h"
 #include "inference_svc/memory/session_block.h"
 #include "inference_svc/service/server.h"
@@ -24,8 +27,12 @@ ABSL_FLAG(std::string, tokenizer, "", "tokenizer file (default: found next to th
 ABSL_FLAG(std::string, projector, "", "projector directory; empty = no memory modes");
 ABSL_FLAG(std::string, memory_store, "127.0.0.1:7070", "kvfold-memory address host:port");
 ABSL_FLAG(std::string, memory_store_tls_ca, "", "PEM CA for TLS to the store (empty: plaintext)");
-ABSL_FLAG(std::string, store_token, "",
-          "bearer token for the store when a caller sent none (callers' tokens are forwarded)");
+ABSL_FLAG(std::string, memory_store_tls_cert, "",
+          "PEM client certificate for a store that requires mTLS (with --memory_store_tls_key)");
+ABSL_FLAG(std::string, memory_store_tls_key, "", "PEM private key of --memory_store_tls_cert");
+ABSL_FLAG(std::string, store_token_file, "",
+          "file holding the bearer token for the store when a caller sent none (callers' "
+          "tokens are forwarded); else $KVFOLD_STORE_TOKEN; never on the command line");
 ABSL_FLAG(std::string, listen, "127.0.0.1:7071", "listen address (port 0 = any free port)");
 ABSL_FLAG(std::string, backend, "cpu", "engine backend: cpu, cpu-ref, cuda[:N] (when built)");
 ABSL_FLAG(int, threads, 0, "compute threads (0 = all cores)");
@@ -38,7 +45,10 @@ ABSL_FLAG(uint32_t, default_sink, 4, "default sink tokens (sink mode)");
 ABSL_FLAG(std::string, tls_cert, "", "server certificate (PEM); with --tls_key enables TLS");
 ABSL_FLAG(std::string, tls_key, "", "server private key (PEM)");
 ABSL_FLAG(std::string, tls_client_ca, "", "CA for client certificates: enables mTLS");
-ABSL_FLAG(std::string, tokens_file, "", "bearer tokens file ('<token> <tenant>' lines)");
+ABSL_FLAG(std::string, tokens_file, "",
+          "bearer tokens file ('<token> <tenant>' lines), reloaded on SIGHUP and on change");
+ABSL_FLAG(bool, insecure_no_auth, false,
+          "serve without a tokens file: every caller is tenant 'default' (development only)");
 ABSL_FLAG(std::string, metrics_listen, "",
           "serve /metrics, /readyz, /livez on HOST:PORT (numeric host, e.g. 0.0.0.0:9091; "
           "empty = off)");
@@ -70,6 +80,14 @@ absl::StatusOr<kvfold::v1::KvMode> ParseMode(const std::string& name) {
   return kvfold::memory::ToProtoMode(*mode);
 }
 
+// The replica's own store token: from a file, else the environment. Secrets on the
+// command line are visible to every user through ps and /proc.
+absl::StatusOr<std::string> StoreToken(const std::string& file) {
+  if (!file.empty()) return kvfold::ReadSecretFile(file);
+  const char* env = std::getenv("KVFOLD_STORE_TOKEN");
+  return std::string(env == nullptr ? "" : env);
+}
+
 }  // namespace
 
 int main(int argc, char** argv) {
@@ -80,6 +98,7 @@ int main(int argc, char** argv) {
   sigemptyset(&signals);
   sigaddset(&signals, SIGTERM);
   sigaddset(&signals, SIGINT);
+  sigaddset(&signals, SIGHUP);
   pthread_sigmask(SIG_BLOCK, &signals, nullptr);
 
   kvfold::service::ServiceConfig c;
@@ -88,7 +107,14 @@ int main(int argc, char** argv) {
   c.projector_path = absl::GetFlag(FLAGS_projector);
   c.memory_store = absl::GetFlag(FLAGS_memory_store);
   c.memory_store_tls_ca = absl::GetFlag(FLAGS_memory_store_tls_ca);
-  c.store_token = absl::GetFlag(FLAGS_store_token);
+  c.memory_store_tls_cert = absl::GetFlag(FLAGS_memory_store_tls_cert);
+  c.memory_store_tls_key = absl::GetFlag(FLAGS_memory_store_tls_key);
+  auto store_token = StoreToken(absl::GetFlag(FLAGS_store_token_file));
+  if (!store_token.ok()) {
+    std::fprintf(stderr, "kvfold-inference: %s\n", store_token.status().ToString().c_str());
+    return 2;
+  }
+  c.store_token = *std::move(store_token);
   c.listen = absl::GetFlag(FLAGS_listen);
   c.backend = absl::GetFlag(FLAGS_backend);
   c.threads = absl::GetFlag(FLAGS_threads);
@@ -113,6 +139,7 @@ int main(int argc, char** argv) {
   c.tls_key = absl::GetFlag(FLAGS_tls_key);
   c.tls_client_ca = absl::GetFlag(FLAGS_tls_client_ca);
   c.tokens_file = absl::GetFlag(FLAGS_tokens_file);
+  c.insecure_no_auth = absl::GetFlag(FLAGS_insecure_no_auth);
   c.metrics_listen = absl::GetFlag(FLAGS_metrics_listen);
   c.log_level = absl::GetFlag(FLAGS_log_level);
   c.log_prompts = absl::GetFlag(FLAGS_log_prompts);
@@ -143,7 +170,11 @@ int main(int argc, char** argv) {
   std::fflush(stdout);
 
   int signal_number = 0;
-  sigwait(&signals, &signal_number);
+  while (sigwait(&signals, &signal_number) == 0 && signal_number == SIGHUP) {
+    const absl::Status reloaded = (*server)->ReloadAuth();
+    std::fprintf(stderr, "kvfold-inference: SIGHUP: tokens %s\n",
+                 reloaded.ok() ? "reloaded" : reloaded.ToString().c_str());
+  }
   std::fprintf(stderr, "kvfold-inference: signal %d, draining\n", signal_number);
   (*server)->Shutdown();
   server->reset();

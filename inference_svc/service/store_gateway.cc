@@ -1,13 +1,11 @@
 #include "inference_svc/service/store_gateway.h"
 
-#include <fstream>
-#include <mutex>
-#include <sstream>
-
 #include <grpcpp/create_channel.h>
 #include <grpcpp/security/credentials.h>
 
-#include "absl/container/flat_hash_map.h"
+#include <fstream>
+#include <sstream>
+
 #include "absl/strings/str_cat.h"
 #include "common/grpc_status.h"
 #include "memory_svc/client/store_client.h"
@@ -15,23 +13,25 @@
 namespace kvfold::service {
 namespace {
 
-// One channel; one StoreClient per distinct bearer token (StoreClient binds its token).
+// One channel and one StoreClient for every caller: the caller's token travels as per-call
+// metadata (StoreCallOptions::bearer_token), so nothing is kept per token and a flood of
+// distinct tokens costs no memory beyond the calls in flight.
 class StoreGatewayImpl final : public StoreGateway {
  public:
   StoreGatewayImpl(std::shared_ptr<grpc::Channel> channel, double timeout_s)
-      : channel_(std::move(channel)) {
+      : client_(std::move(channel)) {
     call_.timeout = absl::Seconds(timeout_s);
   }
 
   absl::StatusOr<v1::SessionInfo> GetSessionInfo(const std::string& token,
                                                  const std::string& session_id) override {
-    return Client(token).GetSessionInfo(session_id, call_);
+    return client_.GetSessionInfo(session_id, Call(token));
   }
 
   absl::StatusOr<memory::MemoryBlock> GetBlock(const std::string& token,
                                                const std::string& session_id, uint64_t version,
                                                v1::VersionInfo* info) override {
-    auto block = Client(token).Get(session_id, version, call_);
+    auto block = client_.Get(session_id, version, Call(token));
     if (!block.ok()) return block.status();
     if (info != nullptr) *info = block->info;
     memory::MemoryBlock out;
@@ -44,32 +44,31 @@ class StoreGatewayImpl final : public StoreGateway {
                                     uint64_t expected_head_version,
                                     const memory::MemoryBlock& block) override {
     StorePutOptions options;
-    options.call = call_;
-    auto put = Client(token).Put(session_id, expected_head_version, block.header, block.payload,
-                                 options);
+    options.call = Call(token);
+    auto put = client_.Put(session_id, expected_head_version, block.header, block.payload, options);
     if (!put.ok()) return put.status();
     return put->version();
   }
 
   absl::StatusOr<v1::SessionInfo> SetHead(const std::string& token, const std::string& session_id,
                                           uint64_t version) override {
-    return Client(token).SetHead(session_id, version, 0, call_);
+    return client_.SetHead(session_id, version, 0, Call(token));
   }
 
   absl::StatusOr<v1::SessionInfo> Fork(const std::string& token,
                                        const std::string& source_session_id, uint64_t version,
                                        const std::string& new_session_id) override {
-    return Client(token).Fork(source_session_id, version, new_session_id, call_);
+    return client_.Fork(source_session_id, version, new_session_id, Call(token));
   }
 
   absl::StatusOr<uint32_t> Delete(const std::string& token, const std::string& session_id) override {
-    return Client(token).Delete(session_id, call_);
+    return client_.Delete(session_id, Call(token));
   }
 
   absl::StatusOr<v1::StoreListSessionsResponse> ListSessions(const std::string& token,
                                                              uint32_t page_size,
                                                              const std::string& page_token) override {
-    return Client(token).ListSessions(page_size, page_token, call_);
+    return client_.ListSessions(page_size, page_token, Call(token));
   }
 
   absl::Status CheckHealth() override {
@@ -77,7 +76,7 @@ class StoreGatewayImpl final : public StoreGateway {
     // (a probe id is NOT_FOUND, or UNAUTHENTICATED without a token).
     StoreCallOptions probe;
     probe.timeout = absl::Seconds(2);
-    auto info = Client("").GetSessionInfo("kvfold-health-probe", probe);
+    auto info = client_.GetSessionInfo("kvfold-health-probe", probe);
     if (info.ok()) return absl::OkStatus();
     const absl::StatusCode code = info.status().code();
     if (code == absl::StatusCode::kUnavailable || code == absl::StatusCode::kDeadlineExceeded) {
@@ -87,32 +86,49 @@ class StoreGatewayImpl final : public StoreGateway {
   }
 
  private:
-  StoreClient& Client(const std::string& token) {
-    std::lock_guard<std::mutex> lock(mu_);
-    auto& client = clients_[token];
-    if (client == nullptr) client = std::make_unique<StoreClient>(channel_, token);
-    return *client;
+  StoreCallOptions Call(const std::string& token) const {
+    StoreCallOptions call = call_;
+    call.bearer_token = token;
+    return call;
   }
 
-  std::shared_ptr<grpc::Channel> channel_;
+  StoreClient client_;  // thread-safe; no token of its own
   StoreCallOptions call_;
-  std::mutex mu_;
-  absl::flat_hash_map<std::string, std::unique_ptr<StoreClient>> clients_;
 };
+
+absl::StatusOr<std::string> ReadPem(const std::string& path) {
+  std::ifstream in(path, std::ios::binary);
+  if (!in) return absl::NotFoundError(absl::StrCat("cannot read ", path));
+  std::stringstream ss;
+  ss << in.rdbuf();
+  return ss.str();
+}
 
 }  // namespace
 
 absl::StatusOr<std::unique_ptr<StoreGateway>> StoreGateway::Create(
     const StoreGatewayOptions& options) {
   if (options.address.empty()) return absl::InvalidArgumentError("store address is empty");
+  if (options.tls_cert.empty() != options.tls_key.empty()) {
+    return absl::InvalidArgumentError("a store client certificate needs its key, and back");
+  }
+  if (!options.tls_cert.empty() && options.tls_ca.empty()) {
+    return absl::InvalidArgumentError("a store client certificate needs the store's TLS CA");
+  }
   std::shared_ptr<grpc::ChannelCredentials> creds = grpc::InsecureChannelCredentials();
   if (!options.tls_ca.empty()) {
-    std::ifstream in(options.tls_ca, std::ios::binary);
-    if (!in) return absl::NotFoundError(absl::StrCat("cannot read ", options.tls_ca));
-    std::stringstream ss;
-    ss << in.rdbuf();
     grpc::SslCredentialsOptions ssl;
-    ssl.pem_root_certs = ss.str();
+    absl::StatusOr<std::string> ca = ReadPem(options.tls_ca);
+    if (!ca.ok()) return ca.status();
+    ssl.pem_root_certs = *std::move(ca);
+    if (!options.tls_cert.empty()) {
+      absl::StatusOr<std::string> cert = ReadPem(options.tls_cert);
+      if (!cert.ok()) return cert.status();
+      absl::StatusOr<std::string> key = ReadPem(options.tls_key);
+      if (!key.ok()) return key.status();
+      ssl.pem_cert_chain = *std::move(cert);
+      ssl.pem_private_key = *std::move(key);
+    }
     creds = grpc::SslCredentials(ssl);
   }
   grpc::ChannelArguments args;

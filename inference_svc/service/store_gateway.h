@@ -2,7 +2,8 @@
 // (memory_svc/client). Every call carries the caller's identity: the bearer token the
 // caller presented to this replica is forwarded to the store, so the store scopes the
 // call to the same tenant (docs/service.md, "Tenants"). Without a caller token the
-// replica's --store_token is used (empty = no authorization metadata).
+// replica's store token is used (empty = no authorization metadata). Tokens travel as
+// per-call metadata on one channel: the gateway keeps nothing per token.
 //
 // Status codes are the store's, unchanged (NOT_FOUND, ABORTED on a lost compare-and-set,
 // DATA_LOSS, UNAVAILABLE when the store cannot be reached, ...).
@@ -22,6 +23,10 @@ namespace kvfold::service {
 struct StoreGatewayOptions {
   std::string address;  // host:port of kvfold-memory
   std::string tls_ca;   // PEM CA for TLS; empty = plaintext
+  // PEM client certificate chain and private key for a store that requires mTLS (both
+  // or neither; they need tls_ca).
+  std::string tls_cert;
+  std::string tls_key;
   // Per-call deadline. Default: 30 s.
   double call_timeout_s = 30;
 };

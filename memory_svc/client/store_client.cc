@@ -44,7 +44,13 @@ void StoreClient::Prepare(grpc::ClientContext* context, const StoreCallOptions& 
   context->set_deadline(std::chrono::system_clock::now() +
                         absl::ToChronoMilliseconds(options.timeout));
   context->set_wait_for_ready(options.wait_for_ready);
-  if (!authorization_.empty()) context->AddMetadata("authorization", authorization_);
+  if (options.bearer_token.has_value()) {
+    if (!options.bearer_token->empty()) {
+      context->AddMetadata("authorization", absl::StrCat("Bearer ", *options.bearer_token));
+    }
+  } else if (!authorization_.empty()) {
+    context->AddMetadata("authorization", authorization_);
+  }
 }
 
 absl::StatusOr<v1::PutBlockResponse> StoreClient::Put(absl::string_view session_id,

@@ -23,6 +23,7 @@
 
 #include <cstdint>
 #include <memory>
+#include <optional>
 #include <string>
 
 #include "absl/status/status.h"
@@ -39,6 +40,10 @@ struct StoreCallOptions {
   absl::Duration timeout = absl::Seconds(30);
   // Wait for the channel to become ready instead of failing fast with UNAVAILABLE.
   bool wait_for_ready = false;
+  // The bearer token of this call, in place of the client's own ("" = no authorization
+  // metadata). One client on one channel thus serves any number of callers without keeping
+  // anything per caller. Default: unset (the client's token).
+  std::optional<std::string> bearer_token;
 };
 
 struct StorePutOptions {

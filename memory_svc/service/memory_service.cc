@@ -2,6 +2,7 @@
 
 #include <algorithm>
 #include <chrono>
+#include <optional>
 #include <utility>
 
 #include "absl/strings/str_cat.h"
@@ -109,6 +110,24 @@ absl::StatusOr<v1::PutBlockResponse> MemoryStoreService::ReceiveAndPut(
   if (absl::Status s = ValidateBlockHeader(header, store_->options().max_block_bytes); !s.ok()) {
     return s;
   }
+  std::optional<QuotaLedger::Reservation> reservation;
+  if (quotas_ != nullptr) {
+    absl::StatusOr<QuotaLedger::Reservation> r =
+        quotas_->Reserve(tenant, session_id, expected_head == 0, header.payload_size());
+    if (!r.ok()) return r.status();
+    reservation = *std::move(r);
+  }
+  absl::StatusOr<v1::PutBlockResponse> put = ReceivePayloadAndPut(
+      tenant, session_id, expected_head, pin, header, context, reader, &message);
+  if (reservation.has_value()) quotas_->Settle(*reservation, put.ok());
+  return put;
+}
+
+absl::StatusOr<v1::PutBlockResponse> MemoryStoreService::ReceivePayloadAndPut(
+    const std::string& tenant, const std::string& session_id, uint64_t expected_head, bool pin,
+    const v1::MemoryBlockHeader& header, grpc::ServerContext* context,
+    grpc::ServerReader<v1::PutBlockRequest>* reader, v1::PutBlockRequest* first_message) {
+  v1::PutBlockRequest& message = *first_message;
   std::string payload;
   // Typical blocks (<= 2 MiB) get one allocation; a stream that only announces a huge block
   // does not get to reserve the memory before it sends the bytes.
@@ -225,9 +244,22 @@ grpc::Status MemoryStoreService::ForkSession(grpc::ServerContext* context,
                                              const v1::StoreForkSessionRequest* request,
                                              v1::SessionInfo* response) {
   return Unary(this, "ForkSession", tokens_, context, response,
-               [&](const std::string& tenant) {
-                 return store_->Fork(tenant, request->source_session_id(), request->version(),
-                                     request->new_session_id());
+               [&](const std::string& tenant) -> absl::StatusOr<v1::SessionInfo> {
+                 std::optional<QuotaLedger::Reservation> reservation;
+                 if (quotas_ != nullptr) {
+                   absl::StatusOr<uint64_t> bytes =
+                       VersionBytes(tenant, request->source_session_id(), request->version());
+                   if (!bytes.ok()) return bytes.status();
+                   absl::StatusOr<QuotaLedger::Reservation> r =
+                       quotas_->Reserve(tenant, request->new_session_id(), true, *bytes);
+                   if (!r.ok()) return r.status();
+                   reservation = *std::move(r);
+                 }
+                 absl::StatusOr<v1::SessionInfo> forked =
+                     store_->Fork(tenant, request->source_session_id(), request->version(),
+                                  request->new_session_id());
+                 if (reservation.has_value()) quotas_->Settle(*reservation, forked.ok());
+                 return forked;
                });
 }
 
@@ -238,6 +270,7 @@ grpc::Status MemoryStoreService::DeleteSession(grpc::ServerContext* context,
                [&](const std::string& tenant) -> absl::StatusOr<v1::StoreDeleteSessionResponse> {
                  absl::StatusOr<uint32_t> n = store_->Delete(tenant, request->session_id());
                  if (!n.ok()) return n.status();
+                 if (quotas_ != nullptr) quotas_->Forget(tenant, request->session_id());
                  v1::StoreDeleteSessionResponse r;
                  r.set_versions_deleted(*n);
                  return r;
@@ -256,8 +289,23 @@ grpc::Status MemoryStoreService::ListSessions(grpc::ServerContext* context,
                  v1::StoreListSessionsResponse r;
                  for (v1::SessionInfo& s : page->sessions) *r.add_sessions() = std::move(s);
                  r.set_next_page_token(page->next_page_token);
+                 if (quotas_ != nullptr) {
+                   std::optional<v1::TenantUsage> usage = quotas_->UsageOf(tenant);
+                   if (usage.has_value()) *r.mutable_usage() = *std::move(usage);
+                 }
                  return r;
                });
+}
+
+absl::StatusOr<uint64_t> MemoryStoreService::VersionBytes(const std::string& tenant,
+                                                          const std::string& session_id,
+                                                          uint64_t version) const {
+  absl::StatusOr<v1::ListVersionsResponse> versions = store_->ListVersions(tenant, session_id);
+  if (!versions.ok()) return versions.status();
+  for (const v1::VersionInfo& v : versions->versions()) {
+    if (version == 0 ? v.is_head() : v.version() == version) return v.payload_size();
+  }
+  return absl::NotFoundError(absl::StrCat("session '", session_id, "' has no version ", version));
 }
 
 }  // namespace kvfold::memory

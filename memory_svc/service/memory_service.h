@@ -8,6 +8,10 @@
 // 1 MiB, and the total must equal header.payload_size; a header over the server's limit is
 // RESOURCE_EXHAUSTED before any payload is read; a checksum mismatch is DATA_LOSS. Nothing
 // is committed unless the whole stream arrived intact (an abandoned stream: CANCELLED).
+//
+// Quotas (tenant_quotas.h): PutBlock and ForkSession that would take a tenant over one of
+// its limits are RESOURCE_EXHAUSTED (for PutBlock before any payload is read);
+// ListSessions reports the caller's usage and limits.
 #ifndef KVFOLD_MEMORY_SVC_SERVICE_MEMORY_SERVICE_H_
 #define KVFOLD_MEMORY_SVC_SERVICE_MEMORY_SERVICE_H_
 
@@ -19,6 +23,7 @@
 #include "common/auth.h"
 #include "kvfold/v1/memory_store.grpc.pb.h"
 #include "memory_svc/service/metrics.h"
+#include "memory_svc/service/tenant_quotas.h"
 #include "memory_svc/store/memory_store.h"
 
 namespace kvfold::memory {
@@ -28,9 +33,11 @@ inline constexpr size_t kDefaultChunkBytes = 256 << 10;
 
 class MemoryStoreService final : public v1::MemoryStore::Service {
  public:
-  // `store` and `metrics` must outlive the service; `tokens` nullptr = auth off.
-  MemoryStoreService(MemoryStore* store, const TokenTable* tokens, Metrics* metrics)
-      : store_(store), tokens_(tokens), metrics_(metrics) {}
+  // `store`, `metrics` and `quotas` must outlive the service; `tokens` nullptr = auth off;
+  // `quotas` nullptr = no per-tenant limits.
+  MemoryStoreService(MemoryStore* store, const TokenTable* tokens, Metrics* metrics,
+                     QuotaLedger* quotas = nullptr)
+      : store_(store), tokens_(tokens), metrics_(metrics), quotas_(quotas) {}
 
   // Makes every new call fail with UNAVAILABLE ("draining") and waits up to `timeout` for
   // the calls in flight to finish. Returns true when none is left.
@@ -66,6 +73,14 @@ class MemoryStoreService final : public v1::MemoryStore::Service {
   absl::StatusOr<v1::PutBlockResponse> ReceiveAndPut(
       const std::string& tenant, grpc::ServerContext* context,
       grpc::ServerReader<v1::PutBlockRequest>* reader);
+  // The rest of ReceiveAndPut once the header passed validation and quotas.
+  absl::StatusOr<v1::PutBlockResponse> ReceivePayloadAndPut(
+      const std::string& tenant, const std::string& session_id, uint64_t expected_head, bool pin,
+      const v1::MemoryBlockHeader& header, grpc::ServerContext* context,
+      grpc::ServerReader<v1::PutBlockRequest>* reader, v1::PutBlockRequest* first_message);
+  // Payload bytes of a stored version (0 = head).
+  absl::StatusOr<uint64_t> VersionBytes(const std::string& tenant, const std::string& session_id,
+                                        uint64_t version) const;
   absl::Status StreamBlock(const std::string& tenant, grpc::ServerContext* context,
                            const v1::GetBlockRequest& request,
                            grpc::ServerWriter<v1::GetBlockResponse>* writer,
@@ -76,6 +91,7 @@ class MemoryStoreService final : public v1::MemoryStore::Service {
   MemoryStore* store_;
   const TokenTable* tokens_;
   Metrics* metrics_;
+  QuotaLedger* quotas_;
   std::atomic<int> in_flight_{0};
   std::atomic<bool> draining_{false};
 };

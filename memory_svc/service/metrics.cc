@@ -64,6 +64,7 @@ std::string Metrics::RenderPrometheus() const {
     absl::StrAppend(&out, "kvfold_memory_request_seconds_count{method=\"", method, "\"} ",
                     h.count, "\n");
   }
+  if (extra_) out += extra_();
   return out;
 }
 

@@ -7,6 +7,7 @@
 #include <array>
 #include <atomic>
 #include <cstdint>
+#include <functional>
 #include <map>
 #include <memory>
 #include <string>
@@ -30,6 +31,9 @@ class Metrics {
   void Record(const std::string& method, absl::StatusCode code, double seconds,
               uint64_t bytes_in, uint64_t bytes_out);
   std::string RenderPrometheus() const;
+  // Appends `source()`'s Prometheus text (e.g. tenant quota gauges) to every rendering.
+  // Call before serving; `source` must be thread-safe.
+  void SetExtraSource(std::function<std::string()> source) { extra_ = std::move(source); }
 
  private:
   struct Histogram {
@@ -43,6 +47,7 @@ class Metrics {
   uint64_t bytes_written_ ABSL_GUARDED_BY(mu_) = 0;
   uint64_t bytes_read_ ABSL_GUARDED_BY(mu_) = 0;
   uint64_t aborts_ ABSL_GUARDED_BY(mu_) = 0;
+  std::function<std::string()> extra_;
 };
 
 // Serves `metrics` on 0.0.0.0:port over HTTP/1.0 (one request per connection) until

@@ -8,8 +8,10 @@
 #include <chrono>
 #include <fstream>
 #include <sstream>
+#include <vector>
 
 #include "absl/strings/str_cat.h"
+#include "common/grpc_decode_errors.h"
 
 namespace kvfold::memory {
 namespace {
@@ -58,10 +60,16 @@ absl::StatusOr<std::unique_ptr<MemoryServer>> MemoryServer::Start(ServerConfig c
   std::unique_ptr<MemoryServer> server(new MemoryServer());
   absl::StatusOr<std::shared_ptr<grpc::ServerCredentials>> credentials = MakeCredentials(config);
   if (!credentials.ok()) return credentials.status();
+  if (config.tokens_file.empty() && !config.insecure_no_auth) {
+    return absl::FailedPreconditionError(
+        "no --tokens_file: refusing to serve without authentication (give --insecure_no_auth "
+        "to accept every caller as tenant 'default')");
+  }
   if (!config.tokens_file.empty()) {
     absl::StatusOr<TokenTable> tokens = TokenTable::LoadFile(config.tokens_file);
     if (!tokens.ok()) return tokens.status();
     server->tokens_ = *std::move(tokens);
+    server->tokens_->WatchFile(config.tokens_watch_period);
   }
   const size_t colon = config.listen.rfind(':');
   if (colon == std::string::npos) {
@@ -71,9 +79,20 @@ absl::StatusOr<std::unique_ptr<MemoryServer>> MemoryServer::Start(ServerConfig c
   absl::StatusOr<std::unique_ptr<MemoryStore>> store = MemoryStore::Open(config.store);
   if (!store.ok()) return store.status();
   server->store_ = *std::move(store);
+  if (!config.tenants_file.empty()) {
+    absl::StatusOr<std::unique_ptr<QuotaLedger>> quotas =
+        QuotaLedger::Create(server->store_.get(), config.tenants_file);
+    if (!quotas.ok()) {
+      server->store_->Close().IgnoreError();
+      return quotas.status();
+    }
+    server->quotas_ = *std::move(quotas);
+    QuotaLedger* ledger = server->quotas_.get();
+    server->metrics_registry_.SetExtraSource([ledger] { return ledger->RenderPrometheus(); });
+  }
   server->service_ = std::make_unique<MemoryStoreService>(
       server->store_.get(), server->tokens_ ? &*server->tokens_ : nullptr,
-      &server->metrics_registry_);
+      &server->metrics_registry_, server->quotas_.get());
 
   grpc::EnableDefaultHealthCheckService(true);
   grpc::reflection::InitProtoReflectionServerBuilderPlugin();
@@ -89,10 +108,18 @@ absl::StatusOr<std::unique_ptr<MemoryServer>> MemoryServer::Start(ServerConfig c
   // Blocks are 0.5-2 MiB: let a stream have a whole block in flight instead of growing the
   // HTTP/2 window from 64 KiB on every new stream.
   builder.AddChannelArgument(GRPC_ARG_HTTP2_STREAM_LOOKAHEAD_BYTES, 8 << 20);
+  // gRPC sets SO_REUSEPORT by default: a second server on a port in use would then start
+  // and the kernel would split the connections between two databases.
+  builder.AddChannelArgument(GRPC_ARG_ALLOW_REUSEPORT, 0);
+  std::vector<std::unique_ptr<grpc::experimental::ServerInterceptorFactoryInterface>> interceptors;
+  interceptors.push_back(MakeDecodeErrorInterceptorFactory());
+  builder.experimental().SetInterceptorCreators(std::move(interceptors));
   server->server_ = builder.BuildAndStart();
   if (!server->server_ || port == 0) {
     server->store_->Close().IgnoreError();
-    return absl::UnavailableError(absl::StrCat("cannot listen on ", config.listen));
+    return absl::UnavailableError(
+        absl::StrCat("cannot listen on ", config.listen,
+                     " (address in use by another process, or not a local address)"));
   }
   server->port_ = port;
   server->address_ = absl::StrCat(config.listen.substr(0, colon), ":", port);
@@ -107,6 +134,12 @@ absl::StatusOr<std::unique_ptr<MemoryServer>> MemoryServer::Start(ServerConfig c
     server->metrics_ = *std::move(metrics);
   }
   return server;
+}
+
+absl::Status MemoryServer::ReloadAuth() {
+  absl::Status status = tokens_ ? tokens_->Reload() : absl::OkStatus();
+  if (quotas_) status.Update(quotas_->Reload());
+  return status;
 }
 
 MemoryServer::~MemoryServer() { Shutdown(absl::ZeroDuration()).IgnoreError(); }

@@ -16,6 +16,7 @@
 #include "common/auth.h"
 #include "memory_svc/service/memory_service.h"
 #include "memory_svc/service/metrics.h"
+#include "memory_svc/service/tenant_quotas.h"
 #include "memory_svc/store/memory_store.h"
 
 namespace kvfold::memory {
@@ -29,16 +30,25 @@ struct ServerConfig {
   std::string tls_cert_file;
   std::string tls_key_file;
   std::string tls_client_ca_file;
-  // "<token> <tenant>" lines (common/auth.h). Empty = auth off, one default tenant.
+  // "<token> <tenant>" lines (common/auth.h), reloaded by ReloadAuth() and when the file
+  // changes. Required unless insecure_no_auth.
   std::string tokens_file;
+  // Serve without authentication: every caller is the tenant "default". Start() refuses a
+  // config with neither a tokens file nor this. Default: false.
+  bool insecure_no_auth = false;
+  // Per-tenant limits (tenant_quotas.h), reloaded by ReloadAuth(). Empty = no limits.
+  std::string tenants_file;
+  // How often the tokens file is checked for changes. Default: 1 s.
+  absl::Duration tokens_watch_period = absl::Seconds(1);
   // HTTP /metrics port; 0 = off, -1 = any free port (tests).
   int metrics_port = 0;
 };
 
 class MemoryServer {
  public:
-  // INVALID_ARGUMENT/NOT_FOUND for bad config files, UNAVAILABLE when the port or the DB
-  // cannot be opened.
+  // INVALID_ARGUMENT/NOT_FOUND for bad config files, FAILED_PRECONDITION without a tokens
+  // file or insecure_no_auth, UNAVAILABLE when the port (also one already in use: the port
+  // is never shared, SO_REUSEPORT is off) or the DB cannot be opened.
   static absl::StatusOr<std::unique_ptr<MemoryServer>> Start(ServerConfig config);
   ~MemoryServer();  // Shutdown(absl::ZeroDuration()) if still running.
 
@@ -51,6 +61,10 @@ class MemoryServer {
   // MemoryStore calls whose handler is running now.
   int calls_in_flight() const { return service_ ? service_->calls_in_flight() : 0; }
 
+  // Re-reads the tokens and tenants files (SIGHUP). What is in force stays when a file
+  // fails to parse. OK without them (nothing to reload).
+  absl::Status ReloadAuth();
+
   // Stops accepting calls, lets in-flight calls finish for up to `drain` (then cancels
   // them), flushes and closes the DB. Idempotent; returns the store's close status.
   absl::Status Shutdown(absl::Duration drain);
@@ -60,6 +74,7 @@ class MemoryServer {
 
   std::unique_ptr<MemoryStore> store_;
   std::optional<TokenTable> tokens_;
+  std::unique_ptr<QuotaLedger> quotas_;
   Metrics metrics_registry_;
   std::unique_ptr<MemoryStoreService> service_;
   std::unique_ptr<grpc::Server> server_;

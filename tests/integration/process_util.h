@@ -3,6 +3,7 @@
 #ifndef KVFOLD_TESTS_INTEGRATION_PROCESS_UTIL_H_
 #define KVFOLD_TESTS_INTEGRATION_PROCESS_UTIL_H_
 
+#include <fcntl.h>
 #include <poll.h>
 #include <signal.h>
 #include <sys/types.h>
@@ -18,6 +19,22 @@
 
 namespace kvfold::testing {
 
+// Forks and executes `binary args...` with its stdout on `stdout_fd` and its stderr on
+// `stderr_fd` (-1: inherited). Returns the child's pid, -1 when fork failed.
+inline pid_t SpawnProcess(const std::string& binary, const std::vector<std::string>& args,
+                          int stdout_fd, int stderr_fd) {
+  const pid_t pid = fork();
+  if (pid != 0) return pid;
+  if (stdout_fd >= 0) dup2(stdout_fd, STDOUT_FILENO);
+  if (stderr_fd >= 0) dup2(stderr_fd, STDERR_FILENO);
+  std::vector<char*> argv;
+  argv.push_back(const_cast<char*>(binary.c_str()));
+  for (const std::string& a : args) argv.push_back(const_cast<char*>(a.c_str()));
+  argv.push_back(nullptr);
+  execv(binary.c_str(), argv.data());
+  _exit(127);
+}
+
 // A child process whose stdout is read until it prints "<...> listening on ADDR".
 class ServerProcess {
  public:
@@ -32,22 +49,10 @@ class ServerProcess {
              const std::string& log_path, double timeout_s = 60) {
     int out_pipe[2];
     if (pipe(out_pipe) != 0) return false;
-    pid_ = fork();
-    if (pid_ == 0) {
-      dup2(out_pipe[1], STDOUT_FILENO);
-      if (!log_path.empty()) {
-        FILE* log = std::fopen(log_path.c_str(), "w");
-        if (log != nullptr) dup2(fileno(log), STDERR_FILENO);
-      }
-      close(out_pipe[0]);
-      close(out_pipe[1]);
-      std::vector<char*> argv;
-      argv.push_back(const_cast<char*>(binary.c_str()));
-      for (const std::string& a : args) argv.push_back(const_cast<char*>(a.c_str()));
-      argv.push_back(nullptr);
-      execv(binary.c_str(), argv.data());
-      _exit(127);
-    }
+    const int log_fd =
+        log_path.empty() ? -1 : open(log_path.c_str(), O_WRONLY | O_CREAT | O_TRUNC, 0644);
+    pid_ = SpawnProcess(binary, args, out_pipe[1], log_fd);
+    if (log_fd >= 0) close(log_fd);
     close(out_pipe[1]);
     out_fd_ = out_pipe[0];
     const std::string marker = "listening on ";
@@ -102,6 +107,7 @@ class ServerProcess {
   }
 
   bool running() const { return pid_ > 0; }
+  pid_t pid() const { return pid_; }
   const std::string& address() const { return address_; }
 
  private:
@@ -114,6 +120,33 @@ inline std::string MakeTempDir(const std::string& prefix) {
   std::string templ = (std::filesystem::temp_directory_path() / (prefix + "XXXXXX")).string();
   char* made = mkdtemp(templ.data());
   return made == nullptr ? "" : std::string(made);
+}
+
+inline constexpr int kStillRunning = -1000;
+
+// Runs `binary args...` to its exit with stdout and stderr to `log_path` ("" = discarded).
+// Returns its exit code, -signal when a signal ended it, or kStillRunning when it still ran
+// after timeout_s (it is then killed).
+inline int RunToExit(const std::string& binary, const std::vector<std::string>& args,
+                     const std::string& log_path = "", double timeout_s = 60) {
+  const int log_fd =
+      open(log_path.empty() ? "/dev/null" : log_path.c_str(), O_WRONLY | O_CREAT | O_TRUNC, 0644);
+  const pid_t pid = SpawnProcess(binary, args, log_fd, log_fd);
+  if (log_fd >= 0) close(log_fd);
+  if (pid < 0) return -1;
+  const auto deadline = std::chrono::steady_clock::now() +
+                        std::chrono::milliseconds(static_cast<int64_t>(timeout_s * 1000));
+  int status = 0;
+  while (waitpid(pid, &status, WNOHANG) == 0) {
+    if (std::chrono::steady_clock::now() > deadline) {
+      ::kill(pid, SIGKILL);
+      waitpid(pid, &status, 0);
+      return kStillRunning;
+    }
+    usleep(20000);
+  }
+  if (WIFEXITED(status)) return WEXITSTATUS(status);
+  return WIFSIGNALED(status) ? -WTERMSIG(status) : status;
 }
 
 // Runs a command line; returns its exit code.

@@ -31,7 +31,7 @@ class Cluster {
   // `model_path` non-empty: use that model (e.g. stories260K) instead of the tiny one.
   bool Setup(int num_replicas, std::string* error, const std::vector<std::string>& extra_flags = {},
              const std::string& model_path = "") {
-    dir_ = MakeTempDir("kvfold-it-");
+    MakeDir();
     model_ = model_path.empty() ? dir_ + "/model" : model_path;
     projector_ = dir_ + "/projector";
     extra_flags_ = extra_flags;
@@ -71,7 +71,7 @@ class Cluster {
     store_ = std::make_unique<ServerProcess>();
     const std::string listen = store_address_.empty() ? "127.0.0.1:0" : store_address_;
     std::vector<std::string> args = {"--listen=" + listen, "--db_dir=" + dir_ + "/db",
-                                     "--sync_writes=false"};
+                                     "--sync_writes=false", "--insecure_no_auth"};
     args.insert(args.end(), store_flags_.begin(), store_flags_.end());
     if (!store_->Start(KVFOLD_MEMORY_BIN, args, dir_ + "/memory.log")) {
       return false;
@@ -91,7 +91,8 @@ class Cluster {
                                      "--kv_pool_bytes=67108864",
                                      "--replica_name=replica-" + std::to_string(i),
                                      "--default_mode=memory",
-                                     "--drain_timeout_s=20"};
+                                     "--drain_timeout_s=20",
+                                     "--insecure_no_auth"};
     for (const auto& f : extra_flags_) args.push_back(f);
     if (!r.process->Start(KVFOLD_INFERENCE_BIN, args,
                           dir_ + "/replica" + std::to_string(i) + ".log")) {
@@ -101,6 +102,13 @@ class Cluster {
     r.stub = v1::InferenceService::NewStub(r.channel);
     return true;
   }
+
+  // The directory for the test's own files; exists before Setup.
+  const std::string& MakeDir() {
+    if (dir_.empty()) dir_ = MakeTempDir("kvfold-it-");
+    return dir_;
+  }
+  const std::string& store_address() const { return store_address_; }
 
   ServerProcess& store() { return *store_; }
   ServerProcess& replica_process(int i) { return *replicas_[i].process; }

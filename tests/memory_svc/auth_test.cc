@@ -2,6 +2,7 @@
 #include <cstdlib>
 #include <fstream>
 #include <sstream>
+#include <thread>
 
 #include "tests/memory_svc/server_fixture.h"
 
@@ -89,6 +90,31 @@ TEST(AuthConfigTest, BadTokensFileFailsToStart) {
   std::ofstream(dir.path() + "/bad") << "only-one-field\n";
   config.tokens_file = dir.path() + "/bad";
   EXPECT_EQ(MemoryServer::Start(config).status().code(), Code::kInvalidArgument);
+}
+
+// A token added to the file while the server runs is accepted once the watcher saw the
+// change, and a removed one is refused; ReloadAuth() (SIGHUP) does the same at once.
+TEST_F(AuthTest, TokensFileIsReloadedWhileServing) {
+  server_.reset();
+  config_.tokens_watch_period = absl::Milliseconds(20);
+  StartServer();
+  const TestBlock b = MakeBlock(5);
+  EXPECT_EQ(Client("tok-carol").ListSessions().status().code(), Code::kUnauthenticated);
+  WriteFile("tokens", "tok-alice alice\ntok-carol carol\n");
+  const auto deadline = std::chrono::steady_clock::now() + std::chrono::seconds(10);
+  while (!Client("tok-carol").ListSessions().ok() && std::chrono::steady_clock::now() < deadline) {
+    std::this_thread::sleep_for(std::chrono::milliseconds(20));
+  }
+  EXPECT_TRUE(Client("tok-carol").Put("c", 0, b.header, b.payload).ok());
+  EXPECT_EQ(Client("tok-bob").ListSessions().status().code(), Code::kUnauthenticated);
+  // A broken file leaves the tokens in force.
+  WriteFile("tokens", "broken-line\n");
+  EXPECT_EQ(server_->ReloadAuth().code(), Code::kInvalidArgument);
+  EXPECT_TRUE(Client("tok-carol").GetSessionInfo("c").ok());
+  WriteFile("tokens", "tok-bob bob\n");
+  EXPECT_TRUE(server_->ReloadAuth().ok());
+  EXPECT_EQ(Client("tok-carol").GetSessionInfo("c").status().code(), Code::kUnauthenticated);
+  EXPECT_TRUE(Client("tok-bob").ListSessions().ok());
 }
 
 std::string ReadAll(const std::string& path) {

@@ -29,9 +29,9 @@ constexpr int kRounds = 5;
 
 TEST(CrashTest, AcknowledgedVersionsSurviveSigkill) {
   TempDir dir;
-  const std::vector<std::string> args = {"--listen=127.0.0.1:0",
-                                         "--db_dir=" + dir.path() + "/db",
-                                         "--sync_writes=true", "--versions_kept=100000"};
+  const std::vector<std::string> args = {"--listen=127.0.0.1:0", "--db_dir=" + dir.path() + "/db",
+                                         "--sync_writes=true", "--versions_kept=100000",
+                                         "--insecure_no_auth"};
   std::mt19937 rng(20261129);
   std::vector<std::set<uint64_t>> acked(kClients);
   std::mutex mu;
@@ -88,8 +88,8 @@ TEST(CrashTest, AcknowledgedVersionsSurviveSigkill) {
 // fails, the process exits 0, and the DB reopens with every acknowledged version intact.
 TEST(CrashTest, SigtermDrainsAndClosesCleanly) {
   TempDir dir;
-  const std::vector<std::string> args = {"--listen=127.0.0.1:0",
-                                         "--db_dir=" + dir.path() + "/db", "--drain_seconds=5"};
+  const std::vector<std::string> args = {"--listen=127.0.0.1:0", "--db_dir=" + dir.path() + "/db",
+                                         "--drain_seconds=5", "--insecure_no_auth"};
   ServerProcess server;
   ASSERT_TRUE(server.Start(KVFOLD_MEMORY_BINARY, args));
   StoreClient client = ClientFor(server.address());
@@ -125,12 +125,15 @@ TEST(CrashTest, SigtermDrainsAndClosesCleanly) {
 TEST(BinaryTest, BadConfigurationExitsWithCode2) {
   TempDir dir;
   const std::string db = "--db_dir=" + dir.path() + "/db";
+  const std::string insecure = "--insecure_no_auth";
   EXPECT_EQ(RunToExit(KVFOLD_MEMORY_BINARY, {}), 2);  // --db_dir missing
-  EXPECT_EQ(RunToExit(KVFOLD_MEMORY_BINARY, {db, "--listen=no-port"}), 2);
+  EXPECT_EQ(RunToExit(KVFOLD_MEMORY_BINARY, {db}), 2);  // neither tokens nor --insecure_no_auth
+  EXPECT_EQ(RunToExit(KVFOLD_MEMORY_BINARY, {db, insecure, "--listen=no-port"}), 2);
   EXPECT_EQ(RunToExit(KVFOLD_MEMORY_BINARY, {db, "--tokens_file=" + dir.path() + "/none"}), 2);
-  EXPECT_EQ(RunToExit(KVFOLD_MEMORY_BINARY, {db, "--tls_cert=" + dir.path() + "/x.crt"}), 2);
-  EXPECT_EQ(RunToExit(KVFOLD_MEMORY_BINARY, {db, "--versions_kept=0"}), 2);
-  EXPECT_EQ(RunToExit(KVFOLD_MEMORY_BINARY, {db, "--metrics_port=-5"}), 2);
+  EXPECT_EQ(RunToExit(KVFOLD_MEMORY_BINARY, {db, insecure, "--tls_cert=" + dir.path() + "/x.crt"}),
+            2);
+  EXPECT_EQ(RunToExit(KVFOLD_MEMORY_BINARY, {db, insecure, "--versions_kept=0"}), 2);
+  EXPECT_EQ(RunToExit(KVFOLD_MEMORY_BINARY, {db, insecure, "--metrics_port=-5"}), 2);
 }
 
 TEST(BinaryTest, FlagsReachTheServer) {

@@ -3,6 +3,11 @@
 #ifndef KVFOLD_TESTS_MEMORY_SVC_SERVER_FIXTURE_H_
 #define KVFOLD_TESTS_MEMORY_SVC_SERVER_FIXTURE_H_
 
+#include <arpa/inet.h>
+#include <netinet/in.h>
+#include <sys/socket.h>
+#include <unistd.h>
+
 #include <grpcpp/create_channel.h>
 #include <grpcpp/impl/codegen/client_unary_call.h>
 #include <grpcpp/security/credentials.h>
@@ -14,6 +19,7 @@
 #include <memory>
 #include <string>
 
+#include "absl/strings/str_cat.h"
 #include "memory_svc/client/store_client.h"
 #include "memory_svc/service/server.h"
 #include "tests/memory_svc/test_blocks.h"
@@ -27,6 +33,8 @@ class ServerFixture : public ::testing::Test {
     config_.listen = "127.0.0.1:0";
     config_.store.db_dir = dir_.path() + "/db";
     config_.store.sync_writes = false;
+    // Tests that check authentication set config_.tokens_file, which takes precedence.
+    config_.insecure_no_auth = config_.tokens_file.empty();
     absl::StatusOr<std::unique_ptr<MemoryServer>> server = MemoryServer::Start(config_);
     ASSERT_TRUE(server.ok()) << server.status();
     server_ = *std::move(server);
@@ -53,6 +61,40 @@ class ServerFixture : public ::testing::Test {
   ServerConfig config_;
   std::unique_ptr<MemoryServer> server_;
 };
+
+// GET `path` from 127.0.0.1:port over HTTP/1.0; the whole response, or "".
+inline std::string HttpGet(int port, const std::string& path) {
+  const int fd = socket(AF_INET, SOCK_STREAM, 0);
+  sockaddr_in addr{};
+  addr.sin_family = AF_INET;
+  addr.sin_port = htons(static_cast<uint16_t>(port));
+  addr.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
+  if (connect(fd, reinterpret_cast<sockaddr*>(&addr), sizeof(addr)) != 0) {
+    close(fd);
+    return "";
+  }
+  const std::string request = absl::StrCat("GET ", path, " HTTP/1.0\r\n\r\n");
+  (void)!send(fd, request.data(), request.size(), 0);
+  std::string response;
+  char buf[4096];
+  ssize_t n;
+  while ((n = recv(fd, buf, sizeof(buf), 0)) > 0) response.append(buf, static_cast<size_t>(n));
+  close(fd);
+  return response;
+}
+
+// Sends `request` (raw bytes, not necessarily a valid message) to a unary method, e.g.
+// "/kvfold.v1.MemoryStore/GetSessionInfo".
+inline grpc::Status RawUnaryCall(grpc::Channel* channel, const std::string& method,
+                                 const std::string& request) {
+  grpc::Slice slice(request);
+  grpc::ByteBuffer in(&slice, 1), out;
+  grpc::ClientContext context;
+  context.set_deadline(std::chrono::system_clock::now() + std::chrono::seconds(10));
+  return grpc::internal::BlockingUnaryCall<grpc::ByteBuffer, grpc::ByteBuffer>(
+      channel, grpc::internal::RpcMethod(method.c_str(), grpc::internal::RpcMethod::NORMAL_RPC),
+      &context, in, &out);
+}
 
 // grpc.health.v1.Health/Check through the generic byte-buffer path (no generated stubs
 // for health.proto ship with Debian's gRPC). Returns the ServingStatus enum value, or -1

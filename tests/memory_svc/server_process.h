@@ -26,25 +26,8 @@ class ServerProcess : public kvfold::testing::ServerProcess {
   int Stop(int sig) { return Signal(sig); }
 };
 
-// Runs `binary args...` to completion (output discarded); returns its exit code, or -1
-// when it was killed by a signal.
-inline int RunToExit(const std::string& binary, const std::vector<std::string>& args) {
-  const pid_t pid = fork();
-  if (pid == 0) {
-    const int null = open("/dev/null", O_WRONLY);
-    dup2(null, STDOUT_FILENO);
-    dup2(null, STDERR_FILENO);
-    std::vector<char*> argv;
-    argv.push_back(const_cast<char*>(binary.c_str()));
-    for (const std::string& a : args) argv.push_back(const_cast<char*>(a.c_str()));
-    argv.push_back(nullptr);
-    execv(binary.c_str(), argv.data());
-    _exit(127);
-  }
-  int status = 0;
-  waitpid(pid, &status, 0);
-  return WIFEXITED(status) ? WEXITSTATUS(status) : -1;
-}
+// Runs `binary args...` to its exit (output discarded); returns its exit code.
+using kvfold::testing::RunToExit;
 
 }  // namespace kvfold::memory::testing
 

@@ -362,6 +362,75 @@ TEST_F(ServiceTest, DrainLetsInFlightPutsFinish) {
   EXPECT_EQ(got->payload, b.payload);
 }
 
+// Bytes that are no protobuf, and a session id that is not UTF-8 (proto3 strings must be),
+// fail in gRPC before any handler runs: the answer is INVALID_ARGUMENT with a message, not
+// INTERNAL with none, and the server keeps serving.
+TEST_F(ServiceTest, UndecodableRequestsAreInvalidArgument) {
+  auto channel = Channel();
+  const std::string garbage("\xff\xff\xff\xff\x0f", 5);
+  const std::string bad_utf8("\x0a\x02\xc3\x28", 4);  // field 1 (session_id) = C3 28
+  for (const std::string method : {"GetSessionInfo", "ListVersions", "DeleteSession"}) {
+    for (const std::string& bytes : {garbage, bad_utf8}) {
+      const grpc::Status s = RawUnaryCall(channel.get(), "/kvfold.v1.MemoryStore/" + method, bytes);
+      EXPECT_EQ(s.error_code(), grpc::StatusCode::INVALID_ARGUMENT) << method;
+      EXPECT_NE(s.error_message().find("not a valid message"), std::string::npos)
+          << method << ": " << s.error_message();
+    }
+  }
+  // A server-streaming method: GetBlock with a non-UTF-8 id.
+  {
+    grpc::Slice slice(bad_utf8);
+    grpc::ByteBuffer in(&slice, 1), out;
+    grpc::ClientContext context;
+    auto reader = std::unique_ptr<grpc::ClientReader<grpc::ByteBuffer>>(
+        grpc::internal::ClientReaderFactory<grpc::ByteBuffer>::Create(
+            channel.get(),
+            grpc::internal::RpcMethod("/kvfold.v1.MemoryStore/GetBlock",
+                                      grpc::internal::RpcMethod::SERVER_STREAMING),
+            &context, in));
+    while (reader->Read(&out)) {
+    }
+    EXPECT_EQ(reader->Finish().error_code(), grpc::StatusCode::INVALID_ARGUMENT);
+  }
+  // Still serving, and a handler's own codes are untouched.
+  StoreClient client = Client();
+  EXPECT_EQ(client.GetSessionInfo("absent").status().code(), Code::kNotFound);
+  const TestBlock b = MakeBlock(9);
+  EXPECT_TRUE(client.Put("after-garbage", 0, b.header, b.payload).ok());
+}
+
+// gRPC enables SO_REUSEPORT by default; a second store on a port in use would take part of
+// the traffic to another database. It must refuse to start instead.
+TEST_F(ServiceTest, ASecondServerOnAPortInUseRefusesToStart) {
+  TempDir other;
+  ServerConfig config;
+  config.listen = server_->address();
+  config.store.db_dir = other.path() + "/db";
+  config.insecure_no_auth = true;
+  absl::StatusOr<std::unique_ptr<MemoryServer>> second = MemoryServer::Start(config);
+  ASSERT_FALSE(second.ok());
+  EXPECT_EQ(second.status().code(), Code::kUnavailable);
+  EXPECT_NE(second.status().message().find("in use"), absl::string_view::npos) << second.status();
+  // The first one still answers every call.
+  EXPECT_EQ(Client().GetSessionInfo("x").status().code(), Code::kNotFound);
+}
+
+TEST(SecureByDefaultTest, NoTokensFileAndNoInsecureFlagRefusesToStart) {
+  TempDir dir;
+  ServerConfig config;
+  config.listen = "127.0.0.1:0";
+  config.store.db_dir = dir.path() + "/db";
+  absl::StatusOr<std::unique_ptr<MemoryServer>> server = MemoryServer::Start(config);
+  ASSERT_FALSE(server.ok());
+  EXPECT_EQ(server.status().code(), Code::kFailedPrecondition);
+  EXPECT_NE(server.status().message().find("--insecure_no_auth"), absl::string_view::npos)
+      << server.status();
+  config.insecure_no_auth = true;
+  server = MemoryServer::Start(config);
+  ASSERT_TRUE(server.ok()) << server.status();
+  EXPECT_TRUE((*server)->Shutdown(absl::Seconds(1)).ok());
+}
+
 TEST_F(ServiceTest, HealthServingUntilShutdown) {
   auto channel = Channel();
   EXPECT_EQ(HealthStatus(channel.get(), ""), 1);  // SERVING
@@ -401,26 +470,6 @@ TEST_F(ServiceTest, ReflectionListsTheService) {
   while (stream->Read(&out)) {
   }
   EXPECT_TRUE(stream->Finish().ok());
-}
-
-std::string HttpGet(int port, const std::string& path) {
-  const int fd = socket(AF_INET, SOCK_STREAM, 0);
-  sockaddr_in addr{};
-  addr.sin_family = AF_INET;
-  addr.sin_port = htons(static_cast<uint16_t>(port));
-  addr.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
-  if (connect(fd, reinterpret_cast<sockaddr*>(&addr), sizeof(addr)) != 0) {
-    close(fd);
-    return "";
-  }
-  const std::string request = absl::StrCat("GET ", path, " HTTP/1.0\r\n\r\n");
-  (void)!send(fd, request.data(), request.size(), 0);
-  std::string response;
-  char buf[4096];
-  ssize_t n;
-  while ((n = recv(fd, buf, sizeof(buf), 0)) > 0) response.append(buf, static_cast<size_t>(n));
-  close(fd);
-  return response;
 }
 
 class MetricsTest : public ServerFixture {

@@ -73,6 +73,7 @@ absl::StatusOr<std::unique_ptr<Target>> MakeTarget(const std::string& variant,
   }
   memory::ServerConfig config;
   config.listen = "127.0.0.1:0";
+  config.insecure_no_auth = true;  // a local benchmark: no tokens
   config.store = store;
   absl::StatusOr<std::unique_ptr<memory::MemoryServer>> server = memory::MemoryServer::Start(config);
   if (!server.ok()) return server.status();

@@ -82,6 +82,7 @@ Replica StartReplica(const std::string& store, bool batching, kvfold::v1::KvMode
   c.projector_path = absl::GetFlag(FLAGS_projector);
   c.memory_store = store;
   c.listen = "127.0.0.1:0";
+  c.insecure_no_auth = true;  // a local benchmark: no tokens
   c.threads = absl::GetFlag(FLAGS_threads);
   c.kv_pool_bytes = 4ull << 30;
   c.default_mode = mode;
@@ -262,6 +263,7 @@ int main(int argc, char** argv) {
   store_config.listen = "127.0.0.1:0";
   store_config.store.db_dir = absl::GetFlag(FLAGS_db_dir);
   store_config.store.sync_writes = false;
+  store_config.insecure_no_auth = true;
   auto store = kvfold::memory::MemoryServer::Start(store_config);
   if (!store.ok()) {
     std::fprintf(stderr, "bench_service: %s\n", store.status().ToString().c_str());

@@ -62,6 +62,15 @@ void PrintSession(const v1::Session& s, bool json) {
   }
 }
 
+// "quota: sessions 3/10  versions 12/unlimited  bytes 1048576/10485760"
+void PrintUsage(const v1::TenantUsage& u) {
+  auto limit = [](uint64_t max) { return max == 0 ? std::string("unlimited") : absl::StrCat(max); };
+  std::printf("quota: sessions %llu/%s  versions %llu/%s  bytes %llu/%s\n",
+              static_cast<unsigned long long>(u.sessions()), limit(u.max_sessions()).c_str(),
+              static_cast<unsigned long long>(u.versions()), limit(u.max_versions()).c_str(),
+              static_cast<unsigned long long>(u.bytes()), limit(u.max_bytes()).c_str());
+}
+
 int RunSessions(int argc, char** argv) {
   std::vector<std::string> known = ClientFlagNames();
   for (const char* f : {"page_size", "version", "new_id"}) known.push_back(f);
@@ -98,6 +107,7 @@ int RunSessions(int argc, char** argv) {
     request.set_page_size(static_cast<uint32_t>(*page_size));
     if (!json) PrintSessionHeader();
     std::string page_token;
+    v1::TenantUsage usage;
     do {
       grpc::ClientContext page_context;
       PrepareContext(*options, &page_context);
@@ -113,7 +123,15 @@ int RunSessions(int argc, char** argv) {
         }
       }
       page_token = response.next_page_token();
+      if (response.has_usage()) usage = response.usage();
     } while (!page_token.empty());
+    if (usage.max_sessions() + usage.max_versions() + usage.max_bytes() > 0) {
+      if (json) {
+        std::printf("{\"usage\":%s}\n", ToJson(usage).c_str());
+      } else {
+        PrintUsage(usage);
+      }
+    }
     return 0;
   }
   if (verb == "show") {

@@ -54,6 +54,7 @@ class ServiceTest : public ::testing::Test {
     memory::ServerConfig store_config;
     store_config.listen = "127.0.0.1:0";
     store_config.store.db_dir = MakeTempDir((*dir_) + "/db-");
+    store_config.insecure_no_auth = true;
     auto store = memory::MemoryServer::Start(store_config);
     ASSERT_TRUE(store.ok()) << store.status();
     store_ = std::move(*store);
@@ -75,6 +76,7 @@ class ServiceTest : public ::testing::Test {
     config.max_new_tokens_cap = 64;
     config.default_max_new_tokens = 16;
     config.tokens_file = tokens_file;
+    config.insecure_no_auth = tokens_file.empty();
     config.projector_path = projector;
     if (tweak) tweak(config);
     auto server = InferenceServer::Start(config);
@@ -553,6 +555,7 @@ TEST_F(ServiceTest, TlsListener) {
   config.threads = 1;
   config.tls_cert = cert;
   config.tls_key = key;
+  config.insecure_no_auth = true;
   auto server = InferenceServer::Start(config);
   ASSERT_TRUE(server.ok()) << server.status();
   std::ifstream in(cert);

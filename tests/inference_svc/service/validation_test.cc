@@ -29,6 +29,18 @@ TEST(ServiceConfigTest, ValidateRejectsBadFields) {
   const std::string model = "m", store = "127.0.0.1:1", cert = "cert.pem", key = "key.pem";
   c.model_path = model;
   c.memory_store = store;
+  // Secure by default: neither a tokens file nor an explicit --insecure_no_auth.
+  EXPECT_EQ(c.Validate().code(), absl::StatusCode::kInvalidArgument);
+  c.insecure_no_auth = true;
+  EXPECT_TRUE(c.Validate().ok());
+  c.insecure_no_auth = false;
+  c.tokens_file = "tokens.txt";
+  EXPECT_TRUE(c.Validate().ok());
+  c.memory_store_tls_cert = cert;  // without its key and a CA
+  EXPECT_EQ(c.Validate().code(), absl::StatusCode::kInvalidArgument);
+  c.memory_store_tls_key = key;
+  EXPECT_EQ(c.Validate().code(), absl::StatusCode::kInvalidArgument);
+  c.memory_store_tls_ca = "ca.pem";
   EXPECT_TRUE(c.Validate().ok());
   c.tls_cert = cert;
   EXPECT_EQ(c.Validate().code(), absl::StatusCode::kInvalidArgument);
