@@ -33,7 +33,8 @@ ABSL_FLAG(int64_t, orphan_grace_seconds, 600,
 ABSL_FLAG(bool, sync_writes, true, "fsync the WAL before acknowledging a write");
 ABSL_FLAG(uint32_t, versions_kept, 16, "newest versions kept per session (plus pinned ones)");
 ABSL_FLAG(int64_t, idle_ttl_seconds, 0, "expire sessions not written for this long; 0 = off");
-ABSL_FLAG(uint64_t, max_block_bytes, 64ull << 20, "largest payload accepted, bytes");
+ABSL_FLAG(uint64_t, max_block_bytes, 64ull << 20,
+          "largest block accepted (serialized header + payload), bytes");
 ABSL_FLAG(bool, blob_files, true, "store payloads in RocksDB blob files (BlobDB)");
 ABSL_FLAG(std::string, tls_cert, "", "PEM server certificate (enables TLS with --tls_key)");
 ABSL_FLAG(std::string, tls_key, "", "PEM server private key");

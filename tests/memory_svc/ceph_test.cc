@@ -43,7 +43,7 @@ class CephTest : public ::testing::Test {
         KVFOLD_MEMORY_BINARY,
         {"--listen=127.0.0.1:0", "--backend=rados", "--ceph_conf=" + CephConf(),
          "--pool=" + CephPool(), "--rados_namespace=" + name_space_, "--versions_kept=100000",
-         "--drain_seconds=2", "--ceph_keyring=" + CephKeyring()});
+         "--drain_seconds=2", "--ceph_keyring=" + CephKeyring(), "--insecure_no_auth"});
     EXPECT_TRUE(started);
     return started ? std::move(server) : nullptr;
   }
@@ -63,7 +63,8 @@ class CephTest : public ::testing::Test {
 TEST_F(CephTest, TheKeyringComesFromAFile) {
   if (CephKeyring().empty()) GTEST_SKIP() << "the test cluster runs without cephx";
   const std::vector<std::string> base = {"--listen=127.0.0.1:0", "--backend=rados",
-                                         "--ceph_conf=" + CephConf(), "--pool=" + CephPool()};
+                                         "--ceph_conf=" + CephConf(), "--pool=" + CephPool(),
+                                         "--insecure_no_auth"};
   EXPECT_EQ(RunToExit(KVFOLD_MEMORY_BINARY, base), 1);
   TempDir dir;
   const std::string wrong = dir.path() + "/wrong.keyring";
