@@ -3,12 +3,17 @@
 // or without a tokens file, a store that requires mTLS. (Tenants sharing session ids:
 // tests/integration/tenant_isolation_test.cc, also labelled `reliability`.)
 #include <grpcpp/create_channel.h>
+#include <grpcpp/impl/codegen/client_unary_call.h>
+#include <grpcpp/support/byte_buffer.h>
+#include <grpcpp/support/sync_stream.h>
 #include <gtest/gtest.h>
 
+#include <algorithm>
 #include <atomic>
 #include <cstdlib>
 #include <random>
 #include <thread>
+#include <utility>
 
 #include "tests/integration/service_cluster.h"
 #include "tests/reliability/reliability_util.h"
@@ -69,6 +74,60 @@ TEST(ClusterReliability, TokenSprayKeepsReplicaMemoryBounded) {
   ASSERT_GT(before_kib, 0);
   EXPECT_LT(after_kib - before_kib, 16 * 1024)
       << "replica grew by " << (after_kib - before_kib) << " KiB";
+}
+
+// Malformed calls to a replica get precise codes with messages; it keeps serving.
+TEST(ClusterReliability, BadInputToTheReplicaIsRejectedAndItKeepsServing) {
+  Cluster cluster;
+  std::string error;
+  ASSERT_TRUE(cluster.Setup(1, &error)) << error;
+  auto channel =
+      grpc::CreateChannel(cluster.replica_process(0).address(), grpc::InsecureChannelCredentials());
+  // Undecodable bytes, and a prompt that is not UTF-8 (field 2 = FF FE), to a unary and a
+  // server-streaming method.
+  const std::string garbage("\xff\xff\xff\xff\x0f", 5);
+  const std::string bad_prompt("\x0a\x01s\x12\x02\xff\xfe", 7);
+  for (const std::string& bytes : {garbage, bad_prompt}) {
+    for (const auto& [method, type] :
+         {std::pair<std::string, grpc::internal::RpcMethod::RpcType>{
+              "/kvfold.v1.InferenceService/CreateSession", grpc::internal::RpcMethod::NORMAL_RPC},
+          {"/kvfold.v1.InferenceService/Generate", grpc::internal::RpcMethod::SERVER_STREAMING}}) {
+      grpc::Slice slice(bytes);
+      grpc::ByteBuffer in(&slice, 1), out;
+      grpc::ClientContext context;
+      context.set_deadline(std::chrono::system_clock::now() + std::chrono::seconds(30));
+      grpc::Status status;
+      if (type == grpc::internal::RpcMethod::NORMAL_RPC) {
+        status = grpc::internal::BlockingUnaryCall<grpc::ByteBuffer, grpc::ByteBuffer>(
+            channel.get(), grpc::internal::RpcMethod(method.c_str(), type), &context, in, &out);
+      } else {
+        std::unique_ptr<grpc::ClientReader<grpc::ByteBuffer>> reader(
+            grpc::internal::ClientReaderFactory<grpc::ByteBuffer>::Create(
+                channel.get(), grpc::internal::RpcMethod(method.c_str(), type), &context, in));
+        while (reader->Read(&out)) {
+        }
+        status = reader->Finish();
+      }
+      EXPECT_EQ(status.error_code(), grpc::StatusCode::INVALID_ARGUMENT) << method;
+      EXPECT_FALSE(status.error_message().empty()) << method;
+    }
+  }
+  // Well-formed but invalid requests.
+  EXPECT_EQ(cluster.Create(0, "tab\there", v1::KV_MODE_MEMORY).error_code(),
+            grpc::StatusCode::INVALID_ARGUMENT);
+  EXPECT_EQ(cluster.Create(0, std::string(300, 'x'), v1::KV_MODE_MEMORY).error_code(),
+            grpc::StatusCode::INVALID_ARGUMENT);
+  EXPECT_EQ(cluster.Generate(0, "absent", PromptFor(1, 0), 4).status.error_code(),
+            grpc::StatusCode::NOT_FOUND);
+  ASSERT_TRUE(cluster.Create(0, "ok", v1::KV_MODE_MEMORY).ok());
+  EXPECT_EQ(cluster.Generate(0, "ok", {100000}, 4).status.error_code(),
+            grpc::StatusCode::INVALID_ARGUMENT);  // id outside the vocabulary
+  EXPECT_EQ(cluster.Generate(0, "ok", PromptFor(1, 0), 1 << 20).status.error_code(),
+            grpc::StatusCode::INVALID_ARGUMENT);  // over --max_new_tokens_cap
+  // Still serving.
+  const TurnResult turn = cluster.Generate(0, "ok", PromptFor(1, 0), kMaxNew);
+  ASSERT_TRUE(turn.status.ok()) << turn.status.error_message();
+  EXPECT_EQ(static_cast<int>(turn.tokens.size()), kMaxNew);
 }
 
 // A second replica on a port in use, and a replica with neither a tokens file nor
@@ -132,6 +191,76 @@ TEST(ClusterReliability, ReplicaPresentsAClientCertificateToAnMtlsStore) {
   v1::Session session;
   EXPECT_EQ(stub->GetSession(&context, request, &session).error_code(),
             grpc::StatusCode::UNAVAILABLE);
+}
+
+// Under a tiny KV pool many concurrent turns either run to their end or are refused before
+// their first token with RESOURCE_EXHAUSTED and a retry-after hint; retried after the hint
+// they all complete. No turn fails midway (no "KV pool exhausted" after tokens streamed).
+TEST(ClusterReliability, AdmissionUnderATinyPoolRejectsBeforeAnyToken) {
+  Cluster cluster;
+  std::string error;
+  // 128 tokens of KV (512 B per token on the tiny model); each turn needs 5 + 30 of them.
+  ASSERT_TRUE(cluster.Setup(1, &error, {"--kv_pool_bytes=65536", "--default_mode=full"})) << error;
+  constexpr int kSessions = 10, kNew = 30;
+  for (int i = 0; i < kSessions; ++i) {
+    ASSERT_TRUE(cluster.Create(0, "pool-" + std::to_string(i), v1::KV_MODE_FULL).ok());
+  }
+  struct Outcome {
+    grpc::StatusCode code = grpc::StatusCode::UNKNOWN;
+    int tokens = 0;
+    int retry_after_ms = -1;
+  };
+  auto turn = [&](int i) {
+    grpc::ClientContext context;
+    context.set_deadline(std::chrono::system_clock::now() + std::chrono::seconds(60));
+    v1::GenerateRequest request;
+    request.set_session_id("pool-" + std::to_string(i));
+    for (int32_t id : PromptFor(i, 0)) request.add_prompt_token_ids(id);
+    request.mutable_sampling()->set_max_new_tokens(kNew);
+    request.mutable_sampling()->set_ignore_eos(true);
+    auto reader = cluster.stub(0).Generate(&context, request);
+    Outcome out;
+    v1::GenerateResponse response;
+    while (reader->Read(&response)) {
+      if (response.has_delta()) out.tokens += response.delta().token_ids_size();
+    }
+    out.code = reader->Finish().error_code();
+    auto hint = context.GetServerTrailingMetadata().find("retry-after-ms");
+    if (hint != context.GetServerTrailingMetadata().end()) {
+      out.retry_after_ms = std::atoi(std::string(hint->second.data(), hint->second.size()).c_str());
+    }
+    return out;
+  };
+  std::vector<bool> done(kSessions, false);
+  int rejected = 0;
+  for (int round = 0; round < 20; ++round) {
+    std::vector<Outcome> outcomes(kSessions);
+    std::vector<std::thread> threads;
+    for (int i = 0; i < kSessions; ++i) {
+      if (!done[i]) threads.emplace_back([&, i] { outcomes[i] = turn(i); });
+    }
+    for (std::thread& t : threads) t.join();
+    int max_hint = 0;
+    for (int i = 0; i < kSessions; ++i) {
+      if (done[i]) continue;
+      const Outcome& o = outcomes[i];
+      if (o.code == grpc::StatusCode::OK) {
+        EXPECT_EQ(o.tokens, kNew) << "session " << i;
+        done[i] = true;
+      } else {
+        ASSERT_EQ(o.code, grpc::StatusCode::RESOURCE_EXHAUSTED) << "session " << i;
+        EXPECT_EQ(o.tokens, 0) << "refused after tokens streamed, session " << i;
+        EXPECT_GT(o.retry_after_ms, 0) << "no retry hint, session " << i;
+        max_hint = std::max(max_hint, o.retry_after_ms);
+        ++rejected;
+      }
+    }
+    if (std::count(done.begin(), done.end(), true) == kSessions) break;
+    std::this_thread::sleep_for(std::chrono::milliseconds(std::min(max_hint, 1000)));
+  }
+  EXPECT_EQ(std::count(done.begin(), done.end(), true), kSessions);
+  std::printf("tiny pool: %d sessions completed, %d refusals with retry-after\n", kSessions,
+              rejected);
 }
 
 }  // namespace
