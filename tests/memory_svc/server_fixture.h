@@ -3,11 +3,6 @@
 #ifndef KVFOLD_TESTS_MEMORY_SVC_SERVER_FIXTURE_H_
 #define KVFOLD_TESTS_MEMORY_SVC_SERVER_FIXTURE_H_
 
-#include <arpa/inet.h>
-#include <netinet/in.h>
-#include <sys/socket.h>
-#include <unistd.h>
-
 #include <grpcpp/create_channel.h>
 #include <grpcpp/impl/codegen/client_unary_call.h>
 #include <grpcpp/security/credentials.h>
@@ -19,9 +14,9 @@
 #include <memory>
 #include <string>
 
-#include "absl/strings/str_cat.h"
 #include "memory_svc/client/store_client.h"
 #include "memory_svc/service/server.h"
+#include "tests/common/http_get.h"
 #include "tests/memory_svc/test_blocks.h"
 
 namespace kvfold::memory::testing {
@@ -62,26 +57,7 @@ class ServerFixture : public ::testing::Test {
   std::unique_ptr<MemoryServer> server_;
 };
 
-// GET `path` from 127.0.0.1:port over HTTP/1.0; the whole response, or "".
-inline std::string HttpGet(int port, const std::string& path) {
-  const int fd = socket(AF_INET, SOCK_STREAM, 0);
-  sockaddr_in addr{};
-  addr.sin_family = AF_INET;
-  addr.sin_port = htons(static_cast<uint16_t>(port));
-  addr.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
-  if (connect(fd, reinterpret_cast<sockaddr*>(&addr), sizeof(addr)) != 0) {
-    close(fd);
-    return "";
-  }
-  const std::string request = absl::StrCat("GET ", path, " HTTP/1.0\r\n\r\n");
-  (void)!send(fd, request.data(), request.size(), 0);
-  std::string response;
-  char buf[4096];
-  ssize_t n;
-  while ((n = recv(fd, buf, sizeof(buf), 0)) > 0) response.append(buf, static_cast<size_t>(n));
-  close(fd);
-  return response;
-}
+using kvfold::testing::HttpGet;
 
 // Sends `request` (raw bytes, not necessarily a valid message) to a unary method, e.g.
 // "/kvfold.v1.MemoryStore/GetSessionInfo".
