@@ -1,0 +1,70 @@
+#!/usr/bin/python3
+"""Every flag the manifests pass to a server is one that server accepts.
+
+Renders k8s/base and every overlay (kubectl kustomize, as validate_manifests.py does),
+collects each server container's flags (its --flagfile from the flags ConfigMap plus its
+args) and checks each name against the flags the built binary lists in --help. A renamed
+or misspelt flag would otherwise only show as a crash-looping pod. The manifests spell
+flags kebab-case; a binary whose --help lists snake_case flags is compared with '-' read
+as '_'. Skipped (exit 77) without kubectl.
+
+usage: flags_test.py KVFOLD_INFERENCE_BIN KVFOLD_MEMORY_BIN
+"""
+import os
+import re
+import shutil
+import subprocess
+import sys
+
+sys.path.insert(0, os.path.join(os.path.dirname(os.path.abspath(__file__)), "..", "..", "k8s"))
+import validate_manifests as vm  # noqa: E402
+
+
+def accepted_flags(binary):
+    """The flags `binary --help` lists, and whether it spells them kebab-case."""
+    flags = set()
+    for help_flag in ("--help", "--helpfull"):  # absl's --help lists only some flags
+        out = subprocess.run([binary, help_flag], capture_output=True, text=True, timeout=30)
+        flags |= set(re.findall(r"(--[a-z0-9][a-z0-9_-]*)", out.stdout + out.stderr))
+    kebab = any("-" in f[2:] for f in flags) and not any("_" in f for f in flags)
+    return flags, kebab
+
+
+def spelled(flag, kebab):
+    """A manifest's kebab-case flag as a binary still on snake_case flags spells it."""
+    return flag if kebab else "--" + flag[2:].replace("-", "_")
+
+
+def main():
+    if shutil.which("kubectl") is None:
+        print("flags_test: SKIP: kubectl is not installed")
+        return vm.SKIP
+    binaries = {"kvfold-inference": sys.argv[1], "kvfold-memory": sys.argv[2]}
+    accepted = {name: accepted_flags(path) for name, path in binaries.items()}
+    problems, checked = [], 0
+    dirs = [os.path.join(vm.HERE, "base")] + sorted(
+        os.path.join(vm.HERE, "overlays", d) for d in os.listdir(os.path.join(vm.HERE, "overlays")))
+    for directory in dirs:
+        docs = vm.render(directory)
+        for name in binaries:
+            w = vm.workload(docs, name)
+            if w is None:
+                problems.append(f"{directory}: no workload {name}")
+                continue
+            flags, kebab = accepted[name]
+            for flag in w.flags:
+                checked += 1
+                if spelled(flag, kebab) not in flags:
+                    problems.append(f"{os.path.basename(directory)}: {name} does not accept {flag}")
+    for p in problems:
+        print("flags_test:", p)
+    for name, (_, kebab) in accepted.items():
+        if not kebab:
+            print(f"flags_test: note: {name} lists snake_case flags; compared with - read as _")
+    print(f"flags_test: {checked} flags in {len(dirs)} kustomizations: "
+          f"{'OK' if not problems else f'{len(problems)} unknown'}")
+    return 1 if problems else 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
