@@ -61,6 +61,9 @@ struct LiveSession {
   // --- stats (written by the scheduler at the end of a turn) -----------------------
   std::atomic<uint64_t> version{0};  // store version the derived state equals; 0 = none
   std::atomic<int64_t> total_tokens{0};
+  // The session's last token id (-1: empty or unknown): tells a chat continuation whether
+  // the model closed its turn itself (chat_template.h).
+  std::atomic<int32_t> last_token{-1};
   std::atomic<int64_t> tokens_folded{0};
   std::atomic<int64_t> resident_tokens{0};
   std::atomic<uint64_t> kv_bytes_resident{0};

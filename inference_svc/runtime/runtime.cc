@@ -166,13 +166,32 @@ absl::StatusOr<SessionSpec> Runtime::ResolveSpec(const SessionRequest& r) const 
 }
 
 absl::StatusOr<std::vector<int32_t>> Runtime::PromptIds(const TurnRequest& request,
-                                                        bool session_empty) const {
-  if (!request.prompt_text.empty() && !request.prompt_ids.empty()) {
-    return absl::InvalidArgumentError("set prompt or prompt_token_ids, not both");
+                                                        bool session_empty,
+                                                        int32_t last_token) const {
+  const int forms = (request.prompt_text.empty() ? 0 : 1) + (request.prompt_ids.empty() ? 0 : 1) +
+                    (request.messages.empty() ? 0 : 1);
+  if (forms > 1) {
+    return absl::InvalidArgumentError("set one of prompt, prompt_token_ids or messages");
   }
   const size_t max_tokens = static_cast<size_t>(std::max(0, options_.max_prompt_tokens));
   std::vector<int32_t> ids;
-  if (!request.prompt_text.empty()) {
+  if (!request.messages.empty()) {
+    if (deps_.chat_template == nullptr) {
+      return absl::FailedPreconditionError(
+          "this replica has no tokenizer: send prompt_token_ids instead of messages");
+    }
+    // A session that holds tokens gets only the new messages, closing the assistant's
+    // turn first unless the model ended it with its end-of-turn token.
+    ChatRenderOptions render;
+    render.continuation = !session_empty;
+    render.continue_final_message = request.continue_final_message;
+    render.add_generation_prompt = !request.continue_final_message;
+    const auto& eot = deps_.chat_template->end_of_turn_ids();
+    render.previous_turn_closed = std::find(eot.begin(), eot.end(), last_token) != eot.end();
+    auto rendered = deps_.chat_template->RenderIds(request.messages, render);
+    if (!rendered.ok()) return rendered.status();
+    ids = std::move(*rendered);
+  } else if (!request.prompt_text.empty()) {
     if (deps_.tokenizer == nullptr) {
       return absl::FailedPreconditionError(
           "this replica has no tokenizer: send prompt_token_ids instead of text");
@@ -232,6 +251,8 @@ std::shared_ptr<LiveSession> Runtime::LiveFromCheckpoint(
                                     [](uint64_t w) { return w == 0; });
   if (!all_zero) live->rng_state = checkpoint.rng_state;
   live->total_tokens.store(checkpoint.state.total_tokens);
+  const auto& window = checkpoint.state.window_token_ids;
+  live->last_token.store(window.empty() ? -1 : window.back());
   live->tokens_folded.store(checkpoint.state.tokens_folded);
   *restore = std::move(checkpoint.state);
   return live;
@@ -291,7 +312,7 @@ absl::StatusOr<uint64_t> Runtime::CreateSession(const Caller& caller,
   if (!system_prompt.empty()) {
     TurnRequest text;
     text.prompt_text = system_prompt;
-    auto ids = PromptIds(text, /*session_empty=*/true);
+    auto ids = PromptIds(text, /*session_empty=*/true, /*last_token=*/-1);
     if (!ids.ok()) return ids.status();
     prompt = std::move(*ids);
   }
@@ -366,7 +387,7 @@ absl::StatusOr<std::unique_ptr<TurnHandle>> Runtime::StartTurn(const Caller& cal
     }
   }
   const bool session_empty = live->total_tokens.load() == 0;
-  auto prompt = PromptIds(request, session_empty);
+  auto prompt = PromptIds(request, session_empty, live->last_token.load());
   if (!prompt.ok()) {
     if (!key.empty()) table_.Release(key);
     return prompt.status();
@@ -376,8 +397,11 @@ absl::StatusOr<std::unique_ptr<TurnHandle>> Runtime::StartTurn(const Caller& cal
   // Only a seed the turn itself sets restarts the RNG (the session's default does not).
   std::optional<uint64_t> reseed;
   if (turn_seed != 0) reseed = turn_seed;
-  const engine::SamplingParams sampling =
+  engine::SamplingParams sampling =
       ResolveSampling(request.sampling, options_.default_max_new_tokens);
+  if (!request.messages.empty()) {
+    for (int32_t id : deps_.chat_template->end_of_turn_ids()) sampling.stop_token_ids.push_back(id);
+  }
   auto handle = Launch(caller, request.session_id, key, head, std::move(live), std::move(restore),
                        std::move(*prompt), sampling, reseed, std::move(request.on_progress));
   handle->call_start_ = call_start;

@@ -44,6 +44,7 @@
 #include "inference_svc/runtime/scheduler.h"
 #include "inference_svc/runtime/session_store.h"
 #include "inference_svc/runtime/session_table.h"
+#include "inference_svc/tokenizer/chat_template.h"
 #include "inference_svc/tokenizer/tokenizer.h"
 
 namespace kvfold::runtime {
@@ -82,6 +83,12 @@ struct TurnRequest {
   // session is empty). Not both. Empty on an empty session: BOS alone.
   std::vector<int32_t> prompt_ids;
   std::string prompt_text;
+  // Or chat messages, rendered with the replica's chat template: the whole conversation
+  // on an empty session, only the new messages on one that holds tokens (a continuation,
+  // chat_template.h). The template's end-of-turn ids are added to the stop ids.
+  std::vector<ChatMessage> messages;
+  // With messages: the last (assistant) message is continued, not answered.
+  bool continue_final_message = false;
   // Overrides of the session's sampling; a non-zero seed restarts the RNG.
   SamplingSpec sampling;
   // Optional: called on a runtime thread whenever tokens or the end are available. Must
@@ -145,11 +152,13 @@ class TurnHandle {
 
 class Runtime {
  public:
-  // All must outlive the runtime; tokenizer and projector may be null (no text prompts /
-  // no memory modes).
+  // All must outlive the runtime; tokenizer, chat_template and projector may be null (no
+  // text prompts / no chat messages / no memory modes).
   struct Deps {
     engine::Engine* engine = nullptr;
     const Tokenizer* tokenizer = nullptr;
+    // Renders TurnRequest::messages; null = no chat form.
+    const ChatTemplate* chat_template = nullptr;
     const memory::Projector* projector = nullptr;
     SessionStore* store = nullptr;
   };
@@ -188,8 +197,8 @@ class Runtime {
   friend class TurnHandle;
   // (tenant, digest of the store credential, session id): see session_store.h.
   static std::string CacheKey(const Caller& caller, const std::string& session_id);
-  absl::StatusOr<std::vector<int32_t>> PromptIds(const TurnRequest& request,
-                                                 bool session_empty) const;
+  absl::StatusOr<std::vector<int32_t>> PromptIds(const TurnRequest& request, bool session_empty,
+                                                 int32_t last_token) const;
   // A LiveSession for a stored checkpoint; `restore` receives the state to import.
   std::shared_ptr<LiveSession> LiveFromCheckpoint(const std::string& session_id,
                                                   Checkpoint checkpoint,

@@ -438,6 +438,9 @@ void Scheduler::Complete(Running& r) {
   job.final_rng_state = r.sampler->rng().state();
   live.rng_state = job.final_rng_state;
   live.total_tokens.store(session.TotalTokens());
+  live.last_token.store(job.final_state.window_token_ids.empty()
+                            ? -1
+                            : job.final_state.window_token_ids.back());
   live.tokens_folded.store(job.final_state.tokens_folded);
   live.resident_tokens.store(session.ResidentTokens());
   live.kv_bytes_resident.store(session.KvBytesResident());

@@ -2,6 +2,7 @@
 
 #include <chrono>
 #include <cstdio>
+#include <filesystem>
 #include <fstream>
 #include <sstream>
 #include <vector>
@@ -15,6 +16,7 @@
 #include "common/install_paths.h"
 #include "common/grpc_decode_errors.h"
 #include "inference_svc/model/model_file.h"
+#include "inference_svc/service/http_turn_port.h"
 #include "inference_svc/service/session_codec.h"
 
 namespace kvfold::service {
@@ -77,6 +79,11 @@ absl::StatusOr<std::unique_ptr<InferenceServer>> InferenceServer::Start(
     auto tokenizer = Tokenizer::Load(tokenizer_path);
     if (!tokenizer.ok()) return tokenizer.status();
     server->tokenizer_ = std::move(*tokenizer);
+    // An unknown template is a start-up error: a replica must not serve chats it would
+    // format wrongly (--chat-template overrides).
+    auto chat = ChatTemplate::ForModel(c.model_path, c.chat_template, server->tokenizer_.get());
+    if (!chat.ok()) return chat.status();
+    server->chat_template_ = std::make_unique<ChatTemplate>(std::move(*chat));
   } else {
     std::fprintf(stderr, "kvfold-inference: no tokenizer next to %s: token-id prompts only\n",
                  c.model_path.c_str());
@@ -136,6 +143,7 @@ absl::StatusOr<std::unique_ptr<InferenceServer>> InferenceServer::Start(
   runtime::Runtime::Deps runtime_deps;
   runtime_deps.engine = server->engine_.get();
   runtime_deps.tokenizer = server->tokenizer_.get();
+  runtime_deps.chat_template = server->chat_template_.get();
   runtime_deps.projector = server->projector_.get();
   runtime_deps.store = server->store_sessions_.get();
   server->runtime_ = std::make_unique<runtime::Runtime>(runtime_deps, runtime_options);
@@ -207,6 +215,36 @@ absl::StatusOr<std::unique_ptr<InferenceServer>> InferenceServer::Start(
     if (!metrics.ok()) return metrics.status();
     server->metrics_http_ = std::move(*metrics);
   }
+  if (c.http_port >= 0) {
+    if (server->chat_template_ == nullptr) {
+      return absl::FailedPreconditionError("--http-port needs a tokenizer next to the model");
+    }
+    InferenceServer* raw = server.get();
+    // The model's name: its directory, or its file without the extension.
+    std::filesystem::path model_path(c.model_path);
+    if (!std::filesystem::is_directory(model_path)) model_path = model_path.stem();
+    const int64_t now_s = std::chrono::duration_cast<std::chrono::seconds>(
+                              std::chrono::system_clock::now().time_since_epoch())
+                              .count();
+    RuntimeTurnPortDeps port;
+    port.runtime = server->runtime_.get();
+    port.store = server->store_.get();
+    port.tokens = server->tokens_.get();
+    port.store_token = c.store_token;
+    port.model = http::ModelCard{model_path.filename().string(), now_s};
+    port.replica = c.replica_name.empty() ? server->address_ : c.replica_name;
+    port.ready = [raw] { return raw->serving_.load(); };
+    port.draining = [raw] { return raw->stopping_.load(); };
+    server->http_port_ = std::make_unique<RuntimeTurnPort>(std::move(port));
+    http::OpenAiFrontOptions http_options;
+    http_options.http.host = host;
+    http_options.http.port = c.http_port;
+    http_options.metrics_text = [raw] { return raw->registry_.Render(); };
+    auto front = http::OpenAiFront::Start(http_options, server->http_port_.get(),
+                                          server->tokenizer_.get(), server->chat_template_.get());
+    if (!front.ok()) return front.status();
+    server->http_front_ = std::move(*front);
+  }
   server->health_thread_ = std::thread([raw = server.get()] { raw->HealthLoop(); });
   return server;
 }
@@ -273,6 +311,14 @@ void InferenceServer::Shutdown() {
     server_->Shutdown(std::chrono::system_clock::now() +
                       std::chrono::milliseconds(static_cast<int64_t>(config_.drain_timeout_s * 1000)));
   }
+  // HTTP turns in flight get the same drain time, then are cancelled; the port returns
+  // once their last events went to the front, whose connections close last.
+  if (http_port_ != nullptr) {
+    http_port_->Drain(absl::Milliseconds(static_cast<int64_t>(config_.drain_timeout_s * 1000)));
+  }
+  if (http_front_ != nullptr) http_front_->Stop();
+  http_port_.reset();
+  http_front_.reset();
   if (runtime_ != nullptr) runtime_->Stop();
   metrics_http_.reset();
 }

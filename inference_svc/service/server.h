@@ -1,6 +1,7 @@
 // InferenceServer: builds everything a replica runs from a ServiceConfig (backend, model,
-// tokenizer, projector, engine, store gateway, runtime, gRPC server with health and
-// reflection, optional metrics endpoint) and owns it. service_main.cc is flags + this.
+// tokenizer, chat template, projector, engine, store gateway, runtime, gRPC server with
+// health and reflection, optional metrics endpoint and OpenAI-compatible HTTP API) and owns
+// it. service_main.cc is flags + this.
 #ifndef KVFOLD_INFERENCE_SVC_SERVICE_SERVER_H_
 #define KVFOLD_INFERENCE_SVC_SERVICE_SERVER_H_
 
@@ -18,13 +19,17 @@
 #include "common/metrics_http.h"
 #include "common/request_log.h"
 #include "inference_svc/engine/engine.h"
+#include "inference_svc/http/openai_front.h"
+
 #include "inference_svc/memory/projector.h"
 #include "inference_svc/service/inference_metrics.h"
 #include "inference_svc/service/inference_service.h"
+#include "inference_svc/service/http_turn_port.h"
 #include "inference_svc/runtime/runtime.h"
 #include "inference_svc/service/service_config.h"
 #include "inference_svc/service/store_gateway.h"
 #include "inference_svc/service/store_sessions.h"
+#include "inference_svc/tokenizer/chat_template.h"
 #include "inference_svc/tokenizer/tokenizer.h"
 #include "kernels/backend.h"
 
@@ -42,6 +47,13 @@ class InferenceServer {
 
   // "127.0.0.1:<bound port>".
   const std::string& address() const { return address_; }
+  // The HTTP API's bound port; 0 when it is off.
+  int http_port() const { return http_front_ != nullptr ? http_front_->port() : 0; }
+  size_t http_open_connections() const {
+    return http_front_ != nullptr ? http_front_->server().open_connections() : 0;
+  }
+  // The chat template of the served model; null without a tokenizer.
+  const ChatTemplate* chat_template() const { return chat_template_.get(); }
   InferenceServiceImpl& service() { return *service_; }
   runtime::Runtime& runtime() { return *runtime_; }
   engine::Engine& engine() { return *engine_; }
@@ -88,6 +100,9 @@ class InferenceServer {
   std::unique_ptr<logging::RequestLogger> logger_;
   std::unique_ptr<logging::GrpcRequestLog> request_log_;
   std::unique_ptr<metrics::MetricsHttpServer> metrics_http_;
+  std::unique_ptr<ChatTemplate> chat_template_;
+  std::unique_ptr<RuntimeTurnPort> http_port_;
+  std::unique_ptr<http::OpenAiFront> http_front_;
   std::string address_;
   std::atomic<bool> stopping_{false};
   std::atomic<bool> serving_{false};

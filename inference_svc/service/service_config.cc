@@ -33,6 +33,9 @@ absl::Status ServiceConfig::Validate() const {
     return absl::InvalidArgumentError(
         absl::StrCat("--log-level '", log_level, "': expected debug, info, warn, error or off"));
   }
+  if (http_port < -1 || http_port > 65535) {
+    return absl::InvalidArgumentError("--http-port must be in [0, 65535] (or -1: off)");
+  }
   if (max_prompt_tokens == 0) return absl::InvalidArgumentError("--max_prompt_tokens must be > 0");
   if (max_new_tokens_cap == 0) return absl::InvalidArgumentError("--max_new_tokens_cap must be > 0");
   if (default_max_new_tokens == 0 || default_max_new_tokens > max_new_tokens_cap) {

@@ -65,6 +65,12 @@ struct ServiceConfig {
   // Default: info, no prompts.
   std::string log_level = "info";
   bool log_prompts = false;
+  // OpenAI-compatible HTTP API (docs/http-api.md) on the listen host at this port; 0 picks
+  // a free port, -1 = off. Default: off.
+  int http_port = -1;
+  // Chat template family (llama3, chatml, llama2, mistral, gemma, plain); empty = detected
+  // from the model's tokenizer_config.json (docs/tokenizers.md).
+  std::string chat_template;
   // Name reported in Usage.replica; empty = the listen address.
   std::string replica_name;
   // Caps. A prompt longer than max_prompt_tokens is INVALID_ARGUMENT; max_new_tokens

@@ -45,6 +45,9 @@ grpc::Status InferenceServiceImpl::Generate(grpc::ServerContext* context,
   turn_request.prompt_text = request->prompt();
   turn_request.prompt_ids.assign(request->prompt_token_ids().begin(),
                                  request->prompt_token_ids().end());
+  for (const v1::ChatMessage& m : request->messages()) {
+    turn_request.messages.push_back({m.role(), m.content()});
+  }
   turn_request.sampling = FromProto(request->sampling());
   auto turn = deps_.runtime->StartTurn(*caller, std::move(turn_request));
   if (!turn.ok()) {

@@ -54,6 +54,11 @@ ABSL_FLAG(std::string, metrics_listen, "",
           "empty = off)");
 ABSL_FLAG(std::string, log_level, "info", "request logs: debug|info|warn|error|off");
 ABSL_FLAG(bool, log_prompts, false, "write prompt text into the request logs");
+ABSL_FLAG(int, http_port, -1,
+          "OpenAI-compatible HTTP API on the --listen host at this port (0 = any free port, "
+          "-1 = off); see docs/http-api.md");
+ABSL_FLAG(std::string, chat_template, "",
+          "chat template: llama3|chatml|llama2|mistral|gemma|plain (default: detected)");
 ABSL_FLAG(std::string, replica_name, "", "name reported in Usage.replica (default: address)");
 ABSL_FLAG(uint32_t, max_prompt_tokens, 65536, "longest prompt accepted (tokens)");
 ABSL_FLAG(uint32_t, max_new_tokens_cap, 4096, "largest max_new_tokens accepted");
@@ -143,6 +148,8 @@ int main(int argc, char** argv) {
   c.metrics_listen = absl::GetFlag(FLAGS_metrics_listen);
   c.log_level = absl::GetFlag(FLAGS_log_level);
   c.log_prompts = absl::GetFlag(FLAGS_log_prompts);
+  c.http_port = absl::GetFlag(FLAGS_http_port);
+  c.chat_template = absl::GetFlag(FLAGS_chat_template);
   c.replica_name = absl::GetFlag(FLAGS_replica_name);
   c.max_prompt_tokens = absl::GetFlag(FLAGS_max_prompt_tokens);
   c.max_new_tokens_cap = absl::GetFlag(FLAGS_max_new_tokens_cap);
@@ -165,6 +172,12 @@ int main(int argc, char** argv) {
   }
   if (!(*server)->metrics_address().empty()) {
     std::fprintf(stderr, "kvfold-inference metrics on %s\n", (*server)->metrics_address().c_str());
+  }
+  // The HTTP line first: launchers read up to the "listening on" line.
+  if ((*server)->http_port() > 0) {
+    const std::string& a = (*server)->address();
+    std::printf("kvfold-inference http api on %s:%d\n", a.substr(0, a.rfind(':')).c_str(),
+                (*server)->http_port());
   }
   std::printf("kvfold-inference listening on %s\n", (*server)->address().c_str());
   std::fflush(stdout);

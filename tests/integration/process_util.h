@@ -69,6 +69,7 @@ class ServerProcess {
       const size_t at = out.find(marker);
       const size_t eol = at == std::string::npos ? at : out.find('\n', at);
       if (eol != std::string::npos) {
+        output_ = out;
         address_ = out.substr(at + marker.size(), eol - at - marker.size());
         while (!address_.empty() && address_.back() == '\r') address_.pop_back();
         return true;
@@ -109,11 +110,14 @@ class ServerProcess {
   bool running() const { return pid_ > 0; }
   pid_t pid() const { return pid_; }
   const std::string& address() const { return address_; }
+  // Everything the child printed up to and including its "listening on" line.
+  const std::string& output() const { return output_; }
 
  private:
   pid_t pid_ = -1;
   int out_fd_ = -1;
   std::string address_;
+  std::string output_;
 };
 
 inline std::string MakeTempDir(const std::string& prefix) {

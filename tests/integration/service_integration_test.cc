@@ -303,7 +303,7 @@ TEST(ServiceCliTest, ChatAndSessionsCommands) {
   const std::string b = " --target " + cluster.replica_process(1).address();
   // One turn through the CLI equals the same turn through the API.
   auto [rc, text] = Capture(kvfold + " chat" + a +
-                            " --session cli --mode memory --prompt 'Once upon a time' "
+                            " --session cli --mode memory --raw --prompt 'Once upon a time' "
                             "--max_new_tokens 30 2>/dev/null");
   ASSERT_EQ(rc, 0);
   ASSERT_TRUE(cluster.Create(1, "api", v1::KV_MODE_MEMORY).ok());

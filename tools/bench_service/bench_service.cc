@@ -14,6 +14,8 @@
 //    sessions in a loop) alone, and while one full-mode session prefills a
 //    --fairness_long_prompt-token prompt; with the scheduler's fair prefill chunks (on)
 //    and with fixed chunks (off). p99 ratio with / without the long prompt.
+// 4. http: --http_streams concurrent chat turns over the OpenAI HTTP API vs gRPC on one
+//    replica, and --idle_streams event streams held open (threads, RSS); bench_http.h.
 #include <algorithm>
 #include <atomic>
 #include <chrono>
@@ -34,6 +36,7 @@
 #include "absl/time/time.h"
 #include "inference_svc/service/server.h"
 #include "memory_svc/service/server.h"
+#include "tools/bench_service/bench_http.h"
 
 ABSL_FLAG(std::string, model, "", "model path (HF directory or llama2.c .bin); required");
 ABSL_FLAG(std::string, projector, "", "projector directory (memory mode); empty = full mode");
@@ -50,6 +53,10 @@ ABSL_FLAG(int, fairness_turns, 40, "short turns per session measured without the
 ABSL_FLAG(bool, skip_decode_resume, false, "run only the fairness table");
 ABSL_FLAG(bool, fairness_baseline, true, "also run the fairness table with fixed chunks");
 ABSL_FLAG(double, prefill_stall, 2.0, "the replica's prefill_stall in the fair fairness row");
+ABSL_FLAG(int, http_streams, 16, "concurrent streams, HTTP vs gRPC (0 = skip)");
+ABSL_FLAG(int, http_new_tokens, 128, "tokens per stream in the HTTP vs gRPC rows");
+ABSL_FLAG(int, http_rounds, 3, "interleaved rounds of the HTTP vs gRPC rows (median)");
+ABSL_FLAG(int, idle_streams, 1000, "event streams held open at once (0 = skip)");
 ABSL_FLAG(std::string, db_dir, "/tmp/kvfold-bench-service-db", "scratch RocksDB directory");
 
 namespace {
@@ -76,7 +83,7 @@ struct Replica {
 };
 
 Replica StartReplica(const std::string& store, bool batching, kvfold::v1::KvMode mode,
-                     double prefill_stall = 2.0) {
+                     double prefill_stall = 2.0, bool http = false) {
   kvfold::service::ServiceConfig c;
   c.model_path = absl::GetFlag(FLAGS_model);
   c.projector_path = absl::GetFlag(FLAGS_projector);
@@ -91,6 +98,7 @@ Replica StartReplica(const std::string& store, bool batching, kvfold::v1::KvMode
   c.max_new_tokens_cap = 1 << 16;
   c.max_active_sessions = 256;
   c.prefill_stall = prefill_stall;
+  c.http_port = http ? 0 : -1;
   auto server = kvfold::service::InferenceServer::Start(c);
   if (!server.ok()) {
     std::fprintf(stderr, "bench_service: %s\n", server.status().ToString().c_str());
@@ -361,6 +369,22 @@ int main(int argc, char** argv) {
     if (absl::GetFlag(FLAGS_fairness_baseline)) fairness.push_back(Fairness(store_address, false));
   }
   out["fairness"] = fairness;
+
+  // 4. The HTTP path on one replica (full mode).
+  if (absl::GetFlag(FLAGS_http_streams) > 0 || absl::GetFlag(FLAGS_idle_streams) > 0) {
+    Replica h = StartReplica(store_address, true, kvfold::v1::KV_MODE_FULL, 2.0, /*http=*/true);
+    if (absl::GetFlag(FLAGS_http_streams) > 0) {
+      out["http_vs_grpc"] = kvfold::bench::BenchHttpVsGrpc(
+          *h.server, absl::GetFlag(FLAGS_http_streams), absl::GetFlag(FLAGS_http_new_tokens),
+          absl::GetFlag(FLAGS_http_rounds));
+      std::fprintf(stderr, "http vs grpc: %s\n", out["http_vs_grpc"].dump().c_str());
+    }
+    if (absl::GetFlag(FLAGS_idle_streams) > 0) {
+      out["idle_streams"] =
+          kvfold::bench::BenchIdleStreams(*h.server, absl::GetFlag(FLAGS_idle_streams));
+      std::fprintf(stderr, "idle streams: %s\n", out["idle_streams"].dump().c_str());
+    }
+  }
   (void)(*store)->Shutdown(absl::ZeroDuration());
   std::printf("%s\n", out.dump(2).c_str());
   return 0;

@@ -1,10 +1,13 @@
 // `kvfold chat`: a multi-turn session on a kvfold-inference replica. Interactive (one turn
-// per stdin line, tokens streamed as they come) or one turn with --prompt.
+// per stdin line, tokens streamed as they come) or one turn with --prompt. Each line is a
+// user message rendered by the replica with the model's chat template (docs/tokenizers.md);
+// --raw sends the text as it is.
+#include <google/protobuf/util/json_util.h>
+
 #include <cstdio>
 #include <iostream>
 #include <string>
-
-#include <google/protobuf/util/json_util.h>
+#include <utility>
 
 #include "absl/strings/str_cat.h"
 #include "common/grpc_status.h"
@@ -20,13 +23,16 @@ constexpr char kUsage[] =
     "  Without --session, creates a new session; a --session that does not exist is created.\n"
     "  --mode full|sliding|sink|memory|memory_only  (new sessions; default: the server's)\n"
     "  --window N  --sink N  --system TEXT           (new sessions)\n"
+    "  --raw         send each line as raw text, not as a chat message\n"
     "  --max_new_tokens N  --temperature T  --top_k K  --top_p P  --seed S  --ignore_eos\n"
     "  --usage       print each turn's usage line to stderr\n"
     "  --json        print each turn's final message as JSON on stdout after the text\n"
     "flags:\n";
 
+// `*is_new` tells whether the session is new (its first turn carries the system message).
 absl::Status EnsureSession(v1::InferenceService::Stub& stub, const ClientOptions& options,
-                           const ParsedArgs& args, std::string* session_id) {
+                           const ParsedArgs& args, std::string* session_id, bool* is_new) {
+  *is_new = false;
   if (!session_id->empty()) {
     grpc::ClientContext context;
     PrepareContext(options, &context);
@@ -48,13 +54,15 @@ absl::Status EnsureSession(v1::InferenceService::Stub& stub, const ClientOptions
   if (*window < 0 || *sink < 0) return absl::InvalidArgumentError("--window/--sink must be >= 0");
   create.mutable_config()->set_window_size(static_cast<uint32_t>(*window));
   create.mutable_config()->set_sink_tokens(static_cast<uint32_t>(*sink));
-  create.set_system_prompt(args.Get("system"));
+  // Raw sessions prefill the system text; chat sessions send it as the first message.
+  if (args.Has("raw")) create.set_system_prompt(args.Get("system"));
   grpc::ClientContext context;
   PrepareContext(options, &context);
   v1::Session created;
   absl::Status s = FromGrpcStatus(stub.CreateSession(&context, create, &created));
   if (!s.ok()) return s;
   *session_id = created.session_id();
+  *is_new = true;
   std::fprintf(stderr, "[session %s, mode %s, version %llu]\n", session_id->c_str(),
                KvModeName(created.config().mode()).c_str(),
                static_cast<unsigned long long>(created.head_version()));
@@ -68,8 +76,8 @@ absl::StatusOr<v1::SamplingParams> SamplingFromArgs(const ParsedArgs& args) {
   auto top_k = args.GetInt("top_k", 0);
   auto top_p = args.GetDouble("top_p", 0);
   auto seed = args.GetInt("seed", 0);
-  for (const absl::Status& s : {max_new.status(), temperature.status(), top_k.status(),
-                                top_p.status(), seed.status()}) {
+  for (const absl::Status& s :
+       {max_new.status(), temperature.status(), top_k.status(), top_p.status(), seed.status()}) {
     if (!s.ok()) return s;
   }
   p.set_max_new_tokens(static_cast<int32_t>(*max_new));
@@ -81,12 +89,31 @@ absl::StatusOr<v1::SamplingParams> SamplingFromArgs(const ParsedArgs& args) {
   return p;
 }
 
+// How a line becomes a turn: raw text, or a user message (after a system message on the
+// session's first turn).
+struct TurnInput {
+  bool raw = false;
+  std::string system;  // sent once, then cleared
+};
+
 absl::Status RunTurn(v1::InferenceService::Stub& stub, const ClientOptions& options,
                      const std::string& session_id, const std::string& prompt,
-                     const v1::SamplingParams& sampling, bool print_usage, bool json) {
+                     const v1::SamplingParams& sampling, bool print_usage, bool json,
+                     TurnInput* input) {
   v1::GenerateRequest request;
   request.set_session_id(session_id);
-  request.set_prompt(prompt);
+  if (input->raw) {
+    request.set_prompt(prompt);
+  } else {
+    if (!input->system.empty()) {
+      v1::ChatMessage* system = request.add_messages();
+      system->set_role("system");
+      system->set_content(std::exchange(input->system, ""));
+    }
+    v1::ChatMessage* user = request.add_messages();
+    user->set_role("user");
+    user->set_content(prompt);
+  }
   *request.mutable_sampling() = sampling;
   auto final_message = StreamGenerate(stub, options, request, [](const v1::TokenDelta& d) {
     std::fwrite(d.text().data(), 1, d.text().size(), stdout);
@@ -123,7 +150,7 @@ int RunChat(int argc, char** argv) {
                         "temperature", "top_k", "top_p", "seed"}) {
     known.push_back(f);
   }
-  auto args = ParseArgs(argc, argv, known, {"json", "usage", "ignore_eos", "help"});
+  auto args = ParseArgs(argc, argv, known, {"json", "usage", "ignore_eos", "help", "raw"});
   if (!args.ok()) {
     std::fprintf(stderr, "%s%s", kUsage, ClientFlagsHelp());
     return ReportError("chat", args.status());
@@ -133,8 +160,8 @@ int RunChat(int argc, char** argv) {
     return 0;
   }
   if (!args->positional.empty()) {
-    return ReportError("chat", absl::InvalidArgumentError(
-                                   absl::StrCat("unexpected argument '", args->positional[0], "'")));
+    return ReportError("chat", absl::InvalidArgumentError(absl::StrCat("unexpected argument '",
+                                                                       args->positional[0], "'")));
   }
   auto options = ClientOptionsFromArgs(*args);
   if (!options.ok()) return ReportError("chat", options.status());
@@ -144,14 +171,18 @@ int RunChat(int argc, char** argv) {
   if (!channel.ok()) return ReportError("chat", channel.status());
   auto stub = v1::InferenceService::NewStub(*channel);
   std::string session_id = args->Get("session");
-  if (absl::Status s = EnsureSession(*stub, *options, *args, &session_id); !s.ok()) {
+  bool created = false;
+  if (absl::Status s = EnsureSession(*stub, *options, *args, &session_id, &created); !s.ok()) {
     return ReportError("chat", s);
   }
+  TurnInput input;
+  input.raw = args->Has("raw");
+  if (created && !input.raw) input.system = args->Get("system");
   const bool print_usage = args->Has("usage");
   const bool json = args->Has("json");
   if (args->Has("prompt")) {
     absl::Status s = RunTurn(*stub, *options, session_id, args->Get("prompt"), *sampling,
-                             print_usage, json);
+                             print_usage, json, &input);
     return s.ok() ? 0 : ReportError("chat", s);
   }
   std::string line;
@@ -159,7 +190,8 @@ int RunChat(int argc, char** argv) {
   while (true) {
     std::fprintf(stderr, "> ");
     if (!std::getline(std::cin, line)) break;
-    absl::Status s = RunTurn(*stub, *options, session_id, line, *sampling, print_usage, json);
+    absl::Status s =
+        RunTurn(*stub, *options, session_id, line, *sampling, print_usage, json, &input);
     if (!s.ok()) rc = ReportError("chat", s);  // keep the session going: the next turn may succeed
   }
   return rc;

@@ -1,0 +1,175 @@
+// ChatTurn (chat_turn.h).
+#include "inference_svc/http/chat_turn.h"
+
+#include <cmath>
+
+#include "absl/strings/str_cat.h"
+
+namespace kvfold::http {
+namespace {
+
+HttpHeaders RetryAfter(int64_t retry_after_ms) {
+  if (retry_after_ms <= 0) return {};
+  return {{"Retry-After", std::to_string((retry_after_ms + 999) / 1000)}};
+}
+
+}  // namespace
+
+ChatTurn::ChatTurn(ChatTurnOptions options, std::shared_ptr<HttpExchange> exchange,
+                   const Tokenizer* tokenizer)
+    : options_(std::move(options)),
+      exchange_(std::move(exchange)),
+      tokenizer_(tokenizer),
+      decoder_(tokenizer, /*at_text_start=*/false),
+      stop_(options_.stop) {}
+
+void ChatTurn::Watch() {
+  std::weak_ptr<ChatTurn> weak = weak_from_this();
+  exchange_->OnClientGone([weak] {
+    if (auto self = weak.lock()) {
+      std::lock_guard<std::mutex> lock(self->mu_);
+      self->client_gone_ = true;
+      self->CancelLocked();
+    }
+  });
+}
+
+void ChatTurn::Attach(std::shared_ptr<RunningTurn> turn) {
+  const uint32_t prompt_tokens = turn->prompt_tokens();  // before mu_: the port locks too
+  std::lock_guard<std::mutex> lock(mu_);
+  turn_ = std::move(turn);
+  prompt_tokens_ = prompt_tokens;
+  if (client_gone_ || (stop_.stopped() && options_.cancel_on_stop)) CancelLocked();
+}
+
+void ChatTurn::CancelLocked() {
+  if (turn_ != nullptr) turn_->Cancel();
+}
+
+void ChatTurn::Fail(const absl::Status& status, int64_t retry_after_ms) {
+  OnDone(status, TurnResult{}, retry_after_ms);
+}
+
+void ChatTurn::StartStreamLocked() {
+  if (stream_started_) return;
+  stream_started_ = true;
+  exchange_->StartStream(200, "text/event-stream");
+}
+
+void ChatTurn::EmitLocked(const std::string& text, std::vector<TokenLogprob> logprobs,
+                          const std::string& finish_reason) {
+  if (!options_.stream) {
+    text_ += text;
+    for (TokenLogprob& t : logprobs) logprobs_.push_back(std::move(t));
+    return;
+  }
+  if (text.empty() && logprobs.empty() && finish_reason.empty()) return;
+  StartStreamLocked();
+  switch (options_.api) {
+    case ChatTurnOptions::Api::kChat:
+      exchange_->Write(ChatChunkEvent(options_.head, text, first_chunk_, finish_reason, logprobs));
+      break;
+    case ChatTurnOptions::Api::kCompletion:
+      exchange_->Write(CompletionChunkEvent(options_.head, text, finish_reason, logprobs));
+      break;
+    case ChatTurnOptions::Api::kResponse:
+      break;  // not streamed (refused at parse time)
+  }
+  first_chunk_ = false;
+}
+
+void ChatTurn::OnTokens(const std::vector<int32_t>& ids,
+                        const std::vector<TokenLogprobIds>& logprobs) {
+  std::lock_guard<std::mutex> lock(mu_);
+  if (answered_ || stop_.stopped()) return;
+  std::string text;
+  if (generated_ == 0 && !options_.echo.empty()) text = options_.echo;
+  std::vector<TokenLogprob> shown;
+  for (size_t i = 0; i < ids.size(); ++i) {
+    ++generated_;
+    text += decoder_.Push(ids[i]);
+    if (options_.logprobs && i < logprobs.size()) {
+      TokenLogprob t;
+      t.token = std::string(tokenizer_->TokenBytes(ids[i]));
+      t.logprob = logprobs[i].logprob;
+      for (const auto& [id, lp] : logprobs[i].top) {
+        t.top.emplace_back(std::string(tokenizer_->TokenBytes(id)), lp);
+      }
+      shown.push_back(std::move(t));
+    }
+  }
+  std::string visible = stop_.Push(text);
+  if (stop_.stopped()) {
+    shown.clear();  // the tokens of a stop string are not shown
+    if (options_.cancel_on_stop) CancelLocked();
+  }
+  EmitLocked(visible, std::move(shown), "");
+}
+
+void ChatTurn::OnDone(const absl::Status& status, const TurnResult& result,
+                      int64_t retry_after_ms) {
+  std::unique_lock<std::mutex> lock(mu_);
+  if (answered_) return;
+  answered_ = true;
+  const bool stopped_by_string = stop_.stopped();
+  // A turn this front cancelled because of a stop string is a success with what it showed.
+  const bool ok = status.ok() || (stopped_by_string && options_.cancel_on_stop &&
+                                  status.code() == absl::StatusCode::kCancelled);
+  if (!ok || client_gone_) {
+    if (!client_gone_) {
+      if (stream_started_) {
+        exchange_->Write(absl::StrCat("data: ", ErrorJson(status), "\n\n"));
+        exchange_->End();
+      } else {
+        exchange_->Respond(HttpStatusOf(status.code()), "application/json", ErrorJson(status),
+                           RetryAfter(retry_after_ms));
+      }
+    }
+    lock.unlock();
+    if (options_.on_finished)
+      options_.on_finished(status.ok() ? absl::CancelledError() : status, result);
+    return;
+  }
+  std::string tail = decoder_.Flush();
+  std::string visible = stop_.Push(tail);
+  if (!stop_.stopped()) visible += stop_.Flush();
+  ChatAnswer answer = options_.head;
+  answer.finish_reason = stop_.stopped() ? "stop" : result.finish_reason;
+  answer.usage.prompt_tokens = status.ok() ? result.prompt_tokens : prompt_tokens_;
+  answer.usage.completion_tokens = status.ok() ? result.generated_tokens : generated_;
+  answer.usage.tokens_folded = result.tokens_folded;
+  answer.usage.version = status.ok() ? result.version : 0;
+  answer.usage.replica = result.replica;
+  if (options_.api == ChatTurnOptions::Api::kResponse && status.ok()) {
+    answer.id = ResponseId(answer.usage.session_id, result.version);
+  }
+  if (options_.stream) {
+    EmitLocked(visible, {}, "");
+    EmitLocked("", {}, answer.finish_reason);
+    if (options_.include_usage) {
+      exchange_->Write(UsageChunkEvent(answer, options_.api == ChatTurnOptions::Api::kChat));
+    }
+    exchange_->Write(std::string(kDoneEvent));
+    exchange_->End();
+  } else {
+    answer.text = text_ + visible;
+    answer.logprobs = std::move(logprobs_);
+    std::string body;
+    switch (options_.api) {
+      case ChatTurnOptions::Api::kChat:
+        body = ChatCompletionJson(answer);
+        break;
+      case ChatTurnOptions::Api::kCompletion:
+        body = CompletionJson(answer);
+        break;
+      case ChatTurnOptions::Api::kResponse:
+        body = ResponseJson(answer, options_.previous_response_id);
+        break;
+    }
+    exchange_->Respond(200, "application/json", std::move(body));
+  }
+  lock.unlock();
+  if (options_.on_finished) options_.on_finished(status, result);
+}
+
+}  // namespace kvfold::http

@@ -1,0 +1,143 @@
+// OpenAiFront: routing, authentication, the simple endpoints and the worker pool
+// (openai_front.h). The generating endpoints are in openai_generate.cc.
+#include "inference_svc/http/openai_front.h"
+
+#include "absl/strings/str_cat.h"
+#include "nlohmann/json.hpp"
+
+namespace kvfold::http {
+namespace {
+
+void RespondError(HttpExchange& exchange, const absl::Status& status) {
+  HttpHeaders headers;
+  if (status.code() == absl::StatusCode::kUnauthenticated) {
+    headers.emplace_back("WWW-Authenticate", "Bearer");
+  }
+  exchange.Respond(HttpStatusOf(status.code()), "application/json", ErrorJson(status),
+                   std::move(headers));
+}
+
+}  // namespace
+
+absl::StatusOr<std::unique_ptr<OpenAiFront>> OpenAiFront::Start(const OpenAiFrontOptions& options,
+                                                                TurnPort* port,
+                                                                const Tokenizer* tokenizer,
+                                                                const ChatTemplate* chat) {
+  if (port == nullptr || tokenizer == nullptr || chat == nullptr) {
+    return absl::FailedPreconditionError(
+        "the HTTP API needs the replica's tokenizer and chat template");
+  }
+  if (options.workers < 1 || options.workers > 256) {
+    return absl::InvalidArgumentError(
+        absl::StrCat("http workers ", options.workers, " outside [1, 256]"));
+  }
+  std::unique_ptr<OpenAiFront> front(new OpenAiFront());
+  front->options_ = options;
+  front->port_ = port;
+  front->tokenizer_ = tokenizer;
+  front->chat_ = chat;
+  for (int i = 0; i < options.workers; ++i) {
+    front->workers_.emplace_back([f = front.get()] { f->WorkerLoop(); });
+  }
+  auto server = HttpServer::Start(
+      options.http, [f = front.get()](HttpRequest r, std::shared_ptr<HttpExchange> e) {
+        f->Handle(std::move(r), std::move(e));
+      });
+  if (!server.ok()) {
+    front->Stop();
+    return server.status();
+  }
+  front->server_ = std::move(*server);
+  return front;
+}
+
+OpenAiFront::~OpenAiFront() { Stop(); }
+
+void OpenAiFront::Stop() {
+  {
+    std::lock_guard<std::mutex> lock(mu_);
+    if (stopping_ && workers_.empty()) return;
+    stopping_ = true;
+  }
+  cv_.notify_all();
+  for (std::thread& t : workers_) t.join();
+  workers_.clear();
+  if (server_ != nullptr) server_->Stop();
+}
+
+void OpenAiFront::Post(std::function<void()> task) {
+  {
+    std::lock_guard<std::mutex> lock(mu_);
+    tasks_.push_back(std::move(task));
+  }
+  cv_.notify_one();
+}
+
+void OpenAiFront::WorkerLoop() {
+  for (;;) {
+    std::function<void()> task;
+    {
+      std::unique_lock<std::mutex> lock(mu_);
+      cv_.wait(lock, [this] { return stopping_ || !tasks_.empty(); });
+      if (tasks_.empty()) return;  // stopping and drained
+      task = std::move(tasks_.front());
+      tasks_.pop_front();
+    }
+    task();
+  }
+}
+
+absl::Status OpenAiFront::CheckModel(const std::string& model) {
+  const std::string served = port_->Model().id;
+  if (model.empty() || model == served) return absl::OkStatus();
+  return absl::NotFoundError(
+      absl::StrCat("the model '", model, "' does not exist; this server serves '", served, "'"));
+}
+
+void OpenAiFront::Handle(HttpRequest request, std::shared_ptr<HttpExchange> exchange) {
+  const std::string& path = request.path;
+  const bool get = request.method == "GET";
+  const bool post = request.method == "POST";
+  if (get && (path == "/health" || path == "/health/ready")) {
+    const bool ready = port_->Ready();
+    exchange->Respond(ready ? 200 : 503, "application/json",
+                      ready ? R"({"status":"ok"})" : R"({"status":"store unavailable"})");
+    return;
+  }
+  if (get && path == "/health/live") {
+    exchange->Respond(200, "application/json", R"({"status":"ok"})");
+    return;
+  }
+  if (get && path == "/metrics") {
+    if (!options_.metrics_text) return RespondError(*exchange, absl::NotFoundError("no metrics"));
+    exchange->Respond(200, "text/plain; version=0.0.4", options_.metrics_text());
+    return;
+  }
+  const bool known = (get && path == "/v1/models") ||
+                     (post && (path == "/v1/chat/completions" || path == "/v1/completions" ||
+                               path == "/v1/responses"));
+  if (!known) {
+    const bool other_method = path == "/v1/models" || path == "/v1/chat/completions" ||
+                              path == "/v1/completions" || path == "/v1/responses";
+    exchange->Respond(
+        other_method ? 405 : 404, "application/json",
+        ErrorJson(absl::NotFoundError(absl::StrCat("no route ", request.method, " ", path))));
+    return;
+  }
+  auto caller = port_->Authenticate(request.Header("Authorization"));
+  if (!caller.ok()) return RespondError(*exchange, caller.status());
+  if (path == "/v1/models") return Models(*caller, *exchange);
+  if (path == "/v1/chat/completions") return ChatCompletions(*caller, request, exchange);
+  if (path == "/v1/completions") return Completions(*caller, request, exchange);
+  return Responses(*caller, request, exchange);
+}
+
+void OpenAiFront::Models(const Caller& caller, HttpExchange& exchange) {
+  const ModelCard card = port_->Model();
+  nlohmann::json model = {
+      {"id", card.id}, {"object", "model"}, {"created", card.created}, {"owned_by", "kvfold"}};
+  exchange.Respond(200, "application/json",
+                   nlohmann::json{{"object", "list"}, {"data", {model}}}.dump());
+}
+
+}  // namespace kvfold::http

@@ -1,0 +1,89 @@
+// OpenAiFront: kvfold-inference's OpenAI-compatible HTTP API (docs/http-api.md) on an
+// HttpServer, speaking to the replica through a TurnPort.
+//
+//   GET  /v1/models               the served model
+//   POST /v1/chat/completions     chat (JSON or SSE); kvfold_session / X-Kvfold-Session
+//                                 continues a named session with only the new messages
+//   POST /v1/completions          raw text prompt
+//   POST /v1/responses            previous_response_id continues (or forks) a stored
+//                                 session version on any replica
+//   GET  /health, /health/live, /health/ready, /metrics
+//
+// Requests are parsed on the I/O threads; store round trips run on a small worker pool;
+// tokens flow from the port to the connection without a thread per stream.
+#ifndef KVFOLD_INFERENCE_SVC_HTTP_OPENAI_FRONT_H_
+#define KVFOLD_INFERENCE_SVC_HTTP_OPENAI_FRONT_H_
+
+#include <condition_variable>
+#include <deque>
+#include <functional>
+#include <memory>
+#include <mutex>
+#include <string>
+#include <thread>
+#include <vector>
+
+#include "absl/status/statusor.h"
+#include "inference_svc/http/http_server.h"
+#include "inference_svc/http/openai_protocol.h"
+#include "inference_svc/http/turn_port.h"
+#include "inference_svc/tokenizer/chat_template.h"
+#include "inference_svc/tokenizer/tokenizer.h"
+
+namespace kvfold::http {
+
+struct OpenAiFrontOptions {
+  HttpServerOptions http;
+  // Threads for store round trips (session lookups, creation, forks). Default 4.
+  int workers = 4;
+  // Prometheus text for GET /metrics; null = 404.
+  std::function<std::string()> metrics_text;
+};
+
+class OpenAiFront {
+ public:
+  // `port`, `tokenizer` and `chat` must outlive the front. Unavailable when the HTTP
+  // address cannot be bound.
+  static absl::StatusOr<std::unique_ptr<OpenAiFront>> Start(const OpenAiFrontOptions& options,
+                                                            TurnPort* port,
+                                                            const Tokenizer* tokenizer,
+                                                            const ChatTemplate* chat);
+  // Stop(): no new requests; turns in flight are cancelled; joins the workers.
+  ~OpenAiFront();
+  void Stop();
+
+  int port() const { return server_->port(); }
+  const HttpServer& server() const { return *server_; }
+
+ private:
+  OpenAiFront() = default;
+  void Handle(HttpRequest request, std::shared_ptr<HttpExchange> exchange);
+  void Post(std::function<void()> task);
+  void WorkerLoop();
+
+  void Models(const Caller& caller, HttpExchange& exchange);
+  void ChatCompletions(const Caller& caller, const HttpRequest& request,
+                       std::shared_ptr<HttpExchange> exchange);
+  void Completions(const Caller& caller, const HttpRequest& request,
+                   std::shared_ptr<HttpExchange> exchange);
+  void Responses(const Caller& caller, const HttpRequest& request,
+                 std::shared_ptr<HttpExchange> exchange);
+  // NotFound unless `model` is empty or the served model.
+  absl::Status CheckModel(const std::string& model);
+
+  OpenAiFrontOptions options_;
+  TurnPort* port_ = nullptr;
+  const Tokenizer* tokenizer_ = nullptr;
+  const ChatTemplate* chat_ = nullptr;
+  std::unique_ptr<HttpServer> server_;
+
+  std::mutex mu_;
+  std::condition_variable cv_;
+  std::deque<std::function<void()>> tasks_;
+  bool stopping_ = false;
+  std::vector<std::thread> workers_;
+};
+
+}  // namespace kvfold::http
+
+#endif  // KVFOLD_INFERENCE_SVC_HTTP_OPENAI_FRONT_H_

@@ -1,0 +1,198 @@
+// OpenAiFront's generating endpoints: chat completions (with kvfold sessions),
+// completions and responses (previous_response_id chains and forks). Each request is
+// parsed on the I/O thread; a worker does the store round trips (heads, creation, forks)
+// and starts the turn; a ChatTurn answers from the port's events. Chat messages go to the
+// replica as messages: it renders them with its chat template, as a continuation when the
+// session already holds a conversation.
+#include <chrono>
+#include <random>
+
+#include "absl/strings/str_cat.h"
+#include "inference_svc/http/chat_turn.h"
+#include "inference_svc/http/openai_front.h"
+
+namespace kvfold::http {
+namespace {
+
+std::string RandomHex() {
+  thread_local std::mt19937_64 rng(std::random_device{}());
+  static constexpr char kHex[] = "0123456789abcdef";
+  std::string out;
+  for (int i = 0; i < 2; ++i) {
+    uint64_t v = rng();
+    for (int k = 0; k < 16; ++k, v >>= 4) out.push_back(kHex[v & 15]);
+  }
+  return out;
+}
+
+int64_t NowSeconds() {
+  return std::chrono::duration_cast<std::chrono::seconds>(
+             std::chrono::system_clock::now().time_since_epoch())
+      .count();
+}
+
+ChatAnswer NewHead(std::string id, std::string model) {
+  ChatAnswer head;
+  head.id = std::move(id);
+  head.model = std::move(model);
+  head.created = NowSeconds();
+  return head;
+}
+
+// The answer's shape: which API, streamed or not, and its id (`id_prefix` + random).
+ChatTurnOptions AnswerOptions(ChatTurnOptions::Api api, bool stream, bool include_usage,
+                              const GenerationParams& params, const std::string& id_prefix,
+                              const std::string& model) {
+  ChatTurnOptions options;
+  options.api = api;
+  options.stream = stream;
+  options.include_usage = include_usage;
+  options.logprobs = params.logprobs;
+  options.head = NewHead(id_prefix.empty() ? "" : absl::StrCat(id_prefix, RandomHex()), model);
+  return options;
+}
+
+void RespondError(HttpExchange& exchange, const absl::Status& status) {
+  exchange.Respond(HttpStatusOf(status.code()), "application/json", ErrorJson(status));
+}
+
+TurnSpec SpecFor(const std::string& session_id, const GenerationParams& p) {
+  TurnSpec spec;
+  spec.session_id = session_id;
+  spec.temperature = p.temperature.value_or(1.0f);
+  spec.top_p = p.top_p.value_or(0.0f);
+  spec.seed = p.seed.value_or(0);
+  spec.max_new_tokens = p.max_tokens.value_or(0);
+  spec.top_logprobs = p.logprobs ? p.top_logprobs : -1;
+  return spec;
+}
+
+// Starts `spec` with a ChatTurn answering on `exchange`; answers the error if it fails.
+// `create_missing`: a named session that does not exist yet is created first.
+void StartChatTurn(TurnPort* port, const Tokenizer* tokenizer, const Caller& caller,
+                   const TurnSpec& spec, ChatTurnOptions options,
+                   std::shared_ptr<HttpExchange> exchange, bool create_missing = false) {
+  auto turn = std::make_shared<ChatTurn>(std::move(options), std::move(exchange), tokenizer);
+  turn->Watch();
+  auto running = port->StartTurn(caller, spec, turn);
+  if (!running.ok() && create_missing && running.status().code() == absl::StatusCode::kNotFound) {
+    absl::Status created = port->CreateSession(caller, spec.session_id);
+    if (!created.ok() && created.code() != absl::StatusCode::kAlreadyExists) {
+      turn->Fail(created);
+      return;
+    }
+    running = port->StartTurn(caller, spec, turn);
+  }
+  if (!running.ok()) {
+    turn->Fail(running.status());
+    return;
+  }
+  turn->Attach(std::move(*running));
+}
+
+void AddStops(const GenerationParams& params, const ChatTemplate& chat, ChatTurnOptions* options) {
+  options->stop = params.stop;
+  for (const std::string& s : chat.stop_strings()) options->stop.push_back(s);
+}
+
+}  // namespace
+
+void OpenAiFront::ChatCompletions(const Caller& caller, const HttpRequest& request,
+                                  std::shared_ptr<HttpExchange> exchange) {
+  auto parsed = ParseChatCompletionRequest(request.body);
+  if (!parsed.ok()) return RespondError(*exchange, parsed.status());
+  if (absl::Status s = CheckModel(parsed->model); !s.ok()) return RespondError(*exchange, s);
+  if (parsed->session.empty()) parsed->session = std::string(request.Header("X-Kvfold-Session"));
+  Post([this, caller, req = std::move(*parsed), exchange]() mutable {
+    // Without a session the conversation is ephemeral: nothing is read or stored.
+    const bool ephemeral = req.session.empty();
+    TurnSpec spec = SpecFor(req.session, req.params);
+    spec.messages = std::move(req.messages);
+    spec.continue_final_message = req.continue_final_message;
+    ChatTurnOptions options =
+        AnswerOptions(ChatTurnOptions::Api::kChat, req.stream, req.include_usage, req.params,
+                      "chatcmpl-", port_->Model().id);
+    if (!ephemeral) options.head.usage.session_id = req.session;
+    AddStops(req.params, *chat_, &options);
+    options.cancel_on_stop = ephemeral;
+    StartChatTurn(port_, tokenizer_, caller, spec, std::move(options), exchange,
+                  /*create_missing=*/!ephemeral);
+  });
+}
+
+void OpenAiFront::Completions(const Caller& caller, const HttpRequest& request,
+                              std::shared_ptr<HttpExchange> exchange) {
+  auto parsed = ParseCompletionRequest(request.body);
+  if (!parsed.ok()) return RespondError(*exchange, parsed.status());
+  if (absl::Status s = CheckModel(parsed->model); !s.ok()) return RespondError(*exchange, s);
+  Post([this, caller, req = std::move(*parsed), exchange]() mutable {
+    auto ids = tokenizer_->Encode(req.prompt, /*add_bos=*/true);
+    if (!ids.ok()) return RespondError(*exchange, ids.status());
+    TurnSpec spec = SpecFor("", req.params);
+    spec.prompt_ids = std::move(*ids);
+    ChatTurnOptions options =
+        AnswerOptions(ChatTurnOptions::Api::kCompletion, req.stream, req.include_usage, req.params,
+                      "cmpl-", port_->Model().id);
+    options.stop = req.params.stop;
+    options.cancel_on_stop = true;
+    if (req.echo) options.echo = req.prompt;
+    StartChatTurn(port_, tokenizer_, caller, spec, std::move(options), exchange);
+  });
+}
+
+// A response continues the session version its previous_response_id names: at the head
+// the session itself advances; from an older version a fork of that version does, so
+// every response id stays valid and continuing from one never rewrites history.
+void OpenAiFront::Responses(const Caller& caller, const HttpRequest& request,
+                            std::shared_ptr<HttpExchange> exchange) {
+  auto parsed = ParseResponsesRequest(request.body);
+  if (!parsed.ok()) return RespondError(*exchange, parsed.status());
+  if (absl::Status s = CheckModel(parsed->model); !s.ok()) return RespondError(*exchange, s);
+  std::optional<std::pair<std::string, uint64_t>> previous;
+  if (!parsed->previous_response_id.empty()) {
+    auto id = ParseResponseId(parsed->previous_response_id);
+    if (!id.ok()) return RespondError(*exchange, id.status());
+    previous = *id;
+  }
+  Post([this, caller, req = std::move(*parsed), previous, exchange]() mutable {
+    std::string session;
+    std::vector<ChatMessage> messages;
+    const absl::Status gone =
+        absl::NotFoundError(absl::StrCat("response '", req.previous_response_id, "' not found"));
+    if (!previous.has_value()) {
+      session = absl::StrCat("resp-", RandomHex());
+      if (absl::Status s = port_->CreateSession(caller, session); !s.ok()) {
+        return RespondError(*exchange, s);
+      }
+      if (!req.instructions.empty()) messages.push_back({"system", req.instructions});
+    } else {
+      const auto& [source, version] = *previous;
+      auto head = port_->HeadVersion(caller, source);
+      if (!head.ok()) {
+        return RespondError(
+            *exchange, head.status().code() == absl::StatusCode::kNotFound ? gone : head.status());
+      }
+      if (version > *head) return RespondError(*exchange, gone);
+      session = source;
+      if (version < *head) {
+        session = absl::StrCat("resp-", RandomHex());
+        absl::Status s = port_->ForkSession(caller, source, version, session);
+        if (!s.ok()) {
+          return RespondError(*exchange, s.code() == absl::StatusCode::kNotFound ? gone : s);
+        }
+      }
+    }
+    for (ChatMessage& m : req.input) messages.push_back(std::move(m));
+    TurnSpec spec = SpecFor(session, req.params);
+    spec.messages = std::move(messages);
+    // The id is known at the end: the session version the turn wrote.
+    ChatTurnOptions options = AnswerOptions(ChatTurnOptions::Api::kResponse, false, false,
+                                            req.params, "", port_->Model().id);
+    options.head.usage.session_id = session;
+    options.previous_response_id = req.previous_response_id;
+    AddStops(req.params, *chat_, &options);
+    StartChatTurn(port_, tokenizer_, caller, spec, std::move(options), exchange);
+  });
+}
+
+}  // namespace kvfold::http

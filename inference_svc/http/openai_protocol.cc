@@ -1,0 +1,493 @@
+// OpenAI request parsing and response building (openai_protocol.h).
+#include "inference_svc/http/openai_protocol.h"
+
+#include <cmath>
+
+#include "absl/strings/str_cat.h"
+#include "nlohmann/json.hpp"
+
+namespace kvfold::http {
+namespace {
+
+using json = nlohmann::json;
+
+absl::Status Bad(const std::string& message) { return absl::InvalidArgumentError(message); }
+
+absl::StatusOr<json> ParseObject(std::string_view body) {
+  json j = json::parse(body.begin(), body.end(), nullptr, /*allow_exceptions=*/false);
+  if (j.is_discarded()) return Bad("the request body is not valid JSON");
+  if (!j.is_object()) return Bad("the request body must be a JSON object");
+  return j;
+}
+
+// Optional typed fields: absent or null leaves *out alone.
+absl::Status GetString(const json& j, const char* key, std::string* out) {
+  if (!j.contains(key) || j[key].is_null()) return absl::OkStatus();
+  if (!j[key].is_string()) return Bad(absl::StrCat("'", key, "' must be a string"));
+  *out = j[key].get<std::string>();
+  return absl::OkStatus();
+}
+
+absl::Status GetBool(const json& j, const char* key, bool* out) {
+  if (!j.contains(key) || j[key].is_null()) return absl::OkStatus();
+  if (!j[key].is_boolean()) return Bad(absl::StrCat("'", key, "' must be a boolean"));
+  *out = j[key].get<bool>();
+  return absl::OkStatus();
+}
+
+absl::Status GetNumber(const json& j, const char* key, double lo, double hi,
+                       std::optional<double>* out) {
+  if (!j.contains(key) || j[key].is_null()) return absl::OkStatus();
+  if (!j[key].is_number()) return Bad(absl::StrCat("'", key, "' must be a number"));
+  const double v = j[key].get<double>();
+  if (!std::isfinite(v) || v < lo || v > hi) {
+    return Bad(absl::StrCat("'", key, "' is ", v, "; it must be in [", lo, ", ", hi, "]"));
+  }
+  *out = v;
+  return absl::OkStatus();
+}
+
+absl::Status GetInt(const json& j, const char* key, int64_t lo, int64_t hi,
+                    std::optional<int64_t>* out) {
+  if (!j.contains(key) || j[key].is_null()) return absl::OkStatus();
+  if (!j[key].is_number_integer()) return Bad(absl::StrCat("'", key, "' must be an integer"));
+  const int64_t v = j[key].get<int64_t>();
+  if (v < lo || v > hi) {
+    return Bad(absl::StrCat("'", key, "' is ", v, "; it must be in [", lo, ", ", hi, "]"));
+  }
+  *out = v;
+  return absl::OkStatus();
+}
+
+#define OPENAI_RETURN_IF_ERROR(expr)                   \
+  do {                                                 \
+    if (absl::Status s_ = (expr); !s_.ok()) return s_; \
+  } while (0)
+
+// Fields that change the answer and that kvfold does not implement: refused, never ignored.
+absl::Status RefuseUnsupported(const json& j) {
+  for (const char* key : {"tools", "functions", "tool_choice", "function_call", "response_format",
+                          "logit_bias", "suffix", "best_of"}) {
+    if (j.contains(key) && !j[key].is_null() && !(j[key].is_array() && j[key].empty()) &&
+        !(j[key].is_object() && j[key].empty())) {
+      if (std::string(key) == "response_format" && j[key].is_object() &&
+          j[key].value("type", "") == "text") {
+        continue;
+      }
+      return Bad(absl::StrCat("'", key, "' is not supported by kvfold"));
+    }
+  }
+  return absl::OkStatus();
+}
+
+absl::Status ParseParams(const json& j, const char* max_key, GenerationParams* p) {
+  std::optional<int64_t> i;
+  for (const char* key : {max_key, "max_completion_tokens"}) {
+    OPENAI_RETURN_IF_ERROR(GetInt(j, key, 1, 1 << 30, &i));
+  }
+  if (i.has_value()) p->max_tokens = static_cast<int>(*i);
+  std::optional<double> d;
+  OPENAI_RETURN_IF_ERROR(GetNumber(j, "temperature", 0, 2, &d));
+  if (d.has_value()) p->temperature = static_cast<float>(*d);
+  d.reset();
+  OPENAI_RETURN_IF_ERROR(GetNumber(j, "top_p", 0, 1, &d));
+  if (d.has_value()) {
+    if (*d <= 0) return Bad("'top_p' must be greater than 0");
+    p->top_p = static_cast<float>(*d);
+  }
+  i.reset();
+  OPENAI_RETURN_IF_ERROR(GetInt(j, "seed", INT64_MIN, INT64_MAX, &i));
+  if (i.has_value()) p->seed = static_cast<uint64_t>(*i);
+  i.reset();
+  OPENAI_RETURN_IF_ERROR(GetInt(j, "n", 1, 128, &i));
+  if (i.has_value() && *i != 1) {
+    return Bad(absl::StrCat("'n' is ", *i, ": kvfold generates one choice per request (n = 1)"));
+  }
+  if (j.contains("stop") && !j["stop"].is_null()) {
+    const json& s = j["stop"];
+    if (s.is_string()) {
+      p->stop.push_back(s.get<std::string>());
+    } else if (s.is_array()) {
+      for (const json& e : s) {
+        if (!e.is_string()) return Bad("'stop' must be a string or an array of strings");
+        p->stop.push_back(e.get<std::string>());
+      }
+    } else {
+      return Bad("'stop' must be a string or an array of strings");
+    }
+    if (p->stop.size() > 4) return Bad("'stop' takes at most 4 strings");
+    for (const std::string& e : p->stop) {
+      if (e.empty()) return Bad("'stop' strings must not be empty");
+    }
+  }
+  // logprobs: a boolean in chat, a count (0..5) in completions.
+  if (j.contains("logprobs") && !j["logprobs"].is_null()) {
+    if (j["logprobs"].is_boolean()) {
+      p->logprobs = j["logprobs"].get<bool>();
+    } else {
+      std::optional<int64_t> n;
+      OPENAI_RETURN_IF_ERROR(GetInt(j, "logprobs", 0, 5, &n));
+      p->logprobs = true;
+      p->top_logprobs = static_cast<int>(*n);
+    }
+  }
+  i.reset();
+  OPENAI_RETURN_IF_ERROR(GetInt(j, "top_logprobs", 0, 20, &i));
+  if (i.has_value()) {
+    if (*i > 0 && !p->logprobs) return Bad("'top_logprobs' needs 'logprobs': true");
+    p->top_logprobs = static_cast<int>(*i);
+  }
+  return RefuseUnsupported(j);
+}
+
+absl::Status ParseStreamOptions(const json& j, bool stream, bool* include_usage) {
+  if (!j.contains("stream_options") || j["stream_options"].is_null()) return absl::OkStatus();
+  if (!j["stream_options"].is_object()) return Bad("'stream_options' must be an object");
+  if (!stream) return Bad("'stream_options' is only allowed with 'stream': true");
+  return GetBool(j["stream_options"], "include_usage", include_usage);
+}
+
+// Message content: a string, or an array of text parts ({"type": "text"|"input_text"|
+// "output_text", "text": ...}) concatenated.
+absl::StatusOr<std::string> ContentText(const json& content, const std::string& where) {
+  if (content.is_null()) return std::string();
+  if (content.is_string()) return content.get<std::string>();
+  if (!content.is_array()) return Bad(absl::StrCat(where, ".content must be a string or an array"));
+  std::string text;
+  for (const json& part : content) {
+    const std::string type = part.is_object() ? part.value("type", "") : "";
+    if ((type != "text" && type != "input_text" && type != "output_text") ||
+        !part.contains("text") || !part["text"].is_string()) {
+      return Bad(absl::StrCat(where, ": only text content parts are supported (got '", type, "')"));
+    }
+    text += part["text"].get<std::string>();
+  }
+  return text;
+}
+
+absl::StatusOr<std::vector<ChatMessage>> ParseMessages(const json& list, const char* key) {
+  if (!list.is_array() || list.empty()) {
+    return Bad(absl::StrCat("'", key, "' must be a non-empty array of messages"));
+  }
+  std::vector<ChatMessage> out;
+  for (size_t i = 0; i < list.size(); ++i) {
+    const std::string where = absl::StrCat(key, "[", i, "]");
+    const json& m = list[i];
+    if (!m.is_object() || !m.contains("role") || !m["role"].is_string()) {
+      return Bad(absl::StrCat(where, " must be an object with a string 'role'"));
+    }
+    ChatMessage message;
+    message.role = m["role"].get<std::string>();
+    if (message.role == "developer") message.role = "system";  // OpenAI's newer name
+    auto text = ContentText(m.contains("content") ? m["content"] : json(), where);
+    if (!text.ok()) return text.status();
+    message.content = std::move(*text);
+    out.push_back(std::move(message));
+  }
+  return out;
+}
+
+}  // namespace
+
+absl::StatusOr<ChatCompletionRequest> ParseChatCompletionRequest(std::string_view body) {
+  auto j = ParseObject(body);
+  if (!j.ok()) return j.status();
+  ChatCompletionRequest r;
+  OPENAI_RETURN_IF_ERROR(GetString(*j, "model", &r.model));
+  if (!j->contains("messages")) return Bad("'messages' is required");
+  auto messages = ParseMessages((*j)["messages"], "messages");
+  if (!messages.ok()) return messages.status();
+  r.messages = std::move(*messages);
+  OPENAI_RETURN_IF_ERROR(ParseParams(*j, "max_tokens", &r.params));
+  OPENAI_RETURN_IF_ERROR(GetBool(*j, "stream", &r.stream));
+  OPENAI_RETURN_IF_ERROR(ParseStreamOptions(*j, r.stream, &r.include_usage));
+  OPENAI_RETURN_IF_ERROR(GetBool(*j, "continue_final_message", &r.continue_final_message));
+  OPENAI_RETURN_IF_ERROR(GetString(*j, "kvfold_session", &r.session));
+  return r;
+}
+
+absl::StatusOr<CompletionRequest> ParseCompletionRequest(std::string_view body) {
+  auto j = ParseObject(body);
+  if (!j.ok()) return j.status();
+  CompletionRequest r;
+  OPENAI_RETURN_IF_ERROR(GetString(*j, "model", &r.model));
+  const json& prompt = j->contains("prompt") ? (*j)["prompt"] : json();
+  if (prompt.is_string()) {
+    r.prompt = prompt.get<std::string>();
+  } else if (prompt.is_array() && prompt.size() == 1 && prompt[0].is_string()) {
+    r.prompt = prompt[0].get<std::string>();
+  } else {
+    return Bad("'prompt' must be a string (or an array of one string)");
+  }
+  OPENAI_RETURN_IF_ERROR(ParseParams(*j, "max_tokens", &r.params));
+  OPENAI_RETURN_IF_ERROR(GetBool(*j, "stream", &r.stream));
+  OPENAI_RETURN_IF_ERROR(ParseStreamOptions(*j, r.stream, &r.include_usage));
+  OPENAI_RETURN_IF_ERROR(GetBool(*j, "echo", &r.echo));
+  return r;
+}
+
+absl::StatusOr<ResponsesRequest> ParseResponsesRequest(std::string_view body) {
+  auto j = ParseObject(body);
+  if (!j.ok()) return j.status();
+  ResponsesRequest r;
+  OPENAI_RETURN_IF_ERROR(GetString(*j, "model", &r.model));
+  OPENAI_RETURN_IF_ERROR(GetString(*j, "instructions", &r.instructions));
+  OPENAI_RETURN_IF_ERROR(GetString(*j, "previous_response_id", &r.previous_response_id));
+  bool stream = false;
+  OPENAI_RETURN_IF_ERROR(GetBool(*j, "stream", &stream));
+  if (stream) return Bad("'stream' is not supported on /v1/responses; use /v1/chat/completions");
+  const json& input = j->contains("input") ? (*j)["input"] : json();
+  if (input.is_string()) {
+    r.input.push_back({"user", input.get<std::string>()});
+  } else if (input.is_array()) {
+    auto messages = ParseMessages(input, "input");
+    if (!messages.ok()) return messages.status();
+    r.input = std::move(*messages);
+  } else {
+    return Bad("'input' must be a string or an array of messages");
+  }
+  OPENAI_RETURN_IF_ERROR(ParseParams(*j, "max_output_tokens", &r.params));
+  return r;
+}
+
+namespace {
+
+json LogprobsJson(const std::vector<TokenLogprob>& logprobs) {
+  json content = json::array();
+  for (const TokenLogprob& t : logprobs) {
+    json top = json::array();
+    for (const auto& [token, lp] : t.top) {
+      top.push_back({{"token", token},
+                     {"logprob", lp},
+                     {"bytes", std::vector<int>(token.begin(), token.end())}});
+    }
+    content.push_back({{"token", t.token},
+                       {"logprob", t.logprob},
+                       {"bytes", std::vector<int>(t.token.begin(), t.token.end())},
+                       {"top_logprobs", top}});
+  }
+  return {{"content", content}};
+}
+
+// Completions' legacy logprobs layout.
+json LegacyLogprobsJson(const std::vector<TokenLogprob>& logprobs) {
+  json tokens = json::array(), values = json::array(), top = json::array();
+  for (const TokenLogprob& t : logprobs) {
+    tokens.push_back(t.token);
+    values.push_back(t.logprob);
+    json alternatives = json::object();
+    for (const auto& [token, lp] : t.top) alternatives[token] = lp;
+    top.push_back(alternatives);
+  }
+  return {{"tokens", tokens}, {"token_logprobs", values}, {"top_logprobs", top}};
+}
+
+json UsageJson(const TurnUsage& u) {
+  json kvfold = {
+      {"tokens_folded", u.tokens_folded}, {"version", u.version}, {"replica", u.replica}};
+  if (!u.session_id.empty()) kvfold["session_id"] = u.session_id;
+  return {{"prompt_tokens", u.prompt_tokens},
+          {"completion_tokens", u.completion_tokens},
+          {"total_tokens", u.prompt_tokens + u.completion_tokens},
+          {"kvfold", kvfold}};
+}
+
+json Nullable(std::string_view s) { return s.empty() ? json(nullptr) : json(std::string(s)); }
+
+std::string Event(const json& j) {
+  return absl::StrCat("data: ", j.dump(-1, ' ', false, json::error_handler_t::replace), "\n\n");
+}
+
+std::string Dump(const json& j) { return j.dump(-1, ' ', false, json::error_handler_t::replace); }
+
+}  // namespace
+
+std::string ChatCompletionJson(const ChatAnswer& a) {
+  json choice = {{"index", 0},
+                 {"message", {{"role", "assistant"}, {"content", a.text}}},
+                 {"finish_reason", a.finish_reason},
+                 {"logprobs", a.logprobs.empty() ? json(nullptr) : LogprobsJson(a.logprobs)}};
+  return Dump({{"id", a.id},
+               {"object", "chat.completion"},
+               {"created", a.created},
+               {"model", a.model},
+               {"choices", {choice}},
+               {"usage", UsageJson(a.usage)}});
+}
+
+std::string CompletionJson(const ChatAnswer& a) {
+  json choice = {{"index", 0},
+                 {"text", a.text},
+                 {"finish_reason", a.finish_reason},
+                 {"logprobs", a.logprobs.empty() ? json(nullptr) : LegacyLogprobsJson(a.logprobs)}};
+  return Dump({{"id", a.id},
+               {"object", "text_completion"},
+               {"created", a.created},
+               {"model", a.model},
+               {"choices", {choice}},
+               {"usage", UsageJson(a.usage)}});
+}
+
+std::string ResponseJson(const ChatAnswer& a, std::string_view previous_response_id) {
+  json text_part = {{"type", "output_text"}, {"text", a.text}, {"annotations", json::array()}};
+  if (!a.logprobs.empty()) text_part["logprobs"] = LogprobsJson(a.logprobs)["content"];
+  json message = {{"type", "message"},
+                  {"id", absl::StrCat("msg_", a.id.substr(5))},
+                  {"status", "completed"},
+                  {"role", "assistant"},
+                  {"content", {text_part}}};
+  json usage = {{"input_tokens", a.usage.prompt_tokens},
+                {"output_tokens", a.usage.completion_tokens},
+                {"total_tokens", a.usage.prompt_tokens + a.usage.completion_tokens},
+                {"kvfold", UsageJson(a.usage)["kvfold"]}};
+  json incomplete = nullptr;
+  if (a.finish_reason == "length") incomplete = {{"reason", "max_output_tokens"}};
+  return Dump({{"id", a.id},
+               {"object", "response"},
+               {"created_at", a.created},
+               {"status", a.finish_reason == "length" ? "incomplete" : "completed"},
+               {"incomplete_details", incomplete},
+               {"model", a.model},
+               {"previous_response_id", Nullable(previous_response_id)},
+               {"output", {message}},
+               {"usage", usage},
+               {"error", nullptr}});
+}
+
+std::string ChatChunkEvent(const ChatAnswer& head, std::string_view delta, bool first,
+                           std::string_view finish_reason,
+                           const std::vector<TokenLogprob>& logprobs) {
+  json d = json::object();
+  if (first) d["role"] = "assistant";
+  if (!delta.empty() || first) d["content"] = std::string(delta);
+  json choice = {{"index", 0},
+                 {"delta", d},
+                 {"finish_reason", Nullable(finish_reason)},
+                 {"logprobs", logprobs.empty() ? json(nullptr) : LogprobsJson(logprobs)}};
+  return Event({{"id", head.id},
+                {"object", "chat.completion.chunk"},
+                {"created", head.created},
+                {"model", head.model},
+                {"choices", {choice}}});
+}
+
+std::string CompletionChunkEvent(const ChatAnswer& head, std::string_view delta,
+                                 std::string_view finish_reason,
+                                 const std::vector<TokenLogprob>& logprobs) {
+  json choice = {{"index", 0},
+                 {"text", std::string(delta)},
+                 {"finish_reason", Nullable(finish_reason)},
+                 {"logprobs", logprobs.empty() ? json(nullptr) : LegacyLogprobsJson(logprobs)}};
+  return Event({{"id", head.id},
+                {"object", "text_completion"},
+                {"created", head.created},
+                {"model", head.model},
+                {"choices", {choice}}});
+}
+
+std::string UsageChunkEvent(const ChatAnswer& a, bool chat) {
+  return Event({{"id", a.id},
+                {"object", chat ? "chat.completion.chunk" : "text_completion"},
+                {"created", a.created},
+                {"model", a.model},
+                {"choices", json::array()},
+                {"usage", UsageJson(a.usage)}});
+}
+
+int HttpStatusOf(absl::StatusCode code) {
+  switch (code) {
+    case absl::StatusCode::kOk:
+      return 200;
+    case absl::StatusCode::kInvalidArgument:
+    case absl::StatusCode::kFailedPrecondition:
+    case absl::StatusCode::kOutOfRange:
+      return 400;
+    case absl::StatusCode::kUnauthenticated:
+      return 401;
+    case absl::StatusCode::kPermissionDenied:
+      return 403;
+    case absl::StatusCode::kNotFound:
+      return 404;
+    case absl::StatusCode::kAborted:
+    case absl::StatusCode::kAlreadyExists:
+      return 409;
+    case absl::StatusCode::kResourceExhausted:
+      return 429;
+    case absl::StatusCode::kCancelled:
+      return 499;
+    case absl::StatusCode::kUnavailable:
+      return 503;
+    case absl::StatusCode::kDeadlineExceeded:
+      return 504;
+    default:
+      return 500;
+  }
+}
+
+std::string ErrorJson(const absl::Status& status) {
+  const char* type = "server_error";
+  const char* code = nullptr;
+  switch (HttpStatusOf(status.code())) {
+    case 400:
+      type = "invalid_request_error";
+      break;
+    case 401:
+      type = "authentication_error";
+      code = "invalid_api_key";
+      break;
+    case 403:
+      type = "permission_error";
+      break;
+    case 404:
+      type = "invalid_request_error";
+      code = "not_found";
+      break;
+    case 409:
+      type = "conflict_error";
+      code = "conflict";
+      break;
+    case 429:
+      type = "rate_limit_error";
+      code = "rate_limit_exceeded";
+      break;
+    case 503:
+      type = "service_unavailable";
+      code = "service_unavailable";
+      break;
+    default:
+      break;
+  }
+  return Dump({{"error",
+                {{"message", std::string(status.message())},
+                 {"type", type},
+                 {"param", nullptr},
+                 {"code", code ? json(code) : json(nullptr)}}}});
+}
+
+#undef OPENAI_RETURN_IF_ERROR
+
+std::string ResponseId(std::string_view session_id, uint64_t version) {
+  return absl::StrCat("resp_", version, "_", std::string(session_id));
+}
+
+absl::StatusOr<std::pair<std::string, uint64_t>> ParseResponseId(std::string_view id) {
+  const auto not_found =
+      absl::NotFoundError(absl::StrCat("response '", std::string(id),
+                                       "' not found: kvfold response ids look like "
+                                       "resp_<version>_<session>"));
+  if (!id.starts_with("resp_")) return not_found;
+  id.remove_prefix(5);
+  const size_t sep = id.find('_');
+  if (sep == 0 || sep == std::string_view::npos || sep > 19 || sep + 1 == id.size()) {
+    return not_found;
+  }
+  uint64_t version = 0;
+  for (char c : id.substr(0, sep)) {
+    if (c < '0' || c > '9') return not_found;
+    version = version * 10 + static_cast<uint64_t>(c - '0');
+  }
+  if (version == 0) return not_found;
+  return std::make_pair(std::string(id.substr(sep + 1)), version);
+}
+
+}  // namespace kvfold::http

@@ -1,0 +1,121 @@
+// The OpenAI wire format kvfold's HTTP front speaks: request bodies parsed into plain
+// structs (every value checked; InvalidArgument names the field), response bodies and
+// server-sent-event chunks built from plain structs, errors in OpenAI's error JSON, and
+// the response-id <-> (session, version) mapping. No I/O. Fields: docs/http-api.md.
+#ifndef KVFOLD_INFERENCE_SVC_HTTP_OPENAI_PROTOCOL_H_
+#define KVFOLD_INFERENCE_SVC_HTTP_OPENAI_PROTOCOL_H_
+
+#include <cstdint>
+#include <optional>
+#include <string>
+#include <string_view>
+#include <vector>
+
+#include "absl/status/status.h"
+#include "absl/status/statusor.h"
+#include "inference_svc/tokenizer/chat_template.h"
+
+namespace kvfold::http {
+
+// Sampling and output controls shared by every generating endpoint.
+struct GenerationParams {
+  std::optional<int> max_tokens;     // max_tokens / max_completion_tokens / max_output_tokens
+  std::optional<float> temperature;  // [0, 2]; absent = 1 (OpenAI's default)
+  std::optional<float> top_p;        // (0, 1]
+  std::optional<uint64_t> seed;
+  std::vector<std::string> stop;  // at most 4 non-empty strings
+  bool logprobs = false;
+  int top_logprobs = 0;  // [0, 20], needs logprobs
+};
+
+struct ChatCompletionRequest {
+  std::string model;
+  std::vector<ChatMessage> messages;
+  GenerationParams params;
+  bool stream = false;
+  bool include_usage = false;           // stream_options.include_usage
+  bool continue_final_message = false;  // the last (assistant) message is continued
+  std::string session;                  // kvfold_session (or the X-Kvfold-Session header)
+};
+
+struct CompletionRequest {
+  std::string model;
+  std::string prompt;
+  GenerationParams params;
+  bool stream = false;
+  bool include_usage = false;
+  bool echo = false;
+};
+
+struct ResponsesRequest {
+  std::string model;
+  std::vector<ChatMessage> input;  // a string input is one user message
+  std::string instructions;        // a system message for a new chain
+  std::string previous_response_id;
+  GenerationParams params;
+};
+
+// InvalidArgument for malformed JSON, wrong types, values out of range, n != 1, and
+// unsupported features that would change the answer (tools, multiple choices, non-text
+// content parts). Unknown fields are ignored (docs/http-api.md lists the ignored ones).
+absl::StatusOr<ChatCompletionRequest> ParseChatCompletionRequest(std::string_view body);
+absl::StatusOr<CompletionRequest> ParseCompletionRequest(std::string_view body);
+absl::StatusOr<ResponsesRequest> ParseResponsesRequest(std::string_view body);
+
+// One generated token with its log-probabilities (when requested).
+struct TokenLogprob {
+  std::string token;  // the token's text (bytes)
+  float logprob = 0;
+  std::vector<std::pair<std::string, float>> top;  // most likely first
+};
+
+// kvfold's additions to usage.
+struct TurnUsage {
+  uint32_t prompt_tokens = 0;
+  uint32_t completion_tokens = 0;
+  uint32_t tokens_folded = 0;
+  uint64_t version = 0;    // the store version the turn wrote (0: nothing written)
+  std::string session_id;  // empty for an ephemeral conversation
+  std::string replica;
+};
+
+struct ChatAnswer {
+  std::string id;  // chatcmpl-..., cmpl-..., resp_...
+  std::string model;
+  int64_t created = 0;  // unix seconds
+  std::string text;
+  std::string finish_reason;           // "stop" or "length"
+  std::vector<TokenLogprob> logprobs;  // empty unless requested
+  TurnUsage usage;
+};
+
+std::string ChatCompletionJson(const ChatAnswer& answer);
+std::string CompletionJson(const ChatAnswer& answer);
+std::string ResponseJson(const ChatAnswer& answer, std::string_view previous_response_id);
+// One SSE event "data: {...}\n\n" of a streamed chat completion / completion. `first`
+// adds the assistant role; a non-empty finish_reason closes the choice.
+std::string ChatChunkEvent(const ChatAnswer& head, std::string_view delta, bool first,
+                           std::string_view finish_reason,
+                           const std::vector<TokenLogprob>& logprobs);
+std::string CompletionChunkEvent(const ChatAnswer& head, std::string_view delta,
+                                 std::string_view finish_reason,
+                                 const std::vector<TokenLogprob>& logprobs);
+// The usage-only chunk of stream_options.include_usage (choices empty).
+std::string UsageChunkEvent(const ChatAnswer& answer, bool chat);
+inline constexpr std::string_view kDoneEvent = "data: [DONE]\n\n";
+
+// OpenAI's error JSON {"error": {"message", "type", "param", "code"}} and the HTTP status
+// for a status code: InvalidArgument/FailedPrecondition/OutOfRange 400, Unauthenticated
+// 401, PermissionDenied 403, NotFound 404, Aborted/AlreadyExists 409, ResourceExhausted
+// 429, Unavailable 503, DeadlineExceeded 504, Cancelled 499, others 500.
+int HttpStatusOf(absl::StatusCode code);
+std::string ErrorJson(const absl::Status& status);
+
+// Response ids name a stored session version: "resp_<version>_<session_id>".
+std::string ResponseId(std::string_view session_id, uint64_t version);
+// NotFound for an id that is not of that form.
+absl::StatusOr<std::pair<std::string, uint64_t>> ParseResponseId(std::string_view id);
+
+}  // namespace kvfold::http
+
+#endif  // KVFOLD_INFERENCE_SVC_HTTP_OPENAI_PROTOCOL_H_

@@ -1,0 +1,116 @@
+// TurnPort: everything the HTTP front needs from the replica it runs in — authenticate a
+// caller, describe the model, create and fork sessions, run a turn and stream its tokens.
+// The front speaks only this interface; the replica implements it on its runtime
+// (service/http_turn_port.h), so the front never sees gRPC.
+#ifndef KVFOLD_INFERENCE_SVC_HTTP_TURN_PORT_H_
+#define KVFOLD_INFERENCE_SVC_HTTP_TURN_PORT_H_
+
+#include <cstdint>
+#include <functional>
+#include <memory>
+#include <string>
+#include <string_view>
+#include <vector>
+
+#include "absl/status/status.h"
+#include "absl/status/statusor.h"
+#include "inference_svc/tokenizer/chat_template.h"
+
+namespace kvfold::http {
+
+// Who calls: the bearer token as sent (empty when none), resolved by the port.
+struct Caller {
+  std::string tenant;
+  std::string token;
+};
+
+struct ModelCard {
+  std::string id;       // the served model's name
+  int64_t created = 0;  // unix seconds the replica started
+};
+
+struct TurnSpec {
+  // Empty: an ephemeral conversation, neither read from nor written to the store.
+  std::string session_id;
+  // The prompt: token ids, or chat messages the replica renders with its chat template
+  // (the whole conversation on an empty session, a continuation on one that holds tokens;
+  // the template's end-of-turn ids then stop the turn).
+  std::vector<int32_t> prompt_ids;
+  std::vector<ChatMessage> messages;
+  bool continue_final_message = false;  // messages: continue the last (assistant) one
+  // Sampling: temperature 0 = greedy; top_p 0 or 1 = off; seed 0 = the session's RNG
+  // continues; max_new_tokens 0 = the server default.
+  float temperature = 1;
+  float top_p = 0;
+  uint64_t seed = 0;
+  int max_new_tokens = 0;
+  std::vector<int32_t> stop_token_ids;  // end the turn after emitting one of these
+  // -1 = no log-probabilities; else also the top_logprobs most likely alternatives.
+  int top_logprobs = -1;
+};
+
+struct TokenLogprobIds {
+  float logprob = 0;
+  std::vector<std::pair<int32_t, float>> top;  // most likely first
+};
+
+struct TurnResult {
+  std::string finish_reason;  // "stop" or "length"
+  uint32_t prompt_tokens = 0;
+  uint32_t generated_tokens = 0;
+  uint32_t tokens_folded = 0;
+  uint64_t version = 0;  // the store version written
+  std::string replica;
+};
+
+// Receives a turn's output. Calls come one at a time, from a thread of the port's; they
+// must not block. OnDone comes last, exactly once.
+class TurnObserver {
+ public:
+  virtual ~TurnObserver() = default;
+  virtual void OnTokens(const std::vector<int32_t>& ids,
+                        const std::vector<TokenLogprobIds>& logprobs) = 0;
+  // ok: the turn is committed (result valid). Otherwise the status as the port's API
+  // defines it; `retry_after_ms` > 0 with ResourceExhausted (admission).
+  virtual void OnDone(const absl::Status& status, const TurnResult& result,
+                      int64_t retry_after_ms) = 0;
+};
+
+class RunningTurn {
+ public:
+  virtual ~RunningTurn() = default;
+  // Abandon the turn: nothing is committed; OnDone follows with Cancelled.
+  virtual void Cancel() = 0;
+  // Tokens of the prompt as fed (after rendering and tokenization).
+  virtual uint32_t prompt_tokens() const = 0;
+};
+
+class TurnPort {
+ public:
+  virtual ~TurnPort() = default;
+
+  // `authorization` is the request's Authorization header ("Bearer <token>", or empty).
+  // Unauthenticated when the replica requires a token and this one is missing/unknown.
+  virtual absl::StatusOr<Caller> Authenticate(std::string_view authorization) = 0;
+  virtual ModelCard Model() = 0;
+  // True when the replica can serve turns (its store answers).
+  virtual bool Ready() = 0;
+
+  // The calls below may block on the store: call them from a worker thread.
+  // A new empty session with the server's defaults. AlreadyExists.
+  virtual absl::Status CreateSession(const Caller& caller, const std::string& session_id) = 0;
+  // The session's head version. NotFound.
+  virtual absl::StatusOr<uint64_t> HeadVersion(const Caller& caller,
+                                               const std::string& session_id) = 0;
+  // A new session `new_id` from version `version` of `source`. NotFound.
+  virtual absl::Status ForkSession(const Caller& caller, const std::string& source,
+                                   uint64_t version, const std::string& new_id) = 0;
+  // Starts a turn; its output goes to `observer` (which the port keeps until OnDone).
+  // Errors found before the turn starts may come either as the return value or via OnDone.
+  virtual absl::StatusOr<std::shared_ptr<RunningTurn>> StartTurn(
+      const Caller& caller, const TurnSpec& spec, std::shared_ptr<TurnObserver> observer) = 0;
+};
+
+}  // namespace kvfold::http
+
+#endif  // KVFOLD_INFERENCE_SVC_HTTP_TURN_PORT_H_

@@ -1,0 +1,276 @@
+// RuntimeTurnPort (http_turn_port.h).
+#include "inference_svc/service/http_turn_port.h"
+
+#include <chrono>
+
+#include "absl/strings/str_cat.h"
+#include "inference_svc/service/store_sessions.h"
+#include "inference_svc/service/validation.h"
+
+namespace kvfold::service {
+
+TaskPool::TaskPool(int threads) {
+  for (int i = 0; i < threads; ++i) {
+    threads_.emplace_back([this] {
+      for (;;) {
+        std::function<void()> task;
+        {
+          std::unique_lock<std::mutex> lock(mu_);
+          cv_.wait(lock, [this] { return stopping_ || !tasks_.empty(); });
+          if (tasks_.empty()) return;
+          task = std::move(tasks_.front());
+          tasks_.pop_front();
+        }
+        task();
+      }
+    });
+  }
+}
+
+TaskPool::~TaskPool() {
+  {
+    std::lock_guard<std::mutex> lock(mu_);
+    stopping_ = true;
+  }
+  cv_.notify_all();
+  for (std::thread& t : threads_) t.join();
+}
+
+void TaskPool::Post(std::function<void()> task) {
+  {
+    std::lock_guard<std::mutex> lock(mu_);
+    tasks_.push_back(std::move(task));
+  }
+  cv_.notify_one();
+}
+
+namespace {
+
+// One runtime turn seen through http::RunningTurn. Progress notifications start at most
+// one drain at a time (a notification during a drain makes it loop once more), so tokens
+// reach the observer in order and one consumer at a time calls the handle. The end is
+// finished (checkpointed) on the finish pool. No lock is held while the observer runs:
+// it may call Cancel().
+class RuntimeTurn final : public http::RunningTurn,
+                          public std::enable_shared_from_this<RuntimeTurn> {
+ public:
+  RuntimeTurn(std::shared_ptr<http::TurnObserver> observer, TaskPool* drain, TaskPool* finish,
+              std::shared_ptr<std::atomic<int>> active, std::string replica)
+      : observer_(std::move(observer)),
+        drain_(drain),
+        finish_(finish),
+        active_(std::move(active)),
+        replica_(std::move(replica)) {
+    active_->fetch_add(1);
+  }
+  ~RuntimeTurn() override { active_->fetch_sub(1); }
+
+  void SetHandle(std::unique_ptr<runtime::TurnHandle> handle) {
+    {
+      std::lock_guard<std::mutex> lock(mu_);
+      handle_ = std::move(handle);
+    }
+    Notify();  // catch up with what happened before the handle was stored
+  }
+
+  void Notify() {
+    {
+      std::lock_guard<std::mutex> lock(mu_);
+      if (draining_) {
+        again_ = true;
+        return;
+      }
+      draining_ = true;
+    }
+    drain_->Post([self = shared_from_this()] { self->Drain(); });
+  }
+
+  void Cancel() override {
+    std::lock_guard<std::mutex> lock(mu_);
+    if (handle_ != nullptr) handle_->Cancel();
+  }
+
+  uint32_t prompt_tokens() const override {
+    std::lock_guard<std::mutex> lock(mu_);
+    return handle_ != nullptr ? static_cast<uint32_t>(handle_->prompt_ids().size()) : 0;
+  }
+
+ private:
+  void Drain() {
+    for (;;) {
+      tokens_.clear();
+      bool ended = false;
+      {
+        std::lock_guard<std::mutex> lock(mu_);
+        if (handle_ == nullptr) {
+          draining_ = false;
+          return;
+        }
+        again_ = false;
+        ended = handle_->Wait(absl::ZeroDuration(), &tokens_);
+      }
+      if (!tokens_.empty()) observer_->OnTokens(tokens_, {});
+      if (ended) {  // draining_ stays set: nothing drains after the end
+        finish_->Post([self = shared_from_this()] { self->Finish(); });
+        return;
+      }
+      std::lock_guard<std::mutex> lock(mu_);
+      if (!again_) {
+        draining_ = false;
+        return;
+      }
+    }
+  }
+
+  void Finish() {
+    // Only this task consumes the handle now; Cancel is an atomic store inside it.
+    absl::StatusOr<runtime::TurnUsage> usage = handle_->Finish();
+    http::TurnResult result;
+    int64_t retry_after_ms = 0;
+    if (usage.ok()) {
+      result.finish_reason =
+          usage->finish_reason == runtime::FinishReason::kLength ? "length" : "stop";
+      result.prompt_tokens = usage->prompt_tokens;
+      result.generated_tokens = usage->generated_tokens;
+      result.tokens_folded = static_cast<uint32_t>(usage->tokens_folded);
+      result.version = usage->version;
+      result.replica = replica_;
+    } else if (auto after = runtime::RetryAfter(usage.status()); after.has_value()) {
+      retry_after_ms = absl::ToInt64Milliseconds(*after);
+    }
+    std::shared_ptr<http::TurnObserver> observer = std::move(observer_);
+    observer->OnDone(usage.status(), result, retry_after_ms);
+  }
+
+  std::shared_ptr<http::TurnObserver> observer_;
+  TaskPool* const drain_;
+  TaskPool* const finish_;
+  const std::shared_ptr<std::atomic<int>> active_;
+  const std::string replica_;
+  mutable std::mutex mu_;
+  std::unique_ptr<runtime::TurnHandle> handle_;
+  bool draining_ = false;        // a Drain is queued or running (or the turn ended)
+  bool again_ = false;           // a notification came during the drain
+  std::vector<int32_t> tokens_;  // drain-owned
+};
+
+}  // namespace
+
+RuntimeTurnPort::RuntimeTurnPort(RuntimeTurnPortDeps deps, int drain_threads, int finish_threads)
+    : deps_(std::move(deps)), finish_pool_(finish_threads), drain_pool_(drain_threads) {}
+
+RuntimeTurnPort::~RuntimeTurnPort() { Drain(absl::ZeroDuration()); }
+
+void RuntimeTurnPort::Drain(absl::Duration timeout) {
+  const auto deadline = std::chrono::steady_clock::now() + absl::ToChronoMilliseconds(timeout);
+  while (active_->load() > 0 && std::chrono::steady_clock::now() < deadline) {
+    std::this_thread::sleep_for(std::chrono::milliseconds(10));
+  }
+  {
+    std::lock_guard<std::mutex> lock(turns_mu_);
+    for (const auto& weak : turns_) {
+      if (auto turn = weak.lock()) turn->Cancel();
+    }
+  }
+  // Cancelled turns end within a scheduler step; their checkpoints are skipped.
+  for (int i = 0; i < 3000 && active_->load() > 0; ++i) {
+    std::this_thread::sleep_for(std::chrono::milliseconds(10));
+  }
+}
+
+absl::StatusOr<http::Caller> RuntimeTurnPort::Authenticate(std::string_view authorization) {
+  if (deps_.draining && deps_.draining()) {
+    return absl::UnavailableError("the replica is draining (shutting down)");
+  }
+  http::Caller caller;
+  if (!authorization.empty()) {
+    constexpr std::string_view kBearer = "Bearer ";
+    if (!authorization.starts_with(kBearer) || authorization.size() == kBearer.size()) {
+      return absl::UnauthenticatedError("the Authorization header must be 'Bearer <token>'");
+    }
+    caller.token = std::string(authorization.substr(kBearer.size()));
+  }
+  caller.tenant = kDefaultTenant;
+  if (deps_.tokens != nullptr) {
+    if (caller.token.empty()) {
+      return absl::UnauthenticatedError("missing 'Authorization: Bearer <token>'");
+    }
+    auto tenant = deps_.tokens->TenantOf(caller.token);
+    if (!tenant.ok()) return tenant.status();
+    caller.tenant = *tenant;
+  }
+  return caller;
+}
+
+runtime::Caller RuntimeTurnPort::ToRuntime(const http::Caller& caller) const {
+  runtime::Caller out;
+  out.tenant = caller.tenant;
+  out.store_credential = caller.token.empty() ? deps_.store_token : caller.token;
+  return out;
+}
+
+absl::Status RuntimeTurnPort::CreateSession(const http::Caller& caller,
+                                            const std::string& session_id) {
+  if (absl::Status s = ValidateSessionId(session_id); !s.ok()) return s;
+  return deps_.runtime
+      ->CreateSession(ToRuntime(caller), session_id, runtime::SessionRequest(),
+                      runtime::SamplingSpec(), "")
+      .status();
+}
+
+absl::StatusOr<uint64_t> RuntimeTurnPort::HeadVersion(const http::Caller& caller,
+                                                      const std::string& session_id) {
+  if (absl::Status s = ValidateSessionId(session_id); !s.ok()) return s;
+  auto info = deps_.store->GetSessionInfo(ToRuntime(caller).store_credential, session_id);
+  if (!info.ok()) return StoreError(info.status());
+  return info->head_version();
+}
+
+absl::Status RuntimeTurnPort::ForkSession(const http::Caller& caller, const std::string& source,
+                                          uint64_t version, const std::string& new_id) {
+  for (const std::string* id : {&source, &new_id}) {
+    if (absl::Status s = ValidateSessionId(*id); !s.ok()) return s;
+  }
+  auto forked = deps_.store->Fork(ToRuntime(caller).store_credential, source, version, new_id);
+  return forked.ok() ? absl::OkStatus() : StoreError(forked.status());
+}
+
+absl::StatusOr<std::shared_ptr<http::RunningTurn>> RuntimeTurnPort::StartTurn(
+    const http::Caller& caller, const http::TurnSpec& spec,
+    std::shared_ptr<http::TurnObserver> observer) {
+  if (spec.top_logprobs >= 0) {
+    return absl::InvalidArgumentError("logprobs are not available on this replica");
+  }
+  if (!spec.session_id.empty()) {
+    if (absl::Status s = ValidateSessionId(spec.session_id); !s.ok()) return s;
+  }
+  auto turn = std::make_shared<RuntimeTurn>(std::move(observer), &drain_pool_, &finish_pool_,
+                                            active_, deps_.replica);
+  runtime::TurnRequest request;
+  request.session_id = spec.session_id;
+  request.prompt_ids = spec.prompt_ids;
+  request.messages = spec.messages;
+  request.continue_final_message = spec.continue_final_message;
+  request.sampling.temperature = spec.temperature;
+  request.sampling.top_p = spec.top_p;
+  request.sampling.seed = spec.seed;
+  request.sampling.max_new_tokens = spec.max_new_tokens;
+  request.sampling.stop_token_ids = spec.stop_token_ids;
+  // Greedy must not inherit a session's non-zero default temperature.
+  if (spec.temperature <= 0) request.sampling.top_k = 1;
+  std::weak_ptr<RuntimeTurn> weak = turn;
+  request.on_progress = [weak] {
+    if (auto t = weak.lock()) t->Notify();
+  };
+  auto handle = deps_.runtime->StartTurn(ToRuntime(caller), std::move(request));
+  if (!handle.ok()) return handle.status();
+  turn->SetHandle(std::move(*handle));
+  {
+    std::lock_guard<std::mutex> lock(turns_mu_);
+    std::erase_if(turns_, [](const auto& weak) { return weak.expired(); });
+    turns_.push_back(turn);
+  }
+  return std::shared_ptr<http::RunningTurn>(turn);
+}
+
+}  // namespace kvfold::service

@@ -1,0 +1,141 @@
+#!/usr/bin/env bash
+# The official OpenAI Node client against kvfold's HTTP API: a store and two replicas
+# (stories260K + a projector, as scripts/demo.sh runs them), then with the `openai` npm
+# package: list models, stream a chat completion, chain three responses alternating
+# replicas via previous_response_id, fork from the first response, get a 401 and a 400.
+# Stops every process it started; exits 0 when all checks pass, 77 (skipped) when the
+# model, node or the npm package is unavailable, 1 on a failed check.
+#
+#   scripts/openai_smoke.sh [--model DIR]
+set -euo pipefail
+ROOT="$(cd "$(dirname "$0")/.." && pwd)"
+cd "$ROOT"
+BUILD_DIR="${KVFOLD_BUILD_DIR:-build}"
+MODEL_DIR="${KVFOLD_MODEL_DIR:-}"
+while (($#)); do
+  case "$1" in
+    --model) MODEL_DIR="$2"; shift 2 ;;
+    --model=*) MODEL_DIR="${1#*=}"; shift ;;
+    -h|--help) sed -n '2,9p' "$0"; exit 0 ;;
+    *) echo "openai_smoke: unknown argument $1" >&2; exit 2 ;;
+  esac
+done
+skip() { echo "openai_smoke: SKIPPED: $*"; exit 77; }
+
+MEMORY_BIN="$BUILD_DIR/memory_svc/kvfold-memory"
+INFERENCE_BIN="$BUILD_DIR/inference_svc/service/kvfold-inference"
+PROJECTOR_TOOL="$BUILD_DIR/tools/make_random_projector/make_random_projector"
+for b in "$MEMORY_BIN" "$INFERENCE_BIN" "$PROJECTOR_TOOL"; do
+  [ -x "$b" ] || { echo "openai_smoke: $b not built (run scripts/setup.sh)" >&2; exit 1; }
+done
+if [ -z "$MODEL_DIR" ] && [ -f "$ROOT/../shared/models/stories260K/stories260K.bin" ]; then
+  MODEL_DIR="$ROOT/../shared/models/stories260K"
+fi
+[ -n "$MODEL_DIR" ] && [ -f "$MODEL_DIR/stories260K.bin" ] ||
+  skip "stories260K not found (--model DIR, \$KVFOLD_MODEL_DIR or ../shared/models)"
+command -v node > /dev/null && command -v npm > /dev/null || skip "node/npm not installed"
+MODEL="$MODEL_DIR/stories260K.bin"
+
+WORK="$(mktemp -d "${TMPDIR:-/tmp}/kvfold-openai.XXXXXX")"
+PIDS=()
+cleanup() {
+  for pid in "${PIDS[@]}"; do kill "$pid" 2>/dev/null || true; done
+  for pid in "${PIDS[@]}"; do wait "$pid" 2>/dev/null || true; done
+  rm -rf "$WORK"
+}
+trap cleanup EXIT INT TERM
+
+# The official client, in a scratch folder.
+mkdir -p "$WORK/node"
+(cd "$WORK/node" && npm init -y > /dev/null &&
+  timeout 300 npm install --silent --no-audit --no-fund openai@4 > "$WORK/npm.log" 2>&1) ||
+  skip "npm install openai failed (registry unreachable?): $(tail -3 "$WORK/npm.log" 2>/dev/null)"
+
+wait_line() {  # file pid pattern -> prints the rest of the first matching line
+  for _ in $(seq 1 300); do
+    if grep -q "$3" "$1" 2>/dev/null; then
+      sed -n "s/.*$3//p" "$1" | head -1
+      return 0
+    fi
+    kill -0 "$2" 2>/dev/null || { echo "openai_smoke: process died:" >&2; cat "${1%.out}.log" >&2; exit 1; }
+    sleep 0.1
+  done
+  echo "openai_smoke: timeout waiting for $1" >&2
+  exit 1
+}
+
+"$PROJECTOR_TOOL" --model "$MODEL" --out "$WORK/projector" --mem_slots 16 --window 64 --chunk 32 \
+  --heads 8 --seed 1 > "$WORK/projector.log" 2>&1
+echo "sk-kvfold-smoke tenant-smoke" > "$WORK/tokens"
+"$MEMORY_BIN" --listen 127.0.0.1:0 --db_dir "$WORK/db" > "$WORK/memory.out" 2> "$WORK/memory.log" &
+PIDS+=($!)
+STORE="$(wait_line "$WORK/memory.out" $! "listening on ")"
+declare -A HTTP
+for r in A B; do
+  "$INFERENCE_BIN" --model "$MODEL" --projector "$WORK/projector" --memory_store "$STORE" \
+    --listen 127.0.0.1:0 --threads 1 --replica_name "$r" --default_mode memory \
+    --tokens_file "$WORK/tokens" --http_port 0 > "$WORK/$r.out" 2> "$WORK/$r.log" &
+  PIDS+=($!)
+  wait_line "$WORK/$r.out" $! "listening on " > /dev/null
+  HTTP[$r]="$(wait_line "$WORK/$r.out" $! "http api on ")"
+done
+echo "openai_smoke: store $STORE, replica A http://${HTTP[A]}, replica B http://${HTTP[B]}"
+
+cat > "$WORK/node/smoke.mjs" <<'EOF'
+import OpenAI from "openai";
+const [a, b] = process.argv.slice(2);
+const key = "sk-kvfold-smoke";
+const A = new OpenAI({ baseURL: `http://${a}/v1`, apiKey: key, maxRetries: 0 });
+const B = new OpenAI({ baseURL: `http://${b}/v1`, apiKey: key, maxRetries: 0 });
+const check = (ok, what) => {
+  if (!ok) { console.error(`FAIL: ${what}`); process.exit(1); }
+  console.log(`ok   ${what}`);
+};
+
+const models = await A.models.list();
+const model = models.data[0]?.id;
+check(model === "stories260K", `models.list -> ${model}`);
+
+const stream = await A.chat.completions.create({
+  model, stream: true, stream_options: { include_usage: true }, max_tokens: 24, temperature: 0,
+  messages: [{ role: "system", content: "Tell a story." }, { role: "user", content: "A cat" }],
+});
+let text = "", chunks = 0, usage = null;
+for await (const chunk of stream) {
+  chunks++;
+  text += chunk.choices[0]?.delta?.content ?? "";
+  if (chunk.usage) usage = chunk.usage;
+}
+check(chunks > 2 && text.length > 0 && usage?.completion_tokens > 0,
+      `streamed chat completion: ${chunks} chunks, ${usage?.completion_tokens} tokens: ${JSON.stringify(text)}`);
+
+const r1 = await A.responses.create({ model, input: "Once upon a time", max_output_tokens: 16,
+                                      temperature: 0 });
+check(r1.id.startsWith("resp_") && r1.output_text.length > 0, `response 1 on A: ${r1.id}`);
+const r2 = await B.responses.create({ model, input: "Then?", previous_response_id: r1.id,
+                                      max_output_tokens: 16, temperature: 0 });
+check(r2.previous_response_id === r1.id, `response 2 on B continues ${r1.id}: ${r2.id}`);
+const r3 = await A.responses.create({ model, input: "The end?", previous_response_id: r2.id,
+                                      max_output_tokens: 16, temperature: 0 });
+check(r3.previous_response_id === r2.id, `response 3 on A continues ${r2.id}: ${r3.id}`);
+const fork = await B.responses.create({ model, input: "Then?", previous_response_id: r1.id,
+                                        max_output_tokens: 16, temperature: 0 });
+check(fork.id !== r2.id && fork.output_text === r2.output_text,
+      `fork from ${r1.id} on B: ${fork.id} (same greedy answer as response 2)`);
+
+const wrong = new OpenAI({ baseURL: `http://${a}/v1`, apiKey: "sk-wrong", maxRetries: 0 });
+try {
+  await wrong.models.list();
+  check(false, "a wrong key is refused");
+} catch (e) {
+  check(e.status === 401, `wrong key -> ${e.status} ${e.error?.type ?? ""}`);
+}
+try {
+  await A.chat.completions.create({ model, n: 2, messages: [{ role: "user", content: "hi" }] });
+  check(false, "n = 2 is refused");
+} catch (e) {
+  check(e.status === 400, `n = 2 -> ${e.status}: ${e.error?.message ?? e.message}`);
+}
+console.log("openai_smoke: all checks passed");
+EOF
+(cd "$WORK/node" && timeout 300 node smoke.mjs "${HTTP[A]}" "${HTTP[B]}")

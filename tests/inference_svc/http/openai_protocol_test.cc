@@ -1,0 +1,184 @@
+// OpenAI request parsing (values checked, n > 1 refused), response/error JSON, response
+// ids, and stop strings split across token boundaries.
+#include "inference_svc/http/openai_protocol.h"
+
+#include <nlohmann/json.hpp>
+
+#include "gmock/gmock.h"
+#include "gtest/gtest.h"
+#include "inference_svc/http/stop_matcher.h"
+
+namespace kvfold::http {
+namespace {
+
+using json = nlohmann::json;
+using ::testing::HasSubstr;
+
+absl::Status ChatError(const json& body) {
+  return ParseChatCompletionRequest(body.dump()).status();
+}
+
+TEST(OpenAiProtocolTest, ParsesAChatRequest) {
+  const json body = {
+      {"model", "m"},
+      {"messages",
+       {{{"role", "developer"}, {"content", "Be brief."}},
+        {{"role", "user"},
+         {"content",
+          {{{"type", "text"}, {"text", "Hi "}}, {{"type", "text"}, {"text", "there"}}}}}}},
+      {"max_completion_tokens", 7},
+      {"temperature", 0.5},
+      {"top_p", 0.9},
+      {"seed", 42},
+      {"stop", {"\n", "END"}},
+      {"logprobs", true},
+      {"top_logprobs", 3},
+      {"n", 1},
+      {"stream", true},
+      {"stream_options", {{"include_usage", true}}},
+      {"kvfold_session", "s1"},
+      {"user", "ignored"},
+      {"presence_penalty", 0}};
+  auto r = ParseChatCompletionRequest(body.dump());
+  ASSERT_TRUE(r.ok()) << r.status();
+  ASSERT_EQ(r->messages.size(), 2u);
+  EXPECT_EQ(r->messages[0].role, "system");
+  EXPECT_EQ(r->messages[1].content, "Hi there");
+  EXPECT_EQ(r->params.max_tokens, 7);
+  EXPECT_FLOAT_EQ(*r->params.temperature, 0.5f);
+  EXPECT_FLOAT_EQ(*r->params.top_p, 0.9f);
+  EXPECT_EQ(r->params.seed, 42u);
+  EXPECT_EQ(r->params.stop, (std::vector<std::string>{"\n", "END"}));
+  EXPECT_TRUE(r->params.logprobs);
+  EXPECT_EQ(r->params.top_logprobs, 3);
+  EXPECT_TRUE(r->stream && r->include_usage);
+  EXPECT_EQ(r->session, "s1");
+}
+
+TEST(OpenAiProtocolTest, RefusesWhatWouldChangeTheAnswer) {
+  const json ok = {{"messages", {{{"role", "user"}, {"content", "x"}}}}};
+  EXPECT_TRUE(ChatError(ok).ok());
+  auto with = [&](const char* key, json value) {
+    json j = ok;
+    j[key] = std::move(value);
+    return ChatError(j);
+  };
+  absl::Status n = with("n", 3);
+  EXPECT_EQ(n.code(), absl::StatusCode::kInvalidArgument);
+  EXPECT_THAT(n.message(), HasSubstr("n = 1"));
+  EXPECT_EQ(with("stop", {"a", "b", "c", "d", "e"}).code(), absl::StatusCode::kInvalidArgument);
+  EXPECT_EQ(with("stop", {""}).code(), absl::StatusCode::kInvalidArgument);
+  EXPECT_EQ(with("temperature", 2.5).code(), absl::StatusCode::kInvalidArgument);
+  EXPECT_EQ(with("temperature", "hot").code(), absl::StatusCode::kInvalidArgument);
+  EXPECT_EQ(with("top_p", 0).code(), absl::StatusCode::kInvalidArgument);
+  EXPECT_EQ(with("max_tokens", 0).code(), absl::StatusCode::kInvalidArgument);
+  EXPECT_EQ(with("top_logprobs", 2).code(), absl::StatusCode::kInvalidArgument);  // no logprobs
+  EXPECT_EQ(with("tools", {{{"type", "function"}}}).code(), absl::StatusCode::kInvalidArgument);
+  EXPECT_EQ(with("stream_options", {{"include_usage", true}}).code(),
+            absl::StatusCode::kInvalidArgument);  // without stream
+  EXPECT_TRUE(with("tools", json::array()).ok());
+  EXPECT_TRUE(with("response_format", {{"type", "text"}}).ok());
+  EXPECT_EQ(ChatError(json{{"messages", json::array()}}).code(),
+            absl::StatusCode::kInvalidArgument);
+  EXPECT_EQ(
+      ChatError(json{{"messages", {{{"role", "user"}, {"content", {{{"type", "image_url"}}}}}}}})
+          .code(),
+      absl::StatusCode::kInvalidArgument);
+  EXPECT_EQ(ParseChatCompletionRequest("[1,2]").status().code(),
+            absl::StatusCode::kInvalidArgument);
+  EXPECT_EQ(ParseChatCompletionRequest("{").status().code(), absl::StatusCode::kInvalidArgument);
+}
+
+TEST(OpenAiProtocolTest, CompletionsAndResponsesRequests) {
+  auto c = ParseCompletionRequest(R"({"prompt": ["Once"], "max_tokens": 3, "logprobs": 2})");
+  ASSERT_TRUE(c.ok()) << c.status();
+  EXPECT_EQ(c->prompt, "Once");
+  EXPECT_TRUE(c->params.logprobs);
+  EXPECT_EQ(c->params.top_logprobs, 2);
+  EXPECT_FALSE(ParseCompletionRequest(R"({"prompt": ["a", "b"]})").ok());
+  auto r = ParseResponsesRequest(
+      R"({"input": "hi", "instructions": "sys", "previous_response_id": "resp_3_s",
+          "max_output_tokens": 5})");
+  ASSERT_TRUE(r.ok()) << r.status();
+  EXPECT_EQ(r->input.size(), 1u);
+  EXPECT_EQ(r->input[0].role, "user");
+  EXPECT_EQ(r->params.max_tokens, 5);
+  auto list = ParseResponsesRequest(
+      R"({"input": [{"role": "user", "content": [{"type": "input_text", "text": "a"}]}]})");
+  ASSERT_TRUE(list.ok()) << list.status();
+  EXPECT_EQ(list->input[0].content, "a");
+  EXPECT_FALSE(ParseResponsesRequest(R"({"input": "x", "stream": true})").ok());
+}
+
+TEST(OpenAiProtocolTest, ResponseIdsNameSessionVersions) {
+  const std::string id = ResponseId("sess_with_underscores", 12);
+  EXPECT_EQ(id, "resp_12_sess_with_underscores");
+  auto parsed = ParseResponseId(id);
+  ASSERT_TRUE(parsed.ok());
+  EXPECT_EQ(parsed->first, "sess_with_underscores");
+  EXPECT_EQ(parsed->second, 12u);
+  for (const char* bad : {"resp_", "resp_x_s", "resp_0_s", "resp_5_", "chatcmpl-1", "resp__s"}) {
+    EXPECT_EQ(ParseResponseId(bad).status().code(), absl::StatusCode::kNotFound) << bad;
+  }
+}
+
+TEST(OpenAiProtocolTest, AnswersAndErrors) {
+  ChatAnswer a;
+  a.id = "chatcmpl-1";
+  a.model = "m";
+  a.created = 5;
+  a.text = "Hello";
+  a.finish_reason = "stop";
+  a.usage.prompt_tokens = 3;
+  a.usage.completion_tokens = 2;
+  a.usage.tokens_folded = 1;
+  a.usage.version = 9;
+  a.usage.session_id = "s";
+  const json chat = json::parse(ChatCompletionJson(a));
+  EXPECT_EQ(chat["choices"][0]["message"]["content"], "Hello");
+  EXPECT_EQ(chat["usage"]["total_tokens"], 5);
+  EXPECT_EQ(chat["usage"]["kvfold"]["tokens_folded"], 1);
+  EXPECT_EQ(chat["usage"]["kvfold"]["version"], 9);
+  const std::string event = ChatChunkEvent(a, "He", true, "", {});
+  ASSERT_TRUE(event.starts_with("data: ") && event.ends_with("\n\n"));
+  const json chunk = json::parse(event.substr(6));
+  EXPECT_EQ(chunk["choices"][0]["delta"]["role"], "assistant");
+  EXPECT_TRUE(chunk["choices"][0]["finish_reason"].is_null());
+  a.id = ResponseId("s", 9);
+  const json response = json::parse(ResponseJson(a, "resp_8_s"));
+  EXPECT_EQ(response["output"][0]["content"][0]["text"], "Hello");
+  EXPECT_EQ(response["previous_response_id"], "resp_8_s");
+  EXPECT_EQ(response["usage"]["input_tokens"], 3);
+
+  EXPECT_EQ(HttpStatusOf(absl::StatusCode::kResourceExhausted), 429);
+  EXPECT_EQ(HttpStatusOf(absl::StatusCode::kAborted), 409);
+  EXPECT_EQ(HttpStatusOf(absl::StatusCode::kUnavailable), 503);
+  EXPECT_EQ(HttpStatusOf(absl::StatusCode::kUnauthenticated), 401);
+  EXPECT_EQ(HttpStatusOf(absl::StatusCode::kNotFound), 404);
+  const json error = json::parse(ErrorJson(absl::ResourceExhaustedError("pool at 97%")));
+  EXPECT_EQ(error["error"]["message"], "pool at 97%");
+  EXPECT_EQ(error["error"]["type"], "rate_limit_error");
+}
+
+TEST(StopMatcherTest, HoldsBackPrefixesAndNeverEmitsTheStop) {
+  StopMatcher m({"END", "\nUser:"});
+  std::string shown = m.Push("Hello E");
+  EXPECT_EQ(shown, "Hello ");  // "E" might start END
+  shown += m.Push("N");
+  shown += m.Push("x and \nUs");
+  EXPECT_EQ(shown, "Hello ENx and ");
+  EXPECT_FALSE(m.stopped());
+  shown += m.Push("er: more");
+  EXPECT_TRUE(m.stopped());
+  EXPECT_EQ(shown, "Hello ENx and ");
+  EXPECT_EQ(m.Push("anything"), "");
+  EXPECT_EQ(m.Flush(), "");
+  StopMatcher tail({"END"});
+  EXPECT_EQ(tail.Push("aEN"), "a");
+  EXPECT_EQ(tail.Flush(), "EN");
+  StopMatcher none({});
+  EXPECT_EQ(none.Push("abc"), "abc");
+}
+
+}  // namespace
+}  // namespace kvfold::http

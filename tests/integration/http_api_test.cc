@@ -1,0 +1,379 @@
+// The OpenAI-compatible HTTP API of real kvfold-inference replicas (stories260K, a random
+// projector, a real kvfold-memory), spoken to over loopback HTTP: answers equal the gRPC
+// path's tokens, streaming, sessions, response chains across replicas and forks, errors,
+// and a client that disconnects mid-stream.
+#include <filesystem>
+#include <fstream>
+#include <nlohmann/json.hpp>
+#include <thread>
+
+#include "gmock/gmock.h"
+#include "gtest/gtest.h"
+#include "inference_svc/tokenizer/chat_template.h"
+#include "tests/integration/http_client.h"
+#include "tests/integration/service_cluster.h"
+
+namespace kvfold::testing {
+namespace {
+
+using json = nlohmann::json;
+using ::testing::HasSubstr;
+
+constexpr char kToken[] = "tok-http-a";
+const HttpHeaderList kAuth = {{"Authorization", std::string("Bearer ") + kToken}};
+
+std::string SharedModel() {
+  const char* env = std::getenv("KVFOLD_SHARED_DIR");
+  const std::string shared =
+      env != nullptr ? env : std::string(KVFOLD_SOURCE_DIR_FALLBACK) + "/../shared";
+  return shared + "/models/stories260K/stories260K.bin";
+}
+
+int HttpPortOf(const ServerProcess& p) {
+  const std::string marker = "http api on 127.0.0.1:";
+  const size_t at = p.output().find(marker);
+  return at == std::string::npos ? 0 : std::atoi(p.output().c_str() + at + marker.size());
+}
+
+json Body(const HttpReply& r) { return json::parse(r.body, nullptr, false); }
+
+class HttpApiTest : public ::testing::Test {
+ protected:
+  static void SetUpTestSuite() {
+    if (!std::filesystem::exists(SharedModel())) return;
+    tokens_dir_ = new std::string(MakeTempDir("kvfold-http-tokens-"));
+    std::ofstream(*tokens_dir_ + "/tokens") << kToken << " tenant-a\n";
+    cluster_ = new Cluster();
+    std::string error;
+    if (!cluster_->Setup(2, &error, {"--http_port=0", "--tokens_file=" + *tokens_dir_ + "/tokens"},
+                         SharedModel())) {
+      setup_error_ = new std::string(error);
+    }
+  }
+  static void TearDownTestSuite() {
+    delete cluster_;
+    cluster_ = nullptr;
+    if (tokens_dir_ != nullptr) std::filesystem::remove_all(*tokens_dir_);
+    delete tokens_dir_;
+  }
+  void SetUp() override {
+    if (cluster_ == nullptr) GTEST_SKIP() << "stories260K not found: " << SharedModel();
+    ASSERT_EQ(setup_error_, nullptr) << *setup_error_;
+    port_[0] = HttpPortOf(cluster_->replica_process(0));
+    port_[1] = HttpPortOf(cluster_->replica_process(1));
+    ASSERT_GT(port_[0], 0) << cluster_->replica_process(0).output();
+    ASSERT_GT(port_[1], 0);
+  }
+
+  HttpReply Post(int replica, const std::string& path, const json& body,
+                 HttpHeaderList headers = kAuth) {
+    return HttpCall(port_[replica], "POST", path, body.dump(), headers);
+  }
+
+  // Greedy token ids of the gRPC path for `prompt_ids` on a fresh session.
+  std::vector<int32_t> GrpcGreedy(const std::string& session, const std::vector<int32_t>& ids,
+                                  int max_new_tokens) {
+    grpc::ClientContext context;
+    context.AddMetadata("authorization", std::string("Bearer ") + kToken);
+    v1::CreateSessionRequest create;
+    create.set_session_id(session);
+    v1::Session created;
+    EXPECT_TRUE(cluster_->stub(0).CreateSession(&context, create, &created).ok());
+    grpc::ClientContext gen_context;
+    gen_context.AddMetadata("authorization", std::string("Bearer ") + kToken);
+    v1::GenerateRequest request;
+    request.set_session_id(session);
+    for (int32_t id : ids) request.add_prompt_token_ids(id);
+    request.mutable_sampling()->set_max_new_tokens(max_new_tokens);
+    request.mutable_sampling()->set_top_k(1);
+    request.mutable_sampling()->add_stop_token_ids(2);
+    auto reader = cluster_->stub(0).Generate(&gen_context, request);
+    std::vector<int32_t> out;
+    v1::GenerateResponse response;
+    while (reader->Read(&response)) {
+      for (int32_t id : response.delta().token_ids()) out.push_back(id);
+    }
+    EXPECT_TRUE(reader->Finish().ok());
+    return out;
+  }
+
+  static Cluster* cluster_;
+  static std::string* tokens_dir_;
+  static std::string* setup_error_;
+  int port_[2] = {0, 0};
+};
+
+Cluster* HttpApiTest::cluster_ = nullptr;
+std::string* HttpApiTest::tokens_dir_ = nullptr;
+std::string* HttpApiTest::setup_error_ = nullptr;
+
+const json kChat = {{"model", "stories260K"},
+                    {"messages", {{{"role", "user"}, {"content", "Tell me about a cat."}}}},
+                    {"max_tokens", 12},
+                    {"temperature", 0}};
+
+TEST_F(HttpApiTest, ModelsHealthAndMetrics) {
+  HttpReply models = HttpCall(port_[0], "GET", "/v1/models", "", kAuth);
+  ASSERT_EQ(models.status, 200) << models.body;
+  EXPECT_EQ(Body(models)["data"][0]["id"], "stories260K");
+  EXPECT_EQ(Body(models)["object"], "list");
+  // Ready once the replica's health loop has seen the store answer (about a second).
+  HttpReply health;
+  for (int i = 0; i < 100; ++i) {
+    health = HttpCall(port_[0], "GET", "/health");
+    if (health.status == 200) break;
+    EXPECT_EQ(health.status, 503) << health.body;
+    std::this_thread::sleep_for(std::chrono::milliseconds(100));
+  }
+  EXPECT_EQ(health.status, 200) << health.body;
+  EXPECT_EQ(HttpCall(port_[0], "GET", "/health/live").status, 200);
+  HttpReply metrics = HttpCall(port_[0], "GET", "/metrics");
+  EXPECT_EQ(metrics.status, 200);
+  EXPECT_THAT(metrics.body, HasSubstr("kvfold_kv_pool_bytes"));
+}
+
+TEST_F(HttpApiTest, ChatCompletionEqualsTheGrpcPathAndStreamsTheSameText) {
+  HttpReply r = Post(0, "/v1/chat/completions", kChat);
+  ASSERT_EQ(r.status, 200) << r.body;
+  const json body = Body(r);
+  const std::string text = body["choices"][0]["message"]["content"];
+  EXPECT_EQ(body["object"], "chat.completion");
+  EXPECT_EQ(body["usage"]["completion_tokens"], 12);
+  EXPECT_EQ(body["choices"][0]["finish_reason"], "length");
+
+  // The same prompt through gRPC: the plain template's ids, greedy.
+  auto tokenizer = Tokenizer::Load(std::filesystem::path(SharedModel()).parent_path().string());
+  ASSERT_TRUE(tokenizer.ok());
+  auto chat = ChatTemplate::Create(ChatFormat::kPlain, tokenizer->get());
+  ASSERT_TRUE(chat.ok());
+  auto ids = chat->RenderIds(std::vector<ChatMessage>{{"user", "Tell me about a cat."}}, {});
+  ASSERT_TRUE(ids.ok());
+  EXPECT_EQ(body["usage"]["prompt_tokens"], ids->size());
+  const std::vector<int32_t> grpc_ids = GrpcGreedy("grpc-ref-chat", *ids, 12);
+  IncrementalDecoder decoder(tokenizer->get(), /*at_text_start=*/false);
+  std::string grpc_text;
+  for (int32_t id : grpc_ids) grpc_text += decoder.Push(id);
+  grpc_text += decoder.Flush();
+  EXPECT_EQ(text, grpc_text);
+  EXPECT_FALSE(text.empty());
+
+  json streamed = kChat;
+  streamed["stream"] = true;
+  streamed["stream_options"] = {{"include_usage", true}};
+  HttpReply s = Post(1, "/v1/chat/completions", streamed);
+  ASSERT_EQ(s.status, 200) << s.body;
+  EXPECT_THAT(s.Header("Content-Type"), HasSubstr("text/event-stream"));
+  const std::vector<std::string> events = s.Events();
+  ASSERT_GE(events.size(), 3u) << s.body;
+  EXPECT_EQ(events.back(), "[DONE]");
+  std::string joined;
+  int usage_chunks = 0;
+  for (size_t i = 0; i + 1 < events.size(); ++i) {
+    const json e = json::parse(events[i]);
+    EXPECT_EQ(e["object"], "chat.completion.chunk");
+    if (e["choices"].empty()) {
+      ++usage_chunks;
+      EXPECT_EQ(e["usage"]["completion_tokens"], 12);
+      continue;
+    }
+    if (i == 0) {
+      EXPECT_EQ(e["choices"][0]["delta"]["role"], "assistant");
+    }
+    joined += e["choices"][0]["delta"].value("content", "");
+  }
+  EXPECT_EQ(usage_chunks, 1);
+  EXPECT_EQ(joined, text);
+}
+
+// gRPC's messages form renders with the same template: the same tokens as the rendered ids.
+TEST_F(HttpApiTest, GrpcMessagesFormUsesTheChatTemplate) {
+  auto tokenizer = Tokenizer::Load(std::filesystem::path(SharedModel()).parent_path().string());
+  ASSERT_TRUE(tokenizer.ok());
+  auto chat = ChatTemplate::Create(ChatFormat::kPlain, tokenizer->get());
+  ASSERT_TRUE(chat.ok());
+  const std::vector<ChatMessage> messages = {{"system", "A story."}, {"user", "A dog"}};
+  auto ids = chat->RenderIds(messages, {});
+  ASSERT_TRUE(ids.ok());
+  const std::vector<int32_t> want = GrpcGreedy("grpc-ids-form", *ids, 10);
+  grpc::ClientContext create_context;
+  create_context.AddMetadata("authorization", std::string("Bearer ") + kToken);
+  v1::CreateSessionRequest create;
+  create.set_session_id("grpc-messages-form");
+  v1::Session created;
+  ASSERT_TRUE(cluster_->stub(1).CreateSession(&create_context, create, &created).ok());
+  grpc::ClientContext context;
+  context.AddMetadata("authorization", std::string("Bearer ") + kToken);
+  v1::GenerateRequest request;
+  request.set_session_id("grpc-messages-form");
+  for (const ChatMessage& m : messages) {
+    v1::ChatMessage* out = request.add_messages();
+    out->set_role(m.role);
+    out->set_content(m.content);
+  }
+  request.mutable_sampling()->set_max_new_tokens(10);
+  request.mutable_sampling()->set_top_k(1);
+  auto reader = cluster_->stub(1).Generate(&context, request);
+  std::vector<int32_t> got;
+  v1::GenerateResponse response;
+  uint32_t prompt_tokens = 0;
+  while (reader->Read(&response)) {
+    for (int32_t id : response.delta().token_ids()) got.push_back(id);
+    if (response.has_final()) prompt_tokens = response.final().usage().prompt_tokens();
+  }
+  ASSERT_TRUE(reader->Finish().ok());
+  EXPECT_EQ(got, want);
+  EXPECT_EQ(prompt_tokens, ids->size());
+  // A role the template refuses is INVALID_ARGUMENT.
+  grpc::ClientContext bad_context;
+  bad_context.AddMetadata("authorization", std::string("Bearer ") + kToken);
+  request.mutable_messages(0)->set_role("tool");
+  auto bad = cluster_->stub(1).Generate(&bad_context, request);
+  while (bad->Read(&response)) {
+  }
+  EXPECT_EQ(bad->Finish().error_code(), grpc::StatusCode::INVALID_ARGUMENT);
+}
+
+TEST_F(HttpApiTest, StopStringsAreNeverEmitted) {
+  HttpReply full = Post(0, "/v1/chat/completions", kChat);
+  ASSERT_EQ(full.status, 200);
+  const std::string text = Body(full)["choices"][0]["message"]["content"];
+  ASSERT_GE(text.size(), 6u);
+  const std::string stop = text.substr(text.size() / 2, 3);
+  json with_stop = kChat;
+  with_stop["stop"] = {stop, "never-in-the-text"};
+  HttpReply r = Post(0, "/v1/chat/completions", with_stop);
+  ASSERT_EQ(r.status, 200) << r.body;
+  EXPECT_EQ(Body(r)["choices"][0]["message"]["content"], text.substr(0, text.find(stop)));
+  EXPECT_EQ(Body(r)["choices"][0]["finish_reason"], "stop");
+}
+
+TEST_F(HttpApiTest, ErrorsUseOpenAiShapesAndStatuses) {
+  HttpReply no_auth = Post(0, "/v1/chat/completions", kChat, {});
+  EXPECT_EQ(no_auth.status, 401);
+  EXPECT_EQ(Body(no_auth)["error"]["type"], "authentication_error");
+  HttpReply bad_token = Post(0, "/v1/chat/completions", kChat, {{"Authorization", "Bearer wrong"}});
+  EXPECT_EQ(bad_token.status, 401);
+  json n2 = kChat;
+  n2["n"] = 2;
+  HttpReply r = Post(0, "/v1/chat/completions", n2);
+  EXPECT_EQ(r.status, 400);
+  EXPECT_THAT(Body(r)["error"]["message"].get<std::string>(), HasSubstr("n = 1"));
+  EXPECT_EQ(Body(r)["error"]["type"], "invalid_request_error");
+  EXPECT_EQ(HttpCall(port_[0], "POST", "/v1/chat/completions", "{not json", kAuth).status, 400);
+  json five_stops = kChat;
+  five_stops["stop"] = {"a", "b", "c", "d", "e"};
+  EXPECT_EQ(Post(0, "/v1/chat/completions", five_stops).status, 400);
+  json unknown_model = kChat;
+  unknown_model["model"] = "gpt-17";
+  EXPECT_EQ(Post(0, "/v1/chat/completions", unknown_model).status, 404);
+  HttpReply missing =
+      Post(0, "/v1/responses", {{"input", "hi"}, {"previous_response_id", "resp_9_nosuchsession"}});
+  EXPECT_EQ(missing.status, 404) << missing.body;
+  EXPECT_EQ(HttpCall(port_[0], "GET", "/v1/nothing", "", kAuth).status, 404);
+}
+
+TEST_F(HttpApiTest, ResponsesChainAcrossReplicasAndFork) {
+  json first = {{"model", "stories260K"},
+                {"input", "Once upon a time"},
+                {"max_output_tokens", 8},
+                {"temperature", 0}};
+  HttpReply r1 = Post(0, "/v1/responses", first);
+  ASSERT_EQ(r1.status, 200) << r1.body;
+  const std::string id1 = Body(r1)["id"];
+  EXPECT_EQ(Body(r1)["object"], "response");
+  std::string previous = id1;
+  std::string id3;
+  for (int i = 0; i < 2; ++i) {  // replica 1, then replica 0
+    HttpReply r = Post((i + 1) % 2, "/v1/responses",
+                       {{"input", "And then?"},
+                        {"previous_response_id", previous},
+                        {"max_output_tokens", 8},
+                        {"temperature", 0}});
+    ASSERT_EQ(r.status, 200) << r.body;
+    EXPECT_EQ(Body(r)["previous_response_id"], previous);
+    EXPECT_EQ(Body(r)["usage"]["kvfold"]["session_id"], Body(r1)["usage"]["kvfold"]["session_id"]);
+    previous = Body(r)["id"];
+  }
+  id3 = previous;
+  // A fork from the first response: a new session, the chain's head untouched.
+  HttpReply fork = Post(1, "/v1/responses",
+                        {{"input", "And then?"},
+                         {"previous_response_id", id1},
+                         {"max_output_tokens", 8},
+                         {"temperature", 0}});
+  ASSERT_EQ(fork.status, 200) << fork.body;
+  EXPECT_NE(Body(fork)["usage"]["kvfold"]["session_id"], Body(r1)["usage"]["kvfold"]["session_id"]);
+  // Forking from the first response gives the chain's second answer again (greedy).
+  HttpReply second = Post(0, "/v1/responses",
+                          {{"input", "And then?"},
+                           {"previous_response_id", id1},
+                           {"max_output_tokens", 8},
+                           {"temperature", 0}});
+  ASSERT_EQ(second.status, 200);
+  EXPECT_EQ(Body(second)["output"][0]["content"][0]["text"],
+            Body(fork)["output"][0]["content"][0]["text"]);
+  // The chain still continues from its head.
+  HttpReply after =
+      Post(0, "/v1/responses",
+           {{"input", "The end."}, {"previous_response_id", id3}, {"max_output_tokens", 4}});
+  EXPECT_EQ(after.status, 200) << after.body;
+}
+
+TEST_F(HttpApiTest, NamedSessionContinuesWithNewMessagesOnly) {
+  json turn1 = kChat;
+  turn1["kvfold_session"] = "http-named-1";
+  HttpReply r1 = Post(0, "/v1/chat/completions", turn1);
+  ASSERT_EQ(r1.status, 200) << r1.body;
+  const uint64_t v1 = Body(r1)["usage"]["kvfold"]["version"];
+  json turn2 = {{"messages", {{{"role", "user"}, {"content", "What next?"}}}},
+                {"max_tokens", 6},
+                {"temperature", 0}};
+  HttpReply r2 =
+      Post(1, "/v1/chat/completions", turn2, {kAuth[0], {"X-Kvfold-Session", "http-named-1"}});
+  ASSERT_EQ(r2.status, 200) << r2.body;
+  EXPECT_GT(Body(r2)["usage"]["kvfold"]["version"].get<uint64_t>(), v1);
+  EXPECT_EQ(Body(r2)["usage"]["kvfold"]["session_id"], "http-named-1");
+  // Only the new message was sent: far fewer prompt tokens than the whole conversation.
+  EXPECT_LT(Body(r2)["usage"]["prompt_tokens"].get<int>(),
+            Body(r1)["usage"]["prompt_tokens"].get<int>() + 12);
+}
+
+TEST_F(HttpApiTest, DisconnectMidStreamCancelsAndCommitsNothing) {
+  json long_turn = kChat;
+  long_turn["kvfold_session"] = "http-disconnect";
+  long_turn["max_tokens"] = 4000;
+  long_turn["stream"] = true;
+  // A first short turn gives the session a version to compare with.
+  json first = kChat;
+  first["kvfold_session"] = "http-disconnect";
+  ASSERT_EQ(Post(0, "/v1/chat/completions", first).status, 200);
+  v1::Session before;
+  {
+    grpc::ClientContext context;
+    context.AddMetadata("authorization", std::string("Bearer ") + kToken);
+    v1::GetSessionRequest request;
+    request.set_session_id("http-disconnect");
+    ASSERT_TRUE(cluster_->stub(0).GetSession(&context, request, &before).ok());
+  }
+  {
+    HttpConnection c(port_[0]);
+    ASSERT_TRUE(c.Send("POST", "/v1/chat/completions", long_turn.dump(), kAuth));
+    EXPECT_THAT(c.ReadUntil("data: "), HasSubstr("200"));
+    // A second turn on the session while this one runs: 409.
+    HttpReply busy = Post(0, "/v1/chat/completions", first);
+    EXPECT_EQ(busy.status, 409) << busy.body;
+    c.Close();
+  }
+  // The cancelled turn is not committed; the session serves the next turn.
+  HttpReply next;
+  for (int i = 0; i < 50; ++i) {
+    next = Post(0, "/v1/chat/completions", first);
+    if (next.status != 409) break;
+    std::this_thread::sleep_for(std::chrono::milliseconds(100));
+  }
+  ASSERT_EQ(next.status, 200) << next.body;
+  EXPECT_EQ(Body(next)["usage"]["kvfold"]["version"].get<uint64_t>(), before.head_version() + 1);
+}
+
+}  // namespace
+}  // namespace kvfold::testing

@@ -1,0 +1,226 @@
+// bench_service's HTTP rows (bench_http.h): the OpenAI HTTP path against the gRPC path on
+// one replica, and many idle event streams held at once.
+#include "tools/bench_service/bench_http.h"
+
+#include <grpcpp/create_channel.h>
+#include <sys/resource.h>
+
+#include <algorithm>
+#include <boost/asio/connect.hpp>
+#include <boost/asio/ip/tcp.hpp>
+#include <boost/beast/core.hpp>
+#include <boost/beast/http.hpp>
+#include <chrono>
+#include <fstream>
+#include <functional>
+#include <sstream>
+#include <string>
+#include <thread>
+#include <vector>
+
+#include "absl/strings/str_cat.h"
+
+namespace kvfold::bench {
+namespace {
+
+using Clock = std::chrono::steady_clock;
+using json = nlohmann::json;
+namespace beast = boost::beast;
+namespace bhttp = beast::http;
+namespace net = boost::asio;
+
+double Seconds(Clock::time_point a, Clock::time_point b) {
+  return std::chrono::duration<double>(b - a).count();
+}
+
+// /proc/self/status field in kB or count ("VmRSS", "Threads").
+int64_t ProcStatus(const std::string& key) {
+  std::ifstream in("/proc/self/status");
+  std::string line;
+  while (std::getline(in, line)) {
+    if (line.rfind(key + ":", 0) == 0) return std::atoll(line.c_str() + key.size() + 1);
+  }
+  return -1;
+}
+
+std::string ChatBody(const std::string& session, int max_tokens, bool stream) {
+  json body = {{"messages", {{{"role", "user"}, {"content", "Tell me a story about a cat."}}}},
+               {"max_tokens", max_tokens},
+               {"temperature", 0},
+               {"stream", stream},
+               {"kvfold_session", session}};
+  if (stream) body["stream_options"] = {{"include_usage", true}};
+  return body.dump();
+}
+
+std::string RequestText(int port, const std::string& body) {
+  bhttp::request<bhttp::string_body> req(bhttp::verb::post, "/v1/chat/completions", 11);
+  req.set(bhttp::field::host, absl::StrCat("127.0.0.1:", port));
+  req.set(bhttp::field::content_type, "application/json");
+  req.body() = body;
+  req.prepare_payload();
+  std::ostringstream ss;
+  ss << req;
+  return ss.str();
+}
+
+// One streamed chat completion; returns the completion tokens (usage), -1 on failure.
+int HttpStreamTurn(int port, const std::string& session, int max_tokens) {
+  net::io_context io;
+  net::ip::tcp::socket socket(io);
+  beast::error_code ec;
+  socket.connect({net::ip::make_address("127.0.0.1"), static_cast<unsigned short>(port)}, ec);
+  if (ec) return -1;
+  const std::string request = RequestText(port, ChatBody(session, max_tokens, true));
+  net::write(socket, net::buffer(request), ec);
+  if (ec) return -1;
+  beast::flat_buffer buffer;
+  bhttp::response_parser<bhttp::string_body> parser;
+  parser.body_limit(64 << 20);
+  bhttp::read(socket, buffer, parser, ec);
+  if (ec || parser.get().result_int() != 200) return -1;
+  const std::string& body = parser.get().body();
+  const size_t at = body.rfind("\"completion_tokens\":");
+  return at == std::string::npos ? -1 : std::atoi(body.c_str() + at + 20);
+}
+
+// The same turn through gRPC's chat form; returns the generated tokens, -1 on failure.
+int GrpcChatTurn(v1::InferenceService::Stub& stub, const std::string& session, int max_tokens) {
+  grpc::ClientContext context;
+  v1::GenerateRequest request;
+  request.set_session_id(session);
+  v1::ChatMessage* m = request.add_messages();
+  m->set_role("user");
+  m->set_content("Tell me a story about a cat.");
+  request.mutable_sampling()->set_max_new_tokens(max_tokens);
+  request.mutable_sampling()->set_top_k(1);
+  auto reader = stub.Generate(&context, request);
+  v1::GenerateResponse response;
+  int tokens = 0;
+  while (reader->Read(&response)) tokens += response.delta().token_ids_size();
+  return reader->Finish().ok() ? tokens : -1;
+}
+
+bool CreateSession(v1::InferenceService::Stub& stub, const std::string& id) {
+  grpc::ClientContext context;
+  v1::CreateSessionRequest request;
+  request.set_session_id(id);
+  v1::Session session;
+  return stub.CreateSession(&context, request, &session).ok();
+}
+
+// Aggregate tok/s of `streams` concurrent turns, each on its own fresh session;
+// `*tokens` receives the tokens generated.
+double Throughput(int streams, const std::function<int(int)>& turn, int* failures,
+                  int* tokens_out) {
+  std::vector<int> tokens(streams, 0);
+  std::vector<std::thread> threads;
+  const auto start = Clock::now();
+  for (int i = 0; i < streams; ++i) threads.emplace_back([&, i] { tokens[i] = turn(i); });
+  for (auto& t : threads) t.join();
+  const double seconds = Seconds(start, Clock::now());
+  int total = 0;
+  for (int t : tokens) {
+    if (t < 0) ++*failures;
+    total += std::max(t, 0);
+  }
+  *tokens_out = total;
+  return total / seconds;
+}
+
+}  // namespace
+
+json BenchHttpVsGrpc(service::InferenceServer& server, int streams, int new_tokens, int rounds) {
+  auto stub = v1::InferenceService::NewStub(
+      grpc::CreateChannel(server.address(), grpc::InsecureChannelCredentials()));
+  const int port = server.http_port();
+  int failures = 0;
+  int session_counter = 0;
+  auto fresh = [&](const std::string& prefix) {
+    std::vector<std::string> ids;
+    for (int i = 0; i < streams; ++i) {
+      ids.push_back(absl::StrCat(prefix, session_counter++));
+      if (!CreateSession(*stub, ids.back())) ++failures;
+    }
+    return ids;
+  };
+  // Warm-up on both paths.
+  auto warm = fresh("warm-");
+  (void)GrpcChatTurn(*stub, warm[0], 8);
+  (void)HttpStreamTurn(port, warm[1 % streams], 8);
+  std::vector<double> grpc_tok_s, http_tok_s;
+  int grpc_tokens = 0, http_tokens = 0;           // per round (the same prompts: the same counts)
+  for (int round = 0; round < rounds; ++round) {  // interleaved: load drifts hit both alike
+    auto g = fresh("grpc-");
+    grpc_tok_s.push_back(Throughput(
+        streams, [&](int i) { return GrpcChatTurn(*stub, g[i], new_tokens); }, &failures,
+        &grpc_tokens));
+    auto h = fresh("http-");
+    http_tok_s.push_back(Throughput(
+        streams, [&](int i) { return HttpStreamTurn(port, h[i], new_tokens); }, &failures,
+        &http_tokens));
+  }
+  auto median = [](std::vector<double> v) {
+    std::sort(v.begin(), v.end());
+    return v[v.size() / 2];
+  };
+  json row = {{"streams", streams},
+              {"new_tokens_per_stream", new_tokens},
+              {"rounds", rounds},
+              {"grpc_tok_s", median(grpc_tok_s)},
+              {"http_tok_s", median(http_tok_s)},
+              {"grpc_tokens_per_round", grpc_tokens},
+              {"http_tokens_per_round", http_tokens},
+              {"failures", failures}};
+  row["http_over_grpc"] = row["http_tok_s"].get<double>() / row["grpc_tok_s"].get<double>();
+  return row;
+}
+
+json BenchIdleStreams(service::InferenceServer& server, int streams) {
+  // One descriptor per client socket and per server connection, plus gRPC's.
+  rlimit limit{};
+  getrlimit(RLIMIT_NOFILE, &limit);
+  limit.rlim_cur = limit.rlim_max;
+  setrlimit(RLIMIT_NOFILE, &limit);
+  auto stub = v1::InferenceService::NewStub(
+      grpc::CreateChannel(server.address(), grpc::InsecureChannelCredentials()));
+  const int port = server.http_port();
+  const int64_t threads_before = ProcStatus("Threads");
+  const int64_t rss_before_kb = ProcStatus("VmRSS");
+  // All clients on this one thread: requests written, answers never read while held.
+  net::io_context io;
+  std::vector<std::unique_ptr<net::ip::tcp::socket>> sockets;
+  int opened = 0;
+  for (int i = 0; i < streams; ++i) {
+    const std::string session = absl::StrCat("idle-", i);
+    if (!CreateSession(*stub, session)) continue;
+    auto socket = std::make_unique<net::ip::tcp::socket>(io);
+    beast::error_code ec;
+    socket->connect({net::ip::make_address("127.0.0.1"), static_cast<unsigned short>(port)}, ec);
+    if (ec) continue;
+    // Long turns: most wait for the scheduler, every stream stays open.
+    net::write(*socket, net::buffer(RequestText(port, ChatBody(session, 4000, true))), ec);
+    if (ec) continue;
+    sockets.push_back(std::move(socket));
+    ++opened;
+  }
+  std::this_thread::sleep_for(std::chrono::seconds(2));
+  const int64_t threads_held = ProcStatus("Threads");
+  const int64_t rss_held_kb = ProcStatus("VmRSS");
+  const size_t connections = server.http_open_connections();
+  for (auto& s : sockets) {  // leaving cancels the turns
+    beast::error_code ec;
+    s->close(ec);
+  }
+  sockets.clear();
+  return {{"streams_requested", streams},
+          {"streams_open", opened},
+          {"server_http_connections", connections},
+          {"threads_before", threads_before},
+          {"threads_with_streams_open", threads_held},
+          {"rss_mib_before", rss_before_kb / 1024.0},
+          {"rss_mib_with_streams_open", rss_held_kb / 1024.0},
+          {"rss_kib_per_stream", opened > 0 ? double(rss_held_kb - rss_before_kb) / opened : 0.0}};
+}
+
+}  // namespace kvfold::bench
