@@ -4,8 +4,8 @@
 // /v1/chat/completions, one connection per stream) against the same turns over gRPC
 // (Generate with the messages form) on the same replica, interleaved for `rounds` rounds;
 // the median of each. BenchIdleStreams: `streams` streamed chat completions held open at
-// once (long turns, most waiting for the scheduler; clients never read), the process's
-// thread count and RSS before and while they are open.
+// once (ephemeral 512-token chats, most waiting for the scheduler; clients never read),
+// the process's thread count and RSS before and while they are open.
 #ifndef KVFOLD_TOOLS_BENCH_SERVICE_BENCH_HTTP_H_
 #define KVFOLD_TOOLS_BENCH_SERVICE_BENCH_HTTP_H_
 
