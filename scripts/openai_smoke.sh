@@ -67,7 +67,7 @@ wait_line() {  # file pid pattern -> prints the rest of the first matching line
 "$PROJECTOR_TOOL" --model "$MODEL" --out "$WORK/projector" --mem_slots 16 --window 64 --chunk 32 \
   --heads 8 --seed 1 > "$WORK/projector.log" 2>&1
 echo "sk-kvfold-smoke tenant-smoke" > "$WORK/tokens"
-"$MEMORY_BIN" --listen 127.0.0.1:0 --db_dir "$WORK/db" > "$WORK/memory.out" 2> "$WORK/memory.log" &
+"$MEMORY_BIN" --listen 127.0.0.1:0 --db_dir "$WORK/db" --insecure_no_auth > "$WORK/memory.out" 2> "$WORK/memory.log" &
 PIDS+=($!)
 STORE="$(wait_line "$WORK/memory.out" $! "listening on ")"
 declare -A HTTP
