@@ -69,7 +69,7 @@ struct SequenceInput {
   RowSelect logits = RowSelect::kLast;
   RowSelect hidden = RowSelect::kNone;
   // 1: the last layer's residual output (before the final norm), [rows, hidden_size].
-  // 3: layers L-3, L-2, L-1 concatenated, [rows, 3 * hidden_size] (CONTRACTS.md).
+  // 3: layers L-3, L-2, L-1 concatenated, [rows, 3 * hidden_size] (docs/memory-mode.md).
   int hidden_layers = 1;
 };
 

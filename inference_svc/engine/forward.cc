@@ -1,5 +1,5 @@
 // Engine::Forward: the whole transformer pass for a ragged batch of sequences, top to
-// bottom. Row placement (segment, slot, position, visibility) follows CONTRACTS.md.
+// bottom. Row placement (segment, slot, position, visibility): docs/contracts.md.
 #include <algorithm>
 #include <cstring>
 

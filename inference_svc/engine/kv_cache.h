@@ -2,7 +2,7 @@
 // and a KvCache per sequence = PREFIX segment + MAIN segment, each a list of blocks.
 //
 // Layout of the pool (one backend Buffer): for each layer, k_cache and v_cache tensors
-// [num_blocks, block_size, num_kv_heads * head_dim] F32, keys UN-ROTATED (CONTRACTS.md).
+// [num_blocks, block_size, num_kv_heads * head_dim] F32, keys UN-ROTATED (docs/contracts.md).
 // With KvDType::kInt8 (KIVI, docs/engine.md "INT8 KV") each layer instead holds int8 key
 // and value codes of the same shape, fp16 key scales [num_blocks, kv_dim] (a key group is
 // one block) and fp16 value scales [num_blocks, block_size, ceil(kv_dim / value_group)], and a

@@ -2,7 +2,7 @@
 // the service treats all modes alike.
 //
 //   full / sliding / sink   CreatePlainSession() here (engine/plain_session.cc)
-//   memory / memory_only    H5's memory-mode session (inference_svc/memory/) implements
+//   memory / memory_only    the memory-mode session (inference_svc/memory/) implements
 //                           this same abstract class; its factory lives there.
 //
 // A session's persistent state is SessionState (maps 1:1 onto MemoryBlockHeader fields):
@@ -81,7 +81,7 @@ class Session {
   virtual absl::Status FinishAppend(const SequenceOutput& output) = 0;
 };
 
-// full, sliding or sink; InvalidArgument for memory modes (use H5's factory) or bad
+// full, sliding or sink; InvalidArgument for memory modes (use memory::CreateSession) or bad
 // geometry (window_size < 1, sink_tokens < 0).
 absl::StatusOr<std::unique_ptr<Session>> CreatePlainSession(Engine* engine,
                                                             const SessionOptions& options);

@@ -1,6 +1,6 @@
 // The MemoryProjector: folds rows X = concat(mem, H') into M new memory vectors.
-// Files, tensor names and the forward pass are fixed by /work/helpers/CONTRACTS.md and
-// documented in docs/memory-mode.md; the PyTorch trainer (tools/train_projector) mirrors
+// Files and tensor names are fixed by docs/contracts.md ("The MemoryProjector files"), the
+// forward pass by docs/memory-mode.md; the PyTorch trainer (tools/train_projector) mirrors
 // this code and a parity test holds the two together.
 //
 //   m   = queries + CrossAttn(LN_q(queries), LN_x(X))

@@ -60,7 +60,7 @@ absl::StatusOr<ModelFile> ParseLlama2c(std::shared_ptr<const std::string> bytes)
 // HF tensor names.
 std::string LayerTensorName(int layer, const char* suffix);  // "model.layers.N.<suffix>"
 
-// Model fingerprint (CONTRACTS.md): lower-case hex sha256 over CanonicalString() of the
+// Model fingerprint (docs/contracts.md, "Fingerprints"): lower-case hex sha256 over CanonicalString() of the
 // config followed by every tensor sorted by name (name, dtype, shape, raw bytes).
 std::string Fingerprint(const ModelFile& model);
 

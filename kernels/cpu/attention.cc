@@ -4,7 +4,7 @@
 // Per query row (AttnRow fields): keys = prefix entries [0, prefix_visible) at positions
 // base + j * stride, then main entries [lo, hi) at positions pos_lo + (j - lo). Each key
 // is read UN-ROTATED from the cache and rotated by its position now, which is what keeps
-// windowed positions exact forever (CONTRACTS.md). Scores are scaled, softmaxed with the
+// windowed positions exact forever (docs/contracts.md). Scores are scaled, softmaxed with the
 // max subtracted, and V is accumulated in key order. Everything for a row depends only on
 // that row's inputs: batch-invariant by construction.
 #include <algorithm>

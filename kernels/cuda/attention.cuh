@@ -1,5 +1,5 @@
 // Paged GQA attention over [prefix | main] with RoPE applied to the UN-ROTATED cached keys
-// by each entry's position (CONTRACTS.md), for decode and prefill alike.
+// by each entry's position (docs/contracts.md), for decode and prefill alike.
 //
 // Every query row carries kAttnRowStride int32 fields (the same layout as
 // kvfold::kernels::AttnRow in kernels/backend.h):

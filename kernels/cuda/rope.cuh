@@ -1,6 +1,6 @@
 // RoPE for queries (and any [num_tokens, heads, head_dim] tensor), HF rotate_half
 // convention, from a precomputed table. Keys are NOT rotated here: the cache keeps them
-// un-rotated and attention.cu rotates each key by its entry's position (CONTRACTS.md).
+// un-rotated and attention.cu rotates each key by its entry's position (docs/contracts.md).
 //
 // rope_table [rope_rows, head_dim] F32: row p = cos(p * inv_freq[i]) for i < head_dim/2,
 // then sin(p * inv_freq[i]). For pair i (i, i + head_dim/2):

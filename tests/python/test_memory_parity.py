@@ -2,7 +2,7 @@
 (decode path, several folds) vs the PyTorch student (kvfold_torch.memory) on a random tiny
 model and a random projector: max abs error < 1e-4 in fp32. Two projectors: one written by
 C++ `make_random_projector` (when built) and one exported by the PyTorch side (so both the
-loader and the exporter are held to CONTRACTS.md), input_layers 1 and 3.
+loader and the exporter are held to docs/contracts.md), input_layers 1 and 3.
 
 fp16 memory: the C++ session rounds every new memory to fp16 (MemorySessionOptions::
 fp16_memory, default on) and the student mirrors it. Rounding turns a 1e-6 fp32 difference

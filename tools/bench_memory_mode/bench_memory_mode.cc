@@ -155,7 +155,7 @@ absl::Status MakeSession(engine::Engine& engine, const memory::Projector* projec
   return absl::OkStatus();
 }
 
-// Accepts --flag-name as well as absl's --flag_name (CONTRACTS.md spells flags with dashes).
+// Accepts --flag-name as well as absl's --flag_name (the docs spell flags with dashes).
 void DashesToUnderscores(int argc, char** argv) {
   for (int i = 1; i < argc; ++i) {
     if (std::strncmp(argv[i], "--", 2) != 0) continue;

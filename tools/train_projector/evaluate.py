@@ -1,5 +1,5 @@
 #!/usr/bin/python3
-"""PyTorch-side evaluation of kvfold's KV modes (issue 6; results in docs/quality.md).
+"""PyTorch-side evaluation of kvfold's KV modes (results in docs/quality.md).
 
 Same model, same held-out text, same positions for every mode:
   full          full causal context

@@ -1,5 +1,5 @@
 #!/usr/bin/python3
-"""Train a kvfold MemoryProjector by distillation (issue 6; docs/training.md).
+"""Train a kvfold MemoryProjector by distillation (docs/training.md).
 
 The base model is frozen; only the projector trains. Per batch of documents:
   teacher = the base model with full causal context;

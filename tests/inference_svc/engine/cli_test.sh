@@ -23,6 +23,12 @@ cmp "$T/gen.txt" "$T/expected.txt"
 "$KVFOLD" info --model "$S/stories260K.bin" --json | grep model_fingerprint > "$T/fp1"
 "$KVFOLD" info --model "$T/hf" --json | grep model_fingerprint > "$T/fp2"
 cmp "$T/fp1" "$T/fp2"
+# A SentencePiece tokenizer is copied as tokenizer.model, where the lookup finds it.
+"$KVFOLD" convert --llama2c "$S/stories260K.bin" --out "$T/hf_sp" --tokenizer "$S/tok512.model" > /dev/null
+test -f "$T/hf_sp/tokenizer.model"
+"$KVFOLD" tokenize --model "$T/hf_sp" --text "Once upon a time" > "$T/ids_sp"
+"$KVFOLD" tokenize --tokenizer "$S/tok512.model" --text "Once upon a time" > "$T/ids_ref"
+cmp "$T/ids_sp" "$T/ids_ref"
 "$KVFOLD" generate --model "$T/hf" --prompt "Once upon a time" --max-new-tokens 20 --json \
   --mode sink --window 16 --sink 2 --temperature 0.8 --top-p 0.9 --seed 3 > "$T/gen.json"
 grep -q '"generated_tokens":20' "$T/gen.json"
@@ -52,7 +58,12 @@ set +e
 head -c 100 "$S/stories260K.bin" > "$T/trunc.bin"
 "$KVFOLD" info --model "$T/trunc.bin" 2> "$T/trunc.err"; rc2=$?
 "$KVFOLD" logits --model "$T/hf" --tokens 1 --out "$T/x.bin" --kv-dtype fp8 2> "$T/dtype.err"; rc3=$?
+# A tokenizer that does not load is refused before anything is written.
+cp "$S/tok512.bin" "$T/not_sp.model"
+"$KVFOLD" convert --llama2c "$S/stories260K.bin" --out "$T/hf_bad" --tokenizer "$T/not_sp.model" 2> /dev/null; rc4=$?
 set -e
+test "$rc4" -eq 2
+test ! -e "$T/hf_bad"
 test "$rc1" -eq 2
 test "$rc2" -eq 2
 test "$rc3" -eq 2

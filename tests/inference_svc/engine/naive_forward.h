@@ -131,7 +131,7 @@ inline NaiveOutput NaiveForward(const model::ModelFile& m, const std::vector<Nai
   return out;
 }
 
-// Rows for a token sequence under each plain mode's position rule (CONTRACTS.md).
+// Rows for a token sequence under each plain mode's position rule (docs/contracts.md).
 inline std::vector<NaiveRow> NaiveRowsForMode(const model::ModelFile& m,
                                               const std::vector<int>& ids,
                                               const std::string& mode, int window, int sink) {

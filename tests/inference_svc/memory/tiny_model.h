@@ -1,6 +1,6 @@
 // Test helpers for memory-mode tests: a random Llama model built in memory (odd shapes),
 // an engine on the CPU backend, and a naive double-precision reference forward pass with
-// an explicit mask and explicit positions, written from CONTRACTS.md independently of the
+// an explicit mask and explicit positions, written from docs/contracts.md independently of the
 // engine.
 #ifndef KVFOLD_TESTS_INFERENCE_SVC_MEMORY_TINY_MODEL_H_
 #define KVFOLD_TESTS_INFERENCE_SVC_MEMORY_TINY_MODEL_H_

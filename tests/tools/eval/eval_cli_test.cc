@@ -262,7 +262,7 @@ TEST_F(EvalCliTest, BadFlagsExitTwoWithAMessage) {
   EXPECT_NE(out.find("cannot open --text"), std::string::npos) << out;
 }
 
-// The protocol reproduces the reference loss of stories260K (/work/shared/models/README.md):
+// The protocol reproduces the published reference loss of stories260K:
 // first 100 stories, BOS + llama2.c encode, truncated to 512, full context: 1.408
 // nats/token over 37,072 predicted tokens.
 TEST(EvalStories260KTest, FullModeReproducesTheReferenceLoss) {

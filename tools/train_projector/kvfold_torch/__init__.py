@@ -4,6 +4,6 @@ Modules:
   safetensors_io  minimal safetensors reader/writer (no external package).
   llama           Llama-family model (HF directories and llama2.c checkpoints).
   tokenizer       llama2.c tokenizer.bin encode/decode.
-  projector       the MemoryProjector (docs/memory-mode.md, CONTRACTS.md).
+  projector       the MemoryProjector (docs/memory-mode.md, docs/contracts.md).
   memory          memory-mode student (teacher-forced segments) and window modes.
 """

@@ -1,4 +1,4 @@
-"""Memory mode (issue 5 / docs/memory-mode.md) in PyTorch, plus the windowed baselines.
+"""Memory mode (docs/memory-mode.md) in PyTorch, plus the windowed baselines.
 
 Decode semantics mirrored exactly (session state = (mem, w)):
   feed token x: w.append(x); logits(x) = Forward(mem, w)[last]

@@ -1,4 +1,4 @@
-"""The MemoryProjector, exactly per CONTRACTS.md ("MemoryProjector files"):
+"""The MemoryProjector, exactly per docs/contracts.md ("The MemoryProjector files"):
 
   X = concat(mem, H')   (H' = H, or in_proj(H) when input_layers == 3; X = H' if no mem)
   m = queries + CrossAttn(LN_q(queries), LN_x(X))
@@ -8,7 +8,7 @@
 
 Attention: num_heads heads of head_dim = d / num_heads, scores / sqrt(head_dim), softmax over
 all keys (no mask), heads concatenated, then the o projection. Everything fp32.
-Files: projector.json + projector.safetensors (tensor names as in CONTRACTS.md).
+Files: projector.json + projector.safetensors (tensor names as in docs/contracts.md).
 """
 import hashlib
 import json
