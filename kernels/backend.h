@@ -15,7 +15,7 @@
 // - Batch invariance: each output row of MatMul/RmsNorm/Attention/... is computed with an
 //   accumulation order that depends only on that row's data, never on how many rows are
 //   in the call or where the row sits. This is what makes prefill of n tokens and n
-//   single-token decodes bit-identical (CONTRACTS.md, "Bitwise rule").
+//   single-token decodes bit-identical (docs/contracts.md, "Bitwise rule").
 //
 // Shapes in comments are [rows, cols] in elements; all activations are F32; weights may be
 // F32, F16 or BF16 (converted on the fly); KV cache entries are F32 (or INT8 codes with
@@ -244,9 +244,9 @@ class Backend {
 };
 
 struct CpuBackendOptions {
-  // Worker threads for ops (including the caller). 0 = hardware concurrency.
+  // Worker threads for ops (including the caller). 0 = AvailableCpus() (common/cpus.h).
   int num_threads = 0;
-  // true: the plain scalar reference kernels (kernels/cpu/reference_ops.cc).
+  // true: the plain scalar reference kernels (the *Reference functions, kernels/cpu/cpu_ops.h).
   // false: the optimised kernels (threads, AVX2/FMA when the CPU has them).
   // Default: false.
   bool reference = false;
@@ -254,7 +254,7 @@ struct CpuBackendOptions {
 
 std::unique_ptr<Backend> CreateCpuBackend(const CpuBackendOptions& options);
 
-// Defined in kernels/cuda/ (H7) when KVFOLD_HAVE_CUDA is defined; Unavailable without a
+// Defined in kernels/cuda/ when KVFOLD_HAVE_CUDA is defined; Unavailable without a
 // usable device.
 absl::StatusOr<std::unique_ptr<Backend>> CreateCudaBackend(int device);
 

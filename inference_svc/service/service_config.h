@@ -35,7 +35,7 @@ struct ServiceConfig {
   std::string listen = "127.0.0.1:7071";
   // Backend name for the engine's factory: "cpu" (always), "cuda" (when built).
   std::string backend = "cpu";
-  // Compute threads; 0 = hardware concurrency.
+  // Compute threads; 0 = the CPUs this process may use (cgroup CPU quota, common/cpus.h).
   int threads = 0;
   // KV pool the admission policy measures against. Default: 1 GiB.
   uint64_t kv_pool_bytes = 1ull << 30;

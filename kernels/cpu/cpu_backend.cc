@@ -8,6 +8,7 @@
 #include <thread>
 
 #include "absl/strings/str_cat.h"
+#include "common/cpus.h"
 #include "kernels/backend.h"
 #include "kernels/cpu/cpu_ops.h"
 #include "kernels/cpu/elementwise.h"
@@ -89,7 +90,7 @@ class CpuBackend : public Backend {
         pool_(options.reference ? 1
                                 : (options.num_threads > 0
                                        ? options.num_threads
-                                       : static_cast<int>(std::max(1u, std::thread::hardware_concurrency())))) {}
+                                       : AvailableCpus())) {}
 
   std::string Name() const override { return reference_ ? "cpu-ref" : "cpu"; }
   bool SupportsQ8Weights() const override { return true; }
