@@ -37,9 +37,11 @@ InferenceServiceImpl::InferenceServiceImpl(const ServiceDeps& deps)
       config_(*deps.config),
       replica_name_(deps.config->replica_name.empty() ? deps.config->listen
                                                       : deps.config->replica_name),
-      // The KV pool holds F32 K and V for every layer (kernels/backend.h).
-      kv_bytes_per_token_(2ull * deps.engine->config().num_layers *
-                          deps.engine->config().kv_dim() * sizeof(float)),
+      // What one token costs in this engine's pool, in its KV dtype (int8: codes plus its
+      // share of the fp16 scales), all layers, K and V; rounded up.
+      kv_bytes_per_token_((deps.engine->pool().bytes_per_block() +
+                           deps.engine->pool().block_size() - 1) /
+                          deps.engine->pool().block_size()),
       served_spec_(SpecOf(deps.engine->config())) {}
 
 absl::StatusOr<runtime::Caller> InferenceServiceImpl::Authenticate(

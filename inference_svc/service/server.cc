@@ -204,6 +204,9 @@ absl::StatusOr<std::unique_ptr<InferenceServer>> InferenceServer::Start(
   server->address_ = absl::StrCat(host, ":", bound_port);
   if (c.replica_name.empty()) server->service_->set_replica_name(server->address_);
   auto* health = server->server_->GetHealthCheckService();
+  // Probes may ask for "" (the server) or for the service by name; SetServingStatus(bool)
+  // below then moves both.
+  health->SetServingStatus(v1::InferenceService::service_full_name(), false);
   health->SetServingStatus(false);
 
   server->RegisterReplicaMetrics();

@@ -1,6 +1,7 @@
 // grpc.health.v1.Health/Check for tests, through a generic stub (the health proto's C++
-// header is not packaged): request = empty message, response = field 1 (status) as a
-// varint. Returns 1 SERVING, 2 NOT_SERVING, 0 UNKNOWN, -1 when the call failed.
+// header is not packaged): request = field 1 (service name, empty: the whole server),
+// response = field 1 (status) as a varint. Returns 1 SERVING, 2 NOT_SERVING, 0 UNKNOWN, -1
+// when the call failed (NOT_FOUND: a service the server does not report on).
 #ifndef KVFOLD_TESTS_COMMON_HEALTH_CHECK_H_
 #define KVFOLD_TESTS_COMMON_HEALTH_CHECK_H_
 
@@ -18,13 +19,17 @@ namespace kvfold::testing {
 constexpr int kHealthServing = 1;
 constexpr int kHealthNotServing = 2;
 
-inline int HealthCheck(const std::string& address) {
+inline int HealthCheck(const std::string& address, const std::string& service = "") {
   auto channel = grpc::CreateChannel(address, grpc::InsecureChannelCredentials());
   grpc::GenericStub stub(channel);
   grpc::ClientContext context;
   context.set_deadline(std::chrono::system_clock::now() + std::chrono::seconds(5));
-  grpc::Slice empty;
-  grpc::ByteBuffer request(&empty, 1);
+  std::string request_bytes;
+  if (!service.empty()) {  // names < 128 bytes: a one-byte length
+    request_bytes = std::string("\x0a") + static_cast<char>(service.size()) + service;
+  }
+  grpc::Slice request_slice(request_bytes);
+  grpc::ByteBuffer request(&request_slice, 1);
   grpc::ByteBuffer response;
   std::mutex mu;
   std::condition_variable cv;

@@ -347,6 +347,28 @@ TEST_F(ServiceTest, BadInputForEveryRpc) {
   }
 }
 
+// GetModelInfo reports what a token costs in the pool's own KV dtype: with int8 KV the
+// codes plus their share of the fp16 scales, not the f32 size (which overstated it ~3.7x).
+TEST_F(ServiceTest, KvBytesPerTokenFollowsTheKvDtype) {
+  auto bytes_per_token = [this] {
+    grpc::ClientContext context;
+    v1::ModelInfo info;
+    EXPECT_TRUE(stub_->GetModelInfo(&context, v1::GetModelInfoRequest(), &info).ok());
+    return info;
+  };
+  const v1::ModelInfo f32 = bytes_per_token();
+  const uint64_t kv_dim = uint64_t{f32.num_kv_heads()} * f32.head_dim();
+  EXPECT_EQ(f32.kv_bytes_per_token(), 2u * f32.num_layers() * kv_dim * 4);
+  StartReplica(64 << 20, "", "", [](ServiceConfig& c) { c.kv_dtype = engine::KvDType::kInt8; });
+  const v1::ModelInfo int8 = bytes_per_token();
+  const uint64_t block = engine::EngineOptions().block_size;
+  const uint64_t block_bytes = engine::KvBlockBytes(
+      engine::KvDType::kInt8, static_cast<int>(f32.num_layers()), static_cast<int>(kv_dim),
+      static_cast<int>(block), engine::EngineOptions().kv_value_group);
+  EXPECT_EQ(int8.kv_bytes_per_token(), (block_bytes + block - 1) / block);
+  EXPECT_GT(f32.kv_bytes_per_token(), 3 * int8.kv_bytes_per_token());
+}
+
 // A turn whose reservation can never fit the pool is refused before any token, without a
 // retry hint (retrying cannot help).
 TEST_F(ServiceTest, AdmissionRefusesATurnLargerThanThePool) {
@@ -514,12 +536,17 @@ TEST_F(ServiceTest, HealthFollowsTheStore) {
     if (status != kServing) std::this_thread::sleep_for(std::chrono::milliseconds(100));
   }
   EXPECT_EQ(status, kServing);
+  // Probes that name the service get the same answer; an unknown name is not found.
+  const std::string service = v1::InferenceService::service_full_name();
+  EXPECT_EQ(kvfold::testing::HealthCheck(server_->address(), service), kServing);
+  EXPECT_EQ(kvfold::testing::HealthCheck(server_->address(), "no.such.Service"), -1);
   (void)store_->Shutdown(absl::ZeroDuration());
   for (int i = 0; i < 50 && status != kNotServing; ++i) {
     std::this_thread::sleep_for(std::chrono::milliseconds(100));
     status = kvfold::testing::HealthCheck(server_->address());
   }
   EXPECT_EQ(status, kNotServing);
+  EXPECT_EQ(kvfold::testing::HealthCheck(server_->address(), service), kNotServing);
   // Calls that need the store are UNAVAILABLE meanwhile.
   grpc::ClientContext context;
   v1::GetSessionRequest get;
