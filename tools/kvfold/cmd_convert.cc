@@ -3,11 +3,13 @@
 // directory or a llama2.c file) to an HF-style directory (config.json + model.safetensors,
 // HF tensor names and rotate_half q/k layout). With f32 (the default) the fingerprint of a
 // llama2.c source is unchanged. q8: weight matrices as Q8 (docs/model-format.md), norms
-// and biases F32. --tokenizer copies the tokenizer file next to the model.
+// and biases F32. --tokenizer copies the tokenizer next to the model as tokenizer.json,
+// tokenizer.model or tokenizer.bin (by its extension), the names the lookup finds.
 #include <cstdio>
 #include <filesystem>
 
 #include "inference_svc/model/model_file.h"
+#include "inference_svc/tokenizer/tokenizer.h"
 #include "tools/kvfold/cli_engine.h"
 #include "tools/kvfold/command.h"
 
@@ -24,6 +26,11 @@ int RunConvert(int argc, char** argv) {
     if (!flags.ok()) std::fprintf(stderr, "kvfold convert: %s\n", std::string(flags.status().message()).c_str());
     std::fprintf(flags.ok() && flags->count("help") ? stdout : stderr, "%s", kUsage);
     return flags.ok() && flags->count("help") ? 0 : 2;
+  }
+  // A tokenizer that does not load is refused before anything is written.
+  if (flags->count("tokenizer")) {
+    absl::StatusOr<std::unique_ptr<Tokenizer>> tokenizer = Tokenizer::Load(flags->at("tokenizer"));
+    if (!tokenizer.ok()) return FailWith("convert", tokenizer.status());
   }
   const std::string dtype_name = flags->count("dtype") ? flags->at("dtype") : "f32";
   kernels::DType dtype;
@@ -49,8 +56,14 @@ int RunConvert(int argc, char** argv) {
     namespace fs = std::filesystem;
     const fs::path src = flags->at("tokenizer");
     std::error_code ec;
-    fs::copy_file(src, fs::path(flags->at("out")) / src.filename(),
-                  fs::copy_options::overwrite_existing, ec);
+    // Under the name Tokenizer::FindNextToModel looks for (tokenizer.json/.model/.bin, by
+    // the source's extension), so that the converted directory works as --model on its own.
+    const std::string ext = src.extension().string();
+    const char* name = ext == ".json"    ? "tokenizer.json"
+                       : ext == ".model" ? "tokenizer.model"
+                                         : "tokenizer.bin";
+    fs::copy_file(src, fs::path(flags->at("out")) / name, fs::copy_options::overwrite_existing,
+                  ec);
     if (ec) {
       std::fprintf(stderr, "kvfold convert: cannot copy %s: %s\n", src.c_str(), ec.message().c_str());
       return 1;
