@@ -329,6 +329,12 @@ TEST(ServiceCliTest, ChatAndSessionsCommands) {
   EXPECT_EQ(Capture(kvfold + " sessions frobnicate x" + a + " 2>/dev/null").first, 2);
   EXPECT_EQ(Capture(kvfold + " chat --bogus" + a + " 2>/dev/null").first, 2);
   EXPECT_EQ(Capture(kvfold + " chat --session cli --prompt x --temperature -1" + a + " 2>/dev/null").first, 2);
+  // A refused request leaves no session behind: bad sampling is caught before creating it,
+  // and a turn the replica refuses (over its max_new_tokens cap) deletes the session made for it.
+  EXPECT_EQ(Capture(kvfold + " chat --session orphan1 --prompt x --temperature -1" + a + " 2>/dev/null").first, 2);
+  EXPECT_EQ(Capture(kvfold + " sessions show orphan1" + a + " 2>/dev/null").first, 2);  // NOT_FOUND
+  EXPECT_EQ(Capture(kvfold + " chat --session orphan2 --prompt x --max_new_tokens 1000000" + a + " 2>/dev/null").first, 2);
+  EXPECT_EQ(Capture(kvfold + " sessions show orphan2" + a + " 2>/dev/null").first, 2);
   // An unreachable replica is a runtime failure (exit 1).
   EXPECT_EQ(Capture(kvfold + " sessions ls --target 127.0.0.1:1 --deadline_s 2 2>/dev/null").first, 1);
 }

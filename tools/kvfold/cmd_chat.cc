@@ -11,6 +11,7 @@
 
 #include "absl/strings/str_cat.h"
 #include "common/grpc_status.h"
+#include "inference_svc/engine/sampler.h"
 #include "tools/kvfold/cli_client.h"
 #include "tools/kvfold/command.h"
 
@@ -67,6 +68,26 @@ absl::Status EnsureSession(v1::InferenceService::Stub& stub, const ClientOptions
                KvModeName(created.config().mode()).c_str(),
                static_cast<unsigned long long>(created.head_version()));
   return absl::OkStatus();
+}
+
+// engine::SamplingParams::Validate on the request's sampling fields.
+absl::Status ValidateSampling(const v1::SamplingParams& p) {
+  engine::SamplingParams e;
+  e.temperature = p.temperature();
+  e.top_k = p.top_k();
+  e.top_p = p.top_p();
+  e.max_new_tokens = p.max_new_tokens();
+  return e.Validate();
+}
+
+void DeleteQuietly(v1::InferenceService::Stub& stub, const ClientOptions& options,
+                   const std::string& session_id) {
+  grpc::ClientContext context;
+  PrepareContext(options, &context);
+  v1::DeleteSessionRequest request;
+  request.set_session_id(session_id);
+  v1::DeleteSessionResponse response;
+  (void)stub.DeleteSession(&context, request, &response);
 }
 
 absl::StatusOr<v1::SamplingParams> SamplingFromArgs(const ParsedArgs& args) {
@@ -167,6 +188,9 @@ int RunChat(int argc, char** argv) {
   if (!options.ok()) return ReportError("chat", options.status());
   auto sampling = SamplingFromArgs(*args);
   if (!sampling.ok()) return ReportError("chat", sampling.status());
+  // The engine's own rules, checked before a session is created for a turn the replica
+  // would refuse.
+  if (absl::Status s = ValidateSampling(*sampling); !s.ok()) return ReportError("chat", s);
   auto channel = MakeChannel(*options);
   if (!channel.ok()) return ReportError("chat", channel.status());
   auto stub = v1::InferenceService::NewStub(*channel);
@@ -183,7 +207,13 @@ int RunChat(int argc, char** argv) {
   if (args->Has("prompt")) {
     absl::Status s = RunTurn(*stub, *options, session_id, args->Get("prompt"), *sampling,
                              print_usage, json, &input);
-    return s.ok() ? 0 : ReportError("chat", s);
+    if (s.ok()) return 0;
+    // A session made for a turn the replica refused holds nothing: do not leave it behind.
+    if (created && (s.code() == absl::StatusCode::kInvalidArgument ||
+                    s.code() == absl::StatusCode::kResourceExhausted)) {
+      DeleteQuietly(*stub, *options, session_id);
+    }
+    return ReportError("chat", s);
   }
   std::string line;
   int rc = 0;
