@@ -102,6 +102,8 @@ struct Streams {
   std::mutex mu;
 };
 
+constexpr uint64_t kMaxVersionsPerClient = 150;
+
 void StreamPuts(const std::vector<std::string>& replicas, int clients, std::atomic<bool>& stop,
                 Streams& out) {
   out.acked.assign(clients, {});
@@ -113,7 +115,9 @@ void StreamPuts(const std::vector<std::string>& replicas, int clients, std::atom
       StorePutOptions options;
       options.chunk_bytes = 64 << 10;
       options.call.timeout = absl::Seconds(60);
-      while (!stop) {
+      // Paced and capped: the memstore OSDs hold every byte in RAM (512 MiB each).
+      while (!stop && head < kMaxVersionsPerClient) {
+        absl::SleepFor(absl::Milliseconds(20));
         StoreClient client = ClientFor(replicas[at]);
         const TestBlock b = BlockFor(c, head + 1);
         absl::StatusOr<v1::PutBlockResponse> r =
