@@ -15,7 +15,7 @@ bundles kustomize), then the rendered objects are checked against the rules of i
                  ConfigMap mounted where --flagfile points; the model staged by the
                  kvfold-stage-model init step into a volume --model is under; termination
                  grace >= drain delay + drain timeout; /metrics bound to all interfaces.
-  dev            one replica each, CPU, --insecure-no-auth given explicitly to both servers.
+  dev            one replica each, CPU, --insecure_no_auth given explicitly to both servers.
   prod           HPA on a custom per-pod metric served by prometheus-adapter's rules plus
                  CPU; PodDisruptionBudgets for both workloads; NetworkPolicies (store only
                  from inference pods, inference only from the ingress namespace, default
@@ -184,7 +184,7 @@ def check_pod(errors, w, docs):
             errors.append(f"{cw}: {probe} port {port} is not a containerPort")
         if "grpc" in p or ("httpGet" in p and p["httpGet"].get("path") == "/readyz"):
             ready_probes += probe != "livenessProbe"
-        if "grpc" in p and w.flags.get("--tls-cert"):
+        if "grpc" in p and w.flags.get("--tls_cert"):
             errors.append(f"{cw}: {probe} is a gRPC probe on a TLS port (Kubernetes' gRPC "
                           "probe speaks plaintext only)")
     return ready_probes
@@ -209,7 +209,7 @@ def check_services(errors, docs, w, headless_needed):
 
 def check_memory(errors, docs, w, inf):
     ready = check_pod(errors, w, docs)
-    if ready < 2 and not w.flags.get("--tls-cert"):
+    if ready < 2 and not w.flags.get("--tls_cert"):
         errors.append(f"{w.kind} {w.name}: startup and readiness must be gRPC health probes")
     for flag in ("--listen",):
         if flag not in w.flags:
@@ -221,9 +221,9 @@ def check_memory(errors, docs, w, inf):
         for t in templates.values():
             if "storage" not in t["spec"].get("resources", {}).get("requests", {}):
                 errors.append(f"PVC template {t['metadata']['name']} requests no storage")
-        db_dir = w.flags.get("--db-dir")
+        db_dir = w.flags.get("--db_dir")
         if not any(w.mounts().get(db_dir) == n for n in templates):
-            errors.append(f"--db-dir {db_dir} is not on a volumeClaimTemplate mount")
+            errors.append(f"--db_dir {db_dir} is not on a volumeClaimTemplate mount")
         svcs = check_services(errors, docs, w, headless_needed=True)
         headless = [s["metadata"]["name"] for s in svcs if s["spec"].get("clusterIP") == "None"]
         if w.spec.get("serviceName") not in headless:
@@ -232,14 +232,14 @@ def check_memory(errors, docs, w, inf):
         if w.flags.get("--backend") != "rados":
             errors.append("a memory Deployment must run the rados backend (RocksDB has one writer)")
         svcs = check_services(errors, docs, w, headless_needed=False)
-    store = inf.flags.get("--memory-store", "") if inf else ""
+    store = inf.flags.get("--memory_store", "") if inf else ""
     host, _, port = str(store).partition(":")
     if not any(s["metadata"]["name"] == host and s["spec"].get("clusterIP") != "None" and
                any(str(p["port"]) == port for p in s["spec"]["ports"]) for s in svcs):
-        errors.append(f"--memory-store {store} is not the memory_svc client Service")
-    drain = float(w.flags.get("--drain-seconds", 10))
+        errors.append(f"--memory_store {store} is not the memory_svc client Service")
+    drain = float(w.flags.get("--drain_seconds", 10))
     if w.pod.get("terminationGracePeriodSeconds", 30) < drain:
-        errors.append("memory_svc terminationGracePeriodSeconds is shorter than --drain-seconds")
+        errors.append("memory_svc terminationGracePeriodSeconds is shorter than --drain_seconds")
 
 
 def check_model_staging(errors, w):
@@ -274,7 +274,7 @@ def check_inference(errors, docs, w, profile):
     if ready < 2:
         errors.append(f"Deployment {w.name}: startup and readiness must be gRPC health or "
                       "/readyz probes")
-    for flag in ("--model", "--memory-store", "--listen"):
+    for flag in ("--model", "--memory_store", "--listen"):
         if flag not in w.flags:
             errors.append(f"inference flags: missing {flag}")
     svcs = check_services(errors, docs, w, headless_needed=True)
@@ -282,16 +282,16 @@ def check_inference(errors, docs, w, profile):
                any(p.get("name") == "grpc" for p in s["spec"].get("ports", [])) for s in svcs):
         errors.append("inference: no headless gRPC Service for client-side round robin")
     check_model_staging(errors, w)
-    metrics = str(w.flags.get("--metrics-listen", ""))
+    metrics = str(w.flags.get("--metrics_listen", ""))
     if not metrics.startswith("0.0.0.0:") and not metrics.startswith("[::]:"):
-        errors.append(f"inference --metrics-listen {metrics or '(unset)'} is not on all interfaces")
+        errors.append(f"inference --metrics_listen {metrics or '(unset)'} is not on all interfaces")
     elif int(metrics.rsplit(":", 1)[1]) not in w.ports():
-        errors.append(f"inference --metrics-listen port {metrics} is not a containerPort")
+        errors.append(f"inference --metrics_listen port {metrics} is not a containerPort")
     grace = w.pod.get("terminationGracePeriodSeconds", 30)
-    drain = float(w.flags.get("--drain-delay", 0)) + float(w.flags.get("--drain-timeout-s", 30))
+    drain = float(w.flags.get("--drain_delay", 0)) + float(w.flags.get("--drain_timeout_s", 30))
     if grace < drain:
         errors.append(f"inference terminationGracePeriodSeconds {grace} is shorter than "
-                      f"--drain-delay + --drain-timeout-s ({drain:g})")
+                      f"--drain_delay + --drain_timeout_s ({drain:g})")
     if profile in ("prod", "gpu"):
         if "replicas" in w.spec:
             errors.append("inference Deployment sets replicas although an HPA owns the count")
@@ -303,20 +303,20 @@ def check_inference(errors, docs, w, profile):
 
 def check_auth(errors, w, profile):
     what = f"{w.kind} {w.name}"
-    tokens, insecure = "--tokens-file" in w.flags, w.flags.get("--insecure-no-auth") is True
+    tokens, insecure = "--tokens_file" in w.flags, w.flags.get("--insecure_no_auth") is True
     if profile == "base":
         return
     if tokens == insecure:
-        errors.append(f"{what}: exactly one of --tokens-file and --insecure-no-auth")
+        errors.append(f"{what}: exactly one of --tokens_file and --insecure_no_auth")
     if profile == "dev" and not insecure:
-        errors.append(f"{what}: dev must pass --insecure-no-auth explicitly")
+        errors.append(f"{what}: dev must pass --insecure_no_auth explicitly")
     if profile in ("prod", "gpu"):
         if insecure:
-            errors.append(f"{what}: --insecure-no-auth in production")
+            errors.append(f"{what}: --insecure_no_auth in production")
         secret_mounts = {p for p, name in w.mounts().items() if "secret" in w.volumes().get(name, {})}
-        for flag in ("--tokens-file", "--tls-cert", "--tls-key", "--store-token-file",
-                     "--memory-store-tls-ca"):
-            if flag in ("--store-token-file", "--memory-store-tls-ca") and "memory" in w.name:
+        for flag in ("--tokens_file", "--tls_cert", "--tls_key", "--store_token_file",
+                     "--memory_store_tls_ca"):
+            if flag in ("--store_token_file", "--memory_store_tls_ca") and "memory" in w.name:
                 continue
             path = str(w.flags.get(flag, ""))
             if not path:
@@ -463,8 +463,8 @@ def mutations(profile):
         (lambda ds: pod(ds, "kvfold-memory").pop("serviceAccountName"), "ServiceAccount of its own"),
         (lambda ds: pod(ds).update(terminationGracePeriodSeconds=5), "is shorter than"),
         (lambda ds: pod(ds).pop("initContainers"), "kvfold-stage-model"),
-        (lambda ds: args(ds).append("--metrics-listen=127.0.0.1:9091")
-         if not any(a.startswith("--metrics-listen") for a in args(ds)) else None, "set twice"),
+        (lambda ds: args(ds).append("--metrics_listen=127.0.0.1:9091")
+         if not any(a.startswith("--metrics_listen") for a in args(ds)) else None, "set twice"),
         (lambda ds: [ds.remove(s) for s in find(ds, "Service", "inference-svc-headless")],
          "round robin"),
     ]
@@ -480,8 +480,8 @@ def mutations(profile):
     if profile == "dev":
         cases += [
             (lambda ds: [find(ds, "ConfigMap")[0]["data"].update(
-                {k: v.replace("--insecure-no-auth", "") for k, v in
-                 find(ds, "ConfigMap")[0]["data"].items()})], "--insecure-no-auth"),
+                {k: v.replace("--insecure_no_auth", "") for k, v in
+                 find(ds, "ConfigMap")[0]["data"].items()})], "--insecure_no_auth"),
         ]
     if profile in ("prod", "gpu"):
         cases += [

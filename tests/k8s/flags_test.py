@@ -4,9 +4,8 @@
 Renders k8s/base and every overlay (kubectl kustomize, as validate_manifests.py does),
 collects each server container's flags (its --flagfile from the flags ConfigMap plus its
 args) and checks each name against the flags the built binary lists in --help. A renamed
-or misspelt flag would otherwise only show as a crash-looping pod. The manifests spell
-flags kebab-case; a binary whose --help lists snake_case flags is compared with '-' read
-as '_'. Skipped (exit 77) without kubectl.
+or misspelt flag would otherwise only show as a crash-looping pod. Names are compared
+exactly as the binary spells them (no '-'/'_' folding). Skipped (exit 77) without kubectl.
 
 usage: flags_test.py KVFOLD_INFERENCE_BIN KVFOLD_MEMORY_BIN
 """
@@ -21,18 +20,12 @@ import validate_manifests as vm  # noqa: E402
 
 
 def accepted_flags(binary):
-    """The flags `binary --help` lists, and whether it spells them kebab-case."""
+    """The flags `binary --help` lists."""
     flags = set()
     for help_flag in ("--help", "--helpfull"):  # absl's --help lists only some flags
         out = subprocess.run([binary, help_flag], capture_output=True, text=True, timeout=30)
         flags |= set(re.findall(r"(--[a-z0-9][a-z0-9_-]*)", out.stdout + out.stderr))
-    kebab = any("-" in f[2:] for f in flags) and not any("_" in f for f in flags)
-    return flags, kebab
-
-
-def spelled(flag, kebab):
-    """A manifest's kebab-case flag as a binary still on snake_case flags spells it."""
-    return flag if kebab else "--" + flag[2:].replace("-", "_")
+    return flags
 
 
 def main():
@@ -51,16 +44,13 @@ def main():
             if w is None:
                 problems.append(f"{directory}: no workload {name}")
                 continue
-            flags, kebab = accepted[name]
+            flags = accepted[name]
             for flag in w.flags:
                 checked += 1
-                if spelled(flag, kebab) not in flags:
+                if flag not in flags:
                     problems.append(f"{os.path.basename(directory)}: {name} does not accept {flag}")
     for p in problems:
         print("flags_test:", p)
-    for name, (_, kebab) in accepted.items():
-        if not kebab:
-            print(f"flags_test: note: {name} lists snake_case flags; compared with - read as _")
     print(f"flags_test: {checked} flags in {len(dirs)} kustomizations: "
           f"{'OK' if not problems else f'{len(problems)} unknown'}")
     return 1 if problems else 0
