@@ -5,6 +5,10 @@ Runs ldd on the built binaries, maps each library to its Debian package (dpkg -S
 checks that the runtime package list of docker/Dockerfile (stage runtime-deps), with the
 packages it depends on, holds it, or that debootstrap's minbase already has it (essential
 packages). scripts/build_image.sh (RUNTIME_PACKAGES) must list the same packages.
+Libraries of the CUDA toolkit (a build with the CUDA backend links libcudart and libcublas
+from CUDA_ROOT, /usr/local/cuda) are not Debian packages: the cuda image installs them from
+NVIDIA's repository (cuda-cudart, libcublas), so they are checked against that stage's list
+instead.
 
 usage: image_packages_test.py SOURCE_DIR BINARY...
 """
@@ -50,12 +54,35 @@ def closure(packages):
     return seen
 
 
+CUDA_ROOT = "/usr/local/cuda"
+# Library name prefix -> the NVIDIA package of the cuda image that provides it.
+CUDA_LIBS = {"libcudart": "cuda-cudart", "libcublasLt": "libcublas", "libcublas": "libcublas"}
+
+
+def cuda_image_packages(src):
+    """The NVIDIA packages the cuda stage installs (names without the version suffix)."""
+    text = open(os.path.join(src, "docker", "Dockerfile")).read()
+    stage = text.split("AS cuda", 1)[1].split("FROM ", 1)[0]
+    return {re.sub(r"-\$\{CUDA_VERSION\}$", "", w) for w in stage.replace("\\", " ").split()
+            if w.endswith("${CUDA_VERSION}")}
+
+
+def cuda_toolkit_libs(binary):
+    """The CUDA toolkit libraries `binary` loads (resolved under CUDA_ROOT)."""
+    out = subprocess.run(["ldd", binary], capture_output=True, text=True, check=True).stdout
+    libs = re.findall(r"=> (/\S+)", out)
+    cuda_real = os.path.realpath(CUDA_ROOT)
+    return [l for l in libs if os.path.realpath(l).startswith(cuda_real + "/")]
+
+
 def needed_packages(binary):
-    """The Debian packages owning the libraries ldd resolves for `binary` (one dpkg -S)."""
+    """The Debian packages owning the libraries ldd resolves for `binary` (one dpkg -S);
+    CUDA toolkit libraries are left to cuda_toolkit_libs."""
     out = subprocess.run(["ldd", binary], capture_output=True, text=True, check=True).stdout
     if "not found" in out:
         raise SystemExit(f"{binary}: unresolved libraries:\n{out}")
-    libs = re.findall(r"=> (/\S+)", out)
+    cuda = set(cuda_toolkit_libs(binary))
+    libs = [l for l in re.findall(r"=> (/\S+)", out) if l not in cuda]
     # dpkg records /usr/lib/... or /lib/... (merged /usr): ask for both spellings.
     paths = set()
     for lib in libs:
@@ -88,10 +115,16 @@ def main():
     if docker != script:
         problems.append(f"Dockerfile and build_image.sh differ: {sorted(docker ^ script)}")
     installed = closure(docker)
+    nvidia = cuda_image_packages(src)
     for b in binaries:
         for pkg in sorted(needed_packages(b) - MINBASE):
             if pkg not in installed:
                 problems.append(f"{os.path.basename(b)} needs {pkg}, which the images do not install")
+        for lib in cuda_toolkit_libs(b):
+            name = os.path.basename(lib).split(".so")[0]
+            pkg = CUDA_LIBS.get(name)
+            if pkg is None or pkg not in nvidia:
+                problems.append(f"{os.path.basename(b)} loads {lib}, which the cuda image does not install")
     for p in problems:
         print("image_packages_test:", p)
     print(f"image_packages_test: {len(binaries)} binaries, {len(docker)} runtime packages: "
