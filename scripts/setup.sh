@@ -32,6 +32,7 @@ BUILD_DIR="${KVFOLD_BUILD_DIR:-build}"
 CMAKE_ARGS=(-G Ninja -DCMAKE_BUILD_TYPE="${KVFOLD_BUILD_TYPE:-Release}" -DKVFOLD_CUDA="${KVFOLD_CUDA:-AUTO}")
 if [ "${CI:-}" = "true" ] || [ "${KVFOLD_WERROR:-}" = "ON" ]; then CMAKE_ARGS+=(-DKVFOLD_WERROR=ON); fi
 if [ "${KVFOLD_SANITIZE:-}" = "ON" ]; then CMAKE_ARGS+=(-DKVFOLD_SANITIZE=ON); fi
-cmake -S . -B "$BUILD_DIR" "${CMAKE_ARGS[@]}" > "$BUILD_DIR.configure.log" 2>&1 || { cat "$BUILD_DIR.configure.log"; exit 1; }
+mkdir -p "$BUILD_DIR"
+cmake -S . -B "$BUILD_DIR" "${CMAKE_ARGS[@]}" > "$BUILD_DIR/configure.log" 2>&1 || { cat "$BUILD_DIR/configure.log"; exit 1; }
 cmake --build "$BUILD_DIR" -j "${KVFOLD_JOBS:-$(nproc)}"
 echo "setup: built $BUILD_DIR"
