@@ -4,9 +4,7 @@
 
 #include <condition_variable>
 #include <cstdio>
-#include <fstream>
 #include <mutex>
-#include <sstream>
 #include <thread>
 #include <utility>
 #include <vector>
@@ -17,6 +15,7 @@
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_split.h"
 #include "absl/strings/strip.h"
+#include "common/file_util.h"
 #include "common/sha256.h"
 
 namespace kvfold {
@@ -36,14 +35,6 @@ bool ConstantTimeEqual(const std::string& a, const std::string& b) {
     diff |= static_cast<unsigned char>(a[i] ^ b[i]);
   }
   return diff == 0;
-}
-
-absl::StatusOr<std::string> ReadWholeFile(const std::string& path, const char* what) {
-  std::ifstream in(path, std::ios::binary);
-  if (!in) return absl::NotFoundError(absl::StrCat(what, " not readable: ", path));
-  std::stringstream ss;
-  ss << in.rdbuf();
-  return ss.str();
 }
 
 absl::StatusOr<std::shared_ptr<const Entries>> ParseEntries(const std::string& text) {
@@ -122,7 +113,7 @@ struct TokenTable::State {
       std::lock_guard<std::mutex> lock(watch_mu);
       loaded_stamp = StampOf(path);
     }
-    absl::StatusOr<std::string> text = ReadWholeFile(path, "tokens file");
+    absl::StatusOr<std::string> text = ReadFileToString(path, "tokens file");
     if (!text.ok()) return text.status();
     absl::StatusOr<std::shared_ptr<const Entries>> parsed = ParseEntries(*text);
     if (!parsed.ok()) {
@@ -152,7 +143,7 @@ TokenTable::~TokenTable() = default;
 
 absl::StatusOr<TokenTable> TokenTable::LoadFile(const std::string& path) {
   const FileStamp stamp = StampOf(path);
-  absl::StatusOr<std::string> text = ReadWholeFile(path, "tokens file");
+  absl::StatusOr<std::string> text = ReadFileToString(path, "tokens file");
   if (!text.ok()) return text.status();
   absl::StatusOr<TokenTable> table = Parse(*text);
   if (!table.ok()) {
@@ -231,7 +222,7 @@ absl::StatusOr<std::string> AuthenticateTenant(const TokenTable* tokens,
 }
 
 absl::StatusOr<std::string> ReadSecretFile(const std::string& path) {
-  absl::StatusOr<std::string> text = ReadWholeFile(path, "token file");
+  absl::StatusOr<std::string> text = ReadFileToString(path, "token file");
   if (!text.ok()) return text.status();
   const absl::string_view secret = absl::StripTrailingAsciiWhitespace(*text);
   if (secret.empty()) return absl::InvalidArgumentError(absl::StrCat(path, " is empty"));

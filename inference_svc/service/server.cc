@@ -3,8 +3,6 @@
 #include <chrono>
 #include <cstdio>
 #include <filesystem>
-#include <fstream>
-#include <sstream>
 #include <vector>
 
 #include <grpcpp/ext/proto_server_reflection_plugin.h>
@@ -13,6 +11,7 @@
 #include <grpcpp/server_builder.h>
 
 #include "absl/strings/str_cat.h"
+#include "common/file_util.h"
 #include "common/install_paths.h"
 #include "common/grpc_decode_errors.h"
 #include "inference_svc/model/model_file.h"
@@ -22,27 +21,19 @@
 namespace kvfold::service {
 namespace {
 
-absl::StatusOr<std::string> ReadFile(const std::string& path) {
-  std::ifstream in(path, std::ios::binary);
-  if (!in) return absl::NotFoundError(absl::StrCat("cannot read ", path));
-  std::stringstream ss;
-  ss << in.rdbuf();
-  return ss.str();
-}
-
 absl::StatusOr<std::shared_ptr<grpc::ServerCredentials>> ServerCredentials(
     const ServiceConfig& config) {
   if (config.tls_cert.empty()) return grpc::InsecureServerCredentials();
-  auto cert = ReadFile(config.tls_cert);
+  auto cert = ReadFileToString(config.tls_cert);
   if (!cert.ok()) return cert.status();
-  auto key = ReadFile(config.tls_key);
+  auto key = ReadFileToString(config.tls_key);
   if (!key.ok()) return key.status();
   grpc::SslServerCredentialsOptions ssl(
       config.tls_client_ca.empty() ? GRPC_SSL_DONT_REQUEST_CLIENT_CERTIFICATE
                                    : GRPC_SSL_REQUEST_AND_REQUIRE_CLIENT_CERTIFICATE_AND_VERIFY);
   ssl.pem_key_cert_pairs.push_back({*key, *cert});
   if (!config.tls_client_ca.empty()) {
-    auto ca = ReadFile(config.tls_client_ca);
+    auto ca = ReadFileToString(config.tls_client_ca);
     if (!ca.ok()) return ca.status();
     ssl.pem_root_certs = *ca;
   }

@@ -3,10 +3,9 @@
 #include <grpcpp/create_channel.h>
 #include <grpcpp/security/credentials.h>
 
-#include <fstream>
-#include <sstream>
 
 #include "absl/strings/str_cat.h"
+#include "common/file_util.h"
 #include "common/grpc_status.h"
 #include "memory_svc/client/store_client.h"
 
@@ -96,14 +95,6 @@ class StoreGatewayImpl final : public StoreGateway {
   StoreCallOptions call_;
 };
 
-absl::StatusOr<std::string> ReadPem(const std::string& path) {
-  std::ifstream in(path, std::ios::binary);
-  if (!in) return absl::NotFoundError(absl::StrCat("cannot read ", path));
-  std::stringstream ss;
-  ss << in.rdbuf();
-  return ss.str();
-}
-
 }  // namespace
 
 absl::StatusOr<std::unique_ptr<StoreGateway>> StoreGateway::Create(
@@ -118,13 +109,13 @@ absl::StatusOr<std::unique_ptr<StoreGateway>> StoreGateway::Create(
   std::shared_ptr<grpc::ChannelCredentials> creds = grpc::InsecureChannelCredentials();
   if (!options.tls_ca.empty()) {
     grpc::SslCredentialsOptions ssl;
-    absl::StatusOr<std::string> ca = ReadPem(options.tls_ca);
+    absl::StatusOr<std::string> ca = ReadFileToString(options.tls_ca);
     if (!ca.ok()) return ca.status();
     ssl.pem_root_certs = *std::move(ca);
     if (!options.tls_cert.empty()) {
-      absl::StatusOr<std::string> cert = ReadPem(options.tls_cert);
+      absl::StatusOr<std::string> cert = ReadFileToString(options.tls_cert);
       if (!cert.ok()) return cert.status();
-      absl::StatusOr<std::string> key = ReadPem(options.tls_key);
+      absl::StatusOr<std::string> key = ReadFileToString(options.tls_key);
       if (!key.ok()) return key.status();
       ssl.pem_cert_chain = *std::move(cert);
       ssl.pem_private_key = *std::move(key);

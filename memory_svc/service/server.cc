@@ -6,11 +6,10 @@
 #include <grpcpp/server_builder.h>
 
 #include <chrono>
-#include <fstream>
-#include <sstream>
 #include <vector>
 
 #include "absl/strings/str_cat.h"
+#include "common/file_util.h"
 #include "common/grpc_decode_errors.h"
 
 namespace kvfold::memory {
@@ -18,14 +17,6 @@ namespace {
 
 constexpr char kServiceName[] = "kvfold.v1.MemoryStore";
 constexpr int kMaxMessageBytes = 64 << 20;
-
-absl::StatusOr<std::string> ReadFile(const std::string& path, const char* what) {
-  std::ifstream in(path, std::ios::binary);
-  if (!in) return absl::NotFoundError(absl::StrCat(what, " not readable: ", path));
-  std::stringstream ss;
-  ss << in.rdbuf();
-  return ss.str();
-}
 
 absl::StatusOr<std::shared_ptr<grpc::ServerCredentials>> MakeCredentials(
     const ServerConfig& config) {
@@ -38,14 +29,14 @@ absl::StatusOr<std::shared_ptr<grpc::ServerCredentials>> MakeCredentials(
     }
     return grpc::InsecureServerCredentials();
   }
-  absl::StatusOr<std::string> cert = ReadFile(config.tls_cert_file, "TLS certificate");
+  absl::StatusOr<std::string> cert = ReadFileToString(config.tls_cert_file, "TLS certificate");
   if (!cert.ok()) return cert.status();
-  absl::StatusOr<std::string> key = ReadFile(config.tls_key_file, "TLS key");
+  absl::StatusOr<std::string> key = ReadFileToString(config.tls_key_file, "TLS key");
   if (!key.ok()) return key.status();
   grpc::SslServerCredentialsOptions options;
   options.pem_key_cert_pairs.push_back({*key, *cert});
   if (!config.tls_client_ca_file.empty()) {
-    absl::StatusOr<std::string> ca = ReadFile(config.tls_client_ca_file, "client CA");
+    absl::StatusOr<std::string> ca = ReadFileToString(config.tls_client_ca_file, "client CA");
     if (!ca.ok()) return ca.status();
     options.pem_root_certs = *ca;
     options.client_certificate_request =

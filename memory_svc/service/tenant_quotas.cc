@@ -1,14 +1,13 @@
 #include "memory_svc/service/tenant_quotas.h"
 
 #include <chrono>
-#include <fstream>
-#include <sstream>
 #include <vector>
 
 #include "absl/strings/ascii.h"
 #include "absl/strings/numbers.h"
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_split.h"
+#include "common/file_util.h"
 
 namespace kvfold::memory {
 namespace {
@@ -84,11 +83,9 @@ absl::StatusOr<TenantLimitTable> TenantLimitTable::Parse(const std::string& text
 }
 
 absl::StatusOr<TenantLimitTable> TenantLimitTable::LoadFile(const std::string& path) {
-  std::ifstream in(path, std::ios::binary);
-  if (!in) return absl::NotFoundError(absl::StrCat("tenants file not readable: ", path));
-  std::stringstream ss;
-  ss << in.rdbuf();
-  absl::StatusOr<TenantLimitTable> table = Parse(ss.str());
+  absl::StatusOr<std::string> text = ReadFileToString(path, "tenants file");
+  if (!text.ok()) return text.status();
+  absl::StatusOr<TenantLimitTable> table = Parse(*text);
   if (!table.ok()) {
     return absl::Status(table.status().code(), absl::StrCat(path, ": ", table.status().message()));
   }

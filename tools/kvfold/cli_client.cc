@@ -2,8 +2,6 @@
 
 #include <chrono>
 #include <cstdio>
-#include <fstream>
-#include <sstream>
 
 #include <grpcpp/create_channel.h>
 #include <grpcpp/security/credentials.h>
@@ -11,18 +9,11 @@
 #include "absl/strings/match.h"
 #include "absl/strings/numbers.h"
 #include "absl/strings/str_cat.h"
+#include "common/file_util.h"
 #include "common/grpc_status.h"
 
 namespace kvfold::cli {
 namespace {
-
-absl::StatusOr<std::string> ReadFile(const std::string& path) {
-  std::ifstream in(path, std::ios::binary);
-  if (!in) return absl::NotFoundError(absl::StrCat("cannot read ", path));
-  std::stringstream ss;
-  ss << in.rdbuf();
-  return ss.str();
-}
 
 bool Contains(const std::vector<std::string>& v, const std::string& s) {
   for (const auto& x : v) {
@@ -133,13 +124,13 @@ absl::StatusOr<std::shared_ptr<grpc::Channel>> MakeChannel(const ClientOptions& 
     creds = grpc::InsecureChannelCredentials();
   } else {
     grpc::SslCredentialsOptions ssl;
-    auto ca = ReadFile(options.tls_ca);
+    auto ca = ReadFileToString(options.tls_ca);
     if (!ca.ok()) return ca.status();
     ssl.pem_root_certs = *ca;
     if (!options.tls_cert.empty()) {
-      auto cert = ReadFile(options.tls_cert);
+      auto cert = ReadFileToString(options.tls_cert);
       if (!cert.ok()) return cert.status();
-      auto key = ReadFile(options.tls_key);
+      auto key = ReadFileToString(options.tls_key);
       if (!key.ok()) return key.status();
       ssl.pem_cert_chain = *cert;
       ssl.pem_private_key = *key;
