@@ -84,22 +84,11 @@ if [ ! -f "$PROJECTOR/projector.json" ]; then
 fi
 
 # ---- the cluster -----------------------------------------------------------------------
-wait_listening() {  # file pid -> prints the address
-  for _ in $(seq 1 300); do
-    if grep -q "listening on" "$1" 2>/dev/null; then
-      sed -n 's/.*listening on //p' "$1" | head -1
-      return 0
-    fi
-    kill -0 "$2" 2>/dev/null || { echo "demo: process died, see ${1%.out}.log" >&2; cat "${1%.out}.log" >&2; exit 1; }
-    sleep 0.1
-  done
-  echo "demo: timeout waiting for $1" >&2
-  exit 1
-}
+. "$ROOT/scripts/lib/wait_line.sh"
 # A local demo on loopback: no tokens, and the servers are told so explicitly.
 "$MEMORY_BIN" --listen 127.0.0.1:0 --db_dir "$WORK/db" --insecure_no_auth > "$WORK/memory.out" 2> "$WORK/memory.log" &
 PIDS+=($!)
-STORE="$(wait_listening "$WORK/memory.out" $!)"
+STORE="$(wait_line "$WORK/memory.out" $! "listening on ")"
 
 declare -A ADDR PID
 start_replica() {
@@ -108,7 +97,7 @@ start_replica() {
     --default_mode memory --insecure_no_auth > "$WORK/$1.out" 2> "$WORK/$1.log" &
   PID[$1]=$!
   PIDS+=($!)
-  ADDR[$1]="$(wait_listening "$WORK/$1.out" $!)"
+  ADDR[$1]="$(wait_line "$WORK/$1.out" $! "listening on ")"
 }
 start_replica A
 start_replica B

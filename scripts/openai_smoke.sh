@@ -51,18 +51,7 @@ mkdir -p "$WORK/node"
   timeout 300 npm install --silent --no-audit --no-fund openai@4 > "$WORK/npm.log" 2>&1) ||
   skip "npm install openai failed (registry unreachable?): $(tail -3 "$WORK/npm.log" 2>/dev/null)"
 
-wait_line() {  # file pid pattern -> prints the rest of the first matching line
-  for _ in $(seq 1 300); do
-    if grep -q "$3" "$1" 2>/dev/null; then
-      sed -n "s/.*$3//p" "$1" | head -1
-      return 0
-    fi
-    kill -0 "$2" 2>/dev/null || { echo "openai_smoke: process died:" >&2; cat "${1%.out}.log" >&2; exit 1; }
-    sleep 0.1
-  done
-  echo "openai_smoke: timeout waiting for $1" >&2
-  exit 1
-}
+. "$ROOT/scripts/lib/wait_line.sh"
 
 "$PROJECTOR_TOOL" --model "$MODEL" --out "$WORK/projector" --mem_slots 16 --window 64 --chunk 32 \
   --heads 8 --seed 1 > "$WORK/projector.log" 2>&1
