@@ -166,9 +166,9 @@ class CpuBackend : public Backend {
                       static_cast<const float*>(bias.data), static_cast<float*>(out.data),
                       n, m, k};
     if (reference_) {
-      cpu::MatMulReference(a);
+      cpu::MatMulReference(a, matmul_scratch_);
     } else {
-      cpu::MatMulOptimized(pool_, a);
+      cpu::MatMulOptimized(pool_, a, matmul_scratch_);
     }
     return absl::OkStatus();
   }
@@ -362,6 +362,7 @@ class CpuBackend : public Backend {
   bool reference_;
   ThreadPool pool_;
   std::vector<float> ref_scratch_;
+  cpu::MatMulScratch matmul_scratch_;
   cpu::AttentionScratch opt_scratch_;
   cpu::AttentionI8Scratch i8_scratch_;
   std::vector<float> seal_scratch_;

@@ -27,10 +27,32 @@ struct MatMulArgs {
   float* out;
   int64_t n, m, k;
 };
-void MatMulReference(const MatMulArgs& a);
-// AVX2/FMA/F16C kernel when the CPU has them (runtime check), otherwise a portable
-// blocked kernel with the same per-element accumulation order as its own decode path.
-void MatMulOptimized(ThreadPool& pool, const MatMulArgs& a);
+
+// Q8 weights multiply int8 activations (docs/engine.md, "Q8 MatMul"): each row of x is
+// quantized once per call, per block of kQ8Block: amax = max |x|, scale = amax / 127,
+// code = clamp(nearbyint(x * (1 / scale)), -127, 127) (0 past k and for a zero block).
+// Every path quantizes with the same float operations, so the codes and scales are
+// identical on all of them; a row's codes depend only on that row (batch invariance).
+struct Q8Activations {
+  std::vector<int8_t> codes;    // [n, padded_k] (padded_k: k rounded up to 2 blocks)
+  std::vector<float> scales;    // [n, padded_k / kQ8Block]
+  std::vector<int32_t> offset;  // AVX-512 VNNI path: [n, padded_k / 4], -128 * (sum of 4 codes)
+  int64_t padded_k = 0;
+};
+// Quantizes `n` rows of `k` floats into xq (grows its vectors, never shrinks them).
+// `offset` is filled only when with_offset. Rows are split over the pool when it pays.
+void QuantizeActivationsQ8(ThreadPool* pool, const float* x, int64_t n, int64_t k,
+                           bool with_offset, Q8Activations& xq);
+
+// Scratch of the matmul kernels; grows to the largest call, then allocation-free.
+struct MatMulScratch {
+  Q8Activations q8;
+};
+
+void MatMulReference(const MatMulArgs& a, MatMulScratch& scratch);
+// The fastest path the CPU has (isa.h): AVX-512 (+ VNNI for Q8), AVX2 + FMA + F16C, or a
+// portable blocked kernel with the same per-element accumulation order as the AVX2 one.
+void MatMulOptimized(ThreadPool& pool, const MatMulArgs& a, MatMulScratch& scratch);
 bool CpuHasAvx2Fma();
 
 struct AttentionArgs {

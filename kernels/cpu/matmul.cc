@@ -4,9 +4,10 @@
 // order over k is fixed by the kernel path (reference: one sequential float sum; portable
 // and AVX2: 8 lane partial sums over k in steps of 8, reduced in a fixed tree, then a
 // sequential tail; AVX-512: 16 lanes, matmul_tiles.h), never by the number of rows or
-// the tiling. Tiles (rows x cols) only decide
-// which independent outputs are computed together, so prefill (n rows) and decode (1 row)
-// produce identical bits.
+// the tiling. Q8 weights multiply the row's int8 codes (cpu_ops.h Q8Activations, a
+// function of that row alone) with exact integer dots per block. Tiles (rows x cols) only
+// decide which independent outputs are computed together, so prefill (n rows) and decode
+// (1 row) produce identical bits.
 #include <immintrin.h>
 
 #include <algorithm>
@@ -46,15 +47,44 @@ float Q8At(const void* w, int64_t k, int64_t j, int64_t t) {
   return Fp16ToFp32(h) * static_cast<float>(code);
 }
 
-void MatMulReference(const MatMulArgs& a) {
-  const bool q8 = a.w_dtype == DType::kQ8;
+namespace {
+
+// Q8 weights: x quantized per row and block (cpu_ops.h), then per output and block the
+// exact integer dot of the codes, summed in order as float(dot) * (x_scale * w_scale).
+void MatMulReferenceQ8(const MatMulArgs& a, Q8Activations& xq) {
+  QuantizeActivationsQ8(nullptr, a.x, a.n, a.k, /*with_offset=*/false, xq);
+  const int64_t blocks = (a.k + kQ8Block - 1) / kQ8Block;
+  const size_t row_bytes = Q8RowBytes(a.k);
+  for (int64_t i = 0; i < a.n; ++i) {
+    const int8_t* xc = xq.codes.data() + i * xq.padded_k;
+    const float* xs = xq.scales.data() + i * (xq.padded_k / kQ8Block);
+    for (int64_t j = 0; j < a.m; ++j) {
+      const uint8_t* row = static_cast<const uint8_t*>(a.w) + j * row_bytes;
+      const int8_t* wc = reinterpret_cast<const int8_t*>(row + blocks * sizeof(uint16_t));
+      float acc = 0.0f;
+      for (int64_t b = 0; b < blocks; ++b) {
+        int32_t dot = 0;
+        for (int64_t t = b * kQ8Block; t < (b + 1) * kQ8Block; ++t) {
+          dot += int32_t{xc[t]} * int32_t{wc[t]};
+        }
+        uint16_t h;
+        std::memcpy(&h, row + b * sizeof(uint16_t), sizeof(h));
+        acc += static_cast<float>(dot) * (xs[b] * Fp16ToFp32(h));
+      }
+      a.out[i * a.m + j] = a.bias ? acc + a.bias[j] : acc;
+    }
+  }
+}
+
+}  // namespace
+
+void MatMulReference(const MatMulArgs& a, MatMulScratch& scratch) {
+  if (a.w_dtype == DType::kQ8) return MatMulReferenceQ8(a, scratch.q8);
   for (int64_t i = 0; i < a.n; ++i) {
     const float* x = a.x + i * a.k;
     for (int64_t j = 0; j < a.m; ++j) {
       float acc = 0.0f;
-      for (int64_t t = 0; t < a.k; ++t) {
-        acc += x[t] * (q8 ? Q8At(a.w, a.k, j, t) : LoadAsF32(a.w, a.w_dtype, j * a.k + t));
-      }
+      for (int64_t t = 0; t < a.k; ++t) acc += x[t] * LoadAsF32(a.w, a.w_dtype, j * a.k + t);
       a.out[i * a.m + j] = a.bias ? acc + a.bias[j] : acc;
     }
   }
@@ -163,7 +193,6 @@ TileFn PickTile(bool avx2, int cols) {
 TileFn Pick(Isa isa, DType w_dtype, int rows, int cols) {
   if (isa == Isa::kAvx512) return PickTileAvx512(w_dtype, rows, cols);
   const bool avx2 = isa == Isa::kAvx2;
-  if (w_dtype == DType::kQ8) return PickTileQ8(avx2, rows, cols);
   switch (rows) {
     case 1:
       return PickTile<1>(avx2, cols);
@@ -176,45 +205,67 @@ TileFn Pick(Isa isa, DType w_dtype, int rows, int cols) {
   }
 }
 
+// Q8 on AVX-512 without VNNI runs the AVX2 tiles.
+bool UseVnni(Isa isa) { return isa == Isa::kAvx512 && CpuHasAvx512Vnni(); }
+
+TileQ8Fn PickQ8(Isa isa, int rows, int cols) {
+  if (UseVnni(isa)) return PickTileQ8Vnni(rows, cols);
+  return PickTileQ8(isa >= Isa::kAvx2, rows, cols);
+}
+
 // Output columns per tile. AVX2 (16 ymm): decode 1 x 4, prefill 4 x 3 (12 accumulators;
 // Q8 4 x 2). AVX-512 (32 zmm): decode 1 x 8 (eight weight rows streamed at once),
-// otherwise 4 x 6 (Q8 4 x 4: two x vectors per row and block).
+// otherwise 4 x 6 (Q8 4 x 4).
 int TileCols(Isa isa, DType w_dtype, int64_t n) {
   const bool q8 = w_dtype == DType::kQ8;
-  if (isa == Isa::kAvx512) return n == 1 ? kAvx512MaxCols : q8 ? 4 : 6;
+  if (isa == Isa::kAvx512 && (!q8 || UseVnni(isa))) return n == 1 ? kAvx512MaxCols : q8 ? 4 : 6;
   return n >= 4 ? (q8 ? 2 : 3) : 4;
 }
 
-// Columns per task: weights of one column block stay in cache while all row tiles pass.
+// Columns per task: weights of one column block stay in cache while all row tiles pass,
+// so a batch of rows streams each weight from memory once.
 constexpr int64_t kColBlock = 64;
 
-}  // namespace
-
-void MatMulOptimized(ThreadPool& pool, const MatMulArgs& a) {
-  const Isa isa = ActiveIsa();
-  const int tile_cols = TileCols(isa, a.w_dtype, a.n);
+// Runs tile(rows, cols, i, j) over out[n, m]: threads take column blocks, each block
+// visits all row tiles of up to 4 rows. `tile` chooses the kernel for (rows, cols).
+template <typename TileAt>
+void ForEachTile(ThreadPool& pool, const MatMulArgs& a, int tile_cols, TileAt& tile) {
   const int64_t col_block = kColBlock / tile_cols * tile_cols;
   const int64_t num_col_blocks = (a.m + col_block - 1) / col_block;
-  const int64_t work = a.n * a.m * a.k;
   auto body = [&](int64_t b0, int64_t b1, int) {
     for (int64_t b = b0; b < b1; ++b) {
       const int64_t j_begin = b * col_block;
       const int64_t j_end = std::min(a.m, j_begin + col_block);
       for (int64_t i = 0; i < a.n; i += 4) {
         const int rows = static_cast<int>(std::min<int64_t>(4, a.n - i));
-        const TileFn full = Pick(isa, a.w_dtype, rows, tile_cols);
         for (int64_t j = j_begin; j < j_end; j += tile_cols) {
-          const int cols = static_cast<int>(std::min<int64_t>(tile_cols, j_end - j));
-          (cols == tile_cols ? full : Pick(isa, a.w_dtype, rows, cols))(a, i, j);
+          tile(rows, static_cast<int>(std::min<int64_t>(tile_cols, j_end - j)), i, j);
         }
       }
     }
   };
-  if (work < (1 << 16)) {
+  if (a.n * a.m * a.k < (1 << 16)) {
     body(0, num_col_blocks, 0);
   } else {
     pool.ParallelFor(num_col_blocks, 1, body);
   }
+}
+
+}  // namespace
+
+void MatMulOptimized(ThreadPool& pool, const MatMulArgs& a, MatMulScratch& scratch) {
+  const Isa isa = ActiveIsa();
+  const int tile_cols = TileCols(isa, a.w_dtype, a.n);
+  if (a.w_dtype == DType::kQ8) {
+    const bool vnni = UseVnni(isa);
+    QuantizeActivationsQ8(&pool, a.x, a.n, a.k, vnni, scratch.q8);
+    const Q8Activations& xq = scratch.q8;
+    auto tile = [&](int rows, int cols, int64_t i, int64_t j) { PickQ8(isa, rows, cols)(a, xq, i, j); };
+    ForEachTile(pool, a, tile_cols, tile);
+    return;
+  }
+  auto tile = [&](int rows, int cols, int64_t i, int64_t j) { Pick(isa, a.w_dtype, rows, cols)(a, i, j); };
+  ForEachTile(pool, a, tile_cols, tile);
 }
 
 }  // namespace kvfold::kernels::cpu

@@ -1,8 +1,12 @@
-// Q8 weight tiles of the portable and AVX2 paths (matmul_tiles.h). A row's last, partial
-// block reads x from a zero-padded copy (its codes past k are 0 by the format).
+// Q8 weight tiles of the portable and AVX2 paths (matmul_tiles.h) on int8 activations
+// (cpu_ops.h Q8Activations). Per output, block b and lane l (0..7): the integer sum
+// s = x[4l..4l+3] . w[4l..4l+3] of the block's codes (exact), then
+// acc[l] = fma(float(s), x_scale[b] * w_scale[b], acc[l]); finally the 8-lane tree
+// ((0+4)+(2+6))+((1+5)+(3+7)). AVX2 gets s from maddubs/madd (|x| times w with x's
+// sign; no pair exceeds 2 * 127 * 127, so nothing saturates); the portable path sums
+// the same integers, so both paths give identical bits.
 #include <immintrin.h>
 
-#include <algorithm>
 #include <cstring>
 
 #include "common/fp16.h"
@@ -10,25 +14,6 @@
 
 namespace kvfold::kernels::cpu {
 namespace {
-
-// Pointers to the kQ8Block activations of rows i0.. at column t, padded with zeros past k.
-template <int R>
-struct BlockX {
-  const float* p[R];
-  float pad[R][kQ8Block];
-  BlockX(const MatMulArgs& a, int64_t i0, int64_t t) {
-    for (int r = 0; r < R; ++r) {
-      const float* x = a.x + (i0 + r) * a.k + t;
-      if (t + kQ8Block <= a.k) {
-        p[r] = x;
-      } else {
-        std::fill(pad[r], pad[r] + kQ8Block, 0.0f);
-        std::copy(x, x + (a.k - t), pad[r]);
-        p[r] = pad[r];
-      }
-    }
-  }
-};
 
 struct Q8Rows {
   const uint8_t* w;
@@ -45,50 +30,60 @@ struct Q8Rows {
     std::memcpy(&h, w + c * row_bytes + b * sizeof(uint16_t), sizeof(h));
     return Fp16ToFp32(h);
   }
-  const int8_t* Codes(int c, int64_t t) const {
-    return reinterpret_cast<const int8_t*>(w + c * row_bytes + codes_at) + t;
+  const int8_t* Codes(int c, int64_t b) const {
+    return reinterpret_cast<const int8_t*>(w + c * row_bytes + codes_at) + b * kQ8Block;
   }
+};
+
+// Rows i0.. of the quantized activations.
+struct XRows {
+  const int8_t* codes;
+  const float* scales;
+  int64_t stride, blocks_stride;
+  XRows(const Q8Activations& xq, int64_t i0)
+      : codes(xq.codes.data() + i0 * xq.padded_k),
+        scales(xq.scales.data() + i0 * (xq.padded_k / kQ8Block)),
+        stride(xq.padded_k),
+        blocks_stride(xq.padded_k / kQ8Block) {}
+  const int8_t* Codes(int r, int64_t b) const { return codes + r * stride + b * kQ8Block; }
+  float Scale(int r, int64_t b) const { return scales[r * blocks_stride + b]; }
 };
 
 inline float Tree8(const float* v) {
   return ((v[0] + v[4]) + (v[2] + v[6])) + ((v[1] + v[5]) + (v[3] + v[7]));
 }
 
+inline void Store(const MatMulArgs& a, int64_t i, int64_t j, float s) {
+  if (a.bias) s += a.bias[j];
+  a.out[i * a.m + j] = s;
+}
+
 template <int R, int C>
-void TilePortableQ8(const MatMulArgs& a, int64_t i0, int64_t j0) {
+void TilePortableQ8(const MatMulArgs& a, const Q8Activations& xq, int64_t i0, int64_t j0) {
   float acc[R][C][8] = {};
   const Q8Rows w(a, j0);
+  const XRows x(xq, i0);
   const int64_t blocks = (a.k + kQ8Block - 1) / kQ8Block;
   for (int64_t b = 0; b < blocks; ++b) {
-    const BlockX<R> x(a, i0, b * kQ8Block);
     for (int c = 0; c < C; ++c) {
-      const float d = w.Scale(c, b);
-      const int8_t* q = w.Codes(c, b * kQ8Block);
+      const float ws = w.Scale(c, b);
+      const int8_t* q = w.Codes(c, b);
       for (int r = 0; r < R; ++r) {
+        const int8_t* p = x.Codes(r, b);
+        const float s = x.Scale(r, b) * ws;
         for (int l = 0; l < 8; ++l) {
-          float blk = x.p[r][l] * static_cast<float>(q[l]);
-          for (int s = 1; s < kQ8Block / 8; ++s) {
-            blk = __builtin_fmaf(x.p[r][s * 8 + l], static_cast<float>(q[s * 8 + l]), blk);
-          }
-          acc[r][c][l] = __builtin_fmaf(blk, d, acc[r][c][l]);
+          int32_t dot = 0;
+          for (int e = 4 * l; e < 4 * l + 4; ++e) dot += int32_t{p[e]} * int32_t{q[e]};
+          acc[r][c][l] = __builtin_fmaf(static_cast<float>(dot), s, acc[r][c][l]);
         }
       }
     }
   }
-  for (int r = 0; r < R; ++r) {
-    for (int c = 0; c < C; ++c) {
-      float s = Tree8(acc[r][c]);
-      if (a.bias) s += a.bias[j0 + c];
-      a.out[(i0 + r) * a.m + j0 + c] = s;
-    }
-  }
+  for (int r = 0; r < R; ++r)
+    for (int c = 0; c < C; ++c) Store(a, i0 + r, j0 + c, Tree8(acc[r][c]));
 }
 
 #define KVFOLD_AVX2 __attribute__((target("avx2,fma,f16c")))
-
-KVFOLD_AVX2 inline __m256 Codes8(const int8_t* q) {
-  return _mm256_cvtepi32_ps(_mm256_cvtepi8_epi32(_mm_loadl_epi64(reinterpret_cast<const __m128i*>(q))));
-}
 
 // Same tree as Tree8.
 KVFOLD_AVX2 inline float HSum8(__m256 v) {
@@ -98,38 +93,38 @@ KVFOLD_AVX2 inline float HSum8(__m256 v) {
 }
 
 template <int R, int C>
-KVFOLD_AVX2 void TileAvx2Q8(const MatMulArgs& a, int64_t i0, int64_t j0) {
+KVFOLD_AVX2 void TileAvx2Q8(const MatMulArgs& a, const Q8Activations& xq, int64_t i0, int64_t j0) {
   __m256 acc[R][C];
   for (int r = 0; r < R; ++r)
     for (int c = 0; c < C; ++c) acc[r][c] = _mm256_setzero_ps();
   const Q8Rows w(a, j0);
+  const XRows x(xq, i0);
   const int64_t blocks = (a.k + kQ8Block - 1) / kQ8Block;
+  const __m256i ones = _mm256_set1_epi16(1);
   for (int64_t b = 0; b < blocks; ++b) {
-    const BlockX<R> x(a, i0, b * kQ8Block);
+    __m256i xv[R], ax[R];
+    __m256 xs[R];
+    for (int r = 0; r < R; ++r) {
+      xv[r] = _mm256_loadu_si256(reinterpret_cast<const __m256i*>(x.Codes(r, b)));
+      ax[r] = _mm256_abs_epi8(xv[r]);
+      xs[r] = _mm256_set1_ps(x.Scale(r, b));
+    }
     for (int c = 0; c < C; ++c) {
-      const __m256 d = _mm256_set1_ps(w.Scale(c, b));
-      const int8_t* q = w.Codes(c, b * kQ8Block);
-      const __m256 w0 = Codes8(q), w1 = Codes8(q + 8), w2 = Codes8(q + 16), w3 = Codes8(q + 24);
+      const __m256i wv = _mm256_loadu_si256(reinterpret_cast<const __m256i*>(w.Codes(c, b)));
+      const __m256 ws = _mm256_set1_ps(w.Scale(c, b));
       for (int r = 0; r < R; ++r) {
-        __m256 blk = _mm256_mul_ps(_mm256_loadu_ps(x.p[r]), w0);
-        blk = _mm256_fmadd_ps(_mm256_loadu_ps(x.p[r] + 8), w1, blk);
-        blk = _mm256_fmadd_ps(_mm256_loadu_ps(x.p[r] + 16), w2, blk);
-        blk = _mm256_fmadd_ps(_mm256_loadu_ps(x.p[r] + 24), w3, blk);
-        acc[r][c] = _mm256_fmadd_ps(blk, d, acc[r][c]);
+        const __m256i p16 = _mm256_maddubs_epi16(ax[r], _mm256_sign_epi8(wv, xv[r]));
+        const __m256 dot = _mm256_cvtepi32_ps(_mm256_madd_epi16(p16, ones));
+        acc[r][c] = _mm256_fmadd_ps(dot, _mm256_mul_ps(xs[r], ws), acc[r][c]);
       }
     }
   }
-  for (int r = 0; r < R; ++r) {
-    for (int c = 0; c < C; ++c) {
-      float s = HSum8(acc[r][c]);
-      if (a.bias) s += a.bias[j0 + c];
-      a.out[(i0 + r) * a.m + j0 + c] = s;
-    }
-  }
+  for (int r = 0; r < R; ++r)
+    for (int c = 0; c < C; ++c) Store(a, i0 + r, j0 + c, HSum8(acc[r][c]));
 }
 
 template <int R>
-TileFn PickCols(bool avx2, int cols) {
+TileQ8Fn PickCols(bool avx2, int cols) {
   switch (cols) {
     case 1:
       return avx2 ? TileAvx2Q8<R, 1> : TilePortableQ8<R, 1>;
@@ -144,7 +139,7 @@ TileFn PickCols(bool avx2, int cols) {
 
 }  // namespace
 
-TileFn PickTileQ8(bool avx2, int rows, int cols) {
+TileQ8Fn PickTileQ8(bool avx2, int rows, int cols) {
   switch (rows) {
     case 1:
       return PickCols<1>(avx2, cols);

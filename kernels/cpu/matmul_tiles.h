@@ -11,18 +11,24 @@
 namespace kvfold::kernels::cpu {
 
 using TileFn = void (*)(const MatMulArgs& a, int64_t i0, int64_t j0);
+// Q8 weights take the quantized activations of a's x (cpu_ops.h Q8Activations).
+using TileQ8Fn = void (*)(const MatMulArgs& a, const Q8Activations& xq, int64_t i0, int64_t j0);
 
-// AVX-512 tiles: 1 <= rows <= 4, 1 <= cols <= kAvx512MaxCols; F32/F16/BF16/Q8 weights.
+// AVX-512 tiles: 1 <= rows <= 4, 1 <= cols <= kAvx512MaxCols; F32/F16/BF16 weights.
 // Per output: 16 lane partial sums over k in steps of 16 (the last step masked), reduced
 // by a fixed tree; never depends on rows/cols.
 inline constexpr int kAvx512MaxCols = 8;
 TileFn PickTileAvx512(DType w_dtype, int rows, int cols);
 
+// AVX-512 VNNI Q8 tiles (needs CpuHasAvx512Vnni()): 1 <= rows <= 4, 1 <= cols <= 8.
+// Per output: 16 lanes over pairs of blocks (lanes 0-7 the even block, 8-15 the odd),
+// each lane acc = fma(float(4-code integer dot), x_scale * w_scale, acc); the F32 tree.
+TileQ8Fn PickTileQ8Vnni(int rows, int cols);
+
 // Q8 tiles of the portable (avx2 = false) and AVX2 paths: 1 <= rows <= 4, 1 <= cols <= 4.
-// Per output and block of kQ8Block: blk = the block's products summed in 8 lanes
-// (portable: in the same lane order), acc = fma(blk, scale, acc) per lane, then the
-// 8-lane tree of the F32 path.
-TileFn PickTileQ8(bool avx2, int rows, int cols);
+// Per output: 8 lanes, one block at a time, the same lane formula; the 8-lane tree of
+// the F32 path. Portable and AVX2 give identical bits.
+TileQ8Fn PickTileQ8(bool avx2, int rows, int cols);
 
 }  // namespace kvfold::kernels::cpu
 

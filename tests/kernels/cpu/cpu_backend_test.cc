@@ -1,14 +1,18 @@
 // CPU backend ops: optimised vs reference on odd shapes (tails of every tile), batch
 // invariance of each row, attention over paged [prefix | main] vs a direct computation,
 // and the launcher's shape/range checks.
+#include <algorithm>
 #include <cmath>
 #include <cstring>
+#include <limits>
 #include <random>
 
 #include "common/fp16.h"
 #include "gtest/gtest.h"
 #include "kernels/backend.h"
+#include "kernels/cpu/cpu_ops.h"
 #include "kernels/cpu/isa.h"
+#include "kernels/cpu/thread_pool.h"
 #include "kernels/quant/weight_q8.h"
 
 namespace kvfold::kernels {
@@ -111,14 +115,18 @@ INSTANTIATE_TEST_SUITE_P(
                       std::make_tuple(3, 77, 33, DType::kF16), std::make_tuple(6, 71, 17, DType::kF32),
                       std::make_tuple(1, 13, 768, DType::kBF16)));
 
-// Q8 weights: every ISA path against the reference (which reads scale * code), rows alone
-// and in batches bit-identical, and Gather dequantizing exactly like DequantizeRowQ8.
+// Q8 weights multiply int8 activations (cpu_ops.h Q8Activations): the reference against
+// the definition (per block: x quantized by scale amax / 127, exact integer dot, times
+// both scales) and against the F32 product within the activation rounding; every ISA
+// path against the reference; rows alone and in batches bit-identical; portable and AVX2
+// bit-identical; Gather dequantizing exactly like DequantizeRowQ8.
 class MatMulQ8Test : public ::testing::TestWithParam<std::tuple<int, int, int>> {};
 
 TEST_P(MatMulQ8Test, OptimizedMatchesReferenceAndIsBatchInvariant) {
   const auto [n, m, k] = GetParam();
   Rig r;
   auto x = Random(static_cast<size_t>(n) * k, 11);
+  if (k > 40) std::fill(x.begin() + 32, x.begin() + 40, 0.0f);  // a block with zeros
   auto w32 = Random(static_cast<size_t>(m) * k, 12, 0.2f);
   const size_t row_bytes = Q8RowBytes(k);
   std::vector<uint8_t> wq(m * row_bytes);
@@ -128,16 +136,40 @@ TEST_P(MatMulQ8Test, OptimizedMatchesReferenceAndIsBatchInvariant) {
   std::vector<float> out_ref(static_cast<size_t>(n) * m);
   ASSERT_TRUE(r.ref->MatMul(*r.s1, T(x.data(), DType::kF32, {n, k}), w, Tensor(),
                             T(out_ref.data(), DType::kF32, {n, m})).ok());
-  // The reference is the dequantized matrix times x.
   std::vector<float> deq(static_cast<size_t>(m) * k);
   for (int j = 0; j < m; ++j) quant::DequantizeRowQ8(wq.data() + j * row_bytes, k, deq.data() + static_cast<size_t>(j) * k);
+  // The definition, in double: x's blocks quantized here, independently of the kernels.
+  std::vector<double> xd(x.size());
   for (int i = 0; i < n; ++i) {
-    for (int j = 0; j < m; ++j) {
-      double want = 0;
-      for (int t = 0; t < k; ++t) want += double{x[i * k + t]} * deq[static_cast<size_t>(j) * k + t];
-      ASSERT_NEAR(out_ref[i * m + j], want, 1e-4 * (1.0 + std::abs(want)));
+    for (int t0 = 0; t0 < k; t0 += 32) {
+      float amax = 0.0f;
+      for (int t = t0; t < std::min(k, t0 + 32); ++t) amax = std::max(amax, std::abs(x[i * k + t]));
+      const float d = amax / 127.0f, id = d > 0.0f ? 1.0f / d : 0.0f;
+      for (int t = t0; t < std::min(k, t0 + 32); ++t) {
+        const float q = std::nearbyint(x[i * k + t] * id);
+        ASSERT_LE(std::abs(q), 127.0f);
+        xd[i * k + t] = double{q} * d;
+      }
     }
   }
+  std::vector<double> mag(out_ref.size());  // sum of |x| |w|: the scale of float rounding
+  for (int i = 0; i < n; ++i) {
+    for (int j = 0; j < m; ++j) {
+      double want = 0, exact = 0, rounding = 0, sum_abs = 0;
+      for (int t = 0; t < k; ++t) {
+        const double wv = deq[static_cast<size_t>(j) * k + t];
+        want += xd[i * k + t] * wv;
+        exact += double{x[i * k + t]} * wv;
+        rounding += std::abs(wv) * std::abs(xd[i * k + t] - x[i * k + t]);
+        sum_abs += std::abs(xd[i * k + t] * wv);
+      }
+      mag[i * m + j] = sum_abs;
+      const float got = out_ref[i * m + j];
+      ASSERT_NEAR(got, want, 1e-6 * (1.0 + sum_abs)) << i << "," << j;
+      ASSERT_NEAR(got, exact, rounding + 1e-6 * (1.0 + sum_abs)) << i << "," << j;
+    }
+  }
+  std::vector<std::vector<float>> by_isa;
   for (cpu::Isa isa : RunnableIsas()) {
     SCOPED_TRACE(cpu::IsaName(isa));
     IsaScope scope(isa);
@@ -145,14 +177,22 @@ TEST_P(MatMulQ8Test, OptimizedMatchesReferenceAndIsBatchInvariant) {
     ASSERT_TRUE(r.opt->MatMul(*r.s2, T(x.data(), DType::kF32, {n, k}), w, Tensor(),
                               T(out_opt.data(), DType::kF32, {n, m})).ok());
     for (size_t i = 0; i < out_ref.size(); ++i) {
-      ASSERT_NEAR(out_opt[i], out_ref[i], 1e-4f * (1.0f + std::abs(out_ref[i]))) << i;
+      ASSERT_NEAR(out_opt[i], out_ref[i], 1e-6 * (1.0 + mag[i])) << i;
     }
     for (int row : {0, n / 2, n - 1}) {
       std::vector<float> one(m);
       ASSERT_TRUE(r.opt->MatMul(*r.s2, T(x.data() + static_cast<size_t>(row) * k, DType::kF32, {1, k}), w,
                                 Tensor(), T(one.data(), DType::kF32, {1, m})).ok());
       EXPECT_EQ(0, std::memcmp(one.data(), out_opt.data() + static_cast<size_t>(row) * m, m * 4));
+      std::vector<float> head(static_cast<size_t>(row + 1) * m);
+      ASSERT_TRUE(r.opt->MatMul(*r.s2, T(x.data(), DType::kF32, {row + 1, k}), w, Tensor(),
+                                T(head.data(), DType::kF32, {row + 1, m})).ok());
+      EXPECT_EQ(0, std::memcmp(head.data(), out_opt.data(), head.size() * 4));
     }
+    by_isa.push_back(std::move(out_opt));
+  }
+  if (by_isa.size() > 1) {  // portable and AVX2 sum the same lanes in the same order
+    EXPECT_EQ(0, std::memcmp(by_isa[0].data(), by_isa[1].data(), out_ref.size() * 4));
   }
   std::vector<int32_t> ids = {m - 1, 0, m / 2};
   std::vector<float> rows(3 * static_cast<size_t>(k));
@@ -162,10 +202,52 @@ TEST_P(MatMulQ8Test, OptimizedMatchesReferenceAndIsBatchInvariant) {
   }
 }
 
+// The activation quantizer writes the same codes and scales on every path, including
+// partial blocks, zero blocks, infinities and NaN.
+TEST(Q8ActivationsTest, EveryPathQuantizesIdentically) {
+  const int n = 3, k = 133;
+  auto x = Random(static_cast<size_t>(n) * k, 21, 3.0f);
+  std::fill(x.begin() + 32, x.begin() + 64, 0.0f);
+  x[70] = std::numeric_limits<float>::infinity();
+  x[100] = std::nanf("");
+  x[k + 5] = -1e30f;
+  cpu::ThreadPool pool(2);
+  std::vector<cpu::Q8Activations> got;
+  for (cpu::Isa isa : RunnableIsas()) {
+    IsaScope scope(isa);
+    got.emplace_back();
+    cpu::QuantizeActivationsQ8(&pool, x.data(), n, k, cpu::CpuHasAvx512Vnni(), got.back());
+  }
+  const auto& ref = got.front();
+  ASSERT_EQ(ref.padded_k, 192);
+  for (int i = 0; i < n; ++i) {
+    for (int b = 0; b < 6; ++b) {
+      const float s = ref.scales[i * 6 + b];
+      for (int t = b * 32; t < b * 32 + 32; ++t) {
+        const int8_t q = ref.codes[i * 192 + t];
+        EXPECT_LE(std::abs(int{q}), 127);
+        if (t >= k) {
+          EXPECT_EQ(q, 0);
+        }
+        const float v = t < k ? x[i * k + t] : 0.0f;
+        if (std::isfinite(v) && std::isfinite(s)) {
+          EXPECT_LE(std::abs(v - q * s), 0.5f * s + 1e-30f) << i << "," << t;
+        }
+      }
+    }
+  }
+  EXPECT_EQ(ref.scales[1], 0.0f);  // the zero block
+  for (const auto& other : got) {
+    EXPECT_EQ(0, std::memcmp(other.codes.data(), ref.codes.data(), n * 192));
+    EXPECT_EQ(0, std::memcmp(other.scales.data(), ref.scales.data(), n * 6 * 4));
+  }
+}
+
 INSTANTIATE_TEST_SUITE_P(Shapes, MatMulQ8Test,
                          ::testing::Values(std::make_tuple(1, 769, 75), std::make_tuple(5, 67, 131),
                                            std::make_tuple(17, 130, 64), std::make_tuple(2, 3, 7),
-                                           std::make_tuple(9, 41, 200), std::make_tuple(1, 300, 768)));
+                                           std::make_tuple(9, 41, 200), std::make_tuple(1, 300, 768),
+                                           std::make_tuple(6, 19, 97), std::make_tuple(4, 9, 2048)));
 
 // Direct attention for one row: keys given as (pointer to un-rotated k, v, position).
 TEST(AttentionTest, PagedGqaMatchesDirectAndBackendsAgree) {

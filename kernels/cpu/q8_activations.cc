@@ -1,0 +1,135 @@
+// Per-row int8 quantization of a Q8 MatMul's activations (cpu_ops.h Q8Activations).
+// The portable, AVX2 and AVX-512 versions use the same float operations in the same
+// order per element (max, one division each for the scale and its inverse, one product,
+// a clamp with the vector min/max NaN rule, round to nearest even), so they write
+// identical codes and scales; the matmul paths differ only in how they sum the products.
+#pragma GCC diagnostic ignored "-Wuninitialized"
+#pragma GCC diagnostic ignored "-Wmaybe-uninitialized"
+#include <immintrin.h>
+
+#include <algorithm>
+#include <cmath>
+#include <cstring>
+
+#include "kernels/cpu/cpu_ops.h"
+#include "kernels/cpu/isa.h"
+
+namespace kvfold::kernels::cpu {
+namespace {
+
+// The vector instructions' rules: max(a, b) = a > b ? a : b (b when either is NaN).
+inline float MaxPs(float a, float b) { return a > b ? a : b; }
+inline float MinPs(float a, float b) { return a < b ? a : b; }
+
+// One block of `len` (1..kQ8Block) floats into kQ8Block codes (zeros past len).
+void QuantizeBlockPortable(const float* x, int64_t len, int8_t* codes, float* scale) {
+  float amax = 0.0f;
+  for (int64_t t = 0; t < len; ++t) amax = MaxPs(std::fabs(x[t]), amax);
+  const float d = amax / 127.0f;
+  const float id = d > 0.0f ? 1.0f / d : 0.0f;
+  for (int64_t t = 0; t < kQ8Block; ++t) {
+    const float q = t < len ? MinPs(MaxPs(x[t] * id, -127.0f), 127.0f) : 0.0f;
+    codes[t] = static_cast<int8_t>(std::nearbyint(q));
+  }
+  *scale = d;
+}
+
+#define KVFOLD_AVX2 __attribute__((target("avx2,fma,f16c")))
+#define KVFOLD_AVX512 __attribute__((target("avx512f,avx512bw,avx512vl,avx512dq")))
+#define KVFOLD_VNNI __attribute__((target("avx512f,avx512bw,avx512vl,avx512dq,avx512vnni")))
+
+KVFOLD_AVX2 void QuantizeBlockAvx2(const float* x, int64_t len, int8_t* codes, float* scale) {
+  if (len < kQ8Block) return QuantizeBlockPortable(x, len, codes, scale);
+  const __m256 sign = _mm256_set1_ps(-0.0f);
+  __m256 v[4];
+  __m256 m = _mm256_setzero_ps();
+  for (int i = 0; i < 4; ++i) {
+    v[i] = _mm256_loadu_ps(x + 8 * i);
+    m = _mm256_max_ps(_mm256_andnot_ps(sign, v[i]), m);
+  }
+  __m128 m4 = _mm_max_ps(_mm256_castps256_ps128(m), _mm256_extractf128_ps(m, 1));
+  m4 = _mm_max_ps(m4, _mm_movehl_ps(m4, m4));
+  m4 = _mm_max_ss(m4, _mm_shuffle_ps(m4, m4, 1));
+  const float d = _mm_cvtss_f32(m4) / 127.0f;
+  const __m256 id = _mm256_set1_ps(d > 0.0f ? 1.0f / d : 0.0f);
+  const __m256 lo = _mm256_set1_ps(-127.0f), hi = _mm256_set1_ps(127.0f);
+  __m256i q[4];
+  for (int i = 0; i < 4; ++i) {
+    q[i] = _mm256_cvtps_epi32(_mm256_min_ps(_mm256_max_ps(_mm256_mul_ps(v[i], id), lo), hi));
+  }
+  // Pack 32 int32 to int8 (values already in [-127, 127]); packs interleave 128-bit lanes.
+  const __m256i w01 = _mm256_packs_epi32(q[0], q[1]), w23 = _mm256_packs_epi32(q[2], q[3]);
+  const __m256i b = _mm256_packs_epi16(w01, w23);
+  const __m256i order = _mm256_setr_epi32(0, 4, 1, 5, 2, 6, 3, 7);
+  _mm256_storeu_si256(reinterpret_cast<__m256i*>(codes), _mm256_permutevar8x32_epi32(b, order));
+  *scale = d;
+}
+
+KVFOLD_AVX512 void QuantizeBlockAvx512(const float* x, int64_t len, int8_t* codes, float* scale) {
+  if (len < kQ8Block) return QuantizeBlockPortable(x, len, codes, scale);
+  const __m512 v0 = _mm512_loadu_ps(x), v1 = _mm512_loadu_ps(x + 16);
+  const __m512 m = _mm512_max_ps(_mm512_abs_ps(v1), _mm512_max_ps(_mm512_abs_ps(v0), _mm512_setzero_ps()));
+  const float d = _mm512_reduce_max_ps(m) / 127.0f;
+  const __m512 id = _mm512_set1_ps(d > 0.0f ? 1.0f / d : 0.0f);
+  const __m512 lo = _mm512_set1_ps(-127.0f), hi = _mm512_set1_ps(127.0f);
+  const __m512i q0 = _mm512_cvtps_epi32(_mm512_min_ps(_mm512_max_ps(_mm512_mul_ps(v0, id), lo), hi));
+  const __m512i q1 = _mm512_cvtps_epi32(_mm512_min_ps(_mm512_max_ps(_mm512_mul_ps(v1, id), lo), hi));
+  _mm_storeu_si128(reinterpret_cast<__m128i*>(codes), _mm512_cvtsepi32_epi8(q0));
+  _mm_storeu_si128(reinterpret_cast<__m128i*>(codes + 16), _mm512_cvtsepi32_epi8(q1));
+  *scale = d;
+}
+
+// offset[l] = -128 * (codes[4l] + ... + codes[4l + 3]) over one row's padded codes: the
+// term that turns the VNNI product (w + 128) * x into w * x (matmul_avx512.cc).
+KVFOLD_VNNI void OffsetsVnni(const int8_t* codes, int64_t padded_k, int32_t* offset) {
+  const __m512i bias = _mm512_set1_epi8(static_cast<char>(0x80));
+  for (int64_t t = 0; t < padded_k; t += 64) {
+    const __m512i x = _mm512_loadu_si512(codes + t);
+    const __m512i s = _mm512_dpbusd_epi32(_mm512_setzero_si512(), bias, x);
+    _mm512_storeu_si512(offset + t / 4, _mm512_sub_epi32(_mm512_setzero_si512(), s));
+  }
+}
+
+using BlockFn = void (*)(const float*, int64_t, int8_t*, float*);
+
+}  // namespace
+
+void QuantizeActivationsQ8(ThreadPool* pool, const float* x, int64_t n, int64_t k,
+                           bool with_offset, Q8Activations& xq) {
+  const int64_t padded_k = (k + 2 * kQ8Block - 1) / (2 * kQ8Block) * (2 * kQ8Block);
+  const int64_t padded_blocks = padded_k / kQ8Block;
+  xq.padded_k = padded_k;
+  const auto grow = [](auto& v, size_t size) {
+    if (v.size() < size) v.resize(size);
+  };
+  grow(xq.codes, static_cast<size_t>(n * padded_k));
+  grow(xq.scales, static_cast<size_t>(n * padded_blocks));
+  if (with_offset) grow(xq.offset, static_cast<size_t>(n * padded_k / 4));
+  const Isa isa = ActiveIsa();
+  const BlockFn block = isa == Isa::kAvx512 ? QuantizeBlockAvx512
+                        : isa == Isa::kAvx2 ? QuantizeBlockAvx2
+                                            : QuantizeBlockPortable;
+  auto rows = [&](int64_t r0, int64_t r1, int) {
+    for (int64_t r = r0; r < r1; ++r) {
+      int8_t* codes = xq.codes.data() + r * padded_k;
+      float* scales = xq.scales.data() + r * padded_blocks;
+      for (int64_t b = 0; b < padded_blocks; ++b) {
+        const int64_t t = b * kQ8Block;
+        if (t >= k) {
+          std::memset(codes + t, 0, kQ8Block);
+          scales[b] = 0.0f;
+        } else {
+          block(x + r * k + t, std::min(kQ8Block, k - t), codes + t, scales + b);
+        }
+      }
+      if (with_offset) OffsetsVnni(codes, padded_k, xq.offset.data() + r * padded_k / 4);
+    }
+  };
+  if (pool == nullptr || n * k < (1 << 15)) {
+    rows(0, n, 0);
+  } else {
+    pool->ParallelFor(n, 1, rows);
+  }
+}
+
+}  // namespace kvfold::kernels::cpu
