@@ -113,7 +113,8 @@ struct TaskArgs {
           const int64_t off = keys.Locate(t0 + i, &pos) + t.kvh * hd;                         \
           RotateHalf(a.k_cache + off, a.rope + static_cast<int64_t>(pos) * hd, hd, krot);     \
           for (int d = 0; d < hd; ++d) t.kt[d * kTile + i] = krot[d];                         \
-          std::memcpy(t.vt + i * hdp, a.v_cache + off, hd * sizeof(float));                   \
+          const float* v_src = a.v_cache + off;                                               \
+          for (int d = 0; d < hd; ++d) t.vt[i * hdp + d] = v_src[d]; /* inline: no call */     \
         } else {                                                                              \
           for (int d = 0; d < hd; ++d) t.kt[d * kTile + i] = 0.0f;                            \
         }                                                                                     \
