@@ -13,7 +13,7 @@
 // otherwise synthetic zero K/V appended directly: decode speed does not depend on the
 // values), then `decode-steps` single-token steps are timed. Roofline = bandwidth / bytes
 // read per token (all weights once + the K/V of the entries the token attends to), for
-// the copy bandwidth and for the read-only bandwidth.
+// the copy bandwidth, the read-only bandwidth and the STREAM triad bandwidth.
 // With several --kv-dtypes every row is measured for each KV cache type and
 // "kv_dtype_ratios" puts int8 beside f32 (decode tok per CPU-second, bytes per token).
 // INT8 rows use real prefills only (synthetic K/V would skip the quantizer).
@@ -24,6 +24,7 @@
 #include <ctime>
 #include <cstdio>
 #include <cstring>
+#include <filesystem>
 #include <map>
 #include <string>
 #include <thread>
@@ -57,6 +58,7 @@ struct Bandwidth {
   double per_s = 0;      // bytes per wall second (best of 5)
   double per_cpu_s = 0;  // bytes per CPU second (best of 5): what one core's worth streams
   double read_per_s = 0;  // read-only streaming (a sum over 256 MiB), bytes per wall second
+  double triad_per_s = 0;  // STREAM triad a = b + s * c (3 x 256 MiB), bytes per wall second
 };
 
 // Sum of n floats with 4 independent AVX2 accumulators: a read stream at full speed.
@@ -117,6 +119,23 @@ Bandwidth MeasureBandwidth(int threads) {
     for (float v : sums) sink = sink + v;
   }
   (void)sink;
+  // STREAM triad, counted as STREAM does: 2 arrays read + 1 written per element.
+  std::vector<float> c(n, 2.0f);
+  for (int rep = 0; rep < 5; ++rep) {
+    const auto t = Clock::now();
+    std::vector<std::thread> pool;
+    for (int i = 0; i < threads; ++i) {
+      pool.emplace_back([&, i] {
+        const size_t begin = n * i / threads, end = n * (i + 1) / threads;
+        float* __restrict__ out = a.data();
+        const float* __restrict__ x = b.data();
+        const float* __restrict__ y = c.data();
+        for (size_t j = begin; j < end; ++j) out[j] = x[j] + 3.0f * y[j];
+      });
+    }
+    for (auto& th : pool) th.join();
+    best.triad_per_s = std::max(best.triad_per_s, 3.0 * n * sizeof(float) / Since(t));
+  }
   return best;
 }
 
@@ -242,6 +261,8 @@ json BenchModel(const std::string& name, const model::ModelFile& m, kernels::Bac
       row["fraction_of_roofline"] = decode / (bandwidth / bytes);
       row["read_roofline_tok_s"] = bw.read_per_s / bytes;
       row["fraction_of_read_roofline"] = decode / (bw.read_per_s / bytes);
+      row["triad_roofline_tok_s"] = bw.triad_per_s / bytes;
+      row["fraction_of_triad_roofline"] = decode / (bw.triad_per_s / bytes);
       row["roofline_tok_per_cpu_s"] = bw.per_cpu_s / bytes;
       row["fraction_of_cpu_roofline"] = decode_cpu / (bw.per_cpu_s / bytes);
       results.push_back(row);
@@ -344,6 +365,7 @@ int Main(int argc, char** argv) {
   out["bandwidth_bytes_per_s"] = bandwidth.per_s;
   out["bandwidth_bytes_per_cpu_s"] = bandwidth.per_cpu_s;
   out["bandwidth_read_bytes_per_s"] = bandwidth.read_per_s;
+  out["bandwidth_triad_bytes_per_s"] = bandwidth.triad_per_s;
   out["cpu_isa"] = kernels::cpu::IsaName(kernels::cpu::ActiveIsa());
   if (!f.count("no-gemm")) {
     out["gemm"] = json::array({GemmVsOpenBlas(*backend, 1, 2048, 2048), GemmVsOpenBlas(*backend, 128, 2048, 2048)});
@@ -358,7 +380,8 @@ int Main(int argc, char** argv) {
     }
   };
   if (auto m = model::LoadModel(stories); m.ok()) {
-    bench_all("stories260K", *m, o);
+    bench_all(f.count("stories") ? std::filesystem::path(stories).filename().string() : "stories260K",
+              *m, o);
   } else {
     std::fprintf(stderr, "skipping stories260K: %s\n", m.status().ToString().c_str());
   }
