@@ -4,8 +4,10 @@
 //                 [--histories 1000,10000,50000] [--threads 0]
 //
 // In process, over real gRPC on 127.0.0.1: a MemoryServer and kvfold-inference servers.
-// 1. decode: aggregate decode tok/s of N concurrent sessions, scheduler batching on vs off
-//    (the ratio is the gain of continuous batching's shared matmuls).
+// 1. decode: aggregate tok/s of N concurrent sessions, scheduler batching on vs off (the
+//    ratio is the gain of continuous batching's shared matmuls): whole turns, and the
+//    decode phase alone (all sessions decoding; prompts excluded, their time reported),
+//    with decode_over_one_session = N sessions' decode phase / one session's.
 // 2. resume: time to first token of a turn on a replica that never saw the session (it
 //    streams the block from the store and rebuilds: memory mode with --projector, else
 //    full) against re-prefilling the whole history in full mode, as an engine without
@@ -127,10 +129,12 @@ struct Turn {
   int tokens = 0;
   double ttft_ms = 0, total_ms = 0;
   kvfold::v1::Usage usage;
+  std::vector<double> arrivals_ms;  // each token's arrival, ms after `epoch` (when given)
 };
 
 Turn Generate(InferenceService::Stub& stub, const std::string& id,
-              const std::vector<int32_t>& prompt, int max_new) {
+              const std::vector<int32_t>& prompt, int max_new,
+              const Clock::time_point* epoch = nullptr) {
   grpc::ClientContext context;
   kvfold::v1::GenerateRequest request;
   request.set_session_id(id);
@@ -145,6 +149,10 @@ Turn Generate(InferenceService::Stub& stub, const std::string& id,
     if (response.has_delta()) {
       if (t.tokens == 0) t.ttft_ms = Ms(start, Clock::now());
       t.tokens += response.delta().token_ids_size();
+      if (epoch != nullptr) {
+        t.arrivals_ms.insert(t.arrivals_ms.end(), response.delta().token_ids_size(),
+                             Ms(*epoch, Clock::now()));
+      }
     } else {
       t.usage = response.final().usage();
     }
@@ -161,6 +169,32 @@ std::vector<int32_t> RandomIds(int n, int vocab, uint64_t seed) {
   std::vector<int32_t> ids(n);
   for (int32_t& id : ids) id = static_cast<int32_t>(3 + rng() % static_cast<uint64_t>(vocab - 3));
   return ids;
+}
+
+// The decode phase of N concurrent turns: from the moment every session has its first
+// token (all prompts prefilled) until the first session finishes, tokens that arrived in
+// that window per second. Prompts are excluded; prompts_ms (the last first token) is
+// reported beside it.
+struct DecodePhase {
+  double tok_s = 0, window_ms = 0, prompts_ms = 0;
+};
+DecodePhase SteadyDecode(const std::vector<Turn>& turns) {
+  DecodePhase p;
+  double begin = 0, end = 1e300;
+  for (const Turn& t : turns) {
+    if (t.arrivals_ms.size() < 2) return p;
+    begin = std::max(begin, t.arrivals_ms.front());
+    end = std::min(end, t.arrivals_ms.back());
+  }
+  p.prompts_ms = begin;
+  if (end <= begin) return p;
+  int tokens = 0;
+  for (const Turn& t : turns) {
+    for (double a : t.arrivals_ms) tokens += a > begin && a <= end;
+  }
+  p.window_ms = end - begin;
+  p.tok_s = tokens / (p.window_ms / 1000.0);
+  return p;
 }
 
 double Percentile(std::vector<double> v, double q) {
@@ -306,7 +340,8 @@ int main(int argc, char** argv) {
       const auto start = Clock::now();
       for (int i = 0; i < n; ++i) {
         threads.emplace_back([&, i] {
-          turns[i] = Generate(*r.stub, tag + std::to_string(i), RandomIds(8, vocab, i), new_tokens);
+          turns[i] = Generate(*r.stub, tag + std::to_string(i), RandomIds(8, vocab, i), new_tokens,
+                              &start);
         });
       }
       for (auto& t : threads) t.join();
@@ -314,11 +349,24 @@ int main(int argc, char** argv) {
       int total = 0;
       for (const Turn& t : turns) total += t.tokens;
       row[batching ? "batching_on_tok_s" : "batching_off_tok_s"] = total / (wall_ms / 1000.0);
+      const DecodePhase phase = SteadyDecode(turns);
+      const std::string on = batching ? "batching_on" : "batching_off";
+      row[on + "_decode_tok_s"] = phase.tok_s;
+      row[on + "_decode_window_ms"] = phase.window_ms;
+      row[on + "_first_token_ms_max"] = phase.prompts_ms;
     }
     row["speedup"] = row["batching_on_tok_s"].get<double>() / row["batching_off_tok_s"].get<double>();
+    if (!decode.empty() && decode[0]["sessions"] == 1) {
+      row["decode_over_one_session"] = row["batching_on_decode_tok_s"].get<double>() /
+                                       decode[0]["batching_on_decode_tok_s"].get<double>();
+    }
     decode.push_back(row);
-    std::fprintf(stderr, "decode %d sessions: %.0f tok/s batched, %.0f unbatched\n", n,
-                 row["batching_on_tok_s"].get<double>(), row["batching_off_tok_s"].get<double>());
+    std::fprintf(stderr,
+                 "decode %d sessions: %.0f tok/s batched, %.0f unbatched (whole turns); decode "
+                 "phase only: %.1f tok/s batched, %.1f unbatched\n",
+                 n, row["batching_on_tok_s"].get<double>(), row["batching_off_tok_s"].get<double>(),
+                 row["batching_on_decode_tok_s"].get<double>(),
+                 row["batching_off_decode_tok_s"].get<double>());
   }
   out["decode"] = decode;
 
