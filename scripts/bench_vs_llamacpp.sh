@@ -15,11 +15,15 @@
 # ../shared/models/tokenizers/llama2_32000.bin and ../shared/models/stories260K.
 #
 # --reps (default 3) interleaved pairs per stories110m row, --long-reps (default 1) for the
-# 10k-token row. Prints one table: per row the kvfold and llama.cpp medians over the reps and
-# kvfold / llama.cpp. Rows: stories110m f32 prefill (128-token prompt) and decode
-# (32 tokens) at 1 and 2 threads; stories110m q8 vs Q8_0 at 1 and 2 threads;
-# stories260K 10240-token prompt, full mode, 2 threads; kvfold decode against the
-# read-bandwidth roofline (bench_engine's probe: weights bytes per token / bytes per s).
+# 10k-token row. Prints the load average and the llama.cpp commit measured (llama-bench's
+# build_commit, else the git checkout above LLAMA_CPP_BIN_DIR), then one table per target:
+# kvfold and llama.cpp medians over the reps and kvfold / llama.cpp. Targets: stories110m
+# f32 prefill (128-token prompt) and decode (32 tokens) at 1 and 2 threads (decode from an
+# empty context on both sides, as llama-bench's tg test does: kvfold's context-1 row; its
+# decode after the 128-token prompt is shown beside it); stories110m q8
+# vs Q8_0 at 1 and 2 threads; stories260K 10240-token prompt, full mode, 2 threads; kvfold
+# decode against the STREAM triad roofline (bench_engine's triad, same process: bytes/s /
+# bytes per token).
 set -euo pipefail
 ROOT="$(cd "$(dirname "$0")/.." && pwd)"
 BUILD_DIR="${KVFOLD_BUILD_DIR:-$ROOT/build}"
@@ -41,7 +45,7 @@ while (($#)); do
     --tokenizer-32k) TOK32K="$2"; shift 2 ;;
     --stories260k) S260="$2"; shift 2 ;;
     --rows) ROWS="$2"; shift 2 ;;
-    -h|--help) sed -n '2,22p' "$0"; exit 0 ;;
+    -h|--help) sed -n '2,24p' "$0"; exit 0 ;;
     *) echo "bench_vs_llamacpp: unknown argument $1" >&2; exit 2 ;;
   esac
 done
@@ -74,6 +78,7 @@ if has_row long; then
 fi
 
 # ---- Interleaved runs: results/<row>.<engine>.<rep>.json ----
+LOAD_BEFORE=$(cut -d' ' -f1-3 /proc/loadavg)
 mkdir -p results
 rm -f results/*.json
 run_pair() {  # name, reps, kvfold bench args..., --, llama-bench args...
@@ -89,11 +94,11 @@ run_pair() {  # name, reps, kvfold bench args..., --, llama-bench args...
 }
 for t in 1 2; do
   if has_row s110; then
-    run_pair "s110_f32_t$t" "$REPS" --stories s110.bin --contexts 128 --decode-steps 32 --threads "$t" \
+    run_pair "s110_f32_t$t" "$REPS" --stories s110.bin --contexts 1,128 --decode-steps 32 --threads "$t" \
       -- -m s110.gguf -p 128 -n 32 -t "$t"
   fi
   if has_row q8; then
-    run_pair "s110_q8_t$t" "$REPS" --stories s110-q8 --contexts 128 --decode-steps 32 --threads "$t" \
+    run_pair "s110_q8_t$t" "$REPS" --stories s110-q8 --contexts 1,128 --decode-steps 32 --threads "$t" \
       -- -m s110-q8_0.gguf -p 128 -n 32 -t "$t"
   fi
 done
@@ -101,4 +106,11 @@ if has_row long; then
   run_pair "s260_10k_t2" "$LONG_REPS" --stories "$S260/stories260K.bin" --contexts 10240 --decode-steps 1 --threads 2 \
     -- -m s260.gguf -p 10240 -n 0 -t 2
 fi
-"$PY" "$ROOT/scripts/bench_vs_llamacpp_table.py" results
+# The commit of the binaries measured: llama-bench's own build_commit (in its JSON), else
+# the git checkout the binaries were built in, else "unknown".
+COMMIT=""
+for d in "$LLAMA/.." "$LLAMA/../.."; do
+  [ -n "$COMMIT" ] || COMMIT=$(git -C "$d" rev-parse --short=9 HEAD 2>/dev/null || true)
+done
+echo "load average before: $LOAD_BEFORE; after: $(cut -d' ' -f1-3 /proc/loadavg)"
+"$PY" "$ROOT/scripts/bench_vs_llamacpp_table.py" results "${COMMIT:-unknown}"
