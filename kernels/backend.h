@@ -31,6 +31,7 @@
 
 #include "absl/status/status.h"
 #include "absl/status/statusor.h"
+#include "kernels/attn_rows.h"
 
 namespace kvfold::kernels {
 
@@ -95,23 +96,6 @@ class Stream {
 // row p holds cos(p * inv_freq[i]) in [0, head_dim/2) and sin(...) in [head_dim/2,
 // head_dim). Convention: HF rotate_half (pairs (i, i + head_dim/2)).
 
-// Per query row of an Attention call, kAttnRowFields int32 values (see AttnRow).
-// Logical main index j maps to physical slot (main_front + j) of the main block table;
-// a physical slot s lives in block table[s / block_size] at offset s % block_size.
-enum AttnRow : int {
-  kAttnPrefixTable = 0,   // offset of the prefix block table in block_tables
-  kAttnPrefixVisible,     // prefix entries [0, n) visible to this row
-  kAttnPrefixPosBase,     // position of prefix entry j = base + j * stride
-  kAttnPrefixPosStride,   //   (memory modes: base 0, stride 0; sink: base 0, stride 1)
-  kAttnMainTable,         // offset of the main block table in block_tables
-  kAttnMainFront,         // physical slot of logical main entry 0
-  kAttnMainLo,            // main entries [lo, hi) visible to this row
-  kAttnMainHi,
-  kAttnMainPosLo,         // position of main entry lo; entry j has pos_lo + (j - lo)
-  kAttnRowFieldsUsed,
-};
-inline constexpr int kAttnRowFields = 10;  // padded
-
 struct AttentionShape {
   int num_heads = 0;
   int num_kv_heads = 0;  // num_heads % num_kv_heads == 0 (GQA)
@@ -136,20 +120,6 @@ struct KvCacheI8 {
   Tensor v_pages;        // [num_pages, block_size, kv_dim] F32
   int value_group = 32;  // channels per value scale, >= 1
 };
-
-// Per query row of an AttentionInt8 call, kAttnI8Fields int32 values: the row's OWN block
-// (the pool block holding the row's own entry), the page holding that block's F32
-// entries, and whether the block is sealed by the StoreKvInt8 before this call (its codes
-// are valid; 0 for the open last block of a segment). Entries in the own block are read
-// F32 from the page, every other entry from its block's int8 codes (dequantized inside the
-// op). This is the rule that keeps prefill and token-by-token decode bit-identical
-// (docs/engine.md). Every entry a row sees is in its own block or in a sealed block.
-enum AttnI8Row : int { kAttnOwnBlock = 0, kAttnOwnPage = 1, kAttnOwnSealed = 2 };
-inline constexpr int kAttnI8Fields = 3;
-
-// Per block to quantize in a StoreKvInt8 call, kSealFields int32 values.
-enum SealField : int { kSealBlock = 0, kSealPage = 1, kSealCount = 2 };
-inline constexpr int kSealFields = 3;
 
 class Backend {
  public:
@@ -202,8 +172,9 @@ class Backend {
                                Tensor k_cache, Tensor v_cache) = 0;
 
   // Paged GQA attention. q [n, num_heads * head_dim] already rotated by its position;
-  // rows [n, kAttnRowFields] I32 (AttnRow); block_tables [*] I32; each visible key is
-  // rotated by its position from rope_table inside the op. out [n, num_heads * head_dim].
+  // rows [n, kAttnRowFields] I32 holding n AttnRow records (attn_rows.h); block_tables
+  // [*] I32; each visible key is rotated by its position from rope_table inside the op.
+  // out [n, num_heads * head_dim].
   // Keys are visited prefix first, then main, in index order; softmax in F32 with the
   // row max subtracted; all identical for a row whatever else is in the batch.
   virtual absl::Status Attention(Stream& stream, Tensor q, Tensor k_cache, Tensor v_cache,
@@ -219,18 +190,18 @@ class Backend {
 
   // 1. Writes k, v [n, kv_dim] F32 rows into the F32 pages: row i goes to page pages[i]
   //    (I32 [n]) at offset slots[i] % block_size. 2. Then quantizes each block of `seal`
-  //    (I32 [num_seal, kSealFields], may be empty): entries [0, count) of page `page`
-  //    become the block's codes and scales (kernels/quant/kv_quant.h, bit for bit: keys
-  //    QuantizeKeys with group_size = count, values QuantizeValues with value_group,
-  //    both with fp16_scales).
+  //    (I32 [num_seal, kSealFields]: SealEntry records, attn_rows.h; may be empty):
+  //    entries [0, count) of page `page` become the block's codes and scales
+  //    (kernels/quant/kv_quant.h, bit for bit: keys QuantizeKeys with group_size = count,
+  //    values QuantizeValues with value_group, both with fp16_scales).
   virtual absl::Status StoreKvInt8(Stream& stream, Tensor k, Tensor v, Tensor slots, Tensor pages,
                                    Tensor seal, const KvCacheI8& cache) {
     return absl::UnimplementedError(Name() + ": INT8 KV cache not implemented");
   }
 
-  // Attention over an INT8 cache; same contract as Attention plus own [n, kAttnI8Fields]
-  // I32 (AttnI8Row). A key read from int8 is codes * scale (F32), then rotated; a value is
-  // codes * scale. Batch-invariant like Attention.
+  // Attention over an INT8 cache; same contract as Attention plus own [n, kAttnOwnFields]
+  // I32 (AttnOwnBlock records, attn_rows.h). A key read from int8 is codes * scale (F32),
+  // then rotated; a value is codes * scale. Batch-invariant like Attention.
   virtual absl::Status AttentionInt8(Stream& stream, Tensor q, const KvCacheI8& cache, Tensor rows,
                                      Tensor own, Tensor block_tables, Tensor rope_table,
                                      const AttentionShape& shape, Tensor out) {

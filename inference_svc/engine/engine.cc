@@ -123,7 +123,8 @@ absl::StatusOr<std::unique_ptr<Engine>> Engine::Create(const model::ModelFile& m
   }
 
   // Activation scratch: one buffer, carved into views.
-  e->scratch_ = std::make_unique<Scratch>();
+  e->scratch_ =
+      std::make_unique<Scratch>(options.max_batch_tokens, options.kv_dtype == KvDType::kInt8);
   Scratch& s = *e->scratch_;
   const int64_t T = options.max_batch_tokens, d = c.hidden_size, f = c.intermediate_size;
   const int64_t qd = c.q_dim(), kvd = c.kv_dim();
@@ -150,7 +151,7 @@ absl::StatusOr<std::unique_ptr<Engine>> Engine::Create(const model::ModelFile& m
   s.logits = carve({Scratch::kLogitRows, c.vocab_size});
   s.sel_norm = s.h;  // the logits path runs after the last layer: h is free
   absl::StatusOr<std::unique_ptr<kernels::Buffer>> ints = backend->Allocate(
-      T * (4 + kernels::kAttnRowFields + kernels::kAttnI8Fields + 1 + 2 * kernels::kSealFields) *
+      T * (4 + kernels::kAttnRowFields + kernels::kAttnOwnFields + 1 + 2 * kernels::kSealFields) *
       sizeof(int32_t));
   if (!ints.ok()) return ints.status();
   s.int_buffer = std::move(*ints);
@@ -165,20 +166,11 @@ absl::StatusOr<std::unique_ptr<Engine>> Engine::Create(const model::ModelFile& m
   s.positions = carve_i({T});
   s.sel_idx = carve_i({T});
   s.rows = carve_i({T, kernels::kAttnRowFields});
-  s.own = carve_i({T, kernels::kAttnI8Fields});
+  s.own = carve_i({T, kernels::kAttnOwnFields});
   s.pages = carve_i({T});
   s.seal = carve_i({2 * T, kernels::kSealFields});
-  s.h_ids.resize(T);
-  s.h_slots.resize(T);
-  s.h_positions.resize(T);
-  s.h_sel.resize(T);
-  s.h_rows.resize(T * kernels::kAttnRowFields);
+  s.h_hidden_rows.reserve(T);
   s.h_hidden.resize(T * d);
-  if (options.kv_dtype == KvDType::kInt8) {
-    s.h_own.resize(T * kernels::kAttnI8Fields);
-    s.h_pages.resize(T);
-    s.h_seal.reserve(2 * T * kernels::kSealFields);
-  }
 
   // KV pool. Int8: the initial F32 pages (one chunk's blocks plus 8 sequences' open
   // blocks; the page store doubles on demand) come out of kv_pool_bytes too.

@@ -36,6 +36,8 @@
 
 namespace kvfold::engine {
 
+struct ChunkSpec;  // batch_plan.h
+
 struct EngineOptions {
   // Rows per internal forward chunk; bounds activation scratch. Default: 256.
   int max_batch_tokens = 256;
@@ -117,9 +119,16 @@ class Engine {
   struct Weights;
   struct Scratch;
   Engine() = default;
-  absl::Status ForwardChunk(std::span<const SequenceInput> inputs,
-                            std::span<const int> row_begin, std::span<const int> row_count,
-                            ForwardResult* result);
+  struct Batch;  // one chunk's rows on the device (engine_internal.h)
+  // forward.cc: one chunk, as the batch planner placed it, through the layers.
+  absl::Status ForwardChunk(const ChunkSpec& chunk, ForwardResult* result);
+  absl::Status UploadPlan(Batch* batch);
+  absl::Status Embed(const ChunkSpec& chunk, const Batch& b);
+  absl::Status Layer(int layer, const Batch& b);
+  absl::Status WriteKv(int layer, const Batch& b);
+  absl::Status Attend(int layer, const Batch& b);
+  absl::Status CopyHidden(int layer, const Batch& b, ForwardResult* result);
+  absl::Status Logits(const Batch& b, ForwardResult* result);
   absl::Status EnsureRopeTable(int64_t max_position);
   absl::Status BuildRopeTable(int64_t rows, int64_t context_len);
 

@@ -1,6 +1,11 @@
-// Engine::Forward: the whole transformer pass for a ragged batch of sequences, top to
-// bottom. Row placement (segment, slot, position, visibility): docs/contracts.md.
+// Engine::Forward: the whole transformer pass for a ragged batch of sequences. Forward
+// validates the inputs, lays out the outputs and cuts the rows into chunks; each chunk is
+// placed by the batch planner (batch_plan.h; row placement: docs/contracts.md) and then
+// runs the layer loop, top to bottom like llama2.c's forward: embed; per layer rmsnorm,
+// q k v, rope, kv write, attention, output projection, residual, rmsnorm, ffn, residual;
+// final norm and logits.
 #include <algorithm>
+#include <cmath>
 #include <cstring>
 
 #include "absl/strings/str_cat.h"
@@ -9,13 +14,6 @@
 namespace kvfold::engine {
 
 namespace {
-
-// Output row of input row `global` (of `total`) under `sel`, or -1 when not selected.
-int SelectedRow(RowSelect sel, int global, int total) {
-  if (sel == RowSelect::kAll) return global;
-  if (sel == RowSelect::kLast && global == total - 1) return 0;
-  return -1;
-}
 
 int NumRows(const SequenceInput& in, int hidden_size) {
   return in.token_ids.empty() ? static_cast<int>(in.embeddings.size() / hidden_size)
@@ -26,10 +24,55 @@ int Selected(RowSelect sel, int rows) {
   return sel == RowSelect::kAll ? rows : sel == RowSelect::kLast ? 1 : 0;
 }
 
-#define KVFOLD_RETURN_IF_ERROR(expr)        \
-  do {                                      \
-    absl::Status _s = (expr);               \
-    if (!_s.ok()) return _s;                \
+absl::Status ValidateInput(const SequenceInput& in, const model::ModelConfig& c,
+                           int max_batch_tokens) {
+  const int d = c.hidden_size;
+  if (in.cache == nullptr) return absl::InvalidArgumentError("Forward: input without a cache");
+  if (in.token_ids.empty() == in.embeddings.empty()) {
+    return absl::InvalidArgumentError(
+        "Forward: each input needs exactly one of token_ids or embeddings");
+  }
+  if (!in.embeddings.empty() && in.embeddings.size() % d != 0) {
+    return absl::InvalidArgumentError(absl::StrCat("Forward: embeddings size ",
+                                                   in.embeddings.size(),
+                                                   " is not a multiple of hidden_size ", d));
+  }
+  for (int32_t id : in.token_ids) {
+    if (id < 0 || id >= c.vocab_size) {
+      return absl::InvalidArgumentError(
+          absl::StrCat("Forward: token id ", id, " outside [0, ", c.vocab_size, ")"));
+    }
+  }
+  const int rows = NumRows(in, d);
+  if (!in.positions.empty() && static_cast<int>(in.positions.size()) != rows) {
+    return absl::InvalidArgumentError("Forward: positions must have one entry per row");
+  }
+  for (int32_t p : in.positions) {
+    if (p < 0) return absl::InvalidArgumentError("Forward: negative position");
+  }
+  if (in.hidden_layers != 1 && in.hidden_layers != 3) {
+    return absl::InvalidArgumentError("Forward: hidden_layers must be 1 or 3");
+  }
+  if (in.hidden_layers > c.num_layers) {
+    return absl::InvalidArgumentError("Forward: hidden_layers exceeds the model's layers");
+  }
+  if (in.mask == MaskKind::kBidirectionalPrefix && rows > max_batch_tokens) {
+    return absl::InvalidArgumentError(absl::StrCat("Forward: a bidirectional prefix of ", rows,
+                                                   " rows exceeds max_batch_tokens ",
+                                                   max_batch_tokens));
+  }
+  if (in.mask == MaskKind::kBidirectionalPrefix && in.cache->policy().window > 0 &&
+      in.cache->main_len() > 0) {
+    return absl::InvalidArgumentError(
+        "Forward: prefix rows under a windowed policy need an empty main segment");
+  }
+  return absl::OkStatus();
+}
+
+#define KVFOLD_RETURN_IF_ERROR(expr) \
+  do {                               \
+    absl::Status _s = (expr);        \
+    if (!_s.ok()) return _s;         \
   } while (0)
 
 }  // namespace
@@ -46,44 +89,8 @@ absl::Status Engine::Forward(std::span<const SequenceInput> inputs, ForwardResul
   size_t logit_floats = 0, hidden_floats = 0;
   for (size_t i = 0; i < num; ++i) {
     const SequenceInput& in = inputs[i];
-    if (in.cache == nullptr) return absl::InvalidArgumentError("Forward: input without a cache");
-    if (in.token_ids.empty() == in.embeddings.empty()) {
-      return absl::InvalidArgumentError(
-          "Forward: each input needs exactly one of token_ids or embeddings");
-    }
-    if (!in.embeddings.empty() && in.embeddings.size() % d != 0) {
-      return absl::InvalidArgumentError(absl::StrCat("Forward: embeddings size ",
-                                                     in.embeddings.size(),
-                                                     " is not a multiple of hidden_size ", d));
-    }
-    for (int32_t id : in.token_ids) {
-      if (id < 0 || id >= c.vocab_size) {
-        return absl::InvalidArgumentError(
-            absl::StrCat("Forward: token id ", id, " outside [0, ", c.vocab_size, ")"));
-      }
-    }
+    KVFOLD_RETURN_IF_ERROR(ValidateInput(in, c, T));
     const int rows = NumRows(in, d);
-    if (!in.positions.empty() && static_cast<int>(in.positions.size()) != rows) {
-      return absl::InvalidArgumentError("Forward: positions must have one entry per row");
-    }
-    for (int32_t p : in.positions) {
-      if (p < 0) return absl::InvalidArgumentError("Forward: negative position");
-    }
-    if (in.hidden_layers != 1 && in.hidden_layers != 3) {
-      return absl::InvalidArgumentError("Forward: hidden_layers must be 1 or 3");
-    }
-    if (in.hidden_layers > c.num_layers) {
-      return absl::InvalidArgumentError("Forward: hidden_layers exceeds the model's layers");
-    }
-    if (in.mask == MaskKind::kBidirectionalPrefix && rows > T) {
-      return absl::InvalidArgumentError(absl::StrCat(
-          "Forward: a bidirectional prefix of ", rows, " rows exceeds max_batch_tokens ", T));
-    }
-    if (in.mask == MaskKind::kBidirectionalPrefix && in.cache->policy().window > 0 &&
-        in.cache->main_len() > 0) {
-      return absl::InvalidArgumentError(
-          "Forward: prefix rows under a windowed policy need an empty main segment");
-    }
     s.logit_row_offset[i] = static_cast<int>(logit_floats / c.vocab_size);
     s.hidden_row_offset[i] = static_cast<int>(hidden_floats / d);
     logit_floats += static_cast<size_t>(Selected(in.logits, rows)) * c.vocab_size;
@@ -110,361 +117,221 @@ absl::Status Engine::Forward(std::span<const SequenceInput> inputs, ForwardResul
   // split (its rows must see each other).
   s.piece_begin.assign(num, 0);
   s.piece_count.assign(num, 0);
-  std::vector<int>& done = s.piece_offset;  // rows already processed per input
-  done.assign(num, 0);
+  s.rows_done.assign(num, 0);
+  const ChunkSpec chunk{
+      inputs, s.piece_begin, s.piece_count, s.logit_row_offset, s.hidden_row_offset, d};
   size_t i = 0;
   while (i < num) {
     std::fill(s.piece_count.begin(), s.piece_count.end(), 0);
     int chunk_rows = 0;
-    size_t j = i;
-    while (j < num && chunk_rows < T) {
-      const int rows = NumRows(inputs[j], d);
-      const int left = rows - done[j];
-      int take = std::min(left, T - chunk_rows);
+    for (size_t j = i; j < num && chunk_rows < T; ++j) {
+      const int left = NumRows(inputs[j], d) - s.rows_done[j];
+      const int take = std::min(left, T - chunk_rows);
       if (inputs[j].mask == MaskKind::kBidirectionalPrefix && take < left) break;
-      s.piece_begin[j] = done[j];
+      s.piece_begin[j] = s.rows_done[j];
       s.piece_count[j] = take;
       chunk_rows += take;
       if (take < left) break;
-      ++j;
     }
-    KVFOLD_RETURN_IF_ERROR(ForwardChunk(inputs, s.piece_begin, s.piece_count, result));
-    for (size_t k = i; k < num; ++k) done[k] += s.piece_count[k];
-    while (i < num && done[i] == NumRows(inputs[i], d)) ++i;
+    KVFOLD_RETURN_IF_ERROR(ForwardChunk(chunk, result));
+    for (size_t k = i; k < num; ++k) s.rows_done[k] += s.piece_count[k];
+    while (i < num && s.rows_done[i] == NumRows(inputs[i], d)) ++i;
   }
   return absl::OkStatus();
 }
 
-absl::Status Engine::ForwardChunk(std::span<const SequenceInput> inputs,
-                                  std::span<const int> row_begin, std::span<const int> row_count,
-                                  ForwardResult* result) {
-  const model::ModelConfig& c = config_;
-  const int d = c.hidden_size;
+absl::Status Engine::ForwardChunk(const ChunkSpec& chunk, ForwardResult* result) {
+  BatchPlan& plan = scratch_->plan;
+  KVFOLD_RETURN_IF_ERROR(plan.Place(chunk, *pool_));
+  Batch b;
+  KVFOLD_RETURN_IF_ERROR(UploadPlan(&b));
+  KVFOLD_RETURN_IF_ERROR(Embed(chunk, b));
+  for (int l = 0; l < config_.num_layers; ++l) {
+    KVFOLD_RETURN_IF_ERROR(Layer(l, b));
+    KVFOLD_RETURN_IF_ERROR(CopyHidden(l, b, result));
+  }
+  KVFOLD_RETURN_IF_ERROR(Logits(b, result));
+  KVFOLD_RETURN_IF_ERROR(backend_->Synchronize(*stream_));
+  plan.Finish(chunk, *pool_);
+  return absl::OkStatus();
+}
+
+absl::Status Engine::UploadPlan(Batch* batch) {
   Scratch& s = *scratch_;
+  const BatchPlan& plan = s.plan;
   kernels::Backend& be = *backend_;
   kernels::Stream& st = *stream_;
-  const size_t num = inputs.size();
-  constexpr int F = kernels::kAttnRowFields;
+  const int n = plan.num_rows();
+  KVFOLD_RETURN_IF_ERROR(EnsureRopeTable(plan.max_position()));
+  Batch& b = *batch;
+  b.n = n;
+  b.rope = kernels::ViewOf(*rope_buffer_, 0, kernels::DType::kF32, {rope_rows_, config_.head_dim});
+  b.x = s.x.Rows(0, n);
+  b.h = s.h.Rows(0, n);
+  b.q = s.q.Rows(0, n);
+  b.k = s.k.Rows(0, n);
+  b.v = s.v.Rows(0, n);
+  b.att = s.att.Rows(0, n);
+  b.o = s.o.Rows(0, n);
+  b.gate = s.gate.Rows(0, n);
+  b.up = s.up.Rows(0, n);
 
-  // 1. Place every row: append K/V slots, fill ids, positions and attention rows.
-  const bool int8 = pool_->dtype() == KvDType::kInt8;
-  s.h_tables.clear();
-  s.h_seal.clear();
-  s.before_prefix.assign(num, -1);
-  s.before_main.assign(num, -1);
-  int n = 0;
-  int64_t max_pos = 0;
-  absl::Status placed = absl::OkStatus();
-  for (size_t i = 0; i < num && placed.ok(); ++i) {
-    const int cnt = row_count[i];
-    if (cnt == 0) continue;
-    const SequenceInput& in = inputs[i];
-    KvCache& cache = *in.cache;
-    const KvPolicy& pol = cache.policy();
-    const int base = n;
-    auto fill_row = [&](int r, int prefix_table, int prefix_visible, int main_table, int lo,
-                        int hi, int pos_lo, int qpos) {
-      int32_t* row = &s.h_rows[static_cast<size_t>(base + r) * F];
-      std::fill(row, row + F, 0);
-      row[kernels::kAttnPrefixTable] = prefix_table;
-      row[kernels::kAttnPrefixVisible] = prefix_visible;
-      row[kernels::kAttnPrefixPosBase] = pol.prefix_pos_base;
-      row[kernels::kAttnPrefixPosStride] = pol.prefix_pos_stride;
-      row[kernels::kAttnMainTable] = main_table;
-      row[kernels::kAttnMainFront] = cache.main_front();
-      row[kernels::kAttnMainLo] = lo;
-      row[kernels::kAttnMainHi] = hi;
-      row[kernels::kAttnMainPosLo] = pos_lo;
-      if (!in.positions.empty()) qpos = in.positions[row_begin[i] + r];
-      s.h_positions[base + r] = qpos;
-      max_pos = std::max<int64_t>(max_pos, qpos);
-      if (prefix_visible > 0) {
-        max_pos = std::max<int64_t>(
-            max_pos, pol.prefix_pos_base + int64_t{prefix_visible - 1} * pol.prefix_pos_stride);
-      }
-      if (hi > lo) max_pos = std::max<int64_t>(max_pos, pos_lo + int64_t{hi - 1 - lo});
-    };
-    auto push_tables = [&](int* prefix_off, int* main_off) {
-      *prefix_off = static_cast<int>(s.h_tables.size());
-      s.h_tables.insert(s.h_tables.end(), cache.prefix_blocks().begin(), cache.prefix_blocks().end());
-      *main_off = static_cast<int>(s.h_tables.size());
-      s.h_tables.insert(s.h_tables.end(), cache.main_blocks().begin(), cache.main_blocks().end());
-    };
-    if (in.mask == MaskKind::kBidirectionalPrefix) {
-      s.before_prefix[i] = cache.prefix_len();
-      s.before_main[i] = cache.main_len();
-      const int p0 = cache.prefix_len();
-      placed = cache.AppendPrefix(cnt, &s.h_slots[base]);
-      if (!placed.ok()) break;
-      int prefix_off, main_off;
-      push_tables(&prefix_off, &main_off);
-      for (int r = 0; r < cnt; ++r) {
-        fill_row(r, prefix_off, cache.prefix_len(), main_off, 0, 0, 0,
-                 pol.prefix_pos_base + (p0 + r) * pol.prefix_pos_stride);
-      }
-    } else {
-      int r = 0;
-      // Sink mode: the first auto_prefix_tokens tokens of the sequence become the prefix.
-      const int to_prefix = cache.main_len() == 0
-                                ? std::clamp(pol.auto_prefix_tokens - cache.prefix_len(), 0, cnt)
-                                : 0;
-      const int m = cnt - to_prefix;
-      // Drop main entries that no row of this piece can see any more.
-      if (pol.window > 0 && m > 0) {
-        const int first_lo = std::max(0, cache.main_len() + 1 - pol.window);
-        if (first_lo > 0) cache.DropFront(first_lo);
-      }
-      s.before_prefix[i] = cache.prefix_len();
-      s.before_main[i] = cache.main_len();
-      const int p0 = cache.prefix_len();
-      if (to_prefix > 0) placed = cache.AppendPrefix(to_prefix, &s.h_slots[base]);
-      if (placed.ok() && m > 0) placed = cache.AppendMain(m, &s.h_slots[base + to_prefix]);
-      if (!placed.ok()) {
-        cache.Truncate(s.before_prefix[i], s.before_main[i]);
-        s.before_prefix[i] = -1;
-        break;
-      }
-      int prefix_off, main_off;
-      push_tables(&prefix_off, &main_off);
-      for (; r < to_prefix; ++r) {
-        fill_row(r, prefix_off, p0 + r + 1, main_off, 0, 0, 0,
-                 pol.prefix_pos_base + (p0 + r) * pol.prefix_pos_stride);
-      }
-      const int j0 = cache.main_len() - m;
-      for (int k = 0; k < m; ++k, ++r) {
-        const int j = j0 + k;
-        const int lo = pol.window > 0 ? std::max(0, j + 1 - pol.window) : 0;
-        fill_row(r, prefix_off, cache.prefix_len(), main_off, lo, j + 1, pol.main_pos_base,
-                 pol.main_pos_base + (j - lo));
-      }
-    }
-    if (int8) {
-      // Int8 KV: each row reads its own block F32 (from the block's page) and every other
-      // block int8. A block is quantized (sealed) in the StoreKvInt8 of the chunk that
-      // writes its last entry; a partial prefix block when the prefix is complete (memory
-      // expansion, or the sink's last token), before any main row can read it.
-      const int bs = pool_->block_size();
-      const size_t first_seal = s.h_seal.size();
-      for (int r = 0; r < cnt; ++r) {
-        const int32_t slot = s.h_slots[base + r];
-        const int32_t block = slot / bs;
-        const int32_t page = pool_->page_of(block);
-        int32_t* own = &s.h_own[static_cast<size_t>(base + r) * kernels::kAttnI8Fields];
-        own[kernels::kAttnOwnBlock] = block;
-        own[kernels::kAttnOwnPage] = page;
-        s.h_pages[base + r] = page;
-        if (slot % bs == bs - 1) s.h_seal.insert(s.h_seal.end(), {block, page, bs});
-      }
-      const bool wrote_prefix =
-          in.mask == MaskKind::kBidirectionalPrefix || cache.prefix_len() > s.before_prefix[i];
-      const bool prefix_complete =
-          in.mask == MaskKind::kBidirectionalPrefix || cache.prefix_len() >= pol.auto_prefix_tokens;
-      if (wrote_prefix && prefix_complete && cache.prefix_len() % bs != 0) {
-        const int32_t block = cache.prefix_blocks().back();
-        s.h_seal.insert(s.h_seal.end(), {block, pool_->page_of(block), cache.prefix_len() % bs});
-      }
-      // A row's own block is sealed when this chunk seals it (this input's seal entries).
-      for (int r = 0; r < cnt; ++r) {
-        int32_t* own = &s.h_own[static_cast<size_t>(base + r) * kernels::kAttnI8Fields];
-        own[kernels::kAttnOwnSealed] = 0;
-        for (size_t f = first_seal; f < s.h_seal.size(); f += kernels::kSealFields) {
-          if (s.h_seal[f + kernels::kSealBlock] == own[kernels::kAttnOwnBlock]) {
-            own[kernels::kAttnOwnSealed] = 1;
-          }
-        }
-      }
-    }
-    for (int r = 0; r < cnt; ++r) {
-      s.h_ids[base + r] = in.token_ids.empty() ? 0 : in.token_ids[row_begin[i] + r];
-    }
-    n += cnt;
-  }
-  if (!placed.ok()) {
-    for (size_t i = 0; i < num; ++i) {
-      if (s.before_prefix[i] >= 0) inputs[i].cache->Truncate(s.before_prefix[i], s.before_main[i]);
-    }
-    return placed;
-  }
-
-  // 2. Upload the row metadata.
-  KVFOLD_RETURN_IF_ERROR(EnsureRopeTable(max_pos));
-  const Tensor rope = kernels::ViewOf(*rope_buffer_, 0, kernels::DType::kF32,
-                                      {rope_rows_, c.head_dim});
-  if (static_cast<int64_t>(s.h_tables.size()) > s.table_capacity || !s.table_buffer) {
-    const int64_t cap = std::max<int64_t>(1024, 2 * static_cast<int64_t>(s.h_tables.size()));
+  const int64_t num_tables = static_cast<int64_t>(plan.block_tables.size());
+  if (num_tables > s.table_capacity || !s.table_buffer) {
+    const int64_t cap = std::max<int64_t>(1024, 2 * num_tables);
     auto buf = be.Allocate(cap * sizeof(int32_t));
     if (!buf.ok()) return buf.status();
     s.table_buffer = std::move(*buf);
     s.table_capacity = cap;
   }
-  const int64_t num_tables = std::max<int64_t>(1, s.h_tables.size());
-  const Tensor tables = kernels::ViewOf(*s.table_buffer, 0, kernels::DType::kI32, {num_tables});
-  if (!s.h_tables.empty()) {
-    KVFOLD_RETURN_IF_ERROR(be.CopyToDevice(st, s.h_tables.data(), tables.Rows(0, s.h_tables.size())));
+  b.tables =
+      kernels::ViewOf(*s.table_buffer, 0, kernels::DType::kI32, {std::max<int64_t>(1, num_tables)});
+  if (num_tables > 0) {
+    KVFOLD_RETURN_IF_ERROR(
+        be.CopyToDevice(st, plan.block_tables.data(), b.tables.Rows(0, num_tables)));
   }
-  const Tensor ids = s.ids.Rows(0, n), slots = s.slots.Rows(0, n), pos = s.positions.Rows(0, n);
-  const Tensor rows = s.rows.Rows(0, n);
-  KVFOLD_RETURN_IF_ERROR(be.CopyToDevice(st, s.h_ids.data(), ids));
-  KVFOLD_RETURN_IF_ERROR(be.CopyToDevice(st, s.h_slots.data(), slots));
-  KVFOLD_RETURN_IF_ERROR(be.CopyToDevice(st, s.h_positions.data(), pos));
-  KVFOLD_RETURN_IF_ERROR(be.CopyToDevice(st, s.h_rows.data(), rows));
-  Tensor own, pages, seal;
-  if (int8) {
-    own = s.own.Rows(0, n);
-    pages = s.pages.Rows(0, n);
-    KVFOLD_RETURN_IF_ERROR(be.CopyToDevice(st, s.h_own.data(), own));
-    KVFOLD_RETURN_IF_ERROR(be.CopyToDevice(st, s.h_pages.data(), pages));
-    const int64_t num_seal = static_cast<int64_t>(s.h_seal.size()) / kernels::kSealFields;
-    if (num_seal > 0) {
-      seal = s.seal.Rows(0, num_seal);
-      KVFOLD_RETURN_IF_ERROR(be.CopyToDevice(st, s.h_seal.data(), seal));
+  b.ids = s.ids.Rows(0, n);
+  b.slots = s.slots.Rows(0, n);
+  b.positions = s.positions.Rows(0, n);
+  b.rows = s.rows.Rows(0, n);
+  KVFOLD_RETURN_IF_ERROR(be.CopyToDevice(st, plan.token_ids.data(), b.ids));
+  KVFOLD_RETURN_IF_ERROR(be.CopyToDevice(st, plan.slots.data(), b.slots));
+  KVFOLD_RETURN_IF_ERROR(be.CopyToDevice(st, plan.positions.data(), b.positions));
+  KVFOLD_RETURN_IF_ERROR(be.CopyToDevice(st, plan.attn.data(), b.rows));
+  if (pool_->dtype() == KvDType::kInt8) {
+    b.own = s.own.Rows(0, n);
+    b.pages = s.pages.Rows(0, n);
+    KVFOLD_RETURN_IF_ERROR(be.CopyToDevice(st, plan.own.data(), b.own));
+    KVFOLD_RETURN_IF_ERROR(be.CopyToDevice(st, plan.pages.data(), b.pages));
+    if (!plan.seal.empty()) {
+      b.seal = s.seal.Rows(0, static_cast<int64_t>(plan.seal.size()));
+      KVFOLD_RETURN_IF_ERROR(be.CopyToDevice(st, plan.seal.data(), b.seal));
     }
   }
+  return absl::OkStatus();
+}
 
-  // 3. Input rows: token embeddings or caller-provided embeddings.
-  const Tensor x = s.x.Rows(0, n), h = s.h.Rows(0, n);
-  {
-    int base = 0;
-    for (size_t i = 0; i < num; ++i) {
-      const int cnt = row_count[i];
-      if (cnt == 0) continue;
-      if (inputs[i].token_ids.empty()) {
-        KVFOLD_RETURN_IF_ERROR(be.CopyToDevice(
-            st, inputs[i].embeddings.data() + static_cast<size_t>(row_begin[i]) * d,
-            x.Rows(base, cnt)));
-      } else {
-        KVFOLD_RETURN_IF_ERROR(be.Gather(st, weights_->embed, ids.Rows(base, cnt), x.Rows(base, cnt)));
-      }
-      base += cnt;
-    }
-  }
-
-  // Rows whose hidden states are wanted, and where they go.
-  s.hidden_src.clear();
-  s.hidden_dst.clear();
-  s.hidden_col.clear();
-  int max_hidden_layers = 0;
-  {
-    int base = 0;
-    for (size_t i = 0; i < num; ++i) {
-      const int cnt = row_count[i];
-      if (cnt == 0) continue;
-      const SequenceInput& in = inputs[i];
-      const int total = NumRows(in, d);
-      for (int r = 0; r < cnt; ++r) {
-        const int global = row_begin[i] + r;
-        const int out_row = SelectedRow(in.hidden, global, total);
-        if (out_row < 0) continue;
-        s.hidden_src.push_back(base + r);
-        s.hidden_dst.push_back(s.hidden_row_offset[i] * 1 + out_row * in.hidden_layers);
-        s.hidden_col.push_back(in.hidden_layers);
-        max_hidden_layers = std::max(max_hidden_layers, in.hidden_layers);
-      }
-      base += cnt;
-    }
-  }
-
-  // 4. The layers.
-  kernels::AttentionShape ash;
-  ash.num_heads = c.num_heads;
-  ash.num_kv_heads = c.num_kv_heads;
-  ash.head_dim = c.head_dim;
-  ash.block_size = pool_->block_size();
-  ash.scale = 1.0f / std::sqrt(static_cast<float>(c.head_dim));
-  const Tensor q = s.q.Rows(0, n), k = s.k.Rows(0, n), v = s.v.Rows(0, n);
-  const Tensor att = s.att.Rows(0, n), o = s.o.Rows(0, n);
-  const Tensor gate = s.gate.Rows(0, n), up = s.up.Rows(0, n);
-  for (int l = 0; l < c.num_layers; ++l) {
-    const Weights::Layer& w = weights_->layers[l];
-    KVFOLD_RETURN_IF_ERROR(be.RmsNorm(st, x, w.attn_norm, c.rms_norm_eps, h));
-    KVFOLD_RETURN_IF_ERROR(be.MatMul(st, h, w.wq, w.bq, q));
-    KVFOLD_RETURN_IF_ERROR(be.MatMul(st, h, w.wk, w.bk, k));
-    KVFOLD_RETURN_IF_ERROR(be.MatMul(st, h, w.wv, w.bv, v));
-    if (int8) {
-      const kernels::KvCacheI8 cache = pool_->int8_cache(l);
-      KVFOLD_RETURN_IF_ERROR(be.StoreKvInt8(st, k, v, slots, pages, seal, cache));
-      KVFOLD_RETURN_IF_ERROR(be.Rope(st, q, pos, rope, q));
-      KVFOLD_RETURN_IF_ERROR(be.AttentionInt8(st, q, cache, rows, own, tables, rope, ash, att));
+// Input rows: token embeddings, or the caller's embeddings (memory expansion).
+absl::Status Engine::Embed(const ChunkSpec& chunk, const Batch& b) {
+  int base = 0;
+  for (size_t i = 0; i < chunk.inputs.size(); ++i) {
+    const int cnt = chunk.row_count[i];
+    if (cnt == 0) continue;
+    const SequenceInput& in = chunk.inputs[i];
+    if (in.token_ids.empty()) {
+      KVFOLD_RETURN_IF_ERROR(backend_->CopyToDevice(
+          *stream_,
+          in.embeddings.data() + static_cast<size_t>(chunk.row_begin[i]) * chunk.hidden_size,
+          b.x.Rows(base, cnt)));
     } else {
-      const Tensor kc = pool_->k_cache(l), vc = pool_->v_cache(l);
-      KVFOLD_RETURN_IF_ERROR(be.StoreKv(st, k, v, slots, kc, vc));
-      KVFOLD_RETURN_IF_ERROR(be.Rope(st, q, pos, rope, q));
-      KVFOLD_RETURN_IF_ERROR(be.Attention(st, q, kc, vc, rows, tables, rope, ash, att));
+      KVFOLD_RETURN_IF_ERROR(
+          backend_->Gather(*stream_, weights_->embed, b.ids.Rows(base, cnt), b.x.Rows(base, cnt)));
     }
-    KVFOLD_RETURN_IF_ERROR(be.MatMul(st, att, w.wo, Tensor(), o));
-    KVFOLD_RETURN_IF_ERROR(be.Add(st, x, o, x));
-    KVFOLD_RETURN_IF_ERROR(be.RmsNorm(st, x, w.ffn_norm, c.rms_norm_eps, h));
-    KVFOLD_RETURN_IF_ERROR(be.MatMul(st, h, w.w_gate, Tensor(), gate));
-    KVFOLD_RETURN_IF_ERROR(be.MatMul(st, h, w.w_up, Tensor(), up));
-    KVFOLD_RETURN_IF_ERROR(be.SiluMul(st, gate, up, gate));
-    KVFOLD_RETURN_IF_ERROR(be.MatMul(st, gate, w.w_down, Tensor(), o));
-    KVFOLD_RETURN_IF_ERROR(be.Add(st, x, o, x));
+    base += cnt;
+  }
+  return absl::OkStatus();
+}
 
-    // Hidden states: layer l is column block (l - (L - hidden_layers)) of a row.
-    const int from_end = c.num_layers - l;  // 1 for the last layer
-    if (from_end <= max_hidden_layers && !s.hidden_src.empty()) {
-      const int nsel = static_cast<int>(s.hidden_src.size());
-      KVFOLD_RETURN_IF_ERROR(be.CopyToDevice(st, s.hidden_src.data(), s.sel_idx.Rows(0, nsel)));
-      KVFOLD_RETURN_IF_ERROR(be.Gather(st, x, s.sel_idx.Rows(0, nsel), s.sel.Rows(0, nsel)));
-      KVFOLD_RETURN_IF_ERROR(be.CopyToHost(st, s.sel.Rows(0, nsel), s.h_hidden.data()));
-      KVFOLD_RETURN_IF_ERROR(be.Synchronize(st));
-      for (int r = 0; r < nsel; ++r) {
-        const int layers = s.hidden_col[r];
-        if (from_end > layers) continue;
-        const int col = layers - from_end;
-        float* dst = result->hidden_storage.data() +
-                     (static_cast<size_t>(s.hidden_dst[r]) + col) * d;
-        std::memcpy(dst, s.h_hidden.data() + static_cast<size_t>(r) * d, d * sizeof(float));
-      }
-    }
-  }
+// One transformer block over the chunk's rows; x is the residual stream.
+absl::Status Engine::Layer(int layer, const Batch& b) {
+  const Weights::Layer& w = weights_->layers[layer];
+  const float eps = config_.rms_norm_eps;
+  kernels::Backend& be = *backend_;
+  kernels::Stream& st = *stream_;
+  // Attention: x += wo(attention(rope(q), kv cache + rope(k)))
+  KVFOLD_RETURN_IF_ERROR(be.RmsNorm(st, b.x, w.attn_norm, eps, b.h));
+  KVFOLD_RETURN_IF_ERROR(be.MatMul(st, b.h, w.wq, w.bq, b.q));
+  KVFOLD_RETURN_IF_ERROR(be.MatMul(st, b.h, w.wk, w.bk, b.k));
+  KVFOLD_RETURN_IF_ERROR(be.MatMul(st, b.h, w.wv, w.bv, b.v));
+  KVFOLD_RETURN_IF_ERROR(be.Rope(st, b.q, b.positions, b.rope, b.q));  // keys: in Attend
+  KVFOLD_RETURN_IF_ERROR(WriteKv(layer, b));
+  KVFOLD_RETURN_IF_ERROR(Attend(layer, b));
+  KVFOLD_RETURN_IF_ERROR(be.MatMul(st, b.att, w.wo, kernels::Tensor(), b.o));
+  KVFOLD_RETURN_IF_ERROR(be.Add(st, b.x, b.o, b.x));
+  // Feed-forward: x += w_down(silu(w_gate h) * w_up h)
+  KVFOLD_RETURN_IF_ERROR(be.RmsNorm(st, b.x, w.ffn_norm, eps, b.h));
+  KVFOLD_RETURN_IF_ERROR(be.MatMul(st, b.h, w.w_gate, kernels::Tensor(), b.gate));
+  KVFOLD_RETURN_IF_ERROR(be.MatMul(st, b.h, w.w_up, kernels::Tensor(), b.up));
+  KVFOLD_RETURN_IF_ERROR(be.SiluMul(st, b.gate, b.up, b.gate));
+  KVFOLD_RETURN_IF_ERROR(be.MatMul(st, b.gate, w.w_down, kernels::Tensor(), b.o));
+  return be.Add(st, b.x, b.o, b.x);
+}
 
-  // 5. Logits for the selected rows, in sub-batches. Selected rows of a chunk are
-  // consecutive in logits_storage (inputs and rows are visited in order).
-  int first_dst = -1;
-  int nsel = 0;
-  {
-    int base = 0;
-    for (size_t i = 0; i < num; ++i) {
-      const int cnt = row_count[i];
-      if (cnt == 0) continue;
-      const SequenceInput& in = inputs[i];
-      const int total = NumRows(in, d);
-      for (int r = 0; r < cnt; ++r) {
-        const int global = row_begin[i] + r;
-        const int out_row = SelectedRow(in.logits, global, total);
-        if (out_row < 0) continue;
-        if (first_dst < 0) first_dst = s.logit_row_offset[i] + out_row;
-        s.h_sel[nsel++] = base + r;
-      }
-      base += cnt;
-    }
+// The chunk's new keys (un-rotated) and values into the cache at the planned slots.
+absl::Status Engine::WriteKv(int layer, const Batch& b) {
+  if (pool_->dtype() == KvDType::kInt8) {
+    return backend_->StoreKvInt8(*stream_, b.k, b.v, b.slots, b.pages, b.seal,
+                                 pool_->int8_cache(layer));
   }
-  if (nsel > 0) {
-    KVFOLD_RETURN_IF_ERROR(be.CopyToDevice(st, s.h_sel.data(), s.sel_idx.Rows(0, nsel)));
-    for (int b = 0; b < nsel; b += Scratch::kLogitRows) {
-      const int m = std::min(Scratch::kLogitRows, nsel - b);
-      const Tensor sel = s.sel.Rows(0, m), norm = s.sel_norm.Rows(0, m);
-      const Tensor logits = s.logits.Rows(0, m);
-      KVFOLD_RETURN_IF_ERROR(be.Gather(st, x, s.sel_idx.Rows(b, m), sel));
-      KVFOLD_RETURN_IF_ERROR(be.RmsNorm(st, sel, weights_->final_norm, c.rms_norm_eps, norm));
-      KVFOLD_RETURN_IF_ERROR(be.MatMul(st, norm, weights_->lm_head, Tensor(), logits));
-      KVFOLD_RETURN_IF_ERROR(be.CopyToHost(
-          st, logits,
-          result->logits_storage.data() + (static_cast<size_t>(first_dst) + b) * c.vocab_size));
-    }
+  return backend_->StoreKv(*stream_, b.k, b.v, b.slots, pool_->k_cache(layer),
+                           pool_->v_cache(layer));
+}
+
+// Every row's attention over the entries its AttnRow makes visible.
+absl::Status Engine::Attend(int layer, const Batch& b) {
+  const model::ModelConfig& c = config_;
+  kernels::AttentionShape shape;
+  shape.num_heads = c.num_heads;
+  shape.num_kv_heads = c.num_kv_heads;
+  shape.head_dim = c.head_dim;
+  shape.block_size = pool_->block_size();
+  shape.scale = 1.0f / std::sqrt(static_cast<float>(c.head_dim));
+  if (pool_->dtype() == KvDType::kInt8) {
+    return backend_->AttentionInt8(*stream_, b.q, pool_->int8_cache(layer), b.rows, b.own, b.tables,
+                                   b.rope, shape, b.att);
   }
+  return backend_->Attention(*stream_, b.q, pool_->k_cache(layer), pool_->v_cache(layer), b.rows,
+                             b.tables, b.rope, shape, b.att);
+}
+
+// Hidden states: layer l is column block (l - (L - hidden_layers)) of a selected row.
+absl::Status Engine::CopyHidden(int layer, const Batch& b, ForwardResult* result) {
+  Scratch& s = *scratch_;
+  const BatchPlan& plan = s.plan;
+  const int from_end = config_.num_layers - layer;  // 1 for the last layer
+  if (from_end > plan.max_hidden_layers || plan.hidden.empty()) return absl::OkStatus();
+  const int d = config_.hidden_size;
+  const int nsel = static_cast<int>(plan.hidden.size());
+  s.h_hidden_rows.clear();
+  for (const HiddenCopy& h : plan.hidden) s.h_hidden_rows.push_back(h.row);
+  kernels::Backend& be = *backend_;
+  kernels::Stream& st = *stream_;
+  const kernels::Tensor idx = s.sel_idx.Rows(0, nsel), sel = s.sel.Rows(0, nsel);
+  KVFOLD_RETURN_IF_ERROR(be.CopyToDevice(st, s.h_hidden_rows.data(), idx));
+  KVFOLD_RETURN_IF_ERROR(be.Gather(st, b.x, idx, sel));
+  KVFOLD_RETURN_IF_ERROR(be.CopyToHost(st, sel, s.h_hidden.data()));
   KVFOLD_RETURN_IF_ERROR(be.Synchronize(st));
-  // Int8: blocks sealed in this chunk are int8 from now on for every row.
-  for (size_t f = 0; f < s.h_seal.size(); f += kernels::kSealFields) {
-    pool_->ReleasePage(s.h_seal[f + kernels::kSealBlock]);
+  for (int r = 0; r < nsel; ++r) {
+    const HiddenCopy& h = plan.hidden[r];
+    if (from_end > h.layers) continue;
+    float* dst =
+        result->hidden_storage.data() + (static_cast<size_t>(h.dst) + (h.layers - from_end)) * d;
+    std::memcpy(dst, s.h_hidden.data() + static_cast<size_t>(r) * d, d * sizeof(float));
   }
-  // Windowed policies keep only the last `window` main entries between calls.
-  for (size_t i = 0; i < num; ++i) {
-    if (row_count[i] == 0) continue;
-    KvCache& cache = *inputs[i].cache;
-    const int w = cache.policy().window;
-    if (w > 0 && cache.main_len() > w) cache.DropFront(cache.main_len() - w);
+  return absl::OkStatus();
+}
+
+// Final norm and logits of the selected rows, in sub-batches of kLogitRows.
+absl::Status Engine::Logits(const Batch& b, ForwardResult* result) {
+  Scratch& s = *scratch_;
+  const BatchPlan& plan = s.plan;
+  const int nsel = static_cast<int>(plan.logit_rows.size());
+  if (nsel == 0) return absl::OkStatus();
+  kernels::Backend& be = *backend_;
+  kernels::Stream& st = *stream_;
+  const int vocab = config_.vocab_size;
+  KVFOLD_RETURN_IF_ERROR(be.CopyToDevice(st, plan.logit_rows.data(), s.sel_idx.Rows(0, nsel)));
+  for (int first = 0; first < nsel; first += Scratch::kLogitRows) {
+    const int m = std::min(Scratch::kLogitRows, nsel - first);
+    const kernels::Tensor sel = s.sel.Rows(0, m), norm = s.sel_norm.Rows(0, m);
+    const kernels::Tensor logits = s.logits.Rows(0, m);
+    KVFOLD_RETURN_IF_ERROR(be.Gather(st, b.x, s.sel_idx.Rows(first, m), sel));
+    KVFOLD_RETURN_IF_ERROR(be.RmsNorm(st, sel, weights_->final_norm, config_.rms_norm_eps, norm));
+    KVFOLD_RETURN_IF_ERROR(be.MatMul(st, norm, weights_->lm_head, kernels::Tensor(), logits));
+    KVFOLD_RETURN_IF_ERROR(
+        be.CopyToHost(st, logits,
+                      result->logits_storage.data() +
+                          (static_cast<size_t>(plan.first_logit_dst) + first) * vocab));
   }
   return absl::OkStatus();
 }

@@ -1,7 +1,7 @@
 // Paged GQA attention over [prefix | main] with keys rotated inside the op: the plain
 // reference (the optimised, tiled kernel is attention_tiled.cc).
 //
-// Per query row (AttnRow fields): keys = prefix entries [0, prefix_visible) at positions
+// Per query row (kernels/attn_rows.h AttnRow): keys = prefix entries [0, prefix_visible) at positions
 // base + j * stride, then main entries [lo, hi) at positions pos_lo + (j - lo). Each key
 // is read UN-ROTATED from the cache and rotated by its position now, which is what keeps
 // windowed positions exact forever (docs/contracts.md). Scores are scaled, softmaxed with the
@@ -12,14 +12,10 @@
 #include <cstring>
 #include <limits>
 
-#include "kernels/cpu/attention_simd.h"
+#include "kernels/cpu/attention_keys.h"
 #include "kernels/cpu/cpu_ops.h"
 
 namespace kvfold::kernels::cpu {
-
-namespace {
-using KeyRef = attention_simd::KeyRefT<AttentionArgs>;
-}  // namespace
 
 void AttentionReference(const AttentionArgs& a, std::vector<float>& scratch) {
   const AttentionShape& sh = a.shape;
@@ -30,7 +26,7 @@ void AttentionReference(const AttentionArgs& a, std::vector<float>& scratch) {
   float krot_buf[1024];  // head_dim <= 1024 (ModelConfig::Validate)
   float* krot = krot_buf;
   for (int64_t r = 0; r < a.n; ++r) {
-    KeyRef keys{a, a.rows + r * kAttnRowFields, kv_dim};
+    const RowKeys keys(a.rows[r], a.block_tables, sh.block_size);
     const int nk = keys.num_keys();
     if (scratch.size() < static_cast<size_t>(nk)) scratch.resize(nk);
     for (int h = 0; h < sh.num_heads; ++h) {
@@ -39,10 +35,9 @@ void AttentionReference(const AttentionArgs& a, std::vector<float>& scratch) {
       float* out = a.out + r * q_dim + h * hd;
       float max_score = -std::numeric_limits<float>::infinity();
       for (int idx = 0; idx < nk; ++idx) {
-        int pos;
-        const int64_t off = keys.Locate(idx, &pos);
-        RotateHalf(a.k_cache + off + kvh * hd, a.rope + static_cast<int64_t>(pos) * hd, hd,
-                   krot);
+        const KeyEntry e = keys.Locate(idx);
+        RotateHalf(a.k_cache + e.Slot(sh.block_size) * kv_dim + kvh * hd,
+                   a.rope + static_cast<int64_t>(e.pos) * hd, hd, krot);
         float dot = 0.0f;
         for (int d = 0; d < hd; ++d) dot += q[d] * krot[d];
         scratch[idx] = dot * sh.scale;
@@ -56,8 +51,7 @@ void AttentionReference(const AttentionArgs& a, std::vector<float>& scratch) {
       const float inv = 1.0f / sum;
       std::fill(out, out + hd, 0.0f);
       for (int idx = 0; idx < nk; ++idx) {
-        int pos;
-        const float* v = a.v_cache + keys.Locate(idx, &pos) + kvh * hd;
+        const float* v = a.v_cache + keys.Locate(idx).Slot(sh.block_size) * kv_dim + kvh * hd;
         const float p = scratch[idx] * inv;
         for (int d = 0; d < hd; ++d) out[d] += p * v[d];
       }

@@ -1,37 +1,47 @@
-// Tiled paged attention (the optimised F32 path; attention.cc has the reference).
+// Tiled paged attention: the optimised kernel for F32 and INT8 caches alike (attention.cc
+// and attention_int8.cc hold the plain references).
 //
-// Rows of a call that share a key layout (same prefix rule and visible prefix, same main
-// table, front, lo and position of lo: the rows of one sequence in a prefill chunk) form
-// a group; a task is (block of up to kRowBlock rows of one group, kv head). The task walks
-// the keys in tiles of kTile key indices [16 t, 16 t + 16) of the row's own key list:
-// each tile's keys are located in the paged cache and ROTATED ONCE into a transposed
-// tile, then every row of the block that sees keys of the tile updates its online
-// softmax (running max m, sum l, accumulator acc) with them:
+// Planner: consecutive rows of a call with the same key layout (AttnRow::SameKeyLayout:
+// the rows of one sequence in a prefill chunk) form row blocks of up to kAttnMaxBlockRows
+// rows; a task is (row block, KV head). The task walks the keys in tiles of kTile key
+// indices [16 t, 16 t + 16) of the rows' shared key list: each tile's keys are located in
+// the paged cache, read (F32) or dequantized (INT8: codes * scale, exactly kernels/quant's
+// DequantizeKeys / DequantizeValues) and ROTATED ONCE into a transposed tile, then every
+// row of the block that sees keys of the tile updates its online softmax (running max m,
+// sum l, accumulator acc) with them:
 //   s = scale * q.k (per key: sequential sum over head_dim), masked past the row's keys
 //   m' = max(m, max s); a = exp(m - m'); p = exp(s - m')
 //   l = l * a + sum p (fixed tree);  acc = acc * a + sum_k p_k v_k, the tile's sum kept
 //   in four partial sums (key k into k % 4) added as (0 + 1) + (2 + 3)
-// and out = acc * (1 / l). The tiles a row visits and every operation on them depend only
-// on that row (its key count and data), never on the other rows or the block: prefill
-// and decode give the same bits. Vector code uses GCC vector extensions without FMA
-// contraction (-ffp-contract=off), so the AVX-512, AVX2 and portable builds of the
-// kernel (stamped out below with target attributes) give identical bits too.
+// and out = acc * (1 / l).
+//
+// INT8: a row reads the entries of its OWN block F32 from the block's page
+// (docs/contracts.md, "Bitwise rule"). When a tile holds entries of a row's own block, the
+// row uses a copy of the tile with those entries taken from the page (rows sharing the own
+// block share the copy). Entries of open blocks (own, not sealed) are never dequantized:
+// their codes are not valid, and only their own rows see them.
+//
+// The tiles a row visits and every operation on them depend only on that row (its key
+// count and its data), never on the other rows or the block: prefill and decode give the
+// same bits, and an INT8 row equals the F32 kernel's row on a cache holding the
+// dequantized entries. Vector code uses GCC vector extensions without FMA contraction
+// (-ffp-contract=off), so the AVX-512, AVX2 and portable builds (stamped out below with
+// target attributes) give identical bits too.
 #include <algorithm>
 #include <cmath>
 #include <cstring>
 #include <limits>
 
-#include "kernels/cpu/attention_simd.h"
+#include "common/fp16.h"
+#include "kernels/cpu/attention_keys.h"
 #include "kernels/cpu/cpu_ops.h"
 #include "kernels/cpu/isa.h"
 
 namespace kvfold::kernels::cpu {
 namespace {
 
-using KeyRef = attention_simd::KeyRefT<AttentionArgs>;
-
 constexpr int kTile = 16;
-constexpr int kRowBlock = 32;
+constexpr int kMaxHeadDim = 1024;  // ModelConfig::Validate
 
 typedef float V16 __attribute__((vector_size(64)));
 typedef int32_t I16 __attribute__((vector_size(64)));
@@ -44,201 +54,374 @@ struct RowState {
   float m, l;
 };
 
-struct TaskArgs {
-  const AttentionArgs* a;
-  int64_t row0;   // first row of the block
-  int rows;       // rows in the block (all of one group)
-  int kvh;
-  float* kt;      // [head_dim, kTile] rotated keys of the tile, transposed
-  float* vt;      // [kTile, hdp] values of the tile, zero-padded to hdp = PaddedHeadDim
-  float* acc;     // [rows * group, hdp]
-  RowState* st;   // [rows * group]
+// One tile of keys of one KV head.
+struct Tile {
+  float* kt;  // [head_dim, kTile] rotated keys, transposed (columns past count are 0)
+  float* vt;  // [kTile, hdp] values (hdp = PaddedHeadDim(head_dim))
+  KeyEntry entry[kTile];
+  int first = 0;  // key index of column 0
+  int count = 0;
 };
+
+// One row's online-softmax update with one tile, for the `group` query heads of a KV head.
+struct RowUpdate {
+  const float* q;  // [group, head_dim] the row's rotated queries of this KV head
+  const Tile* tile;
+  int valid;  // the row sees columns [0, valid) of the tile
+  int group, head_dim;
+  float scale;
+  RowState* st;  // [group]
+  float* acc;    // [group, hdp]
+};
+
+// What a task needs besides its cache: the call's rows and the task's place.
+struct Task {
+  const AttnRow* rows;
+  const int32_t* block_tables;
+  const float* q;     // [n, num_heads * head_dim]
+  float* out;         // [n, num_heads * head_dim]
+  const float* rope;  // [rope_rows, head_dim]
+  AttentionShape shape;
+  AttnRowBlock block;
+  int kvh;
+};
+
+// Per-thread memory of a task.
+struct TaskBuffers {
+  Tile shared;        // the tile every row of the block uses
+  Tile own;           // INT8: a row's copy with its own block's entries from the page
+  float* acc;         // [kAttnMaxBlockRows * group, hdp]
+  RowState* st;       // [kAttnMaxBlockRows * group]
+  float* key_scales;  // [head_dim] INT8: the F32 key scales of the last block dequantized
+};
+
+// F32 cache: keys and values as stored.
+class F32Kv {
+ public:
+  F32Kv(const AttentionArgs& a, int kvh) : a_(a), kvh_(kvh) {}
+  // Rotated key (head_dim floats) and value of entry e for this task's KV head.
+  void Load(const KeyEntry& e, float* krot, float* v) {
+    const int hd = a_.shape.head_dim, kv_dim = a_.shape.num_kv_heads * hd;
+    const int64_t off = e.Slot(a_.shape.block_size) * kv_dim + kvh_ * hd;
+    RotateHalf(a_.k_cache + off, a_.rope + static_cast<int64_t>(e.pos) * hd, hd, krot);
+    const float* v_src = a_.v_cache + off;
+    for (int d = 0; d < hd; ++d) v[d] = v_src[d];  // inline: no libc call per key
+  }
+  const Tile& ForRow(int64_t, int, const Tile& shared, Tile&) { return shared; }
+
+ private:
+  const AttentionArgs& a_;
+  int kvh_;
+};
+
+// INT8 cache: codes * scales, except a row's own block (its page).
+class Int8Kv {
+ public:
+  Int8Kv(const AttentionArgsI8& a, const AttnRowBlock& block, int kvh, float* key_scales)
+      : a_(a), kvh_(kvh), key_scales_(key_scales) {
+    for (int r = 0; r < block.num_rows; ++r) {
+      const AttnOwnBlock& own = a.own[block.first_row + r];
+      if (own.sealed || std::find(open_, open_ + num_open_, own.block) != open_ + num_open_) {
+        continue;
+      }
+      open_[num_open_++] = own.block;
+    }
+  }
+
+  void Load(const KeyEntry& e, float* krot, float* v) {
+    const int hd = a_.shape.head_dim, kv_dim = a_.shape.num_kv_heads * hd;
+    if (std::find(open_, open_ + num_open_, e.block) != open_ + num_open_) {
+      std::fill(krot, krot + hd, 0.0f);  // no code is valid yet: only the page is
+      std::fill(v, v + hd, 0.0f);
+      return;
+    }
+    const int c0 = kvh_ * hd;
+    if (e.block != scale_block_) {
+      const uint16_t* half = a_.k_scales + static_cast<int64_t>(e.block) * kv_dim + c0;
+      for (int c = 0; c < hd; ++c) key_scales_[c] = Fp16ToFp32(half[c]);
+      scale_block_ = e.block;
+    }
+    const int64_t slot = e.Slot(a_.shape.block_size);
+    const int8_t* kc = a_.k_codes + slot * kv_dim + c0;
+    float raw[kMaxHeadDim];
+    for (int c = 0; c < hd; ++c) raw[c] = static_cast<float>(kc[c]) * key_scales_[c];
+    RotateHalf(raw, a_.rope + static_cast<int64_t>(e.pos) * hd, hd, krot);
+    const int8_t* vc = a_.v_codes + slot * kv_dim;
+    const uint16_t* vs = a_.v_scales + slot * a_.v_groups;
+    int group = -1;
+    float scale = 0.0f;
+    for (int c = c0; c < c0 + hd; ++c) {
+      if (c / a_.value_group != group) {
+        group = c / a_.value_group;
+        scale = Fp16ToFp32(vs[group]);
+      }
+      v[c - c0] = static_cast<float>(vc[c]) * scale;
+    }
+  }
+
+  // The tile row `row` reads: `shared`, or a copy with the row's own block from its page.
+  const Tile& ForRow(int64_t row, int valid, const Tile& shared, Tile& copy) {
+    const AttnOwnBlock& own = a_.own[row];
+    bool hit = false;
+    for (int i = 0; i < valid && !hit; ++i) hit = shared.entry[i].block == own.block;
+    if (!hit) return shared;
+    if (copy_block_ == own.block && copy_page_ == own.page && copy.first == shared.first) {
+      return copy;
+    }
+    const int hd = a_.shape.head_dim, kv_dim = a_.shape.num_kv_heads * hd;
+    const int hdp = PaddedHeadDim(hd), bs = a_.shape.block_size;
+    std::memcpy(copy.kt, shared.kt, static_cast<size_t>(hd) * kTile * sizeof(float));
+    std::memcpy(copy.vt, shared.vt, static_cast<size_t>(shared.count) * hdp * sizeof(float));
+    copy.first = shared.first;
+    copy.count = shared.count;
+    float krot[kMaxHeadDim];
+    for (int i = 0; i < shared.count; ++i) {
+      const KeyEntry& e = shared.entry[i];
+      copy.entry[i] = e;
+      if (e.block != own.block) continue;
+      const int64_t off = (static_cast<int64_t>(own.page) * bs + e.offset) * kv_dim + kvh_ * hd;
+      RotateHalf(a_.k_pages + off, a_.rope + static_cast<int64_t>(e.pos) * hd, hd, krot);
+      for (int d = 0; d < hd; ++d) copy.kt[d * kTile + i] = krot[d];
+      std::memcpy(copy.vt + i * hdp, a_.v_pages + off, hd * sizeof(float));
+    }
+    copy_block_ = own.block;
+    copy_page_ = own.page;
+    return copy;
+  }
+
+ private:
+  const AttentionArgsI8& a_;
+  int kvh_;
+  float* key_scales_;
+  int64_t scale_block_ = -1;
+  int32_t open_[kAttnMaxBlockRows];
+  int num_open_ = 0;
+  int32_t copy_block_ = -1, copy_page_ = -1;
+};
+
+// One task: tiles of the block's keys, each row's online softmax, the normalised output.
+// Inlined into the per-ISA wrappers below so the loads compile for that ISA as well.
+template <class Kv, class Update>
+[[gnu::always_inline]] inline void RunTask(const Task& t, Kv& kv, TaskBuffers& b, Update update) {
+  const AttentionShape& sh = t.shape;
+  const int hd = sh.head_dim, q_dim = sh.num_heads * hd;
+  const int group = sh.num_heads / sh.num_kv_heads, hdp = PaddedHeadDim(hd);
+  const float ninf = -std::numeric_limits<float>::infinity();
+  int nk_max = 0;
+  int64_t probe = t.block.first_row;
+  for (int r = 0; r < t.block.num_rows; ++r) {
+    const int nk = t.rows[t.block.first_row + r].num_keys();
+    if (nk > nk_max) {
+      nk_max = nk;
+      probe = t.block.first_row + r;
+    }
+    for (int gh = 0; gh < group; ++gh) {
+      b.st[r * group + gh] = RowState{ninf, 0.0f};
+      std::fill(b.acc + (r * group + gh) * hdp, b.acc + (r * group + gh + 1) * hdp, 0.0f);
+    }
+  }
+  const RowKeys keys(t.rows[probe], t.block_tables, sh.block_size);
+  Tile& tile = b.shared;
+  b.own.first = -1;
+  float krot[kMaxHeadDim];
+  for (int t0 = 0; t0 < nk_max; t0 += kTile) {
+    tile.first = t0;
+    tile.count = std::min(kTile, nk_max - t0);
+    for (int i = 0; i < kTile; ++i) {
+      if (i < tile.count) {
+        tile.entry[i] = keys.Locate(t0 + i);
+        kv.Load(tile.entry[i], krot, tile.vt + i * hdp);
+        for (int d = 0; d < hd; ++d) tile.kt[d * kTile + i] = krot[d];
+      } else {
+        for (int d = 0; d < hd; ++d) tile.kt[d * kTile + i] = 0.0f;
+      }
+    }
+    for (int r = 0; r < t.block.num_rows; ++r) {
+      const int64_t row = t.block.first_row + r;
+      const int nk = t.rows[row].num_keys();
+      if (nk <= t0) continue;
+      const int valid = std::min(kTile, nk - t0);
+      const Tile& use = kv.ForRow(row, valid, tile, b.own);
+      update(RowUpdate{t.q + row * q_dim + t.kvh * group * hd, &use, valid, group, hd, sh.scale,
+                       b.st + r * group, b.acc + r * group * hdp});
+    }
+  }
+  for (int r = 0; r < t.block.num_rows; ++r) {
+    for (int gh = 0; gh < group; ++gh) {
+      const float inv = 1.0f / b.st[r * group + gh].l;
+      const float* acc = b.acc + (r * group + gh) * hdp;
+      float* out = t.out + (t.block.first_row + r) * q_dim + (t.kvh * group + gh) * hd;
+      for (int d = 0; d < hd; ++d) out[d] = acc[d] * inv;
+    }
+  }
+}
 
 // Cephes expf on 16 lanes, as plain vector arithmetic (no FMA): identical bits on every
 // ISA. Inputs below -87.3 give ~1e-38, not 0: callers mask.
-#define KVFOLD_EXP16(ATTR)                                                                      \
-  ATTR static inline void Exp16(V16* inout) {                                                 \
-    V16 x = *inout;                                                                           \
-    const V16 lo = V16{} - 87.3f, hi = V16{} + 88.3f;                                         \
-    x = x < lo ? lo : x;                                                                      \
-    x = x > hi ? hi : x;                                                                      \
-    const V16 fx0 = x * 1.44269504088896341f + 0.5f;                                          \
-    V16 fx = __builtin_convertvector(__builtin_convertvector(fx0, I16), V16);                 \
-    fx = fx > fx0 ? fx - 1.0f : fx;                                                           \
-    x = x - fx * 0.693359375f;                                                                \
-    x = x - fx * -2.12194440e-4f;                                                             \
-    V16 y = V16{} + 1.9875691500e-4f;                                                         \
-    y = y * x + 1.3981999507e-3f;                                                             \
-    y = y * x + 8.3334519073e-3f;                                                             \
-    y = y * x + 4.1665795894e-2f;                                                             \
-    y = y * x + 1.6666665459e-1f;                                                             \
-    y = y * x + 5.0000001201e-1f;                                                             \
-    y = y * (x * x) + (x + 1.0f);                                                             \
-    const I16 e = (__builtin_convertvector(fx, I16) + 127) << 23;                             \
-    *inout = y * __builtin_bit_cast(V16, e);                                                  \
+#define KVFOLD_EXP16(ATTR)                                                    \
+  ATTR static inline void Exp16(V16* inout) {                                 \
+    V16 x = *inout;                                                           \
+    const V16 lo = V16{} - 87.3f, hi = V16{} + 88.3f;                         \
+    x = x < lo ? lo : x;                                                      \
+    x = x > hi ? hi : x;                                                      \
+    const V16 fx0 = x * 1.44269504088896341f + 0.5f;                          \
+    V16 fx = __builtin_convertvector(__builtin_convertvector(fx0, I16), V16); \
+    fx = fx > fx0 ? fx - 1.0f : fx;                                           \
+    x = x - fx * 0.693359375f;                                                \
+    x = x - fx * -2.12194440e-4f;                                             \
+    V16 y = V16{} + 1.9875691500e-4f;                                         \
+    y = y * x + 1.3981999507e-3f;                                             \
+    y = y * x + 8.3334519073e-3f;                                             \
+    y = y * x + 4.1665795894e-2f;                                             \
+    y = y * x + 1.6666665459e-1f;                                             \
+    y = y * x + 5.0000001201e-1f;                                             \
+    y = y * (x * x) + (x + 1.0f);                                             \
+    const I16 e = (__builtin_convertvector(fx, I16) + 127) << 23;             \
+    *inout = y * __builtin_bit_cast(V16, e);                                  \
   }
 
-// One task. Stamped out per ISA (target attribute) so the vector code uses its registers.
-#define KVFOLD_TILED_TASK(NS, ATTR)                                                           \
-  namespace NS {                                                                              \
-  KVFOLD_EXP16(ATTR)                                                                          \
-  ATTR static void Task(const TaskArgs& t) {                                                  \
-    const AttentionArgs& a = *t.a;                                                            \
-    const AttentionShape& sh = a.shape;                                                       \
-    const int hd = sh.head_dim, q_dim = sh.num_heads * hd, kv_dim = sh.num_kv_heads * hd;     \
-    const int group = sh.num_heads / sh.num_kv_heads;                                         \
-    const int hdp = PaddedHeadDim(hd);                                                        \
-    const float ninf = -std::numeric_limits<float>::infinity();                               \
-    int nk_max = 0;                                                                           \
-    int64_t probe_row = t.row0;                                                               \
-    for (int r = 0; r < t.rows; ++r) {                                                        \
-      const int nk = KeyRef{a, a.rows + (t.row0 + r) * kAttnRowFields, kv_dim}.num_keys();    \
-      if (nk > nk_max) {                                                                      \
-        nk_max = nk;                                                                          \
-        probe_row = t.row0 + r;                                                               \
-      }                                                                                       \
-      for (int gh = 0; gh < group; ++gh) {                                                    \
-        t.st[r * group + gh] = RowState{ninf, 0.0f};                                          \
-        std::fill(t.acc + (r * group + gh) * hdp, t.acc + (r * group + gh + 1) * hdp, 0.0f);  \
-      }                                                                                       \
-    }                                                                                         \
-    const KeyRef keys{a, a.rows + probe_row * kAttnRowFields, kv_dim};                        \
-    float krot[1024];                                                                         \
-    for (int t0 = 0; t0 < nk_max; t0 += kTile) {                                              \
-      const int cnt = std::min(kTile, nk_max - t0);                                           \
-      for (int i = 0; i < kTile; ++i) {                                                       \
-        if (i < cnt) {                                                                        \
-          int pos;                                                                            \
-          const int64_t off = keys.Locate(t0 + i, &pos) + t.kvh * hd;                         \
-          RotateHalf(a.k_cache + off, a.rope + static_cast<int64_t>(pos) * hd, hd, krot);     \
-          for (int d = 0; d < hd; ++d) t.kt[d * kTile + i] = krot[d];                         \
-          const float* v_src = a.v_cache + off;                                               \
-          for (int d = 0; d < hd; ++d) t.vt[i * hdp + d] = v_src[d]; /* inline: no call */     \
-        } else {                                                                              \
-          for (int d = 0; d < hd; ++d) t.kt[d * kTile + i] = 0.0f;                            \
-        }                                                                                     \
-      }                                                                                       \
-      V16 lane;                                                                               \
-      for (int i = 0; i < kTile; ++i) lane[i] = static_cast<float>(i);                        \
-      for (int r = 0; r < t.rows; ++r) {                                                      \
-        const int64_t row = t.row0 + r;                                                       \
-        const int nk = KeyRef{a, a.rows + row * kAttnRowFields, kv_dim}.num_keys();           \
-        if (nk <= t0) continue;                                                               \
-        const int valid = std::min(kTile, nk - t0);                                           \
-        const auto mask = lane < static_cast<float>(valid);                                   \
-        for (int gh = 0; gh < group; ++gh) {                                                  \
-          const float* q = a.q + row * q_dim + (t.kvh * group + gh) * hd;                     \
-          V16 s = V16{};                                                                      \
-          for (int d = 0; d < hd; ++d) {                                                      \
-            V16 k;                                                                            \
-            std::memcpy(&k, t.kt + d * kTile, sizeof(k));                                     \
-            s = s + q[d] * k;                                                                 \
-          }                                                                                   \
-          s = s * sh.scale;                                                                   \
-          s = mask ? s : V16{} + ninf;                                                        \
-          float mt = s[0];                                                                    \
-          for (int i = 1; i < kTile; ++i) mt = std::max(mt, s[i]);                            \
-          RowState& st = t.st[r * group + gh];                                                \
-          const float m_new = std::max(st.m, mt);                                             \
-          const float alpha = st.m == ninf ? 0.0f : std::exp(st.m - m_new);                   \
-          V16 p = s - m_new;                                                                  \
-          Exp16(&p);                                                                          \
-          p = mask ? p : V16{};                                                               \
-          float s8[8], s4[4];                                                                 \
-          for (int i = 0; i < 8; ++i) s8[i] = p[i] + p[i + 8];                                \
-          for (int i = 0; i < 4; ++i) s4[i] = s8[i] + s8[i + 4];                              \
-          const float psum = (s4[0] + s4[2]) + (s4[1] + s4[3]);                               \
-          st.l = st.l * alpha + psum;                                                         \
-          st.m = m_new;                                                                       \
-          float* acc = t.acc + (r * group + gh) * hdp;                                        \
-          for (int d0 = 0; d0 < hdp; d0 += 16) {                                              \
-            V16 part[4] = {};                                                                 \
-            for (int i = 0; i < valid; ++i) {                                                 \
-              V16 v;                                                                          \
-              std::memcpy(&v, t.vt + i * hdp + d0, sizeof(v));                                \
-              part[i & 3] = part[i & 3] + p[i] * v;                                           \
-            }                                                                                 \
-            V16 av;                                                                           \
-            std::memcpy(&av, acc + d0, sizeof(av));                                           \
-            av = av * alpha + ((part[0] + part[1]) + (part[2] + part[3]));                    \
-            std::memcpy(acc + d0, &av, sizeof(av));                                           \
-          }                                                                                   \
-        }                                                                                     \
-      }                                                                                       \
-    }                                                                                         \
-    for (int r = 0; r < t.rows; ++r) {                                                        \
-      for (int gh = 0; gh < group; ++gh) {                                                    \
-        const float inv = 1.0f / t.st[r * group + gh].l;                                      \
-        const float* acc = t.acc + (r * group + gh) * hdp;                                    \
-        float* out = a.out + (t.row0 + r) * q_dim + (t.kvh * group + gh) * hd;                \
-        for (int d = 0; d < hd; ++d) out[d] = acc[d] * inv;                                   \
-      }                                                                                       \
-    }                                                                                         \
-  }                                                                                           \
+// The per-ISA code: the row update, and the F32 / INT8 tasks that inline RunTask.
+#define KVFOLD_TILED_ISA(NS, ATTR)                                            \
+  namespace NS {                                                              \
+  KVFOLD_EXP16(ATTR)                                                          \
+  ATTR static inline void Update(const RowUpdate& u) {                        \
+    const int hd = u.head_dim, hdp = PaddedHeadDim(hd);                       \
+    const float ninf = -std::numeric_limits<float>::infinity();               \
+    V16 lane;                                                                 \
+    for (int i = 0; i < kTile; ++i) lane[i] = static_cast<float>(i);          \
+    const auto mask = lane < static_cast<float>(u.valid);                     \
+    for (int gh = 0; gh < u.group; ++gh) {                                    \
+      const float* q = u.q + gh * hd;                                         \
+      V16 s = V16{};                                                          \
+      for (int d = 0; d < hd; ++d) {                                          \
+        V16 k;                                                                \
+        std::memcpy(&k, u.tile->kt + d * kTile, sizeof(k));                   \
+        s = s + q[d] * k;                                                     \
+      }                                                                       \
+      s = s * u.scale;                                                        \
+      s = mask ? s : V16{} + ninf;                                            \
+      float mt = s[0];                                                        \
+      for (int i = 1; i < kTile; ++i) mt = std::max(mt, s[i]);                \
+      RowState& st = u.st[gh];                                                \
+      const float m_new = std::max(st.m, mt);                                 \
+      const float alpha = st.m == ninf ? 0.0f : std::exp(st.m - m_new);       \
+      V16 p = s - m_new;                                                      \
+      Exp16(&p);                                                              \
+      p = mask ? p : V16{};                                                   \
+      float s8[8], s4[4];                                                     \
+      for (int i = 0; i < 8; ++i) s8[i] = p[i] + p[i + 8];                    \
+      for (int i = 0; i < 4; ++i) s4[i] = s8[i] + s8[i + 4];                  \
+      const float psum = (s4[0] + s4[2]) + (s4[1] + s4[3]);                   \
+      st.l = st.l * alpha + psum;                                             \
+      st.m = m_new;                                                           \
+      float* acc = u.acc + gh * hdp;                                          \
+      for (int d0 = 0; d0 < hdp; d0 += 16) {                                  \
+        V16 part[4] = {};                                                     \
+        for (int i = 0; i < u.valid; ++i) {                                   \
+          V16 v;                                                              \
+          std::memcpy(&v, u.tile->vt + i * hdp + d0, sizeof(v));              \
+          part[i & 3] = part[i & 3] + p[i] * v;                               \
+        }                                                                     \
+        V16 av;                                                               \
+        std::memcpy(&av, acc + d0, sizeof(av));                               \
+        av = av * alpha + ((part[0] + part[1]) + (part[2] + part[3]));        \
+        std::memcpy(acc + d0, &av, sizeof(av));                               \
+      }                                                                       \
+    }                                                                         \
+  }                                                                           \
+  ATTR void TaskF32(const Task& t, const AttentionArgs& a, TaskBuffers& b) {  \
+    F32Kv kv(a, t.kvh);                                                       \
+    RunTask(t, kv, b, Update);                                                \
+  }                                                                           \
+  ATTR void TaskI8(const Task& t, const AttentionArgsI8& a, TaskBuffers& b) { \
+    Int8Kv kv(a, t.block, t.kvh, b.key_scales);                               \
+    RunTask(t, kv, b, Update);                                                \
+  }                                                                           \
   }  // namespace NS
 
-KVFOLD_TILED_TASK(avx512, __attribute__((target("avx512f,avx512bw,avx512vl,avx512dq"))))
-KVFOLD_TILED_TASK(avx2, __attribute__((target("avx2,fma"))))
-KVFOLD_TILED_TASK(portable, )
-#undef KVFOLD_TILED_TASK
+KVFOLD_TILED_ISA(avx512, __attribute__((target("avx512f,avx512bw,avx512vl,avx512dq"))))
+KVFOLD_TILED_ISA(avx2, __attribute__((target("avx2,fma"))))
+KVFOLD_TILED_ISA(portable, )
+#undef KVFOLD_TILED_ISA
 #undef KVFOLD_EXP16
 
-// Rows that see the same keys at the same indices (see the file comment).
-bool SameKeys(const int32_t* a, const int32_t* b) {
-  return a[kAttnPrefixTable] == b[kAttnPrefixTable] && a[kAttnPrefixVisible] == b[kAttnPrefixVisible] &&
-         a[kAttnPrefixPosBase] == b[kAttnPrefixPosBase] &&
-         a[kAttnPrefixPosStride] == b[kAttnPrefixPosStride] && a[kAttnMainTable] == b[kAttnMainTable] &&
-         a[kAttnMainFront] == b[kAttnMainFront] && a[kAttnMainLo] == b[kAttnMainLo] &&
-         a[kAttnMainPosLo] == b[kAttnMainPosLo];
-}
-
-}  // namespace
-
-void AttentionOptimized(ThreadPool& pool, const AttentionArgs& a, AttentionScratch& scratch) {
-  const AttentionShape& sh = a.shape;
-  const int hd = sh.head_dim;
-  const int group = sh.num_heads / sh.num_kv_heads;
-  // Row blocks: consecutive rows with the same keys, at most kRowBlock each.
-  auto& blocks = scratch.groups;  // per block: first row, rows
+// The planner: row blocks of consecutive rows with the same key layout. Returns the
+// number of (row, key) pairs of the call.
+int64_t PlanRowBlocks(const AttnRow* rows, int64_t n, std::vector<AttnRowBlock>& blocks) {
   blocks.clear();
   int64_t work = 0;
-  for (int64_t r = 0; r < a.n; ++r) {
-    const int32_t* row = a.rows + r * kAttnRowFields;
-    work += row[kAttnPrefixVisible] + (row[kAttnMainHi] - row[kAttnMainLo]);
-    if (blocks.empty() || blocks.back()[1] == kRowBlock ||
-        !SameKeys(a.rows + static_cast<int64_t>(blocks.back()[0]) * kAttnRowFields, row)) {
-      blocks.push_back({static_cast<int>(r), 0, 0, 0, 0});
+  for (int64_t r = 0; r < n; ++r) {
+    work += rows[r].num_keys();
+    if (blocks.empty() || blocks.back().num_rows == kAttnMaxBlockRows ||
+        !rows[blocks.back().first_row].SameKeyLayout(rows[r])) {
+      blocks.push_back({r, 0});
     }
-    ++blocks.back()[1];
+    ++blocks.back().num_rows;
   }
+  return work;
+}
+
+// Plans the call, sizes the per-thread buffers (they only grow) and runs
+// task_fn(Task, TaskBuffers&) for every (row block, KV head), on the pool when the call
+// is large enough to pay for it.
+template <class TaskFn>
+void RunTasks(ThreadPool& pool, const Task& proto, int64_t n, AttentionScratch& scratch,
+              TaskFn task_fn) {
+  const AttentionShape& sh = proto.shape;
+  const int hd = sh.head_dim, hdp = PaddedHeadDim(hd);
+  const int group = sh.num_heads / sh.num_kv_heads;
+  const int64_t work = PlanRowBlocks(proto.rows, n, scratch.blocks);
   const int threads = pool.num_threads();
   if (scratch.per_thread.size() < static_cast<size_t>(threads)) scratch.per_thread.resize(threads);
-  const int hdp = PaddedHeadDim(hd);
-  const size_t per_thread = static_cast<size_t>(kTile) * (hd + hdp) + static_cast<size_t>(kRowBlock) * group * hdp +
-                            static_cast<size_t>(kRowBlock) * group * 2;
+  const size_t tile_floats = static_cast<size_t>(kTile) * (hd + hdp);
+  const size_t state_floats = static_cast<size_t>(kAttnMaxBlockRows) * group * (hdp + 2);
+  const size_t per_thread = 2 * tile_floats + state_floats + hd;
   for (auto& buf : scratch.per_thread) {
     if (buf.size() < per_thread) buf.resize(per_thread);
   }
-  const Isa isa = ActiveIsa();
-  auto task = isa == Isa::kAvx512 ? avx512::Task : isa == Isa::kAvx2 ? avx2::Task : portable::Task;
   auto body = [&](int64_t t0, int64_t t1, int thread) {
     float* buf = scratch.per_thread[thread].data();
-    for (int64_t t = t0; t < t1; ++t) {
-      const auto& b = blocks[t / sh.num_kv_heads];
-      float* vt = buf + kTile * hd;
-      float* acc = vt + kTile * hdp;
-      TaskArgs args{&a, b[0], b[1], static_cast<int>(t % sh.num_kv_heads), buf, vt, acc,
-                    reinterpret_cast<RowState*>(acc + kRowBlock * group * hdp)};
-      task(args);
+    TaskBuffers b;
+    b.shared.kt = buf;
+    b.shared.vt = buf + kTile * hd;
+    b.own.kt = buf + tile_floats;
+    b.own.vt = b.own.kt + kTile * hd;
+    b.acc = buf + 2 * tile_floats;
+    b.st = reinterpret_cast<RowState*>(b.acc + kAttnMaxBlockRows * group * hdp);
+    b.key_scales = buf + 2 * tile_floats + state_floats;
+    for (int64_t i = t0; i < t1; ++i) {
+      Task t = proto;
+      t.block = scratch.blocks[i / sh.num_kv_heads];
+      t.kvh = static_cast<int>(i % sh.num_kv_heads);
+      task_fn(t, b);
     }
   };
-  const int64_t tasks = static_cast<int64_t>(blocks.size()) * sh.num_kv_heads;
+  const int64_t tasks = static_cast<int64_t>(scratch.blocks.size()) * sh.num_kv_heads;
   if (work * sh.num_heads * hd < (1 << 16)) {
     body(0, tasks, 0);
   } else {
     pool.ParallelFor(tasks, 1, body);
   }
+}
+
+}  // namespace
+
+void AttentionOptimized(ThreadPool& pool, const AttentionArgs& a, AttentionScratch& scratch) {
+  const Isa isa = ActiveIsa();
+  auto task = isa == Isa::kAvx512 ? avx512::TaskF32
+              : isa == Isa::kAvx2 ? avx2::TaskF32
+                                  : portable::TaskF32;
+  const Task proto{a.rows, a.block_tables, a.q, a.out, a.rope, a.shape, {}, 0};
+  RunTasks(pool, proto, a.n, scratch, [&](const Task& t, TaskBuffers& b) { task(t, a, b); });
+}
+
+void AttentionInt8Optimized(ThreadPool& pool, const AttentionArgsI8& a, AttentionScratch& scratch) {
+  const Isa isa = ActiveIsa();
+  auto task = isa == Isa::kAvx512 ? avx512::TaskI8
+              : isa == Isa::kAvx2 ? avx2::TaskI8
+                                  : portable::TaskI8;
+  const Task proto{a.rows, a.block_tables, a.q, a.out, a.rope, a.shape, {}, 0};
+  RunTasks(pool, proto, a.n, scratch, [&](const Task& t, TaskBuffers& b) { task(t, a, b); });
 }
 
 }  // namespace kvfold::kernels::cpu

@@ -222,7 +222,7 @@ class CpuBackend : public Backend {
     cpu::AttentionArgs a{static_cast<const float*>(q.data),
                          static_cast<const float*>(k_cache.data),
                          static_cast<const float*>(v_cache.data),
-                         static_cast<const int32_t*>(rows.data),
+                         static_cast<const AttnRow*>(rows.data),
                          static_cast<const int32_t*>(block_tables.data),
                          static_cast<const float*>(rope_table.data),
                          rope_table.dim(0),
@@ -259,7 +259,7 @@ class CpuBackend : public Backend {
     }
     const int32_t* sl = static_cast<const int32_t*>(slots.data);
     const int32_t* pg = static_cast<const int32_t*>(pages.data);
-    const int32_t* se = static_cast<const int32_t*>(seal.data);
+    const SealEntry* se = static_cast<const SealEntry*>(seal.data);
     for (int64_t i = 0; i < n; ++i) {
       if (sl[i] < 0 || sl[i] >= num_blocks * bs || pg[i] < 0 || pg[i] >= num_pages) {
         return absl::OutOfRangeError(
@@ -267,12 +267,11 @@ class CpuBackend : public Backend {
       }
     }
     for (int64_t i = 0; i < num_seal; ++i) {
-      const int32_t* f = se + i * kSealFields;
-      if (f[kSealBlock] < 0 || f[kSealBlock] >= num_blocks || f[kSealPage] < 0 ||
-          f[kSealPage] >= num_pages || f[kSealCount] < 0 || f[kSealCount] > bs) {
-        return absl::OutOfRangeError(absl::StrCat("StoreKvInt8: bad seal (block ", f[kSealBlock],
-                                                  ", page ", f[kSealPage], ", count ",
-                                                  f[kSealCount], ")"));
+      const SealEntry& f = se[i];
+      if (f.block < 0 || f.block >= num_blocks || f.page < 0 || f.page >= num_pages ||
+          f.count < 0 || f.count > bs) {
+        return absl::OutOfRangeError(absl::StrCat("StoreKvInt8: bad seal (block ", f.block,
+                                                  ", page ", f.page, ", count ", f.count, ")"));
       }
     }
     float* kp = static_cast<float*>(c.k_pages.data);
@@ -285,10 +284,9 @@ class CpuBackend : public Backend {
       std::memcpy(vp + dst, static_cast<const float*>(v.data) + i * kv_dim, kv_dim * sizeof(float));
     }
     for (int64_t i = 0; i < num_seal; ++i) {
-      const int32_t* f = se + i * kSealFields;
-      const int64_t b = f[kSealBlock], p = f[kSealPage];
+      const int64_t b = se[i].block, p = se[i].page;
       cpu::SealBlockInt8(
-          kp + p * bs * kv_dim, vp + p * bs * kv_dim, f[kSealCount], static_cast<int>(kv_dim),
+          kp + p * bs * kv_dim, vp + p * bs * kv_dim, se[i].count, static_cast<int>(kv_dim),
           c.value_group, static_cast<int8_t*>(c.k_codes.data) + b * bs * kv_dim,
           static_cast<uint16_t*>(c.k_scales.data) + b * kv_dim,
           static_cast<int8_t*>(c.v_codes.data) + b * bs * kv_dim,
@@ -308,7 +306,7 @@ class CpuBackend : public Backend {
     }
     int64_t n;
     if (!AttentionCallOk(q, rows, rope_table, shape, out, kv_dim, &n) ||
-        shape.block_size != bs || own.dtype != DType::kI32 || own.numel() != n * kAttnI8Fields) {
+        shape.block_size != bs || own.dtype != DType::kI32 || own.numel() != n * kAttnOwnFields) {
       return Check(false, "AttentionInt8",
                    q.DebugString() + " " + c.k_codes.DebugString() + " " + rows.DebugString() +
                        " " + own.DebugString());
@@ -322,8 +320,8 @@ class CpuBackend : public Backend {
                            static_cast<const float*>(c.v_pages.data),
                            c.value_group,
                            static_cast<int>(v_groups),
-                           static_cast<const int32_t*>(rows.data),
-                           static_cast<const int32_t*>(own.data),
+                           static_cast<const AttnRow*>(rows.data),
+                           static_cast<const AttnOwnBlock*>(own.data),
                            static_cast<const int32_t*>(block_tables.data),
                            static_cast<const float*>(rope_table.data),
                            rope_table.dim(0),
@@ -333,7 +331,7 @@ class CpuBackend : public Backend {
     if (reference_) {
       cpu::AttentionInt8Reference(a, ref_scratch_);
     } else {
-      cpu::AttentionInt8Optimized(pool_, a, i8_scratch_);
+      cpu::AttentionInt8Optimized(pool_, a, opt_scratch_);
     }
     return absl::OkStatus();
   }
@@ -364,7 +362,6 @@ class CpuBackend : public Backend {
   std::vector<float> ref_scratch_;
   cpu::MatMulScratch matmul_scratch_;
   cpu::AttentionScratch opt_scratch_;
-  cpu::AttentionI8Scratch i8_scratch_;
   std::vector<float> seal_scratch_;
 };
 

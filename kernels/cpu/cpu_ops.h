@@ -59,7 +59,7 @@ struct AttentionArgs {
   const float* q;        // [n, num_heads * head_dim]
   const float* k_cache;  // [num_blocks, block_size, kv_dim]
   const float* v_cache;
-  const int32_t* rows;   // [n, kAttnRowFields]
+  const AttnRow* rows;   // [n]
   const int32_t* block_tables;
   const float* rope;     // [rope_rows, head_dim]
   int64_t rope_rows;
@@ -67,13 +67,6 @@ struct AttentionArgs {
   float* out;            // [n, num_heads * head_dim]
   int64_t n;
 };
-// Scratch: per-thread vectors grown to the longest context seen.
-void AttentionReference(const AttentionArgs& a, std::vector<float>& scratch);
-struct AttentionScratch {
-  std::vector<std::vector<float>> per_thread;  // key/value tiles and online-softmax state
-  std::vector<std::array<int, 5>> groups;      // row blocks: first row, rows
-};
-void AttentionOptimized(ThreadPool& pool, const AttentionArgs& a, AttentionScratch& scratch);
 
 // INT8 KV (backend.h KvCacheI8). Entries of a row's own block are read F32 from its page,
 // all others dequantized from codes * scale (exactly kernels/quant's DequantizeKeys /
@@ -88,8 +81,8 @@ struct AttentionArgsI8 {
   const float* v_pages;
   int value_group;
   int v_groups;
-  const int32_t* rows;  // [n, kAttnRowFields]
-  const int32_t* own;   // [n, kAttnI8Fields]
+  const AttnRow* rows;       // [n]
+  const AttnOwnBlock* own;   // [n]
   const int32_t* block_tables;
   const float* rope;  // [rope_rows, head_dim]
   int64_t rope_rows;
@@ -97,19 +90,32 @@ struct AttentionArgsI8 {
   float* out;  // [n, num_heads * head_dim]
   int64_t n;
 };
+
+// Plain references (one thread, two-pass softmax per row). Scratch: scores, grown to the
+// longest context seen.
+void AttentionReference(const AttentionArgs& a, std::vector<float>& scratch);
 void AttentionInt8Reference(const AttentionArgsI8& a, std::vector<float>& scratch);
-struct AttentionI8Scratch {
-  std::vector<std::vector<float>> per_thread;  // scores
-  std::vector<float> keys, values;             // [keys, kv_dim] dequantized (keys rotated)
-  std::vector<int64_t> key_slot;               // [keys] physical slot
-  std::vector<int32_t> key_pos;                // [keys] position
-  std::vector<std::array<int, 7>> groups;      // first row, prefix keys, main keys, base,
-                                               // rows, open blocks x2
-  std::vector<int> row_group, key_group;
-  std::vector<std::vector<float>> key_scales;  // per thread: one block's F32 key scales
+
+// The tiled kernels (attention_tiled.cc): one planner and one tile loop for both caches;
+// the INT8 one dequantizes each tile's entries where the F32 one reads them. The F32 and
+// INT8 results of a row are bit-identical when the F32 cache holds the dequantized
+// entries (and the row's own block from its page).
+//
+// Row blocks: consecutive rows of a call with the same key layout
+// (AttnRow::SameKeyLayout), at most kAttnMaxBlockRows of them; a task is (row block, KV
+// head), and it locates, dequantizes and rotates each tile of keys once for all its rows.
+inline constexpr int kAttnMaxBlockRows = 32;
+struct AttnRowBlock {
+  int64_t first_row;
+  int num_rows;
 };
+struct AttentionScratch {
+  std::vector<std::vector<float>> per_thread;  // tiles, online-softmax state, key scales
+  std::vector<AttnRowBlock> blocks;
+};
+void AttentionOptimized(ThreadPool& pool, const AttentionArgs& a, AttentionScratch& scratch);
 void AttentionInt8Optimized(ThreadPool& pool, const AttentionArgsI8& a,
-                            AttentionI8Scratch& scratch);
+                            AttentionScratch& scratch);
 
 // StoreKvInt8's quantization of one block: entries [0, count) of a page into the block's
 // codes and fp16 scales (QuantizeKeys with group_size = count, QuantizeValues with

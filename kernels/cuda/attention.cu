@@ -66,17 +66,12 @@ __global__ void __launch_bounds__(kThreads)
   const int kv_dim = p.num_kv_heads * head_dim;
   const int bs = p.block_size;
 
-  const int32_t* r = p.rows + static_cast<int64_t>(row) * kAttnRowStride;
-  const int prefix_table = r[0], prefix_visible = max(r[1], 0);
-  const int prefix_base = r[2], prefix_stride = r[3];
-  const int main_table = r[4], main_front = r[5], main_lo = r[6], main_hi = r[7];
-  const int main_pos_lo = r[8];
-  const int total = prefix_visible + max(main_hi - main_lo, 0);
+  const kernels::AttnRow r = p.rows[row];
+  const int prefix_visible = max(r.prefix_visible, 0);
+  const int total = prefix_visible + max(r.main_hi - r.main_lo, 0);
   // INT8 engine cache: the row's own block (read F32 from its page), -1 = none.
-  const int32_t own_block =
-      p.own == nullptr ? -1 : p.own[static_cast<int64_t>(row) * kAttnOwnStride + 0];
-  const int32_t own_page =
-      p.own == nullptr ? -1 : p.own[static_cast<int64_t>(row) * kAttnOwnStride + 1];
+  const int32_t own_block = p.own == nullptr ? -1 : p.own[row].block;
+  const int32_t own_page = p.own == nullptr ? -1 : p.own[row].page;
 
   // This split's key range: equal shares rounded up to whole tiles.
   const int share = ((total + num_splits - 1) / num_splits + kTile - 1) / kTile * kTile;
@@ -109,13 +104,13 @@ __global__ void __launch_bounds__(kThreads)
         int phys, table;
         if (k < prefix_visible) {
           phys = k;
-          table = prefix_table;
-          pos = prefix_base + k * prefix_stride;
+          table = r.prefix_table;
+          pos = r.prefix_pos_base + k * r.prefix_pos_stride;
         } else {
-          const int j = main_lo + (k - prefix_visible);
-          phys = main_front + j;
-          table = main_table;
-          pos = main_pos_lo + (j - main_lo);
+          const int j = r.main_lo + (k - prefix_visible);
+          phys = r.main_front + j;
+          table = r.main_table;
+          pos = r.main_pos_lo + (j - r.main_lo);
         }
         block = p.block_tables[static_cast<int64_t>(table) + phys / bs];
         from_page = block == own_block && own_block >= 0;

@@ -1,19 +1,12 @@
 // Paged GQA attention over [prefix | main] with RoPE applied to the UN-ROTATED cached keys
 // by each entry's position (docs/contracts.md), for decode and prefill alike.
 //
-// Every query row carries kAttnRowStride int32 fields (the same layout as
-// kvfold::kernels::AttnRow in kernels/backend.h):
-//   [0] prefix_table   offset of the row's prefix block table in block_tables
-//   [1] prefix_visible prefix entries [0, n) are visible
-//   [2] prefix_base    position of prefix entry j = base + j * stride
-//   [3] prefix_stride  (memory modes: 0 and 0; sink: 0 and 1)
-//   [4] main_table     offset of the row's main block table in block_tables
-//   [5] main_front     physical slot of logical main entry 0
-//   [6] main_lo        main entries [lo, hi) are visible
-//   [7] main_hi
-//   [8] main_pos_lo    position of main entry lo; entry j has main_pos_lo + (j - lo)
-// Prefix entry j lives at physical slot j of the prefix table; logical main entry j at
-// physical slot main_front + j of the main table; slot s is in block table[s / block_size]
+// Every query row is a kernels::AttnRow (kernels/attn_rows.h, the record the engine's
+// batch planner writes and the CPU kernels read): the visible prefix entries [0,
+// prefix_visible) at positions prefix_pos_base + j * prefix_pos_stride, then the visible
+// main entries [main_lo, main_hi) at positions main_pos_lo + (j - main_lo). Prefix entry
+// j lives at physical slot j of the prefix table; logical main entry j at physical slot
+// main_front + j of the main table; slot s is in block table[s / block_size]
 // at offset s % block_size. So one kernel covers: causal decode/prefill (hi = own index + 1),
 // sliding and sink windows (lo > 0), and memory expansion (prefix_visible = all memory
 // rows, hi = lo = 0: bidirectional among the memory, nothing else).
@@ -34,19 +27,18 @@
 #include <cuda_runtime_api.h>
 
 #include "absl/status/status.h"
+#include "kernels/attn_rows.h"
 #include "kernels/cuda/elem_type.h"
 
 namespace kvfold::cuda {
 
-inline constexpr int kAttnRowStride = 10;
-inline constexpr int kAttnOwnStride = 3;  // == kernels::kAttnI8Fields
 inline constexpr int kAttnMaxGroup = 16;     // num_heads / num_kv_heads
 inline constexpr int kAttnMaxHeadDim = 256;
 
 struct AttentionParams {
   const float* q = nullptr;        // [num_rows, num_heads * head_dim], already rotated
   float* out = nullptr;            // [num_rows, num_heads * head_dim]
-  const int32_t* rows = nullptr;   // [num_rows, kAttnRowStride]
+  const kernels::AttnRow* rows = nullptr;  // [num_rows]
   const int32_t* block_tables = nullptr;  // [*]
   const void* k_cache = nullptr;   // [num_blocks, block_size, num_kv_heads * head_dim]
   const void* v_cache = nullptr;   // [num_blocks, block_size, num_kv_heads * head_dim]
@@ -58,11 +50,11 @@ struct AttentionParams {
   const void* v_scale = nullptr;  // [num_blocks * block_size, ceil(kv_dim / v_group_size)]
   int32_t v_group_size = 0;
   bool fp16_scales = false;
-  // kI8 only, optional (the engine's AttentionInt8, kernels/backend.h AttnI8Row): per row
-  // kAttnOwnStride int32 (own block, own page, sealed). Entries that live in the row's own
-  // block are read F32 from page `own page` of k_pages / v_pages instead of from the
-  // codes (whose scales may not exist yet: the block may be open). null = no own block.
-  const int32_t* own = nullptr;    // [num_rows, kAttnOwnStride]
+  // kI8 only, optional (the engine's AttentionInt8): per row its kernels::AttnOwnBlock.
+  // Entries that live in the row's own block are read F32 from page `own.page` of
+  // k_pages / v_pages instead of from the codes (whose scales may not exist yet: the
+  // block may be open). null = no own block.
+  const kernels::AttnOwnBlock* own = nullptr;  // [num_rows]
   const float* k_pages = nullptr;  // [num_pages, block_size, num_kv_heads * head_dim]
   const float* v_pages = nullptr;  // [num_pages, block_size, num_kv_heads * head_dim]
   const float* rope_table = nullptr;  // [rope_rows, head_dim] (rope.cuh)

@@ -26,17 +26,6 @@ using kernels::DType;
 using kernels::Stream;
 using kernels::Tensor;
 
-// The attention kernel reads the engine's per-row fields at the same offsets.
-static_assert(kernels::kAttnRowFields == kAttnRowStride);
-static_assert(kernels::kAttnI8Fields == kAttnOwnStride && kernels::kAttnOwnBlock == 0 &&
-              kernels::kAttnOwnPage == 1 && kernels::kSealFields == 3 &&
-              kernels::kSealBlock == 0 && kernels::kSealPage == 1 && kernels::kSealCount == 2);
-static_assert(kernels::kAttnPrefixTable == 0 && kernels::kAttnPrefixVisible == 1 &&
-              kernels::kAttnPrefixPosBase == 2 && kernels::kAttnPrefixPosStride == 3 &&
-              kernels::kAttnMainTable == 4 && kernels::kAttnMainFront == 5 &&
-              kernels::kAttnMainLo == 6 && kernels::kAttnMainHi == 7 &&
-              kernels::kAttnMainPosLo == 8);
-
 absl::StatusOr<ElemType> FloatType(const Tensor& t, const char* what) {
   switch (t.dtype) {
     case DType::kF32: return ElemType::kF32;
@@ -373,7 +362,7 @@ class CudaBackend final : public kernels::Backend {
     AttentionParams p;
     p.q = static_cast<const float*>(q.data);
     p.out = static_cast<float*>(out.data);
-    p.rows = static_cast<const int32_t*>(rows.data);
+    p.rows = static_cast<const kernels::AttnRow*>(rows.data);
     p.block_tables = static_cast<const int32_t*>(block_tables.data);
     p.k_cache = k_cache.data;
     p.v_cache = v_cache.data;
@@ -415,7 +404,7 @@ class CudaBackend final : public kernels::Backend {
                              static_cast<const float*>(v.data),
                              static_cast<const int32_t*>(slots.data),
                              static_cast<const int32_t*>(pages.data), n,
-                             static_cast<const int32_t*>(seal.data), num_seal, *layer,
+                             static_cast<const kernels::SealEntry*>(seal.data), num_seal, *layer,
                              s->stream());
   }
 
@@ -433,7 +422,7 @@ class CudaBackend final : public kernels::Backend {
                 own.dtype == DType::kI32 && block_tables.dtype == DType::kI32 &&
                 rope_table.dtype == DType::kF32 &&
                 rows.numel() == n * kernels::kAttnRowFields &&
-                own.numel() == n * kernels::kAttnI8Fields && q.numel() == n * q_width &&
+                own.numel() == n * kernels::kAttnOwnFields && q.numel() == n * q_width &&
                 out.numel() == n * q_width && rope_table.rank == 2 &&
                 rope_table.dim(1) == shape.head_dim && shape.block_size == layer->block_size &&
                 layer->kv_dim == kv_dim,
@@ -448,7 +437,7 @@ class CudaBackend final : public kernels::Backend {
     AttentionParams p;
     p.q = static_cast<const float*>(q.data);
     p.out = static_cast<float*>(out.data);
-    p.rows = static_cast<const int32_t*>(rows.data);
+    p.rows = static_cast<const kernels::AttnRow*>(rows.data);
     p.block_tables = static_cast<const int32_t*>(block_tables.data);
     p.k_cache = layer->k_codes;
     p.v_cache = layer->v_codes;
@@ -457,7 +446,7 @@ class CudaBackend final : public kernels::Backend {
     p.v_scale = layer->v_scales;
     p.v_group_size = layer->value_group;
     p.fp16_scales = true;
-    p.own = static_cast<const int32_t*>(own.data);
+    p.own = static_cast<const kernels::AttnOwnBlock*>(own.data);
     p.k_pages = layer->k_pages;
     p.v_pages = layer->v_pages;
     p.rope_table = static_cast<const float*>(rope_table.data);

@@ -107,10 +107,10 @@ __device__ __forceinline__ float Fp16Scale(float amax, uint16_t* bits) {
 }
 
 // grid num_seal, block kThreads: one block (of the pool) per CUDA block (StoreKvInt8 step 2).
-__global__ void SealBlocksKernel(const int32_t* seal,  // [num_seal, 3]
+__global__ void SealBlocksKernel(const kernels::SealEntry* seal,  // [num_seal]
                                  Int8KvLayer c) {
-  const int32_t* f = seal + static_cast<int64_t>(blockIdx.x) * 3;
-  const int32_t block = f[0], page = f[1], count = f[2];
+  const kernels::SealEntry f = seal[blockIdx.x];
+  const int32_t block = f.block, page = f.page, count = f.count;
   if (block < 0 || block >= c.num_blocks || page < 0 || page >= c.num_pages || count < 1 ||
       count > c.block_size) {
     return;  // block-uniform
@@ -192,8 +192,9 @@ absl::Status StoreKv(const float* k, const float* v, const int32_t* slots, int64
 }
 
 absl::Status StoreKvInt8(const float* k, const float* v, const int32_t* slots,
-                         const int32_t* pages, int64_t num_tokens, const int32_t* seal,
-                         int64_t num_seal, const Int8KvLayer& cache, cudaStream_t stream) {
+                         const int32_t* pages, int64_t num_tokens,
+                         const kernels::SealEntry* seal, int64_t num_seal,
+                         const Int8KvLayer& cache, cudaStream_t stream) {
   const Int8KvLayer& c = cache;
   if (num_tokens < 0 || num_seal < 0 || c.num_blocks < 0 || c.num_pages < 0 ||
       c.block_size <= 0 || c.kv_dim <= 0 || c.value_group < 1) {

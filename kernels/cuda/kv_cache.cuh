@@ -9,6 +9,7 @@
 #include <cuda_runtime_api.h>
 
 #include "absl/status/status.h"
+#include "kernels/attn_rows.h"
 #include "kernels/cuda/elem_type.h"
 
 namespace kvfold::cuda {
@@ -63,8 +64,8 @@ struct Int8KvLayer {
 // kernels::Backend::StoreKvInt8 on the device, bit-identical to the CPU backend:
 // 1. row i of k, v [num_tokens, kv_dim] F32 goes to page pages[i] at offset
 //    slots[i] % block_size (slots, pages [num_tokens] I32);
-// 2. then each of the num_seal blocks of seal [num_seal, 3] I32 (block, page, count)
-//    quantizes entries [0, count) of its page into the block's codes and fp16 scales:
+// 2. then each of the num_seal blocks of seal [num_seal] (kernels::SealEntry: block, page,
+//    count) quantizes entries [0, count) of its page into the block's codes and fp16 scales:
 //    keys per channel over the count tokens, values per token in groups of value_group
 //    channels (kv_quant.h with fp16_scales; the scale is rounded to fp16 before the codes).
 // Device-side indices cannot be checked on the host: a row whose slot or page is out of
@@ -72,8 +73,9 @@ struct Int8KvLayer {
 // (nothing is written) instead of corrupting memory. The two steps are two launches on
 // `stream`, so a block sealed in this call sees the rows written by it.
 absl::Status StoreKvInt8(const float* k, const float* v, const int32_t* slots,
-                         const int32_t* pages, int64_t num_tokens, const int32_t* seal,
-                         int64_t num_seal, const Int8KvLayer& cache, cudaStream_t stream);
+                         const int32_t* pages, int64_t num_tokens,
+                         const kernels::SealEntry* seal, int64_t num_seal,
+                         const Int8KvLayer& cache, cudaStream_t stream);
 
 }  // namespace kvfold::cuda
 

@@ -14,8 +14,9 @@
 // values), then `decode-steps` single-token steps are timed. Roofline = bandwidth / bytes
 // read per token (all weights once + the K/V of the entries the token attends to), for
 // the copy bandwidth, the read-only bandwidth and the STREAM triad bandwidth.
-// With several --kv-dtypes every row is measured for each KV cache type and
-// "kv_dtype_ratios" puts int8 beside f32 (decode tok per CPU-second, bytes per token).
+// With several --kv-dtypes every row is measured for each KV cache type, the types
+// alternating row by row, and "kv_dtype_ratios" puts int8 beside f32 (prefill and decode
+// tok per CPU-second, bytes per token).
 // INT8 rows use real prefills only (synthetic K/V would skip the quantizer).
 #include <immintrin.h>
 
@@ -373,11 +374,28 @@ int Main(int argc, char** argv) {
   const std::string stories =
       f.count("stories") ? f["stories"] : "../shared/models/stories260K/stories260K.bin";
   json models = json::array();
-  auto bench_all = [&](const std::string& name, const model::ModelFile& m, Options opt) {
-    for (engine::KvDType d : dtypes) {
-      opt.kv_dtype = d;
-      models.push_back(BenchModel(name, m, *backend, opt, bandwidth));
+  // The KV cache types alternate row by row (mode, context), so load noise on a shared
+  // machine hits both sides of each kv_dtype_ratios entry alike.
+  auto bench_all = [&](const std::string& name, const model::ModelFile& m, const Options& opt) {
+    std::vector<json> per_dtype(dtypes.size());
+    for (const std::string& mode : opt.modes) {
+      for (int ctx : opt.contexts) {
+        for (size_t k = 0; k < dtypes.size(); ++k) {
+          Options one = opt;
+          one.kv_dtype = dtypes[k];
+          one.modes = {mode};
+          one.contexts = {ctx};
+          json r = BenchModel(name, m, *backend, one, bandwidth);
+          if (per_dtype[k].is_null() || !r.contains("results")) {
+            if (per_dtype[k].is_null() || !per_dtype[k].contains("error")) per_dtype[k] = r;
+            continue;
+          }
+          if (!per_dtype[k].contains("results")) continue;
+          for (json& row : r["results"]) per_dtype[k]["results"].push_back(std::move(row));
+        }
+      }
     }
+    for (json& j : per_dtype) models.push_back(std::move(j));
   };
   if (auto m = model::LoadModel(stories); m.ok()) {
     bench_all(f.count("stories") ? std::filesystem::path(stories).filename().string() : "stories260K",

@@ -188,27 +188,27 @@ absl::Status RunConfig(const Weights& w, cublasHandle_t cublas, cudaStream_t str
   // Block tables: sequence b owns blocks [b * blocks_per_seq, ...): prefix, then main.
   std::vector<int32_t> tables(num_blocks);
   for (int64_t i = 0; i < num_blocks; ++i) tables[i] = static_cast<int32_t>(i);
-  std::vector<int32_t> rows(int64_t{B} * kAttnRowStride, 0), positions(B), slot_of(B), tokens(B);
+  std::vector<kernels::AttnRow> rows(B);
+  std::vector<int32_t> positions(B), slot_of(B), tokens(B);
   // int8: sequence b's newest (own, open) block lives in page b.
-  std::vector<int32_t> page_of(B), own(int64_t{B} * kAttnOwnStride);
+  std::vector<int32_t> page_of(B);
+  std::vector<kernels::AttnOwnBlock> own(B);
   for (int b = 0; b < B; ++b) {
-    int32_t* f = &rows[int64_t{b} * kAttnRowStride];
-    f[0] = b * blocks_per_seq;                  // prefix table
-    f[1] = prefix;                              // prefix visible
-    f[2] = 0;                                   // prefix positions: all 0 (memory slots)
-    f[3] = 0;
-    f[4] = b * blocks_per_seq + prefix_blocks;  // main table
-    f[5] = 0;                                   // main front
-    f[6] = 0;                                   // lo
-    f[7] = main_len + 1;                        // hi: history + the new token
-    f[8] = memory ? 1 : 0;                      // main_pos_lo
-    positions[b] = f[8] + main_len;
+    kernels::AttnRow& f = rows[b];
+    f.prefix_table = b * blocks_per_seq;
+    f.prefix_visible = prefix;
+    f.prefix_pos_base = 0;  // prefix positions: all 0 (memory slots)
+    f.prefix_pos_stride = 0;
+    f.main_table = b * blocks_per_seq + prefix_blocks;
+    f.main_front = 0;
+    f.main_lo = 0;
+    f.main_hi = main_len + 1;  // history + the new token
+    f.main_pos_lo = memory ? 1 : 0;
+    positions[b] = f.main_pos_lo + main_len;
     slot_of[b] = (b * blocks_per_seq + prefix_blocks) * kBlock + main_len;
     tokens[b] = (b * 7919) % kVocab;
     page_of[b] = b;
-    own[int64_t{b} * kAttnOwnStride + 0] = slot_of[b] / kBlock;
-    own[int64_t{b} * kAttnOwnStride + 1] = b;
-    own[int64_t{b} * kAttnOwnStride + 2] = 0;
+    own[b] = {slot_of[b] / kBlock, b, 0};
   }
   const int rope_rows = main_len + 2;
   std::vector<float> rope(int64_t{rope_rows} * kHeadDim);
@@ -221,24 +221,24 @@ absl::Status RunConfig(const Weights& w, cublasHandle_t cublas, cudaStream_t str
     }
   }
   ALLOC(d_tables, int32_t, tables.size() * 4);
-  ALLOC(d_rows, int32_t, rows.size() * 4);
+  ALLOC(d_rows, kernels::AttnRow, rows.size() * sizeof(kernels::AttnRow));
   ALLOC(d_pos, int32_t, B * 4);
   ALLOC(d_slots, int32_t, B * 4);
   ALLOC(d_tokens, int32_t, B * 4);
   ALLOC(d_rope, float, rope.size() * 4);
   ALLOC(d_pages, int32_t, B * 4);
-  ALLOC(d_own, int32_t, own.size() * 4);
+  ALLOC(d_own, kernels::AttnOwnBlock, own.size() * sizeof(kernels::AttnOwnBlock));
   auto up = [&](void* dst, const void* src, size_t bytes) {
     return CudaStatus(cudaMemcpyAsync(dst, src, bytes, cudaMemcpyHostToDevice, stream), "upload");
   };
   RETURN_IF_ERROR(up(d_tables, tables.data(), tables.size() * 4));
-  RETURN_IF_ERROR(up(d_rows, rows.data(), rows.size() * 4));
+  RETURN_IF_ERROR(up(d_rows, rows.data(), rows.size() * sizeof(kernels::AttnRow)));
   RETURN_IF_ERROR(up(d_pos, positions.data(), B * 4));
   RETURN_IF_ERROR(up(d_slots, slot_of.data(), B * 4));
   RETURN_IF_ERROR(up(d_tokens, tokens.data(), B * 4));
   RETURN_IF_ERROR(up(d_rope, rope.data(), rope.size() * 4));
   RETURN_IF_ERROR(up(d_pages, page_of.data(), B * 4));
-  RETURN_IF_ERROR(up(d_own, own.data(), own.size() * 4));
+  RETURN_IF_ERROR(up(d_own, own.data(), own.size() * sizeof(kernels::AttnOwnBlock)));
   ALLOC(x, float, int64_t{B} * kHidden * 4);
   ALLOC(h, float, int64_t{B} * kHidden * 4);
   ALLOC(q, float, int64_t{B} * kQDim * 4);

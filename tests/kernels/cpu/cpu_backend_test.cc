@@ -264,18 +264,17 @@ TEST(AttentionTest, PagedGqaMatchesDirectAndBackendsAgree) {
   struct RowSpec { int prefix, lo, hi, pos_lo; };
   const std::vector<RowSpec> specs = {{3, 0, 1, 1}, {3, 2, 9, 1}, {0, 4, 11, 0}, {2, 10, 11, 7}};
   const int n = static_cast<int>(specs.size());
-  std::vector<int32_t> rows(n * kAttnRowFields, 0);
+  std::vector<AttnRow> rows(n);
   for (int i = 0; i < n; ++i) {
-    int32_t* f = &rows[i * kAttnRowFields];
-    f[kAttnPrefixTable] = 0;
-    f[kAttnPrefixVisible] = specs[i].prefix;
-    f[kAttnPrefixPosBase] = 0;
-    f[kAttnPrefixPosStride] = 0;
-    f[kAttnMainTable] = 1;
-    f[kAttnMainFront] = 3;
-    f[kAttnMainLo] = specs[i].lo;
-    f[kAttnMainHi] = specs[i].hi;
-    f[kAttnMainPosLo] = specs[i].pos_lo;
+    rows[i] = {.prefix_table = 0,
+               .prefix_visible = specs[i].prefix,
+               .prefix_pos_base = 0,
+               .prefix_pos_stride = 0,
+               .main_table = 1,
+               .main_front = 3,
+               .main_lo = specs[i].lo,
+               .main_hi = specs[i].hi,
+               .main_pos_lo = specs[i].pos_lo};
   }
   auto q = Random(static_cast<size_t>(n) * q_dim, 6);
   AttentionShape shape{heads, kv_heads, hd, bs, 1.0f / std::sqrt(12.0f)};
@@ -284,7 +283,7 @@ TEST(AttentionTest, PagedGqaMatchesDirectAndBackendsAgree) {
     return be.Attention(st, T(q.data() + row0 * q_dim, DType::kF32, {nrows, q_dim}),
                         T(kc.data(), DType::kF32, {blocks, bs, kv_dim}),
                         T(vc.data(), DType::kF32, {blocks, bs, kv_dim}),
-                        T(rows.data() + row0 * kAttnRowFields, DType::kI32, {nrows, kAttnRowFields}),
+                        T(rows.data() + row0, DType::kI32, {nrows, kAttnRowFields}),
                         T(const_cast<int32_t*>(tables.data()), DType::kI32, {4}),
                         T(rope.data(), DType::kF32, {rope_rows, hd}), shape,
                         T(out.data() + row0 * q_dim, DType::kF32, {nrows, q_dim}));
@@ -345,18 +344,17 @@ TEST(AttentionTest, TiledCausalRowsMatchReferenceAcrossBatchesAndIsas) {
   auto vc = Random(kc.size(), 22);
   const std::vector<int32_t> tables = {6, 3, 0, 7, 1, 5, 2};  // prefix: {6}; main: the rest
   const int n = main_keys;
-  std::vector<int32_t> rows(n * kAttnRowFields, 0);
+  std::vector<AttnRow> rows(n);
   for (int i = 0; i < n; ++i) {
-    int32_t* f = &rows[i * kAttnRowFields];
-    f[kAttnPrefixTable] = 0;
-    f[kAttnPrefixVisible] = prefix;
-    f[kAttnPrefixPosBase] = 0;
-    f[kAttnPrefixPosStride] = 1;
-    f[kAttnMainTable] = 1;
-    f[kAttnMainFront] = 0;
-    f[kAttnMainLo] = 0;
-    f[kAttnMainHi] = i + 1;
-    f[kAttnMainPosLo] = prefix;
+    rows[i] = {.prefix_table = 0,
+               .prefix_visible = prefix,
+               .prefix_pos_base = 0,
+               .prefix_pos_stride = 1,
+               .main_table = 1,
+               .main_front = 0,
+               .main_lo = 0,
+               .main_hi = i + 1,
+               .main_pos_lo = prefix};
   }
   auto q = Random(static_cast<size_t>(n) * q_dim, 23);
   AttentionShape shape{heads, kv_heads, hd, bs, 1.0f / std::sqrt(12.0f)};
@@ -364,7 +362,7 @@ TEST(AttentionTest, TiledCausalRowsMatchReferenceAcrossBatchesAndIsas) {
     return be.Attention(st, T(q.data() + row0 * q_dim, DType::kF32, {nrows, q_dim}),
                         T(kc.data(), DType::kF32, {blocks, bs, kv_dim}),
                         T(vc.data(), DType::kF32, {blocks, bs, kv_dim}),
-                        T(rows.data() + row0 * kAttnRowFields, DType::kI32, {nrows, kAttnRowFields}),
+                        T(rows.data() + row0, DType::kI32, {nrows, kAttnRowFields}),
                         T(const_cast<int32_t*>(tables.data()), DType::kI32, {7}),
                         T(rope.data(), DType::kF32, {rope_rows, hd}), shape,
                         T(out.data() + row0 * q_dim, DType::kF32, {nrows, q_dim}));

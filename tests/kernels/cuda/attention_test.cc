@@ -181,23 +181,24 @@ void RunCase(const std::vector<Seq>& seqs, const std::vector<Row>& rows, int num
   const int rope_rows = 6000;
   const auto rope = testing::RopeTable(rope_rows, head_dim);
   const auto q = RandomFloats(rows.size() * num_heads * head_dim, 78, -1, 1);
-  std::vector<int32_t> fields(rows.size() * kAttnRowStride, 0);
+  std::vector<kernels::AttnRow> fields(rows.size());
   for (size_t r = 0; r < rows.size(); ++r) {
     const Row& w = rows[r];
-    int32_t* f = &fields[r * kAttnRowStride];
-    f[0] = pool.prefix_table[w.seq];
-    f[1] = w.prefix_visible;
-    f[2] = w.prefix_base;
-    f[3] = w.prefix_stride;
-    f[4] = pool.main_table[w.seq];
-    f[5] = w.main_front;
-    f[6] = w.main_lo;
-    f[7] = w.main_hi;
-    f[8] = w.main_pos_lo;
+    kernels::AttnRow& f = fields[r];
+    f.prefix_table = pool.prefix_table[w.seq];
+    f.prefix_visible = w.prefix_visible;
+    f.prefix_pos_base = w.prefix_base;
+    f.prefix_pos_stride = w.prefix_stride;
+    f.main_table = pool.main_table[w.seq];
+    f.main_front = w.main_front;
+    f.main_lo = w.main_lo;
+    f.main_hi = w.main_hi;
+    f.main_pos_lo = w.main_pos_lo;
   }
   DeviceArray<float> d_q(q), d_out(q.size()), d_rope(rope), d_ks(pool.k_scale),
       d_vs(pool.v_scale);
-  DeviceArray<int32_t> d_rows(fields), d_tables(pool.tables);
+  DeviceArray<kernels::AttnRow> d_rows(fields);
+  DeviceArray<int32_t> d_tables(pool.tables);
   DeviceArray<uint8_t> d_k(pool.k_raw), d_v(pool.v_raw);
   DeviceArray<uint8_t> ws(AttentionWorkspaceBytes(num_heads, num_kv_heads, head_dim));
   AttentionParams p;

@@ -187,8 +187,9 @@ TEST(CudaInt8Kv, StoreKvInt8BitIdenticalToCpu) {
   }
   // Full seals, a partial one (a completed prefix of 4), a single entry, and page 4
   // (block 9) left open.
-  const std::vector<int32_t> seal = {3, 0, 7, 17, 1, 7, 0, 2, 4, 22, 3, 1, 11, 5, 7, 5, 6, 3};
-  const int num_seal = static_cast<int>(seal.size()) / kSealFields;
+  const std::vector<SealEntry> seal = {{3, 0, 7}, {17, 1, 7}, {0, 2, 4},
+                                       {22, 3, 1}, {11, 5, 7}, {5, 6, 3}};
+  const int num_seal = static_cast<int>(seal.size());
 
   std::vector<HostCache> results;
   for (Side* side : {gpu.get(), cpu.get()}) {
@@ -201,7 +202,7 @@ TEST(CudaInt8Kv, StoreKvInt8BitIdenticalToCpu) {
     absl::Status s = side->be().StoreKvInt8(side->st(), tk, tv, ts, tp, tseal, c);
     ASSERT_TRUE(s.ok()) << side->be().Name() << ": " << s;
     // A seal-only call (no rows): block 9 from page 4, 5 entries.
-    const std::vector<int32_t> seal2 = {9, 4, 5};
+    const std::vector<SealEntry> seal2 = {{9, 4, 5}};
     s = side->be().StoreKvInt8(side->st(), tk.Rows(0, 0), tv.Rows(0, 0), ts.Rows(0, 0),
                                tp.Rows(0, 0),
                                side->Upload(seal2, DType::kI32, {1, kSealFields}), c);
@@ -231,7 +232,9 @@ struct AttnCase {
   static constexpr int kBlocks = 200, kRopeRows = 1200;
   HostCache cache{kBlocks, 16};
   std::vector<float> k_true, v_true;  // [kBlocks * kBs, kKvDim]
-  std::vector<int32_t> tables, rows, own;
+  std::vector<int32_t> tables;
+  std::vector<AttnRow> rows;
+  std::vector<AttnOwnBlock> own;
   std::map<int32_t, int32_t> page_of;  // own block -> page
   int n = 0;
 
@@ -247,11 +250,9 @@ struct AttnCase {
     page_of[block] = page;
     return page;
   }
-  void AddRow(std::initializer_list<int32_t> fields, int32_t own_block, bool sealed) {
-    std::vector<int32_t> f(fields);
-    f.resize(kAttnRowFields, 0);
-    rows.insert(rows.end(), f.begin(), f.end());
-    own.insert(own.end(), {own_block, own_block >= 0 ? PageOf(own_block) : -1, sealed ? 1 : 0});
+  void AddRow(const AttnRow& row, int32_t own_block, bool sealed) {
+    rows.push_back(row);
+    own.push_back({own_block, own_block >= 0 ? PageOf(own_block) : -1, sealed ? 1 : 0});
     ++n;
   }
 };
@@ -295,20 +296,40 @@ AttnCase MakeAttnCase() {
   for (int i = 0; i < kBs * kVGroups; ++i) a.cache.v_scales[open_block * kBs * kVGroups + i] = 0x7e00;
   auto own_a = [&](int j) { return a.tables[a_main + (front + j) / kBs]; };
   // Decode of the newest entry over everything (memory at position 0, main from 1).
-  a.AddRow({a_prefix, 5, 0, 0, a_main, front, 0, a_len, 1}, own_a(a_len - 1), false);
+  const AttnRow a_row{.prefix_table = a_prefix,
+                      .prefix_visible = 5,
+                      .main_table = a_main,
+                      .main_front = front,
+                      .main_pos_lo = 1};
+  AttnRow decode = a_row;
+  decode.main_hi = a_len;
+  a.AddRow(decode, own_a(a_len - 1), false);
   // A causal prefill of the last 30 entries with a 1000-entry sliding window: own blocks
   // change along the rows, the last 7 rows own the open block.
   for (int j = a_len - 30; j < a_len; ++j) {
     const int lo = std::max(0, j + 1 - 1000);
     const int32_t ob = own_a(j);
-    a.AddRow({a_prefix, 5, 0, 0, a_main, front, lo, j + 1, 1 + lo}, ob, ob != open_block);
+    AttnRow prefill = a_row;
+    prefill.main_lo = lo;
+    prefill.main_hi = j + 1;
+    prefill.main_pos_lo = 1 + lo;
+    a.AddRow(prefill, ob, ob != open_block);
   }
   // Memory expansion: the 5 memory rows see the whole prefix (bidirectional), no main.
-  for (int i = 0; i < 5; ++i) a.AddRow({a_prefix, 5, 0, 0, a_main, front, 0, 0, 1}, 0, true);
+  for (int i = 0; i < 5; ++i) a.AddRow(a_row, 0, true);
   // Nothing visible: zeros.
-  a.AddRow({a_prefix, 0, 0, 0, a_main, front, 0, 0, 1}, -1, true);
+  AttnRow empty = a_row;
+  empty.prefix_visible = 0;
+  a.AddRow(empty, -1, true);
   // Sink + window: 4 sink tokens at positions 0..3, main entries [20, 50) at 24..53.
-  a.AddRow({b_prefix, 4, 0, 1, b_main, 0, 20, 50, 24}, a.tables[b_main + 49 / kBs], true);
+  a.AddRow({.prefix_table = b_prefix,
+            .prefix_visible = 4,
+            .prefix_pos_stride = 1,
+            .main_table = b_main,
+            .main_lo = 20,
+            .main_hi = 50,
+            .main_pos_lo = 24},
+           a.tables[b_main + 49 / kBs], true);
   return a;
 }
 
@@ -328,10 +349,9 @@ TEST(CudaInt8Kv, AttentionInt8MatchesCpu) {
     const KvCacheI8 c = side.UploadCache(a.cache);
     const Tensor tq = side.Upload(q.data() + static_cast<size_t>(row0) * kQDim, DType::kF32,
                                   {count, kQDim});
-    const Tensor trows = side.Upload(a.rows.data() + static_cast<size_t>(row0) * kAttnRowFields,
-                                     DType::kI32, {count, kAttnRowFields});
-    const Tensor town = side.Upload(a.own.data() + static_cast<size_t>(row0) * kAttnI8Fields,
-                                    DType::kI32, {count, kAttnI8Fields});
+    const Tensor trows =
+        side.Upload(a.rows.data() + row0, DType::kI32, {count, kAttnRowFields});
+    const Tensor town = side.Upload(a.own.data() + row0, DType::kI32, {count, kAttnOwnFields});
     const Tensor ttables = side.Upload(a.tables, DType::kI32, {num_tables});
     const Tensor trope = side.Upload(rope, DType::kF32, {AttnCase::kRopeRows, kHd});
     std::vector<float> zeros(static_cast<size_t>(count) * kQDim, 0.0f);
@@ -359,7 +379,7 @@ TEST(CudaInt8Kv, AttentionInt8MatchesCpu) {
   EXPECT_EQ(gpu->be()
                 .AttentionInt8(gpu->st(), gpu->Upload(q, DType::kF32, {a.n, kQDim}), c,
                                gpu->Upload(a.rows, DType::kI32, {a.n, kAttnRowFields}),
-                               gpu->Upload(a.own, DType::kI32, {1, kAttnI8Fields}),
+                               gpu->Upload(a.own, DType::kI32, {1, kAttnOwnFields}),
                                gpu->Upload(a.tables, DType::kI32, {num_tables}),
                                gpu->Upload(rope, DType::kF32, {AttnCase::kRopeRows, kHd}), shape,
                                gpu->Upload(q, DType::kF32, {a.n, kQDim}))
