@@ -71,7 +71,7 @@ std::optional<TraceParent> ParseTraceParent(std::string_view header) {
 }
 
 Level LevelFor(const RequestRecord& record) {
-  if (record.method.rfind("/grpc.", 0) == 0) return Level::kDebug;
+  if (record.probe || record.method.rfind("/grpc.", 0) == 0) return Level::kDebug;
   switch (record.code) {
     case absl::StatusCode::kInternal:
     case absl::StatusCode::kUnknown:

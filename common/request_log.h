@@ -56,10 +56,13 @@ struct RequestRecord {
   std::vector<std::pair<std::string, double>> timings_ms;  // "ttft", "queue", ...
   std::vector<std::pair<std::string, int64_t>> counts;     // "prompt_tokens", ...
   std::string prompt;                                      // written only with log_prompts
+  // A health probe or metrics scrape (the HTTP front's /health*, /metrics): logged at
+  // debug and not counted as a request, like gRPC's own services.
+  bool probe = false;
 };
 
-// The level a finished request logs at: gRPC's own services (health probes, reflection)
-// are debug; OK and the caller's own mistakes are info; server-side failures (INTERNAL,
+// The level a finished request logs at: probes and gRPC's own services (health probes,
+// reflection) are debug; OK and the caller's own mistakes are info; server-side failures (INTERNAL,
 // UNKNOWN, DATA_LOSS) are error; the rest warn.
 Level LevelFor(const RequestRecord& record);
 

@@ -2,7 +2,8 @@
 # The official OpenAI Node client against kvfold's HTTP API: a store and two replicas
 # (stories260K + a projector, as scripts/demo.sh runs them), then with the `openai` npm
 # package: list models, stream a chat completion, chain three responses alternating
-# replicas via previous_response_id, fork from the first response, get a 401 and a 400.
+# replicas via previous_response_id, fork from the first response, get log-probabilities
+# (chat, streamed chat, completions), get a 401 and 400s.
 # Stops every process it started; exits 0 when all checks pass, 77 (skipped) when the
 # model, node or the npm package is unavailable, 1 on a failed check.
 #
@@ -97,6 +98,39 @@ for await (const chunk of stream) {
 }
 check(chunks > 2 && text.length > 0 && usage?.completion_tokens > 0,
       `streamed chat completion: ${chunks} chunks, ${usage?.completion_tokens} tokens: ${JSON.stringify(text)}`);
+
+const lp = await B.chat.completions.create({
+  model, max_tokens: 8, temperature: 0, logprobs: true, top_logprobs: 3,
+  messages: [{ role: "user", content: "A dog" }],
+});
+const content = lp.choices[0].logprobs?.content ?? [];
+check(content.length === lp.usage.completion_tokens &&
+      content.every((t) => t.top_logprobs.length === 3 && t.logprob <= 0 &&
+                           t.top_logprobs[0].token === t.token &&
+                           t.top_logprobs[0].logprob >= t.top_logprobs[2].logprob),
+      `chat logprobs: ${content.length} tokens, first ${JSON.stringify(content[0]?.token)} ` +
+      `${content[0]?.logprob.toFixed(4)}, alternatives sorted`);
+const streamedLp = await B.chat.completions.create({
+  model, max_tokens: 8, temperature: 0, logprobs: true, stream: true,
+  messages: [{ role: "user", content: "A dog" }],
+});
+const streamedTokens = [];
+for await (const chunk of streamedLp) {
+  for (const t of chunk.choices[0]?.logprobs?.content ?? []) streamedTokens.push(t.token);
+}
+check(streamedTokens.join("") === content.map((t) => t.token).join(""),
+      `streamed chat logprobs: the same ${streamedTokens.length} tokens`);
+const cmpl = await A.completions.create({ model, prompt: "Once upon a time", max_tokens: 4,
+                                          temperature: 0, logprobs: 2 });
+check(cmpl.choices[0].logprobs?.token_logprobs?.length === 4,
+      `completion logprobs: ${JSON.stringify(cmpl.choices[0].logprobs?.token_logprobs)}`);
+try {
+  await A.chat.completions.create({ model, logprobs: true, top_logprobs: 21,
+                                    messages: [{ role: "user", content: "hi" }] });
+  check(false, "top_logprobs 21 is refused");
+} catch (e) {
+  check(e.status === 400, `top_logprobs 21 -> ${e.status}: ${e.error?.message ?? e.message}`);
+}
 
 const r1 = await A.responses.create({ model, input: "Once upon a time", max_output_tokens: 16,
                                       temperature: 0 });

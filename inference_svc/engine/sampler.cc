@@ -48,6 +48,10 @@ absl::Status SamplingParams::Validate() const {
     return absl::InvalidArgumentError(
         absl::StrCat("max_new_tokens must be >= 0, got ", max_new_tokens));
   }
+  if (top_logprobs < -1 || top_logprobs > kMaxTopLogprobs) {
+    return absl::InvalidArgumentError(absl::StrCat("top_logprobs must be in [0, ", kMaxTopLogprobs,
+                                                   "] (or -1: off), got ", top_logprobs));
+  }
   return absl::OkStatus();
 }
 
@@ -57,6 +61,35 @@ int32_t Argmax(std::span<const float> logits) {
     if (logits[i] > logits[best]) best = static_cast<int32_t>(i);
   }
   return best;
+}
+
+void ComputeLogprobs(std::span<const float> logits, int32_t token, int top_n, TokenLogprobs* out) {
+  float max_logit = logits[0];
+  for (float l : logits) max_logit = std::max(max_logit, l);
+  double sum = 0.0;
+  for (float l : logits) sum += std::exp(static_cast<double>(l) - max_logit);
+  const double log_z = max_logit + std::log(sum);
+  out->logprob = static_cast<float>(logits[token] - log_z);
+  // The top_n largest logits by insertion into a sorted prefix; an equal logit never
+  // displaces an earlier (lower) id.
+  const int n = std::clamp(top_n, 0, std::min<int>(kMaxTopLogprobs, logits.size()));
+  int count = 0;
+  for (size_t i = 0; i < logits.size() && n > 0; ++i) {
+    const float l = logits[i];
+    if (count == n && !(l > out->top_logprobs[count - 1])) continue;
+    int at = count < n ? count++ : n - 1;
+    while (at > 0 && l > out->top_logprobs[at - 1]) {
+      out->top_logprobs[at] = out->top_logprobs[at - 1];
+      out->top_ids[at] = out->top_ids[at - 1];
+      --at;
+    }
+    out->top_logprobs[at] = l;
+    out->top_ids[at] = static_cast<int32_t>(i);
+  }
+  out->num_top = count;
+  for (int i = 0; i < count; ++i) {
+    out->top_logprobs[i] = static_cast<float>(out->top_logprobs[i] - log_z);
+  }
 }
 
 Sampler::Sampler(int vocab_size, const SamplingParams& params)

@@ -35,6 +35,9 @@ struct SamplingParams {
   std::vector<int32_t> stop_token_ids;  // stop after emitting one of these
   bool ignore_eos = false;
   int max_new_tokens = 256;
+  // -1 = no log-probabilities; 0..kMaxTopLogprobs: every emitted token also reports its
+  // log-probability and this many most likely alternatives (ComputeLogprobs).
+  int top_logprobs = -1;
 
   // InvalidArgument for negative temperature/top_k, top_p outside [0, 1], etc.
   absl::Status Validate() const;
@@ -64,6 +67,24 @@ class Sampler {
 };
 
 int32_t Argmax(std::span<const float> logits);
+
+// Most alternatives a token's log-probabilities report (OpenAI's top_logprobs limit).
+inline constexpr int kMaxTopLogprobs = 20;
+
+// One emitted token's log-probabilities. Fixed size: computing and passing it allocates
+// nothing.
+struct TokenLogprobs {
+  float logprob = 0;  // of the emitted token
+  int num_top = 0;    // valid entries of top_ids / top_logprobs
+  std::array<int32_t, kMaxTopLogprobs> top_ids{};
+  std::array<float, kMaxTopLogprobs> top_logprobs{};  // most likely first; ties: lower id first
+};
+
+// Log-probabilities of the model's raw distribution, log_softmax(logits) (before
+// temperature, top-k and top-p: they do not change what is reported), for `token` and the
+// `top_n` (clamped to [0, kMaxTopLogprobs] and the vocabulary) most likely tokens.
+// `logits` is [vocab_size]; `token` must index it. Allocates nothing.
+void ComputeLogprobs(std::span<const float> logits, int32_t token, int top_n, TokenLogprobs* out);
 
 }  // namespace kvfold::engine
 

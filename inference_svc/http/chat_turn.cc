@@ -6,16 +6,8 @@
 #include "absl/strings/str_cat.h"
 
 namespace kvfold::http {
-namespace {
 
-HttpHeaders RetryAfter(int64_t retry_after_ms) {
-  if (retry_after_ms <= 0) return {};
-  return {{"Retry-After", std::to_string((retry_after_ms + 999) / 1000)}};
-}
-
-}  // namespace
-
-ChatTurn::ChatTurn(ChatTurnOptions options, std::shared_ptr<HttpExchange> exchange,
+ChatTurn::ChatTurn(ChatTurnOptions options, std::shared_ptr<ObservedExchange> exchange,
                    const Tokenizer* tokenizer)
     : options_(std::move(options)),
       exchange_(std::move(exchange)),
@@ -108,26 +100,23 @@ void ChatTurn::OnTokens(const std::vector<int32_t>& ids,
 
 void ChatTurn::OnDone(const absl::Status& status, const TurnResult& result,
                       int64_t retry_after_ms) {
-  std::unique_lock<std::mutex> lock(mu_);
+  std::lock_guard<std::mutex> lock(mu_);
   if (answered_) return;
   answered_ = true;
   const bool stopped_by_string = stop_.stopped();
   // A turn this front cancelled because of a stop string is a success with what it showed.
   const bool ok = status.ok() || (stopped_by_string && options_.cancel_on_stop &&
                                   status.code() == absl::StatusCode::kCancelled);
+  Record(status, result);
   if (!ok || client_gone_) {
-    if (!client_gone_) {
-      if (stream_started_) {
-        exchange_->Write(absl::StrCat("data: ", ErrorJson(status), "\n\n"));
-        exchange_->End();
-      } else {
-        exchange_->Respond(HttpStatusOf(status.code()), "application/json", ErrorJson(status),
-                           RetryAfter(retry_after_ms));
-      }
+    if (client_gone_) return;
+    if (stream_started_) {
+      exchange_->SetStatus(status);
+      exchange_->Write(absl::StrCat("data: ", ErrorJson(status), "\n\n"));
+      exchange_->End();
+    } else {
+      exchange_->RespondError(status, retry_after_ms);
     }
-    lock.unlock();
-    if (options_.on_finished)
-      options_.on_finished(status.ok() ? absl::CancelledError() : status, result);
     return;
   }
   std::string tail = decoder_.Flush();
@@ -168,8 +157,20 @@ void ChatTurn::OnDone(const absl::Status& status, const TurnResult& result,
     }
     exchange_->Respond(200, "application/json", std::move(body));
   }
-  lock.unlock();
-  if (options_.on_finished) options_.on_finished(status, result);
+}
+
+void ChatTurn::Record(const absl::Status& status, const TurnResult& result) {
+  const uint32_t generated = status.ok() ? result.generated_tokens : generated_;
+  const uint32_t prompt_tokens = status.ok() ? result.prompt_tokens : prompt_tokens_;
+  if (!status.ok() && generated_ == 0) return;  // refused before any work
+  exchange_->Annotate([&](logging::RequestRecord* r) {
+    if (result.version != 0) r->version = result.version;
+    r->timings_ms = result.timings_ms;
+    r->counts = {{"prompt_tokens", prompt_tokens},
+                 {"generated_tokens", generated},
+                 {"folded_tokens", result.tokens_folded},
+                 {"restored_from_store", result.restored_from_store ? 1 : 0}};
+  });
 }
 
 }  // namespace kvfold::http

@@ -12,7 +12,7 @@
 #include <string>
 #include <vector>
 
-#include "inference_svc/http/http_server.h"
+#include "inference_svc/http/observed_exchange.h"
 #include "inference_svc/http/openai_protocol.h"
 #include "inference_svc/http/stop_matcher.h"
 #include "inference_svc/http/turn_port.h"
@@ -35,14 +35,13 @@ struct ChatTurnOptions {
   // generated but not shown).
   bool cancel_on_stop = false;
   std::string echo;  // completions' echo: the prompt text, shown first
-  // Runs once after the answer is complete (e.g. deleting a throw-away session). May be
-  // called on a port thread: it must not block.
-  std::function<void(const absl::Status& status, const TurnResult& result)> on_finished;
 };
 
 class ChatTurn final : public TurnObserver, public std::enable_shared_from_this<ChatTurn> {
  public:
-  ChatTurn(ChatTurnOptions options, std::shared_ptr<HttpExchange> exchange,
+  // The turn's outcome (code, version, timings, token counts) goes into the exchange's
+  // request record before the answer completes it.
+  ChatTurn(ChatTurnOptions options, std::shared_ptr<ObservedExchange> exchange,
            const Tokenizer* tokenizer);
 
   // Registers the client-gone callback; call once, before StartTurn.
@@ -62,9 +61,11 @@ class ChatTurn final : public TurnObserver, public std::enable_shared_from_this<
   void EmitLocked(const std::string& text, std::vector<TokenLogprob> logprobs,
                   const std::string& finish_reason);
   void CancelLocked();
+  // The turn's outcome into the exchange's request record.
+  void Record(const absl::Status& status, const TurnResult& result);
 
   const ChatTurnOptions options_;
-  const std::shared_ptr<HttpExchange> exchange_;
+  const std::shared_ptr<ObservedExchange> exchange_;
   const Tokenizer* const tokenizer_;
 
   std::mutex mu_;

@@ -92,6 +92,14 @@ class Connection : public std::enable_shared_from_this<Connection> {
 
   void ReadRequest();
   void OnRequest(beast::error_code ec);
+  std::string Peer() {
+    beast::error_code ec;
+    const tcp::endpoint remote = stream_.socket().remote_endpoint(ec);
+    if (ec) return "";
+    const net::ip::address a = remote.address();
+    return a.is_v4() ? absl::StrCat("ipv4:", a.to_string(), ":", remote.port())
+                     : absl::StrCat("ipv6:[", a.to_string(), "]:", remote.port());
+  }
   void WatchClient();
   void Enqueue(Pending p);
   void WriteNext();
@@ -191,6 +199,7 @@ void Connection::OnRequest(beast::error_code ec) {
     request.headers.emplace_back(std::string(field.name_string()), std::string(field.value()));
   }
   request.body = std::move(req.body());
+  request.peer = Peer();
   answering_ = true;
   answered_ = false;
   streaming_ = false;

@@ -27,6 +27,7 @@ struct HttpRequest {
   std::string query;   // after '?', undecoded
   HttpHeaders headers;
   std::string body;
+  std::string peer;  // the client's address, "ipv4:127.0.0.1:50312" (gRPC's spelling)
 
   // The first header of that name (case-insensitive), "" when absent.
   std::string_view Header(std::string_view name) const;

@@ -6,18 +6,6 @@
 #include "nlohmann/json.hpp"
 
 namespace kvfold::http {
-namespace {
-
-void RespondError(HttpExchange& exchange, const absl::Status& status) {
-  HttpHeaders headers;
-  if (status.code() == absl::StatusCode::kUnauthenticated) {
-    headers.emplace_back("WWW-Authenticate", "Bearer");
-  }
-  exchange.Respond(HttpStatusOf(status.code()), "application/json", ErrorJson(status),
-                   std::move(headers));
-}
-
-}  // namespace
 
 absl::StatusOr<std::unique_ptr<OpenAiFront>> OpenAiFront::Start(const OpenAiFrontOptions& options,
                                                                 TurnPort* port,
@@ -94,10 +82,15 @@ absl::Status OpenAiFront::CheckModel(const std::string& model) {
       absl::StrCat("the model '", model, "' does not exist; this server serves '", served, "'"));
 }
 
-void OpenAiFront::Handle(HttpRequest request, std::shared_ptr<HttpExchange> exchange) {
+void OpenAiFront::Handle(HttpRequest request, std::shared_ptr<HttpExchange> inner) {
   const std::string& path = request.path;
   const bool get = request.method == "GET";
   const bool post = request.method == "POST";
+  const bool probe =
+      get && (path == "/health" || path.starts_with("/health/") || path == "/metrics");
+  auto exchange =
+      std::make_shared<ObservedExchange>(std::move(inner), request, probe, options_.on_request);
+  exchange->Start();
   if (get && (path == "/health" || path == "/health/ready")) {
     const bool ready = port_->Ready();
     exchange->Respond(ready ? 200 : 503, "application/json",
@@ -109,7 +102,7 @@ void OpenAiFront::Handle(HttpRequest request, std::shared_ptr<HttpExchange> exch
     return;
   }
   if (get && path == "/metrics") {
-    if (!options_.metrics_text) return RespondError(*exchange, absl::NotFoundError("no metrics"));
+    if (!options_.metrics_text) return exchange->RespondError(absl::NotFoundError("no metrics"));
     exchange->Respond(200, "text/plain; version=0.0.4", options_.metrics_text());
     return;
   }
@@ -125,14 +118,15 @@ void OpenAiFront::Handle(HttpRequest request, std::shared_ptr<HttpExchange> exch
     return;
   }
   auto caller = port_->Authenticate(request.Header("Authorization"));
-  if (!caller.ok()) return RespondError(*exchange, caller.status());
+  if (!caller.ok()) return exchange->RespondError(caller.status());
+  exchange->Annotate([&](logging::RequestRecord* r) { r->tenant = caller->tenant; });
   if (path == "/v1/models") return Models(*caller, *exchange);
   if (path == "/v1/chat/completions") return ChatCompletions(*caller, request, exchange);
   if (path == "/v1/completions") return Completions(*caller, request, exchange);
   return Responses(*caller, request, exchange);
 }
 
-void OpenAiFront::Models(const Caller& caller, HttpExchange& exchange) {
+void OpenAiFront::Models(const Caller& caller, ObservedExchange& exchange) {
   const ModelCard card = port_->Model();
   nlohmann::json model = {
       {"id", card.id}, {"object", "model"}, {"created", card.created}, {"owned_by", "kvfold"}};

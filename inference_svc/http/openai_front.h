@@ -24,7 +24,9 @@
 #include <vector>
 
 #include "absl/status/statusor.h"
+#include "common/request_log.h"
 #include "inference_svc/http/http_server.h"
+#include "inference_svc/http/observed_exchange.h"
 #include "inference_svc/http/openai_protocol.h"
 #include "inference_svc/http/turn_port.h"
 #include "inference_svc/tokenizer/chat_template.h"
@@ -38,6 +40,11 @@ struct OpenAiFrontOptions {
   int workers = 4;
   // Prometheus text for GET /metrics; null = 404.
   std::function<std::string()> metrics_text;
+  // Receives one record per finished request (the request log line and request metrics);
+  // called on a front or port thread, must not block. Null = none.
+  ObservedExchange::Observer on_request;
+  // Put the prompt (messages or completion prompt) into the records. Default: false.
+  bool record_prompts = false;
 };
 
 class OpenAiFront {
@@ -57,17 +64,17 @@ class OpenAiFront {
 
  private:
   OpenAiFront() = default;
-  void Handle(HttpRequest request, std::shared_ptr<HttpExchange> exchange);
+  void Handle(HttpRequest request, std::shared_ptr<HttpExchange> inner);
   void Post(std::function<void()> task);
   void WorkerLoop();
 
-  void Models(const Caller& caller, HttpExchange& exchange);
+  void Models(const Caller& caller, ObservedExchange& exchange);
   void ChatCompletions(const Caller& caller, const HttpRequest& request,
-                       std::shared_ptr<HttpExchange> exchange);
+                       std::shared_ptr<ObservedExchange> exchange);
   void Completions(const Caller& caller, const HttpRequest& request,
-                   std::shared_ptr<HttpExchange> exchange);
+                   std::shared_ptr<ObservedExchange> exchange);
   void Responses(const Caller& caller, const HttpRequest& request,
-                 std::shared_ptr<HttpExchange> exchange);
+                 std::shared_ptr<ObservedExchange> exchange);
   // NotFound unless `model` is empty or the served model.
   absl::Status CheckModel(const std::string& model);
 

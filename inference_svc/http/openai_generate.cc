@@ -52,10 +52,6 @@ ChatTurnOptions AnswerOptions(ChatTurnOptions::Api api, bool stream, bool includ
   return options;
 }
 
-void RespondError(HttpExchange& exchange, const absl::Status& status) {
-  exchange.Respond(HttpStatusOf(status.code()), "application/json", ErrorJson(status));
-}
-
 TurnSpec SpecFor(const std::string& session_id, const GenerationParams& p) {
   TurnSpec spec;
   spec.session_id = session_id;
@@ -67,11 +63,25 @@ TurnSpec SpecFor(const std::string& session_id, const GenerationParams& p) {
   return spec;
 }
 
+// The request record's session, and its prompt: the messages as "role: content" lines, or
+// `prompt_text` (only when the front records prompts).
+void AnnotateTurn(ObservedExchange& exchange, const TurnSpec& spec, bool record_prompts,
+                  const std::string& prompt_text = "") {
+  exchange.Annotate([&](logging::RequestRecord* r) {
+    r->session = spec.session_id;
+    if (!record_prompts) return;
+    r->prompt = prompt_text;
+    for (const ChatMessage& m : spec.messages) {
+      absl::StrAppend(&r->prompt, m.role, ": ", m.content, "\n");
+    }
+  });
+}
+
 // Starts `spec` with a ChatTurn answering on `exchange`; answers the error if it fails.
 // `create_missing`: a named session that does not exist yet is created first.
 void StartChatTurn(TurnPort* port, const Tokenizer* tokenizer, const Caller& caller,
                    const TurnSpec& spec, ChatTurnOptions options,
-                   std::shared_ptr<HttpExchange> exchange, bool create_missing = false) {
+                   std::shared_ptr<ObservedExchange> exchange, bool create_missing = false) {
   auto turn = std::make_shared<ChatTurn>(std::move(options), std::move(exchange), tokenizer);
   turn->Watch();
   auto running = port->StartTurn(caller, spec, turn);
@@ -98,10 +108,10 @@ void AddStops(const GenerationParams& params, const ChatTemplate& chat, ChatTurn
 }  // namespace
 
 void OpenAiFront::ChatCompletions(const Caller& caller, const HttpRequest& request,
-                                  std::shared_ptr<HttpExchange> exchange) {
+                                  std::shared_ptr<ObservedExchange> exchange) {
   auto parsed = ParseChatCompletionRequest(request.body);
-  if (!parsed.ok()) return RespondError(*exchange, parsed.status());
-  if (absl::Status s = CheckModel(parsed->model); !s.ok()) return RespondError(*exchange, s);
+  if (!parsed.ok()) return exchange->RespondError(parsed.status());
+  if (absl::Status s = CheckModel(parsed->model); !s.ok()) return exchange->RespondError(s);
   if (parsed->session.empty()) parsed->session = std::string(request.Header("X-Kvfold-Session"));
   Post([this, caller, req = std::move(*parsed), exchange]() mutable {
     // Without a session the conversation is ephemeral: nothing is read or stored.
@@ -115,19 +125,20 @@ void OpenAiFront::ChatCompletions(const Caller& caller, const HttpRequest& reque
     if (!ephemeral) options.head.usage.session_id = req.session;
     AddStops(req.params, *chat_, &options);
     options.cancel_on_stop = ephemeral;
+    AnnotateTurn(*exchange, spec, options_.record_prompts);
     StartChatTurn(port_, tokenizer_, caller, spec, std::move(options), exchange,
                   /*create_missing=*/!ephemeral);
   });
 }
 
 void OpenAiFront::Completions(const Caller& caller, const HttpRequest& request,
-                              std::shared_ptr<HttpExchange> exchange) {
+                              std::shared_ptr<ObservedExchange> exchange) {
   auto parsed = ParseCompletionRequest(request.body);
-  if (!parsed.ok()) return RespondError(*exchange, parsed.status());
-  if (absl::Status s = CheckModel(parsed->model); !s.ok()) return RespondError(*exchange, s);
+  if (!parsed.ok()) return exchange->RespondError(parsed.status());
+  if (absl::Status s = CheckModel(parsed->model); !s.ok()) return exchange->RespondError(s);
   Post([this, caller, req = std::move(*parsed), exchange]() mutable {
     auto ids = tokenizer_->Encode(req.prompt, /*add_bos=*/true);
-    if (!ids.ok()) return RespondError(*exchange, ids.status());
+    if (!ids.ok()) return exchange->RespondError(ids.status());
     TurnSpec spec = SpecFor("", req.params);
     spec.prompt_ids = std::move(*ids);
     ChatTurnOptions options =
@@ -136,6 +147,7 @@ void OpenAiFront::Completions(const Caller& caller, const HttpRequest& request,
     options.stop = req.params.stop;
     options.cancel_on_stop = true;
     if (req.echo) options.echo = req.prompt;
+    AnnotateTurn(*exchange, spec, options_.record_prompts, req.prompt);
     StartChatTurn(port_, tokenizer_, caller, spec, std::move(options), exchange);
   });
 }
@@ -144,14 +156,14 @@ void OpenAiFront::Completions(const Caller& caller, const HttpRequest& request,
 // the session itself advances; from an older version a fork of that version does, so
 // every response id stays valid and continuing from one never rewrites history.
 void OpenAiFront::Responses(const Caller& caller, const HttpRequest& request,
-                            std::shared_ptr<HttpExchange> exchange) {
+                            std::shared_ptr<ObservedExchange> exchange) {
   auto parsed = ParseResponsesRequest(request.body);
-  if (!parsed.ok()) return RespondError(*exchange, parsed.status());
-  if (absl::Status s = CheckModel(parsed->model); !s.ok()) return RespondError(*exchange, s);
+  if (!parsed.ok()) return exchange->RespondError(parsed.status());
+  if (absl::Status s = CheckModel(parsed->model); !s.ok()) return exchange->RespondError(s);
   std::optional<std::pair<std::string, uint64_t>> previous;
   if (!parsed->previous_response_id.empty()) {
     auto id = ParseResponseId(parsed->previous_response_id);
-    if (!id.ok()) return RespondError(*exchange, id.status());
+    if (!id.ok()) return exchange->RespondError(id.status());
     previous = *id;
   }
   Post([this, caller, req = std::move(*parsed), previous, exchange]() mutable {
@@ -162,23 +174,23 @@ void OpenAiFront::Responses(const Caller& caller, const HttpRequest& request,
     if (!previous.has_value()) {
       session = absl::StrCat("resp-", RandomHex());
       if (absl::Status s = port_->CreateSession(caller, session); !s.ok()) {
-        return RespondError(*exchange, s);
+        return exchange->RespondError(s);
       }
       if (!req.instructions.empty()) messages.push_back({"system", req.instructions});
     } else {
       const auto& [source, version] = *previous;
       auto head = port_->HeadVersion(caller, source);
       if (!head.ok()) {
-        return RespondError(
-            *exchange, head.status().code() == absl::StatusCode::kNotFound ? gone : head.status());
+        return exchange->RespondError(
+            head.status().code() == absl::StatusCode::kNotFound ? gone : head.status());
       }
-      if (version > *head) return RespondError(*exchange, gone);
+      if (version > *head) return exchange->RespondError(gone);
       session = source;
       if (version < *head) {
         session = absl::StrCat("resp-", RandomHex());
         absl::Status s = port_->ForkSession(caller, source, version, session);
         if (!s.ok()) {
-          return RespondError(*exchange, s.code() == absl::StatusCode::kNotFound ? gone : s);
+          return exchange->RespondError(s.code() == absl::StatusCode::kNotFound ? gone : s);
         }
       }
     }
@@ -191,6 +203,7 @@ void OpenAiFront::Responses(const Caller& caller, const HttpRequest& request,
     options.head.usage.session_id = session;
     options.previous_response_id = req.previous_response_id;
     AddStops(req.params, *chat_, &options);
+    AnnotateTurn(*exchange, spec, options_.record_prompts);
     StartChatTurn(port_, tokenizer_, caller, spec, std::move(options), exchange);
   });
 }

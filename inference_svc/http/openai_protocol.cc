@@ -80,7 +80,7 @@ absl::Status RefuseUnsupported(const json& j) {
   return absl::OkStatus();
 }
 
-absl::Status ParseParams(const json& j, const char* max_key, GenerationParams* p) {
+absl::Status ParseSampling(const json& j, const char* max_key, GenerationParams* p) {
   std::optional<int64_t> i;
   for (const char* key : {max_key, "max_completion_tokens"}) {
     OPENAI_RETURN_IF_ERROR(GetInt(j, key, 1, 1 << 30, &i));
@@ -120,24 +120,55 @@ absl::Status ParseParams(const json& j, const char* max_key, GenerationParams* p
       if (e.empty()) return Bad("'stop' strings must not be empty");
     }
   }
-  // logprobs: a boolean in chat, a count (0..5) in completions.
-  if (j.contains("logprobs") && !j["logprobs"].is_null()) {
-    if (j["logprobs"].is_boolean()) {
-      p->logprobs = j["logprobs"].get<bool>();
-    } else {
-      std::optional<int64_t> n;
-      OPENAI_RETURN_IF_ERROR(GetInt(j, "logprobs", 0, 5, &n));
-      p->logprobs = true;
-      p->top_logprobs = static_cast<int>(*n);
-    }
-  }
-  i.reset();
-  OPENAI_RETURN_IF_ERROR(GetInt(j, "top_logprobs", 0, 20, &i));
-  if (i.has_value()) {
-    if (*i > 0 && !p->logprobs) return Bad("'top_logprobs' needs 'logprobs': true");
-    p->top_logprobs = static_cast<int>(*i);
-  }
   return RefuseUnsupported(j);
+}
+
+// Which endpoint's spelling of log-probabilities a body uses.
+enum class LogprobsForm { kChat, kCompletion, kResponse };
+
+// Chat: `logprobs` a boolean, `top_logprobs` 0..20 and only with logprobs. Completions:
+// `logprobs` a count 0..5 of alternatives. Responses: `top_logprobs` 0..20 or `include`
+// naming "message.output_text.logprobs".
+absl::Status ParseLogprobs(const json& j, LogprobsForm form, GenerationParams* p) {
+  const bool has_logprobs = j.contains("logprobs") && !j["logprobs"].is_null();
+  std::optional<int64_t> top;
+  switch (form) {
+    case LogprobsForm::kChat:
+      OPENAI_RETURN_IF_ERROR(GetBool(j, "logprobs", &p->logprobs));
+      OPENAI_RETURN_IF_ERROR(GetInt(j, "top_logprobs", 0, kMaxTopLogprobs, &top));
+      if (top.has_value() && !p->logprobs) {
+        return Bad("'top_logprobs' needs 'logprobs': true");
+      }
+      break;
+    case LogprobsForm::kCompletion:
+      if (has_logprobs) {
+        if (!j["logprobs"].is_number_integer()) {
+          return Bad("'logprobs' must be an integer in [0, 5] (the number of alternatives)");
+        }
+        OPENAI_RETURN_IF_ERROR(GetInt(j, "logprobs", 0, 5, &top));
+        p->logprobs = true;
+      }
+      break;
+    case LogprobsForm::kResponse:
+      OPENAI_RETURN_IF_ERROR(GetInt(j, "top_logprobs", 0, kMaxTopLogprobs, &top));
+      if (j.contains("include") && !j["include"].is_null()) {
+        if (!j["include"].is_array()) return Bad("'include' must be an array of strings");
+        for (const json& e : j["include"]) {
+          if (!e.is_string()) return Bad("'include' must be an array of strings");
+          if (e.get<std::string>() == "message.output_text.logprobs") p->logprobs = true;
+        }
+      }
+      if (top.has_value()) p->logprobs = true;
+      break;
+  }
+  if (top.has_value()) p->top_logprobs = static_cast<int>(*top);
+  return absl::OkStatus();
+}
+
+absl::Status ParseParams(const json& j, LogprobsForm form, GenerationParams* p) {
+  OPENAI_RETURN_IF_ERROR(
+      ParseSampling(j, form == LogprobsForm::kResponse ? "max_output_tokens" : "max_tokens", p));
+  return ParseLogprobs(j, form, p);
 }
 
 absl::Status ParseStreamOptions(const json& j, bool stream, bool* include_usage) {
@@ -198,7 +229,7 @@ absl::StatusOr<ChatCompletionRequest> ParseChatCompletionRequest(std::string_vie
   auto messages = ParseMessages((*j)["messages"], "messages");
   if (!messages.ok()) return messages.status();
   r.messages = std::move(*messages);
-  OPENAI_RETURN_IF_ERROR(ParseParams(*j, "max_tokens", &r.params));
+  OPENAI_RETURN_IF_ERROR(ParseParams(*j, LogprobsForm::kChat, &r.params));
   OPENAI_RETURN_IF_ERROR(GetBool(*j, "stream", &r.stream));
   OPENAI_RETURN_IF_ERROR(ParseStreamOptions(*j, r.stream, &r.include_usage));
   OPENAI_RETURN_IF_ERROR(GetBool(*j, "continue_final_message", &r.continue_final_message));
@@ -219,7 +250,7 @@ absl::StatusOr<CompletionRequest> ParseCompletionRequest(std::string_view body) 
   } else {
     return Bad("'prompt' must be a string (or an array of one string)");
   }
-  OPENAI_RETURN_IF_ERROR(ParseParams(*j, "max_tokens", &r.params));
+  OPENAI_RETURN_IF_ERROR(ParseParams(*j, LogprobsForm::kCompletion, &r.params));
   OPENAI_RETURN_IF_ERROR(GetBool(*j, "stream", &r.stream));
   OPENAI_RETURN_IF_ERROR(ParseStreamOptions(*j, r.stream, &r.include_usage));
   OPENAI_RETURN_IF_ERROR(GetBool(*j, "echo", &r.echo));
@@ -246,7 +277,7 @@ absl::StatusOr<ResponsesRequest> ParseResponsesRequest(std::string_view body) {
   } else {
     return Bad("'input' must be a string or an array of messages");
   }
-  OPENAI_RETURN_IF_ERROR(ParseParams(*j, "max_output_tokens", &r.params));
+  OPENAI_RETURN_IF_ERROR(ParseParams(*j, LogprobsForm::kResponse, &r.params));
   return r;
 }
 

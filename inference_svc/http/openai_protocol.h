@@ -17,6 +17,9 @@
 
 namespace kvfold::http {
 
+// Most alternatives per token a request may ask for (OpenAI's top_logprobs limit).
+inline constexpr int kMaxTopLogprobs = 20;
+
 // Sampling and output controls shared by every generating endpoint.
 struct GenerationParams {
   std::optional<int> max_tokens;     // max_tokens / max_completion_tokens / max_output_tokens
@@ -24,8 +27,10 @@ struct GenerationParams {
   std::optional<float> top_p;        // (0, 1]
   std::optional<uint64_t> seed;
   std::vector<std::string> stop;  // at most 4 non-empty strings
+  // Log-probabilities of the generated tokens and top_logprobs alternatives each: chat's
+  // logprobs/top_logprobs, completions' logprobs count, responses' top_logprobs/include.
   bool logprobs = false;
-  int top_logprobs = 0;  // [0, 20], needs logprobs
+  int top_logprobs = 0;  // [0, kMaxTopLogprobs]
 };
 
 struct ChatCompletionRequest {

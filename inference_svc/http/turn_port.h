@@ -49,9 +49,11 @@ struct TurnSpec {
   int top_logprobs = -1;
 };
 
+// One generated token's log-probabilities under the model's raw distribution
+// (log_softmax of the logits, before temperature and top_p).
 struct TokenLogprobIds {
   float logprob = 0;
-  std::vector<std::pair<int32_t, float>> top;  // most likely first
+  std::vector<std::pair<int32_t, float>> top;  // (id, logprob), most likely first
 };
 
 struct TurnResult {
@@ -61,6 +63,10 @@ struct TurnResult {
   uint32_t tokens_folded = 0;
   uint64_t version = 0;  // the store version written
   std::string replica;
+  bool restored_from_store = false;
+  // For the request log: "ttft", "queue", "restore", "prefill", "decode", "fold",
+  // "checkpoint", "total" (the runtime's phases of the turn).
+  std::vector<std::pair<std::string, double>> timings_ms;
 };
 
 // Receives a turn's output. Calls come one at a time, from a thread of the port's; they
@@ -68,6 +74,7 @@ struct TurnResult {
 class TurnObserver {
  public:
   virtual ~TurnObserver() = default;
+  // `logprobs`: one per id for a turn started with top_logprobs >= 0, else empty.
   virtual void OnTokens(const std::vector<int32_t>& ids,
                         const std::vector<TokenLogprobIds>& logprobs) = 0;
   // ok: the turn is committed (result valid). Otherwise the status as the port's API

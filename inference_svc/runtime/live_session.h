@@ -75,10 +75,14 @@ enum class FinishReason { kNone, kStop, kLength };
 class TurnStream {
  public:
   explicit TurnStream(std::function<void()> on_progress) : on_progress_(std::move(on_progress)) {}
-  void PushToken(int32_t token);
+  // `logprobs`: the token's log-probabilities, given for every token of a turn that asked
+  // for them (SamplingParams::top_logprobs >= 0) and for none otherwise.
+  void PushToken(int32_t token, const engine::TokenLogprobs* logprobs = nullptr);
   void End(absl::Status status);
-  // Waits up to `timeout` for news; moves new tokens to *out. True once the turn ended.
-  bool Wait(std::chrono::milliseconds timeout, std::vector<int32_t>* out);
+  // Waits up to `timeout` for news; moves new tokens to *out (and, when `logprobs` is not
+  // null, their log-probabilities, one per token, to *logprobs). True once the turn ended.
+  bool Wait(std::chrono::milliseconds timeout, std::vector<int32_t>* out,
+            std::vector<engine::TokenLogprobs>* logprobs = nullptr);
   bool ended() const;
   absl::Status status() const;  // valid once ended
 
@@ -88,6 +92,7 @@ class TurnStream {
   mutable std::mutex mu_;
   std::condition_variable cv_;
   std::vector<int32_t> pending_;
+  std::vector<engine::TokenLogprobs> pending_logprobs_;  // empty unless requested
   bool ended_ = false;
   absl::Status status_;
 };

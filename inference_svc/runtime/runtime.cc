@@ -30,8 +30,9 @@ TurnHandle::~TurnHandle() {
   Settle();
 }
 
-bool TurnHandle::Wait(absl::Duration timeout, std::vector<int32_t>* tokens) {
-  return job_->stream.Wait(ToChrono(timeout), tokens);
+bool TurnHandle::Wait(absl::Duration timeout, std::vector<int32_t>* tokens,
+                      std::vector<engine::TokenLogprobs>* logprobs) {
+  return job_->stream.Wait(ToChrono(timeout), tokens, logprobs);
 }
 
 void TurnHandle::Cancel() { job_->cancelled.store(true); }
@@ -346,6 +347,10 @@ absl::StatusOr<std::unique_ptr<TurnHandle>> Runtime::StartTurn(const Caller& cal
   const int vocab_size = deps_.engine->config().vocab_size;
   const int cap = options_.max_new_tokens_cap;
   if (absl::Status s = ValidateSampling(request.sampling, vocab_size, cap); !s.ok()) return s;
+  if (request.top_logprobs < -1 || request.top_logprobs > engine::kMaxTopLogprobs) {
+    return absl::InvalidArgumentError(absl::StrCat("top_logprobs ", request.top_logprobs,
+                                                   " outside [0, ", engine::kMaxTopLogprobs, "]"));
+  }
   const uint64_t turn_seed = request.sampling.seed;
 
   std::string key;
@@ -399,6 +404,7 @@ absl::StatusOr<std::unique_ptr<TurnHandle>> Runtime::StartTurn(const Caller& cal
   if (turn_seed != 0) reseed = turn_seed;
   engine::SamplingParams sampling =
       ResolveSampling(request.sampling, options_.default_max_new_tokens);
+  sampling.top_logprobs = request.top_logprobs;
   if (!request.messages.empty()) {
     for (int32_t id : deps_.chat_template->end_of_turn_ids()) sampling.stop_token_ids.push_back(id);
   }

@@ -91,6 +91,10 @@ struct TurnRequest {
   bool continue_final_message = false;
   // Overrides of the session's sampling; a non-zero seed restarts the RNG.
   SamplingSpec sampling;
+  // -1: no log-probabilities. 0..engine::kMaxTopLogprobs: every generated token comes with
+  // its log-probability under the model's raw distribution and this many most likely
+  // alternatives (TurnHandle::Wait). INVALID_ARGUMENT outside [-1, kMaxTopLogprobs].
+  int top_logprobs = -1;
   // Optional: called on a runtime thread whenever tokens or the end are available. Must
   // return quickly and must not call back into the runtime.
   std::function<void()> on_progress;
@@ -117,9 +121,11 @@ class TurnHandle {
   TurnHandle(const TurnHandle&) = delete;
   TurnHandle& operator=(const TurnHandle&) = delete;
 
-  // Waits up to `timeout` for tokens and appends the new ones to *tokens. Returns true
-  // once the turn has ended (no more tokens; call Finish).
-  bool Wait(absl::Duration timeout, std::vector<int32_t>* tokens);
+  // Waits up to `timeout` for tokens and appends the new ones to *tokens (and, for a turn
+  // started with top_logprobs >= 0, their log-probabilities, one per token, to *logprobs).
+  // Returns true once the turn has ended (no more tokens; call Finish).
+  bool Wait(absl::Duration timeout, std::vector<int32_t>* tokens,
+            std::vector<engine::TokenLogprobs>* logprobs = nullptr);
   // Stops the turn; Finish() then returns CANCELLED. Safe to call more than once.
   void Cancel();
   // Waits for the end, commits the new state (compare-and-set on the head the turn started

@@ -34,10 +34,11 @@ std::optional<absl::Duration> RetryAfter(const absl::Status& status) {
   return absl::Milliseconds(ms);
 }
 
-void TurnStream::PushToken(int32_t token) {
+void TurnStream::PushToken(int32_t token, const engine::TokenLogprobs* logprobs) {
   {
     std::lock_guard<std::mutex> lock(mu_);
     pending_.push_back(token);
+    if (logprobs != nullptr) pending_logprobs_.push_back(*logprobs);
   }
   Notify();
 }
@@ -57,11 +58,16 @@ void TurnStream::Notify() {
   if (on_progress_) on_progress_();
 }
 
-bool TurnStream::Wait(std::chrono::milliseconds timeout, std::vector<int32_t>* out) {
+bool TurnStream::Wait(std::chrono::milliseconds timeout, std::vector<int32_t>* out,
+                      std::vector<engine::TokenLogprobs>* logprobs) {
   std::unique_lock<std::mutex> lock(mu_);
   cv_.wait_for(lock, timeout, [&] { return ended_ || !pending_.empty(); });
   out->insert(out->end(), pending_.begin(), pending_.end());
   pending_.clear();
+  if (logprobs != nullptr) {
+    logprobs->insert(logprobs->end(), pending_logprobs_.begin(), pending_logprobs_.end());
+  }
+  pending_logprobs_.clear();
   return ended_;
 }
 
@@ -355,7 +361,13 @@ void Scheduler::SampleAndEmit(Running& r) {
   const int32_t token = r.sampler->Sample(session.Logits());
   ++job.generated_tokens;
   if (job.generated_tokens == 1) job.ttft_ms = MsSince(job.submitted_at);
-  job.stream.PushToken(token);
+  if (job.sampling.top_logprobs >= 0) {
+    engine::TokenLogprobs logprobs;
+    engine::ComputeLogprobs(session.Logits(), token, job.sampling.top_logprobs, &logprobs);
+    job.stream.PushToken(token, &logprobs);
+  } else {
+    job.stream.PushToken(token);
+  }
   r.pending_token = token;
   r.phase = Phase::kDecode;
   if (r.sampler->IsStop(token, engine_->config().eos_token_ids)) {

@@ -46,6 +46,17 @@ void TaskPool::Post(std::function<void()> task) {
 
 namespace {
 
+std::vector<http::TokenLogprobIds> ToHttp(const std::vector<engine::TokenLogprobs>& logprobs) {
+  std::vector<http::TokenLogprobIds> out(logprobs.size());
+  for (size_t i = 0; i < logprobs.size(); ++i) {
+    out[i].logprob = logprobs[i].logprob;
+    for (int k = 0; k < logprobs[i].num_top; ++k) {
+      out[i].top.emplace_back(logprobs[i].top_ids[k], logprobs[i].top_logprobs[k]);
+    }
+  }
+  return out;
+}
+
 // One runtime turn seen through http::RunningTurn. Progress notifications start at most
 // one drain at a time (a notification during a drain makes it loop once more), so tokens
 // reach the observer in order and one consumer at a time calls the handle. The end is
@@ -55,12 +66,14 @@ class RuntimeTurn final : public http::RunningTurn,
                           public std::enable_shared_from_this<RuntimeTurn> {
  public:
   RuntimeTurn(std::shared_ptr<http::TurnObserver> observer, TaskPool* drain, TaskPool* finish,
-              std::shared_ptr<std::atomic<int>> active, std::string replica)
+              std::shared_ptr<std::atomic<int>> active, std::string replica,
+              InferenceMetrics* metrics)
       : observer_(std::move(observer)),
         drain_(drain),
         finish_(finish),
         active_(std::move(active)),
-        replica_(std::move(replica)) {
+        replica_(std::move(replica)),
+        metrics_(metrics) {
     active_->fetch_add(1);
   }
   ~RuntimeTurn() override { active_->fetch_sub(1); }
@@ -99,6 +112,7 @@ class RuntimeTurn final : public http::RunningTurn,
   void Drain() {
     for (;;) {
       tokens_.clear();
+      logprobs_.clear();
       bool ended = false;
       {
         std::lock_guard<std::mutex> lock(mu_);
@@ -107,9 +121,9 @@ class RuntimeTurn final : public http::RunningTurn,
           return;
         }
         again_ = false;
-        ended = handle_->Wait(absl::ZeroDuration(), &tokens_);
+        ended = handle_->Wait(absl::ZeroDuration(), &tokens_, &logprobs_);
       }
-      if (!tokens_.empty()) observer_->OnTokens(tokens_, {});
+      if (!tokens_.empty()) observer_->OnTokens(tokens_, ToHttp(logprobs_));
       if (ended) {  // draining_ stays set: nothing drains after the end
         finish_->Post([self = shared_from_this()] { self->Finish(); });
         return;
@@ -125,6 +139,7 @@ class RuntimeTurn final : public http::RunningTurn,
   void Finish() {
     // Only this task consumes the handle now; Cancel is an atomic store inside it.
     absl::StatusOr<runtime::TurnUsage> usage = handle_->Finish();
+    if (metrics_ != nullptr) metrics_->TurnFinished(usage);
     http::TurnResult result;
     int64_t retry_after_ms = 0;
     if (usage.ok()) {
@@ -135,6 +150,8 @@ class RuntimeTurn final : public http::RunningTurn,
       result.tokens_folded = static_cast<uint32_t>(usage->tokens_folded);
       result.version = usage->version;
       result.replica = replica_;
+      result.restored_from_store = usage->restored_from_store;
+      result.timings_ms = TurnTimingsMs(*usage);
     } else if (auto after = runtime::RetryAfter(usage.status()); after.has_value()) {
       retry_after_ms = absl::ToInt64Milliseconds(*after);
     }
@@ -147,11 +164,13 @@ class RuntimeTurn final : public http::RunningTurn,
   TaskPool* const finish_;
   const std::shared_ptr<std::atomic<int>> active_;
   const std::string replica_;
+  InferenceMetrics* const metrics_;
   mutable std::mutex mu_;
   std::unique_ptr<runtime::TurnHandle> handle_;
   bool draining_ = false;        // a Drain is queued or running (or the turn ended)
   bool again_ = false;           // a notification came during the drain
   std::vector<int32_t> tokens_;  // drain-owned
+  std::vector<engine::TokenLogprobs> logprobs_;  // drain-owned; empty unless requested
 };
 
 }  // namespace
@@ -238,14 +257,11 @@ absl::Status RuntimeTurnPort::ForkSession(const http::Caller& caller, const std:
 absl::StatusOr<std::shared_ptr<http::RunningTurn>> RuntimeTurnPort::StartTurn(
     const http::Caller& caller, const http::TurnSpec& spec,
     std::shared_ptr<http::TurnObserver> observer) {
-  if (spec.top_logprobs >= 0) {
-    return absl::InvalidArgumentError("logprobs are not available on this replica");
-  }
   if (!spec.session_id.empty()) {
     if (absl::Status s = ValidateSessionId(spec.session_id); !s.ok()) return s;
   }
   auto turn = std::make_shared<RuntimeTurn>(std::move(observer), &drain_pool_, &finish_pool_,
-                                            active_, deps_.replica);
+                                            active_, deps_.replica, deps_.metrics);
   runtime::TurnRequest request;
   request.session_id = spec.session_id;
   request.prompt_ids = spec.prompt_ids;
@@ -256,6 +272,7 @@ absl::StatusOr<std::shared_ptr<http::RunningTurn>> RuntimeTurnPort::StartTurn(
   request.sampling.seed = spec.seed;
   request.sampling.max_new_tokens = spec.max_new_tokens;
   request.sampling.stop_token_ids = spec.stop_token_ids;
+  request.top_logprobs = spec.top_logprobs;
   // Greedy must not inherit a session's non-zero default temperature.
   if (spec.temperature <= 0) request.sampling.top_k = 1;
   std::weak_ptr<RuntimeTurn> weak = turn;
@@ -263,7 +280,10 @@ absl::StatusOr<std::shared_ptr<http::RunningTurn>> RuntimeTurnPort::StartTurn(
     if (auto t = weak.lock()) t->Notify();
   };
   auto handle = deps_.runtime->StartTurn(ToRuntime(caller), std::move(request));
-  if (!handle.ok()) return handle.status();
+  if (!handle.ok()) {
+    if (deps_.metrics != nullptr) deps_.metrics->TurnFinished(handle.status());
+    return handle.status();
+  }
   turn->SetHandle(std::move(*handle));
   {
     std::lock_guard<std::mutex> lock(turns_mu_);

@@ -22,6 +22,7 @@
 #include "common/auth.h"
 #include "inference_svc/http/turn_port.h"
 #include "inference_svc/runtime/runtime.h"
+#include "inference_svc/service/inference_metrics.h"
 #include "inference_svc/service/store_gateway.h"
 
 namespace kvfold::service {
@@ -50,6 +51,7 @@ struct RuntimeTurnPortDeps {
   std::string replica;             // reported in usage
   std::function<bool()> ready;     // the replica's health
   std::function<bool()> draining;  // true once the replica refuses new calls
+  InferenceMetrics* metrics = nullptr;  // turns' admission, restores, tokens, TTFT; null = none
 };
 
 class RuntimeTurnPort final : public http::TurnPort {

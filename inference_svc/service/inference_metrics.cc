@@ -24,7 +24,8 @@ const char* FrontLabel(Front front) { return front == Front::kGrpc ? "grpc" : "h
 InferenceMetrics::InferenceMetrics(metrics::Registry* registry) : registry_(registry) {
   ttft_ = &registry->GetHistogram(
       "kvfold_inference_ttft_seconds",
-      "Time from the start of a Generate call to its first generated token.", LatencyBuckets());
+      "Time from the start of a generating call (gRPC or HTTP) to its first generated token.",
+      LatencyBuckets());
   inter_token_ = &registry->GetHistogram(
       "kvfold_inference_inter_token_seconds",
       "Time between two generated tokens (each turn's decode time over its tokens).",
@@ -120,6 +121,17 @@ void InferenceMetrics::SetGaugeSources(std::function<double()> kv_pool_utilizati
                               "Turns running on the scheduler now.", std::move(active_sessions));
   registry_->AddCallbackGauge("kvfold_inference_queue_depth", "Turns waiting for a scheduler slot.",
                               std::move(queue_depth));
+}
+
+std::vector<std::pair<std::string, double>> TurnTimingsMs(const runtime::TurnUsage& u) {
+  return {{"ttft", u.ttft_ms},
+          {"queue", u.queue_ms},
+          {"restore", u.restore_ms},
+          {"prefill", u.prefill_ms},
+          {"decode", u.decode_ms},
+          {"fold", u.fold_ms},
+          {"checkpoint", u.checkpoint_ms},
+          {"total", u.total_ms}};
 }
 
 }  // namespace kvfold::service

@@ -12,6 +12,8 @@
 #include <cstdint>
 #include <functional>
 #include <string>
+#include <utility>
+#include <vector>
 
 #include "absl/status/status.h"
 #include "absl/status/statusor.h"
@@ -83,6 +85,10 @@ class InferenceMetrics {
   std::array<metrics::Counter*, 2> restores_;
   std::array<metrics::Counter*, 2> admission_;
 };
+
+// A turn's phases for the request log, in the order both fronts write them: "ttft",
+// "queue", "restore", "prefill", "decode", "fold", "checkpoint", "total" (milliseconds).
+std::vector<std::pair<std::string, double>> TurnTimingsMs(const runtime::TurnUsage& usage);
 
 }  // namespace kvfold::service
 

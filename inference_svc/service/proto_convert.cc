@@ -56,6 +56,28 @@ v1::FinishReason ToProto(runtime::FinishReason reason) {
   return v1::FINISH_REASON_UNSPECIFIED;
 }
 
+absl::StatusOr<int> TopLogprobsFromProto(bool logprobs, uint32_t top_logprobs) {
+  if (top_logprobs > static_cast<uint32_t>(engine::kMaxTopLogprobs)) {
+    return absl::InvalidArgumentError(absl::StrCat(
+        "top_logprobs is ", top_logprobs, "; it must be in [0, ", engine::kMaxTopLogprobs, "]"));
+  }
+  if (!logprobs) {
+    if (top_logprobs > 0) return absl::InvalidArgumentError("top_logprobs needs logprobs");
+    return -1;
+  }
+  return static_cast<int>(top_logprobs);
+}
+
+void ToProto(int32_t token_id, const engine::TokenLogprobs& logprobs, v1::TokenLogprob* out) {
+  out->set_token_id(token_id);
+  out->set_logprob(logprobs.logprob);
+  for (int k = 0; k < logprobs.num_top; ++k) {
+    v1::TopLogprob* top = out->add_top_logprobs();
+    top->set_token_id(logprobs.top_ids[k]);
+    top->set_logprob(logprobs.top_logprobs[k]);
+  }
+}
+
 void FillUsage(const runtime::TurnUsage& u, const std::string& replica, v1::Usage* out) {
   out->set_prompt_tokens(u.prompt_tokens);
   out->set_generated_tokens(u.generated_tokens);

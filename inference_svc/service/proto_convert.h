@@ -17,6 +17,12 @@ absl::StatusOr<runtime::SessionRequest> FromProto(const v1::SessionConfig& confi
 
 v1::FinishReason ToProto(runtime::FinishReason reason);
 
+// GenerateRequest's (logprobs, top_logprobs) as TurnRequest::top_logprobs: -1 without
+// logprobs; INVALID_ARGUMENT for top_logprobs above engine::kMaxTopLogprobs or set
+// without logprobs.
+absl::StatusOr<int> TopLogprobsFromProto(bool logprobs, uint32_t top_logprobs);
+void ToProto(int32_t token_id, const engine::TokenLogprobs& logprobs, v1::TokenLogprob* out);
+
 // Usage and timings of a finished turn; `replica` names this replica.
 void FillUsage(const runtime::TurnUsage& usage, const std::string& replica, v1::Usage* out);
 

@@ -229,11 +229,20 @@ absl::StatusOr<std::unique_ptr<InferenceServer>> InferenceServer::Start(
     port.replica = c.replica_name.empty() ? server->address_ : c.replica_name;
     port.ready = [raw] { return raw->serving_.load(); };
     port.draining = [raw] { return raw->stopping_.load(); };
+    port.metrics = server->inference_metrics_.get();
     server->http_port_ = std::make_unique<RuntimeTurnPort>(std::move(port));
     http::OpenAiFrontOptions http_options;
     http_options.http.host = host;
     http_options.http.port = c.http_port;
     http_options.metrics_text = [raw] { return raw->registry_.Render(); };
+    // The same log and metrics as gRPC calls; probes (health, scrapes) are not requests.
+    http_options.record_prompts = c.log_prompts;
+    http_options.on_request = [raw](const logging::RequestRecord& r) {
+      raw->logger_->Write(r);
+      if (!r.probe) {
+        raw->inference_metrics_->RequestDone(Front::kHttp, r.code, r.duration_ms / 1000.0);
+      }
+    };
     auto front = http::OpenAiFront::Start(http_options, server->http_port_.get(),
                                           server->tokenizer_.get(), server->chat_template_.get());
     if (!front.ok()) return front.status();

@@ -49,6 +49,9 @@ grpc::Status InferenceServiceImpl::Generate(grpc::ServerContext* context,
     turn_request.messages.push_back({m.role(), m.content()});
   }
   turn_request.sampling = FromProto(request->sampling());
+  auto top_logprobs = TopLogprobsFromProto(request->logprobs(), request->top_logprobs());
+  if (!top_logprobs.ok()) return ToGrpcStatus(top_logprobs.status());
+  turn_request.top_logprobs = *top_logprobs;
   auto turn = deps_.runtime->StartTurn(*caller, std::move(turn_request));
   if (!turn.ok()) {
     ReportTurn(context, turn.status());
@@ -75,9 +78,11 @@ grpc::Status InferenceServiceImpl::Generate(grpc::ServerContext* context,
   bool client_gone = false;
   bool ended = false;
   std::vector<int32_t> tokens;
+  std::vector<engine::TokenLogprobs> logprobs;
   while (!ended) {
     tokens.clear();
-    ended = (*turn)->Wait(absl::Milliseconds(20), &tokens);
+    logprobs.clear();
+    ended = (*turn)->Wait(absl::Milliseconds(20), &tokens, &logprobs);
     if (!client_gone && CallEnded(context)) {
       client_gone = true;
       (*turn)->Cancel();
@@ -87,6 +92,9 @@ grpc::Status InferenceServiceImpl::Generate(grpc::ServerContext* context,
     for (int32_t id : tokens) {
       response.mutable_delta()->add_token_ids(id);
       if (decoder.has_value()) response.mutable_delta()->mutable_text()->append(decoder->Push(id));
+    }
+    for (size_t i = 0; i < logprobs.size() && i < tokens.size(); ++i) {
+      ToProto(tokens[i], logprobs[i], response.mutable_delta()->add_logprobs());
     }
     add_echo();
     writer->Write(response);

@@ -25,10 +25,7 @@ void InferenceServiceImpl::ReportTurn(const grpc::ServerContext* context,
   const runtime::TurnUsage& u = *outcome;
   Annotate(context, [&u](logging::RequestRecord* r) {
     r->version = u.version;
-    r->timings_ms = {{"ttft", u.ttft_ms},       {"queue", u.queue_ms},
-                     {"restore", u.restore_ms}, {"prefill", u.prefill_ms},
-                     {"decode", u.decode_ms},   {"fold", u.fold_ms},
-                     {"checkpoint", u.checkpoint_ms}};
+    r->timings_ms = TurnTimingsMs(u);
     r->counts = {{"prompt_tokens", u.prompt_tokens},
                  {"generated_tokens", u.generated_tokens},
                  {"folded_tokens", u.tokens_folded},

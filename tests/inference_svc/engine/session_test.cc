@@ -3,9 +3,12 @@
 // steady-state decode loop performs no heap allocation.
 #include "inference_svc/engine/session.h"
 
+#include <algorithm>
 #include <atomic>
+#include <cmath>
 #include <cstdlib>
 #include <new>
+#include <random>
 
 #include "gtest/gtest.h"
 #include "inference_svc/engine/sampler.h"
@@ -193,6 +196,58 @@ TEST(SamplerTest, DistributionTopKTopPAndGreedy) {
   EXPECT_TRUE(st.IsStop(9, eos));
   EXPECT_TRUE(st.IsStop(2, eos));
   EXPECT_FALSE(st.IsStop(3, eos));
+}
+
+TEST(SamplerTest, LogprobsAreTheRawLogSoftmaxWithSortedAlternatives) {
+  // An odd vocabulary, seeded logits, and a tie at the top to check the order rule.
+  constexpr int kVocab = 769;
+  std::mt19937 rng(17);
+  std::normal_distribution<float> normal(0.0f, 3.0f);
+  std::vector<float> logits(kVocab);
+  for (float& l : logits) l = normal(rng);
+  logits[400] = logits[7] = 12.5f;
+  double z = 0;
+  for (float l : logits) z += std::exp(static_cast<double>(l));
+  auto reference = [&](int id) { return static_cast<double>(logits[id]) - std::log(z); };
+  std::vector<int32_t> order(kVocab);
+  for (int i = 0; i < kVocab; ++i) order[i] = i;
+  std::stable_sort(order.begin(), order.end(),
+                   [&](int32_t a, int32_t b) { return logits[a] > logits[b]; });
+
+  TokenLogprobs lp;
+  const int64_t before = g_allocations.load();
+  for (int32_t token : {0, 7, 400, 768}) {
+    ComputeLogprobs(logits, token, kMaxTopLogprobs, &lp);
+    EXPECT_NEAR(lp.logprob, reference(token), 1e-5) << token;
+  }
+  EXPECT_EQ(g_allocations.load() - before, 0);
+  ASSERT_EQ(lp.num_top, kMaxTopLogprobs);
+  for (int k = 0; k < lp.num_top; ++k) {
+    EXPECT_EQ(lp.top_ids[k], order[k]) << k;
+    EXPECT_NEAR(lp.top_logprobs[k], reference(order[k]), 1e-5) << k;
+    if (k > 0) {
+      EXPECT_GE(lp.top_logprobs[k - 1], lp.top_logprobs[k]);
+    }
+  }
+  EXPECT_EQ(lp.top_ids[0], 7);  // the tie: lower id first
+  EXPECT_EQ(lp.top_ids[1], 400);
+  // Sampling settings do not change what is reported: the greedy token is the top one.
+  EXPECT_EQ(Argmax(logits), lp.top_ids[0]);
+
+  ComputeLogprobs(logits, 3, 0, &lp);
+  EXPECT_EQ(lp.num_top, 0);
+  const std::vector<float> four = {1.0f, 3.0f, 2.0f, 0.0f};
+  ComputeLogprobs(four, 1, kMaxTopLogprobs + 5, &lp);
+  ASSERT_EQ(lp.num_top, 4);  // clamped to the vocabulary
+  EXPECT_EQ(lp.top_ids[0], 1);
+  EXPECT_EQ(lp.top_ids[3], 3);
+  EXPECT_FLOAT_EQ(lp.logprob, lp.top_logprobs[0]);
+
+  SamplingParams p;
+  p.top_logprobs = kMaxTopLogprobs + 1;
+  EXPECT_FALSE(p.Validate().ok());
+  p.top_logprobs = -1;
+  EXPECT_TRUE(p.Validate().ok());
 }
 
 }  // namespace

@@ -73,6 +73,13 @@ TEST(OpenAiProtocolTest, RefusesWhatWouldChangeTheAnswer) {
   EXPECT_EQ(with("top_p", 0).code(), absl::StatusCode::kInvalidArgument);
   EXPECT_EQ(with("max_tokens", 0).code(), absl::StatusCode::kInvalidArgument);
   EXPECT_EQ(with("top_logprobs", 2).code(), absl::StatusCode::kInvalidArgument);  // no logprobs
+  EXPECT_EQ(with("top_logprobs", 0).code(), absl::StatusCode::kInvalidArgument);  // no logprobs
+  EXPECT_EQ(with("logprobs", 3).code(), absl::StatusCode::kInvalidArgument);      // chat: a boolean
+  json too_many = ok;
+  too_many["logprobs"] = true;
+  too_many["top_logprobs"] = 21;
+  EXPECT_THAT(ChatError(too_many).message(),
+              HasSubstr("'top_logprobs' is 21; it must be in [0, 20]"));
   EXPECT_EQ(with("tools", {{{"type", "function"}}}).code(), absl::StatusCode::kInvalidArgument);
   EXPECT_EQ(with("stream_options", {{"include_usage", true}}).code(),
             absl::StatusCode::kInvalidArgument);  // without stream
@@ -96,6 +103,16 @@ TEST(OpenAiProtocolTest, CompletionsAndResponsesRequests) {
   EXPECT_TRUE(c->params.logprobs);
   EXPECT_EQ(c->params.top_logprobs, 2);
   EXPECT_FALSE(ParseCompletionRequest(R"({"prompt": ["a", "b"]})").ok());
+  EXPECT_FALSE(ParseCompletionRequest(R"({"prompt": "a", "logprobs": 6})").ok());
+  EXPECT_FALSE(ParseCompletionRequest(R"({"prompt": "a", "logprobs": true})").ok());
+  auto included = ParseResponsesRequest(
+      R"({"input": "hi", "include": ["message.output_text.logprobs"], "top_logprobs": 4})");
+  ASSERT_TRUE(included.ok()) << included.status();
+  EXPECT_TRUE(included->params.logprobs);
+  EXPECT_EQ(included->params.top_logprobs, 4);
+  auto not_included = ParseResponsesRequest(R"({"input": "hi", "include": []})");
+  ASSERT_TRUE(not_included.ok());
+  EXPECT_FALSE(not_included->params.logprobs);
   auto r = ParseResponsesRequest(
       R"({"input": "hi", "instructions": "sys", "previous_response_id": "resp_3_s",
           "max_output_tokens": 5})");

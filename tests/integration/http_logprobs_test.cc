@@ -1,0 +1,230 @@
+// Log-probabilities through both fronts of a real replica (stories260K): the greedy
+// token's logprob equals the maximum of log_softmax over the engine's own logits for the
+// same prompt (computed here, in-process), alternatives come sorted, and the OpenAI shapes
+// and validation errors of chat completions, completions, responses and gRPC Generate.
+#include <algorithm>
+#include <cmath>
+#include <filesystem>
+#include <nlohmann/json.hpp>
+
+#include "gmock/gmock.h"
+#include "gtest/gtest.h"
+#include "inference_svc/engine/engine.h"
+#include "inference_svc/engine/session.h"
+#include "inference_svc/model/model_file.h"
+#include "inference_svc/tokenizer/tokenizer.h"
+#include "kernels/backend.h"
+#include "tests/integration/http_api_fixture.h"
+
+namespace kvfold::testing {
+namespace {
+
+using json = nlohmann::json;
+using ::testing::HasSubstr;
+
+// The replica computes in another process (in memory mode, positions shifted by its empty
+// memory): equal up to float rounding.
+constexpr double kTolerance = 2e-4;
+
+// log_softmax of the engine's logits at each greedy step after `prompt`: [step][vocab].
+std::vector<std::vector<double>> GreedyLogSoftmax(const std::vector<int32_t>& prompt, int steps,
+                                                  std::vector<int32_t>* greedy) {
+  auto model = model::LoadModel(SharedModel());
+  EXPECT_TRUE(model.ok()) << model.status();
+  kernels::CpuBackendOptions backend_options;
+  backend_options.num_threads = 1;
+  auto backend = kernels::CreateCpuBackend(backend_options);
+  engine::EngineOptions options;
+  options.kv_pool_bytes = 16 << 20;
+  auto engine = engine::Engine::Create(*model, backend.get(), options);
+  EXPECT_TRUE(engine.ok()) << engine.status();
+  auto session = engine::CreatePlainSession(engine->get(), engine::SessionOptions());
+  EXPECT_TRUE(session.ok());
+  EXPECT_TRUE((*session)->Prefill(prompt).ok());
+  std::vector<std::vector<double>> out;
+  for (int step = 0; step < steps; ++step) {
+    std::span<const float> logits = (*session)->Logits();
+    double max_logit = *std::max_element(logits.begin(), logits.end());
+    double z = 0;
+    for (float l : logits) z += std::exp(l - max_logit);
+    std::vector<double> row(logits.size());
+    for (size_t i = 0; i < logits.size(); ++i) row[i] = logits[i] - max_logit - std::log(z);
+    const int32_t next =
+        static_cast<int32_t>(std::max_element(row.begin(), row.end()) - row.begin());
+    greedy->push_back(next);
+    out.push_back(std::move(row));
+    EXPECT_TRUE((*session)->Append(next).ok());
+  }
+  return out;
+}
+
+std::unique_ptr<Tokenizer> LoadTokenizer() {
+  auto tokenizer = Tokenizer::Load(std::filesystem::path(SharedModel()).parent_path().string());
+  EXPECT_TRUE(tokenizer.ok());
+  return tokenizer.ok() ? std::move(*tokenizer) : nullptr;
+}
+
+TEST_F(HttpApiTest, CompletionLogprobsAreTheEnginesLogSoftmax) {
+  const std::string prompt = "Once upon a time";
+  auto tokenizer = LoadTokenizer();
+  ASSERT_NE(tokenizer, nullptr);
+  auto ids = tokenizer->Encode(prompt, /*add_bos=*/true);
+  ASSERT_TRUE(ids.ok());
+  constexpr int kSteps = 6;
+  std::vector<int32_t> greedy;
+  const auto want = GreedyLogSoftmax(*ids, kSteps, &greedy);
+  ASSERT_EQ(want.size(), static_cast<size_t>(kSteps));
+
+  HttpReply r =
+      Post(0, "/v1/completions",
+           {{"prompt", prompt}, {"max_tokens", kSteps}, {"temperature", 0}, {"logprobs", 5}});
+  ASSERT_EQ(r.status, 200) << r.body;
+  const json logprobs = Body(r)["choices"][0]["logprobs"];
+  ASSERT_EQ(logprobs["tokens"].size(), static_cast<size_t>(kSteps)) << r.body;
+  for (int step = 0; step < kSteps; ++step) {
+    std::vector<double> sorted = want[step];
+    std::sort(sorted.rbegin(), sorted.rend());
+    EXPECT_EQ(logprobs["tokens"][step], std::string(tokenizer->TokenBytes(greedy[step])));
+    // The greedy token's logprob is the largest of log_softmax(logits).
+    EXPECT_NEAR(logprobs["token_logprobs"][step].get<double>(), sorted[0], kTolerance) << step;
+    std::vector<double> top;
+    for (const auto& [token, lp] : logprobs["top_logprobs"][step].items()) top.push_back(lp);
+    std::sort(top.rbegin(), top.rend());
+    ASSERT_LE(top.size(), 5u);  // tokens with equal text share a key
+    ASSERT_GE(top.size(), 4u);
+    for (size_t k = 0; k < top.size(); ++k) EXPECT_NEAR(top[k], sorted[k], kTolerance) << step;
+  }
+}
+
+TEST_F(HttpApiTest, ChatLogprobsStreamedAndNotAreSortedAndAgree) {
+  json request = kChat;
+  request["logprobs"] = true;
+  request["top_logprobs"] = 3;
+  HttpReply r = Post(0, "/v1/chat/completions", request);
+  ASSERT_EQ(r.status, 200) << r.body;
+  const json content = Body(r)["choices"][0]["logprobs"]["content"];
+  ASSERT_EQ(content.size(), Body(r)["usage"]["completion_tokens"].get<size_t>()) << r.body;
+  for (const json& t : content) {
+    const std::string token = t["token"];
+    ASSERT_EQ(t["bytes"].size(), token.size());
+    ASSERT_EQ(t["top_logprobs"].size(), 3u);
+    EXPECT_LE(t["logprob"].get<double>(), 0.0);
+    // Greedy: the chosen token is the most likely one.
+    EXPECT_EQ(t["top_logprobs"][0]["token"], token);
+    EXPECT_FLOAT_EQ(t["top_logprobs"][0]["logprob"].get<float>(), t["logprob"].get<float>());
+    for (size_t k = 1; k < 3; ++k) {
+      EXPECT_GE(t["top_logprobs"][k - 1]["logprob"].get<double>(),
+                t["top_logprobs"][k]["logprob"].get<double>());
+    }
+  }
+
+  request["stream"] = true;
+  HttpReply s = Post(1, "/v1/chat/completions", request);
+  ASSERT_EQ(s.status, 200) << s.body;
+  json streamed = json::array();
+  for (const std::string& e : s.Events()) {
+    if (e == "[DONE]") break;
+    const json chunk = json::parse(e);
+    if (chunk["choices"].empty() || chunk["choices"][0]["logprobs"].is_null()) continue;
+    for (const json& t : chunk["choices"][0]["logprobs"]["content"]) streamed.push_back(t);
+  }
+  ASSERT_EQ(streamed.size(), content.size()) << s.body;
+  for (size_t i = 0; i < content.size(); ++i) {
+    EXPECT_EQ(streamed[i]["token"], content[i]["token"]) << i;
+    EXPECT_NEAR(streamed[i]["logprob"].get<double>(), content[i]["logprob"].get<double>(), 1e-6);
+  }
+
+  // Without logprobs the answer has none.
+  HttpReply plain = Post(0, "/v1/chat/completions", kChat);
+  EXPECT_TRUE(Body(plain)["choices"][0]["logprobs"].is_null()) << plain.body;
+}
+
+TEST_F(HttpApiTest, ResponsesReturnLogprobsWhenIncluded) {
+  HttpReply r = Post(0, "/v1/responses",
+                     {{"input", "Once upon a time"},
+                      {"max_output_tokens", 5},
+                      {"temperature", 0},
+                      {"top_logprobs", 2},
+                      {"include", {"message.output_text.logprobs"}}});
+  ASSERT_EQ(r.status, 200) << r.body;
+  const json part = Body(r)["output"][0]["content"][0];
+  ASSERT_EQ(part["logprobs"].size(), 5u) << r.body;
+  EXPECT_EQ(part["logprobs"][0]["top_logprobs"].size(), 2u);
+}
+
+TEST_F(HttpApiTest, LogprobsValidationErrors) {
+  json too_many = kChat;
+  too_many["logprobs"] = true;
+  too_many["top_logprobs"] = 21;
+  HttpReply r = Post(0, "/v1/chat/completions", too_many);
+  EXPECT_EQ(r.status, 400);
+  EXPECT_THAT(Body(r)["error"]["message"].get<std::string>(),
+              HasSubstr("'top_logprobs' is 21; it must be in [0, 20]"));
+  json without = kChat;
+  without["top_logprobs"] = 2;
+  r = Post(0, "/v1/chat/completions", without);
+  EXPECT_EQ(r.status, 400);
+  EXPECT_THAT(Body(r)["error"]["message"].get<std::string>(), HasSubstr("needs 'logprobs': true"));
+  r = Post(0, "/v1/completions", {{"prompt", "Once"}, {"logprobs", 6}});
+  EXPECT_EQ(r.status, 400) << r.body;
+  r = Post(0, "/v1/completions", {{"prompt", "Once"}, {"logprobs", true}});
+  EXPECT_EQ(r.status, 400) << r.body;
+}
+
+TEST_F(HttpApiTest, GrpcGenerateCarriesLogprobsPerToken) {
+  auto tokenizer = LoadTokenizer();
+  ASSERT_NE(tokenizer, nullptr);
+  auto ids = tokenizer->Encode("Once upon a time", /*add_bos=*/true);
+  ASSERT_TRUE(ids.ok());
+  std::vector<int32_t> greedy;
+  const auto want = GreedyLogSoftmax(*ids, 4, &greedy);
+  {
+    grpc::ClientContext context;
+    context.AddMetadata("authorization", std::string("Bearer ") + kToken);
+    v1::CreateSessionRequest create;
+    create.set_session_id("grpc-logprobs");
+    create.mutable_config()->set_mode(v1::KV_MODE_FULL);
+    v1::Session created;
+    ASSERT_TRUE(cluster_->stub(0).CreateSession(&context, create, &created).ok());
+  }
+
+  auto generate = [&](bool logprobs, uint32_t top, std::vector<v1::TokenLogprob>* out) {
+    grpc::ClientContext context;
+    context.AddMetadata("authorization", std::string("Bearer ") + kToken);
+    v1::GenerateRequest request;
+    request.set_session_id("grpc-logprobs");
+    for (int32_t id : *ids) request.add_prompt_token_ids(id);
+    request.mutable_sampling()->set_max_new_tokens(4);
+    request.mutable_sampling()->set_top_k(1);
+    request.mutable_sampling()->set_ignore_eos(true);
+    request.set_logprobs(logprobs);
+    request.set_top_logprobs(top);
+    auto reader = cluster_->stub(0).Generate(&context, request);
+    v1::GenerateResponse response;
+    std::vector<int32_t> tokens;
+    while (reader->Read(&response)) {
+      EXPECT_EQ(response.delta().logprobs_size(), logprobs ? response.delta().token_ids_size() : 0);
+      for (const v1::TokenLogprob& t : response.delta().logprobs()) out->push_back(t);
+    }
+    return reader->Finish();
+  };
+  std::vector<v1::TokenLogprob> got;
+  ASSERT_TRUE(generate(true, 20, &got).ok());
+  ASSERT_EQ(got.size(), 4u);
+  for (size_t step = 0; step < got.size(); ++step) {
+    EXPECT_EQ(got[step].token_id(), greedy[step]);
+    EXPECT_NEAR(got[step].logprob(), want[step][greedy[step]], kTolerance);
+    ASSERT_EQ(got[step].top_logprobs_size(), 20);
+    EXPECT_EQ(got[step].top_logprobs(0).token_id(), greedy[step]);
+    for (int k = 1; k < 20; ++k) {
+      EXPECT_GE(got[step].top_logprobs(k - 1).logprob(), got[step].top_logprobs(k).logprob());
+    }
+  }
+  std::vector<v1::TokenLogprob> none;
+  EXPECT_EQ(generate(true, 21, &none).error_code(), grpc::StatusCode::INVALID_ARGUMENT);
+  EXPECT_EQ(generate(false, 3, &none).error_code(), grpc::StatusCode::INVALID_ARGUMENT);
+  EXPECT_TRUE(none.empty());
+}
+
+}  // namespace
+}  // namespace kvfold::testing
