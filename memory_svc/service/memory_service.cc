@@ -12,15 +12,26 @@
 
 namespace kvfold::memory {
 
-// One RPC: counts it as in flight (for Drain) and records its metrics when it ends.
+// One RPC: counts it as in flight (for Drain), records its metrics when it ends, and adds
+// tenant, session and version to its request-log line.
 class CallRecord {
  public:
-  CallRecord(MemoryStoreService* service, std::string method)
+  CallRecord(MemoryStoreService* service, std::string method, grpc::ServerContext* context)
       : service_(service),
         metrics_(service->metrics_),
         method_(std::move(method)),
+        context_(context),
         start_(std::chrono::steady_clock::now()) {
     service_->in_flight_.fetch_add(1);
+  }
+  // For the request log; empty / 0 values leave the field out.
+  void Note(const std::string& tenant, const std::string& session, uint64_t version) {
+    if (service_->request_log_ == nullptr) return;
+    service_->request_log_->Annotate(context_, [&](logging::RequestRecord* r) {
+      if (!tenant.empty()) r->tenant = tenant;
+      if (!session.empty()) r->session = session;
+      if (version != 0) r->version = version;
+    });
   }
   ~CallRecord() {
     const double seconds =
@@ -44,23 +55,36 @@ class CallRecord {
   MemoryStoreService* service_;
   Metrics* metrics_;
   std::string method_;
+  grpc::ServerContext* context_;
   std::chrono::steady_clock::time_point start_;
   absl::StatusCode code_ = absl::StatusCode::kUnknown;
 };
 
 namespace {
 
-// Runs a unary store call: authenticate, call `fn(tenant)`, copy the result out.
+// The version a response names, for the request log (0: none).
+uint64_t VersionOf(const v1::SessionInfo& r) { return r.head_version(); }
+uint64_t VersionOf(const v1::VersionInfo& r) { return r.version(); }
+template <typename Response>
+uint64_t VersionOf(const Response&) {
+  return 0;
+}
+
+// Runs a unary store call on `session_id`: authenticate, call `fn(tenant)`, copy the
+// result out.
 template <typename Response, typename Fn>
 grpc::Status Unary(MemoryStoreService* service, const char* method, const TokenTable* tokens,
-                   grpc::ServerContext* context, Response* response, Fn fn) {
-  CallRecord record(service, method);
+                   grpc::ServerContext* context, const std::string& session_id, Response* response,
+                   Fn fn) {
+  CallRecord record(service, method, context);
   if (record.draining()) return record.Unavailable();
   absl::StatusOr<std::string> tenant = AuthenticateTenant(tokens, *context);
   if (!tenant.ok()) return record.Finish(tenant.status());
+  record.Note(*tenant, session_id, 0);
   absl::StatusOr<Response> result = fn(*tenant);
   if (!result.ok()) return record.Finish(result.status());
   *response = *std::move(result);
+  record.Note("", "", VersionOf(*response));
   return record.Finish(absl::OkStatus());
 }
 
@@ -79,12 +103,14 @@ bool MemoryStoreService::Drain(absl::Duration timeout) {
 grpc::Status MemoryStoreService::PutBlock(grpc::ServerContext* context,
                                           grpc::ServerReader<v1::PutBlockRequest>* reader,
                                           v1::PutBlockResponse* response) {
-  CallRecord record(this, "PutBlock");
+  CallRecord record(this, "PutBlock", context);
   if (record.draining()) return record.Unavailable();
   absl::StatusOr<std::string> tenant = AuthenticateTenant(tokens_, *context);
   if (!tenant.ok()) return record.Finish(tenant.status());
+  record.Note(*tenant, "", 0);
   absl::StatusOr<v1::PutBlockResponse> result = ReceiveAndPut(*tenant, context, reader);
   if (!result.ok()) return record.Finish(result.status());
+  record.Note("", result->session_id(), result->version());
   record.bytes_in_ = result->payload_size();
   *response = *std::move(result);
   return record.Finish(absl::OkStatus());
@@ -165,10 +191,11 @@ absl::StatusOr<v1::PutBlockResponse> MemoryStoreService::ReceivePayloadAndPut(
 grpc::Status MemoryStoreService::GetBlock(grpc::ServerContext* context,
                                           const v1::GetBlockRequest* request,
                                           grpc::ServerWriter<v1::GetBlockResponse>* writer) {
-  CallRecord record(this, "GetBlock");
+  CallRecord record(this, "GetBlock", context);
   if (record.draining()) return record.Unavailable();
   absl::StatusOr<std::string> tenant = AuthenticateTenant(tokens_, *context);
   if (!tenant.ok()) return record.Finish(tenant.status());
+  record.Note(*tenant, request->session_id(), request->version());
   return record.Finish(StreamBlock(*tenant, context, *request, writer, &record.bytes_out_));
 }
 
@@ -206,7 +233,7 @@ absl::Status MemoryStoreService::StreamBlock(const std::string& tenant,
 grpc::Status MemoryStoreService::GetSessionInfo(grpc::ServerContext* context,
                                                 const v1::GetSessionInfoRequest* request,
                                                 v1::SessionInfo* response) {
-  return Unary(this, "GetSessionInfo", tokens_, context, response,
+  return Unary(this, "GetSessionInfo", tokens_, context, request->session_id(), response,
                [&](const std::string& tenant) {
                  return store_->GetSessionInfo(tenant, request->session_id());
                });
@@ -215,7 +242,7 @@ grpc::Status MemoryStoreService::GetSessionInfo(grpc::ServerContext* context,
 grpc::Status MemoryStoreService::ListVersions(grpc::ServerContext* context,
                                               const v1::ListVersionsRequest* request,
                                               v1::ListVersionsResponse* response) {
-  return Unary(this, "ListVersions", tokens_, context, response,
+  return Unary(this, "ListVersions", tokens_, context, request->session_id(), response,
                [&](const std::string& tenant) {
                  return store_->ListVersions(tenant, request->session_id());
                });
@@ -224,16 +251,17 @@ grpc::Status MemoryStoreService::ListVersions(grpc::ServerContext* context,
 grpc::Status MemoryStoreService::SetHead(grpc::ServerContext* context,
                                          const v1::SetHeadRequest* request,
                                          v1::SessionInfo* response) {
-  return Unary(this, "SetHead", tokens_, context, response, [&](const std::string& tenant) {
-    return store_->SetHead(tenant, request->session_id(), request->version(),
-                           request->expected_head_version());
-  });
+  return Unary(this, "SetHead", tokens_, context, request->session_id(), response,
+               [&](const std::string& tenant) {
+                 return store_->SetHead(tenant, request->session_id(), request->version(),
+                                        request->expected_head_version());
+               });
 }
 
 grpc::Status MemoryStoreService::PinVersion(grpc::ServerContext* context,
                                             const v1::PinVersionRequest* request,
                                             v1::VersionInfo* response) {
-  return Unary(this, "PinVersion", tokens_, context, response,
+  return Unary(this, "PinVersion", tokens_, context, request->session_id(), response,
                [&](const std::string& tenant) {
                  return store_->PinVersion(tenant, request->session_id(), request->version(),
                                            request->pinned());
@@ -243,7 +271,7 @@ grpc::Status MemoryStoreService::PinVersion(grpc::ServerContext* context,
 grpc::Status MemoryStoreService::ForkSession(grpc::ServerContext* context,
                                              const v1::StoreForkSessionRequest* request,
                                              v1::SessionInfo* response) {
-  return Unary(this, "ForkSession", tokens_, context, response,
+  return Unary(this, "ForkSession", tokens_, context, request->new_session_id(), response,
                [&](const std::string& tenant) -> absl::StatusOr<v1::SessionInfo> {
                  std::optional<QuotaLedger::Reservation> reservation;
                  if (quotas_ != nullptr) {
@@ -266,7 +294,7 @@ grpc::Status MemoryStoreService::ForkSession(grpc::ServerContext* context,
 grpc::Status MemoryStoreService::DeleteSession(grpc::ServerContext* context,
                                                const v1::StoreDeleteSessionRequest* request,
                                                v1::StoreDeleteSessionResponse* response) {
-  return Unary(this, "DeleteSession", tokens_, context, response,
+  return Unary(this, "DeleteSession", tokens_, context, request->session_id(), response,
                [&](const std::string& tenant) -> absl::StatusOr<v1::StoreDeleteSessionResponse> {
                  absl::StatusOr<uint32_t> n = store_->Delete(tenant, request->session_id());
                  if (!n.ok()) return n.status();
@@ -280,7 +308,7 @@ grpc::Status MemoryStoreService::DeleteSession(grpc::ServerContext* context,
 grpc::Status MemoryStoreService::ListSessions(grpc::ServerContext* context,
                                               const v1::StoreListSessionsRequest* request,
                                               v1::StoreListSessionsResponse* response) {
-  return Unary(this, "ListSessions", tokens_, context, response,
+  return Unary(this, "ListSessions", tokens_, context, "", response,
                [&](const std::string& tenant) -> absl::StatusOr<v1::StoreListSessionsResponse> {
                  const uint32_t page_size = request->page_size() == 0 ? 100 : request->page_size();
                  absl::StatusOr<SessionPage> page =

@@ -21,6 +21,7 @@
 #include "absl/status/statusor.h"
 #include "absl/time/time.h"
 #include "common/auth.h"
+#include "common/grpc_request_log.h"
 #include "kvfold/v1/memory_store.grpc.pb.h"
 #include "memory_svc/service/metrics.h"
 #include "memory_svc/service/tenant_quotas.h"
@@ -33,11 +34,16 @@ inline constexpr size_t kDefaultChunkBytes = 256 << 10;
 
 class MemoryStoreService final : public v1::MemoryStore::Service {
  public:
-  // `store`, `metrics` and `quotas` must outlive the service; `tokens` nullptr = auth off;
-  // `quotas` nullptr = no per-tenant limits.
+  // `store`, `metrics`, `quotas` and `request_log` must outlive the service; `tokens`
+  // nullptr = auth off; `quotas` nullptr = no per-tenant limits; `request_log`: the log whose
+  // records calls annotate with tenant, session and version (nullptr = none).
   MemoryStoreService(MemoryStore* store, const TokenTable* tokens, Metrics* metrics,
-                     QuotaLedger* quotas = nullptr)
-      : store_(store), tokens_(tokens), metrics_(metrics), quotas_(quotas) {}
+                     QuotaLedger* quotas = nullptr, logging::GrpcRequestLog* request_log = nullptr)
+      : store_(store),
+        tokens_(tokens),
+        metrics_(metrics),
+        quotas_(quotas),
+        request_log_(request_log) {}
 
   // Makes every new call fail with UNAVAILABLE ("draining") and waits up to `timeout` for
   // the calls in flight to finish. Returns true when none is left.
@@ -92,6 +98,7 @@ class MemoryStoreService final : public v1::MemoryStore::Service {
   const TokenTable* tokens_;
   Metrics* metrics_;
   QuotaLedger* quotas_;
+  logging::GrpcRequestLog* request_log_;
   std::atomic<int> in_flight_{0};
   std::atomic<bool> draining_{false};
 };

@@ -49,6 +49,13 @@ absl::StatusOr<std::shared_ptr<grpc::ServerCredentials>> MakeCredentials(
 
 absl::StatusOr<std::unique_ptr<MemoryServer>> MemoryServer::Start(ServerConfig config) {
   std::unique_ptr<MemoryServer> server(new MemoryServer());
+  absl::StatusOr<logging::Level> level = logging::ParseLevel(config.log_level);
+  if (!level.ok()) return level.status();
+  logging::RequestLogOptions log_options;
+  log_options.min_level = *level;
+  log_options.sink = config.log_sink;
+  server->logger_ = std::make_unique<logging::RequestLogger>(log_options);
+  server->request_log_ = std::make_unique<logging::GrpcRequestLog>(server->logger_.get(), nullptr);
   absl::StatusOr<std::shared_ptr<grpc::ServerCredentials>> credentials = MakeCredentials(config);
   if (!credentials.ok()) return credentials.status();
   if (config.tokens_file.empty() && !config.insecure_no_auth) {
@@ -83,7 +90,7 @@ absl::StatusOr<std::unique_ptr<MemoryServer>> MemoryServer::Start(ServerConfig c
   }
   server->service_ = std::make_unique<MemoryStoreService>(
       server->store_.get(), server->tokens_ ? &*server->tokens_ : nullptr,
-      &server->metrics_registry_, server->quotas_.get());
+      &server->metrics_registry_, server->quotas_.get(), server->request_log_.get());
 
   grpc::EnableDefaultHealthCheckService(true);
   grpc::reflection::InitProtoReflectionServerBuilderPlugin();
@@ -104,6 +111,7 @@ absl::StatusOr<std::unique_ptr<MemoryServer>> MemoryServer::Start(ServerConfig c
   builder.AddChannelArgument(GRPC_ARG_ALLOW_REUSEPORT, 0);
   std::vector<std::unique_ptr<grpc::experimental::ServerInterceptorFactoryInterface>> interceptors;
   interceptors.push_back(MakeDecodeErrorInterceptorFactory());
+  interceptors.push_back(server->request_log_->MakeFactory());
   builder.experimental().SetInterceptorCreators(std::move(interceptors));
   server->server_ = builder.BuildAndStart();
   if (!server->server_ || port == 0) {

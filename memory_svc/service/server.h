@@ -2,11 +2,14 @@
 // Opens the store, then starts gRPC (MemoryStore service, standard health checking,
 // server reflection, optional TLS/mTLS, optional bearer-token auth) and the metrics port.
 // Health reports SERVING only after the DB is open, NOT_SERVING once draining starts.
+// Every call writes one request-log line (method, tenant, session, version, status,
+// duration, trace id; never tokens or payloads).
 #ifndef KVFOLD_MEMORY_SVC_SERVICE_SERVER_H_
 #define KVFOLD_MEMORY_SVC_SERVICE_SERVER_H_
 
 #include <grpcpp/server.h>
 
+#include <cstdio>
 #include <memory>
 #include <optional>
 #include <string>
@@ -14,6 +17,8 @@
 #include "absl/status/statusor.h"
 #include "absl/time/time.h"
 #include "common/auth.h"
+#include "common/grpc_request_log.h"
+#include "common/request_log.h"
 #include "memory_svc/service/memory_service.h"
 #include "memory_svc/service/metrics.h"
 #include "memory_svc/service/tenant_quotas.h"
@@ -42,6 +47,11 @@ struct ServerConfig {
   absl::Duration tokens_watch_period = absl::Seconds(1);
   // HTTP /metrics port; 0 = off, -1 = any free port (tests).
   int metrics_port = 0;
+  // Request logs: one JSON line per call (docs/observability.md) at or above this level:
+  // debug|info|warn|error|off. Default: info.
+  std::string log_level = "info";
+  // Where the lines go; must outlive the server. Default: stderr.
+  std::FILE* log_sink = stderr;
 };
 
 class MemoryServer {
@@ -76,6 +86,9 @@ class MemoryServer {
   std::optional<TokenTable> tokens_;
   std::unique_ptr<QuotaLedger> quotas_;
   Metrics metrics_registry_;
+  // Before the service and the gRPC server: both use them until they are gone.
+  std::unique_ptr<logging::RequestLogger> logger_;
+  std::unique_ptr<logging::GrpcRequestLog> request_log_;
   std::unique_ptr<MemoryStoreService> service_;
   std::unique_ptr<grpc::Server> server_;
   std::unique_ptr<MetricsHttpServer> metrics_;
