@@ -54,6 +54,13 @@ TEST(RequestLogTest, LevelsFollowTheStatus) {
   r.method = "/grpc.health.v1.Health/Check";
   r.code = absl::StatusCode::kOk;
   EXPECT_EQ(LevelFor(r), Level::kDebug);
+  RequestRecord probe;
+  probe.front = "http";
+  probe.method = "GET /health/ready";
+  probe.code = absl::StatusCode::kUnavailable;
+  EXPECT_EQ(LevelFor(probe), Level::kWarn);
+  probe.probe = true;
+  EXPECT_EQ(LevelFor(probe), Level::kDebug);
   EXPECT_EQ(*ParseLevel("warn"), Level::kWarn);
   EXPECT_EQ(ParseLevel("verbose").status().code(), absl::StatusCode::kInvalidArgument);
 }
