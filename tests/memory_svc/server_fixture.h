@@ -10,6 +10,7 @@
 #include <grpcpp/support/sync_stream.h>
 #include <gtest/gtest.h>
 
+#include <filesystem>
 #include <fstream>
 #include <memory>
 #include <string>
@@ -46,9 +47,12 @@ class ServerFixture : public ::testing::Test {
   }
   StoreClient Client(const std::string& token = "") { return StoreClient(Channel(), token); }
 
+  // Replaces the file atomically (write aside, rename), so a server watching it never reads
+  // it half-written (an empty tokens file would be a valid, empty table).
   std::string WriteFile(const std::string& name, const std::string& text) {
     const std::string path = dir_.path() + "/" + name;
-    std::ofstream(path) << text;
+    std::ofstream(path + ".tmp") << text;
+    std::filesystem::rename(path + ".tmp", path);
     return path;
   }
 
