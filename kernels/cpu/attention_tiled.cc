@@ -128,9 +128,10 @@ class Int8Kv {
     }
   }
 
-  void Load(const KeyEntry& e, float* krot, float* v) {
+  // Inlined into each ISA's task, so the dequantization loops use its vector registers.
+  [[gnu::always_inline]] void Load(const KeyEntry& e, float* krot, float* v) {
     const int hd = a_.shape.head_dim, kv_dim = a_.shape.num_kv_heads * hd;
-    if (std::find(open_, open_ + num_open_, e.block) != open_ + num_open_) {
+    if (num_open_ > 0 && std::find(open_, open_ + num_open_, e.block) != open_ + num_open_) {
       std::fill(krot, krot + hd, 0.0f);  // no code is valid yet: only the page is
       std::fill(v, v + hd, 0.0f);
       return;
@@ -404,24 +405,28 @@ void RunTasks(ThreadPool& pool, const Task& proto, int64_t n, AttentionScratch& 
   }
 }
 
-}  // namespace
-
-void AttentionOptimized(ThreadPool& pool, const AttentionArgs& a, AttentionScratch& scratch) {
+// The task of the active ISA path over every (row block, KV head) of the call.
+template <class Args>
+using TaskFn = void (*)(const Task&, const Args&, TaskBuffers&);
+template <class Args>
+void Run(ThreadPool& pool, const Args& a, AttentionScratch& scratch, TaskFn<Args> avx512_task,
+         TaskFn<Args> avx2_task, TaskFn<Args> portable_task) {
   const Isa isa = ActiveIsa();
-  auto task = isa == Isa::kAvx512 ? avx512::TaskF32
-              : isa == Isa::kAvx2 ? avx2::TaskF32
-                                  : portable::TaskF32;
+  const TaskFn<Args> task = isa == Isa::kAvx512 ? avx512_task
+                            : isa == Isa::kAvx2 ? avx2_task
+                                                : portable_task;
   const Task proto{a.rows, a.block_tables, a.q, a.out, a.rope, a.shape, {}, 0};
   RunTasks(pool, proto, a.n, scratch, [&](const Task& t, TaskBuffers& b) { task(t, a, b); });
 }
 
+}  // namespace
+
+void AttentionOptimized(ThreadPool& pool, const AttentionArgs& a, AttentionScratch& scratch) {
+  Run(pool, a, scratch, avx512::TaskF32, avx2::TaskF32, portable::TaskF32);
+}
+
 void AttentionInt8Optimized(ThreadPool& pool, const AttentionArgsI8& a, AttentionScratch& scratch) {
-  const Isa isa = ActiveIsa();
-  auto task = isa == Isa::kAvx512 ? avx512::TaskI8
-              : isa == Isa::kAvx2 ? avx2::TaskI8
-                                  : portable::TaskI8;
-  const Task proto{a.rows, a.block_tables, a.q, a.out, a.rope, a.shape, {}, 0};
-  RunTasks(pool, proto, a.n, scratch, [&](const Task& t, TaskBuffers& b) { task(t, a, b); });
+  Run(pool, a, scratch, avx512::TaskI8, avx2::TaskI8, portable::TaskI8);
 }
 
 }  // namespace kvfold::kernels::cpu
