@@ -149,14 +149,11 @@ class Int8Kv {
     RotateHalf(raw, a_.rope + static_cast<int64_t>(e.pos) * hd, hd, krot);
     const int8_t* vc = a_.v_codes + slot * kv_dim;
     const uint16_t* vs = a_.v_scales + slot * a_.v_groups;
-    int group = -1;
-    float scale = 0.0f;
-    for (int c = c0; c < c0 + hd; ++c) {
-      if (c / a_.value_group != group) {
-        group = c / a_.value_group;
-        scale = Fp16ToFp32(vs[group]);
-      }
-      v[c - c0] = static_cast<float>(vc[c]) * scale;
+    for (int c = c0; c < c0 + hd;) {  // one scale per value group
+      const int group = c / a_.value_group;
+      const float scale = Fp16ToFp32(vs[group]);
+      const int end = std::min(c0 + hd, (group + 1) * a_.value_group);
+      for (; c < end; ++c) v[c - c0] = static_cast<float>(vc[c]) * scale;
     }
   }
 
