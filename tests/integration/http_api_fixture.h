@@ -14,18 +14,14 @@
 #include "gtest/gtest.h"
 #include "tests/integration/http_client.h"
 #include "tests/integration/service_cluster.h"
+#include "tests/testing/shared_dir.h"
 
 namespace kvfold::testing {
 
 inline constexpr char kToken[] = "tok-http-a";
 inline const HttpHeaderList kAuth = {{"Authorization", std::string("Bearer ") + kToken}};
 
-inline std::string SharedModel() {
-  const char* env = std::getenv("KVFOLD_SHARED_DIR");
-  const std::string shared =
-      env != nullptr ? env : std::string(KVFOLD_SOURCE_DIR_FALLBACK) + "/../shared";
-  return shared + "/models/stories260K/stories260K.bin";
-}
+inline std::string SharedModel() { return Stories260K() + "/stories260K.bin"; }
 
 inline int HttpPortOf(const ServerProcess& p) {
   const std::string marker = "http api on 127.0.0.1:";
@@ -59,7 +55,7 @@ class HttpApiTest : public ::testing::Test {
     delete tokens_dir_;
   }
   void SetUp() override {
-    if (cluster_ == nullptr) GTEST_SKIP() << "stories260K not found: " << SharedModel();
+    if (cluster_ == nullptr) GTEST_SKIP() << MissingShared("models/stories260K/stories260K.bin");
     ASSERT_EQ(setup_error_, nullptr) << *setup_error_;
     port_[0] = HttpPortOf(cluster_->replica_process(0));
     port_[1] = HttpPortOf(cluster_->replica_process(1));

@@ -14,7 +14,7 @@
 
 #include "kvfold/v1/inference.grpc.pb.h"
 #include "tests/integration/process_util.h"
-#include "tests/integration/tiny_model.h"
+#include "tests/testing/tiny_model.h"
 
 namespace kvfold::testing {
 

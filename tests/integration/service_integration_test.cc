@@ -8,6 +8,7 @@
 #include <thread>
 
 #include "tests/integration/service_cluster.h"
+#include "tests/testing/shared_dir.h"
 
 namespace kvfold::testing {
 namespace {
@@ -206,12 +207,9 @@ TEST_F(ServiceIntegrationTest, StoreOutageIsUnavailableAndTheSessionSurvives) {
 // The demo's shape on the real model: stories260K with its tokenizer, text prompts, memory
 // mode with a random projector (M 8, W 16, C 8), alternating replicas.
 TEST(ServiceStoriesTest, TextSessionAlternatingReplicasMatchesUninterrupted) {
-  const char* env = std::getenv("KVFOLD_SHARED_DIR");
-  const std::string shared = env != nullptr ? env : std::string(KVFOLD_SOURCE_DIR_FALLBACK) + "/../shared";
-  const std::string model = shared + "/models/stories260K/stories260K.bin";
-  if (!std::filesystem::exists(model)) {
-    GTEST_SKIP() << "stories260K not found under " << shared << " (set KVFOLD_SHARED_DIR)";
-  }
+  const std::string shared = SharedDir();
+  const std::string model = Stories260K() + "/stories260K.bin";
+  if (!std::filesystem::exists(model)) GTEST_SKIP() << MissingShared("models/stories260K/stories260K.bin");
   Cluster cluster;
   std::string error;
   ASSERT_TRUE(cluster.Setup(2, &error, {}, model)) << error;
@@ -289,12 +287,9 @@ std::pair<int, std::string> Capture(const std::string& command) {
 
 // The `kvfold chat` and `kvfold sessions` commands against a replica.
 TEST(ServiceCliTest, ChatAndSessionsCommands) {
-  const char* env = std::getenv("KVFOLD_SHARED_DIR");
-  const std::string shared = env != nullptr ? env : std::string(KVFOLD_SOURCE_DIR_FALLBACK) + "/../shared";
-  const std::string model = shared + "/models/stories260K/stories260K.bin";
-  if (!std::filesystem::exists(model)) {
-    GTEST_SKIP() << "stories260K not found under " << shared << " (set KVFOLD_SHARED_DIR)";
-  }
+  const std::string shared = SharedDir();
+  const std::string model = Stories260K() + "/stories260K.bin";
+  if (!std::filesystem::exists(model)) GTEST_SKIP() << MissingShared("models/stories260K/stories260K.bin");
   Cluster cluster;
   std::string error;
   ASSERT_TRUE(cluster.Setup(2, &error, {}, model)) << error;

@@ -12,6 +12,7 @@
 
 #include "absl/strings/str_format.h"
 #include "tests/integration/service_cluster.h"
+#include "tests/testing/shared_dir.h"
 
 namespace kvfold::testing {
 namespace {
@@ -36,10 +37,7 @@ TEST(ServiceRadosTest, DemoSessionResumesThroughRados) {
                                           "--rados_namespace=" + name_space,
                                           "--ceph_keyring=" + Env("KVFOLD_CEPH_KEYRING")};
   // The demo's model when ../shared has it, else the tiny random one.
-  const std::string shared = Env("KVFOLD_SHARED_DIR").empty()
-                                 ? std::string(KVFOLD_SOURCE_DIR_FALLBACK) + "/../shared"
-                                 : Env("KVFOLD_SHARED_DIR");
-  const std::string stories = shared + "/models/stories260K/stories260K.bin";
+  const std::string stories = Stories260K() + "/stories260K.bin";
   const std::string model = std::filesystem::exists(stories) ? stories : "";
 
   // Replica 0 and its store; replica 1 gets a second store process on the same pool.

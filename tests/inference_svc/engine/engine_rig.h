@@ -1,25 +1,17 @@
-// Shared helpers of the engine tests: seeded token ids and a model + backend + engine rig.
+// The engine tests' rig: a model, its backend and engine (token ids: tests/testing/tiny_model.h).
 #ifndef KVFOLD_TESTS_INFERENCE_SVC_ENGINE_ENGINE_RIG_H_
 #define KVFOLD_TESTS_INFERENCE_SVC_ENGINE_ENGINE_RIG_H_
 
 #include <cstdint>
 #include <memory>
-#include <random>
 #include <vector>
 
 #include "inference_svc/engine/engine.h"
 #include "inference_svc/model/model_file.h"
 #include "kernels/backend.h"
+#include "tests/testing/tiny_model.h"
 
 namespace kvfold::testing {
-
-// n token ids in [0, vocab), seeded (mt19937_64).
-inline std::vector<int32_t> RandomIds(int n, int vocab, uint64_t seed) {
-  std::mt19937_64 rng(seed);
-  std::vector<int32_t> ids(n);
-  for (auto& id : ids) id = static_cast<int32_t>(rng() % vocab);
-  return ids;
-}
 
 // A model, the backend it runs on and its engine (destroyed engine first).
 struct Rig {

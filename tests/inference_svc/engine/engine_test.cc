@@ -9,7 +9,7 @@
 #include "gtest/gtest.h"
 #include "tests/inference_svc/engine/engine_rig.h"
 #include "inference_svc/model/random_model.h"
-#include "tests/inference_svc/engine/naive_forward.h"
+#include "tests/testing/naive_forward.h"
 
 namespace kvfold::engine {
 namespace {

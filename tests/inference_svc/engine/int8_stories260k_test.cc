@@ -10,7 +10,7 @@
 #include "inference_svc/engine/engine.h"
 #include "inference_svc/model/model_file.h"
 #include "inference_svc/tokenizer/tokenizer.h"
-#include "tests/inference_svc/engine/shared_dir.h"
+#include "tests/testing/shared_dir.h"
 
 namespace kvfold::engine {
 namespace {

@@ -10,15 +10,11 @@
 
 #include "gtest/gtest.h"
 #include "nlohmann/json.hpp"
+#include "tests/testing/shared_dir.h"
 
 namespace {
 
-std::string SharedModel() {
-  const char* shared = std::getenv("KVFOLD_SHARED_DIR");
-  const char* source = std::getenv("KVFOLD_SOURCE_DIR");
-  const std::string dir = shared ? shared : std::string(source ? source : ".") + "/../shared";
-  return dir + "/models/stories260K/stories260K.bin";
-}
+std::string SharedModel() { return kvfold::testing::Stories260K() + "/stories260K.bin"; }
 
 // Runs `command`, returns its stdout; *exit_code gets the exit status.
 std::string RunCommand(const std::string& command, int* exit_code) {
@@ -51,7 +47,7 @@ nlohmann::json Generate(const std::string& model, const std::string& mode,
 
 TEST(MemoryCliTest, GenerateMemoryModesOnStories260K) {
   const std::string model = SharedModel();
-  if (!std::filesystem::exists(model)) GTEST_SKIP() << "no " << model << " (set KVFOLD_SHARED_DIR)";
+  if (!std::filesystem::exists(model)) GTEST_SKIP() << kvfold::testing::MissingShared("models/stories260K/stories260K.bin");
   const std::string dir = std::filesystem::temp_directory_path() /
                           ("kvfold_memory_cli_" + std::to_string(::getpid()));
   int code = 0;

@@ -7,7 +7,8 @@
 #include "inference_svc/memory/memory_session.h"
 #include "inference_svc/memory/random_projector.h"
 #include "inference_svc/memory/session_block.h"
-#include "tests/inference_svc/memory/tiny_model.h"
+#include "tests/testing/naive_forward.h"
+#include "tests/testing/tiny_model.h"
 
 namespace kvfold::memory {
 namespace {

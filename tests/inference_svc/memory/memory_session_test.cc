@@ -8,7 +8,8 @@
 #include "inference_svc/engine/sampler.h"
 #include "inference_svc/memory/random_projector.h"
 #include "inference_svc/memory/session_block.h"
-#include "tests/inference_svc/memory/tiny_model.h"
+#include "tests/testing/naive_forward.h"
+#include "tests/testing/tiny_model.h"
 
 namespace kvfold::memory {
 namespace {
@@ -136,25 +137,18 @@ TEST(MemoryMaskTest, MemoryIsBidirectionalAndVisibleToEveryWindowToken) {
   EXPECT_LT(MaxAbsDiff(session->Logits(), want.logits.back()), 1e-4);
 
   // A causal-among-memory variant gives clearly different logits.
-  const int d = f.model.config.hidden_size, num_mem = 4;
-  const auto embed = testing::TensorFloats(f.model, "model.embed_tokens.weight");
-  std::vector<std::vector<double>> rows;
+  const int num_mem = 4;
   std::vector<int> pos;
-  for (int s = 0; s < num_mem; ++s) {
-    rows.emplace_back(mem.begin() + s * d, mem.begin() + (s + 1) * d);
-    pos.push_back(0);
-  }
-  for (size_t i = 0; i < w.size(); ++i) {
-    rows.emplace_back(embed.begin() + w[i] * d, embed.begin() + (w[i] + 1) * d);
-    pos.push_back(static_cast<int>(i) + 1);
-  }
-  const auto causal = testing::NaiveForward(f.model, rows, pos, [](int i, int j) { return j <= i; });
+  const auto rows = testing::NaiveMemoryInputs(f.model, mem, w, &pos);
+  const auto causal = testing::NaiveForward(
+      f.model, testing::NaiveRowsFromMask(rows, pos, [](int i, int j) { return j <= i; }));
   EXPECT_GT(MaxAbsDiff(session->Logits(), causal.logits.back()), 1e-3);
   // Shifted window positions (0..n-1 instead of 1..n) also disagree.
   for (int i = num_mem; i < static_cast<int>(pos.size()); ++i) pos[i] -= 1;
-  const auto shifted = testing::NaiveForward(f.model, rows, pos, [&](int i, int j) {
+  const auto shifted = testing::NaiveForward(
+      f.model, testing::NaiveRowsFromMask(rows, pos, [&](int i, int j) {
     return i < num_mem ? j < num_mem : (j < num_mem || j <= i);
-  });
+  }));
   EXPECT_GT(MaxAbsDiff(session->Logits(), shifted.logits.back()), 1e-6);
 }
 

@@ -29,7 +29,7 @@
 #include "memory_svc/service/server.h"
 #include "tests/common/health_check.h"
 #include "tests/integration/process_util.h"
-#include "tests/integration/tiny_model.h"
+#include "tests/testing/tiny_model.h"
 
 namespace kvfold::service {
 namespace {

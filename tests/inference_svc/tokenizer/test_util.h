@@ -1,4 +1,5 @@
-// Helpers for the tokenizer tests: locating ../shared and reading its text files.
+// Helpers for the tokenizer tests: reading the shared text files (tests/testing/shared_dir.h
+// locates them).
 #ifndef KVFOLD_TESTS_INFERENCE_SVC_TOKENIZER_TEST_UTIL_H_
 #define KVFOLD_TESTS_INFERENCE_SVC_TOKENIZER_TEST_UTIL_H_
 
@@ -10,21 +11,9 @@
 #include <string>
 #include <vector>
 
+#include "tests/testing/shared_dir.h"
+
 namespace kvfold::testing {
-
-// $KVFOLD_SHARED_DIR, else <repo>/../shared (repo = $KVFOLD_SOURCE_DIR, set by CTest).
-inline std::string SharedDir() {
-  if (const char* d = std::getenv("KVFOLD_SHARED_DIR"); d != nullptr && *d) return d;
-  const char* src = std::getenv("KVFOLD_SOURCE_DIR");
-  std::filesystem::path repo = src != nullptr && *src ? src : ".";
-  return (repo / ".." / "shared").string();
-}
-
-// Path of a file under the shared dir, or "" when absent.
-inline std::string SharedFile(const std::string& rel) {
-  const std::string p = SharedDir() + "/" + rel;
-  return std::filesystem::is_regular_file(p) ? p : "";
-}
 
 inline std::string ReadAll(const std::string& path) {
   std::ifstream in(path, std::ios::binary);

@@ -26,7 +26,7 @@
 #include "inference_svc/model/model_file.h"
 #include "kernels/backend.h"
 #include "tests/kernels/cuda/cuda_test_util.h"
-#include "tests/kernels/cuda/tiny_model.h"
+#include "tests/testing/tiny_model.h"
 
 namespace kvfold {
 namespace {
@@ -71,7 +71,8 @@ std::vector<float> RunLogits(const model::ModelFile& model, kernels::Backend* ba
 void CompareModels(DType dtype, bool qwen2, const engine::KvPolicy& policy, double tol,
                    double eps, const std::string& what,
                    engine::KvDType kv_dtype = engine::KvDType::kF32) {
-  const model::ModelFile model = cuda::testing::TinyModel(dtype, qwen2, 5);
+  const model::ModelFile model =
+      ::kvfold::testing::RandomTinyModel(5, ::kvfold::testing::Tiny96(qwen2), dtype);
   std::mt19937 rng(9);
   std::vector<int32_t> prompt(77), continuation(60);
   for (auto& t : prompt) t = static_cast<int32_t>(rng() % model.config.vocab_size);

@@ -22,7 +22,7 @@
 #include "inference_svc/memory/random_projector.h"
 #include "kernels/backend.h"
 #include "tests/kernels/cuda/cuda_test_util.h"
-#include "tests/kernels/cuda/tiny_model.h"
+#include "tests/testing/tiny_model.h"
 
 namespace kvfold {
 namespace {
@@ -115,7 +115,8 @@ int ExportImportContinue(Side& from, Side& to, const memory::Projector& p_from,
 
 TEST(CudaMemoryMode, GpuExportCpuImportAndReverseContinueIdentically) {
   KVFOLD_SKIP_WITHOUT_GPU();
-  const model::ModelFile model = cuda::testing::TinyModel(kernels::DType::kF32, false, 11);
+  const model::ModelFile model = ::kvfold::testing::RandomTinyModel(
+      11, ::kvfold::testing::Tiny96(false), kernels::DType::kF32);
   Side gpu = MakeSide(model, "cuda:0");
   Side cpu = MakeSide(model, "cpu-ref");
   ASSERT_TRUE(gpu.engine && cpu.engine);
@@ -132,7 +133,8 @@ TEST(CudaMemoryMode, GpuExportCpuImportAndReverseContinueIdentically) {
 
 TEST(CudaMemoryMode, Int8KvGpuSessionMatchesCpuSession) {
   KVFOLD_SKIP_WITHOUT_GPU();
-  const model::ModelFile model = cuda::testing::TinyModel(kernels::DType::kF32, false, 11);
+  const model::ModelFile model = ::kvfold::testing::RandomTinyModel(
+      11, ::kvfold::testing::Tiny96(false), kernels::DType::kF32);
   Side gpu = MakeSide(model, "cuda:0", engine::KvDType::kInt8);
   Side cpu = MakeSide(model, "cpu-ref", engine::KvDType::kInt8);
   ASSERT_TRUE(gpu.engine && cpu.engine);

@@ -21,7 +21,7 @@
 #include "inference_svc/model/model_file.h"
 #include "inference_svc/tokenizer/tokenizer.h"
 #include "kernels/quant/kv_quant.h"
-#include "tests/inference_svc/engine/shared_dir.h"
+#include "tests/testing/shared_dir.h"
 
 namespace kvfold::quant {
 namespace {

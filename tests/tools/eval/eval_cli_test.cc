@@ -24,6 +24,7 @@
 #include "gtest/gtest.h"
 #include "nlohmann/json.hpp"
 #include "tests/tools/eval/tiny_tokenizer.h"
+#include "tests/testing/shared_dir.h"
 
 namespace {
 
@@ -266,12 +267,10 @@ TEST_F(EvalCliTest, BadFlagsExitTwoWithAMessage) {
 // first 100 stories, BOS + llama2.c encode, truncated to 512, full context: 1.408
 // nats/token over 37,072 predicted tokens.
 TEST(EvalStories260KTest, FullModeReproducesTheReferenceLoss) {
-  const char* shared = std::getenv("KVFOLD_SHARED_DIR");
-  const char* source = std::getenv("KVFOLD_SOURCE_DIR");
-  const std::string dir = shared ? shared : std::string(source ? source : ".") + "/../shared";
+  const std::string dir = kvfold::testing::SharedDir();
   const std::string model = dir + "/models/stories260K/stories260K.bin";
   const std::string text = dir + "/text/tinystories_train_sample.txt";
-  if (!fs::exists(model) || !fs::exists(text)) GTEST_SKIP() << "no " << model << " (set KVFOLD_SHARED_DIR)";
+  if (!fs::exists(model) || !fs::exists(text)) GTEST_SKIP() << kvfold::testing::MissingShared("models/stories260K and text/tinystories_train_sample.txt");
   const std::string json = (fs::temp_directory_path() /
                             ("kvfold_eval_ref_" + std::to_string(::getpid()) + ".json")).string();
   int code = 0;

@@ -1,5 +1,5 @@
 // The CUDA runtime and cuBLAS functions the CUDA backend calls, on the host, for the
-// emulated build of run_emulated.sh: device memory is host memory, streams are
+// emulated CUDA tests (cuda_emu_test, label emu): device memory is host memory, streams are
 // synchronous, cublasGemmEx is a plain loop with double accumulation (only OP_T x OP_N,
 // the one Linear uses). Also CreateBackend with "cuda[:N]" routed to the (emulated) CUDA
 // backend; linked first with --allow-multiple-definition so it wins over kernels/.

@@ -1,10 +1,12 @@
 // An independent, deliberately naive transformer forward for tests: scalar loops in
 // double, every row's attention given explicitly as (key row, key position) pairs. It
 // shares nothing with the engine but the HF tensor names.
-#ifndef KVFOLD_TESTS_INFERENCE_SVC_ENGINE_NAIVE_FORWARD_H_
-#define KVFOLD_TESTS_INFERENCE_SVC_ENGINE_NAIVE_FORWARD_H_
+#ifndef KVFOLD_TESTS_TESTING_NAIVE_FORWARD_H_
+#define KVFOLD_TESTS_TESTING_NAIVE_FORWARD_H_
 
+#include <algorithm>
 #include <cmath>
+#include <cstdint>
 #include <string>
 #include <utility>
 #include <vector>
@@ -131,6 +133,57 @@ inline NaiveOutput NaiveForward(const model::ModelFile& m, const std::vector<Nai
   return out;
 }
 
+// Rows from explicit inputs: row i is x[i] at positions[i] and attends to every row j with
+// visible(i, j), each key at its own position.
+template <typename Visible>
+std::vector<NaiveRow> NaiveRowsFromMask(const std::vector<std::vector<float>>& x,
+                                        const std::vector<int>& positions, Visible visible) {
+  const int n = static_cast<int>(x.size());
+  std::vector<NaiveRow> rows(n);
+  for (int i = 0; i < n; ++i) {
+    rows[i].embedding = x[i];
+    rows[i].query_position = positions[i];
+    for (int j = 0; j < n; ++j)
+      if (visible(i, j)) rows[i].keys.push_back({j, positions[j]});
+  }
+  return rows;
+}
+
+// Memory-mode inputs (docs/contracts.md): the M memory rows at position 0, bidirectional
+// among themselves and attending to nothing else, then window token i at position i + 1,
+// seeing all of memory and window tokens 0..i.
+inline std::vector<std::vector<float>> NaiveMemoryInputs(const model::ModelFile& m,
+                                                         const std::vector<float>& mem,
+                                                         const std::vector<int32_t>& window,
+                                                         std::vector<int>* positions) {
+  const int d = m.config.hidden_size, num_mem = static_cast<int>(mem.size()) / d;
+  std::vector<std::vector<float>> x;
+  positions->clear();
+  for (int s = 0; s < num_mem; ++s) {
+    x.emplace_back(mem.begin() + s * d, mem.begin() + (s + 1) * d);
+    positions->push_back(0);
+  }
+  for (size_t i = 0; i < window.size(); ++i) {
+    x.push_back(NaiveEmbedding(m, window[i]));
+    positions->push_back(static_cast<int>(i) + 1);
+  }
+  return x;
+}
+
+// The memory-mode forward; logits and hidden states of the window rows only.
+inline NaiveOutput NaiveMemoryForward(const model::ModelFile& m, const std::vector<float>& mem,
+                                      const std::vector<int32_t>& window) {
+  const int num_mem = static_cast<int>(mem.size()) / m.config.hidden_size;
+  std::vector<int> positions;
+  const auto x = NaiveMemoryInputs(m, mem, window, &positions);
+  NaiveOutput all = NaiveForward(m, NaiveRowsFromMask(x, positions, [&](int i, int j) {
+    return i < num_mem ? j < num_mem : (j < num_mem || j <= i);
+  }));
+  all.logits.erase(all.logits.begin(), all.logits.begin() + num_mem);
+  all.hidden.erase(all.hidden.begin(), all.hidden.begin() + num_mem);
+  return all;
+}
+
 // Rows for a token sequence under each plain mode's position rule (docs/contracts.md).
 inline std::vector<NaiveRow> NaiveRowsForMode(const model::ModelFile& m,
                                               const std::vector<int>& ids,
@@ -164,4 +217,4 @@ inline std::vector<NaiveRow> NaiveRowsForMode(const model::ModelFile& m,
 
 }  // namespace kvfold::testing
 
-#endif  // KVFOLD_TESTS_INFERENCE_SVC_ENGINE_NAIVE_FORWARD_H_
+#endif  // KVFOLD_TESTS_TESTING_NAIVE_FORWARD_H_
