@@ -32,6 +32,19 @@ std::vector<float> Random(size_t n, uint32_t seed, float scale = 1.0f) {
   return v;
 }
 
+// [rows, kHd] cos | sin table (backend.h), base 10000.
+std::vector<float> RopeTable(int rows) {
+  std::vector<float> rope(static_cast<size_t>(rows) * kHd);
+  for (int p = 0; p < rows; ++p) {
+    for (int i = 0; i < kHd / 2; ++i) {
+      const double a = p * std::pow(10000.0, -2.0 * i / kHd);
+      rope[p * kHd + i] = static_cast<float>(std::cos(a));
+      rope[p * kHd + kHd / 2 + i] = static_cast<float>(std::sin(a));
+    }
+  }
+  return rope;
+}
+
 Tensor T(const void* p, DType dt, std::initializer_list<int64_t> shape) {
   return MakeTensor(const_cast<void*>(p), dt, shape);
 }
@@ -151,14 +164,7 @@ TEST_P(Int8KvTest, AttentionInt8EqualsF32AttentionOnDequantizedCache) {
   ASSERT_TRUE(quant::DequantizeValues(c.v_codes.data(), vs.data(), kBlocks * kBs, kKvDim, kGroup,
                                       v_deq.data())
                   .ok());
-  std::vector<float> rope(kRopeRows * kHd);
-  for (int p = 0; p < kRopeRows; ++p) {
-    for (int i = 0; i < kHd / 2; ++i) {
-      const double a = p * std::pow(10000.0, -2.0 * i / kHd);
-      rope[p * kHd + i] = static_cast<float>(std::cos(a));
-      rope[p * kHd + kHd / 2 + i] = static_cast<float>(std::sin(a));
-    }
-  }
+  const std::vector<float> rope = RopeTable(kRopeRows);
   // Prefix: blocks {7, 1} (7 entries, stride 1: sink-like). Main: blocks {2, 9, 4, 11},
   // front 3 (a sliding window dropped 3 entries), entries [0, 16).
   const std::vector<int32_t> tables = {7, 1, 2, 9, 4, 11};
@@ -298,14 +304,7 @@ TEST(Int8KvLongTest, OptimizedMatchesReferenceAndIsBatchInvariant) {
   for (int c = 0; c < kKvDim; ++c) ksh[last * kKvDim + c] = 0x7e00;
   for (int i = 0; i < kBs * kVGroups; ++i) vsh[last * kBs * kVGroups + i] = 0x7e00;
   const int rope_rows = 2048;
-  std::vector<float> rope(rope_rows * kHd);
-  for (int p = 0; p < rope_rows; ++p) {
-    for (int i = 0; i < kHd / 2; ++i) {
-      const double a = p * std::pow(10000.0, -2.0 * i / kHd);
-      rope[p * kHd + i] = static_cast<float>(std::cos(a));
-      rope[p * kHd + kHd / 2 + i] = static_cast<float>(std::sin(a));
-    }
-  }
+  const std::vector<float> rope = RopeTable(rope_rows);
   const std::vector<int> his = {kEntries, 1501, 1500, 1};  // rows 1 and 2 share a block
   const int n = static_cast<int>(his.size());
   std::vector<AttnRow> rows(n);
@@ -349,14 +348,7 @@ std::vector<float> RunSequence(Backend& be, int chunk, int window) {
   auto page = [](int j) { return j / kBs; };                // a page per block (kPages)
   const auto k = Random(kLen * kKvDim, 31), v = Random(kLen * kKvDim, 32, 2.0f);
   const auto q = Random(kLen * kQDim, 33);
-  std::vector<float> rope(kRopeRows * kHd);
-  for (int p = 0; p < kRopeRows; ++p) {
-    for (int i = 0; i < kHd / 2; ++i) {
-      const double a = p * std::pow(10000.0, -2.0 * i / kHd);
-      rope[p * kHd + i] = static_cast<float>(std::cos(a));
-      rope[p * kHd + kHd / 2 + i] = static_cast<float>(std::sin(a));
-    }
-  }
+  const std::vector<float> rope = RopeTable(kRopeRows);
   const AttentionShape shape{kHeads, kKvHeads, kHd, kBs, 1.0f / std::sqrt(12.0f)};
   auto st = be.CreateStream();
   Cache c;
