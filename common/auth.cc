@@ -1,11 +1,7 @@
 #include "common/auth.h"
 
-#include <sys/stat.h>
-
-#include <condition_variable>
 #include <cstdio>
 #include <mutex>
-#include <thread>
 #include <utility>
 #include <vector>
 
@@ -16,6 +12,7 @@
 #include "absl/strings/str_split.h"
 #include "absl/strings/strip.h"
 #include "common/file_util.h"
+#include "common/file_watcher.h"
 #include "common/sha256.h"
 
 namespace kvfold {
@@ -63,42 +60,14 @@ absl::StatusOr<std::shared_ptr<const Entries>> ParseEntries(const std::string& t
   return std::shared_ptr<const Entries>(std::move(entries));
 }
 
-// What identifies one version of a file on disk.
-struct FileStamp {
-  dev_t dev = 0;
-  ino_t ino = 0;
-  off_t size = -1;
-  int64_t mtime_ns = -1;
-  bool operator==(const FileStamp& o) const {
-    return dev == o.dev && ino == o.ino && size == o.size && mtime_ns == o.mtime_ns;
-  }
-};
-
-FileStamp StampOf(const std::string& path) {
-  FileStamp stamp;
-  struct stat st;
-  if (::stat(path.c_str(), &st) != 0) return stamp;
-  stamp.dev = st.st_dev;
-  stamp.ino = st.st_ino;
-  stamp.size = st.st_size;
-  stamp.mtime_ns = static_cast<int64_t>(st.st_mtim.tv_sec) * 1000000000 + st.st_mtim.tv_nsec;
-  return stamp;
-}
-
 }  // namespace
 
 struct TokenTable::State {
   std::string path;  // empty: parsed from text, not reloadable
-  // The file as it was when last read (taken before reading it); the watcher compares it.
-  FileStamp loaded_stamp;  // guarded by watch_mu
   mutable std::mutex mu;
   std::shared_ptr<const Entries> entries;  // guarded by mu; swapped whole on reload
   uint64_t reloads = 0;                    // guarded by mu
-
-  std::mutex watch_mu;
-  std::condition_variable watch_cv;
-  bool stop_watching = false;  // guarded by watch_mu
-  std::thread watcher;
+  std::unique_ptr<FileWatcher> watcher;    // last member: stops before the rest goes
 
   std::shared_ptr<const Entries> Current() const {
     std::lock_guard<std::mutex> lock(mu);
@@ -108,10 +77,6 @@ struct TokenTable::State {
   absl::Status Reload() {
     if (path.empty()) {
       return absl::FailedPreconditionError("this token table was not loaded from a file");
-    }
-    {
-      std::lock_guard<std::mutex> lock(watch_mu);
-      loaded_stamp = StampOf(path);
     }
     absl::StatusOr<std::string> text = ReadFileToString(path, "tokens file");
     if (!text.ok()) return text.status();
@@ -125,15 +90,6 @@ struct TokenTable::State {
     ++reloads;
     return absl::OkStatus();
   }
-
-  ~State() {
-    {
-      std::lock_guard<std::mutex> lock(watch_mu);
-      stop_watching = true;
-    }
-    watch_cv.notify_all();
-    if (watcher.joinable()) watcher.join();
-  }
 };
 
 TokenTable::TokenTable() : state_(std::make_unique<State>()) {}
@@ -142,7 +98,6 @@ TokenTable& TokenTable::operator=(TokenTable&&) noexcept = default;
 TokenTable::~TokenTable() = default;
 
 absl::StatusOr<TokenTable> TokenTable::LoadFile(const std::string& path) {
-  const FileStamp stamp = StampOf(path);
   absl::StatusOr<std::string> text = ReadFileToString(path, "tokens file");
   if (!text.ok()) return text.status();
   absl::StatusOr<TokenTable> table = Parse(*text);
@@ -150,7 +105,6 @@ absl::StatusOr<TokenTable> TokenTable::LoadFile(const std::string& path) {
     return absl::Status(table.status().code(), absl::StrCat(path, ": ", table.status().message()));
   }
   table->state_->path = path;
-  table->state_->loaded_stamp = stamp;
   return table;
 }
 
@@ -185,23 +139,14 @@ absl::Status TokenTable::Reload() { return state_->Reload(); }
 
 void TokenTable::WatchFile(absl::Duration period) {
   State* state = state_.get();
-  if (state->path.empty() || state->watcher.joinable()) return;
-  // The thread uses only the State, which stays put when the TokenTable is moved.
-  state->watcher = std::thread([state, period] {
-    std::unique_lock<std::mutex> lock(state->watch_mu);
-    while (!state->watch_cv.wait_for(lock, absl::ToChronoMilliseconds(period),
-                                     [state] { return state->stop_watching; })) {
-      const FileStamp now = StampOf(state->path);
-      if (now == state->loaded_stamp) continue;
-      state->loaded_stamp = now;  // a file that fails to parse is reported once
-      lock.unlock();
-      if (absl::Status s = state->Reload(); !s.ok()) {
-        std::fprintf(stderr, "tokens file changed but was not reloaded: %s\n",
-                     s.ToString().c_str());
-      } else {
-        std::fprintf(stderr, "tokens file reloaded: %s\n", state->path.c_str());
-      }
-      lock.lock();
+  if (state->path.empty() || state->watcher != nullptr) return;
+  // The callback uses only the State, which stays put when the TokenTable is moved.
+  state->watcher = std::make_unique<FileWatcher>(state->path, period, [state] {
+    if (absl::Status s = state->Reload(); !s.ok()) {
+      std::fprintf(stderr, "tokens file changed but was not reloaded (the tokens in force "
+                           "stay): %s\n", s.ToString().c_str());
+    } else {
+      std::fprintf(stderr, "tokens file reloaded: %s\n", state->path.c_str());
     }
   });
 }

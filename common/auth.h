@@ -42,9 +42,9 @@ class TokenTable {
   // Re-reads the file this table was loaded from. On error the table in force is kept and
   // the error returned (FAILED_PRECONDITION for a table that came from Parse()).
   absl::Status Reload();
-  // Reloads whenever the file's size, mtime or inode changes, checked every `period`
-  // (a Kubernetes Secret update swaps a symlink: the inode changes). Errors are printed to
-  // stderr and the previous table stays. Idempotent.
+  // Reloads whenever the file's bytes change, checked every `period` (common/
+  // file_watcher.h: in-place rewrites, renames and Kubernetes' symlink swaps alike).
+  // Errors are printed to stderr once per change and the previous table stays. Idempotent.
   void WatchFile(absl::Duration period = absl::Seconds(1));
   // Successful reloads so far (tests and logs).
   uint64_t reloads() const;

@@ -6,6 +6,7 @@
 #include <grpcpp/server_builder.h>
 
 #include <chrono>
+#include <cstdio>
 #include <vector>
 
 #include "absl/strings/str_cat.h"
@@ -87,6 +88,15 @@ absl::StatusOr<std::unique_ptr<MemoryServer>> MemoryServer::Start(ServerConfig c
     server->quotas_ = *std::move(quotas);
     QuotaLedger* ledger = server->quotas_.get();
     server->metrics_registry_.SetExtraSource([ledger] { return ledger->RenderPrometheus(); });
+    server->tenants_watcher_ = std::make_unique<FileWatcher>(
+        config.tenants_file, config.tokens_watch_period, [ledger, path = config.tenants_file] {
+          if (absl::Status s = ledger->Reload(); !s.ok()) {
+            std::fprintf(stderr, "tenants file changed but was not reloaded (the limits in "
+                                 "force stay): %s\n", s.ToString().c_str());
+          } else {
+            std::fprintf(stderr, "tenants file reloaded: %s\n", path.c_str());
+          }
+        });
   }
   server->service_ = std::make_unique<MemoryStoreService>(
       server->store_.get(), server->tokens_ ? &*server->tokens_ : nullptr,

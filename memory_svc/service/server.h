@@ -17,6 +17,7 @@
 #include "absl/status/statusor.h"
 #include "absl/time/time.h"
 #include "common/auth.h"
+#include "common/file_watcher.h"
 #include "common/grpc_request_log.h"
 #include "common/request_log.h"
 #include "memory_svc/service/memory_service.h"
@@ -41,9 +42,10 @@ struct ServerConfig {
   // Serve without authentication: every caller is the tenant "default". Start() refuses a
   // config with neither a tokens file nor this. Default: false.
   bool insecure_no_auth = false;
-  // Per-tenant limits (tenant_quotas.h), reloaded by ReloadAuth(). Empty = no limits.
+  // Per-tenant limits (tenant_quotas.h), reloaded by ReloadAuth() and when the file
+  // changes. Empty = no limits.
   std::string tenants_file;
-  // How often the tokens file is checked for changes. Default: 1 s.
+  // How often the tokens and tenants files are checked for changes. Default: 1 s.
   absl::Duration tokens_watch_period = absl::Seconds(1);
   // HTTP /metrics port; 0 = off, -1 = any free port (tests).
   int metrics_port = 0;
@@ -85,6 +87,7 @@ class MemoryServer {
   std::unique_ptr<MemoryStore> store_;
   std::optional<TokenTable> tokens_;
   std::unique_ptr<QuotaLedger> quotas_;
+  std::unique_ptr<FileWatcher> tenants_watcher_;  // after quotas_: stops before it goes
   Metrics metrics_registry_;
   // Before the service and the gRPC server: both use them until they are gone.
   std::unique_ptr<logging::RequestLogger> logger_;

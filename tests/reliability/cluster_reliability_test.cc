@@ -10,6 +10,7 @@
 
 #include <algorithm>
 #include <atomic>
+#include <cstdio>
 #include <cstdlib>
 #include <random>
 #include <thread>
@@ -152,6 +153,42 @@ TEST(ClusterReliability, ReplicaRefusesAPortInUseAndMissingAuth) {
       << ReadWholeFile(log2);
   // The first replica still serves.
   EXPECT_TRUE(cluster.Create(0, "still-up", v1::KV_MODE_MEMORY).ok());
+}
+
+// The replica's tokens file is reloaded when it changes, without a signal: after an atomic
+// replace (rename) the new token works and the removed one is refused, by the replica (the
+// store accepts both throughout); a broken file is refused, logged, and the tokens in
+// force keep working.
+TEST(ClusterReliability, ReplicaReloadsItsTokensFileWhenItChanges) {
+  Cluster cluster;
+  const std::string& dir = cluster.MakeDir();
+  const std::string tokens = dir + "/replica-tokens";
+  WriteWholeFile(dir + "/store-tokens", "tok-a alice\ntok-b alice\n");
+  WriteWholeFile(tokens, "tok-a alice\n");
+  cluster.set_store_flags({"--tokens_file=" + dir + "/store-tokens"});
+  std::string error;
+  ASSERT_TRUE(cluster.Setup(1, &error, {"--tokens_file=" + tokens})) << error;
+  auto list = [&](const std::string& token) {
+    grpc::ClientContext context;
+    context.set_deadline(std::chrono::system_clock::now() + std::chrono::seconds(10));
+    context.AddMetadata("authorization", "Bearer " + token);
+    v1::ListSessionsResponse out;
+    return cluster.stub(0).ListSessions(&context, v1::ListSessionsRequest(), &out).error_code();
+  };
+  EXPECT_EQ(list("tok-a"), grpc::StatusCode::OK);
+  EXPECT_EQ(list("tok-b"), grpc::StatusCode::UNAUTHENTICATED);
+  WriteWholeFile(tokens + ".next", "tok-b alice\n");
+  ASSERT_EQ(std::rename((tokens + ".next").c_str(), tokens.c_str()), 0);
+  EXPECT_TRUE(WaitFor([&] { return list("tok-b") == grpc::StatusCode::OK; }, 5));
+  EXPECT_EQ(list("tok-a"), grpc::StatusCode::UNAUTHENTICATED) << "a removed token still works";
+  cluster.set_bearer_token("tok-b");
+  EXPECT_TRUE(cluster.Create(0, "after-rotation", v1::KV_MODE_MEMORY).ok());
+  WriteWholeFile(tokens, "tok-c\n");
+  const std::string log = dir + "/replica0.log";
+  EXPECT_TRUE(WaitFor([&] { return ReadWholeFile(log).find("not reloaded") != std::string::npos; }, 5))
+      << ReadWholeFile(log);
+  EXPECT_EQ(list("tok-b"), grpc::StatusCode::OK);
+  EXPECT_EQ(list("tok-c"), grpc::StatusCode::UNAUTHENTICATED);
 }
 
 // A store that requires client certificates serves a replica that presents one (its own

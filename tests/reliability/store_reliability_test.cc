@@ -1,11 +1,12 @@
 // The real kvfold-memory binary under hostile conditions: a port already in use, no tokens
-// file, malformed requests, racing compare-and-set writers, a tokens file changed while it
-// serves. Each test starts its own process on a free loopback port.
+// file, malformed requests, racing compare-and-set writers, tokens and tenants files
+// changed while it serves. Each test starts its own process on a free loopback port.
 #include <grpcpp/create_channel.h>
 #include <grpcpp/impl/codegen/client_unary_call.h>
 #include <gtest/gtest.h>
 
 #include <atomic>
+#include <filesystem>
 #include <map>
 #include <mutex>
 #include <thread>
@@ -170,25 +171,84 @@ TEST(StoreReliability, CompareAndSetRaceLosesNothing) {
   std::printf("CAS race: %zu versions acknowledged, %d lost races\n", acked.size(), aborted.load());
 }
 
-// SIGHUP reloads the tokens file at once; an edit alone is noticed within seconds.
+// Replaces `path` the way a Kubernetes Secret volume update does: `path` is a symlink to
+// ..data/<name>, ..data a symlink to a versioned directory; the update writes a new
+// directory and renames a new ..data symlink over the old one.
+void SwapSecret(const std::string& dir, const std::string& name, const std::string& text,
+                int version) {
+  const std::string versioned = "..v" + std::to_string(version);
+  std::filesystem::create_directories(dir + "/" + versioned);
+  WriteWholeFile(dir + "/" + versioned + "/" + name, text);
+  std::filesystem::create_directory_symlink(versioned, dir + "/..data_tmp");
+  std::filesystem::rename(dir + "/..data_tmp", dir + "/..data");
+}
+
+bool Authenticates(const std::string& address, const std::string& token) {
+  return ClientOf(address, token).ListSessions().ok();
+}
+
+// SIGHUP reloads the tokens file at once; without a signal, a change is noticed within
+// seconds: an edit in place, a Kubernetes Secret update (symlink swap), a removed token
+// (refused), and a broken file (the tokens in force stay, the log says why).
 TEST(StoreReliability, TokensFileReloadsOnSighupAndOnChange) {
   TempDir dir;
   const std::string tokens = dir.path() + "/tokens";
   WriteWholeFile(tokens, "tok-a alice\n");
   ServerProcess store;
+  const std::string log = dir.path() + "/memory.log";
   ASSERT_TRUE(store.Start(KVFOLD_MEMORY_BIN, StoreArgs(dir.path(), {"--tokens_file=" + tokens}),
-                          dir.path() + "/memory.log", 30));
-  EXPECT_TRUE(ClientOf(store.address(), "tok-a").ListSessions().ok());
-  EXPECT_EQ(ClientOf(store.address(), "tok-b").ListSessions().status().code(),
-            Code::kUnauthenticated);
+                          log, 30));
+  const std::string address = store.address();
+  EXPECT_TRUE(Authenticates(address, "tok-a"));
+  EXPECT_EQ(ClientOf(address, "tok-b").ListSessions().status().code(), Code::kUnauthenticated);
   WriteWholeFile(tokens, "tok-b bob\n");
   ASSERT_EQ(kill(store.pid(), SIGHUP), 0);
-  EXPECT_TRUE(WaitFor([&] { return ClientOf(store.address(), "tok-b").ListSessions().ok(); }));
-  EXPECT_EQ(ClientOf(store.address(), "tok-a").ListSessions().status().code(),
-            Code::kUnauthenticated);
-  // No signal this time: the file watcher notices the change.
-  WriteWholeFile(tokens, "tok-b bob\ntok-c carol\n");
-  EXPECT_TRUE(WaitFor([&] { return ClientOf(store.address(), "tok-c").ListSessions().ok(); }));
+  EXPECT_TRUE(WaitFor([&] { return Authenticates(address, "tok-b"); }));
+  EXPECT_EQ(ClientOf(address, "tok-a").ListSessions().status().code(), Code::kUnauthenticated);
+  // No signal from here on: the file watcher notices each change within ~1 s.
+  WriteWholeFile(tokens, "tok-c carol\n");  // in place, same size
+  EXPECT_TRUE(WaitFor([&] { return Authenticates(address, "tok-c"); }, 5));
+  EXPECT_FALSE(Authenticates(address, "tok-b")) << "a removed token still works";
+  // A broken file: refused, logged, and the tokens in force keep working.
+  WriteWholeFile(tokens, "tok-d\n");
+  EXPECT_TRUE(WaitFor([&] { return ReadWholeFile(log).find("not reloaded") != std::string::npos; }, 5));
+  EXPECT_TRUE(Authenticates(address, "tok-c"));
+  EXPECT_FALSE(Authenticates(address, "tok-d"));
+  EXPECT_EQ(store.Kill(SIGTERM), 0);
+}
+
+// A tokens file and a tenants file mounted as Kubernetes Secret volumes: both follow an
+// update of the volume (a symlink swap) without a signal.
+TEST(StoreReliability, SecretVolumeUpdatesReloadTokensAndTenants) {
+  TempDir dir;
+  const std::string secrets = dir.path() + "/secrets";
+  std::filesystem::create_directories(secrets);
+  SwapSecret(secrets, "tokens", "tok-a alice\n", 1);
+  std::filesystem::create_symlink("..data/tokens", secrets + "/tokens");
+  const std::string config = dir.path() + "/config";
+  std::filesystem::create_directories(config);
+  SwapSecret(config, "tenants", "alice sessions=1\n", 1);
+  std::filesystem::create_symlink("..data/tenants", config + "/tenants");
+  ServerProcess store;
+  ASSERT_TRUE(store.Start(KVFOLD_MEMORY_BIN,
+                          StoreArgs(dir.path(), {"--tokens_file=" + secrets + "/tokens",
+                                                 "--tenants_file=" + config + "/tenants"}),
+                          dir.path() + "/memory.log", 30));
+  const std::string address = store.address();
+  const TestBlock block = MakeBlock(1);
+  StoreClient alice = ClientOf(address, "tok-a");
+  ASSERT_TRUE(alice.Put("one", 0, block.header, block.payload).ok());
+  EXPECT_EQ(alice.Put("two", 0, block.header, block.payload).status().code(),
+            Code::kResourceExhausted);
+  SwapSecret(secrets, "tokens", "tok-b alice\n", 2);  // alice's token rotated
+  SwapSecret(config, "tenants", "alice sessions=2\n", 2);
+  EXPECT_TRUE(WaitFor([&] { return Authenticates(address, "tok-b"); }, 5));
+  EXPECT_FALSE(Authenticates(address, "tok-a")) << "the rotated-out token still works";
+  StoreClient rotated = ClientOf(address, "tok-b");
+  EXPECT_TRUE(WaitFor([&] { return rotated.Put("two", 0, block.header, block.payload).ok(); }, 5))
+      << "the raised session limit was not picked up";
+  EXPECT_EQ(rotated.Put("three", 0, block.header, block.payload).status().code(),
+            Code::kResourceExhausted);
   EXPECT_EQ(store.Kill(SIGTERM), 0);
 }
 

@@ -1,0 +1,99 @@
+#include "common/file_watcher.h"
+
+#include <gtest/gtest.h>
+#include <unistd.h>
+
+#include <atomic>
+#include <chrono>
+#include <cstdio>
+#include <filesystem>
+#include <fstream>
+#include <string>
+#include <thread>
+
+namespace kvfold {
+namespace {
+
+class FileWatcherTest : public ::testing::Test {
+ protected:
+  void SetUp() override {
+    dir_ = ::testing::TempDir() + "/file_watcher_test_" + std::to_string(::getpid()) + "_" +
+           ::testing::UnitTest::GetInstance()->current_test_info()->name();
+    std::filesystem::remove_all(dir_);
+    std::filesystem::create_directories(dir_);
+  }
+  void TearDown() override {
+    std::error_code ec;
+    std::filesystem::remove_all(dir_, ec);
+  }
+  std::string Write(const std::string& name, const std::string& text) {
+    const std::string path = dir_ + "/" + name;
+    std::ofstream(path, std::ios::trunc) << text;
+    return path;
+  }
+  // Waits up to 10 s for `calls` to reach `n`.
+  static bool WaitForCalls(const std::atomic<int>& calls, int n) {
+    const auto deadline = std::chrono::steady_clock::now() + std::chrono::seconds(10);
+    while (calls.load() < n && std::chrono::steady_clock::now() < deadline) {
+      std::this_thread::sleep_for(std::chrono::milliseconds(5));
+    }
+    return calls.load() >= n;
+  }
+  std::string dir_;
+};
+
+constexpr absl::Duration kPeriod = absl::Milliseconds(10);
+
+TEST_F(FileWatcherTest, SameSizeRewritesInPlaceAreSeen) {
+  const std::string path = Write("tokens", "tok-a alice\n");
+  std::atomic<int> calls{0};
+  FileWatcher watcher(path, kPeriod, [&] { ++calls; });
+  std::this_thread::sleep_for(std::chrono::milliseconds(50));
+  EXPECT_EQ(calls.load(), 0) << "no change, no call";
+  // Same size, same inode, likely the same timestamp as the first write.
+  Write("tokens", "tok-b bob!!\n");
+  ASSERT_TRUE(WaitForCalls(calls, 1));
+  Write("tokens", "tok-c carol\n");
+  ASSERT_TRUE(WaitForCalls(calls, 2));
+  std::this_thread::sleep_for(std::chrono::milliseconds(50));
+  EXPECT_EQ(calls.load(), 2);
+}
+
+// A Kubernetes Secret volume: path -> ..data/tokens, ..data -> ..v1; an update writes
+// ..v2 and renames a new ..data symlink over the old one.
+TEST_F(FileWatcherTest, KubernetesSymlinkSwapIsSeen) {
+  std::filesystem::create_directories(dir_ + "/..v1");
+  std::filesystem::create_directories(dir_ + "/..v2");
+  Write("..v1/tokens", "tok-a alice\n");
+  Write("..v2/tokens", "tok-a alice\ntok-b bob\n");
+  std::filesystem::create_directory_symlink("..v1", dir_ + "/..data");
+  std::filesystem::create_symlink("..data/tokens", dir_ + "/tokens");
+  std::atomic<int> calls{0};
+  FileWatcher watcher(dir_ + "/tokens", kPeriod, [&] { ++calls; });
+  std::filesystem::create_directory_symlink("..v2", dir_ + "/..data_tmp");
+  ASSERT_EQ(std::rename((dir_ + "/..data_tmp").c_str(), (dir_ + "/..data").c_str()), 0);
+  ASSERT_TRUE(WaitForCalls(calls, 1));
+}
+
+TEST_F(FileWatcherTest, ALostFileAndItsReturnAreChanges) {
+  const std::string path = Write("tenants", "* sessions=3\n");
+  std::atomic<int> calls{0};
+  FileWatcher watcher(path, kPeriod, [&] { ++calls; });
+  ASSERT_EQ(std::remove(path.c_str()), 0);
+  ASSERT_TRUE(WaitForCalls(calls, 1));
+  Write("tenants.next", "* sessions=4\n");
+  ASSERT_EQ(std::rename((dir_ + "/tenants.next").c_str(), path.c_str()), 0);
+  ASSERT_TRUE(WaitForCalls(calls, 2));
+}
+
+TEST_F(FileWatcherTest, NoCallAfterDestruction) {
+  const std::string path = Write("tokens", "a b\n");
+  std::atomic<int> calls{0};
+  { FileWatcher watcher(path, kPeriod, [&] { ++calls; }); }
+  Write("tokens", "c d\n");
+  std::this_thread::sleep_for(std::chrono::milliseconds(50));
+  EXPECT_EQ(calls.load(), 0);
+}
+
+}  // namespace
+}  // namespace kvfold
