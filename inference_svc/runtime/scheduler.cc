@@ -13,17 +13,6 @@ namespace kvfold::runtime {
 namespace {
 
 constexpr char kRetryAfterUrl[] = "type.kvfold/retry-after-ms";
-// First prompt chunk of a turn while others decode, before its cost is known.
-constexpr int kProbeChunkTokens = 16;
-
-double MsSince(TurnJob::Clock::time_point t) {
-  return std::chrono::duration<double, std::milli>(TurnJob::Clock::now() - t).count();
-}
-
-double FoldSeconds(const engine::Session* session) {
-  const auto* memory_session = dynamic_cast<const memory::MemorySession*>(session);
-  return memory_session != nullptr ? memory_session->stats().fold_seconds : 0.0;
-}
 
 }  // namespace
 
@@ -79,6 +68,15 @@ bool TurnStream::ended() const {
 absl::Status TurnStream::status() const {
   std::lock_guard<std::mutex> lock(mu_);
   return status_;
+}
+
+double Scheduler::MsSince(TurnJob::Clock::time_point t) {
+  return std::chrono::duration<double, std::milli>(TurnJob::Clock::now() - t).count();
+}
+
+double Scheduler::FoldSeconds(const engine::Session* session) {
+  const auto* memory_session = dynamic_cast<const memory::MemorySession*>(session);
+  return memory_session != nullptr ? memory_session->stats().fold_seconds : 0.0;
 }
 
 Scheduler::Scheduler(engine::Engine* engine, SessionFactory factory, EvictIdle evict_idle,
@@ -267,94 +265,6 @@ void Scheduler::Admit(std::shared_ptr<TurnJob> job) {
   running_.push_back(std::move(r));
 }
 
-int Scheduler::PrefillChunk(const Running& r, bool others_decoding) const {
-  const int max_chunk = std::max(1, options_.prefill_chunk_tokens);
-  if (options_.prefill_stall <= 0) return max_chunk;
-  if (r.prefill_ms_per_token <= 0 || decode_step_ms_ <= 0) {
-    // Not measured yet: a small probe while others decode, else a full chunk.
-    return others_decoding ? std::min(max_chunk, kProbeChunkTokens) : max_chunk;
-  }
-  // Sized from the latest costs even when nobody decodes right now, so a turn that
-  // arrives mid-chunk waits at most about prefill_stall decode steps too.
-  const int min_chunk = std::clamp(options_.min_prefill_chunk_tokens, 1, max_chunk);
-  const double fit = options_.prefill_stall * decode_step_ms_ / r.prefill_ms_per_token;
-  return static_cast<int>(std::clamp<double>(fit, min_chunk, max_chunk));
-}
-
-void Scheduler::PromptStep() {
-  const size_t n = running_.size();
-  bool others_decoding = false;
-  for (const Running& r : running_) others_decoding = others_decoding || r.phase == Phase::kDecode;
-  if (!others_decoding) prefill_debt_ms_ = 0;
-  for (size_t k = 0; k < n; ++k) {
-    const size_t i = (prompt_cursor_ + k) % n;
-    Running& r = running_[i];
-    if (r.phase != Phase::kStart && r.phase != Phase::kPrefill) continue;
-    // A long prompt waits while its earlier chunks are not yet paid for by decode steps
-    // (prefill time <= prefill_stall x decode time); short prompts always go ahead.
-    const size_t remaining = r.job->prompt_ids.size() - r.prompt_pos;
-    if (r.phase == Phase::kPrefill && prefill_debt_ms_ > 0 &&
-        remaining > static_cast<size_t>(kProbeChunkTokens)) {
-      continue;
-    }
-    prompt_cursor_ = i + 1;
-    TurnJob& job = *r.job;
-    LiveSession& live = *job.live;
-    if (r.phase == Phase::kStart) {
-      const auto t0 = TurnJob::Clock::now();
-      if (live.engine_session == nullptr) {
-        auto created = factory_(live.spec);
-        if (!created.ok()) return Fail(r, created.status());
-        live.engine_session = EngineSessionPtr(created->release(), Deleter());
-        if (job.restore_state.has_value()) {
-          if (absl::Status s = live.engine_session->ImportState(*job.restore_state); !s.ok()) {
-            return Fail(r, s);
-          }
-        }
-      }
-      r.folded_at_start = job.restore_state.has_value() ? job.restore_state->tokens_folded
-                                                        : live.tokens_folded.load();
-      r.fold_seconds_at_start = FoldSeconds(live.engine_session.get());
-      r.sampler.emplace(engine_->config().vocab_size, job.sampling);
-      if (job.reseed.has_value()) {
-        r.sampler->rng() = engine::Rng(*job.reseed);
-      } else {
-        r.sampler->rng().set_state(live.rng_state);
-      }
-      job.restore_ms += MsSince(t0);
-      r.phase = Phase::kPrefill;
-      if (!job.prompt_ids.empty()) return;  // one unit of work per step
-    }
-    // kPrefill
-    if (r.prompt_pos < job.prompt_ids.size()) {
-      const auto t0 = TurnJob::Clock::now();
-      const size_t take = std::min(job.prompt_ids.size() - r.prompt_pos,
-                                   static_cast<size_t>(PrefillChunk(r, others_decoding)));
-      absl::Status s = live.engine_session->Prefill(
-          std::span<const int32_t>(job.prompt_ids.data() + r.prompt_pos, take));
-      const double ms = MsSince(t0);
-      job.prefill_ms += ms;
-      r.prefill_ms_per_token = ms / static_cast<double>(take);
-      if (others_decoding && options_.prefill_stall > 0) {
-        prefill_debt_ms_ += ms / options_.prefill_stall;
-      }
-      if (!s.ok()) return Fail(r, s);
-      r.prompt_pos += take;
-      if (r.prompt_pos < job.prompt_ids.size()) return;
-    }
-    if (job.sampling.max_new_tokens <= 0) {
-      job.finish_reason = FinishReason::kLength;
-      return Complete(r);
-    }
-    if (live.engine_session->Logits().empty()) {
-      return Fail(r, absl::FailedPreconditionError(
-                         "the session has no tokens yet: send a prompt first"));
-    }
-    SampleAndEmit(r);
-    return;
-  }
-}
-
 void Scheduler::SampleAndEmit(Running& r) {
   TurnJob& job = *r.job;
   engine::Session& session = *job.live->engine_session;
@@ -425,7 +335,11 @@ void Scheduler::DecodeStep() {
   // prompt chunks to nothing.
   const double step_ms = MsSince(t0);
   decode_step_ms_ = decode_step_ms_ <= 0 ? step_ms : 0.7 * decode_step_ms_ + 0.3 * step_ms;
-  prefill_debt_ms_ = std::max(0.0, prefill_debt_ms_ - step_ms);
+  if (options_.prefill_stall > 0) {
+    // Credit never banks more than one step's budget: no burst after a quiet spell.
+    prefill_credit_ms_ = std::min(prefill_credit_ms_ + options_.prefill_stall * step_ms,
+                                  options_.prefill_stall * decode_step_ms_);
+  }
 }
 
 void Scheduler::Fail(Running& r, absl::Status status) {

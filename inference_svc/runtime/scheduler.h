@@ -1,19 +1,22 @@
 // Scheduler: ONE thread that owns the engine and runs every turn on this replica.
 //
-// Each loop iteration does, in order:
+// Each loop iteration (a step) does, in order:
 //   1. destroys retired engine sessions (their KV blocks return to the pool),
 //   2. admits queued turns (up to max_active_sessions): a turn's KV reservation
 //      (TurnJob::reserve_blocks) must fit the pool next to the reservations of running
 //      turns and the blocks idle sessions hold; idle sessions are evicted least recently
 //      used first to make room; a turn that still does not fit ends with
 //      RESOURCE_EXHAUSTED and a retry-after hint (RetryAfter()) before any work,
-//   3. ONE unit of prompt work for ONE turn, round robin: create/import a session (a
-//      resume), or prefill the next chunk of its prompt. While others decode, a chunk is
-//      sized to cost about `prefill_stall` decode steps (both measured), and a long prompt
-//      takes its next chunk only once the decode steps since have paid for the last one
-//      (prefill time <= prefill_stall x decode time), so it delays other sessions' tokens
-//      by a bounded factor,
-//   4. ONE decode step for EVERY decoding turn: with batching on, a single ragged Forward
+//   3. starts every new turn: creates its engine session, or imports the state it resumes
+//      (a full-mode state is not imported at once: its ids are replayed as prompt chunks),
+//   4. prompt work under a time budget, shortest remaining prompt first: a prompt whose
+//      rest fits the step's budget (prefill_stall x the decode step, both measured) runs
+//      whole, like a decode token; longer prompts (and full-mode replays) take chunks
+//      sized by a PrefillCostModel to the budget left, and wait while the prompt work
+//      already done is not paid for by decode steps (prompt time <= prefill_stall x decode
+//      time). A long prompt therefore delays other sessions' tokens by at most about
+//      (1 + prefill_stall)x, whatever its length,
+//   5. ONE decode step for EVERY decoding turn: with batching on, a single ragged Forward
 //      over all of them (engine::AppendBatch); with batching off, one Forward per session.
 // Every sampled token is fed back into its session, the last one too, so a finished turn's
 // state includes everything it emitted. A turn's stream ends OK (final_state exported) or
@@ -38,19 +41,21 @@
 #include "inference_svc/engine/session.h"
 #include "inference_svc/runtime/kv_reservation.h"
 #include "inference_svc/runtime/live_session.h"
+#include "inference_svc/runtime/prefill_cost.h"
 
 namespace kvfold::runtime {
 
 struct SchedulerOptions {
   // Batch all decoding turns into one forward per step. Default: true.
   bool batching = true;
-  // Largest prompt chunk per step. Default: 256.
+  // Largest prompt chunk per turn and step. Default: 256.
   int prefill_chunk_tokens = 256;
-  // Smallest prompt chunk per step (progress guarantee). Default: 1.
+  // Smallest chunk of a long prompt once it may run (progress guarantee). Default: 1.
   int min_prefill_chunk_tokens = 1;
-  // While other turns decode, a prompt chunk may take at most this many decode steps'
-  // time, so their per-token latency grows by at most (1 + prefill_stall). 0 = always
-  // prefill_chunk_tokens. Default: 2.
+  // Prompt work per step is budgeted at this many decode steps' time, and over time
+  // takes at most this multiple of the decode time, so other turns' per-token latency
+  // grows by at most about (1 + prefill_stall)x. 0 = every prefilling turn takes a
+  // prefill_chunk_tokens chunk each step. Default: 2.
   double prefill_stall = 2.0;
   // Turns running at once; more wait in the queue. Default: 64.
   int max_active_sessions = 64;
@@ -101,8 +106,12 @@ class Scheduler {
     std::shared_ptr<TurnJob> job;
     Phase phase = Phase::kStart;
     int reserved_blocks = 0;
+    // A resumed full-mode state's ids, prefilled in chunks before the prompt (the same
+    // KV as ImportState, docs/contracts.md "Bitwise rule", without one O(history) call).
+    std::vector<int32_t> replay_ids;
+    size_t replay_pos = 0;
     size_t prompt_pos = 0;
-    double prefill_ms_per_token = 0;  // last chunk's cost; 0 = not measured yet
+    double last_ms_per_token = 0;  // this turn's last chunk; 0 = none yet
     int32_t pending_token = -1;       // sampled, emitted, not yet fed
     bool stop_after_feed = false;
     int64_t folded_at_start = 0;
@@ -110,13 +119,24 @@ class Scheduler {
     std::optional<engine::Sampler> sampler;
   };
 
+  static double MsSince(TurnJob::Clock::time_point t);
+  // Seconds a memory-mode session spent folding so far (0 for the other modes).
+  static double FoldSeconds(const engine::Session* session);
+
   void Loop();
   void DrainGraveyard();
   // Step 2 for one queued turn: running_ gains it, or its stream ends with the reason.
   void Admit(std::shared_ptr<TurnJob> job);
   absl::Status Busy(int need_blocks) const;
-  int PrefillChunk(const Running& r, bool others_decoding) const;
+  void StartTurn(Running& r);
+  // Steps 3 and 4; then the turns whose prompt is done sample their first token.
   void PromptStep();
+  // Prompt tokens `r` may prefill now (0: wait), `remaining` of them left, given the
+  // step's budget and whether other turns wait for this step.
+  size_t ChunkTokens(const Running& r, size_t remaining, double step_budget_ms,
+                     bool contended) const;
+  void PrefillChunk(Running& r, size_t take);
+  void EndPrompt(Running& r);
   void DecodeStep();
   void SampleAndEmit(Running& r);
   void Fail(Running& r, absl::Status status);
@@ -138,15 +158,17 @@ class Scheduler {
 
   // Scheduler thread only.
   std::vector<Running> running_;
-  size_t prompt_cursor_ = 0;
+  std::vector<size_t> prefill_order_;
   // Blocks counted for each idle engine session (HeldBlocks at the end of its last turn);
   // reserved_blocks_ = these + the reservations of running turns.
   absl::flat_hash_map<const engine::Session*, int> idle_blocks_;
   int64_t reserved_blocks_ = 0;
   double decode_step_ms_ = 0;  // decode step duration, smoothed
-  // Decode time still owed for prompt chunks run while others decode (divided by
-  // prefill_stall); long prompts wait while it is positive.
-  double prefill_debt_ms_ = 0;
+  // Prompt time long prompts may still spend: each decode step adds prefill_stall x its
+  // time (up to one step's budget), each chunk subtracts its time; long prompts wait
+  // while it is not positive.
+  double prefill_credit_ms_ = 0;
+  PrefillCostModel prefill_cost_;
   std::vector<engine::Session*> batch_sessions_;
   std::vector<int32_t> batch_ids_;
   std::vector<size_t> batch_index_;
