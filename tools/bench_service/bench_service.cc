@@ -14,8 +14,9 @@
 //    persistence must, for each history length.
 // 3. fairness: latency of short turns (8-token prompt, 8 new tokens, --fairness_sessions
 //    sessions in a loop) alone, and while one full-mode session prefills a
-//    --fairness_long_prompt-token prompt; with the scheduler's fair prefill chunks (on)
-//    and with fixed chunks (off). p99 ratio with / without the long prompt.
+//    --fairness_long_prompt-token prompt, alternating for several rounds; with the
+//    scheduler's fair prefill (on) and with fixed chunks (off). p99 ratio with / without
+//    the long prompt (bench_fairness.h).
 // 4. http: --http_streams concurrent chat turns over the OpenAI HTTP API vs gRPC on one
 //    replica, and --idle_streams event streams held open (threads, RSS); bench_http.h.
 #include <algorithm>
@@ -23,7 +24,6 @@
 #include <chrono>
 #include <cmath>
 #include <cstdio>
-#include <random>
 #include <string>
 #include <thread>
 #include <vector>
@@ -38,6 +38,8 @@
 #include "absl/time/time.h"
 #include "inference_svc/service/server.h"
 #include "memory_svc/service/server.h"
+#include "tools/bench_service/bench_fairness.h"
+#include "tools/bench_service/bench_grpc.h"
 #include "tools/bench_service/bench_http.h"
 
 ABSL_FLAG(std::string, model, "", "model path (HF directory or llama2.c .bin); required");
@@ -64,6 +66,10 @@ ABSL_FLAG(std::string, db_dir, "/tmp/kvfold-bench-service-db", "scratch RocksDB 
 namespace {
 
 using Clock = std::chrono::steady_clock;
+using kvfold::bench::Create;
+using kvfold::bench::Generate;
+using kvfold::bench::RandomIds;
+using kvfold::bench::Turn;
 using kvfold::v1::InferenceService;
 
 double Ms(Clock::time_point a, Clock::time_point b) {
@@ -113,64 +119,6 @@ Replica StartReplica(const std::string& store, bool batching, kvfold::v1::KvMode
   return r;
 }
 
-bool Create(InferenceService::Stub& stub, const std::string& id, kvfold::v1::KvMode mode) {
-  grpc::ClientContext context;
-  kvfold::v1::CreateSessionRequest request;
-  request.set_session_id(id);
-  request.mutable_config()->set_mode(mode);
-  kvfold::v1::Session session;
-  grpc::Status s = stub.CreateSession(&context, request, &session);
-  if (!s.ok()) std::fprintf(stderr, "create %s: %s\n", id.c_str(), s.error_message().c_str());
-  return s.ok();
-}
-
-struct Turn {
-  bool ok = false;
-  int tokens = 0;
-  double ttft_ms = 0, total_ms = 0;
-  kvfold::v1::Usage usage;
-  std::vector<double> arrivals_ms;  // each token's arrival, ms after `epoch` (when given)
-};
-
-Turn Generate(InferenceService::Stub& stub, const std::string& id,
-              const std::vector<int32_t>& prompt, int max_new,
-              const Clock::time_point* epoch = nullptr) {
-  grpc::ClientContext context;
-  kvfold::v1::GenerateRequest request;
-  request.set_session_id(id);
-  for (int32_t t : prompt) request.add_prompt_token_ids(t);
-  request.mutable_sampling()->set_max_new_tokens(max_new);
-  request.mutable_sampling()->set_ignore_eos(true);
-  const auto start = Clock::now();
-  auto reader = stub.Generate(&context, request);
-  kvfold::v1::GenerateResponse response;
-  Turn t;
-  while (reader->Read(&response)) {
-    if (response.has_delta()) {
-      if (t.tokens == 0) t.ttft_ms = Ms(start, Clock::now());
-      t.tokens += response.delta().token_ids_size();
-      if (epoch != nullptr) {
-        t.arrivals_ms.insert(t.arrivals_ms.end(), response.delta().token_ids_size(),
-                             Ms(*epoch, Clock::now()));
-      }
-    } else {
-      t.usage = response.final().usage();
-    }
-  }
-  grpc::Status s = reader->Finish();
-  t.total_ms = Ms(start, Clock::now());
-  t.ok = s.ok();
-  if (!s.ok()) std::fprintf(stderr, "generate %s: %s\n", id.c_str(), s.error_message().c_str());
-  return t;
-}
-
-std::vector<int32_t> RandomIds(int n, int vocab, uint64_t seed) {
-  std::mt19937_64 rng(seed);
-  std::vector<int32_t> ids(n);
-  for (int32_t& id : ids) id = static_cast<int32_t>(3 + rng() % static_cast<uint64_t>(vocab - 3));
-  return ids;
-}
-
 // The decode phase of N concurrent turns: from the moment every session has its first
 // token (all prompts prefilled) until the first session finishes, tokens that arrived in
 // that window per second. Prompts are excluded; prompts_ms (the last first token) is
@@ -195,101 +143,6 @@ DecodePhase SteadyDecode(const std::vector<Turn>& turns) {
   p.window_ms = end - begin;
   p.tok_s = tokens / (p.window_ms / 1000.0);
   return p;
-}
-
-double Percentile(std::vector<double> v, double q) {
-  if (v.empty()) return 0;
-  std::sort(v.begin(), v.end());
-  const size_t i = static_cast<size_t>(std::ceil(q * static_cast<double>(v.size()))) - 1;
-  return v[std::min(i, v.size() - 1)];
-}
-
-// Short turns on `sessions` sessions until `stop` (or `turns` each when stop is null);
-// returns each turn's latency in ms.
-std::vector<double> ShortTurns(InferenceService::Stub& stub, const std::string& tag, int sessions,
-                               int turns, int vocab, const std::atomic<bool>* stop,
-                               nlohmann::json* server_p50 = nullptr) {
-  std::vector<std::vector<double>> per(sessions);
-  std::vector<std::vector<kvfold::v1::Timings>> timings(sessions);
-  std::vector<std::thread> threads;
-  for (int i = 0; i < sessions; ++i) {
-    threads.emplace_back([&, i] {
-      const std::string id = tag + std::to_string(i);
-      for (int t = 0; stop != nullptr ? !stop->load() : t < turns; ++t) {
-        const Turn turn = Generate(stub, id, RandomIds(8, vocab, 100 * i + t), 8);
-        if (turn.ok && (stop == nullptr || !stop->load())) {
-          per[i].push_back(turn.total_ms);
-          timings[i].push_back(turn.usage.timings());
-        }
-      }
-    });
-  }
-  for (auto& t : threads) t.join();
-  std::vector<double> all;
-  for (const auto& v : per) all.insert(all.end(), v.begin(), v.end());
-  if (server_p50 != nullptr) {
-    // Where a turn's time goes on the server (medians).
-    std::vector<double> queue, prefill, decode, checkpoint, total;
-    for (const auto& v : timings) {
-      for (const kvfold::v1::Timings& t : v) {
-        queue.push_back(t.queue_ms());
-        prefill.push_back(t.restore_ms() + t.prefill_ms());
-        decode.push_back(t.decode_ms());
-        checkpoint.push_back(t.checkpoint_ms());
-        total.push_back(t.total_ms());
-      }
-    }
-    (*server_p50)["queue_ms"] = Percentile(queue, 0.5);
-    (*server_p50)["restore_prefill_ms"] = Percentile(prefill, 0.5);
-    (*server_p50)["decode_ms"] = Percentile(decode, 0.5);
-    (*server_p50)["checkpoint_ms"] = Percentile(checkpoint, 0.5);
-    (*server_p50)["server_total_ms"] = Percentile(total, 0.5);
-  }
-  return all;
-}
-
-nlohmann::json Fairness(const std::string& store_address, bool fair) {
-  const int sessions = absl::GetFlag(FLAGS_fairness_sessions);
-  const int long_tokens = absl::GetFlag(FLAGS_fairness_long_prompt);
-  const double stall = fair ? absl::GetFlag(FLAGS_prefill_stall) : 0.0;
-  Replica r = StartReplica(store_address, true, kvfold::v1::KV_MODE_FULL, stall);
-  const int vocab = static_cast<int>(r.server->engine().config().vocab_size);
-  const std::string tag = std::string(fair ? "fair-" : "fixed-");
-  for (int i = 0; i < sessions; ++i) Create(*r.stub, tag + std::to_string(i), kvfold::v1::KV_MODE_FULL);
-  Create(*r.stub, tag + "long", kvfold::v1::KV_MODE_FULL);
-  (void)ShortTurns(*r.stub, tag, sessions, 2, vocab, nullptr);  // warm-up
-  nlohmann::json alone_server, with_long_server;
-  const std::vector<double> alone = ShortTurns(
-      *r.stub, tag, sessions, absl::GetFlag(FLAGS_fairness_turns), vocab, nullptr, &alone_server);
-  std::atomic<bool> long_done{false};
-  Turn long_turn;
-  std::thread long_thread([&] {
-    long_turn = Generate(*r.stub, tag + "long", RandomIds(long_tokens, vocab, 5), 1);
-    long_done.store(true);
-  });
-  const std::vector<double> with_long =
-      ShortTurns(*r.stub, tag, sessions, 0, vocab, &long_done, &with_long_server);
-  long_thread.join();
-  nlohmann::json row;
-  row["prefill_stall"] = stall;
-  row["long_prompt_tokens"] = long_tokens;
-  row["long_prompt_ms"] = long_turn.total_ms;
-  row["short_turns_alone"] = alone.size();
-  row["short_turns_with_long"] = with_long.size();
-  row["p50_alone_ms"] = Percentile(alone, 0.5);
-  row["p99_alone_ms"] = Percentile(alone, 0.99);
-  row["p50_with_long_ms"] = Percentile(with_long, 0.5);
-  row["p99_with_long_ms"] = Percentile(with_long, 0.99);
-  row["p99_ratio"] = Percentile(alone, 0.99) > 0
-                         ? Percentile(with_long, 0.99) / Percentile(alone, 0.99)
-                         : 0.0;
-  row["server_p50_alone"] = alone_server;
-  row["server_p50_with_long"] = with_long_server;
-  row["ok"] = long_turn.ok && !with_long.empty();
-  std::fprintf(stderr, "fairness (%s): p99 %.1f ms alone, %.1f ms with a %d-token prompt (%.2fx)\n",
-               fair ? "fair chunks" : "fixed chunks", row["p99_alone_ms"].get<double>(),
-               row["p99_with_long_ms"].get<double>(), long_tokens, row["p99_ratio"].get<double>());
-  return row;
 }
 
 }  // namespace
@@ -413,8 +266,19 @@ int main(int argc, char** argv) {
   // 3. Fairness: short turns with and without one long prompt.
   nlohmann::json fairness = nlohmann::json::array();
   if (absl::GetFlag(FLAGS_fairness_long_prompt) > 0) {
-    fairness.push_back(Fairness(store_address, true));
-    if (absl::GetFlag(FLAGS_fairness_baseline)) fairness.push_back(Fairness(store_address, false));
+    kvfold::bench::FairnessOptions options;
+    options.long_prompt_tokens = absl::GetFlag(FLAGS_fairness_long_prompt);
+    options.sessions = absl::GetFlag(FLAGS_fairness_sessions);
+    options.turns = absl::GetFlag(FLAGS_fairness_turns);
+    for (bool fair : {true, false}) {
+      if (!fair && !absl::GetFlag(FLAGS_fairness_baseline)) continue;
+      const double stall = fair ? absl::GetFlag(FLAGS_prefill_stall) : 0.0;
+      Replica r = StartReplica(store_address, true, kvfold::v1::KV_MODE_FULL, stall);
+      nlohmann::json row =
+          kvfold::bench::BenchFairness(*r.server, options, fair ? "fair" : "fixed");
+      row["prefill_stall"] = stall;
+      fairness.push_back(row);
+    }
   }
   out["fairness"] = fairness;
 
