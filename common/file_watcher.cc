@@ -10,7 +10,7 @@ namespace kvfold {
 FileWatcher::FileWatcher(std::string path, absl::Duration period,
                          std::function<void()> on_change)
     : path_(std::move(path)), period_(period), on_change_(std::move(on_change)) {
-  seen_ = Digest();
+  seen_ = pending_ = Digest();
   thread_ = std::thread([this] { Run(); });
 }
 
@@ -34,9 +34,14 @@ void FileWatcher::Run() {
   while (!cv_.wait_for(lock, absl::ToChronoMilliseconds(period_), [this] { return stop_; })) {
     lock.unlock();
     const std::optional<uint64_t> now = Digest();
-    if (now != seen_) {
+    if (now == seen_) {
+      pending_ = now;
+    } else if (now == pending_) {
+      // The same new bytes twice in a row: not a writer's half-written file.
       seen_ = now;  // a file that fails to load is reported once, not every period
       on_change_();
+    } else {
+      pending_ = now;
     }
     lock.lock();
   }

@@ -1,13 +1,15 @@
 // FileWatcher: notices that a small configuration file changed (tokens and tenants files)
 // and calls back, so a server picks the change up without a signal.
 //
-// The file's bytes are read every `period` and compared by XXH3 digest with the last
-// read: any change is seen, whether the file was rewritten in place (even twice within
+// The file's bytes are read every `period` and compared by XXH3 digest with the bytes last
+// acted on: any change is seen, whether the file was rewritten in place (even twice within
 // the filesystem's timestamp granularity), replaced by a rename, or swapped through a
 // symlink as a Kubernetes Secret or ConfigMap volume does (the path is opened anew each
-// time). A file that cannot be read counts as a state of its own, so losing it and getting
-// it back are both changes. The callback runs on the watcher's thread; it reloads and
-// reports (a file that fails to parse keeps what is in force).
+// time). New bytes count once two reads in a row agree, so a file caught half-written by
+// an in-place writer (truncated, or empty) is not acted on: a change is seen within one
+// to two periods. A file that cannot be read counts as a state of its own, so losing it
+// and getting it back are both changes. The callback runs on the watcher's thread; it
+// reloads and reports (a file that fails to parse keeps what is in force).
 #ifndef KVFOLD_COMMON_FILE_WATCHER_H_
 #define KVFOLD_COMMON_FILE_WATCHER_H_
 
@@ -39,7 +41,9 @@ class FileWatcher {
   const std::string path_;
   const absl::Duration period_;
   const std::function<void()> on_change_;
-  std::optional<uint64_t> seen_;  // watcher thread only (after construction)
+  // Watcher thread only (after construction): the bytes last acted on, and those read at
+  // the previous period.
+  std::optional<uint64_t> seen_, pending_;
   std::mutex mu_;
   std::condition_variable cv_;
   bool stop_ = false;  // guarded by mu_

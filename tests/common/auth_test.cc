@@ -10,6 +10,8 @@
 
 #include <gtest/gtest.h>
 
+#include "tests/common/temp_files.h"
+
 namespace kvfold {
 namespace {
 
@@ -30,24 +32,7 @@ TEST(TokenTableTest, RejectsMalformedLinesAndDuplicates) {
             absl::StatusCode::kNotFound);
 }
 
-class TokenFileTest : public ::testing::Test {
- protected:
-  void SetUp() override {
-    char templ[] = "/tmp/kvfold-auth-XXXXXX";
-    ASSERT_NE(mkdtemp(templ), nullptr);
-    dir_ = templ;
-  }
-  void TearDown() override {
-    std::error_code ec;
-    std::filesystem::remove_all(dir_, ec);
-  }
-  std::string Write(const std::string& name, const std::string& text) {
-    const std::string path = dir_ + "/" + name;
-    std::ofstream(path, std::ios::trunc) << text;
-    return path;
-  }
-  std::string dir_;
-};
+class TokenFileTest : public testing::TempFilesTest {};
 
 TEST_F(TokenFileTest, ReloadSwapsTheTableAndKeepsItOnABadFile) {
   const std::string path = Write("tokens", "tok-a alice\n");
