@@ -14,6 +14,7 @@
 #include "kernels/cuda/embedding.cuh"
 #include "kernels/cuda/gemm.h"
 #include "kernels/cuda/kv_cache.cuh"
+#include "kernels/cuda/q8_gemv.cuh"
 #include "kernels/cuda/rmsnorm.cuh"
 #include "kernels/cuda/rope.cuh"
 
@@ -25,6 +26,9 @@ using kernels::Buffer;
 using kernels::DType;
 using kernels::Stream;
 using kernels::Tensor;
+
+// Q8 weights: the device kernels read the CPU's layout (kernels/backend.h kQ8).
+static_assert(kernels::kQ8Block == kQ8BlockSize && kernels::Q8RowBytes(77) == Q8RowBytesDevice(77));
 
 absl::StatusOr<ElemType> FloatType(const Tensor& t, const char* what) {
   switch (t.dtype) {
@@ -222,6 +226,7 @@ class CudaBackend final : public kernels::Backend {
 
   absl::Status Gather(Stream& stream, Tensor table, Tensor ids, Tensor out) override {
     KVFOLD_ASSIGN_STREAM(s, stream);
+    if (table.dtype == DType::kQ8) return GatherQ8(*s, table, ids, out);
     auto table_type = FloatType(table, "Gather table");
     if (!table_type.ok()) return table_type.status();
     const int64_t width = table.rank >= 2 ? table.numel() / table.dim(0) : 1;
@@ -256,6 +261,7 @@ class CudaBackend final : public kernels::Backend {
 
   absl::Status MatMul(Stream& stream, Tensor x, Tensor w, Tensor bias, Tensor out) override {
     KVFOLD_ASSIGN_STREAM(s, stream);
+    if (w.dtype == DType::kQ8) return MatMulQ8(*s, x, w, bias, out);
     auto w_type = FloatType(w, "MatMul weight");
     if (!w_type.ok()) return w_type.status();
     const int64_t m = w.dim(0), k = w.rank >= 2 ? w.dim(1) : 1;
@@ -379,6 +385,7 @@ class CudaBackend final : public kernels::Backend {
   }
 
   bool SupportsInt8Kv() const override { return true; }
+  bool SupportsQ8Weights() const override { return true; }
 
   absl::Status StoreKvInt8(Stream& stream, Tensor k, Tensor v, Tensor slots, Tensor pages,
                            Tensor seal, const kernels::KvCacheI8& cache) override {
@@ -490,6 +497,45 @@ class CudaBackend final : public kernels::Backend {
   }
 
  private:
+  // Q8 weights (q8_gemv.cuh): dequantized in registers, F32 activations.
+  static absl::Status MatMulQ8(CudaStream& s, Tensor x, Tensor w, Tensor bias, Tensor out) {
+    const int64_t m = w.dim(0), k = w.rank == 2 ? w.dim(1) : 0;
+    const int64_t n = k > 0 ? x.numel() / k : 0;
+    if (auto st = Expect(w.rank == 2 && k > 0 && x.dtype == DType::kF32 &&
+                             out.dtype == DType::kF32 && x.numel() == n * k &&
+                             out.numel() == n * m && (bias.empty() || bias.numel() == m),
+                         "MatMul", x.DebugString() + " x " + w.DebugString() + " -> " +
+                                       out.DebugString());
+        !st.ok()) {
+      return st;
+    }
+    float* y = static_cast<float*>(out.data);
+    if (auto st = Q8Linear(static_cast<const float*>(x.data), n, k,
+                           static_cast<const uint8_t*>(w.data), m, 0.0f, y, s.stream());
+        !st.ok()) {
+      return st;
+    }
+    if (bias.empty()) return absl::OkStatus();
+    auto b_type = FloatType(bias, "MatMul bias");
+    if (!b_type.ok()) return b_type.status();
+    return AddBias(y, bias.data, *b_type, n, m, s.stream());
+  }
+
+  static absl::Status GatherQ8(CudaStream& s, Tensor table, Tensor ids, Tensor out) {
+    const int64_t width = table.rank == 2 ? table.dim(1) : 0;
+    const int64_t n = ids.numel();
+    if (auto st = Expect(width > 0 && ids.dtype == DType::kI32 && out.dtype == DType::kF32 &&
+                             out.numel() == n * width,
+                         "Gather", table.DebugString() + " " + ids.DebugString() + " " +
+                                       out.DebugString());
+        !st.ok()) {
+      return st;
+    }
+    return Q8EmbeddingGather(static_cast<const uint8_t*>(table.data), table.dim(0), width,
+                             static_cast<const int32_t*>(ids.data), n,
+                             static_cast<float*>(out.data), s.stream());
+  }
+
   // Attention on the stream, with the split-K workspace from the stream's scratch.
   static absl::Status RunAttention(CudaStream& s, const AttentionParams& p) {
     void* workspace = nullptr;
