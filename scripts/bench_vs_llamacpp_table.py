@@ -11,8 +11,12 @@ import sys
 
 
 def load(path):
-    with open(path) as f:
-        return json.load(f)
+    """The JSON a run wrote, or None when it wrote none (a failed or unfinished run)."""
+    try:
+        with open(path) as f:
+            return json.load(f)
+    except (OSError, ValueError):
+        return None
 
 
 def kvfold_values(doc):
@@ -66,8 +70,10 @@ def main():
     names = sorted({os.path.basename(p).split(".")[0] for p in glob.glob(os.path.join(d, "*.json"))})
     kv, ll = {}, {}
     for name in names:
-        kv[name] = [kvfold_values(load(p)) for p in sorted(glob.glob(os.path.join(d, name + ".kvfold.*.json")))]
-        ll[name] = [llama_values(load(p)) for p in sorted(glob.glob(os.path.join(d, name + ".llama.*.json")))]
+        docs = [load(p) for p in sorted(glob.glob(os.path.join(d, name + ".kvfold.*.json")))]
+        kv[name] = [kvfold_values(doc) for doc in docs if doc]
+        docs = [load(p) for p in sorted(glob.glob(os.path.join(d, name + ".llama.*.json")))]
+        ll[name] = [llama_values(doc) for doc in docs if doc]
     isa = next((k[0]["isa"] for k in kv.values() if k), "?")
     reported = sorted({l.get("commit") for v in ll.values() for l in v} - {None, "", "unknown"})
     if reported:
