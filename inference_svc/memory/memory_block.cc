@@ -44,8 +44,11 @@ absl::Status CheckGeometry(const v1::MemoryBlockHeader& h, const BlockExpectatio
   if (!memory_mode && (h.mem_slots() != 0 || h.tokens_folded() != 0)) {
     return absl::InvalidArgumentError("memory block: a plain-mode block carries memory");
   }
-  if (h.kv_mode() != v1::KV_MODE_SINK && h.sink_token_ids_size() != 0) {
-    return absl::InvalidArgumentError("memory block: sink ids outside sink mode");
+  if (h.kv_mode() != v1::KV_MODE_SINK && !memory_mode && h.sink_token_ids_size() != 0) {
+    return absl::InvalidArgumentError("memory block: sink ids outside sink and memory modes");
+  }
+  if (static_cast<uint64_t>(h.sink_token_ids_size()) > h.sink_tokens()) {
+    return absl::InvalidArgumentError("memory block: more sink ids than sink_tokens");
   }
   switch (h.kv_mode()) {
     case v1::KV_MODE_FULL:
@@ -55,9 +58,6 @@ absl::Status CheckGeometry(const v1::MemoryBlockHeader& h, const BlockExpectatio
       if (h.window_size() == 0 || window_ids > h.window_size()) {
         return absl::InvalidArgumentError(absl::StrCat("memory block: ", window_ids,
                                                        " window ids for window_size ", h.window_size()));
-      }
-      if (static_cast<uint64_t>(h.sink_token_ids_size()) > h.sink_tokens()) {
-        return absl::InvalidArgumentError("memory block: more sink ids than sink_tokens");
       }
       break;
     case v1::KV_MODE_MEMORY:
@@ -76,8 +76,8 @@ absl::Status CheckGeometry(const v1::MemoryBlockHeader& h, const BlockExpectatio
                                                           " != projector mem_slots ",
                                                           expected.projector_mem_slots));
       }
-      if (h.kv_mode() == v1::KV_MODE_MEMORY_ONLY && h.window_size() != 0) {
-        return absl::InvalidArgumentError("memory block: memory_only with window_size > 0");
+      if (h.kv_mode() == v1::KV_MODE_MEMORY_ONLY && h.window_size() > h.chunk_size()) {
+        return absl::InvalidArgumentError("memory block: memory_only with window_size > chunk_size");
       }
       if (h.chunk_size() == 0 || window_ids > uint64_t{h.window_size()} + h.chunk_size()) {
         return absl::InvalidArgumentError(absl::StrCat("memory block: ", window_ids,
@@ -89,8 +89,10 @@ absl::Status CheckGeometry(const v1::MemoryBlockHeader& h, const BlockExpectatio
                                                        " inconsistent with chunk_size ", h.chunk_size(),
                                                        " and mem_slots ", h.mem_slots()));
       }
-      if (h.total_tokens() != h.tokens_folded() + window_ids) {
-        return absl::InvalidArgumentError("memory block: total_tokens != tokens_folded + window");
+      // Memory modes keep their S sink ids (the projector's sink_tokens) besides the window.
+      if (h.total_tokens() != h.tokens_folded() + window_ids + h.sink_token_ids_size()) {
+        return absl::InvalidArgumentError(
+            "memory block: total_tokens != tokens_folded + window + sinks");
       }
       break;
     }

@@ -18,10 +18,17 @@ using engine::SequenceOutput;
 engine::KvPolicy MemorySession::CachePolicy(KvMode mode, const ProjectorConfig& config) {
   engine::KvPolicy policy = engine::KvPolicy::Memory();
   // Sliding window policy: each row sees the memory and the last W window tokens, the
-  // cache drops the older ones. memory_only (W = 0) always grows.
+  // cache drops the older ones. memory_only grows (W = 0) or slides over its last
+  // memory_only_window tokens.
   if (mode == KvMode::kMemory && config.window_policy == WindowPolicy::kSliding) {
     policy.window = config.window_size;
   }
+  if (mode == KvMode::kMemoryOnly) policy.window = config.memory_only_window;
+  // Sink tokens: the first S tokens of the sequence go to the prefix, causal, at position
+  // 0 like the memory that follows them there.
+  policy.auto_prefix_tokens = config.sink_tokens;
+  // Prefix gap: window entry j at 1 + G + (j - lo), the prefix stays at position 0.
+  policy.main_pos_base = 1 + config.prefix_gap;
   return policy;
 }
 
@@ -43,6 +50,14 @@ absl::StatusOr<std::unique_ptr<MemorySession>> MemorySession::Create(
                                                    projector->config().input_layers,
                                                    " layers, the model has ", config.num_layers));
   }
+  const ProjectorConfig& pc = projector->config();
+  if (pc.prefix_gap > 0 &&
+      int64_t{1} + pc.prefix_gap + pc.window_size + pc.chunk_size > config.max_position_embeddings) {
+    return absl::InvalidArgumentError(absl::StrCat(
+        "MemorySession: prefix_gap ", pc.prefix_gap, " + W ", pc.window_size, " + C ",
+        pc.chunk_size, " places window tokens past the model's ",
+        config.max_position_embeddings, " positions"));
+  }
   return std::unique_ptr<MemorySession>(new MemorySession(engine, projector, options));
 }
 
@@ -52,14 +67,17 @@ MemorySession::MemorySession(engine::Engine* engine, const Projector* projector,
       projector_(projector),
       mode_(options.mode),
       fp16_memory_(options.fp16_memory),
-      window_size_(options.mode == KvMode::kMemoryOnly ? 0 : projector->config().window_size),
+      window_size_(options.mode == KvMode::kMemoryOnly ? projector->config().memory_only_window
+                                                       : projector->config().window_size),
       chunk_size_(projector->config().chunk_size),
       mem_slots_(projector->config().mem_slots),
       hidden_size_(engine->config().hidden_size),
       vocab_size_(engine->config().vocab_size),
       input_layers_(projector->config().input_layers),
       hidden_width_(projector->config().input_width()),
+      sink_tokens_(projector->config().sink_tokens),
       cache_(engine->NewCache(CachePolicy(options.mode, projector->config()))) {
+  sinks_.reserve(sink_tokens_);
   window_.reserve(window_size_ + chunk_size_);
   memory_.reserve(static_cast<size_t>(mem_slots_) * hidden_size_);
   new_memory_.resize(static_cast<size_t>(mem_slots_) * hidden_size_);
@@ -90,6 +108,13 @@ absl::Status MemorySession::Prefill(std::span<const int32_t> token_ids) {
   // Step 5: a prompt takes the same path as generated tokens, in chunks that fill the
   // window up to W + C, folding in between.
   size_t fed = 0;
+  if (sinks_.size() < static_cast<size_t>(sink_tokens_)) {
+    fed = std::min(static_cast<size_t>(sink_tokens_) - sinks_.size(), token_ids.size());
+    const auto ids = token_ids.first(fed);
+    if (auto s = ForwardSinks(ids, /*want_logits=*/fed == token_ids.size()); !s.ok()) return s;
+    sinks_.insert(sinks_.end(), ids.begin(), ids.end());
+    total_tokens_ += static_cast<int64_t>(fed);
+  }
   while (fed < token_ids.size()) {
     if (auto s = FoldIfFull(); !s.ok()) return s;
     const size_t room = static_cast<size_t>(window_size_ + chunk_size_) - window_.size();
@@ -121,7 +146,8 @@ absl::Status MemorySession::PrepareAppend(int32_t token_id, SequenceInput* input
   if (auto s = CheckIds({&token_id, 1}); !s.ok()) return s;
   if (auto s = FoldIfFull(); !s.ok()) return s;
   pending_token_ = token_id;
-  pending_hidden_ = static_cast<int>(window_.size()) < chunk_size_;
+  pending_sink_ = sinks_.size() < static_cast<size_t>(sink_tokens_);
+  pending_hidden_ = !pending_sink_ && static_cast<int>(window_.size()) < chunk_size_;
   *input = SequenceInput{};
   input->cache = cache_.get();
   input->token_ids = {&pending_token_, 1};
@@ -140,14 +166,22 @@ absl::Status MemorySession::FinishAppend(const SequenceOutput& output) {
   std::copy(output.logits.begin(), output.logits.end(), logits_.begin());
   has_logits_ = true;
   if (pending_hidden_) KeepHidden(output, static_cast<int>(window_.size()));
-  window_.push_back(pending_token_);
+  if (pending_sink_) {
+    sinks_.push_back(pending_token_);
+  } else {
+    window_.push_back(pending_token_);
+  }
   ++total_tokens_;
   return absl::OkStatus();
 }
 
 absl::Status MemorySession::RebuildIfStale() {
   if (!cache_stale_) return absl::OkStatus();
+  // The same three steps as ImportState, so a fold and a restore build the same cache.
   cache_->Clear();
+  if (!sinks_.empty()) {
+    if (auto s = ForwardSinks(sinks_, /*want_logits=*/false); !s.ok()) return s;
+  }
   if (auto s = ExpandMemory(); !s.ok()) return s;
   if (!window_.empty()) {
     if (auto s = ForwardWindow(window_, 0, /*want_logits=*/false); !s.ok()) return s;
@@ -179,7 +213,7 @@ absl::Status MemorySession::FoldIfFull() {
   cache_stale_ = true;
   if (auto s = RebuildIfStale(); !s.ok()) return s;
   ++stats_.num_folds;
-  stats_.refill_tokens += static_cast<int64_t>(window_.size());
+  stats_.refill_tokens += static_cast<int64_t>(sinks_.size() + window_.size());
   stats_.fold_seconds +=
       std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
   return absl::OkStatus();
@@ -198,6 +232,29 @@ absl::Status MemorySession::ExpandMemory() {
   stats_.expand_seconds +=
       std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
   return status;
+}
+
+absl::Status MemorySession::ForwardSinks(std::span<const int32_t> ids, bool want_logits) {
+  SequenceInput input;
+  input.cache = cache_.get();
+  input.token_ids = ids;
+  input.mask = MaskKind::kCausal;  // the policy's auto_prefix_tokens place them in the prefix
+  input.logits = want_logits ? RowSelect::kLast : RowSelect::kNone;
+  input.hidden = RowSelect::kNone;
+  const int prefix_len = cache_->prefix_len(), main_len = cache_->main_len();
+  if (auto s = engine_->Forward({&input, 1}, &result_); !s.ok()) {
+    cache_->Truncate(prefix_len, main_len);
+    return s;
+  }
+  if (want_logits) {
+    const SequenceOutput& out = result_.outputs[0];
+    if (out.num_logit_rows != 1 || out.logits.size() != logits_.size()) {
+      return absl::InternalError("MemorySession: unexpected logits shape");
+    }
+    std::copy(out.logits.begin(), out.logits.end(), logits_.begin());
+    has_logits_ = true;
+  }
+  return absl::OkStatus();
 }
 
 absl::Status MemorySession::ForwardWindow(std::span<const int32_t> ids, int first,
@@ -245,6 +302,8 @@ absl::StatusOr<engine::SessionState> MemorySession::ExportState() const {
   state.total_tokens = total_tokens_;
   state.tokens_folded = tokens_folded_;
   state.window_token_ids = window_;
+  state.sink_tokens = sink_tokens_;
+  state.sink_token_ids = sinks_;
   state.mem_slots = memory_.empty() ? 0 : mem_slots_;
   state.memory = memory_;
   return state;
@@ -269,17 +328,34 @@ absl::Status MemorySession::ImportState(const engine::SessionState& state) {
                                                    " floats) does not fit M = ", mem_slots_,
                                                    ", d = ", hidden_size_));
   }
+  const size_t num_sinks = state.sink_token_ids.size();
+  if (state.sink_tokens != sink_tokens_ || num_sinks > static_cast<size_t>(sink_tokens_) ||
+      (num_sinks < static_cast<size_t>(sink_tokens_) &&
+       (!state.window_token_ids.empty() || has_memory))) {
+    return absl::InvalidArgumentError(absl::StrCat(
+        "ImportState: ", num_sinks, " sink ids of sink_tokens ", state.sink_tokens,
+        " do not fit the projector's S = ", sink_tokens_, " (all S come before any window id)"));
+  }
   if (state.window_token_ids.size() > static_cast<size_t>(window_size_ + chunk_size_) ||
-      state.total_tokens != state.tokens_folded + static_cast<int64_t>(state.window_token_ids.size())) {
+      state.total_tokens != state.tokens_folded +
+                                static_cast<int64_t>(num_sinks + state.window_token_ids.size())) {
     return absl::InvalidArgumentError("ImportState: window does not fit W + C or token counts differ");
   }
+  if (auto s = CheckIds(state.sink_token_ids); !s.ok()) return s;
   if (auto s = CheckIds(state.window_token_ids); !s.ok()) return s;
-  // Expand mem, prefill the window ids: the caches are exactly Forward(mem, w) again.
+  // Prefill the sinks, expand mem, prefill the window ids: the caches are exactly
+  // Forward(sinks, mem, w) again.
+  if (num_sinks > 0) {
+    if (auto s = ForwardSinks(state.sink_token_ids, state.window_token_ids.empty()); !s.ok()) {
+      return s;
+    }
+  }
   memory_ = state.memory;
   if (auto s = ExpandMemory(); !s.ok()) return s;
   if (!state.window_token_ids.empty()) {
     if (auto s = ForwardWindow(state.window_token_ids, 0, /*want_logits=*/true); !s.ok()) return s;
   }
+  sinks_ = state.sink_token_ids;
   window_ = state.window_token_ids;
   total_tokens_ = state.total_tokens;
   tokens_folded_ = state.tokens_folded;

@@ -15,6 +15,9 @@
 //   policy     the projector's window policy: growing (above) or sliding, where the cache
 //              keeps only the last W window entries (each row sees mem + its last W
 //              tokens) while w still holds up to W + C ids; resident KV <= M + W
+//   sinks      the projector's sink_tokens S: the session's first S ids stay resident in
+//              front of the memory (prefix = [S sinks, causal, position 0; M memory]) and
+//              are never folded; w is the stream after them; a fold re-derives all three
 //
 // Because the state is exactly (mem, w) and mem is kept fp16-representable, ExportState +
 // ImportState on a fresh engine continue bit for bit (batch-invariant engine kernels).
@@ -47,7 +50,7 @@ struct MemorySessionOptions {
 // Cumulative counters, for usage reports and the benchmark.
 struct MemorySessionStats {
   int64_t num_folds = 0;
-  int64_t refill_tokens = 0;   // window tokens re-prefilled after folds
+  int64_t refill_tokens = 0;   // sink and window tokens re-prefilled after folds
   double fold_seconds = 0.0;   // projector + memory expansion + window re-prefill
   double projector_seconds = 0.0;  // of which the projector
   double expand_seconds = 0.0;     // of which the memory expansion
@@ -56,8 +59,8 @@ struct MemorySessionStats {
 class MemorySession final : public engine::Session {
  public:
   // `engine` and `projector` must outlive the session.
-  // INVALID_ARGUMENT: mode is not a memory mode, or the projector needs more layers than
-  // the model has. FAILED_PRECONDITION: the projector was made for another model.
+  // INVALID_ARGUMENT: mode is not a memory mode, the projector needs more layers than the
+  // model has, or its prefix gap puts window tokens past max_position_embeddings. FAILED_PRECONDITION: the projector was made for another model.
   static absl::StatusOr<std::unique_ptr<MemorySession>> Create(engine::Engine* engine,
                                                                const Projector* projector,
                                                                const MemorySessionOptions& options);
@@ -70,20 +73,23 @@ class MemorySession final : public engine::Session {
   int64_t ResidentTokens() const override { return cache_->resident_tokens(); }
   size_t KvBytesResident() const override { return cache_->ResidentBytes(); }
   absl::StatusOr<engine::SessionState> ExportState() const override;
-  // On a fresh session: expand mem, prefill the window ids. FAILED_PRECONDITION if tokens
-  // were fed already; INVALID_ARGUMENT if the state's mode, W, C, M or d differ from this
-  // session's, its window is longer than W + C or an id is out of range.
+  // On a fresh session: prefill the sink ids, expand mem, prefill the window ids.
+  // FAILED_PRECONDITION if tokens were fed already; INVALID_ARGUMENT if the state's mode,
+  // W, C, S, M or d differ from this session's, its window is longer than W + C, it holds
+  // window ids before all S sinks, or an id is out of range.
   absl::Status ImportState(const engine::SessionState& state) override;
   absl::Status PrepareAppend(int32_t token_id, engine::SequenceInput* input) override;
   absl::Status FinishAppend(const engine::SequenceOutput& output) override;
 
   // The cache policy of a memory-mode session: KvPolicy::Memory(), windowed to W under the
-  // sliding window policy (memory mode only).
+  // sliding window policy (memory mode only), the first S tokens into the prefix.
   static engine::KvPolicy CachePolicy(engine::KvMode mode, const ProjectorConfig& config);
 
   int window_size() const { return window_size_; }  // W
   int chunk_size() const { return chunk_size_; }    // C
   int64_t tokens_folded() const { return tokens_folded_; }
+  int sink_tokens() const { return sink_tokens_; }  // S
+  std::span<const int32_t> sink_token_ids() const { return sinks_; }
   std::span<const int32_t> window_token_ids() const { return window_; }
   // [0 or M, d]: empty before the first fold.
   std::span<const float> memory() const { return memory_; }
@@ -99,6 +105,9 @@ class MemorySession final : public engine::Session {
   absl::Status FoldIfFull();
   // Step 2: the memory's K/V into the (cleared) cache's prefix segment.
   absl::Status ExpandMemory();
+  // The K/V of sink ids (the first S tokens: into the prefix, causal, position 0). The
+  // caller keeps sinks_ in sync.
+  absl::Status ForwardSinks(std::span<const int32_t> ids, bool want_logits);
   // Step 3: appends the K/V of `ids` = window entries [first, first + n) to the cache,
   // keeping the hidden rows of entries < C and, if `want_logits`, the last row's logits.
   // The caller keeps window_ in sync.
@@ -112,9 +121,11 @@ class MemorySession final : public engine::Session {
   bool fp16_memory_;
   int window_size_, chunk_size_, mem_slots_, hidden_size_, vocab_size_;
   int input_layers_, hidden_width_;  // hidden_width_ = input_layers * hidden_size
+  int sink_tokens_;                  // S
 
   std::unique_ptr<engine::KvCache> cache_;
   std::vector<float> memory_;        // [0 or M, d]
+  std::vector<int32_t> sinks_;       // the first S ids of the session; capacity S
   std::vector<int32_t> window_;      // window ids, oldest first; capacity W + C
   std::vector<float> chunk_hidden_;  // [C, hidden_width]: hidden rows of window entries < C
   std::vector<float> logits_;        // [vocab_size]
@@ -130,6 +141,7 @@ class MemorySession final : public engine::Session {
   std::vector<float> new_memory_;    // [M, d]
   int32_t pending_token_ = 0;        // PrepareAppend -> FinishAppend
   bool pending_hidden_ = false;
+  bool pending_sink_ = false;
 };
 
 // The one factory for every KV mode, for the CLI (`kvfold generate|logits`) and the

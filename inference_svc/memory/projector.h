@@ -55,6 +55,21 @@ struct ProjectorConfig {
   // "window_policy" in the file; absent = growing (written only when sliding, so older
   // files keep their bytes and fingerprints). Default: kGrowing.
   WindowPolicy window_policy = WindowPolicy::kGrowing;
+  // S: the first S tokens of a session are never folded and stay resident in front of the
+  // memory (docs/memory-mode.md "Sink tokens"). "sink_tokens" in the file; absent = 0
+  // (written only when > 0, so older files keep their bytes). Default: 0.
+  int sink_tokens = 0;
+  // G: positions left free between the prefix (sinks and memory, position 0) and the
+  // window, whose token i then sits at position 1 + G + i, so the prefix reads as text
+  // from further back (docs/memory-mode.md "Prefix gap"). "prefix_gap" in the file; absent
+  // = 0 (written only when > 0). Default: 0.
+  int prefix_gap = 0;
+  // memory_only's window: 0 = the tokens since the last fold (0..C, resident S + M + C);
+  // 1..C = the last memory_only_window tokens always stay visible, sliding, so the window
+  // never runs empty after a fold (resident S + M + memory_only_window; docs/memory-mode.md
+  // "Modes"). "memory_only_window" in the file; absent = 0 (written only when > 0).
+  // Default: 0.
+  int memory_only_window = 0;
   std::string dtype = "f32";  // dtype the tensors were written in (informational)
   float ln_eps = 1e-5f;    // LayerNorm epsilon
   std::string model_fingerprint;  // hex sha256 of the base model (kvfold info --json)
@@ -63,9 +78,15 @@ struct ProjectorConfig {
   int ffn_size() const { return ffn_mult * hidden_size; }
   // Width of one hidden-state row handed to Forward(): input_layers * hidden_size.
   int input_width() const { return input_layers * hidden_size; }
-  // Memory mode's largest resident KV entries: M + W + C (growing) or M + W (sliding).
+  // Memory mode's largest resident KV entries: S + M + W + C (growing) or S + M + W
+  // (sliding).
   int kv_budget() const {
-    return mem_slots + window_size + (window_policy == WindowPolicy::kSliding ? 0 : chunk_size);
+    return sink_tokens + mem_slots + window_size +
+           (window_policy == WindowPolicy::kSliding ? 0 : chunk_size);
+  }
+  // memory_only's: S + M + C, or S + M + memory_only_window when that is set.
+  int memory_only_budget() const {
+    return sink_tokens + mem_slots + (memory_only_window > 0 ? memory_only_window : chunk_size);
   }
 };
 

@@ -67,6 +67,20 @@ absl::StatusOr<ProjectorConfig> ParseProjectorConfig(std::string_view json_text)
           "projector.json: the sliding window policy needs window_size >= 1");
     }
   }
+  if (j.contains("sink_tokens")) {
+    if (auto s = ReadInt(j, "sink_tokens", 0, &c.sink_tokens); !s.ok()) return s;
+  }
+  if (j.contains("prefix_gap")) {
+    if (auto s = ReadInt(j, "prefix_gap", 0, &c.prefix_gap); !s.ok()) return s;
+  }
+  if (j.contains("memory_only_window")) {
+    if (auto s = ReadInt(j, "memory_only_window", 0, &c.memory_only_window); !s.ok()) return s;
+    if (c.memory_only_window > c.chunk_size) {
+      return absl::InvalidArgumentError(
+          absl::StrCat("projector.json: 'memory_only_window' = ", c.memory_only_window,
+                       " exceeds chunk_size ", c.chunk_size));
+    }
+  }
   if (c.hidden_size % c.num_heads != 0) {
     return absl::InvalidArgumentError(absl::StrCat("projector.json: num_heads ", c.num_heads,
                                                    " does not divide hidden_size ", c.hidden_size));
@@ -109,6 +123,9 @@ std::string ProjectorConfigJson(const ProjectorConfig& c) {
   // The shortest decimal that round-trips the float (1e-05, not 9.99999974e-06).
   j["ln_eps"] = std::strtod(absl::StrFormat("%.8g", c.ln_eps).c_str(), nullptr);
   if (c.window_policy != WindowPolicy::kGrowing) j["window_policy"] = WindowPolicyName(c.window_policy);
+  if (c.sink_tokens > 0) j["sink_tokens"] = c.sink_tokens;
+  if (c.prefix_gap > 0) j["prefix_gap"] = c.prefix_gap;
+  if (c.memory_only_window > 0) j["memory_only_window"] = c.memory_only_window;
   j["model_fingerprint"] = c.model_fingerprint;
   return j.dump(2) + "\n";
 }

@@ -2,7 +2,8 @@
 (decode path, several folds) vs the PyTorch student (kvfold_torch.memory) on a random tiny
 model and a random projector: max abs error < 1e-4 in fp32. Two projectors: one written by
 C++ `make_random_projector` (when built) and one exported by the PyTorch side (so both the
-loader and the exporter are held to docs/contracts.md), input_layers 1 and 3.
+loader and the exporter are held to docs/contracts.md), input_layers 1 and 3, both window
+policies, with and without sink tokens.
 
 fp16 memory: the C++ session rounds every new memory to fp16 (MemorySessionOptions::
 fp16_memory, default on) and the student mirrors it. Rounding turns a 1e-6 fp32 difference
@@ -71,17 +72,19 @@ def engine_logits(model_dir, vocab, proj_dir, toks, mode):
     return np.fromfile(out, dtype="<f4").reshape(len(toks), vocab)
 
 
-def python_projector(shape, input_layers, seed, window_policy="growing"):
+def python_projector(shape, input_layers, seed, window_policy="growing", sink_tokens=0,
+                     prefix_gap=0):
     model_dir, model = get_model(shape)
     p = projector.MemoryProjector(mem_slots=5, hidden_size=model.cfg.hidden_size, num_heads=4,
                                   ffn_mult=4, chunk_size=6, window_size=10,
                                   input_layers=input_layers, embed_rms=0.5, seed=seed,
-                                  window_policy=window_policy)
+                                  window_policy=window_policy, sink_tokens=sink_tokens,
+                                  prefix_gap=prefix_gap)
     g = torch.Generator().manual_seed(seed)
     with torch.no_grad():
         for prm in p.parameters():
             prm.add_(torch.randn(prm.shape, generator=g) * 0.05)
-    d = os.path.join(TMP, f"proj_py_{input_layers}_{window_policy}")
+    d = os.path.join(TMP, f"proj_py_{input_layers}_{window_policy}_{sink_tokens}_{prefix_gap}")
     p.save(d, fingerprint(model_dir))
     return d
 
@@ -93,14 +96,15 @@ def compare(shape, proj_dir, label):
     g = np.random.default_rng(3)
     toks = [1] + g.integers(3, vocab, size=70).tolist()  # several folds
     C = p.config["chunk_size"]
+    S = memory.sink_count(p)
     for mode, W in (("memory", p.config["window_size"]), ("memory_only", 0)):
         with torch.no_grad():
             want = memory.memory_logits(model, p, torch.tensor([toks]), window_size=W,
                                         fp16_memory=not FP32_FLAG)[0].numpy()
         got = engine_logits(model_dir, vocab, proj_dir, toks, mode)
-        folds = (len(toks) - W) // C
+        folds = (len(toks) - S - W) // C
         assert folds >= 3, folds
-        second = W + 2 * C  # first row computed with the second memory
+        second = S + W + 2 * C  # first row computed with the second memory
         err = np.abs(got - want).max(axis=1)
         early, late = float(err[:second].max()), float(err[second:].max())
         print(f"  {label} {mode}: {folds} folds, max abs err before 2nd fold {early:.3g}, "
@@ -123,6 +127,18 @@ def test_sliding_window_policy():
             "sliding policy input_layers=3")
 
 
+def test_sink_tokens():
+    """Memory with sink tokens (the first S tokens resident in front of the memory, all at
+    position 0, causal among themselves) under both window policies, and a prefix gap
+    (window token i at position 1 + G + i)."""
+    compare("tiny", python_projector("tiny", 1, 9, "sliding", sink_tokens=4),
+            "sliding policy, 4 sink tokens")
+    compare("tiny", python_projector("tiny", 1, 11, "sliding", sink_tokens=2, prefix_gap=40),
+            "sliding policy, 2 sink tokens, prefix gap 40")
+    compare("tiny-odd", python_projector("tiny-odd", 3, 10, "growing", sink_tokens=1),
+            "growing policy, 1 sink token, input_layers=3")
+
+
 def test_cpp_random_projector():
     if not args.make_random_projector or not os.path.exists(args.make_random_projector):
         print("  (make_random_projector not built; skipped this case)")
@@ -135,5 +151,5 @@ def test_cpp_random_projector():
 
 
 if __name__ == "__main__":
-    run_main([test_python_exported_projector, test_sliding_window_policy,
+    run_main([test_python_exported_projector, test_sliding_window_policy, test_sink_tokens,
               test_cpp_random_projector])

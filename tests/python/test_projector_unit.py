@@ -4,6 +4,8 @@
    over several folds (memory and memory_only, input_layers 1 and 3);
  * the sliding window policy (mem + the last W tokens) against a per-row construction of
    each row's visible tokens and positions;
+ * sink tokens in memory mode: segment form = decode loop; one sink before the first fold
+   = full mode;
  * with a window covering the whole sequence, memory mode equals full mode (positions
    shifted by one; RoPE is relative) and sliding/sink equal full;
  * gradient checkpointing gives the same gradients, bf16 autocast runs; the streamed
@@ -31,10 +33,13 @@ MODEL_1LAYER = llama.random_model(
                       num_kv_heads=2, vocab_size=97, qkv_bias=True), seed=4)
 
 
-def make_proj(input_layers=1, W=8, C=5, seed=1, window_policy="growing"):
+def make_proj(input_layers=1, W=8, C=5, seed=1, window_policy="growing", sink_tokens=0,
+              prefix_gap=0, memory_only_window=0):
     p = projector.MemoryProjector(mem_slots=3, hidden_size=48, num_heads=4, ffn_mult=2,
                                   chunk_size=C, window_size=W, input_layers=input_layers,
-                                  embed_rms=0.7, seed=seed, window_policy=window_policy)
+                                  embed_rms=0.7, seed=seed, window_policy=window_policy,
+                                  sink_tokens=sink_tokens, prefix_gap=prefix_gap,
+                                  memory_only_window=memory_only_window)
     with torch.no_grad():
         for prm in p.parameters():
             prm.add_(torch.randn(prm.shape, generator=torch.Generator().manual_seed(9)) * 0.05)
@@ -105,6 +110,55 @@ def test_sliding_policy_against_naive():
             err = (logits[0, -1] - got[t]).abs().max().item()
             assert err < 1e-5, (t, err)
         assert folds >= 5, folds
+
+
+def test_sink_tokens_teacher_forced_equals_decode():
+    """Memory with S sink tokens: the segment form equals the decode loop over several folds
+    (growing, sliding, memory_only); with S = 1 and no fold yet, the sink is BOS at position
+    0 and window token i sits at position i + 1, i.e. exactly full mode; the sinks change
+    every logit after the first fold (they are attended to) and survive a file round trip."""
+    g = torch.Generator().manual_seed(6)
+    toks = torch.randint(3, 97, (1, 43), generator=g)
+    for policy, W, S, G in (("growing", 8, 1, 0), ("sliding", 7, 3, 0), ("growing", 0, 2, 0),
+                            ("sliding", 7, 2, 30)):
+        p = make_proj(1, W=W, C=4, window_policy=policy, sink_tokens=S, prefix_gap=G)
+        with torch.no_grad():
+            a = memory.memory_logits(MODEL, p, toks)[0]
+            b = memory.naive_memory_decode(MODEL, p, toks[0].tolist())
+            assert a.shape[0] == toks.shape[1]
+            err = (a - b).abs().max().item()
+            assert err < 1e-5, (policy, W, S, err)
+            q = make_proj(1, W=W, C=4, window_policy=policy)
+            plain = memory.memory_logits(MODEL, q, toks)[0]
+            assert (a[S + W + 4:] - plain[S + W + 4:]).abs().min(dim=-1).values.max() > 0
+    p = make_proj(1, W=8, C=4, sink_tokens=1)
+    with torch.no_grad():
+        a = memory.memory_logits(MODEL, p, toks)[0]
+        full = memory.full_logits(MODEL, toks)[0]
+    assert (a[:1 + 8 + 4] - full[:1 + 8 + 4]).abs().max().item() < 1e-5
+    d = tempfile.mkdtemp()
+    p.save(d, "cd" * 32)
+    assert projector.MemoryProjector.load(d).config["sink_tokens"] == 1
+    q = make_proj(1, W=8, C=4)
+    q.save(d, "cd" * 32)
+    assert "sink_tokens" not in projector.MemoryProjector.load(d).config
+
+
+def test_memory_only_window():
+    """memory_only with memory_only_window Wo: the segment form equals the decode loop, and
+    it is memory mode with W = Wo under the sliding policy (the last Wo tokens visible)."""
+    g = torch.Generator().manual_seed(7)
+    toks = torch.randint(3, 97, (1, 40), generator=g)
+    p = make_proj(1, W=8, C=4, memory_only_window=4)
+    q = make_proj(1, W=4, C=4, window_policy="sliding")
+    with torch.no_grad():
+        a = memory.memory_logits(MODEL, p, toks, window_size=0)[0]
+        b = memory.naive_memory_decode(MODEL, p, toks[0].tolist(), window_size=0)
+        c = memory.memory_logits(MODEL, q, toks)[0]
+        plain = memory.memory_logits(MODEL, make_proj(1, W=8, C=4), toks, window_size=0)[0]
+    assert (a - b).abs().max().item() < 1e-5
+    assert (a - c).abs().max().item() < 1e-6
+    assert (a[8:] - plain[8:]).abs().max().item() > 1e-3
 
 
 def test_grad_checkpoint_and_bf16():
@@ -259,7 +313,9 @@ def test_llama2c_rope_permutation():
 
 if __name__ == "__main__":
     run_main([test_projector_file_roundtrip, test_teacher_forced_equals_decode,
-              test_sliding_policy_against_naive, test_grad_checkpoint_and_bf16,
+              test_sliding_policy_against_naive, test_sink_tokens_teacher_forced_equals_decode,
+              test_memory_only_window,
+              test_grad_checkpoint_and_bf16,
               test_stream_batches_resume, test_no_fold_equals_full, test_sink_against_naive,
               test_long_document_chunking_is_exact, test_hf_dir_and_ref_logits_cli,
               test_llama2c_rope_permutation])

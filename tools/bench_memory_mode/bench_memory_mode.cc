@@ -264,6 +264,7 @@ int Main() {
   out["projector"] = {{"source", projector_source}, {"mem_slots", pc.mem_slots},
                       {"window_size", pc.window_size}, {"chunk_size", pc.chunk_size},
                       {"window_policy", memory::WindowPolicyName(pc.window_policy)},
+                      {"sink_tokens", pc.sink_tokens},
                       {"kv_budget", pc.kv_budget()}};
   out["sliding_sink_window"] = SlidingWindow(*projector);
   out["sink_tokens"] = absl::GetFlag(FLAGS_sink);

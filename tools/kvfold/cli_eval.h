@@ -96,6 +96,7 @@ struct Report {
   int64_t beyond_budget_from = 0;  // the budget
   int64_t head_limit = 0;          // full mode's max_tokens (0: full not evaluated)
   int mem_slots = 0, window_size = 0, chunk_size = 0;
+  int sink_tokens = 0;  // the projector's sink tokens S (memory modes)
   int64_t bucket_size = 0;
   int64_t bucket_stride = 1;  // Markdown shows every bucket_stride-th bucket (and the last)
   bool recall = false;

@@ -106,7 +106,8 @@ std::string MarkdownReport(const Report& r) {
   if (r.kv_dtype != "f32") absl::StrAppend(&out, "kv cache: ", r.kv_dtype, "\n");
   if (!r.projector.empty()) {
     absl::StrAppend(&out, "projector: ", r.projector_label, " (", r.projector, "; M = ",
-                    r.mem_slots, ", W = ", r.window_size, ", C = ", r.chunk_size, ")\n");
+                    r.mem_slots, ", W = ", r.window_size, ", C = ", r.chunk_size,
+                    r.sink_tokens > 0 ? absl::StrCat(", S = ", r.sink_tokens) : "", ")\n");
   }
   absl::StrAppend(&out, "text: ", r.text, ": ", r.num_docs, " document(s), ", r.num_tokens,
                   " tokens; ", absl::StrFormat("%.1f", r.seconds), " s\n\n");
@@ -188,7 +189,7 @@ std::string JsonReport(const Report& r) {
                   JsonString(r.projector), ",\n \"projector_label\": ",
                   JsonString(r.projector_label), ",\n \"mem_slots\": ", r.mem_slots,
                   ", \"window_size\": ", r.window_size, ", \"chunk_size\": ", r.chunk_size,
-                  ",\n \"text\": ", JsonString(r.text), ",\n \"documents\": ", r.num_docs,
+                  ", \"sink_tokens\": ", r.sink_tokens, ",\n \"text\": ", JsonString(r.text), ",\n \"documents\": ", r.num_docs,
                   ", \"tokens\": ", r.num_tokens, ",\n \"beyond_window_from\": ",
                   r.beyond_window_from, ", \"beyond_budget_from\": ", r.beyond_budget_from,
                   ", \"head_limit\": ", r.head_limit,

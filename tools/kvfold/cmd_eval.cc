@@ -42,6 +42,11 @@ constexpr char kUsage[] =
     "--per-token OUT: TSV doc, pos, token, NLL per mode. Markdown to stdout, progress to\n"
     "stderr.\n";
 
+// "S sinks + " when the projector keeps sink tokens, else empty.
+std::string SinkTerm(const eval::Report& r) {
+  return r.sink_tokens > 0 ? absl::StrCat(r.sink_tokens, " sinks + ") : std::string();
+}
+
 absl::StatusOr<std::string> ReadFile(const std::string& path, const char* flag) {
   std::ifstream in(path, std::ios::binary);
   if (!in) return absl::NotFoundError(absl::StrCat("cannot open ", flag, " ", path));
@@ -194,6 +199,7 @@ int RunEval(int argc, char** argv) {
     report.mem_slots = pc.mem_slots;
     report.window_size = pc.window_size;
     report.chunk_size = pc.chunk_size;
+    report.sink_tokens = pc.sink_tokens;
   }
   const int64_t mem_budget =
       loaded->projector ? loaded->projector->config().kv_budget() : int64_t{0};
@@ -230,16 +236,22 @@ int RunEval(int argc, char** argv) {
       case engine::KvMode::kMemory:
         m.budget = mem_budget;
         m.budget_text =
-            mem_budget == report.mem_slots + report.window_size
-                ? absl::StrCat(report.mem_slots, " + ", report.window_size, " (sliding) = ",
-                               mem_budget)
-                : absl::StrCat(report.mem_slots, " + ", report.window_size, " + ",
-                               report.chunk_size, " = ", mem_budget);
+            mem_budget == report.sink_tokens + report.mem_slots + report.window_size
+                ? absl::StrCat(SinkTerm(report), report.mem_slots, " + ", report.window_size,
+                               " (sliding) = ", mem_budget)
+                : absl::StrCat(SinkTerm(report), report.mem_slots, " + ", report.window_size,
+                               " + ", report.chunk_size, " = ", mem_budget);
         break;
-      case engine::KvMode::kMemoryOnly:
-        m.budget = report.mem_slots + report.chunk_size;
-        m.budget_text = absl::StrCat(report.mem_slots, " + ", report.chunk_size, " = ", m.budget);
+      case engine::KvMode::kMemoryOnly: {
+        const memory::ProjectorConfig& pc = loaded->projector->config();
+        m.budget = pc.memory_only_budget();
+        m.budget_text = absl::StrCat(
+            SinkTerm(report), report.mem_slots, " + ",
+            pc.memory_only_window > 0 ? absl::StrCat(pc.memory_only_window, " (sliding)")
+                                      : absl::StrCat(report.chunk_size),
+            " = ", m.budget);
         break;
+      }
     }
   }
 

@@ -7,7 +7,8 @@ Same model, same held-out text, same positions for every mode:
   sink          `sink` first tokens + the last `budget - sink` tokens
   memory        M memory slots + a window of up to W + C tokens (budget M + W + C), or
                 with the projector's sliding window policy the last W tokens (budget M + W)
-  memory_only   M memory slots + the tokens since the last fold (W = 0; budget M + C)
+  memory_only   M memory slots + the tokens since the last fold (W = 0; budget M + C), or
+                the last memory_only_window tokens (budget M + memory_only_window)
 Metrics (nats/token): NLL over all predicted positions, over positions beyond the budget
 (rows t >= budget, where every bounded mode has lost context), and the recall probe: rows
 t >= budget whose target is a word-initial content token (a name or noun-like piece) that
@@ -175,10 +176,14 @@ def long_doc(model, proj, ids, a):
 
 
 def _memory_stream_nll(model, proj, ids, window_size):
+    if memory.sink_count(proj) or memory.prefix_gap(proj):
+        raise SystemExit("--long with sink tokens or a prefix gap: use kvfold eval --buckets "
+                         "(docs/eval.md)")
     W = proj.config["window_size"] if window_size is None else window_size
     C = proj.config["chunk_size"]
     L = proj.config["input_layers"]
     band = memory.window_band(proj, W)
+    W = memory.effective_window(proj, W)
     toks = torch.tensor([ids])
     N = len(ids)
     out, mem, k = [], None, 0
@@ -233,8 +238,9 @@ def main():
     proj = projector.MemoryProjector.load(a.projector).eval()
     cfg = proj.config
     sliding_policy = memory.window_band(proj, cfg["window_size"]) > 0
+    sinks = memory.sink_count(proj)
     if not a.budget:
-        a.budget = cfg["mem_slots"] + cfg["window_size"]
+        a.budget = sinks + cfg["mem_slots"] + cfg["window_size"]
         if not sliding_policy:
             a.budget += cfg["chunk_size"]
     modes = a.modes.split(",")
@@ -249,7 +255,12 @@ def main():
     budgets = {"full": "all", "sliding": str(a.budget), "sink": f"{a.sink} + {a.budget - a.sink}",
                "memory": (f"{cfg['mem_slots']} + {cfg['window_size']}" if sliding_policy else
                           f"{cfg['mem_slots']} + {cfg['window_size']} + {cfg['chunk_size']}"),
-               "memory_only": f"{cfg['mem_slots']} + {cfg['chunk_size']}"}
+               "memory_only": (f"{cfg['mem_slots']} + {cfg['memory_only_window']} (sliding)"
+                               if cfg.get("memory_only_window") else
+                               f"{cfg['mem_slots']} + {cfg['chunk_size']}")}
+    if sinks:
+        budgets = {m: (f"{sinks} sinks + {b}" if m.startswith("memory") else b)
+                   for m, b in budgets.items()}
     full_b = res["full"]["beyond"]["nll"] if "full" in res else float("nan")
     print(f"| mode | KV budget | NLL all | NLL beyond {a.budget} | vs full (beyond) | "
           f"recall probe NLL (content words) | recall probe NLL (any token) |")

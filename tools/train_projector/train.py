@@ -72,6 +72,10 @@ def parse_args(argv=None):
     ap.add_argument("--window-policy", default="growing", choices=["growing", "sliding"],
                     help="growing: the window holds W..W + C tokens (budget M + W + C); "
                     "sliding: always the last W tokens (budget M + W)")
+    ap.add_argument("--sink-tokens", type=int, default=0,
+                    help="S: the first S tokens of a session stay resident (never folded)")
+    ap.add_argument("--prefix-gap", type=int, default=0,
+                    help="G: window token i at position 1 + G + i (the prefix stays at 0)")
     ap.add_argument("--steps", type=int, default=600)
     ap.add_argument("--stop-at", type=int, default=0,
                     help="end after this step (the lr schedule still spans --steps); the "
@@ -196,12 +200,13 @@ def distill_loss(student, teacher, tokens, weights, T, a_nll, a_kl):
     return loss, nll_m.detach(), kl_m.detach()
 
 
-def row_weights(tokens, valid, W, C, recall_w, band=0):
+def row_weights(tokens, valid, W, C, recall_w, band=0, sinks=0):
+    """Rows whose context reaches past the first fold (t >= S + W + C) count."""
     B, N = tokens.shape
     rows = torch.arange(N)[None, :].expand(B, N)
     nxt_valid = torch.zeros_like(valid)
     nxt_valid[:, :-1] = valid[:, 1:]
-    w = ((rows >= W + C) & nxt_valid).float()
+    w = ((rows >= sinks + W + C) & nxt_valid).float()
     if recall_w:
         w = w * (1 + recall_w * recall_mask(tokens, W, C, band).float())
     return w
@@ -219,7 +224,8 @@ def validate(model, proj, docs, W, C, batch, args):
     tot_m = tot_f = n = 0.0
     for i in range(0, len(docs), batch):
         t, valid = batch_tokens(docs, list(range(i, min(i + batch, len(docs)))))
-        w = row_weights(t, valid, W, C, 0.0)[:, :-1].to(args.device)
+        w = row_weights(t, valid, W, C, 0.0, 0, memory.sink_count(proj))[:, :-1]
+        w = w.to(args.device)
         t = t.to(args.device)
         tgt = t[:, 1:]
         with autocast(args):
@@ -255,7 +261,7 @@ def main(argv=None):
     model = llama.load_model(args.model)
     model.to_device(args.device, torch.bfloat16 if args.bf16 else None)
     tok = load_tokenizer(args)
-    need = W + C + 2
+    need = args.sink_tokens + W + C + 2
     stream = None
     if args.stream:
         paths = args.text.split(",")
@@ -280,7 +286,9 @@ def main(argv=None):
     proj = projector.MemoryProjector(args.mem_slots, model.cfg.hidden_size, args.heads,
                                      args.ffn_mult, C, W, args.input_layers,
                                      embed_rms=embed_rms, seed=args.seed,
-                                     window_policy=args.window_policy).to(args.device)
+                                     window_policy=args.window_policy,
+                                     sink_tokens=args.sink_tokens,
+                                     prefix_gap=args.prefix_gap).to(args.device)
     if args.init_from:
         src = projector.MemoryProjector.load(args.init_from).state_dict()
         src["queries"] = src["queries"][:args.mem_slots]
@@ -329,7 +337,7 @@ def main(argv=None):
         Wb = 0 if step_rng.random() < args.memory_only_frac else W
         tokens, valid = batch_tokens(docs, idx)
         weights = row_weights(tokens, valid, Wb, C, args.recall_weight,
-                              memory.window_band(proj, Wb)).to(args.device)
+                              memory.window_band(proj, Wb), args.sink_tokens).to(args.device)
         tokens = tokens.to(args.device)
         for g in opt.param_groups:
             g["lr"] = lr_at(step, args)

@@ -180,8 +180,32 @@ TEST(MemoryBlockTest, InconsistentBlocksAreInvalidArgument) {
             StatusCode::kInvalidArgument);  // out of vocab
   EXPECT_EQ(resealed(block, [](MemoryBlock* b) { b->header.set_window_token_ids(1, -1); }),
             StatusCode::kInvalidArgument);
+  EXPECT_EQ(resealed(block, [](MemoryBlock* b) {
+              b->header.set_kv_mode(v1::KV_MODE_MEMORY_ONLY);
+              b->header.set_window_size(9);
+            }),
+            StatusCode::kInvalidArgument);  // memory_only with W = 9 > C = 8
   EXPECT_EQ(resealed(block, [](MemoryBlock* b) { b->header.set_kv_mode(v1::KV_MODE_MEMORY_ONLY); }),
-            StatusCode::kInvalidArgument);  // memory_only with W = 6
+            StatusCode::kOk);  // memory_only with W = 6 <= C: its memory_only_window
+  // Memory modes may keep sink ids (the projector's sink tokens); they count in the total.
+  EXPECT_EQ(resealed(block, [](MemoryBlock* b) {
+              b->header.set_sink_tokens(2);
+              b->header.add_sink_token_ids(3);
+              b->header.add_sink_token_ids(4);
+              b->header.set_total_tokens(b->header.total_tokens() + 2);
+            }),
+            StatusCode::kOk);
+  EXPECT_EQ(resealed(block, [](MemoryBlock* b) {
+              b->header.set_sink_tokens(2);
+              b->header.add_sink_token_ids(3);
+              b->header.add_sink_token_ids(4);
+            }),
+            StatusCode::kInvalidArgument);  // total != folded + window + sinks
+  EXPECT_EQ(resealed(block, [](MemoryBlock* b) {
+              b->header.add_sink_token_ids(3);
+              b->header.set_total_tokens(b->header.total_tokens() + 1);
+            }),
+            StatusCode::kInvalidArgument);  // more sink ids than sink_tokens (0)
   EXPECT_EQ(resealed(block, [](MemoryBlock* b) { b->header.set_kv_mode(v1::KV_MODE_FULL); }),
             StatusCode::kInvalidArgument);  // a plain mode carrying memory
   EXPECT_EQ(resealed(block, [](MemoryBlock* b) { b->payload[0] = 0x00; b->payload[1] = 0x7c; }),

@@ -33,7 +33,9 @@ std::unique_ptr<Fixture> MakeEngine(uint32_t seed) {
 
 std::unique_ptr<Projector> MakeProjector(const engine::Engine& engine, int window, int chunk,
                                          int input_layers = 1,
-                                         WindowPolicy policy = WindowPolicy::kGrowing) {
+                                         WindowPolicy policy = WindowPolicy::kGrowing,
+                                         int sink_tokens = 0, int prefix_gap = 0,
+                                         int memory_only_window = 0) {
   ProjectorConfig c;
   c.mem_slots = 5;
   c.hidden_size = engine.config().hidden_size;
@@ -43,6 +45,9 @@ std::unique_ptr<Projector> MakeProjector(const engine::Engine& engine, int windo
   c.chunk_size = chunk;
   c.input_layers = input_layers;
   c.window_policy = policy;
+  c.sink_tokens = sink_tokens;
+  c.prefix_gap = prefix_gap;
+  c.memory_only_window = memory_only_window;
   c.model_fingerprint = engine.fingerprint();
   auto p = Projector::FromTensors(c, RandomProjectorTensors(c, 1.0f, 77), "projector-77");
   EXPECT_TRUE(p.ok()) << p.status();
@@ -91,17 +96,23 @@ TEST(MemoryModeTest, NoFoldEqualsFullMode) {
   EXPECT_EQ(static_cast<MemorySession*>(memory.get())->tokens_folded(), 0);
 }
 
-// A memory mode under one of the projector's window policies.
+// A memory mode under one of the projector's window policies, with S sink tokens, a
+// prefix gap G and memory_only's window Wo.
 struct ModeAndPolicy {
   KvMode mode;
   WindowPolicy policy;
+  int sink_tokens = 0;
+  int prefix_gap = 0;
+  int memory_only_window = 0;
 };
 
 class MemoryModeParamTest : public ::testing::TestWithParam<ModeAndPolicy> {};
 
 TEST_P(MemoryModeParamTest, PrefillEqualsTokenByTokenDecode) {
   auto f = MakeEngine(2);
-  auto projector = MakeProjector(*f->engine, 9, 6, /*input_layers=*/3, GetParam().policy);
+  auto projector = MakeProjector(*f->engine, 9, 6, /*input_layers=*/3, GetParam().policy,
+                                 GetParam().sink_tokens, GetParam().prefix_gap,
+                                 GetParam().memory_only_window);
   auto a = NewSession(f->engine.get(), projector.get(), GetParam().mode);
   auto b = NewSession(f->engine.get(), projector.get(), GetParam().mode);
   const auto ids = RandomIds(61, f->model.config.vocab_size, 3);  // several folds
@@ -112,6 +123,8 @@ TEST_P(MemoryModeParamTest, PrefillEqualsTokenByTokenDecode) {
   ASSERT_TRUE(sa.ok() && sb.ok());
   EXPECT_EQ(sa->memory, sb->memory);
   EXPECT_EQ(sa->window_token_ids, sb->window_token_ids);
+  EXPECT_EQ(sa->sink_token_ids, sb->sink_token_ids);
+  EXPECT_EQ(sa->sink_token_ids.size(), static_cast<size_t>(GetParam().sink_tokens));
   EXPECT_EQ(sa->tokens_folded, sb->tokens_folded);
   EXPECT_GT(sa->tokens_folded, 0);
   EXPECT_EQ(sa->total_tokens, 61);
@@ -122,15 +135,21 @@ TEST_P(MemoryModeParamTest, PrefillEqualsTokenByTokenDecode) {
 // equals the uninterrupted session token for token and logit for logit (bitwise).
 TEST_P(MemoryModeParamTest, ExportImportContinuesExactly) {
   const KvMode mode = GetParam().mode;
-  const int window = mode == KvMode::kMemory ? 10 : 0, chunk = 7;
+  const int window = mode == KvMode::kMemory ? 10 : GetParam().memory_only_window, chunk = 7;
   auto f = MakeEngine(4);
-  auto projector = MakeProjector(*f->engine, 10, chunk, 1, GetParam().policy);
-  const auto prompt = RandomIds(5, f->model.config.vocab_size, 5);
-  const int full_at = window + chunk + chunk;  // total tokens when the window is full again
-  for (int checkpoint_at : {full_at - 3, full_at, full_at + 1}) {
+  const int sinks = GetParam().sink_tokens;
+  auto projector = MakeProjector(*f->engine, 10, chunk, 1, GetParam().policy, sinks,
+                                 GetParam().prefix_gap, GetParam().memory_only_window);
+  const auto prompt = RandomIds(sinks > 1 ? sinks - 1 : 5, f->model.config.vocab_size, 5);
+  // Total tokens when the window is full again.
+  const int full_at = sinks + window + chunk + chunk;
+  std::vector<int> checkpoints = {full_at - 3, full_at, full_at + 1};
+  if (sinks > 1) checkpoints.push_back(sinks - 1);  // before the last sink
+  for (int checkpoint_at : checkpoints) {
     SCOPED_TRACE(::testing::Message() << "checkpoint after " << checkpoint_at << " tokens");
     auto live = NewSession(f->engine.get(), projector.get(), mode);
     ASSERT_TRUE(live->Prefill(prompt).ok());
+    ASSERT_LE(static_cast<int>(prompt.size()), checkpoint_at);
     Greedy(*live, checkpoint_at - static_cast<int>(prompt.size()), nullptr);
     ASSERT_EQ(live->TotalTokens(), checkpoint_at);
 
@@ -168,8 +187,10 @@ TEST_P(MemoryModeParamTest, ExportImportContinuesExactly) {
     const auto t_restored = Greedy(*restored, 3 * chunk + 2, &l_restored);
     EXPECT_EQ(t_live, t_restored);
     EXPECT_EQ(l_live, l_restored);
-    // Block size is the same at every checkpoint of the same phase: M x d x 2 bytes.
-    EXPECT_EQ(block->payload.size(), 5u * f->model.config.hidden_size * 2);
+    // Block size is the same at every checkpoint after the first fold: M x d x 2 bytes.
+    if (checkpoint_at >= full_at - chunk) {
+      EXPECT_EQ(block->payload.size(), 5u * f->model.config.hidden_size * 2);
+    }
   }
 }
 
@@ -178,11 +199,89 @@ INSTANTIATE_TEST_SUITE_P(
     ::testing::Values(ModeAndPolicy{KvMode::kMemory, WindowPolicy::kGrowing},
                       ModeAndPolicy{KvMode::kMemoryOnly, WindowPolicy::kGrowing},
                       ModeAndPolicy{KvMode::kMemory, WindowPolicy::kSliding},
-                      ModeAndPolicy{KvMode::kMemoryOnly, WindowPolicy::kSliding}),
+                      ModeAndPolicy{KvMode::kMemoryOnly, WindowPolicy::kSliding},
+                      ModeAndPolicy{KvMode::kMemory, WindowPolicy::kSliding, 3},
+                      ModeAndPolicy{KvMode::kMemory, WindowPolicy::kGrowing, 1},
+                      ModeAndPolicy{KvMode::kMemoryOnly, WindowPolicy::kGrowing, 2},
+                      ModeAndPolicy{KvMode::kMemory, WindowPolicy::kSliding, 2, 50},
+                      ModeAndPolicy{KvMode::kMemoryOnly, WindowPolicy::kGrowing, 0, 0, 5}),
     [](const auto& info) {
       return std::string(engine::KvModeName(info.param.mode)) + "_" +
-             WindowPolicyName(info.param.policy);
+             WindowPolicyName(info.param.policy) +
+             (info.param.sink_tokens > 0 ? "_sinks" + std::to_string(info.param.sink_tokens)
+                                         : "") +
+             (info.param.prefix_gap > 0 ? "_gap" + std::to_string(info.param.prefix_gap) : "") +
+             (info.param.memory_only_window > 0
+                  ? "_window" + std::to_string(info.param.memory_only_window)
+                  : "");
     });
+
+// Sink tokens: resident KV reaches exactly S + M + W (sliding), the sinks stay the session's
+// first S ids through every fold, and they change what the window rows see. With one sink
+// and a window covering the sequence, memory mode is full mode (BOS at position 0, window
+// token i at i + 1, as in full mode).
+TEST(MemoryModeTest, SinkTokensStayResidentAndCount) {
+  auto f = MakeEngine(9);
+  const int window = 11, chunk = 5, sinks = 3;
+  auto with = MakeProjector(*f->engine, window, chunk, 1, WindowPolicy::kSliding, sinks);
+  auto without = MakeProjector(*f->engine, window, chunk, 1, WindowPolicy::kSliding);
+  EXPECT_EQ(with->config().kv_budget(), sinks + 5 + window);
+  auto s = NewSession(f->engine.get(), with.get(), KvMode::kMemory);
+  auto p = NewSession(f->engine.get(), without.get(), KvMode::kMemory);
+  const auto ids = RandomIds(70, f->model.config.vocab_size, 11);
+  int64_t max_resident = 0;
+  bool differ = false;
+  for (int32_t id : ids) {
+    ASSERT_TRUE(s->Append(id).ok());
+    ASSERT_TRUE(p->Append(id).ok());
+    max_resident = std::max(max_resident, s->ResidentTokens());
+    differ |= !std::equal(s->Logits().begin(), s->Logits().end(), p->Logits().begin());
+  }
+  EXPECT_EQ(max_resident, with->config().kv_budget());
+  EXPECT_TRUE(differ);
+  auto* ms = static_cast<MemorySession*>(s.get());
+  EXPECT_GT(ms->tokens_folded(), 0);
+  EXPECT_EQ(std::vector<int32_t>(ms->sink_token_ids().begin(), ms->sink_token_ids().end()),
+            std::vector<int32_t>(ids.begin(), ids.begin() + sinks));
+  EXPECT_EQ(ms->TotalTokens(), ms->tokens_folded() + sinks +
+                                   static_cast<int64_t>(ms->window_token_ids().size()));
+  // A state with sinks does not import into a session without them, nor the reverse.
+  auto state = s->ExportState();
+  ASSERT_TRUE(state.ok());
+  EXPECT_EQ(NewSession(f->engine.get(), without.get(), KvMode::kMemory)->ImportState(*state).code(),
+            absl::StatusCode::kInvalidArgument);
+  auto plain_state = p->ExportState();
+  ASSERT_TRUE(plain_state.ok());
+  EXPECT_EQ(NewSession(f->engine.get(), with.get(), KvMode::kMemory)->ImportState(*plain_state).code(),
+            absl::StatusCode::kInvalidArgument);
+
+  // memory_only with memory_only_window Wo is memory mode with W = Wo, sliding: same
+  // logits, resident S + M + Wo at most.
+  auto only = MakeProjector(*f->engine, window, chunk, 1, WindowPolicy::kGrowing, sinks, 0, 4);
+  auto as_memory = MakeProjector(*f->engine, 4, chunk, 1, WindowPolicy::kSliding, sinks);
+  EXPECT_EQ(only->config().memory_only_budget(), sinks + 5 + 4);
+  auto o = NewSession(f->engine.get(), only.get(), KvMode::kMemoryOnly);
+  auto m = NewSession(f->engine.get(), as_memory.get(), KvMode::kMemory);
+  int64_t max_only = 0;
+  for (int32_t id : ids) {
+    ASSERT_TRUE(o->Append(id).ok());
+    ASSERT_TRUE(m->Append(id).ok());
+    max_only = std::max(max_only, o->ResidentTokens());
+    ASSERT_TRUE(std::equal(o->Logits().begin(), o->Logits().end(), m->Logits().begin()));
+  }
+  EXPECT_EQ(max_only, only->config().memory_only_budget());
+
+  auto one = MakeProjector(*f->engine, 200, 16, 1, WindowPolicy::kGrowing, 1);
+  auto memory = NewSession(f->engine.get(), one.get(), KvMode::kMemory);
+  auto full = NewSession(f->engine.get(), nullptr, KvMode::kFull);
+  ASSERT_TRUE(memory->Prefill(ids).ok());
+  ASSERT_TRUE(full->Prefill(ids).ok());
+  double max_err = 0;
+  for (size_t j = 0; j < full->Logits().size(); ++j) {
+    max_err = std::max<double>(max_err, std::abs(memory->Logits()[j] - full->Logits()[j]));
+  }
+  EXPECT_LT(max_err, 1e-5);
+}
 
 // The sliding window policy keeps at most M + W entries resident (the projector's KV
 // budget), reaches it, and its rows see exactly the last W tokens: with W covering the

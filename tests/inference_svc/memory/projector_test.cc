@@ -323,8 +323,23 @@ TEST(ProjectorTest, FileAndShapeErrors) {
   ASSERT_TRUE(WriteFileBytes(dir + "/projector.json", ProjectorConfigJson(c)).ok());
   EXPECT_EQ(Projector::Load(dir).status().code(), absl::StatusCode::kInvalidArgument);
 
-  // Forward with the wrong sizes.
+  // sink_tokens: optional, written only when > 0, round-trips, counts in the budget, and a
+  // negative count is refused.
   c.input_layers = 1;
+  EXPECT_EQ(ProjectorConfigJson(c).find("sink_tokens"), std::string::npos);
+  c.sink_tokens = 3;
+  auto parsed = ParseProjectorConfig(ProjectorConfigJson(c));
+  ASSERT_TRUE(parsed.ok()) << parsed.status();
+  EXPECT_EQ(parsed->sink_tokens, 3);
+  EXPECT_EQ(parsed->kv_budget(), c.kv_budget());
+  EXPECT_EQ(c.kv_budget(), 3 + c.mem_slots + c.window_size + c.chunk_size);
+  std::string negative = ProjectorConfigJson(c);
+  const std::string field = "\"sink_tokens\": 3";
+  negative.replace(negative.find(field), field.size(), "\"sink_tokens\": -1");
+  EXPECT_EQ(ParseProjectorConfig(negative).status().code(), absl::StatusCode::kInvalidArgument);
+  c.sink_tokens = 0;
+
+  // Forward with the wrong sizes.
   auto projector = Projector::FromTensors(c, tensors, "");
   ASSERT_TRUE(projector.ok());
   ProjectorScratch scratch;

@@ -21,6 +21,20 @@ fold into mem_{k+1}. Gradients flow through the chain of folds. memory_only is W
 Window policy "sliding" (projector.json `window_policy`): the same ids and folds, but a
 window row sees only the last W tokens (the KV cache keeps M + W entries, not M + W + C);
 the tokens between the window and the last fold are in neither until the next fold.
+
+Sink tokens (projector.json `sink_tokens` S, default 0): the first S tokens of the session
+are never folded and stay resident in front of the memory: the prefix is [S sink tokens,
+M memory vectors], all at position 0; sink i attends to sinks 0..i only (causal), memory
+rows to the sinks and to each other, window rows to the whole prefix. The window is the
+token stream after the sinks; folds, the window policy and W, C apply to it unchanged.
+
+Prefix gap (projector.json `prefix_gap` G, default 0): window token i sits at position
+1 + G + i instead of i + 1 (the prefix stays at 0), so sinks and memory read as text from
+further back.
+
+memory_only (window_size 0 below) keeps W = 0, or with projector.json `memory_only_window`
+Wo > 0 it is memory mode with W = Wo under the sliding policy: the last Wo tokens stay
+visible after every fold.
 """
 import torch
 
@@ -30,24 +44,43 @@ from .llama import Llama
 def window_band(projector, window_size):
     """Tokens a window row sees (0 = all of the window): W under the sliding window policy
     (the last W tokens, including the current one), else unbounded. memory_only (W = 0)
-    always grows."""
-    if window_size > 0 and projector.config.get("window_policy", "growing") == "sliding":
+    grows, or slides over memory_only_window tokens when that is set."""
+    if window_size == 0:
+        return projector.config.get("memory_only_window", 0)
+    if projector.config.get("window_policy", "growing") == "sliding":
         return window_size
     return 0
 
 
-def memory_mask(num_mem, n, band=0):
-    """[M + n, M + n] bool, True = may attend. band > 0: window row i sees window tokens
-    i - band + 1 .. i only."""
-    T = num_mem + n
+def effective_window(projector, window_size):
+    """W of the segments: window_size, or for memory_only (0) its memory_only_window."""
+    return window_size or projector.config.get("memory_only_window", 0)
+
+
+def sink_count(projector):
+    """S: the first S tokens of a session stay resident as sink tokens (0 = none)."""
+    return projector.config.get("sink_tokens", 0)
+
+
+def prefix_gap(projector):
+    """G: free positions between the prefix (position 0) and the first window token."""
+    return projector.config.get("prefix_gap", 0)
+
+
+def memory_mask(num_mem, n, band=0, num_sink=0):
+    """[S + M + n, S + M + n] bool, True = may attend. Prefix = S sinks (causal among
+    themselves) then M memory rows (see the sinks and each other); window rows see the whole
+    prefix and, with band > 0, window tokens i - band + 1 .. i only."""
+    P = num_sink + num_mem
+    T = P + n
     m = torch.zeros(T, T, dtype=torch.bool)
-    m[:num_mem, :num_mem] = True
-    m[num_mem:, :num_mem] = True
+    m[:num_sink, :num_sink] = torch.ones(num_sink, num_sink, dtype=torch.bool).tril()
+    m[num_sink:, :P] = True
     tok = torch.ones(n, n, dtype=torch.bool).tril()
     if band:
         idx = torch.arange(n)
         tok &= (idx[:, None] - idx[None, :]) < band
-    m[num_mem:, num_mem:] = tok
+    m[P:, P:] = tok
     return m
 
 
@@ -58,27 +91,37 @@ def round_memory(mem, fp16_memory=True):
     return mem + (mem.detach().half().float() - mem.detach())
 
 
-def forward_mem_window(model: Llama, mem, tokens, collect_layers=1, logits_from=0, band=0):
-    """Forward(mem, w). mem [B, M, d] or None; tokens [B, n] -> (logits [B, n - logits_from,
-    V] of window rows >= logits_from, hidden [B, n, d * collect_layers] of all window rows).
+def forward_mem_window(model: Llama, mem, tokens, collect_layers=1, logits_from=0, band=0,
+                       sink_ids=None, gap=0):
+    """Forward(sinks, mem, w). mem [B, M, d] or None; tokens [B, n]; sink_ids [B, S] or None
+    -> (logits [B, n - logits_from, V] of window rows >= logits_from, hidden [B, n,
+    d * collect_layers] of all window rows). logits_from < 0 also returns the logits of the
+    last -logits_from prefix rows (the sinks, when mem is None).
     band > 0 (sliding window policy): row i sees window tokens i - band + 1 .. i, and once
-    the band is full (i >= band) its query sits at position band for the memory keys, as the
-    engine's windowed positions (1 + i - lo) place it; window keys only need i - j."""
-    x = model.embed(tokens)
+    the band is full (i >= band) its query sits at position band for the prefix keys, as the
+    engine's windowed positions (1 + i - lo) place it; window keys only need i - j.
+    gap: window token i at position 1 + gap + i (a full band's query at band + gap)."""
+    parts = []
+    S = 0 if sink_ids is None else sink_ids.shape[1]
+    if S:
+        parts.append(model.embed(sink_ids))
     M = 0 if mem is None else mem.shape[1]
     if M:
-        x = torch.cat([mem, x], dim=1)
+        parts.append(mem)
+    parts.append(model.embed(tokens))
+    x = torch.cat(parts, dim=1) if len(parts) > 1 else parts[0]
     n = tokens.shape[1]
-    pos = torch.cat([torch.zeros(M, dtype=torch.int64), torch.arange(1, n + 1)])
+    P = S + M
+    pos = torch.cat([torch.zeros(P, dtype=torch.int64), torch.arange(1 + gap, n + 1 + gap)])
     sink = sink_rows = None
-    if band and M and n > band:
-        sink = (M, band - M + 1)  # fixed query position M + (band - M + 1) - 1 = band
-        sink_rows = torch.cat([torch.zeros(M, dtype=torch.bool), torch.arange(n) >= band])
-    logits, hiddens = model.forward(x, pos, memory_mask(M, n, band), sink=sink,
+    if band and P and n > band:
+        sink = (P, band + gap - P + 1)  # fixed query position band + gap
+        sink_rows = torch.cat([torch.zeros(P, dtype=torch.bool), torch.arange(n) >= band])
+    logits, hiddens = model.forward(x, pos, memory_mask(M, n, band, S), sink=sink,
                                     sink_rows=sink_rows, collect_layers=collect_layers,
-                                    logits_from=M + logits_from)
+                                    logits_from=P + logits_from)
     hidden = torch.cat(hiddens, dim=-1)
-    return logits, hidden[:, M:]
+    return logits, hidden[:, P:]
 
 
 def memory_logits(model: Llama, projector, tokens, window_size=None, chunk_size=None,
@@ -91,6 +134,11 @@ def memory_logits(model: Llama, projector, tokens, window_size=None, chunk_size=
     C = projector.config["chunk_size"] if chunk_size is None else chunk_size
     L = projector.config["input_layers"]
     band = window_band(projector, W)
+    W = effective_window(projector, W)
+    G = prefix_gap(projector)
+    S = min(sink_count(projector), tokens.shape[1])
+    sinks = tokens[:, :S] if S else None
+    tokens = tokens[:, S:]
     B, N = tokens.shape
     out = []
     mems = []
@@ -99,11 +147,11 @@ def memory_logits(model: Llama, projector, tokens, window_size=None, chunk_size=
     while True:
         s = k * C
         seg = tokens[:, s:s + W + C]
-        lf = 0 if k == 0 else W
+        lf = -S if k == 0 else W
         if grad_checkpoint and torch.is_grad_enabled():
-            logits, hidden = _checkpointed_segment(model, mem, seg, L, lf, band)
+            logits, hidden = _checkpointed_segment(model, mem, seg, L, lf, band, sinks, G)
         else:
-            logits, hidden = forward_mem_window(model, mem, seg, L, lf, band)
+            logits, hidden = forward_mem_window(model, mem, seg, L, lf, band, sinks, G)
         out.append(logits)
         if s + W + C >= N:
             break
@@ -111,17 +159,17 @@ def memory_logits(model: Llama, projector, tokens, window_size=None, chunk_size=
         mems.append(mem)
         k += 1
     res = torch.cat(out, dim=1)
-    assert res.shape[1] == N, (res.shape, N)
+    assert res.shape[1] == S + N, (res.shape, S + N)
     return (res, mems) if return_mems else res
 
 
-def _checkpointed_segment(model, mem, seg, L, lf, band):
+def _checkpointed_segment(model, mem, seg, L, lf, band, sinks, gap):
     from torch.utils.checkpoint import checkpoint
     if mem is None:
-        return checkpoint(lambda s: forward_mem_window(model, None, s, L, lf, band), seg,
-                          use_reentrant=False)
-    return checkpoint(lambda m, s: forward_mem_window(model, m, s, L, lf, band), mem, seg,
-                      use_reentrant=False)
+        return checkpoint(lambda s: forward_mem_window(model, None, s, L, lf, band, sinks, gap),
+                          seg, use_reentrant=False)
+    return checkpoint(lambda m, s: forward_mem_window(model, m, s, L, lf, band, sinks, gap),
+                      mem, seg, use_reentrant=False)
 
 
 def sliding_logits(model: Llama, tokens, window):
@@ -160,10 +208,18 @@ def naive_memory_decode(model: Llama, projector, tokens, window_size=None, chunk
     C = projector.config["chunk_size"] if chunk_size is None else chunk_size
     L = projector.config["input_layers"]
     band = window_band(projector, W)
-    mem, w, rows = None, [], []
+    W = effective_window(projector, W)
+    S = sink_count(projector)
+    mem, sinks, w, rows = None, [], [], []
     for t in tokens:
-        w.append(int(t))
-        logits, hidden = forward_mem_window(model, mem, torch.tensor([w]), L, band=band)
+        if len(sinks) < S:
+            sinks.append(int(t))
+        else:
+            w.append(int(t))
+        sink_ids = torch.tensor([sinks]) if sinks else None
+        logits, hidden = forward_mem_window(model, mem, torch.tensor([w], dtype=torch.int64),
+                                            L, -len(sinks) if mem is None else 0, band,
+                                            sink_ids, prefix_gap(projector))
         rows.append(logits[0, -1])
         if len(w) == W + C:
             mem = round_memory(projector(mem, hidden[:, :C]), fp16_memory)

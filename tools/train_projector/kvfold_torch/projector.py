@@ -57,7 +57,7 @@ class _FFN(nn.Module):
 class MemoryProjector(nn.Module):
     def __init__(self, mem_slots=16, hidden_size=64, num_heads=8, ffn_mult=4, chunk_size=32,
                  window_size=64, input_layers=1, ln_eps=1e-5, embed_rms=1.0, seed=0,
-                 window_policy="growing"):
+                 window_policy="growing", sink_tokens=0, prefix_gap=0, memory_only_window=0):
         super().__init__()
         assert hidden_size % num_heads == 0
         assert input_layers in (1, 3)
@@ -70,6 +70,13 @@ class MemoryProjector(nn.Module):
         }
         if window_policy != "growing":  # absent = growing (older files stay byte-identical)
             self.config["window_policy"] = window_policy
+        if sink_tokens:  # absent = 0 (likewise)
+            self.config["sink_tokens"] = sink_tokens
+        if prefix_gap:  # absent = 0 (likewise)
+            self.config["prefix_gap"] = prefix_gap
+        assert 0 <= memory_only_window <= chunk_size
+        if memory_only_window:  # absent = 0 (likewise)
+            self.config["memory_only_window"] = memory_only_window
         d = hidden_size
         g = torch.Generator().manual_seed(seed)
         with torch.random.fork_rng(devices=[]):
@@ -136,7 +143,10 @@ class MemoryProjector(nn.Module):
         p = MemoryProjector(cfg["mem_slots"], cfg["hidden_size"], cfg["num_heads"],
                             cfg["ffn_mult"], cfg["chunk_size"], cfg["window_size"],
                             cfg.get("input_layers", 1), cfg.get("ln_eps", 1e-5),
-                            window_policy=cfg.get("window_policy", "growing"))
+                            window_policy=cfg.get("window_policy", "growing"),
+                            sink_tokens=cfg.get("sink_tokens", 0),
+                            prefix_gap=cfg.get("prefix_gap", 0),
+                            memory_only_window=cfg.get("memory_only_window", 0))
         p.config["model_fingerprint"] = cfg.get("model_fingerprint", "")
         tensors, _ = safetensors_io.load(os.path.join(in_dir, "projector.safetensors"))
         state = {}
