@@ -58,7 +58,7 @@ def mode_logits(model, proj, mode, t, a):
     if mode.startswith("sliding@"):  # another window, scored at the same positions
         return memory.sliding_logits(model, t, int(mode[len("sliding@"):]))
     if mode == "sink":
-        return memory.sink_logits(model, t, a.sink, a.budget - a.sink)
+        return memory.sink_logits(model, t, a.sink, a.budget - a.sink, a.sink_distance)
     if mode == "memory":
         return memory.memory_logits(model, proj, t)
     if mode == "memory_only":
@@ -222,6 +222,9 @@ def main():
     ap.add_argument("--budget", type=int, default=0,
                     help="default: the projector's, M + W + C (growing) or M + W (sliding)")
     ap.add_argument("--sink", type=int, default=4)
+    ap.add_argument("--sink-distance", type=int, default=0,
+                    help="sink mode: a full window's query sits this many positions after "
+                         "the first sink (0: the window, StreamingLLM's layout)")
     ap.add_argument("--modes", default="full,sliding,sink,memory,memory_only",
                     help="also sliding@N: a sliding window of N tokens scored at the same "
                          "positions (rows t >= budget), e.g. sliding@96,sliding@128")

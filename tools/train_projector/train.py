@@ -76,6 +76,8 @@ def parse_args(argv=None):
                     help="S: the first S tokens of a session stay resident (never folded)")
     ap.add_argument("--prefix-gap", type=int, default=0,
                     help="G: window token i at position 1 + G + i (the prefix stays at 0)")
+    ap.add_argument("--memory-only-window", type=int, default=0,
+                    help="memory_only keeps its last N <= C tokens visible (0: none)")
     ap.add_argument("--steps", type=int, default=600)
     ap.add_argument("--stop-at", type=int, default=0,
                     help="end after this step (the lr schedule still spans --steps); the "
@@ -288,7 +290,8 @@ def main(argv=None):
                                      embed_rms=embed_rms, seed=args.seed,
                                      window_policy=args.window_policy,
                                      sink_tokens=args.sink_tokens,
-                                     prefix_gap=args.prefix_gap).to(args.device)
+                                     prefix_gap=args.prefix_gap,
+                                     memory_only_window=args.memory_only_window).to(args.device)
     if args.init_from:
         src = projector.MemoryProjector.load(args.init_from).state_dict()
         src["queries"] = src["queries"][:args.mem_slots]

@@ -182,16 +182,19 @@ def sliding_logits(model: Llama, tokens, window):
     return logits
 
 
-def sink_logits(model: Llama, tokens, sink, window):
+def sink_logits(model: Llama, tokens, sink, window, distance=0):
     """StreamingLLM: `sink` first tokens (cache positions 0..S-1) + the last `window`
-    tokens including the current one (cache positions S..S+window-1)."""
+    tokens including the current one (cache positions S..S+window-1). distance > 0: a
+    full window's query sits at position S + distance - 1 for the sink keys (distance =
+    window is StreamingLLM's layout; larger places the sinks further back)."""
     T = tokens.shape[1]
     idx = torch.arange(T)
     causal = idx[None, :] <= idx[:, None]
     band = causal & (idx[:, None] - idx[None, :] < window)
     full_rows = (idx < sink + window)[:, None]
     mask = torch.where(full_rows, causal, band | (idx[None, :] < sink))
-    logits, _ = model.forward(model.embed(tokens), idx, mask, sink=(sink, window))
+    logits, _ = model.forward(model.embed(tokens), idx, mask, sink=(sink, distance or window),
+                              sink_rows=idx >= sink + window)
     return logits
 
 
