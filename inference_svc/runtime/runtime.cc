@@ -115,7 +115,8 @@ Runtime::Runtime(const Deps& deps, const RuntimeOptions& options)
   geometry_.block_size = e.block_size;
   geometry_.transient_tokens = std::max(1, options.scheduler.prefill_chunk_tokens);
   if (deps.projector != nullptr) {
-    geometry_.mem_slots = deps.projector->config().mem_slots;
+    // The prefix holds the projector's sink tokens too (docs/memory-mode.md "Sink tokens").
+    geometry_.mem_slots = deps.projector->config().mem_slots + deps.projector->config().sink_tokens;
     geometry_.chunk_size = deps.projector->config().chunk_size;
   }
   scheduler_ = std::make_unique<Scheduler>(
@@ -146,8 +147,9 @@ absl::StatusOr<SessionSpec> Runtime::ResolveSpec(const SessionRequest& r) const 
       return absl::FailedPreconditionError(
           "memory modes need a projector: start the replica with --projector");
     }
-    const int w = spec.mode == engine::KvMode::kMemoryOnly ? 0
-                                                           : deps_.projector->config().window_size;
+    const int w = spec.mode == engine::KvMode::kMemoryOnly
+                      ? deps_.projector->config().memory_only_window
+                      : deps_.projector->config().window_size;
     if (r.window_size != 0 && r.window_size != w) {
       return absl::InvalidArgumentError(absl::StrCat(
           "window_size ", r.window_size, " differs from the projector's window ", w,
