@@ -77,6 +77,23 @@ std::vector<int32_t> Greedy(engine::Session& s, int n, std::vector<std::vector<f
   return out;
 }
 
+// Feeds `ids` token by token to both sessions: a's largest resident KV and whether the
+// two ever gave different logits.
+struct SideBySide {
+  int64_t max_resident = 0;
+  bool differ = false;
+};
+SideBySide FeedBoth(engine::Session& a, engine::Session& b, const std::vector<int32_t>& ids) {
+  SideBySide r;
+  for (int32_t id : ids) {
+    EXPECT_TRUE(a.Append(id).ok());
+    EXPECT_TRUE(b.Append(id).ok());
+    r.max_resident = std::max(r.max_resident, a.ResidentTokens());
+    r.differ |= !std::equal(a.Logits().begin(), a.Logits().end(), b.Logits().begin());
+  }
+  return r;
+}
+
 TEST(MemoryModeTest, NoFoldEqualsFullMode) {
   auto f = MakeEngine(1);
   auto projector = MakeProjector(*f->engine, /*window=*/200, /*chunk=*/16);
@@ -229,16 +246,9 @@ TEST(MemoryModeTest, SinkTokensStayResidentAndCount) {
   auto s = NewSession(f->engine.get(), with.get(), KvMode::kMemory);
   auto p = NewSession(f->engine.get(), without.get(), KvMode::kMemory);
   const auto ids = RandomIds(70, f->model.config.vocab_size, 11);
-  int64_t max_resident = 0;
-  bool differ = false;
-  for (int32_t id : ids) {
-    ASSERT_TRUE(s->Append(id).ok());
-    ASSERT_TRUE(p->Append(id).ok());
-    max_resident = std::max(max_resident, s->ResidentTokens());
-    differ |= !std::equal(s->Logits().begin(), s->Logits().end(), p->Logits().begin());
-  }
-  EXPECT_EQ(max_resident, with->config().kv_budget());
-  EXPECT_TRUE(differ);
+  const SideBySide fed = FeedBoth(*s, *p, ids);
+  EXPECT_EQ(fed.max_resident, with->config().kv_budget());
+  EXPECT_TRUE(fed.differ);
   auto* ms = static_cast<MemorySession*>(s.get());
   EXPECT_GT(ms->tokens_folded(), 0);
   EXPECT_EQ(std::vector<int32_t>(ms->sink_token_ids().begin(), ms->sink_token_ids().end()),
@@ -262,14 +272,9 @@ TEST(MemoryModeTest, SinkTokensStayResidentAndCount) {
   EXPECT_EQ(only->config().memory_only_budget(), sinks + 5 + 4);
   auto o = NewSession(f->engine.get(), only.get(), KvMode::kMemoryOnly);
   auto m = NewSession(f->engine.get(), as_memory.get(), KvMode::kMemory);
-  int64_t max_only = 0;
-  for (int32_t id : ids) {
-    ASSERT_TRUE(o->Append(id).ok());
-    ASSERT_TRUE(m->Append(id).ok());
-    max_only = std::max(max_only, o->ResidentTokens());
-    ASSERT_TRUE(std::equal(o->Logits().begin(), o->Logits().end(), m->Logits().begin()));
-  }
-  EXPECT_EQ(max_only, only->config().memory_only_budget());
+  const SideBySide same = FeedBoth(*o, *m, ids);
+  EXPECT_FALSE(same.differ);
+  EXPECT_EQ(same.max_resident, only->config().memory_only_budget());
 
   auto one = MakeProjector(*f->engine, 200, 16, 1, WindowPolicy::kGrowing, 1);
   auto memory = NewSession(f->engine.get(), one.get(), KvMode::kMemory);
@@ -295,17 +300,9 @@ TEST(MemoryModeTest, SlidingPolicyResidentBudget) {
   EXPECT_EQ(growing->config().kv_budget(), 5 + window + chunk);
   auto s = NewSession(f->engine.get(), sliding.get(), KvMode::kMemory);
   auto g = NewSession(f->engine.get(), growing.get(), KvMode::kMemory);
-  const auto ids = RandomIds(70, f->model.config.vocab_size, 10);
-  int64_t max_resident = 0;
-  bool differ = false;
-  for (int32_t id : ids) {
-    ASSERT_TRUE(s->Append(id).ok());
-    ASSERT_TRUE(g->Append(id).ok());
-    max_resident = std::max(max_resident, s->ResidentTokens());
-    differ |= !std::equal(s->Logits().begin(), s->Logits().end(), g->Logits().begin());
-  }
-  EXPECT_EQ(max_resident, sliding->config().kv_budget());
-  EXPECT_TRUE(differ);
+  const SideBySide fed = FeedBoth(*s, *g, RandomIds(70, f->model.config.vocab_size, 10));
+  EXPECT_EQ(fed.max_resident, sliding->config().kv_budget());
+  EXPECT_TRUE(fed.differ);
   EXPECT_GT(static_cast<MemorySession*>(s.get())->tokens_folded(), 0);
 }
 
