@@ -208,7 +208,10 @@ void Connection::OnRequest(beast::error_code ec) {
 }
 
 // Reads ahead while an answer is in progress: EOF or an error means the client left (the
-// turn behind a stream is cancelled); bytes are a pipelined next request, kept in buffer_.
+// turn behind a stream is cancelled); bytes are a pipelined next request, kept in buffer_,
+// and end the watch (a client that sent its next request has not left): Finish() then
+// starts that request. Re-arming the read here instead would wait for bytes the client
+// never sends (it waits for our answer) while Finish() waited for that read: a hang.
 // When no answer is in progress the read-ahead that returns bytes starts the next request.
 void Connection::WatchClient() {
   if (watching_ || gone_) return;
@@ -223,11 +226,7 @@ void Connection::WatchClient() {
                               return;
                             }
                             self->buffer_.commit(n);
-                            if (self->answering_) {
-                              self->WatchClient();
-                            } else {
-                              self->ReadRequest();
-                            }
+                            if (!self->answering_) self->ReadRequest();
                           });
 }
 
