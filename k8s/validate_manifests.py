@@ -12,10 +12,10 @@ bundles kustomize), then the rendered objects are checked against the rules of i
                  Deployment with its client and headless Services; gRPC (or /readyz) probes on
                  real ports; resource requests and limits; securityContext basics; each pod
                  its own ServiceAccount with automountServiceAccountToken: false; the flags
-                 ConfigMap mounted where --flagfile points; the model staged by the
+                 ConfigMap mounted where --config points; the model staged by the
                  kvfold-stage-model init step into a volume --model is under; termination
                  grace >= drain delay + drain timeout; /metrics bound to all interfaces.
-  dev            one replica each, CPU, --insecure_no_auth given explicitly to both servers.
+  dev            one replica each, CPU, --insecure-no-auth given explicitly to both servers.
   prod           HPA on a custom per-pod metric served by prometheus-adapter's rules plus
                  CPU; PodDisruptionBudgets for both workloads; NetworkPolicies (store only
                  from inference pods, inference only from the ingress namespace, default
@@ -36,6 +36,7 @@ import re
 import shutil
 import subprocess
 import sys
+import tomllib
 
 try:
     import yaml
@@ -65,8 +66,14 @@ def selects(selector, labels):
     return bool(selector) and all(labels.get(k) == v for k, v in selector.items())
 
 
+def parse_config(text):
+    """{'--flag': 'value' or True} from a --config file (TOML, keys = long flag names)."""
+    return {f"--{k}": v if v is True else str(v).lower() if isinstance(v, bool) else str(v)
+            for k, v in tomllib.loads(text).items()}
+
+
 def parse_flags(lines):
-    """{'--flag': 'value' or True} from flag-file lines or arguments."""
+    """{'--flag': 'value' or True} from arguments."""
     flags = {}
     for line in lines:
         line = line.strip()
@@ -88,24 +95,27 @@ class Workload:
         self.pod = self.spec["template"]["spec"]
         self.labels = self.spec["template"]["metadata"].get("labels", {})
         self.container = (self.pod.get("containers") or [{}])[0]
-        self.flagfile_problem = None
+        self.config_problem = None
         self.flags = self._flags(docs)
 
     def _flags(self, docs):
         args = self.container.get("args", [])
         flags = {}
         for a in args:
-            if a.startswith("--flagfile="):
+            if a.startswith("--config="):
                 path = a.split("=", 1)[1]
                 text = self._mounted_configmap_file(path, docs)
                 if text is None:
-                    self.flagfile_problem = f"--flagfile {path} is not a file of a mounted ConfigMap"
+                    self.config_problem = f"--config {path} is not a file of a mounted ConfigMap"
                 else:
-                    flags.update(parse_flags(text.splitlines()))
+                    try:
+                        flags.update(parse_config(text))
+                    except tomllib.TOMLDecodeError as e:
+                        self.config_problem = f"--config {path} is not valid TOML: {e}"
         for name, value in parse_flags(args).items():
-            if name != "--flagfile":
+            if name != "--config":
                 if name in flags:
-                    self.flagfile_problem = f"{name} is set twice (flag file and arguments)"
+                    self.config_problem = f"{name} is set twice (config file and arguments)"
                 flags[name] = value
         return flags
 
@@ -149,8 +159,8 @@ def check_pod(errors, w, docs):
         errors.append(f"ServiceAccount {sa}: automountServiceAccountToken must be false")
     if pod.get("automountServiceAccountToken") is not False:
         errors.append(f"{what}: automountServiceAccountToken must be false")
-    if w.flagfile_problem:
-        errors.append(f"{what}: {w.flagfile_problem}")
+    if w.config_problem:
+        errors.append(f"{what}: {w.config_problem}")
     ports = w.ports()
     named = {v: k for k, v in ports.items() if v}
     for c in pod.get("initContainers", []) + pod.get("containers", []):
@@ -184,7 +194,7 @@ def check_pod(errors, w, docs):
             errors.append(f"{cw}: {probe} port {port} is not a containerPort")
         if "grpc" in p or ("httpGet" in p and p["httpGet"].get("path") == "/readyz"):
             ready_probes += probe != "livenessProbe"
-        if "grpc" in p and w.flags.get("--tls_cert"):
+        if "grpc" in p and w.flags.get("--tls-cert"):
             errors.append(f"{cw}: {probe} is a gRPC probe on a TLS port (Kubernetes' gRPC "
                           "probe speaks plaintext only)")
     return ready_probes
@@ -209,7 +219,7 @@ def check_services(errors, docs, w, headless_needed):
 
 def check_memory(errors, docs, w, inf):
     ready = check_pod(errors, w, docs)
-    if ready < 2 and not w.flags.get("--tls_cert"):
+    if ready < 2 and not w.flags.get("--tls-cert"):
         errors.append(f"{w.kind} {w.name}: startup and readiness must be gRPC health probes")
     for flag in ("--listen",):
         if flag not in w.flags:
@@ -221,9 +231,9 @@ def check_memory(errors, docs, w, inf):
         for t in templates.values():
             if "storage" not in t["spec"].get("resources", {}).get("requests", {}):
                 errors.append(f"PVC template {t['metadata']['name']} requests no storage")
-        db_dir = w.flags.get("--db_dir")
+        db_dir = w.flags.get("--db-dir")
         if not any(w.mounts().get(db_dir) == n for n in templates):
-            errors.append(f"--db_dir {db_dir} is not on a volumeClaimTemplate mount")
+            errors.append(f"--db-dir {db_dir} is not on a volumeClaimTemplate mount")
         svcs = check_services(errors, docs, w, headless_needed=True)
         headless = [s["metadata"]["name"] for s in svcs if s["spec"].get("clusterIP") == "None"]
         if w.spec.get("serviceName") not in headless:
@@ -232,14 +242,14 @@ def check_memory(errors, docs, w, inf):
         if w.flags.get("--backend") != "rados":
             errors.append("a memory Deployment must run the rados backend (RocksDB has one writer)")
         svcs = check_services(errors, docs, w, headless_needed=False)
-    store = inf.flags.get("--memory_store", "") if inf else ""
+    store = inf.flags.get("--memory-store", "") if inf else ""
     host, _, port = str(store).partition(":")
     if not any(s["metadata"]["name"] == host and s["spec"].get("clusterIP") != "None" and
                any(str(p["port"]) == port for p in s["spec"]["ports"]) for s in svcs):
-        errors.append(f"--memory_store {store} is not the memory_svc client Service")
-    drain = float(w.flags.get("--drain_seconds", 10))
+        errors.append(f"--memory-store {store} is not the memory_svc client Service")
+    drain = float(w.flags.get("--drain-seconds", 10))
     if w.pod.get("terminationGracePeriodSeconds", 30) < drain:
-        errors.append("memory_svc terminationGracePeriodSeconds is shorter than --drain_seconds")
+        errors.append("memory_svc terminationGracePeriodSeconds is shorter than --drain-seconds")
 
 
 def check_model_staging(errors, w):
@@ -274,7 +284,7 @@ def check_inference(errors, docs, w, profile):
     if ready < 2:
         errors.append(f"Deployment {w.name}: startup and readiness must be gRPC health or "
                       "/readyz probes")
-    for flag in ("--model", "--memory_store", "--listen"):
+    for flag in ("--model", "--memory-store", "--listen"):
         if flag not in w.flags:
             errors.append(f"inference flags: missing {flag}")
     svcs = check_services(errors, docs, w, headless_needed=True)
@@ -282,16 +292,16 @@ def check_inference(errors, docs, w, profile):
                any(p.get("name") == "grpc" for p in s["spec"].get("ports", [])) for s in svcs):
         errors.append("inference: no headless gRPC Service for client-side round robin")
     check_model_staging(errors, w)
-    metrics = str(w.flags.get("--metrics_listen", ""))
+    metrics = str(w.flags.get("--metrics-listen", ""))
     if not metrics.startswith("0.0.0.0:") and not metrics.startswith("[::]:"):
-        errors.append(f"inference --metrics_listen {metrics or '(unset)'} is not on all interfaces")
+        errors.append(f"inference --metrics-listen {metrics or '(unset)'} is not on all interfaces")
     elif int(metrics.rsplit(":", 1)[1]) not in w.ports():
-        errors.append(f"inference --metrics_listen port {metrics} is not a containerPort")
+        errors.append(f"inference --metrics-listen port {metrics} is not a containerPort")
     grace = w.pod.get("terminationGracePeriodSeconds", 30)
-    drain = float(w.flags.get("--drain_delay", 0)) + float(w.flags.get("--drain_timeout_s", 30))
+    drain = float(w.flags.get("--drain-delay", 0)) + float(w.flags.get("--drain-timeout-s", 30))
     if grace < drain:
         errors.append(f"inference terminationGracePeriodSeconds {grace} is shorter than "
-                      f"--drain_delay + --drain_timeout_s ({drain:g})")
+                      f"--drain-delay + --drain-timeout-s ({drain:g})")
     if profile in ("prod", "gpu"):
         if "replicas" in w.spec:
             errors.append("inference Deployment sets replicas although an HPA owns the count")
@@ -303,20 +313,20 @@ def check_inference(errors, docs, w, profile):
 
 def check_auth(errors, w, profile):
     what = f"{w.kind} {w.name}"
-    tokens, insecure = "--tokens_file" in w.flags, w.flags.get("--insecure_no_auth") is True
+    tokens, insecure = "--tokens-file" in w.flags, w.flags.get("--insecure-no-auth") is True
     if profile == "base":
         return
     if tokens == insecure:
-        errors.append(f"{what}: exactly one of --tokens_file and --insecure_no_auth")
+        errors.append(f"{what}: exactly one of --tokens-file and --insecure-no-auth")
     if profile == "dev" and not insecure:
-        errors.append(f"{what}: dev must pass --insecure_no_auth explicitly")
+        errors.append(f"{what}: dev must pass --insecure-no-auth explicitly")
     if profile in ("prod", "gpu"):
         if insecure:
-            errors.append(f"{what}: --insecure_no_auth in production")
+            errors.append(f"{what}: --insecure-no-auth in production")
         secret_mounts = {p for p, name in w.mounts().items() if "secret" in w.volumes().get(name, {})}
-        for flag in ("--tokens_file", "--tls_cert", "--tls_key", "--store_token_file",
-                     "--memory_store_tls_ca"):
-            if flag in ("--store_token_file", "--memory_store_tls_ca") and "memory" in w.name:
+        for flag in ("--tokens-file", "--tls-cert", "--tls-key", "--store-token-file",
+                     "--memory-store-tls-ca"):
+            if flag in ("--store-token-file", "--memory-store-tls-ca") and "memory" in w.name:
                 continue
             path = str(w.flags.get(flag, ""))
             if not path:
@@ -463,8 +473,8 @@ def mutations(profile):
         (lambda ds: pod(ds, "kvfold-memory").pop("serviceAccountName"), "ServiceAccount of its own"),
         (lambda ds: pod(ds).update(terminationGracePeriodSeconds=5), "is shorter than"),
         (lambda ds: pod(ds).pop("initContainers"), "kvfold-stage-model"),
-        (lambda ds: args(ds).append("--metrics_listen=127.0.0.1:9091")
-         if not any(a.startswith("--metrics_listen") for a in args(ds)) else None, "set twice"),
+        (lambda ds: args(ds).append("--metrics-listen=127.0.0.1:9091")
+         if not any(a.startswith("--metrics-listen") for a in args(ds)) else None, "set twice"),
         (lambda ds: [ds.remove(s) for s in find(ds, "Service", "inference-svc-headless")],
          "round robin"),
     ]
@@ -480,8 +490,8 @@ def mutations(profile):
     if profile == "dev":
         cases += [
             (lambda ds: [find(ds, "ConfigMap")[0]["data"].update(
-                {k: v.replace("--insecure_no_auth", "") for k, v in
-                 find(ds, "ConfigMap")[0]["data"].items()})], "--insecure_no_auth"),
+                {k: v.replace("insecure-no-auth = true", "") for k, v in
+                 find(ds, "ConfigMap")[0]["data"].items()})], "--insecure-no-auth"),
         ]
     if profile in ("prod", "gpu"):
         cases += [

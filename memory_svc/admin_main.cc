@@ -8,30 +8,30 @@
 // already in the destination with the same versions and checksums counts as copied (so a
 // copy that stopped half-way can be run again); with different content it is an error.
 // The source must not be in use (stop its kvfold-memory first). Exit codes: 0 all copied,
-// 1 a session or store failed (named on stderr), 2 bad arguments.
+// 1 a session or store failed (named on stderr), 2 bad arguments. Flags:
+// `kvfold-memory-admin copy --help` (docs/cli.md).
 #include <cstdio>
 #include <filesystem>
 #include <memory>
 #include <string>
 #include <vector>
 
-#include "absl/flags/flag.h"
-#include "absl/flags/parse.h"
-#include "absl/flags/usage.h"
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_split.h"
+#include "common/command_line.h"
 #include "memory_svc/store/memory_store.h"
-
-ABSL_FLAG(std::string, from, "", "source store: rocksdb:DIR or rados:CONF:POOL[:NAMESPACE]");
-ABSL_FLAG(std::string, to, "", "destination store, same forms as --from");
-ABSL_FLAG(std::string, ceph_keyring, "", "rados: keyring file with the user's cephx key");
-ABSL_FLAG(std::string, ceph_user, "client.admin", "rados: cephx user");
 
 namespace kvfold::memory {
 namespace {
 
+struct CopyFlags {
+  std::string from;  // rocksdb:DIR or rados:CONF:POOL[:NAMESPACE]
+  std::string to;
+  RadosOptions rados;  // keyring_file and user apply to both stores when they are rados
+};
+
 // "rocksdb:DIR" or "rados:CONF:POOL[:NAMESPACE]" -> options; INVALID_ARGUMENT otherwise.
-absl::StatusOr<StoreOptions> ParseStoreSpec(const std::string& spec) {
+absl::StatusOr<StoreOptions> ParseStoreSpec(const std::string& spec, const RadosOptions& rados) {
   StoreOptions options;
   options.sync_writes = true;
   const std::vector<std::string> parts = absl::StrSplit(spec, ':');
@@ -45,8 +45,8 @@ absl::StatusOr<StoreOptions> ParseStoreSpec(const std::string& spec) {
     options.rados.conf_file = parts[1];
     options.rados.pool = parts[2];
     if (parts.size() == 4) options.rados.name_space = parts[3];
-    options.rados.keyring_file = absl::GetFlag(FLAGS_ceph_keyring);
-    options.rados.user = absl::GetFlag(FLAGS_ceph_user);
+    options.rados.keyring_file = rados.keyring_file;
+    options.rados.user = rados.user;
     return options;
   }
   return absl::InvalidArgumentError(absl::StrCat(
@@ -97,13 +97,15 @@ absl::Status CopySession(const MemoryStore& from, MemoryStore& to, const std::st
   return absl::OkStatus();
 }
 
-int Copy(const std::string& from_spec, const std::string& to_spec) {
-  absl::StatusOr<StoreOptions> from_options = ParseStoreSpec(from_spec);
-  absl::StatusOr<StoreOptions> to_options = ParseStoreSpec(to_spec);
+int Copy(const CopyFlags& flags) {
+  const std::string& from_spec = flags.from;
+  const std::string& to_spec = flags.to;
+  absl::StatusOr<StoreOptions> from_options = ParseStoreSpec(from_spec, flags.rados);
+  absl::StatusOr<StoreOptions> to_options = ParseStoreSpec(to_spec, flags.rados);
   for (const absl::StatusOr<StoreOptions>* o : {&from_options, &to_options}) {
     if (!o->ok()) {
       std::fprintf(stderr, "kvfold-memory-admin: %s\n", o->status().ToString().c_str());
-      return 2;
+      return kExitUsage;
     }
   }
   // Opening would create an empty RocksDB: a source must be a database already.
@@ -111,7 +113,7 @@ int Copy(const std::string& from_spec, const std::string& to_spec) {
       !std::filesystem::exists(std::filesystem::path(from_options->db_dir) / "CURRENT")) {
     std::fprintf(stderr, "kvfold-memory-admin: %s is not a RocksDB database\n",
                  from_options->db_dir.c_str());
-    return 1;
+    return kExitFailure;
   }
   absl::StatusOr<std::unique_ptr<MemoryStore>> from = MemoryStore::Open(*from_options);
   absl::StatusOr<std::unique_ptr<MemoryStore>> to =
@@ -120,14 +122,14 @@ int Copy(const std::string& from_spec, const std::string& to_spec) {
     std::fprintf(stderr, "kvfold-memory-admin: open %s: %s\n",
                  (from.ok() ? to_spec : from_spec).c_str(),
                  (from.ok() ? to.status() : from.status()).ToString().c_str());
-    return 1;
+    return kExitFailure;
   }
   absl::StatusOr<std::vector<std::pair<std::string, std::string>>> sessions =
       (*from)->ListAllSessions();
   if (!sessions.ok()) {
     std::fprintf(stderr, "kvfold-memory-admin: list %s: %s\n", from_spec.c_str(),
                  sessions.status().ToString().c_str());
-    return 1;
+    return kExitFailure;
   }
   CopyStats stats;
   int failed = 0;
@@ -155,15 +157,19 @@ int Copy(const std::string& from_spec, const std::string& to_spec) {
 }  // namespace kvfold::memory
 
 int main(int argc, char** argv) {
-  absl::SetProgramUsageMessage(
-      "kvfold-memory-admin copy --from rocksdb:DIR --to rados:CONF:POOL[:NAMESPACE]");
-  std::vector<char*> args = absl::ParseCommandLine(argc, argv);
-  if (args.size() != 2 || std::string(args[1]) != "copy" || absl::GetFlag(FLAGS_from).empty() ||
-      absl::GetFlag(FLAGS_to).empty()) {
-    std::fprintf(stderr,
-                 "usage: kvfold-memory-admin copy --from rocksdb:DIR "
-                 "--to rados:CONF:POOL[:NAMESPACE] [--ceph_keyring F] [--ceph_user U]\n");
-    return 2;
-  }
-  return kvfold::memory::Copy(absl::GetFlag(FLAGS_from), absl::GetFlag(FLAGS_to));
+  CLI::App app{"Offline administration of a kvfold memory store.", "kvfold-memory-admin"};
+  kvfold::ApplyConvention(app);
+  app.require_subcommand(1);
+  kvfold::memory::CopyFlags copy;
+  CLI::App* copy_cmd = app.add_subcommand(
+      "copy", "copy every session with its versions, pins and times to another store");
+  copy_cmd
+      ->add_option("--from", copy.from, "source store: rocksdb:DIR or rados:CONF:POOL[:NAMESPACE]")
+      ->required();
+  copy_cmd->add_option("--to", copy.to, "destination store, same forms as --from")->required();
+  copy_cmd->add_option("--ceph-keyring", copy.rados.keyring_file,
+                       "rados: keyring file with the user's cephx key");
+  copy_cmd->add_option("--ceph-user", copy.rados.user, "rados: cephx user");
+  if (std::optional<int> rc = kvfold::ParseCommandLine(app, argc, argv)) return *rc;
+  return kvfold::memory::Copy(copy);
 }

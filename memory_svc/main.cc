@@ -1,57 +1,91 @@
 // kvfold-memory: the durable, versioned memory-block store (MemoryStore over gRPC).
 //
-//   kvfold-memory --db_dir /var/lib/kvfold-memory [--listen 127.0.0.1:7070]
-//   kvfold-memory --backend rados --ceph_conf /etc/ceph/ceph.conf --pool kvfold
+//   kvfold-memory --db-dir /var/lib/kvfold-memory [--listen 127.0.0.1:7070]
+//   kvfold-memory --backend rados --ceph-conf /etc/ceph/ceph.conf --pool kvfold
 //
 // Prints "kvfold-memory listening on HOST:PORT" once serving (with --listen HOST:0 the
-// chosen port). SIGTERM/SIGINT: stop accepting, drain in-flight calls (--drain_seconds),
+// chosen port). SIGTERM/SIGINT: stop accepting, drain in-flight calls (--drain-seconds),
 // flush and close the DB, exit 0. SIGHUP: reload the tokens file.
-// Without --tokens_file it refuses to start unless --insecure_no_auth is given; on a port
-// already in use it exits 1 (the port is never shared).
+// Without --tokens-file it refuses to start unless --insecure-no-auth is given; on a port
+// already in use it exits 1 (the port is never shared). Flags: `kvfold-memory --help`
+// (docs/cli.md); `--config FILE` reads them from a file.
 #include <pthread.h>
 #include <signal.h>
 
 #include <cstdio>
 #include <string>
 
-#include "absl/flags/flag.h"
-#include "absl/flags/parse.h"
-#include "absl/flags/usage.h"
 #include "absl/time/time.h"
+#include "common/command_line.h"
 #include "memory_svc/service/server.h"
 
-ABSL_FLAG(std::string, listen, "127.0.0.1:7070", "host:port to serve on (port 0: any free port)");
-ABSL_FLAG(std::string, backend, "rocksdb", "where records live: rocksdb (embedded) or rados");
-ABSL_FLAG(std::string, db_dir, "", "RocksDB directory (created if missing); required for rocksdb");
-ABSL_FLAG(std::string, ceph_conf, "", "rados: ceph.conf with the monitors; required for rados");
-ABSL_FLAG(std::string, ceph_keyring, "", "rados: keyring file with the user's cephx key");
-ABSL_FLAG(std::string, ceph_user, "client.admin", "rados: cephx user");
-ABSL_FLAG(std::string, pool, "", "rados: pool holding the store; required for rados");
-ABSL_FLAG(std::string, rados_namespace, "", "rados: namespace inside the pool");
-ABSL_FLAG(int64_t, orphan_grace_seconds, 600,
-          "rados: age after which an uncommitted version object is garbage-collected");
-ABSL_FLAG(bool, sync_writes, true, "fsync the WAL before acknowledging a write");
-ABSL_FLAG(uint32_t, versions_kept, 16, "newest versions kept per session (plus pinned ones)");
-ABSL_FLAG(int64_t, idle_ttl_seconds, 0, "expire sessions not written for this long; 0 = off");
-ABSL_FLAG(uint64_t, max_block_bytes, 64ull << 20,
-          "largest block accepted (serialized header + payload), bytes");
-ABSL_FLAG(bool, blob_files, true, "store payloads in RocksDB blob files (BlobDB)");
-ABSL_FLAG(std::string, tls_cert, "", "PEM server certificate (enables TLS with --tls_key)");
-ABSL_FLAG(std::string, tls_key, "", "PEM server private key");
-ABSL_FLAG(std::string, tls_client_ca, "", "PEM CA for client certificates (enables mTLS)");
-ABSL_FLAG(std::string, tokens_file, "",
-          "'<token> <tenant>' lines; reloaded on SIGHUP and when the file changes");
-ABSL_FLAG(std::string, tenants_file, "",
-          "per-tenant quotas: '<tenant|*> [sessions=N] [versions=N] [bytes=N[K|M|G]]' lines; "
-          "reloaded on SIGHUP");
-ABSL_FLAG(bool, insecure_no_auth, false,
-          "serve without a tokens file: every caller is tenant 'default' (development only)");
-ABSL_FLAG(int, metrics_port, 0, "HTTP port for /metrics (Prometheus text); 0 = off");
-ABSL_FLAG(int, drain_seconds, 10, "on SIGTERM, how long in-flight calls may finish");
+namespace {
+
+// The flags, bound to the config structs (their field comments are the reference).
+struct Flags {
+  kvfold::memory::ServerConfig config;
+  std::string backend = "rocksdb";
+  int drain_seconds = 10;
+};
+
+void AddFlags(CLI::App& app, Flags& f) {
+  kvfold::memory::ServerConfig& c = f.config;
+  kvfold::AddConfigFileFlag(app);
+  app.add_option("--listen", c.listen, "host:port to serve on (port 0: any free port)");
+  app.add_option("--backend", f.backend, "where records live: rocksdb (embedded) or rados")
+      ->check(CLI::IsMember({"rocksdb", "rados"}));
+  app.add_option("--db-dir", c.store.db_dir,
+                 "RocksDB directory (created if missing); required for rocksdb");
+  app.add_option("--ceph-conf", c.store.rados.conf_file,
+                 "rados: ceph.conf with the monitors; required for rados");
+  app.add_option("--ceph-keyring", c.store.rados.keyring_file,
+                 "rados: keyring file with the user's cephx key");
+  app.add_option("--ceph-user", c.store.rados.user, "rados: cephx user");
+  app.add_option("--pool", c.store.rados.pool, "rados: pool holding the store; required for rados");
+  app.add_option("--rados-namespace", c.store.rados.name_space, "rados: namespace inside the pool");
+  app.add_option("--orphan-grace-seconds", c.store.orphan_grace_seconds,
+                 "rados: age after which an uncommitted version object is garbage-collected");
+  kvfold::AddSwitch(app, "--sync-writes", c.store.sync_writes,
+                    "fsync the WAL before acknowledging a write");
+  app.add_option("--versions-kept", c.store.versions_kept,
+                 "newest versions kept per session (plus pinned ones)");
+  app.add_option("--idle-ttl-seconds", c.store.idle_ttl_seconds,
+                 "expire sessions not written for this long; 0 = off");
+  app.add_option("--max-block-bytes", c.store.max_block_bytes,
+                 "largest block accepted (serialized header + payload), bytes");
+  kvfold::AddSwitch(app, "--blob-files", c.store.enable_blob_files,
+                    "store payloads in RocksDB blob files (BlobDB)");
+  app.add_option("--tls-cert", c.tls_cert_file,
+                 "PEM server certificate (enables TLS with --tls-key)");
+  app.add_option("--tls-key", c.tls_key_file, "PEM server private key");
+  app.add_option("--tls-client-ca", c.tls_client_ca_file,
+                 "PEM CA for client certificates (enables mTLS)");
+  app.add_option("--tokens-file", c.tokens_file,
+                 "'<token> <tenant>' lines; reloaded on SIGHUP and when the file changes");
+  app.add_option("--tenants-file", c.tenants_file,
+                 "per-tenant quotas: '<tenant|*> [sessions=N] [versions=N] [bytes=N[K|M|G]]' "
+                 "lines; reloaded on SIGHUP");
+  kvfold::AddSwitch(app, "--insecure-no-auth", c.insecure_no_auth,
+                    "serve without a tokens file: every caller is tenant 'default' (development "
+                    "only)");
+  app.add_option("--metrics-port", c.metrics_port,
+                 "HTTP port for /metrics (Prometheus text); 0 = off")
+      ->check(CLI::NonNegativeNumber);
+  app.add_option("--drain-seconds", f.drain_seconds,
+                 "on SIGTERM, how long in-flight calls may finish");
+}
+
+}  // namespace
 
 int main(int argc, char** argv) {
-  absl::SetProgramUsageMessage("kvfold-memory --db_dir DIR [--listen HOST:PORT] [flags]");
-  absl::ParseCommandLine(argc, argv);
+  CLI::App app{
+      "kvfold-memory: the durable, versioned memory-block store (MemoryStore over "
+      "gRPC).",
+      "kvfold-memory"};
+  kvfold::ApplyConvention(app);
+  Flags flags;
+  AddFlags(app, flags);
+  if (std::optional<int> rc = kvfold::ParseCommandLine(app, argc, argv)) return *rc;
 
   // Block the signals before any thread starts so that every thread inherits the mask and
   // only sigwait() below receives them.
@@ -62,47 +96,18 @@ int main(int argc, char** argv) {
   sigaddset(&signals, SIGHUP);
   pthread_sigmask(SIG_BLOCK, &signals, nullptr);
 
-  kvfold::memory::ServerConfig config;
-  config.listen = absl::GetFlag(FLAGS_listen);
-  const std::string backend = absl::GetFlag(FLAGS_backend);
-  if (backend != "rocksdb" && backend != "rados") {
-    std::fprintf(stderr, "kvfold-memory: --backend must be rocksdb or rados, not '%s'\n",
-                 backend.c_str());
-    return 2;
-  }
+  kvfold::memory::ServerConfig& config = flags.config;
+  const std::string& backend = flags.backend;
   config.store.backend = backend == "rados" ? kvfold::memory::BackendKind::kRados
                                             : kvfold::memory::BackendKind::kRocksDb;
-  config.store.db_dir = absl::GetFlag(FLAGS_db_dir);
-  config.store.rados.conf_file = absl::GetFlag(FLAGS_ceph_conf);
-  config.store.rados.keyring_file = absl::GetFlag(FLAGS_ceph_keyring);
-  config.store.rados.user = absl::GetFlag(FLAGS_ceph_user);
-  config.store.rados.pool = absl::GetFlag(FLAGS_pool);
-  config.store.rados.name_space = absl::GetFlag(FLAGS_rados_namespace);
-  config.store.orphan_grace_seconds = absl::GetFlag(FLAGS_orphan_grace_seconds);
-  config.store.sync_writes = absl::GetFlag(FLAGS_sync_writes);
-  config.store.versions_kept = absl::GetFlag(FLAGS_versions_kept);
-  config.store.idle_ttl_seconds = absl::GetFlag(FLAGS_idle_ttl_seconds);
-  config.store.max_block_bytes = absl::GetFlag(FLAGS_max_block_bytes);
-  config.store.enable_blob_files = absl::GetFlag(FLAGS_blob_files);
-  config.tls_cert_file = absl::GetFlag(FLAGS_tls_cert);
-  config.tls_key_file = absl::GetFlag(FLAGS_tls_key);
-  config.tls_client_ca_file = absl::GetFlag(FLAGS_tls_client_ca);
-  config.tokens_file = absl::GetFlag(FLAGS_tokens_file);
-  config.insecure_no_auth = absl::GetFlag(FLAGS_insecure_no_auth);
-  config.tenants_file = absl::GetFlag(FLAGS_tenants_file);
-  config.metrics_port = absl::GetFlag(FLAGS_metrics_port);
   if (backend == "rocksdb" && config.store.db_dir.empty()) {
-    std::fprintf(stderr, "kvfold-memory: --db_dir is required\n");
-    return 2;
+    std::fprintf(stderr, "kvfold-memory: --db-dir is required\n");
+    return kvfold::kExitUsage;
   }
   if (backend == "rados" &&
       (config.store.rados.conf_file.empty() || config.store.rados.pool.empty())) {
-    std::fprintf(stderr, "kvfold-memory: --backend rados needs --ceph_conf and --pool\n");
-    return 2;
-  }
-  if (config.metrics_port < 0) {
-    std::fprintf(stderr, "kvfold-memory: --metrics_port must be >= 0\n");
-    return 2;
+    std::fprintf(stderr, "kvfold-memory: --backend rados needs --ceph-conf and --pool\n");
+    return kvfold::kExitUsage;
   }
 
   absl::StatusOr<std::unique_ptr<kvfold::memory::MemoryServer>> server =
@@ -114,8 +119,8 @@ int main(int argc, char** argv) {
     const absl::StatusCode code = server.status().code();
     return code == absl::StatusCode::kInvalidArgument || code == absl::StatusCode::kNotFound ||
                    code == absl::StatusCode::kFailedPrecondition
-               ? 2
-               : 1;
+               ? kvfold::kExitUsage
+               : kvfold::kExitFailure;
   }
   std::printf("kvfold-memory listening on %s\n", (*server)->address().c_str());
   if ((*server)->metrics_port() != 0) {
@@ -130,11 +135,10 @@ int main(int argc, char** argv) {
                  reloaded.ok() ? "reloaded" : reloaded.ToString().c_str());
   }
   std::fprintf(stderr, "kvfold-memory: signal %d, draining\n", signal_number);
-  const absl::Status closed =
-      (*server)->Shutdown(absl::Seconds(absl::GetFlag(FLAGS_drain_seconds)));
+  const absl::Status closed = (*server)->Shutdown(absl::Seconds(flags.drain_seconds));
   if (!closed.ok()) {
     std::fprintf(stderr, "kvfold-memory: close: %s\n", closed.ToString().c_str());
-    return 1;
+    return kvfold::kExitFailure;
   }
   std::fprintf(stderr, "kvfold-memory: stopped cleanly\n");
   return 0;

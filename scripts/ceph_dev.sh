@@ -44,7 +44,7 @@ free_port() {
 }
 
 # With cephx the admin key is in $DIR/admin.keyring and ceph.conf does not name it: clients
-# (kvfold-memory --ceph_keyring, the tests) must be given the file.
+# (kvfold-memory --ceph-keyring, the tests) must be given the file.
 auth_args() { [ "$AUTH" = cephx ] && echo "--keyring=$DIR/admin.keyring" || true; }
 ceph_cmd() { timeout 30 ceph -c "$CONF" $(auth_args) "$@"; }
 

@@ -78,7 +78,7 @@ PROJECTOR="$ROOT/models/stories260K-projector"
 PROJECTOR_LABEL="trained (models/stories260K-projector)"
 if [ ! -f "$PROJECTOR/projector.json" ]; then
   PROJECTOR="$WORK/projector-random"
-  "$PROJECTOR_TOOL" --model "$MODEL" --out "$PROJECTOR" --mem_slots 16 --window 64 --chunk 32 \
+  "$PROJECTOR_TOOL" --model "$MODEL" --out "$PROJECTOR" --mem-slots 16 --window 64 --chunk 32 \
     --heads 8 --seed 1 > "$WORK/projector.log" 2>&1
   PROJECTOR_LABEL="RANDOM, UNTRAINED (models/stories260K-projector does not exist yet): text after a fold is not meaningful"
 fi
@@ -86,15 +86,15 @@ fi
 # ---- the cluster -----------------------------------------------------------------------
 . "$ROOT/scripts/lib/wait_line.sh"
 # A local demo on loopback: no tokens, and the servers are told so explicitly.
-"$MEMORY_BIN" --listen 127.0.0.1:0 --db_dir "$WORK/db" --insecure_no_auth > "$WORK/memory.out" 2> "$WORK/memory.log" &
+"$MEMORY_BIN" --listen 127.0.0.1:0 --db-dir "$WORK/db" --insecure-no-auth > "$WORK/memory.out" 2> "$WORK/memory.log" &
 PIDS+=($!)
 STORE="$(wait_line "$WORK/memory.out" $! "listening on ")"
 
 declare -A ADDR PID
 start_replica() {
   "$INFERENCE_BIN" --model "$MODEL" --tokenizer "$TOKENIZER" --projector "$PROJECTOR" \
-    --memory_store "$STORE" --listen 127.0.0.1:0 --threads 1 --replica_name "$1" \
-    --default_mode memory --insecure_no_auth > "$WORK/$1.out" 2> "$WORK/$1.log" &
+    --memory-store "$STORE" --listen 127.0.0.1:0 --threads 1 --replica-name "$1" \
+    --default-mode memory --insecure-no-auth > "$WORK/$1.out" 2> "$WORK/$1.log" &
   PID[$1]=$!
   PIDS+=($!)
   ADDR[$1]="$(wait_line "$WORK/$1.out" $! "listening on ")"
@@ -130,7 +130,7 @@ python_json() { /usr/bin/python3 -c "import json,sys; d=json.loads(sys.stdin.rea
 turn() {  # replica prompt [max_new]
   local replica="$1" prompt="$2" max_new="${3:-48}" out="$WORK/turn.out"
   if ! "$KVFOLD_BIN" chat --target "${ADDR[$replica]}" --session "$SESSION" --prompt "$prompt" \
-      --max_new_tokens "$max_new" --json > "$out" 2> "$WORK/turn.err"; then
+      --max-new-tokens "$max_new" --json > "$out" 2> "$WORK/turn.err"; then
     echo "[$replica] turn failed: $(tail -1 "$WORK/turn.err")"
     return 1
   fi
@@ -149,7 +149,7 @@ for ((t = 0; t < TURNS; t++)); do
     echo
     echo "== killing replica A (SIGKILL) in the middle of a turn"
     "$KVFOLD_BIN" chat --target "${ADDR[A]}" --session "$SESSION" --prompt "$prompt" \
-      --max_new_tokens 4000 --ignore_eos > "$WORK/killed.out" 2> "$WORK/killed.err" &
+      --max-new-tokens 4000 --ignore-eos > "$WORK/killed.out" 2> "$WORK/killed.err" &
     chat_pid=$!
     for _ in $(seq 1 200); do [ -s "$WORK/killed.out" ] && break; sleep 0.01; done
     kill -9 "${PID[A]}" 2>/dev/null || true

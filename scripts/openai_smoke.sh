@@ -54,17 +54,17 @@ mkdir -p "$WORK/node"
 
 . "$ROOT/scripts/lib/wait_line.sh"
 
-"$PROJECTOR_TOOL" --model "$MODEL" --out "$WORK/projector" --mem_slots 16 --window 64 --chunk 32 \
+"$PROJECTOR_TOOL" --model "$MODEL" --out "$WORK/projector" --mem-slots 16 --window 64 --chunk 32 \
   --heads 8 --seed 1 > "$WORK/projector.log" 2>&1
 echo "sk-kvfold-smoke tenant-smoke" > "$WORK/tokens"
-"$MEMORY_BIN" --listen 127.0.0.1:0 --db_dir "$WORK/db" --insecure_no_auth > "$WORK/memory.out" 2> "$WORK/memory.log" &
+"$MEMORY_BIN" --listen 127.0.0.1:0 --db-dir "$WORK/db" --insecure-no-auth > "$WORK/memory.out" 2> "$WORK/memory.log" &
 PIDS+=($!)
 STORE="$(wait_line "$WORK/memory.out" $! "listening on ")"
 declare -A HTTP
 for r in A B; do
-  "$INFERENCE_BIN" --model "$MODEL" --projector "$WORK/projector" --memory_store "$STORE" \
-    --listen 127.0.0.1:0 --threads 1 --replica_name "$r" --default_mode memory \
-    --tokens_file "$WORK/tokens" --http_port 0 > "$WORK/$r.out" 2> "$WORK/$r.log" &
+  "$INFERENCE_BIN" --model "$MODEL" --projector "$WORK/projector" --memory-store "$STORE" \
+    --listen 127.0.0.1:0 --threads 1 --replica-name "$r" --default-mode memory \
+    --tokens-file "$WORK/tokens" --http-port 0 > "$WORK/$r.out" 2> "$WORK/$r.log" &
   PIDS+=($!)
   wait_line "$WORK/$r.out" $! "listening on " > /dev/null
   HTTP[$r]="$(wait_line "$WORK/$r.out" $! "http api on ")"

@@ -11,7 +11,7 @@ PACKAGES=(
   build-essential cmake ninja-build ccache pkg-config git openssl curl
   libgrpc++-dev protobuf-compiler-grpc libprotobuf-dev protobuf-compiler
   libabsl-dev librocksdb-dev libgtest-dev libgmock-dev
-  libsentencepiece-dev libopenblas-dev libxxhash-dev nlohmann-json3-dev libssl-dev libboost-dev
+  libsentencepiece-dev libopenblas-dev libxxhash-dev nlohmann-json3-dev libcli11-dev libssl-dev libboost-dev
   libboost-context-dev
   python3 python3-numpy python3-torch python3-grpcio
   librados-dev libradospp-dev ceph-mon ceph-osd ceph-common

@@ -22,11 +22,11 @@ constexpr int kMaxMessageBytes = 64 << 20;
 absl::StatusOr<std::shared_ptr<grpc::ServerCredentials>> MakeCredentials(
     const ServerConfig& config) {
   if (config.tls_cert_file.empty() != config.tls_key_file.empty()) {
-    return absl::InvalidArgumentError("--tls_cert and --tls_key go together");
+    return absl::InvalidArgumentError("--tls-cert and --tls-key go together");
   }
   if (config.tls_cert_file.empty()) {
     if (!config.tls_client_ca_file.empty()) {
-      return absl::InvalidArgumentError("--tls_client_ca needs --tls_cert and --tls_key");
+      return absl::InvalidArgumentError("--tls-client-ca needs --tls-cert and --tls-key");
     }
     return grpc::InsecureServerCredentials();
   }
@@ -61,7 +61,7 @@ absl::StatusOr<std::unique_ptr<MemoryServer>> MemoryServer::Start(ServerConfig c
   if (!credentials.ok()) return credentials.status();
   if (config.tokens_file.empty() && !config.insecure_no_auth) {
     return absl::FailedPreconditionError(
-        "no --tokens_file: refusing to serve without authentication (give --insecure_no_auth "
+        "no --tokens-file: refusing to serve without authentication (give --insecure-no-auth "
         "to accept every caller as tenant 'default')");
   }
   if (!config.tokens_file.empty()) {

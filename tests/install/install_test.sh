@@ -28,12 +28,19 @@ for f in share/kvfold/projectors/stories260K/projector.json \
          share/doc/kvfold/README.md share/doc/kvfold/observability.md share/doc/kvfold/deploy.md; do
   [ -f "$p/$f" ] || fail "$f missing"
 done
-# The installed binaries run from the moved tree (their libraries are the system's).
-for b in kvfold-inference kvfold-memory; do
+# The installed binaries run from the moved tree (their libraries are the system's) and
+# report the project version and the commit they were built from (docs/cli.md).
+version=$(sed -n 's/^CMAKE_PROJECT_VERSION:STATIC=//p' "$BUILD/CMakeCache.txt")
+[ -n "$version" ] || fail "no CMAKE_PROJECT_VERSION in $BUILD/CMakeCache.txt"
+for b in kvfold kvfold-inference kvfold-memory kvfold-memory-admin; do
+  [ -x "$p/bin/$b" ] || continue
   out=$("$p/bin/$b" --version) || fail "$b --version exited $?"
-  case "$out" in "$b"*) ;; *) fail "$b --version printed '$out'" ;; esac
+  [ "$(printf '%s\n' "$out" | sed -n 1p)" = "$b $version" ] || fail "$b --version printed '$out'"
+  printf '%s\n' "$out" | sed -n 2p | grep -Eqx 'commit ([0-9a-f]{40}|unknown)' ||
+    fail "$b --version printed '$out'"
 done
 "$p/bin/kvfold" --help > "$work/help.txt" || fail "kvfold --help exited $?"
+grep -q -- '--version' "$work/help.txt" || fail "kvfold --help does not list --version"
 echo "install_test: installed tree OK"
 
 if [ ! -f "$SHARED/models/stories260K/stories260K.bin" ]; then

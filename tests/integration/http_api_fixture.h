@@ -42,8 +42,8 @@ class HttpApiTest : public ::testing::Test {
     cluster_ = new Cluster();
     std::string error;
     if (!cluster_->Setup(2, &error,
-                         {"--http_port=0", "--tokens_file=" + *tokens_dir_ + "/tokens",
-                          "--metrics_listen=127.0.0.1:0"},
+                         {"--http-port=0", "--tokens-file=" + *tokens_dir_ + "/tokens",
+                          "--metrics-listen=127.0.0.1:0"},
                          SharedModel())) {
       setup_error_ = new std::string(error);
     }

@@ -1,7 +1,7 @@
 // HTTP requests in a real replica's request log and metrics: one JSON line per request
 // (tenant, session, version, status, timings, trace id, nothing secret) and the same
 // kvfold_inference_* series as gRPC with front="http", in the one registry that both the
-// HTTP port's /metrics and --metrics_listen serve.
+// HTTP port's /metrics and --metrics-listen serve.
 #include <chrono>
 #include <nlohmann/json.hpp>
 #include <sstream>

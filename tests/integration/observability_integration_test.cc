@@ -117,7 +117,7 @@ TEST_F(ObservabilityTest, MetricsPageParsesAndCountsATurn) {
   Cluster cluster;
   std::string error;
   ASSERT_TRUE(cluster.Setup(
-      1, &error, {"--metrics_listen=127.0.0.1:0", "--tokens_file=" + tokens_dir_ + "/tokens"}))
+      1, &error, {"--metrics-listen=127.0.0.1:0", "--tokens-file=" + tokens_dir_ + "/tokens"}))
       << error;
   const std::string address = MetricsAddress(ReadFile(cluster.dir() + "/replica0.log"));
   ASSERT_FALSE(address.empty()) << "no 'metrics on' line in the replica's log";
@@ -191,7 +191,7 @@ TEST_F(ObservabilityTest, MetricsPageParsesAndCountsATurn) {
 TEST_F(ObservabilityTest, OneJsonLinePerCallWithTraceIdAndNoSecrets) {
   Cluster cluster;
   std::string error;
-  ASSERT_TRUE(cluster.Setup(1, &error, {"--tokens_file=" + tokens_dir_ + "/tokens"})) << error;
+  ASSERT_TRUE(cluster.Setup(1, &error, {"--tokens-file=" + tokens_dir_ + "/tokens"})) << error;
   ASSERT_TRUE(Create(cluster.stub(0), "log-1").ok());
   TurnResult turn = Turn(cluster.stub(0), "log-1", 4);
   ASSERT_TRUE(turn.status.ok()) << turn.status.error_message();
@@ -240,7 +240,7 @@ TEST_F(ObservabilityTest, PromptsAppearOnlyWithLogPrompts) {
   Cluster cluster;
   std::string error;
   ASSERT_TRUE(
-      cluster.Setup(1, &error, {"--tokens_file=" + tokens_dir_ + "/tokens", "--log_prompts"}))
+      cluster.Setup(1, &error, {"--tokens-file=" + tokens_dir_ + "/tokens", "--log-prompts"}))
       << error;
   ASSERT_TRUE(Create(cluster.stub(0), "p-1").ok());
   Turn(cluster.stub(0), "p-1", 2, kSecretPrompt);
@@ -255,7 +255,7 @@ TEST_F(ObservabilityTest, CallsDuringTheDrainDelaySucceedWhileHealthIsNotServing
   Cluster cluster;
   std::string error;
   ASSERT_TRUE(
-      cluster.Setup(1, &error, {"--tokens_file=" + tokens_dir_ + "/tokens", "--drain_delay=4"}))
+      cluster.Setup(1, &error, {"--tokens-file=" + tokens_dir_ + "/tokens", "--drain-delay=4"}))
       << error;
   const std::string address = cluster.replica_process(0).address();
   // SERVING once the store answers (re-checked every second).

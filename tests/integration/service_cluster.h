@@ -43,7 +43,7 @@ class Cluster {
     }
     if (RunCommand(std::string(KVFOLD_MAKE_RANDOM_PROJECTOR_BIN) + " --model " + model_ +
                    " --out " + projector_ +
-                   " --mem_slots 8 --window 16 --chunk 8 --heads 4 --seed 3 > " + dir_ +
+                   " --mem-slots 8 --window 16 --chunk 8 --heads 4 --seed 3 > " + dir_ +
                    "/make_projector.log 2>&1") != 0) {
       *error = "make_random_projector failed";
       return false;
@@ -70,8 +70,8 @@ class Cluster {
   bool StartStore() {
     store_ = std::make_unique<ServerProcess>();
     const std::string listen = store_address_.empty() ? "127.0.0.1:0" : store_address_;
-    std::vector<std::string> args = {"--listen=" + listen, "--db_dir=" + dir_ + "/db",
-                                     "--sync_writes=false", "--insecure_no_auth"};
+    std::vector<std::string> args = {"--listen=" + listen, "--db-dir=" + dir_ + "/db",
+                                     "--sync-writes=false", "--insecure-no-auth"};
     args.insert(args.end(), store_flags_.begin(), store_flags_.end());
     if (!store_->Start(KVFOLD_MEMORY_BIN, args, dir_ + "/memory.log")) {
       return false;
@@ -85,14 +85,14 @@ class Cluster {
     r.process = std::make_unique<ServerProcess>();
     std::vector<std::string> args = {"--model=" + model_,
                                      "--projector=" + projector_,
-                                     "--memory_store=" + store_address_,
+                                     "--memory-store=" + store_address_,
                                      "--listen=127.0.0.1:0",
                                      "--threads=1",
-                                     "--kv_pool_bytes=67108864",
-                                     "--replica_name=replica-" + std::to_string(i),
-                                     "--default_mode=memory",
-                                     "--drain_timeout_s=20",
-                                     "--insecure_no_auth"};
+                                     "--kv-pool-bytes=67108864",
+                                     "--replica-name=replica-" + std::to_string(i),
+                                     "--default-mode=memory",
+                                     "--drain-timeout-s=20",
+                                     "--insecure-no-auth"};
     for (const auto& f : extra_flags_) args.push_back(f);
     if (!r.process->Start(KVFOLD_INFERENCE_BIN, args,
                           dir_ + "/replica" + std::to_string(i) + ".log")) {

@@ -241,7 +241,7 @@ TEST(ServiceStoriesTest, TextSessionAlternatingReplicasMatchesUninterrupted) {
 TEST(ServiceSchedulerTest, LongPromptDoesNotStallRunningSessions) {
   Cluster cluster;
   std::string error;
-  ASSERT_TRUE(cluster.Setup(1, &error, {"--prefill_chunk_tokens=64"})) << error;
+  ASSERT_TRUE(cluster.Setup(1, &error, {"--prefill-chunk-tokens=64"})) << error;
   ASSERT_TRUE(cluster.Create(0, "running", v1::KV_MODE_MEMORY).ok());
   ASSERT_TRUE(cluster.Create(0, "long-prompt", v1::KV_MODE_MEMORY).ok());
   std::atomic<bool> started{false};
@@ -299,7 +299,7 @@ TEST(ServiceCliTest, ChatAndSessionsCommands) {
   // One turn through the CLI equals the same turn through the API.
   auto [rc, text] = Capture(kvfold + " chat" + a +
                             " --session cli --mode memory --raw --prompt 'Once upon a time' "
-                            "--max_new_tokens 30 2>/dev/null");
+                            "--max-new-tokens 30 2>/dev/null");
   ASSERT_EQ(rc, 0);
   ASSERT_TRUE(cluster.Create(1, "api", v1::KV_MODE_MEMORY).ok());
   std::string api_text;
@@ -307,13 +307,13 @@ TEST(ServiceCliTest, ChatAndSessionsCommands) {
   EXPECT_EQ(text, api_text + "\n");
   // Interactive: one turn per stdin line, on the other replica.
   auto [rc2, two_turns] = Capture("printf 'The dog\\nThe cat\\n' | " + kvfold + " chat" + b +
-                                  " --session cli --max_new_tokens 5 2>/dev/null");
+                                  " --session cli --max-new-tokens 5 2>/dev/null");
   ASSERT_EQ(rc2, 0);
   EXPECT_GE(std::count(two_turns.begin(), two_turns.end(), '\n'), 2);
   auto [rc3, show] = Capture(kvfold + " sessions show cli --json" + b);
   ASSERT_EQ(rc3, 0);
   EXPECT_NE(show.find("\"headVersion\":\"4\""), std::string::npos) << show;  // create + 3 turns
-  EXPECT_EQ(Capture(kvfold + " sessions fork cli --version 2 --new_id cli-fork" + a).first, 0);
+  EXPECT_EQ(Capture(kvfold + " sessions fork cli --version 2 --new-id cli-fork" + a).first, 0);
   EXPECT_EQ(Capture(kvfold + " sessions rollback cli --version 2" + a).first, 0);
   auto [rc4, list] = Capture(kvfold + " sessions ls" + b);
   ASSERT_EQ(rc4, 0);
@@ -328,10 +328,10 @@ TEST(ServiceCliTest, ChatAndSessionsCommands) {
   // and a turn the replica refuses (over its max_new_tokens cap) deletes the session made for it.
   EXPECT_EQ(Capture(kvfold + " chat --session orphan1 --prompt x --temperature -1" + a + " 2>/dev/null").first, 2);
   EXPECT_EQ(Capture(kvfold + " sessions show orphan1" + a + " 2>/dev/null").first, 2);  // NOT_FOUND
-  EXPECT_EQ(Capture(kvfold + " chat --session orphan2 --prompt x --max_new_tokens 1000000" + a + " 2>/dev/null").first, 2);
+  EXPECT_EQ(Capture(kvfold + " chat --session orphan2 --prompt x --max-new-tokens 1000000" + a + " 2>/dev/null").first, 2);
   EXPECT_EQ(Capture(kvfold + " sessions show orphan2" + a + " 2>/dev/null").first, 2);
   // An unreachable replica is a runtime failure (exit 1).
-  EXPECT_EQ(Capture(kvfold + " sessions ls --target 127.0.0.1:1 --deadline_s 2 2>/dev/null").first, 1);
+  EXPECT_EQ(Capture(kvfold + " sessions ls --target 127.0.0.1:1 --deadline-s 2 2>/dev/null").first, 1);
 }
 
 }  // namespace

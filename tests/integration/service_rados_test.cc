@@ -32,10 +32,10 @@ TEST(ServiceRadosTest, DemoSessionResumesThroughRados) {
   }
   std::random_device rd;
   const std::string name_space = absl::StrFormat("it-%08x", rd());
-  const std::vector<std::string> rados = {"--backend=rados", "--ceph_conf=" + conf,
+  const std::vector<std::string> rados = {"--backend=rados", "--ceph-conf=" + conf,
                                           "--pool=" + Env("KVFOLD_CEPH_POOL"),
-                                          "--rados_namespace=" + name_space,
-                                          "--ceph_keyring=" + Env("KVFOLD_CEPH_KEYRING")};
+                                          "--rados-namespace=" + name_space,
+                                          "--ceph-keyring=" + Env("KVFOLD_CEPH_KEYRING")};
   // The demo's model when ../shared has it, else the tiny random one.
   const std::string stories = Stories260K() + "/stories260K.bin";
   const std::string model = std::filesystem::exists(stories) ? stories : "";

@@ -23,9 +23,9 @@ class TenantIsolationTest : public ::testing::TestWithParam<bool> {
     ASSERT_FALSE(tokens_dir_.empty());
     const std::string tokens = tokens_dir_ + "/tokens";
     std::ofstream(tokens) << kAlice << " alice\n" << kBob << " bob\n";
-    cluster_.set_store_flags({"--tokens_file=" + tokens});
+    cluster_.set_store_flags({"--tokens-file=" + tokens});
     std::vector<std::string> replica_flags;
-    if (GetParam()) replica_flags.push_back("--tokens_file=" + tokens);
+    if (GetParam()) replica_flags.push_back("--tokens-file=" + tokens);
     std::string error;
     ASSERT_TRUE(cluster_.Setup(2, &error, replica_flags)) << error;
   }

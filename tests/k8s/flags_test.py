@@ -2,10 +2,11 @@
 """Every flag the manifests pass to a server is one that server accepts.
 
 Renders k8s/base and every overlay (kubectl kustomize, as validate_manifests.py does),
-collects each server container's flags (its --flagfile from the flags ConfigMap plus its
-args) and checks each name against the flags the built binary lists in --help. A renamed
-or misspelt flag would otherwise only show as a crash-looping pod. Names are compared
-exactly as the binary spells them (no '-'/'_' folding). Skipped (exit 77) without kubectl.
+collects each server container's flags (the keys of its --config file from the flags
+ConfigMap plus its args) and checks each name against the flags the built binary lists in
+--help. A renamed or misspelt flag would otherwise only show as a crash-looping pod. Names
+are compared exactly as the binary spells them (no '-'/'_' folding). Skipped (exit 77)
+without kubectl.
 
 usage: flags_test.py KVFOLD_INFERENCE_BIN KVFOLD_MEMORY_BIN
 """
@@ -20,11 +21,20 @@ import validate_manifests as vm  # noqa: E402
 
 
 def accepted_flags(binary):
-    """The flags `binary --help` lists."""
+    """The long flags `binary --help` lists: the names in the option column of CLI11's help
+    ("  --db-dir TEXT  ...", "  -h,--help  ..."), not flags named in descriptions."""
+    out = subprocess.run([binary, "--help"], capture_output=True, text=True, timeout=30,
+                         check=True)
     flags = set()
-    for help_flag in ("--help", "--helpfull"):  # absl's --help lists only some flags
-        out = subprocess.run([binary, help_flag], capture_output=True, text=True, timeout=30)
-        flags |= set(re.findall(r"(--[a-z0-9][a-z0-9_-]*)", out.stdout + out.stderr))
+    for line in out.stdout.splitlines():
+        m = re.match(r"  (-\S+)", line)
+        if m:
+            for name in m.group(1).split(","):
+                flag = re.match(r"--[a-z0-9][a-z0-9-]*", name)
+                if flag:
+                    flags.add(flag.group(0))
+    if "--help" not in flags or len(flags) < 5:
+        raise SystemExit(f"flags_test: cannot read the flags of {binary} --help:\n{out.stdout}")
     return flags
 
 

@@ -58,7 +58,7 @@ TEST_P(AdminCopyTest, CopiesEverySessionExactly) {
   FillSource();
   const std::vector<std::string> args = {"copy", "--from=rocksdb:" + source_.path(),
                                          "--to=" + DestinationSpec(),
-                                         "--ceph_keyring=" + CephKeyring()};
+                                         "--ceph-keyring=" + CephKeyring()};
   ASSERT_EQ(RunToExit(KVFOLD_MEMORY_ADMIN_BINARY, args), 0);
   ASSERT_EQ(RunToExit(KVFOLD_MEMORY_ADMIN_BINARY, args), 0) << "a second run must be a no-op";
 

@@ -41,9 +41,9 @@ class CephTest : public ::testing::Test {
     auto server = std::make_unique<ServerProcess>();
     const bool started = server->Start(
         KVFOLD_MEMORY_BINARY,
-        {"--listen=127.0.0.1:0", "--backend=rados", "--ceph_conf=" + CephConf(),
-         "--pool=" + CephPool(), "--rados_namespace=" + name_space_, "--versions_kept=100000",
-         "--drain_seconds=2", "--ceph_keyring=" + CephKeyring(), "--insecure_no_auth"});
+        {"--listen=127.0.0.1:0", "--backend=rados", "--ceph-conf=" + CephConf(),
+         "--pool=" + CephPool(), "--rados-namespace=" + name_space_, "--versions-kept=100000",
+         "--drain-seconds=2", "--ceph-keyring=" + CephKeyring(), "--insecure-no-auth"});
     EXPECT_TRUE(started);
     return started ? std::move(server) : nullptr;
   }
@@ -58,13 +58,13 @@ class CephTest : public ::testing::Test {
   const std::string name_space_ = FreshNamespace();
 };
 
-// The cluster runs cephx: the key comes from the --ceph_keyring file, and without it (or
+// The cluster runs cephx: the key comes from the --ceph-keyring file, and without it (or
 // with a wrong one) the process does not start.
 TEST_F(CephTest, TheKeyringComesFromAFile) {
   if (CephKeyring().empty()) GTEST_SKIP() << "the test cluster runs without cephx";
   const std::vector<std::string> base = {"--listen=127.0.0.1:0", "--backend=rados",
-                                         "--ceph_conf=" + CephConf(), "--pool=" + CephPool(),
-                                         "--insecure_no_auth"};
+                                         "--ceph-conf=" + CephConf(), "--pool=" + CephPool(),
+                                         "--insecure-no-auth"};
   EXPECT_EQ(RunToExit(KVFOLD_MEMORY_BINARY, base), 1);
   TempDir dir;
   const std::string wrong = dir.path() + "/wrong.keyring";
@@ -73,7 +73,7 @@ TEST_F(CephTest, TheKeyringComesFromAFile) {
   std::fputs("[client.admin]\n\tkey = AQBtFXBnAAAAABAAd9Wn1fVfUp4nU1Xq4hWwXA==\n", f);
   std::fclose(f);
   std::vector<std::string> args = base;
-  args.push_back("--ceph_keyring=" + wrong);
+  args.push_back("--ceph-keyring=" + wrong);
   EXPECT_EQ(RunToExit(KVFOLD_MEMORY_BINARY, args), 1);
   std::unique_ptr<ServerProcess> server = StartReplica();  // with the right keyring
   ASSERT_TRUE(server);

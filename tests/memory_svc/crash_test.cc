@@ -29,9 +29,9 @@ constexpr int kRounds = 5;
 
 TEST(CrashTest, AcknowledgedVersionsSurviveSigkill) {
   TempDir dir;
-  const std::vector<std::string> args = {"--listen=127.0.0.1:0", "--db_dir=" + dir.path() + "/db",
-                                         "--sync_writes=true", "--versions_kept=100000",
-                                         "--insecure_no_auth"};
+  const std::vector<std::string> args = {"--listen=127.0.0.1:0", "--db-dir=" + dir.path() + "/db",
+                                         "--sync-writes=true", "--versions-kept=100000",
+                                         "--insecure-no-auth"};
   std::mt19937 rng(20261129);
   std::vector<std::set<uint64_t>> acked(kClients);
   std::mutex mu;
@@ -88,8 +88,8 @@ TEST(CrashTest, AcknowledgedVersionsSurviveSigkill) {
 // fails, the process exits 0, and the DB reopens with every acknowledged version intact.
 TEST(CrashTest, SigtermDrainsAndClosesCleanly) {
   TempDir dir;
-  const std::vector<std::string> args = {"--listen=127.0.0.1:0", "--db_dir=" + dir.path() + "/db",
-                                         "--drain_seconds=5", "--insecure_no_auth"};
+  const std::vector<std::string> args = {"--listen=127.0.0.1:0", "--db-dir=" + dir.path() + "/db",
+                                         "--drain-seconds=5", "--insecure-no-auth"};
   ServerProcess server;
   ASSERT_TRUE(server.Start(KVFOLD_MEMORY_BINARY, args));
   StoreClient client = ClientFor(server.address());
@@ -124,16 +124,16 @@ TEST(CrashTest, SigtermDrainsAndClosesCleanly) {
 
 TEST(BinaryTest, BadConfigurationExitsWithCode2) {
   TempDir dir;
-  const std::string db = "--db_dir=" + dir.path() + "/db";
-  const std::string insecure = "--insecure_no_auth";
-  EXPECT_EQ(RunToExit(KVFOLD_MEMORY_BINARY, {}), 2);  // --db_dir missing
-  EXPECT_EQ(RunToExit(KVFOLD_MEMORY_BINARY, {db}), 2);  // neither tokens nor --insecure_no_auth
+  const std::string db = "--db-dir=" + dir.path() + "/db";
+  const std::string insecure = "--insecure-no-auth";
+  EXPECT_EQ(RunToExit(KVFOLD_MEMORY_BINARY, {}), 2);  // --db-dir missing
+  EXPECT_EQ(RunToExit(KVFOLD_MEMORY_BINARY, {db}), 2);  // neither tokens nor --insecure-no-auth
   EXPECT_EQ(RunToExit(KVFOLD_MEMORY_BINARY, {db, insecure, "--listen=no-port"}), 2);
-  EXPECT_EQ(RunToExit(KVFOLD_MEMORY_BINARY, {db, "--tokens_file=" + dir.path() + "/none"}), 2);
-  EXPECT_EQ(RunToExit(KVFOLD_MEMORY_BINARY, {db, insecure, "--tls_cert=" + dir.path() + "/x.crt"}),
+  EXPECT_EQ(RunToExit(KVFOLD_MEMORY_BINARY, {db, "--tokens-file=" + dir.path() + "/none"}), 2);
+  EXPECT_EQ(RunToExit(KVFOLD_MEMORY_BINARY, {db, insecure, "--tls-cert=" + dir.path() + "/x.crt"}),
             2);
-  EXPECT_EQ(RunToExit(KVFOLD_MEMORY_BINARY, {db, insecure, "--versions_kept=0"}), 2);
-  EXPECT_EQ(RunToExit(KVFOLD_MEMORY_BINARY, {db, insecure, "--metrics_port=-5"}), 2);
+  EXPECT_EQ(RunToExit(KVFOLD_MEMORY_BINARY, {db, insecure, "--versions-kept=0"}), 2);
+  EXPECT_EQ(RunToExit(KVFOLD_MEMORY_BINARY, {db, insecure, "--metrics-port=-5"}), 2);
 }
 
 TEST(BinaryTest, FlagsReachTheServer) {
@@ -141,9 +141,9 @@ TEST(BinaryTest, FlagsReachTheServer) {
   std::ofstream(dir.path() + "/tokens") << "tok-a tenant-a\n";
   ServerProcess server;
   ASSERT_TRUE(server.Start(KVFOLD_MEMORY_BINARY,
-                           {"--listen=127.0.0.1:0", "--db_dir=" + dir.path() + "/db",
-                            "--tokens_file=" + dir.path() + "/tokens", "--versions_kept=2",
-                            "--max_block_bytes=100000", "--sync_writes=false"}));
+                           {"--listen=127.0.0.1:0", "--db-dir=" + dir.path() + "/db",
+                            "--tokens-file=" + dir.path() + "/tokens", "--versions-kept=2",
+                            "--max-block-bytes=100000", "--sync-writes=false"}));
   StoreClient anonymous = ClientFor(server.address());
   EXPECT_EQ(anonymous.ListSessions().status().code(), absl::StatusCode::kUnauthenticated);
   StoreClient client(grpc::CreateChannel(server.address(), grpc::InsecureChannelCredentials()),
@@ -152,7 +152,7 @@ TEST(BinaryTest, FlagsReachTheServer) {
     const TestBlock b = BlockFor(1, v * 3 + 1);  // 48 KB blocks
     ASSERT_TRUE(client.Put("flags", v - 1, b.header, b.payload).ok());
   }
-  EXPECT_EQ(client.ListVersions("flags")->versions_size(), 2);  // --versions_kept=2
+  EXPECT_EQ(client.ListVersions("flags")->versions_size(), 2);  // --versions-kept=2
   const TestBlock big = BlockFor(1, 3);                            // 768 KiB > 100000
   EXPECT_EQ(client.Put("flags", 4, big.header, big.payload).status().code(),
             absl::StatusCode::kResourceExhausted);

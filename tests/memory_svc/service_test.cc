@@ -423,7 +423,7 @@ TEST(SecureByDefaultTest, NoTokensFileAndNoInsecureFlagRefusesToStart) {
   absl::StatusOr<std::unique_ptr<MemoryServer>> server = MemoryServer::Start(config);
   ASSERT_FALSE(server.ok());
   EXPECT_EQ(server.status().code(), Code::kFailedPrecondition);
-  EXPECT_NE(server.status().message().find("--insecure_no_auth"), absl::string_view::npos)
+  EXPECT_NE(server.status().message().find("--insecure-no-auth"), absl::string_view::npos)
       << server.status();
   config.insecure_no_auth = true;
   server = MemoryServer::Start(config);

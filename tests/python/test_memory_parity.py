@@ -59,8 +59,7 @@ def fingerprint(model_dir):
 
 
 HELP = subprocess.run([KVFOLD, "logits", "--help"], capture_output=True, text=True)
-FP32_FLAG = next((f for f in ("--fp32-memory", "--fp32_memory")
-                  if f in HELP.stdout + HELP.stderr), "")
+FP32_FLAG = "--fp32-memory" if "--fp32-memory" in HELP.stdout + HELP.stderr else ""
 
 
 def engine_logits(model_dir, vocab, proj_dir, toks, mode):
@@ -145,7 +144,7 @@ def test_cpp_random_projector():
         return
     d = os.path.join(TMP, "proj_cpp")
     subprocess.run([args.make_random_projector, "--model", get_model("tiny")[0], "--out", d,
-                    "--mem_slots", "4", "--window", "12", "--chunk", "5", "--heads", "8",
+                    "--mem-slots", "4", "--window", "12", "--chunk", "5", "--heads", "8",
                     "--seed", "2"], check=True, capture_output=True)
     compare("tiny", d, "make_random_projector")
 

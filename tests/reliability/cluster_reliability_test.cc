@@ -27,7 +27,7 @@ constexpr int kMaxNew = 6;
 std::vector<std::string> ReplicaArgs(Cluster& cluster, std::vector<std::string> extra) {
   std::vector<std::string> args = {
       "--model=" + cluster.model_dir(), "--projector=" + cluster.dir() + "/projector",
-      "--memory_store=" + cluster.store_address(), "--threads=1", "--kv_pool_bytes=67108864"};
+      "--memory-store=" + cluster.store_address(), "--threads=1", "--kv-pool-bytes=67108864"};
   args.insert(args.end(), extra.begin(), extra.end());
   return args;
 }
@@ -39,7 +39,7 @@ TEST(ClusterReliability, TokenSprayKeepsReplicaMemoryBounded) {
   Cluster cluster;
   const std::string& dir = cluster.MakeDir();
   WriteWholeFile(dir + "/tokens", "tok-alice alice\n");
-  cluster.set_store_flags({"--tokens_file=" + dir + "/tokens"});
+  cluster.set_store_flags({"--tokens-file=" + dir + "/tokens"});
   std::string error;
   ASSERT_TRUE(cluster.Setup(1, &error)) << error;
   const pid_t replica = cluster.replica_process(0).pid();
@@ -124,7 +124,7 @@ TEST(ClusterReliability, BadInputToTheReplicaIsRejectedAndItKeepsServing) {
   EXPECT_EQ(cluster.Generate(0, "ok", {100000}, 4).status.error_code(),
             grpc::StatusCode::INVALID_ARGUMENT);  // id outside the vocabulary
   EXPECT_EQ(cluster.Generate(0, "ok", PromptFor(1, 0), 1 << 20).status.error_code(),
-            grpc::StatusCode::INVALID_ARGUMENT);  // over --max_new_tokens_cap
+            grpc::StatusCode::INVALID_ARGUMENT);  // over --max-new-tokens-cap
   // Still serving.
   const TurnResult turn = cluster.Generate(0, "ok", PromptFor(1, 0), kMaxNew);
   ASSERT_TRUE(turn.status.ok()) << turn.status.error_message();
@@ -132,7 +132,7 @@ TEST(ClusterReliability, BadInputToTheReplicaIsRejectedAndItKeepsServing) {
 }
 
 // A second replica on a port in use, and a replica with neither a tokens file nor
-// --insecure_no_auth, both exit non-zero at once and say why.
+// --insecure-no-auth, both exit non-zero at once and say why.
 TEST(ClusterReliability, ReplicaRefusesAPortInUseAndMissingAuth) {
   Cluster cluster;
   std::string error;
@@ -141,7 +141,7 @@ TEST(ClusterReliability, ReplicaRefusesAPortInUseAndMissingAuth) {
   const int code = RunToExit(
       KVFOLD_INFERENCE_BIN,
       ReplicaArgs(cluster,
-                  {"--listen=" + cluster.replica_process(0).address(), "--insecure_no_auth"}),
+                  {"--listen=" + cluster.replica_process(0).address(), "--insecure-no-auth"}),
       log, 60);
   EXPECT_NE(code, 0);
   EXPECT_NE(code, kStillRunning) << "the second replica kept running";
@@ -149,7 +149,7 @@ TEST(ClusterReliability, ReplicaRefusesAPortInUseAndMissingAuth) {
   const std::string log2 = cluster.dir() + "/noauth.log";
   EXPECT_EQ(RunToExit(KVFOLD_INFERENCE_BIN, ReplicaArgs(cluster, {"--listen=127.0.0.1:0"}), log2),
             2);
-  EXPECT_NE(ReadWholeFile(log2).find("--insecure_no_auth"), std::string::npos)
+  EXPECT_NE(ReadWholeFile(log2).find("--insecure-no-auth"), std::string::npos)
       << ReadWholeFile(log2);
   // The first replica still serves.
   EXPECT_TRUE(cluster.Create(0, "still-up", v1::KV_MODE_MEMORY).ok());
@@ -165,9 +165,9 @@ TEST(ClusterReliability, ReplicaReloadsItsTokensFileWhenItChanges) {
   const std::string tokens = dir + "/replica-tokens";
   WriteWholeFile(dir + "/store-tokens", "tok-a alice\ntok-b alice\n");
   WriteWholeFile(tokens, "tok-a alice\n");
-  cluster.set_store_flags({"--tokens_file=" + dir + "/store-tokens"});
+  cluster.set_store_flags({"--tokens-file=" + dir + "/store-tokens"});
   std::string error;
-  ASSERT_TRUE(cluster.Setup(1, &error, {"--tokens_file=" + tokens})) << error;
+  ASSERT_TRUE(cluster.Setup(1, &error, {"--tokens-file=" + tokens})) << error;
   auto list = [&](const std::string& token) {
     grpc::ClientContext context;
     context.set_deadline(std::chrono::system_clock::now() + std::chrono::seconds(10));
@@ -198,15 +198,15 @@ TEST(ClusterReliability, ReplicaPresentsAClientCertificateToAnMtlsStore) {
   const std::string& dir = cluster.MakeDir();
   if (!MakeTestCertificates(dir)) GTEST_SKIP() << "openssl CLI not available";
   WriteWholeFile(dir + "/tokens", "tok-replica tenant-r\n");
-  cluster.set_store_flags({"--tokens_file=" + dir + "/tokens", "--tls_cert=" + dir + "/server.crt",
-                           "--tls_key=" + dir + "/server.key",
-                           "--tls_client_ca=" + dir + "/client.crt"});
+  cluster.set_store_flags({"--tokens-file=" + dir + "/tokens", "--tls-cert=" + dir + "/server.crt",
+                           "--tls-key=" + dir + "/server.key",
+                           "--tls-client-ca=" + dir + "/client.crt"});
   setenv("KVFOLD_STORE_TOKEN", "tok-replica", 1);
   std::string error;
   const bool up = cluster.Setup(1, &error,
-                                {"--memory_store_tls_ca=" + dir + "/server.crt",
-                                 "--memory_store_tls_cert=" + dir + "/client.crt",
-                                 "--memory_store_tls_key=" + dir + "/client.key"});
+                                {"--memory-store-tls-ca=" + dir + "/server.crt",
+                                 "--memory-store-tls-cert=" + dir + "/client.crt",
+                                 "--memory-store-tls-key=" + dir + "/client.key"});
   unsetenv("KVFOLD_STORE_TOKEN");
   ASSERT_TRUE(up) << error;
   ASSERT_TRUE(cluster.Create(0, "mtls", v1::KV_MODE_MEMORY).ok());
@@ -216,8 +216,8 @@ TEST(ClusterReliability, ReplicaPresentsAClientCertificateToAnMtlsStore) {
   // Without the client certificate the TLS handshake fails: no call reaches the store.
   ServerProcess bare;
   ASSERT_TRUE(bare.Start(KVFOLD_INFERENCE_BIN,
-                         ReplicaArgs(cluster, {"--listen=127.0.0.1:0", "--insecure_no_auth",
-                                               "--memory_store_tls_ca=" + dir + "/server.crt"}),
+                         ReplicaArgs(cluster, {"--listen=127.0.0.1:0", "--insecure-no-auth",
+                                               "--memory-store-tls-ca=" + dir + "/server.crt"}),
                          dir + "/bare.log"));
   auto stub = v1::InferenceService::NewStub(
       grpc::CreateChannel(bare.address(), grpc::InsecureChannelCredentials()));
@@ -237,7 +237,7 @@ TEST(ClusterReliability, AdmissionUnderATinyPoolRejectsBeforeAnyToken) {
   Cluster cluster;
   std::string error;
   // 128 tokens of KV (512 B per token on the tiny model); each turn needs 5 + 30 of them.
-  ASSERT_TRUE(cluster.Setup(1, &error, {"--kv_pool_bytes=65536", "--default_mode=full"})) << error;
+  ASSERT_TRUE(cluster.Setup(1, &error, {"--kv-pool-bytes=65536", "--default-mode=full"})) << error;
   constexpr int kSessions = 10, kNew = 30;
   for (int i = 0; i < kSessions; ++i) {
     ASSERT_TRUE(cluster.Create(0, "pool-" + std::to_string(i), v1::KV_MODE_FULL).ok());

@@ -31,7 +31,7 @@ std::vector<int32_t> LongPrompt(int n, int salt) {
 TEST(FairnessReliability, ResumingALongFullModeHistoryDoesNotStallOtherSessions) {
   Cluster cluster;
   std::string error;
-  ASSERT_TRUE(cluster.Setup(2, &error, {"--default_mode=full"})) << error;
+  ASSERT_TRUE(cluster.Setup(2, &error, {"--default-mode=full"})) << error;
   ASSERT_TRUE(cluster.Create(0, "history", v1::KV_MODE_FULL).ok());
   TurnResult fed = cluster.Generate(0, "history", LongPrompt(3000, 1), 1);
   ASSERT_TRUE(fed.status.ok()) << fed.status.error_message();
@@ -65,12 +65,12 @@ TEST(FairnessReliability, ResumingALongFullModeHistoryDoesNotStallOtherSessions)
 // without and then with a 2,500-token full-mode prompt prefilling on the same replica.
 // The short sessions are replaced every 8 turns so their own context stays the same.
 // The bound is generous (median within 8x + 30 ms, p90 within 15x + 60 ms, for a loaded
-// machine): prompt chunks not bounded by the decode steps' time (--prefill_stall=0, fixed
+// machine): prompt chunks not bounded by the decode steps' time (--prefill-stall=0, fixed
 // 256-token chunks) miss it by far.
 TEST(FairnessReliability, ShortTurnsStayFastWhileALongFullModePromptPrefills) {
   Cluster cluster;
   std::string error;
-  ASSERT_TRUE(cluster.Setup(1, &error, {"--default_mode=full"})) << error;
+  ASSERT_TRUE(cluster.Setup(1, &error, {"--default-mode=full"})) << error;
   constexpr int kSessions = 2, kTurnsAlone = 20, kTurnsPerSession = 8;
   std::vector<int> next_turn(kSessions, 0);
   std::atomic<bool> failed{false};

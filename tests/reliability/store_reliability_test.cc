@@ -29,8 +29,8 @@ StoreClient ClientOf(const std::string& address, const std::string& token = "") 
 }
 
 std::vector<std::string> StoreArgs(const std::string& dir, std::vector<std::string> extra) {
-  std::vector<std::string> args = {"--listen=127.0.0.1:0", "--db_dir=" + dir + "/db",
-                                   "--sync_writes=false"};
+  std::vector<std::string> args = {"--listen=127.0.0.1:0", "--db-dir=" + dir + "/db",
+                                   "--sync-writes=false"};
   args.insert(args.end(), extra.begin(), extra.end());
   return args;
 }
@@ -53,14 +53,14 @@ grpc::Status RawUnary(const std::string& address, const std::string& method,
 TEST(StoreReliability, SecondStoreOnAPortInUseRefusesToStart) {
   TempDir a, b;
   ServerProcess first;
-  ASSERT_TRUE(first.Start(KVFOLD_MEMORY_BIN, StoreArgs(a.path(), {"--insecure_no_auth"}),
+  ASSERT_TRUE(first.Start(KVFOLD_MEMORY_BIN, StoreArgs(a.path(), {"--insecure-no-auth"}),
                           a.path() + "/memory.log", 30));
   const TestBlock block = MakeBlock(1);
   ASSERT_TRUE(ClientOf(first.address()).Put("s", 0, block.header, block.payload).ok());
   const std::string log = b.path() + "/second.log";
   const int code = RunToExit(
       KVFOLD_MEMORY_BIN,
-      {"--listen=" + first.address(), "--db_dir=" + b.path() + "/db", "--insecure_no_auth"}, log);
+      {"--listen=" + first.address(), "--db-dir=" + b.path() + "/db", "--insecure-no-auth"}, log);
   EXPECT_NE(code, 0);
   EXPECT_NE(code, kStillRunning) << "the second store kept running";
   EXPECT_NE(ReadWholeFile(log).find("cannot listen on " + first.address()), std::string::npos)
@@ -76,7 +76,7 @@ TEST(StoreReliability, NoTokensFileRefusesToStartUnlessInsecureIsExplicit) {
   TempDir dir;
   const std::string log = dir.path() + "/memory.log";
   EXPECT_EQ(RunToExit(KVFOLD_MEMORY_BIN, StoreArgs(dir.path(), {}), log), 2);
-  EXPECT_NE(ReadWholeFile(log).find("--insecure_no_auth"), std::string::npos) << ReadWholeFile(log);
+  EXPECT_NE(ReadWholeFile(log).find("--insecure-no-auth"), std::string::npos) << ReadWholeFile(log);
 }
 
 // Malformed requests get precise codes with messages, and the store keeps serving.
@@ -84,7 +84,7 @@ TEST(StoreReliability, BadInputIsRejectedAndTheStoreKeepsServing) {
   TempDir dir;
   ServerProcess store;
   ASSERT_TRUE(store.Start(
-      KVFOLD_MEMORY_BIN, StoreArgs(dir.path(), {"--insecure_no_auth", "--max_block_bytes=1048576"}),
+      KVFOLD_MEMORY_BIN, StoreArgs(dir.path(), {"--insecure-no-auth", "--max-block-bytes=1048576"}),
       dir.path() + "/memory.log", 30));
   const std::string& address = store.address();
   StoreClient client = ClientOf(address);
@@ -124,7 +124,7 @@ TEST(StoreReliability, CompareAndSetRaceLosesNothing) {
   TempDir dir;
   ServerProcess store;
   ASSERT_TRUE(store.Start(KVFOLD_MEMORY_BIN,
-                          StoreArgs(dir.path(), {"--insecure_no_auth", "--versions_kept=100000"}),
+                          StoreArgs(dir.path(), {"--insecure-no-auth", "--versions-kept=100000"}),
                           dir.path() + "/memory.log", 30));
   constexpr int kWriters = 6;
   const auto end = std::chrono::steady_clock::now() + std::chrono::seconds(3);
@@ -196,7 +196,7 @@ TEST(StoreReliability, TokensFileReloadsOnSighupAndOnChange) {
   WriteWholeFile(tokens, "tok-a alice\n");
   ServerProcess store;
   const std::string log = dir.path() + "/memory.log";
-  ASSERT_TRUE(store.Start(KVFOLD_MEMORY_BIN, StoreArgs(dir.path(), {"--tokens_file=" + tokens}),
+  ASSERT_TRUE(store.Start(KVFOLD_MEMORY_BIN, StoreArgs(dir.path(), {"--tokens-file=" + tokens}),
                           log, 30));
   const std::string address = store.address();
   EXPECT_TRUE(Authenticates(address, "tok-a"));
@@ -231,8 +231,8 @@ TEST(StoreReliability, SecretVolumeUpdatesReloadTokensAndTenants) {
   std::filesystem::create_symlink("..data/tenants", config + "/tenants");
   ServerProcess store;
   ASSERT_TRUE(store.Start(KVFOLD_MEMORY_BIN,
-                          StoreArgs(dir.path(), {"--tokens_file=" + secrets + "/tokens",
-                                                 "--tenants_file=" + config + "/tenants"}),
+                          StoreArgs(dir.path(), {"--tokens-file=" + secrets + "/tokens",
+                                                 "--tenants-file=" + config + "/tenants"}),
                           dir.path() + "/memory.log", 30));
   const std::string address = store.address();
   const TestBlock block = MakeBlock(1);

@@ -22,17 +22,15 @@
 
 #include <algorithm>
 #include <chrono>
-#include <ctime>
 #include <cstdio>
 #include <cstring>
+#include <ctime>
 #include <filesystem>
-#include <map>
 #include <string>
 #include <thread>
 #include <vector>
 
-#include "absl/strings/numbers.h"
-#include "absl/strings/str_split.h"
+#include "common/command_line.h"
 #include "inference_svc/engine/engine.h"
 #include "inference_svc/model/model_file.h"
 #include "inference_svc/model/random_model.h"
@@ -307,56 +305,40 @@ json KvDtypeRatios(const json& models) {
 }
 
 int Main(int argc, char** argv) {
-  std::map<std::string, std::string> f;
-  for (int i = 1; i < argc; ++i) {
-    std::string a = argv[i];
-    if (a == "--quick" || a == "--no-big" || a == "--no-gemm") {
-      f[a.substr(2)] = "1";
-    } else if (a.rfind("--", 0) == 0 && i + 1 < argc) {
-      f[a.substr(2)] = argv[++i];
-    } else {
-      std::fprintf(stderr,
-                   "usage: bench_engine [--stories PATH] [--no-big] [--quick] [--threads N]\n"
-                   "  [--contexts 128,1024,4096,16384] [--decode-steps N] [--window N]\n"
-                   "  [--kv-dtypes f32,int8] [--modes full,sliding,sink] [--no-gemm]\n");
-      return 2;
-    }
-  }
+  CLI::App app{
+      "Prefill and decode throughput of the engine per KV mode and context, beside the "
+      "memory-bandwidth roofline (JSON).",
+      "bench_engine"};
+  kvfold::ApplyConvention(app);
   Options o;
   int threads = static_cast<int>(std::thread::hardware_concurrency());
-  int64_t v;
-  if (f.count("threads") && absl::SimpleAtoi(f["threads"], &v)) threads = static_cast<int>(v);
-  if (f.count("decode-steps") && absl::SimpleAtoi(f["decode-steps"], &v)) o.decode_steps = static_cast<int>(v);
-  if (f.count("window") && absl::SimpleAtoi(f["window"], &v)) o.window = static_cast<int>(v);
-  if (f.count("modes")) {
-    o.modes.clear();
-    for (auto p : absl::StrSplit(f["modes"], ',')) {
-      if (p != "full" && p != "sliding" && p != "sink") {
-        std::fprintf(stderr, "bench_engine: unknown mode %s\n", std::string(p).c_str());
-        return 2;
-      }
-      o.modes.emplace_back(p);
+  std::string stories = "../shared/models/stories260K/stories260K.bin";
+  std::vector<std::string> kv_dtypes = {"f32"};
+  bool quick = false, no_big = false, no_gemm = false;
+  CLI::Option* stories_flag = app.add_option(
+      "--stories", stories, "a model LoadModel reads (llama2.c file or HF directory)");
+  kvfold::AddSwitch(app, "--no-big", no_big, "skip the random llama-3.2-1b-shape model");
+  kvfold::AddSwitch(app, "--quick", quick, "short run (prefill capped at 4096 tokens)");
+  app.add_option("--threads", threads, "compute threads");
+  app.add_option("--contexts", o.contexts, "context lengths (comma-separated)")->delimiter(',');
+  app.add_option("--decode-steps", o.decode_steps, "timed decode steps per row");
+  app.add_option("--window", o.window, "window of sliding/sink");
+  app.add_option("--kv-dtypes", kv_dtypes, "KV cache types (comma-separated: f32,int8)")
+      ->delimiter(',');
+  app.add_option("--modes", o.modes, "KV modes (comma-separated)")
+      ->delimiter(',')
+      ->check(CLI::IsMember({"full", "sliding", "sink"}));
+  kvfold::AddSwitch(app, "--no-gemm", no_gemm, "skip the GEMM comparison with OpenBLAS");
+  if (std::optional<int> rc = kvfold::ParseCommandLine(app, argc, argv)) return *rc;
+  std::vector<engine::KvDType> dtypes;
+  for (const std::string& p : kv_dtypes) {
+    auto d = engine::ParseKvDType(p);
+    if (!d.ok()) {
+      std::fprintf(stderr, "bench_engine: --kv-dtypes: %s\n", d.status().ToString().c_str());
+      return kExitUsage;
     }
+    dtypes.push_back(*d);
   }
-  if (f.count("contexts")) {
-    o.contexts.clear();
-    for (auto p : absl::StrSplit(f["contexts"], ',')) {
-      if (absl::SimpleAtoi(p, &v)) o.contexts.push_back(static_cast<int>(v));
-    }
-  }
-  std::vector<engine::KvDType> dtypes = {engine::KvDType::kF32};
-  if (f.count("kv-dtypes")) {
-    dtypes.clear();
-    for (auto p : absl::StrSplit(f["kv-dtypes"], ',')) {
-      auto d = engine::ParseKvDType(std::string_view(p.data(), p.size()));
-      if (!d.ok()) {
-        std::fprintf(stderr, "bench_engine: %s\n", d.status().ToString().c_str());
-        return 2;
-      }
-      dtypes.push_back(*d);
-    }
-  }
-  const bool quick = f.count("quick") > 0;
   if (quick) o.max_prefill = 4096;  // longer contexts are filled synthetically for decode
   auto backend = kernels::CreateCpuBackend({threads, false});
   const Bandwidth bandwidth = MeasureBandwidth(threads);
@@ -368,11 +350,9 @@ int Main(int argc, char** argv) {
   out["bandwidth_read_bytes_per_s"] = bandwidth.read_per_s;
   out["bandwidth_triad_bytes_per_s"] = bandwidth.triad_per_s;
   out["cpu_isa"] = kernels::cpu::IsaName(kernels::cpu::ActiveIsa());
-  if (!f.count("no-gemm")) {
+  if (!no_gemm) {
     out["gemm"] = json::array({GemmVsOpenBlas(*backend, 1, 2048, 2048), GemmVsOpenBlas(*backend, 128, 2048, 2048)});
   }
-  const std::string stories =
-      f.count("stories") ? f["stories"] : "../shared/models/stories260K/stories260K.bin";
   json models = json::array();
   // The KV cache types alternate row by row (mode, context), so load noise on a shared
   // machine hits both sides of each kv_dtype_ratios entry alike.
@@ -398,12 +378,12 @@ int Main(int argc, char** argv) {
     for (json& j : per_dtype) models.push_back(std::move(j));
   };
   if (auto m = model::LoadModel(stories); m.ok()) {
-    bench_all(f.count("stories") ? std::filesystem::path(stories).filename().string() : "stories260K",
+    bench_all(stories_flag->count() > 0 ? std::filesystem::path(stories).filename().string() : "stories260K",
               *m, o);
   } else {
     std::fprintf(stderr, "skipping stories260K: %s\n", m.status().ToString().c_str());
   }
-  if (!f.count("no-big")) {
+  if (!no_big) {
     Options big = o;
     big.decode_steps = quick ? 2 : std::min(o.decode_steps, 8);
     big.max_prefill = quick ? 128 : 1024;

@@ -30,6 +30,7 @@
 #include "absl/status/statusor.h"
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_format.h"
+#include "common/command_line.h"
 #include "kernels/cuda/attention.cuh"
 #include "kernels/cuda/cuda_status.h"
 #include "kernels/cuda/elementwise.cuh"
@@ -414,19 +415,15 @@ int Main(int argc, char** argv) {
   std::string out_path;
   int steps = 20;
   bool quick = false;
-  for (int i = 1; i < argc; ++i) {
-    const std::string a = argv[i];
-    if (a == "--out" && i + 1 < argc) {
-      out_path = argv[++i];
-    } else if (a == "--steps" && i + 1 < argc) {
-      steps = std::max(1, std::atoi(argv[++i]));
-    } else if (a == "--quick") {
-      quick = true;
-    } else {
-      std::fprintf(stderr, "usage: bench_gpu [--out FILE] [--steps N] [--quick]\n");
-      return 2;
-    }
-  }
+  CLI::App app{
+      "GPU decode benchmark: the CUDA backend against the memory-bandwidth roofline "
+      "(JSON).",
+      "bench_gpu"};
+  kvfold::ApplyConvention(app);
+  app.add_option("--out", out_path, "also write the JSON here");
+  app.add_option("--steps", steps, "timed decode steps")->check(CLI::PositiveNumber);
+  kvfold::AddSwitch(app, "--quick", quick, "short run");
+  if (std::optional<int> rc = kvfold::ParseCommandLine(app, argc, argv)) return *rc;
   int count = 0;
   if (cudaGetDeviceCount(&count) != cudaSuccess || count == 0) {
     std::fprintf(stderr, "bench_gpu: no CUDA device\n");

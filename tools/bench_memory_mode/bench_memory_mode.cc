@@ -26,17 +26,15 @@
 #include <chrono>
 #include <cstdio>
 #include <cstdlib>
-#include <cstring>
 #include <functional>
 #include <map>
 #include <random>
 #include <string>
 #include <vector>
 
-#include "absl/flags/flag.h"
-#include "absl/flags/parse.h"
 #include "absl/strings/numbers.h"
 #include "absl/strings/str_split.h"
+#include "common/command_line.h"
 #include "inference_svc/engine/engine.h"
 #include "inference_svc/engine/sampler.h"
 #include "inference_svc/memory/memory_session.h"
@@ -44,20 +42,38 @@
 #include "inference_svc/model/model_file.h"
 #include "nlohmann/json.hpp"
 
-ABSL_FLAG(std::string, model, "", "model path (default: stories260K from the shared dir)");
-ABSL_FLAG(std::string, projector, "", "projector dir (default: a random projector)");
-ABSL_FLAG(std::string, histories, "1000,10000,100000", "history lengths in tokens");
-ABSL_FLAG(std::string, modes, "full,sliding,sink,memory,memory_only", "modes to run");
-ABSL_FLAG(int, rounds, 8, "interleaved timing rounds; a session's best round counts");
-ABSL_FLAG(int, round_tokens, 64, "decode steps per round (a multiple of C)");
-ABSL_FLAG(int, window, 0, "sliding/sink window (0 = the projector's KV budget)");
-ABSL_FLAG(int, sink, 4, "sink tokens");
-ABSL_FLAG(int, threads, 1, "CPU threads (0 = all cores)");
-ABSL_FLAG(int, full_real_max, 2048, "full mode: longest history prefilled for real");
-ABSL_FLAG(uint64_t, seed, 1, "token RNG seed");
-
 namespace kvfold {
 namespace {
+
+// The command line (docs/cli.md).
+struct Flags {
+  std::string model;
+  std::string projector;
+  std::string histories = "1000,10000,100000";
+  std::string modes = "full,sliding,sink,memory,memory_only";
+  int rounds = 8;
+  int round_tokens = 64;
+  int window = 0;
+  int sink = 4;
+  int threads = 1;
+  int full_real_max = 2048;
+  uint64_t seed = 1;
+};
+
+void AddFlags(CLI::App& app, Flags& f) {
+  app.add_option("--model", f.model, "model path (default: stories260K from the shared dir)");
+  app.add_option("--projector", f.projector, "projector dir (default: a random projector)");
+  app.add_option("--histories", f.histories, "history lengths in tokens");
+  app.add_option("--modes", f.modes, "modes to run");
+  app.add_option("--rounds", f.rounds, "interleaved timing rounds; a session's best round counts");
+  app.add_option("--round-tokens", f.round_tokens, "decode steps per round (a multiple of C)");
+  app.add_option("--window", f.window, "sliding/sink window (0 = the projector's KV budget)");
+  app.add_option("--sink", f.sink, "sink tokens");
+  app.add_option("--threads", f.threads, "CPU threads (0 = all cores)");
+  app.add_option("--full-real-max", f.full_real_max,
+                 "full mode: longest history prefilled for real");
+  app.add_option("--seed", f.seed, "token RNG seed");
+}
 
 using Clock = std::chrono::steady_clock;
 using engine::KvMode;
@@ -121,17 +137,18 @@ absl::Status MakeSyntheticFull(engine::Engine& engine, Subject* s) {
 }
 
 // Sliding/sink window: --window, else the projector's KV budget (equal budgets).
-int SlidingWindow(const memory::Projector& projector) {
-  const int w = absl::GetFlag(FLAGS_window);
+int SlidingWindow(const memory::Projector& projector, int window) {
+  const int w = window;
   return w > 0 ? w : projector.config().kv_budget();
 }
 
 absl::Status MakeSession(engine::Engine& engine, const memory::Projector* projector, KvMode mode,
-                         uint64_t seed, Subject* s) {
+                         const Flags& flags, Subject* s) {
+  const uint64_t seed = flags.seed;
   engine::SessionOptions options;
   options.mode = mode;
-  options.window_size = SlidingWindow(*projector);
-  options.sink_tokens = absl::GetFlag(FLAGS_sink);
+  options.window_size = SlidingWindow(*projector, flags.window);
+  options.sink_tokens = flags.sink;
   auto session = memory::CreateSession(&engine, options, projector);
   if (!session.ok()) return session.status();
   s->session = *std::move(session);
@@ -155,33 +172,22 @@ absl::Status MakeSession(engine::Engine& engine, const memory::Projector* projec
   return absl::OkStatus();
 }
 
-// Accepts --flag-name as well as absl's --flag_name (the docs spell flags with dashes).
-void DashesToUnderscores(int argc, char** argv) {
-  for (int i = 1; i < argc; ++i) {
-    if (std::strncmp(argv[i], "--", 2) != 0) continue;
-    for (char* p = argv[i] + 2; *p != '\0' && *p != '='; ++p) {
-      if (*p == '-') *p = '_';
-    }
-  }
-}
-
 int Fail(const std::string& what, const absl::Status& status, int code) {
   std::fprintf(stderr, "bench_memory_mode: %s%s\n", what.c_str(), std::string(status.message()).c_str());
   return code;
 }
 
-int Main() {
-  const std::string model_path =
-      absl::GetFlag(FLAGS_model).empty() ? DefaultModel() : absl::GetFlag(FLAGS_model);
+int Main(const Flags& flags) {
+  const std::string model_path = flags.model.empty() ? DefaultModel() : flags.model;
   auto model = model::LoadModel(model_path);
   if (!model.ok()) return Fail("", model.status(), 2);
-  auto backend = kernels::CreateCpuBackend({.num_threads = absl::GetFlag(FLAGS_threads)});
+  auto backend = kernels::CreateCpuBackend({.num_threads = flags.threads});
   engine::EngineOptions engine_options;
   engine_options.kv_pool_bytes = size_t{2} << 30;
   auto engine = engine::Engine::Create(*model, backend.get(), engine_options);
   if (!engine.ok()) return Fail("", engine.status(), 1);
   std::unique_ptr<memory::Projector> projector;
-  std::string projector_source = absl::GetFlag(FLAGS_projector);
+  std::string projector_source = flags.projector;
   if (!projector_source.empty()) {
     auto p = memory::Projector::LoadForModel(projector_source, (*engine)->fingerprint(),
                                              model->config.hidden_size);
@@ -196,18 +202,18 @@ int Main() {
     projector_source = "random (seed 1)";
   }
   std::vector<int64_t> histories;
-  for (absl::string_view h : absl::StrSplit(absl::GetFlag(FLAGS_histories), ',')) {
+  for (absl::string_view h : absl::StrSplit(flags.histories, ',')) {
     int64_t v;
     if (!absl::SimpleAtoi(h, &v) || v < 1) return Fail("bad --histories", absl::OkStatus(), 2);
     histories.push_back(v);
   }
   std::vector<KvMode> modes;
-  for (absl::string_view name : absl::StrSplit(absl::GetFlag(FLAGS_modes), ',')) {
+  for (absl::string_view name : absl::StrSplit(flags.modes, ',')) {
     auto mode = engine::ParseKvMode(std::string(name));
     if (!mode.ok()) return Fail("", mode.status(), 2);
     modes.push_back(*mode);
   }
-  const int rounds = absl::GetFlag(FLAGS_rounds), round_tokens = absl::GetFlag(FLAGS_round_tokens);
+  const int rounds = flags.rounds, round_tokens = flags.round_tokens;
   const memory::ProjectorConfig& pc = projector->config();
 
   std::vector<std::unique_ptr<Subject>> all;
@@ -218,9 +224,9 @@ int Main() {
       auto s = std::make_unique<Subject>();
       s->mode = engine::KvModeName(mode);
       s->history = history;
-      const absl::Status st = mode == KvMode::kFull && history > absl::GetFlag(FLAGS_full_real_max)
+      const absl::Status st = mode == KvMode::kFull && history > flags.full_real_max
                                   ? MakeSyntheticFull(**engine, s.get())
-                                  : MakeSession(**engine, projector.get(), mode, absl::GetFlag(FLAGS_seed), s.get());
+                                  : MakeSession(**engine, projector.get(), mode, flags, s.get());
       if (!st.ok()) return Fail(s->mode + " history " + std::to_string(history) + ": ", st, 1);
       subjects.push_back(std::move(s));
     }
@@ -260,14 +266,14 @@ int Main() {
   nlohmann::ordered_json out;
   out["model"] = model_path;
   out["backend"] = backend->Name();
-  out["threads"] = absl::GetFlag(FLAGS_threads);
+  out["threads"] = flags.threads;
   out["projector"] = {{"source", projector_source}, {"mem_slots", pc.mem_slots},
                       {"window_size", pc.window_size}, {"chunk_size", pc.chunk_size},
                       {"window_policy", memory::WindowPolicyName(pc.window_policy)},
                       {"sink_tokens", pc.sink_tokens},
                       {"kv_budget", pc.kv_budget()}};
-  out["sliding_sink_window"] = SlidingWindow(*projector);
-  out["sink_tokens"] = absl::GetFlag(FLAGS_sink);
+  out["sliding_sink_window"] = SlidingWindow(*projector, flags.window);
+  out["sink_tokens"] = flags.sink;
   out["rounds"] = rounds;
   out["round_tokens"] = round_tokens;
   std::map<std::string, std::map<int64_t, const Subject*>> by_mode;
@@ -318,7 +324,11 @@ int Main() {
 }  // namespace kvfold
 
 int main(int argc, char** argv) {
-  kvfold::DashesToUnderscores(argc, argv);
-  absl::ParseCommandLine(argc, argv);
-  return kvfold::Main();
+  CLI::App app{"Memory-mode decode cost against full/sliding/sink at long histories (JSON).",
+               "bench_memory_mode"};
+  kvfold::ApplyConvention(app);
+  kvfold::Flags flags;
+  kvfold::AddFlags(app, flags);
+  if (std::optional<int> rc = kvfold::ParseCommandLine(app, argc, argv)) return *rc;
+  return kvfold::Main(flags);
 }

@@ -3,8 +3,8 @@
 // (a) RocksDB used directly in process on the same blocks and (b) MemoryStore in process
 // (no gRPC), so that the store's and the service's overheads are ratios. Prints JSON.
 //
-//   bench_memory_store [--quick] [--seconds 2] [--dir /tmp] [--json_out FILE]
-//   bench_memory_store --rados_conf ceph.conf [--rados_pool kvfold]   # the RADOS grid
+//   bench_memory_store [--quick] [--seconds 2] [--dir /tmp] [--json-out FILE]
+//   bench_memory_store --rados-conf ceph.conf [--rados-pool kvfold]   # the RADOS grid
 #include <grpcpp/create_channel.h>
 
 #include <algorithm>
@@ -16,39 +16,55 @@
 #include <functional>
 #include <iostream>
 #include <memory>
+#include <nlohmann/json.hpp>
 #include <random>
 #include <string>
 #include <thread>
 #include <vector>
 
-#include <nlohmann/json.hpp>
-
-#include "absl/flags/flag.h"
-#include "absl/flags/parse.h"
 #include "absl/strings/numbers.h"
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_split.h"
 #include "common/block_checksum.h"
+#include "common/command_line.h"
 #include "memory_svc/client/store_client.h"
 #include "memory_svc/service/server.h"
 #include "tools/bench_memory_store/bench_common.h"
 #include "tools/bench_memory_store/rados_bench.h"
 #include "tools/bench_memory_store/raw_rocksdb.h"
 
-ABSL_FLAG(bool, quick, false, "short run: 0.25 s per cell, no blob/inline comparison");
-ABSL_FLAG(double, seconds, 2.0, "measured seconds per cell (put and get each)");
-ABSL_FLAG(std::string, clients, "1,8,32", "concurrent client counts");
-ABSL_FLAG(std::string, dir, "", "scratch directory for the databases (default: TMPDIR)");
-ABSL_FLAG(std::string, json_out, "", "also write the JSON here");
-ABSL_FLAG(bool, main_grid, true, "run the variant x block x clients x sync grid");
-ABSL_FLAG(bool, blob_comparison, true, "run BlobDB vs inline values (never with --quick)");
-ABSL_FLAG(std::string, rados_conf, "",
-          "ceph.conf: run the RADOS grid (48 KiB and 768 KiB, rocksdb vs raw rados vs store vs "
-          "1 and 2 replicas) instead of the RocksDB grids");
-ABSL_FLAG(std::string, rados_pool, "kvfold", "pool for the RADOS grid");
-
 namespace kvfold::bench {
 namespace {
+
+// The command line (docs/cli.md).
+struct Flags {
+  bool quick = false;
+  double seconds = 2.0;
+  std::string clients = "1,8,32";
+  std::string dir;
+  std::string json_out;
+  bool main_grid = true;
+  bool blob_comparison = true;
+  std::string rados_conf;
+  std::string rados_pool = "kvfold";
+};
+
+void AddFlags(CLI::App& app, Flags& f) {
+  kvfold::AddSwitch(app, "--quick", f.quick,
+                    "short run: 0.25 s per cell, no blob/inline comparison");
+  app.add_option("--seconds", f.seconds, "measured seconds per cell (put and get each)");
+  app.add_option("--clients", f.clients, "concurrent client counts");
+  app.add_option("--dir", f.dir, "scratch directory for the databases (default: TMPDIR)");
+  app.add_option("--json-out", f.json_out, "also write the JSON here");
+  kvfold::AddSwitch(app, "--main-grid", f.main_grid,
+                    "run the variant x block x clients x sync grid");
+  kvfold::AddSwitch(app, "--blob-comparison", f.blob_comparison,
+                    "run BlobDB vs inline values (never with --quick)");
+  app.add_option("--rados-conf", f.rados_conf,
+                 "ceph.conf: run the RADOS grid (48 KiB and 768 KiB, rocksdb vs raw rados vs store "
+                 "vs 1 and 2 replicas) instead of the RocksDB grids");
+  app.add_option("--rados-pool", f.rados_pool, "pool for the RADOS grid");
+}
 
 absl::StatusOr<std::unique_ptr<Target>> MakeTarget(const std::string& variant,
                                                    const std::string& dir, bool sync, bool blob,
@@ -156,11 +172,11 @@ absl::Status RunBlobComparison(const std::vector<Block>& blocks, int clients, bo
   return absl::OkStatus();
 }
 
-int Main() {
-  const bool quick = absl::GetFlag(FLAGS_quick);
-  const double seconds = quick ? 0.25 : absl::GetFlag(FLAGS_seconds);
+int Main(const Flags& flags) {
+  const bool quick = flags.quick;
+  const double seconds = quick ? 0.25 : flags.seconds;
   std::vector<int> client_counts;
-  for (absl::string_view s : absl::StrSplit(absl::GetFlag(FLAGS_clients), ',')) {
+  for (absl::string_view s : absl::StrSplit(flags.clients, ',')) {
     int n = 0;
     if (!absl::SimpleAtoi(s, &n) || n < 1) {
       std::cerr << "bench: bad --clients\n";
@@ -168,15 +184,15 @@ int Main() {
     }
     client_counts.push_back(n);
   }
-  std::string root = absl::GetFlag(FLAGS_dir);
+  std::string root = flags.dir;
   if (root.empty()) root = std::filesystem::temp_directory_path().string();
   root += "/kvfold-bench-memory-store";
   std::filesystem::create_directories(root);
 
-  if (!absl::GetFlag(FLAGS_rados_conf).empty()) {
+  if (!flags.rados_conf.empty()) {
     RadosGridOptions options;
-    options.conf_file = absl::GetFlag(FLAGS_rados_conf);
-    options.pool = absl::GetFlag(FLAGS_rados_pool);
+    options.conf_file = flags.rados_conf;
+    options.pool = flags.rados_pool;
     options.seconds = seconds;
     options.clients = client_counts;
     options.rocksdb_dir = root + "/rados-grid-rocksdb";
@@ -191,8 +207,8 @@ int Main() {
                           {"hardware_threads", std::thread::hardware_concurrency()},
                           {"results", results}};
     std::cout << out.dump(2) << "\n";
-    if (!absl::GetFlag(FLAGS_json_out).empty()) {
-      std::ofstream(absl::GetFlag(FLAGS_json_out)) << out.dump(2);
+    if (!flags.json_out.empty()) {
+      std::ofstream(flags.json_out) << out.dump(2);
     }
     std::filesystem::remove_all(root);
     return 0;
@@ -202,7 +218,7 @@ int Main() {
   const std::vector<std::string> variants = {"rocksdb", "store", "service"};
   nlohmann::json results = nlohmann::json::array();
   for (const auto& blocks : block_sets) {
-    if (!absl::GetFlag(FLAGS_main_grid)) break;
+    if (!flags.main_grid) break;
     for (int clients : client_counts) {
       for (bool sync : {true, false}) {
         for (const std::string& variant : variants) {
@@ -219,7 +235,7 @@ int Main() {
   // BlobDB or not: the raw baseline with payloads inline in the LSM, no sync, 4x longer
   // puts so that compactions happen; write amplification measured.
   nlohmann::json blob_vs_inline = nlohmann::json::array();
-  if (!quick && absl::GetFlag(FLAGS_blob_comparison)) {
+  if (!quick && flags.blob_comparison) {
     for (const auto& blocks : block_sets) {
       for (int clients : {1, 8}) {
         // BlobDB with the store's blob cache, BlobDB without it, values inline.
@@ -265,7 +281,7 @@ int Main() {
                         {"blob_vs_inline", blob_vs_inline}};
   const std::string text = out.dump(2);
   std::cout << text << "\n";
-  if (!absl::GetFlag(FLAGS_json_out).empty()) std::ofstream(absl::GetFlag(FLAGS_json_out)) << text;
+  if (!flags.json_out.empty()) std::ofstream(flags.json_out) << text;
   std::filesystem::remove_all(root);
   return 0;
 }
@@ -274,6 +290,13 @@ int Main() {
 }  // namespace kvfold::bench
 
 int main(int argc, char** argv) {
-  absl::ParseCommandLine(argc, argv);
-  return kvfold::bench::Main();
+  CLI::App app{
+      "Put/Get throughput and latency of kvfold-memory against RocksDB and MemoryStore in process "
+      "(JSON).",
+      "bench_memory_store"};
+  kvfold::ApplyConvention(app);
+  kvfold::bench::Flags flags;
+  kvfold::bench::AddFlags(app, flags);
+  if (std::optional<int> rc = kvfold::ParseCommandLine(app, argc, argv)) return *rc;
+  return kvfold::bench::Main(flags);
 }

@@ -1,14 +1,14 @@
 #!/usr/bin/env python3
 """Turns bench_memory_store's JSON into the markdown tables of docs/memory-store.md.
 
-    bench_memory_store --json_out bench.json && python3 to_markdown.py bench.json
+    bench_memory_store --json-out bench.json && python3 to_markdown.py bench.json
 """
 import json
 import sys
 
 
 def rados_grid(data):
-    """The RADOS grid (bench_memory_store --rados_conf): one row per (op, block, clients)."""
+    """The RADOS grid (bench_memory_store --rados-conf): one row per (op, block, clients)."""
     rows = {}
     for r in data["results"]:
         rows.setdefault((r["op"], r["block_bytes"], r["clients"]), {})[r["variant"]] = r

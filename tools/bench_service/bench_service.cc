@@ -1,6 +1,6 @@
 // bench_service: end-to-end numbers of kvfold-inference, one JSON document, one run.
 //
-//   bench_service --model PATH [--projector DIR] [--sessions 1,4,16] [--new_tokens 128]
+//   bench_service --model PATH [--projector DIR] [--sessions 1,4,16] [--new-tokens 128]
 //                 [--histories 1000,10000,50000] [--threads 0]
 //
 // In process, over real gRPC on 127.0.0.1: a MemoryServer and kvfold-inference servers.
@@ -12,13 +12,13 @@
 //    streams the block from the store and rebuilds: memory mode with --projector, else
 //    full) against re-prefilling the whole history in full mode, as an engine without
 //    persistence must, for each history length.
-// 3. fairness: latency of short turns (8-token prompt, 8 new tokens, --fairness_sessions
+// 3. fairness: latency of short turns (8-token prompt, 8 new tokens, --fairness-sessions
 //    sessions in a loop) alone, and while one full-mode session prefills a
-//    --fairness_long_prompt-token prompt, alternating for several rounds; with the
+//    --fairness-long-prompt-token prompt, alternating for several rounds; with the
 //    scheduler's fair prefill (on) and with fixed chunks (off). p99 ratio with / without
 //    the long prompt (bench_fairness.h).
-// 4. http: --http_streams concurrent chat turns over the OpenAI HTTP API vs gRPC on one
-//    replica, and --idle_streams event streams held open (threads, RSS); bench_http.h.
+// 4. http: --http-streams concurrent chat turns over the OpenAI HTTP API vs gRPC on one
+//    replica, and --idle-streams event streams held open (threads, RSS); bench_http.h.
 #include <algorithm>
 #include <atomic>
 #include <chrono>
@@ -31,39 +31,61 @@
 #include <grpcpp/create_channel.h>
 #include <nlohmann/json.hpp>
 
-#include "absl/flags/flag.h"
-#include "absl/flags/parse.h"
 #include "absl/strings/numbers.h"
 #include "absl/strings/str_split.h"
 #include "absl/time/time.h"
+#include "common/command_line.h"
 #include "inference_svc/service/server.h"
 #include "memory_svc/service/server.h"
 #include "tools/bench_service/bench_fairness.h"
 #include "tools/bench_service/bench_grpc.h"
 #include "tools/bench_service/bench_http.h"
 
-ABSL_FLAG(std::string, model, "", "model path (HF directory or llama2.c .bin); required");
-ABSL_FLAG(std::string, projector, "", "projector directory (memory mode); empty = full mode");
-ABSL_FLAG(std::string, sessions, "1,4,16", "concurrent sessions for the decode table");
-ABSL_FLAG(int, new_tokens, 128, "tokens generated per session in the decode table");
-ABSL_FLAG(std::string, histories, "1000,10000,50000", "history lengths for the resume table");
-ABSL_FLAG(int, threads, 0, "engine threads (0 = all cores)");
-ABSL_FLAG(int, reprefill_max_tokens, 20000,
-          "skip the full-mode re-prefill baseline above this history (it is quadratic)");
-ABSL_FLAG(int, fairness_long_prompt, 8000,
-          "tokens of the long full-mode prompt in the fairness table (0 = skip the table)");
-ABSL_FLAG(int, fairness_sessions, 4, "sessions running short turns in the fairness table");
-ABSL_FLAG(int, fairness_turns, 40, "short turns per session measured without the long prompt");
-ABSL_FLAG(bool, skip_decode_resume, false, "run only the fairness table");
-ABSL_FLAG(bool, fairness_baseline, true, "also run the fairness table with fixed chunks");
-ABSL_FLAG(double, prefill_stall, 2.0, "the replica's prefill_stall in the fair fairness row");
-ABSL_FLAG(int, http_streams, 16, "concurrent streams, HTTP vs gRPC (0 = skip)");
-ABSL_FLAG(int, http_new_tokens, 128, "tokens per stream in the HTTP vs gRPC rows");
-ABSL_FLAG(int, http_rounds, 3, "interleaved rounds of the HTTP vs gRPC rows (median)");
-ABSL_FLAG(int, idle_streams, 1000, "event streams held open at once (0 = skip)");
-ABSL_FLAG(std::string, db_dir, "/tmp/kvfold-bench-service-db", "scratch RocksDB directory");
-
 namespace {
+
+// The command line (docs/cli.md).
+struct Flags {
+  std::string model;
+  std::string projector;
+  std::string sessions = "1,4,16";
+  int new_tokens = 128;
+  std::string histories = "1000,10000,50000";
+  int threads = 0;
+  int reprefill_max_tokens = 20000;
+  int fairness_long_prompt = 8000;
+  int fairness_sessions = 4;
+  int fairness_turns = 40;
+  bool skip_decode_resume = false;
+  bool fairness_baseline = true;
+  double prefill_stall = 2.0;
+  int http_streams = 16;
+  int http_new_tokens = 128;
+  int http_rounds = 3;
+  int idle_streams = 1000;
+  std::string db_dir = "/tmp/kvfold-bench-service-db";
+};
+
+void AddFlags(CLI::App& app, Flags& f) {
+  app.add_option("--model", f.model, "model path (HF directory or llama2.c .bin); required")
+      ->required();
+  app.add_option("--projector", f.projector, "projector directory (memory mode); empty = full mode");
+  app.add_option("--sessions", f.sessions, "concurrent sessions for the decode table");
+  app.add_option("--new-tokens", f.new_tokens, "tokens generated per session in the decode table");
+  app.add_option("--histories", f.histories, "history lengths for the resume table");
+  app.add_option("--threads", f.threads, "engine threads (0 = all cores)");
+  app.add_option("--reprefill-max-tokens", f.reprefill_max_tokens, "skip the full-mode re-prefill baseline above this history (it is quadratic)");
+  app.add_option("--fairness-long-prompt", f.fairness_long_prompt, "tokens of the long full-mode prompt in the fairness table (0 = skip the table)");
+  app.add_option("--fairness-sessions", f.fairness_sessions, "sessions running short turns in the fairness table");
+  app.add_option("--fairness-turns", f.fairness_turns, "short turns per session measured without the long prompt");
+  kvfold::AddSwitch(app, "--skip-decode-resume", f.skip_decode_resume, "run only the fairness table");
+  kvfold::AddSwitch(app, "--fairness-baseline", f.fairness_baseline, "also run the fairness table with fixed chunks");
+  app.add_option("--prefill-stall", f.prefill_stall, "the replica's prefill_stall in the fair fairness row");
+  app.add_option("--http-streams", f.http_streams, "concurrent streams, HTTP vs gRPC (0 = skip)");
+  app.add_option("--http-new-tokens", f.http_new_tokens, "tokens per stream in the HTTP vs gRPC rows");
+  app.add_option("--http-rounds", f.http_rounds, "interleaved rounds of the HTTP vs gRPC rows (median)");
+  app.add_option("--idle-streams", f.idle_streams, "event streams held open at once (0 = skip)");
+  app.add_option("--db-dir", f.db_dir, "scratch RocksDB directory");
+}
 
 using Clock = std::chrono::steady_clock;
 using kvfold::bench::Create;
@@ -90,15 +112,15 @@ struct Replica {
   std::unique_ptr<InferenceService::Stub> stub;
 };
 
-Replica StartReplica(const std::string& store, bool batching, kvfold::v1::KvMode mode,
+Replica StartReplica(const Flags& flags, const std::string& store, bool batching, kvfold::v1::KvMode mode,
                      double prefill_stall = 2.0, bool http = false) {
   kvfold::service::ServiceConfig c;
-  c.model_path = absl::GetFlag(FLAGS_model);
-  c.projector_path = absl::GetFlag(FLAGS_projector);
+  c.model_path = flags.model;
+  c.projector_path = flags.projector;
   c.memory_store = store;
   c.listen = "127.0.0.1:0";
   c.insecure_no_auth = true;  // a local benchmark: no tokens
-  c.threads = absl::GetFlag(FLAGS_threads);
+  c.threads = flags.threads;
   c.kv_pool_bytes = 4ull << 30;
   c.default_mode = mode;
   c.batching = batching;
@@ -148,15 +170,20 @@ DecodePhase SteadyDecode(const std::vector<Turn>& turns) {
 }  // namespace
 
 int main(int argc, char** argv) {
-  absl::ParseCommandLine(argc, argv);
-  if (absl::GetFlag(FLAGS_model).empty()) {
+  CLI::App app{"End-to-end numbers of kvfold-inference: decode, resume, fairness, HTTP (JSON).",
+               "bench_service"};
+  kvfold::ApplyConvention(app);
+  Flags flags;
+  AddFlags(app, flags);
+  if (std::optional<int> rc = kvfold::ParseCommandLine(app, argc, argv)) return *rc;
+  if (flags.model.empty()) {
     std::fprintf(stderr, "usage: bench_service --model PATH [--projector DIR] [flags]\n");
     return 2;
   }
-  std::filesystem::remove_all(absl::GetFlag(FLAGS_db_dir));
+  std::filesystem::remove_all(flags.db_dir);
   kvfold::memory::ServerConfig store_config;
   store_config.listen = "127.0.0.1:0";
-  store_config.store.db_dir = absl::GetFlag(FLAGS_db_dir);
+  store_config.store.db_dir = flags.db_dir;
   store_config.store.sync_writes = false;
   store_config.insecure_no_auth = true;
   auto store = kvfold::memory::MemoryServer::Start(store_config);
@@ -165,24 +192,24 @@ int main(int argc, char** argv) {
     return 1;
   }
   const std::string store_address = (*store)->address();
-  const bool memory = !absl::GetFlag(FLAGS_projector).empty();
+  const bool memory = !flags.projector.empty();
   const kvfold::v1::KvMode resume_mode = memory ? kvfold::v1::KV_MODE_MEMORY : kvfold::v1::KV_MODE_FULL;
-  const int new_tokens = absl::GetFlag(FLAGS_new_tokens);
+  const int new_tokens = flags.new_tokens;
   nlohmann::json out;
-  out["model"] = absl::GetFlag(FLAGS_model);
-  out["projector"] = absl::GetFlag(FLAGS_projector);
-  out["threads"] = absl::GetFlag(FLAGS_threads);
+  out["model"] = flags.model;
+  out["projector"] = flags.projector;
+  out["threads"] = flags.threads;
 
-  const bool skip = absl::GetFlag(FLAGS_skip_decode_resume);
+  const bool skip = flags.skip_decode_resume;
   // 1. Decode throughput, batching on vs off.
   nlohmann::json decode = nlohmann::json::array();
   int vocab = 0;
-  for (int n : skip ? std::vector<int>() : ParseList(absl::GetFlag(FLAGS_sessions))) {
+  for (int n : skip ? std::vector<int>() : ParseList(flags.sessions)) {
     nlohmann::json row;
     row["sessions"] = n;
     row["new_tokens_per_session"] = new_tokens;
     for (bool batching : {true, false}) {
-      Replica r = StartReplica(store_address, batching, kvfold::v1::KV_MODE_FULL);
+      Replica r = StartReplica(flags, store_address, batching, kvfold::v1::KV_MODE_FULL);
       vocab = static_cast<int>(r.server->engine().config().vocab_size);
       const std::string tag = std::string(batching ? "on" : "off") + "-" + std::to_string(n) + "-";
       for (int i = 0; i < n; ++i) Create(*r.stub, tag + std::to_string(i), kvfold::v1::KV_MODE_FULL);
@@ -225,10 +252,10 @@ int main(int argc, char** argv) {
 
   // 2. Resume on another replica vs re-prefilling the history.
   nlohmann::json resume = nlohmann::json::array();
-  Replica a = StartReplica(store_address, true, resume_mode);
+  Replica a = StartReplica(flags, store_address, true, resume_mode);
   vocab = static_cast<int>(a.server->engine().config().vocab_size);
-  for (int history : skip ? std::vector<int>() : ParseList(absl::GetFlag(FLAGS_histories))) {
-    Replica b = StartReplica(store_address, true, resume_mode);  // a fresh, cold replica
+  for (int history : skip ? std::vector<int>() : ParseList(flags.histories)) {
+    Replica b = StartReplica(flags, store_address, true, resume_mode);  // a fresh, cold replica
     const std::string id = "resume-" + std::to_string(history);
     const std::vector<int32_t> ids = RandomIds(history, vocab, 1000 + history);
     const std::vector<int32_t> next = RandomIds(8, vocab, 7);
@@ -240,7 +267,7 @@ int main(int argc, char** argv) {
     Create(*b.stub, full_id, kvfold::v1::KV_MODE_FULL);
     std::vector<int32_t> all = ids;
     all.insert(all.end(), next.begin(), next.end());
-    const bool run_reprefill = history <= absl::GetFlag(FLAGS_reprefill_max_tokens);
+    const bool run_reprefill = history <= flags.reprefill_max_tokens;
     const Turn reprefill = run_reprefill ? Generate(*b.stub, full_id, all, 1) : Turn{};
     nlohmann::json row;
     row["history_tokens"] = history;
@@ -253,7 +280,7 @@ int main(int argc, char** argv) {
       row["reprefill_ttft_ms"] = reprefill.ttft_ms;
       row["speedup"] = switched.ttft_ms > 0 ? reprefill.ttft_ms / switched.ttft_ms : 0.0;
     } else {
-      row["reprefill_ttft_ms"] = nullptr;  // skipped: --reprefill_max_tokens
+      row["reprefill_ttft_ms"] = nullptr;  // skipped: --reprefill-max-tokens
     }
     row["ok"] = fed.ok && switched.ok && (!run_reprefill || reprefill.ok);
     resume.push_back(row);
@@ -265,15 +292,15 @@ int main(int argc, char** argv) {
 
   // 3. Fairness: short turns with and without one long prompt.
   nlohmann::json fairness = nlohmann::json::array();
-  if (absl::GetFlag(FLAGS_fairness_long_prompt) > 0) {
+  if (flags.fairness_long_prompt > 0) {
     kvfold::bench::FairnessOptions options;
-    options.long_prompt_tokens = absl::GetFlag(FLAGS_fairness_long_prompt);
-    options.sessions = absl::GetFlag(FLAGS_fairness_sessions);
-    options.turns = absl::GetFlag(FLAGS_fairness_turns);
+    options.long_prompt_tokens = flags.fairness_long_prompt;
+    options.sessions = flags.fairness_sessions;
+    options.turns = flags.fairness_turns;
     for (bool fair : {true, false}) {
-      if (!fair && !absl::GetFlag(FLAGS_fairness_baseline)) continue;
-      const double stall = fair ? absl::GetFlag(FLAGS_prefill_stall) : 0.0;
-      Replica r = StartReplica(store_address, true, kvfold::v1::KV_MODE_FULL, stall);
+      if (!fair && !flags.fairness_baseline) continue;
+      const double stall = fair ? flags.prefill_stall : 0.0;
+      Replica r = StartReplica(flags, store_address, true, kvfold::v1::KV_MODE_FULL, stall);
       nlohmann::json row =
           kvfold::bench::BenchFairness(*r.server, options, fair ? "fair" : "fixed");
       row["prefill_stall"] = stall;
@@ -283,17 +310,17 @@ int main(int argc, char** argv) {
   out["fairness"] = fairness;
 
   // 4. The HTTP path on one replica (full mode).
-  if (absl::GetFlag(FLAGS_http_streams) > 0 || absl::GetFlag(FLAGS_idle_streams) > 0) {
-    Replica h = StartReplica(store_address, true, kvfold::v1::KV_MODE_FULL, 2.0, /*http=*/true);
-    if (absl::GetFlag(FLAGS_http_streams) > 0) {
+  if (flags.http_streams > 0 || flags.idle_streams > 0) {
+    Replica h = StartReplica(flags, store_address, true, kvfold::v1::KV_MODE_FULL, 2.0, /*http=*/true);
+    if (flags.http_streams > 0) {
       out["http_vs_grpc"] = kvfold::bench::BenchHttpVsGrpc(
-          *h.server, absl::GetFlag(FLAGS_http_streams), absl::GetFlag(FLAGS_http_new_tokens),
-          absl::GetFlag(FLAGS_http_rounds));
+          *h.server, flags.http_streams, flags.http_new_tokens,
+          flags.http_rounds);
       std::fprintf(stderr, "http vs grpc: %s\n", out["http_vs_grpc"].dump().c_str());
     }
-    if (absl::GetFlag(FLAGS_idle_streams) > 0) {
+    if (flags.idle_streams > 0) {
       out["idle_streams"] =
-          kvfold::bench::BenchIdleStreams(*h.server, absl::GetFlag(FLAGS_idle_streams));
+          kvfold::bench::BenchIdleStreams(*h.server, flags.idle_streams);
       std::fprintf(stderr, "idle streams: %s\n", out["idle_streams"].dump().c_str());
     }
   }

@@ -1,121 +1,33 @@
 #include "tools/kvfold/cli_client.h"
 
-#include <chrono>
-#include <cstdio>
-
 #include <grpcpp/create_channel.h>
 #include <grpcpp/security/credentials.h>
 
-#include "absl/strings/match.h"
-#include "absl/strings/numbers.h"
+#include <chrono>
+#include <cstdio>
+
 #include "absl/strings/str_cat.h"
 #include "common/file_util.h"
 #include "common/grpc_status.h"
 
 namespace kvfold::cli {
-namespace {
 
-bool Contains(const std::vector<std::string>& v, const std::string& s) {
-  for (const auto& x : v) {
-    if (x == s) return true;
-  }
-  return false;
+void AddClientFlags(CLI::App& app, ClientOptions& options) {
+  app.add_option("--target", options.target, "kvfold-inference replica host:port");
+  app.add_option("--tls-ca", options.tls_ca, "CA certificate (PEM): use TLS");
+  app.add_option("--tls-cert", options.tls_cert, "client certificate (PEM) for mTLS");
+  app.add_option("--tls-key", options.tls_key, "client private key (PEM) for mTLS");
+  app.add_option("--token", options.token, "bearer token")->envname("KVFOLD_TOKEN");
+  app.add_option("--deadline-s", options.deadline_s, "per-call deadline in seconds (0 = none)");
 }
 
-}  // namespace
-
-std::string ParsedArgs::Get(const std::string& name, const std::string& fallback) const {
-  auto it = flags.find(name);
-  return it == flags.end() ? fallback : it->second;
-}
-
-absl::StatusOr<int64_t> ParsedArgs::GetInt(const std::string& name, int64_t fallback) const {
-  auto it = flags.find(name);
-  if (it == flags.end()) return fallback;
-  int64_t v = 0;
-  if (!absl::SimpleAtoi(it->second, &v)) {
-    return absl::InvalidArgumentError(absl::StrCat("--", name, " expects an integer, got '",
-                                                   it->second, "'"));
-  }
-  return v;
-}
-
-absl::StatusOr<double> ParsedArgs::GetDouble(const std::string& name, double fallback) const {
-  auto it = flags.find(name);
-  if (it == flags.end()) return fallback;
-  double v = 0;
-  if (!absl::SimpleAtod(it->second, &v)) {
-    return absl::InvalidArgumentError(absl::StrCat("--", name, " expects a number, got '",
-                                                   it->second, "'"));
-  }
-  return v;
-}
-
-absl::StatusOr<ParsedArgs> ParseArgs(int argc, char** argv, const std::vector<std::string>& known,
-                                     const std::vector<std::string>& known_bools) {
-  ParsedArgs out;
-  for (int i = 1; i < argc; ++i) {
-    std::string arg = argv[i];
-    if (!absl::StartsWith(arg, "--") || arg == "--") {
-      out.positional.push_back(arg);
-      continue;
-    }
-    std::string name = arg.substr(2);
-    std::string value;
-    bool has_value = false;
-    if (auto eq = name.find('='); eq != std::string::npos) {
-      value = name.substr(eq + 1);
-      name = name.substr(0, eq);
-      has_value = true;
-    }
-    if (Contains(known_bools, name)) {
-      if (!has_value) value = "true";
-      out.flags[name] = value;
-      continue;
-    }
-    if (!Contains(known, name)) {
-      return absl::InvalidArgumentError(absl::StrCat("unknown flag --", name));
-    }
-    if (!has_value) {
-      if (i + 1 >= argc) return absl::InvalidArgumentError(absl::StrCat("--", name, " needs a value"));
-      value = argv[++i];
-    }
-    out.flags[name] = value;
-  }
-  return out;
-}
-
-const std::vector<std::string>& ClientFlagNames() {
-  static const std::vector<std::string> names = {"target", "tls_ca", "tls_cert", "tls_key",
-                                                 "token", "deadline_s"};
-  return names;
-}
-
-const char* ClientFlagsHelp() {
-  return "  --target HOST:PORT   kvfold-inference replica (default 127.0.0.1:7071)\n"
-         "  --tls_ca FILE        CA certificate (PEM): use TLS\n"
-         "  --tls_cert/--tls_key client certificate and key for mTLS\n"
-         "  --token TOKEN        bearer token (default: $KVFOLD_TOKEN)\n"
-         "  --deadline_s S       per-call deadline in seconds (default none)\n";
-}
-
-absl::StatusOr<ClientOptions> ClientOptionsFromArgs(const ParsedArgs& args) {
-  ClientOptions o;
-  o.target = args.Get("target", o.target);
-  o.tls_ca = args.Get("tls_ca");
-  o.tls_cert = args.Get("tls_cert");
-  o.tls_key = args.Get("tls_key");
-  const char* env_token = std::getenv("KVFOLD_TOKEN");
-  o.token = args.Get("token", env_token ? env_token : "");
-  auto deadline = args.GetDouble("deadline_s", 0);
-  if (!deadline.ok()) return deadline.status();
-  if (*deadline < 0) return absl::InvalidArgumentError("--deadline_s must be >= 0");
-  o.deadline_s = *deadline;
+absl::Status ValidateClientOptions(const ClientOptions& o) {
+  if (o.deadline_s < 0) return absl::InvalidArgumentError("--deadline-s must be >= 0");
   if (o.target.empty()) return absl::InvalidArgumentError("--target must not be empty");
   if (o.tls_cert.empty() != o.tls_key.empty()) {
-    return absl::InvalidArgumentError("--tls_cert and --tls_key go together");
+    return absl::InvalidArgumentError("--tls-cert and --tls-key go together");
   }
-  return o;
+  return absl::OkStatus();
 }
 
 absl::StatusOr<std::shared_ptr<grpc::Channel>> MakeChannel(const ClientOptions& options) {

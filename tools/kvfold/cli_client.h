@@ -1,20 +1,19 @@
 // Shared pieces of the remote `kvfold` commands (chat, sessions): the client flags
-// (--target, --tls_ca, --token), a tiny per-command flag parser (the remote commands do not
-// use global absl flags, so they never collide with other commands' flag names), channel
-// creation, and a streaming Generate helper that other commands may call.
+// (--target, --tls-ca, --token, ...), channel creation, and a streaming Generate helper
+// that other commands may call.
 #ifndef KVFOLD_TOOLS_KVFOLD_CLI_CLIENT_H_
 #define KVFOLD_TOOLS_KVFOLD_CLI_CLIENT_H_
-
-#include <cstdint>
-#include <functional>
-#include <map>
-#include <memory>
-#include <string>
-#include <vector>
 
 #include <grpcpp/channel.h>
 #include <grpcpp/client_context.h>
 
+#include <cstdint>
+#include <functional>
+#include <memory>
+#include <string>
+#include <vector>
+
+#include "CLI/CLI.hpp"
 #include "absl/status/status.h"
 #include "absl/status/statusor.h"
 #include "kvfold/v1/inference.grpc.pb.h"
@@ -27,7 +26,7 @@ struct ClientOptions {
   std::string target = "127.0.0.1:7071";
   // PEM file with the CA that signed the server certificate; empty = plaintext.
   std::string tls_ca;
-  // Client certificate and key for mTLS (optional, with --tls_ca).
+  // Client certificate and key for mTLS (optional, with --tls-ca).
   std::string tls_cert;
   std::string tls_key;
   // Bearer token sent as `authorization: Bearer <token>`; empty = none.
@@ -36,28 +35,13 @@ struct ClientOptions {
   double deadline_s = 0;
 };
 
-// Parsed "--name=value" / "--name value" / "--flag" arguments plus positional ones.
-// Every flag name must be in `known` (value flags) or `known_bools` (no value).
-struct ParsedArgs {
-  std::map<std::string, std::string> flags;
-  std::vector<std::string> positional;
+// Adds the connection flags to a remote command: --target, --tls-ca, --tls-cert, --tls-key,
+// --token (default: $KVFOLD_TOKEN), --deadline-s.
+void AddClientFlags(CLI::App& app, ClientOptions& options);
 
-  bool Has(const std::string& name) const { return flags.count(name) > 0; }
-  std::string Get(const std::string& name, const std::string& fallback = "") const;
-  // InvalidArgument when present and not an integer / a number / a boolean.
-  absl::StatusOr<int64_t> GetInt(const std::string& name, int64_t fallback) const;
-  absl::StatusOr<double> GetDouble(const std::string& name, double fallback) const;
-};
-
-// Returns InvalidArgument naming the first unknown flag or a value flag without value.
-absl::StatusOr<ParsedArgs> ParseArgs(int argc, char** argv, const std::vector<std::string>& known,
-                                     const std::vector<std::string>& known_bools);
-
-// The client flag names ParseArgs must accept (target, tls_ca, tls_cert, tls_key, token,
-// deadline_s), and their help text.
-const std::vector<std::string>& ClientFlagNames();
-const char* ClientFlagsHelp();
-absl::StatusOr<ClientOptions> ClientOptionsFromArgs(const ParsedArgs& args);
+// InvalidArgument for a combination of client flags that cannot work (empty target,
+// --tls-cert without --tls-key or the reverse, negative deadline).
+absl::Status ValidateClientOptions(const ClientOptions& options);
 
 // A channel to options.target (TLS when tls_ca is set). InvalidArgument/NotFound when a
 // TLS file cannot be read.

@@ -2,71 +2,29 @@
 
 #include <cstdio>
 
-#include "absl/strings/numbers.h"
 #include "absl/strings/str_cat.h"
 #include "common/install_paths.h"
 #include "inference_svc/memory/memory_session.h"
 
 namespace kvfold::cli {
 
-absl::StatusOr<std::map<std::string, std::string>> ParseEngineFlags(
-    int argc, char** argv, const std::set<std::string>& valued,
-    const std::set<std::string>& switches) {
-  std::map<std::string, std::string> flags;
-  for (int i = 1; i < argc; ++i) {
-    const std::string full = argv[i];
-    if (full.size() < 3 || full[0] != '-' || full[1] != '-') {
-      return absl::InvalidArgumentError(absl::StrCat("unexpected argument '", full, "'"));
-    }
-    const std::string arg(full.begin() + 2, full.end());
-    const std::string name = arg.substr(0, arg.find('='));
-    if (switches.count(name) && arg.find('=') == std::string::npos) {
-      flags.insert_or_assign(name, std::string(1, '1'));
-      continue;
-    }
-    if (!valued.count(name)) return absl::InvalidArgumentError(absl::StrCat("unknown flag --", name));
-    if (arg.find('=') != std::string::npos) {
-      flags[name] = arg.substr(arg.find('=') + 1);
-    } else if (i + 1 < argc) {
-      flags[name] = argv[++i];
-    } else {
-      return absl::InvalidArgumentError(absl::StrCat("flag --", name, " needs a value"));
-    }
-  }
-  return flags;
+void AddEngineFlags(CLI::App& app, EngineFlags& flags) {
+  app.add_option("--model", flags.model, "model: HF directory or llama2.c checkpoint")->required();
+  app.add_option("--projector", flags.projector,
+                 "projector directory for the memory modes ('auto': the installed one made for "
+                 "this model)");
+  app.add_option("--backend", flags.backend, "engine backend: cpu|cpu-ref|cuda[:N] (when built)");
+  app.add_option("--threads", flags.threads, "compute threads (0 = the CPUs this process may use)")
+      ->check(CLI::NonNegativeNumber);
+  app.add_option("--kv-dtype", flags.kv_dtype, "KV cache element type: f32|int8");
 }
 
-absl::StatusOr<int64_t> IntFlag(const std::map<std::string, std::string>& flags,
-                                const std::string& name, int64_t default_value) {
-  auto it = flags.find(name);
-  if (it == flags.end()) return default_value;
-  int64_t v;
-  if (!absl::SimpleAtoi(it->second, &v)) {
-    return absl::InvalidArgumentError(absl::StrCat("--", name, " must be an integer"));
-  }
-  return v;
-}
-
-absl::StatusOr<double> FloatFlag(const std::map<std::string, std::string>& flags,
-                                 const std::string& name, double default_value) {
-  auto it = flags.find(name);
-  if (it == flags.end()) return default_value;
-  double v;
-  if (!absl::SimpleAtod(it->second, &v)) {
-    return absl::InvalidArgumentError(absl::StrCat("--", name, " must be a number"));
-  }
-  return v;
-}
-
-absl::StatusOr<engine::EngineOptions> EngineOptionsFromFlags(
-    const std::map<std::string, std::string>& flags) {
+absl::StatusOr<engine::EngineOptions> EngineOptionsFromFlags(const EngineFlags& flags) {
   engine::EngineOptions options;
-  if (auto it = flags.find("kv-dtype"); it != flags.end()) {
-    absl::StatusOr<engine::KvDType> dtype = engine::ParseKvDType(it->second);
-    if (!dtype.ok())
-      return absl::InvalidArgumentError(absl::StrCat("--kv-dtype: ", dtype.status().message()));
-    options.kv_dtype = *dtype;
-  }
+  absl::StatusOr<engine::KvDType> dtype = engine::ParseKvDType(flags.kv_dtype);
+  if (!dtype.ok())
+    return absl::InvalidArgumentError(absl::StrCat("--kv-dtype: ", dtype.status().message()));
+  options.kv_dtype = *dtype;
   return options;
 }
 

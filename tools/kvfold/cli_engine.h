@@ -1,13 +1,12 @@
-// Helpers shared by the engine subcommands (generate, logits, info, convert): flag
-// parsing and loading a model into an Engine with a session of any mode.
+// Helpers shared by the engine subcommands (generate, logits, eval, info, convert): shared
+// flags and loading a model into an Engine with a session of any mode.
 #ifndef KVFOLD_TOOLS_KVFOLD_CLI_ENGINE_H_
 #define KVFOLD_TOOLS_KVFOLD_CLI_ENGINE_H_
 
-#include <map>
 #include <memory>
-#include <set>
 #include <string>
 
+#include "CLI/CLI.hpp"
 #include "absl/status/statusor.h"
 #include "inference_svc/engine/engine.h"
 #include "inference_svc/engine/session.h"
@@ -17,17 +16,17 @@
 
 namespace kvfold::cli {
 
-// "--name value" / "--name=value" for names in `valued`, "--name" for names in `switches`.
-// InvalidArgument for anything else.
-absl::StatusOr<std::map<std::string, std::string>> ParseEngineFlags(
-    int argc, char** argv, const std::set<std::string>& valued,
-    const std::set<std::string>& switches);
+// The flags the engine commands share (generate, logits, eval add them with AddEngineFlags).
+struct EngineFlags {
+  std::string model;      // --model: HF directory or llama2.c checkpoint
+  std::string projector;  // --projector DIR (memory modes); empty = none
+  std::string backend = "cpu";
+  int threads = 0;  // 0 = the CPUs this process may use
+  std::string kv_dtype = "f32";
+};
 
-// Integer/float flag with a default; InvalidArgument when not a number.
-absl::StatusOr<int64_t> IntFlag(const std::map<std::string, std::string>& flags,
-                                const std::string& name, int64_t default_value);
-absl::StatusOr<double> FloatFlag(const std::map<std::string, std::string>& flags,
-                                 const std::string& name, double default_value);
+// --model (required), --projector, --backend, --threads, --kv-dtype.
+void AddEngineFlags(CLI::App& app, EngineFlags& flags);
 
 struct LoadedEngine {
   model::ModelFile model;
@@ -36,11 +35,9 @@ struct LoadedEngine {
   std::unique_ptr<memory::Projector> projector;  // when --projector is given
 };
 
-// Engine options from the flags every engine command accepts: --kv-dtype f32|int8
-// (engine::ParseKvDType; InvalidArgument for other values). Commands list "kv-dtype" among
-// their valued flags.
-absl::StatusOr<engine::EngineOptions> EngineOptionsFromFlags(
-    const std::map<std::string, std::string>& flags);
+// Engine options from --kv-dtype f32|int8 (engine::ParseKvDType; InvalidArgument naming
+// the flag for other values).
+absl::StatusOr<engine::EngineOptions> EngineOptionsFromFlags(const EngineFlags& flags);
 
 absl::StatusOr<LoadedEngine> LoadEngine(const std::string& model_path,
                                         const std::string& backend_name, int threads,

@@ -6,10 +6,12 @@
 
 #include <cstdio>
 #include <iostream>
+#include <memory>
 #include <string>
 #include <utility>
 
 #include "absl/strings/str_cat.h"
+#include "common/command_line.h"
 #include "common/grpc_status.h"
 #include "inference_svc/engine/sampler.h"
 #include "tools/kvfold/cli_client.h"
@@ -18,21 +20,28 @@
 namespace kvfold::cli {
 namespace {
 
-constexpr char kUsage[] =
-    "usage: kvfold chat [--session ID] [--prompt TEXT] [flags]\n"
-    "  Without --prompt, reads one turn per line from stdin (Ctrl-D ends).\n"
-    "  Without --session, creates a new session; a --session that does not exist is created.\n"
-    "  --mode full|sliding|sink|memory|memory_only  (new sessions; default: the server's)\n"
-    "  --window N  --sink N  --system TEXT           (new sessions)\n"
-    "  --raw         send each line as raw text, not as a chat message\n"
-    "  --max_new_tokens N  --temperature T  --top_k K  --top_p P  --seed S  --ignore_eos\n"
-    "  --usage       print each turn's usage line to stderr\n"
-    "  --json        print each turn's final message as JSON on stdout after the text\n"
-    "flags:\n";
+struct ChatFlags {
+  ClientOptions client;
+  std::string session;
+  std::string prompt;
+  std::string mode;  // empty: the server's default
+  int window = 0;
+  int sink = 0;
+  std::string system;
+  bool raw = false;
+  int max_new_tokens = 0;
+  double temperature = 0;
+  int top_k = 0;
+  double top_p = 0;
+  uint64_t seed = 0;
+  bool ignore_eos = false;
+  bool usage = false;
+  bool json = false;
+};
 
 // `*is_new` tells whether the session is new (its first turn carries the system message).
 absl::Status EnsureSession(v1::InferenceService::Stub& stub, const ClientOptions& options,
-                           const ParsedArgs& args, std::string* session_id, bool* is_new) {
+                           const ChatFlags& args, std::string* session_id, bool* is_new) {
   *is_new = false;
   if (!session_id->empty()) {
     grpc::ClientContext context;
@@ -45,18 +54,16 @@ absl::Status EnsureSession(v1::InferenceService::Stub& stub, const ClientOptions
   }
   v1::CreateSessionRequest create;
   create.set_session_id(*session_id);
-  auto mode = ParseKvMode(args.Get("mode"));
+  auto mode = ParseKvMode(args.mode);
   if (!mode.ok()) return mode.status();
   create.mutable_config()->set_mode(*mode);
-  auto window = args.GetInt("window", 0);
-  if (!window.ok()) return window.status();
-  auto sink = args.GetInt("sink", 0);
-  if (!sink.ok()) return sink.status();
-  if (*window < 0 || *sink < 0) return absl::InvalidArgumentError("--window/--sink must be >= 0");
-  create.mutable_config()->set_window_size(static_cast<uint32_t>(*window));
-  create.mutable_config()->set_sink_tokens(static_cast<uint32_t>(*sink));
+  if (args.window < 0 || args.sink < 0) {
+    return absl::InvalidArgumentError("--window/--sink must be >= 0");
+  }
+  create.mutable_config()->set_window_size(static_cast<uint32_t>(args.window));
+  create.mutable_config()->set_sink_tokens(static_cast<uint32_t>(args.sink));
   // Raw sessions prefill the system text; chat sessions send it as the first message.
-  if (args.Has("raw")) create.set_system_prompt(args.Get("system"));
+  if (args.raw) create.set_system_prompt(args.system);
   grpc::ClientContext context;
   PrepareContext(options, &context);
   v1::Session created;
@@ -90,23 +97,14 @@ void DeleteQuietly(v1::InferenceService::Stub& stub, const ClientOptions& option
   (void)stub.DeleteSession(&context, request, &response);
 }
 
-absl::StatusOr<v1::SamplingParams> SamplingFromArgs(const ParsedArgs& args) {
+v1::SamplingParams SamplingFromArgs(const ChatFlags& args) {
   v1::SamplingParams p;
-  auto max_new = args.GetInt("max_new_tokens", 0);
-  auto temperature = args.GetDouble("temperature", 0);
-  auto top_k = args.GetInt("top_k", 0);
-  auto top_p = args.GetDouble("top_p", 0);
-  auto seed = args.GetInt("seed", 0);
-  for (const absl::Status& s :
-       {max_new.status(), temperature.status(), top_k.status(), top_p.status(), seed.status()}) {
-    if (!s.ok()) return s;
-  }
-  p.set_max_new_tokens(static_cast<int32_t>(*max_new));
-  p.set_temperature(static_cast<float>(*temperature));
-  p.set_top_k(static_cast<int32_t>(*top_k));
-  p.set_top_p(static_cast<float>(*top_p));
-  p.set_seed(static_cast<uint64_t>(*seed));
-  p.set_ignore_eos(args.Has("ignore_eos"));
+  p.set_max_new_tokens(args.max_new_tokens);
+  p.set_temperature(static_cast<float>(args.temperature));
+  p.set_top_k(args.top_k);
+  p.set_top_p(static_cast<float>(args.top_p));
+  p.set_seed(args.seed);
+  p.set_ignore_eos(args.ignore_eos);
   return p;
 }
 
@@ -165,53 +163,34 @@ absl::Status RunTurn(v1::InferenceService::Stub& stub, const ClientOptions& opti
   return absl::OkStatus();
 }
 
-int RunChat(int argc, char** argv) {
-  std::vector<std::string> known = ClientFlagNames();
-  for (const char* f : {"session", "prompt", "mode", "window", "sink", "system", "max_new_tokens",
-                        "temperature", "top_k", "top_p", "seed"}) {
-    known.push_back(f);
-  }
-  auto args = ParseArgs(argc, argv, known, {"json", "usage", "ignore_eos", "help", "raw"});
-  if (!args.ok()) {
-    std::fprintf(stderr, "%s%s", kUsage, ClientFlagsHelp());
-    return ReportError("chat", args.status());
-  }
-  if (args->Has("help")) {
-    std::printf("%s%s", kUsage, ClientFlagsHelp());
-    return 0;
-  }
-  if (!args->positional.empty()) {
-    return ReportError("chat", absl::InvalidArgumentError(absl::StrCat("unexpected argument '",
-                                                                       args->positional[0], "'")));
-  }
-  auto options = ClientOptionsFromArgs(*args);
-  if (!options.ok()) return ReportError("chat", options.status());
-  auto sampling = SamplingFromArgs(*args);
-  if (!sampling.ok()) return ReportError("chat", sampling.status());
+int RunChat(const ChatFlags& args, bool has_prompt) {
+  const ClientOptions& options = args.client;
+  if (absl::Status s = ValidateClientOptions(options); !s.ok()) return ReportError("chat", s);
+  const v1::SamplingParams sampling = SamplingFromArgs(args);
   // The engine's own rules, checked before a session is created for a turn the replica
   // would refuse.
-  if (absl::Status s = ValidateSampling(*sampling); !s.ok()) return ReportError("chat", s);
-  auto channel = MakeChannel(*options);
+  if (absl::Status s = ValidateSampling(sampling); !s.ok()) return ReportError("chat", s);
+  auto channel = MakeChannel(options);
   if (!channel.ok()) return ReportError("chat", channel.status());
   auto stub = v1::InferenceService::NewStub(*channel);
-  std::string session_id = args->Get("session");
+  std::string session_id = args.session;
   bool created = false;
-  if (absl::Status s = EnsureSession(*stub, *options, *args, &session_id, &created); !s.ok()) {
+  if (absl::Status s = EnsureSession(*stub, options, args, &session_id, &created); !s.ok()) {
     return ReportError("chat", s);
   }
   TurnInput input;
-  input.raw = args->Has("raw");
-  if (created && !input.raw) input.system = args->Get("system");
-  const bool print_usage = args->Has("usage");
-  const bool json = args->Has("json");
-  if (args->Has("prompt")) {
-    absl::Status s = RunTurn(*stub, *options, session_id, args->Get("prompt"), *sampling,
-                             print_usage, json, &input);
+  input.raw = args.raw;
+  if (created && !input.raw) input.system = args.system;
+  const bool print_usage = args.usage;
+  const bool json = args.json;
+  if (has_prompt) {
+    absl::Status s =
+        RunTurn(*stub, options, session_id, args.prompt, sampling, print_usage, json, &input);
     if (s.ok()) return 0;
     // A session made for a turn the replica refused holds nothing: do not leave it behind.
     if (created && (s.code() == absl::StatusCode::kInvalidArgument ||
                     s.code() == absl::StatusCode::kResourceExhausted)) {
-      DeleteQuietly(*stub, *options, session_id);
+      DeleteQuietly(*stub, options, session_id);
     }
     return ReportError("chat", s);
   }
@@ -220,15 +199,41 @@ int RunChat(int argc, char** argv) {
   while (true) {
     std::fprintf(stderr, "> ");
     if (!std::getline(std::cin, line)) break;
-    absl::Status s =
-        RunTurn(*stub, *options, session_id, line, *sampling, print_usage, json, &input);
+    absl::Status s = RunTurn(*stub, options, session_id, line, sampling, print_usage, json, &input);
     if (!s.ok()) rc = ReportError("chat", s);  // keep the session going: the next turn may succeed
   }
   return rc;
+}
+
+RunFn SetupChat(CLI::App& app) {
+  auto flags = std::make_shared<ChatFlags>();
+  ChatFlags& f = *flags;
+  app.footer(
+      "Without --prompt, reads one turn per line from stdin (Ctrl-D ends). Without --session, "
+      "creates a new session; a --session that does not exist is created.");
+  app.add_option("--session", f.session, "session id");
+  CLI::Option* prompt = app.add_option("--prompt", f.prompt, "one turn with this text");
+  app.add_option("--mode", f.mode,
+                 "full|sliding|sink|memory|memory_only (new sessions; default: the server's)");
+  app.add_option("--window", f.window, "window (new sessions; 0 = the server's)");
+  app.add_option("--sink", f.sink, "sink tokens (new sessions; 0 = the server's)");
+  app.add_option("--system", f.system, "system message (new sessions)");
+  AddSwitch(app, "--raw", f.raw, "send each line as raw text, not as a chat message");
+  app.add_option("--max-new-tokens", f.max_new_tokens, "tokens per turn (0 = the server's)");
+  app.add_option("--temperature", f.temperature, "sampling temperature (0 = greedy)");
+  app.add_option("--top-k", f.top_k, "top-k sampling (0 = off)");
+  app.add_option("--top-p", f.top_p, "nucleus sampling (0 = off)");
+  app.add_option("--seed", f.seed, "sampling seed");
+  AddSwitch(app, "--ignore-eos", f.ignore_eos, "do not stop at an end-of-sequence token");
+  AddSwitch(app, "--usage", f.usage, "print each turn's usage line to stderr");
+  AddSwitch(app, "--json", f.json,
+            "print each turn's final message as JSON on stdout after the text");
+  AddClientFlags(app, f.client);
+  return [flags, prompt] { return RunChat(*flags, prompt->count() > 0); };
 }
 
 }  // namespace
 }  // namespace kvfold::cli
 
 KVFOLD_REGISTER_COMMAND(chat, "multi-turn chat with a remote session (streams tokens)",
-                        kvfold::cli::RunChat);
+                        kvfold::cli::SetupChat);

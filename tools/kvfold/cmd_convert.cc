@@ -7,7 +7,9 @@
 // tokenizer.model or tokenizer.bin (by its extension), the names the lookup finds.
 #include <cstdio>
 #include <filesystem>
+#include <memory>
 
+#include "common/command_line.h"
 #include "inference_svc/model/model_file.h"
 #include "inference_svc/tokenizer/tokenizer.h"
 #include "tools/kvfold/cli_engine.h"
@@ -16,23 +18,21 @@
 namespace kvfold::cli {
 namespace {
 
-constexpr char kUsage[] =
-    "usage: kvfold convert (--llama2c FILE | --model PATH) --out DIR [--tokenizer FILE]\n"
-    "                      [--dtype f32|f16|bf16|q8]\n";
+struct ConvertFlags {
+  std::string llama2c;
+  std::string model;
+  std::string out;
+  std::string tokenizer;
+  std::string dtype = "f32";
+};
 
-int RunConvert(int argc, char** argv) {
-  auto flags = ParseEngineFlags(argc, argv, {"llama2c", "model", "out", "tokenizer", "dtype"}, {"help"});
-  if (!flags.ok() || flags->count("help") || (flags->count("llama2c") + flags->count("model")) != 1 || !flags->count("out")) {
-    if (!flags.ok()) std::fprintf(stderr, "kvfold convert: %s\n", std::string(flags.status().message()).c_str());
-    std::fprintf(flags.ok() && flags->count("help") ? stdout : stderr, "%s", kUsage);
-    return flags.ok() && flags->count("help") ? 0 : 2;
-  }
+int RunConvert(const ConvertFlags& flags) {
   // A tokenizer that does not load is refused before anything is written.
-  if (flags->count("tokenizer")) {
-    absl::StatusOr<std::unique_ptr<Tokenizer>> tokenizer = Tokenizer::Load(flags->at("tokenizer"));
+  if (!flags.tokenizer.empty()) {
+    absl::StatusOr<std::unique_ptr<Tokenizer>> tokenizer = Tokenizer::Load(flags.tokenizer);
     if (!tokenizer.ok()) return FailWith("convert", tokenizer.status());
   }
-  const std::string dtype_name = flags->count("dtype") ? flags->at("dtype") : "f32";
+  const std::string& dtype_name = flags.dtype;
   kernels::DType dtype;
   if (dtype_name == "f32") {
     dtype = kernels::DType::kF32;
@@ -46,15 +46,15 @@ int RunConvert(int argc, char** argv) {
     std::fprintf(stderr, "kvfold convert: --dtype must be f32, f16, bf16 or q8\n");
     return 2;
   }
-  absl::StatusOr<model::ModelFile> m = flags->count("llama2c") ? model::LoadLlama2c(flags->at("llama2c"))
-                                                                 : model::LoadModel(flags->at("model"));
+  absl::StatusOr<model::ModelFile> m =
+      !flags.llama2c.empty() ? model::LoadLlama2c(flags.llama2c) : model::LoadModel(flags.model);
   if (!m.ok()) return FailWith("convert", m.status());
-  if (absl::Status s = model::WriteHfDirectory(*m, flags->at("out"), dtype); !s.ok()) {
+  if (absl::Status s = model::WriteHfDirectory(*m, flags.out, dtype); !s.ok()) {
     return FailWith("convert", s);
   }
-  if (flags->count("tokenizer")) {
+  if (!flags.tokenizer.empty()) {
     namespace fs = std::filesystem;
-    const fs::path src = flags->at("tokenizer");
+    const fs::path src = flags.tokenizer;
     std::error_code ec;
     // Under the name Tokenizer::FindNextToModel looks for (tokenizer.json/.model/.bin, by
     // the source's extension), so that the converted directory works as --model on its own.
@@ -62,20 +62,37 @@ int RunConvert(int argc, char** argv) {
     const char* name = ext == ".json"    ? "tokenizer.json"
                        : ext == ".model" ? "tokenizer.model"
                                          : "tokenizer.bin";
-    fs::copy_file(src, fs::path(flags->at("out")) / name, fs::copy_options::overwrite_existing,
-                  ec);
+    fs::copy_file(src, fs::path(flags.out) / name, fs::copy_options::overwrite_existing, ec);
     if (ec) {
       std::fprintf(stderr, "kvfold convert: cannot copy %s: %s\n", src.c_str(), ec.message().c_str());
       return 1;
     }
   }
-  std::printf("wrote %s (fingerprint of the source: %s)\n", flags->at("out").c_str(),
+  std::printf("wrote %s (fingerprint of the source: %s)\n", flags.out.c_str(),
               model::Fingerprint(*m).c_str());
   return 0;
+}
+
+RunFn SetupConvert(CLI::App& app) {
+  auto flags = std::make_shared<ConvertFlags>();
+  ConvertFlags& f = *flags;
+  CLI::Option* llama2c = app.add_option("--llama2c", f.llama2c, "llama2.c checkpoint");
+  CLI::Option* model =
+      app.add_option("--model", f.model, "any model kvfold reads (HF directory or llama2.c file)");
+  CLI::Option_group* source_group = app.add_option_group("source");
+  source_group->add_options(llama2c, model);
+  source_group->require_option(1);
+  app.add_option("--out", f.out, "output directory")->required();
+  app.add_option("--tokenizer", f.tokenizer, "tokenizer to copy next to the converted model");
+  app.add_option("--dtype", f.dtype, "weight dtype: f32|f16|bf16|q8")
+      ->check(CLI::IsMember({"f32", "f16", "bf16", "q8"}));
+  return [flags] { return RunConvert(*flags); };
 }
 
 }  // namespace
 }  // namespace kvfold::cli
 
-KVFOLD_REGISTER_COMMAND(convert, "llama2.c checkpoint or model -> HF safetensors directory (f32/f16/bf16/q8)",
-                        kvfold::cli::RunConvert);
+KVFOLD_REGISTER_COMMAND(convert,
+                        "llama2.c checkpoint or model -> HF safetensors directory "
+                        "(f32/f16/bf16/q8)",
+                        kvfold::cli::SetupConvert);

@@ -5,14 +5,16 @@
 #include <algorithm>
 #include <chrono>
 #include <cmath>
-#include <limits>
 #include <cstdio>
 #include <fstream>
+#include <limits>
+#include <memory>
 #include <sstream>
 
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_format.h"
 #include "absl/strings/str_split.h"
+#include "common/command_line.h"
 #include "tools/kvfold/cli_engine.h"
 #include "tools/kvfold/cli_eval.h"
 #include "tools/kvfold/command.h"
@@ -22,25 +24,24 @@ namespace {
 
 using Clock = std::chrono::steady_clock;
 
-constexpr char kUsage[] =
-    "usage: kvfold eval --model PATH [--tokenizer FILE] [--projector DIR]\n"
-    "         --text FILE [--split-endoftext] [--docs first:N|last:N|range:A:B|all]\n"
-    "         [--modes full,sliding,sink,memory,memory_only] [--budget N] [--sink N]\n"
-    "         [--max-tokens N] [--full-max-tokens N] [--buckets N [--bucket-stride K]]\n"
-    "         [--recall]\n"
-    "         [--json OUT] [--per-token OUT] [--projector-label TEXT]\n"
-    "         [--backend cpu|cpu-ref] [--threads N] [--kv-dtype f32|int8]\n"
-    "Feeds every document token by token through each mode's session and scores the\n"
-    "next token (mean NLL, nats/token). Budgets: memory M + W + C entries (M + W under\n"
-    "the projector's sliding window policy), sliding --budget (default: memory's),\n"
-    "sink S + (budget - S),\n"
-    "memory_only M + C. --max-tokens: truncate each document (default with\n"
-    "--split-endoftext: the model's trained context; otherwise no limit).\n"
-    "--full-max-tokens: full mode only on each document's first N tokens (default 4096).\n"
-    "--buckets N: NLL per N target positions (Markdown: every K-th bucket; JSON: all).\n"
-    "--recall: recall probe (docs/eval.md).\n"
-    "--per-token OUT: TSV doc, pos, token, NLL per mode. Markdown to stdout, progress to\n"
-    "stderr.\n";
+struct EvalFlags {
+  EngineFlags engine;
+  std::string tokenizer;
+  std::string projector_label = "projector";
+  std::string text;
+  bool split_endoftext = false;
+  std::string docs = "all";
+  std::string modes;  // empty: every mode the flags allow
+  int64_t budget = 0;
+  int64_t sink = 4;
+  int64_t max_tokens = -1;
+  int64_t full_max_tokens = 4096;
+  int64_t buckets = 0;
+  int64_t bucket_stride = 1;
+  bool recall = false;
+  std::string json;
+  std::string per_token;
+};
 
 // "S sinks + " when the projector keeps sink tokens, else empty.
 std::string SinkTerm(const eval::Report& r) {
@@ -84,53 +85,22 @@ class Progress {
   Clock::time_point start_, last_;
 };
 
-int RunEval(int argc, char** argv) {
-  auto flags =
-      ParseEngineFlags(argc, argv,
-                       {"model", "tokenizer", "projector", "projector-label", "text", "docs",
-                        "modes", "budget", "sink", "max-tokens", "full-max-tokens", "buckets",
-                        "bucket-stride", "json", "per-token", "backend", "threads", "kv-dtype"},
-                       {"split-endoftext", "recall", "help"});
-  if (!flags.ok()) {
-    std::fprintf(stderr, "%s", kUsage);
-    return FailWith("eval", flags.status());
-  }
-  if (flags->count("help")) {
-    std::printf("%s", kUsage);
-    return 0;
-  }
-  auto has = [&](const char* name) { return flags->count(name) > 0; };
-  auto get = [&](const char* name, const std::string& def) {
-    return has(name) ? flags->at(name) : def;
-  };
-  if (!has("model") || !has("text")) {
-    std::fprintf(stderr, "%s", kUsage);
-    return FailWith("eval", absl::InvalidArgumentError("--model and --text are required"));
-  }
-  auto budget_flag = IntFlag(*flags, "budget", 0);
-  auto sink = IntFlag(*flags, "sink", 4);
-  auto max_tokens_flag = IntFlag(*flags, "max-tokens", -1);
-  auto full_max = IntFlag(*flags, "full-max-tokens", 4096);
-  auto buckets = IntFlag(*flags, "buckets", 0);
-  auto bucket_stride = IntFlag(*flags, "bucket-stride", 1);
-  auto threads = IntFlag(*flags, "threads", 1);
-  for (const auto* v : {&budget_flag, &sink, &max_tokens_flag, &full_max, &buckets, &bucket_stride, &threads}) {
-    if (!v->ok()) return FailWith("eval", v->status());
-  }
-  if (has("budget") && *budget_flag < 2) {
+int RunEval(const EvalFlags& f, const CLI::App& app) {
+  auto has = [&](const char* name) { return app.count(std::string("--") + name) > 0; };
+  if (has("budget") && f.budget < 2) {
     return FailWith("eval", absl::InvalidArgumentError("--budget must be >= 2"));
   }
-  if (*sink < 1 || (has("max-tokens") && *max_tokens_flag < 2) || *full_max < 2 ||
-      *buckets < 0 || *bucket_stride < 1 || *threads < 0) {
+  if (f.sink < 1 || (has("max-tokens") && f.max_tokens < 2) || f.full_max_tokens < 2 ||
+      f.buckets < 0 || f.bucket_stride < 1 || f.engine.threads < 0) {
     return FailWith("eval", absl::InvalidArgumentError(
                                 "--sink >= 1, --max-tokens >= 2, --full-max-tokens >= 2, "
                                 "--buckets >= 0, --bucket-stride >= 1 and --threads >= 0 are required"));
   }
   const std::string default_modes =
-      has("projector") ? "full,sliding,sink,memory,memory_only" : "full,sliding,sink";
+      !f.engine.projector.empty() ? "full,sliding,sink,memory,memory_only" : "full,sliding,sink";
   std::vector<eval::ModeSpec> modes;
   const std::vector<std::string> mode_names =
-      absl::StrSplit(get("modes", default_modes), ',', absl::SkipEmpty());
+      absl::StrSplit((f.modes.empty() ? default_modes : f.modes), ',', absl::SkipEmpty());
   for (const std::string& name : mode_names) {
     auto kv = engine::ParseKvMode(name);
     if (!kv.ok()) {
@@ -152,33 +122,33 @@ int RunEval(int argc, char** argv) {
     wants_memory |= m.mode == engine::KvMode::kMemory || m.mode == engine::KvMode::kMemoryOnly;
     wants_window |= m.mode == engine::KvMode::kSliding || m.mode == engine::KvMode::kSink;
   }
-  if (wants_memory && !has("projector")) {
+  if (wants_memory && !!f.engine.projector.empty()) {
     return FailWith("eval", absl::InvalidArgumentError("memory modes need --projector DIR"));
   }
-  if (wants_window && !has("budget") && !has("projector")) {
+  if (wants_window && !has("budget") && !!f.engine.projector.empty()) {
     return FailWith("eval", absl::InvalidArgumentError(
                                 "sliding/sink need --budget N (or --projector to derive it)"));
   }
 
-  auto text = ReadFile(flags->at("text"), "--text");
+  auto text = ReadFile(f.text, "--text");
   if (!text.ok()) return FailWith("eval", text.status());
-  const bool split = has("split-endoftext");
+  const bool split = f.split_endoftext;
   std::vector<std::string> docs = eval::SplitDocuments(*text, split);
   if (docs.empty()) return FailWith("eval", absl::InvalidArgumentError("--text has no documents"));
-  auto range = eval::ParseDocRange(get("docs", "all"), static_cast<int>(docs.size()));
+  auto range = eval::ParseDocRange(f.docs, static_cast<int>(docs.size()));
   if (!range.ok()) return FailWith("eval", range.status());
 
-  const std::string model_path = flags->at("model");
-  auto tok_path = has("tokenizer") ? absl::StatusOr<std::string>(flags->at("tokenizer"))
-                                   : Tokenizer::FindNextToModel(model_path);
+  const std::string model_path = f.engine.model;
+  auto tok_path = !f.tokenizer.empty() ? absl::StatusOr<std::string>(f.tokenizer)
+                                       : Tokenizer::FindNextToModel(model_path);
   if (!tok_path.ok()) return FailWith("eval", tok_path.status());
   auto tokenizer = Tokenizer::Load(*tok_path);
   if (!tokenizer.ok()) return FailWith("eval", tokenizer.status());
 
-  auto engine_options = EngineOptionsFromFlags(*flags);
+  auto engine_options = EngineOptionsFromFlags(f.engine);
   if (!engine_options.ok()) return FailWith("eval", engine_options.status());
-  auto loaded = LoadEngine(model_path, get("backend", "cpu"), static_cast<int>(*threads),
-                           get("projector", ""), *engine_options);
+  auto loaded = LoadEngine(model_path, f.engine.backend, f.engine.threads, f.engine.projector,
+                           *engine_options);
   if (!loaded.ok()) return FailWith("eval", loaded.status());
   const model::ModelConfig& config = loaded->engine->config();
   if ((*tokenizer)->vocab_size() > config.vocab_size) {
@@ -191,11 +161,11 @@ int RunEval(int argc, char** argv) {
   eval::Report report;
   report.model = model_path;
   report.kv_dtype = engine::KvDTypeName(engine_options->kv_dtype);
-  report.text = flags->at("text");
+  report.text = f.text;
   if (loaded->projector) {
     const memory::ProjectorConfig& pc = loaded->projector->config();
-    report.projector = flags->at("projector");
-    report.projector_label = get("projector-label", "projector");
+    report.projector = f.engine.projector;
+    report.projector_label = f.projector_label;
     report.mem_slots = pc.mem_slots;
     report.window_size = pc.window_size;
     report.chunk_size = pc.chunk_size;
@@ -203,8 +173,8 @@ int RunEval(int argc, char** argv) {
   }
   const int64_t mem_budget =
       loaded->projector ? loaded->projector->config().kv_budget() : int64_t{0};
-  const int64_t budget = has("budget") ? *budget_flag : mem_budget;
-  if (wants_window && budget <= *sink) {
+  const int64_t budget = has("budget") ? f.budget : mem_budget;
+  if (wants_window && budget <= f.sink) {
     return FailWith("eval", absl::InvalidArgumentError("the budget must exceed --sink"));
   }
   if (has("budget") && wants_memory && wants_window && budget != mem_budget) {
@@ -219,8 +189,8 @@ int RunEval(int argc, char** argv) {
     switch (m.mode) {
       case engine::KvMode::kFull:
         m.budget_text = "all";
-        m.max_tokens = *full_max;
-        report.head_limit = *full_max;
+        m.max_tokens = f.full_max_tokens;
+        report.head_limit = f.full_max_tokens;
         break;
       case engine::KvMode::kSliding:
         m.window_size = static_cast<int>(budget);
@@ -228,10 +198,10 @@ int RunEval(int argc, char** argv) {
         m.budget_text = absl::StrCat(budget);
         break;
       case engine::KvMode::kSink:
-        m.sink_tokens = static_cast<int>(*sink);
-        m.window_size = static_cast<int>(budget - *sink);
+        m.sink_tokens = static_cast<int>(f.sink);
+        m.window_size = static_cast<int>(budget - f.sink);
         m.budget = budget;
-        m.budget_text = absl::StrCat(*sink, " + ", budget - *sink, " = ", budget);
+        m.budget_text = absl::StrCat(f.sink, " + ", budget - f.sink, " = ", budget);
         break;
       case engine::KvMode::kMemory:
         m.budget = mem_budget;
@@ -257,7 +227,7 @@ int RunEval(int argc, char** argv) {
 
   // Encode: BOS + llama2.c encode; truncated to --max-tokens.
   const int64_t max_tokens =
-      has("max-tokens") ? *max_tokens_flag : (split ? config.max_position_embeddings : 0);
+      has("max-tokens") ? f.max_tokens : (split ? config.max_position_embeddings : 0);
   std::vector<std::vector<int32_t>> ids;
   int64_t total_work = 0;
   for (int d = range->first; d < range->second; ++d) {
@@ -280,9 +250,9 @@ int RunEval(int argc, char** argv) {
   }
   if (ids.empty()) return FailWith("eval", absl::InvalidArgumentError("no document has 2 tokens"));
   report.num_docs = static_cast<int>(ids.size());
-  report.bucket_size = *buckets;
-  report.bucket_stride = *bucket_stride;
-  report.recall = has("recall");
+  report.bucket_size = f.buckets;
+  report.bucket_stride = f.bucket_stride;
+  report.recall = f.recall;
   report.modes = modes;
   report.totals.resize(modes.size());
   std::fprintf(stderr, "[eval] %d documents, %lld tokens, modes:", report.num_docs,
@@ -291,7 +261,7 @@ int RunEval(int argc, char** argv) {
   std::fprintf(stderr, "\n");
 
   std::string per_token;
-  if (has("per-token")) {
+  if (!f.per_token.empty()) {
     per_token = "doc\tpos\ttoken";
     for (const auto& m : modes) absl::StrAppend(&per_token, "\t", m.name);
     per_token += "\n";
@@ -361,7 +331,7 @@ int RunEval(int argc, char** argv) {
         progress.Update(done, absl::StrFormat("doc %d/%d", d + 1, ids.size()));
       }
     }
-    if (has("per-token")) {
+    if (!f.per_token.empty()) {
       for (int64_t j = 1; j < n; ++j) {
         absl::StrAppend(&per_token, d, "\t", j, "\t", doc[static_cast<size_t>(j)]);
         for (size_t i = 0; i < modes.size(); ++i) {
@@ -377,21 +347,57 @@ int RunEval(int argc, char** argv) {
                report.seconds);
   const std::string md = eval::MarkdownReport(report);
   std::fwrite(md.data(), 1, md.size(), stdout);
-  if (has("json")) {
-    if (absl::Status s = WriteFile(flags->at("json"), eval::JsonReport(report), "--json"); !s.ok()) {
+  if (!f.json.empty()) {
+    if (absl::Status s = WriteFile(f.json, eval::JsonReport(report), "--json"); !s.ok()) {
       return FailWith("eval", s);
     }
   }
-  if (has("per-token")) {
-    if (absl::Status s = WriteFile(flags->at("per-token"), per_token, "--per-token"); !s.ok()) {
+  if (!f.per_token.empty()) {
+    if (absl::Status s = WriteFile(f.per_token, per_token, "--per-token"); !s.ok()) {
       return FailWith("eval", s);
     }
   }
   return 0;
 }
 
+RunFn SetupEval(CLI::App& app) {
+  auto flags = std::make_shared<EvalFlags>();
+  EvalFlags& f = *flags;
+  app.footer(
+      "Feeds every document token by token through each mode's session and scores the next "
+      "token (mean NLL, nats/token). Budgets: memory M + W + C entries (M + W under the "
+      "projector's sliding window policy), sliding --budget (default: memory's), sink S + "
+      "(budget - S), memory_only M + C. Markdown to stdout, progress to stderr. Protocol: "
+      "docs/eval.md.");
+  f.engine.threads = 1;
+  AddEngineFlags(app, f.engine);
+  app.add_option("--tokenizer", f.tokenizer, "tokenizer file (default: found next to the model)");
+  app.add_option("--projector-label", f.projector_label, "the projector's name in the report");
+  app.add_option("--text", f.text, "text file with the documents")->required();
+  AddSwitch(app, "--split-endoftext", f.split_endoftext,
+            "split the text into documents at <|endoftext|>");
+  app.add_option("--docs", f.docs, "first:N|last:N|range:A:B|all");
+  app.add_option("--modes", f.modes,
+                 "comma-separated modes (default: full,sliding,sink, plus memory,memory_only "
+                 "with --projector)");
+  app.add_option("--budget", f.budget, "KV budget of sliding/sink (default: memory's)");
+  app.add_option("--sink", f.sink, "sink tokens (sink mode)");
+  app.add_option("--max-tokens", f.max_tokens,
+                 "truncate each document (default with --split-endoftext: the model's trained "
+                 "context; otherwise no limit)");
+  app.add_option("--full-max-tokens", f.full_max_tokens,
+                 "full mode only on each document's first N tokens");
+  app.add_option("--buckets", f.buckets,
+                 "NLL per N target positions (Markdown: every K-th bucket; JSON: all)");
+  app.add_option("--bucket-stride", f.bucket_stride, "K: Markdown shows every K-th bucket");
+  AddSwitch(app, "--recall", f.recall, "recall probe (docs/eval.md)");
+  app.add_option("--json", f.json, "also write the JSON report to this file");
+  app.add_option("--per-token", f.per_token, "TSV doc, pos, token, NLL per mode to this file");
+  return [flags, &app] { return RunEval(*flags, app); };
+}
+
 }  // namespace
 }  // namespace kvfold::cli
 
 KVFOLD_REGISTER_COMMAND(eval, "mean NLL per KV mode at equal KV budgets (docs/eval.md)",
-                        kvfold::cli::RunEval);
+                        kvfold::cli::SetupEval);

@@ -1,9 +1,11 @@
 // `kvfold generate`: local generation with the engine, streaming text to stdout.
 #include <chrono>
 #include <cstdio>
+#include <memory>
 
 #include "absl/strings/numbers.h"
 #include "absl/strings/str_split.h"
+#include "common/command_line.h"
 #include "inference_svc/engine/sampler.h"
 #include "inference_svc/tokenizer/tokenizer.h"
 #include "nlohmann/json.hpp"
@@ -13,14 +15,23 @@
 namespace kvfold::cli {
 namespace {
 
-constexpr char kUsage[] =
-    "usage: kvfold generate --model PATH (--prompt TEXT | --prompt-ids 1,2,3)\n"
-    "         [--mode full|sliding|sink|memory|memory_only] [--window N] [--sink N]\n"
-    "         [--projector DIR] [--temperature T] [--top-k K] [--top-p P] [--seed S]\n"
-    "         [--max-new-tokens N] [--ignore-eos] [--no-bos] [--json]\n"
-    "         [--backend cpu|cpu-ref] [--threads N] [--kv-dtype f32|int8] [--tokenizer FILE]\n"
-    "Streams the generated text to stdout (--json: one JSON object at the end).\n"
-    "The tokenizer is found next to the model unless --tokenizer is given.\n";
+struct GenerateFlags {
+  EngineFlags engine;
+  std::string prompt;
+  std::string prompt_ids;
+  std::string mode = "full";
+  int window = 1024;
+  int sink = 4;
+  double temperature = 0.0;
+  int top_k = 0;
+  double top_p = 1.0;
+  uint64_t seed = 0;
+  int max_new_tokens = 256;
+  bool ignore_eos = false;
+  bool no_bos = false;
+  bool json = false;
+  std::string tokenizer;
+};
 
 using Clock = std::chrono::steady_clock;
 
@@ -28,85 +39,58 @@ double Seconds(Clock::time_point a, Clock::time_point b) {
   return std::chrono::duration<double>(b - a).count();
 }
 
-int RunGenerate(int argc, char** argv) {
-  auto flags = ParseEngineFlags(
-      argc, argv,
-      {"model", "prompt", "prompt-ids", "mode", "window", "sink", "projector", "temperature",
-       "top-k", "top-p", "seed", "max-new-tokens", "backend", "threads", "kv-dtype", "tokenizer"},
-      {"json", "help", "ignore-eos", "no-bos"});
-  if (!flags.ok()) return FailWith("generate", flags.status());
-  if (flags->count("help")) {
-    std::printf("%s", kUsage);
-    return 0;
-  }
-  if (!flags->count("model") || (flags->count("prompt") && flags->count("prompt-ids"))) {
-    std::fprintf(stderr, "%s", kUsage);
-    return 2;
-  }
-  auto window = IntFlag(*flags, "window", 1024);
-  auto sink = IntFlag(*flags, "sink", 4);
-  auto threads = IntFlag(*flags, "threads", 0);
-  auto top_k = IntFlag(*flags, "top-k", 0);
-  auto seed = IntFlag(*flags, "seed", 0);
-  auto max_new = IntFlag(*flags, "max-new-tokens", 256);
-  auto temperature = FloatFlag(*flags, "temperature", 0.0);
-  auto top_p = FloatFlag(*flags, "top-p", 1.0);
-  for (const absl::Status& s : {window.status(), sink.status(), threads.status(), top_k.status(),
-                                seed.status(), max_new.status(), temperature.status(), top_p.status()}) {
-    if (!s.ok()) return FailWith("generate", s);
-  }
+int RunGenerate(const GenerateFlags& flags, const CLI::App& app) {
+  const bool has_prompt = app.count("--prompt") > 0;
   engine::SamplingParams params;
-  params.temperature = static_cast<float>(*temperature);
-  params.top_k = static_cast<int>(*top_k);
-  params.top_p = static_cast<float>(*top_p);
-  params.seed = static_cast<uint64_t>(*seed);
-  params.max_new_tokens = static_cast<int>(*max_new);
-  params.ignore_eos = flags->count("ignore-eos") > 0;
+  params.temperature = static_cast<float>(flags.temperature);
+  params.top_k = flags.top_k;
+  params.top_p = static_cast<float>(flags.top_p);
+  params.seed = flags.seed;
+  params.max_new_tokens = flags.max_new_tokens;
+  params.ignore_eos = flags.ignore_eos;
   if (absl::Status s = params.Validate(); !s.ok()) return FailWith("generate", s);
 
-  const std::string model_path = flags->at("model");
-  auto engine_options = EngineOptionsFromFlags(*flags);
+  const std::string& model_path = flags.engine.model;
+  auto engine_options = EngineOptionsFromFlags(flags.engine);
   if (!engine_options.ok()) return FailWith("generate", engine_options.status());
-  auto loaded =
-      LoadEngine(model_path, flags->count("backend") ? flags->at("backend") : "cpu",
-                 static_cast<int>(*threads),
-                 flags->count("projector") ? flags->at("projector") : "", *engine_options);
+  auto loaded = LoadEngine(model_path, flags.engine.backend, flags.engine.threads,
+                           flags.engine.projector, *engine_options);
   if (!loaded.ok()) return FailWith("generate", loaded.status());
   const model::ModelConfig& config = loaded->engine->config();
 
   // Tokenizer: required for --prompt and for text output.
   std::unique_ptr<Tokenizer> tokenizer;
   {
-    absl::StatusOr<std::string> path = flags->count("tokenizer")
-                                           ? absl::StatusOr<std::string>(flags->at("tokenizer"))
+    absl::StatusOr<std::string> path = !flags.tokenizer.empty()
+                                           ? absl::StatusOr<std::string>(flags.tokenizer)
                                            : Tokenizer::FindNextToModel(model_path);
     if (path.ok()) {
       auto tok = Tokenizer::Load(*path);
       if (!tok.ok()) return FailWith("generate", tok.status());
       tokenizer = std::move(*tok);
-    } else if (flags->count("prompt") || flags->count("tokenizer")) {
+    } else if (has_prompt || !flags.tokenizer.empty()) {
       return FailWith("generate", path.status());
     }
   }
   std::vector<int32_t> prompt;
-  const bool add_bos = !flags->count("no-bos");
-  if (flags->count("prompt-ids")) {
-    for (absl::string_view p : absl::StrSplit(flags->at("prompt-ids"), ',', absl::SkipEmpty())) {
+  const bool add_bos = !flags.no_bos;
+  if (app.count("--prompt-ids")) {
+    for (absl::string_view p : absl::StrSplit(flags.prompt_ids, ',', absl::SkipEmpty())) {
       int32_t id;
       if (!absl::SimpleAtoi(p, &id)) return FailWith("generate", absl::InvalidArgumentError("bad --prompt-ids"));
       prompt.push_back(id);
     }
   } else {
-    auto ids = tokenizer->Encode(flags->count("prompt") ? flags->at("prompt") : "", add_bos);
+    auto ids = tokenizer->Encode(flags.prompt, add_bos);
     if (!ids.ok()) return FailWith("generate", ids.status());
     prompt = std::move(*ids);
   }
   if (prompt.empty()) prompt.push_back(config.bos_token_id);
 
-  const std::string mode = flags->count("mode") ? flags->at("mode") : "full";
-  auto session = MakeSession(*loaded, mode, static_cast<int>(*window), static_cast<int>(*sink));
+  const std::string& mode = flags.mode;
+  auto session = MakeSession(*loaded, mode, flags.window, flags.sink);
   if (!session.ok()) return FailWith("generate", session.status());
-  const bool json = flags->count("json") > 0;
+  const bool json = flags.json;
 
   const auto t0 = Clock::now();
   if (absl::Status s = (*session)->Prefill(prompt); !s.ok()) return FailWith("generate", s);
@@ -167,7 +151,32 @@ int RunGenerate(int argc, char** argv) {
   return 0;
 }
 
+RunFn SetupGenerate(CLI::App& app) {
+  auto flags = std::make_shared<GenerateFlags>();
+  GenerateFlags& f = *flags;
+  app.footer(
+      "Streams the generated text to stdout (--json: one JSON object at the end). The "
+      "tokenizer is found next to the model unless --tokenizer is given.");
+  AddEngineFlags(app, f.engine);
+  CLI::Option* prompt = app.add_option("--prompt", f.prompt, "prompt text");
+  app.add_option("--prompt-ids", f.prompt_ids, "prompt token ids, e.g. 1,2,3")->excludes(prompt);
+  app.add_option("--mode", f.mode, "full|sliding|sink|memory|memory_only");
+  app.add_option("--window", f.window, "window of sliding/sink/memory modes");
+  app.add_option("--sink", f.sink, "sink tokens (sink mode)");
+  app.add_option("--temperature", f.temperature, "sampling temperature (0 = greedy)");
+  app.add_option("--top-k", f.top_k, "top-k sampling (0 = off)");
+  app.add_option("--top-p", f.top_p, "nucleus sampling");
+  app.add_option("--seed", f.seed, "sampling seed");
+  app.add_option("--max-new-tokens", f.max_new_tokens, "tokens to generate at most");
+  AddSwitch(app, "--ignore-eos", f.ignore_eos, "do not stop at an end-of-sequence token");
+  AddSwitch(app, "--no-bos", f.no_bos, "encode the prompt without the BOS token");
+  AddSwitch(app, "--json", f.json, "one JSON object at the end instead of streamed text");
+  app.add_option("--tokenizer", f.tokenizer, "tokenizer file (default: found next to the model)");
+  return [flags, &app] { return RunGenerate(*flags, app); };
+}
+
 }  // namespace
 }  // namespace kvfold::cli
 
-KVFOLD_REGISTER_COMMAND(generate, "generate text locally with the engine", kvfold::cli::RunGenerate);
+KVFOLD_REGISTER_COMMAND(generate, "generate text locally with the engine",
+                        kvfold::cli::SetupGenerate);

@@ -1,7 +1,9 @@
 // `kvfold info --model PATH [--json]`: config and fingerprint of a model (HF directory or
 // llama2.c checkpoint). The fingerprint is what projectors and memory blocks record.
 #include <cstdio>
+#include <memory>
 
+#include "common/command_line.h"
 #include "inference_svc/model/model_file.h"
 #include "nlohmann/json.hpp"
 #include "tools/kvfold/cli_engine.h"
@@ -10,25 +12,13 @@
 namespace kvfold::cli {
 namespace {
 
-constexpr char kUsage[] =
-    "usage: kvfold info --model PATH [--json]\n"
-    "Prints the model's config and fingerprint (sha256 over config + tensors).\n";
+struct InfoFlags {
+  std::string model;
+  bool json = false;
+};
 
-int RunInfo(int argc, char** argv) {
-  auto flags = ParseEngineFlags(argc, argv, {"model"}, {"json", "help"});
-  if (!flags.ok()) {
-    std::fprintf(stderr, "kvfold info: %s\n%s", std::string(flags.status().message()).c_str(), kUsage);
-    return 2;
-  }
-  if (flags->count("help")) {
-    std::printf("%s", kUsage);
-    return 0;
-  }
-  if (!flags->count("model")) {
-    std::fprintf(stderr, "%s", kUsage);
-    return 2;
-  }
-  absl::StatusOr<model::ModelFile> m = model::LoadModel(flags->at("model"));
+int RunInfo(const InfoFlags& flags) {
+  absl::StatusOr<model::ModelFile> m = model::LoadModel(flags.model);
   if (!m.ok()) return FailWith("info", m.status());
   const model::ModelConfig& c = m->config;
   size_t bytes = 0;
@@ -60,7 +50,7 @@ int RunInfo(int argc, char** argv) {
   j["num_parameters"] = params;
   j["weight_bytes"] = bytes;
   j["kv_bytes_per_token_f32"] = int64_t{c.num_layers} * 2 * c.kv_dim() * 4;
-  if (flags->count("json")) {
+  if (flags.json) {
     std::printf("%s\n", j.dump(2).c_str());
   } else {
     for (const auto& [k, v] : j.items()) std::printf("%-26s %s\n", k.c_str(), v.dump().c_str());
@@ -68,7 +58,15 @@ int RunInfo(int argc, char** argv) {
   return 0;
 }
 
+RunFn SetupInfo(CLI::App& app) {
+  auto flags = std::make_shared<InfoFlags>();
+  app.footer("Prints the model's config and fingerprint (sha256 over config + tensors).");
+  app.add_option("--model", flags->model, "HF directory or llama2.c checkpoint")->required();
+  AddSwitch(app, "--json", flags->json, "JSON instead of text");
+  return [flags] { return RunInfo(*flags); };
+}
+
 }  // namespace
 }  // namespace kvfold::cli
 
-KVFOLD_REGISTER_COMMAND(info, "model config and fingerprint", kvfold::cli::RunInfo);
+KVFOLD_REGISTER_COMMAND(info, "model config and fingerprint", kvfold::cli::SetupInfo);

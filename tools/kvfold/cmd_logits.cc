@@ -4,25 +4,29 @@
 // included in memory modes). --prefill: all tokens in one Engine::Forward (plain modes).
 #include <cstdio>
 #include <fstream>
+#include <memory>
 #include <sstream>
 
 #include "absl/strings/numbers.h"
 #include "absl/strings/str_split.h"
+#include "common/command_line.h"
 #include "tools/kvfold/cli_engine.h"
 #include "tools/kvfold/command.h"
 
 namespace kvfold::cli {
 namespace {
 
-constexpr char kUsage[] =
-    "usage: kvfold logits --model PATH [--projector DIR]\n"
-    "         [--mode full|sliding|sink|memory|memory_only] [--window N] [--sink N]\n"
-    "         (--tokens 1,2,3 | --tokens-file F) [--prefill] --out FILE\n"
-    "         [--backend cpu|cpu-ref] [--threads N] [--kv-dtype f32|int8] [--fp32-memory]\n"
-    "--fp32-memory: memory modes keep the projector's fp32 output instead of rounding it\n"
-    "to fp16 after each fold (for fp32 parity tests; blocks then need fp32 payloads).\n"
-    "--tokens-file: ids separated by commas or whitespace. Output: float32 LE\n"
-    "[num_tokens, vocab_size].\n";
+struct LogitsFlags {
+  EngineFlags engine;
+  std::string mode = "full";
+  int window = 1024;
+  int sink = 4;
+  std::string tokens;
+  std::string tokens_file;
+  bool prefill = false;
+  std::string out;
+  bool fp32_memory = false;
+};
 
 absl::StatusOr<std::vector<int32_t>> ParseIds(const std::string& text) {
   std::vector<int32_t> ids;
@@ -37,26 +41,12 @@ absl::StatusOr<std::vector<int32_t>> ParseIds(const std::string& text) {
   return ids;
 }
 
-int RunLogits(int argc, char** argv) {
-  auto flags = ParseEngineFlags(argc, argv,
-                                {"model", "projector", "mode", "window", "sink", "tokens",
-                                 "tokens-file", "out", "backend", "threads", "kv-dtype"},
-                                {"prefill", "fp32-memory", "help"});
-  if (!flags.ok()) return FailWith("logits", flags.status());
-  if (flags->count("help")) {
-    std::printf("%s", kUsage);
-    return 0;
-  }
-  if (!flags->count("model") || !flags->count("out") ||
-      flags->count("tokens") == flags->count("tokens-file")) {
-    std::fprintf(stderr, "%s", kUsage);
-    return 2;
-  }
+int RunLogits(const LogitsFlags& flags) {
   std::string token_text;
-  if (flags->count("tokens")) {
-    token_text = flags->at("tokens");
+  if (flags.tokens_file.empty()) {
+    token_text = flags.tokens;
   } else {
-    std::ifstream in(flags->at("tokens-file"));
+    std::ifstream in(flags.tokens_file);
     if (!in) return FailWith("logits", absl::NotFoundError("cannot open --tokens-file"));
     std::stringstream ss;
     ss << in.rdbuf();
@@ -64,31 +54,23 @@ int RunLogits(int argc, char** argv) {
   }
   auto ids = ParseIds(token_text);
   if (!ids.ok()) return FailWith("logits", ids.status());
-  auto window = IntFlag(*flags, "window", 1024);
-  auto sink = IntFlag(*flags, "sink", 4);
-  auto threads = IntFlag(*flags, "threads", 0);
-  if (!window.ok() || !sink.ok() || !threads.ok()) {
-    return FailWith("logits", absl::InvalidArgumentError("--window/--sink/--threads must be integers"));
-  }
-  const std::string mode = flags->count("mode") ? flags->at("mode") : "full";
-  auto engine_options = EngineOptionsFromFlags(*flags);
+  const std::string& mode = flags.mode;
+  auto engine_options = EngineOptionsFromFlags(flags.engine);
   if (!engine_options.ok()) return FailWith("logits", engine_options.status());
-  auto loaded =
-      LoadEngine(flags->at("model"), flags->count("backend") ? flags->at("backend") : "cpu",
-                 static_cast<int>(*threads),
-                 flags->count("projector") ? flags->at("projector") : "", *engine_options);
+  auto loaded = LoadEngine(flags.engine.model, flags.engine.backend, flags.engine.threads,
+                           flags.engine.projector, *engine_options);
   if (!loaded.ok()) return FailWith("logits", loaded.status());
   const int vocab = loaded->engine->config().vocab_size;
   std::vector<float> out;
   out.reserve(ids->size() * static_cast<size_t>(vocab));
-  if (flags->count("prefill")) {
+  if (flags.prefill) {
     engine::KvPolicy policy;
     if (mode == "full") {
       policy = engine::KvPolicy::Full();
     } else if (mode == "sliding") {
-      policy = engine::KvPolicy::Sliding(static_cast<int>(*window));
+      policy = engine::KvPolicy::Sliding(flags.window);
     } else if (mode == "sink") {
-      policy = engine::KvPolicy::Sink(static_cast<int>(*sink), static_cast<int>(*window));
+      policy = engine::KvPolicy::Sink(flags.sink, flags.window);
     } else {
       return FailWith("logits", absl::InvalidArgumentError(
                                     "--prefill supports full, sliding and sink (memory modes "
@@ -106,8 +88,8 @@ int RunLogits(int argc, char** argv) {
     }
     out.assign(result.outputs[0].logits.begin(), result.outputs[0].logits.end());
   } else {
-    auto session = MakeSession(*loaded, mode, static_cast<int>(*window), static_cast<int>(*sink),
-                               /*fp16_memory=*/!flags->count("fp32-memory"));
+    auto session = MakeSession(*loaded, mode, flags.window, flags.sink,
+                               /*fp16_memory=*/!flags.fp32_memory);
     if (!session.ok()) return FailWith("logits", session.status());
     for (int32_t id : *ids) {
       if (absl::Status s = (*session)->Append(id); !s.ok()) return FailWith("logits", s);
@@ -115,14 +97,39 @@ int RunLogits(int argc, char** argv) {
       out.insert(out.end(), l.begin(), l.end());
     }
   }
-  std::ofstream f(flags->at("out"), std::ios::binary | std::ios::trunc);
+  std::ofstream f(flags.out, std::ios::binary | std::ios::trunc);
   f.write(reinterpret_cast<const char*>(out.data()), static_cast<std::streamsize>(out.size() * sizeof(float)));
   if (!f) return FailWith("logits", absl::InternalError("cannot write --out"));
   return 0;
+}
+
+RunFn SetupLogits(CLI::App& app) {
+  auto flags = std::make_shared<LogitsFlags>();
+  LogitsFlags& f = *flags;
+  app.footer(
+      "--fp32-memory: memory modes keep the projector's fp32 output instead of rounding it to "
+      "fp16 after each fold (for fp32 parity tests; blocks then need fp32 payloads). "
+      "--tokens-file: ids separated by commas or whitespace. Output: float32 LE [num_tokens, "
+      "vocab_size].");
+  AddEngineFlags(app, f.engine);
+  app.add_option("--mode", f.mode, "full|sliding|sink|memory|memory_only");
+  app.add_option("--window", f.window, "window of sliding/sink/memory modes");
+  app.add_option("--sink", f.sink, "sink tokens (sink mode)");
+  CLI::Option* tokens = app.add_option("--tokens", f.tokens, "token ids, e.g. 1,2,3");
+  CLI::Option* tokens_file =
+      app.add_option("--tokens-file", f.tokens_file, "file with the token ids")->excludes(tokens);
+  CLI::Option_group* input_group = app.add_option_group("input");
+  input_group->add_options(tokens, tokens_file);
+  input_group->require_option(1);
+  AddSwitch(app, "--prefill", f.prefill,
+            "all tokens in one forward (full, sliding, sink) instead of one at a time");
+  app.add_option("--out", f.out, "output file (float32 LE)")->required();
+  AddSwitch(app, "--fp32-memory", f.fp32_memory, "keep the projector's fp32 output");
+  return [flags] { return RunLogits(*flags); };
 }
 
 }  // namespace
 }  // namespace kvfold::cli
 
 KVFOLD_REGISTER_COMMAND(logits, "raw logits of a token sequence (parity tests)",
-                        kvfold::cli::RunLogits);
+                        kvfold::cli::SetupLogits);

@@ -5,6 +5,7 @@
 #include <filesystem>
 #include <fstream>
 #include <map>
+#include <memory>
 #include <sstream>
 #include <string>
 
@@ -13,6 +14,7 @@
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_join.h"
 #include "absl/strings/string_view.h"
+#include "common/command_line.h"
 #include "inference_svc/planner/kv_planner.h"
 #include "inference_svc/planner/model_spec.h"
 #include "inference_svc/planner/planner_format.h"
@@ -26,33 +28,6 @@ using planner::KvMode;
 using planner::ModelSpec;
 using planner::PlanOptions;
 
-constexpr char kUsage[] = R"(usage: kvfold plan (--preset NAME | --config config.json)
-                   (--context T | --contexts T1,T2,...) [flags]
-
-KV-cache size per kvfold mode, and how many sessions fit on a GPU (docs/planner.md).
-
-  --preset NAME        one of: %s
-  --config FILE        an HF config.json instead of a preset
-  --context T          context length in tokens: 20000, 20k (x1000), 128Ki (x1024)
-  --contexts LIST      several, e.g. 1k,8k,20k,100k,128k (one table row per mode and T)
-  --batch B            sequences per request (default 1)
-  --beams N            beams per sequence (default 1); B = batch * beams
-  --kv-dtype D         fp32|fp16|bf16|fp8|int8|int4 (default fp16)
-  --weight-dtype D     same choices (default bf16)
-  --window W           window of sliding/sink/memory modes (default: the model's
-                       sliding_window, else 1024)
-  --sink S             sink tokens (default 4)
-  --mem-slots M        memory slots (default 96)
-  --chunk C            fold chunk (default 256)
-  --gpu-memory SIZE    e.g. 80GiB, 141GB: adds the KV pool and sessions that fit
-  --reserve X          activation reserve: a size, a percentage, or 0 (default 10%%)
-  --modes LIST         all (default) or e.g. full,sliding,sink,memory,memory_only
-  --json               JSON instead of the table
-
-Exit codes: 0 ok, 2 bad usage or input (unknown preset, bad config, zero or negative
-sizes, overflow).
-)";
-
 std::string PresetNames() {
   std::vector<std::string> names;
   for (const ModelSpec& p : planner::Presets()) names.push_back(p.name);
@@ -62,41 +37,6 @@ std::string PresetNames() {
 int Fail(const absl::Status& status) {
   std::fprintf(stderr, "kvfold plan: %s\n", std::string(status.message()).c_str());
   return 2;
-}
-
-// Splits argv into --name -> value ("" for --json / --help). Accepts "--name value" and
-// "--name=value".
-absl::Status ParseFlags(int argc, char** argv, std::map<std::string, std::string>* flags) {
-  static const char* kValued[] = {"preset",    "config",   "context",      "contexts", "batch",
-                                  "beams",     "kv-dtype", "weight-dtype", "window",   "sink",
-                                  "mem-slots", "chunk",    "gpu-memory",   "reserve",  "modes"};
-  for (int i = 1; i < argc; ++i) {
-    absl::string_view arg = argv[i];
-    if (!absl::StartsWith(arg, "--")) {
-      return absl::InvalidArgumentError(absl::StrCat("unexpected argument '", arg, "'"));
-    }
-    arg.remove_prefix(2);
-    std::string name(arg.substr(0, arg.find('=')));
-    std::string value;
-    bool has_inline = arg.find('=') != absl::string_view::npos;
-    if (has_inline) value = std::string(arg.substr(arg.find('=') + 1));
-    if (name == "json" || name == "help") {
-      if (has_inline)
-        return absl::InvalidArgumentError(absl::StrCat("--", name, " takes no value"));
-    } else if (std::find(std::begin(kValued), std::end(kValued), name) != std::end(kValued)) {
-      if (!has_inline) {
-        if (i + 1 >= argc)
-          return absl::InvalidArgumentError(absl::StrCat("--", name, " needs a value"));
-        value = argv[++i];
-      }
-    } else {
-      return absl::InvalidArgumentError(absl::StrCat("unknown flag --", name, " (see --help)"));
-    }
-    if (!flags->emplace(name, value).second) {
-      return absl::InvalidArgumentError(absl::StrCat("--", name, " given twice"));
-    }
-  }
-  return absl::OkStatus();
 }
 
 absl::StatusOr<ModelSpec> LoadModel(const std::map<std::string, std::string>& flags) {
@@ -169,13 +109,10 @@ absl::Status ApplyOptions(const std::map<std::string, std::string>& flags, PlanO
   return absl::OkStatus();
 }
 
-int RunPlan(int argc, char** argv) {
-  std::map<std::string, std::string> flags;
-  if (absl::Status s = ParseFlags(argc, argv, &flags); !s.ok()) return Fail(s);
-  if (flags.count("help")) {
-    std::printf(kUsage, PresetNames().c_str());
-    return 0;
-  }
+// --name -> value of the flags given on the command line (--json: "").
+using PlanFlags = std::map<std::string, std::string>;
+
+int RunPlan(const PlanFlags& flags) {
   absl::StatusOr<ModelSpec> model = LoadModel(flags);
   if (!model.ok()) return Fail(model.status());
 
@@ -203,9 +140,61 @@ int RunPlan(int argc, char** argv) {
   return 0;
 }
 
+RunFn SetupPlan(CLI::App& app) {
+  app.footer(
+      "KV-cache size per kvfold mode, and how many sessions fit on a GPU (docs/planner.md). "
+      "Exit codes: 0 ok, 2 bad usage or input (unknown preset, bad config, zero or negative "
+      "sizes, overflow).");
+  // The planner parses the values (units, lists, percentages); CLI11 checks the names.
+  struct Flag {
+    const char* name;
+    const char* default_text;
+    std::string help;
+  };
+  const Flag kFlags[] = {
+      {"preset", "", "one of: " + PresetNames()},
+      {"config", "", "an HF config.json instead of a preset"},
+      {"context", "", "context length in tokens: 20000, 20k (x1000), 128Ki (x1024)"},
+      {"contexts", "", "several, e.g. 1k,8k,20k,100k,128k (one table row per mode and T)"},
+      {"batch", "1", "sequences per request"},
+      {"beams", "1", "beams per sequence; B = batch * beams"},
+      {"kv-dtype", "fp16", "fp32|fp16|bf16|fp8|int8|int4"},
+      {"weight-dtype", "bf16", "same choices as --kv-dtype"},
+      {"window", "",
+       "window of sliding/sink/memory modes (default: the model's sliding_window, "
+       "else 1024)"},
+      {"sink", "4", "sink tokens"},
+      {"mem-slots", "96", "memory slots"},
+      {"chunk", "256", "fold chunk"},
+      {"gpu-memory", "", "e.g. 80GiB, 141GB: adds the KV pool and sessions that fit"},
+      {"reserve", "10%", "activation reserve: a size, a percentage, or 0"},
+      {"modes", "all", "all or e.g. full,sliding,sink,memory,memory_only"},
+  };
+  struct State {
+    PlanFlags values;
+    std::vector<std::pair<std::string, CLI::Option*>> options;
+    bool json = false;
+  };
+  auto state = std::make_shared<State>();
+  for (const Flag& f : kFlags) {
+    CLI::Option* option = app.add_option(std::string("--") + f.name, state->values[f.name], f.help)
+                              ->default_str(f.default_text);
+    state->options.emplace_back(f.name, option);
+  }
+  AddSwitch(app, "--json", state->json, "JSON instead of the table");
+  return [state] {
+    PlanFlags flags;
+    for (const auto& [name, option] : state->options) {
+      if (option->count() > 0) flags[name] = state->values.at(name);
+    }
+    if (state->json) flags["json"] = "";
+    return RunPlan(flags);
+  };
+}
+
 }  // namespace
 
 KVFOLD_REGISTER_COMMAND(plan, "KV-cache size per mode and sessions per GPU (no server needed)",
-                        RunPlan);
+                        SetupPlan);
 
 }  // namespace kvfold::cli

@@ -1,10 +1,12 @@
 // `kvfold sessions ls|show|rm|fork|rollback`: manage sessions on a kvfold-inference replica.
-#include <cstdio>
-#include <string>
-
 #include <google/protobuf/util/json_util.h>
 
+#include <cstdio>
+#include <memory>
+#include <string>
+
 #include "absl/strings/str_cat.h"
+#include "common/command_line.h"
 #include "common/grpc_status.h"
 #include "tools/kvfold/cli_client.h"
 #include "tools/kvfold/command.h"
@@ -12,13 +14,15 @@
 namespace kvfold::cli {
 namespace {
 
-constexpr char kUsage[] =
-    "usage: kvfold sessions ls [--page_size N] [--json]\n"
-    "       kvfold sessions show SESSION [--json]\n"
-    "       kvfold sessions rm SESSION\n"
-    "       kvfold sessions fork SESSION [--version V] [--new_id ID] [--json]\n"
-    "       kvfold sessions rollback SESSION --version V [--json]\n"
-    "flags:\n";
+struct SessionsFlags {
+  ClientOptions client;
+  std::string verb;
+  std::string session;
+  int64_t page_size = 100;
+  int64_t version = 0;
+  std::string new_id;
+  bool json = false;
+};
 
 std::string ToJson(const google::protobuf::Message& m) {
   std::string out;
@@ -71,46 +75,33 @@ void PrintUsage(const v1::TenantUsage& u) {
               static_cast<unsigned long long>(u.bytes()), limit(u.max_bytes()).c_str());
 }
 
-int RunSessions(int argc, char** argv) {
-  std::vector<std::string> known = ClientFlagNames();
-  for (const char* f : {"page_size", "version", "new_id"}) known.push_back(f);
-  auto args = ParseArgs(argc, argv, known, {"json", "help"});
-  if (!args.ok()) {
-    std::fprintf(stderr, "%s%s", kUsage, ClientFlagsHelp());
-    return ReportError("sessions", args.status());
-  }
-  if (args->Has("help") || args->positional.empty()) {
-    std::fprintf(args->Has("help") ? stdout : stderr, "%s%s", kUsage, ClientFlagsHelp());
-    return args->Has("help") ? 0 : 2;
-  }
-  auto options = ClientOptionsFromArgs(*args);
-  if (!options.ok()) return ReportError("sessions", options.status());
-  auto channel = MakeChannel(*options);
+int RunSessions(const SessionsFlags& args) {
+  const ClientOptions& options = args.client;
+  if (absl::Status s = ValidateClientOptions(options); !s.ok()) return ReportError("sessions", s);
+  auto channel = MakeChannel(options);
   if (!channel.ok()) return ReportError("sessions", channel.status());
   auto stub = v1::InferenceService::NewStub(*channel);
-  const bool json = args->Has("json");
-  const std::string verb = args->positional[0];
-  const std::string session = args->positional.size() > 1 ? args->positional[1] : "";
-  auto version = args->GetInt("version", 0);
-  if (!version.ok()) return ReportError("sessions", version.status());
-  if (*version < 0) return ReportError("sessions", absl::InvalidArgumentError("--version must be >= 0"));
+  const bool json = args.json;
+  const std::string& verb = args.verb;
+  const std::string& session = args.session;
+  if (args.version < 0) {
+    return ReportError("sessions", absl::InvalidArgumentError("--version must be >= 0"));
+  }
   if (verb != "ls" && session.empty()) {
     return ReportError("sessions", absl::InvalidArgumentError(absl::StrCat(verb, " needs SESSION")));
   }
 
   grpc::ClientContext context;
-  PrepareContext(*options, &context);
+  PrepareContext(options, &context);
   if (verb == "ls") {
-    auto page_size = args->GetInt("page_size", 100);
-    if (!page_size.ok()) return ReportError("sessions", page_size.status());
     v1::ListSessionsRequest request;
-    request.set_page_size(static_cast<uint32_t>(*page_size));
+    request.set_page_size(static_cast<uint32_t>(args.page_size));
     if (!json) PrintSessionHeader();
     std::string page_token;
     v1::TenantUsage usage;
     do {
       grpc::ClientContext page_context;
-      PrepareContext(*options, &page_context);
+      PrepareContext(options, &page_context);
       request.set_page_token(page_token);
       v1::ListSessionsResponse response;
       absl::Status s = FromGrpcStatus(stub->ListSessions(&page_context, request, &response));
@@ -155,8 +146,8 @@ int RunSessions(int argc, char** argv) {
   if (verb == "fork") {
     v1::ForkSessionRequest request;
     request.set_source_session_id(session);
-    request.set_version(static_cast<uint64_t>(*version));
-    request.set_new_session_id(args->Get("new_id"));
+    request.set_version(static_cast<uint64_t>(args.version));
+    request.set_new_session_id(args.new_id);
     v1::Session response;
     absl::Status s = FromGrpcStatus(stub->ForkSession(&context, request, &response));
     if (!s.ok()) return ReportError("sessions", s);
@@ -168,12 +159,12 @@ int RunSessions(int argc, char** argv) {
     return 0;
   }
   if (verb == "rollback") {
-    if (*version <= 0) {
+    if (args.version <= 0) {
       return ReportError("sessions", absl::InvalidArgumentError("rollback needs --version V (>= 1)"));
     }
     v1::RollbackSessionRequest request;
     request.set_session_id(session);
-    request.set_version(static_cast<uint64_t>(*version));
+    request.set_version(static_cast<uint64_t>(args.version));
     v1::Session response;
     absl::Status s = FromGrpcStatus(stub->RollbackSession(&context, request, &response));
     if (!s.ok()) return ReportError("sessions", s);
@@ -185,12 +176,35 @@ int RunSessions(int argc, char** argv) {
     }
     return 0;
   }
-  std::fprintf(stderr, "%s%s", kUsage, ClientFlagsHelp());
   return ReportError("sessions", absl::InvalidArgumentError(absl::StrCat("unknown verb '", verb, "'")));
+}
+
+RunFn SetupSessions(CLI::App& app) {
+  auto flags = std::make_shared<SessionsFlags>();
+  SessionsFlags& f = *flags;
+  app.footer(
+      "  kvfold sessions ls [--page-size N] [--json]\n"
+      "  kvfold sessions show SESSION [--json]\n"
+      "  kvfold sessions rm SESSION\n"
+      "  kvfold sessions fork SESSION [--version V] [--new-id ID] [--json]\n"
+      "  kvfold sessions rollback SESSION --version V [--json]");
+  app.add_option("verb", f.verb, "ls|show|rm|fork|rollback")
+      ->required()
+      ->check(CLI::IsMember({"ls", "show", "rm", "fork", "rollback"}));
+  app.add_option("session", f.session, "session id (all verbs but ls)");
+  app.add_option("--page-size", f.page_size, "ls: sessions per ListSessions call")
+      ->check(CLI::Range(int64_t{1}, int64_t{1} << 31));
+  app.add_option("--version", f.version,
+                 "fork: the version to fork (0 = head); rollback: the "
+                 "version to make head");
+  app.add_option("--new-id", f.new_id, "fork: id of the new session (default: generated)");
+  AddSwitch(app, "--json", f.json, "JSON instead of text");
+  AddClientFlags(app, f.client);
+  return [flags] { return RunSessions(*flags); };
 }
 
 }  // namespace
 }  // namespace kvfold::cli
 
 KVFOLD_REGISTER_COMMAND(sessions, "list, show, delete, fork and roll back remote sessions",
-                        kvfold::cli::RunSessions);
+                        kvfold::cli::SetupSessions);

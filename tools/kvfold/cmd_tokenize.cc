@@ -1,90 +1,27 @@
 // `kvfold tokenize`: encode text to ids or decode ids to text with any tokenizer kvfold
 // reads (llama2.c .bin, SentencePiece .model, HF tokenizer.json).
-#include <cstdio>
 #include <climits>
+#include <cstdio>
 #include <cstdlib>
 #include <fstream>
+#include <memory>
+#include <nlohmann/json.hpp>
 #include <sstream>
 #include <string>
 #include <vector>
 
-#include <nlohmann/json.hpp>
-
 #include "absl/status/status.h"
+#include "common/command_line.h"
 #include "inference_svc/tokenizer/tokenizer.h"
 #include "tools/kvfold/command.h"
 
 namespace kvfold::cli {
 namespace {
 
-constexpr char kUsage[] =
-    "usage: kvfold tokenize (--tokenizer PATH | --model PATH) (--text T | --file F)\n"
-    "                       [--ids] [--no-bos] [--json]\n"
-    "  --tokenizer PATH  tokenizer.bin / .model / tokenizer.json, or a directory\n"
-    "  --model PATH      find the tokenizer next to this model file or directory\n"
-    "  --text T          the text to encode (with --ids: ids like \"1,403,407\")\n"
-    "  --file F          read the text (or ids) from a file instead\n"
-    "  --ids             decode: the input is token ids, print the text\n"
-    "  --no-bos          encode without the BOS token\n"
-    "  --json            print {\"ids\": [...], \"pieces\": [...]} instead of \"1,2,3\"\n";
-
 struct Args {
   std::string tokenizer, model, text, file;
-  bool has_text = false, ids = false, no_bos = false, json = false;
+  bool ids = false, no_bos = false, json = false;
 };
-
-// Returns false (after printing why) on bad usage.
-bool Parse(int argc, char** argv, Args* a) {
-  for (int i = 1; i < argc; ++i) {
-    std::string arg = argv[i], value;
-    const size_t eq = arg.find('=');
-    bool has_value = false;
-    if (arg.rfind("--", 0) == 0 && eq != std::string::npos) {
-      value = arg.substr(eq + 1);
-      arg = arg.substr(0, eq);
-      has_value = true;
-    }
-    auto take = [&](std::string* out) {
-      if (!has_value) {
-        if (i + 1 >= argc) {
-          std::fprintf(stderr, "kvfold tokenize: %s needs a value\n", arg.c_str());
-          return false;
-        }
-        value = argv[++i];
-      }
-      *out = value;
-      return true;
-    };
-    if (arg == "--tokenizer") {
-      if (!take(&a->tokenizer)) return false;
-    } else if (arg == "--model") {
-      if (!take(&a->model)) return false;
-    } else if (arg == "--text") {
-      if (!take(&a->text)) return false;
-      a->has_text = true;
-    } else if (arg == "--file") {
-      if (!take(&a->file)) return false;
-    } else if (arg == "--ids") {
-      a->ids = true;
-    } else if (arg == "--no-bos") {
-      a->no_bos = true;
-    } else if (arg == "--json") {
-      a->json = true;
-    } else {
-      std::fprintf(stderr, "kvfold tokenize: unknown argument '%s'\n", argv[i]);
-      return false;
-    }
-  }
-  if (a->tokenizer.empty() == a->model.empty()) {
-    std::fprintf(stderr, "kvfold tokenize: give exactly one of --tokenizer, --model\n");
-    return false;
-  }
-  if (a->has_text == !a->file.empty()) {
-    std::fprintf(stderr, "kvfold tokenize: give exactly one of --text, --file\n");
-    return false;
-  }
-  return true;
-}
 
 // "1,2, 3\n4" -> {1,2,3,4}; false on anything else.
 bool ParseIds(const std::string& s, std::vector<int32_t>* ids) {
@@ -103,16 +40,7 @@ bool ParseIds(const std::string& s, std::vector<int32_t>* ids) {
   return true;
 }
 
-int Run(int argc, char** argv) {
-  if (argc >= 2 && (std::string(argv[1]) == "--help" || std::string(argv[1]) == "-h")) {
-    std::fputs(kUsage, stdout);
-    return 0;
-  }
-  Args a;
-  if (!Parse(argc, argv, &a)) {
-    std::fputs(kUsage, stderr);
-    return 2;
-  }
+int Run(const Args& a) {
   std::string path = a.tokenizer;
   if (!a.model.empty()) {
     auto found = Tokenizer::FindNextToModel(a.model);
@@ -188,8 +116,32 @@ int Run(int argc, char** argv) {
   return 0;
 }
 
+RunFn Setup(CLI::App& app) {
+  auto args = std::make_shared<Args>();
+  Args& a = *args;
+  CLI::Option* tokenizer = app.add_option(
+      "--tokenizer", a.tokenizer, "tokenizer.bin / .model / tokenizer.json, or a directory");
+  CLI::Option* model =
+      app.add_option("--model", a.model, "find the tokenizer next to this model file or directory");
+  CLI::Option_group* tokenizer_group = app.add_option_group("tokenizer");
+  tokenizer_group->add_options(tokenizer, model);
+  tokenizer_group->require_option(1);
+  CLI::Option* text =
+      app.add_option("--text", a.text, "the text to encode (with --ids: ids like \"1,403,407\")");
+  CLI::Option* file =
+      app.add_option("--file", a.file, "read the text (or ids) from a file instead");
+  CLI::Option_group* input_group = app.add_option_group("input");
+  input_group->add_options(text, file);
+  input_group->require_option(1);
+  AddSwitch(app, "--ids", a.ids, "decode: the input is token ids, print the text");
+  AddSwitch(app, "--no-bos", a.no_bos, "encode without the BOS token");
+  AddSwitch(app, "--json", a.json,
+            "print {\"ids\": [...], \"pieces\": [...]} instead of \"1,2,3\"");
+  return [args] { return Run(*args); };
+}
+
 }  // namespace
 
-KVFOLD_REGISTER_COMMAND(tokenize, "encode text to token ids or decode ids to text", Run);
+KVFOLD_REGISTER_COMMAND(tokenize, "encode text to token ids or decode ids to text", Setup);
 
 }  // namespace kvfold::cli

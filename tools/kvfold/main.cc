@@ -1,8 +1,9 @@
-// kvfold: the command-line client and offline tools. See `kvfold help`.
+// kvfold: the command-line client and offline tools. See `kvfold --help`.
 #include <algorithm>
-#include <cstdio>
-#include <cstring>
+#include <map>
+#include <optional>
 
+#include "common/command_line.h"
 #include "tools/kvfold/command.h"
 
 namespace kvfold::cli {
@@ -14,28 +15,21 @@ std::vector<Command>& Registry() {
 
 }  // namespace kvfold::cli
 
-namespace {
-
-void PrintUsage(FILE* out) {
-  auto cmds = kvfold::cli::Registry();
-  std::sort(cmds.begin(), cmds.end(), [](auto& a, auto& b) { return a.name < b.name; });
-  std::fprintf(out, "usage: kvfold <command> [flags]\n\ncommands:\n");
-  for (const auto& c : cmds) std::fprintf(out, "  %-10s %s\n", c.name.c_str(), c.summary.c_str());
-  std::fprintf(out, "\n`kvfold <command> --help` describes a command's flags.\n");
-}
-
-}  // namespace
-
 int main(int argc, char** argv) {
-  if (argc < 2 || !std::strcmp(argv[1], "help") || !std::strcmp(argv[1], "--help") ||
-      !std::strcmp(argv[1], "-h")) {
-    PrintUsage(argc < 2 ? stderr : stdout);
-    return argc < 2 ? 2 : 0;
+  CLI::App app{
+      "kvfold: the command-line client and offline tools. `kvfold <command> --help` "
+      "describes a command's flags.",
+      "kvfold"};
+  kvfold::ApplyConvention(app);
+  app.require_subcommand(1);
+  auto commands = kvfold::cli::Registry();
+  std::sort(commands.begin(), commands.end(),
+            [](const auto& a, const auto& b) { return a.name < b.name; });
+  std::map<const CLI::App*, kvfold::cli::RunFn> runs;
+  for (const kvfold::cli::Command& c : commands) {
+    CLI::App* sub = app.add_subcommand(c.name, c.summary);
+    runs[sub] = c.setup(*sub);
   }
-  for (const auto& c : kvfold::cli::Registry()) {
-    if (c.name == argv[1]) return c.run(argc - 1, argv + 1);
-  }
-  std::fprintf(stderr, "kvfold: unknown command '%s'\n\n", argv[1]);
-  PrintUsage(stderr);
-  return 2;
+  if (std::optional<int> rc = kvfold::ParseCommandLine(app, argc, argv)) return *rc;
+  return runs.at(app.get_subcommands().front())();
 }

@@ -9,14 +9,13 @@
 // Shapes: llama-3.2-1b, llama-3.1-8b, qwen2.5-0.5b, tiny, tiny-qwen2, tiny-mha, tiny-odd.
 #include <cmath>
 #include <cstdio>
-#include <cstring>
 #include <filesystem>
 #include <fstream>
 #include <map>
 #include <string>
 #include <vector>
 
-#include "absl/strings/numbers.h"
+#include "common/command_line.h"
 #include "inference_svc/model/config.h"
 #include "inference_svc/model/model_file.h"
 #include "inference_svc/model/random_model.h"
@@ -27,57 +26,71 @@ namespace {
 using kvfold::model::ModelConfig;
 using kvfold::model::RopeScaling;
 
-int Usage() {
-  std::fprintf(stderr,
-               "usage: make_random_model --shape NAME --out DIR [--seed N] [--dtype f32|f16|bf16]\n"
-               "  [--tie-embeddings|--no-tie-embeddings] [--qkv-bias]\n"
-               "  [--rope-scaling none|llama3|linear|dynamic] [--vocab-size N] [--max-position N]\n"
-               "  [--layers N]\n"
-               "shapes: llama-3.2-1b, llama-3.1-8b, qwen2.5-0.5b, tiny, tiny-qwen2, tiny-mha, tiny-odd\n");
-  return 2;
-}
+// The command line (docs/cli.md). 0 / empty = the shape's value.
+struct Flags {
+  std::string shape;
+  std::string out;
+  uint64_t seed = 0;
+  std::string dtype = "f32";
+  bool tie_embeddings = false;
+  bool no_tie_embeddings = false;
+  bool qkv_bias = false;
+  std::string rope_scaling;
+  int vocab_size = 0;
+  int max_position = 0;
+  int layers = 0;
+};
 
 }  // namespace
 
 int main(int argc, char** argv) {
-  std::map<std::string, std::string> f;
-  for (int i = 1; i < argc; ++i) {
-    std::string a = argv[i];
-    if (a == "--tie-embeddings" || a == "--no-tie-embeddings" || a == "--qkv-bias") {
-      f[a.substr(2)] = "1";
-    } else if (a.rfind("--", 0) == 0 && i + 1 < argc) {
-      f[a.substr(2)] = argv[++i];
-    } else {
-      return Usage();
-    }
-  }
-  if (!f.count("shape") || !f.count("out")) return Usage();
-  absl::StatusOr<ModelConfig> shape = kvfold::model::NamedShape(f["shape"]);
+  CLI::App app{
+      "Writes an HF model directory with random weights of a named shape "
+      "(llama-3.2-1b, llama-3.1-8b, qwen2.5-0.5b, tiny, tiny-qwen2, tiny-mha, "
+      "tiny-odd), deterministic by seed.",
+      "make_random_model"};
+  kvfold::ApplyConvention(app);
+  Flags f;
+  app.add_option("--shape", f.shape, "named shape")->required();
+  app.add_option("--out", f.out, "output directory")->required();
+  app.add_option("--seed", f.seed, "RNG seed");
+  app.add_option("--dtype", f.dtype, "weight dtype")->check(CLI::IsMember({"f32", "f16", "bf16"}));
+  CLI::Option* tie = kvfold::AddSwitch(app, "--tie-embeddings", f.tie_embeddings,
+                                       "tie the output and input embeddings (default: the "
+                                       "shape's)");
+  kvfold::AddSwitch(app, "--no-tie-embeddings", f.no_tie_embeddings,
+                    "separate output and input embeddings (default: the shape's)")
+      ->excludes(tie);
+  kvfold::AddSwitch(app, "--qkv-bias", f.qkv_bias, "add q/k/v projection biases");
+  app.add_option("--rope-scaling", f.rope_scaling, "RoPE scaling (default: the shape's)")
+      ->check(CLI::IsMember({"none", "llama3", "linear", "dynamic"}));
+  app.add_option("--vocab-size", f.vocab_size, "vocabulary size (0 = the shape's)")
+      ->check(CLI::Range(0, 1 << 30));
+  app.add_option("--max-position", f.max_position, "max_position_embeddings (0 = the shape's)")
+      ->check(CLI::NonNegativeNumber);
+  app.add_option("--layers", f.layers, "layers (0 = the shape's)")->check(CLI::NonNegativeNumber);
+  if (std::optional<int> rc = kvfold::ParseCommandLine(app, argc, argv)) return *rc;
+  absl::StatusOr<ModelConfig> shape = kvfold::model::NamedShape(f.shape);
   if (!shape.ok()) {
     std::fprintf(stderr, "make_random_model: %s\n", std::string(shape.status().message()).c_str());
-    return Usage();
+    return kvfold::kExitUsage;
   }
   ModelConfig c = *shape;
-  uint64_t seed = 0;
-  int64_t v = 0;
-  if (f.count("seed") && !absl::SimpleAtoi(f["seed"], &seed)) return Usage();
-  if (f.count("tie-embeddings")) c.tie_word_embeddings = true;
-  if (f.count("no-tie-embeddings")) c.tie_word_embeddings = false;
-  if (f.count("qkv-bias")) c.qkv_bias = true;
-  if (f.count("vocab-size")) {
-    if (!absl::SimpleAtoi(f["vocab-size"], &v) || v < 3) return Usage();
-    c.vocab_size = static_cast<int>(v);
+  const uint64_t seed = f.seed;
+  if (f.tie_embeddings) c.tie_word_embeddings = true;
+  if (f.no_tie_embeddings) c.tie_word_embeddings = false;
+  if (f.qkv_bias) c.qkv_bias = true;
+  if (f.vocab_size > 0) {
+    if (f.vocab_size < 3) {
+      std::fprintf(stderr, "make_random_model: --vocab-size must be >= 3\n");
+      return kvfold::kExitUsage;
+    }
+    c.vocab_size = f.vocab_size;
   }
-  if (f.count("max-position")) {
-    if (!absl::SimpleAtoi(f["max-position"], &v) || v < 1) return Usage();
-    c.max_position_embeddings = static_cast<int>(v);
-  }
-  if (f.count("layers")) {
-    if (!absl::SimpleAtoi(f["layers"], &v) || v < 1) return Usage();
-    c.num_layers = static_cast<int>(v);
-  }
-  if (f.count("rope-scaling")) {
-    const std::string r = f["rope-scaling"];
+  if (f.max_position > 0) c.max_position_embeddings = f.max_position;
+  if (f.layers > 0) c.num_layers = f.layers;
+  if (!f.rope_scaling.empty()) {
+    const std::string& r = f.rope_scaling;
     if (r == "none") {
       c.rope_scaling = RopeScaling::kNone;
     } else if (r == "llama3") {
@@ -85,11 +98,9 @@ int main(int argc, char** argv) {
       if (c.rope_factor == 1.0f) c.rope_factor = 8.0f;
       // Small models: keep the llama3 frequency bands inside the short test contexts.
       if (c.hidden_size < 1024) c.rope_original_max_position = 64;
-    } else if (r == "linear" || r == "dynamic") {
+    } else {
       c.rope_scaling = r == "linear" ? RopeScaling::kLinear : RopeScaling::kDynamic;
       c.rope_factor = 2.0f;
-    } else {
-      return Usage();
     }
   }
   if (c.bos_token_id >= c.vocab_size) c.bos_token_id = 1;
@@ -97,10 +108,9 @@ int main(int argc, char** argv) {
     if (e >= c.vocab_size) e = 2;
   if (absl::Status s = c.Validate(); !s.ok()) {
     std::fprintf(stderr, "make_random_model: %s\n", std::string(s.message()).c_str());
-    return 2;
+    return kvfold::kExitUsage;
   }
-  const std::string dtype = f.count("dtype") ? f["dtype"] : "f32";
-  if (dtype != "f32" && dtype != "f16" && dtype != "bf16") return Usage();
+  const std::string dtype = f.dtype;
   const size_t esize = dtype == "f32" ? 4 : 2;
 
   const auto specs = kvfold::model::TensorSpecs(c);
@@ -122,7 +132,7 @@ int main(int argc, char** argv) {
 
   namespace fs = std::filesystem;
   std::error_code ec;
-  const fs::path out_dir = f.at("out");
+  const fs::path out_dir = f.out;
   fs::create_directories(out_dir, ec);
   std::ofstream out(out_dir / "model.safetensors", std::ios::binary | std::ios::trunc);
   const uint64_t len = h.size();
@@ -137,13 +147,13 @@ int main(int argc, char** argv) {
     out.write(buf.data(), static_cast<std::streamsize>(buf.size()));
   }
   if (!out) {
-    std::fprintf(stderr, "make_random_model: cannot write %s/model.safetensors\n", f["out"].c_str());
+    std::fprintf(stderr, "make_random_model: cannot write %s/model.safetensors\n", f.out.c_str());
     return 1;
   }
   std::ofstream cfg(out_dir / "config.json", std::ios::trunc);
   cfg << kvfold::model::ToHfConfigJson(c, dtype);
   if (!cfg) return 1;
-  std::printf("wrote %s (%s, %s, %.1f MB)\n", f["out"].c_str(), f["shape"].c_str(), dtype.c_str(),
+  std::printf("wrote %s (%s, %s, %.1f MB)\n", f.out.c_str(), f.shape.c_str(), dtype.c_str(),
               offset / 1e6);
   return 0;
 }

@@ -12,27 +12,46 @@
 #include <string>
 #include <vector>
 
-#include "absl/flags/flag.h"
-#include "absl/flags/parse.h"
+#include "common/command_line.h"
 #include "common/fp16.h"
 #include "inference_svc/memory/projector.h"
 #include "inference_svc/memory/random_projector.h"
 #include "inference_svc/model/model_file.h"
 
-ABSL_FLAG(std::string, model, "", "model path (HF directory or llama2.c .bin)");
-ABSL_FLAG(std::string, out, "", "output directory");
-ABSL_FLAG(int, mem_slots, 16, "M: memory vectors");
-ABSL_FLAG(int, window, 64, "W: window tokens kept after a fold");
-ABSL_FLAG(int, chunk, 32, "C: tokens folded per fold");
-ABSL_FLAG(int, heads, 8, "attention heads (must divide hidden_size)");
-ABSL_FLAG(int, ffn_mult, 4, "FFN width multiplier");
-ABSL_FLAG(int, input_layers, 1, "1 = last layer's hidden states, 3 = last three via in_proj");
-ABSL_FLAG(uint64_t, seed, 0, "RNG seed");
-ABSL_FLAG(double, ln_eps, 1e-5, "LayerNorm epsilon");
-ABSL_FLAG(std::string, window_policy, "growing",
-          "memory mode's window between folds: growing (W..W + C) or sliding (last W)");
-
 namespace {
+
+// The command line (docs/cli.md).
+struct Flags {
+  std::string model;
+  std::string out;
+  int mem_slots = 16;
+  int window = 64;
+  int chunk = 32;
+  int heads = 8;
+  int ffn_mult = 4;
+  int input_layers = 1;
+  uint64_t seed = 0;
+  double ln_eps = 1e-5;
+  std::string window_policy = "growing";
+};
+
+void AddFlags(CLI::App& app, Flags& f) {
+  app.add_option("--model", f.model, "model path (HF directory or llama2.c .bin)")->required();
+  app.add_option("--out", f.out, "output directory")->required();
+  app.add_option("--mem-slots", f.mem_slots, "M: memory vectors");
+  app.add_option("--window", f.window, "W: window tokens kept after a fold");
+  app.add_option("--chunk", f.chunk, "C: tokens folded per fold");
+  app.add_option("--heads", f.heads, "attention heads (must divide hidden_size)");
+  app.add_option("--ffn-mult", f.ffn_mult, "FFN width multiplier");
+  app.add_option("--input-layers", f.input_layers,
+                 "1 = last layer's hidden states, 3 = last three via in_proj");
+  app.add_option("--seed", f.seed, "RNG seed");
+  app.add_option("--ln-eps", f.ln_eps, "LayerNorm epsilon");
+  app.add_option("--window-policy", f.window_policy,
+                 "memory mode's window between folds: growing (W..W + C) or "
+                 "sliding (last W)")
+      ->check(CLI::IsMember({"growing", "sliding"}));
+}
 
 using kvfold::model::DType;
 
@@ -51,46 +70,32 @@ std::vector<float> ToFloats(const kvfold::model::HostTensor& t) {
   return out;
 }
 
-// Accepts --flag-name as well as absl's --flag_name (the docs spell flags with dashes).
-void DashesToUnderscores(int argc, char** argv) {
-  for (int i = 1; i < argc; ++i) {
-    if (std::strncmp(argv[i], "--", 2) != 0) continue;
-    for (char* p = argv[i] + 2; *p != '\0' && *p != '='; ++p) {
-      if (*p == '-') *p = '_';
-    }
-  }
-}
-
 }  // namespace
 
 int main(int argc, char** argv) {
-  DashesToUnderscores(argc, argv);
-  absl::ParseCommandLine(argc, argv);
-  const std::string model_path = absl::GetFlag(FLAGS_model);
-  const std::string out_dir = absl::GetFlag(FLAGS_out);
-  if (model_path.empty() || out_dir.empty()) {
-    std::fprintf(stderr, "usage: make_random_projector --model PATH --out DIR [flags]\n");
-    return 2;
-  }
+  CLI::App app{"Writes an untrained MemoryProjector for a model (tests and benchmarks).",
+               "make_random_projector"};
+  kvfold::ApplyConvention(app);
+  Flags flags;
+  AddFlags(app, flags);
+  if (std::optional<int> rc = kvfold::ParseCommandLine(app, argc, argv)) return *rc;
+  const std::string model_path = flags.model;
+  const std::string out_dir = flags.out;
   auto model = kvfold::model::LoadModel(model_path);
   if (!model.ok()) {
     std::fprintf(stderr, "make_random_projector: %s\n", std::string(model.status().message()).c_str());
     return model.status().code() == absl::StatusCode::kNotFound ? 1 : 2;
   }
   kvfold::memory::ProjectorConfig config;
-  config.mem_slots = absl::GetFlag(FLAGS_mem_slots);
+  config.mem_slots = flags.mem_slots;
   config.hidden_size = model->config.hidden_size;
-  config.num_heads = absl::GetFlag(FLAGS_heads);
-  config.ffn_mult = absl::GetFlag(FLAGS_ffn_mult);
-  config.chunk_size = absl::GetFlag(FLAGS_chunk);
-  config.window_size = absl::GetFlag(FLAGS_window);
-  config.input_layers = absl::GetFlag(FLAGS_input_layers);
-  config.ln_eps = static_cast<float>(absl::GetFlag(FLAGS_ln_eps));
-  const std::string policy = absl::GetFlag(FLAGS_window_policy);
-  if (policy != "growing" && policy != "sliding") {
-    std::fprintf(stderr, "make_random_projector: --window-policy must be growing or sliding\n");
-    return 2;
-  }
+  config.num_heads = flags.heads;
+  config.ffn_mult = flags.ffn_mult;
+  config.chunk_size = flags.chunk;
+  config.window_size = flags.window;
+  config.input_layers = flags.input_layers;
+  config.ln_eps = static_cast<float>(flags.ln_eps);
+  const std::string policy = flags.window_policy;
   config.window_policy = policy == "sliding" ? kvfold::memory::WindowPolicy::kSliding
                                              : kvfold::memory::WindowPolicy::kGrowing;
   config.model_fingerprint = kvfold::model::Fingerprint(*model);
@@ -112,8 +117,7 @@ int main(int argc, char** argv) {
     return 2;
   }
   const float embed_rms = kvfold::memory::RootMeanSquare(ToFloats(**embed));
-  const auto tensors =
-      kvfold::memory::RandomProjectorTensors(config, embed_rms, absl::GetFlag(FLAGS_seed));
+  const auto tensors = kvfold::memory::RandomProjectorTensors(config, embed_rms, flags.seed);
   auto fingerprint = kvfold::memory::SaveProjector(out_dir, config, tensors);
   if (!fingerprint.ok()) {
     std::fprintf(stderr, "make_random_projector: %s\n", std::string(fingerprint.status().message()).c_str());

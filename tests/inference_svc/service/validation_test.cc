@@ -29,7 +29,7 @@ TEST(ServiceConfigTest, ValidateRejectsBadFields) {
   const std::string model = "m", store = "127.0.0.1:1", cert = "cert.pem", key = "key.pem";
   c.model_path = model;
   c.memory_store = store;
-  // Secure by default: neither a tokens file nor an explicit --insecure_no_auth.
+  // Secure by default: neither a tokens file nor an explicit --insecure-no-auth.
   EXPECT_EQ(c.Validate().code(), absl::StatusCode::kInvalidArgument);
   c.insecure_no_auth = true;
   EXPECT_TRUE(c.Validate().ok());

@@ -234,7 +234,7 @@ TEST_F(EvalCliTest, MemoryNllEqualsKvfoldLogitsOfTheSameSession) {
 TEST_F(EvalCliTest, BadFlagsExitTwoWithAMessage) {
   const std::string proj = " --projector " + *dir_ + "/proj_small";
   const std::vector<std::pair<std::string, std::string>> cases = {
-      {"--bogus 1" + proj, "unknown flag --bogus"},
+      {"--bogus 1" + proj, "not expected: 1 --bogus"},
       {"--modes full,quantum" + proj, "unknown mode 'quantum'"},
       {"--modes full,full" + proj, "repeats"},
       {"--modes memory", "memory modes need --projector"},
@@ -243,7 +243,7 @@ TEST_F(EvalCliTest, BadFlagsExitTwoWithAMessage) {
       {"--docs last:99" + proj, "the text has 4"},
       {"--budget 1" + proj, "--budget must be >= 2"},
       {"--budget 4 --sink 4" + proj, "must exceed --sink"},
-      {"--threads x" + proj, "--threads must be an integer"},
+      {"--threads x" + proj, "--threads: Value x"},
       {"--projector /nonexistent/projector", "projector"},
   };
   for (const auto& [args, message] : cases) {

@@ -1,0 +1,121 @@
+#include "common/command_line.h"
+
+#include <algorithm>
+#include <cstdio>
+#include <memory>
+#include <vector>
+
+#include "common/version.h"
+
+namespace kvfold {
+namespace {
+
+// CLI11's formatter, plus the defaults CLI11 leaves out: boolean flags
+// ("--sync-writes=true") and empty strings ("--tokenizer TEXT=\"\""), so that --help shows
+// every flag's default.
+class Formatter : public CLI::Formatter {
+ public:
+  std::string make_option_opts(const CLI::Option* opt) const override {
+    std::string out = CLI::Formatter::make_option_opts(opt);
+    if (!opt->get_option_text().empty()) return out;
+    if (opt->get_type_size() == 0 && !opt->get_default_str().empty()) {
+      out.insert(0, "=" + opt->get_default_str());
+    } else if (const std::string type = " " + opt->get_type_name();
+               opt->get_type_name().rfind("TEXT", 0) == 0 && opt->get_default_str().empty() &&
+               !opt->get_required() && opt->get_expected_max() == 1 &&
+               out.rfind(type, 0) == 0) {
+      out.insert(type.size(), "=\"\"");
+    }
+    return out;
+  }
+};
+
+// "--db_dir=x" -> "--db-dir" when the argument looks like a snake_case long flag.
+std::optional<std::string> KebabSpelling(std::string_view arg) {
+  if (arg.size() < 3 || arg.substr(0, 2) != "--") return std::nullopt;
+  std::string name(arg.substr(0, arg.find('=')));
+  if (name.find('_') == std::string::npos) return std::nullopt;
+  std::replace(name.begin(), name.end(), '_', '-');
+  return name;
+}
+
+}  // namespace
+
+std::string VersionText(std::string_view program) {
+  std::string text(program);
+  text.append(" ").append(kProjectVersion).append("\ncommit ").append(kGitCommit);
+  return text;
+}
+
+void ApplyConvention(CLI::App& app) {
+  // A flag given twice takes its last value (as with most command lines): a script or a
+  // test may append an override to a fixed list of flags.
+  app.option_defaults()->always_capture_default()->multi_option_policy(
+      CLI::MultiOptionPolicy::TakeLast);
+  app.formatter(std::make_shared<Formatter>());
+  const std::string version = VersionText(app.get_name());
+  app.set_version_flag("--version", version, "Print the version and the git commit, then exit");
+}
+
+void AddConfigFileFlag(CLI::App& app) {
+  CLI::Option* config = app.set_config("--config", "",
+                 "Read flags from this TOML/INI file (keys: long flag names without the "
+                 "leading dashes); flags on the command line win");
+  config->type_name("FILE");
+  // A key that names no flag (a typo, a snake_case spelling) is an error, not ignored.
+  app.allow_config_extras(CLI::config_extras_mode::error);
+}
+
+CLI::Option* AddSwitch(CLI::App& app, const std::string& name, bool& value,
+                       const std::string& help) {
+  return app.add_flag(name, value, help)->default_str(value ? "true" : "false");
+}
+
+std::optional<int> ParseCommandLine(CLI::App& app, int argc, char** argv) {
+  // CLI11 takes the arguments in reverse order. "--name=" is the empty value, as
+  // "--name ''" (CLI11 alone would report a missing value).
+  std::vector<std::string> args;
+  for (int i = argc - 1; i >= 1; --i) {
+    std::string arg = argv[i];
+    if (arg.size() > 3 && arg.rfind("--", 0) == 0 && arg.find('=') == arg.size() - 1) {
+      arg.pop_back();
+      args.emplace_back();
+    }
+    args.push_back(std::move(arg));
+  }
+  try {
+    app.parse(args);
+  } catch (const CLI::ParseError& e) {
+    if (e.get_exit_code() == static_cast<int>(CLI::ExitCodes::Success)) {
+      app.exit(e);  // --help or --version: printed to stdout
+      return kExitOk;
+    }
+    // "kvfold plan: <what is wrong>", like every other usage error of the binaries.
+    std::string command = app.get_name();
+    for (const CLI::App* sub = &app; !sub->get_subcommands().empty();) {
+      sub = sub->get_subcommands().front();
+      command += " " + sub->get_name();
+    }
+    std::fprintf(stderr, "%s: %s\n", command.c_str(), e.what());
+    // CLI11 reports a missing required flag before unknown arguments: name those too.
+    const std::vector<std::string> unknown = app.remaining(/*recurse=*/true);
+    if (!unknown.empty() && dynamic_cast<const CLI::ExtrasError*>(&e) == nullptr) {
+      std::string list;
+      for (const std::string& arg : unknown) list += " " + arg;
+      std::fprintf(stderr, "%s: and these arguments were not expected:%s\n", command.c_str(),
+                   list.c_str());
+    }
+    for (int i = 1; i < argc; ++i) {
+      if (std::optional<std::string> kebab = KebabSpelling(argv[i])) {
+        std::fprintf(stderr, "%s: flags are spelled in kebab-case: %s, not %.*s\n",
+                     command.c_str(), kebab->c_str(), static_cast<int>(kebab->size()), argv[i]);
+      }
+    }
+    std::fprintf(stderr, "Run `%s --help` for the flags and their defaults.\n",
+                 command.c_str());
+    return kExitUsage;
+  }
+  return std::nullopt;
+}
+
+}  // namespace kvfold
