@@ -3,7 +3,7 @@
 // block, a row count that is not a multiple of the warp's 8 tokens), the residual beta;
 // the embedding gather bit-exact; and the Backend's MatMul / Gather with Q8 weights
 // against the CPU reference backend fed the dequantized F32 matrix. Label gpu: skips
-// without a device; tests/kernels/cuda/emu/run_emulated.sh runs it on the host.
+// without a device; cuda_emu_test (label emu) runs it on the host.
 #include <cstdint>
 #include <cstring>
 #include <vector>
