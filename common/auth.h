@@ -22,7 +22,7 @@
 
 namespace kvfold {
 
-// The tenant of every caller when a server runs with --insecure_no_auth.
+// The tenant of every caller when a server runs with --insecure-no-auth.
 inline constexpr char kDefaultTenant[] = "default";
 
 class TokenTable {
@@ -55,7 +55,7 @@ class TokenTable {
   std::unique_ptr<State> state_;
 };
 
-// Resolves the caller's tenant. tokens == nullptr (--insecure_no_auth): kDefaultTenant.
+// Resolves the caller's tenant. tokens == nullptr (--insecure-no-auth): kDefaultTenant.
 // Otherwise requires `authorization: Bearer <token>` metadata: UNAUTHENTICATED when it is
 // missing, malformed or unknown.
 absl::StatusOr<std::string> AuthenticateTenant(const TokenTable* tokens,

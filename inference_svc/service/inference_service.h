@@ -75,7 +75,7 @@ class InferenceServiceImpl final : public v1::InferenceService::Service {
   // KV bytes one token adds on this replica's engine (all layers, K and V).
   uint64_t kv_bytes_per_token() const { return kv_bytes_per_token_; }
   const std::string& replica_name() const { return replica_name_; }
-  // Called once before serving (the bound address, when no --replica_name was given).
+  // Called once before serving (the bound address, when no --replica-name was given).
   void set_replica_name(const std::string& name) { replica_name_ = name; }
 
  private:

@@ -1,7 +1,7 @@
 // Per-tenant quotas of kvfold-memory: live sessions, retained versions and stored payload
 // bytes. Writes that would exceed a limit fail with RESOURCE_EXHAUSTED naming the limit.
 //
-// Tenants file (--tenants_file), one tenant per line, '#' starts a comment:
+// Tenants file (--tenants-file), one tenant per line, '#' starts a comment:
 //   <tenant> [sessions=N] [versions=N] [bytes=N[K|M|G]]
 // "*" as the tenant sets the limits of every tenant without a line of its own. A limit
 // left out (or 0) is unlimited. K/M/G are binary (KiB, MiB, GiB).
