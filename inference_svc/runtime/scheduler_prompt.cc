@@ -128,11 +128,9 @@ void Scheduler::PromptStep() {
   const bool bounded = options_.prefill_stall > 0 && decode_step_ms_ > 0;
   const double step_budget_ms = bounded ? options_.prefill_stall * decode_step_ms_
                                         : std::numeric_limits<double>::infinity();
-  // A prompt alone on the replica owes nothing to anyone: this step gets its budget. With
-  // other turns running (decoding, or between their prompt and first decode step) debt is
-  // kept, or a long prompt would run unpaid whenever no turn happens to decode.
+  // Nobody decodes: no earlier prompt work is owed to anyone; this step gets its budget.
+  if (!decoding) prefill_credit_ms_ = bounded ? step_budget_ms : 0;
   const bool contended = decoding || prefill_order_.size() > 1;
-  if (!contended) prefill_credit_ms_ = bounded ? step_budget_ms : 0;
   for (size_t i : prefill_order_) {
     Running& r = running_[i];
     // A chunk never crosses from the replayed history into the prompt.
