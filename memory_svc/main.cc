@@ -73,6 +73,8 @@ void AddFlags(CLI::App& app, Flags& f) {
       ->check(CLI::NonNegativeNumber);
   app.add_option("--drain-seconds", f.drain_seconds,
                  "on SIGTERM, how long in-flight calls may finish");
+  app.add_option("--log-level", c.log_level, "request logs: debug|info|warn|error|off")
+      ->check(CLI::IsMember({"debug", "info", "warn", "error", "off"}));
 }
 
 }  // namespace

@@ -7,6 +7,7 @@
 
 #include <atomic>
 #include <fstream>
+#include <iterator>
 #include <mutex>
 #include <random>
 #include <set>
@@ -134,6 +135,27 @@ TEST(BinaryTest, BadConfigurationExitsWithCode2) {
             2);
   EXPECT_EQ(RunToExit(KVFOLD_MEMORY_BINARY, {db, insecure, "--versions-kept=0"}), 2);
   EXPECT_EQ(RunToExit(KVFOLD_MEMORY_BINARY, {db, insecure, "--metrics-port=-5"}), 2);
+  EXPECT_EQ(RunToExit(KVFOLD_MEMORY_BINARY, {db, insecure, "--log-level=loud"}), 2);
+}
+
+// --log-level reaches the request log: one JSON line per call at info, none when off.
+TEST(BinaryTest, LogLevelGovernsTheRequestLog) {
+  for (const std::string level : {"info", "off"}) {
+    TempDir dir;
+    const std::string log = dir.path() + "/stderr.log";  // request logs go to stderr
+    kvfold::testing::ServerProcess server;
+    ASSERT_TRUE(server.Start(KVFOLD_MEMORY_BINARY,
+                             {"--listen=127.0.0.1:0", "--db-dir=" + dir.path() + "/db",
+                              "--insecure-no-auth", "--log-level=" + level},
+                             log, 30));
+    StoreClient client = ClientFor(server.address());
+    ASSERT_TRUE(client.ListSessions().ok());
+    EXPECT_EQ(server.Kill(SIGINT), 0);
+    std::ifstream in(log);
+    const std::string text((std::istreambuf_iterator<char>(in)), std::istreambuf_iterator<char>());
+    const bool logged = text.find("MemoryStore/ListSessions") != std::string::npos;
+    EXPECT_EQ(logged, level == "info") << level << ":\n" << text;
+  }
 }
 
 TEST(BinaryTest, FlagsReachTheServer) {
