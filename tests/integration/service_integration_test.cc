@@ -207,7 +207,6 @@ TEST_F(ServiceIntegrationTest, StoreOutageIsUnavailableAndTheSessionSurvives) {
 // The demo's shape on the real model: stories260K with its tokenizer, text prompts, memory
 // mode with a random projector (M 8, W 16, C 8), alternating replicas.
 TEST(ServiceStoriesTest, TextSessionAlternatingReplicasMatchesUninterrupted) {
-  const std::string shared = SharedDir();
   const std::string model = Stories260K() + "/stories260K.bin";
   if (!std::filesystem::exists(model)) GTEST_SKIP() << MissingShared("models/stories260K/stories260K.bin");
   Cluster cluster;
@@ -287,7 +286,6 @@ std::pair<int, std::string> Capture(const std::string& command) {
 
 // The `kvfold chat` and `kvfold sessions` commands against a replica.
 TEST(ServiceCliTest, ChatAndSessionsCommands) {
-  const std::string shared = SharedDir();
   const std::string model = Stories260K() + "/stories260K.bin";
   if (!std::filesystem::exists(model)) GTEST_SKIP() << MissingShared("models/stories260K/stories260K.bin");
   Cluster cluster;
