@@ -71,6 +71,19 @@ CLI::Option* AddSwitch(CLI::App& app, const std::string& name, bool& value,
   return app.add_flag(name, value, help)->default_str(value ? "true" : "false");
 }
 
+void AddServerAccessFlags(CLI::App& app, const ServerAccessFlags& flags) {
+  app.add_option("--tls-cert", *flags.tls_cert,
+                 "PEM server certificate (enables TLS with --tls-key)");
+  app.add_option("--tls-key", *flags.tls_key, "PEM server private key");
+  app.add_option("--tls-client-ca", *flags.tls_client_ca,
+                 "PEM CA for client certificates (enables mTLS)");
+  app.add_option("--tokens-file", *flags.tokens_file,
+                 "bearer tokens file ('<token> <tenant>' lines), reloaded on SIGHUP and when it "
+                 "changes");
+  AddSwitch(app, "--insecure-no-auth", *flags.insecure_no_auth,
+            "serve without a tokens file: every caller is tenant 'default' (development only)");
+}
+
 std::optional<int> ParseCommandLine(CLI::App& app, int argc, char** argv) {
   // CLI11 takes the arguments in reverse order. "--name=" is the empty value, as
   // "--name ''" (CLI11 alone would report a missing value).

@@ -42,6 +42,18 @@ void AddConfigFileFlag(CLI::App& app);
 CLI::Option* AddSwitch(CLI::App& app, const std::string& name, bool& value,
                        const std::string& help);
 
+// Who may call a server, the same flags on both servers: --tls-cert/--tls-key (TLS),
+// --tls-client-ca (mTLS), --tokens-file (bearer tokens, reloaded on SIGHUP and on change)
+// and --insecure-no-auth.
+struct ServerAccessFlags {
+  std::string* tls_cert;
+  std::string* tls_key;
+  std::string* tls_client_ca;
+  std::string* tokens_file;
+  bool* insecure_no_auth;
+};
+void AddServerAccessFlags(CLI::App& app, const ServerAccessFlags& flags);
+
 // Parses argv ("--name=" gives the flag the empty value). Returns std::nullopt when the
 // program should go on; otherwise the code main() returns: kExitOk after --help or
 // --version (printed to stdout), kExitUsage after a usage error (the message, and a hint

@@ -55,19 +55,11 @@ void AddFlags(CLI::App& app, Flags& f) {
                  "largest block accepted (serialized header + payload), bytes");
   kvfold::AddSwitch(app, "--blob-files", c.store.enable_blob_files,
                     "store payloads in RocksDB blob files (BlobDB)");
-  app.add_option("--tls-cert", c.tls_cert_file,
-                 "PEM server certificate (enables TLS with --tls-key)");
-  app.add_option("--tls-key", c.tls_key_file, "PEM server private key");
-  app.add_option("--tls-client-ca", c.tls_client_ca_file,
-                 "PEM CA for client certificates (enables mTLS)");
-  app.add_option("--tokens-file", c.tokens_file,
-                 "'<token> <tenant>' lines; reloaded on SIGHUP and when the file changes");
+  kvfold::AddServerAccessFlags(app, {&c.tls_cert_file, &c.tls_key_file, &c.tls_client_ca_file,
+                                     &c.tokens_file, &c.insecure_no_auth});
   app.add_option("--tenants-file", c.tenants_file,
                  "per-tenant quotas: '<tenant|*> [sessions=N] [versions=N] [bytes=N[K|M|G]]' "
-                 "lines; reloaded on SIGHUP");
-  kvfold::AddSwitch(app, "--insecure-no-auth", c.insecure_no_auth,
-                    "serve without a tokens file: every caller is tenant 'default' (development "
-                    "only)");
+                 "lines; reloaded on SIGHUP and when the file changes");
   app.add_option("--metrics-port", c.metrics_port,
                  "HTTP port for /metrics (Prometheus text); 0 = off")
       ->check(CLI::NonNegativeNumber);

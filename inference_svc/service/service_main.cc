@@ -82,14 +82,8 @@ void AddFlags(CLI::App& app, Flags& f) {
   app.add_option("--default-window", c.default_window,
                  "default window (0 = projector's W, or 1024)");
   app.add_option("--default-sink", c.default_sink, "default sink tokens (sink mode)");
-  app.add_option("--tls-cert", c.tls_cert, "server certificate (PEM); with --tls-key enables TLS");
-  app.add_option("--tls-key", c.tls_key, "server private key (PEM)");
-  app.add_option("--tls-client-ca", c.tls_client_ca, "CA for client certificates: enables mTLS");
-  app.add_option("--tokens-file", c.tokens_file,
-                 "bearer tokens file ('<token> <tenant>' lines), reloaded on SIGHUP and on change");
-  kvfold::AddSwitch(app, "--insecure-no-auth", c.insecure_no_auth,
-                    "serve without a tokens file: every caller is tenant 'default' (development "
-                    "only)");
+  kvfold::AddServerAccessFlags(app, {&c.tls_cert, &c.tls_key, &c.tls_client_ca, &c.tokens_file,
+                                     &c.insecure_no_auth});
   app.add_option("--metrics-listen", c.metrics_listen,
                  "serve /metrics, /readyz, /livez on HOST:PORT (numeric host, e.g. 0.0.0.0:9091; "
                  "empty = off)");
