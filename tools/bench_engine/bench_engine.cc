@@ -5,6 +5,7 @@
 //   bench_engine [--stories PATH] [--no-big] [--quick] [--threads N]
 //                [--contexts 128,1024,4096,16384] [--decode-steps N] [--window 1024]
 //                [--kv-dtypes f32,int8] [--modes full,sliding,sink] [--no-gemm]
+//                [--batch-sizes 1,16] [--batch-rounds 3]
 //
 // --stories takes any model LoadModel reads (llama2.c file or HF directory, e.g. a
 // `kvfold convert --dtype q8` output).
@@ -18,6 +19,8 @@
 // alternating row by row, and "kv_dtype_ratios" puts int8 beside f32 (prefill and decode
 // tok per CPU-second, bytes per token).
 // INT8 rows use real prefills only (synthetic K/V would skip the quantizer).
+// --batch-sizes adds "batch_decode" for the --stories model: N sequences decoding in one
+// Forward per step, beside one (batch_decode.h).
 #include <immintrin.h>
 
 #include <algorithm>
@@ -37,6 +40,7 @@
 #include "kernels/backend.h"
 #include "kernels/cpu/isa.h"
 #include "nlohmann/json.hpp"
+#include "tools/bench_engine/batch_decode.h"
 #ifdef KVFOLD_HAVE_OPENBLAS
 #include <cblas.h>
 #endif
@@ -329,6 +333,14 @@ int Main(int argc, char** argv) {
       ->delimiter(',')
       ->check(CLI::IsMember({"full", "sliding", "sink"}));
   kvfold::AddSwitch(app, "--no-gemm", no_gemm, "skip the GEMM comparison with OpenBLAS");
+  bench::BatchDecodeOptions batch;
+  batch.sizes.clear();
+  app.add_option("--batch-sizes", batch.sizes,
+                 "sequences per batched decode step, e.g. 1,16 (empty = skip)")
+      ->delimiter(',')
+      ->check(CLI::PositiveNumber);
+  app.add_option("--batch-rounds", batch.rounds, "interleaved rounds per batch size (median)")
+      ->check(CLI::PositiveNumber);
   if (std::optional<int> rc = kvfold::ParseCommandLine(app, argc, argv)) return *rc;
   std::vector<engine::KvDType> dtypes;
   for (const std::string& p : kv_dtypes) {
@@ -380,6 +392,13 @@ int Main(int argc, char** argv) {
   if (auto m = model::LoadModel(stories); m.ok()) {
     bench_all(stories_flag->count() > 0 ? std::filesystem::path(stories).filename().string() : "stories260K",
               *m, o);
+    if (!batch.sizes.empty()) {
+      batch.steps = o.decode_steps;
+      auto e = engine::Engine::Create(*m, backend.get());
+      out["batch_decode"] = e.ok() ? bench::BenchBatchDecode(**e, batch)
+                                   : json{{"error", e.status().ToString()}};
+      std::fprintf(stderr, "batch decode: %s\n", out["batch_decode"].dump().c_str());
+    }
   } else {
     std::fprintf(stderr, "skipping stories260K: %s\n", m.status().ToString().c_str());
   }
