@@ -44,9 +44,16 @@ struct Q8Activations {
 void QuantizeActivationsQ8(ThreadPool* pool, const float* x, int64_t n, int64_t k,
                            bool with_offset, Q8Activations& xq);
 
+// The AMX Q8 path's activations in tile layout (matmul_amx.cc).
+struct AmxScratch {
+  std::vector<int8_t> packed;
+  std::vector<float> scales;
+};
+
 // Scratch of the matmul kernels; grows to the largest call, then allocation-free.
 struct MatMulScratch {
   Q8Activations q8;
+  AmxScratch amx;
 };
 
 void MatMulReference(const MatMulArgs& a, MatMulScratch& scratch);

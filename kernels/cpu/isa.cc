@@ -1,6 +1,8 @@
 #include "kernels/cpu/isa.h"
 
 #include <cpuid.h>
+#include <sys/syscall.h>
+#include <unistd.h>
 
 #include <algorithm>
 #include <atomic>
@@ -93,5 +95,40 @@ bool CpuHasAvx512Bf16() {
   }();
   return has;
 }
+
+bool CpuHasAmxInt8() {
+  static const bool has = [] {
+    unsigned ebx, ecx, edx;
+    if (CpuBestIsa() != Isa::kAvx512 || !Leaf7(&ebx, &ecx, &edx)) return false;
+    if (!(edx & (1u << 24)) || !(edx & (1u << 25))) return false;  // AMX-TILE, AMX-INT8
+    unsigned lo, hi;
+    __asm__("xgetbv" : "=a"(lo), "=d"(hi) : "c"(0));
+    if ((lo & (3u << 17)) != (3u << 17)) return false;  // XTILECFG, XTILEDATA
+#ifdef SYS_arch_prctl
+    constexpr int kArchReqXcompPerm = 0x1023, kXfeatureXtiledata = 18;
+    return syscall(SYS_arch_prctl, kArchReqXcompPerm, kXfeatureXtiledata) == 0;
+#else
+    return false;
+#endif
+  }();
+  return has;
+}
+
+namespace {
+std::atomic<bool>& AmxWanted() {
+  static std::atomic<bool> wanted{[] {
+    const char* env = std::getenv("KVFOLD_CPU_AMX");
+    return env == nullptr || std::strcmp(env, "0") != 0;
+  }()};
+  return wanted;
+}
+}  // namespace
+
+bool AmxActive() {
+  return ActiveIsa() == Isa::kAvx512 && AmxWanted().load(std::memory_order_relaxed) &&
+         CpuHasAmxInt8() && CpuHasAvx512Vnni();
+}
+
+void SetAmxForTesting(bool enabled) { AmxWanted().store(enabled, std::memory_order_relaxed); }
 
 }  // namespace kvfold::kernels::cpu

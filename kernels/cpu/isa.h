@@ -32,6 +32,13 @@ void SetActiveIsaForTesting(Isa isa);
 // Extensions that refine a path.
 bool CpuHasAvx512Vnni();
 bool CpuHasAvx512Bf16();
+// AMX-TILE + AMX-INT8 with the OS's tile state enabled and granted to this process
+// (Linux: arch_prctl ARCH_REQ_XCOMP_PERM, asked once).
+bool CpuHasAmxInt8();
+// The Q8 matmul uses AMX tiles: the AVX-512 path is active, the CPU has AMX-INT8 (and
+// AVX-512 VNNI, for single rows), and neither KVFOLD_CPU_AMX=0 nor SetAmxForTesting(false) turned it off.
+bool AmxActive();
+void SetAmxForTesting(bool enabled);
 
 }  // namespace kvfold::kernels::cpu
 

@@ -257,6 +257,12 @@ void MatMulOptimized(ThreadPool& pool, const MatMulArgs& a, MatMulScratch& scrat
   const Isa isa = ActiveIsa();
   const int tile_cols = TileCols(isa, a.w_dtype, a.n);
   if (a.w_dtype == DType::kQ8) {
+    // The choice depends on the weights' shape only, never on n (batch invariance).
+    if (isa == Isa::kAvx512 && Q8AmxFits(a) && AmxActive()) {
+      QuantizeActivationsQ8(&pool, a.x, a.n, a.k, /*with_offset=*/true, scratch.q8);
+      MatMulQ8Amx(pool, a, scratch.q8, scratch.amx);
+      return;
+    }
     const bool vnni = UseVnni(isa);
     QuantizeActivationsQ8(&pool, a.x, a.n, a.k, vnni, scratch.q8);
     const Q8Activations& xq = scratch.q8;

@@ -25,6 +25,14 @@ TileFn PickTileAvx512(DType w_dtype, int rows, int cols);
 // each lane acc = fma(float(4-code integer dot), x_scale * w_scale, acc); the F32 tree.
 TileQ8Fn PickTileQ8Vnni(int rows, int cols);
 
+// AMX Q8 (needs AmxActive(), isa.h) for weights with m % 16 == 0: a driver of its own.
+// Per output: one exact integer dot per block of 32 codes (a TDPBSSD tile multiply
+// computes 16 columns x 16 rows of them), then, block by block,
+// acc = fma(float(dot), w_scale * x_scale, acc); the sum is acc. No lanes, no tree.
+bool Q8AmxFits(const MatMulArgs& a);
+void MatMulQ8Amx(ThreadPool& pool, const MatMulArgs& a, const Q8Activations& xq,
+                 AmxScratch& scratch);
+
 // Q8 tiles of the portable (avx2 = false) and AVX2 paths: 1 <= rows <= 4, 1 <= cols <= 4.
 // Per output: 8 lanes, one block at a time, the same lane formula; the 8-lane tree of
 // the F32 path. Portable and AVX2 give identical bits.

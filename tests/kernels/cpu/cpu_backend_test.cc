@@ -54,6 +54,13 @@ class IsaScope {
   ~IsaScope() { cpu::SetActiveIsaForTesting(cpu::CpuBestIsa()); }
 };
 
+// Turns the AMX Q8 path on or off (isa.h) for the scope.
+class AmxScope {
+ public:
+  explicit AmxScope(bool enabled) { cpu::SetAmxForTesting(enabled); }
+  ~AmxScope() { cpu::SetAmxForTesting(true); }
+};
+
 std::vector<cpu::Isa> RunnableIsas() {
   std::vector<cpu::Isa> isas;
   for (int i = 0; i <= static_cast<int>(cpu::CpuBestIsa()); ++i) isas.push_back(static_cast<cpu::Isa>(i));
@@ -170,9 +177,14 @@ TEST_P(MatMulQ8Test, OptimizedMatchesReferenceAndIsBatchInvariant) {
     }
   }
   std::vector<std::vector<float>> by_isa;
-  for (cpu::Isa isa : RunnableIsas()) {
-    SCOPED_TRACE(cpu::IsaName(isa));
+  // Every ISA path with AMX off, then the AVX-512 path with AMX tiles where the CPU has them.
+  std::vector<std::pair<cpu::Isa, bool>> paths;
+  for (cpu::Isa isa : RunnableIsas()) paths.emplace_back(isa, false);
+  if (cpu::CpuHasAmxInt8()) paths.emplace_back(cpu::Isa::kAvx512, true);
+  for (const auto& [isa, amx] : paths) {
+    SCOPED_TRACE(std::string(cpu::IsaName(isa)) + (amx ? " amx" : ""));
     IsaScope scope(isa);
+    AmxScope amx_scope(amx);
     std::vector<float> out_opt(out_ref.size());
     ASSERT_TRUE(r.opt->MatMul(*r.s2, T(x.data(), DType::kF32, {n, k}), w, Tensor(),
                               T(out_opt.data(), DType::kF32, {n, m})).ok());
@@ -247,7 +259,10 @@ INSTANTIATE_TEST_SUITE_P(Shapes, MatMulQ8Test,
                          ::testing::Values(std::make_tuple(1, 769, 75), std::make_tuple(5, 67, 131),
                                            std::make_tuple(17, 130, 64), std::make_tuple(2, 3, 7),
                                            std::make_tuple(9, 41, 200), std::make_tuple(1, 300, 768),
-                                           std::make_tuple(6, 19, 97), std::make_tuple(4, 9, 2048)));
+                                           std::make_tuple(6, 19, 97), std::make_tuple(4, 9, 2048),
+                                           // m % 16 == 0: the AMX path where present.
+                                           std::make_tuple(1, 32, 768), std::make_tuple(19, 48, 96),
+                                           std::make_tuple(35, 64, 75), std::make_tuple(3, 16, 2048)));
 
 // Direct attention for one row: keys given as (pointer to un-rotated k, v, position).
 TEST(AttentionTest, PagedGqaMatchesDirectAndBackendsAgree) {
