@@ -11,7 +11,9 @@
  * gradient checkpointing gives the same gradients, bf16 autocast runs; the streamed
    training text resumes exactly;
  * the llama2.c loader's RoPE permutation: interleaved-pair RoPE on the raw weights equals
-   the loaded model's rotate_half RoPE.
+   the loaded model's rotate_half RoPE;
+ * the names probe train.py weights and validates on (probe.names_mask) marks what
+   `kvfold eval --recall` marks on a hand-checked text (docs/eval.md, "Recall probe").
 """
 import os
 import tempfile
@@ -22,7 +24,7 @@ require_torch()
 
 import torch  # noqa: E402
 
-from kvfold_torch import llama, memory, projector  # noqa: E402
+from kvfold_torch import llama, memory, probe, projector  # noqa: E402
 
 CFG = llama.LlamaConfig(hidden_size=48, intermediate_size=72, num_layers=3, num_heads=6,
                         num_kv_heads=2, vocab_size=97, qkv_bias=True)
@@ -311,6 +313,48 @@ def test_llama2c_rope_permutation():
     assert (hf - ref).abs().max().item() < 1e-5
 
 
+class CharTokenizer:
+    """ids 0..2 special, then one id per character (a stand-in for a llama2.c tokenizer)."""
+
+    def __init__(self, text):
+        self.pieces = [b"<unk>", b"<s>", b"</s>"] + sorted({c.encode() for c in text})
+
+    def encode(self, text):
+        return [1] + [self.pieces.index(c.encode()) for c in text]
+
+    def decode_piece(self, prev, t):
+        return self.pieces[t]
+
+
+def test_names_probe():
+    """Names (capitalised, 2+ letters, at least once not at a sentence start) repeated only
+    outside the window are marked, every token of the occurrence; a sentence-start capital
+    that never occurs mid-sentence, a repeat inside the window and a lower-case noun are
+    not; the window bounds the distance to the LAST earlier occurrence."""
+    filler = " then and so it is on" * 3  # 63 characters = tokens
+    text = ("Tom saw Zed and the kettle. Big fish. Tom" + filler + " Zed and Big and kettle."
+            + " Zed.")
+    tok = CharTokenizer(text)
+    ids = tok.encode(text)
+    marks = probe.names_mask(tok, ids, 40)
+    s = text.encode()
+
+    def tokens_of(word, k):
+        pos = -1
+        for _ in range(k + 1):
+            pos = s.index(word.encode(), pos + 1)
+        return list(range(pos + 1, pos + 1 + len(word)))  # + 1: the BOS
+
+    marked = [j for j, m in enumerate(marks) if m]
+    # "Zed" #2 (90 tokens after #1), not "Zed" #3 (#2 is 25 tokens back); "Tom" always
+    # starts a sentence, so it is no name; "Big" starts one the first time but not the
+    # second, so it is a name, and #2 is far from #1.
+    assert marked == sorted(tokens_of("Zed", 1) + tokens_of("Big", 1)), marked
+    assert probe.names_mask(tok, ids, 200) == [0] * len(ids)
+    assert [j for j, m in enumerate(probe.names_mask(tok, ids, 0)) if m] == sorted(
+        tokens_of("Zed", 1) + tokens_of("Big", 1) + tokens_of("Zed", 2))
+
+
 if __name__ == "__main__":
     run_main([test_projector_file_roundtrip, test_teacher_forced_equals_decode,
               test_sliding_policy_against_naive, test_sink_tokens_teacher_forced_equals_decode,
@@ -318,4 +362,4 @@ if __name__ == "__main__":
               test_grad_checkpoint_and_bf16,
               test_stream_batches_resume, test_no_fold_equals_full, test_sink_against_naive,
               test_long_document_chunking_is_exact, test_hf_dir_and_ref_logits_cli,
-              test_llama2c_rope_permutation])
+              test_llama2c_rope_permutation, test_names_probe])

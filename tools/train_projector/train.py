@@ -30,7 +30,7 @@ import numpy as np  # noqa: E402
 import torch  # noqa: E402
 import torch.nn.functional as F  # noqa: E402
 
-from kvfold_torch import data, llama, memory, projector, tokenizer  # noqa: E402
+from kvfold_torch import data, llama, memory, probe, projector, tokenizer  # noqa: E402
 
 
 def parse_args(argv=None):
@@ -79,6 +79,9 @@ def parse_args(argv=None):
     ap.add_argument("--memory-only-window", type=int, default=0,
                     help="memory_only keeps its last N <= C tokens visible (0: none)")
     ap.add_argument("--steps", type=int, default=600)
+    ap.add_argument("--max-seconds", type=float, default=0,
+                    help="end after the step that crosses this much training time (the lr "
+                    "schedule still spans --steps); 0: no limit")
     ap.add_argument("--stop-at", type=int, default=0,
                     help="end after this step (the lr schedule still spans --steps); the "
                     "written projector is that step's")
@@ -90,12 +93,20 @@ def parse_args(argv=None):
     ap.add_argument("--nll-weight", type=float, default=0.6)
     ap.add_argument("--kl-weight", type=float, default=0.4)
     ap.add_argument("--recall-weight", type=float, default=2.0)
+    ap.add_argument("--name-weight", type=float, default=0.0,
+                    help="rows whose target is a token of a name last seen only outside "
+                    "the student's window (the names probe of docs/eval.md) get weight "
+                    "1 + this (combined with --recall-weight)")
     ap.add_argument("--memory-only-frac", type=float, default=0.0,
                     help="fraction of batches trained with W = 0 (memory_only)")
     ap.add_argument("--seed", type=int, default=1234)
     ap.add_argument("--threads", type=int, default=2)
     ap.add_argument("--ckpt-every", type=int, default=50)
-    ap.add_argument("--val-every", type=int, default=100, help="0: no validation pass")
+    ap.add_argument("--val-every", type=int, default=100,
+                    help="0: no validation pass; each pass also writes that step's "
+                    "projector to OUT/val/step_N so a step can be chosen on it")
+    ap.add_argument("--val-max-len", type=int, default=0,
+                    help="validation stories truncated to this many tokens (0: --max-len)")
     ap.add_argument("--resume", action="store_true")
     ap.add_argument("--model-fingerprint", default="")
     ap.add_argument("--kvfold", default="", help="kvfold binary for `info --json`")
@@ -202,8 +213,19 @@ def distill_loss(student, teacher, tokens, weights, T, a_nll, a_kl):
     return loss, nll_m.detach(), kl_m.detach()
 
 
-def row_weights(tokens, valid, W, C, recall_w, band=0, sinks=0):
-    """Rows whose context reaches past the first fold (t >= S + W + C) count."""
+def name_rows(tok, tokens, valid, window):
+    """[B, N] float: row t predicts a names-probe token (probe.names_mask at `window`)."""
+    out = torch.zeros(tokens.shape)
+    for b in range(tokens.shape[0]):
+        ids = tokens[b][valid[b]].tolist()
+        m = probe.names_mask(tok, ids, window)
+        out[b, :len(ids) - 1] = torch.tensor(m[1:], dtype=torch.float32)
+    return out
+
+
+def row_weights(tokens, valid, W, C, recall_w, band=0, sinks=0, names=None, name_w=0.0):
+    """Rows whose context reaches past the first fold (t >= S + W + C) count; `names`
+    ([B, N] 0/1 from name_rows) adds name_w to those rows' weight."""
     B, N = tokens.shape
     rows = torch.arange(N)[None, :].expand(B, N)
     nxt_valid = torch.zeros_like(valid)
@@ -211,6 +233,8 @@ def row_weights(tokens, valid, W, C, recall_w, band=0, sinks=0):
     w = ((rows >= sinks + W + C) & nxt_valid).float()
     if recall_w:
         w = w * (1 + recall_w * recall_mask(tokens, W, C, band).float())
+    if names is not None and name_w:
+        w = w * (1 + name_w * names)
     return w
 
 
@@ -221,29 +245,37 @@ def autocast(args):
 
 
 @torch.no_grad()
-def validate(model, proj, docs, W, C, batch, args):
-    """Mean NLL of memory mode and of full context over rows t >= W + C (val split)."""
-    tot_m = tot_f = n = 0.0
+def validate(model, proj, docs, W, C, batch, args, tok, full_cache):
+    """NLL over rows t >= W + C of the val split: memory mode, full context (computed once,
+    kept in full_cache) and memory mode on the names probe at the projector's budget."""
+    tot_m = tot_f = tot_nm = n = nn = 0.0
+    budget = (memory.sink_count(proj) + proj.config["mem_slots"]
+              + memory.effective_window(proj, W))
     for i in range(0, len(docs), batch):
         t, valid = batch_tokens(docs, list(range(i, min(i + batch, len(docs)))))
         w = row_weights(t, valid, W, C, 0.0, 0, memory.sink_count(proj))[:, :-1]
-        w = w.to(args.device)
+        names = name_rows(tok, t, valid, budget)[:, :-1]
+        names = names * (torch.arange(names.shape[1])[None, :] >= budget)
+        w, names = w.to(args.device), names.to(args.device)
         t = t.to(args.device)
         tgt = t[:, 1:]
-        with autocast(args):
-            outs = ((memory.memory_logits(model, proj, t, window_size=W), "m"),
-                    (memory.full_logits(model, t), "f"))
-        for logits, acc in outs:
-            logits = logits.float()
+        modes = [("m", lambda: memory.memory_logits(model, proj, t, window_size=W))]
+        if i not in full_cache:
+            modes.append(("f", lambda: memory.full_logits(model, t)))
+        for acc, fn in modes:
+            with autocast(args):
+                logits = fn().float()
             nll = F.cross_entropy(logits[:, :-1].reshape(-1, logits.shape[-1]),
                                   tgt.reshape(-1), reduction="none").view_as(tgt)
-            v = (nll * w).sum().item()
             if acc == "m":
-                tot_m += v
+                tot_m += (nll * w).sum().item()
+                tot_nm += (nll * names).sum().item()
             else:
-                tot_f += v
+                full_cache[i] = (nll * w).sum().item()
+        tot_f += full_cache[i]
         n += w.sum().item()
-    return tot_m / n, tot_f / n
+        nn += names.sum().item()
+    return tot_m / n, tot_f / n, tot_nm / max(nn, 1.0)
 
 
 def lr_at(step, args):
@@ -280,7 +312,8 @@ def main(argv=None):
                                                      args.token_cache) if len(d) >= need]
         print(f"train docs {len(train_docs)} (of {len(train_st)}), held out (unused) "
               f"{len(_heldout)}", file=sys.stderr)
-    val_docs = [d for d in data.encode_stories(tok, val_st, args.max_len) if len(d) >= need]
+    val_docs = [d for d in data.encode_stories(tok, val_st, args.val_max_len or args.max_len)
+                if len(d) >= need]
     print(f"val docs {len(val_docs)}", file=sys.stderr)
 
     emb = model.w["model.embed_tokens.weight"]
@@ -320,15 +353,20 @@ def main(argv=None):
         with open(log_path, "w", newline="") as f:
             wr = csv.writer(f)
             wr.writerow(["step", "loss", "nll", "kl", "lr", "val_mem_nll", "val_full_nll",
-                         "elapsed_s"])
+                         "val_mem_names_nll", "elapsed_s"])
             wr.writerows(history)
 
+    fingerprint = model_fingerprint(args)
     per_epoch = max(1, len(train_docs) // args.batch)
     t0 = time.time()
     elapsed = elapsed0
     ema = None
+    full_cache = {}
     last = min(args.steps, args.stop_at) if args.stop_at > 0 else args.steps
     while step < last:
+        if args.max_seconds and elapsed >= args.max_seconds:
+            print(f"\n--max-seconds reached after step {step}", file=sys.stderr)
+            break
         if stream is not None:
             docs = stream.next_batch()
             idx = list(range(len(docs)))
@@ -339,8 +377,10 @@ def main(argv=None):
         step_rng = np.random.default_rng([args.seed, step])
         Wb = 0 if step_rng.random() < args.memory_only_frac else W
         tokens, valid = batch_tokens(docs, idx)
+        names = (name_rows(tok, tokens, valid, Wb or C) if args.name_weight else None)
         weights = row_weights(tokens, valid, Wb, C, args.recall_weight,
-                              memory.window_band(proj, Wb), args.sink_tokens).to(args.device)
+                              memory.window_band(proj, Wb), args.sink_tokens, names,
+                              args.name_weight).to(args.device)
         tokens = tokens.to(args.device)
         for g in opt.param_groups:
             g["lr"] = lr_at(step, args)
@@ -361,22 +401,23 @@ def main(argv=None):
         step += 1
         elapsed = elapsed0 + time.time() - t0
         ema = loss.item() if ema is None else 0.95 * ema + 0.05 * loss.item()
-        vm = vf = ""
+        vm = vf = vn = ""
         if args.val_every > 0 and (step % args.val_every == 0 or step == args.steps):
-            vm, vf = validate(model, proj, val_docs, W, C, args.batch, args)
-            vm, vf = round(vm, 5), round(vf, 5)
+            vm, vf, vn = (round(x, 5) for x in validate(model, proj, val_docs, W, C,
+                                                         args.batch, args, tok, full_cache))
+            proj.save(os.path.join(args.out, "val", f"step_{step}"), fingerprint)
         history.append([step, round(loss.item(), 5), round(nll.item(), 5), round(kl.item(), 5),
-                        f"{lr_at(step - 1, args):.3g}", vm, vf, round(elapsed, 1)])
+                        f"{lr_at(step - 1, args):.3g}", vm, vf, vn, round(elapsed, 1)])
         bar = "#" * int(30 * step / args.steps)
         print(f"\r[{bar:<30}] step {step}/{args.steps} loss {loss.item():.4f} "
               f"(ema {ema:.4f}) nll {nll.item():.4f} kl {kl.item():.4f} W={Wb} "
-              f"{elapsed:.0f}s" + (f" val mem {vm} full {vf}" if vm != "" else ""),
+              f"{elapsed:.0f}s" + (f" val mem {vm} full {vf} names {vn}" if vm != "" else ""),
               file=sys.stderr, end="\n" if vm != "" or step % 10 == 0 else "", flush=True)
         if step % args.ckpt_every == 0 or step == last:
             save_ckpt()
     print("", file=sys.stderr)
     save_ckpt()
-    proj.save(args.out, model_fingerprint(args))
+    proj.save(args.out, fingerprint)
     with open(os.path.join(args.out, "train_config.json"), "w") as f:
         json.dump({"args": vars(args), "embed_rms": embed_rms,
                    "train_docs": len(train_docs), "val_docs": len(val_docs),

@@ -6,4 +6,5 @@ Modules:
   tokenizer       llama2.c tokenizer.bin encode/decode.
   projector       the MemoryProjector (docs/memory-mode.md, docs/contracts.md).
   memory          memory-mode student (teacher-forced segments) and window modes.
+  probe           the names probe of `kvfold eval --recall` (training weights, validation).
 """
