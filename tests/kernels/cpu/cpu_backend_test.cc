@@ -120,7 +120,8 @@ INSTANTIATE_TEST_SUITE_P(
                       std::make_tuple(17, 130, 64, DType::kBF16), std::make_tuple(9, 257, 200, DType::kF16),
                       std::make_tuple(33, 300, 96, DType::kF32), std::make_tuple(2, 3, 7, DType::kBF16),
                       std::make_tuple(3, 77, 33, DType::kF16), std::make_tuple(6, 71, 17, DType::kF32),
-                      std::make_tuple(1, 13, 768, DType::kBF16)));
+                      std::make_tuple(1, 13, 768, DType::kBF16), std::make_tuple(14, 64, 48, DType::kF32),
+                      std::make_tuple(12, 40, 768, DType::kF16)));
 
 // Q8 weights multiply int8 activations (cpu_ops.h Q8Activations): the reference against
 // the definition (per block: x quantized by scale amax / 127, exact integer dot, times
