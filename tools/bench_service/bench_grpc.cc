@@ -4,6 +4,7 @@
 #include <chrono>
 #include <cmath>
 #include <cstdio>
+#include <ctime>
 #include <random>
 
 namespace kvfold::bench {
@@ -16,6 +17,12 @@ double Ms(Clock::time_point a, Clock::time_point b) {
 }
 
 }  // namespace
+
+double ProcessCpuSeconds() {
+  timespec ts{};
+  clock_gettime(CLOCK_PROCESS_CPUTIME_ID, &ts);
+  return static_cast<double>(ts.tv_sec) + 1e-9 * static_cast<double>(ts.tv_nsec);
+}
 
 bool Create(v1::InferenceService::Stub& stub, const std::string& id, v1::KvMode mode) {
   grpc::ClientContext context;
@@ -47,6 +54,8 @@ Turn Generate(v1::InferenceService::Stub& stub, const std::string& id,
       if (epoch != nullptr) {
         t.arrivals_ms.insert(t.arrivals_ms.end(), response.delta().token_ids_size(),
                              Ms(*epoch, Clock::now()));
+        t.arrivals_cpu_s.insert(t.arrivals_cpu_s.end(), response.delta().token_ids_size(),
+                                ProcessCpuSeconds());
       }
     } else {
       t.usage = response.final().usage();

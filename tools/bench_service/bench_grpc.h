@@ -18,13 +18,18 @@ struct Turn {
   double ttft_ms = 0, total_ms = 0;  // at the client
   v1::Usage usage;
   std::vector<double> arrivals_ms;  // each token's arrival, ms after `epoch` (when given)
+  // The process's CPU seconds (all threads: engine, gRPC, clients) at each arrival.
+  std::vector<double> arrivals_cpu_s;
 };
+
+// CPU seconds used by this process so far, all threads.
+double ProcessCpuSeconds();
 
 // CreateSession; prints the error and returns false on failure.
 bool Create(v1::InferenceService::Stub& stub, const std::string& id, v1::KvMode mode);
 
 // One Generate call with `prompt` ids, `max_new` tokens (EOS ignored), streamed to the end.
-// With `epoch`, each token's arrival time is recorded too.
+// With `epoch`, each token's arrival time (and the process CPU time then) is recorded too.
 Turn Generate(v1::InferenceService::Stub& stub, const std::string& id,
               const std::vector<int32_t>& prompt, int max_new,
               const std::chrono::steady_clock::time_point* epoch = nullptr);

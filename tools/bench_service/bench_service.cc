@@ -7,7 +7,8 @@
 // 1. decode: aggregate tok/s of N concurrent sessions, scheduler batching on vs off (the
 //    ratio is the gain of continuous batching's shared matmuls): whole turns, and the
 //    decode phase alone (all sessions decoding; prompts excluded, their time reported),
-//    with decode_over_one_session = N sessions' decode phase / one session's.
+//    with decode_over_one_session = N sessions' decode phase / one session's, per wall
+//    second and (_cpu) per CPU second of the process.
 // 2. resume: time to first token of a turn on a replica that never saw the session (it
 //    streams the block from the store and rebuilds: memory mode with --projector, else
 //    full) against re-prefilling the whole history in full mode, as an engine without
@@ -145,16 +146,24 @@ Replica StartReplica(const Flags& flags, const std::string& store, bool batching
 // token (all prompts prefilled) until the first session finishes, tokens that arrived in
 // that window per second. Prompts are excluded; prompts_ms (the last first token) is
 // reported beside it.
+// tok_per_cpu_s: the same tokens per CPU second of the whole process (engine, gRPC and
+// client threads), the figure that depends least on what else runs on a shared machine.
 struct DecodePhase {
-  double tok_s = 0, window_ms = 0, prompts_ms = 0;
+  double tok_s = 0, tok_per_cpu_s = 0, window_ms = 0, prompts_ms = 0;
 };
 DecodePhase SteadyDecode(const std::vector<Turn>& turns) {
   DecodePhase p;
-  double begin = 0, end = 1e300;
+  double begin = 0, end = 1e300, cpu_begin = 0, cpu_end = 0;
   for (const Turn& t : turns) {
     if (t.arrivals_ms.size() < 2) return p;
-    begin = std::max(begin, t.arrivals_ms.front());
-    end = std::min(end, t.arrivals_ms.back());
+    if (t.arrivals_ms.front() > begin) {
+      begin = t.arrivals_ms.front();
+      cpu_begin = t.arrivals_cpu_s.front();
+    }
+    if (t.arrivals_ms.back() < end) {
+      end = t.arrivals_ms.back();
+      cpu_end = t.arrivals_cpu_s.back();
+    }
   }
   p.prompts_ms = begin;
   if (end <= begin) return p;
@@ -164,6 +173,7 @@ DecodePhase SteadyDecode(const std::vector<Turn>& turns) {
   }
   p.window_ms = end - begin;
   p.tok_s = tokens / (p.window_ms / 1000.0);
+  if (cpu_end > cpu_begin) p.tok_per_cpu_s = tokens / (cpu_end - cpu_begin);
   return p;
 }
 
@@ -232,6 +242,7 @@ int main(int argc, char** argv) {
       const DecodePhase phase = SteadyDecode(turns);
       const std::string on = batching ? "batching_on" : "batching_off";
       row[on + "_decode_tok_s"] = phase.tok_s;
+      row[on + "_decode_tok_per_cpu_s"] = phase.tok_per_cpu_s;
       row[on + "_decode_window_ms"] = phase.window_ms;
       row[on + "_first_token_ms_max"] = phase.prompts_ms;
     }
@@ -239,6 +250,9 @@ int main(int argc, char** argv) {
     if (!decode.empty() && decode[0]["sessions"] == 1) {
       row["decode_over_one_session"] = row["batching_on_decode_tok_s"].get<double>() /
                                        decode[0]["batching_on_decode_tok_s"].get<double>();
+      const double one_cpu = decode[0]["batching_on_decode_tok_per_cpu_s"].get<double>();
+      row["decode_over_one_session_cpu"] =
+          one_cpu > 0 ? row["batching_on_decode_tok_per_cpu_s"].get<double>() / one_cpu : 0.0;
     }
     decode.push_back(row);
     std::fprintf(stderr,
