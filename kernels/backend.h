@@ -96,6 +96,9 @@ class Stream {
 // row p holds cos(p * inv_freq[i]) in [0, head_dim/2) and sin(...) in [head_dim/2,
 // head_dim). Convention: HF rotate_half (pairs (i, i + head_dim/2)).
 
+// Key-slice alignment of Backend::AttentionPart.
+inline constexpr int kAttentionPartKeys = 16;
+
 struct AttentionShape {
   int num_heads = 0;
   int num_kv_heads = 0;  // num_heads % num_kv_heads == 0 (GQA)
@@ -180,6 +183,20 @@ class Backend {
   virtual absl::Status Attention(Stream& stream, Tensor q, Tensor k_cache, Tensor v_cache,
                                  Tensor rows, Tensor block_tables, Tensor rope_table,
                                  const AttentionShape& shape, Tensor out) = 0;
+
+  // Attention resumable across calls: key indices [key_begin, key_end) of every row, both
+  // multiples of kAttentionPartKeys (key_end may also lie past every row's keys), each
+  // (row, head)'s online softmax carried in `state` (F32 [n, num_heads * (head_dim + 2)])
+  // from the slice before (key_begin 0: fresh). Slices [0, a), [a, b), ... up to the
+  // largest row's key count leave in `out` exactly the bits of one Attention call; `out`
+  // is complete only after the last slice. Unimplemented where not supported (callers
+  // run Attention whole).
+  virtual absl::Status AttentionPart(Stream& stream, Tensor q, Tensor k_cache, Tensor v_cache,
+                                     Tensor rows, Tensor block_tables, Tensor rope_table,
+                                     const AttentionShape& shape, int64_t key_begin,
+                                     int64_t key_end, Tensor state, Tensor out) {
+    return absl::UnimplementedError(Name() + ": resumable attention not implemented");
+  }
 
   // false: MatMul and Gather reject Q8 weights with InvalidArgument.
   virtual bool SupportsQ8Weights() const { return false; }

@@ -15,6 +15,10 @@
 //   in four partial sums (key k into k % 4) added as (0 + 1) + (2 + 3)
 // and out = acc * (1 / l).
 //
+// A slice of the keys (AttentionPart, F32): the task starts at tile key_begin / 16 from the
+// (m, l, acc) the slice before stored and stores them again where it stops, so slices
+// run one after another give the bits of one call over all keys.
+//
 // INT8: a row reads the entries of its OWN block F32 from the block's page
 // (docs/contracts.md, "Bitwise rule"). When a tile holds entries of a row's own block, the
 // row uses a copy of the tile with those entries taken from the page (rows sharing the own
@@ -41,6 +45,7 @@ namespace kvfold::kernels::cpu {
 namespace {
 
 constexpr int kTile = 16;
+static_assert(kAttentionPartKeys % kTile == 0, "slices start on a tile");
 constexpr int kMaxHeadDim = 1024;  // ModelConfig::Validate
 
 typedef float V16 __attribute__((vector_size(64)));
@@ -95,6 +100,7 @@ struct Task {
   AttentionShape shape;
   AttnRowBlock block;
   int kvh;
+  const AttentionPart* part;  // nullptr: all keys
 };
 
 // Per-thread memory of a task.
@@ -244,13 +250,32 @@ template <class Kv, class Update>
       std::fill(b.acc + (r * group + gh) * hdp, b.acc + (r * group + gh + 1) * hdp, 0.0f);
     }
   }
+  // A slice: continue each (row, head) from its stored state.
+  const int key_begin = t.part == nullptr ? 0 : static_cast<int>(t.part->key_begin);
+  const int key_end =
+      t.part == nullptr ? nk_max : static_cast<int>(std::min<int64_t>(t.part->key_end, nk_max));
+  auto state_of = [&](int r, int gh) {
+    return t.part->state + ((t.block.first_row + r) * sh.num_heads + t.kvh * group + gh) * (hd + 2);
+  };
+  if (key_begin > 0 && key_begin >= key_end) return;  // normalised by an earlier slice
+  if (key_begin > 0) {
+    for (int r = 0; r < t.block.num_rows; ++r) {
+      for (int gh = 0; gh < group; ++gh) {
+        const float* s = state_of(r, gh);
+        b.st[r * group + gh] = RowState{s[0], s[1]};
+        std::copy(s + 2, s + 2 + hd, b.acc + (r * group + gh) * hdp);
+      }
+    }
+  }
   const RowKeys keys(t.rows[probe], t.block_tables, sh.block_size);
   Tile& tile = b.shared;
   b.own.first = -1;
   float krot[kMaxHeadDim];
   // The next tile's entries are requested while this one is read and used.
-  for (int i = 0; i < std::min(kTile, nk_max); ++i) kv.Prefetch(keys.Locate(i));
-  for (int t0 = 0; t0 < nk_max; t0 += kTile) {
+  for (int i = key_begin; i < std::min(key_begin + kTile, key_end); ++i) {
+    kv.Prefetch(keys.Locate(i));
+  }
+  for (int t0 = key_begin; t0 < key_end; t0 += kTile) {
     tile.first = t0;
     tile.count = std::min(kTile, nk_max - t0);
     for (int i = t0 + kTile; i < std::min(t0 + 2 * kTile, nk_max); ++i) {
@@ -274,6 +299,17 @@ template <class Kv, class Update>
       update(RowUpdate{t.q + row * q_dim + t.kvh * group * hd, &use, valid, group, hd, sh.scale,
                        b.st + r * group, b.acc + r * group * hdp});
     }
+  }
+  if (key_end < nk_max) {  // the slice stops inside the block's keys
+    for (int r = 0; r < t.block.num_rows; ++r) {
+      for (int gh = 0; gh < group; ++gh) {
+        float* s = state_of(r, gh);
+        s[0] = b.st[r * group + gh].m;
+        s[1] = b.st[r * group + gh].l;
+        std::copy(b.acc + (r * group + gh) * hdp, b.acc + (r * group + gh) * hdp + hd, s + 2);
+      }
+    }
+    return;
   }
   for (int r = 0; r < t.block.num_rows; ++r) {
     for (int gh = 0; gh < group; ++gh) {
@@ -437,24 +473,25 @@ void RunTasks(ThreadPool& pool, const Task& proto, int64_t n, AttentionScratch& 
 template <class Args>
 using TaskFn = void (*)(const Task&, const Args&, TaskBuffers&);
 template <class Args>
-void Run(ThreadPool& pool, const Args& a, AttentionScratch& scratch, TaskFn<Args> avx512_task,
-         TaskFn<Args> avx2_task, TaskFn<Args> portable_task) {
+void Run(ThreadPool& pool, const Args& a, AttentionScratch& scratch, const AttentionPart* part,
+         TaskFn<Args> avx512_task, TaskFn<Args> avx2_task, TaskFn<Args> portable_task) {
   const Isa isa = ActiveIsa();
   const TaskFn<Args> task = isa == Isa::kAvx512 ? avx512_task
                             : isa == Isa::kAvx2 ? avx2_task
                                                 : portable_task;
-  const Task proto{a.rows, a.block_tables, a.q, a.out, a.rope, a.shape, {}, 0};
+  const Task proto{a.rows, a.block_tables, a.q, a.out, a.rope, a.shape, {}, 0, part};
   RunTasks(pool, proto, a.n, scratch, [&](const Task& t, TaskBuffers& b) { task(t, a, b); });
 }
 
 }  // namespace
 
-void AttentionOptimized(ThreadPool& pool, const AttentionArgs& a, AttentionScratch& scratch) {
-  Run(pool, a, scratch, avx512::TaskF32, avx2::TaskF32, portable::TaskF32);
+void AttentionOptimized(ThreadPool& pool, const AttentionArgs& a, AttentionScratch& scratch,
+                        const AttentionPart* part) {
+  Run(pool, a, scratch, part, avx512::TaskF32, avx2::TaskF32, portable::TaskF32);
 }
 
 void AttentionInt8Optimized(ThreadPool& pool, const AttentionArgsI8& a, AttentionScratch& scratch) {
-  Run(pool, a, scratch, avx512::TaskI8, avx2::TaskI8, portable::TaskI8);
+  Run(pool, a, scratch, nullptr, avx512::TaskI8, avx2::TaskI8, portable::TaskI8);
 }
 
 }  // namespace kvfold::kernels::cpu

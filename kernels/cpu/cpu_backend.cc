@@ -56,6 +56,21 @@ bool AttentionCallOk(Tensor q, Tensor rows, Tensor rope_table, const AttentionSh
          kv_dim == int64_t{shape.num_kv_heads} * shape.head_dim;
 }
 
+cpu::AttentionArgs F32AttentionArgs(Tensor q, Tensor k_cache, Tensor v_cache, Tensor rows,
+                                    Tensor block_tables, Tensor rope_table,
+                                    const AttentionShape& shape, Tensor out, int64_t n) {
+  return cpu::AttentionArgs{static_cast<const float*>(q.data),
+                            static_cast<const float*>(k_cache.data),
+                            static_cast<const float*>(v_cache.data),
+                            static_cast<const AttnRow*>(rows.data),
+                            static_cast<const int32_t*>(block_tables.data),
+                            static_cast<const float*>(rope_table.data),
+                            rope_table.dim(0),
+                            shape,
+                            static_cast<float*>(out.data),
+                            n};
+}
+
 bool IsFloat(DType d) { return d == DType::kF32 || d == DType::kF16 || d == DType::kBF16; }
 // Weight matrices (MatMul's w, Gather's table) may also be Q8 (rank 2: rows are blocked).
 bool IsWeight(const Tensor& t) { return IsFloat(t.dtype) || (t.dtype == DType::kQ8 && t.rank == 2); }
@@ -219,21 +234,36 @@ class CpuBackend : public Backend {
       return Check(false, "Attention", q.DebugString() + " " + k_cache.DebugString() + " " +
                                            rows.DebugString());
     }
-    cpu::AttentionArgs a{static_cast<const float*>(q.data),
-                         static_cast<const float*>(k_cache.data),
-                         static_cast<const float*>(v_cache.data),
-                         static_cast<const AttnRow*>(rows.data),
-                         static_cast<const int32_t*>(block_tables.data),
-                         static_cast<const float*>(rope_table.data),
-                         rope_table.dim(0),
-                         shape,
-                         static_cast<float*>(out.data),
-                         n};
+    const cpu::AttentionArgs a =
+        F32AttentionArgs(q, k_cache, v_cache, rows, block_tables, rope_table, shape, out, n);
     if (reference_) {
       cpu::AttentionReference(a, ref_scratch_);
     } else {
       cpu::AttentionOptimized(pool_, a, opt_scratch_);
     }
+    return absl::OkStatus();
+  }
+
+  absl::Status AttentionPart(Stream&, Tensor q, Tensor k_cache, Tensor v_cache, Tensor rows,
+                             Tensor block_tables, Tensor rope_table, const AttentionShape& shape,
+                             int64_t key_begin, int64_t key_end, Tensor state,
+                             Tensor out) override {
+    if (reference_) return absl::UnimplementedError("cpu-ref: resumable attention not implemented");
+    int64_t n;
+    if (k_cache.rank != 3 ||
+        !AttentionCallOk(q, rows, rope_table, shape, out, k_cache.dim(2), &n) ||
+        state.dtype != DType::kF32 ||
+        state.numel() != n * shape.num_heads * (int64_t{shape.head_dim} + 2) || key_begin < 0 ||
+        key_end <= key_begin || key_begin % kAttentionPartKeys != 0 ||
+        key_end % kAttentionPartKeys != 0) {
+      return Check(false, "AttentionPart",
+                   absl::StrCat(q.DebugString(), " ", state.DebugString(), " keys [", key_begin,
+                                ", ", key_end, ")"));
+    }
+    const cpu::AttentionPart part{key_begin, key_end, static_cast<float*>(state.data)};
+    cpu::AttentionOptimized(
+        pool_, F32AttentionArgs(q, k_cache, v_cache, rows, block_tables, rope_table, shape, out, n),
+        opt_scratch_, &part);
     return absl::OkStatus();
   }
 

@@ -75,6 +75,17 @@ struct AttentionArgs {
   int64_t n;
 };
 
+// A slice of the keys (Backend::AttentionPart): key indices [key_begin, key_end) of every
+// row, both multiples of kAttentionPartKeys (key_end may also be past every row's keys).
+// The online softmax state of each (row, head) is carried in `state`: [n, num_heads,
+// head_dim + 2] F32 (m, l, acc), fresh when key_begin is 0. A row block whose keys end
+// inside the slice is normalised into out.
+struct AttentionPart {
+  int64_t key_begin = 0;
+  int64_t key_end = 0;
+  float* state = nullptr;
+};
+
 // INT8 KV (backend.h KvCacheI8). Entries of a row's own block are read F32 from its page,
 // all others dequantized from codes * scale (exactly kernels/quant's DequantizeKeys /
 // DequantizeValues), then keys are rotated like the F32 path.
@@ -120,7 +131,9 @@ struct AttentionScratch {
   std::vector<std::vector<float>> per_thread;  // tiles, online-softmax state, key scales
   std::vector<AttnRowBlock> blocks;
 };
-void AttentionOptimized(ThreadPool& pool, const AttentionArgs& a, AttentionScratch& scratch);
+// part: only a slice of the keys (nullptr: all of them).
+void AttentionOptimized(ThreadPool& pool, const AttentionArgs& a, AttentionScratch& scratch,
+                        const AttentionPart* part = nullptr);
 void AttentionInt8Optimized(ThreadPool& pool, const AttentionArgsI8& a,
                             AttentionScratch& scratch);
 

@@ -399,6 +399,63 @@ TEST(AttentionTest, TiledCausalRowsMatchReferenceAcrossBatchesAndIsas) {
   }
 }
 
+// Resumable attention: slices of the keys, run one after another with the softmax state
+// carried between them, give the bits of one call (engine/prefill_cursor.h relies on it).
+TEST(AttentionTest, KeySlicesGiveTheBitsOfOneCall) {
+  Rig r;
+  const int heads = 4, kv_heads = 2, hd = 8, bs = 16, blocks = 12, prefix = 5, n = 40;
+  const int kv_dim = kv_heads * hd, q_dim = heads * hd, rope_rows = 256;
+  std::vector<float> rope = RopeTable(rope_rows, hd);
+  auto kc = Random(static_cast<size_t>(blocks) * bs * kv_dim, 31, 2.0f);
+  auto vc = Random(kc.size(), 32);
+  const std::vector<int32_t> tables = {11, 4, 9, 0, 7, 2, 10, 5, 1, 8, 3, 6};
+  std::vector<AttnRow> rows(n);
+  for (int i = 0; i < n; ++i) {  // rows 100..139 of a sequence, causal
+    rows[i] = {.prefix_table = 0, .prefix_visible = prefix, .prefix_pos_base = 0,
+               .prefix_pos_stride = 1, .main_table = 1, .main_front = 3, .main_lo = 0,
+               .main_hi = 100 + i + 1, .main_pos_lo = prefix};
+  }
+  auto q = Random(static_cast<size_t>(n) * q_dim, 33, 3.0f);
+  AttentionShape shape{heads, kv_heads, hd, bs, 1.0f / std::sqrt(8.0f)};
+  Tensor qt = T(q.data(), DType::kF32, {n, q_dim});
+  Tensor kt = T(kc.data(), DType::kF32, {blocks, bs, kv_dim});
+  Tensor vt = T(vc.data(), DType::kF32, {blocks, bs, kv_dim});
+  Tensor rt = T(rows.data(), DType::kI32, {n, kAttnRowFields});
+  Tensor tt = T(const_cast<int32_t*>(tables.data()), DType::kI32, {12});
+  Tensor ropet = T(rope.data(), DType::kF32, {rope_rows, hd});
+  std::vector<float> state(static_cast<size_t>(n) * heads * (hd + 2));
+  Tensor st = T(state.data(), DType::kF32, {n, heads * (hd + 2)});
+  for (cpu::Isa isa : RunnableIsas()) {
+    SCOPED_TRACE(cpu::IsaName(isa));
+    IsaScope scope(isa);
+    std::vector<float> whole(q.size());
+    ASSERT_TRUE(r.opt->Attention(*r.s2, qt, kt, vt, rt, tt, ropet, shape,
+                                 T(whole.data(), DType::kF32, {n, q_dim}))
+                    .ok());
+    for (int slice : {16, 48, 96, 512}) {
+      SCOPED_TRACE(slice);
+      std::vector<float> out(q.size(), -1.0f);
+      Tensor ot = T(out.data(), DType::kF32, {n, q_dim});
+      for (int k0 = 0; k0 < prefix + 100 + n; k0 += slice) {
+        ASSERT_TRUE(
+            r.opt->AttentionPart(*r.s2, qt, kt, vt, rt, tt, ropet, shape, k0, k0 + slice, st, ot)
+                .ok());
+      }
+      EXPECT_EQ(0, std::memcmp(whole.data(), out.data(), whole.size() * sizeof(float)));
+    }
+  }
+  std::vector<float> out(q.size());
+  Tensor ot = T(out.data(), DType::kF32, {n, q_dim});
+  EXPECT_EQ(absl::StatusCode::kInvalidArgument,
+            r.opt->AttentionPart(*r.s2, qt, kt, vt, rt, tt, ropet, shape, 8, 32, st, ot).code());
+  EXPECT_EQ(absl::StatusCode::kInvalidArgument,
+            r.opt->AttentionPart(*r.s2, qt, kt, vt, rt, tt, ropet, shape, 0, 32,
+                                 T(state.data(), DType::kF32, {n, heads}), ot)
+                .code());
+  EXPECT_EQ(absl::StatusCode::kUnimplemented,
+            r.ref->AttentionPart(*r.s1, qt, kt, vt, rt, tt, ropet, shape, 0, 32, st, ot).code());
+}
+
 TEST(OpsTest, RmsNormRopeSiluGatherAndChecks) {
   Rig r;
   Backend& be = *r.opt;
