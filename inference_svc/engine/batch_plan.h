@@ -55,6 +55,9 @@ class BatchPlan {
   // After the chunk ran: blocks this chunk sealed drop their F32 pages (int8 from now on
   // for every row), and windowed caches keep only their last `window` main entries.
   void Finish(const ChunkSpec& chunk, BlockPool& pool);
+  // Instead of Finish, for a chunk that will not complete: every cache of the chunk back
+  // to its state before Place.
+  void Abandon(const ChunkSpec& chunk) { Rollback(chunk); }
 
   int num_rows() const { return num_rows_; }
   // The largest position any query or visible key of the chunk has (sizes the RoPE table).

@@ -122,55 +122,10 @@ absl::StatusOr<std::unique_ptr<Engine>> Engine::Create(const model::ModelFile& m
     }
   }
 
-  // Activation scratch: one buffer, carved into views.
-  e->scratch_ =
-      std::make_unique<Scratch>(options.max_batch_tokens, options.kv_dtype == KvDType::kInt8);
-  Scratch& s = *e->scratch_;
-  const int64_t T = options.max_batch_tokens, d = c.hidden_size, f = c.intermediate_size;
-  const int64_t qd = c.q_dim(), kvd = c.kv_dim();
-  const int64_t floats = T * (d * 4 + qd * 2 + kvd * 2 + f * 2) + Scratch::kLogitRows * c.vocab_size;
-  absl::StatusOr<std::unique_ptr<kernels::Buffer>> act = backend->Allocate(floats * sizeof(float));
-  if (!act.ok()) return act.status();
-  s.act_buffer = std::move(*act);
-  size_t off = 0;
-  auto carve = [&](std::initializer_list<int64_t> shape) {
-    Tensor t = kernels::ViewOf(*s.act_buffer, off, DType::kF32, shape);
-    off += t.size_bytes();
-    return t;
-  };
-  s.x = carve({T, d});
-  s.h = carve({T, d});
-  s.q = carve({T, qd});
-  s.k = carve({T, kvd});
-  s.v = carve({T, kvd});
-  s.att = carve({T, qd});
-  s.o = carve({T, d});
-  s.gate = carve({T, f});
-  s.up = carve({T, f});
-  s.sel = carve({T, d});
-  s.logits = carve({Scratch::kLogitRows, c.vocab_size});
-  s.sel_norm = s.h;  // the logits path runs after the last layer: h is free
-  absl::StatusOr<std::unique_ptr<kernels::Buffer>> ints = backend->Allocate(
-      T * (4 + kernels::kAttnRowFields + kernels::kAttnOwnFields + 1 + 2 * kernels::kSealFields) *
-      sizeof(int32_t));
-  if (!ints.ok()) return ints.status();
-  s.int_buffer = std::move(*ints);
-  off = 0;
-  auto carve_i = [&](std::initializer_list<int64_t> shape) {
-    Tensor t = kernels::ViewOf(*s.int_buffer, off, DType::kI32, shape);
-    off += t.size_bytes();
-    return t;
-  };
-  s.ids = carve_i({T});
-  s.slots = carve_i({T});
-  s.positions = carve_i({T});
-  s.sel_idx = carve_i({T});
-  s.rows = carve_i({T, kernels::kAttnRowFields});
-  s.own = carve_i({T, kernels::kAttnOwnFields});
-  s.pages = carve_i({T});
-  s.seal = carve_i({2 * T, kernels::kSealFields});
-  s.h_hidden_rows.reserve(T);
-  s.h_hidden.resize(T * d);
+  // Activation scratch.
+  absl::StatusOr<std::unique_ptr<Scratch>> scratch = e->NewScratch(options.max_batch_tokens);
+  if (!scratch.ok()) return scratch.status();
+  e->scratch_ = std::move(*scratch);
 
   // KV pool. Int8: the initial F32 pages (one chunk's blocks plus 8 sequences' open
   // blocks; the page store doubles on demand) come out of kv_pool_bytes too.
@@ -199,6 +154,59 @@ absl::StatusOr<std::unique_ptr<Engine>> Engine::Create(const model::ModelFile& m
   if (absl::Status st = e->BuildRopeTable(rows, 1); !st.ok()) return st;
   return e;
 #undef KVFOLD_ASSIGN
+}
+
+// Activation scratch for max_rows rows: one buffer, carved into views.
+absl::StatusOr<std::unique_ptr<Engine::Scratch>> Engine::NewScratch(int max_rows) const {
+  const model::ModelConfig& c = config_;
+  auto scratch = std::make_unique<Scratch>(max_rows, options_.kv_dtype == KvDType::kInt8);
+  Scratch& s = *scratch;
+  const int64_t T = max_rows, d = c.hidden_size, f = c.intermediate_size;
+  const int64_t qd = c.q_dim(), kvd = c.kv_dim();
+  const int64_t floats = T * (d * 4 + qd * 2 + kvd * 2 + f * 2) + Scratch::kLogitRows * c.vocab_size;
+  absl::StatusOr<std::unique_ptr<kernels::Buffer>> act = backend_->Allocate(floats * sizeof(float));
+  if (!act.ok()) return act.status();
+  s.act_buffer = std::move(*act);
+  size_t off = 0;
+  auto carve = [&](std::initializer_list<int64_t> shape) {
+    Tensor t = kernels::ViewOf(*s.act_buffer, off, DType::kF32, shape);
+    off += t.size_bytes();
+    return t;
+  };
+  s.x = carve({T, d});
+  s.h = carve({T, d});
+  s.q = carve({T, qd});
+  s.k = carve({T, kvd});
+  s.v = carve({T, kvd});
+  s.att = carve({T, qd});
+  s.o = carve({T, d});
+  s.gate = carve({T, f});
+  s.up = carve({T, f});
+  s.sel = carve({T, d});
+  s.logits = carve({Scratch::kLogitRows, c.vocab_size});
+  s.sel_norm = s.h;  // the logits path runs after the last layer: h is free
+  absl::StatusOr<std::unique_ptr<kernels::Buffer>> ints = backend_->Allocate(
+      T * (4 + kernels::kAttnRowFields + kernels::kAttnOwnFields + 1 + 2 * kernels::kSealFields) *
+      sizeof(int32_t));
+  if (!ints.ok()) return ints.status();
+  s.int_buffer = std::move(*ints);
+  off = 0;
+  auto carve_i = [&](std::initializer_list<int64_t> shape) {
+    Tensor t = kernels::ViewOf(*s.int_buffer, off, DType::kI32, shape);
+    off += t.size_bytes();
+    return t;
+  };
+  s.ids = carve_i({T});
+  s.slots = carve_i({T});
+  s.positions = carve_i({T});
+  s.sel_idx = carve_i({T});
+  s.rows = carve_i({T, kernels::kAttnRowFields});
+  s.own = carve_i({T, kernels::kAttnOwnFields});
+  s.pages = carve_i({T});
+  s.seal = carve_i({2 * T, kernels::kSealFields});
+  s.h_hidden_rows.reserve(T);
+  s.h_hidden.resize(T * d);
+  return scratch;
 }
 
 std::unique_ptr<KvCache> Engine::NewCache(const KvPolicy& policy) const {

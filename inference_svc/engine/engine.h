@@ -37,6 +37,7 @@
 namespace kvfold::engine {
 
 struct ChunkSpec;  // batch_plan.h
+class PrefillCursor;  // prefill_cursor.h
 
 struct EngineOptions {
   // Rows per internal forward chunk; bounds activation scratch. Default: 256.
@@ -116,19 +117,27 @@ class Engine {
   absl::Status Forward(std::span<const SequenceInput> inputs, ForwardResult* result);
 
  private:
+  friend class PrefillCursor;  // runs a chunk's layer loop in pieces
   struct Weights;
   struct Scratch;
   Engine() = default;
   struct Batch;  // one chunk's rows on the device (engine_internal.h)
-  // forward.cc: one chunk, as the batch planner placed it, through the layers.
+  absl::StatusOr<std::unique_ptr<Scratch>> NewScratch(int max_rows) const;
+  // forward.cc: one chunk, as the batch planner placed it, through the layers. A layer is
+  // AttentionIn (norm, q k v, rope, kv write), Attend, LayerOut (output projection,
+  // residual, feed-forward).
   absl::Status ForwardChunk(const ChunkSpec& chunk, ForwardResult* result);
-  absl::Status UploadPlan(Batch* batch);
+  absl::Status UploadPlan(Scratch& s, Batch* batch);
   absl::Status Embed(const ChunkSpec& chunk, const Batch& b);
   absl::Status Layer(int layer, const Batch& b);
+  absl::Status AttentionIn(int layer, const Batch& b);
+  absl::Status LayerOut(int layer, const Batch& b);
   absl::Status WriteKv(int layer, const Batch& b);
   absl::Status Attend(int layer, const Batch& b);
+  kernels::AttentionShape AttnShape() const;
+  kernels::Tensor RopeView() const;
   absl::Status CopyHidden(int layer, const Batch& b, ForwardResult* result);
-  absl::Status Logits(const Batch& b, ForwardResult* result);
+  absl::Status Logits(Scratch& s, const Batch& b, ForwardResult* result);
   absl::Status EnsureRopeTable(int64_t max_position);
   absl::Status BuildRopeTable(int64_t rows, int64_t context_len);
 

@@ -144,20 +144,19 @@ absl::Status Engine::ForwardChunk(const ChunkSpec& chunk, ForwardResult* result)
   BatchPlan& plan = scratch_->plan;
   KVFOLD_RETURN_IF_ERROR(plan.Place(chunk, *pool_));
   Batch b;
-  KVFOLD_RETURN_IF_ERROR(UploadPlan(&b));
+  KVFOLD_RETURN_IF_ERROR(UploadPlan(*scratch_, &b));
   KVFOLD_RETURN_IF_ERROR(Embed(chunk, b));
   for (int l = 0; l < config_.num_layers; ++l) {
     KVFOLD_RETURN_IF_ERROR(Layer(l, b));
     KVFOLD_RETURN_IF_ERROR(CopyHidden(l, b, result));
   }
-  KVFOLD_RETURN_IF_ERROR(Logits(b, result));
+  KVFOLD_RETURN_IF_ERROR(Logits(*scratch_, b, result));
   KVFOLD_RETURN_IF_ERROR(backend_->Synchronize(*stream_));
   plan.Finish(chunk, *pool_);
   return absl::OkStatus();
 }
 
-absl::Status Engine::UploadPlan(Batch* batch) {
-  Scratch& s = *scratch_;
+absl::Status Engine::UploadPlan(Scratch& s, Batch* batch) {
   const BatchPlan& plan = s.plan;
   kernels::Backend& be = *backend_;
   kernels::Stream& st = *stream_;
@@ -165,7 +164,7 @@ absl::Status Engine::UploadPlan(Batch* batch) {
   KVFOLD_RETURN_IF_ERROR(EnsureRopeTable(plan.max_position()));
   Batch& b = *batch;
   b.n = n;
-  b.rope = kernels::ViewOf(*rope_buffer_, 0, kernels::DType::kF32, {rope_rows_, config_.head_dim});
+  b.rope = RopeView();
   b.x = s.x.Rows(0, n);
   b.h = s.h.Rows(0, n);
   b.q = s.q.Rows(0, n);
@@ -233,19 +232,32 @@ absl::Status Engine::Embed(const ChunkSpec& chunk, const Batch& b) {
 }
 
 // One transformer block over the chunk's rows; x is the residual stream.
+// Attention: x += wo(attention(rope(q), kv cache + rope(k))); then the feed-forward.
 absl::Status Engine::Layer(int layer, const Batch& b) {
+  KVFOLD_RETURN_IF_ERROR(AttentionIn(layer, b));
+  KVFOLD_RETURN_IF_ERROR(Attend(layer, b));
+  return LayerOut(layer, b);
+}
+
+// The attention's inputs: the chunk's rotated queries, its keys and values in the cache.
+absl::Status Engine::AttentionIn(int layer, const Batch& b) {
   const Weights::Layer& w = weights_->layers[layer];
-  const float eps = config_.rms_norm_eps;
   kernels::Backend& be = *backend_;
   kernels::Stream& st = *stream_;
-  // Attention: x += wo(attention(rope(q), kv cache + rope(k)))
-  KVFOLD_RETURN_IF_ERROR(be.RmsNorm(st, b.x, w.attn_norm, eps, b.h));
+  KVFOLD_RETURN_IF_ERROR(be.RmsNorm(st, b.x, w.attn_norm, config_.rms_norm_eps, b.h));
   KVFOLD_RETURN_IF_ERROR(be.MatMul(st, b.h, w.wq, w.bq, b.q));
   KVFOLD_RETURN_IF_ERROR(be.MatMul(st, b.h, w.wk, w.bk, b.k));
   KVFOLD_RETURN_IF_ERROR(be.MatMul(st, b.h, w.wv, w.bv, b.v));
   KVFOLD_RETURN_IF_ERROR(be.Rope(st, b.q, b.positions, b.rope, b.q));  // keys: in Attend
-  KVFOLD_RETURN_IF_ERROR(WriteKv(layer, b));
-  KVFOLD_RETURN_IF_ERROR(Attend(layer, b));
+  return WriteKv(layer, b);
+}
+
+// From the attention output b.att: output projection, residual, feed-forward, residual.
+absl::Status Engine::LayerOut(int layer, const Batch& b) {
+  const Weights::Layer& w = weights_->layers[layer];
+  const float eps = config_.rms_norm_eps;
+  kernels::Backend& be = *backend_;
+  kernels::Stream& st = *stream_;
   KVFOLD_RETURN_IF_ERROR(be.MatMul(st, b.att, w.wo, kernels::Tensor(), b.o));
   KVFOLD_RETURN_IF_ERROR(be.Add(st, b.x, b.o, b.x));
   // Feed-forward: x += w_down(silu(w_gate h) * w_up h)
@@ -267,15 +279,23 @@ absl::Status Engine::WriteKv(int layer, const Batch& b) {
                            pool_->v_cache(layer));
 }
 
+kernels::AttentionShape Engine::AttnShape() const {
+  kernels::AttentionShape shape;
+  shape.num_heads = config_.num_heads;
+  shape.num_kv_heads = config_.num_kv_heads;
+  shape.head_dim = config_.head_dim;
+  shape.block_size = pool_->block_size();
+  shape.scale = 1.0f / std::sqrt(static_cast<float>(config_.head_dim));
+  return shape;
+}
+
+kernels::Tensor Engine::RopeView() const {
+  return kernels::ViewOf(*rope_buffer_, 0, kernels::DType::kF32, {rope_rows_, config_.head_dim});
+}
+
 // Every row's attention over the entries its AttnRow makes visible.
 absl::Status Engine::Attend(int layer, const Batch& b) {
-  const model::ModelConfig& c = config_;
-  kernels::AttentionShape shape;
-  shape.num_heads = c.num_heads;
-  shape.num_kv_heads = c.num_kv_heads;
-  shape.head_dim = c.head_dim;
-  shape.block_size = pool_->block_size();
-  shape.scale = 1.0f / std::sqrt(static_cast<float>(c.head_dim));
+  const kernels::AttentionShape shape = AttnShape();
   if (pool_->dtype() == KvDType::kInt8) {
     return backend_->AttentionInt8(*stream_, b.q, pool_->int8_cache(layer), b.rows, b.own, b.tables,
                                    b.rope, shape, b.att);
@@ -312,8 +332,7 @@ absl::Status Engine::CopyHidden(int layer, const Batch& b, ForwardResult* result
 }
 
 // Final norm and logits of the selected rows, in sub-batches of kLogitRows.
-absl::Status Engine::Logits(const Batch& b, ForwardResult* result) {
-  Scratch& s = *scratch_;
+absl::Status Engine::Logits(Scratch& s, const Batch& b, ForwardResult* result) {
   const BatchPlan& plan = s.plan;
   const int nsel = static_cast<int>(plan.logit_rows.size());
   if (nsel == 0) return absl::OkStatus();

@@ -4,6 +4,7 @@
 #include <cstring>
 
 #include "absl/strings/str_cat.h"
+#include "inference_svc/engine/prefill_cursor.h"
 #include "inference_svc/engine/session.h"
 
 namespace kvfold::engine {
@@ -30,8 +31,31 @@ class PlainSession : public Session {
         !s.ok()) {
       return s;
     }
-    Record(token_ids, result_.outputs[0]);
+    Record(token_ids, result_.outputs[0].logits);
     return absl::OkStatus();
+  }
+
+  // In pieces (session.h): a cursor per prompt, dropped once it is fed.
+  absl::Status StartPrefill(std::span<const int32_t> token_ids) override {
+    if (cursor_ == nullptr) {
+      auto cursor = PrefillCursor::Create(engine_);
+      if (!cursor.ok()) return cursor.status();
+      cursor_ = std::move(*cursor);
+    }
+    if (absl::Status s = cursor_->Start(cache_.get(), token_ids); !s.ok()) return s;
+    cursor_ids_ = token_ids;
+    return absl::OkStatus();
+  }
+
+  absl::StatusOr<bool> ContinuePrefill(double budget_ms) override {
+    if (cursor_ == nullptr || !cursor_->active()) {
+      return absl::FailedPreconditionError("ContinuePrefill: no prefill started");
+    }
+    absl::StatusOr<bool> done = cursor_->Run(budget_ms);
+    if (!done.ok() || !*done) return done;
+    Record(cursor_ids_, cursor_->logits());
+    cursor_.reset();  // its activations are only needed while a prompt is in flight
+    return true;
   }
 
   std::span<const float> Logits() const override { return logits_; }
@@ -97,14 +121,14 @@ class PlainSession : public Session {
   }
 
   absl::Status FinishAppend(const SequenceOutput& output) override {
-    Record(std::span<const int32_t>(&pending_id_, 1), output);
+    Record(std::span<const int32_t>(&pending_id_, 1), output.logits);
     return absl::OkStatus();
   }
 
  private:
   // Mirrors the cache: sink ids go to the prefix while main is empty; the main ids are
   // trimmed to the cache's resident main entries.
-  void Record(std::span<const int32_t> ids, const SequenceOutput& out) {
+  void Record(std::span<const int32_t> ids, std::span<const float> logits) {
     for (int32_t id : ids) {
       if (options_.mode == KvMode::kSink && window_ids_.size() == window_front_ &&
           static_cast<int>(sink_ids_.size()) < options_.sink_tokens) {
@@ -122,7 +146,7 @@ class PlainSession : public Session {
       window_front_ = 0;
     }
     total_ += static_cast<int64_t>(ids.size());
-    logits_.assign(out.logits.begin(), out.logits.end());
+    logits_.assign(logits.begin(), logits.end());
   }
 
   Engine* engine_;
@@ -135,6 +159,9 @@ class PlainSession : public Session {
   int64_t total_ = 0;
   int32_t pending_id_ = 0;
   ForwardResult result_;
+  // Declared after cache_: destroyed first, so an abandoned prompt rolls the cache back.
+  std::unique_ptr<PrefillCursor> cursor_;
+  std::span<const int32_t> cursor_ids_;
 };
 
 }  // namespace

@@ -31,6 +31,22 @@ absl::StatusOr<KvMode> ParseKvMode(std::string_view name) {
 
 absl::Status Session::Append(int32_t token_id) { return Prefill(std::span<const int32_t>(&token_id, 1)); }
 
+absl::Status Session::StartPrefill(std::span<const int32_t> token_ids) {
+  if (token_ids.empty()) return absl::InvalidArgumentError("StartPrefill: no tokens");
+  pending_prefill_ = token_ids;
+  return absl::OkStatus();
+}
+
+absl::StatusOr<bool> Session::ContinuePrefill(double) {
+  if (pending_prefill_.empty()) {
+    return absl::FailedPreconditionError("ContinuePrefill: no prefill started");
+  }
+  const std::span<const int32_t> ids = pending_prefill_;
+  pending_prefill_ = {};
+  if (absl::Status s = Prefill(ids); !s.ok()) return s;
+  return true;
+}
+
 absl::Status AppendBatch(Engine& engine, std::span<Session* const> sessions,
                          std::span<const int32_t> token_ids, ForwardResult* scratch) {
   if (sessions.size() != token_ids.size()) {

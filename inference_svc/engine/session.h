@@ -62,6 +62,14 @@ class Session {
   // Feeds tokens (prompt or any length; chunked internally). On success Logits() are
   // those after the last token. InvalidArgument for out-of-range ids or empty input.
   virtual absl::Status Prefill(std::span<const int32_t> token_ids) = 0;
+  // Prefill in pieces of bounded work (engine/prefill_cursor.h): StartPrefill begins
+  // feeding token_ids (the span must stay valid until it is fed); each ContinuePrefill
+  // runs pieces until the tokens are fed or about budget_ms has passed (at least one
+  // piece) and returns true once they are: Logits() and the state are then Prefill's,
+  // bit for bit. Other sessions may run between the calls; this one may not. On an error
+  // the session is unusable (drop it). The default feeds them whole at the first call.
+  virtual absl::Status StartPrefill(std::span<const int32_t> token_ids);
+  virtual absl::StatusOr<bool> ContinuePrefill(double budget_ms);
   // Feeds one token (decode step).
   virtual absl::Status Append(int32_t token_id);
   // Logits after the last fed token [vocab_size]; empty before the first token.
@@ -79,6 +87,9 @@ class Session {
   // Batched decode hooks (see the file comment). `input` stays valid until FinishAppend.
   virtual absl::Status PrepareAppend(int32_t token_id, SequenceInput* input) = 0;
   virtual absl::Status FinishAppend(const SequenceOutput& output) = 0;
+
+ private:
+  std::span<const int32_t> pending_prefill_;  // the default StartPrefill's tokens
 };
 
 // full, sliding or sink; InvalidArgument for memory modes (use memory::CreateSession) or bad
