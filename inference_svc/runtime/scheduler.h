@@ -11,11 +11,13 @@
 //      (a full-mode state is not imported at once: its ids are replayed as prompt chunks),
 //   4. prompt work under a time budget, shortest remaining prompt first: a prompt whose
 //      rest fits the step's budget (prefill_stall x the decode step, both measured) runs
-//      whole, like a decode token; longer prompts (and full-mode replays) take chunks
-//      sized by a PrefillCostModel to the budget left, and wait while the prompt work
-//      already done is not paid for by decode steps (prompt time <= prefill_stall x decode
-//      time). A long prompt therefore delays other sessions' tokens by at most about
-//      (1 + prefill_stall)x, whatever its length,
+//      whole, like a decode token; longer prompts (and full-mode replays) are fed in
+//      pieces of bounded work (engine::PrefillCursor: between layers and between slices
+//      of a layer's attention keys) for as long as the prompt time the decode steps
+//      earned lasts, and wait while the prompt work already done is not paid for by
+//      decode steps (prompt time <= prefill_stall x decode time). A long prompt
+//      therefore delays other sessions' tokens by at most about (1 + prefill_stall)x,
+//      whatever its length and context,
 //   5. ONE decode step for EVERY decoding turn: with batching on, a single ragged Forward
 //      over all of them (engine::AppendBatch); with batching off, one Forward per session.
 // Every sampled token is fed back into its session, the last one too, so a finished turn's
@@ -112,6 +114,11 @@ class Scheduler {
     size_t replay_pos = 0;
     size_t prompt_pos = 0;
     double last_ms_per_token = 0;  // this turn's last chunk; 0 = none yet
+    // A long prompt (or replay) rest fed in pieces (Session::StartPrefill), while true:
+    bool in_pieces = false;
+    int64_t pieces_resident = 0;  // entries resident when it started
+    size_t pieces_tokens = 0;
+    double pieces_ms = 0;         // time its pieces took so far
     int32_t pending_token = -1;       // sampled, emitted, not yet fed
     bool stop_after_feed = false;
     int64_t folded_at_start = 0;
@@ -136,6 +143,10 @@ class Scheduler {
   size_t ChunkTokens(const Running& r, size_t remaining, double step_budget_ms,
                      bool contended) const;
   void PrefillChunk(Running& r, size_t take);
+  // A long prompt's rest in pieces of bounded work under the credit: starts it, or
+  // continues it while credit is left. True once the rest is fed.
+  void StartPieces(Running& r, size_t tokens);
+  bool ContinuePieces(Running& r);
   void EndPrompt(Running& r);
   void DecodeStep();
   void SampleAndEmit(Running& r);

@@ -108,6 +108,47 @@ void Scheduler::PrefillChunk(Running& r, size_t take) {
   }
 }
 
+void Scheduler::StartPieces(Running& r, size_t tokens) {
+  TurnJob& job = *r.job;
+  engine::Session& session = *job.live->engine_session;
+  const bool replay = r.replay_pos < r.replay_ids.size();
+  const int32_t* ids = replay ? r.replay_ids.data() + r.replay_pos
+                              : job.prompt_ids.data() + r.prompt_pos;
+  r.pieces_resident = session.ResidentTokens();
+  if (absl::Status s = session.StartPrefill(std::span<const int32_t>(ids, tokens)); !s.ok()) {
+    return Fail(r, s);
+  }
+  r.in_pieces = true;
+  r.pieces_tokens = tokens;
+  r.pieces_ms = 0;
+}
+
+bool Scheduler::ContinuePieces(Running& r) {
+  if (!r.in_pieces || prefill_credit_ms_ <= 0) return false;
+  TurnJob& job = *r.job;
+  const bool replay = r.replay_pos < r.replay_ids.size();
+  const auto t0 = TurnJob::Clock::now();
+  absl::StatusOr<bool> done = job.live->engine_session->ContinuePrefill(prefill_credit_ms_);
+  const double ms = MsSince(t0);
+  (replay ? job.restore_ms : job.prefill_ms) += ms;
+  prefill_credit_ms_ -= ms;
+  r.pieces_ms += ms;
+  if (!done.ok()) {
+    Fail(r, done.status());
+    return false;
+  }
+  if (!*done) return false;
+  r.in_pieces = false;
+  prefill_cost_.Observe(r.pieces_resident, static_cast<int64_t>(r.pieces_tokens), r.pieces_ms);
+  r.last_ms_per_token = r.pieces_ms / static_cast<double>(r.pieces_tokens);
+  (replay ? r.replay_pos : r.prompt_pos) += r.pieces_tokens;
+  if (r.replay_pos == r.replay_ids.size() && !r.replay_ids.empty()) {
+    r.replay_ids = std::vector<int32_t>();  // done: free the copy
+    r.replay_pos = 0;
+  }
+  return true;
+}
+
 void Scheduler::PromptStep() {
   for (Running& r : running_) {
     if (r.phase == Phase::kStart) StartTurn(r);
@@ -135,6 +176,10 @@ void Scheduler::PromptStep() {
     Running& r = running_[i];
     // A chunk never crosses from the replayed history into the prompt.
     while (r.phase == Phase::kPrefill) {
+      if (r.in_pieces) {
+        if (!ContinuePieces(r)) break;
+        continue;
+      }
       const size_t left = r.replay_pos < r.replay_ids.size()
                               ? r.replay_ids.size() - r.replay_pos
                               : r.job->prompt_ids.size() - r.prompt_pos;
@@ -144,6 +189,12 @@ void Scheduler::PromptStep() {
       }
       const size_t take = ChunkTokens(r, left, step_budget_ms, contended);
       if (take == 0) break;
+      if (bounded && take < left) {
+        // A long rest: in pieces, so no single unit of it outlasts the credit by more
+        // than one piece, however long its context.
+        StartPieces(r, left);
+        continue;
+      }
       PrefillChunk(r, take);
       if (take < left) break;  // one chunk per turn and step
     }

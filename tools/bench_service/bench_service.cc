@@ -56,6 +56,7 @@ struct Flags {
   int fairness_long_prompt = 8000;
   int fairness_sessions = 4;
   int fairness_turns = 40;
+  int fairness_rounds = 3;
   bool skip_decode_resume = false;
   bool fairness_baseline = true;
   double prefill_stall = 2.0;
@@ -64,6 +65,7 @@ struct Flags {
   int http_rounds = 3;
   int idle_streams = 1000;
   std::string db_dir = "/tmp/kvfold-bench-service-db";
+  std::string log_level = "warn";
 };
 
 void AddFlags(CLI::App& app, Flags& f) {
@@ -78,6 +80,8 @@ void AddFlags(CLI::App& app, Flags& f) {
   app.add_option("--fairness-long-prompt", f.fairness_long_prompt, "tokens of the long full-mode prompt in the fairness table (0 = skip the table)");
   app.add_option("--fairness-sessions", f.fairness_sessions, "sessions running short turns in the fairness table");
   app.add_option("--fairness-turns", f.fairness_turns, "short turns per session measured without the long prompt");
+  app.add_option("--fairness-rounds", f.fairness_rounds, "alternating rounds (without / with the long prompt) of the fairness table")
+      ->check(CLI::Range(1, 100));
   kvfold::AddSwitch(app, "--skip-decode-resume", f.skip_decode_resume, "run only the fairness table");
   kvfold::AddSwitch(app, "--fairness-baseline", f.fairness_baseline, "also run the fairness table with fixed chunks");
   app.add_option("--prefill-stall", f.prefill_stall, "the replica's prefill_stall in the fair fairness row");
@@ -86,6 +90,8 @@ void AddFlags(CLI::App& app, Flags& f) {
   app.add_option("--http-rounds", f.http_rounds, "interleaved rounds of the HTTP vs gRPC rows (median)");
   app.add_option("--idle-streams", f.idle_streams, "event streams held open at once (0 = skip)");
   app.add_option("--db-dir", f.db_dir, "scratch RocksDB directory");
+  app.add_option("--log-level", f.log_level, "request log of the in-process servers (debug|info|warn|error|off)")
+      ->check(CLI::IsMember({"debug", "info", "warn", "error", "off"}));
 }
 
 using Clock = std::chrono::steady_clock;
@@ -129,6 +135,7 @@ Replica StartReplica(const Flags& flags, const std::string& store, bool batching
   c.max_new_tokens_cap = 1 << 16;
   c.max_active_sessions = 256;
   c.prefill_stall = prefill_stall;
+  c.log_level = flags.log_level;
   c.http_port = http ? 0 : -1;
   auto server = kvfold::service::InferenceServer::Start(c);
   if (!server.ok()) {
@@ -196,6 +203,7 @@ int main(int argc, char** argv) {
   store_config.store.db_dir = flags.db_dir;
   store_config.store.sync_writes = false;
   store_config.insecure_no_auth = true;
+  store_config.log_level = flags.log_level;
   auto store = kvfold::memory::MemoryServer::Start(store_config);
   if (!store.ok()) {
     std::fprintf(stderr, "bench_service: %s\n", store.status().ToString().c_str());
@@ -311,6 +319,7 @@ int main(int argc, char** argv) {
     options.long_prompt_tokens = flags.fairness_long_prompt;
     options.sessions = flags.fairness_sessions;
     options.turns = flags.fairness_turns;
+    options.rounds = flags.fairness_rounds;
     for (bool fair : {true, false}) {
       if (!fair && !flags.fairness_baseline) continue;
       const double stall = fair ? flags.prefill_stall : 0.0;
