@@ -72,7 +72,7 @@ std::vector<double> ClientMs(const std::vector<Sample>& samples) {
 }
 
 // Where the server says a short turn's time went (medians).
-json ServerMedians(const std::vector<Sample>& samples) {
+json ServerPercentiles(const std::vector<Sample>& samples, double q) {
   std::vector<double> queue, prefill, decode, checkpoint, total;
   for (const Sample& s : samples) {
     queue.push_back(s.timings.queue_ms());
@@ -81,11 +81,11 @@ json ServerMedians(const std::vector<Sample>& samples) {
     checkpoint.push_back(s.timings.checkpoint_ms());
     total.push_back(s.timings.total_ms());
   }
-  return {{"queue_ms", Percentile(queue, 0.5)},
-          {"restore_prefill_ms", Percentile(prefill, 0.5)},
-          {"decode_ms", Percentile(decode, 0.5)},
-          {"checkpoint_ms", Percentile(checkpoint, 0.5)},
-          {"server_total_ms", Percentile(total, 0.5)}};
+  return {{"queue_ms", Percentile(queue, q)},
+          {"restore_prefill_ms", Percentile(prefill, q)},
+          {"decode_ms", Percentile(decode, q)},
+          {"checkpoint_ms", Percentile(checkpoint, q)},
+          {"server_total_ms", Percentile(total, q)}};
 }
 
 double Ratio(double a, double b) { return b > 0 ? a / b : 0.0; }
@@ -147,8 +147,10 @@ json BenchFairness(service::InferenceServer& server, const FairnessOptions& opti
   row["p50_with_long_ms"] = Percentile(w, 0.5);
   row["p99_with_long_ms"] = Percentile(w, 0.99);
   row["pooled_p99_ratio"] = Ratio(Percentile(w, 0.99), Percentile(a, 0.99));
-  row["server_p50_alone"] = ServerMedians(all_alone);
-  row["server_p50_with_long"] = ServerMedians(all_with);
+  row["server_p50_alone"] = ServerPercentiles(all_alone, 0.5);
+  row["server_p50_with_long"] = ServerPercentiles(all_with, 0.5);
+  row["server_p99_alone"] = ServerPercentiles(all_alone, 0.99);
+  row["server_p99_with_long"] = ServerPercentiles(all_with, 0.99);
   row["ok"] = ok;
   return row;
 }

@@ -7,7 +7,7 @@
 // alternate, so load from other processes on the machine hits both alike. The short
 // sessions are replaced every few turns, so their own context (at most ~140 tokens) is
 // the same in both windows. Per round: p50/p99 at the client and the p99 ratio; overall:
-// the median of the rounds' ratios, and the server's medians of where a short turn's time
+// the median of the rounds' ratios, and the server's p50 and p99 of where a short turn's time
 // went (queue, restore + prefill, decode, checkpoint, total).
 #ifndef KVFOLD_TOOLS_BENCH_SERVICE_BENCH_FAIRNESS_H_
 #define KVFOLD_TOOLS_BENCH_SERVICE_BENCH_FAIRNESS_H_
