@@ -1,5 +1,8 @@
 #include "inference_svc/engine/session.h"
 
+#include <algorithm>
+#include <chrono>
+
 #include "absl/strings/str_cat.h"
 
 namespace kvfold::engine {
@@ -34,16 +37,39 @@ absl::Status Session::Append(int32_t token_id) { return Prefill(std::span<const 
 absl::Status Session::StartPrefill(std::span<const int32_t> token_ids) {
   if (token_ids.empty()) return absl::InvalidArgumentError("StartPrefill: no tokens");
   pending_prefill_ = token_ids;
+  pending_fed_ = 0;
   return absl::OkStatus();
 }
 
-absl::StatusOr<bool> Session::ContinuePrefill(double) {
-  if (pending_prefill_.empty()) {
+absl::StatusOr<bool> Session::ContinuePrefill(double budget_ms) {
+  constexpr size_t kProbeTokens = 16, kMaxChunkTokens = 256;
+  if (pending_fed_ >= pending_prefill_.size()) {
     return absl::FailedPreconditionError("ContinuePrefill: no prefill started");
   }
-  const std::span<const int32_t> ids = pending_prefill_;
+  using Clock = std::chrono::steady_clock;
+  auto ms_since = [](Clock::time_point t) {
+    return std::chrono::duration<double, std::milli>(Clock::now() - t).count();
+  };
+  const auto t0 = Clock::now();
+  do {
+    const double left_ms = std::max(0.0, budget_ms - ms_since(t0));
+    size_t take = prefill_ms_per_token_ > 0
+                      ? static_cast<size_t>(std::clamp(left_ms / prefill_ms_per_token_, 1.0,
+                                                       static_cast<double>(kMaxChunkTokens)))
+                      : kProbeTokens;
+    take = std::min(take, pending_prefill_.size() - pending_fed_);
+    const auto t1 = Clock::now();
+    if (absl::Status s = Prefill(pending_prefill_.subspan(pending_fed_, take)); !s.ok()) {
+      pending_prefill_ = {};
+      pending_fed_ = 0;
+      return s;
+    }
+    prefill_ms_per_token_ = ms_since(t1) / static_cast<double>(take);
+    pending_fed_ += take;
+  } while (pending_fed_ < pending_prefill_.size() && ms_since(t0) < budget_ms);
+  if (pending_fed_ < pending_prefill_.size()) return false;
   pending_prefill_ = {};
-  if (absl::Status s = Prefill(ids); !s.ok()) return s;
+  pending_fed_ = 0;
   return true;
 }
 

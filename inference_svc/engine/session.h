@@ -67,7 +67,9 @@ class Session {
   // runs pieces until the tokens are fed or about budget_ms has passed (at least one
   // piece) and returns true once they are: Logits() and the state are then Prefill's,
   // bit for bit. Other sessions may run between the calls; this one may not. On an error
-  // the session is unusable (drop it). The default feeds them whole at the first call.
+  // the session is unusable (drop it). The default feeds Prefill chunks of whole tokens
+  // sized to the budget by the time per token measured so far (a 16-token probe first,
+  // at most 256 tokens): its unit is a token, not a piece of one.
   virtual absl::Status StartPrefill(std::span<const int32_t> token_ids);
   virtual absl::StatusOr<bool> ContinuePrefill(double budget_ms);
   // Feeds one token (decode step).
@@ -89,7 +91,10 @@ class Session {
   virtual absl::Status FinishAppend(const SequenceOutput& output) = 0;
 
  private:
-  std::span<const int32_t> pending_prefill_;  // the default StartPrefill's tokens
+  // The default StartPrefill's tokens, how many are fed, and the last chunk's ms per token.
+  std::span<const int32_t> pending_prefill_;
+  size_t pending_fed_ = 0;
+  double prefill_ms_per_token_ = 0;
 };
 
 // full, sliding or sink; InvalidArgument for memory modes (use memory::CreateSession) or bad

@@ -33,6 +33,7 @@
 #include <memory>
 #include <mutex>
 #include <optional>
+#include <span>
 #include <thread>
 #include <vector>
 
@@ -52,8 +53,6 @@ struct SchedulerOptions {
   bool batching = true;
   // Largest prompt chunk per turn and step. Default: 256.
   int prefill_chunk_tokens = 256;
-  // Smallest chunk of a long prompt once it may run (progress guarantee). Default: 1.
-  int min_prefill_chunk_tokens = 1;
   // Prompt work per step is budgeted at this many decode steps' time, and over time
   // takes at most this multiple of the decode time, so other turns' per-token latency
   // grows by at most about (1 + prefill_stall)x. 0 = every prefilling turn takes a
@@ -138,10 +137,17 @@ class Scheduler {
   void StartTurn(Running& r);
   // Steps 3 and 4; then the turns whose prompt is done sample their first token.
   void PromptStep();
-  // Prompt tokens `r` may prefill now (0: wait), `remaining` of them left, given the
-  // step's budget and whether other turns wait for this step.
-  size_t ChunkTokens(const Running& r, size_t remaining, double step_budget_ms,
-                     bool contended) const;
+  // Unbounded mode (prefill_stall 0, or no decode step measured yet): the chunk `r`
+  // prefills now, `remaining` tokens left, given whether other turns wait for this step.
+  size_t ChunkTokens(const Running& r, size_t remaining, bool contended) const;
+  // Bounded mode: whether r's rest (`remaining` tokens) is short enough to run whole now,
+  // like a decode token (at most the step's budget or 8 decode steps, by the cost model).
+  bool RunsWhole(const Running& r, size_t remaining, double step_budget_ms) const;
+  // The rest of r's current prompt segment: the replayed history's ids, then the prompt's
+  // (a chunk never crosses from one into the other).
+  static std::span<const int32_t> PromptRest(const Running& r);
+  // r fed the first `tokens` of PromptRest(r): moves past them (frees a finished replay).
+  static void Advance(Running& r, size_t tokens);
   void PrefillChunk(Running& r, size_t take);
   // A long prompt's rest in pieces of bounded work under the credit: starts it, or
   // continues it while credit is left. True once the rest is fed.

@@ -1,7 +1,7 @@
-// The scheduler's prompt work (steps 3 and 4 in scheduler.h): starting turns, and prompt
-// chunks under the step's time budget.
+// The scheduler's prompt work (steps 3 and 4 in scheduler.h): starting turns, short
+// prompts whole, long ones in pieces under the credit the decode steps earn (or fixed
+// chunks with prefill_stall 0).
 #include <algorithm>
-#include <cmath>
 #include <limits>
 #include <utility>
 
@@ -10,7 +10,8 @@
 namespace kvfold::runtime {
 namespace {
 
-// Prompt chunk while the cost of prompt work is not known yet.
+// Largest prompt run whole while the cost of prompt work is not known yet (and the chunk
+// of the unbounded mode's first contended prompt).
 constexpr size_t kProbeChunkTokens = 16;
 // A prompt whose rest costs at most this many decode steps (or the step's budget, if
 // more) runs whole at once, even into debt: a short turn's prompt, about what its own
@@ -19,36 +20,24 @@ constexpr double kShortPromptDecodeSteps = 8;
 
 }  // namespace
 
-size_t Scheduler::ChunkTokens(const Running& r, size_t remaining, double step_budget_ms,
-                              bool contended) const {
-  const size_t max_chunk = static_cast<size_t>(std::max(1, options_.prefill_chunk_tokens));
-  const size_t most = std::min(remaining, max_chunk);
-  if (options_.prefill_stall <= 0 || !std::isfinite(step_budget_ms)) {
-    // Fixed chunks, or no decode step measured yet: nothing to size against.
-    return contended && !prefill_cost_.ready() && r.last_ms_per_token <= 0
-               ? std::min(most, kProbeChunkTokens)
-               : most;
-  }
-  const int64_t resident = r.job->live->engine_session->ResidentTokens();
+size_t Scheduler::ChunkTokens(const Running& r, size_t remaining, bool contended) const {
+  const size_t most =
+      std::min(remaining, static_cast<size_t>(std::max(1, options_.prefill_chunk_tokens)));
+  return contended && !prefill_cost_.ready() && r.last_ms_per_token <= 0
+             ? std::min(most, kProbeChunkTokens)
+             : most;
+}
+
+bool Scheduler::RunsWhole(const Running& r, size_t remaining, double step_budget_ms) const {
+  if (remaining > static_cast<size_t>(std::max(1, options_.prefill_chunk_tokens))) return false;
   if (!prefill_cost_.ready() && r.last_ms_per_token <= 0) {
-    // Cost unknown: a small probe (a short prompt whole).
-    return std::min(most, kProbeChunkTokens);
+    return remaining <= kProbeChunkTokens;  // cost unknown: only a short prompt
   }
-  auto fits = [&](double budget_ms) -> size_t {
-    if (!prefill_cost_.ready()) {
-      return static_cast<size_t>(std::clamp<double>(budget_ms / r.last_ms_per_token, 0,
-                                                    static_cast<double>(most)));
-    }
-    return static_cast<size_t>(
-        prefill_cost_.TokensWithin(resident, budget_ms, static_cast<int64_t>(most)));
-  };
   const double short_ms = std::max(step_budget_ms, kShortPromptDecodeSteps * decode_step_ms_);
-  if (remaining <= max_chunk && fits(short_ms) >= remaining) return remaining;
-  // A long prompt spends the credit the decode steps have earned.
-  if (prefill_credit_ms_ <= 0) return 0;
-  const size_t min_chunk =
-      std::min(static_cast<size_t>(std::max(1, options_.min_prefill_chunk_tokens)), most);
-  return std::max(fits(prefill_credit_ms_), min_chunk);
+  if (!prefill_cost_.ready()) return static_cast<double>(remaining) * r.last_ms_per_token <= short_ms;
+  const int64_t resident = r.job->live->engine_session->ResidentTokens();
+  const int64_t n = static_cast<int64_t>(remaining);
+  return prefill_cost_.TokensWithin(resident, short_ms, n) >= n;
 }
 
 void Scheduler::StartTurn(Running& r) {
@@ -86,36 +75,41 @@ void Scheduler::StartTurn(Running& r) {
   r.phase = Phase::kPrefill;
 }
 
-void Scheduler::PrefillChunk(Running& r, size_t take) {
-  TurnJob& job = *r.job;
-  engine::Session& session = *job.live->engine_session;
-  const bool replay = r.replay_pos < r.replay_ids.size();
-  const int32_t* ids = replay ? r.replay_ids.data() + r.replay_pos
-                              : job.prompt_ids.data() + r.prompt_pos;
-  const int64_t resident = session.ResidentTokens();
-  const auto t0 = TurnJob::Clock::now();
-  absl::Status s = session.Prefill(std::span<const int32_t>(ids, take));
-  const double ms = MsSince(t0);
-  (replay ? job.restore_ms : job.prefill_ms) += ms;
-  if (options_.prefill_stall > 0) prefill_credit_ms_ -= ms;
-  if (!s.ok()) return Fail(r, s);
-  prefill_cost_.Observe(resident, static_cast<int64_t>(take), ms);
-  r.last_ms_per_token = ms / static_cast<double>(take);
-  (replay ? r.replay_pos : r.prompt_pos) += take;
+std::span<const int32_t> Scheduler::PromptRest(const Running& r) {
+  if (r.replay_pos < r.replay_ids.size()) {
+    return std::span<const int32_t>(r.replay_ids).subspan(r.replay_pos);
+  }
+  return std::span<const int32_t>(r.job->prompt_ids).subspan(r.prompt_pos);
+}
+
+void Scheduler::Advance(Running& r, size_t tokens) {
+  (r.replay_pos < r.replay_ids.size() ? r.replay_pos : r.prompt_pos) += tokens;
   if (r.replay_pos == r.replay_ids.size() && !r.replay_ids.empty()) {
     r.replay_ids = std::vector<int32_t>();  // done: free the copy
     r.replay_pos = 0;
   }
 }
 
-void Scheduler::StartPieces(Running& r, size_t tokens) {
+void Scheduler::PrefillChunk(Running& r, size_t take) {
   TurnJob& job = *r.job;
   engine::Session& session = *job.live->engine_session;
   const bool replay = r.replay_pos < r.replay_ids.size();
-  const int32_t* ids = replay ? r.replay_ids.data() + r.replay_pos
-                              : job.prompt_ids.data() + r.prompt_pos;
+  const int64_t resident = session.ResidentTokens();
+  const auto t0 = TurnJob::Clock::now();
+  absl::Status s = session.Prefill(PromptRest(r).first(take));
+  const double ms = MsSince(t0);
+  (replay ? job.restore_ms : job.prefill_ms) += ms;
+  if (options_.prefill_stall > 0) prefill_credit_ms_ -= ms;
+  if (!s.ok()) return Fail(r, s);
+  prefill_cost_.Observe(resident, static_cast<int64_t>(take), ms);
+  r.last_ms_per_token = ms / static_cast<double>(take);
+  Advance(r, take);
+}
+
+void Scheduler::StartPieces(Running& r, size_t tokens) {
+  engine::Session& session = *r.job->live->engine_session;
   r.pieces_resident = session.ResidentTokens();
-  if (absl::Status s = session.StartPrefill(std::span<const int32_t>(ids, tokens)); !s.ok()) {
+  if (absl::Status s = session.StartPrefill(PromptRest(r).first(tokens)); !s.ok()) {
     return Fail(r, s);
   }
   r.in_pieces = true;
@@ -141,11 +135,7 @@ bool Scheduler::ContinuePieces(Running& r) {
   r.in_pieces = false;
   prefill_cost_.Observe(r.pieces_resident, static_cast<int64_t>(r.pieces_tokens), r.pieces_ms);
   r.last_ms_per_token = r.pieces_ms / static_cast<double>(r.pieces_tokens);
-  (replay ? r.replay_pos : r.prompt_pos) += r.pieces_tokens;
-  if (r.replay_pos == r.replay_ids.size() && !r.replay_ids.empty()) {
-    r.replay_ids = std::vector<int32_t>();  // done: free the copy
-    r.replay_pos = 0;
-  }
+  Advance(r, r.pieces_tokens);
   return true;
 }
 
@@ -180,21 +170,24 @@ void Scheduler::PromptStep() {
         if (!ContinuePieces(r)) break;
         continue;
       }
-      const size_t left = r.replay_pos < r.replay_ids.size()
-                              ? r.replay_ids.size() - r.replay_pos
-                              : r.job->prompt_ids.size() - r.prompt_pos;
+      const size_t left = PromptRest(r).size();
       if (left == 0) {
         EndPrompt(r);
         break;
       }
-      const size_t take = ChunkTokens(r, left, step_budget_ms, contended);
-      if (take == 0) break;
-      if (bounded && take < left) {
-        // A long rest: in pieces, so no single unit of it outlasts the credit by more
-        // than one piece, however long its context.
-        StartPieces(r, left);
+      if (bounded) {
+        if (RunsWhole(r, left, step_budget_ms)) {
+          PrefillChunk(r, left);
+        } else if (prefill_credit_ms_ > 0) {
+          // A long rest: in pieces, so no unit of it outlasts the credit by more than
+          // one piece, however long its context.
+          StartPieces(r, left);
+        } else {
+          break;  // wait for the decode steps to earn prompt time
+        }
         continue;
       }
+      const size_t take = ChunkTokens(r, left, contended);
       PrefillChunk(r, take);
       if (take < left) break;  // one chunk per turn and step
     }
