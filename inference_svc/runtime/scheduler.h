@@ -56,8 +56,8 @@ struct SchedulerOptions {
   // Prompt work per step is budgeted at this many decode steps' time, and over time
   // takes at most this multiple of the decode time, so other turns' per-token latency
   // grows by at most about (1 + prefill_stall)x. 0 = every prefilling turn takes a
-  // prefill_chunk_tokens chunk each step. Default: 2.
-  double prefill_stall = 2.0;
+  // prefill_chunk_tokens chunk each step. Default: 1.
+  double prefill_stall = 1.0;
   // Turns running at once; more wait in the queue. Default: 64.
   int max_active_sessions = 64;
 };

@@ -85,10 +85,11 @@ struct ServiceConfig {
   // with running decodes.
   uint32_t prefill_chunk_tokens = 256;
   // While other sessions decode, prompt work may take at most this many times their decode
-  // time (chunks sized and spaced from measurements), so a long prompt slows their tokens
-  // by at most (1 + prefill_stall)x of engine time. 0 = fixed prefill_chunk_tokens chunks.
-  // Default: 2.
-  double prefill_stall = 2.0;
+  // time (a long prompt in pieces of bounded work, docs/service.md "The scheduler"), so it
+  // slows their tokens by at most about (1 + prefill_stall)x of engine time. 0 = fixed
+  // prefill_chunk_tokens chunks.
+  // Default: 1.
+  double prefill_stall = 1.0;
   // Maximum sessions decoding at once; more wait in the queue.
   uint32_t max_active_sessions = 64;
   // SIGTERM: health turns NOT_SERVING at once, calls are still accepted and served for

@@ -59,7 +59,7 @@ struct Flags {
   int fairness_rounds = 3;
   bool skip_decode_resume = false;
   bool fairness_baseline = true;
-  double prefill_stall = 2.0;
+  double prefill_stall = 1.0;
   int http_streams = 16;
   int http_new_tokens = 128;
   int http_rounds = 3;
@@ -120,7 +120,7 @@ struct Replica {
 };
 
 Replica StartReplica(const Flags& flags, const std::string& store, bool batching, kvfold::v1::KvMode mode,
-                     double prefill_stall = 2.0, bool http = false) {
+                     double prefill_stall = 1.0, bool http = false) {
   kvfold::service::ServiceConfig c;
   c.model_path = flags.model;
   c.projector_path = flags.projector;
