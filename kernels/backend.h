@@ -31,27 +31,19 @@
 
 #include "absl/status/status.h"
 #include "absl/status/statusor.h"
+#include "core/dtype.h"
 #include "kernels/attn_rows.h"
 
 namespace kvfold::kernels {
 
-enum class DType : uint8_t { kF32 = 0, kF16 = 1, kBF16 = 2, kI32 = 3, kI8 = 4, kQ8 = 5 };
-
-// Bytes per element; 0 for kQ8 (a blocked format: use StorageBytes).
-size_t DTypeSize(DType dtype);
-const char* DTypeName(DType dtype);  // "f32", "f16", "bf16", "i32", "i8", "q8"
-
-// Q8 weights (kQ8, "q8"; the numbers of ggml's Q8_0, docs/model-format.md "Q8 weights"):
-// a [rows, cols] matrix stored row by row; a row is ceil(cols / kQ8Block) fp16 scales
-// followed by ceil(cols / kQ8Block) * kQ8Block int8 codes (codes past `cols` are 0).
-// Weight (r, c) = scale[c / kQ8Block] * code[c]. Only weight matrices use it (MatMul's w,
-// Gather's table).
-inline constexpr int64_t kQ8Block = 32;
-constexpr size_t Q8RowBytes(int64_t cols) {
-  return static_cast<size_t>((cols + kQ8Block - 1) / kQ8Block) * (sizeof(uint16_t) + kQ8Block);
-}
-// Bytes of a tensor of `numel` elements whose last dimension is `last_dim`.
-size_t StorageBytes(DType dtype, int64_t numel, int64_t last_dim);
+// The element types and their storage (core/dtype.h) are the project's one DType; the
+// kernels name them unqualified.
+using core::DType;
+using core::DTypeName;
+using core::DTypeSize;
+using core::kQ8Block;
+using core::Q8RowBytes;
+using core::StorageBytes;
 
 // A block of device memory. Freed when destroyed (the backend must outlive it).
 class Buffer {

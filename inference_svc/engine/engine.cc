@@ -5,11 +5,12 @@
 
 #include "absl/strings/str_cat.h"
 #include "common/fp16.h"
+#include "core/kv_bytes.h"
 #include "inference_svc/engine/engine_internal.h"
 
 namespace kvfold::engine {
 
-using kernels::DType;
+using core::DType;
 
 namespace {
 
@@ -54,10 +55,11 @@ absl::StatusOr<std::unique_ptr<Engine>> Engine::Create(const model::ModelFile& m
   if (options.max_batch_tokens < 1 || options.block_size < 1) {
     return absl::InvalidArgumentError("Engine: max_batch_tokens and block_size must be >= 1");
   }
-  if (options.kv_dtype == KvDType::kInt8 && options.kv_value_group < 1) {
+  if (absl::Status s = ValidateKvDType(options.kv_dtype); !s.ok()) return s;
+  if (options.kv_dtype == core::DType::kI8 && options.kv_value_group < 1) {
     return absl::InvalidArgumentError("Engine: kv_value_group must be >= 1");
   }
-  if (options.kv_dtype == KvDType::kInt8 && !backend->SupportsInt8Kv()) {
+  if (options.kv_dtype == core::DType::kI8 && !backend->SupportsInt8Kv()) {
     return absl::UnimplementedError(
         absl::StrCat("backend ", backend->Name(), " has no INT8 KV cache (use --kv-dtype f32)"));
   }
@@ -133,7 +135,7 @@ absl::StatusOr<std::unique_ptr<Engine>> Engine::Create(const model::ModelFile& m
   pool_options.dtype = options.kv_dtype;
   pool_options.value_group = std::min(options.kv_value_group, c.kv_dim());
   size_t pool_bytes = options.kv_pool_bytes;
-  if (options.kv_dtype == KvDType::kInt8) {
+  if (options.kv_dtype == core::DType::kI8) {
     pool_options.num_pages =
         (options.max_batch_tokens + options.block_size - 1) / options.block_size + 8;
     const size_t page_bytes =
@@ -141,9 +143,14 @@ absl::StatusOr<std::unique_ptr<Engine>> Engine::Create(const model::ModelFile& m
     const size_t pages_bytes = page_bytes * pool_options.num_pages;
     pool_bytes = pool_bytes > pages_bytes ? pool_bytes - pages_bytes : 0;
   }
-  const size_t block_bytes = KvBlockBytes(options.kv_dtype, c.num_layers, c.kv_dim(),
-                                          options.block_size, pool_options.value_group);
-  const int num_blocks = static_cast<int>(std::max<size_t>(1, pool_bytes / block_bytes));
+  absl::StatusOr<uint64_t> block_bytes = core::KvBytesPerBlock(
+      {.num_layers = static_cast<uint64_t>(c.num_layers),
+       .kv_dim = static_cast<uint64_t>(c.kv_dim()),
+       .dtype = options.kv_dtype,
+       .block_size = static_cast<uint64_t>(options.block_size),
+       .value_group = static_cast<uint64_t>(pool_options.value_group)});
+  if (!block_bytes.ok()) return block_bytes.status();
+  const int num_blocks = static_cast<int>(std::max<size_t>(1, pool_bytes / *block_bytes));
   absl::StatusOr<std::unique_ptr<BlockPool>> pool = BlockPool::Create(
       backend, c.num_layers, c.kv_dim(), options.block_size, num_blocks, pool_options);
   if (!pool.ok()) return pool.status();
@@ -159,7 +166,7 @@ absl::StatusOr<std::unique_ptr<Engine>> Engine::Create(const model::ModelFile& m
 // Activation scratch for max_rows rows: one buffer, carved into views.
 absl::StatusOr<std::unique_ptr<Engine::Scratch>> Engine::NewScratch(int max_rows) const {
   const model::ModelConfig& c = config_;
-  auto scratch = std::make_unique<Scratch>(max_rows, options_.kv_dtype == KvDType::kInt8);
+  auto scratch = std::make_unique<Scratch>(max_rows, options_.kv_dtype == core::DType::kI8);
   Scratch& s = *scratch;
   const int64_t T = max_rows, d = c.hidden_size, f = c.intermediate_size;
   const int64_t qd = c.q_dim(), kvd = c.kv_dim();

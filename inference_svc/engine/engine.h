@@ -52,7 +52,7 @@ struct EngineOptions {
   // values per token in groups of kv_value_group channels) for window AND prefix (sink,
   // memory) entries; kv_pool_bytes then holds ~3.4x more tokens (docs/engine.md "INT8
   // KV"). Unimplemented at Create on backends without int8 KV ops. Default: kF32.
-  KvDType kv_dtype = KvDType::kF32;
+  core::DType kv_dtype = core::DType::kF32;
   // int8: channels per value scale (clamped to kv_dim). Default: 32.
   int kv_value_group = 32;
 };

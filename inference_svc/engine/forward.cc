@@ -9,6 +9,7 @@
 #include <cstring>
 
 #include "absl/strings/str_cat.h"
+#include "core/status_macros.h"
 #include "inference_svc/engine/engine_internal.h"
 
 namespace kvfold::engine {
@@ -68,12 +69,6 @@ absl::Status ValidateInput(const SequenceInput& in, const model::ModelConfig& c,
   }
   return absl::OkStatus();
 }
-
-#define KVFOLD_RETURN_IF_ERROR(expr) \
-  do {                               \
-    absl::Status _s = (expr);        \
-    if (!_s.ok()) return _s;         \
-  } while (0)
 
 }  // namespace
 
@@ -184,7 +179,7 @@ absl::Status Engine::UploadPlan(Scratch& s, Batch* batch) {
     s.table_capacity = cap;
   }
   b.tables =
-      kernels::ViewOf(*s.table_buffer, 0, kernels::DType::kI32, {std::max<int64_t>(1, num_tables)});
+      kernels::ViewOf(*s.table_buffer, 0, core::DType::kI32, {std::max<int64_t>(1, num_tables)});
   if (num_tables > 0) {
     KVFOLD_RETURN_IF_ERROR(
         be.CopyToDevice(st, plan.block_tables.data(), b.tables.Rows(0, num_tables)));
@@ -197,7 +192,7 @@ absl::Status Engine::UploadPlan(Scratch& s, Batch* batch) {
   KVFOLD_RETURN_IF_ERROR(be.CopyToDevice(st, plan.slots.data(), b.slots));
   KVFOLD_RETURN_IF_ERROR(be.CopyToDevice(st, plan.positions.data(), b.positions));
   KVFOLD_RETURN_IF_ERROR(be.CopyToDevice(st, plan.attn.data(), b.rows));
-  if (pool_->dtype() == KvDType::kInt8) {
+  if (pool_->dtype() == core::DType::kI8) {
     b.own = s.own.Rows(0, n);
     b.pages = s.pages.Rows(0, n);
     KVFOLD_RETURN_IF_ERROR(be.CopyToDevice(st, plan.own.data(), b.own));
@@ -271,7 +266,7 @@ absl::Status Engine::LayerOut(int layer, const Batch& b) {
 
 // The chunk's new keys (un-rotated) and values into the cache at the planned slots.
 absl::Status Engine::WriteKv(int layer, const Batch& b) {
-  if (pool_->dtype() == KvDType::kInt8) {
+  if (pool_->dtype() == core::DType::kI8) {
     return backend_->StoreKvInt8(*stream_, b.k, b.v, b.slots, b.pages, b.seal,
                                  pool_->int8_cache(layer));
   }
@@ -290,13 +285,13 @@ kernels::AttentionShape Engine::AttnShape() const {
 }
 
 kernels::Tensor Engine::RopeView() const {
-  return kernels::ViewOf(*rope_buffer_, 0, kernels::DType::kF32, {rope_rows_, config_.head_dim});
+  return kernels::ViewOf(*rope_buffer_, 0, core::DType::kF32, {rope_rows_, config_.head_dim});
 }
 
 // Every row's attention over the entries its AttnRow makes visible.
 absl::Status Engine::Attend(int layer, const Batch& b) {
   const kernels::AttentionShape shape = AttnShape();
-  if (pool_->dtype() == KvDType::kInt8) {
+  if (pool_->dtype() == core::DType::kI8) {
     return backend_->AttentionInt8(*stream_, b.q, pool_->int8_cache(layer), b.rows, b.own, b.tables,
                                    b.rope, shape, b.att);
   }

@@ -5,12 +5,13 @@
 
 #include "absl/strings/str_cat.h"
 #include "common/fp16.h"
+#include "core/kv_bytes.h"
 #include "kernels/check.h"
 #include "kernels/quant/kv_quant.h"
 
 namespace kvfold::engine {
 
-using kernels::DType;
+using core::DType;
 using kernels::Tensor;
 
 namespace {
@@ -36,20 +37,17 @@ Int8Layout LayoutOf(int num_blocks, int block_size, int kv_dim, int value_group)
 
 }  // namespace
 
-const char* KvDTypeName(KvDType dtype) { return dtype == KvDType::kInt8 ? "int8" : "f32"; }
-
-absl::StatusOr<KvDType> ParseKvDType(std::string_view name) {
-  if (name == "f32") return KvDType::kF32;
-  if (name == "int8") return KvDType::kInt8;
-  return absl::InvalidArgumentError(
-      absl::StrCat("unknown KV dtype '", std::string(name), "' (expected f32 or int8)"));
+absl::StatusOr<core::DType> ParseKvDType(std::string_view name) {
+  absl::StatusOr<core::DType> dtype = core::ParseDType(name);
+  if (!dtype.ok()) return dtype.status();
+  if (absl::Status s = ValidateKvDType(*dtype); !s.ok()) return s;
+  return *dtype;
 }
 
-size_t KvBlockBytes(KvDType dtype, int num_layers, int kv_dim, int block_size, int value_group) {
-  const size_t layers = static_cast<size_t>(num_layers);
-  if (dtype == KvDType::kF32) return layers * 2 * block_size * kv_dim * sizeof(float);
-  const Int8Layout one = LayoutOf(1, block_size, kv_dim, value_group);
-  return layers * (2 * one.codes + one.k_scales + one.v_scales);
+absl::Status ValidateKvDType(core::DType dtype) {
+  if (dtype == core::DType::kF32 || dtype == core::DType::kI8) return absl::OkStatus();
+  return absl::InvalidArgumentError(absl::StrCat("KV dtype ", core::DTypeName(dtype),
+                                                 " is not supported (expected f32 or int8)"));
 }
 
 absl::StatusOr<std::unique_ptr<BlockPool>> BlockPool::Create(kernels::Backend* backend,
@@ -61,7 +59,8 @@ absl::StatusOr<std::unique_ptr<BlockPool>> BlockPool::Create(kernels::Backend* b
                                                    ", kv_dim ", kv_dim, ", block_size ",
                                                    block_size, ", blocks ", num_blocks, ")"));
   }
-  const bool int8 = options.dtype == KvDType::kInt8;
+  if (absl::Status s = ValidateKvDType(options.dtype); !s.ok()) return s;
+  const bool int8 = options.dtype == core::DType::kI8;
   if (int8 && options.value_group < 1) {
     return absl::InvalidArgumentError("BlockPool: int8 value_group must be >= 1");
   }
@@ -96,31 +95,39 @@ absl::StatusOr<std::unique_ptr<BlockPool>> BlockPool::Create(kernels::Backend* b
 
 BlockPool::~BlockPool() = default;
 
-size_t BlockPool::bytes_per_block() const {
-  return KvBlockBytes(options_.dtype, num_layers_, kv_dim_, block_size_, options_.value_group);
+core::KvLayout BlockPool::layout() const {
+  return {.num_layers = static_cast<uint64_t>(num_layers_),
+          .kv_dim = static_cast<uint64_t>(kv_dim_),
+          .dtype = options_.dtype,
+          .block_size = static_cast<uint64_t>(block_size_),
+          .value_group = static_cast<uint64_t>(options_.value_group)};
 }
 
+// The layout was checked by Create, so the accounting cannot fail.
+size_t BlockPool::bytes_per_block() const { return core::KvBytesPerBlock(layout()).value(); }
+size_t BlockPool::bytes_per_token() const { return core::KvBytesPerToken(layout()).value(); }
+
 size_t BlockPool::bytes_per_page() const {
-  if (options_.dtype == KvDType::kF32) return 0;
+  if (options_.dtype == core::DType::kF32) return 0;
   return static_cast<size_t>(num_layers_) * 2 * block_size_ * kv_dim_ * sizeof(float);
 }
 
 Tensor BlockPool::k_cache(int layer) const {
-  KVFOLD_CHECK(options_.dtype == KvDType::kF32);
+  KVFOLD_CHECK(options_.dtype == core::DType::kF32);
   const size_t per_tensor = static_cast<size_t>(num_blocks_) * block_size_ * kv_dim_ * sizeof(float);
   return kernels::ViewOf(*buffer_, (2 * static_cast<size_t>(layer)) * per_tensor, DType::kF32,
                          {num_blocks_, block_size_, kv_dim_});
 }
 
 Tensor BlockPool::v_cache(int layer) const {
-  KVFOLD_CHECK(options_.dtype == KvDType::kF32);
+  KVFOLD_CHECK(options_.dtype == core::DType::kF32);
   const size_t per_tensor = static_cast<size_t>(num_blocks_) * block_size_ * kv_dim_ * sizeof(float);
   return kernels::ViewOf(*buffer_, (2 * static_cast<size_t>(layer) + 1) * per_tensor, DType::kF32,
                          {num_blocks_, block_size_, kv_dim_});
 }
 
 kernels::KvCacheI8 BlockPool::int8_cache(int layer) const {
-  KVFOLD_CHECK(options_.dtype == KvDType::kInt8);
+  KVFOLD_CHECK(options_.dtype == core::DType::kI8);
   const Int8Layout lay = LayoutOf(num_blocks_, block_size_, kv_dim_, options_.value_group);
   size_t off = static_cast<size_t>(layer) * lay.layer_bytes();
   kernels::KvCacheI8 c;
@@ -168,7 +175,7 @@ absl::Status BlockPool::GrowPages() {
 }
 
 absl::Status BlockPool::AttachPage(int32_t block, int restore) {
-  KVFOLD_CHECK(options_.dtype == KvDType::kInt8 && page_of_[block] < 0);
+  KVFOLD_CHECK(options_.dtype == core::DType::kI8 && page_of_[block] < 0);
   if (free_pages_.empty()) {
     if (absl::Status s = GrowPages(); !s.ok()) return s;
   }
@@ -243,7 +250,7 @@ KvCache::~KvCache() { Clear(); }
 
 size_t KvCache::ResidentBytes() const {
   size_t pages = 0;
-  if (pool_->dtype() == KvDType::kInt8) {
+  if (pool_->dtype() == core::DType::kI8) {
     for (int32_t b : prefix_blocks_) pages += pool_->page_of(b) >= 0;
     for (int32_t b : main_blocks_) pages += pool_->page_of(b) >= 0;
   }
@@ -318,7 +325,7 @@ absl::Status KvCache::Append(std::vector<int32_t>& blocks, int begin, int n, int
     return absl::ResourceExhaustedError(absl::StrCat(
         "KV pool exhausted: need ", need, " more blocks, ", pool_->free_blocks(), " free"));
   }
-  if (pool_->dtype() == KvDType::kInt8 && n > 0) {
+  if (pool_->dtype() == core::DType::kI8 && n > 0) {
     // Int8: every block written to needs its F32 page. A partial last block without one
     // was sealed and then truncated (rollback): rebuild its page from the codes.
     if (begin % bs != 0 && pool_->page_of(blocks[begin / bs]) < 0) {

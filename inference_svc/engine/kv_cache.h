@@ -3,7 +3,7 @@
 //
 // Layout of the pool (one backend Buffer): for each layer, k_cache and v_cache tensors
 // [num_blocks, block_size, num_kv_heads * head_dim] F32, keys UN-ROTATED (docs/contracts.md).
-// With KvDType::kInt8 (KIVI, docs/engine.md "INT8 KV") each layer instead holds int8 key
+// With core::DType::kI8 (KIVI, docs/engine.md "INT8 KV") each layer instead holds int8 key
 // and value codes of the same shape, fp16 key scales [num_blocks, kv_dim] (a key group is
 // one block) and fp16 value scales [num_blocks, block_size, ceil(kv_dim / value_group)], and a
 // second, small store of F32 PAGES [num_pages, block_size, kv_dim] holds the entries of
@@ -25,6 +25,9 @@
 #include <vector>
 
 #include "absl/status/status.h"
+#include "absl/status/statusor.h"
+#include "core/dtype.h"
+#include "core/kv_bytes.h"
 #include "kernels/backend.h"
 
 namespace kvfold::engine {
@@ -49,17 +52,15 @@ struct KvPolicy {
   static KvPolicy Memory() { return {0, 0, 0, 1, 0}; }
 };
 
-// Element type of the KV cache.
-enum class KvDType { kF32, kInt8 };
-const char* KvDTypeName(KvDType dtype);  // "f32", "int8"
-// THE parser of --kv-dtype (CLI and service): "f32" or "int8"; InvalidArgument otherwise.
-absl::StatusOr<KvDType> ParseKvDType(std::string_view name);
-
-// Bytes of one pool block (all layers, K and V, codes and scales for int8).
-size_t KvBlockBytes(KvDType dtype, int num_layers, int kv_dim, int block_size, int value_group);
+// The KV cache dtypes this engine stores: core::DType::kF32 and kI8 (KIVI int8 codes).
+// THE parser of --kv-dtype (CLI and service): core::ParseDType, then InvalidArgument
+// unless the dtype is one of those two.
+absl::StatusOr<core::DType> ParseKvDType(std::string_view name);
+// OK for kF32 and kI8; InvalidArgument naming the dtype otherwise.
+absl::Status ValidateKvDType(core::DType dtype);
 
 struct BlockPoolOptions {
-  KvDType dtype = KvDType::kF32;  // Default: F32.
+  core::DType dtype = core::DType::kF32;  // kF32 or kI8. Default: F32.
   int value_group = 32;           // int8: channels per value scale. Default: 32.
   int num_pages = 0;              // int8: initial F32 pages (grown on demand). 0 = 16.
 };
@@ -73,11 +74,13 @@ class BlockPool {
                                                            int block_size, int num_blocks,
                                                            const BlockPoolOptions& options = {});
   ~BlockPool();
-  KvDType dtype() const { return options_.dtype; }
+  core::DType dtype() const { return options_.dtype; }
   int block_size() const { return block_size_; }
   int num_blocks() const { return num_blocks_; }
   int free_blocks() const { return static_cast<int>(free_.size()); }
   size_t bytes_per_block() const;  // all layers, K and V (int8: codes + fp16 scales)
+  // KV bytes one token costs (core::KvBytesPerToken of this pool's layout, rounded up).
+  size_t bytes_per_token() const;
   size_t bytes_per_page() const;   // int8: one F32 page, all layers, K and V; F32: 0
   // F32 pool only.
   kernels::Tensor k_cache(int layer) const;
@@ -102,6 +105,7 @@ class BlockPool {
 
  private:
   BlockPool() = default;
+  core::KvLayout layout() const;
   absl::Status GrowPages();
   absl::Status RestorePage(int32_t block, int32_t page, int count);
 

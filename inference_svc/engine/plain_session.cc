@@ -4,6 +4,7 @@
 #include <cstring>
 
 #include "absl/strings/str_cat.h"
+#include "core/session_geometry.h"
 #include "inference_svc/engine/prefill_cursor.h"
 #include "inference_svc/engine/session.h"
 
@@ -169,24 +170,31 @@ class PlainSession : public Session {
 absl::StatusOr<std::unique_ptr<Session>> CreatePlainSession(Engine* engine,
                                                             const SessionOptions& options) {
   if (engine == nullptr) return absl::InvalidArgumentError("CreatePlainSession: null engine");
+  if (core::IsMemoryMode(options.mode)) {
+    return absl::InvalidArgumentError(absl::StrCat(
+        "CreatePlainSession: mode ", KvModeName(options.mode),
+        " is a memory mode (inference_svc/memory/ creates those sessions)"));
+  }
+  // Full mode ignores window_size; sink_tokens counts in sink mode only.
+  const core::SessionGeometry geometry{
+      .mode = options.mode,
+      .window_size = options.mode == KvMode::kFull ? 0 : options.window_size,
+      .sink_tokens = options.mode == KvMode::kSink ? options.sink_tokens : 0};
+  if (absl::Status s = core::ValidateSessionGeometry(geometry); !s.ok()) return s;
   KvPolicy policy;
   switch (options.mode) {
     case KvMode::kFull:
       policy = KvPolicy::Full();
       break;
     case KvMode::kSliding:
-      if (options.window_size < 1) return absl::InvalidArgumentError("window_size must be >= 1");
       policy = KvPolicy::Sliding(options.window_size);
       break;
     case KvMode::kSink:
-      if (options.window_size < 1) return absl::InvalidArgumentError("window_size must be >= 1");
-      if (options.sink_tokens < 0) return absl::InvalidArgumentError("sink_tokens must be >= 0");
       policy = KvPolicy::Sink(options.sink_tokens, options.window_size);
       break;
-    default:
-      return absl::InvalidArgumentError(absl::StrCat(
-          "CreatePlainSession: mode ", KvModeName(options.mode),
-          " is a memory mode (inference_svc/memory/ creates those sessions)"));
+    case KvMode::kMemory:
+    case KvMode::kMemoryOnly:
+      break;  // refused above
   }
   return std::unique_ptr<Session>(new PlainSession(engine, options, engine->NewCache(policy)));
 }

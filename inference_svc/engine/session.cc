@@ -7,31 +7,6 @@
 
 namespace kvfold::engine {
 
-const char* KvModeName(KvMode mode) {
-  switch (mode) {
-    case KvMode::kFull:
-      return "full";
-    case KvMode::kSliding:
-      return "sliding";
-    case KvMode::kSink:
-      return "sink";
-    case KvMode::kMemory:
-      return "memory";
-    case KvMode::kMemoryOnly:
-      return "memory_only";
-  }
-  return "?";
-}
-
-absl::StatusOr<KvMode> ParseKvMode(std::string_view name) {
-  for (KvMode m : {KvMode::kFull, KvMode::kSliding, KvMode::kSink, KvMode::kMemory,
-                   KvMode::kMemoryOnly}) {
-    if (name == KvModeName(m)) return m;
-  }
-  return absl::InvalidArgumentError(absl::StrCat(
-      "unknown mode '", std::string(name), "' (expected full, sliding, sink, memory, memory_only)"));
-}
-
 absl::Status Session::Append(int32_t token_id) { return Prefill(std::span<const int32_t>(&token_id, 1)); }
 
 absl::Status Session::StartPrefill(std::span<const int32_t> token_ids) {

@@ -27,13 +27,13 @@
 
 #include "absl/status/status.h"
 #include "absl/status/statusor.h"
+#include "core/kv_mode.h"
 #include "inference_svc/engine/engine.h"
 
 namespace kvfold::engine {
 
-enum class KvMode { kFull, kSliding, kSink, kMemory, kMemoryOnly };
-const char* KvModeName(KvMode mode);  // "full", "sliding", "sink", "memory", "memory_only"
-absl::StatusOr<KvMode> ParseKvMode(std::string_view name);  // InvalidArgument if unknown
+// Sessions speak the shared KV mode (core/kv_mode.h: the enum, its names and parser).
+using core::KvMode;
 
 struct SessionOptions {
   KvMode mode = KvMode::kFull;

@@ -4,6 +4,7 @@
 #include <cmath>
 
 #include "absl/strings/str_cat.h"
+#include "core/status_macros.h"
 #include "nlohmann/json.hpp"
 
 namespace kvfold::http {
@@ -59,11 +60,6 @@ absl::Status GetInt(const json& j, const char* key, int64_t lo, int64_t hi,
   return absl::OkStatus();
 }
 
-#define OPENAI_RETURN_IF_ERROR(expr)                   \
-  do {                                                 \
-    if (absl::Status s_ = (expr); !s_.ok()) return s_; \
-  } while (0)
-
 // Fields that change the answer and that kvfold does not implement: refused, never ignored.
 absl::Status RefuseUnsupported(const json& j) {
   for (const char* key : {"tools", "functions", "tool_choice", "function_call", "response_format",
@@ -83,23 +79,23 @@ absl::Status RefuseUnsupported(const json& j) {
 absl::Status ParseSampling(const json& j, const char* max_key, GenerationParams* p) {
   std::optional<int64_t> i;
   for (const char* key : {max_key, "max_completion_tokens"}) {
-    OPENAI_RETURN_IF_ERROR(GetInt(j, key, 1, 1 << 30, &i));
+    KVFOLD_RETURN_IF_ERROR(GetInt(j, key, 1, 1 << 30, &i));
   }
   if (i.has_value()) p->max_tokens = static_cast<int>(*i);
   std::optional<double> d;
-  OPENAI_RETURN_IF_ERROR(GetNumber(j, "temperature", 0, 2, &d));
+  KVFOLD_RETURN_IF_ERROR(GetNumber(j, "temperature", 0, 2, &d));
   if (d.has_value()) p->temperature = static_cast<float>(*d);
   d.reset();
-  OPENAI_RETURN_IF_ERROR(GetNumber(j, "top_p", 0, 1, &d));
+  KVFOLD_RETURN_IF_ERROR(GetNumber(j, "top_p", 0, 1, &d));
   if (d.has_value()) {
     if (*d <= 0) return Bad("'top_p' must be greater than 0");
     p->top_p = static_cast<float>(*d);
   }
   i.reset();
-  OPENAI_RETURN_IF_ERROR(GetInt(j, "seed", INT64_MIN, INT64_MAX, &i));
+  KVFOLD_RETURN_IF_ERROR(GetInt(j, "seed", INT64_MIN, INT64_MAX, &i));
   if (i.has_value()) p->seed = static_cast<uint64_t>(*i);
   i.reset();
-  OPENAI_RETURN_IF_ERROR(GetInt(j, "n", 1, 128, &i));
+  KVFOLD_RETURN_IF_ERROR(GetInt(j, "n", 1, 128, &i));
   if (i.has_value() && *i != 1) {
     return Bad(absl::StrCat("'n' is ", *i, ": kvfold generates one choice per request (n = 1)"));
   }
@@ -134,8 +130,8 @@ absl::Status ParseLogprobs(const json& j, LogprobsForm form, GenerationParams* p
   std::optional<int64_t> top;
   switch (form) {
     case LogprobsForm::kChat:
-      OPENAI_RETURN_IF_ERROR(GetBool(j, "logprobs", &p->logprobs));
-      OPENAI_RETURN_IF_ERROR(GetInt(j, "top_logprobs", 0, kMaxTopLogprobs, &top));
+      KVFOLD_RETURN_IF_ERROR(GetBool(j, "logprobs", &p->logprobs));
+      KVFOLD_RETURN_IF_ERROR(GetInt(j, "top_logprobs", 0, kMaxTopLogprobs, &top));
       if (top.has_value() && !p->logprobs) {
         return Bad("'top_logprobs' needs 'logprobs': true");
       }
@@ -145,12 +141,12 @@ absl::Status ParseLogprobs(const json& j, LogprobsForm form, GenerationParams* p
         if (!j["logprobs"].is_number_integer()) {
           return Bad("'logprobs' must be an integer in [0, 5] (the number of alternatives)");
         }
-        OPENAI_RETURN_IF_ERROR(GetInt(j, "logprobs", 0, 5, &top));
+        KVFOLD_RETURN_IF_ERROR(GetInt(j, "logprobs", 0, 5, &top));
         p->logprobs = true;
       }
       break;
     case LogprobsForm::kResponse:
-      OPENAI_RETURN_IF_ERROR(GetInt(j, "top_logprobs", 0, kMaxTopLogprobs, &top));
+      KVFOLD_RETURN_IF_ERROR(GetInt(j, "top_logprobs", 0, kMaxTopLogprobs, &top));
       if (j.contains("include") && !j["include"].is_null()) {
         if (!j["include"].is_array()) return Bad("'include' must be an array of strings");
         for (const json& e : j["include"]) {
@@ -166,7 +162,7 @@ absl::Status ParseLogprobs(const json& j, LogprobsForm form, GenerationParams* p
 }
 
 absl::Status ParseParams(const json& j, LogprobsForm form, GenerationParams* p) {
-  OPENAI_RETURN_IF_ERROR(
+  KVFOLD_RETURN_IF_ERROR(
       ParseSampling(j, form == LogprobsForm::kResponse ? "max_output_tokens" : "max_tokens", p));
   return ParseLogprobs(j, form, p);
 }
@@ -224,16 +220,16 @@ absl::StatusOr<ChatCompletionRequest> ParseChatCompletionRequest(std::string_vie
   auto j = ParseObject(body);
   if (!j.ok()) return j.status();
   ChatCompletionRequest r;
-  OPENAI_RETURN_IF_ERROR(GetString(*j, "model", &r.model));
+  KVFOLD_RETURN_IF_ERROR(GetString(*j, "model", &r.model));
   if (!j->contains("messages")) return Bad("'messages' is required");
   auto messages = ParseMessages((*j)["messages"], "messages");
   if (!messages.ok()) return messages.status();
   r.messages = std::move(*messages);
-  OPENAI_RETURN_IF_ERROR(ParseParams(*j, LogprobsForm::kChat, &r.params));
-  OPENAI_RETURN_IF_ERROR(GetBool(*j, "stream", &r.stream));
-  OPENAI_RETURN_IF_ERROR(ParseStreamOptions(*j, r.stream, &r.include_usage));
-  OPENAI_RETURN_IF_ERROR(GetBool(*j, "continue_final_message", &r.continue_final_message));
-  OPENAI_RETURN_IF_ERROR(GetString(*j, "kvfold_session", &r.session));
+  KVFOLD_RETURN_IF_ERROR(ParseParams(*j, LogprobsForm::kChat, &r.params));
+  KVFOLD_RETURN_IF_ERROR(GetBool(*j, "stream", &r.stream));
+  KVFOLD_RETURN_IF_ERROR(ParseStreamOptions(*j, r.stream, &r.include_usage));
+  KVFOLD_RETURN_IF_ERROR(GetBool(*j, "continue_final_message", &r.continue_final_message));
+  KVFOLD_RETURN_IF_ERROR(GetString(*j, "kvfold_session", &r.session));
   return r;
 }
 
@@ -241,7 +237,7 @@ absl::StatusOr<CompletionRequest> ParseCompletionRequest(std::string_view body) 
   auto j = ParseObject(body);
   if (!j.ok()) return j.status();
   CompletionRequest r;
-  OPENAI_RETURN_IF_ERROR(GetString(*j, "model", &r.model));
+  KVFOLD_RETURN_IF_ERROR(GetString(*j, "model", &r.model));
   const json& prompt = j->contains("prompt") ? (*j)["prompt"] : json();
   if (prompt.is_string()) {
     r.prompt = prompt.get<std::string>();
@@ -250,10 +246,10 @@ absl::StatusOr<CompletionRequest> ParseCompletionRequest(std::string_view body) 
   } else {
     return Bad("'prompt' must be a string (or an array of one string)");
   }
-  OPENAI_RETURN_IF_ERROR(ParseParams(*j, LogprobsForm::kCompletion, &r.params));
-  OPENAI_RETURN_IF_ERROR(GetBool(*j, "stream", &r.stream));
-  OPENAI_RETURN_IF_ERROR(ParseStreamOptions(*j, r.stream, &r.include_usage));
-  OPENAI_RETURN_IF_ERROR(GetBool(*j, "echo", &r.echo));
+  KVFOLD_RETURN_IF_ERROR(ParseParams(*j, LogprobsForm::kCompletion, &r.params));
+  KVFOLD_RETURN_IF_ERROR(GetBool(*j, "stream", &r.stream));
+  KVFOLD_RETURN_IF_ERROR(ParseStreamOptions(*j, r.stream, &r.include_usage));
+  KVFOLD_RETURN_IF_ERROR(GetBool(*j, "echo", &r.echo));
   return r;
 }
 
@@ -261,11 +257,11 @@ absl::StatusOr<ResponsesRequest> ParseResponsesRequest(std::string_view body) {
   auto j = ParseObject(body);
   if (!j.ok()) return j.status();
   ResponsesRequest r;
-  OPENAI_RETURN_IF_ERROR(GetString(*j, "model", &r.model));
-  OPENAI_RETURN_IF_ERROR(GetString(*j, "instructions", &r.instructions));
-  OPENAI_RETURN_IF_ERROR(GetString(*j, "previous_response_id", &r.previous_response_id));
+  KVFOLD_RETURN_IF_ERROR(GetString(*j, "model", &r.model));
+  KVFOLD_RETURN_IF_ERROR(GetString(*j, "instructions", &r.instructions));
+  KVFOLD_RETURN_IF_ERROR(GetString(*j, "previous_response_id", &r.previous_response_id));
   bool stream = false;
-  OPENAI_RETURN_IF_ERROR(GetBool(*j, "stream", &stream));
+  KVFOLD_RETURN_IF_ERROR(GetBool(*j, "stream", &stream));
   if (stream) return Bad("'stream' is not supported on /v1/responses; use /v1/chat/completions");
   const json& input = j->contains("input") ? (*j)["input"] : json();
   if (input.is_string()) {
@@ -277,7 +273,7 @@ absl::StatusOr<ResponsesRequest> ParseResponsesRequest(std::string_view body) {
   } else {
     return Bad("'input' must be a string or an array of messages");
   }
-  OPENAI_RETURN_IF_ERROR(ParseParams(*j, LogprobsForm::kResponse, &r.params));
+  KVFOLD_RETURN_IF_ERROR(ParseParams(*j, LogprobsForm::kResponse, &r.params));
   return r;
 }
 

@@ -9,6 +9,8 @@
 #include "google/protobuf/io/zero_copy_stream_impl_lite.h"
 #include "common/block_checksum.h"
 #include "common/fp16.h"
+#include "common/proto_enums.h"
+#include "core/session_geometry.h"
 
 namespace kvfold::memory {
 namespace {
@@ -37,11 +39,23 @@ absl::Status CheckIds(const google::protobuf::RepeatedField<int32_t>& ids, int v
   return absl::OkStatus();
 }
 
-// Mode-specific limits on the window and the memory.
+// The session geometry (core::ValidateSessionGeometry), then the mode-specific limits on
+// the ids and the memory.
 absl::Status CheckGeometry(const v1::MemoryBlockHeader& h, const BlockExpectations& expected) {
+  absl::StatusOr<core::KvMode> mode = KvModeFromProto(h.kv_mode());
+  if (!mode.ok()) {
+    return absl::InvalidArgumentError(absl::StrCat("memory block: ", mode.status().message()));
+  }
+  const core::SessionGeometry geometry{.mode = *mode,
+                                       .window_size = h.window_size(),
+                                       .sink_tokens = h.sink_tokens(),
+                                       .chunk_size = h.chunk_size(),
+                                       .mem_slots = h.mem_slots()};
+  if (absl::Status s = core::ValidateSessionGeometry(geometry); !s.ok()) {
+    return absl::InvalidArgumentError(absl::StrCat("memory block: ", s.message()));
+  }
   const uint64_t window_ids = static_cast<uint64_t>(h.window_token_ids_size());
-  const bool memory_mode = h.kv_mode() == v1::KV_MODE_MEMORY || h.kv_mode() == v1::KV_MODE_MEMORY_ONLY;
-  if (!memory_mode && (h.mem_slots() != 0 || h.tokens_folded() != 0)) {
+  if (!core::IsMemoryMode(*mode) && h.tokens_folded() != 0) {
     return absl::InvalidArgumentError("memory block: a plain-mode block carries memory");
   }
   if (h.kv_mode() != v1::KV_MODE_SINK && !memory_mode && h.sink_token_ids_size() != 0) {
@@ -55,7 +69,7 @@ absl::Status CheckGeometry(const v1::MemoryBlockHeader& h, const BlockExpectatio
       break;
     case v1::KV_MODE_SLIDING:
     case v1::KV_MODE_SINK:
-      if (h.window_size() == 0 || window_ids > h.window_size()) {
+      if (window_ids > h.window_size()) {
         return absl::InvalidArgumentError(absl::StrCat("memory block: ", window_ids,
                                                        " window ids for window_size ", h.window_size()));
       }
@@ -76,10 +90,7 @@ absl::Status CheckGeometry(const v1::MemoryBlockHeader& h, const BlockExpectatio
                                                           " != projector mem_slots ",
                                                           expected.projector_mem_slots));
       }
-      if (h.kv_mode() == v1::KV_MODE_MEMORY_ONLY && h.window_size() > h.chunk_size()) {
-        return absl::InvalidArgumentError("memory block: memory_only with window_size > chunk_size");
-      }
-      if (h.chunk_size() == 0 || window_ids > uint64_t{h.window_size()} + h.chunk_size()) {
+      if (window_ids > uint64_t{h.window_size()} + h.chunk_size()) {
         return absl::InvalidArgumentError(absl::StrCat("memory block: ", window_ids,
                                                        " window ids exceed W + C = ",
                                                        uint64_t{h.window_size()} + h.chunk_size()));
@@ -108,14 +119,9 @@ absl::Status CheckGeometry(const v1::MemoryBlockHeader& h, const BlockExpectatio
 }  // namespace
 
 int PayloadElementBytes(v1::Dtype dtype) {
-  switch (dtype) {
-    case v1::DTYPE_FP16:
-      return 2;
-    case v1::DTYPE_FP32:
-      return 4;
-    default:
-      return 0;
-  }
+  absl::StatusOr<core::DType> d = DTypeFromProto(dtype);
+  if (!d.ok() || !core::IsBlockPayloadDType(*d)) return 0;
+  return static_cast<int>(core::DTypeSize(*d));
 }
 
 absl::StatusOr<std::string> EncodeMemoryPayload(std::span<const float> memory, v1::Dtype dtype) {
@@ -171,7 +177,10 @@ absl::Status ValidateMemoryBlock(const v1::MemoryBlockHeader& h, std::string_vie
     return absl::InvalidArgumentError(
         absl::StrCat("memory block: unsupported payload dtype ", v1::Dtype_Name(h.dtype())));
   }
-  const uint64_t expected_payload = uint64_t{h.mem_slots()} * h.hidden_size() * elem;
+  absl::StatusOr<uint64_t> payload_bytes =
+      core::BlockPayloadBytes(h.mem_slots(), h.hidden_size(), DTypeFromProto(h.dtype()).value());
+  if (!payload_bytes.ok()) return payload_bytes.status();
+  const uint64_t expected_payload = *payload_bytes;
   if (expected_payload != h.payload_size()) {
     return absl::InvalidArgumentError(absl::StrCat("memory block: payload_size ", h.payload_size(),
                                                    " != mem_slots x hidden_size x ", elem, " = ",

@@ -16,18 +16,20 @@
 
 #include "absl/status/status.h"
 #include "absl/status/statusor.h"
+#include "core/block_rules.h"
 #include "kvfold/v1/common.pb.h"
 
 namespace kvfold::memory {
 
-inline constexpr uint32_t kMemoryBlockFormatVersion = 1;
+inline constexpr uint32_t kMemoryBlockFormatVersion = core::kBlockFormatVersion;
 
 struct MemoryBlock {
   v1::MemoryBlockHeader header;
   std::string payload;  // header.payload_size bytes
 };
 
-// Bytes per payload element: 2 for DTYPE_FP16, 4 for DTYPE_FP32, 0 for anything else.
+// Bytes per payload element: 2 for DTYPE_FP16, 4 for DTYPE_FP32, 0 for anything else
+// (core::IsBlockPayloadDType, the rule the store applies too).
 int PayloadElementBytes(v1::Dtype dtype);
 
 // Encodes memory [mem_slots, hidden_size] as little-endian `dtype` (fp16: round to nearest

@@ -9,7 +9,7 @@
 
 namespace kvfold::memory {
 
-using engine::KvMode;
+using core::KvMode;
 using engine::MaskKind;
 using engine::RowSelect;
 using engine::SequenceInput;
@@ -36,7 +36,7 @@ absl::StatusOr<std::unique_ptr<MemorySession>> MemorySession::Create(
     engine::Engine* engine, const Projector* projector, const MemorySessionOptions& options) {
   if (options.mode != KvMode::kMemory && options.mode != KvMode::kMemoryOnly) {
     return absl::InvalidArgumentError(
-        absl::StrCat("MemorySession: mode ", engine::KvModeName(options.mode), " is not a memory mode"));
+        absl::StrCat("MemorySession: mode ", core::KvModeName(options.mode), " is not a memory mode"));
   }
   if (engine == nullptr || projector == nullptr) {
     return absl::InvalidArgumentError("MemorySession: memory modes need an engine and a projector");
@@ -315,8 +315,8 @@ absl::Status MemorySession::ImportState(const engine::SessionState& state) {
   }
   if (state.mode != mode_ || state.window_size != window_size_ || state.chunk_size != chunk_size_) {
     return absl::InvalidArgumentError(absl::StrCat(
-        "ImportState: state is ", engine::KvModeName(state.mode), " W=", state.window_size,
-        " C=", state.chunk_size, ", session is ", engine::KvModeName(mode_), " W=", window_size_,
+        "ImportState: state is ", core::KvModeName(state.mode), " W=", state.window_size,
+        " C=", state.chunk_size, ", session is ", core::KvModeName(mode_), " W=", window_size_,
         " C=", chunk_size_));
   }
   const bool has_memory = state.mem_slots != 0;
@@ -372,7 +372,7 @@ absl::StatusOr<std::unique_ptr<engine::Session>> CreateSession(engine::Engine* e
     return engine::CreatePlainSession(engine, options);
   }
   if (projector == nullptr) {
-    return absl::InvalidArgumentError(absl::StrCat("mode ", engine::KvModeName(options.mode),
+    return absl::InvalidArgumentError(absl::StrCat("mode ", core::KvModeName(options.mode),
                                                    " needs a projector (--projector DIR)"));
   }
   MemorySessionOptions memory_options;

@@ -40,7 +40,7 @@ namespace kvfold::memory {
 
 struct MemorySessionOptions {
   // kMemory or kMemoryOnly.
-  engine::KvMode mode = engine::KvMode::kMemory;
+  core::KvMode mode = core::KvMode::kMemory;
   // Round every new memory to fp16 (the default block dtype) so that checkpoints in the
   // default format restore bit for bit. false keeps the projector's fp32 output (then only
   // an fp32 block restores exactly). Default: true.
@@ -65,7 +65,7 @@ class MemorySession final : public engine::Session {
                                                                const Projector* projector,
                                                                const MemorySessionOptions& options);
 
-  engine::KvMode mode() const override { return mode_; }
+  core::KvMode mode() const override { return mode_; }
   absl::Status Prefill(std::span<const int32_t> token_ids) override;
   absl::Status Append(int32_t token_id) override;
   std::span<const float> Logits() const override;
@@ -83,7 +83,7 @@ class MemorySession final : public engine::Session {
 
   // The cache policy of a memory-mode session: KvPolicy::Memory(), windowed to W under the
   // sliding window policy (memory mode only), the first S tokens into the prefix.
-  static engine::KvPolicy CachePolicy(engine::KvMode mode, const ProjectorConfig& config);
+  static engine::KvPolicy CachePolicy(core::KvMode mode, const ProjectorConfig& config);
 
   int window_size() const { return window_size_; }  // W
   int chunk_size() const { return chunk_size_; }    // C
@@ -117,7 +117,7 @@ class MemorySession final : public engine::Session {
 
   engine::Engine* engine_;
   const Projector* projector_;
-  engine::KvMode mode_;
+  core::KvMode mode_;
   bool fp16_memory_;
   int window_size_, chunk_size_, mem_slots_, hidden_size_, vocab_size_;
   int input_layers_, hidden_width_;  // hidden_width_ = input_layers * hidden_size

@@ -9,14 +9,10 @@
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_join.h"
 #include "common/sha256.h"
+#include "core/status_macros.h"
 #include "kernels/backend.h"
 
 namespace kvfold::memory {
-
-#define KVFOLD_PROJECTOR_RETURN_IF_ERROR(expr)                        \
-  do {                                                                \
-    if (absl::Status status_ = (expr); !status_.ok()) return status_; \
-  } while (0)
 
 // The projector's tensors on a backend (Projector::UseBackend). Only virtual Backend
 // methods are called here, so kvfold::memory needs no link dependency on the kernels.
@@ -32,7 +28,7 @@ class ProjectorDevice {
       if (!buffer.ok()) return buffer.status();
       kernels::Tensor view;
       view.data = (*buffer)->data();
-      view.dtype = kernels::DType::kF32;
+      view.dtype = core::DType::kF32;
       view.rank = static_cast<int>(t.shape.size());
       for (size_t i = 0; i < t.shape.size() && i < 4; ++i) view.shape[i] = t.shape[i];
       device->weights_[name] = {*std::move(buffer), view};
@@ -71,7 +67,7 @@ namespace {
 kernels::Tensor View2d(const kernels::Buffer& buffer, int64_t rows, int64_t cols) {
   kernels::Tensor t;
   t.data = buffer.data();
-  t.dtype = kernels::DType::kF32;
+  t.dtype = core::DType::kF32;
   t.rank = 2;
   t.shape = {rows, cols, 1, 1};
   return t;
@@ -336,7 +332,7 @@ absl::Status Projector::Forward(std::span<const float> mem, std::span<const floa
   std::copy(mem.begin(), mem.end(), s->x.begin());
   float* h_dst = s->x.data() + mem.size();
   if (config_.input_layers == 3) {
-    KVFOLD_PROJECTOR_RETURN_IF_ERROR(RunLinear(s, hidden.data(), num_tokens, in_width,
+    KVFOLD_RETURN_IF_ERROR(RunLinear(s, hidden.data(), num_tokens, in_width,
                                                "in_proj.weight", "in_proj.bias", d, h_dst));
   } else {
     std::copy(hidden.begin(), hidden.end(), h_dst);
@@ -346,38 +342,38 @@ absl::Status Projector::Forward(std::span<const float> mem, std::span<const floa
   const float* queries = T("queries");
   LayerNorm(queries, num_slots, d, T("ln_q.weight"), T("ln_q.bias"), eps, s->qn.data());
   LayerNorm(s->x.data(), rows, d, T("ln_x.weight"), T("ln_x.bias"), eps, s->xn.data());
-  KVFOLD_PROJECTOR_RETURN_IF_ERROR(
+  KVFOLD_RETURN_IF_ERROR(
       RunLinear(s, s->qn.data(), num_slots, d, "cross.q.weight", "cross.q.bias", d, s->q.data()));
-  KVFOLD_PROJECTOR_RETURN_IF_ERROR(
+  KVFOLD_RETURN_IF_ERROR(
       RunLinear(s, s->xn.data(), rows, d, "cross.k.weight", "cross.k.bias", d, s->k.data()));
-  KVFOLD_PROJECTOR_RETURN_IF_ERROR(
+  KVFOLD_RETURN_IF_ERROR(
       RunLinear(s, s->xn.data(), rows, d, "cross.v.weight", "cross.v.bias", d, s->v.data()));
   Attention(s->q.data(), num_slots, s->k.data(), s->v.data(), rows, d, config_.num_heads,
             s->scores.data(), s->attn.data());
-  KVFOLD_PROJECTOR_RETURN_IF_ERROR(RunLinear(s, s->attn.data(), num_slots, d, "cross.o.weight",
+  KVFOLD_RETURN_IF_ERROR(RunLinear(s, s->attn.data(), num_slots, d, "cross.o.weight",
                                              "cross.o.bias", d, s->proj.data()));
   for (size_t i = 0; i < static_cast<size_t>(num_slots) * d; ++i) s->m[i] = queries[i] + s->proj[i];
 
   // m = m + SelfAttn(LN_self(m))
   LayerNorm(s->m.data(), num_slots, d, T("ln_self.weight"), T("ln_self.bias"), eps, s->mn.data());
-  KVFOLD_PROJECTOR_RETURN_IF_ERROR(
+  KVFOLD_RETURN_IF_ERROR(
       RunLinear(s, s->mn.data(), num_slots, d, "self.q.weight", "self.q.bias", d, s->q.data()));
-  KVFOLD_PROJECTOR_RETURN_IF_ERROR(
+  KVFOLD_RETURN_IF_ERROR(
       RunLinear(s, s->mn.data(), num_slots, d, "self.k.weight", "self.k.bias", d, s->k.data()));
-  KVFOLD_PROJECTOR_RETURN_IF_ERROR(
+  KVFOLD_RETURN_IF_ERROR(
       RunLinear(s, s->mn.data(), num_slots, d, "self.v.weight", "self.v.bias", d, s->v.data()));
   Attention(s->q.data(), num_slots, s->k.data(), s->v.data(), num_slots, d, config_.num_heads,
             s->scores.data(), s->attn.data());
-  KVFOLD_PROJECTOR_RETURN_IF_ERROR(RunLinear(s, s->attn.data(), num_slots, d, "self.o.weight",
+  KVFOLD_RETURN_IF_ERROR(RunLinear(s, s->attn.data(), num_slots, d, "self.o.weight",
                                              "self.o.bias", d, s->proj.data()));
   for (size_t i = 0; i < static_cast<size_t>(num_slots) * d; ++i) s->m[i] += s->proj[i];
 
   // m = m + FFN(LN_ffn(m)), FFN(z) = down(GELU_erf(up(z)))
   LayerNorm(s->m.data(), num_slots, d, T("ln_ffn.weight"), T("ln_ffn.bias"), eps, s->mn.data());
-  KVFOLD_PROJECTOR_RETURN_IF_ERROR(
+  KVFOLD_RETURN_IF_ERROR(
       RunLinear(s, s->mn.data(), num_slots, d, "ffn.up.weight", "ffn.up.bias", f, s->ffn.data()));
   for (size_t i = 0; i < static_cast<size_t>(num_slots) * f; ++i) s->ffn[i] = GeluErf(s->ffn[i]);
-  KVFOLD_PROJECTOR_RETURN_IF_ERROR(RunLinear(s, s->ffn.data(), num_slots, f, "ffn.down.weight",
+  KVFOLD_RETURN_IF_ERROR(RunLinear(s, s->ffn.data(), num_slots, f, "ffn.down.weight",
                                              "ffn.down.bias", d, s->proj.data()));
   for (size_t i = 0; i < static_cast<size_t>(num_slots) * d; ++i) s->m[i] += s->proj[i];
 

@@ -1,6 +1,6 @@
-// A small, strict safetensors reader/writer for projector files (a few MB at most, so the
-// whole file is read into memory). The model loader in inference_svc/model/ handles the
-// large, memory-mapped model files; projectors only need this.
+// Projector files (a few MB at most, read whole) as fp32 tensors: reading goes through the
+// one safetensors reader (inference_svc/model/safetensors.h), then converts to fp32;
+// writing emits F32 safetensors.
 //
 // Format: 8-byte little-endian header length N, N bytes of JSON
 // {"name": {"dtype": "F32", "shape": [..], "data_offsets": [begin, end]}, ...,
@@ -28,7 +28,8 @@ using Fp32TensorMap = std::map<std::string, Fp32Tensor>;
 
 // Parses a whole safetensors file held in `bytes`.
 // Returns INVALID_ARGUMENT (with the reason) when the header is malformed, an offset is out
-// of range or inconsistent with dtype x shape, tensors overlap, or a dtype is unsupported.
+// of range or inconsistent with dtype x shape, tensors overlap, or a dtype is not F32, F16
+// or BF16.
 absl::StatusOr<Fp32TensorMap> ParseSafetensors(std::string_view bytes);
 
 // Serializes `tensors` as F32 safetensors (names sorted, data contiguous, header padded

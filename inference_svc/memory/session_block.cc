@@ -3,44 +3,12 @@
 #include <chrono>
 
 #include "absl/strings/str_cat.h"
+#include "common/proto_enums.h"
 #include "inference_svc/memory/memory_session.h"
 
 namespace kvfold::memory {
 
-using engine::KvMode;
-
-v1::KvMode ToProtoMode(KvMode mode) {
-  switch (mode) {
-    case KvMode::kFull:
-      return v1::KV_MODE_FULL;
-    case KvMode::kSliding:
-      return v1::KV_MODE_SLIDING;
-    case KvMode::kSink:
-      return v1::KV_MODE_SINK;
-    case KvMode::kMemory:
-      return v1::KV_MODE_MEMORY;
-    case KvMode::kMemoryOnly:
-      return v1::KV_MODE_MEMORY_ONLY;
-  }
-  return v1::KV_MODE_UNSPECIFIED;
-}
-
-absl::StatusOr<KvMode> FromProtoMode(v1::KvMode mode) {
-  switch (mode) {
-    case v1::KV_MODE_FULL:
-      return KvMode::kFull;
-    case v1::KV_MODE_SLIDING:
-      return KvMode::kSliding;
-    case v1::KV_MODE_SINK:
-      return KvMode::kSink;
-    case v1::KV_MODE_MEMORY:
-      return KvMode::kMemory;
-    case v1::KV_MODE_MEMORY_ONLY:
-      return KvMode::kMemoryOnly;
-    default:
-      return absl::InvalidArgumentError(absl::StrCat("unknown kv_mode ", static_cast<int>(mode)));
-  }
-}
+using core::KvMode;
 
 v1::SamplerState SamplerStateToProto(const engine::SamplingParams& params,
                                      const std::array<uint64_t, 4>& rng_state) {
@@ -106,7 +74,7 @@ absl::StatusOr<MemoryBlock> ExportSessionBlock(const engine::SessionState& state
   h.set_total_tokens(state.total_tokens);
   h.mutable_window_token_ids()->Assign(state.window_token_ids.begin(), state.window_token_ids.end());
   *h.mutable_sampler_state() = sampler;
-  h.set_kv_mode(ToProtoMode(state.mode));
+  h.set_kv_mode(KvModeToProto(state.mode));
   h.set_window_size(state.window_size);
   h.set_chunk_size(state.chunk_size);
   h.set_sink_tokens(state.sink_tokens);
@@ -123,7 +91,7 @@ absl::StatusOr<engine::SessionState> ImportSessionBlock(const MemoryBlock& block
                                                         v1::SamplerState* sampler) {
   if (auto s = ValidateMemoryBlock(block.header, block.payload, expected); !s.ok()) return s;
   const v1::MemoryBlockHeader& h = block.header;
-  auto mode = FromProtoMode(h.kv_mode());
+  auto mode = KvModeFromProto(h.kv_mode());
   if (!mode.ok()) return mode.status();
   auto memory = DecodeMemoryPayload(h, block.payload);
   if (!memory.ok()) return memory.status();

@@ -22,10 +22,6 @@
 
 namespace kvfold::memory {
 
-v1::KvMode ToProtoMode(engine::KvMode mode);
-// INVALID_ARGUMENT for KV_MODE_UNSPECIFIED or unknown values.
-absl::StatusOr<engine::KvMode> FromProtoMode(v1::KvMode mode);
-
 // Sampler parameters + RNG words <-> SamplerState.
 v1::SamplerState SamplerStateToProto(const engine::SamplingParams& params,
                                      const std::array<uint64_t, 4>& rng_state);

@@ -1,5 +1,6 @@
 #include "inference_svc/model/model_file.h"
 
+#include <algorithm>
 #include <cstring>
 #include <filesystem>
 #include <fstream>
@@ -31,7 +32,7 @@ absl::StatusOr<HostTensor> ConvertHostTensor(const HostTensor& t, DType dtype) {
     return absl::InvalidArgumentError("Q8 needs a rank-2 tensor");
   }
   if (dtype != DType::kF32 && dtype != DType::kF16 && dtype != DType::kBF16 && dtype != DType::kQ8) {
-    return absl::InvalidArgumentError(absl::StrCat("cannot convert to ", kernels::DTypeName(dtype)));
+    return absl::InvalidArgumentError(absl::StrCat("cannot convert to ", core::DTypeName(dtype)));
   }
   // 1. As F32, row by row.
   std::vector<float> f(static_cast<size_t>(n));
@@ -49,24 +50,24 @@ absl::StatusOr<HostTensor> ConvertHostTensor(const HostTensor& t, DType dtype) {
         for (int64_t c = 0; c < cols; ++c) row[c] = Bf16ToFp32(h16[r * cols + c]);
         break;
       case DType::kQ8:
-        quant::DequantizeRowQ8(static_cast<const uint8_t*>(t.data) + r * kernels::Q8RowBytes(cols),
+        quant::DequantizeRowQ8(static_cast<const uint8_t*>(t.data) + r * core::Q8RowBytes(cols),
                                cols, row);
         break;
       default:
         return absl::InvalidArgumentError(
-            absl::StrCat("cannot convert from ", kernels::DTypeName(t.dtype)));
+            absl::StrCat("cannot convert from ", core::DTypeName(t.dtype)));
     }
   }
   // 2. Encoded.
   HostTensor o = t;
   o.dtype = dtype;
-  o.size_bytes = kernels::StorageBytes(dtype, n, cols);
+  o.size_bytes = core::StorageBytes(dtype, n, cols);
   auto bytes = std::make_shared<std::vector<uint8_t>>(o.size_bytes);
   if (dtype == DType::kF32) {
     std::memcpy(bytes->data(), f.data(), o.size_bytes);
   } else if (dtype == DType::kQ8) {
     for (int64_t r = 0; r < rows; ++r) {
-      quant::QuantizeRowQ8(f.data() + r * cols, cols, bytes->data() + r * kernels::Q8RowBytes(cols));
+      quant::QuantizeRowQ8(f.data() + r * cols, cols, bytes->data() + r * core::Q8RowBytes(cols));
     }
   } else {
     uint16_t* out = reinterpret_cast<uint16_t*>(bytes->data());
@@ -193,11 +194,46 @@ absl::StatusOr<ModelFile> LoadHfDirectory(const std::string& dir) {
   return m;
 }
 
+namespace {
+
+// A directory without config.json may hold one llama2.c checkpoint: the one *.bin file that
+// is not a tokenizer (tokenizer.bin, tok*.bin). NotFound when there is none, InvalidArgument
+// when there are several.
+absl::StatusOr<std::string> FindLlama2cCheckpoint(const fs::path& dir) {
+  std::error_code ec;
+  std::vector<std::string> found;
+  for (const auto& entry : fs::directory_iterator(dir, ec)) {
+    const std::string name = entry.path().filename().string();
+    if (!name.ends_with(".bin") || name.starts_with("tok") || !entry.is_regular_file(ec)) continue;
+    found.push_back(entry.path().string());
+  }
+  if (found.empty()) {
+    return absl::NotFoundError(absl::StrCat(
+        "model directory ", dir.string(),
+        " has neither config.json (Hugging Face) nor a llama2.c checkpoint (*.bin)"));
+  }
+  if (found.size() > 1) {
+    std::sort(found.begin(), found.end());
+    return absl::InvalidArgumentError(absl::StrCat("model directory ", dir.string(),
+                                                   " holds several llama2.c checkpoints (",
+                                                   absl::StrJoin(found, ", "), "): name one"));
+  }
+  return found.front();
+}
+
+}  // namespace
+
 absl::StatusOr<ModelFile> LoadModel(const std::string& path) {
   std::error_code ec;
-  if (fs::is_directory(path, ec)) return LoadHfDirectory(path);
-  if (!fs::exists(path, ec)) return absl::NotFoundError(absl::StrCat("no such model: ", path));
-  absl::StatusOr<ModelFile> m = LoadLlama2c(path);
+  std::string file = path;
+  if (fs::is_directory(path, ec)) {
+    if (fs::exists(fs::path(path) / "config.json", ec)) return LoadHfDirectory(path);
+    absl::StatusOr<std::string> checkpoint = FindLlama2cCheckpoint(path);
+    if (!checkpoint.ok()) return checkpoint.status();
+    file = *checkpoint;
+  }
+  if (!fs::exists(file, ec)) return absl::NotFoundError(absl::StrCat("no such model: ", file));
+  absl::StatusOr<ModelFile> m = LoadLlama2c(file);
   if (!m.ok()) return m.status();
   if (absl::Status s = m->ValidateTensors(); !s.ok()) return s;
   return m;
@@ -208,7 +244,7 @@ std::string Fingerprint(const ModelFile& model) {
   const std::string canon = model.config.CanonicalString();
   h.Update(canon);
   for (const auto& [name, t] : model.tensors) {  // std::map: sorted by name
-    std::string desc = absl::StrCat("\n", name, ";", kernels::DTypeName(t.dtype), ";",
+    std::string desc = absl::StrCat("\n", name, ";", core::DTypeName(t.dtype), ";",
                                     absl::StrJoin(t.shape, ","), ";", t.size_bytes, "\n");
     h.Update(desc);
     h.Update(t.data, t.size_bytes);
@@ -242,7 +278,7 @@ absl::Status WriteHfDirectory(const ModelFile& model, const std::string& dir, DT
     if (!f) return absl::InternalError(absl::StrCat("cannot write ", dir, "/model.safetensors"));
   }
   std::ofstream cfg(fs::path(dir) / "config.json", std::ios::trunc);
-  cfg << ToHfConfigJson(model.config, kernels::DTypeName(dtype));
+  cfg << ToHfConfigJson(model.config, core::DTypeName(dtype));
   if (!cfg) return absl::InternalError(absl::StrCat("cannot write ", dir, "/config.json"));
   return absl::OkStatus();
 }

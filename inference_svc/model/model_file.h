@@ -4,7 +4,9 @@
 // malformed input - truncated files, bad JSON, shape/dtype mismatches, missing tensors -
 // NotFound when a path does not exist, Unimplemented for unknown architectures; they
 // never crash on bad input):
-//   LoadModel(path)         a directory (HF) or a file (llama2.c checkpoint)
+//   LoadModel(path)         a file (llama2.c checkpoint) or a directory: Hugging Face when
+//                           it has config.json, else the one llama2.c checkpoint in it
+//                           (*.bin other than tokenizer.bin / tok*.bin)
 //   LoadHfDirectory(dir)    config.json + model.safetensors | model.safetensors.index.json
 //   LoadLlama2c(file)       llama2.c "version 0" checkpoint (7 x int32 header, fp32)
 // Tensor names are HF names, e.g. "model.layers.3.self_attn.q_proj.weight". llama2.c
@@ -19,12 +21,12 @@
 #include <vector>
 
 #include "absl/status/statusor.h"
+#include "core/dtype.h"
 #include "inference_svc/model/config.h"
-#include "kernels/backend.h"
 
 namespace kvfold::model {
 
-using kernels::DType;
+using core::DType;
 
 // A read-only tensor in host memory. `keepalive` owns the bytes (an mmap or a vector).
 struct HostTensor {

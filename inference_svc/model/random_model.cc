@@ -196,7 +196,7 @@ ModelFile MakeRandomModel(const ModelConfig& config, uint64_t seed, DType dtype)
     HostTensor t;
     t.dtype = dtype;
     t.shape = spec.shape;
-    t.size_bytes = static_cast<size_t>(t.numel()) * kernels::DTypeSize(dtype);
+    t.size_bytes = static_cast<size_t>(t.numel()) * core::DTypeSize(dtype);
     auto storage = std::shared_ptr<char[]>(new char[t.size_bytes]);
     FillRandomTensor(name, spec, seed, dtype, storage.get());
     t.data = storage.get();

@@ -5,8 +5,11 @@
 #include <sys/stat.h>
 #include <unistd.h>
 
+#include <algorithm>
 #include <cstring>
 #include <limits>
+#include <utility>
+#include <vector>
 
 #include "absl/strings/str_cat.h"
 #include "nlohmann/json.hpp"
@@ -36,7 +39,8 @@ absl::StatusOr<std::map<std::string, HostTensor>> ParseSafetensors(
   if (bytes.size() < 8) return Bad(what, "truncated safetensors file (no header length)");
   uint64_t header_len = 0;
   std::memcpy(&header_len, bytes.data(), 8);  // little-endian hosts only
-  if (header_len > bytes.size() - 8 || header_len > (uint64_t{1} << 30)) {
+  // 100 MiB: the reference implementation's limit on the header.
+  if (header_len > bytes.size() - 8 || header_len > (uint64_t{100} << 20)) {
     return Bad(what, absl::StrCat("header length ", header_len, " exceeds the file size ",
                                   bytes.size()));
   }
@@ -46,6 +50,7 @@ absl::StatusOr<std::map<std::string, HostTensor>> ParseSafetensors(
   }
   const std::string_view data = bytes.substr(8 + header_len);
   std::map<std::string, HostTensor> tensors;
+  std::vector<std::pair<uint64_t, uint64_t>> ranges;  // data_offsets, to refuse overlaps
   try {
     for (const auto& [name, info] : header.items()) {
       if (name == "__metadata__") continue;
@@ -92,10 +97,11 @@ absl::StatusOr<std::map<std::string, HostTensor>> ParseSafetensors(
                                       " bytes; file truncated?)"));
       }
       const int64_t last = t.shape.empty() ? 1 : t.shape.back();
-      if (end - begin != kernels::StorageBytes(t.dtype, static_cast<int64_t>(numel), last)) {
+      if (end - begin != core::StorageBytes(t.dtype, static_cast<int64_t>(numel), last)) {
         return Bad(what, absl::StrCat("tensor '", name, "': ", end - begin,
                                       " bytes do not match its shape and dtype"));
       }
+      ranges.emplace_back(begin, end);
       t.data = data.data() + begin;
       t.size_bytes = end - begin;
       t.keepalive = keepalive;
@@ -103,6 +109,10 @@ absl::StatusOr<std::map<std::string, HostTensor>> ParseSafetensors(
     }
   } catch (const json::exception& e) {
     return Bad(what, absl::StrCat("malformed safetensors header: ", e.what()));
+  }
+  std::sort(ranges.begin(), ranges.end());
+  for (size_t i = 1; i < ranges.size(); ++i) {
+    if (ranges[i].first < ranges[i - 1].second) return Bad(what, "tensor data ranges overlap");
   }
   return tensors;
 }

@@ -1,7 +1,8 @@
-// safetensors parsing (https://github.com/huggingface/safetensors, format v0):
-// 8-byte little-endian header length N, N bytes of JSON {name: {dtype, shape,
-// data_offsets: [begin, end]}, "__metadata__": {...}}, then the data. Every offset and
-// shape is checked against the file size; InvalidArgument on any inconsistency.
+// THE safetensors reader (format v0), for model weights and projector files alike:
+// 8-byte little-endian header length N (at most 100 MiB), N bytes of JSON {name: {dtype,
+// shape, data_offsets: [begin, end]}, "__metadata__": {...}}, then the data. Every offset
+// and shape is checked against the file size and the dtype, and tensors may not overlap;
+// InvalidArgument on any inconsistency.
 #ifndef KVFOLD_INFERENCE_SVC_MODEL_SAFETENSORS_H_
 #define KVFOLD_INFERENCE_SVC_MODEL_SAFETENSORS_H_
 

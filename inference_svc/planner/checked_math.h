@@ -11,6 +11,7 @@
 #include "absl/status/statusor.h"
 #include "absl/strings/str_cat.h"
 #include "absl/strings/string_view.h"
+#include "core/status_macros.h"
 
 namespace kvfold::planner {
 
@@ -43,14 +44,5 @@ inline absl::StatusOr<uint64_t> CheckedAdd(absl::string_view what,
 inline constexpr uint64_t CeilDiv(uint64_t a, uint64_t b) { return a / b + (a % b != 0); }
 
 }  // namespace kvfold::planner
-
-#define KVFOLD_PLANNER_ASSIGN_OR_RETURN(lhs, expr) \
-  KVFOLD_PLANNER_ASSIGN_OR_RETURN_IMPL(KVFOLD_PLANNER_CONCAT(_sor_, __LINE__), lhs, expr)
-#define KVFOLD_PLANNER_ASSIGN_OR_RETURN_IMPL(tmp, lhs, expr) \
-  auto tmp = (expr);                                         \
-  if (!tmp.ok()) return tmp.status();                        \
-  lhs = std::move(*tmp)
-#define KVFOLD_PLANNER_CONCAT(a, b) KVFOLD_PLANNER_CONCAT_INNER(a, b)
-#define KVFOLD_PLANNER_CONCAT_INNER(a, b) a##b
 
 #endif  // KVFOLD_INFERENCE_SVC_PLANNER_CHECKED_MATH_H_

@@ -2,9 +2,9 @@
 
 #include <algorithm>
 
-#include "absl/strings/ascii.h"
 #include "absl/strings/str_cat.h"
-#include "absl/strings/str_split.h"
+#include "core/block_rules.h"
+#include "core/kv_bytes.h"
 #include "inference_svc/planner/admission.h"
 #include "inference_svc/planner/checked_math.h"
 
@@ -12,90 +12,22 @@ namespace kvfold::planner {
 namespace {
 
 constexpr uint64_t kDefaultWindow = 1024;
-// The persisted memory block stores M x hidden_size values in fp16.
-constexpr uint64_t kBlockElementBytes = 2;
 
-// Bytes of n elements of `dtype`: packed data rounded up to a byte, plus one fp16 scale per
+// Bytes of n weights of `dtype`: packed data rounded up to a byte, plus one fp16 scale per
 // started group of kQuantGroup elements for the integer formats.
-absl::StatusOr<uint64_t> ElementBytes(absl::string_view what, uint64_t n, Dtype dtype) {
-  DtypeInfo info = GetDtypeInfo(dtype);
-  KVFOLD_PLANNER_ASSIGN_OR_RETURN(uint64_t bits, CheckedMul(what, {n, info.bits}));
+absl::StatusOr<uint64_t> WeightElementBytes(uint64_t n, DType dtype) {
+  if (dtype == DType::kI32) {
+    return absl::InvalidArgumentError(
+        absl::StrCat("weight dtype ", core::DTypeName(dtype), " is not supported by the planner"));
+  }
+  KVFOLD_ASSIGN_OR_RETURN(
+      uint64_t bits, CheckedMul("weight bytes", {n, static_cast<uint64_t>(core::DTypeBits(dtype))}));
   uint64_t bytes = CeilDiv(bits, 8);
-  if (!info.group_scales) return bytes;
-  return CheckedAdd(what, {bytes, CeilDiv(n, kQuantGroup) * kQuantScaleBytes});
+  if (!core::IsQuantizedDType(dtype)) return bytes;
+  return CheckedAdd("weight bytes", {bytes, CeilDiv(n, kQuantGroup) * kQuantScaleBytes});
 }
-
-bool IsMemoryMode(KvMode mode) { return mode == KvMode::kMemory || mode == KvMode::kMemoryOnly; }
 
 }  // namespace
-
-DtypeInfo GetDtypeInfo(Dtype dtype) {
-  switch (dtype) {
-    case Dtype::kFp32:
-      return {"fp32", 32, false};
-    case Dtype::kFp16:
-      return {"fp16", 16, false};
-    case Dtype::kBf16:
-      return {"bf16", 16, false};
-    case Dtype::kFp8:
-      return {"fp8", 8, false};
-    case Dtype::kInt8:
-      return {"int8", 8, true};
-    case Dtype::kInt4:
-      return {"int4", 4, true};
-  }
-  return {"fp16", 16, false};
-}
-
-absl::StatusOr<Dtype> ParseDtype(absl::string_view name) {
-  std::string n = absl::AsciiStrToLower(name);
-  if (n == "fp32" || n == "f32" || n == "float32") return Dtype::kFp32;
-  if (n == "fp16" || n == "f16" || n == "float16" || n == "half") return Dtype::kFp16;
-  if (n == "bf16" || n == "bfloat16") return Dtype::kBf16;
-  if (n == "fp8" || n == "f8" || n == "fp8_e4m3") return Dtype::kFp8;
-  if (n == "int8" || n == "i8") return Dtype::kInt8;
-  if (n == "int4" || n == "i4") return Dtype::kInt4;
-  return absl::InvalidArgumentError(
-      absl::StrCat("unknown dtype '", name, "'; expected fp32, fp16, bf16, fp8, int8 or int4"));
-}
-
-absl::string_view KvModeName(KvMode mode) {
-  switch (mode) {
-    case KvMode::kFull:
-      return "full";
-    case KvMode::kSliding:
-      return "sliding";
-    case KvMode::kSink:
-      return "sink";
-    case KvMode::kMemory:
-      return "memory";
-    case KvMode::kMemoryOnly:
-      return "memory_only";
-  }
-  return "full";
-}
-
-absl::StatusOr<KvMode> ParseKvMode(absl::string_view name) {
-  std::string n = absl::AsciiStrToLower(absl::StripAsciiWhitespace(name));
-  if (n == "memory-only") n = "memory_only";
-  for (KvMode m : kAllModes) {
-    if (KvModeName(m) == n) return m;
-  }
-  return absl::InvalidArgumentError(absl::StrCat(
-      "unknown mode '", name, "'; expected full, sliding, sink, memory, memory_only or all"));
-}
-
-absl::StatusOr<std::vector<KvMode>> ParseKvModes(absl::string_view list) {
-  if (absl::AsciiStrToLower(absl::StripAsciiWhitespace(list)) == "all") {
-    return std::vector<KvMode>(std::begin(kAllModes), std::end(kAllModes));
-  }
-  std::vector<KvMode> modes;
-  for (absl::string_view part : absl::StrSplit(list, ',')) {
-    KVFOLD_PLANNER_ASSIGN_OR_RETURN(KvMode m, ParseKvMode(part));
-    if (std::find(modes.begin(), modes.end(), m) == modes.end()) modes.push_back(m);
-  }
-  return modes;
-}
 
 absl::StatusOr<PlanOptions> ResolveOptions(const ModelSpec& model, PlanOptions o) {
   const std::pair<const char*, uint64_t> positive[] = {{"batch_size", o.batch_size},
@@ -116,20 +48,20 @@ absl::StatusOr<PlanOptions> ResolveOptions(const ModelSpec& model, PlanOptions o
     o.activation_reserve_bytes = static_cast<uint64_t>(
         static_cast<unsigned __int128>(o.gpu_memory_bytes) * o.reserve_percent / 100);
   }
-  KVFOLD_PLANNER_ASSIGN_OR_RETURN(
+  KVFOLD_ASSIGN_OR_RETURN(
       uint64_t sequences, CheckedMul("batch_size * num_beams", {o.batch_size, o.num_beams}));
   (void)sequences;
   return o;
 }
 
-absl::StatusOr<uint64_t> KvBytesPerToken(const ModelSpec& model, Dtype kv_dtype) {
-  KVFOLD_PLANNER_ASSIGN_OR_RETURN(uint64_t per_head,
-                                  ElementBytes("bytes per KV head", model.head_dim, kv_dtype));
-  return CheckedMul("KV bytes per token", {2, model.num_layers, model.num_kv_heads, per_head});
+absl::StatusOr<uint64_t> KvBytesPerToken(const ModelSpec& model, DType kv_dtype) {
+  KVFOLD_ASSIGN_OR_RETURN(uint64_t kv_dim,
+                                  CheckedMul("KV dim", {model.num_kv_heads, model.head_dim}));
+  return core::KvBytesPerToken({.num_layers = model.num_layers, .kv_dim = kv_dim, .dtype = kv_dtype});
 }
 
-absl::StatusOr<uint64_t> WeightBytes(uint64_t parameter_count, Dtype weight_dtype) {
-  return ElementBytes("weight bytes", parameter_count, weight_dtype);
+absl::StatusOr<uint64_t> WeightBytes(uint64_t parameter_count, DType weight_dtype) {
+  return WeightElementBytes(parameter_count, weight_dtype);
 }
 
 absl::StatusOr<ModeEstimate> EstimateMode(const ModelSpec& model, const PlanOptions& o, KvMode mode,
@@ -140,8 +72,8 @@ absl::StatusOr<ModeEstimate> EstimateMode(const ModelSpec& model, const PlanOpti
   ModeEstimate e;
   e.mode = mode;
   e.context_tokens = t;
-  KVFOLD_PLANNER_ASSIGN_OR_RETURN(e.bytes_per_token, KvBytesPerToken(model, o.kv_dtype));
-  KVFOLD_PLANNER_ASSIGN_OR_RETURN(
+  KVFOLD_ASSIGN_OR_RETURN(e.bytes_per_token, KvBytesPerToken(model, o.kv_dtype));
+  KVFOLD_ASSIGN_OR_RETURN(
       uint64_t sequences, CheckedMul("batch_size * num_beams", {o.batch_size, o.num_beams}));
 
   // The model's own sliding window bounds the main segment in every mode.
@@ -162,7 +94,7 @@ absl::StatusOr<ModeEstimate> EstimateMode(const ModelSpec& model, const PlanOpti
       // The window grows to W + C tokens, then the oldest C fold into memory. Peak
       // resident: W + C window tokens plus M memory slots once the first fold happened.
       const uint64_t window = mode == KvMode::kMemory ? w : 0;
-      KVFOLD_PLANNER_ASSIGN_OR_RETURN(uint64_t fold_at, CheckedAdd("window + chunk", {window, c}));
+      KVFOLD_ASSIGN_OR_RETURN(uint64_t fold_at, CheckedAdd("window + chunk", {window, c}));
       const bool folded = t >= fold_at;
       e.window_tokens = std::min({t, fold_at, model_cap});
       e.prefix_tokens = folded ? m : 0;
@@ -171,16 +103,15 @@ absl::StatusOr<ModeEstimate> EstimateMode(const ModelSpec& model, const PlanOpti
         e.fold_prefill_tokens_per_token = static_cast<double>(window) / static_cast<double>(c);
         e.memory_expand_tokens_per_token = static_cast<double>(m) / static_cast<double>(c);
       }
-      KVFOLD_PLANNER_ASSIGN_OR_RETURN(e.memory_kv_bytes,
+      KVFOLD_ASSIGN_OR_RETURN(e.memory_kv_bytes,
                                       CheckedMul("memory KV bytes", {m, e.bytes_per_token}));
-      KVFOLD_PLANNER_ASSIGN_OR_RETURN(
-          e.memory_block_bytes,
-          CheckedMul("memory block bytes", {m, model.hidden_size, kBlockElementBytes}));
+      KVFOLD_ASSIGN_OR_RETURN(
+          e.memory_block_bytes, core::BlockPayloadBytes(m, model.hidden_size, DType::kF16));
       break;
     }
   }
   e.resident_tokens = e.window_tokens + e.prefix_tokens;
-  KVFOLD_PLANNER_ASSIGN_OR_RETURN(
+  KVFOLD_ASSIGN_OR_RETURN(
       e.kv_bytes, CheckedMul("KV bytes", {e.resident_tokens, e.bytes_per_token, sequences}));
   // Only a comparison figure: saturates instead of failing the bounded modes at huge T.
   absl::StatusOr<uint64_t> full =
@@ -188,10 +119,10 @@ absl::StatusOr<ModeEstimate> EstimateMode(const ModelSpec& model, const PlanOpti
   e.full_kv_bytes = full.ok() ? *full : UINT64_MAX;
   uint64_t block = 0;
   if (IsMemoryMode(mode) && e.prefix_tokens > 0) {
-    KVFOLD_PLANNER_ASSIGN_OR_RETURN(block,
+    KVFOLD_ASSIGN_OR_RETURN(block,
                                     CheckedMul("memory blocks", {e.memory_block_bytes, sequences}));
   }
-  KVFOLD_PLANNER_ASSIGN_OR_RETURN(e.session_bytes,
+  KVFOLD_ASSIGN_OR_RETURN(e.session_bytes,
                                   CheckedAdd("session bytes", {e.kv_bytes, block}));
   e.exceeds_max_position = model.max_position_embeddings > 0 && t > model.max_position_embeddings &&
                            mode == KvMode::kFull;
@@ -206,15 +137,15 @@ absl::StatusOr<Plan> MakePlan(const ModelSpec& model, const PlanOptions& options
   if (modes.empty()) return absl::InvalidArgumentError("no modes given");
   Plan plan;
   plan.model = model;
-  KVFOLD_PLANNER_ASSIGN_OR_RETURN(plan.options, ResolveOptions(model, options));
+  KVFOLD_ASSIGN_OR_RETURN(plan.options, ResolveOptions(model, options));
   const PlanOptions& o = plan.options;
-  KVFOLD_PLANNER_ASSIGN_OR_RETURN(plan.parameter_count, ParameterCount(model));
-  KVFOLD_PLANNER_ASSIGN_OR_RETURN(plan.weight_bytes,
+  KVFOLD_ASSIGN_OR_RETURN(plan.parameter_count, ParameterCount(model));
+  KVFOLD_ASSIGN_OR_RETURN(plan.weight_bytes,
                                   WeightBytes(plan.parameter_count, o.weight_dtype));
-  KVFOLD_PLANNER_ASSIGN_OR_RETURN(plan.bytes_per_token, KvBytesPerToken(model, o.kv_dtype));
+  KVFOLD_ASSIGN_OR_RETURN(plan.bytes_per_token, KvBytesPerToken(model, o.kv_dtype));
   plan.activation_reserve_bytes = o.activation_reserve_bytes;
   if (o.gpu_memory_bytes > 0) {
-    KVFOLD_PLANNER_ASSIGN_OR_RETURN(
+    KVFOLD_ASSIGN_OR_RETURN(
         uint64_t fixed,
         CheckedAdd("weights + reserve", {plan.weight_bytes, o.activation_reserve_bytes}));
     plan.weights_fit = fixed < o.gpu_memory_bytes;
@@ -223,7 +154,7 @@ absl::StatusOr<Plan> MakePlan(const ModelSpec& model, const PlanOptions& options
   const AdmissionPolicy policy;
   for (uint64_t t : contexts) {
     for (KvMode mode : modes) {
-      KVFOLD_PLANNER_ASSIGN_OR_RETURN(ModeEstimate e, EstimateMode(model, o, mode, t));
+      KVFOLD_ASSIGN_OR_RETURN(ModeEstimate e, EstimateMode(model, o, mode, t));
       e.sessions_unthrottled =
           SessionsBelow(plan.kv_pool_bytes, e.session_bytes, policy.degrade_bp);
       e.sessions_before_single_beam =

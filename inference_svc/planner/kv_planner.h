@@ -14,42 +14,28 @@
 
 #include "absl/status/statusor.h"
 #include "absl/strings/string_view.h"
+#include "core/dtype.h"
+#include "core/kv_mode.h"
 #include "inference_svc/planner/model_spec.h"
 
 namespace kvfold::planner {
 
-enum class Dtype { kFp32, kFp16, kBf16, kFp8, kInt8, kInt4 };
+// Dtypes and modes are the shared vocabulary (core/dtype.h, core/kv_mode.h: one enum and
+// one name table each).
+using core::DType;
+using core::KvMode;
 
-// Storage of a dtype. Integer formats carry one fp16 scale per group of kQuantGroup
-// consecutive elements (groups never cross a KV head; for weights, groups run over the flat
-// parameter list); fp8 (e4m3) uses per-tensor scales, which are a constant few bytes and not
-// counted per token.
+// Weights in int8/int4 carry one fp16 scale per group of kQuantGroup consecutive
+// parameters (the flat parameter list); fp8 (e4m3) uses per-tensor scales, a constant few
+// bytes not counted. KV caches follow the engine's pool layout (core/kv_bytes.h).
 inline constexpr uint64_t kQuantGroup = 32;
 inline constexpr uint64_t kQuantScaleBytes = 2;  // fp16 scale
-
-struct DtypeInfo {
-  absl::string_view name;  // "fp16", ...
-  uint64_t bits;           // storage bits per element (4 .. 32)
-  bool group_scales;       // one fp16 scale per kQuantGroup elements
-};
-DtypeInfo GetDtypeInfo(Dtype dtype);
-
-// "fp32" | "f32" | "fp16" | "f16" | "bf16" | "fp8" | "int8" | "int4" (case-insensitive).
-absl::StatusOr<Dtype> ParseDtype(absl::string_view name);
-
-enum class KvMode { kFull, kSliding, kSink, kMemory, kMemoryOnly };
-inline constexpr KvMode kAllModes[] = {KvMode::kFull, KvMode::kSliding, KvMode::kSink,
-                                       KvMode::kMemory, KvMode::kMemoryOnly};
-absl::string_view KvModeName(KvMode mode);  // full, sliding, sink, memory, memory_only
-absl::StatusOr<KvMode> ParseKvMode(absl::string_view name);
-// "all" or a comma-separated list of mode names (duplicates removed, order kept).
-absl::StatusOr<std::vector<KvMode>> ParseKvModes(absl::string_view list);
 
 struct PlanOptions {
   uint64_t batch_size = 1;            // independent sequences per request.  Default: 1
   uint64_t num_beams = 1;             // beams per sequence.                Default: 1
-  Dtype kv_dtype = Dtype::kFp16;      // Default: fp16
-  Dtype weight_dtype = Dtype::kBf16;  // Default: bf16
+  DType kv_dtype = DType::kF16;       // Default: f16
+  DType weight_dtype = DType::kBF16;  // Default: bf16
   // Window W of sliding / sink / memory modes. 0 = the model's sliding_window if it has
   // one, else 1024.
   uint64_t window_size = 0;
@@ -67,13 +53,14 @@ struct PlanOptions {
 // batch/beams/sink/mem_slots/chunk or reserve_percent >= 100.
 absl::StatusOr<PlanOptions> ResolveOptions(const ModelSpec& model, PlanOptions options);
 
-// KV bytes one token adds for one sequence, all layers, K and V:
-//   2 * L * Hkv * bytes(D elements of `dtype`)
-// where bytes(n) = ceil(n * bits / 8) + (group_scales ? ceil(n / 32) * 2 : 0), per head.
-absl::StatusOr<uint64_t> KvBytesPerToken(const ModelSpec& model, Dtype kv_dtype);
+// KV bytes one token adds for one sequence, all layers, K and V: core::KvBytesPerToken
+// of the model (kv_dim = Hkv * D) in the engine's default pool layout (blocks of 16
+// tokens, int8/int4 value scales per 32 channels). Float dtypes: 2 * L * Hkv * D * bytes.
+// InvalidArgument for a dtype that is not a KV dtype (q8, int32) or on overflow.
+absl::StatusOr<uint64_t> KvBytesPerToken(const ModelSpec& model, DType kv_dtype);
 
 // params * bits / 8 (+ ceil(params / 32) fp16 scales for int8/int4), rounded up.
-absl::StatusOr<uint64_t> WeightBytes(uint64_t parameter_count, Dtype weight_dtype);
+absl::StatusOr<uint64_t> WeightBytes(uint64_t parameter_count, DType weight_dtype);
 
 struct ModeEstimate {
   KvMode mode = KvMode::kFull;

@@ -60,7 +60,7 @@ absl::StatusOr<std::optional<uint64_t>> OptionalUint(const Json& j, const char* 
 }
 
 absl::StatusOr<uint64_t> RequiredPositive(const Json& j, const char* field) {
-  KVFOLD_PLANNER_ASSIGN_OR_RETURN(std::optional<uint64_t> v, OptionalUint(j, field));
+  KVFOLD_ASSIGN_OR_RETURN(std::optional<uint64_t> v, OptionalUint(j, field));
   if (!v.has_value()) {
     return absl::InvalidArgumentError(absl::StrCat("config.json: missing required field ", field));
   }
@@ -138,20 +138,20 @@ absl::StatusOr<ModelSpec> ParseHfConfig(absl::string_view config_json, absl::str
   if (!j.is_object()) return absl::InvalidArgumentError("config.json: top level must be an object");
 
   ModelSpec s;
-  KVFOLD_PLANNER_ASSIGN_OR_RETURN(s.hidden_size, RequiredPositive(j, "hidden_size"));
-  KVFOLD_PLANNER_ASSIGN_OR_RETURN(s.num_layers, RequiredPositive(j, "num_hidden_layers"));
-  KVFOLD_PLANNER_ASSIGN_OR_RETURN(s.num_heads, RequiredPositive(j, "num_attention_heads"));
-  KVFOLD_PLANNER_ASSIGN_OR_RETURN(s.vocab_size, RequiredPositive(j, "vocab_size"));
-  KVFOLD_PLANNER_ASSIGN_OR_RETURN(s.intermediate_size, RequiredPositive(j, "intermediate_size"));
+  KVFOLD_ASSIGN_OR_RETURN(s.hidden_size, RequiredPositive(j, "hidden_size"));
+  KVFOLD_ASSIGN_OR_RETURN(s.num_layers, RequiredPositive(j, "num_hidden_layers"));
+  KVFOLD_ASSIGN_OR_RETURN(s.num_heads, RequiredPositive(j, "num_attention_heads"));
+  KVFOLD_ASSIGN_OR_RETURN(s.vocab_size, RequiredPositive(j, "vocab_size"));
+  KVFOLD_ASSIGN_OR_RETURN(s.intermediate_size, RequiredPositive(j, "intermediate_size"));
 
-  KVFOLD_PLANNER_ASSIGN_OR_RETURN(std::optional<uint64_t> kv,
+  KVFOLD_ASSIGN_OR_RETURN(std::optional<uint64_t> kv,
                                   OptionalUint(j, "num_key_value_heads", /*null_ok=*/true));
   if (kv.has_value() && *kv == 0) {
     return absl::InvalidArgumentError("config.json: num_key_value_heads must be > 0");
   }
   s.num_kv_heads = kv.value_or(s.num_heads);
 
-  KVFOLD_PLANNER_ASSIGN_OR_RETURN(std::optional<uint64_t> hd,
+  KVFOLD_ASSIGN_OR_RETURN(std::optional<uint64_t> hd,
                                   OptionalUint(j, "head_dim", /*null_ok=*/true));
   if (hd.has_value()) {
     if (*hd == 0) return absl::InvalidArgumentError("config.json: head_dim must be > 0");
@@ -165,20 +165,20 @@ absl::StatusOr<ModelSpec> ParseHfConfig(absl::string_view config_json, absl::str
     s.head_dim = s.hidden_size / s.num_heads;
   }
 
-  KVFOLD_PLANNER_ASSIGN_OR_RETURN(bool use_sliding, OptionalBool(j, "use_sliding_window", true));
-  KVFOLD_PLANNER_ASSIGN_OR_RETURN(std::optional<uint64_t> sw,
+  KVFOLD_ASSIGN_OR_RETURN(bool use_sliding, OptionalBool(j, "use_sliding_window", true));
+  KVFOLD_ASSIGN_OR_RETURN(std::optional<uint64_t> sw,
                                   OptionalUint(j, "sliding_window", /*null_ok=*/true));
   if (sw.has_value() && *sw == 0) {
     return absl::InvalidArgumentError("config.json: sliding_window must be > 0 or null");
   }
   s.sliding_window = use_sliding ? sw.value_or(0) : 0;
 
-  KVFOLD_PLANNER_ASSIGN_OR_RETURN(std::optional<uint64_t> max_pos,
+  KVFOLD_ASSIGN_OR_RETURN(std::optional<uint64_t> max_pos,
                                   OptionalUint(j, "max_position_embeddings", true));
   s.max_position_embeddings = max_pos.value_or(0);
-  KVFOLD_PLANNER_ASSIGN_OR_RETURN(s.tie_word_embeddings,
+  KVFOLD_ASSIGN_OR_RETURN(s.tie_word_embeddings,
                                   OptionalBool(j, "tie_word_embeddings", false));
-  KVFOLD_PLANNER_ASSIGN_OR_RETURN(bool attention_bias, OptionalBool(j, "attention_bias", false));
+  KVFOLD_ASSIGN_OR_RETURN(bool attention_bias, OptionalBool(j, "attention_bias", false));
 
   std::string model_type;
   if (auto it = j.find("model_type"); it != j.end() && it->is_string()) {
@@ -197,25 +197,25 @@ absl::StatusOr<ModelSpec> ParseHfConfig(absl::string_view config_json, absl::str
 }
 
 absl::StatusOr<uint64_t> ParameterCount(const ModelSpec& s) {
-  KVFOLD_PLANNER_ASSIGN_OR_RETURN(uint64_t q_width,
+  KVFOLD_ASSIGN_OR_RETURN(uint64_t q_width,
                                   CheckedMul("q width", {s.num_heads, s.head_dim}));
-  KVFOLD_PLANNER_ASSIGN_OR_RETURN(uint64_t kv_width,
+  KVFOLD_ASSIGN_OR_RETURN(uint64_t kv_width,
                                   CheckedMul("kv width", {s.num_kv_heads, s.head_dim}));
-  KVFOLD_PLANNER_ASSIGN_OR_RETURN(
+  KVFOLD_ASSIGN_OR_RETURN(
       uint64_t attn_cols, CheckedAdd("attention width", {q_width, q_width, kv_width, kv_width}));
-  KVFOLD_PLANNER_ASSIGN_OR_RETURN(uint64_t attn,
+  KVFOLD_ASSIGN_OR_RETURN(uint64_t attn,
                                   CheckedMul("attention weights", {s.hidden_size, attn_cols}));
-  KVFOLD_PLANNER_ASSIGN_OR_RETURN(
+  KVFOLD_ASSIGN_OR_RETURN(
       uint64_t mlp, CheckedMul("mlp weights", {3, s.hidden_size, s.intermediate_size}));
   uint64_t bias = 0;
   if (s.qkv_bias) bias += q_width + 2 * kv_width;
   if (s.o_bias) bias += s.hidden_size;
-  KVFOLD_PLANNER_ASSIGN_OR_RETURN(uint64_t norms, CheckedMul("norm weights", {2, s.hidden_size}));
-  KVFOLD_PLANNER_ASSIGN_OR_RETURN(uint64_t per_layer,
+  KVFOLD_ASSIGN_OR_RETURN(uint64_t norms, CheckedMul("norm weights", {2, s.hidden_size}));
+  KVFOLD_ASSIGN_OR_RETURN(uint64_t per_layer,
                                   CheckedAdd("layer parameters", {attn, mlp, bias, norms}));
-  KVFOLD_PLANNER_ASSIGN_OR_RETURN(uint64_t layers,
+  KVFOLD_ASSIGN_OR_RETURN(uint64_t layers,
                                   CheckedMul("layer parameters", {per_layer, s.num_layers}));
-  KVFOLD_PLANNER_ASSIGN_OR_RETURN(
+  KVFOLD_ASSIGN_OR_RETURN(
       uint64_t embed, CheckedMul("embedding parameters", {s.vocab_size, s.hidden_size}));
   uint64_t lm_head = s.tie_word_embeddings ? 0 : embed;
   return CheckedAdd("parameter count", {layers, embed, lm_head, s.hidden_size});

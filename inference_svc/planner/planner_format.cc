@@ -14,12 +14,13 @@ std::string AttentionKind(const ModelSpec& m) {
   return "GQA";
 }
 
-std::string QuantizationNote(Dtype dtype) {
+std::string QuantizationNote(DType dtype) {
   switch (dtype) {
-    case Dtype::kInt8:
-    case Dtype::kInt4:
-      return absl::StrCat("one fp16 scale per ", kQuantGroup, " elements (per head), counted");
-    case Dtype::kFp8:
+    case DType::kI8:
+    case DType::kI4:
+      return "fp16 key scales per channel per 16-token block, value scales per 32 channels per "
+             "token, counted";
+    case DType::kF8:
       return "per-tensor fp32 scales (constant, not per token)";
     default:
       return "none";
@@ -37,9 +38,9 @@ std::string RenderTable(const Plan& plan) {
                         m.hidden_size);
   if (m.sliding_window > 0) absl::StrAppend(&out, ", model sliding window ", m.sliding_window);
   absl::StrAppend(&out, "\n  parameters ", WithCommas(plan.parameter_count), ", weights ",
-                  GetDtypeInfo(o.weight_dtype).name, " ", WithCommas(plan.weight_bytes), " B (",
+                  core::DTypeName(o.weight_dtype), " ", WithCommas(plan.weight_bytes), " B (",
                   HumanBytes(plan.weight_bytes), ")\n");
-  absl::StrAppend(&out, "  KV ", GetDtypeInfo(o.kv_dtype).name, ": ",
+  absl::StrAppend(&out, "  KV ", core::DTypeName(o.kv_dtype), ": ",
                   WithCommas(plan.bytes_per_token),
                   " B per token per sequence (scales: ", QuantizationNote(o.kv_dtype),
                   "); sequences = batch ", o.batch_size, " x beams ", o.num_beams, "\n");
@@ -63,7 +64,7 @@ std::string RenderTable(const Plan& plan) {
   out += "\n";
   for (const ModeEstimate& e : plan.estimates) {
     double vs_full = e.full_kv_bytes ? 100.0 * e.session_bytes / e.full_kv_bytes : 0;
-    absl::StrAppendFormat(&out, "%-12s %8s %9s %17s %11s %9s %6.1f%% %5.2f", KvModeName(e.mode),
+    absl::StrAppendFormat(&out, "%-12s %8s %9s %17s %11s %9s %6.1f%% %5.2f", core::KvModeName(e.mode),
                           ShortTokens(e.context_tokens), WithCommas(e.resident_tokens),
                           WithCommas(e.kv_bytes), HumanBytes(e.kv_bytes),
                           e.prefix_tokens && e.memory_block_bytes
@@ -110,9 +111,9 @@ std::string RenderJson(const Plan& plan) {
                 {"tie_word_embeddings", m.tie_word_embeddings}};
   Json j = {{"model", model},
             {"parameter_count", plan.parameter_count},
-            {"weight_dtype", GetDtypeInfo(o.weight_dtype).name},
+            {"weight_dtype", core::DTypeName(o.weight_dtype)},
             {"weight_bytes", plan.weight_bytes},
-            {"kv_dtype", GetDtypeInfo(o.kv_dtype).name},
+            {"kv_dtype", core::DTypeName(o.kv_dtype)},
             {"kv_scale_overhead", QuantizationNote(o.kv_dtype)},
             {"bytes_per_token", plan.bytes_per_token},
             {"batch_size", o.batch_size},
@@ -132,7 +133,7 @@ std::string RenderJson(const Plan& plan) {
               {"reject", policy.reject_bp / 100.0}}}};
   Json estimates = Json::array();
   for (const ModeEstimate& e : plan.estimates) {
-    estimates.push_back({{"mode", KvModeName(e.mode)},
+    estimates.push_back({{"mode", core::KvModeName(e.mode)},
                          {"context_tokens", e.context_tokens},
                          {"window_tokens", e.window_tokens},
                          {"prefix_tokens", e.prefix_tokens},

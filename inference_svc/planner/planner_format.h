@@ -11,8 +11,8 @@ namespace kvfold::planner {
 // "MHA" (num_kv_heads == num_heads), "MQA" (1), else "GQA".
 std::string AttentionKind(const ModelSpec& model);
 
-// How a dtype's scale overhead is counted, e.g. "one fp16 scale per 32 elements".
-std::string QuantizationNote(Dtype dtype);
+// How a KV dtype's scale overhead is counted (core/kv_bytes.h).
+std::string QuantizationNote(DType dtype);
 
 // A header describing the model and options, then one row per (context, mode).
 std::string RenderTable(const Plan& plan);

@@ -1,6 +1,7 @@
 #include "inference_svc/planner/planner_proto.h"
 
 #include "absl/strings/str_cat.h"
+#include "common/proto_enums.h"
 #include "inference_svc/planner/checked_math.h"
 
 namespace kvfold::planner {
@@ -24,92 +25,22 @@ absl::StatusOr<ModelSpec> RequestModel(const v1::EstimateKvCacheRequest& r,
   return *served_model;
 }
 
-absl::StatusOr<Dtype> DtypeOr(v1::Dtype dtype, Dtype default_value) {
+absl::StatusOr<DType> DtypeOr(v1::Dtype dtype, DType default_value) {
   if (dtype == v1::DTYPE_UNSPECIFIED) return default_value;
-  return FromProto(dtype);
+  return DTypeFromProto(dtype);
 }
 
 }  // namespace
 
-absl::StatusOr<Dtype> FromProto(v1::Dtype dtype) {
-  switch (dtype) {
-    case v1::DTYPE_FP32:
-      return Dtype::kFp32;
-    case v1::DTYPE_FP16:
-      return Dtype::kFp16;
-    case v1::DTYPE_BF16:
-      return Dtype::kBf16;
-    case v1::DTYPE_FP8:
-      return Dtype::kFp8;
-    case v1::DTYPE_INT8:
-      return Dtype::kInt8;
-    case v1::DTYPE_INT4:
-      return Dtype::kInt4;
-    default:
-      return absl::InvalidArgumentError(absl::StrCat("unsupported dtype enum value ", dtype));
-  }
-}
-
-v1::Dtype ToProto(Dtype dtype) {
-  switch (dtype) {
-    case Dtype::kFp32:
-      return v1::DTYPE_FP32;
-    case Dtype::kFp16:
-      return v1::DTYPE_FP16;
-    case Dtype::kBf16:
-      return v1::DTYPE_BF16;
-    case Dtype::kFp8:
-      return v1::DTYPE_FP8;
-    case Dtype::kInt8:
-      return v1::DTYPE_INT8;
-    case Dtype::kInt4:
-      return v1::DTYPE_INT4;
-  }
-  return v1::DTYPE_UNSPECIFIED;
-}
-
-absl::StatusOr<KvMode> FromProto(v1::KvMode mode) {
-  switch (mode) {
-    case v1::KV_MODE_FULL:
-      return KvMode::kFull;
-    case v1::KV_MODE_SLIDING:
-      return KvMode::kSliding;
-    case v1::KV_MODE_SINK:
-      return KvMode::kSink;
-    case v1::KV_MODE_MEMORY:
-      return KvMode::kMemory;
-    case v1::KV_MODE_MEMORY_ONLY:
-      return KvMode::kMemoryOnly;
-    default:
-      return absl::InvalidArgumentError(absl::StrCat("unsupported kv mode enum value ", mode));
-  }
-}
-
-v1::KvMode ToProto(KvMode mode) {
-  switch (mode) {
-    case KvMode::kFull:
-      return v1::KV_MODE_FULL;
-    case KvMode::kSliding:
-      return v1::KV_MODE_SLIDING;
-    case KvMode::kSink:
-      return v1::KV_MODE_SINK;
-    case KvMode::kMemory:
-      return v1::KV_MODE_MEMORY;
-    case KvMode::kMemoryOnly:
-      return v1::KV_MODE_MEMORY_ONLY;
-  }
-  return v1::KV_MODE_UNSPECIFIED;
-}
-
 absl::StatusOr<v1::EstimateKvCacheResponse> EstimateKvCache(const v1::EstimateKvCacheRequest& r,
                                                             const ModelSpec* served_model) {
-  KVFOLD_PLANNER_ASSIGN_OR_RETURN(ModelSpec model, RequestModel(r, served_model));
+  KVFOLD_ASSIGN_OR_RETURN(ModelSpec model, RequestModel(r, served_model));
   if (r.context_tokens() == 0) return absl::InvalidArgumentError("context_tokens must be > 0");
   PlanOptions o;
   if (r.batch_size() > 0) o.batch_size = r.batch_size();
   if (r.num_beams() > 0) o.num_beams = r.num_beams();
-  KVFOLD_PLANNER_ASSIGN_OR_RETURN(o.kv_dtype, DtypeOr(r.kv_dtype(), Dtype::kFp16));
-  KVFOLD_PLANNER_ASSIGN_OR_RETURN(o.weight_dtype, DtypeOr(r.weight_dtype(), Dtype::kBf16));
+  KVFOLD_ASSIGN_OR_RETURN(o.kv_dtype, DtypeOr(r.kv_dtype(), DType::kF16));
+  KVFOLD_ASSIGN_OR_RETURN(o.weight_dtype, DtypeOr(r.weight_dtype(), DType::kBF16));
   o.window_size = r.window_size();  // 0 resolves to the model's window or 1024
   if (r.sink_tokens() > 0) o.sink_tokens = r.sink_tokens();
   if (r.mem_slots() > 0) o.mem_slots = r.mem_slots();
@@ -117,8 +48,8 @@ absl::StatusOr<v1::EstimateKvCacheResponse> EstimateKvCache(const v1::EstimateKv
   o.gpu_memory_bytes = r.gpu_memory_bytes();
   o.activation_reserve_bytes = r.activation_reserve_bytes();
 
-  std::vector<KvMode> modes(std::begin(kAllModes), std::end(kAllModes));
-  KVFOLD_PLANNER_ASSIGN_OR_RETURN(Plan plan, MakePlan(model, o, {r.context_tokens()}, modes));
+  std::vector<KvMode> modes(std::begin(core::kAllKvModes), std::end(core::kAllKvModes));
+  KVFOLD_ASSIGN_OR_RETURN(Plan plan, MakePlan(model, o, {r.context_tokens()}, modes));
 
   v1::EstimateKvCacheResponse response;
   response.set_model(plan.model.name);
@@ -127,7 +58,7 @@ absl::StatusOr<v1::EstimateKvCacheResponse> EstimateKvCache(const v1::EstimateKv
   response.set_kv_pool_bytes(plan.kv_pool_bytes);
   for (const ModeEstimate& e : plan.estimates) {
     v1::ModeEstimate* out = response.add_modes();
-    out->set_mode(ToProto(e.mode));
+    out->set_mode(KvModeToProto(e.mode));
     out->set_bytes_per_token(e.bytes_per_token);
     out->set_resident_tokens(e.resident_tokens);
     out->set_kv_bytes(e.kv_bytes);

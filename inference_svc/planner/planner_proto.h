@@ -22,13 +22,6 @@ namespace kvfold::planner {
 absl::StatusOr<v1::EstimateKvCacheResponse> EstimateKvCache(
     const v1::EstimateKvCacheRequest& request, const ModelSpec* served_model);
 
-// Enum conversions. DTYPE_UNSPECIFIED / KV_MODE_UNSPECIFIED are InvalidArgument here (the
-// caller applies its default first).
-absl::StatusOr<Dtype> FromProto(v1::Dtype dtype);
-v1::Dtype ToProto(Dtype dtype);
-absl::StatusOr<KvMode> FromProto(v1::KvMode mode);
-v1::KvMode ToProto(KvMode mode);
-
 }  // namespace kvfold::planner
 
 #endif  // KVFOLD_INFERENCE_SVC_PLANNER_PLANNER_PROTO_H_

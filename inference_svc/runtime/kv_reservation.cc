@@ -25,18 +25,18 @@ int ReserveBlocks(const SessionSpec& spec, const KvGeometry& g, int64_t tokens_a
   const int64_t windowed = static_cast<int64_t>(spec.window_size) + rows;
   int64_t prefix = 0, main = 0;
   switch (spec.mode) {
-    case engine::KvMode::kFull:
+    case core::KvMode::kFull:
       main = n;
       break;
-    case engine::KvMode::kSliding:
+    case core::KvMode::kSliding:
       main = std::min(n, windowed);
       break;
-    case engine::KvMode::kSink:
+    case core::KvMode::kSink:
       prefix = std::min<int64_t>(n, spec.sink_tokens);
       main = std::min(n, windowed);
       break;
-    case engine::KvMode::kMemory:
-    case engine::KvMode::kMemoryOnly:
+    case core::KvMode::kMemory:
+    case core::KvMode::kMemoryOnly:
       prefix = g.mem_slots;
       main = std::min<int64_t>(n, static_cast<int64_t>(spec.window_size) + g.chunk_size);
       break;

@@ -44,7 +44,7 @@ using EngineSessionPtr = std::unique_ptr<engine::Session, EngineSessionDeleter>;
 // A session's geometry, resolved (Runtime::ResolveSpec): memory modes take W from the
 // projector, full mode has window_size 0, sink_tokens is 0 outside sink mode.
 struct SessionSpec {
-  engine::KvMode mode = engine::KvMode::kFull;
+  core::KvMode mode = core::KvMode::kFull;
   int window_size = 0;
   int sink_tokens = 0;
 };

@@ -5,6 +5,7 @@
 
 #include "absl/strings/str_cat.h"
 #include "common/sha256.h"
+#include "core/session_geometry.h"
 #include "inference_svc/runtime/session_factory.h"
 
 namespace kvfold::runtime {
@@ -147,7 +148,7 @@ absl::StatusOr<SessionSpec> Runtime::ResolveSpec(const SessionRequest& r) const 
       return absl::FailedPreconditionError(
           "memory modes need a projector: start the replica with --projector");
     }
-    const int w = spec.mode == engine::KvMode::kMemoryOnly
+    const int w = spec.mode == core::KvMode::kMemoryOnly
                       ? deps_.projector->config().memory_only_window
                       : deps_.projector->config().window_size;
     if (r.window_size != 0 && r.window_size != w) {
@@ -156,15 +157,26 @@ absl::StatusOr<SessionSpec> Runtime::ResolveSpec(const SessionRequest& r) const 
           " (memory modes take W and C from the projector)"));
     }
     spec.window_size = w;
+    const memory::ProjectorConfig& p = deps_.projector->config();
+    if (absl::Status s = core::ValidateSessionGeometry(
+            {spec.mode, spec.window_size, p.sink_tokens, p.chunk_size, p.mem_slots});
+        !s.ok()) {
+      return s;
+    }
     return spec;
   }
-  if (spec.mode == engine::KvMode::kFull) return spec;
-  spec.window_size = r.window_size != 0 ? r.window_size
-                                        : (options_.default_window ? options_.default_window : 1024);
-  if (spec.window_size > (1 << 24)) return absl::InvalidArgumentError("window_size too large");
-  if (spec.mode == engine::KvMode::kSink) {
-    spec.sink_tokens = r.sink_tokens != 0 ? r.sink_tokens : options_.default_sink;
+  if (spec.mode == core::KvMode::kFull) return spec;
+  const int64_t window = r.window_size != 0
+                             ? r.window_size
+                             : (options_.default_window ? options_.default_window : 1024);
+  const int64_t sink = spec.mode == core::KvMode::kSink
+                           ? (r.sink_tokens != 0 ? r.sink_tokens : options_.default_sink)
+                           : 0;
+  if (absl::Status s = core::ValidateSessionGeometry({spec.mode, window, sink, 0, 0}); !s.ok()) {
+    return s;
   }
+  spec.window_size = static_cast<int>(window);
+  spec.sink_tokens = static_cast<int>(sink);
   return spec;
 }
 

@@ -51,7 +51,7 @@ namespace kvfold::runtime {
 
 struct RuntimeOptions {
   // Mode of sessions created without one. Default: memory (full without a projector).
-  engine::KvMode default_mode = engine::KvMode::kMemory;
+  core::KvMode default_mode = core::KvMode::kMemory;
   // Window of sliding/sink sessions created without one; 0 = 1024.
   int default_window = 0;
   // Sink tokens of sink sessions created without a count. Default: 4.
@@ -69,7 +69,7 @@ struct RuntimeOptions {
 
 // A new session's geometry as requested; unset / 0 fields take the defaults.
 struct SessionRequest {
-  std::optional<engine::KvMode> mode;
+  std::optional<core::KvMode> mode;
   int window_size = 0;
   int sink_tokens = 0;
 };

@@ -4,10 +4,6 @@
 
 namespace kvfold::runtime {
 
-bool IsMemoryMode(engine::KvMode mode) {
-  return mode == engine::KvMode::kMemory || mode == engine::KvMode::kMemoryOnly;
-}
-
 Scheduler::SessionFactory MakeSessionFactory(engine::Engine* engine,
                                              const memory::Projector* projector) {
   return [engine, projector](const SessionSpec& spec)
@@ -17,7 +13,7 @@ Scheduler::SessionFactory MakeSessionFactory(engine::Engine* engine,
     }
     engine::SessionOptions options;
     options.mode = spec.mode;
-    options.window_size = spec.mode == engine::KvMode::kFull ? 1 << 30 : spec.window_size;
+    options.window_size = spec.mode == core::KvMode::kFull ? 1 << 30 : spec.window_size;
     options.sink_tokens = spec.sink_tokens;
     return memory::CreateSession(engine, options, projector);
   };

@@ -15,8 +15,6 @@ namespace kvfold::runtime {
 Scheduler::SessionFactory MakeSessionFactory(engine::Engine* engine,
                                              const memory::Projector* projector);
 
-bool IsMemoryMode(engine::KvMode mode);
-
 }  // namespace kvfold::runtime
 
 #endif  // KVFOLD_INFERENCE_SVC_RUNTIME_SESSION_FACTORY_H_

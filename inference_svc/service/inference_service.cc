@@ -3,9 +3,9 @@
 
 #include "absl/strings/str_cat.h"
 #include "common/grpc_status.h"
+#include "common/proto_enums.h"
 #include "inference_svc/planner/planner_proto.h"
 #include "inference_svc/service/proto_convert.h"
-#include "inference_svc/service/session_codec.h"
 #include "inference_svc/service/store_sessions.h"
 #include "inference_svc/service/validation.h"
 
@@ -37,11 +37,9 @@ InferenceServiceImpl::InferenceServiceImpl(const ServiceDeps& deps)
       config_(*deps.config),
       replica_name_(deps.config->replica_name.empty() ? deps.config->listen
                                                       : deps.config->replica_name),
-      // What one token costs in this engine's pool, in its KV dtype (int8: codes plus its
-      // share of the fp16 scales), all layers, K and V; rounded up.
-      kv_bytes_per_token_((deps.engine->pool().bytes_per_block() +
-                           deps.engine->pool().block_size() - 1) /
-                          deps.engine->pool().block_size()),
+      // What one token costs in this engine's pool, in its KV dtype (docs/contracts.md,
+      // "KV bytes").
+      kv_bytes_per_token_(deps.engine->pool().bytes_per_token()),
       served_spec_(SpecOf(deps.engine->config())) {}
 
 absl::StatusOr<runtime::Caller> InferenceServiceImpl::Authenticate(
@@ -133,8 +131,17 @@ grpc::Status InferenceServiceImpl::ListSessions(grpc::ServerContext* context,
   for (const v1::SessionInfo& info : page->sessions()) {
     v1::Session* s = response->add_sessions();
     s->set_session_id(info.session_id());
+    s->mutable_config()->set_mode(info.kv_mode());
+    s->mutable_config()->set_window_size(info.window_size());
+    s->mutable_config()->set_sink_tokens(info.sink_tokens());
     s->set_head_version(info.head_version());
     s->set_total_tokens(info.total_tokens());
+    s->set_tokens_folded(info.tokens_folded());
+    s->set_resident_tokens(info.resident_tokens());
+    s->set_kv_bytes_resident(info.resident_tokens() * kv_bytes_per_token_);
+    s->set_memory_block_bytes(info.payload_size());
+    s->set_model_fingerprint(info.model_fingerprint());
+    s->set_projector_fingerprint(info.projector_fingerprint());
     s->set_created_unix_ms(info.created_unix_ms());
     s->set_updated_unix_ms(info.updated_unix_ms());
   }
@@ -229,7 +236,7 @@ grpc::Status InferenceServiceImpl::GetModelInfo(grpc::ServerContext* context,
   }
   response->set_backend(deps_.engine->backend().Name());
   response->set_kv_bytes_per_token(kv_bytes_per_token_);
-  response->set_default_mode(config_.default_mode);
+  response->set_default_mode(KvModeToProto(config_.default_mode));
   return grpc::Status::OK;
 }
 

@@ -1,7 +1,7 @@
 #include "inference_svc/service/proto_convert.h"
 
 #include "absl/strings/str_cat.h"
-#include "inference_svc/service/session_codec.h"
+#include "common/proto_enums.h"
 
 namespace kvfold::service {
 
@@ -32,10 +32,9 @@ v1::SamplingParams ToProto(const runtime::SamplingSpec& s) {
 absl::StatusOr<runtime::SessionRequest> FromProto(const v1::SessionConfig& c) {
   runtime::SessionRequest r;
   if (c.mode() != v1::KV_MODE_UNSPECIFIED) {
-    if (!v1::KvMode_IsValid(c.mode())) {
-      return absl::InvalidArgumentError(absl::StrCat("unknown mode ", static_cast<int>(c.mode())));
-    }
-    r.mode = FromProtoMode(c.mode());
+    absl::StatusOr<core::KvMode> mode = KvModeFromProto(c.mode());
+    if (!mode.ok()) return mode.status();
+    r.mode = *mode;
   }
   if (c.window_size() > (1u << 24)) return absl::InvalidArgumentError("window_size too large");
   if (c.sink_tokens() > (1u << 24)) return absl::InvalidArgumentError("sink_tokens too large");

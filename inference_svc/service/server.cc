@@ -16,7 +16,6 @@
 #include "common/grpc_decode_errors.h"
 #include "inference_svc/model/model_file.h"
 #include "inference_svc/service/http_turn_port.h"
-#include "inference_svc/service/session_codec.h"
 
 namespace kvfold::service {
 namespace {
@@ -98,8 +97,8 @@ absl::StatusOr<std::unique_ptr<InferenceServer>> InferenceServer::Start(
       return s;
     }
     server->projector_ = std::move(*projector);
-  } else if (c.default_mode == v1::KV_MODE_MEMORY || c.default_mode == v1::KV_MODE_MEMORY_ONLY) {
-    server->config_.default_mode = v1::KV_MODE_FULL;
+  } else if (core::IsMemoryMode(c.default_mode)) {
+    server->config_.default_mode = core::KvMode::kFull;
     std::fprintf(stderr, "kvfold-inference: no --projector: default mode is full\n");
   }
   if (!c.tokens_file.empty()) {
@@ -120,7 +119,7 @@ absl::StatusOr<std::unique_ptr<InferenceServer>> InferenceServer::Start(
   server->store_sessions_ = std::make_unique<StoreSessions>(
       server->store_.get(), server->engine_.get(), server->projector_.get());
   runtime::RuntimeOptions runtime_options;
-  runtime_options.default_mode = FromProtoMode(server->config_.default_mode);
+  runtime_options.default_mode = server->config_.default_mode;
   runtime_options.default_window = static_cast<int>(c.default_window);
   runtime_options.default_sink = static_cast<int>(c.default_sink);
   runtime_options.default_max_new_tokens = static_cast<int>(c.default_max_new_tokens);

@@ -47,9 +47,6 @@ absl::Status ServiceConfig::Validate() const {
     return absl::InvalidArgumentError("--prefill-chunk-tokens must be > 0");
   if (max_active_sessions == 0)
     return absl::InvalidArgumentError("--max-active-sessions must be > 0");
-  if (default_mode == v1::KV_MODE_UNSPECIFIED) {
-    return absl::InvalidArgumentError("--default-mode must name a mode");
-  }
   if (!(prefill_stall >= 0) || prefill_stall > 1e6) {
     return absl::InvalidArgumentError("--prefill-stall must be in [0, 1e6]");
   }

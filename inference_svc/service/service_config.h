@@ -7,6 +7,8 @@
 #include <string>
 
 #include "absl/status/status.h"
+#include "core/dtype.h"
+#include "core/kv_mode.h"
 #include "inference_svc/engine/kv_cache.h"
 #include "kvfold/v1/common.pb.h"
 
@@ -40,11 +42,11 @@ struct ServiceConfig {
   // KV pool the admission policy measures against. Default: 1 GiB.
   uint64_t kv_pool_bytes = 1ull << 30;
   // KV cache element type (--kv-dtype f32|int8, engine::ParseKvDType). Default: f32.
-  engine::KvDType kv_dtype = engine::KvDType::kF32;
+  core::DType kv_dtype = core::DType::kF32;
   // Byte budget of the local session cache (derived KV of idle sessions). Default 512 MiB.
   uint64_t session_cache_bytes = 512ull << 20;
   // Defaults for CreateSession fields left unset.
-  v1::KvMode default_mode = v1::KV_MODE_MEMORY;
+  core::KvMode default_mode = core::KvMode::kMemory;
   uint32_t default_window = 0;  // 0 = the projector's window_size (memory) or 1024
   uint32_t default_sink = 4;
   // TLS for the listening port (both or neither); client CA turns on mTLS.

@@ -23,14 +23,14 @@
 
 namespace {
 
-// The flag takes the engine's mode names ("full", ..., "memory_only"); one parser and one
-// engine->proto mapping serve the CLI, the sessions and this flag.
-absl::StatusOr<kvfold::v1::KvMode> ParseMode(const std::string& name) {
-  absl::StatusOr<kvfold::engine::KvMode> mode = kvfold::engine::ParseKvMode(name);
+// The flag takes the KV mode names of core/kv_mode.h, the one parser of the CLI and the
+// servers.
+absl::StatusOr<kvfold::core::KvMode> ParseMode(const std::string& name) {
+  absl::StatusOr<kvfold::core::KvMode> mode = kvfold::core::ParseKvMode(name);
   if (!mode.ok()) {
     return absl::InvalidArgumentError(absl::StrCat("--default-mode: ", mode.status().message()));
   }
-  return kvfold::memory::ToProtoMode(*mode);
+  return *mode;
 }
 
 // The replica's own store token: from a file, else the environment. Secrets on the

@@ -33,6 +33,8 @@ float LoadAsF32(const void* data, DType dtype, int64_t i) {
     case DType::kI8:
       return static_cast<float>(static_cast<const int8_t*>(data)[i]);
     case DType::kQ8:  // blocked rows: Q8At
+    case DType::kF8:  // not a tensor dtype of any backend (planner estimates only)
+    case DType::kI4:
       return 0.0f;
   }
   return 0.0f;

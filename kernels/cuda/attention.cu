@@ -22,7 +22,7 @@ __device__ __forceinline__ float LoadKey(const AttentionParams& p, int64_t slot,
                                          bool from_page, int ch, int kv_dim) {
   if (from_page) return p.k_pages[slot * kv_dim + ch];
   float k = LoadElem(p.k_cache, slot * kv_dim + ch, p.cache_type);
-  if (p.cache_type == ElemType::kI8) {
+  if (p.cache_type == core::DType::kI8) {
     const int64_t i = static_cast<int64_t>(block) * kv_dim + ch;
     k *= p.fp16_scales ? __half2float(static_cast<const __half*>(p.k_scale)[i])
                        : static_cast<const float*>(p.k_scale)[i];
@@ -34,7 +34,7 @@ __device__ __forceinline__ float LoadValue(const AttentionParams& p, int64_t slo
                                            bool from_page, int ch, int kv_dim) {
   if (from_page) return p.v_pages[slot * kv_dim + ch];
   float v = LoadElem(p.v_cache, slot * kv_dim + ch, p.cache_type);
-  if (p.cache_type == ElemType::kI8) {
+  if (p.cache_type == core::DType::kI8) {
     const int groups = (kv_dim + p.v_group_size - 1) / p.v_group_size;
     const int64_t i = slot * groups + ch / p.v_group_size;
     v *= p.fp16_scales ? __half2float(static_cast<const __half*>(p.v_scale)[i])
@@ -290,12 +290,12 @@ absl::Status Attention(const AttentionParams& p, void* workspace, size_t workspa
       p.k_cache == nullptr || p.v_cache == nullptr || p.rope_table == nullptr) {
     return absl::InvalidArgumentError("Attention: null pointer");
   }
-  if (p.cache_type == ElemType::kI8 &&
+  if (p.cache_type == core::DType::kI8 &&
       (p.k_scale == nullptr || p.v_scale == nullptr || p.v_group_size <= 0)) {
     return absl::InvalidArgumentError("Attention: int8 cache needs k_scale, v_scale, v_group_size");
   }
   if (p.own != nullptr &&
-      (p.cache_type != ElemType::kI8 || p.k_pages == nullptr || p.v_pages == nullptr)) {
+      (p.cache_type != core::DType::kI8 || p.k_pages == nullptr || p.v_pages == nullptr)) {
     return absl::InvalidArgumentError("Attention: own blocks need an int8 cache and F32 pages");
   }
   int32_t splits = AttentionNumSplits(p.num_rows, p.num_kv_heads);

@@ -28,7 +28,7 @@
 
 #include "absl/status/status.h"
 #include "kernels/attn_rows.h"
-#include "kernels/cuda/elem_type.h"
+#include "core/dtype.h"
 
 namespace kvfold::cuda {
 
@@ -42,7 +42,7 @@ struct AttentionParams {
   const int32_t* block_tables = nullptr;  // [*]
   const void* k_cache = nullptr;   // [num_blocks, block_size, num_kv_heads * head_dim]
   const void* v_cache = nullptr;   // [num_blocks, block_size, num_kv_heads * head_dim]
-  ElemType cache_type = ElemType::kF32;
+  core::DType cache_type = core::DType::kF32;
   // kI8 only (KIVI, kernels/quant/kv_quant.h): a block's keys are one per-channel group,
   // values are per token in groups of v_group_size channels. Scales are F32, or fp16 (the
   // engine's kernels::KvCacheI8) when fp16_scales is set.

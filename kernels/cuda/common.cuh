@@ -1,5 +1,5 @@
 // Device helpers shared by the .cu files: typed loads/stores selected by a runtime
-// ElemType (one compiled kernel per op instead of a template per dtype keeps nvcc time
+// core::DType (one compiled kernel per op instead of a template per dtype keeps nvcc time
 // low; the switch is warp-uniform), warp/block reductions, and launcher argument checks.
 // Included only by .cu files.
 #ifndef KVFOLD_KERNELS_CUDA_COMMON_CUH_
@@ -11,26 +11,26 @@
 
 #include <cstdint>
 
-#include "kernels/cuda/elem_type.h"
+#include "core/dtype.h"
 
 namespace kvfold::cuda {
 
 // x[i] as float. kI8 returns the raw code (scales are applied by the caller).
-__device__ __forceinline__ float LoadElem(const void* x, int64_t i, ElemType t) {
+__device__ __forceinline__ float LoadElem(const void* x, int64_t i, core::DType t) {
   switch (t) {
-    case ElemType::kF32: return static_cast<const float*>(x)[i];
-    case ElemType::kF16: return __half2float(static_cast<const __half*>(x)[i]);
-    case ElemType::kBF16: return __bfloat162float(static_cast<const __nv_bfloat16*>(x)[i]);
+    case core::DType::kF32: return static_cast<const float*>(x)[i];
+    case core::DType::kF16: return __half2float(static_cast<const __half*>(x)[i]);
+    case core::DType::kBF16: return __bfloat162float(static_cast<const __nv_bfloat16*>(x)[i]);
     default: return static_cast<float>(static_cast<const int8_t*>(x)[i]);
   }
 }
 
 // x[i] = v rounded to nearest even. Float types only (kI8 writes go through quantization).
-__device__ __forceinline__ void StoreElem(void* x, int64_t i, ElemType t, float v) {
+__device__ __forceinline__ void StoreElem(void* x, int64_t i, core::DType t, float v) {
   switch (t) {
-    case ElemType::kF32: static_cast<float*>(x)[i] = v; break;
-    case ElemType::kF16: static_cast<__half*>(x)[i] = __float2half_rn(v); break;
-    case ElemType::kBF16: static_cast<__nv_bfloat16*>(x)[i] = __float2bfloat16_rn(v); break;
+    case core::DType::kF32: static_cast<float*>(x)[i] = v; break;
+    case core::DType::kF16: static_cast<__half*>(x)[i] = __float2half_rn(v); break;
+    case core::DType::kBF16: static_cast<__nv_bfloat16*>(x)[i] = __float2bfloat16_rn(v); break;
     default: break;
   }
 }

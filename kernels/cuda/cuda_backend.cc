@@ -23,18 +23,18 @@ namespace {
 
 using kernels::AttentionShape;
 using kernels::Buffer;
-using kernels::DType;
+using core::DType;
 using kernels::Stream;
 using kernels::Tensor;
 
-// Q8 weights: the device kernels read the CPU's layout (kernels/backend.h kQ8).
-static_assert(kernels::kQ8Block == kQ8BlockSize && kernels::Q8RowBytes(77) == Q8RowBytesDevice(77));
+// Q8 weights: the device kernels read the CPU's layout (core/dtype.h kQ8).
+static_assert(core::kQ8Block == kQ8BlockSize && core::Q8RowBytes(77) == Q8RowBytesDevice(77));
 
-absl::StatusOr<ElemType> FloatType(const Tensor& t, const char* what) {
+absl::StatusOr<core::DType> FloatType(const Tensor& t, const char* what) {
   switch (t.dtype) {
-    case DType::kF32: return ElemType::kF32;
-    case DType::kF16: return ElemType::kF16;
-    case DType::kBF16: return ElemType::kBF16;
+    case DType::kF32: return core::DType::kF32;
+    case DType::kF16: return core::DType::kF16;
+    case DType::kBF16: return core::DType::kBF16;
     default:
       return absl::InvalidArgumentError(
           absl::StrCat(what, ": expected a float tensor, got ", t.DebugString()));
@@ -448,7 +448,7 @@ class CudaBackend final : public kernels::Backend {
     p.block_tables = static_cast<const int32_t*>(block_tables.data);
     p.k_cache = layer->k_codes;
     p.v_cache = layer->v_codes;
-    p.cache_type = ElemType::kI8;
+    p.cache_type = DType::kI8;
     p.k_scale = layer->k_scales;
     p.v_scale = layer->v_scales;
     p.v_group_size = layer->value_group;

@@ -1,5 +1,5 @@
-// THE one place where CUDA runtime and cuBLAS errors become absl::Status (STYLE.md: every
-// foreign error type is translated in exactly one place, with an explicit code table).
+// THE one place where CUDA runtime and cuBLAS errors become absl::Status (every foreign
+// error type is translated in exactly one place, with an explicit code table).
 //
 // Code table (cudaError_t):
 //   cudaSuccess                                   -> OK

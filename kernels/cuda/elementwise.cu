@@ -48,26 +48,26 @@ __global__ void AddKernel(const float* a, const float* b, int64_t n, float* out)
 }
 
 __global__ void AddBiasKernel(float* y,  // [num_tokens, cols]
-                              const void* bias, ElemType bias_type, int64_t n, int64_t cols) {
+                              const void* bias, core::DType bias_type, int64_t n, int64_t cols) {
   for (int64_t i = blockIdx.x * static_cast<int64_t>(blockDim.x) + threadIdx.x; i < n;
        i += static_cast<int64_t>(gridDim.x) * blockDim.x) {
     y[i] += LoadElem(bias, i % cols, bias_type);
   }
 }
 
-__global__ void CastKernel(const float* src, void* dst, ElemType dst_type, int64_t n) {
+__global__ void CastKernel(const float* src, void* dst, core::DType dst_type, int64_t n) {
   for (int64_t i = blockIdx.x * static_cast<int64_t>(blockDim.x) + threadIdx.x; i < n;
        i += static_cast<int64_t>(gridDim.x) * blockDim.x) {
     StoreElem(dst, i, dst_type, src[i]);
   }
 }
 
-__global__ void FillUniformKernel(void* dst, ElemType dst_type, int64_t n, uint64_t seed,
+__global__ void FillUniformKernel(void* dst, core::DType dst_type, int64_t n, uint64_t seed,
                                   float lo, float hi) {
   for (int64_t i = blockIdx.x * static_cast<int64_t>(blockDim.x) + threadIdx.x; i < n;
        i += static_cast<int64_t>(gridDim.x) * blockDim.x) {
     const float v = lo + (hi - lo) * HashUniform(seed, static_cast<uint64_t>(i));
-    if (dst_type == ElemType::kI8) {
+    if (dst_type == core::DType::kI8) {
       static_cast<int8_t*>(dst)[i] = static_cast<int8_t>(fminf(fmaxf(rintf(v), -127.0f), 127.0f));
     } else {
       StoreElem(dst, i, dst_type, v);
@@ -106,9 +106,9 @@ absl::Status Add(const float* a, const float* b, int64_t n, float* out, cudaStre
   return LaunchStatus("AddKernel");
 }
 
-absl::Status AddBias(float* y, const void* bias, ElemType bias_type, int64_t num_tokens,
+absl::Status AddBias(float* y, const void* bias, core::DType bias_type, int64_t num_tokens,
                      int64_t cols, cudaStream_t stream) {
-  if (!IsFloatType(bias_type)) return absl::InvalidArgumentError("AddBias: bias type");
+  if (!core::IsFloatDType(bias_type)) return absl::InvalidArgumentError("AddBias: bias type");
   if (num_tokens < 0 || cols <= 0) return absl::InvalidArgumentError("AddBias: bad size");
   const int64_t n = num_tokens * cols;
   if (n == 0) return absl::OkStatus();
@@ -117,9 +117,9 @@ absl::Status AddBias(float* y, const void* bias, ElemType bias_type, int64_t num
   return LaunchStatus("AddBiasKernel");
 }
 
-absl::Status Cast(const float* src, void* dst, ElemType dst_type, int64_t n,
+absl::Status Cast(const float* src, void* dst, core::DType dst_type, int64_t n,
                   cudaStream_t stream) {
-  if (!IsFloatType(dst_type)) return absl::InvalidArgumentError("Cast: destination type");
+  if (!core::IsFloatDType(dst_type)) return absl::InvalidArgumentError("Cast: destination type");
   if (n < 0) return absl::InvalidArgumentError("Cast: negative size");
   if (n == 0) return absl::OkStatus();
   if (src == nullptr || dst == nullptr) return absl::InvalidArgumentError("Cast: null pointer");
@@ -127,7 +127,7 @@ absl::Status Cast(const float* src, void* dst, ElemType dst_type, int64_t n,
   return LaunchStatus("CastKernel");
 }
 
-absl::Status FillUniform(void* dst, ElemType dst_type, int64_t n, uint64_t seed, float lo,
+absl::Status FillUniform(void* dst, core::DType dst_type, int64_t n, uint64_t seed, float lo,
                          float hi, cudaStream_t stream) {
   if (n < 0) return absl::InvalidArgumentError("FillUniform: negative size");
   if (n == 0) return absl::OkStatus();

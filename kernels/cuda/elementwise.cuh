@@ -9,7 +9,7 @@
 #include <cuda_runtime_api.h>
 
 #include "absl/status/status.h"
-#include "kernels/cuda/elem_type.h"
+#include "core/dtype.h"
 
 namespace kvfold::cuda {
 
@@ -25,17 +25,17 @@ absl::Status SiluMul(const float* gate, int64_t gate_stride, const float* up,
 absl::Status Add(const float* a, const float* b, int64_t n, float* out, cudaStream_t stream);
 
 // y[r, c] += bias[c]. y [num_tokens, cols] F32; bias [cols] float type.
-absl::Status AddBias(float* y, const void* bias, ElemType bias_type, int64_t num_tokens,
+absl::Status AddBias(float* y, const void* bias, core::DType bias_type, int64_t num_tokens,
                      int64_t cols, cudaStream_t stream);
 
 // dst[i] = src[i] rounded to dst_type (nearest even). n elements.
-absl::Status Cast(const float* src, void* dst, ElemType dst_type, int64_t n,
+absl::Status Cast(const float* src, void* dst, core::DType dst_type, int64_t n,
                   cudaStream_t stream);
 
 // dst[i] = lo + (hi - lo) * U(seed, i), U a counter-based hash uniform in [0, 1); the same
 // (seed, i) gives the same value on every device. kI8: rint of the value clamped to
 // [-127, 127] (random KV codes for benchmarks).
-absl::Status FillUniform(void* dst, ElemType dst_type, int64_t n, uint64_t seed, float lo,
+absl::Status FillUniform(void* dst, core::DType dst_type, int64_t n, uint64_t seed, float lo,
                          float hi, cudaStream_t stream);
 
 // Host twin of FillUniform's value for element i (tests rebuild device data on the CPU).

@@ -7,7 +7,7 @@ namespace kvfold::cuda {
 namespace {
 
 __global__ void EmbeddingGatherKernel(const void* __restrict__ table,  // [table_rows, width]
-                                      ElemType table_type, int64_t table_rows, int64_t width,
+                                      core::DType table_type, int64_t table_rows, int64_t width,
                                       const int32_t* __restrict__ ids,  // [num_tokens]
                                       float* __restrict__ out) {        // [num_tokens, width]
   const int64_t token = blockIdx.x;
@@ -21,10 +21,10 @@ __global__ void EmbeddingGatherKernel(const void* __restrict__ table,  // [table
 
 }  // namespace
 
-absl::Status EmbeddingGather(const void* table, ElemType table_type, int64_t table_rows,
+absl::Status EmbeddingGather(const void* table, core::DType table_type, int64_t table_rows,
                              int64_t width, const int32_t* ids, int64_t num_tokens, float* out,
                              cudaStream_t stream) {
-  if (!IsFloatType(table_type)) return absl::InvalidArgumentError("EmbeddingGather: table type");
+  if (!core::IsFloatDType(table_type)) return absl::InvalidArgumentError("EmbeddingGather: table type");
   if (num_tokens < 0 || width < 0 || table_rows < 0) {
     return absl::InvalidArgumentError("EmbeddingGather: negative size");
   }

@@ -7,7 +7,7 @@
 #include <cuda_runtime_api.h>
 
 #include "absl/status/status.h"
-#include "kernels/cuda/elem_type.h"
+#include "core/dtype.h"
 
 namespace kvfold::cuda {
 
@@ -15,7 +15,7 @@ namespace kvfold::cuda {
 // An id outside [0, table_rows) yields a row of zeros (the engine validates ids on the host
 // before they reach the device; the kernel never reads out of bounds).
 // InvalidArgument for a non-float table type or non-positive sizes with null pointers.
-absl::Status EmbeddingGather(const void* table, ElemType table_type, int64_t table_rows,
+absl::Status EmbeddingGather(const void* table, core::DType table_type, int64_t table_rows,
                              int64_t width, const int32_t* ids, int64_t num_tokens, float* out,
                              cudaStream_t stream);
 

@@ -9,23 +9,23 @@
 namespace kvfold::cuda {
 namespace {
 
-cudaDataType_t CudaType(ElemType t) {
+cudaDataType_t CudaType(core::DType t) {
   switch (t) {
-    case ElemType::kF16: return CUDA_R_16F;
-    case ElemType::kBF16: return CUDA_R_16BF;
+    case core::DType::kF16: return CUDA_R_16F;
+    case core::DType::kBF16: return CUDA_R_16BF;
     default: return CUDA_R_32F;
   }
 }
 
 }  // namespace
 
-size_t LinearScratchBytes(int64_t num_tokens, int64_t in_features, ElemType w_type) {
-  if (w_type == ElemType::kF32) return 0;
-  return static_cast<size_t>(num_tokens) * in_features * ElemSize(w_type);
+size_t LinearScratchBytes(int64_t num_tokens, int64_t in_features, core::DType w_type) {
+  if (w_type == core::DType::kF32) return 0;
+  return static_cast<size_t>(num_tokens) * in_features * core::DTypeSize(w_type);
 }
 
 absl::Status Linear(cublasHandle_t handle, cudaStream_t stream, const LinearArgs& a) {
-  if (!IsFloatType(a.w_type)) return absl::InvalidArgumentError("Linear: weight type");
+  if (!core::IsFloatDType(a.w_type)) return absl::InvalidArgumentError("Linear: weight type");
   if (a.num_tokens < 0 || a.in_features <= 0 || a.out_features <= 0 ||
       a.num_tokens > INT_MAX || a.in_features > INT_MAX || a.out_features > INT_MAX) {
     return absl::InvalidArgumentError(absl::StrCat("Linear: bad shape [", a.num_tokens, ", ",
@@ -37,7 +37,7 @@ absl::Status Linear(cublasHandle_t handle, cudaStream_t stream, const LinearArgs
     return absl::InvalidArgumentError("Linear: null pointer");
   }
   const void* input = a.x;
-  if (a.w_type != ElemType::kF32) {
+  if (a.w_type != core::DType::kF32) {
     if (a.scratch == nullptr ||
         a.scratch_bytes < LinearScratchBytes(a.num_tokens, a.in_features, a.w_type)) {
       return absl::InvalidArgumentError("Linear: scratch too small for the input cast");

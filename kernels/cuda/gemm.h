@@ -14,7 +14,7 @@
 #include <cuda_runtime_api.h>
 
 #include "absl/status/status.h"
-#include "kernels/cuda/elem_type.h"
+#include "core/dtype.h"
 
 namespace kvfold::cuda {
 
@@ -23,10 +23,10 @@ struct LinearArgs {
   int64_t num_tokens = 0;
   int64_t in_features = 0;
   const void* w = nullptr;      // [out_features, in_features], w_type
-  ElemType w_type = ElemType::kF32;
+  core::DType w_type = core::DType::kF32;
   int64_t out_features = 0;
   const void* bias = nullptr;   // [out_features] or null
-  ElemType bias_type = ElemType::kF32;
+  core::DType bias_type = core::DType::kF32;
   float* y = nullptr;           // [num_tokens, out_features] F32
   // y = x w^T + beta * y. 1 folds a residual add into the projection. Default: 0.
   float beta = 0.0f;
@@ -35,7 +35,7 @@ struct LinearArgs {
   size_t scratch_bytes = 0;
 };
 
-size_t LinearScratchBytes(int64_t num_tokens, int64_t in_features, ElemType w_type);
+size_t LinearScratchBytes(int64_t num_tokens, int64_t in_features, core::DType w_type);
 
 // Binds `handle` to `stream` and enqueues the projection. InvalidArgument for bad shapes,
 // missing scratch or sizes beyond cuBLAS' int range; cuBLAS failures via CublasStatus.

@@ -24,7 +24,7 @@ __device__ __forceinline__ int8_t Int8Code(float x, float scale) {
 __global__ void StoreKvKernel(const float* k, const float* v,  // [num_tokens, kv_dim]
                               const int32_t* slots,            // [num_tokens]
                               int64_t kv_dim, void* k_cache, void* v_cache,  // [*, kv_dim]
-                              ElemType cache_type) {
+                              core::DType cache_type) {
   const int64_t token = blockIdx.x;
   const int32_t slot = slots[token];
   if (slot < 0) return;
@@ -175,9 +175,9 @@ absl::Status Dequantize(const int8_t* codes, const float* scales, int64_t num_to
 }  // namespace
 
 absl::Status StoreKv(const float* k, const float* v, const int32_t* slots, int64_t num_tokens,
-                     int64_t kv_dim, void* k_cache, void* v_cache, ElemType cache_type,
+                     int64_t kv_dim, void* k_cache, void* v_cache, core::DType cache_type,
                      cudaStream_t stream) {
-  if (!IsFloatType(cache_type)) {
+  if (!core::IsFloatDType(cache_type)) {
     return absl::InvalidArgumentError("StoreKv: float caches only (int8: QuantizeKeys/Values)");
   }
   if (num_tokens < 0 || kv_dim <= 0) return absl::InvalidArgumentError("StoreKv: bad size");

@@ -10,7 +10,7 @@
 
 #include "absl/status/status.h"
 #include "kernels/attn_rows.h"
-#include "kernels/cuda/elem_type.h"
+#include "core/dtype.h"
 
 namespace kvfold::cuda {
 
@@ -20,7 +20,7 @@ namespace kvfold::cuda {
 // Int8 caches are filled with QuantizeKeys / QuantizeValues instead (keys need a whole
 // block to get their per-channel scales).
 absl::Status StoreKv(const float* k, const float* v, const int32_t* slots, int64_t num_tokens,
-                     int64_t kv_dim, void* k_cache, void* v_cache, ElemType cache_type,
+                     int64_t kv_dim, void* k_cache, void* v_cache, core::DType cache_type,
                      cudaStream_t stream);
 
 // Per-channel key quantization in groups of group_size tokens.

@@ -10,7 +10,7 @@ namespace {
 // L1/L2 for any realistic hidden_size.
 __global__ void RmsNormKernel(const float* x,       // [num_tokens, hidden_size]
                               const void* weight,   // [hidden_size]
-                              ElemType weight_type, float eps, int64_t hidden_size,
+                              core::DType weight_type, float eps, int64_t hidden_size,
                               float* out) {         // [num_tokens, hidden_size]
   __shared__ float scratch[32];
   const float* row = x + blockIdx.x * hidden_size;
@@ -26,9 +26,9 @@ __global__ void RmsNormKernel(const float* x,       // [num_tokens, hidden_size]
 
 }  // namespace
 
-absl::Status RmsNorm(const float* x, const void* weight, ElemType weight_type, float eps,
+absl::Status RmsNorm(const float* x, const void* weight, core::DType weight_type, float eps,
                      int64_t num_tokens, int64_t hidden_size, float* out, cudaStream_t stream) {
-  if (!IsFloatType(weight_type)) return absl::InvalidArgumentError("RmsNorm: weight type");
+  if (!core::IsFloatDType(weight_type)) return absl::InvalidArgumentError("RmsNorm: weight type");
   if (num_tokens < 0 || hidden_size <= 0) {
     return absl::InvalidArgumentError("RmsNorm: bad size");
   }

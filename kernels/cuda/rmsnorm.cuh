@@ -7,12 +7,12 @@
 #include <cuda_runtime_api.h>
 
 #include "absl/status/status.h"
-#include "kernels/cuda/elem_type.h"
+#include "core/dtype.h"
 
 namespace kvfold::cuda {
 
 // x, out [num_tokens, hidden_size] F32 (may alias); weight [hidden_size] float type.
-absl::Status RmsNorm(const float* x, const void* weight, ElemType weight_type, float eps,
+absl::Status RmsNorm(const float* x, const void* weight, core::DType weight_type, float eps,
                      int64_t num_tokens, int64_t hidden_size, float* out, cudaStream_t stream);
 
 }  // namespace kvfold::cuda

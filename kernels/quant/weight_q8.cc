@@ -5,11 +5,11 @@
 #include <cstring>
 
 #include "common/fp16.h"
-#include "kernels/backend.h"
+#include "core/dtype.h"
 
 namespace kvfold::quant {
 
-using kernels::kQ8Block;
+using core::kQ8Block;
 
 void QuantizeRowQ8(const float* x, int64_t cols, uint8_t* row) {
   const int64_t blocks = (cols + kQ8Block - 1) / kQ8Block;

@@ -1,4 +1,4 @@
-// Q8 weight quantization (backend.h kQ8): symmetric int8 with one fp16 scale per
+// Q8 weight quantization (core/dtype.h kQ8): symmetric int8 with one fp16 scale per
 // kQ8Block consecutive weights of a row, like ggml's Q8_0. The scale is rounded to fp16
 // BEFORE the codes are computed, so code * stored scale is the value the quantizer meant.
 #ifndef KVFOLD_KERNELS_QUANT_WEIGHT_Q8_H_
@@ -8,7 +8,7 @@
 
 namespace kvfold::quant {
 
-// Writes one row of `cols` floats as kernels::Q8RowBytes(cols) bytes: per block the
+// Writes one row of `cols` floats as core::Q8RowBytes(cols) bytes: per block the
 // scale d = fp16(max |x| / 127) and codes round(x / d) in [-127, 127] (0 when d == 0).
 void QuantizeRowQ8(const float* x, int64_t cols, uint8_t* row);
 

@@ -203,7 +203,11 @@ absl::StatusOr<v1::ListVersionsResponse> MemoryStore::ListVersions(
   }
   const auto& [meta, records] = **read;
   v1::ListVersionsResponse response;
-  *response.mutable_session() = MakeSessionInfo(session_id, meta);
+  const VersionRecord* head = nullptr;
+  for (size_t i = 0; i < meta.versions.size(); ++i) {
+    if (meta.versions[i] == meta.head_version) head = &records[i];
+  }
+  *response.mutable_session() = MakeSessionInfo(session_id, meta, head);
   for (size_t i = meta.versions.size(); i-- > 0;) {
     *response.add_versions() = MakeVersionInfo(meta.versions[i], meta, records[i]);
   }

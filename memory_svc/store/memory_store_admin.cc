@@ -206,7 +206,12 @@ absl::StatusOr<SessionPage> MemoryStore::ListSessions(absl::string_view tenant,
         page.next_page_token = page.sessions.back().session_id();
         return page;
       }
-      page.sessions.push_back(MakeSessionInfo(id, meta));
+      // The head's header (no payload) for its mode and sizes; record and header are one
+      // consistent read. A session deleted since the scan is left out.
+      auto head = impl_->backend->ReadBlock(tenant, id, 0, /*with_payload=*/false);
+      if (!head.ok()) return head.status();
+      if (!head->has_value() || !(*head)->record.has_value()) continue;
+      page.sessions.push_back(MakeSessionInfo(id, (*head)->meta, &*(*head)->record));
     }
     if (batch->size() < page_size + 1) return page;
     after = batch->back().first;

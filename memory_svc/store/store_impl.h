@@ -24,7 +24,10 @@ inline absl::Status SessionNotFound(absl::string_view session_id) {
   return absl::NotFoundError(absl::StrCat("session '", session_id, "' not found"));
 }
 
-inline v1::SessionInfo MakeSessionInfo(absl::string_view session_id, const SessionMeta& meta) {
+// `head`: the head version's record, for the fields taken from its header (nullptr leaves
+// them unset).
+inline v1::SessionInfo MakeSessionInfo(absl::string_view session_id, const SessionMeta& meta,
+                                       const VersionRecord* head = nullptr) {
   v1::SessionInfo info;
   info.set_session_id(std::string(session_id));
   info.set_head_version(meta.head_version);
@@ -33,6 +36,18 @@ inline v1::SessionInfo MakeSessionInfo(absl::string_view session_id, const Sessi
   info.set_created_unix_ms(meta.created_unix_ms);
   info.set_updated_unix_ms(meta.updated_unix_ms);
   info.set_total_tokens(meta.total_tokens);
+  if (head != nullptr) {
+    const v1::MemoryBlockHeader& h = head->header;
+    info.set_kv_mode(h.kv_mode());
+    info.set_window_size(h.window_size());
+    info.set_sink_tokens(h.sink_tokens());
+    info.set_tokens_folded(h.tokens_folded());
+    info.set_resident_tokens(static_cast<uint64_t>(h.window_token_ids_size()) +
+                             h.sink_token_ids_size() + h.mem_slots());
+    info.set_payload_size(h.payload_size());
+    info.set_model_fingerprint(h.model_fingerprint());
+    info.set_projector_fingerprint(h.projector_fingerprint());
+  }
   return info;
 }
 

@@ -3,36 +3,10 @@
 #include <limits>
 
 #include "absl/strings/str_cat.h"
+#include "common/proto_enums.h"
+#include "core/block_rules.h"
 
 namespace kvfold::memory {
-namespace {
-
-absl::Status ValidateName(absl::string_view value, absl::string_view what, bool allow_space) {
-  if (value.empty()) return absl::InvalidArgumentError(absl::StrCat(what, " is empty"));
-  if (value.size() > kMaxSessionIdBytes) {
-    return absl::InvalidArgumentError(absl::StrCat(what, " is ", value.size(),
-                                                   " bytes; the limit is ", kMaxSessionIdBytes));
-  }
-  for (size_t i = 0; i < value.size(); ++i) {
-    const unsigned char c = static_cast<unsigned char>(value[i]);
-    const bool ok = c <= 0x7e && (c > 0x20 || (allow_space && c == 0x20));
-    if (!ok) {
-      return absl::InvalidArgumentError(absl::StrCat(
-          what, " has a non-printable character (byte 0x", absl::Hex(c), ") at offset ", i));
-    }
-  }
-  return absl::OkStatus();
-}
-
-}  // namespace
-
-absl::Status ValidateSessionId(absl::string_view session_id) {
-  return ValidateName(session_id, "session id", /*allow_space=*/true);
-}
-
-absl::Status ValidateTenant(absl::string_view tenant) {
-  return ValidateName(tenant, "tenant", /*allow_space=*/false);
-}
 
 absl::Status ValidateVersion(uint64_t version, absl::string_view field) {
   if (version > static_cast<uint64_t>(std::numeric_limits<int64_t>::max())) {
@@ -43,34 +17,23 @@ absl::Status ValidateVersion(uint64_t version, absl::string_view field) {
 }
 
 absl::Status ExpectedPayloadBytes(const v1::MemoryBlockHeader& header, uint64_t* bytes) {
-  const unsigned __int128 elements =
-      static_cast<unsigned __int128>(header.mem_slots()) * header.hidden_size();
-  unsigned __int128 total = 0;
-  switch (header.dtype()) {
-    case v1::DTYPE_UNSPECIFIED:
-    case v1::DTYPE_FP16:
-    case v1::DTYPE_BF16: total = elements * 2; break;
-    case v1::DTYPE_FP32: total = elements * 4; break;
-    case v1::DTYPE_FP8:
-    case v1::DTYPE_INT8: total = elements; break;
-    case v1::DTYPE_INT4: total = (elements + 1) / 2; break;
-    default:
-      return absl::InvalidArgumentError(absl::StrCat("header.dtype ", header.dtype(), " is unknown"));
+  absl::StatusOr<core::DType> dtype = DTypeFromProto(header.dtype());
+  if (!dtype.ok()) {
+    return absl::InvalidArgumentError(absl::StrCat("header.dtype: ", dtype.status().message(),
+                                                   " (the payload is DTYPE_FP16 or DTYPE_FP32)"));
   }
-  if (total > std::numeric_limits<uint64_t>::max()) {
-    return absl::InvalidArgumentError(absl::StrCat(
-        "header mem_slots ", header.mem_slots(), " x hidden_size ", header.hidden_size(), " x ",
-        v1::Dtype_Name(header.dtype()), " overflows 64 bits"));
-  }
-  *bytes = static_cast<uint64_t>(total);
+  absl::StatusOr<uint64_t> total =
+      core::BlockPayloadBytes(header.mem_slots(), header.hidden_size(), *dtype);
+  if (!total.ok()) return total.status();
+  *bytes = *total;
   return absl::OkStatus();
 }
 
 absl::Status ValidateBlockHeader(const v1::MemoryBlockHeader& header, uint64_t max_block_bytes) {
-  if (header.format_version() != kBlockFormatVersion) {
+  if (header.format_version() != core::kBlockFormatVersion) {
     return absl::InvalidArgumentError(absl::StrCat("header.format_version ",
                                                    header.format_version(), " is not supported (",
-                                                   kBlockFormatVersion, " is)"));
+                                                   core::kBlockFormatVersion, " is)"));
   }
   uint64_t expected = 0;
   if (absl::Status s = ExpectedPayloadBytes(header, &expected); !s.ok()) return s;

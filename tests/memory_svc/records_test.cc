@@ -76,9 +76,11 @@ TEST(RecordsTest, RetentionKeepsNewestPinnedAndHead) {
   EXPECT_EQ(RetentionVictims(meta, 1), (std::vector<uint64_t>{1, 4, 5, 6}));
 }
 
+// The store applies the replicas' rule (core/session_id.h): no spaces.
 TEST(ValidationTest, SessionIds) {
   EXPECT_TRUE(ValidateSessionId("a").ok());
-  EXPECT_TRUE(ValidateSessionId("agent 7/turn~x").ok());
+  EXPECT_TRUE(ValidateSessionId("agent-7/turn~x").ok());
+  EXPECT_EQ(ValidateSessionId("agent 7").code(), absl::StatusCode::kInvalidArgument);
   EXPECT_TRUE(ValidateSessionId(std::string(256, 'x')).ok());
   EXPECT_EQ(ValidateSessionId("").code(), absl::StatusCode::kInvalidArgument);
   EXPECT_EQ(ValidateSessionId(std::string(257, 'x')).code(), absl::StatusCode::kInvalidArgument);
@@ -102,11 +104,20 @@ TEST(ValidationTest, HeaderSizes) {
   EXPECT_EQ(ValidateBlockHeader(h, 786431).code(), absl::StatusCode::kResourceExhausted);
   h.set_payload_size(786430);
   EXPECT_EQ(ValidateBlockHeader(h, 64 << 20).code(), absl::StatusCode::kInvalidArgument);
-  h.set_dtype(v1::DTYPE_INT4);
+  h.set_dtype(v1::DTYPE_FP32);
   h.set_mem_slots(3);
   h.set_hidden_size(5);
-  h.set_payload_size(8);
+  h.set_payload_size(60);
   EXPECT_TRUE(ValidateBlockHeader(h, 64 << 20).ok());
+  // The payload is FP16 or FP32 only (core/block_rules.h), as on the replicas.
+  for (v1::Dtype other : {v1::DTYPE_UNSPECIFIED, v1::DTYPE_BF16, v1::DTYPE_INT8, v1::DTYPE_INT4}) {
+    h.set_dtype(other);
+    h.set_payload_size(15);
+    EXPECT_EQ(ValidateBlockHeader(h, 64 << 20).code(), absl::StatusCode::kInvalidArgument)
+        << v1::Dtype_Name(other);
+  }
+  h.set_dtype(v1::DTYPE_FP32);
+  h.set_payload_size(60);
   h.set_format_version(2);
   EXPECT_EQ(ValidateBlockHeader(h, 64 << 20).code(), absl::StatusCode::kInvalidArgument);
 }

@@ -186,13 +186,19 @@ TEST_F(ServiceTest, EveryBadPutIsRejectedAndCommitsNothing) {
   const TestBlock two_mib = MakeBlock(7, 256, 4096);
   EXPECT_EQ(PutRaw(stub.get(), Chunks("s", 0, two_mib, 2 << 20)).code(),
             Code::kInvalidArgument);  // one 2 MiB chunk > 1 MiB
+  // Session ids follow the replicas' rule (core/session_id.h): a space is refused too.
   for (const std::string& id : {std::string(), std::string(257, 'a'), std::string("a\tb"),
-                                std::string("\x01"), std::string("caf\xc3\xa9")}) {
+                                std::string("a b"), std::string("\x01"),
+                                std::string("caf\xc3\xa9")}) {
     EXPECT_EQ(PutRaw(stub.get(), Chunks(id, 0, b, 4096)).code(), Code::kInvalidArgument) << id;
   }
   auto negative = chunks(4096);
   negative[0].set_expected_head_version(static_cast<uint64_t>(-3));
   EXPECT_EQ(PutRaw(stub.get(), negative).code(), Code::kInvalidArgument);
+  auto int8_payload = chunks(4096);  // the payload is FP16 or FP32 only
+  int8_payload[0].mutable_header()->set_dtype(v1::DTYPE_INT8);
+  int8_payload[0].mutable_header()->set_payload_size(31 * 100);
+  EXPECT_EQ(PutRaw(stub.get(), int8_payload).code(), Code::kInvalidArgument);
   auto bad_format = chunks(4096);
   bad_format[0].mutable_header()->set_format_version(0);
   EXPECT_EQ(PutRaw(stub.get(), bad_format).code(), Code::kInvalidArgument);

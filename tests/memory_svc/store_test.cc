@@ -66,7 +66,7 @@ class StoreTest : public ::testing::TestWithParam<std::string> {
 
 TEST_P(StoreTest, PutGetRoundTripAndHead) {
   const TestBlock b1 = MakeBlock(1), b2 = MakeBlock(2, 96, 4096, v1::DTYPE_FP32),
-                  b3 = MakeBlock(3, 5, 33, v1::DTYPE_INT8);
+                  b3 = MakeBlock(3, 5, 33, v1::DTYPE_FP16);
   EXPECT_EQ(PutOk("s", 0, b1), 1u);
   now_ms_ += 5;
   EXPECT_EQ(PutOk("s", 1, b2), 2u);  // 1.5 MiB: goes to a blob file
@@ -253,7 +253,7 @@ TEST_P(StoreTest, DeleteRemovesEverything) {
 }
 
 TEST_P(StoreTest, ListSessionsPagesPerTenant) {
-  const std::vector<std::string> ids = {"a", "a b", "b", "c/1", "c/2", "d", "zz"};
+  const std::vector<std::string> ids = {"a", "a-b", "b", "c/1", "c/2", "d", "zz"};
   for (const std::string& id : ids) PutOk(id, 0, MakeBlock(1));
   PutOk("a", 0, MakeBlock(1), "t2");
   std::vector<std::string> seen;
@@ -268,6 +268,17 @@ TEST_P(StoreTest, ListSessionsPagesPerTenant) {
   } while (!token.empty() && pages < 10);
   EXPECT_EQ(seen, ids);
   EXPECT_EQ(pages, 3);
+  // Each row carries its head header's mode and sizes (MakeBlock(1): memory mode, W 64,
+  // 32 tokens folded, 5 window ids, 7 x 72 fp16 memory).
+  absl::StatusOr<SessionPage> first = store_->ListSessions("t1", 1, "");
+  ASSERT_TRUE(first.ok() && first->sessions.size() == 1u);
+  const v1::SessionInfo& row = first->sessions[0];
+  EXPECT_EQ(row.kv_mode(), v1::KV_MODE_MEMORY);
+  EXPECT_EQ(row.window_size(), 64u);
+  EXPECT_EQ(row.tokens_folded(), 32u);
+  EXPECT_EQ(row.resident_tokens(), 5u + 7);
+  EXPECT_EQ(row.payload_size(), 7u * 72 * 2);
+  EXPECT_EQ(row.model_fingerprint(), "model-1");
   absl::StatusOr<SessionPage> t2 = store_->ListSessions("t2", 100, "");
   ASSERT_TRUE(t2.ok());
   ASSERT_EQ(t2->sessions.size(), 1u);

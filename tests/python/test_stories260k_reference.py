@@ -1,8 +1,8 @@
 """The independent PyTorch Llama on the real stories260K checkpoint:
  * greedy decoding from BOS for 200 tokens reproduces greedy_from_bos_200.txt
    (produced by llama.cpp and llama2.c);
- * mean NLL over the first 100 stories of tinystories_train_sample.txt under the protocol of
-   models/README.md is 1.408 +- 0.002 over 37,072 predicted tokens.
+ * mean NLL over the first 100 stories of tinystories_train_sample.txt under the NLL protocol of
+   docs/engine.md is 1.408 +- 0.002 over 37,072 predicted tokens.
 """
 from _util import require_shared, require_torch, run_main
 

@@ -53,7 +53,7 @@ inline model::ModelConfig TinyConfig(const TinyShape& s) {
 }
 
 inline model::ModelFile RandomTinyModel(uint64_t seed, const TinyShape& shape = {},
-                                        kernels::DType dtype = kernels::DType::kF32) {
+                                        core::DType dtype = core::DType::kF32) {
   return model::MakeRandomModel(TinyConfig(shape), seed, dtype);
 }
 
@@ -62,8 +62,8 @@ inline model::ModelFile RandomTinyModel(uint64_t seed, const TinyShape& shape = 
 inline absl::Status WriteTinyModel(const std::string& dir, uint64_t seed) {
   absl::StatusOr<model::ModelConfig> config = model::NamedShape("tiny");
   if (!config.ok()) return config.status();
-  return model::WriteHfDirectory(model::MakeRandomModel(*config, seed, kernels::DType::kF32), dir,
-                                 kernels::DType::kF32);
+  return model::WriteHfDirectory(model::MakeRandomModel(*config, seed, core::DType::kF32), dir,
+                                 core::DType::kF32);
 }
 
 // n token ids in [0, vocab), seeded (mt19937_64).

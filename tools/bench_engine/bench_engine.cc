@@ -34,6 +34,7 @@
 #include <vector>
 
 #include "common/command_line.h"
+#include "core/kv_bytes.h"
 #include "inference_svc/engine/engine.h"
 #include "inference_svc/model/model_file.h"
 #include "inference_svc/model/random_model.h"
@@ -158,9 +159,9 @@ json GemmVsOpenBlas(kernels::Backend& backend, int n, int m, int k) {
     return best;
   };
   const double ours = time_best([&] {
-    (void)backend.MatMul(*stream, kernels::MakeTensor(x.data(), kernels::DType::kF32, {n, k}),
-                         kernels::MakeTensor(w.data(), kernels::DType::kF32, {m, k}), kernels::Tensor(),
-                         kernels::MakeTensor(out.data(), kernels::DType::kF32, {n, m}));
+    (void)backend.MatMul(*stream, kernels::MakeTensor(x.data(), core::DType::kF32, {n, k}),
+                         kernels::MakeTensor(w.data(), core::DType::kF32, {m, k}), kernels::Tensor(),
+                         kernels::MakeTensor(out.data(), core::DType::kF32, {n, m}));
   });
   json j = {{"n", n}, {"m", m}, {"k", k}, {"kvfold_gflops", flops / ours / 1e9}};
 #ifdef KVFOLD_HAVE_OPENBLAS
@@ -180,7 +181,7 @@ struct Options {
   int window = 1024;
   int sink = 4;
   int max_prefill = 16384;
-  engine::KvDType kv_dtype = engine::KvDType::kF32;
+  core::DType kv_dtype = core::DType::kF32;
   std::vector<std::string> modes = {"full", "sliding", "sink"};
 };
 
@@ -193,8 +194,12 @@ json BenchModel(const std::string& name, const model::ModelFile& m, kernels::Bac
   const int max_ctx = *std::max_element(o.contexts.begin(), o.contexts.end());
   const size_t f32_per_token = size_t{4} * 2 * c.num_layers * c.kv_dim();
   const size_t kv_per_token =
-      engine::KvBlockBytes(o.kv_dtype, c.num_layers, c.kv_dim(), eo.block_size, eo.kv_value_group) /
-      eo.block_size;
+      core::KvBytesPerToken({.num_layers = static_cast<uint64_t>(c.num_layers),
+                             .kv_dim = static_cast<uint64_t>(c.kv_dim()),
+                             .dtype = o.kv_dtype,
+                             .block_size = static_cast<uint64_t>(eo.block_size),
+                             .value_group = static_cast<uint64_t>(eo.kv_value_group)})
+          .value_or(0);
   // Sized as for F32 so INT8's F32 pages for open blocks always fit.
   eo.kv_pool_bytes = f32_per_token * (max_ctx + 2 * o.decode_steps + 64) + (size_t{64} << 20);
   eo.rope_table_rows = max_ctx + 2 * o.decode_steps + 64;
@@ -216,9 +221,9 @@ json BenchModel(const std::string& name, const model::ModelFile& m, kernels::Bac
       auto cache = engine.NewCache(policy);
       std::vector<int32_t> ids(ctx);
       for (int i = 0; i < ctx; ++i) ids[i] = 1 + (i * 7919) % (c.vocab_size - 1);
-      json row = {{"model", name}, {"kv_dtype", engine::KvDTypeName(o.kv_dtype)}, {"mode", mode},
+      json row = {{"model", name}, {"kv_dtype", core::DTypeName(o.kv_dtype)}, {"mode", mode},
                   {"context", ctx}};
-      if (ctx > o.max_prefill && o.kv_dtype != engine::KvDType::kF32) continue;
+      if (ctx > o.max_prefill && o.kv_dtype != core::DType::kF32) continue;
       if (ctx <= o.max_prefill) {
         engine::SequenceInput in;
         in.cache = cache.get();
@@ -270,12 +275,12 @@ json BenchModel(const std::string& name, const model::ModelFile& m, kernels::Bac
       row["fraction_of_cpu_roofline"] = decode_cpu / (bw.per_cpu_s / bytes);
       results.push_back(row);
       std::fprintf(stderr, "%s %s %s ctx %d: prefill %s tok/s, decode %.1f tok/s (roofline %.1f)\n",
-                   name.c_str(), engine::KvDTypeName(o.kv_dtype), mode, ctx,
+                   name.c_str(), core::DTypeName(o.kv_dtype), mode, ctx,
                    row["prefill_tok_s"].dump().c_str(), decode, bandwidth / bytes);
     }
   }
   return {{"model", name},
-          {"kv_dtype", engine::KvDTypeName(o.kv_dtype)},
+          {"kv_dtype", core::DTypeName(o.kv_dtype)},
           {"weight_bytes", weight_bytes},
           {"kv_bytes_per_token", kv_per_token},
           {"results", results}};
@@ -342,7 +347,7 @@ int Main(int argc, char** argv) {
   app.add_option("--batch-rounds", batch.rounds, "interleaved rounds per batch size (median)")
       ->check(CLI::PositiveNumber);
   if (std::optional<int> rc = kvfold::ParseCommandLine(app, argc, argv)) return *rc;
-  std::vector<engine::KvDType> dtypes;
+  std::vector<core::DType> dtypes;
   for (const std::string& p : kv_dtypes) {
     auto d = engine::ParseKvDType(p);
     if (!d.ok()) {
@@ -408,7 +413,7 @@ int Main(int argc, char** argv) {
     big.max_prefill = quick ? 128 : 1024;
     auto config = model::NamedShape("llama-3.2-1b");
     std::fprintf(stderr, "generating a random llama-3.2-1b-shape bf16 model...\n");
-    model::ModelFile m = model::MakeRandomModel(*config, 1, kernels::DType::kBF16);
+    model::ModelFile m = model::MakeRandomModel(*config, 1, core::DType::kBF16);
     bench_all("llama-3.2-1b-random-bf16", m, big);
   }
   out["models"] = models;

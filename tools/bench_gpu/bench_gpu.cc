@@ -31,6 +31,7 @@
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_format.h"
 #include "common/command_line.h"
+#include "core/status_macros.h"
 #include "kernels/cuda/attention.cuh"
 #include "kernels/cuda/cuda_status.h"
 #include "kernels/cuda/elementwise.cuh"
@@ -43,11 +44,6 @@
 
 namespace kvfold::cuda {
 namespace {
-
-#define RETURN_IF_ERROR(expr)                  \
-  do {                                         \
-    if (absl::Status s_ = (expr); !s_.ok()) return s_; \
-  } while (0)
 
 // Llama-3.1-8B.
 constexpr int kHidden = 4096, kLayers = 32, kHeads = 32, kKvHeads = 8, kHeadDim = 128;
@@ -95,21 +91,21 @@ absl::Status MakeWeights(DeviceMem& mem, cudaStream_t stream, Weights* w) {
     if (!p.ok()) return p.status();
     *out = *p;
     if (counted) w->decode_bytes += n * 2;
-    return FillUniform(*out, ElemType::kBF16, n, seed++, lo, hi, stream);
+    return FillUniform(*out, core::DType::kBF16, n, seed++, lo, hi, stream);
   };
   const float a = 0.02f;
-  RETURN_IF_ERROR(fill(&w->embed, int64_t{kVocab} * kHidden, -1, 1, false));
-  RETURN_IF_ERROR(fill(&w->lm_head, int64_t{kVocab} * kHidden, -a, a, true));
-  RETURN_IF_ERROR(fill(&w->final_norm, kHidden, 0.9f, 1.1f, true));
+  KVFOLD_RETURN_IF_ERROR(fill(&w->embed, int64_t{kVocab} * kHidden, -1, 1, false));
+  KVFOLD_RETURN_IF_ERROR(fill(&w->lm_head, int64_t{kVocab} * kHidden, -a, a, true));
+  KVFOLD_RETURN_IF_ERROR(fill(&w->final_norm, kHidden, 0.9f, 1.1f, true));
   for (auto& l : w->layers) {
-    RETURN_IF_ERROR(fill(&l.attn_norm, kHidden, 0.9f, 1.1f, true));
-    RETURN_IF_ERROR(fill(&l.ffn_norm, kHidden, 0.9f, 1.1f, true));
-    RETURN_IF_ERROR(fill(&l.wq, int64_t{kQDim} * kHidden, -a, a, true));
-    RETURN_IF_ERROR(fill(&l.wk, int64_t{kKvDim} * kHidden, -a, a, true));
-    RETURN_IF_ERROR(fill(&l.wv, int64_t{kKvDim} * kHidden, -a, a, true));
-    RETURN_IF_ERROR(fill(&l.wo, int64_t{kHidden} * kQDim, -a, a, true));
-    RETURN_IF_ERROR(fill(&l.w_gate_up, int64_t{2} * kInter * kHidden, -a, a, true));
-    RETURN_IF_ERROR(fill(&l.w_down, int64_t{kHidden} * kInter, -a, a, true));
+    KVFOLD_RETURN_IF_ERROR(fill(&l.attn_norm, kHidden, 0.9f, 1.1f, true));
+    KVFOLD_RETURN_IF_ERROR(fill(&l.ffn_norm, kHidden, 0.9f, 1.1f, true));
+    KVFOLD_RETURN_IF_ERROR(fill(&l.wq, int64_t{kQDim} * kHidden, -a, a, true));
+    KVFOLD_RETURN_IF_ERROR(fill(&l.wk, int64_t{kKvDim} * kHidden, -a, a, true));
+    KVFOLD_RETURN_IF_ERROR(fill(&l.wv, int64_t{kKvDim} * kHidden, -a, a, true));
+    KVFOLD_RETURN_IF_ERROR(fill(&l.wo, int64_t{kHidden} * kQDim, -a, a, true));
+    KVFOLD_RETURN_IF_ERROR(fill(&l.w_gate_up, int64_t{2} * kInter * kHidden, -a, a, true));
+    KVFOLD_RETURN_IF_ERROR(fill(&l.w_down, int64_t{kHidden} * kInter, -a, a, true));
   }
   KVFOLD_CUDA_RETURN_IF_ERROR(cudaStreamSynchronize(stream), "weights");
   return absl::OkStatus();
@@ -119,7 +115,7 @@ struct Config {
   std::string mode;  // "full" | "memory"
   int history;
   int batch;
-  ElemType kv_type;
+  core::DType kv_type;
 };
 
 struct Result {
@@ -143,11 +139,11 @@ absl::Status RunConfig(const Weights& w, cublasHandle_t cublas, cudaStream_t str
   const int blocks_per_seq = main_blocks + prefix_blocks;
   const int64_t num_blocks = int64_t{B} * blocks_per_seq;
   const int64_t slots = num_blocks * kBlock;
-  const size_t elem = ElemSize(c.kv_type);
+  const size_t elem = core::DTypeSize(c.kv_type);
   const size_t cache_bytes = slots * kKvDim * elem;  // one of K or V, one layer
   size_t scale_bytes = 0;  // int8: fp16 scales + one F32 page per sequence, K and V
   const size_t page_bytes = size_t{kBlock} * kKvDim * 4 * B;
-  if (c.kv_type == ElemType::kI8) {
+  if (c.kv_type == core::DType::kI8) {
     scale_bytes = num_blocks * kKvDim * 2 + slots * (kKvDim / kVGroup) * 2 + 2 * page_bytes;
   }
   const double need = double(kLayers) * (2 * cache_bytes + scale_bytes);
@@ -167,19 +163,19 @@ absl::Status RunConfig(const Weights& w, cublasHandle_t cublas, cudaStream_t str
     ALLOC(v, void, cache_bytes);
     kc[l] = k;
     vc[l] = v;
-    RETURN_IF_ERROR(FillUniform(k, c.kv_type, slots * kKvDim, 100 + l, -1, 1, stream));
-    RETURN_IF_ERROR(FillUniform(v, c.kv_type, slots * kKvDim, 200 + l, -1, 1, stream));
-    if (c.kv_type == ElemType::kI8) {
+    KVFOLD_RETURN_IF_ERROR(FillUniform(k, c.kv_type, slots * kKvDim, 100 + l, -1, 1, stream));
+    KVFOLD_RETURN_IF_ERROR(FillUniform(v, c.kv_type, slots * kKvDim, 200 + l, -1, 1, stream));
+    if (c.kv_type == core::DType::kI8) {
       ALLOC(k_scale, void, num_blocks * kKvDim * 2);
       ALLOC(v_scale, void, slots * (kKvDim / kVGroup) * 2);
       ALLOC(k_page, float, page_bytes);
       ALLOC(v_page, float, page_bytes);
-      RETURN_IF_ERROR(FillUniform(k_scale, ElemType::kF16, num_blocks * kKvDim, 300 + l,
+      KVFOLD_RETURN_IF_ERROR(FillUniform(k_scale, core::DType::kF16, num_blocks * kKvDim, 300 + l,
                                   0.005f, 0.01f, stream));
-      RETURN_IF_ERROR(FillUniform(v_scale, ElemType::kF16, slots * (kKvDim / kVGroup),
+      KVFOLD_RETURN_IF_ERROR(FillUniform(v_scale, core::DType::kF16, slots * (kKvDim / kVGroup),
                                   400 + l, 0.005f, 0.01f, stream));
-      RETURN_IF_ERROR(FillUniform(k_page, ElemType::kF32, page_bytes / 4, 500 + l, -1, 1, stream));
-      RETURN_IF_ERROR(FillUniform(v_page, ElemType::kF32, page_bytes / 4, 600 + l, -1, 1, stream));
+      KVFOLD_RETURN_IF_ERROR(FillUniform(k_page, core::DType::kF32, page_bytes / 4, 500 + l, -1, 1, stream));
+      KVFOLD_RETURN_IF_ERROR(FillUniform(v_page, core::DType::kF32, page_bytes / 4, 600 + l, -1, 1, stream));
       ks[l] = k_scale;
       vs[l] = v_scale;
       kp[l] = k_page;
@@ -232,14 +228,14 @@ absl::Status RunConfig(const Weights& w, cublasHandle_t cublas, cudaStream_t str
   auto up = [&](void* dst, const void* src, size_t bytes) {
     return CudaStatus(cudaMemcpyAsync(dst, src, bytes, cudaMemcpyHostToDevice, stream), "upload");
   };
-  RETURN_IF_ERROR(up(d_tables, tables.data(), tables.size() * 4));
-  RETURN_IF_ERROR(up(d_rows, rows.data(), rows.size() * sizeof(kernels::AttnRow)));
-  RETURN_IF_ERROR(up(d_pos, positions.data(), B * 4));
-  RETURN_IF_ERROR(up(d_slots, slot_of.data(), B * 4));
-  RETURN_IF_ERROR(up(d_tokens, tokens.data(), B * 4));
-  RETURN_IF_ERROR(up(d_rope, rope.data(), rope.size() * 4));
-  RETURN_IF_ERROR(up(d_pages, page_of.data(), B * 4));
-  RETURN_IF_ERROR(up(d_own, own.data(), own.size() * sizeof(kernels::AttnOwnBlock)));
+  KVFOLD_RETURN_IF_ERROR(up(d_tables, tables.data(), tables.size() * 4));
+  KVFOLD_RETURN_IF_ERROR(up(d_rows, rows.data(), rows.size() * sizeof(kernels::AttnRow)));
+  KVFOLD_RETURN_IF_ERROR(up(d_pos, positions.data(), B * 4));
+  KVFOLD_RETURN_IF_ERROR(up(d_slots, slot_of.data(), B * 4));
+  KVFOLD_RETURN_IF_ERROR(up(d_tokens, tokens.data(), B * 4));
+  KVFOLD_RETURN_IF_ERROR(up(d_rope, rope.data(), rope.size() * 4));
+  KVFOLD_RETURN_IF_ERROR(up(d_pages, page_of.data(), B * 4));
+  KVFOLD_RETURN_IF_ERROR(up(d_own, own.data(), own.size() * sizeof(kernels::AttnOwnBlock)));
   ALLOC(x, float, int64_t{B} * kHidden * 4);
   ALLOC(h, float, int64_t{B} * kHidden * 4);
   ALLOC(q, float, int64_t{B} * kQDim * 4);
@@ -249,7 +245,7 @@ absl::Status RunConfig(const Weights& w, cublasHandle_t cublas, cudaStream_t str
   ALLOC(gate_up, float, int64_t{B} * 2 * kInter * 4);
   ALLOC(act, float, int64_t{B} * kInter * 4);
   ALLOC(logits, float, int64_t{B} * kVocab * 4);
-  const size_t scratch_bytes = LinearScratchBytes(B, kInter, ElemType::kBF16);
+  const size_t scratch_bytes = LinearScratchBytes(B, kInter, core::DType::kBF16);
   ALLOC(scratch, void, scratch_bytes);
   const size_t ws_bytes = AttentionWorkspaceBytes(kHeads, kKvHeads, kHeadDim);
   ALLOC(ws, void, ws_bytes);
@@ -261,7 +257,7 @@ absl::Status RunConfig(const Weights& w, cublasHandle_t cublas, cudaStream_t str
     a.num_tokens = B;
     a.in_features = k;
     a.w = wt;
-    a.w_type = ElemType::kBF16;
+    a.w_type = core::DType::kBF16;
     a.out_features = m;
     a.y = out;
     a.beta = beta;
@@ -270,17 +266,17 @@ absl::Status RunConfig(const Weights& w, cublasHandle_t cublas, cudaStream_t str
     return Linear(cublas, stream, a);
   };
   auto step = [&]() -> absl::Status {
-    RETURN_IF_ERROR(EmbeddingGather(w.embed, ElemType::kBF16, kVocab, kHidden, d_tokens, B, x,
+    KVFOLD_RETURN_IF_ERROR(EmbeddingGather(w.embed, core::DType::kBF16, kVocab, kHidden, d_tokens, B, x,
                                     stream));
     for (int l = 0; l < kLayers; ++l) {
       const auto& L = w.layers[l];
-      RETURN_IF_ERROR(RmsNorm(x, L.attn_norm, ElemType::kBF16, 1e-5f, B, kHidden, h, stream));
-      RETURN_IF_ERROR(linear(h, kHidden, L.wq, kQDim, q, 0));
-      RETURN_IF_ERROR(linear(h, kHidden, L.wk, kKvDim, k_new, 0));
-      RETURN_IF_ERROR(linear(h, kHidden, L.wv, kKvDim, v_new, 0));
-      RETURN_IF_ERROR(Rope(q, d_pos, d_rope, rope_rows, B, kHeads, kHeadDim, q, stream));
+      KVFOLD_RETURN_IF_ERROR(RmsNorm(x, L.attn_norm, core::DType::kBF16, 1e-5f, B, kHidden, h, stream));
+      KVFOLD_RETURN_IF_ERROR(linear(h, kHidden, L.wq, kQDim, q, 0));
+      KVFOLD_RETURN_IF_ERROR(linear(h, kHidden, L.wk, kKvDim, k_new, 0));
+      KVFOLD_RETURN_IF_ERROR(linear(h, kHidden, L.wv, kKvDim, v_new, 0));
+      KVFOLD_RETURN_IF_ERROR(Rope(q, d_pos, d_rope, rope_rows, B, kHeads, kHeadDim, q, stream));
       Int8KvLayer i8;
-      if (c.kv_type == ElemType::kI8) {
+      if (c.kv_type == core::DType::kI8) {
         // The engine's int8 write: the new token into its (open) block's F32 page.
         i8.k_codes = static_cast<int8_t*>(kc[l]);
         i8.v_codes = static_cast<int8_t*>(vc[l]);
@@ -293,9 +289,9 @@ absl::Status RunConfig(const Weights& w, cublasHandle_t cublas, cudaStream_t str
         i8.block_size = kBlock;
         i8.kv_dim = kKvDim;
         i8.value_group = kVGroup;
-        RETURN_IF_ERROR(StoreKvInt8(k_new, v_new, d_slots, d_pages, B, nullptr, 0, i8, stream));
+        KVFOLD_RETURN_IF_ERROR(StoreKvInt8(k_new, v_new, d_slots, d_pages, B, nullptr, 0, i8, stream));
       } else {
-        RETURN_IF_ERROR(StoreKv(k_new, v_new, d_slots, B, kKvDim, kc[l], vc[l], c.kv_type,
+        KVFOLD_RETURN_IF_ERROR(StoreKv(k_new, v_new, d_slots, B, kKvDim, kc[l], vc[l], c.kv_type,
                                 stream));
       }
       AttentionParams p;
@@ -309,7 +305,7 @@ absl::Status RunConfig(const Weights& w, cublasHandle_t cublas, cudaStream_t str
       p.k_scale = ks[l];
       p.v_scale = vs[l];
       p.v_group_size = kVGroup;
-      if (c.kv_type == ElemType::kI8) {
+      if (c.kv_type == core::DType::kI8) {
         p.fp16_scales = true;
         p.own = d_own;
         p.k_pages = kp[l];
@@ -323,16 +319,16 @@ absl::Status RunConfig(const Weights& w, cublasHandle_t cublas, cudaStream_t str
       p.head_dim = kHeadDim;
       p.block_size = kBlock;
       p.scale = 1.0f / std::sqrt(float{kHeadDim});
-      RETURN_IF_ERROR(Attention(p, ws, ws_bytes, stream));
-      RETURN_IF_ERROR(linear(attn, kQDim, L.wo, kHidden, x, 1.0f));
-      RETURN_IF_ERROR(RmsNorm(x, L.ffn_norm, ElemType::kBF16, 1e-5f, B, kHidden, h, stream));
-      RETURN_IF_ERROR(linear(h, kHidden, L.w_gate_up, 2 * kInter, gate_up, 0));
-      RETURN_IF_ERROR(SiluMul(gate_up, 2 * kInter, gate_up + kInter, 2 * kInter, B, kInter,
+      KVFOLD_RETURN_IF_ERROR(Attention(p, ws, ws_bytes, stream));
+      KVFOLD_RETURN_IF_ERROR(linear(attn, kQDim, L.wo, kHidden, x, 1.0f));
+      KVFOLD_RETURN_IF_ERROR(RmsNorm(x, L.ffn_norm, core::DType::kBF16, 1e-5f, B, kHidden, h, stream));
+      KVFOLD_RETURN_IF_ERROR(linear(h, kHidden, L.w_gate_up, 2 * kInter, gate_up, 0));
+      KVFOLD_RETURN_IF_ERROR(SiluMul(gate_up, 2 * kInter, gate_up + kInter, 2 * kInter, B, kInter,
                               act, stream));
-      RETURN_IF_ERROR(linear(act, kInter, L.w_down, kHidden, x, 1.0f));
+      KVFOLD_RETURN_IF_ERROR(linear(act, kInter, L.w_down, kHidden, x, 1.0f));
     }
-    RETURN_IF_ERROR(RmsNorm(x, w.final_norm, ElemType::kBF16, 1e-5f, B, kHidden, h, stream));
-    RETURN_IF_ERROR(linear(h, kHidden, w.lm_head, kVocab, logits, 0));
+    KVFOLD_RETURN_IF_ERROR(RmsNorm(x, w.final_norm, core::DType::kBF16, 1e-5f, B, kHidden, h, stream));
+    KVFOLD_RETURN_IF_ERROR(linear(h, kHidden, w.lm_head, kVocab, logits, 0));
     return Argmax(logits, B, kVocab, d_tokens, stream);
   };
 
@@ -340,9 +336,9 @@ absl::Status RunConfig(const Weights& w, cublasHandle_t cublas, cudaStream_t str
   KVFOLD_CUDA_RETURN_IF_ERROR(cudaEventCreate(&t0), "event");
   KVFOLD_CUDA_RETURN_IF_ERROR(cudaEventCreate(&t1), "event");
   auto time_steps = [&](auto&& run_one, double* ms_per_step) -> absl::Status {
-    for (int i = 0; i < 3; ++i) RETURN_IF_ERROR(run_one());
+    for (int i = 0; i < 3; ++i) KVFOLD_RETURN_IF_ERROR(run_one());
     KVFOLD_CUDA_RETURN_IF_ERROR(cudaEventRecord(t0, stream), "record");
-    for (int i = 0; i < steps; ++i) RETURN_IF_ERROR(run_one());
+    for (int i = 0; i < steps; ++i) KVFOLD_RETURN_IF_ERROR(run_one());
     KVFOLD_CUDA_RETURN_IF_ERROR(cudaEventRecord(t1, stream), "record");
     KVFOLD_CUDA_RETURN_IF_ERROR(cudaEventSynchronize(t1), "sync");
     float ms = 0;
@@ -350,7 +346,7 @@ absl::Status RunConfig(const Weights& w, cublasHandle_t cublas, cudaStream_t str
     *ms_per_step = ms / steps;
     return absl::OkStatus();
   };
-  RETURN_IF_ERROR(time_steps(step, &r->eager_ms));
+  KVFOLD_RETURN_IF_ERROR(time_steps(step, &r->eager_ms));
 
   // The same step captured once into a CUDA graph.
   cudaGraph_t graph = nullptr;
@@ -361,7 +357,7 @@ absl::Status RunConfig(const Weights& w, cublasHandle_t cublas, cudaStream_t str
   const cudaError_t end = cudaStreamEndCapture(stream, &graph);
   if (captured.ok() && end == cudaSuccess &&
       cudaGraphInstantiate(&exec, graph, 0) == cudaSuccess) {
-    RETURN_IF_ERROR(time_steps(
+    KVFOLD_RETURN_IF_ERROR(time_steps(
         [&]() { return CudaStatus(cudaGraphLaunch(exec, stream), "cudaGraphLaunch"); },
         &r->graph_ms));
   } else {
@@ -377,7 +373,7 @@ absl::Status RunConfig(const Weights& w, cublasHandle_t cublas, cudaStream_t str
   double per_key = 2.0 * kKvDim * elem;  // K and V
   // int8: codes + fp16 scales (the own block's <= 16 entries come from the F32 page; not
   // counted separately).
-  if (c.kv_type == ElemType::kI8) per_key += 2.0 * kKvDim / kVGroup + 2.0 * kKvDim / kBlock;
+  if (c.kv_type == core::DType::kI8) per_key += 2.0 * kKvDim / kVGroup + 2.0 * kKvDim / kBlock;
   r->kv_bytes = keys * per_key * kLayers;
   r->step_bytes = double(w.decode_bytes) + r->kv_bytes;
   return cudaStreamSynchronize(stream) == cudaSuccess ? absl::OkStatus()
@@ -459,15 +455,15 @@ int Main(int argc, char** argv) {
   for (const char* mode : {"full", "memory"}) {
     for (int history : {1024, 32768}) {
       for (int batch : {1, 32}) {
-        for (ElemType kv : {ElemType::kBF16, ElemType::kI8}) {
-          if (quick && (history > 1024 || kv == ElemType::kI8)) continue;
+        for (core::DType kv : {core::DType::kBF16, core::DType::kI8}) {
+          if (quick && (history > 1024 || kv == core::DType::kI8)) continue;
           Result r;
           r.config = {mode, history, batch, kv};
           if (absl::Status s = RunConfig(w, cublas, stream, steps, &r); !s.ok()) {
             r.status = "error: " + s.ToString();
           }
           std::fprintf(stderr, "%-6s history %5d batch %2d kv %-4s: %s eager %.2f ms graph %.2f ms\n",
-                       mode, history, batch, ElemTypeName(kv), r.status.c_str(), r.eager_ms,
+                       mode, history, batch, core::DTypeName(kv), r.status.c_str(), r.eager_ms,
                        r.graph_ms);
           results.push_back(r);
         }
@@ -494,7 +490,7 @@ int Main(int argc, char** argv) {
         "    {\"mode\": \"%s\", \"history\": %d, \"batch\": %d, \"kv\": \"%s\", \"status\": \"%s\","
         " \"eager_ms\": %.3f, \"graph_ms\": %.3f, \"tok_per_s\": %.1f, \"kv_gb_per_step\": %.3f,"
         " \"achieved_gbs\": %.1f, \"fraction_of_peak\": %.3f}%s\n",
-        r.config.mode, r.config.history, r.config.batch, ElemTypeName(r.config.kv_type),
+        r.config.mode, r.config.history, r.config.batch, core::DTypeName(r.config.kv_type),
         r.status, r.eager_ms, r.graph_ms, ok ? r.config.batch * 1e3 / best : 0.0,
         r.kv_bytes / 1e9, ok ? r.step_bytes / (best / 1e3) / 1e9 : 0.0,
         ok && peak > 0 ? r.step_bytes / (best / 1e3) / peak : 0.0,

@@ -76,7 +76,7 @@ void AddFlags(CLI::App& app, Flags& f) {
 }
 
 using Clock = std::chrono::steady_clock;
-using engine::KvMode;
+using core::KvMode;
 
 double CpuSeconds() {
   timespec ts;
@@ -209,7 +209,7 @@ int Main(const Flags& flags) {
   }
   std::vector<KvMode> modes;
   for (absl::string_view name : absl::StrSplit(flags.modes, ',')) {
-    auto mode = engine::ParseKvMode(std::string(name));
+    auto mode = core::ParseKvMode(std::string(name));
     if (!mode.ok()) return Fail("", mode.status(), 2);
     modes.push_back(*mode);
   }
@@ -222,7 +222,7 @@ int Main(const Flags& flags) {
     std::vector<std::unique_ptr<Subject>> subjects;
     for (int64_t history : histories) {
       auto s = std::make_unique<Subject>();
-      s->mode = engine::KvModeName(mode);
+      s->mode = core::KvModeName(mode);
       s->history = history;
       const absl::Status st = mode == KvMode::kFull && history > flags.full_real_max
                                   ? MakeSyntheticFull(**engine, s.get())

@@ -113,7 +113,7 @@ class ServiceTarget : public Target {
     for (int c = 0; c < clients; ++c) {  // one channel (connection) per client
       grpc::ChannelArguments args = StoreChannelArguments();
       args.SetInt("bench_client", c);  // distinct args: distinct subchannels
-      clients_.push_back(std::make_unique<StoreClient>(grpc::CreateCustomChannel(
+      clients_.push_back(std::make_unique<memory::StoreClient>(grpc::CreateCustomChannel(
           servers_[c % servers_.size()]->address(), grpc::InsecureChannelCredentials(), args)));
     }
   }
@@ -133,7 +133,7 @@ class ServiceTarget : public Target {
 
  private:
   std::vector<std::unique_ptr<memory::MemoryServer>> servers_;
-  std::vector<std::unique_ptr<StoreClient>> clients_;
+  std::vector<std::unique_ptr<memory::StoreClient>> clients_;
 };
 
 struct CellResult {

@@ -36,6 +36,7 @@
 #include "absl/strings/str_split.h"
 #include "absl/time/time.h"
 #include "common/command_line.h"
+#include "common/proto_enums.h"
 #include "inference_svc/service/server.h"
 #include "memory_svc/service/server.h"
 #include "tools/bench_service/bench_fairness.h"
@@ -129,7 +130,7 @@ Replica StartReplica(const Flags& flags, const std::string& store, bool batching
   c.insecure_no_auth = true;  // a local benchmark: no tokens
   c.threads = flags.threads;
   c.kv_pool_bytes = 4ull << 30;
-  c.default_mode = mode;
+  c.default_mode = kvfold::KvModeFromProto(mode).value();
   c.batching = batching;
   c.max_prompt_tokens = 1 << 20;
   c.max_new_tokens_cap = 1 << 16;

@@ -9,6 +9,8 @@
 #include "absl/strings/str_cat.h"
 #include "common/file_util.h"
 #include "common/grpc_status.h"
+#include "common/proto_enums.h"
+#include "core/kv_mode.h"
 
 namespace kvfold::cli {
 
@@ -104,25 +106,15 @@ int ReportError(const char* command, const absl::Status& status) {
 }
 
 std::string KvModeName(v1::KvMode mode) {
-  switch (mode) {
-    case v1::KV_MODE_FULL: return "full";
-    case v1::KV_MODE_SLIDING: return "sliding";
-    case v1::KV_MODE_SINK: return "sink";
-    case v1::KV_MODE_MEMORY: return "memory";
-    case v1::KV_MODE_MEMORY_ONLY: return "memory_only";
-    default: return "-";  // not reported (e.g. ListSessions rows)
-  }
+  absl::StatusOr<core::KvMode> m = KvModeFromProto(mode);
+  return m.ok() ? core::KvModeName(*m) : "-";
 }
 
 absl::StatusOr<v1::KvMode> ParseKvMode(const std::string& name) {
-  if (name == "full") return v1::KV_MODE_FULL;
-  if (name == "sliding") return v1::KV_MODE_SLIDING;
-  if (name == "sink") return v1::KV_MODE_SINK;
-  if (name == "memory") return v1::KV_MODE_MEMORY;
-  if (name == "memory_only") return v1::KV_MODE_MEMORY_ONLY;
   if (name.empty() || name == "default") return v1::KV_MODE_UNSPECIFIED;
-  return absl::InvalidArgumentError(
-      absl::StrCat("unknown mode '", name, "' (full, sliding, sink, memory, memory_only)"));
+  absl::StatusOr<core::KvMode> mode = core::ParseKvMode(name);
+  if (!mode.ok()) return mode.status();
+  return KvModeToProto(*mode);
 }
 
 }  // namespace kvfold::cli

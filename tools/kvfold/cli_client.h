@@ -61,9 +61,10 @@ absl::StatusOr<v1::GenerateFinal> StreamGenerate(
 // FailedPrecondition (bad input), 1 otherwise. Prints "kvfold <cmd>: <status>" to stderr.
 int ReportError(const char* command, const absl::Status& status);
 
-// Human-readable names of modes ("full", "sliding", "sink", "memory", "memory_only").
+// core::KvModeName of an API mode; "-" for KV_MODE_UNSPECIFIED (not reported).
 std::string KvModeName(v1::KvMode mode);
-// InvalidArgument for an unknown name.
+// core::ParseKvMode as the API's enum; "" and "default" are KV_MODE_UNSPECIFIED (the
+// server's default mode). InvalidArgument for an unknown name.
 absl::StatusOr<v1::KvMode> ParseKvMode(const std::string& name);
 
 }  // namespace kvfold::cli

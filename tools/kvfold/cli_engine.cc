@@ -21,7 +21,7 @@ void AddEngineFlags(CLI::App& app, EngineFlags& flags) {
 
 absl::StatusOr<engine::EngineOptions> EngineOptionsFromFlags(const EngineFlags& flags) {
   engine::EngineOptions options;
-  absl::StatusOr<engine::KvDType> dtype = engine::ParseKvDType(flags.kv_dtype);
+  absl::StatusOr<core::DType> dtype = engine::ParseKvDType(flags.kv_dtype);
   if (!dtype.ok())
     return absl::InvalidArgumentError(absl::StrCat("--kv-dtype: ", dtype.status().message()));
   options.kv_dtype = *dtype;
@@ -64,7 +64,7 @@ absl::StatusOr<std::unique_ptr<engine::Session>> MakeSession(LoadedEngine& loade
                                                              const std::string& mode,
                                                              int window, int sink,
                                                              bool fp16_memory) {
-  absl::StatusOr<engine::KvMode> kv_mode = engine::ParseKvMode(mode);
+  absl::StatusOr<core::KvMode> kv_mode = core::ParseKvMode(mode);
   if (!kv_mode.ok()) return kv_mode.status();
   engine::SessionOptions options;
   options.mode = *kv_mode;

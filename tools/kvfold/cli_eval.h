@@ -33,7 +33,7 @@ struct NllSum {
 // One evaluated mode and the KV budget it runs at.
 struct ModeSpec {
   std::string name;  // "full", "sliding", "sink", "memory", "memory_only"
-  engine::KvMode mode = engine::KvMode::kFull;
+  core::KvMode mode = core::KvMode::kFull;
   int window_size = 0;          // sliding/sink: main entries incl. the current token
   int sink_tokens = 0;          // sink
   int64_t budget = 0;           // largest resident KV entries; 0 = unbounded (full)
@@ -89,7 +89,7 @@ RecallMarks RecallProbe(const Tokenizer& tokenizer, std::span<const int32_t> ids
 // Report inputs shared by the Markdown and JSON writers.
 struct Report {
   std::string model, projector, projector_label, text;
-  std::string kv_dtype = "f32";  // engine::KvDTypeName of the engine's KV cache
+  std::string kv_dtype = "f32";  // core::DTypeName of the engine's KV cache
   int num_docs = 0;
   int64_t num_tokens = 0;          // ids fed (incl. BOS) over all documents
   int64_t beyond_window_from = 0;  // W + C (or the budget without a projector)

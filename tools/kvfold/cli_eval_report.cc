@@ -51,7 +51,7 @@ std::string JsonSum(const NllSum& s) {
 std::string ModeTable(const Report& r, const PositionSums& (*sums_of)(const ModeTotals&)) {
   const PositionSums* full = nullptr;
   for (size_t i = 0; i < r.modes.size(); ++i) {
-    if (r.modes[i].mode == engine::KvMode::kFull) full = &sums_of(r.totals[i]);
+    if (r.modes[i].mode == core::KvMode::kFull) full = &sums_of(r.totals[i]);
   }
   static const PositionSums kNone;
   const PositionSums& f = full ? *full : kNone;
@@ -113,7 +113,7 @@ std::string MarkdownReport(const Report& r) {
                   " tokens; ", absl::StrFormat("%.1f", r.seconds), " s\n\n");
   bool full_truncated = false;
   for (size_t i = 0; i < r.modes.size(); ++i) {
-    full_truncated |= r.modes[i].mode == engine::KvMode::kFull && r.totals[i].truncated;
+    full_truncated |= r.modes[i].mode == core::KvMode::kFull && r.totals[i].truncated;
   }
   if (full_truncated) {
     absl::StrAppend(&out, "Full mode is scored only on the first ", r.head_limit,

@@ -33,15 +33,15 @@ int RunConvert(const ConvertFlags& flags) {
     if (!tokenizer.ok()) return FailWith("convert", tokenizer.status());
   }
   const std::string& dtype_name = flags.dtype;
-  kernels::DType dtype;
+  core::DType dtype;
   if (dtype_name == "f32") {
-    dtype = kernels::DType::kF32;
+    dtype = core::DType::kF32;
   } else if (dtype_name == "f16") {
-    dtype = kernels::DType::kF16;
+    dtype = core::DType::kF16;
   } else if (dtype_name == "bf16") {
-    dtype = kernels::DType::kBF16;
+    dtype = core::DType::kBF16;
   } else if (dtype_name == "q8") {
-    dtype = kernels::DType::kQ8;
+    dtype = core::DType::kQ8;
   } else {
     std::fprintf(stderr, "kvfold convert: --dtype must be f32, f16, bf16 or q8\n");
     return 2;

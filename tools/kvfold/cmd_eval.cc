@@ -102,7 +102,7 @@ int RunEval(const EvalFlags& f, const CLI::App& app) {
   const std::vector<std::string> mode_names =
       absl::StrSplit((f.modes.empty() ? default_modes : f.modes), ',', absl::SkipEmpty());
   for (const std::string& name : mode_names) {
-    auto kv = engine::ParseKvMode(name);
+    auto kv = core::ParseKvMode(name);
     if (!kv.ok()) {
       return FailWith("eval", absl::InvalidArgumentError(absl::StrCat(
                                   "unknown mode '", name,
@@ -119,8 +119,8 @@ int RunEval(const EvalFlags& f, const CLI::App& app) {
   if (modes.empty()) return FailWith("eval", absl::InvalidArgumentError("--modes is empty"));
   bool wants_memory = false, wants_window = false;
   for (const auto& m : modes) {
-    wants_memory |= m.mode == engine::KvMode::kMemory || m.mode == engine::KvMode::kMemoryOnly;
-    wants_window |= m.mode == engine::KvMode::kSliding || m.mode == engine::KvMode::kSink;
+    wants_memory |= m.mode == core::KvMode::kMemory || m.mode == core::KvMode::kMemoryOnly;
+    wants_window |= m.mode == core::KvMode::kSliding || m.mode == core::KvMode::kSink;
   }
   if (wants_memory && !!f.engine.projector.empty()) {
     return FailWith("eval", absl::InvalidArgumentError("memory modes need --projector DIR"));
@@ -160,7 +160,7 @@ int RunEval(const EvalFlags& f, const CLI::App& app) {
   // Budgets (docs/eval.md): every bounded mode at its largest resident size.
   eval::Report report;
   report.model = model_path;
-  report.kv_dtype = engine::KvDTypeName(engine_options->kv_dtype);
+  report.kv_dtype = core::DTypeName(engine_options->kv_dtype);
   report.text = f.text;
   if (loaded->projector) {
     const memory::ProjectorConfig& pc = loaded->projector->config();
@@ -187,23 +187,23 @@ int RunEval(const EvalFlags& f, const CLI::App& app) {
   report.beyond_window_from = loaded->projector ? report.window_size + report.chunk_size : budget;
   for (auto& m : modes) {
     switch (m.mode) {
-      case engine::KvMode::kFull:
+      case core::KvMode::kFull:
         m.budget_text = "all";
         m.max_tokens = f.full_max_tokens;
         report.head_limit = f.full_max_tokens;
         break;
-      case engine::KvMode::kSliding:
+      case core::KvMode::kSliding:
         m.window_size = static_cast<int>(budget);
         m.budget = budget;
         m.budget_text = absl::StrCat(budget);
         break;
-      case engine::KvMode::kSink:
+      case core::KvMode::kSink:
         m.sink_tokens = static_cast<int>(f.sink);
         m.window_size = static_cast<int>(budget - f.sink);
         m.budget = budget;
         m.budget_text = absl::StrCat(f.sink, " + ", budget - f.sink, " = ", budget);
         break;
-      case engine::KvMode::kMemory:
+      case core::KvMode::kMemory:
         m.budget = mem_budget;
         m.budget_text =
             mem_budget == report.sink_tokens + report.mem_slots + report.window_size
@@ -212,7 +212,7 @@ int RunEval(const EvalFlags& f, const CLI::App& app) {
                 : absl::StrCat(SinkTerm(report), report.mem_slots, " + ", report.window_size,
                                " + ", report.chunk_size, " = ", mem_budget);
         break;
-      case engine::KvMode::kMemoryOnly: {
+      case core::KvMode::kMemoryOnly: {
         const memory::ProjectorConfig& pc = loaded->projector->config();
         m.budget = pc.memory_only_budget();
         m.budget_text = absl::StrCat(

@@ -15,6 +15,8 @@
 #include "absl/strings/str_join.h"
 #include "absl/strings/string_view.h"
 #include "common/command_line.h"
+#include "core/dtype.h"
+#include "core/kv_mode.h"
 #include "inference_svc/planner/kv_planner.h"
 #include "inference_svc/planner/model_spec.h"
 #include "inference_svc/planner/planner_format.h"
@@ -76,7 +78,7 @@ absl::Status ApplyOptions(const std::map<std::string, std::string>& flags, PlanO
   for (auto [flag, out] :
        {std::pair{"kv-dtype", &o->kv_dtype}, {"weight-dtype", &o->weight_dtype}}) {
     if (!flags.count(flag)) continue;
-    absl::StatusOr<planner::Dtype> d = planner::ParseDtype(flags.at(flag));
+    absl::StatusOr<core::DType> d = core::ParseDType(flags.at(flag));
     if (!d.ok())
       return absl::InvalidArgumentError(absl::StrCat("--", flag, ": ", d.status().message()));
     *out = *d;
@@ -127,7 +129,7 @@ int RunPlan(const PlanFlags& flags) {
     return Fail(absl::InvalidArgumentError("--context takes one value; use --contexts for a list"));
   }
   absl::StatusOr<std::vector<KvMode>> modes =
-      planner::ParseKvModes(flags.count("modes") ? flags.at("modes") : "all");
+      core::ParseKvModeList(flags.count("modes") ? flags.at("modes") : "all");
   if (!modes.ok()) return Fail(modes.status());
 
   PlanOptions options;

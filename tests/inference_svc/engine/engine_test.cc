@@ -14,7 +14,7 @@
 namespace kvfold::engine {
 namespace {
 
-using kernels::DType;
+using core::DType;
 
 model::ModelFile Model(const std::string& shape, uint64_t seed, DType dtype = DType::kF32) {
   auto c = model::NamedShape(shape);

@@ -20,7 +20,7 @@ using testing::Rig;
 
 EngineOptions Int8Options(int block_size = 4, int max_batch_tokens = 256) {
   EngineOptions o;
-  o.kv_dtype = KvDType::kInt8;
+  o.kv_dtype = core::DType::kI8;
   o.block_size = block_size;
   o.max_batch_tokens = max_batch_tokens;
   o.kv_value_group = 10;  // tiny-odd: kv_dim 24, a partial last group
@@ -31,7 +31,7 @@ Rig Make(bool reference, EngineOptions options, const std::string& shape = "tiny
   Rig s;
   auto c = model::NamedShape(shape);
   EXPECT_TRUE(c.ok());
-  s.model = model::MakeRandomModel(*c, 11, kernels::DType::kF32);
+  s.model = model::MakeRandomModel(*c, 11, core::DType::kF32);
   s.backend = kernels::CreateCpuBackend({.num_threads = 2, .reference = reference});
   if (options.kv_pool_bytes == EngineOptions().kv_pool_bytes) options.kv_pool_bytes = 16 << 20;
   auto e = Engine::Create(s.model, s.backend.get(), options);
@@ -309,14 +309,14 @@ class F32OnlyBackend : public kernels::Backend {
 
 TEST(Int8EngineTest, BackendWithoutInt8OpsIsUnimplemented) {
   auto c = model::NamedShape("tiny");
-  auto m = model::MakeRandomModel(*c, 1, kernels::DType::kF32);
+  auto m = model::MakeRandomModel(*c, 1, core::DType::kF32);
   F32OnlyBackend backend;
   EngineOptions o = Int8Options();
   o.kv_pool_bytes = 1 << 20;
   auto e = Engine::Create(m, &backend, o);
   EXPECT_EQ(e.status().code(), absl::StatusCode::kUnimplemented);
   EXPECT_NE(e.status().message().find("f32-only"), std::string::npos) << e.status();
-  o.kv_dtype = KvDType::kF32;
+  o.kv_dtype = core::DType::kF32;
   EXPECT_TRUE(Engine::Create(m, &backend, o).ok());  // the F32 cache still works
   auto stream = backend.CreateStream();
   EXPECT_EQ(backend.StoreKvInt8(*stream, {}, {}, {}, {}, {}, {}).code(),
@@ -324,15 +324,16 @@ TEST(Int8EngineTest, BackendWithoutInt8OpsIsUnimplemented) {
 }
 
 TEST(Int8EngineTest, KvDTypeParserAndBackendSupport) {
-  EXPECT_EQ(*ParseKvDType("f32"), KvDType::kF32);
-  EXPECT_EQ(*ParseKvDType("int8"), KvDType::kInt8);
+  EXPECT_EQ(*ParseKvDType("f32"), core::DType::kF32);
+  EXPECT_EQ(*ParseKvDType("int8"), core::DType::kI8);
+  EXPECT_EQ(*ParseKvDType("INT8"), core::DType::kI8);  // core::ParseDType's spellings
   EXPECT_EQ(ParseKvDType("fp8").status().code(), absl::StatusCode::kInvalidArgument);
-  EXPECT_EQ(ParseKvDType("INT8").status().code(), absl::StatusCode::kInvalidArgument);
-  EXPECT_STREQ(KvDTypeName(KvDType::kInt8), "int8");
+  EXPECT_EQ(ParseKvDType("int9").status().code(), absl::StatusCode::kInvalidArgument);
+  EXPECT_STREQ(core::DTypeName(core::DType::kI8), "int8");
   EngineOptions bad = Int8Options();
   bad.kv_value_group = 0;
   auto c = model::NamedShape("tiny");
-  auto m = model::MakeRandomModel(*c, 1, kernels::DType::kF32);
+  auto m = model::MakeRandomModel(*c, 1, core::DType::kF32);
   auto be = kernels::CreateCpuBackend({});
   EXPECT_EQ(Engine::Create(m, be.get(), bad).status().code(), absl::StatusCode::kInvalidArgument);
 }

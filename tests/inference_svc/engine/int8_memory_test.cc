@@ -14,7 +14,7 @@
 namespace kvfold::memory {
 namespace {
 
-using engine::KvMode;
+using core::KvMode;
 
 struct Fixture {
   model::ModelFile model;
@@ -22,7 +22,7 @@ struct Fixture {
   std::unique_ptr<engine::Engine> engine;
 };
 
-std::unique_ptr<Fixture> MakeEngine(engine::KvDType dtype, bool reference = false) {
+std::unique_ptr<Fixture> MakeEngine(core::DType dtype, bool reference = false) {
   auto f = std::make_unique<Fixture>();
   f->model = testing::RandomTinyModel(4);
   f->backend = kernels::CreateCpuBackend({.num_threads = 2, .reference = reference});
@@ -78,7 +78,7 @@ class Int8MemoryTest : public ::testing::TestWithParam<KvMode> {};
 
 TEST_P(Int8MemoryTest, PrefillEqualsDecodeAndFoldsHappen) {
   for (bool reference : {false, true}) {
-    auto f = MakeEngine(engine::KvDType::kInt8, reference);
+    auto f = MakeEngine(core::DType::kI8, reference);
     auto projector = MakeProjector(*f->engine, 10, 7);
     auto a = NewSession(f->engine.get(), projector.get(), GetParam());
     auto b = NewSession(f->engine.get(), projector.get(), GetParam());
@@ -97,8 +97,8 @@ TEST_P(Int8MemoryTest, PrefillEqualsDecodeAndFoldsHappen) {
 class Int8ResumeTest : public ::testing::TestWithParam<KvMode> {};
 
 TEST_P(Int8ResumeTest, ExportImportOnAnotherInt8EngineContinuesBitwise) {
-  auto f = MakeEngine(engine::KvDType::kInt8);
-  auto g = MakeEngine(engine::KvDType::kInt8);
+  auto f = MakeEngine(core::DType::kI8);
+  auto g = MakeEngine(core::DType::kI8);
   auto projector = MakeProjector(*f->engine, 10, 7);
   for (int checkpoint_at : {22, 24, 25}) {
     SCOPED_TRACE(::testing::Message() << "checkpoint after " << checkpoint_at << " tokens");
@@ -118,8 +118,8 @@ TEST_P(Int8ResumeTest, ExportImportOnAnotherInt8EngineContinuesBitwise) {
 // The memory slots really are int8 for window rows: the int8 engine's logits differ from
 // the F32 engine's, by little.
 TEST_P(Int8MemoryTest, CloseToF32Engine) {
-  auto i8 = MakeEngine(engine::KvDType::kInt8);
-  auto f32 = MakeEngine(engine::KvDType::kF32);
+  auto i8 = MakeEngine(core::DType::kI8);
+  auto f32 = MakeEngine(core::DType::kF32);
   auto projector = MakeProjector(*i8->engine, 10, 7);
   auto a = NewSession(i8->engine.get(), projector.get(), GetParam());
   auto b = NewSession(f32->engine.get(), projector.get(), GetParam());
@@ -138,13 +138,13 @@ TEST_P(Int8MemoryTest, CloseToF32Engine) {
 INSTANTIATE_TEST_SUITE_P(Modes, Int8ResumeTest,
                          ::testing::Values(KvMode::kMemory, KvMode::kMemoryOnly, KvMode::kFull),
                          [](const auto& info) {
-                           return std::string(engine::KvModeName(info.param));
+                           return std::string(core::KvModeName(info.param));
                          });
 INSTANTIATE_TEST_SUITE_P(Modes, Int8MemoryTest,
                          ::testing::Values(KvMode::kMemory, KvMode::kMemoryOnly, KvMode::kFull,
                                            KvMode::kSliding, KvMode::kSink),
                          [](const auto& info) {
-                           return std::string(engine::KvModeName(info.param));
+                           return std::string(core::KvModeName(info.param));
                          });
 
 }  // namespace

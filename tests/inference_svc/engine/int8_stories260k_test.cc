@@ -74,7 +74,7 @@ TEST(Int8Stories260KTest, NllWithin1PercentOfF32) {
   options.kv_pool_bytes = 16 << 20;
   options.max_batch_tokens = 512;
   auto f32 = Engine::Create(*m, backend.get(), options);
-  options.kv_dtype = KvDType::kInt8;
+  options.kv_dtype = core::DType::kI8;
   auto i8 = Engine::Create(*m, backend.get(), options);
   ASSERT_TRUE(f32.ok() && i8.ok());
   for (const KvPolicy& policy : {KvPolicy::Full(), KvPolicy::Sliding(112)}) {

@@ -42,9 +42,9 @@ struct Rig {
   std::unique_ptr<Engine> engine;
 };
 
-Rig Make(bool reference = false, KvDType kv_dtype = KvDType::kF32) {
+Rig Make(bool reference = false, core::DType kv_dtype = core::DType::kF32) {
   Rig s;
-  s.model = model::MakeRandomModel(*model::NamedShape("tiny-odd"), 3, kernels::DType::kF32);
+  s.model = model::MakeRandomModel(*model::NamedShape("tiny-odd"), 3, core::DType::kF32);
   kernels::CpuBackendOptions bo;
   bo.reference = reference;
   bo.num_threads = 2;
@@ -133,7 +133,7 @@ TEST(SessionTest, AppendBatchEqualsSingleAppends) {
   }
 }
 
-class SteadyStateTest : public ::testing::TestWithParam<KvDType> {};
+class SteadyStateTest : public ::testing::TestWithParam<core::DType> {};
 
 TEST_P(SteadyStateTest, SteadyStateDecodeDoesNotAllocate) {
   Rig s = Make(false, GetParam());
@@ -150,8 +150,8 @@ TEST_P(SteadyStateTest, SteadyStateDecodeDoesNotAllocate) {
 }
 
 INSTANTIATE_TEST_SUITE_P(KvDTypes, SteadyStateTest,
-                         ::testing::Values(KvDType::kF32, KvDType::kInt8),
-                         [](const auto& info) { return std::string(KvDTypeName(info.param)); });
+                         ::testing::Values(core::DType::kF32, core::DType::kI8),
+                         [](const auto& info) { return std::string(core::DTypeName(info.param)); });
 
 TEST(SamplerTest, RngMatchesXoshiroAndRestores) {
   Rng rng(0);

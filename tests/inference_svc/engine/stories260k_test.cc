@@ -132,7 +132,7 @@ TEST_P(Stories260KTest, Q8WeightsKeepNllWithinHalfAPercent) {
   model::ModelFile q8 = model_;
   for (auto& [name, t] : q8.tensors) {
     if (t.shape.size() != 2) continue;
-    auto q = model::ConvertHostTensor(t, kernels::DType::kQ8);
+    auto q = model::ConvertHostTensor(t, core::DType::kQ8);
     ASSERT_TRUE(q.ok()) << name << ": " << q.status();
     t = *std::move(q);
   }
@@ -152,7 +152,7 @@ TEST_P(Stories260KTest, Q8WeightsKeepNllWithinHalfAPercent) {
 
 TEST_P(Stories260KTest, ConvertRoundTripKeepsFingerprintAndLogits) {
   const std::string dir = ::testing::TempDir() + "/stories260k_hf_" + (GetParam() ? "ref" : "opt");
-  ASSERT_TRUE(model::WriteHfDirectory(model_, dir, kernels::DType::kF32).ok());
+  ASSERT_TRUE(model::WriteHfDirectory(model_, dir, core::DType::kF32).ok());
   auto hf = model::LoadModel(dir);
   ASSERT_TRUE(hf.ok()) << hf.status();
   EXPECT_EQ(model::Fingerprint(*hf), engine_->fingerprint());
@@ -173,7 +173,7 @@ TEST_P(Stories260KTest, ConvertRoundTripKeepsFingerprintAndLogits) {
   EXPECT_EQ(run(*engine_), run(**e2));
   // A bf16 conversion changes the bytes, hence the fingerprint.
   const std::string dir16 = dir + "_bf16";
-  ASSERT_TRUE(model::WriteHfDirectory(model_, dir16, kernels::DType::kBF16).ok());
+  ASSERT_TRUE(model::WriteHfDirectory(model_, dir16, core::DType::kBF16).ok());
   auto hf16 = model::LoadModel(dir16);
   ASSERT_TRUE(hf16.ok());
   EXPECT_NE(model::Fingerprint(*hf16), engine_->fingerprint());

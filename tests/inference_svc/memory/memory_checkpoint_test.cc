@@ -13,7 +13,7 @@
 namespace kvfold::memory {
 namespace {
 
-using engine::KvMode;
+using core::KvMode;
 
 struct Fixture {
   model::ModelFile model;
@@ -223,7 +223,7 @@ INSTANTIATE_TEST_SUITE_P(
                       ModeAndPolicy{KvMode::kMemory, WindowPolicy::kSliding, 2, 50},
                       ModeAndPolicy{KvMode::kMemoryOnly, WindowPolicy::kGrowing, 0, 0, 5}),
     [](const auto& info) {
-      return std::string(engine::KvModeName(info.param.mode)) + "_" +
+      return std::string(core::KvModeName(info.param.mode)) + "_" +
              WindowPolicyName(info.param.policy) +
              (info.param.sink_tokens > 0 ? "_sinks" + std::to_string(info.param.sink_tokens)
                                          : "") +
@@ -371,7 +371,7 @@ TEST(MemoryModeTest, EveryModeRoundTripsThroughABlock) {
   auto projector = MakeProjector(*f->engine, 6, 4);
   for (KvMode mode : {KvMode::kFull, KvMode::kSliding, KvMode::kSink, KvMode::kMemory,
                       KvMode::kMemoryOnly}) {
-    SCOPED_TRACE(engine::KvModeName(mode));
+    SCOPED_TRACE(core::KvModeName(mode));
     engine::SessionOptions options;
     options.mode = mode;
     // Sliding/sink import recomputes the window from its ids, exact only while nothing was

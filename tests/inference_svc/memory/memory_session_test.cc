@@ -14,7 +14,7 @@
 namespace kvfold::memory {
 namespace {
 
-using engine::KvMode;
+using core::KvMode;
 using testing::NaiveMemoryForward;
 using testing::RandomTinyModel;
 

@@ -12,6 +12,7 @@
 #include "inference_svc/model/random_model.h"
 #include "inference_svc/model/safetensors.h"
 #include "nlohmann/json.hpp"
+#include "tests/testing/shared_dir.h"
 
 namespace kvfold::model {
 namespace {
@@ -49,6 +50,48 @@ std::string Llama2cBytes(bool untied) {
     b.append(reinterpret_cast<const char*>(&x), 4);
   }
   return b;
+}
+
+// A directory holding a llama2.c checkpoint and its tokenizer (the layout the k8s README
+// mounts) loads like the checkpoint file itself.
+TEST(Llama2cTest, DirectoryWithOneCheckpointLoadsIt) {
+  const std::string dir = Tmp("l2c_dir");
+  fs::create_directories(dir);
+  WriteFile(dir + "/tiny.bin", Llama2cBytes(false));
+  WriteFile(dir + "/tok11.bin", "not a model");  // a tokenizer is never taken for the model
+  absl::StatusOr<ModelFile> from_dir = LoadModel(dir);
+  ASSERT_TRUE(from_dir.ok()) << from_dir.status();
+  absl::StatusOr<ModelFile> from_file = LoadModel(dir + "/tiny.bin");
+  ASSERT_TRUE(from_file.ok()) << from_file.status();
+  EXPECT_EQ(from_dir->source_format, "llama2c");
+  EXPECT_EQ(Fingerprint(*from_dir), Fingerprint(*from_file));
+
+  WriteFile(dir + "/other.bin", Llama2cBytes(true));
+  absl::Status two = LoadModel(dir).status();
+  EXPECT_EQ(two.code(), absl::StatusCode::kInvalidArgument) << two;
+  EXPECT_NE(two.message().find("several llama2.c checkpoints"), std::string::npos) << two;
+
+  const std::string empty = Tmp("l2c_empty");
+  fs::create_directories(empty);
+  absl::Status none = LoadModel(empty).status();
+  EXPECT_EQ(none.code(), absl::StatusCode::kNotFound) << none;
+  EXPECT_NE(none.message().find("neither config.json"), std::string::npos) << none;
+}
+
+// The real stories260K directory (../shared/models/stories260K: stories260K.bin, tok512.bin,
+// tok512.model).
+TEST(Llama2cTest, Stories260kDirectoryLoads) {
+  if (!testing::HaveStories260K()) {
+    GTEST_SKIP() << "stories260K not found under " << testing::SharedDir()
+                 << " (the shared model folder; set KVFOLD_SHARED_DIR)";
+  }
+  const std::string dir = testing::Stories260K();
+  absl::StatusOr<ModelFile> from_dir = LoadModel(dir);
+  ASSERT_TRUE(from_dir.ok()) << from_dir.status();
+  absl::StatusOr<ModelFile> from_file = LoadModel(dir + "/stories260K.bin");
+  ASSERT_TRUE(from_file.ok()) << from_file.status();
+  EXPECT_EQ(from_dir->config.vocab_size, 512);
+  EXPECT_EQ(Fingerprint(*from_dir), Fingerprint(*from_file));
 }
 
 TEST(Llama2cTest, ParsesAndPermutesToHfLayout) {
@@ -104,7 +147,7 @@ TEST(Llama2cTest, Q8ConvertRoundTrip) {
     }
     ASSERT_EQ(t.dtype, DType::kQ8) << name;
     const int64_t cols = t.shape[1];
-    ASSERT_EQ(t.size_bytes, static_cast<size_t>(t.shape[0]) * kernels::Q8RowBytes(cols)) << name;
+    ASSERT_EQ(t.size_bytes, static_cast<size_t>(t.shape[0]) * core::Q8RowBytes(cols)) << name;
     auto back = ConvertHostTensor(t, DType::kF32);
     ASSERT_TRUE(back.ok());
     const float* x = static_cast<const float*>(src.data);
@@ -273,6 +316,11 @@ TEST(SafetensorsTest, RejectsInconsistentHeaders) {
   EXPECT_EQ(parse(R"({"a":{"dtype":"F32","shape":"x","data_offsets":[0,8]}})", 8),
             absl::StatusCode::kInvalidArgument);
   EXPECT_EQ(parse(R"({"a":3})", 8), absl::StatusCode::kInvalidArgument);
+  // Overlapping tensors (one reader for models and projectors refuses them).
+  EXPECT_EQ(parse(R"({"a":{"dtype":"F32","shape":[2],"data_offsets":[0,8]},)"
+                  R"("b":{"dtype":"F32","shape":[2],"data_offsets":[4,12]}})",
+                  12),
+            absl::StatusCode::kInvalidArgument);
   EXPECT_EQ(parse(R"([1,2])", 8), absl::StatusCode::kInvalidArgument);
   std::string lying(8, '\0');
   const uint64_t too_long = 1000;

@@ -23,7 +23,7 @@ ModeEstimate Estimate(const ModelSpec& model, KvMode mode, uint64_t t, PlanOptio
 
 TEST(PinnedFiguresTest, Llama31BytesPerTokenAnd20kContext) {
   ModelSpec llama = Preset("llama-3.1-8b");
-  EXPECT_EQ(*KvBytesPerToken(llama, Dtype::kFp16), 131072u);
+  EXPECT_EQ(*KvBytesPerToken(llama, DType::kF16), 131072u);
   ModeEstimate full = Estimate(llama, KvMode::kFull, 20000);
   EXPECT_EQ(full.bytes_per_token, 131072u);
   EXPECT_EQ(full.resident_tokens, 20000u);
@@ -75,37 +75,38 @@ TEST(PinnedFiguresTest, Llama31MemoryBlock) {
 TEST(DtypeTest, EveryDtypeWithScaleOverhead) {
   ModelSpec llama = Preset("llama-3.1-8b");
   // 2 * 32 layers * 8 heads = 512 head-vectors of 128 elements per token.
-  EXPECT_EQ(*KvBytesPerToken(llama, Dtype::kFp32), 512u * 512);
-  EXPECT_EQ(*KvBytesPerToken(llama, Dtype::kFp16), 512u * 256);
-  EXPECT_EQ(*KvBytesPerToken(llama, Dtype::kBf16), 512u * 256);
-  EXPECT_EQ(*KvBytesPerToken(llama, Dtype::kFp8), 512u * 128);
-  EXPECT_EQ(*KvBytesPerToken(llama, Dtype::kInt8), 512u * (128 + 4 * 2));  // 69,632
-  EXPECT_EQ(*KvBytesPerToken(llama, Dtype::kInt4), 512u * (64 + 4 * 2));   // 36,864
-  // stories260K: head_dim 8 < one group: 1 scale per head.
+  EXPECT_EQ(*KvBytesPerToken(llama, DType::kF32), 512u * 512);
+  EXPECT_EQ(*KvBytesPerToken(llama, DType::kF16), 512u * 256);
+  EXPECT_EQ(*KvBytesPerToken(llama, DType::kBF16), 512u * 256);
+  EXPECT_EQ(*KvBytesPerToken(llama, DType::kF8), 512u * 128);
+  // The engine's int8 pool (16-token blocks, kv_dim 1024): per layer and token, K and V
+  // codes (2 * 1024), key scales (1024 fp16 per block / 16 tokens = 128 B) and value
+  // scales (1024 / 32 groups * 2 B = 64 B).
+  EXPECT_EQ(*KvBytesPerToken(llama, DType::kI8), 32u * (2048 + 128 + 64));  // 71,680
+  EXPECT_EQ(*KvBytesPerToken(llama, DType::kI4), 32u * (1024 + 128 + 64));  // 38,912
+  // stories260K (kv_dim 32): one value group per token.
   ModelSpec stories = Preset("stories260K");
-  EXPECT_EQ(*KvBytesPerToken(stories, Dtype::kFp16), 2u * 5 * 4 * 16);
-  EXPECT_EQ(*KvBytesPerToken(stories, Dtype::kInt4), 2u * 5 * 4 * (4 + 2));
-  EXPECT_EQ(*KvBytesPerToken(stories, Dtype::kInt8), 2u * 5 * 4 * (8 + 2));
-  // Odd head_dim 33: int4 packs 132 bits into 17 bytes, 2 groups -> 2 scales.
+  EXPECT_EQ(*KvBytesPerToken(stories, DType::kF16), 2u * 5 * 4 * 16);
+  EXPECT_EQ(*KvBytesPerToken(stories, DType::kI8), 5u * (64 + 32 * 2 / 16 + 2));
+  EXPECT_EQ(*KvBytesPerToken(stories, DType::kI4), 5u * (32 + 32 * 2 / 16 + 2));
+  // Odd head_dim 33 (kv_dim 132, 5 value groups): per 16-token block and layer,
+  // int4 codes 2 * 16 * 66, key scales 132 * 2, value scales 16 * 5 * 2; rounded up.
   ModelSpec odd = stories;
   odd.head_dim = 33;
-  EXPECT_EQ(*KvBytesPerToken(odd, Dtype::kInt4), 2u * 5 * 4 * (17 + 4));
-  EXPECT_EQ(*KvBytesPerToken(odd, Dtype::kInt8), 2u * 5 * 4 * (33 + 4));
+  EXPECT_EQ(*KvBytesPerToken(odd, DType::kI4), (5u * (2 * 16 * 66 + 264 + 160) + 15) / 16);
+  EXPECT_EQ(*KvBytesPerToken(odd, DType::kI8), (5u * (2 * 16 * 132 + 264 + 160) + 15) / 16);
+  EXPECT_EQ(KvBytesPerToken(llama, DType::kQ8).status().code(),
+            absl::StatusCode::kInvalidArgument);
 }
 
-TEST(DtypeTest, ParseNamesAndWeightBytes) {
-  EXPECT_EQ(*ParseDtype("FP16"), Dtype::kFp16);
-  EXPECT_EQ(*ParseDtype("bfloat16"), Dtype::kBf16);
-  EXPECT_EQ(*ParseDtype("f32"), Dtype::kFp32);
-  EXPECT_EQ(*ParseDtype("int4"), Dtype::kInt4);
-  EXPECT_THAT(ParseDtype("int3").status().message(), HasSubstr("unknown dtype 'int3'"));
+TEST(DtypeTest, WeightBytes) {
   const uint64_t params = 8030261248ULL;  // llama-3.1-8b
-  EXPECT_EQ(*WeightBytes(params, Dtype::kBf16), 16060522496ULL);
-  EXPECT_EQ(*WeightBytes(params, Dtype::kFp32), 32121044992ULL);
-  EXPECT_EQ(*WeightBytes(params, Dtype::kFp8), params);
-  EXPECT_EQ(*WeightBytes(params, Dtype::kInt8), params + params / 32 * 2);
-  EXPECT_EQ(*WeightBytes(params, Dtype::kInt4), params / 2 + params / 32 * 2);
-  EXPECT_EQ(*WeightBytes(33, Dtype::kInt4), 17u + 2 * 2);
+  EXPECT_EQ(*WeightBytes(params, DType::kBF16), 16060522496ULL);
+  EXPECT_EQ(*WeightBytes(params, DType::kF32), 32121044992ULL);
+  EXPECT_EQ(*WeightBytes(params, DType::kF8), params);
+  EXPECT_EQ(*WeightBytes(params, DType::kI8), params + params / 32 * 2);
+  EXPECT_EQ(*WeightBytes(params, DType::kI4), params / 2 + params / 32 * 2);
+  EXPECT_EQ(*WeightBytes(33, DType::kI4), 17u + 2 * 2);
 }
 
 // ---- modes ----------------------------------------------------------------------------
@@ -137,8 +138,8 @@ TEST(ModeTest, EveryModeAt20kForLlama31) {
 
 TEST(ModeTest, ShortContextsAndFoldBoundaries) {
   ModelSpec llama = Preset("llama-3.1-8b");
-  for (KvMode mode : kAllModes) {
-    EXPECT_EQ(Estimate(llama, mode, 3).resident_tokens, 3u) << KvModeName(mode);
+  for (KvMode mode : core::kAllKvModes) {
+    EXPECT_EQ(Estimate(llama, mode, 3).resident_tokens, 3u) << core::KvModeName(mode);
   }
   EXPECT_EQ(Estimate(llama, KvMode::kSink, 3).prefix_tokens, 3u);
   // memory: the first fold happens when the window holds W + C = 1280 tokens.
@@ -176,20 +177,10 @@ TEST(ModeTest, ExplicitGeometryAndAttentionKinds) {
   EXPECT_DOUBLE_EQ(memory.fold_prefill_tokens_per_token, 4.0);
   EXPECT_EQ(Estimate(llama, KvMode::kMemoryOnly, 5000, o).resident_tokens, 512u + 64);
   // MHA (llama-2-7b) is 4x GQA-8 per token; MQA is 1/8 of GQA-8.
-  EXPECT_EQ(*KvBytesPerToken(Preset("llama-2-7b"), Dtype::kFp16), 4u * 131072);
+  EXPECT_EQ(*KvBytesPerToken(Preset("llama-2-7b"), DType::kF16), 4u * 131072);
   ModelSpec mqa = llama;
   mqa.num_kv_heads = 1;
-  EXPECT_EQ(*KvBytesPerToken(mqa, Dtype::kFp16), 131072u / 8);
-}
-
-TEST(ModeTest, ParseModes) {
-  EXPECT_EQ(ParseKvModes("all")->size(), 5u);
-  std::vector<KvMode> some = *ParseKvModes("memory_only,full,memory-only");
-  ASSERT_EQ(some.size(), 2u);
-  EXPECT_EQ(some[0], KvMode::kMemoryOnly);
-  EXPECT_EQ(some[1], KvMode::kFull);
-  EXPECT_THAT(ParseKvModes("full,paged").status().message(), HasSubstr("unknown mode 'paged'"));
-  EXPECT_FALSE(ParseKvModes("").ok());
+  EXPECT_EQ(*KvBytesPerToken(mqa, DType::kF16), 131072u / 8);
 }
 
 // ---- capacity ---------------------------------------------------------------------------
@@ -223,7 +214,7 @@ TEST(CapacityTest, ExplicitReserveWeightsThatDoNotFitAndNoGpu) {
   PlanOptions o;
   o.gpu_memory_bytes = 40ULL << 30;
   o.activation_reserve_bytes = 1ULL << 30;
-  o.weight_dtype = Dtype::kInt4;
+  o.weight_dtype = DType::kI4;
   Plan plan = *MakePlan(Preset("llama-3.1-8b"), o, {1000}, {KvMode::kFull});
   EXPECT_EQ(plan.kv_pool_bytes, (40ULL << 30) - (1ULL << 30) - 4517021952ULL);
   o = PlanOptions();
@@ -286,7 +277,7 @@ TEST(BadInputTest, ZeroSizesAndOverflow) {
               HasSubstr("overflow"));
   ModelSpec absurd = llama;
   absurd.num_layers = 1ULL << 62;
-  EXPECT_THAT(KvBytesPerToken(absurd, Dtype::kFp32).status().message(), HasSubstr("overflow"));
+  EXPECT_THAT(KvBytesPerToken(absurd, DType::kF32).status().message(), HasSubstr("overflow"));
   ModelSpec zero = llama;
   zero.head_dim = 0;
   EXPECT_THAT(MakePlan(zero, PlanOptions(), {1}, {KvMode::kFull}).status().message(),

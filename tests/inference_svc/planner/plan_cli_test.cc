@@ -104,7 +104,7 @@ TEST(PlanCliTest, JsonFields) {
   EXPECT_EQ(j["model"]["attention"], "GQA");
   EXPECT_EQ(j["bytes_per_token"], 131072);
   EXPECT_EQ(j["parameter_count"], 8030261248ULL);
-  EXPECT_EQ(j["kv_dtype"], "fp16");
+  EXPECT_EQ(j["kv_dtype"], "f16");
   EXPECT_EQ(j["window_size"], 1024);
   EXPECT_EQ(j["estimates"].size(), 5u);
   EXPECT_EQ(Estimate(j, "full", 20000)["kv_bytes"], 2621440000ULL);
@@ -135,14 +135,20 @@ TEST(PlanCliTest, MistralWindowMhaCounterpartAndBatch) {
 }
 
 TEST(PlanCliTest, DtypesGeometryAndCapacity) {
-  const std::pair<const char*, uint64_t> dtypes[] = {{"fp32", 262144}, {"fp16", 131072},
-                                                     {"bf16", 131072}, {"fp8", 65536},
-                                                     {"int8", 69632},  {"int4", 36864}};
-  for (const auto& [dtype, bytes] : dtypes) {
+  // Any spelling in, the one printed name out (core/dtype.h).
+  struct Case {
+    const char* flag;
+    const char* printed;
+    uint64_t bytes;
+  };
+  const Case dtypes[] = {{"fp32", "f32", 262144}, {"f16", "f16", 131072},
+                         {"bf16", "bf16", 131072}, {"fp8", "f8", 65536},
+                         {"int8", "int8", 71680},  {"i4", "int4", 38912}};
+  for (const Case& c : dtypes) {
     Json j = RunJson(
-        {"--preset", "llama-3.1-8b", "--context", "1k", "--kv-dtype", dtype, "--modes", "full"});
-    EXPECT_EQ(j["bytes_per_token"], bytes) << dtype;
-    EXPECT_EQ(j["kv_dtype"], dtype);
+        {"--preset", "llama-3.1-8b", "--context", "1k", "--kv-dtype", c.flag, "--modes", "full"});
+    EXPECT_EQ(j["bytes_per_token"], c.bytes) << c.flag;
+    EXPECT_EQ(j["kv_dtype"], c.printed);
   }
   Json j = RunJson({"--preset", "llama-3.1-8b", "--contexts", "20k,128Ki", "--gpu-memory", "80GiB",
                     "--window", "2048", "--sink", "8", "--mem-slots", "64", "--chunk", "512",

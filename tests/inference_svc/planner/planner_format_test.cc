@@ -14,7 +14,7 @@ Plan MakeLlamaPlan(uint64_t gpu_memory) {
   PlanOptions o;
   o.gpu_memory_bytes = gpu_memory;
   return *MakePlan(*FindPreset("llama-3.1-8b"), o, {1000, 20000},
-                   std::vector<KvMode>(std::begin(kAllModes), std::end(kAllModes)));
+                   std::vector<KvMode>(std::begin(core::kAllKvModes), std::end(core::kAllKvModes)));
 }
 
 TEST(RenderTableTest, HeaderAndRows) {
@@ -71,9 +71,9 @@ TEST(RenderJsonTest, InvalidUtf8InANameDoesNotThrow) {
 }
 
 TEST(QuantizationNoteTest, StatesTheScaleScheme) {
-  EXPECT_EQ(QuantizationNote(Dtype::kInt8), "one fp16 scale per 32 elements (per head), counted");
-  EXPECT_THAT(QuantizationNote(Dtype::kFp8), HasSubstr("per-tensor"));
-  EXPECT_EQ(QuantizationNote(Dtype::kBf16), "none");
+  EXPECT_THAT(QuantizationNote(DType::kI8), HasSubstr("value scales per 32 channels"));
+  EXPECT_THAT(QuantizationNote(DType::kF8), HasSubstr("per-tensor"));
+  EXPECT_EQ(QuantizationNote(DType::kBF16), "none");
 }
 
 }  // namespace

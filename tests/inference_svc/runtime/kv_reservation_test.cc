@@ -18,19 +18,19 @@ KvGeometry Geometry() {
 
 TEST(KvReservationTest, EachModeCapsWhatStaysResident) {
   const KvGeometry g = Geometry();
-  SessionSpec full{engine::KvMode::kFull, 0, 0};
+  SessionSpec full{core::KvMode::kFull, 0, 0};
   EXPECT_EQ(ReserveBlocks(full, g, 0, 1000), 0);
   EXPECT_EQ(ReserveBlocks(full, g, 1, 1000), 2);
   EXPECT_EQ(ReserveBlocks(full, g, 33, 1000), 4);        // 3 blocks + a partial one at the front
   EXPECT_EQ(ReserveBlocks(full, g, 1000000, 1000), 62501);
-  SessionSpec sliding{engine::KvMode::kSliding, 100, 0};
+  SessionSpec sliding{core::KvMode::kSliding, 100, 0};
   EXPECT_EQ(ReserveBlocks(sliding, g, 50, 1000), 5);      // below the window: all of it
   EXPECT_EQ(ReserveBlocks(sliding, g, 1000000, 1000), ReserveBlocks(sliding, g, 164, 1000));
-  SessionSpec sink{engine::KvMode::kSink, 100, 4};
+  SessionSpec sink{core::KvMode::kSink, 100, 4};
   EXPECT_EQ(ReserveBlocks(sink, g, 1000000, 1000), 2 + ReserveBlocks(sliding, g, 164, 1000));
-  SessionSpec memory{engine::KvMode::kMemory, 16, 0};
+  SessionSpec memory{core::KvMode::kMemory, 16, 0};
   EXPECT_EQ(ReserveBlocks(memory, g, 1000000, 1000), 2 + 3);  // M = 8 | W + C = 24
-  SessionSpec memory_only{engine::KvMode::kMemoryOnly, 0, 0};
+  SessionSpec memory_only{core::KvMode::kMemoryOnly, 0, 0};
   EXPECT_EQ(ReserveBlocks(memory_only, g, 1000000, 1000), 2 + 2);
   EXPECT_EQ(ReserveBlocks(full, g, int64_t{1} << 40, 1000), INT32_MAX);
   // A short prompt (or a decode-only turn) adds fewer rows to a window than a long one.

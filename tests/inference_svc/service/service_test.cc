@@ -18,6 +18,7 @@
 #include <grpcpp/security/credentials.h>
 
 #include "absl/time/time.h"
+#include "core/kv_bytes.h"
 #include "inference_svc/engine/engine.h"
 #include "inference_svc/engine/sampler.h"
 #include "inference_svc/engine/session.h"
@@ -71,7 +72,7 @@ class ServiceTest : public ::testing::Test {
     config.listen = "127.0.0.1:0";
     config.threads = 1;
     config.kv_pool_bytes = kv_pool_bytes;
-    config.default_mode = v1::KV_MODE_FULL;
+    config.default_mode = core::KvMode::kFull;
     config.max_prompt_tokens = 100;
     config.max_new_tokens_cap = 64;
     config.default_max_new_tokens = 16;
@@ -155,7 +156,7 @@ std::vector<int32_t> EngineGreedy(const std::string& model_dir,
   auto engine = engine::Engine::Create(*model, backend->get());
   EXPECT_TRUE(engine.ok());
   engine::SessionOptions options;
-  options.mode = engine::KvMode::kFull;
+  options.mode = core::KvMode::kFull;
   options.window_size = 1 << 30;
   auto session = engine::CreatePlainSession(engine->get(), options);
   EXPECT_TRUE(session.ok());
@@ -359,13 +360,17 @@ TEST_F(ServiceTest, KvBytesPerTokenFollowsTheKvDtype) {
   const v1::ModelInfo f32 = bytes_per_token();
   const uint64_t kv_dim = uint64_t{f32.num_kv_heads()} * f32.head_dim();
   EXPECT_EQ(f32.kv_bytes_per_token(), 2u * f32.num_layers() * kv_dim * 4);
-  StartReplica(64 << 20, "", "", [](ServiceConfig& c) { c.kv_dtype = engine::KvDType::kInt8; });
+  StartReplica(64 << 20, "", "", [](ServiceConfig& c) { c.kv_dtype = core::DType::kI8; });
   const v1::ModelInfo int8 = bytes_per_token();
-  const uint64_t block = engine::EngineOptions().block_size;
-  const uint64_t block_bytes = engine::KvBlockBytes(
-      engine::KvDType::kInt8, static_cast<int>(f32.num_layers()), static_cast<int>(kv_dim),
-      static_cast<int>(block), engine::EngineOptions().kv_value_group);
-  EXPECT_EQ(int8.kv_bytes_per_token(), (block_bytes + block - 1) / block);
+  const engine::EngineOptions defaults;
+  const absl::StatusOr<uint64_t> expected = core::KvBytesPerToken(
+      {.num_layers = f32.num_layers(),
+       .kv_dim = kv_dim,
+       .dtype = core::DType::kI8,
+       .block_size = static_cast<uint64_t>(defaults.block_size),
+       .value_group = static_cast<uint64_t>(defaults.kv_value_group)});
+  ASSERT_TRUE(expected.ok()) << expected.status();
+  EXPECT_EQ(int8.kv_bytes_per_token(), *expected);
   EXPECT_GT(f32.kv_bytes_per_token(), 3 * int8.kv_bytes_per_token());
 }
 

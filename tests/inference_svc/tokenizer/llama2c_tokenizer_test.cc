@@ -103,7 +103,7 @@ TEST(Llama2cTokenizerTest, Tok512AgreesWithSentencePieceOnStories) {
   }
   EXPECT_GT(total, 30000u);
   EXPECT_LT(with_double_space, 10u);
-  // models/README.md's NLL protocol (truncate to 512, predict every token after BOS)
+  // The NLL protocol of docs/engine.md (truncate to 512, predict every token after BOS)
   // counts 37,072 predicted tokens with llama2.c's own encoder.
   EXPECT_EQ(predicted, 37072u);
 }

@@ -43,7 +43,7 @@ struct Seq {
 // (possibly quantized) cache contents plus their dequantized values for the reference.
 struct Pool {
   int num_kv_heads, head_dim, num_blocks;
-  ElemType type;
+  core::DType type;
   std::vector<int32_t> tables;
   std::vector<int> prefix_table, main_table;  // per sequence offsets into `tables`
   std::vector<float> k, v;                    // dequantized [num_blocks * bs, kv_dim]
@@ -53,7 +53,7 @@ struct Pool {
   int kv_dim() const { return num_kv_heads * head_dim; }
 };
 
-Pool MakePool(const std::vector<Seq>& seqs, int num_kv_heads, int head_dim, ElemType type,
+Pool MakePool(const std::vector<Seq>& seqs, int num_kv_heads, int head_dim, core::DType type,
               uint32_t seed) {
   Pool p{num_kv_heads, head_dim, 0, type, {}, {}, {}, {}, {}, {}, {}, {}, {}};
   int blocks = 0;
@@ -79,10 +79,10 @@ Pool MakePool(const std::vector<Seq>& seqs, int num_kv_heads, int head_dim, Elem
   p.k = RandomFloats(slots * kv_dim, seed + 1, -2, 2);
   p.v = RandomFloats(slots * kv_dim, seed + 2, -2, 2);
   for (int64_t i = 0; i < slots; ++i) p.k[i * kv_dim + 5 % kv_dim] *= 8;  // an outlier channel
-  const size_t es = ElemSize(type);
+  const size_t es = core::DTypeSize(type);
   p.k_raw.resize(slots * kv_dim * es);
   p.v_raw.resize(slots * kv_dim * es);
-  if (type == ElemType::kI8) {
+  if (type == core::DType::kI8) {
     const int64_t groups = quant::NumValueGroups(kv_dim, kVGroup);
     p.k_scale.resize(static_cast<size_t>(p.num_blocks) * kv_dim);
     p.v_scale.resize(slots * groups);
@@ -112,11 +112,11 @@ Pool MakePool(const std::vector<Seq>& seqs, int num_kv_heads, int head_dim, Elem
   for (size_t i = 0; i < p.k.size(); ++i) {
     for (auto [src, raw] : {std::pair{&p.k, &p.k_raw}, std::pair{&p.v, &p.v_raw}}) {
       float& x = (*src)[i];
-      if (type == ElemType::kF32) {
+      if (type == core::DType::kF32) {
         std::memcpy(&(*raw)[i * 4], &x, 4);
       } else {
-        const uint16_t h = type == ElemType::kBF16 ? Fp32ToBf16(x) : Fp32ToFp16(x);
-        x = type == ElemType::kBF16 ? Bf16ToFp32(h) : Fp16ToFp32(h);
+        const uint16_t h = type == core::DType::kBF16 ? Fp32ToBf16(x) : Fp32ToFp16(x);
+        x = type == core::DType::kBF16 ? Bf16ToFp32(h) : Fp16ToFp32(h);
         std::memcpy(&(*raw)[i * 2], &h, 2);
       }
     }
@@ -175,7 +175,7 @@ std::vector<double> Reference(const Pool& p, const std::vector<Row>& rows,
 }
 
 void RunCase(const std::vector<Seq>& seqs, const std::vector<Row>& rows, int num_heads,
-             int num_kv_heads, int head_dim, ElemType type, double tol, double eps,
+             int num_kv_heads, int head_dim, core::DType type, double tol, double eps,
              const std::string& what) {
   const Pool pool = MakePool(seqs, num_kv_heads, head_dim, type, 77);
   const int rope_rows = 6000;
@@ -224,7 +224,7 @@ void RunCase(const std::vector<Seq>& seqs, const std::vector<Row>& rows, int num
   const auto got = d_out.ToHost();
   const auto ref = Reference(pool, rows, q, rope, rope_rows, num_heads, p.scale);
   ExpectClose(got, ref, tol, eps,
-              what + " (" + ElemTypeName(type) + ", splits " +
+              what + " (" + core::DTypeName(type) + ", splits " +
                   std::to_string(AttentionNumSplits(p.num_rows, num_kv_heads)) + ")");
 }
 
@@ -241,16 +241,16 @@ std::vector<Row> DecodeRows() {
 
 TEST(CudaAttention, DecodeMixedModesF32) {
   KVFOLD_SKIP_WITHOUT_GPU();
-  RunCase(DecodeSeqs(), DecodeRows(), 8, 2, 64, ElemType::kF32, 2e-5, 1e-4, "decode");
-  RunCase(DecodeSeqs(), DecodeRows(), 32, 8, 128, ElemType::kF32, 2e-5, 1e-4, "decode 8B heads");
-  RunCase(DecodeSeqs(), DecodeRows(), 14, 2, 62, ElemType::kF32, 2e-5, 1e-4, "decode group 7");
+  RunCase(DecodeSeqs(), DecodeRows(), 8, 2, 64, core::DType::kF32, 2e-5, 1e-4, "decode");
+  RunCase(DecodeSeqs(), DecodeRows(), 32, 8, 128, core::DType::kF32, 2e-5, 1e-4, "decode 8B heads");
+  RunCase(DecodeSeqs(), DecodeRows(), 14, 2, 62, core::DType::kF32, 2e-5, 1e-4, "decode group 7");
 }
 
 TEST(CudaAttention, DecodeHalfAndInt8Caches) {
   KVFOLD_SKIP_WITHOUT_GPU();
   // The reference reads the same rounded / dequantized cache, so the tolerance is the
   // fp32-vs-double one.
-  for (ElemType t : {ElemType::kBF16, ElemType::kF16, ElemType::kI8}) {
+  for (core::DType t : {core::DType::kBF16, core::DType::kF16, core::DType::kI8}) {
     RunCase(DecodeSeqs(), DecodeRows(), 8, 2, 64, t, 2e-5, 1e-4, "decode");
   }
 }
@@ -262,7 +262,7 @@ TEST(CudaAttention, CausalPrefillOverMemory) {
     std::vector<Row> rows;
     const int n = heads_kv == 3 ? 1000 : 300;
     for (int i = 0; i < n; ++i) rows.push_back({0, 16, 0, 0, 0, 0, i + 1, 1});
-    RunCase({{16, n}}, rows, 6, heads_kv, 96, ElemType::kF32, 2e-5, 1e-4, "prefill");
+    RunCase({{16, n}}, rows, 6, heads_kv, 96, core::DType::kF32, 2e-5, 1e-4, "prefill");
   }
 }
 
@@ -271,7 +271,7 @@ TEST(CudaAttention, MemoryExpansionIsBidirectionalOverThePrefixOnly) {
   // 16 memory rows see all 16 prefix entries (also later ones) and none of the 200 main.
   std::vector<Row> rows;
   for (int i = 0; i < 16; ++i) rows.push_back({0, 16, 0, 0, 0, 0, 0, 1});
-  RunCase({{16, 200}}, rows, 4, 4, 32, ElemType::kF32, 2e-5, 1e-4, "memory expansion");
+  RunCase({{16, 200}}, rows, 4, 4, 32, core::DType::kF32, 2e-5, 1e-4, "memory expansion");
 }
 
 TEST(CudaAttention, RejectsBadShapes) {

@@ -31,14 +31,14 @@
 namespace kvfold {
 namespace {
 
-using kernels::DType;
+using core::DType;
 
 // Logits of every step: a prefill of `prompt`, then the fixed `continuation` tokens fed
 // one at a time (both backends see identical inputs, so errors cannot compound through
 // different sampled tokens).
 std::vector<float> RunLogits(const model::ModelFile& model, kernels::Backend* backend,
                              const engine::KvPolicy& policy, const std::vector<int32_t>& prompt,
-                             const std::vector<int32_t>& continuation, engine::KvDType kv_dtype) {
+                             const std::vector<int32_t>& continuation, core::DType kv_dtype) {
   engine::EngineOptions options;
   options.kv_pool_bytes = size_t{64} << 20;
   options.kv_dtype = kv_dtype;
@@ -70,7 +70,7 @@ std::vector<float> RunLogits(const model::ModelFile& model, kernels::Backend* ba
 
 void CompareModels(DType dtype, bool qwen2, const engine::KvPolicy& policy, double tol,
                    double eps, const std::string& what,
-                   engine::KvDType kv_dtype = engine::KvDType::kF32) {
+                   core::DType kv_dtype = core::DType::kF32) {
   const model::ModelFile model =
       ::kvfold::testing::RandomTinyModel(5, ::kvfold::testing::Tiny96(qwen2), dtype);
   std::mt19937 rng(9);
@@ -122,14 +122,14 @@ TEST(CudaBackendModel, Bf16LlamaSlidingMatchesCpu) {
 TEST(CudaBackendModel, Int8KvLlamaFullModeMatchesCpu) {
   KVFOLD_SKIP_WITHOUT_GPU();
   CompareModels(DType::kF32, false, engine::KvPolicy::Full(), 1e-2, 1e-2, "int8 kv llama full",
-                engine::KvDType::kInt8);
+                core::DType::kI8);
 }
 
 TEST(CudaBackendModel, Int8KvQwen2SinkWindowMatchesCpu) {
   KVFOLD_SKIP_WITHOUT_GPU();
   // The 4 sink tokens are a partial prefix block sealed when the prefix completes.
   CompareModels(DType::kF32, true, engine::KvPolicy::Sink(4, 40), 1e-2, 1e-2,
-                "int8 kv qwen2 sink(4)+window(40)", engine::KvDType::kInt8);
+                "int8 kv qwen2 sink(4)+window(40)", core::DType::kI8);
 }
 
 }  // namespace

@@ -33,7 +33,7 @@ struct Side {
 };
 
 Side MakeSide(const model::ModelFile& model, const std::string& backend_name,
-              engine::KvDType kv_dtype = engine::KvDType::kF32) {
+              core::DType kv_dtype = core::DType::kF32) {
   Side s;
   auto backend = kernels::CreateBackend(backend_name, 2);
   EXPECT_TRUE(backend.ok()) << backend.status();
@@ -65,7 +65,7 @@ std::unique_ptr<memory::Projector> MakeProjector(const engine::Engine& engine) {
 std::unique_ptr<engine::Session> NewSession(engine::Engine* engine,
                                             const memory::Projector* projector) {
   engine::SessionOptions options;
-  options.mode = engine::KvMode::kMemory;
+  options.mode = core::KvMode::kMemory;
   auto s = memory::CreateSession(engine, options, projector);
   EXPECT_TRUE(s.ok()) << s.status();
   return s.ok() ? *std::move(s) : nullptr;
@@ -116,7 +116,7 @@ int ExportImportContinue(Side& from, Side& to, const memory::Projector& p_from,
 TEST(CudaMemoryMode, GpuExportCpuImportAndReverseContinueIdentically) {
   KVFOLD_SKIP_WITHOUT_GPU();
   const model::ModelFile model = ::kvfold::testing::RandomTinyModel(
-      11, ::kvfold::testing::Tiny96(false), kernels::DType::kF32);
+      11, ::kvfold::testing::Tiny96(false), core::DType::kF32);
   Side gpu = MakeSide(model, "cuda:0");
   Side cpu = MakeSide(model, "cpu-ref");
   ASSERT_TRUE(gpu.engine && cpu.engine);
@@ -134,9 +134,9 @@ TEST(CudaMemoryMode, GpuExportCpuImportAndReverseContinueIdentically) {
 TEST(CudaMemoryMode, Int8KvGpuSessionMatchesCpuSession) {
   KVFOLD_SKIP_WITHOUT_GPU();
   const model::ModelFile model = ::kvfold::testing::RandomTinyModel(
-      11, ::kvfold::testing::Tiny96(false), kernels::DType::kF32);
-  Side gpu = MakeSide(model, "cuda:0", engine::KvDType::kInt8);
-  Side cpu = MakeSide(model, "cpu-ref", engine::KvDType::kInt8);
+      11, ::kvfold::testing::Tiny96(false), core::DType::kF32);
+  Side gpu = MakeSide(model, "cuda:0", core::DType::kI8);
+  Side cpu = MakeSide(model, "cpu-ref", core::DType::kI8);
   ASSERT_TRUE(gpu.engine && cpu.engine);
   auto p_gpu = MakeProjector(*gpu.engine);
   auto p_cpu = MakeProjector(*cpu.engine);

@@ -47,7 +47,7 @@ TEST(CudaOps, EmbeddingGatherBf16IsExactAndZeroesBadIds) {
   DeviceArray<uint16_t> d_table(table);
   DeviceArray<int32_t> d_ids(ids);
   DeviceArray<float> d_out(kTokens * kHidden);
-  ExpectOk(EmbeddingGather(d_table.get(), ElemType::kBF16, vocab, kHidden, d_ids.get(), kTokens,
+  ExpectOk(EmbeddingGather(d_table.get(), core::DType::kBF16, vocab, kHidden, d_ids.get(), kTokens,
                            d_out.get(), nullptr));
   const auto out = d_out.ToHost();
   std::vector<double> ref(out.size());
@@ -62,13 +62,13 @@ TEST(CudaOps, EmbeddingGatherBf16IsExactAndZeroesBadIds) {
 
 TEST(CudaOps, RmsNormMatchesCpu) {
   KVFOLD_SKIP_WITHOUT_GPU();
-  for (const ElemType wt : {ElemType::kF32, ElemType::kBF16}) {
+  for (const core::DType wt : {core::DType::kF32, core::DType::kBF16}) {
     const auto x = RandomFloats(kTokens * kHidden, 2, -3, 3);
     const auto w = RandomFloats(kHidden, 3, 0.5, 1.5);
     const auto w_bf16 = ToBf16(w);
     DeviceArray<float> d_x(x), d_w(w), d_out(x.size());
     DeviceArray<uint16_t> d_wb(w_bf16);
-    const void* wp = wt == ElemType::kF32 ? static_cast<const void*>(d_w.get()) : d_wb.get();
+    const void* wp = wt == core::DType::kF32 ? static_cast<const void*>(d_w.get()) : d_wb.get();
     ExpectOk(RmsNorm(d_x.get(), wp, wt, 1e-5f, kTokens, kHidden, d_out.get(), nullptr));
     const auto out = d_out.ToHost();
     std::vector<double> ref(out.size());
@@ -77,11 +77,11 @@ TEST(CudaOps, RmsNormMatchesCpu) {
       for (int64_t i = 0; i < kHidden; ++i) ss += double{x[t * kHidden + i]} * x[t * kHidden + i];
       const double inv = 1.0 / std::sqrt(ss / kHidden + 1e-5);
       for (int64_t i = 0; i < kHidden; ++i) {
-        const double wi = wt == ElemType::kF32 ? w[i] : Bf16ToFp32(w_bf16[i]);
+        const double wi = wt == core::DType::kF32 ? w[i] : Bf16ToFp32(w_bf16[i]);
         ref[t * kHidden + i] = x[t * kHidden + i] * inv * wi;
       }
     }
-    ExpectClose(out, ref, 1e-5, 1e-5, std::string("rmsnorm ") + ElemTypeName(wt));
+    ExpectClose(out, ref, 1e-5, 1e-5, std::string("rmsnorm ") + core::DTypeName(wt));
   }
 }
 
@@ -135,7 +135,7 @@ TEST(CudaOps, SiluMulAddAndBias) {
   const auto bias = RandomFloats(kHidden, 8);
   DeviceArray<float> d_a(a), d_b(b), d_bias(bias);
   ExpectOk(Add(d_a.get(), d_b.get(), a.size(), d_a.get(), nullptr));
-  ExpectOk(AddBias(d_a.get(), d_bias.get(), ElemType::kF32, kTokens, kHidden, nullptr));
+  ExpectOk(AddBias(d_a.get(), d_bias.get(), core::DType::kF32, kTokens, kHidden, nullptr));
   out = d_a.ToHost();
   ref.assign(out.size(), 0);
   for (size_t i = 0; i < a.size(); ++i) ref[i] = (a[i] + b[i]) + bias[i % kHidden];
@@ -147,13 +147,13 @@ TEST(CudaOps, CastAndFillUniformMatchHostRounding) {
   const auto x = RandomFloats(kTokens, 9, -70000, 70000);
   DeviceArray<float> d_x(x);
   DeviceArray<uint16_t> d_bf(x.size()), d_h(x.size());
-  ExpectOk(Cast(d_x.get(), d_bf.get(), ElemType::kBF16, x.size(), nullptr));
-  ExpectOk(Cast(d_x.get(), d_h.get(), ElemType::kF16, x.size(), nullptr));
+  ExpectOk(Cast(d_x.get(), d_bf.get(), core::DType::kBF16, x.size(), nullptr));
+  ExpectOk(Cast(d_x.get(), d_h.get(), core::DType::kF16, x.size(), nullptr));
   EXPECT_EQ(d_bf.ToHost(), ToBf16(x));
   EXPECT_EQ(d_h.ToHost(), ToF16(x));
 
   DeviceArray<float> d_u(kTokens);
-  ExpectOk(FillUniform(d_u.get(), ElemType::kF32, kTokens, 42, -0.5f, 0.25f, nullptr));
+  ExpectOk(FillUniform(d_u.get(), core::DType::kF32, kTokens, 42, -0.5f, 0.25f, nullptr));
   const auto u = d_u.ToHost();
   for (int64_t i = 0; i < kTokens; ++i) {
     ASSERT_EQ(u[i], -0.5f + 0.75f * UniformHash(42, i)) << i;
@@ -163,14 +163,14 @@ TEST(CudaOps, CastAndFillUniformMatchHostRounding) {
 }
 
 // y = x w^T + bias + beta * y, against a double reference on the same (rounded) inputs.
-void CheckLinear(ElemType wt, int64_t n, int64_t k, int64_t m, float beta) {
+void CheckLinear(core::DType wt, int64_t n, int64_t k, int64_t m, float beta) {
   auto x = RandomFloats(n * k, 10);
   auto w = RandomFloats(m * k, 11, -0.1f, 0.1f);
   const auto bias = RandomFloats(m, 12);
   const auto y0 = RandomFloats(n * m, 13);
   std::vector<uint16_t> w16;
-  if (wt == ElemType::kBF16) w16 = ToBf16(w);
-  if (wt == ElemType::kF16) w16 = ToF16(w);
+  if (wt == core::DType::kBF16) w16 = ToBf16(w);
+  if (wt == core::DType::kF16) w16 = ToF16(w);
   DeviceArray<float> d_x(x), d_w(w), d_bias(bias), d_y(y0);
   DeviceArray<uint16_t> d_w16(w16);
   DeviceArray<uint8_t> scratch(LinearScratchBytes(n, k, wt) + 1);
@@ -180,7 +180,7 @@ void CheckLinear(ElemType wt, int64_t n, int64_t k, int64_t m, float beta) {
   args.x = d_x.get();
   args.num_tokens = n;
   args.in_features = k;
-  args.w = wt == ElemType::kF32 ? static_cast<const void*>(d_w.get()) : d_w16.get();
+  args.w = wt == core::DType::kF32 ? static_cast<const void*>(d_w.get()) : d_w16.get();
   args.w_type = wt;
   args.out_features = m;
   args.bias = d_bias.get();
@@ -193,8 +193,8 @@ void CheckLinear(ElemType wt, int64_t n, int64_t k, int64_t m, float beta) {
   cublasDestroy(handle);
   // The reference rounds the inputs exactly as the device path does.
   auto round = [&](float v) -> double {
-    if (wt == ElemType::kBF16) return Bf16ToFp32(Fp32ToBf16(v));
-    if (wt == ElemType::kF16) return Fp16ToFp32(Fp32ToFp16(v));
+    if (wt == core::DType::kBF16) return Bf16ToFp32(Fp32ToBf16(v));
+    if (wt == core::DType::kF16) return Fp16ToFp32(Fp32ToFp16(v));
     return v;
   };
   std::vector<double> ref(n * m);
@@ -206,12 +206,12 @@ void CheckLinear(ElemType wt, int64_t n, int64_t k, int64_t m, float beta) {
     }
   }
   ExpectClose(y, ref, 1e-4, 1e-4,
-              std::string("linear ") + ElemTypeName(wt) + " n=" + std::to_string(n));
+              std::string("linear ") + core::DTypeName(wt) + " n=" + std::to_string(n));
 }
 
 TEST(CudaOps, LinearF32Bf16F16WithBiasAndResidual) {
   KVFOLD_SKIP_WITHOUT_GPU();
-  for (const ElemType wt : {ElemType::kF32, ElemType::kBF16, ElemType::kF16}) {
+  for (const core::DType wt : {core::DType::kF32, core::DType::kBF16, core::DType::kF16}) {
     CheckLinear(wt, 1, kHidden, 1031, 0.0f);    // decode row
     CheckLinear(wt, 37, kHidden, 1031, 1.0f);   // residual folded in
     CheckLinear(wt, 513, 1000, 769, 0.0f);      // prefill chunk
@@ -225,8 +225,8 @@ TEST(CudaOps, StoreKvWritesSlotsAndSkipsNegative) {
   std::vector<int32_t> slots(n);
   for (int64_t i = 0; i < n; ++i) slots[i] = static_cast<int32_t>((i * 13 + 5) % slots_total);
   slots[3] = -1;
-  for (const ElemType ct : {ElemType::kF32, ElemType::kBF16}) {
-    const size_t es = ElemSize(ct);
+  for (const core::DType ct : {core::DType::kF32, core::DType::kBF16}) {
+    const size_t es = core::DTypeSize(ct);
     std::vector<uint8_t> zeros(slots_total * kv_dim * es, 0);
     DeviceArray<uint8_t> d_kc(zeros), d_vc(zeros);
     DeviceArray<float> d_k(k), d_v(v);
@@ -235,10 +235,10 @@ TEST(CudaOps, StoreKvWritesSlotsAndSkipsNegative) {
                      ct, nullptr));
     const auto kc = d_kc.ToHost(), vc = d_vc.ToHost();
     auto at = [&](const std::vector<uint8_t>& c, int64_t i) -> float {
-      if (ct == ElemType::kF32) return reinterpret_cast<const float*>(c.data())[i];
+      if (ct == core::DType::kF32) return reinterpret_cast<const float*>(c.data())[i];
       return Bf16ToFp32(reinterpret_cast<const uint16_t*>(c.data())[i]);
     };
-    auto rnd = [&](float x) { return ct == ElemType::kF32 ? x : Bf16ToFp32(Fp32ToBf16(x)); };
+    auto rnd = [&](float x) { return ct == core::DType::kF32 ? x : Bf16ToFp32(Fp32ToBf16(x)); };
     std::vector<bool> written(slots_total, false);
     for (int64_t i = 0; i < n; ++i) {
       if (slots[i] < 0) continue;
@@ -260,9 +260,9 @@ TEST(CudaOps, LaunchersRejectBadArguments) {
   // Host-side validation: runs with or without a GPU (no launch happens).
   EXPECT_EQ(Rope(nullptr, nullptr, nullptr, 1, 1, 1, 3, nullptr, nullptr).code(),
             absl::StatusCode::kInvalidArgument);
-  EXPECT_EQ(RmsNorm(nullptr, nullptr, ElemType::kI8, 1e-5f, 1, 1, nullptr, nullptr).code(),
+  EXPECT_EQ(RmsNorm(nullptr, nullptr, core::DType::kI8, 1e-5f, 1, 1, nullptr, nullptr).code(),
             absl::StatusCode::kInvalidArgument);
-  EXPECT_EQ(StoreKv(nullptr, nullptr, nullptr, 1, 4, nullptr, nullptr, ElemType::kI8, nullptr)
+  EXPECT_EQ(StoreKv(nullptr, nullptr, nullptr, 1, 4, nullptr, nullptr, core::DType::kI8, nullptr)
                 .code(),
             absl::StatusCode::kInvalidArgument);
   EXPECT_TRUE(Add(nullptr, nullptr, 0, nullptr, nullptr).ok());

@@ -121,7 +121,7 @@ TEST(CudaQ8, BackendMatMulAndGatherMatchCpuOnDequantizedWeights) {
   auto bd = upload(bias.data(), bias.size() * 4);
   auto od = (*gpu)->Allocate(static_cast<size_t>(n * m) * 4);
   ASSERT_TRUE(od.ok());
-  using kernels::DType;
+  using core::DType;
   using kernels::MakeTensor;
   ExpectOk((*gpu)->MatMul(*gs, MakeTensor(xd->data(), DType::kF32, {n, k}),
                           MakeTensor(wq->data(), DType::kQ8, {m, k}),

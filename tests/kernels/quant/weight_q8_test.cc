@@ -14,8 +14,8 @@
 namespace kvfold::quant {
 namespace {
 
-using kernels::kQ8Block;
-using kernels::Q8RowBytes;
+using core::kQ8Block;
+using core::Q8RowBytes;
 
 TEST(WeightQ8Test, RoundTripWithinHalfAStepOnOddWidths) {
   std::mt19937 rng(7);

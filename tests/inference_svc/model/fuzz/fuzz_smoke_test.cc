@@ -42,7 +42,7 @@ std::string Mutate(const std::string& seed, std::mt19937_64& rng) {
 
 TEST(FuzzSmokeTest, MutatedSafetensorsNeverCrash) {
   auto config = model::NamedShape("tiny");
-  model::ModelFile m = model::MakeRandomModel(*config, 1, kernels::DType::kF16);
+  model::ModelFile m = model::MakeRandomModel(*config, 1, core::DType::kF16);
   const std::string seed = model::SerializeSafetensors(m.tensors);
   std::mt19937_64 rng(7);
   for (int i = 0; i < 3000; ++i) {
