@@ -21,7 +21,7 @@
 #include "common/command_line.h"
 #include "memory_svc/store/memory_store.h"
 
-namespace kvfold::memory {
+namespace kvfold::memory_svc {
 namespace {
 
 struct CopyFlags {
@@ -154,13 +154,13 @@ int Copy(const CopyFlags& flags) {
 }
 
 }  // namespace
-}  // namespace kvfold::memory
+}  // namespace kvfold::memory_svc
 
 int main(int argc, char** argv) {
   CLI::App app{"Offline administration of a kvfold memory store.", "kvfold-memory-admin"};
   kvfold::ApplyConvention(app);
   app.require_subcommand(1);
-  kvfold::memory::CopyFlags copy;
+  kvfold::memory_svc::CopyFlags copy;
   CLI::App* copy_cmd = app.add_subcommand(
       "copy", "copy every session with its versions, pins and times to another store");
   copy_cmd
@@ -171,5 +171,5 @@ int main(int argc, char** argv) {
                        "rados: keyring file with the user's cephx key");
   copy_cmd->add_option("--ceph-user", copy.rados.user, "rados: cephx user");
   if (std::optional<int> rc = kvfold::ParseCommandLine(app, argc, argv)) return *rc;
-  return kvfold::memory::Copy(copy);
+  return kvfold::memory_svc::Copy(copy);
 }

@@ -23,13 +23,13 @@ namespace {
 
 // The flags, bound to the config structs (their field comments are the reference).
 struct Flags {
-  kvfold::memory::ServerConfig config;
+  kvfold::memory_svc::ServerConfig config;
   std::string backend = "rocksdb";
   int drain_seconds = 10;
 };
 
 void AddFlags(CLI::App& app, Flags& f) {
-  kvfold::memory::ServerConfig& c = f.config;
+  kvfold::memory_svc::ServerConfig& c = f.config;
   kvfold::AddConfigFileFlag(app);
   app.add_option("--listen", c.listen, "host:port to serve on (port 0: any free port)");
   app.add_option("--backend", f.backend, "where records live: rocksdb (embedded) or rados")
@@ -90,10 +90,10 @@ int main(int argc, char** argv) {
   sigaddset(&signals, SIGHUP);
   pthread_sigmask(SIG_BLOCK, &signals, nullptr);
 
-  kvfold::memory::ServerConfig& config = flags.config;
+  kvfold::memory_svc::ServerConfig& config = flags.config;
   const std::string& backend = flags.backend;
-  config.store.backend = backend == "rados" ? kvfold::memory::BackendKind::kRados
-                                            : kvfold::memory::BackendKind::kRocksDb;
+  config.store.backend = backend == "rados" ? kvfold::memory_svc::BackendKind::kRados
+                                            : kvfold::memory_svc::BackendKind::kRocksDb;
   if (backend == "rocksdb" && config.store.db_dir.empty()) {
     std::fprintf(stderr, "kvfold-memory: --db-dir is required\n");
     return kvfold::kExitUsage;
@@ -104,8 +104,8 @@ int main(int argc, char** argv) {
     return kvfold::kExitUsage;
   }
 
-  absl::StatusOr<std::unique_ptr<kvfold::memory::MemoryServer>> server =
-      kvfold::memory::MemoryServer::Start(config);
+  absl::StatusOr<std::unique_ptr<kvfold::memory_svc::MemoryServer>> server =
+      kvfold::memory_svc::MemoryServer::Start(config);
   if (!server.ok()) {
     std::fprintf(stderr, "kvfold-memory: %s\n", server.status().ToString().c_str());
     // Bad flags or unreadable config files are usage errors (2); a DB or port that

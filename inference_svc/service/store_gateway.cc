@@ -12,8 +12,8 @@
 namespace kvfold::service {
 namespace {
 
-// One channel and one memory::StoreClient for every caller: the caller's token travels as per-call
-// metadata (memory::StoreCallOptions::bearer_token), so nothing is kept per token and a flood of
+// One channel and one memory_svc::StoreClient for every caller: the caller's token travels as per-call
+// metadata (memory_svc::StoreCallOptions::bearer_token), so nothing is kept per token and a flood of
 // distinct tokens costs no memory beyond the calls in flight.
 class StoreGatewayImpl final : public StoreGateway {
  public:
@@ -42,7 +42,7 @@ class StoreGatewayImpl final : public StoreGateway {
   absl::StatusOr<uint64_t> PutBlock(const std::string& token, const std::string& session_id,
                                     uint64_t expected_head_version,
                                     const memory::MemoryBlock& block) override {
-    memory::StorePutOptions options;
+    memory_svc::StorePutOptions options;
     options.call = Call(token);
     auto put = client_.Put(session_id, expected_head_version, block.header, block.payload, options);
     if (!put.ok()) return put.status();
@@ -73,7 +73,7 @@ class StoreGatewayImpl final : public StoreGateway {
   absl::Status CheckHealth() override {
     // Any answer but UNAVAILABLE / DEADLINE_EXCEEDED means the store is up and serving
     // (a probe id is NOT_FOUND, or UNAUTHENTICATED without a token).
-    memory::StoreCallOptions probe;
+    memory_svc::StoreCallOptions probe;
     probe.timeout = absl::Seconds(2);
     auto info = client_.GetSessionInfo("kvfold-health-probe", probe);
     if (info.ok()) return absl::OkStatus();
@@ -85,14 +85,14 @@ class StoreGatewayImpl final : public StoreGateway {
   }
 
  private:
-  memory::StoreCallOptions Call(const std::string& token) const {
-    memory::StoreCallOptions call = call_;
+  memory_svc::StoreCallOptions Call(const std::string& token) const {
+    memory_svc::StoreCallOptions call = call_;
     call.bearer_token = token;
     return call;
   }
 
-  memory::StoreClient client_;  // thread-safe; no token of its own
-  memory::StoreCallOptions call_;
+  memory_svc::StoreClient client_;  // thread-safe; no token of its own
+  memory_svc::StoreCallOptions call_;
 };
 
 }  // namespace

@@ -1,4 +1,4 @@
-// StoreGateway: the replica's view of memory_svc, on top of the memory::StoreClient
+// StoreGateway: the replica's view of memory_svc, on top of the memory_svc::StoreClient
 // (memory_svc/client). Every call carries the caller's identity: the bearer token the
 // caller presented to this replica is forwarded to the store, so the store scopes the
 // call to the same tenant (docs/service.md, "Tenants"). Without a caller token the

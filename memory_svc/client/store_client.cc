@@ -9,7 +9,7 @@
 #include "common/block_checksum.h"
 #include "common/grpc_status.h"
 
-namespace kvfold {
+namespace kvfold::memory_svc {
 namespace {
 
 constexpr size_t kMaxChunkBytes = 1 << 20;
@@ -206,4 +206,4 @@ absl::StatusOr<v1::StoreListSessionsResponse> StoreClient::ListSessions(
 
 #undef KVFOLD_STORE_UNARY
 
-}  // namespace kvfold
+}  // namespace kvfold::memory_svc

@@ -33,7 +33,7 @@
 #include "kvfold/v1/common.pb.h"
 #include "kvfold/v1/memory_store.grpc.pb.h"
 
-namespace kvfold {
+namespace kvfold::memory_svc {
 
 struct StoreCallOptions {
   // Deadline of the whole call, measured from its start. Default: 30 s.
@@ -122,6 +122,6 @@ class StoreClient {
   std::string authorization_;  // "Bearer <token>" or empty
 };
 
-}  // namespace kvfold
+}  // namespace kvfold::memory_svc
 
 #endif  // KVFOLD_MEMORY_SVC_CLIENT_STORE_CLIENT_H_

@@ -10,7 +10,7 @@
 #include "common/grpc_status.h"
 #include "memory_svc/store/validation.h"
 
-namespace kvfold::memory {
+namespace kvfold::memory_svc {
 
 // One RPC: counts it as in flight (for Drain), records its metrics when it ends, and adds
 // tenant, session and version to its request-log line.
@@ -336,4 +336,4 @@ absl::StatusOr<uint64_t> MemoryStoreService::VersionBytes(const std::string& ten
   return absl::NotFoundError(absl::StrCat("session '", session_id, "' has no version ", version));
 }
 
-}  // namespace kvfold::memory
+}  // namespace kvfold::memory_svc

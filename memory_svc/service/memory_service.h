@@ -27,7 +27,7 @@
 #include "memory_svc/service/tenant_quotas.h"
 #include "memory_svc/store/memory_store.h"
 
-namespace kvfold::memory {
+namespace kvfold::memory_svc {
 
 inline constexpr size_t kMaxChunkBytes = 1 << 20;
 inline constexpr size_t kDefaultChunkBytes = 256 << 10;
@@ -103,6 +103,6 @@ class MemoryStoreService final : public v1::MemoryStore::Service {
   std::atomic<bool> draining_{false};
 };
 
-}  // namespace kvfold::memory
+}  // namespace kvfold::memory_svc
 
 #endif  // KVFOLD_MEMORY_SVC_SERVICE_MEMORY_SERVICE_H_

@@ -12,7 +12,7 @@
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_format.h"
 
-namespace kvfold::memory {
+namespace kvfold::memory_svc {
 
 void Metrics::Record(const std::string& method, absl::StatusCode code, double seconds,
                      uint64_t bytes_in, uint64_t bytes_out) {
@@ -128,4 +128,4 @@ void MetricsHttpServer::Serve() {
   }
 }
 
-}  // namespace kvfold::memory
+}  // namespace kvfold::memory_svc

@@ -19,7 +19,7 @@
 #include "absl/status/statusor.h"
 #include "absl/synchronization/mutex.h"
 
-namespace kvfold::memory {
+namespace kvfold::memory_svc {
 
 class Metrics {
  public:
@@ -70,6 +70,6 @@ class MetricsHttpServer {
   std::thread thread_;
 };
 
-}  // namespace kvfold::memory
+}  // namespace kvfold::memory_svc
 
 #endif  // KVFOLD_MEMORY_SVC_SERVICE_METRICS_H_

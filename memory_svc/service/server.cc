@@ -13,7 +13,7 @@
 #include "common/file_util.h"
 #include "common/grpc_decode_errors.h"
 
-namespace kvfold::memory {
+namespace kvfold::memory_svc {
 namespace {
 
 constexpr char kServiceName[] = "kvfold.v1.MemoryStore";
@@ -169,4 +169,4 @@ absl::Status MemoryServer::Shutdown(absl::Duration drain) {
   return store_ ? store_->Close() : absl::OkStatus();
 }
 
-}  // namespace kvfold::memory
+}  // namespace kvfold::memory_svc

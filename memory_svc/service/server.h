@@ -25,7 +25,7 @@
 #include "memory_svc/service/tenant_quotas.h"
 #include "memory_svc/store/memory_store.h"
 
-namespace kvfold::memory {
+namespace kvfold::memory_svc {
 
 struct ServerConfig {
   // host:port to listen on; port 0 picks a free port. Default: 127.0.0.1:7070.
@@ -100,6 +100,6 @@ class MemoryServer {
   bool shut_down_ = false;
 };
 
-}  // namespace kvfold::memory
+}  // namespace kvfold::memory_svc
 
 #endif  // KVFOLD_MEMORY_SVC_SERVICE_SERVER_H_

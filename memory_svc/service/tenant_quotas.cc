@@ -9,7 +9,7 @@
 #include "absl/strings/str_split.h"
 #include "common/file_util.h"
 
-namespace kvfold::memory {
+namespace kvfold::memory_svc {
 namespace {
 
 // A failed write is recounted from the store at most this often per tenant.
@@ -303,4 +303,4 @@ std::string QuotaLedger::RenderPrometheus() const {
   return out;
 }
 
-}  // namespace kvfold::memory
+}  // namespace kvfold::memory_svc

@@ -27,7 +27,7 @@
 #include "kvfold/v1/common.pb.h"
 #include "memory_svc/store/memory_store.h"
 
-namespace kvfold::memory {
+namespace kvfold::memory_svc {
 
 struct TenantLimits {
   uint64_t max_sessions = 0;  // 0 = unlimited
@@ -111,6 +111,6 @@ class QuotaLedger {
   absl::flat_hash_map<std::string, Tenant> tenants_;  // guarded by mu_
 };
 
-}  // namespace kvfold::memory
+}  // namespace kvfold::memory_svc
 
 #endif  // KVFOLD_MEMORY_SVC_SERVICE_TENANT_QUOTAS_H_

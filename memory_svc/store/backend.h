@@ -21,7 +21,7 @@
 #include "memory_svc/store/memory_store.h"
 #include "memory_svc/store/records.h"
 
-namespace kvfold::memory {
+namespace kvfold::memory_svc {
 
 // A session record as read, with the token that a commit must present to replace it.
 struct SessionState {
@@ -123,6 +123,6 @@ absl::StatusOr<std::unique_ptr<StoreBackend>> OpenRocksDbBackend(const StoreOpti
 // reached.
 absl::StatusOr<std::unique_ptr<StoreBackend>> OpenRadosBackend(const StoreOptions& options);
 
-}  // namespace kvfold::memory
+}  // namespace kvfold::memory_svc
 
 #endif  // KVFOLD_MEMORY_SVC_STORE_BACKEND_H_

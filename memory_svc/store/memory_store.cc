@@ -11,7 +11,7 @@
 #include "memory_svc/store/store_impl.h"
 #include "memory_svc/store/validation.h"
 
-namespace kvfold::memory {
+namespace kvfold::memory_svc {
 
 MemoryStore::MemoryStore(StoreOptions options, std::unique_ptr<Impl> impl)
     : options_(std::move(options)), impl_(std::move(impl)) {}
@@ -214,4 +214,4 @@ absl::StatusOr<v1::ListVersionsResponse> MemoryStore::ListVersions(
   return response;
 }
 
-}  // namespace kvfold::memory
+}  // namespace kvfold::memory_svc

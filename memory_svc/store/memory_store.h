@@ -39,7 +39,7 @@
 #include "kvfold/v1/common.pb.h"
 #include "kvfold/v1/memory_store.pb.h"
 
-namespace kvfold::memory {
+namespace kvfold::memory_svc {
 
 enum class BackendKind { kRocksDb, kRados };
 
@@ -212,6 +212,6 @@ class MemoryStore {
   std::unique_ptr<Impl> impl_;
 };
 
-}  // namespace kvfold::memory
+}  // namespace kvfold::memory_svc
 
 #endif  // KVFOLD_MEMORY_SVC_STORE_MEMORY_STORE_H_

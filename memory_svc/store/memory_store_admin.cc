@@ -11,7 +11,7 @@
 #include "memory_svc/store/store_impl.h"
 #include "memory_svc/store/validation.h"
 
-namespace kvfold::memory {
+namespace kvfold::memory_svc {
 namespace {
 
 // The record of a version that `state` lists; nullopt when it was retired since `state`
@@ -276,4 +276,4 @@ absl::Status MemoryStore::CorruptPayloadForTesting(absl::string_view tenant,
   return impl_->backend->CorruptPayloadForTesting(tenant, session_id, version);
 }
 
-}  // namespace kvfold::memory
+}  // namespace kvfold::memory_svc

@@ -8,7 +8,7 @@
 #include "memory_svc/store/store_impl.h"
 #include "memory_svc/store/validation.h"
 
-namespace kvfold::memory {
+namespace kvfold::memory_svc {
 
 absl::StatusOr<SessionExport> MemoryStore::ExportSession(absl::string_view tenant,
                                                          absl::string_view session_id) const {
@@ -86,4 +86,4 @@ absl::Status MemoryStore::ImportSession(absl::string_view tenant, const SessionE
   return absl::OkStatus();
 }
 
-}  // namespace kvfold::memory
+}  // namespace kvfold::memory_svc

@@ -9,7 +9,7 @@
 #include "absl/strings/str_cat.h"
 #include "memory_svc/store/rados_layout.h"
 
-namespace kvfold::memory {
+namespace kvfold::memory_svc {
 
 namespace layout = rados_layout;
 using librados::bufferlist;
@@ -248,4 +248,4 @@ absl::StatusOr<std::unique_ptr<StoreBackend>> OpenRadosBackend(const StoreOption
   return backend;
 }
 
-}  // namespace kvfold::memory
+}  // namespace kvfold::memory_svc

@@ -21,7 +21,7 @@
 #include "absl/synchronization/mutex.h"
 #include "memory_svc/store/backend.h"
 
-namespace kvfold::memory {
+namespace kvfold::memory_svc {
 
 // A negative errno from librados -> absl::Status (the one translation; table in the .cc).
 absl::Status FromRados(int r, absl::string_view what);
@@ -84,6 +84,6 @@ class RadosBackend final : public StoreBackend {
   absl::flat_hash_set<std::string> known_tenants_ ABSL_GUARDED_BY(tenants_mu_);
 };
 
-}  // namespace kvfold::memory
+}  // namespace kvfold::memory_svc
 
 #endif  // KVFOLD_MEMORY_SVC_STORE_RADOS_BACKEND_H_

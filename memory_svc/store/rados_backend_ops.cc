@@ -11,7 +11,7 @@
 #include "memory_svc/store/rados_backend.h"
 #include "memory_svc/store/rados_layout.h"
 
-namespace kvfold::memory {
+namespace kvfold::memory_svc {
 namespace {
 
 namespace layout = rados_layout;
@@ -273,4 +273,4 @@ absl::StatusOr<int> RadosBackend::CollectGarbage(int64_t grace_ms) {
   return removed;
 }
 
-}  // namespace kvfold::memory
+}  // namespace kvfold::memory_svc

@@ -7,7 +7,7 @@
 #include "absl/strings/str_format.h"
 #include "absl/strings/strip.h"
 
-namespace kvfold::memory::rados_layout {
+namespace kvfold::memory_svc::rados_layout {
 namespace {
 
 std::string Hex16(uint64_t v) { return absl::StrFormat("%016x", v); }
@@ -95,4 +95,4 @@ absl::StatusOr<VersionEntry> DecodeVersionEntry(absl::string_view bytes) {
   return VersionEntry{*nonce, *std::move(record)};
 }
 
-}  // namespace kvfold::memory::rados_layout
+}  // namespace kvfold::memory_svc::rados_layout

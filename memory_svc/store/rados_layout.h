@@ -22,7 +22,7 @@
 #include "absl/strings/string_view.h"
 #include "memory_svc/store/records.h"
 
-namespace kvfold::memory::rados_layout {
+namespace kvfold::memory_svc::rados_layout {
 
 inline constexpr char kTenantsObject[] = "kvfold.tenants";
 inline constexpr char kGenXattr[] = "gen";
@@ -55,6 +55,6 @@ absl::StatusOr<VersionEntry> DecodeVersionEntry(absl::string_view bytes);
 // Only the nonce (no header parse): DATA_LOSS when shorter than 8 bytes.
 absl::StatusOr<uint64_t> DecodeVersionNonce(absl::string_view bytes);
 
-}  // namespace kvfold::memory::rados_layout
+}  // namespace kvfold::memory_svc::rados_layout
 
 #endif  // KVFOLD_MEMORY_SVC_STORE_RADOS_LAYOUT_H_

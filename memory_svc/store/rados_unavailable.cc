@@ -2,7 +2,7 @@
 // libradospp-dev).
 #include "memory_svc/store/backend.h"
 
-namespace kvfold::memory {
+namespace kvfold::memory_svc {
 
 absl::StatusOr<std::unique_ptr<StoreBackend>> OpenRadosBackend(const StoreOptions&) {
   return absl::UnimplementedError(
@@ -10,4 +10,4 @@ absl::StatusOr<std::unique_ptr<StoreBackend>> OpenRadosBackend(const StoreOption
       "libradospp-dev, then rebuild) and cannot use the rados backend");
 }
 
-}  // namespace kvfold::memory
+}  // namespace kvfold::memory_svc

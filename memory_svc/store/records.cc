@@ -6,7 +6,7 @@
 #include "absl/strings/str_cat.h"
 #include "common/checksum.h"
 
-namespace kvfold::memory {
+namespace kvfold::memory_svc {
 namespace {
 
 void PutU64(std::string* out, uint64_t v) {
@@ -160,4 +160,4 @@ std::vector<uint64_t> RetentionVictims(const SessionMeta& meta, uint32_t version
   return victims;
 }
 
-}  // namespace kvfold::memory
+}  // namespace kvfold::memory_svc

@@ -18,7 +18,7 @@
 #include "absl/status/statusor.h"
 #include "kvfold/v1/common.pb.h"
 
-namespace kvfold::memory {
+namespace kvfold::memory_svc {
 
 // tenant \0 session_id
 std::string SessionKey(absl::string_view tenant, absl::string_view session_id);
@@ -66,6 +66,6 @@ absl::StatusOr<VersionRecord> DecodeVersionRecord(absl::string_view bytes);
 // pinned version and the head remain. Ascending.
 std::vector<uint64_t> RetentionVictims(const SessionMeta& meta, uint32_t versions_kept);
 
-}  // namespace kvfold::memory
+}  // namespace kvfold::memory_svc
 
 #endif  // KVFOLD_MEMORY_SVC_STORE_RECORDS_H_

@@ -15,7 +15,7 @@
 #include "absl/synchronization/mutex.h"
 #include "memory_svc/store/backend.h"
 
-namespace kvfold::memory {
+namespace kvfold::memory_svc {
 namespace {
 
 constexpr size_t kLockStripes = 256;
@@ -326,4 +326,4 @@ absl::StatusOr<std::unique_ptr<StoreBackend>> OpenRocksDbBackend(const StoreOpti
   return backend;
 }
 
-}  // namespace kvfold::memory
+}  // namespace kvfold::memory_svc

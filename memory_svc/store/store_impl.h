@@ -18,7 +18,7 @@
 #include "memory_svc/store/records.h"
 #include "memory_svc/store/validation.h"
 
-namespace kvfold::memory {
+namespace kvfold::memory_svc {
 
 inline absl::Status SessionNotFound(absl::string_view session_id) {
   return absl::NotFoundError(absl::StrCat("session '", session_id, "' not found"));
@@ -115,6 +115,6 @@ inline absl::Status TooMuchContention(absl::string_view session_id) {
       absl::StrCat("session '", session_id, "': too many concurrent changes, retry"));
 }
 
-}  // namespace kvfold::memory
+}  // namespace kvfold::memory_svc
 
 #endif  // KVFOLD_MEMORY_SVC_STORE_STORE_IMPL_H_

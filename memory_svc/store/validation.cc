@@ -6,7 +6,7 @@
 #include "common/proto_enums.h"
 #include "core/block_rules.h"
 
-namespace kvfold::memory {
+namespace kvfold::memory_svc {
 
 absl::Status ValidateVersion(uint64_t version, absl::string_view field) {
   if (version > static_cast<uint64_t>(std::numeric_limits<int64_t>::max())) {
@@ -55,4 +55,4 @@ absl::Status ValidateBlockHeader(const v1::MemoryBlockHeader& header, uint64_t m
   return absl::OkStatus();
 }
 
-}  // namespace kvfold::memory
+}  // namespace kvfold::memory_svc

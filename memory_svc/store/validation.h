@@ -12,7 +12,7 @@
 #include "core/session_id.h"
 #include "kvfold/v1/common.pb.h"
 
-namespace kvfold::memory {
+namespace kvfold::memory_svc {
 
 using core::ValidateSessionId;
 using core::ValidateTenant;
@@ -31,6 +31,6 @@ absl::Status ExpectedPayloadBytes(const v1::MemoryBlockHeader& header, uint64_t*
 //   RESOURCE_EXHAUSTED serialized header size + payload_size > max_block_bytes
 absl::Status ValidateBlockHeader(const v1::MemoryBlockHeader& header, uint64_t max_block_bytes);
 
-}  // namespace kvfold::memory
+}  // namespace kvfold::memory_svc
 
 #endif  // KVFOLD_MEMORY_SVC_STORE_VALIDATION_H_

@@ -17,7 +17,7 @@
 #error "KVFOLD_MEMORY_ADMIN_BINARY must name the kvfold-memory-admin binary"
 #endif
 
-namespace kvfold::memory::testing {
+namespace kvfold::memory_svc::testing {
 namespace {
 
 class AdminCopyTest : public ::testing::TestWithParam<std::string> {
@@ -118,4 +118,4 @@ INSTANTIATE_TEST_SUITE_P(Backends, AdminCopyTest, ::testing::Values("rocksdb", "
                          BackendName);
 
 }  // namespace
-}  // namespace kvfold::memory::testing
+}  // namespace kvfold::memory_svc::testing

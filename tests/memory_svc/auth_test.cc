@@ -6,7 +6,7 @@
 
 #include "tests/memory_svc/server_fixture.h"
 
-namespace kvfold::memory::testing {
+namespace kvfold::memory_svc::testing {
 namespace {
 
 using Code = absl::StatusCode;
@@ -169,4 +169,4 @@ TEST_F(TlsTest, MutualTlsRequiresAClientCertificate) {
 }
 
 }  // namespace
-}  // namespace kvfold::memory::testing
+}  // namespace kvfold::memory_svc::testing

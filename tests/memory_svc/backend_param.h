@@ -13,7 +13,7 @@
 #include "absl/strings/str_format.h"
 #include "memory_svc/store/memory_store.h"
 
-namespace kvfold::memory::testing {
+namespace kvfold::memory_svc::testing {
 
 // The ceph.conf of the test cluster; empty when none runs (the fixture could not start one:
 // the Ceph packages are missing).
@@ -66,6 +66,6 @@ inline std::string BackendName(const ::testing::TestParamInfo<std::string>& info
   return info.param;
 }
 
-}  // namespace kvfold::memory::testing
+}  // namespace kvfold::memory_svc::testing
 
 #endif  // KVFOLD_TESTS_MEMORY_SVC_BACKEND_PARAM_H_

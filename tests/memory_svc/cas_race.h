@@ -19,7 +19,7 @@
 #include "memory_svc/client/store_client.h"
 #include "tests/memory_svc/test_blocks.h"
 
-namespace kvfold::memory::testing {
+namespace kvfold::memory_svc::testing {
 
 inline constexpr int kRaceWriters = 8;
 
@@ -115,6 +115,6 @@ inline void RunCasRace(const std::function<StoreClient(int)>& client_for, StoreC
   }
 }
 
-}  // namespace kvfold::memory::testing
+}  // namespace kvfold::memory_svc::testing
 
 #endif  // KVFOLD_TESTS_MEMORY_SVC_CAS_RACE_H_

@@ -27,7 +27,7 @@
 #error "KVFOLD_MEMORY_BINARY must name the kvfold-memory binary"
 #endif
 
-namespace kvfold::memory::testing {
+namespace kvfold::memory_svc::testing {
 namespace {
 
 class CephTest : public ::testing::Test {
@@ -261,4 +261,4 @@ TEST_F(CephTest, UncommittedVersionsAreCollected) {
 }
 
 }  // namespace
-}  // namespace kvfold::memory::testing
+}  // namespace kvfold::memory_svc::testing

@@ -4,7 +4,7 @@
 #include "tests/memory_svc/cas_race.h"
 #include "tests/memory_svc/server_fixture.h"
 
-namespace kvfold::memory::testing {
+namespace kvfold::memory_svc::testing {
 namespace {
 
 class ConcurrencyTest : public ServerFixture {
@@ -22,4 +22,4 @@ TEST_F(ConcurrencyTest, EightWritersRaceOnOneHead) {
 }
 
 }  // namespace
-}  // namespace kvfold::memory::testing
+}  // namespace kvfold::memory_svc::testing

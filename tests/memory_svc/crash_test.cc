@@ -22,7 +22,7 @@
 #error "KVFOLD_MEMORY_BINARY must name the kvfold-memory binary"
 #endif
 
-namespace kvfold::memory::testing {
+namespace kvfold::memory_svc::testing {
 namespace {
 
 constexpr int kClients = 4;
@@ -182,4 +182,4 @@ TEST(BinaryTest, FlagsReachTheServer) {
 }
 
 }  // namespace
-}  // namespace kvfold::memory::testing
+}  // namespace kvfold::memory_svc::testing

@@ -15,7 +15,7 @@
 #include "memory_svc/client/store_client.h"
 #include "tests/memory_svc/test_blocks.h"
 
-namespace kvfold::memory::testing {
+namespace kvfold::memory_svc::testing {
 
 // Every third version is a 768 KiB block (Llama-3.1-8B), the others 48 KB.
 inline TestBlock BlockFor(int c, uint64_t version) {
@@ -66,6 +66,6 @@ inline std::vector<uint64_t> VerifyStreams(const std::string& address,
   return heads;
 }
 
-}  // namespace kvfold::memory::testing
+}  // namespace kvfold::memory_svc::testing
 
 #endif  // KVFOLD_TESTS_MEMORY_SVC_PUT_STREAM_H_

@@ -6,7 +6,7 @@
 #include "memory_svc/service/tenant_quotas.h"
 #include "tests/memory_svc/server_fixture.h"
 
-namespace kvfold::memory::testing {
+namespace kvfold::memory_svc::testing {
 namespace {
 
 using Code = absl::StatusCode;
@@ -130,4 +130,4 @@ TEST_F(QuotaTest, LimitsHoldAcrossARestart) {
 }
 
 }  // namespace
-}  // namespace kvfold::memory::testing
+}  // namespace kvfold::memory_svc::testing

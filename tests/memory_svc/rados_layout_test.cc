@@ -5,7 +5,7 @@
 
 #include "tests/memory_svc/test_blocks.h"
 
-namespace kvfold::memory::rados_layout {
+namespace kvfold::memory_svc::rados_layout {
 namespace {
 
 TEST(RadosLayoutTest, PayloadNamesRoundTripAndAreUnambiguous) {
@@ -54,4 +54,4 @@ TEST(RadosLayoutTest, VersionEntryRoundTripAndDamage) {
 }
 
 }  // namespace
-}  // namespace kvfold::memory::rados_layout
+}  // namespace kvfold::memory_svc::rados_layout

@@ -4,7 +4,7 @@
 
 #include "memory_svc/store/validation.h"
 
-namespace kvfold::memory {
+namespace kvfold::memory_svc {
 namespace {
 
 TEST(RecordsTest, VersionKeysSortNumerically) {
@@ -163,4 +163,4 @@ TEST(ValidationTest, MaxBlockBytesCountsTheHeader) {
 }
 
 }  // namespace
-}  // namespace kvfold::memory
+}  // namespace kvfold::memory_svc

@@ -7,7 +7,7 @@
 
 #include "tests/memory_svc/server_fixture.h"
 
-namespace kvfold::memory::testing {
+namespace kvfold::memory_svc::testing {
 namespace {
 
 using json = nlohmann::json;
@@ -129,4 +129,4 @@ TEST_F(RequestLogTest, LevelFiltersLinesAndABadLevelFailsToStart) {
 }
 
 }  // namespace
-}  // namespace kvfold::memory::testing
+}  // namespace kvfold::memory_svc::testing

@@ -20,7 +20,7 @@
 #include "tests/common/http_get.h"
 #include "tests/memory_svc/test_blocks.h"
 
-namespace kvfold::memory::testing {
+namespace kvfold::memory_svc::testing {
 
 class ServerFixture : public ::testing::Test {
  protected:
@@ -106,6 +106,6 @@ inline int HealthStatus(grpc::Channel* channel, const std::string& service) {
   return bytes.size() == 2 && bytes[0] == 0x08 ? bytes[1] : -1;
 }
 
-}  // namespace kvfold::memory::testing
+}  // namespace kvfold::memory_svc::testing
 
 #endif  // KVFOLD_TESTS_MEMORY_SVC_SERVER_FIXTURE_H_

@@ -13,7 +13,7 @@
 
 #include "tests/integration/process_util.h"
 
-namespace kvfold::memory::testing {
+namespace kvfold::memory_svc::testing {
 
 // The shared child-process helper (tests/integration/process_util.h) with the crash
 // tests' defaults: stderr to the test's own, 30 s to print "listening on", and Stop
@@ -29,6 +29,6 @@ class ServerProcess : public kvfold::testing::ServerProcess {
 // Runs `binary args...` to its exit (output discarded); returns its exit code.
 using kvfold::testing::RunToExit;
 
-}  // namespace kvfold::memory::testing
+}  // namespace kvfold::memory_svc::testing
 
 #endif  // KVFOLD_TESTS_MEMORY_SVC_SERVER_PROCESS_H_

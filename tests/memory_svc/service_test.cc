@@ -11,7 +11,7 @@
 #include "common/grpc_status.h"
 #include "tests/memory_svc/server_fixture.h"
 
-namespace kvfold::memory::testing {
+namespace kvfold::memory_svc::testing {
 namespace {
 
 using Code = absl::StatusCode;
@@ -544,4 +544,4 @@ TEST_F(RetentionServiceTest, RetentionAndTtlThroughTheService) {
 }
 
 }  // namespace
-}  // namespace kvfold::memory::testing
+}  // namespace kvfold::memory_svc::testing

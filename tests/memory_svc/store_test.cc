@@ -10,12 +10,12 @@
 #include "tests/memory_svc/backend_param.h"
 #include "tests/memory_svc/test_blocks.h"
 
-namespace kvfold::memory {
+namespace kvfold::memory_svc {
 namespace {
 
-using ::kvfold::memory::testing::MakeBlock;
-using ::kvfold::memory::testing::TempDir;
-using ::kvfold::memory::testing::TestBlock;
+using ::kvfold::memory_svc::testing::MakeBlock;
+using ::kvfold::memory_svc::testing::TempDir;
+using ::kvfold::memory_svc::testing::TestBlock;
 
 // Every test runs on RocksDB and on RADOS (backend_param.h).
 class StoreTest : public ::testing::TestWithParam<std::string> {
@@ -377,4 +377,4 @@ INSTANTIATE_TEST_SUITE_P(Backends, StoreTest, ::testing::Values("rocksdb", "rado
                          testing::BackendName);
 
 }  // namespace
-}  // namespace kvfold::memory
+}  // namespace kvfold::memory_svc

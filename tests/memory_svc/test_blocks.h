@@ -13,7 +13,7 @@
 #include "common/block_checksum.h"
 #include "kvfold/v1/common.pb.h"
 
-namespace kvfold::memory::testing {
+namespace kvfold::memory_svc::testing {
 
 struct TestBlock {
   v1::MemoryBlockHeader header;
@@ -62,6 +62,6 @@ class TempDir {
   std::string path_;
 };
 
-}  // namespace kvfold::memory::testing
+}  // namespace kvfold::memory_svc::testing
 
 #endif  // KVFOLD_TESTS_MEMORY_SVC_TEST_BLOCKS_H_

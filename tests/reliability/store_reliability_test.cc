@@ -19,13 +19,13 @@
 namespace kvfold::testing {
 namespace {
 
-using memory::testing::MakeBlock;
-using memory::testing::TempDir;
-using memory::testing::TestBlock;
+using memory_svc::testing::MakeBlock;
+using memory_svc::testing::TempDir;
+using memory_svc::testing::TestBlock;
 using Code = absl::StatusCode;
 
-memory::StoreClient ClientOf(const std::string& address, const std::string& token = "") {
-  return memory::StoreClient(grpc::CreateChannel(address, grpc::InsecureChannelCredentials()), token);
+memory_svc::StoreClient ClientOf(const std::string& address, const std::string& token = "") {
+  return memory_svc::StoreClient(grpc::CreateChannel(address, grpc::InsecureChannelCredentials()), token);
 }
 
 std::vector<std::string> StoreArgs(const std::string& dir, std::vector<std::string> extra) {
@@ -87,7 +87,7 @@ TEST(StoreReliability, BadInputIsRejectedAndTheStoreKeepsServing) {
       KVFOLD_MEMORY_BIN, StoreArgs(dir.path(), {"--insecure-no-auth", "--max-block-bytes=1048576"}),
       dir.path() + "/memory.log", 30));
   const std::string& address = store.address();
-  memory::StoreClient client = ClientOf(address);
+  memory_svc::StoreClient client = ClientOf(address);
   // Undecodable bytes and a session id that is not UTF-8.
   for (const std::string& bytes :
        {std::string("\xff\xff\xff\xff\x0f", 5), std::string("\x0a\x02\xc3\x28", 4)}) {
@@ -100,7 +100,7 @@ TEST(StoreReliability, BadInputIsRejectedAndTheStoreKeepsServing) {
   overflow.header.set_mem_slots(1u << 31);
   overflow.header.set_hidden_size(1u << 31);
   overflow.header.set_dtype(v1::DTYPE_FP32);
-  memory::testing::TestBlock empty = overflow;
+  memory_svc::testing::TestBlock empty = overflow;
   empty.payload.clear();
   SealBlockHeader(&empty.header, empty.payload);
   absl::StatusOr<v1::PutBlockResponse> put = client.Put("overflow", 0, empty.header, "");
@@ -134,7 +134,7 @@ TEST(StoreReliability, CompareAndSetRaceLosesNothing) {
   std::vector<std::thread> writers;
   for (int w = 0; w < kWriters; ++w) {
     writers.emplace_back([&, w] {
-      memory::StoreClient client = ClientOf(store.address());
+      memory_svc::StoreClient client = ClientOf(store.address());
       uint64_t seed = static_cast<uint64_t>(w) << 32;
       while (std::chrono::steady_clock::now() < end) {
         absl::StatusOr<v1::SessionInfo> info = client.GetSessionInfo("race");
@@ -156,7 +156,7 @@ TEST(StoreReliability, CompareAndSetRaceLosesNothing) {
   for (std::thread& t : writers) t.join();
   EXPECT_EQ(other_errors.load(), 0);
   ASSERT_FALSE(acked.empty());
-  memory::StoreClient client = ClientOf(store.address());
+  memory_svc::StoreClient client = ClientOf(store.address());
   absl::StatusOr<v1::SessionInfo> info = client.GetSessionInfo("race");
   ASSERT_TRUE(info.ok()) << info.status();
   EXPECT_EQ(info->latest_version(), acked.size());  // no gap, no lost acknowledgement

@@ -89,31 +89,31 @@ class RawTarget : public Target {
 
 class StoreTarget : public Target {
  public:
-  explicit StoreTarget(std::unique_ptr<memory::MemoryStore> store) : store_(std::move(store)) {}
+  explicit StoreTarget(std::unique_ptr<memory_svc::MemoryStore> store) : store_(std::move(store)) {}
   absl::Status Put(int client, uint64_t version, const Block& block) override {
     return store_->Put("bench", SessionOf(client), version - 1, block.header, block.payload, false)
         .status();
   }
   absl::Status Get(int client, uint64_t version, size_t* bytes) override {
-    absl::StatusOr<memory::StoredBlock> b = store_->Get("bench", SessionOf(client), version);
+    absl::StatusOr<memory_svc::StoredBlock> b = store_->Get("bench", SessionOf(client), version);
     if (!b.ok()) return b.status();
     *bytes = b->payload.size();
     return absl::OkStatus();
   }
 
  private:
-  std::unique_ptr<memory::MemoryStore> store_;
+  std::unique_ptr<memory_svc::MemoryStore> store_;
 };
 
 class ServiceTarget : public Target {
  public:
   // Client c talks to servers[c % servers.size()] (replicas sharing one backend).
-  ServiceTarget(std::vector<std::unique_ptr<memory::MemoryServer>> servers, int clients)
+  ServiceTarget(std::vector<std::unique_ptr<memory_svc::MemoryServer>> servers, int clients)
       : servers_(std::move(servers)) {
     for (int c = 0; c < clients; ++c) {  // one channel (connection) per client
       grpc::ChannelArguments args = StoreChannelArguments();
       args.SetInt("bench_client", c);  // distinct args: distinct subchannels
-      clients_.push_back(std::make_unique<memory::StoreClient>(grpc::CreateCustomChannel(
+      clients_.push_back(std::make_unique<memory_svc::StoreClient>(grpc::CreateCustomChannel(
           servers_[c % servers_.size()]->address(), grpc::InsecureChannelCredentials(), args)));
     }
   }
@@ -132,8 +132,8 @@ class ServiceTarget : public Target {
   }
 
  private:
-  std::vector<std::unique_ptr<memory::MemoryServer>> servers_;
-  std::vector<std::unique_ptr<memory::StoreClient>> clients_;
+  std::vector<std::unique_ptr<memory_svc::MemoryServer>> servers_;
+  std::vector<std::unique_ptr<memory_svc::StoreClient>> clients_;
 };
 
 struct CellResult {

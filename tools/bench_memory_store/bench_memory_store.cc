@@ -78,22 +78,22 @@ absl::StatusOr<std::unique_ptr<Target>> MakeTarget(const std::string& variant,
     if (absl::Status s = RawRocksDb::Open(options, &db); !s.ok()) return s;
     return std::unique_ptr<Target>(new RawTarget(std::move(db)));
   }
-  memory::StoreOptions store;
+  memory_svc::StoreOptions store;
   store.db_dir = dir;
   store.sync_writes = sync;
   store.enable_blob_files = blob;
   if (variant == "store") {
-    absl::StatusOr<std::unique_ptr<memory::MemoryStore>> s = memory::MemoryStore::Open(store);
+    absl::StatusOr<std::unique_ptr<memory_svc::MemoryStore>> s = memory_svc::MemoryStore::Open(store);
     if (!s.ok()) return s.status();
     return std::unique_ptr<Target>(new StoreTarget(*std::move(s)));
   }
-  memory::ServerConfig config;
+  memory_svc::ServerConfig config;
   config.listen = "127.0.0.1:0";
   config.insecure_no_auth = true;  // a local benchmark: no tokens
   config.store = store;
-  absl::StatusOr<std::unique_ptr<memory::MemoryServer>> server = memory::MemoryServer::Start(config);
+  absl::StatusOr<std::unique_ptr<memory_svc::MemoryServer>> server = memory_svc::MemoryServer::Start(config);
   if (!server.ok()) return server.status();
-  std::vector<std::unique_ptr<memory::MemoryServer>> servers;
+  std::vector<std::unique_ptr<memory_svc::MemoryServer>> servers;
   servers.push_back(*std::move(server));
   return std::unique_ptr<Target>(new ServiceTarget(std::move(servers), clients));
 }

@@ -44,9 +44,9 @@ class RawRadosTarget : public Target {
   librados::IoCtx& io_;
 };
 
-memory::StoreOptions RadosStoreOptions(const RadosGridOptions& o, const std::string& ns) {
-  memory::StoreOptions options;
-  options.backend = memory::BackendKind::kRados;
+memory_svc::StoreOptions RadosStoreOptions(const RadosGridOptions& o, const std::string& ns) {
+  memory_svc::StoreOptions options;
+  options.backend = memory_svc::BackendKind::kRados;
   options.rados.conf_file = o.conf_file;
   options.rados.pool = o.pool;
   options.rados.name_space = ns;
@@ -59,26 +59,26 @@ absl::StatusOr<std::unique_ptr<Target>> MakeRadosTarget(const std::string& varia
                                                         const std::string& ns,
                                                         librados::IoCtx& io, int clients) {
   if (variant == "raw_rados") return std::unique_ptr<Target>(new RawRadosTarget(io));
-  memory::StoreOptions options = RadosStoreOptions(o, ns);
+  memory_svc::StoreOptions options = RadosStoreOptions(o, ns);
   if (variant == "store_rocksdb") {
-    options = memory::StoreOptions();
+    options = memory_svc::StoreOptions();
     options.db_dir = o.rocksdb_dir;
     options.versions_kept = kRetained;
     options.sync_writes = true;  // RADOS acknowledges once every replica has the write
   }
   if (variant == "store_rocksdb" || variant == "store_rados") {
-    absl::StatusOr<std::unique_ptr<memory::MemoryStore>> s = memory::MemoryStore::Open(options);
+    absl::StatusOr<std::unique_ptr<memory_svc::MemoryStore>> s = memory_svc::MemoryStore::Open(options);
     if (!s.ok()) return s.status();
     return std::unique_ptr<Target>(new StoreTarget(*std::move(s)));
   }
   const int replicas = variant == "service_rados_2" ? 2 : 1;
-  std::vector<std::unique_ptr<memory::MemoryServer>> servers;
+  std::vector<std::unique_ptr<memory_svc::MemoryServer>> servers;
   for (int i = 0; i < replicas; ++i) {
-    memory::ServerConfig config;
+    memory_svc::ServerConfig config;
     config.listen = "127.0.0.1:0";
     config.store = options;
-    absl::StatusOr<std::unique_ptr<memory::MemoryServer>> server =
-        memory::MemoryServer::Start(config);
+    absl::StatusOr<std::unique_ptr<memory_svc::MemoryServer>> server =
+        memory_svc::MemoryServer::Start(config);
     if (!server.ok()) return server.status();
     servers.push_back(*std::move(server));
   }

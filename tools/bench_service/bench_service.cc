@@ -199,13 +199,13 @@ int main(int argc, char** argv) {
     return 2;
   }
   std::filesystem::remove_all(flags.db_dir);
-  kvfold::memory::ServerConfig store_config;
+  kvfold::memory_svc::ServerConfig store_config;
   store_config.listen = "127.0.0.1:0";
   store_config.store.db_dir = flags.db_dir;
   store_config.store.sync_writes = false;
   store_config.insecure_no_auth = true;
   store_config.log_level = flags.log_level;
-  auto store = kvfold::memory::MemoryServer::Start(store_config);
+  auto store = kvfold::memory_svc::MemoryServer::Start(store_config);
   if (!store.ok()) {
     std::fprintf(stderr, "bench_service: %s\n", store.status().ToString().c_str());
     return 1;

@@ -1,4 +1,4 @@
-// InferenceService in process: a real kvfold::memory::MemoryServer and InferenceServer on
+// InferenceService in process: a real kvfold::memory_svc::MemoryServer and InferenceServer on
 // 127.0.0.1 (free ports), a random tiny model. Golden equivalence against the engine run
 // directly, and a bad-input test for every RPC.
 #include <gtest/gtest.h>
@@ -52,11 +52,11 @@ class ServiceTest : public ::testing::Test {
   }
 
   void SetUp() override {
-    memory::ServerConfig store_config;
+    memory_svc::ServerConfig store_config;
     store_config.listen = "127.0.0.1:0";
     store_config.store.db_dir = MakeTempDir((*dir_) + "/db-");
     store_config.insecure_no_auth = true;
-    auto store = memory::MemoryServer::Start(store_config);
+    auto store = memory_svc::MemoryServer::Start(store_config);
     ASSERT_TRUE(store.ok()) << store.status();
     store_ = std::move(*store);
     StartReplica(/*kv_pool_bytes=*/64 << 20);
@@ -139,7 +139,7 @@ class ServiceTest : public ::testing::Test {
   }
 
   static std::string* dir_;
-  std::unique_ptr<memory::MemoryServer> store_;
+  std::unique_ptr<memory_svc::MemoryServer> store_;
   std::unique_ptr<InferenceServer> server_;
   std::unique_ptr<v1::InferenceService::Stub> stub_;
 };
@@ -619,11 +619,11 @@ TEST_F(ServiceTest, TenantFlowsFromTheCallersTokenToTheStore) {
   }
   server_.reset();
   (void)store_->Shutdown(absl::ZeroDuration());
-  memory::ServerConfig store_config;
+  memory_svc::ServerConfig store_config;
   store_config.listen = "127.0.0.1:0";
   store_config.store.db_dir = MakeTempDir((*dir_) + "/db-auth-");
   store_config.tokens_file = tokens;
-  auto store = memory::MemoryServer::Start(store_config);
+  auto store = memory_svc::MemoryServer::Start(store_config);
   ASSERT_TRUE(store.ok()) << store.status();
   store_ = std::move(*store);
   StartReplica(64 << 20, tokens);
