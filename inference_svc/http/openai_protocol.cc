@@ -491,7 +491,6 @@ std::string ErrorJson(const absl::Status& status) {
                  {"code", code ? json(code) : json(nullptr)}}}});
 }
 
-#undef OPENAI_RETURN_IF_ERROR
 
 std::string ResponseId(std::string_view session_id, uint64_t version) {
   return absl::StrCat("resp_", version, "_", std::string(session_id));
