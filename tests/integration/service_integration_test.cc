@@ -183,54 +183,6 @@ TEST_F(ServiceIntegrationTest, SigtermFinishesTheTurnInFlightAndExitsZero) {
   EXPECT_EQ(s.total_tokens(), 205u);
 }
 
-// ListSessions (and `kvfold sessions ls`) report each session's mode, folded tokens, block
-// and resident sizes from its stored head, the same values GetSession reports.
-TEST_F(ServiceIntegrationTest, ListSessionsReportsTheHeadsModeAndSizes) {
-  ASSERT_TRUE(cluster_.Create(0, "folded", v1::KV_MODE_MEMORY).ok());
-  ASSERT_TRUE(cluster_.Generate(0, "folded", PromptFor(5, 0), kMaxNew).status.ok());
-  ASSERT_TRUE(cluster_.Create(1, "plain", v1::KV_MODE_SLIDING, nullptr, 12).ok());
-  ASSERT_TRUE(cluster_.Generate(1, "plain", PromptFor(6, 0), 4).status.ok());
-  grpc::ClientContext context;
-  v1::ListSessionsResponse list;
-  ASSERT_TRUE(cluster_.stub(1).ListSessions(&context, v1::ListSessionsRequest(), &list).ok());
-  ASSERT_EQ(list.sessions_size(), 2);
-  for (const v1::Session& row : list.sessions()) {
-    grpc::ClientContext get_context;
-    v1::GetSessionRequest get;
-    get.set_session_id(row.session_id());
-    v1::Session full;
-    ASSERT_TRUE(cluster_.stub(0).GetSession(&get_context, get, &full).ok());
-    SCOPED_TRACE(row.session_id());
-    EXPECT_EQ(row.config().mode(), full.config().mode());
-    EXPECT_EQ(row.config().window_size(), full.config().window_size());
-    EXPECT_EQ(row.head_version(), full.head_version());
-    EXPECT_EQ(row.total_tokens(), full.total_tokens());
-    EXPECT_EQ(row.tokens_folded(), full.tokens_folded());
-    EXPECT_EQ(row.resident_tokens(), full.resident_tokens());
-    EXPECT_EQ(row.kv_bytes_resident(), full.kv_bytes_resident());
-    EXPECT_EQ(row.memory_block_bytes(), full.memory_block_bytes());
-    EXPECT_EQ(row.model_fingerprint(), full.model_fingerprint());
-    EXPECT_EQ(row.projector_fingerprint(), full.projector_fingerprint());
-  }
-  const v1::Session& folded = list.sessions(0);
-  EXPECT_EQ(folded.config().mode(), v1::KV_MODE_MEMORY);
-  EXPECT_GT(folded.tokens_folded(), 0u);  // 5 + 24 tokens pass W + C = 24
-  EXPECT_EQ(folded.memory_block_bytes(), 8u * 64 * 2);  // M x hidden_size x fp16
-  EXPECT_EQ(list.sessions(1).config().mode(), v1::KV_MODE_SLIDING);
-  EXPECT_EQ(list.sessions(1).config().window_size(), 12u);
-  // The CLI's table shows them.
-  auto [rc, table] = Capture(std::string(KVFOLD_CLI_BIN) + " sessions ls --target " +
-                             cluster_.replica_process(0).address());
-  ASSERT_EQ(rc, 0) << table;
-  const size_t row = table.find("folded");
-  ASSERT_NE(row, std::string::npos) << table;
-  const std::string line = table.substr(row, table.find('\n', row) - row);
-  EXPECT_NE(line.find(" memory "), std::string::npos) << line;
-  EXPECT_NE(line.find(" " + std::to_string(folded.tokens_folded()) + " "), std::string::npos)
-      << line;
-  EXPECT_NE(line.find(" 1024"), std::string::npos) << line;
-}
-
 TEST_F(ServiceIntegrationTest, StoreOutageIsUnavailableAndTheSessionSurvives) {
   ASSERT_TRUE(cluster_.Create(0, "outage", v1::KV_MODE_MEMORY).ok());
   ASSERT_TRUE(cluster_.Create(0, "outage-ref", v1::KV_MODE_MEMORY).ok());
@@ -378,6 +330,54 @@ TEST(ServiceCliTest, ChatAndSessionsCommands) {
   EXPECT_EQ(Capture(kvfold + " sessions show orphan2" + a + " 2>/dev/null").first, 2);
   // An unreachable replica is a runtime failure (exit 1).
   EXPECT_EQ(Capture(kvfold + " sessions ls --target 127.0.0.1:1 --deadline-s 2 2>/dev/null").first, 1);
+}
+
+// ListSessions (and `kvfold sessions ls`) report each session's mode, folded tokens, block
+// and resident sizes from its stored head, the same values GetSession reports.
+TEST_F(ServiceIntegrationTest, ListSessionsReportsTheHeadsModeAndSizes) {
+  ASSERT_TRUE(cluster_.Create(0, "folded", v1::KV_MODE_MEMORY).ok());
+  ASSERT_TRUE(cluster_.Generate(0, "folded", PromptFor(5, 0), kMaxNew).status.ok());
+  ASSERT_TRUE(cluster_.Create(1, "plain", v1::KV_MODE_SLIDING, nullptr, 12).ok());
+  ASSERT_TRUE(cluster_.Generate(1, "plain", PromptFor(6, 0), 4).status.ok());
+  grpc::ClientContext context;
+  v1::ListSessionsResponse list;
+  ASSERT_TRUE(cluster_.stub(1).ListSessions(&context, v1::ListSessionsRequest(), &list).ok());
+  ASSERT_EQ(list.sessions_size(), 2);
+  for (const v1::Session& row : list.sessions()) {
+    grpc::ClientContext get_context;
+    v1::GetSessionRequest get;
+    get.set_session_id(row.session_id());
+    v1::Session full;
+    ASSERT_TRUE(cluster_.stub(0).GetSession(&get_context, get, &full).ok());
+    SCOPED_TRACE(row.session_id());
+    EXPECT_EQ(row.config().mode(), full.config().mode());
+    EXPECT_EQ(row.config().window_size(), full.config().window_size());
+    EXPECT_EQ(row.head_version(), full.head_version());
+    EXPECT_EQ(row.total_tokens(), full.total_tokens());
+    EXPECT_EQ(row.tokens_folded(), full.tokens_folded());
+    EXPECT_EQ(row.resident_tokens(), full.resident_tokens());
+    EXPECT_EQ(row.kv_bytes_resident(), full.kv_bytes_resident());
+    EXPECT_EQ(row.memory_block_bytes(), full.memory_block_bytes());
+    EXPECT_EQ(row.model_fingerprint(), full.model_fingerprint());
+    EXPECT_EQ(row.projector_fingerprint(), full.projector_fingerprint());
+  }
+  const v1::Session& folded = list.sessions(0);
+  EXPECT_EQ(folded.config().mode(), v1::KV_MODE_MEMORY);
+  EXPECT_GT(folded.tokens_folded(), 0u);  // 5 + 24 tokens pass W + C = 24
+  EXPECT_EQ(folded.memory_block_bytes(), 8u * 64 * 2);  // M x hidden_size x fp16
+  EXPECT_EQ(list.sessions(1).config().mode(), v1::KV_MODE_SLIDING);
+  EXPECT_EQ(list.sessions(1).config().window_size(), 12u);
+  // The CLI's table shows them.
+  auto [rc, table] = Capture(std::string(KVFOLD_CLI_BIN) + " sessions ls --target " +
+                             cluster_.replica_process(0).address());
+  ASSERT_EQ(rc, 0) << table;
+  const size_t row = table.find("folded");
+  ASSERT_NE(row, std::string::npos) << table;
+  const std::string line = table.substr(row, table.find('\n', row) - row);
+  EXPECT_NE(line.find(" memory "), std::string::npos) << line;
+  EXPECT_NE(line.find(" " + std::to_string(folded.tokens_folded()) + " "), std::string::npos)
+      << line;
+  EXPECT_NE(line.find(" 1024"), std::string::npos) << line;
 }
 
 }  // namespace
