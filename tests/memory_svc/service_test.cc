@@ -100,6 +100,7 @@ TEST_F(ServiceTest, EmptyPayloadBlocksRoundTrip) {
   v1::MemoryBlockHeader header;
   header.set_format_version(1);
   header.set_hidden_size(64);
+  header.set_dtype(v1::DTYPE_FP16);  // as the replicas write it (docs/contracts.md)
   header.set_kv_mode(v1::KV_MODE_SLIDING);
   header.set_window_size(64);
   for (int i = 0; i < 61; ++i) header.add_window_token_ids(i * 3);
