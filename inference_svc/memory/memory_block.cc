@@ -58,7 +58,7 @@ absl::Status CheckGeometry(const v1::MemoryBlockHeader& h, const BlockExpectatio
   if (!core::IsMemoryMode(*mode) && h.tokens_folded() != 0) {
     return absl::InvalidArgumentError("memory block: a plain-mode block carries memory");
   }
-  if (h.kv_mode() != v1::KV_MODE_SINK && !memory_mode && h.sink_token_ids_size() != 0) {
+  if (*mode != core::KvMode::kSink && !core::IsMemoryMode(*mode) && h.sink_token_ids_size() != 0) {
     return absl::InvalidArgumentError("memory block: sink ids outside sink and memory modes");
   }
   if (static_cast<uint64_t>(h.sink_token_ids_size()) > h.sink_tokens()) {

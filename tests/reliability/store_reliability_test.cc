@@ -23,6 +23,9 @@ using memory_svc::testing::MakeBlock;
 using memory_svc::testing::TempDir;
 using memory_svc::testing::TestBlock;
 using Code = absl::StatusCode;
+using memory_svc::SealBlockHeader;
+using memory_svc::StoreBlock;
+using memory_svc::StoreClient;
 
 memory_svc::StoreClient ClientOf(const std::string& address, const std::string& token = "") {
   return memory_svc::StoreClient(grpc::CreateChannel(address, grpc::InsecureChannelCredentials()), token);

@@ -53,7 +53,7 @@ inline std::vector<Block> MakeBlocks(v1::Dtype dtype, int count, uint32_t mem_sl
       const uint64_t r = rng();
       std::memcpy(&b.payload[i], &r, 8);
     }
-    SealBlockHeader(&b.header, b.payload);
+    memory_svc::SealBlockHeader(&b.header, b.payload);
   }
   return blocks;
 }
@@ -111,7 +111,7 @@ class ServiceTarget : public Target {
   ServiceTarget(std::vector<std::unique_ptr<memory_svc::MemoryServer>> servers, int clients)
       : servers_(std::move(servers)) {
     for (int c = 0; c < clients; ++c) {  // one channel (connection) per client
-      grpc::ChannelArguments args = StoreChannelArguments();
+      grpc::ChannelArguments args = memory_svc::StoreChannelArguments();
       args.SetInt("bench_client", c);  // distinct args: distinct subchannels
       clients_.push_back(std::make_unique<memory_svc::StoreClient>(grpc::CreateCustomChannel(
           servers_[c % servers_.size()]->address(), grpc::InsecureChannelCredentials(), args)));
@@ -125,7 +125,7 @@ class ServiceTarget : public Target {
         .status();
   }
   absl::Status Get(int client, uint64_t version, size_t* bytes) override {
-    absl::StatusOr<StoreBlock> b = clients_[client]->Get(SessionOf(client), version);
+    absl::StatusOr<memory_svc::StoreBlock> b = clients_[client]->Get(SessionOf(client), version);
     if (!b.ok()) return b.status();
     *bytes = b->payload.size();
     return absl::OkStatus();
