@@ -63,7 +63,7 @@ absl::StatusOr<std::unique_ptr<Engine>> Engine::Create(const model::ModelFile& m
     return absl::UnimplementedError(
         absl::StrCat("backend ", backend->Name(), " has no INT8 KV cache (use --kv-dtype f32)"));
   }
-  if (absl::Status s = model.config.Validate(); !s.ok()) return s;
+  if (absl::Status s = model.config.CheckSupported(); !s.ok()) return s;
   if (absl::Status s = model.ValidateTensors(); !s.ok()) return s;
   if (!backend->SupportsQ8Weights()) {
     for (const auto& [name, t] : model.tensors) {

@@ -24,16 +24,24 @@ const char* RopeScalingName(RopeScaling scaling) {
   return "?";
 }
 
-absl::Status ModelConfig::Validate() const {
-  auto bad = [](const char* field, auto value) {
-    return absl::InvalidArgumentError(absl::StrCat("model config: invalid ", field, " = ", value));
-  };
+absl::Status ModelConfig::CheckSupported() const {
   if (architecture != "LlamaForCausalLM" && architecture != "MistralForCausalLM" &&
       architecture != "Qwen2ForCausalLM") {
     return absl::UnimplementedError(absl::StrCat("unsupported architecture '", architecture,
                                                  "' (expected LlamaForCausalLM, "
                                                  "MistralForCausalLM or Qwen2ForCausalLM)"));
   }
+  if (!unsupported_rope_type.empty()) {
+    return absl::UnimplementedError(
+        absl::StrCat("config.json: unsupported rope_scaling type '", unsupported_rope_type, "'"));
+  }
+  return ValidateShapes();
+}
+
+absl::Status ModelConfig::ValidateShapes() const {
+  auto bad = [](const char* field, auto value) {
+    return absl::InvalidArgumentError(absl::StrCat("model config: invalid ", field, " = ", value));
+  };
   if (hidden_size <= 0 || hidden_size > (1 << 16)) return bad("hidden_size", hidden_size);
   if (intermediate_size <= 0 || intermediate_size > (1 << 18)) {
     return bad("intermediate_size", intermediate_size);
@@ -79,99 +87,7 @@ std::string ModelConfig::CanonicalString() const {
   return s;
 }
 
-namespace {
-
 using nlohmann::json;
-
-absl::Status ParseInto(const json& j, ModelConfig& c) {
-  if (!j.is_object()) return absl::InvalidArgumentError("config.json: not a JSON object");
-  if (j.contains("architectures") && j["architectures"].is_array() &&
-      !j["architectures"].empty()) {
-    c.architecture = j["architectures"][0].get<std::string>();
-  } else if (j.contains("model_type")) {
-    const std::string t = j["model_type"].get<std::string>();
-    c.architecture = t == "qwen2" ? "Qwen2ForCausalLM"
-                     : t == "mistral" ? "MistralForCausalLM"
-                     : t == "llama" ? "LlamaForCausalLM"
-                                    : t;
-  } else {
-    return absl::InvalidArgumentError("config.json: no 'architectures' or 'model_type'");
-  }
-  for (const char* key : {"hidden_size", "intermediate_size", "num_hidden_layers",
-                          "num_attention_heads", "vocab_size"}) {
-    if (!j.contains(key) || !j[key].is_number_integer()) {
-      return absl::InvalidArgumentError(absl::StrCat("config.json: missing integer '", key, "'"));
-    }
-  }
-  c.hidden_size = j["hidden_size"].get<int>();
-  c.intermediate_size = j["intermediate_size"].get<int>();
-  c.num_layers = j["num_hidden_layers"].get<int>();
-  c.num_heads = j["num_attention_heads"].get<int>();
-  c.vocab_size = j["vocab_size"].get<int>();
-  c.num_kv_heads = j.value("num_key_value_heads", c.num_heads);
-  if (j.contains("head_dim") && j["head_dim"].is_number_integer()) {
-    c.head_dim = j["head_dim"].get<int>();
-  } else {
-    c.head_dim = c.num_heads > 0 ? c.hidden_size / c.num_heads : 0;
-  }
-  c.max_position_embeddings = j.value("max_position_embeddings", 2048);
-  c.rms_norm_eps = j.value("rms_norm_eps", 1e-6f);
-  c.rope_theta = j.value("rope_theta", 10000.0f);
-  c.tie_word_embeddings = j.value("tie_word_embeddings", false);
-  c.qkv_bias = c.architecture == "Qwen2ForCausalLM" || j.value("attention_bias", false);
-  if (j.contains("sliding_window") && j["sliding_window"].is_number_integer()) {
-    c.sliding_window = j["sliding_window"].get<int>();
-  }
-  if (j.contains("rope_scaling") && j["rope_scaling"].is_object()) {
-    const json& rs = j["rope_scaling"];
-    std::string type = rs.value("rope_type", rs.value("type", std::string("default")));
-    c.rope_factor = rs.value("factor", 1.0f);
-    if (type == "llama3") {
-      c.rope_scaling = RopeScaling::kLlama3;
-      c.rope_low_freq_factor = rs.value("low_freq_factor", 1.0f);
-      c.rope_high_freq_factor = rs.value("high_freq_factor", 4.0f);
-      c.rope_original_max_position = rs.value("original_max_position_embeddings", 8192);
-    } else if (type == "linear") {
-      c.rope_scaling = RopeScaling::kLinear;
-    } else if (type == "dynamic") {
-      c.rope_scaling = RopeScaling::kDynamic;
-    } else if (type == "default") {
-      c.rope_scaling = RopeScaling::kNone;
-    } else {
-      return absl::UnimplementedError(absl::StrCat("config.json: unsupported rope_scaling type '",
-                                                   type, "'"));
-    }
-  }
-  c.bos_token_id = j.contains("bos_token_id") && j["bos_token_id"].is_number_integer()
-                       ? j["bos_token_id"].get<int>()
-                       : 1;
-  c.eos_token_ids.clear();
-  if (j.contains("eos_token_id")) {
-    const json& e = j["eos_token_id"];
-    if (e.is_array()) {
-      for (const auto& v : e) c.eos_token_ids.push_back(v.get<int>());
-    } else if (e.is_number_integer()) {
-      c.eos_token_ids.push_back(e.get<int>());
-    }
-  }
-  if (c.eos_token_ids.empty()) c.eos_token_ids.push_back(2);
-  return c.Validate();
-}
-
-}  // namespace
-
-absl::StatusOr<ModelConfig> ParseHfConfig(std::string_view json_text) {
-  json j = json::parse(json_text, nullptr, /*allow_exceptions=*/false);
-  if (j.is_discarded()) return absl::InvalidArgumentError("config.json: malformed JSON");
-  ModelConfig c;
-  try {
-    absl::Status s = ParseInto(j, c);
-    if (!s.ok()) return s;
-  } catch (const json::exception& e) {
-    return absl::InvalidArgumentError(absl::StrCat("config.json: ", e.what()));
-  }
-  return c;
-}
 
 std::string ToHfConfigJson(const ModelConfig& c, std::string_view torch_dtype) {
   json j;

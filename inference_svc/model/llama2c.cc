@@ -61,7 +61,7 @@ absl::StatusOr<ModelFile> ParseLlama2c(std::shared_ptr<const std::string> bytes)
     return absl::InvalidArgumentError(absl::StrCat("llama2.c header: dim ", c.hidden_size,
                                                    " not divisible by n_heads ", c.num_heads));
   }
-  if (absl::Status s = c.Validate(); !s.ok()) {
+  if (absl::Status s = c.CheckSupported(); !s.ok()) {
     return absl::InvalidArgumentError(absl::StrCat("llama2.c header: ", s.message()));
   }
   const int64_t d = c.hidden_size, f = c.intermediate_size, L = c.num_layers;

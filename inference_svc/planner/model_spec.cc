@@ -6,18 +6,9 @@
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_join.h"
 #include "inference_svc/planner/checked_math.h"
-#include "nlohmann/json.hpp"
 
 namespace kvfold::planner {
 namespace {
-
-using Json = nlohmann::json;
-
-// For error messages; never throws (invalid UTF-8 is replaced), and long values are cut.
-std::string Dump(const Json& value) {
-  std::string text = value.dump(-1, ' ', false, Json::error_handler_t::replace);
-  return text.size() > 64 ? text.substr(0, 64) + "..." : text;
-}
 
 ModelSpec MakePreset(std::string name, uint64_t hidden_size, uint64_t num_layers,
                      uint64_t num_heads, uint64_t num_kv_heads, uint64_t head_dim,
@@ -38,45 +29,6 @@ ModelSpec MakePreset(std::string name, uint64_t hidden_size, uint64_t num_layers
   s.qkv_bias = qkv_bias;
   s.source = std::move(source);
   return s;
-}
-
-// Reads an optional non-negative integer field. nullopt when absent (or null and
-// `null_ok`); InvalidArgument for other types, fractions, negatives.
-absl::StatusOr<std::optional<uint64_t>> OptionalUint(const Json& j, const char* field,
-                                                     bool null_ok = false) {
-  auto it = j.find(field);
-  if (it == j.end() || (null_ok && it->is_null())) return std::optional<uint64_t>();
-  if (it->is_number_unsigned()) return std::optional<uint64_t>(it->get<uint64_t>());
-  if (it->is_number_integer()) {
-    return absl::InvalidArgumentError(
-        absl::StrCat("config.json: ", field, " must be > 0, got ", it->get<int64_t>()));
-  }
-  if (it->is_number_float()) {
-    return absl::InvalidArgumentError(
-        absl::StrCat("config.json: ", field, " must be an integer, got ", Dump(*it)));
-  }
-  return absl::InvalidArgumentError(
-      absl::StrCat("config.json: ", field, " must be a positive integer, got ", Dump(*it)));
-}
-
-absl::StatusOr<uint64_t> RequiredPositive(const Json& j, const char* field) {
-  KVFOLD_ASSIGN_OR_RETURN(std::optional<uint64_t> v, OptionalUint(j, field));
-  if (!v.has_value()) {
-    return absl::InvalidArgumentError(absl::StrCat("config.json: missing required field ", field));
-  }
-  if (*v == 0)
-    return absl::InvalidArgumentError(absl::StrCat("config.json: ", field, " must be > 0"));
-  return *v;
-}
-
-absl::StatusOr<bool> OptionalBool(const Json& j, const char* field, bool default_value) {
-  auto it = j.find(field);
-  if (it == j.end() || it->is_null()) return default_value;
-  if (!it->is_boolean()) {
-    return absl::InvalidArgumentError(
-        absl::StrCat("config.json: ", field, " must be true or false, got ", Dump(*it)));
-  }
-  return it->get<bool>();
 }
 
 }  // namespace
@@ -131,64 +83,28 @@ absl::Status ValidateModelSpec(const ModelSpec& s) {
   return ParameterCount(s).status();
 }
 
-absl::StatusOr<ModelSpec> ParseHfConfig(absl::string_view config_json, absl::string_view name) {
-  Json j = Json::parse(config_json.begin(), config_json.end(), /*cb=*/nullptr,
-                       /*allow_exceptions=*/false);
-  if (j.is_discarded()) return absl::InvalidArgumentError("config.json: malformed JSON");
-  if (!j.is_object()) return absl::InvalidArgumentError("config.json: top level must be an object");
-
+ModelSpec SpecFromModelConfig(const model::ModelConfig& c, absl::string_view name) {
   ModelSpec s;
-  KVFOLD_ASSIGN_OR_RETURN(s.hidden_size, RequiredPositive(j, "hidden_size"));
-  KVFOLD_ASSIGN_OR_RETURN(s.num_layers, RequiredPositive(j, "num_hidden_layers"));
-  KVFOLD_ASSIGN_OR_RETURN(s.num_heads, RequiredPositive(j, "num_attention_heads"));
-  KVFOLD_ASSIGN_OR_RETURN(s.vocab_size, RequiredPositive(j, "vocab_size"));
-  KVFOLD_ASSIGN_OR_RETURN(s.intermediate_size, RequiredPositive(j, "intermediate_size"));
-
-  KVFOLD_ASSIGN_OR_RETURN(std::optional<uint64_t> kv,
-                                  OptionalUint(j, "num_key_value_heads", /*null_ok=*/true));
-  if (kv.has_value() && *kv == 0) {
-    return absl::InvalidArgumentError("config.json: num_key_value_heads must be > 0");
-  }
-  s.num_kv_heads = kv.value_or(s.num_heads);
-
-  KVFOLD_ASSIGN_OR_RETURN(std::optional<uint64_t> hd,
-                                  OptionalUint(j, "head_dim", /*null_ok=*/true));
-  if (hd.has_value()) {
-    if (*hd == 0) return absl::InvalidArgumentError("config.json: head_dim must be > 0");
-    s.head_dim = *hd;
-  } else {
-    if (s.hidden_size % s.num_heads != 0) {
-      return absl::InvalidArgumentError(
-          absl::StrCat("config.json: no head_dim and hidden_size (", s.hidden_size,
-                       ") is not a multiple of num_attention_heads (", s.num_heads, ")"));
-    }
-    s.head_dim = s.hidden_size / s.num_heads;
-  }
-
-  KVFOLD_ASSIGN_OR_RETURN(bool use_sliding, OptionalBool(j, "use_sliding_window", true));
-  KVFOLD_ASSIGN_OR_RETURN(std::optional<uint64_t> sw,
-                                  OptionalUint(j, "sliding_window", /*null_ok=*/true));
-  if (sw.has_value() && *sw == 0) {
-    return absl::InvalidArgumentError("config.json: sliding_window must be > 0 or null");
-  }
-  s.sliding_window = use_sliding ? sw.value_or(0) : 0;
-
-  KVFOLD_ASSIGN_OR_RETURN(std::optional<uint64_t> max_pos,
-                                  OptionalUint(j, "max_position_embeddings", true));
-  s.max_position_embeddings = max_pos.value_or(0);
-  KVFOLD_ASSIGN_OR_RETURN(s.tie_word_embeddings,
-                                  OptionalBool(j, "tie_word_embeddings", false));
-  KVFOLD_ASSIGN_OR_RETURN(bool attention_bias, OptionalBool(j, "attention_bias", false));
-
-  std::string model_type;
-  if (auto it = j.find("model_type"); it != j.end() && it->is_string()) {
-    model_type = it->get<std::string>();
-  }
-  s.qkv_bias = attention_bias || model_type == "qwen2";
-  s.o_bias = attention_bias;
-  s.name = !name.empty() ? std::string(name) : (!model_type.empty() ? model_type : "config");
+  s.hidden_size = static_cast<uint64_t>(c.hidden_size);
+  s.num_layers = static_cast<uint64_t>(c.num_layers);
+  s.num_heads = static_cast<uint64_t>(c.num_heads);
+  s.num_kv_heads = static_cast<uint64_t>(c.num_kv_heads);
+  s.head_dim = static_cast<uint64_t>(c.head_dim);
+  s.vocab_size = static_cast<uint64_t>(c.vocab_size);
+  s.intermediate_size = static_cast<uint64_t>(c.intermediate_size);
+  s.sliding_window = static_cast<uint64_t>(c.sliding_window);
+  s.max_position_embeddings = static_cast<uint64_t>(c.max_position_embeddings);
+  s.tie_word_embeddings = c.tie_word_embeddings;
+  s.qkv_bias = c.qkv_bias;
+  s.o_bias = c.o_bias;
+  s.name = !name.empty() ? std::string(name) : (!c.model_type.empty() ? c.model_type : "config");
   s.source = "config.json";
+  return s;
+}
 
+absl::StatusOr<ModelSpec> ParseHfConfig(absl::string_view config_json, absl::string_view name) {
+  KVFOLD_ASSIGN_OR_RETURN(model::ModelConfig config, model::ReadHfConfig(std::string_view(config_json.data(), config_json.size())));
+  ModelSpec s = SpecFromModelConfig(config, name);
   absl::Status valid = ValidateModelSpec(s);
   if (!valid.ok()) {
     return absl::InvalidArgumentError(absl::StrCat("config.json: ", valid.message()));

@@ -9,6 +9,7 @@
 
 #include "absl/status/statusor.h"
 #include "absl/strings/string_view.h"
+#include "inference_svc/model/config.h"
 
 namespace kvfold::planner {
 
@@ -39,16 +40,13 @@ const std::vector<ModelSpec>& Presets();
 // The preset named `name` (case-insensitive). NotFound listing the known names otherwise.
 absl::StatusOr<ModelSpec> FindPreset(absl::string_view name);
 
-// Parses the text of an HF config.json. Required positive integers: hidden_size,
-// num_hidden_layers, num_attention_heads, vocab_size, intermediate_size. Optional:
-// num_key_value_heads (default num_attention_heads), head_dim (default hidden_size /
-// num_attention_heads, which must then divide evenly), sliding_window (null or absent = none;
-// ignored when use_sliding_window is false, as Qwen2 does), max_position_embeddings,
-// tie_word_embeddings (default false), attention_bias, model_type ("qwen2" implies q/k/v
-// biases). `name` names the model in the output (empty: the config's model_type).
-// InvalidArgument with the field name on malformed JSON, a missing field, a field of the
-// wrong type, zero or negative sizes, or num_attention_heads not a multiple of
-// num_key_value_heads.
+// The shapes of a model config (the loader's ModelConfig) as the planner counts them.
+// `name` names the model in the output (empty: the config's model_type, else "config").
+ModelSpec SpecFromModelConfig(const model::ModelConfig& config, absl::string_view name = "");
+
+// Reads an HF config.json with the one reader, model::ReadHfConfig (its rules and errors:
+// InvalidArgument naming the field), then SpecFromModelConfig. Any architecture is read:
+// planning needs only the shapes.
 absl::StatusOr<ModelSpec> ParseHfConfig(absl::string_view config_json, absl::string_view name = "");
 
 // Checks the invariants ParseHfConfig enforces (for hand-built specs). InvalidArgument.

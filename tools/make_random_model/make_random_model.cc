@@ -106,7 +106,7 @@ int main(int argc, char** argv) {
   if (c.bos_token_id >= c.vocab_size) c.bos_token_id = 1;
   for (int& e : c.eos_token_ids)
     if (e >= c.vocab_size) e = 2;
-  if (absl::Status s = c.Validate(); !s.ok()) {
+  if (absl::Status s = c.CheckSupported(); !s.ok()) {
     std::fprintf(stderr, "make_random_model: %s\n", std::string(s.message()).c_str());
     return kvfold::kExitUsage;
   }

@@ -363,5 +363,37 @@ TEST(ConfigTest, ParsesRopeScalingAndDefaults) {
             absl::StatusCode::kUnimplemented);
 }
 
+// ReadHfConfig is the one reader (the planner's too): it reads what the engine does not run
+// (planning needs only the shapes), and the same strict field rules hold for both.
+TEST(ConfigTest, ReadHfConfigReadsUnsupportedModelsAndRefusesBadFields) {
+  constexpr char kGemma[] = R"({"architectures":["GemmaForCausalLM"],"model_type":"gemma",
+    "hidden_size":64,"intermediate_size":128,"num_hidden_layers":2,"num_attention_heads":4,
+    "num_key_value_heads":1,"head_dim":32,"vocab_size":100,"attention_bias":true,
+    "rope_scaling":{"rope_type":"yarn","factor":4},"sliding_window":16,
+    "use_sliding_window":false})";
+  absl::StatusOr<ModelConfig> read = ReadHfConfig(kGemma);
+  ASSERT_TRUE(read.ok()) << read.status();
+  EXPECT_EQ(read->architecture, "GemmaForCausalLM");
+  EXPECT_EQ(read->model_type, "gemma");
+  EXPECT_EQ(read->head_dim, 32);
+  EXPECT_TRUE(read->qkv_bias);
+  EXPECT_TRUE(read->o_bias);
+  EXPECT_EQ(read->sliding_window, 0);  // use_sliding_window false
+  EXPECT_EQ(read->unsupported_rope_type, "yarn");
+  EXPECT_EQ(ParseHfConfig(kGemma).status().code(), absl::StatusCode::kUnimplemented);
+  EXPECT_EQ(read->CheckSupported().code(), absl::StatusCode::kUnimplemented);
+
+  for (const char* bad : {
+           R"({"hidden_size":64.5,"intermediate_size":8,"num_hidden_layers":2,"num_attention_heads":4,"vocab_size":10})",
+           R"({"hidden_size":64,"intermediate_size":8,"num_hidden_layers":2,"num_attention_heads":4,"vocab_size":10,"rms_norm_eps":"small"})",
+           R"({"hidden_size":64,"intermediate_size":8,"num_hidden_layers":2,"num_attention_heads":4,"vocab_size":10,"eos_token_id":[2,"x"]})",
+           R"({"hidden_size":64,"intermediate_size":8,"num_hidden_layers":2,"num_attention_heads":4,"vocab_size":10,"bos_token_id":10})",
+           R"({"hidden_size":64,"intermediate_size":8,"num_hidden_layers":2,"num_attention_heads":4,"vocab_size":10,"architectures":"LlamaForCausalLM"})"}) {
+    absl::StatusOr<ModelConfig> c = ReadHfConfig(bad);
+    EXPECT_EQ(c.status().code(), absl::StatusCode::kInvalidArgument) << bad;
+    EXPECT_NE(c.status().message().find("config.json"), std::string::npos) << c.status();
+  }
+}
+
 }  // namespace
 }  // namespace kvfold::model

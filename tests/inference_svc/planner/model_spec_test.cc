@@ -182,7 +182,7 @@ INSTANTIATE_TEST_SUITE_P(
         BadConfig{R"({"hidden_size": 4294967296, "num_hidden_layers": 4294967296,
                     "num_attention_heads": 1, "vocab_size": 4294967296,
                     "intermediate_size": 4294967296})",
-                  "overflow"},
+                  "hidden_size 4294967296 is larger than"},
         BadConfig{"{\"hidden_size\": 64, \"tie_word_embeddings\": \"\xff\", " BASE "}",
                   "malformed JSON"},
         BadConfig{R"({"hidden_size": 100000000000000000000000, )" BASE "}",
