@@ -1,5 +1,6 @@
 // CreateBackend: the one place that names every backend. Built into kvfold::kernels, which
-// links the CUDA backend when this build has one (KVFOLD_HAVE_CUDA).
+// links the CUDA backend (CreateCudaBackend) when this build has one, else
+// cuda_unavailable.cc.
 #include <memory>
 #include <string>
 
@@ -8,12 +9,6 @@
 #include "kernels/backend.h"
 
 namespace kvfold::kernels {
-
-#ifndef KVFOLD_HAVE_CUDA
-absl::StatusOr<std::unique_ptr<Backend>> CreateCudaBackend(int device) {
-  return absl::UnavailableError("this kvfold build has no CUDA backend (KVFOLD_CUDA=OFF)");
-}
-#endif
 
 absl::StatusOr<std::unique_ptr<Backend>> CreateBackend(const std::string& name,
                                                        int num_threads) {

@@ -1,8 +1,8 @@
 // The CUDA runtime and cuBLAS functions the CUDA backend calls, on the host, for the
 // emulated CUDA tests (cuda_emu_test, label emu): device memory is host memory, streams are
 // synchronous, cublasGemmEx is a plain loop with double accumulation (only OP_T x OP_N,
-// the one Linear uses). Also CreateBackend with "cuda[:N]" routed to the (emulated) CUDA
-// backend; linked first with --allow-multiple-definition so it wins over kernels/.
+// the one Linear uses). The test links the CUDA backend's own sources, so
+// kernels::CreateBackend("cuda[:N]") reaches the emulated backend.
 #include <cublas_v2.h>
 #include <cuda_runtime_api.h>
 #include <cuda_fp16.h>
@@ -59,14 +59,3 @@ cublasStatus_t cublasGemmEx(cublasHandle_t, cublasOperation_t ta, cublasOperatio
   return CUBLAS_STATUS_SUCCESS;
 }
 }
-
-// The factory with "cuda:N" routed to the emulated CUDA backend (linked first, wins).
-namespace kvfold::kernels {
-absl::StatusOr<std::unique_ptr<Backend>> CreateBackend(const std::string& name, int num_threads) {
-  if (name.rfind("cuda", 0) == 0) return cuda::CreateCudaBackendImpl(0);
-  CpuBackendOptions o;
-  o.num_threads = num_threads;
-  o.reference = name == "cpu-ref";
-  return CreateCpuBackend(o);
-}
-}  // namespace kvfold::kernels
