@@ -184,12 +184,11 @@ absl::StatusOr<StoredBlock> MemoryStore::Get(absl::string_view tenant, absl::str
 
 absl::StatusOr<v1::SessionInfo> MemoryStore::GetSessionInfo(absl::string_view tenant,
                                                             absl::string_view session_id) const {
-  if (absl::Status s = CheckIds(tenant, session_id); !s.ok()) return s;
-  KVFOLD_STORE_OPEN_OR_RETURN();
-  absl::StatusOr<SessionState> state =
-      ReadLiveSession(*impl_->backend, options_, tenant, session_id, options_.clock_ms());
-  if (!state.ok()) return state.status();
-  return MakeSessionInfo(session_id, state->meta);
+  // The same record ListSessions and ListVersions return: the meta plus the head's header
+  // fields (mode, sizes, fingerprints), read without payloads.
+  absl::StatusOr<v1::ListVersionsResponse> list = ListVersions(tenant, session_id);
+  if (!list.ok()) return list.status();
+  return std::move(*list->mutable_session());
 }
 
 absl::StatusOr<v1::ListVersionsResponse> MemoryStore::ListVersions(

@@ -138,6 +138,7 @@ class MemoryStore {
   absl::StatusOr<StoredBlock> Get(absl::string_view tenant, absl::string_view session_id,
                                   uint64_t version) const;
 
+  // The session as ListSessions shows it (meta and the head's header fields).
   absl::StatusOr<v1::SessionInfo> GetSessionInfo(absl::string_view tenant,
                                                  absl::string_view session_id) const;
 

@@ -74,18 +74,20 @@ class StageModelTest(unittest.TestCase):
                          self.info(src)["model_fingerprint"])
 
     def test_llama2c_checkpoint_and_tokenizer(self):
-        # The layout that a plain `--model DIR` rejects: a directory with a .bin checkpoint.
+        # A directory with a .bin checkpoint: `--model DIR` loads it as it is, and staging
+        # keeps the same model.
         src = os.path.join(self.dir, "src")
         os.makedirs(src)
         write_llama2c(os.path.join(src, "tiny.bin"))
         write_llama2c_tokenizer(os.path.join(src, "tokenizer.bin"))
-        self.assertNotEqual(run(KVFOLD, "info", "--model", src).returncode, 0)
+        self.assertEqual(self.info(src)["source_format"], "llama2c")
         r, out = self.stage(src)
         self.assertEqual(r.returncode, 0, r.stderr)
         self.assertIn("llama2c model", r.stdout)
         model = os.path.join(out, "model")
         self.assertEqual(self.info(model)["source_format"], "llama2c")
         self.assertEqual(self.info(model)["vocab_size"], 40)
+        self.assertEqual(self.info(model)["model_fingerprint"], self.info(src)["model_fingerprint"])
         # The tokenizer is found next to the staged model.
         t = run(KVFOLD, "tokenize", "--model", model, "--text", "abc", "--json")
         self.assertEqual(t.returncode, 0, t.stderr)

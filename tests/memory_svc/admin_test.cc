@@ -5,6 +5,8 @@
 #include <gtest/gtest.h>
 
 #include <filesystem>
+#include <fstream>
+#include <sstream>
 #include <memory>
 #include <string>
 
@@ -19,6 +21,13 @@
 
 namespace kvfold::memory_svc::testing {
 namespace {
+
+std::string ReadFileOrEmpty(const std::string& path) {
+  std::ifstream in(path);
+  std::stringstream text;
+  text << in.rdbuf();
+  return text.str();
+}
 
 class AdminCopyTest : public ::testing::TestWithParam<std::string> {
  protected:
@@ -40,7 +49,7 @@ class AdminCopyTest : public ::testing::TestWithParam<std::string> {
     ASSERT_TRUE(s.SetHead("t1", "a", 5, 0).ok());  // roll back: head 5, latest 6
     const TestBlock other = MakeBlock(77, 96, 4096);
     ASSERT_TRUE(s.Put("t2", "a", 0, other.header, other.payload, false).ok());
-    ASSERT_TRUE(s.Put("t2", "b.c d", 0, other.header, other.payload, false).ok());
+    ASSERT_TRUE(s.Put("t2", "b.c-d", 0, other.header, other.payload, false).ok());
     ASSERT_TRUE(s.Close().ok());
   }
 
@@ -59,8 +68,10 @@ TEST_P(AdminCopyTest, CopiesEverySessionExactly) {
   const std::vector<std::string> args = {"copy", "--from=rocksdb:" + source_.path(),
                                          "--to=" + DestinationSpec(),
                                          "--ceph-keyring=" + CephKeyring()};
-  ASSERT_EQ(RunToExit(KVFOLD_MEMORY_ADMIN_BINARY, args), 0);
-  ASSERT_EQ(RunToExit(KVFOLD_MEMORY_ADMIN_BINARY, args), 0) << "a second run must be a no-op";
+  const std::string log = source_.path() + "/admin.log";
+  ASSERT_EQ(RunToExit(KVFOLD_MEMORY_ADMIN_BINARY, args, log), 0) << ReadFileOrEmpty(log);
+  ASSERT_EQ(RunToExit(KVFOLD_MEMORY_ADMIN_BINARY, args, log), 0)
+      << "a second run must be a no-op: " << ReadFileOrEmpty(log);
 
   absl::StatusOr<std::unique_ptr<MemoryStore>> from =
       MemoryStore::Open(BackendOptions("rocksdb", source_.path(), ""));
