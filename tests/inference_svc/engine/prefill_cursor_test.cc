@@ -18,7 +18,7 @@ namespace {
 using testing::RandomIds;
 using testing::Rig;
 
-Rig Make(KvDType kv_dtype) {
+Rig Make(core::DType kv_dtype) {
   Rig s;
   s.model = testing::RandomTinyModel(21);
   s.backend = kernels::CreateCpuBackend({2, false});
@@ -45,7 +45,7 @@ bool SameBits(std::span<const float> a, std::span<const float> b) {
          std::memcmp(a.data(), b.data(), a.size() * sizeof(float)) == 0;
 }
 
-class PrefillCursorTest : public ::testing::TestWithParam<std::tuple<KvDType, KvMode>> {};
+class PrefillCursorTest : public ::testing::TestWithParam<std::tuple<core::DType, KvMode>> {};
 
 TEST_P(PrefillCursorTest, PiecesWithOtherSessionsBetweenEqualPrefill) {
   const auto [kv_dtype, mode] = GetParam();
@@ -73,7 +73,7 @@ TEST_P(PrefillCursorTest, PiecesWithOtherSessionsBetweenEqualPrefill) {
   // into slices.
   const int unsplit = 3 * (1 + 3 * 3 + 1);
   EXPECT_GE(calls, unsplit);
-  if (kv_dtype == KvDType::kF32 && mode == KvMode::kFull) {
+  if (kv_dtype == core::DType::kF32 && mode == KvMode::kFull) {
     EXPECT_GT(calls, unsplit);
   }
   EXPECT_TRUE(SameBits(whole->Logits(), pieces->Logits()));
@@ -91,12 +91,12 @@ TEST_P(PrefillCursorTest, PiecesWithOtherSessionsBetweenEqualPrefill) {
 }
 
 INSTANTIATE_TEST_SUITE_P(KvTypesAndModes, PrefillCursorTest,
-                         ::testing::Values(std::make_tuple(KvDType::kF32, KvMode::kFull),
-                                           std::make_tuple(KvDType::kF32, KvMode::kSliding),
-                                           std::make_tuple(KvDType::kInt8, KvMode::kFull)));
+                         ::testing::Values(std::make_tuple(core::DType::kF32, KvMode::kFull),
+                                           std::make_tuple(core::DType::kF32, KvMode::kSliding),
+                                           std::make_tuple(core::DType::kI8, KvMode::kFull)));
 
 TEST(PrefillCursorTest, AbandonedPromptKeepsOnlyWholeSubChunks) {
-  Rig rig = Make(KvDType::kF32);
+  Rig rig = Make(core::DType::kF32);
   Engine& e = *rig.engine;
   const auto prompt = RandomIds(150, e.config().vocab_size, 5);
   auto cache = e.NewCache(KvPolicy::Full());
@@ -121,7 +121,7 @@ TEST(PrefillCursorTest, AbandonedPromptKeepsOnlyWholeSubChunks) {
 }
 
 TEST(PrefillCursorTest, RefusesBadCalls) {
-  Rig rig = Make(KvDType::kF32);
+  Rig rig = Make(core::DType::kF32);
   Engine& e = *rig.engine;
   auto s = NewSession(e);
   EXPECT_EQ(absl::StatusCode::kFailedPrecondition, s->ContinuePrefill(1.0).status().code());
