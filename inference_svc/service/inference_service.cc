@@ -13,19 +13,7 @@ namespace kvfold::service {
 namespace {
 
 planner::ModelSpec SpecOf(const model::ModelConfig& c) {
-  planner::ModelSpec s;
-  s.name = c.architecture;
-  s.hidden_size = static_cast<uint64_t>(c.hidden_size);
-  s.num_layers = static_cast<uint64_t>(c.num_layers);
-  s.num_heads = static_cast<uint64_t>(c.num_heads);
-  s.num_kv_heads = static_cast<uint64_t>(c.num_kv_heads);
-  s.head_dim = static_cast<uint64_t>(c.head_dim);
-  s.vocab_size = static_cast<uint64_t>(c.vocab_size);
-  s.intermediate_size = static_cast<uint64_t>(c.intermediate_size);
-  s.sliding_window = static_cast<uint64_t>(c.sliding_window);
-  s.max_position_embeddings = static_cast<uint64_t>(c.max_position_embeddings);
-  s.tie_word_embeddings = c.tie_word_embeddings;
-  s.qkv_bias = c.qkv_bias;
+  planner::ModelSpec s = planner::SpecFromModelConfig(c, c.architecture);
   s.source = "served model";
   return s;
 }
