@@ -6,7 +6,7 @@
 #include "kernels/cuda/common.cuh"
 #include "kernels/cuda/cuda_status.h"
 
-namespace kvfold::cuda {
+namespace kvfold::kernels::cuda {
 namespace {
 
 constexpr int kThreads = 128;
@@ -319,4 +319,4 @@ absl::Status Attention(const AttentionParams& p, void* workspace, size_t workspa
   return LaunchStatus("AttentionCombineKernel");
 }
 
-}  // namespace kvfold::cuda
+}  // namespace kvfold::kernels::cuda

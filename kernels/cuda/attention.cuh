@@ -30,7 +30,7 @@
 #include "kernels/attn_rows.h"
 #include "core/dtype.h"
 
-namespace kvfold::cuda {
+namespace kvfold::kernels::cuda {
 
 inline constexpr int kAttnMaxGroup = 16;     // num_heads / num_kv_heads
 inline constexpr int kAttnMaxHeadDim = 256;
@@ -81,6 +81,6 @@ absl::Status Attention(const AttentionParams& params, void* workspace, size_t wo
 // The number of splits Attention uses for `num_rows` (exposed for tests and benchmarks).
 int32_t AttentionNumSplits(int32_t num_rows, int32_t num_kv_heads);
 
-}  // namespace kvfold::cuda
+}  // namespace kvfold::kernels::cuda
 
 #endif  // KVFOLD_KERNELS_CUDA_ATTENTION_CUH_

@@ -13,7 +13,7 @@
 
 #include "core/dtype.h"
 
-namespace kvfold::cuda {
+namespace kvfold::kernels::cuda {
 
 // x[i] as float. kI8 returns the raw code (scales are applied by the caller).
 __device__ __forceinline__ float LoadElem(const void* x, int64_t i, core::DType t) {
@@ -74,6 +74,6 @@ __device__ __forceinline__ float BlockMax(float v, float* scratch) {
 
 inline int CeilDiv(int64_t a, int64_t b) { return static_cast<int>((a + b - 1) / b); }
 
-}  // namespace kvfold::cuda
+}  // namespace kvfold::kernels::cuda
 
 #endif  // KVFOLD_KERNELS_CUDA_COMMON_CUH_

@@ -18,7 +18,7 @@
 #include "kernels/cuda/rmsnorm.cuh"
 #include "kernels/cuda/rope.cuh"
 
-namespace kvfold::cuda {
+namespace kvfold::kernels::cuda {
 namespace {
 
 using kernels::AttentionShape;
@@ -590,7 +590,7 @@ absl::StatusOr<std::unique_ptr<kernels::Backend>> CreateCudaBackendImpl(int devi
   return std::make_unique<CudaBackend>(device);
 }
 
-}  // namespace kvfold::cuda
+}  // namespace kvfold::kernels::cuda
 
 namespace kvfold::kernels {
 

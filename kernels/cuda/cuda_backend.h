@@ -26,13 +26,13 @@
 #include "absl/status/statusor.h"
 #include "kernels/backend.h"
 
-namespace kvfold::cuda {
+namespace kvfold::kernels::cuda {
 
 // Unavailable (with the CUDA error text) when there is no usable device `device`: no
 // driver, no GPU, an index past the device count, or compute capability below 8.0 (the
 // build targets sm_80 and sm_90).
 absl::StatusOr<std::unique_ptr<kernels::Backend>> CreateCudaBackendImpl(int device);
 
-}  // namespace kvfold::cuda
+}  // namespace kvfold::kernels::cuda
 
 #endif  // KVFOLD_KERNELS_CUDA_CUDA_BACKEND_H_

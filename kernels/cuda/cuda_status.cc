@@ -2,7 +2,7 @@
 
 #include "absl/strings/str_cat.h"
 
-namespace kvfold::cuda {
+namespace kvfold::kernels::cuda {
 
 absl::Status CudaStatus(cudaError_t error, absl::string_view what) {
   if (error == cudaSuccess) return absl::OkStatus();
@@ -62,4 +62,4 @@ absl::Status LaunchStatus(absl::string_view kernel_name) {
   return CudaStatus(cudaGetLastError(), kernel_name);
 }
 
-}  // namespace kvfold::cuda
+}  // namespace kvfold::kernels::cuda

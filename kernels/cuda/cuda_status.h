@@ -31,7 +31,7 @@
 
 #include "absl/status/status.h"
 
-namespace kvfold::cuda {
+namespace kvfold::kernels::cuda {
 
 // OK for cudaSuccess; otherwise the table above, message "<what>: <cuda name>: <text>".
 absl::Status CudaStatus(cudaError_t error, absl::string_view what);
@@ -41,12 +41,12 @@ absl::Status CublasStatus(cublasStatus_t status, absl::string_view what);
 // clears a non-sticky error). Launchers call it right after <<<...>>>.
 absl::Status LaunchStatus(absl::string_view kernel_name);
 
-}  // namespace kvfold::cuda
+}  // namespace kvfold::kernels::cuda
 
 #define KVFOLD_CUDA_RETURN_IF_ERROR(expr, what)                              \
   do {                                                                       \
     if (const cudaError_t kvfold_cuda_err_ = (expr); kvfold_cuda_err_ != cudaSuccess) { \
-      return ::kvfold::cuda::CudaStatus(kvfold_cuda_err_, what);             \
+      return ::kvfold::kernels::cuda::CudaStatus(kvfold_cuda_err_, what);             \
     }                                                                        \
   } while (0)
 
@@ -54,7 +54,7 @@ absl::Status LaunchStatus(absl::string_view kernel_name);
   do {                                                                               \
     if (const cublasStatus_t kvfold_cublas_st_ = (expr);                             \
         kvfold_cublas_st_ != CUBLAS_STATUS_SUCCESS) {                                \
-      return ::kvfold::cuda::CublasStatus(kvfold_cublas_st_, what);                  \
+      return ::kvfold::kernels::cuda::CublasStatus(kvfold_cublas_st_, what);                  \
     }                                                                                \
   } while (0)
 

@@ -3,7 +3,7 @@
 #include "kernels/cuda/common.cuh"
 #include "kernels/cuda/cuda_status.h"
 
-namespace kvfold::cuda {
+namespace kvfold::kernels::cuda {
 namespace {
 
 constexpr int kThreads = 256;
@@ -136,4 +136,4 @@ absl::Status FillUniform(void* dst, core::DType dst_type, int64_t n, uint64_t se
   return LaunchStatus("FillUniformKernel");
 }
 
-}  // namespace kvfold::cuda
+}  // namespace kvfold::kernels::cuda

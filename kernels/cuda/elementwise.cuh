@@ -11,7 +11,7 @@
 #include "absl/status/status.h"
 #include "core/dtype.h"
 
-namespace kvfold::cuda {
+namespace kvfold::kernels::cuda {
 
 // out[r, i] = silu(gate[r * gate_stride + i]) * up[r * up_stride + i], silu(x) = x / (1 + e^-x).
 // gate, up: rows of `num_tokens` with the given strides (a fused gate|up projection output
@@ -41,6 +41,6 @@ absl::Status FillUniform(void* dst, core::DType dst_type, int64_t n, uint64_t se
 // Host twin of FillUniform's value for element i (tests rebuild device data on the CPU).
 float UniformHash(uint64_t seed, uint64_t i);
 
-}  // namespace kvfold::cuda
+}  // namespace kvfold::kernels::cuda
 
 #endif  // KVFOLD_KERNELS_CUDA_ELEMENTWISE_CUH_

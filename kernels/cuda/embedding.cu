@@ -3,7 +3,7 @@
 #include "kernels/cuda/common.cuh"
 #include "kernels/cuda/cuda_status.h"
 
-namespace kvfold::cuda {
+namespace kvfold::kernels::cuda {
 namespace {
 
 __global__ void EmbeddingGatherKernel(const void* __restrict__ table,  // [table_rows, width]
@@ -37,4 +37,4 @@ absl::Status EmbeddingGather(const void* table, core::DType table_type, int64_t 
   return LaunchStatus("EmbeddingGatherKernel");
 }
 
-}  // namespace kvfold::cuda
+}  // namespace kvfold::kernels::cuda

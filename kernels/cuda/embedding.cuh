@@ -9,7 +9,7 @@
 #include "absl/status/status.h"
 #include "core/dtype.h"
 
-namespace kvfold::cuda {
+namespace kvfold::kernels::cuda {
 
 // table [table_rows, width] (float type), ids [num_tokens] I32, out [num_tokens, width] F32.
 // An id outside [0, table_rows) yields a row of zeros (the engine validates ids on the host
@@ -19,6 +19,6 @@ absl::Status EmbeddingGather(const void* table, core::DType table_type, int64_t 
                              int64_t width, const int32_t* ids, int64_t num_tokens, float* out,
                              cudaStream_t stream);
 
-}  // namespace kvfold::cuda
+}  // namespace kvfold::kernels::cuda
 
 #endif  // KVFOLD_KERNELS_CUDA_EMBEDDING_CUH_

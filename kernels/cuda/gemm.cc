@@ -6,7 +6,7 @@
 #include "kernels/cuda/cuda_status.h"
 #include "kernels/cuda/elementwise.cuh"
 
-namespace kvfold::cuda {
+namespace kvfold::kernels::cuda {
 namespace {
 
 cudaDataType_t CudaType(core::DType t) {
@@ -65,4 +65,4 @@ absl::Status Linear(cublasHandle_t handle, cudaStream_t stream, const LinearArgs
   return absl::OkStatus();
 }
 
-}  // namespace kvfold::cuda
+}  // namespace kvfold::kernels::cuda

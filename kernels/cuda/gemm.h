@@ -16,7 +16,7 @@
 #include "absl/status/status.h"
 #include "core/dtype.h"
 
-namespace kvfold::cuda {
+namespace kvfold::kernels::cuda {
 
 struct LinearArgs {
   const float* x = nullptr;     // [num_tokens, in_features] F32
@@ -41,6 +41,6 @@ size_t LinearScratchBytes(int64_t num_tokens, int64_t in_features, core::DType w
 // missing scratch or sizes beyond cuBLAS' int range; cuBLAS failures via CublasStatus.
 absl::Status Linear(cublasHandle_t handle, cudaStream_t stream, const LinearArgs& args);
 
-}  // namespace kvfold::cuda
+}  // namespace kvfold::kernels::cuda
 
 #endif  // KVFOLD_KERNELS_CUDA_GEMM_H_

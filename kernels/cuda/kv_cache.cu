@@ -3,7 +3,7 @@
 #include "kernels/cuda/common.cuh"
 #include "kernels/cuda/cuda_status.h"
 
-namespace kvfold::cuda {
+namespace kvfold::kernels::cuda {
 namespace {
 
 constexpr int kThreads = 256;
@@ -262,4 +262,4 @@ absl::Status DequantizeValues(const int8_t* codes, const float* scales, int64_t 
   return Dequantize(codes, scales, num_tokens, channels, group_size, false, values, stream);
 }
 
-}  // namespace kvfold::cuda
+}  // namespace kvfold::kernels::cuda

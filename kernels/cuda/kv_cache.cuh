@@ -12,7 +12,7 @@
 #include "kernels/attn_rows.h"
 #include "core/dtype.h"
 
-namespace kvfold::cuda {
+namespace kvfold::kernels::cuda {
 
 // k_cache[slots[i], :] = k[i, :], v_cache[slots[i], :] = v[i, :] (rounded to cache_type).
 // k, v [num_tokens, kv_dim] F32; slots [num_tokens] I32 (slot = block * block_size +
@@ -77,6 +77,6 @@ absl::Status StoreKvInt8(const float* k, const float* v, const int32_t* slots,
                          const kernels::SealEntry* seal, int64_t num_seal,
                          const Int8KvLayer& cache, cudaStream_t stream);
 
-}  // namespace kvfold::cuda
+}  // namespace kvfold::kernels::cuda
 
 #endif  // KVFOLD_KERNELS_CUDA_KV_CACHE_CUH_

@@ -3,7 +3,7 @@
 #include "kernels/cuda/common.cuh"
 #include "kernels/cuda/cuda_status.h"
 
-namespace kvfold::cuda {
+namespace kvfold::kernels::cuda {
 namespace {
 
 constexpr int kTokensPerWarp = 8;
@@ -106,4 +106,4 @@ absl::Status Q8EmbeddingGather(const uint8_t* table, int64_t table_rows, int64_t
   return LaunchStatus("Q8EmbeddingGatherKernel");
 }
 
-}  // namespace kvfold::cuda
+}  // namespace kvfold::kernels::cuda

@@ -15,7 +15,7 @@
 
 #include "absl/status/status.h"
 
-namespace kvfold::cuda {
+namespace kvfold::kernels::cuda {
 
 inline constexpr int64_t kQ8BlockSize = 32;
 // Bytes of one stored row of `cols` weights.
@@ -37,6 +37,6 @@ absl::Status Q8EmbeddingGather(const uint8_t* table, int64_t table_rows, int64_t
                                const int32_t* ids, int64_t num_tokens, float* out,
                                cudaStream_t stream);
 
-}  // namespace kvfold::cuda
+}  // namespace kvfold::kernels::cuda
 
 #endif  // KVFOLD_KERNELS_CUDA_Q8_GEMV_CUH_

@@ -3,7 +3,7 @@
 #include "kernels/cuda/common.cuh"
 #include "kernels/cuda/cuda_status.h"
 
-namespace kvfold::cuda {
+namespace kvfold::kernels::cuda {
 namespace {
 
 // One block per row; the row is read twice (sum of squares, then scale), both times from
@@ -42,4 +42,4 @@ absl::Status RmsNorm(const float* x, const void* weight, core::DType weight_type
   return LaunchStatus("RmsNormKernel");
 }
 
-}  // namespace kvfold::cuda
+}  // namespace kvfold::kernels::cuda

@@ -3,7 +3,7 @@
 #include "kernels/cuda/common.cuh"
 #include "kernels/cuda/cuda_status.h"
 
-namespace kvfold::cuda {
+namespace kvfold::kernels::cuda {
 namespace {
 
 // One block per token; one thread per (head, pair). Each thread reads both elements of its
@@ -49,4 +49,4 @@ absl::Status Rope(const float* x, const int32_t* positions, const float* rope_ta
   return LaunchStatus("RopeKernel");
 }
 
-}  // namespace kvfold::cuda
+}  // namespace kvfold::kernels::cuda

@@ -15,7 +15,7 @@
 
 #include "absl/status/status.h"
 
-namespace kvfold::cuda {
+namespace kvfold::kernels::cuda {
 
 // x, out [num_tokens, num_heads, head_dim] F32 (may alias); positions [num_tokens] I32.
 // A position outside [0, rope_rows) is clamped (the engine grows the table beforehand).
@@ -24,6 +24,6 @@ absl::Status Rope(const float* x, const int32_t* positions, const float* rope_ta
                   int32_t rope_rows, int64_t num_tokens, int32_t num_heads, int32_t head_dim,
                   float* out, cudaStream_t stream);
 
-}  // namespace kvfold::cuda
+}  // namespace kvfold::kernels::cuda
 
 #endif  // KVFOLD_KERNELS_CUDA_ROPE_CUH_

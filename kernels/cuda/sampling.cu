@@ -5,7 +5,7 @@
 #include "kernels/cuda/common.cuh"
 #include "kernels/cuda/cuda_status.h"
 
-namespace kvfold::cuda {
+namespace kvfold::kernels::cuda {
 namespace {
 
 constexpr int kThreads = 1024;
@@ -194,4 +194,4 @@ absl::Status Sample(const float* logits, int32_t num_rows, int32_t vocab_size,
   return LaunchStatus("SampleKernel");
 }
 
-}  // namespace kvfold::cuda
+}  // namespace kvfold::kernels::cuda

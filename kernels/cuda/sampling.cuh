@@ -26,7 +26,7 @@
 #define KVFOLD_HOST_DEVICE
 #endif
 
-namespace kvfold::cuda {
+namespace kvfold::kernels::cuda {
 
 struct SamplingParams {
   float temperature = 0.0f;  // <= 0: greedy
@@ -54,6 +54,6 @@ absl::Status Argmax(const float* logits, int32_t num_rows, int32_t vocab_size, i
 absl::Status Sample(const float* logits, int32_t num_rows, int32_t vocab_size,
                     const SamplingParams* params, int32_t* tokens, cudaStream_t stream);
 
-}  // namespace kvfold::cuda
+}  // namespace kvfold::kernels::cuda
 
 #endif  // KVFOLD_KERNELS_CUDA_SAMPLING_CUH_

@@ -42,7 +42,7 @@
 #include "kernels/cuda/rope.cuh"
 #include "kernels/cuda/sampling.cuh"
 
-namespace kvfold::cuda {
+namespace kvfold::kernels::cuda {
 namespace {
 
 // Llama-3.1-8B.
@@ -506,6 +506,6 @@ int Main(int argc, char** argv) {
 }
 
 }  // namespace
-}  // namespace kvfold::cuda
+}  // namespace kvfold::kernels::cuda
 
-int main(int argc, char** argv) { return kvfold::cuda::Main(argc, argv); }
+int main(int argc, char** argv) { return kvfold::kernels::cuda::Main(argc, argv); }

@@ -17,7 +17,7 @@
 #include "kernels/quant/kv_quant.h"
 #include "tests/kernels/cuda/cuda_test_util.h"
 
-namespace kvfold::cuda {
+namespace kvfold::kernels::cuda {
 namespace {
 
 using testing::DeviceArray;
@@ -290,4 +290,4 @@ TEST(CudaAttention, RejectsBadShapes) {
 }
 
 }  // namespace
-}  // namespace kvfold::cuda
+}  // namespace kvfold::kernels::cuda

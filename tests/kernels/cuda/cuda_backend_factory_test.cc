@@ -11,7 +11,7 @@ namespace {
 
 TEST(CudaBackendFactory, UnavailableWithoutGpuElseWorking) {
   std::string why;
-  const bool have_gpu = cuda::testing::HaveGpu(&why);
+  const bool have_gpu = kernels::cuda::testing::HaveGpu(&why);
   auto backend = kernels::CreateBackend("cuda", 1);
   if (!have_gpu) {
     ASSERT_FALSE(backend.ok());

@@ -86,7 +86,7 @@ void CompareModels(DType dtype, bool qwen2, const engine::KvPolicy& policy, doub
   ASSERT_EQ(ref.size(), got.size());
   ASSERT_FALSE(ref.empty());
   std::vector<double> ref_d(ref.begin(), ref.end());
-  cuda::testing::ExpectClose(got, ref_d, tol, eps, what);
+  kernels::cuda::testing::ExpectClose(got, ref_d, tol, eps, what);
   const int vocab = model.config.vocab_size;
   const int rows = static_cast<int>(ref.size()) / vocab;
   int same = 0;

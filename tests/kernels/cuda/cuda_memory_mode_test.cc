@@ -154,7 +154,7 @@ TEST(CudaMemoryMode, Int8KvGpuSessionMatchesCpuSession) {
   for (int step = 0; step < 40; ++step) {
     const std::vector<float> la(a->Logits().begin(), a->Logits().end());
     const std::vector<double> lb(b->Logits().begin(), b->Logits().end());
-    cuda::testing::ExpectClose(la, lb, 2e-2, 2e-2, "int8 memory-mode logits, step " +
+    kernels::cuda::testing::ExpectClose(la, lb, 2e-2, 2e-2, "int8 memory-mode logits, step " +
                                                       std::to_string(step));
     float margin_a = 0, margin_b = 0;
     const int32_t ta = ArgmaxOf(a->Logits(), &margin_a);

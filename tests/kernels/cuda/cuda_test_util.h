@@ -14,7 +14,7 @@
 #include "absl/status/status.h"
 #include "gtest/gtest.h"
 
-namespace kvfold::cuda::testing {
+namespace kvfold::kernels::cuda::testing {
 
 // True when a CUDA device is usable; `why` says why not.
 inline bool HaveGpu(std::string* why) {
@@ -35,7 +35,7 @@ inline bool HaveGpu(std::string* why) {
 #define KVFOLD_SKIP_WITHOUT_GPU()                                                \
   do {                                                                           \
     std::string kvfold_why_;                                                     \
-    if (!::kvfold::cuda::testing::HaveGpu(&kvfold_why_)) {                       \
+    if (!::kvfold::kernels::cuda::testing::HaveGpu(&kvfold_why_)) {                       \
       GTEST_SKIP() << "gpu test skipped: " << kvfold_why_                        \
                    << " (run scripts/gpu_check.sh on a machine with a GPU)";     \
     }                                                                            \
@@ -127,6 +127,6 @@ inline std::vector<float> RopeTable(int rows, int head_dim, float theta = 10000.
   return table;
 }
 
-}  // namespace kvfold::cuda::testing
+}  // namespace kvfold::kernels::cuda::testing
 
 #endif  // KVFOLD_TESTS_KERNELS_CUDA_CUDA_TEST_UTIL_H_

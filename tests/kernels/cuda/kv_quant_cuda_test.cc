@@ -8,7 +8,7 @@
 #include "kernels/quant/kv_quant.h"
 #include "tests/kernels/cuda/cuda_test_util.h"
 
-namespace kvfold::cuda {
+namespace kvfold::kernels::cuda {
 namespace {
 
 using testing::DeviceArray;
@@ -73,4 +73,4 @@ INSTANTIATE_TEST_SUITE_P(OddShapes, CudaKvQuant,
                                            Case{33, 129, 128, false}));
 
 }  // namespace
-}  // namespace kvfold::cuda
+}  // namespace kvfold::kernels::cuda

@@ -14,7 +14,7 @@
 #include "kernels/cuda/rope.cuh"
 #include "tests/kernels/cuda/cuda_test_util.h"
 
-namespace kvfold::cuda {
+namespace kvfold::kernels::cuda {
 namespace {
 
 using testing::DeviceArray;
@@ -269,4 +269,4 @@ TEST(CudaOps, LaunchersRejectBadArguments) {
 }
 
 }  // namespace
-}  // namespace kvfold::cuda
+}  // namespace kvfold::kernels::cuda

@@ -22,7 +22,7 @@ std::vector<float> Folds(const Projector& p, ProjectorScratch* scratch) {
   std::vector<float> all, mem;
   int fold = 0;
   for (int tokens : {33, 33, 20}) {
-    std::vector<float> hidden = cuda::testing::RandomFloats(
+    std::vector<float> hidden = kernels::cuda::testing::RandomFloats(
         static_cast<size_t>(tokens) * c.input_width(), 50 + fold++, -2, 2);
     std::vector<float> out(static_cast<size_t>(c.mem_slots) * c.hidden_size);
     const absl::Status s = p.Forward(mem, hidden, out, scratch);
@@ -63,7 +63,7 @@ TEST_P(CudaProjector, MatmulsOnCublasMatchTheCpuProjector) {
   ASSERT_TRUE((*p)->UseBackend(gpu->get()).ok());
   ProjectorScratch scratch;
   const std::vector<float> got = Folds(**p, &scratch);
-  cuda::testing::ExpectClose(got, std::vector<double>(ref.begin(), ref.end()), 1e-4, 1e-4,
+  kernels::cuda::testing::ExpectClose(got, std::vector<double>(ref.begin(), ref.end()), 1e-4, 1e-4,
                              "projector on cuBLAS");
   // Again with the same scratch: same stream and buffers, same results.
   EXPECT_EQ(Folds(**p, &scratch), got);

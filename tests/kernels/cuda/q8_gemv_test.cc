@@ -14,7 +14,7 @@
 #include "kernels/quant/weight_q8.h"
 #include "tests/kernels/cuda/cuda_test_util.h"
 
-namespace kvfold::cuda {
+namespace kvfold::kernels::cuda {
 namespace {
 
 using testing::DeviceArray;
@@ -155,4 +155,4 @@ TEST(CudaQ8, BackendMatMulAndGatherMatchCpuOnDequantizedWeights) {
 }
 
 }  // namespace
-}  // namespace kvfold::cuda
+}  // namespace kvfold::kernels::cuda

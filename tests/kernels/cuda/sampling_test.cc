@@ -11,7 +11,7 @@
 #include "gtest/gtest.h"
 #include "tests/kernels/cuda/cuda_test_util.h"
 
-namespace kvfold::cuda {
+namespace kvfold::kernels::cuda {
 namespace {
 
 using testing::DeviceArray;
@@ -141,4 +141,4 @@ TEST(CudaSampling, UniformIsInRangeAndSpread) {
 }
 
 }  // namespace
-}  // namespace kvfold::cuda
+}  // namespace kvfold::kernels::cuda
