@@ -234,8 +234,10 @@ struct CpuBackendOptions {
 
 std::unique_ptr<Backend> CreateCpuBackend(const CpuBackendOptions& options);
 
-// Defined in kernels/cuda/ when KVFOLD_HAVE_CUDA is defined; Unavailable without a
-// usable device.
+// Defined in kernels/cuda/cuda_backend.cc in CUDA builds (else cuda_unavailable.cc).
+// Unavailable (with the CUDA error text) when there is no usable device `device`: no
+// driver, no GPU, an index past the device count, or compute capability below 8.0 (the
+// build targets sm_80 and sm_90).
 absl::StatusOr<std::unique_ptr<Backend>> CreateCudaBackend(int device);
 
 // "cpu" (optimised), "cpu-ref" (reference), "cuda" / "cuda:N" (when built with CUDA;

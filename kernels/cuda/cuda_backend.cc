@@ -554,7 +554,12 @@ class CudaBackend final : public kernels::Backend {
 
 }  // namespace
 
-absl::StatusOr<std::unique_ptr<kernels::Backend>> CreateCudaBackendImpl(int device) {
+}  // namespace kvfold::kernels::cuda
+
+namespace kvfold::kernels {
+
+absl::StatusOr<std::unique_ptr<Backend>> CreateCudaBackend(int device) {
+  using cuda::CudaStatus;
   int count = 0;
   const cudaError_t err = cudaGetDeviceCount(&count);
   if (err != cudaSuccess) {
@@ -587,15 +592,7 @@ absl::StatusOr<std::unique_ptr<kernels::Backend>> CreateCudaBackendImpl(int devi
   if (absl::Status s = CudaStatus(cudaFree(nullptr), "CUDA context creation"); !s.ok()) {
     return absl::UnavailableError(absl::StrCat("CUDA backend unavailable: ", s.message()));
   }
-  return std::make_unique<CudaBackend>(device);
-}
-
-}  // namespace kvfold::kernels::cuda
-
-namespace kvfold::kernels {
-
-absl::StatusOr<std::unique_ptr<Backend>> CreateCudaBackend(int device) {
-  return cuda::CreateCudaBackendImpl(device);
+  return std::make_unique<cuda::CudaBackend>(device);
 }
 
 }  // namespace kvfold::kernels

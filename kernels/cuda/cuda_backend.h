@@ -21,18 +21,9 @@
 #ifndef KVFOLD_KERNELS_CUDA_CUDA_BACKEND_H_
 #define KVFOLD_KERNELS_CUDA_CUDA_BACKEND_H_
 
-#include <memory>
-
-#include "absl/status/statusor.h"
 #include "kernels/backend.h"
 
-namespace kvfold::kernels::cuda {
-
-// Unavailable (with the CUDA error text) when there is no usable device `device`: no
-// driver, no GPU, an index past the device count, or compute capability below 8.0 (the
-// build targets sm_80 and sm_90).
-absl::StatusOr<std::unique_ptr<kernels::Backend>> CreateCudaBackendImpl(int device);
-
-}  // namespace kvfold::kernels::cuda
+// The backend is made by kernels::CreateCudaBackend (kernels/backend.h), defined in
+// cuda_backend.cc.
 
 #endif  // KVFOLD_KERNELS_CUDA_CUDA_BACKEND_H_

@@ -14,7 +14,6 @@
 
 #include "absl/status/statusor.h"
 #include "kernels/backend.h"
-#include "kernels/cuda/cuda_backend.h"
 
 extern "C" {
 cudaError_t cudaMalloc(void** p, size_t n) { *p = std::calloc(1, n ? n : 1); return cudaSuccess; }
