@@ -138,7 +138,7 @@ absl::Status ReadShapes(const Json& j, ModelConfig& c) {
                           OptionalPositive(j, "max_position_embeddings", 2048));
   KVFOLD_ASSIGN_OR_RETURN(c.tie_word_embeddings, OptionalBool(j, "tie_word_embeddings", false));
   KVFOLD_ASSIGN_OR_RETURN(c.o_bias, OptionalBool(j, "attention_bias", false));
-  c.qkv_bias = c.o_bias || c.architecture == "Qwen2ForCausalLM" || c.model_type == "qwen2";
+  c.qkv_bias = c.o_bias || c.architecture == "Qwen2ForCausalLM";  // model_type qwen2 names it too
   return absl::OkStatus();
 }
 
