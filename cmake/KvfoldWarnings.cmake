@@ -31,3 +31,15 @@ function(kvfold_add_test)
   set_tests_properties(${T_NAME} PROPERTIES LABELS "${T_LABELS}" TIMEOUT ${T_TIMEOUT}
     SKIP_RETURN_CODE 77 ENVIRONMENT "KVFOLD_SOURCE_DIR=${PROJECT_SOURCE_DIR}")
 endfunction()
+
+# kvfold_test_runs_servers(<target>): the test starts the real kvfold-memory and
+# kvfold-inference binaries (and make_random_projector): their paths as compile definitions,
+# built before the test.
+function(kvfold_test_runs_servers target)
+  target_compile_definitions(${target} PRIVATE
+    KVFOLD_MEMORY_BIN="$<TARGET_FILE:kvfold-memory>"
+    KVFOLD_INFERENCE_BIN="$<TARGET_FILE:kvfold-inference>"
+    KVFOLD_MAKE_RANDOM_PROJECTOR_BIN="$<TARGET_FILE:make_random_projector>"
+    KVFOLD_SOURCE_DIR_FALLBACK="${PROJECT_SOURCE_DIR}")
+  add_dependencies(${target} kvfold-memory kvfold-inference make_random_projector)
+endfunction()
