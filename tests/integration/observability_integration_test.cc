@@ -182,10 +182,16 @@ TEST_F(ObservabilityTest, MetricsPageParsesAndCountsATurn) {
     }
     ASSERT_EQ(reader->Finish().error_code(), grpc::StatusCode::UNAUTHENTICATED);
   }
-  PromPage refused = ParsePrometheusText(MetricsGet(address, "/metrics"));
-  EXPECT_EQ(refused.Value("kvfold_inference_requests_total",
-                          {{"front", "grpc"}, {"code", "UNAUTHENTICATED"}}),
-            1);
+  // The server counts a call after its status reached the client: poll briefly.
+  double unauthenticated = 0;
+  for (int i = 0; i < 100; ++i) {
+    PromPage refused = ParsePrometheusText(MetricsGet(address, "/metrics"));
+    unauthenticated = refused.Value("kvfold_inference_requests_total",
+                                    {{"front", "grpc"}, {"code", "UNAUTHENTICATED"}});
+    if (unauthenticated == 1) break;
+    std::this_thread::sleep_for(std::chrono::milliseconds(50));
+  }
+  EXPECT_EQ(unauthenticated, 1);
 }
 
 TEST_F(ObservabilityTest, OneJsonLinePerCallWithTraceIdAndNoSecrets) {
