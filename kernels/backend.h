@@ -126,8 +126,9 @@ class Backend {
   // ResourceExhausted when the device is out of memory. Contents are uninitialised.
   virtual absl::StatusOr<std::unique_ptr<Buffer>> Allocate(size_t bytes) = 0;
   // Makes read-only weight data (host memory, e.g. an mmap) available on the device. The
-  // CPU backend aliases `host` (zero copy) and keeps `keepalive` alive as long as the
-  // returned Buffer; a device backend copies and may drop `keepalive` at once.
+  // CPU backend aliases 64-byte aligned `host` (zero copy) and keeps `keepalive` alive as
+  // long as the returned Buffer, and copies unaligned weights into aligned memory (then
+  // drops `keepalive`); a device backend copies and may drop `keepalive` at once.
   virtual absl::StatusOr<std::unique_ptr<Buffer>> AdoptWeights(
       const void* host, size_t bytes, std::shared_ptr<const void> keepalive) = 0;
   virtual std::unique_ptr<Stream> CreateStream() = 0;
