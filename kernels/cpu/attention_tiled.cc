@@ -40,6 +40,7 @@
 #include "kernels/cpu/attention_keys.h"
 #include "kernels/cpu/cpu_ops.h"
 #include "kernels/cpu/isa.h"
+#include "kernels/cpu/vec16.h"
 
 namespace kvfold::kernels::cpu {
 namespace {
@@ -47,9 +48,6 @@ namespace {
 constexpr int kTile = 16;
 static_assert(kAttentionPartKeys % kTile == 0, "slices start on a tile");
 constexpr int kMaxHeadDim = 1024;  // ModelConfig::Validate
-
-typedef float V16 __attribute__((vector_size(64)));
-typedef int32_t I16 __attribute__((vector_size(64)));
 
 // Value rows and accumulators are padded to whole 16-lane vectors.
 inline int PaddedHeadDim(int head_dim) { return (head_dim + 15) / 16 * 16; }
@@ -321,30 +319,6 @@ template <class Kv, class Update>
   }
 }
 
-// Cephes expf on 16 lanes, as plain vector arithmetic (no FMA): identical bits on every
-// ISA. Inputs below -87.3 give ~1e-38, not 0: callers mask.
-#define KVFOLD_EXP16(ATTR)                                                    \
-  ATTR static inline void Exp16(V16* inout) {                                 \
-    V16 x = *inout;                                                           \
-    const V16 lo = V16{} - 87.3f, hi = V16{} + 88.3f;                         \
-    x = x < lo ? lo : x;                                                      \
-    x = x > hi ? hi : x;                                                      \
-    const V16 fx0 = x * 1.44269504088896341f + 0.5f;                          \
-    V16 fx = __builtin_convertvector(__builtin_convertvector(fx0, I16), V16); \
-    fx = fx > fx0 ? fx - 1.0f : fx;                                           \
-    x = x - fx * 0.693359375f;                                                \
-    x = x - fx * -2.12194440e-4f;                                             \
-    V16 y = V16{} + 1.9875691500e-4f;                                         \
-    y = y * x + 1.3981999507e-3f;                                             \
-    y = y * x + 8.3334519073e-3f;                                             \
-    y = y * x + 4.1665795894e-2f;                                             \
-    y = y * x + 1.6666665459e-1f;                                             \
-    y = y * x + 5.0000001201e-1f;                                             \
-    y = y * (x * x) + (x + 1.0f);                                             \
-    const I16 e = (__builtin_convertvector(fx, I16) + 127) << 23;             \
-    *inout = y * __builtin_bit_cast(V16, e);                                  \
-  }
-
 // The per-ISA code: the row update, and the F32 / INT8 tasks that inline RunTask.
 #define KVFOLD_TILED_ISA(NS, ATTR)                                            \
   namespace NS {                                                              \
@@ -408,7 +382,6 @@ KVFOLD_TILED_ISA(avx512, __attribute__((target("avx512f,avx512bw,avx512vl,avx512
 KVFOLD_TILED_ISA(avx2, __attribute__((target("avx2,fma"))))
 KVFOLD_TILED_ISA(portable, )
 #undef KVFOLD_TILED_ISA
-#undef KVFOLD_EXP16
 
 // The planner: row blocks of consecutive rows with the same key layout. Returns the
 // number of (row, key) pairs of the call.

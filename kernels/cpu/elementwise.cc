@@ -5,8 +5,70 @@
 
 #include "absl/strings/str_cat.h"
 #include "kernels/cpu/cpu_ops.h"
+#include "kernels/cpu/isa.h"
+#include "kernels/cpu/vec16.h"
 
 namespace kvfold::kernels::cpu {
+namespace {
+
+// Per ISA path (identical bits on all, vec16.h):
+//  SumSquares: sum of x[j]^2 in 16 lane partial sums over j in steps of 16 (the tail
+//    padded with zeros), reduced by the tree 16 -> 8 (i + i+8) -> 4 -> 2 -> 1.
+//  SiluMul: out = (g / (1 + exp(-g))) * up with Exp16, 16 elements at a time (the tail
+//    through a zero-padded vector, so every element takes the same operations).
+#define KVFOLD_ELEMENTWISE_ISA(NS, ATTR)                                    \
+  namespace NS {                                                            \
+  KVFOLD_EXP16(ATTR)                                                        \
+  ATTR inline void Load16(const float* p, int64_t valid, V16* v) {          \
+    *v = V16{};                                                             \
+    std::memcpy(v, p, static_cast<size_t>(valid) * sizeof(float));          \
+  }                                                                         \
+  ATTR float SumSquares(const float* x, int64_t d) {                        \
+    V16 acc = V16{}, v;                                                     \
+    int64_t j = 0;                                                          \
+    for (; j + 16 <= d; j += 16) {                                          \
+      std::memcpy(&v, x + j, sizeof(v));                                    \
+      acc = acc + v * v;                                                    \
+    }                                                                       \
+    if (j < d) {                                                            \
+      Load16(x + j, d - j, &v);                                             \
+      acc = acc + v * v;                                                    \
+    }                                                                       \
+    float s8[8], s4[4];                                                     \
+    for (int l = 0; l < 8; ++l) s8[l] = acc[l] + acc[l + 8];                \
+    for (int l = 0; l < 4; ++l) s4[l] = s8[l] + s8[l + 4];                  \
+    return (s4[0] + s4[2]) + (s4[1] + s4[3]);                               \
+  }                                                                         \
+  ATTR inline void Silu16(const V16* g, const V16* u, V16* out) {           \
+    V16 e = -*g;                                                            \
+    Exp16(&e);                                                              \
+    *out = (*g / (1.0f + e)) * *u;                                          \
+  }                                                                         \
+  ATTR void SiluMul(const float* gate, const float* up, int64_t count,      \
+                    float* out) {                                           \
+    V16 g, u, r;                                                            \
+    int64_t i = 0;                                                          \
+    for (; i + 16 <= count; i += 16) {                                      \
+      std::memcpy(&g, gate + i, sizeof(g));                                 \
+      std::memcpy(&u, up + i, sizeof(u));                                   \
+      Silu16(&g, &u, &r);                                                   \
+      std::memcpy(out + i, &r, sizeof(r));                                  \
+    }                                                                       \
+    if (i < count) {                                                        \
+      Load16(gate + i, count - i, &g);                                      \
+      Load16(up + i, count - i, &u);                                        \
+      Silu16(&g, &u, &r);                                                   \
+      std::memcpy(out + i, &r, static_cast<size_t>(count - i) * sizeof(float)); \
+    }                                                                       \
+  }                                                                         \
+  }  // namespace NS
+
+KVFOLD_ELEMENTWISE_ISA(avx512, __attribute__((target("avx512f,avx512bw,avx512vl,avx512dq"))))
+KVFOLD_ELEMENTWISE_ISA(avx2, __attribute__((target("avx2,fma"))))
+KVFOLD_ELEMENTWISE_ISA(portable, )
+#undef KVFOLD_ELEMENTWISE_ISA
+
+}  // namespace
 
 absl::Status GatherRows(const void* table, DType dtype, int64_t num_rows, int64_t width,
                         const int32_t* ids, int64_t n, float* out) {
@@ -29,12 +91,20 @@ absl::Status GatherRows(const void* table, DType dtype, int64_t num_rows, int64_
 
 void RmsNormRows(const float* x, const void* weight, DType w_dtype, float eps, int64_t n,
                  int64_t d, float* out) {
+  const Isa isa = ActiveIsa();
   for (int64_t i = 0; i < n; ++i) {
     const float* row = x + i * d;
-    float ss = 0.0f;
-    for (int64_t j = 0; j < d; ++j) ss += row[j] * row[j];
+    const float ss = isa == Isa::kAvx512 ? avx512::SumSquares(row, d)
+                     : isa == Isa::kAvx2 ? avx2::SumSquares(row, d)
+                                         : portable::SumSquares(row, d);
     const float inv = 1.0f / std::sqrt(ss / static_cast<float>(d) + eps);
-    for (int64_t j = 0; j < d; ++j) out[i * d + j] = (row[j] * inv) * LoadAsF32(weight, w_dtype, j);
+    float* o = out + i * d;
+    if (w_dtype == DType::kF32) {
+      const float* w = static_cast<const float*>(weight);
+      for (int64_t j = 0; j < d; ++j) o[j] = (row[j] * inv) * w[j];
+    } else {
+      for (int64_t j = 0; j < d; ++j) o[j] = (row[j] * inv) * LoadAsF32(weight, w_dtype, j);
+    }
   }
 }
 
@@ -59,9 +129,13 @@ absl::Status RopeRows(const float* x, const int32_t* positions, const float* tab
 }
 
 void SiluMulRows(const float* gate, const float* up, int64_t count, float* out) {
-  for (int64_t i = 0; i < count; ++i) {
-    const float g = gate[i];
-    out[i] = (g / (1.0f + std::exp(-g))) * up[i];
+  switch (ActiveIsa()) {
+    case Isa::kAvx512:
+      return avx512::SiluMul(gate, up, count, out);
+    case Isa::kAvx2:
+      return avx2::SiluMul(gate, up, count, out);
+    case Isa::kPortable:
+      return portable::SiluMul(gate, up, count, out);
   }
 }
 

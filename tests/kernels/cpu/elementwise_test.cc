@@ -1,0 +1,108 @@
+// SiluMul and RmsNorm on the CPU backends: every ISA path gives the same bits, an
+// element's (row's) result does not depend on where it sits in the call (batch
+// invariance), and both agree with the formulas computed in double.
+#include <cmath>
+#include <cstring>
+#include <limits>
+#include <random>
+#include <vector>
+
+#include "gtest/gtest.h"
+#include "kernels/backend.h"
+#include "kernels/cpu/isa.h"
+
+namespace kvfold::kernels {
+namespace {
+
+class IsaScope {
+ public:
+  explicit IsaScope(cpu::Isa isa) { cpu::SetActiveIsaForTesting(isa); }
+  ~IsaScope() { cpu::SetActiveIsaForTesting(cpu::CpuBestIsa()); }
+};
+
+std::vector<float> Random(size_t n, uint32_t seed, float scale) {
+  std::mt19937 rng(seed);
+  std::uniform_real_distribution<float> u(-scale, scale);
+  std::vector<float> v(n);
+  for (float& x : v) x = u(rng);
+  return v;
+}
+
+TEST(ElementwiseTest, SiluMulIsIdenticalOnEveryPathAndMatchesTheFormula) {
+  constexpr int64_t kCount = 16 * 5 + 7;  // whole vectors and a tail
+  std::vector<float> g = Random(kCount, 1, 12.0f), u = Random(kCount, 2, 3.0f);
+  g[0] = 0.0f;
+  g[1] = -100.0f;  // exp(100) overflows float: silu -> -0
+  g[2] = 100.0f;
+  g[3] = -87.0f;
+  g[kCount - 1] = 40.0f;
+  std::vector<float> first;
+  for (int i = 0; i <= static_cast<int>(cpu::CpuBestIsa()); ++i) {
+    const cpu::Isa isa = static_cast<cpu::Isa>(i);
+    SCOPED_TRACE(cpu::IsaName(isa));
+    IsaScope scope(isa);
+    for (bool reference : {true, false}) {
+      std::unique_ptr<Backend> be = CreateCpuBackend({1, reference});
+      auto s = be->CreateStream();
+      std::vector<float> out(kCount);
+      ASSERT_TRUE(be->SiluMul(*s, MakeTensor(g.data(), DType::kF32, {kCount}),
+                              MakeTensor(u.data(), DType::kF32, {kCount}),
+                              MakeTensor(out.data(), DType::kF32, {kCount})).ok());
+      if (first.empty()) first = out;
+      EXPECT_EQ(0, std::memcmp(out.data(), first.data(), kCount * sizeof(float)));
+      for (int64_t j = 0; j < kCount; ++j) {
+        const double want = g[j] / (1.0 + std::exp(-double{g[j]})) * u[j];
+        EXPECT_NEAR(out[j], want, 1e-6 * std::abs(want) + 1e-30) << j << " g " << g[j];
+      }
+      // Every element alone (a tail of one) gives its bits inside the call.
+      for (int64_t j : {int64_t{0}, int64_t{5}, int64_t{17}, kCount - 1}) {
+        float one = 0.0f;
+        ASSERT_TRUE(be->SiluMul(*s, MakeTensor(&g[j], DType::kF32, {1}),
+                                MakeTensor(&u[j], DType::kF32, {1}),
+                                MakeTensor(&one, DType::kF32, {1})).ok());
+        EXPECT_EQ(0, std::memcmp(&one, &out[j], sizeof(float))) << j;
+      }
+    }
+  }
+}
+
+TEST(ElementwiseTest, RmsNormIsIdenticalOnEveryPathAndMatchesTheFormula) {
+  for (int64_t d : {int64_t{8}, int64_t{48}, int64_t{100}}) {
+    SCOPED_TRACE(d);
+    constexpr int64_t kRows = 5;
+    std::vector<float> x = Random(kRows * d, 3, 4.0f), w = Random(d, 4, 2.0f);
+    std::vector<float> first;
+    for (int i = 0; i <= static_cast<int>(cpu::CpuBestIsa()); ++i) {
+      const cpu::Isa isa = static_cast<cpu::Isa>(i);
+      SCOPED_TRACE(cpu::IsaName(isa));
+      IsaScope scope(isa);
+      for (bool reference : {true, false}) {
+        std::unique_ptr<Backend> be = CreateCpuBackend({1, reference});
+        auto s = be->CreateStream();
+        std::vector<float> out(x.size());
+        ASSERT_TRUE(be->RmsNorm(*s, MakeTensor(x.data(), DType::kF32, {kRows, d}),
+                                MakeTensor(w.data(), DType::kF32, {d}), 1e-5f,
+                                MakeTensor(out.data(), DType::kF32, {kRows, d})).ok());
+        if (first.empty()) first = out;
+        EXPECT_EQ(0, std::memcmp(out.data(), first.data(), out.size() * sizeof(float)));
+        for (int64_t r = 0; r < kRows; ++r) {
+          double ss = 0;
+          for (int64_t j = 0; j < d; ++j) ss += double{x[r * d + j]} * x[r * d + j];
+          const double inv = 1.0 / std::sqrt(ss / d + 1e-5);
+          for (int64_t j = 0; j < d; ++j) {
+            const double want = x[r * d + j] * inv * w[j];
+            EXPECT_NEAR(out[r * d + j], want, 1e-5 * std::abs(want) + 1e-6) << r << "," << j;
+          }
+          std::vector<float> one(d);
+          ASSERT_TRUE(be->RmsNorm(*s, MakeTensor(x.data() + r * d, DType::kF32, {1, d}),
+                                  MakeTensor(w.data(), DType::kF32, {d}), 1e-5f,
+                                  MakeTensor(one.data(), DType::kF32, {1, d})).ok());
+          EXPECT_EQ(0, std::memcmp(one.data(), out.data() + r * d, d * sizeof(float))) << r;
+        }
+      }
+    }
+  }
+}
+
+}  // namespace
+}  // namespace kvfold::kernels
