@@ -263,7 +263,8 @@ INSTANTIATE_TEST_SUITE_P(Shapes, MatMulQ8Test,
                                            std::make_tuple(6, 19, 97), std::make_tuple(4, 9, 2048),
                                            // m % 16 == 0: the AMX path where present.
                                            std::make_tuple(1, 32, 768), std::make_tuple(19, 48, 96),
-                                           std::make_tuple(35, 64, 75), std::make_tuple(3, 16, 2048)));
+                                           std::make_tuple(35, 64, 75), std::make_tuple(3, 16, 2048),
+                                           std::make_tuple(18, 32, 2144)));
 
 // Direct attention for one row: keys given as (pointer to un-rotated k, v, position).
 TEST(AttentionTest, PagedGqaMatchesDirectAndBackendsAgree) {
