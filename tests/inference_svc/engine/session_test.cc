@@ -7,6 +7,7 @@
 #include <atomic>
 #include <cmath>
 #include <cstdlib>
+#include <limits>
 #include <new>
 #include <random>
 
@@ -161,6 +162,17 @@ TEST(SamplerTest, RngMatchesXoshiroAndRestores) {
   Rng b;
   b.set_state(a.state());
   for (int i = 0; i < 100; ++i) EXPECT_EQ(a.Next(), b.Next());
+}
+
+TEST(SamplerTest, ArgmaxTakesTheFirstLargestAndSkipsNan) {
+  const float nan = std::numeric_limits<float>::quiet_NaN();
+  EXPECT_EQ(Argmax(std::vector<float>{1.0f, 3.0f, 2.0f, 3.0f}), 1);
+  EXPECT_EQ(Argmax(std::vector<float>{-5.0f, nan, -1.0f, nan}), 2);
+  EXPECT_EQ(Argmax(std::vector<float>{-1.0f, -1.0f}), 0);
+  std::vector<float> big(32000, -2.0f);
+  big[31999] = 4.0f;
+  big[17] = 4.0f;
+  EXPECT_EQ(Argmax(big), 17);
 }
 
 TEST(SamplerTest, DistributionTopKTopPAndGreedy) {
