@@ -319,6 +319,13 @@ template <class Kv, class Update>
   }
 }
 
+// A key whose logit is this far below the row's running maximum weighs less than
+// e^-64 ~ 1.6e-28 of the maximum's key: it counts as 0 (and so does a running sum whose
+// maximum moved up that far). Below float resolution against the maximum's weight 1, it
+// would only feed denormal products p * v into the sums, each a slow microcode assist
+// (long contexts are mostly such keys: the kernel ran about 2x slower).
+constexpr float kNegligibleLogit = -64.0f;
+
 // The per-ISA code: the row update, and the F32 / INT8 tasks that inline RunTask.
 #define KVFOLD_TILED_ISA(NS, ATTR)                                            \
   namespace NS {                                                              \
@@ -343,10 +350,13 @@ template <class Kv, class Update>
       for (int i = 1; i < kTile; ++i) mt = std::max(mt, s[i]);                \
       RowState& st = u.st[gh];                                                \
       const float m_new = std::max(st.m, mt);                                 \
-      const float alpha = st.m == ninf ? 0.0f : std::exp(st.m - m_new);       \
+      const float gap = st.m - m_new;                                         \
+      const float alpha =                                                     \
+          st.m == ninf || gap < kNegligibleLogit ? 0.0f : std::exp(gap);      \
       V16 p = s - m_new;                                                      \
+      const auto kept = p >= kNegligibleLogit; /* masked lanes are -inf */    \
       Exp16(&p);                                                              \
-      p = mask ? p : V16{};                                                   \
+      p = kept ? p : V16{};                                                   \
       float s8[8], s4[4];                                                     \
       for (int i = 0; i < 8; ++i) s8[i] = p[i] + p[i + 8];                    \
       for (int i = 0; i < 4; ++i) s4[i] = s8[i] + s8[i + 4];                  \
@@ -355,15 +365,38 @@ template <class Kv, class Update>
       st.m = m_new;                                                           \
       float* acc = u.acc + gh * hdp;                                          \
       for (int d0 = 0; d0 < hdp; d0 += 16) {                                  \
-        V16 part[4] = {};                                                     \
-        for (int i = 0; i < u.valid; ++i) {                                   \
-          V16 v;                                                              \
-          std::memcpy(&v, u.tile->vt + i * hdp + d0, sizeof(v));              \
-          part[i & 3] = part[i & 3] + p[i] * v;                               \
+        /* Key i into part i % 4, in key order; four named sums stay in */    \
+        /* registers (an indexed array went through the stack per key). */    \
+        const float* vt = u.tile->vt + d0;                                    \
+        V16 part0 = V16{}, part1 = V16{}, part2 = V16{}, part3 = V16{};       \
+        V16 v0, v1, v2, v3;                                                   \
+        int i = 0;                                                            \
+        for (; i + 4 <= u.valid; i += 4) {                                    \
+          std::memcpy(&v0, vt + i * hdp, sizeof(V16));                        \
+          std::memcpy(&v1, vt + (i + 1) * hdp, sizeof(V16));                  \
+          std::memcpy(&v2, vt + (i + 2) * hdp, sizeof(V16));                  \
+          std::memcpy(&v3, vt + (i + 3) * hdp, sizeof(V16));                  \
+          part0 = part0 + p[i] * v0;                                          \
+          part1 = part1 + p[i + 1] * v1;                                      \
+          part2 = part2 + p[i + 2] * v2;                                      \
+          part3 = part3 + p[i + 3] * v3;                                      \
+        }                                                                     \
+        const int rest = u.valid - i; /* 0..3 keys, into parts 0..rest-1 */   \
+        if (rest > 0) {                                                       \
+          std::memcpy(&v0, vt + i * hdp, sizeof(V16));                        \
+          part0 = part0 + p[i] * v0;                                          \
+        }                                                                     \
+        if (rest > 1) {                                                       \
+          std::memcpy(&v1, vt + (i + 1) * hdp, sizeof(V16));                  \
+          part1 = part1 + p[i + 1] * v1;                                      \
+        }                                                                     \
+        if (rest > 2) {                                                       \
+          std::memcpy(&v2, vt + (i + 2) * hdp, sizeof(V16));                  \
+          part2 = part2 + p[i + 2] * v2;                                      \
         }                                                                     \
         V16 av;                                                               \
         std::memcpy(&av, acc + d0, sizeof(av));                               \
-        av = av * alpha + ((part[0] + part[1]) + (part[2] + part[3]));        \
+        av = av * alpha + ((part0 + part1) + (part2 + part3));                \
         std::memcpy(acc + d0, &av, sizeof(av));                               \
       }                                                                       \
     }                                                                         \
