@@ -49,6 +49,8 @@ struct PrefillCursor::State {
   int64_t key = 0;       // next key index of the layer's attention
   int64_t max_keys = 0;  // the sub-chunk's largest row key count
   int64_t slice_keys = 0;
+  // Measured cost of attention, ms per (key x row) of a slice; 0 until a slice ran.
+  double ms_per_key_row = 0;
 };
 
 PrefillCursor::PrefillCursor(std::unique_ptr<State> state) : st_(std::move(state)) {}
@@ -172,10 +174,7 @@ absl::Status PrefillCursor::Place() {
   for (int r = 0; r < plan.num_rows(); ++r) {
     s.max_keys = std::max<int64_t>(s.max_keys, plan.attn[r].num_keys());
   }
-  const int64_t per_key = int64_t{plan.num_rows()} * 2 * e.config().q_dim();
-  s.slice_keys = std::max<int64_t>(kernels::kAttentionPartKeys,
-                                   kPieceMacs / per_key / kernels::kAttentionPartKeys *
-                                       kernels::kAttentionPartKeys);
+  SizeSlices();
   s.layer = 0;
   s.next = Step::kAttentionIn;
   return absl::OkStatus();
@@ -193,6 +192,7 @@ absl::Status PrefillCursor::AttentionSlice() {
   }
   const Engine::Batch& b = s.batch;
   const int64_t n = b.n;
+  const auto t0 = std::chrono::steady_clock::now();
   absl::Status status = e.backend().AttentionPart(
       *e.stream_, b.q, e.pool().k_cache(s.layer), e.pool().v_cache(s.layer), b.rows, b.tables,
       b.rope, e.AttnShape(), s.key, s.key + s.slice_keys, s.softmax.Rows(0, n), b.att);
@@ -201,9 +201,35 @@ absl::Status PrefillCursor::AttentionSlice() {
     return AttentionSlice();
   }
   KVFOLD_RETURN_IF_ERROR(status);
+  const double ms =
+      std::chrono::duration<double, std::milli>(std::chrono::steady_clock::now() - t0).count();
+  const int64_t keys = std::min(s.slice_keys, s.max_keys - s.key);
   s.key += s.slice_keys;
   if (s.key >= s.max_keys) s.next = Step::kLayerOut;
+  // The next slices' size from what this one cost. A sample counts at most 4x the running
+  // estimate: a slice the OS preempted does not shrink the next ones to a few keys.
+  if (keys > 0 && n > 0) {
+    const double sample = ms / static_cast<double>(keys * n);
+    const double est = s.ms_per_key_row;
+    s.ms_per_key_row = est <= 0 ? sample : 0.75 * est + 0.25 * std::min(sample, 4 * est);
+    SizeSlices();
+  }
   return absl::OkStatus();
+}
+
+// Keys per attention slice: about kPieceMs by the measured cost once a slice ran (the
+// multiply-add estimate can be off several times over: with small heads a key's softmax
+// and rotation cost more than its dot products), about kPieceMacs before.
+void PrefillCursor::SizeSlices() {
+  State& s = *st_;
+  const int64_t rows = std::max(1, s.scratch->plan.num_rows());
+  constexpr int64_t kStep = kernels::kAttentionPartKeys;
+  const int64_t keys =
+      s.ms_per_key_row > 0
+          ? static_cast<int64_t>(kPieceMs / (s.ms_per_key_row * static_cast<double>(rows)))
+          : kPieceMacs / (rows * 2 * s.engine->config().q_dim());
+  const int64_t most = std::max<int64_t>(kStep, (s.max_keys + kStep - 1) / kStep * kStep);
+  s.slice_keys = std::clamp<int64_t>(keys / kStep * kStep, kStep, most);
 }
 
 // Logits (when the sub-chunk holds the prompt's last row), then the plan's finish.

@@ -6,7 +6,8 @@
 // row count); a sub-chunk runs piece by piece: place and embed; per layer the attention
 // inputs, the attention over slices of the keys (Backend::AttentionPart, the online
 // softmax carried between slices), the output projection and feed-forward; the logits.
-// Each piece costs about kPieceMacs multiply-adds whatever the context. Where the backend
+// Each weight piece costs about kPieceMacs multiply-adds and each attention slice about
+// kPieceMs (timed), whatever the context. Where the backend
 // cannot split attention (INT8 KV, the reference backend, CUDA) a layer's attention is
 // one piece.
 //
@@ -34,6 +35,9 @@ class PrefillCursor {
   // Work of one piece, in multiply-adds (weights: rows x parameters of a layer; attention:
   // rows x keys x 2 x q_dim).
   static constexpr int64_t kPieceMacs = int64_t{1} << 20;
+  // Time of one slice of a layer's attention keys, measured as the prompt runs (the cost
+  // of a key varies with the head size, the cache and the machine).
+  static constexpr double kPieceMs = 0.25;
 
   // Allocates the cursor's activations (for at most the engine's max_batch_tokens rows)
   // and softmax state.
@@ -63,6 +67,7 @@ class PrefillCursor {
   absl::Status Piece();
   absl::Status Place();
   absl::Status AttentionSlice();
+  void SizeSlices();
   absl::Status FinishSubChunk();
   std::unique_ptr<State> st_;
 };
