@@ -4,6 +4,7 @@
 
 #include <algorithm>
 #include <atomic>
+#include <chrono>
 #include <cstdio>
 #include <memory>
 #include <string>
@@ -34,13 +35,21 @@ class ShortSessions {
   ShortSessions(v1::InferenceService::Stub& stub, std::string label, int sessions, int vocab)
       : stub_(stub), label_(std::move(label)), next_turn_(sessions, 0), vocab_(vocab) {}
 
-  // `turns` turns per session, or until *stop (a turn that ends after it is not counted).
-  std::vector<Sample> Run(int turns, const std::atomic<bool>* stop) {
+  // `turns` turns per session and for at least `seconds`, or until *stop (a turn that
+  // ends after it is not counted).
+  std::vector<Sample> Run(int turns, double seconds, const std::atomic<bool>* stop) {
     std::vector<std::vector<Sample>> per(next_turn_.size());
     std::vector<std::thread> threads;
+    const auto until = std::chrono::steady_clock::now() +
+                       std::chrono::duration_cast<std::chrono::steady_clock::duration>(
+                           std::chrono::duration<double>(seconds));
+    auto more = [&](int n) {
+      if (stop != nullptr) return !stop->load();
+      return n < turns || std::chrono::steady_clock::now() < until;
+    };
     for (size_t i = 0; i < next_turn_.size(); ++i) {
       threads.emplace_back([&, i] {
-        for (int n = 0; stop != nullptr ? !stop->load() : n < turns; ++n) {
+        for (int n = 0; more(n); ++n) {
           const int t = next_turn_[i]++;
           const std::string id = absl::StrCat(label_, "-s", i, "-", t / kTurnsPerSession);
           if (t % kTurnsPerSession == 0 && !Create(stub_, id, v1::KV_MODE_FULL)) return;
@@ -98,13 +107,13 @@ json BenchFairness(service::InferenceServer& server, const FairnessOptions& opti
       grpc::CreateChannel(server.address(), grpc::InsecureChannelCredentials()));
   const int vocab = static_cast<int>(server.engine().config().vocab_size);
   ShortSessions shorts(*stub, label, options.sessions, vocab);
-  (void)shorts.Run(2, nullptr);  // warm-up
+  (void)shorts.Run(2, 0, nullptr);  // warm-up
   std::vector<Sample> all_alone, all_with;
   std::vector<double> ratios;
   json rounds = json::array();
   bool ok = true;
   for (int round = 0; round < options.rounds; ++round) {
-    const std::vector<Sample> alone = shorts.Run(options.turns, nullptr);
+    const std::vector<Sample> alone = shorts.Run(options.turns, options.alone_seconds, nullptr);
     const std::string long_id = absl::StrCat(label, "-long-", round);
     ok = Create(*stub, long_id, v1::KV_MODE_FULL) && ok;
     std::atomic<bool> long_done{false};
@@ -113,7 +122,7 @@ json BenchFairness(service::InferenceServer& server, const FairnessOptions& opti
       long_turn = Generate(*stub, long_id, RandomIds(options.long_prompt_tokens, vocab, 5 + round), 1);
       long_done.store(true);
     });
-    const std::vector<Sample> with_long = shorts.Run(0, &long_done);
+    const std::vector<Sample> with_long = shorts.Run(0, 0, &long_done);
     long_thread.join();
     ok = ok && long_turn.ok && !with_long.empty();
     const std::vector<double> a = ClientMs(alone), w = ClientMs(with_long);
@@ -140,6 +149,7 @@ json BenchFairness(service::InferenceServer& server, const FairnessOptions& opti
   json row;
   row["long_prompt_tokens"] = options.long_prompt_tokens;
   row["sessions"] = options.sessions;
+  row["alone_seconds"] = options.alone_seconds;
   row["rounds"] = rounds;
   row["median_p99_ratio"] = Percentile(ratios, 0.5);
   row["p50_alone_ms"] = Percentile(a, 0.5);

@@ -2,7 +2,8 @@
 // session prefills a long full-mode prompt, against the same turns without it.
 //
 // `sessions` client threads run short turns (8-token prompt, 8 new tokens, full mode) in a
-// loop. Each round measures them first alone (`turns` per session), then while one fresh
+// loop. Each round measures them first alone (`turns` per session, for at least
+// `alone_seconds`), then while one fresh
 // session prefills a `long_prompt_tokens` prompt (until its turn ends): the two windows
 // alternate, so load from other processes on the machine hits both alike. The short
 // sessions are replaced every few turns, so their own context (at most ~140 tokens) is
@@ -22,6 +23,8 @@ struct FairnessOptions {
   int long_prompt_tokens = 8000;
   int sessions = 4;
   int turns = 40;   // short turns per session in each window without the long prompt
+  double alone_seconds = 0;  // ... and at least this long (a p99 over a short window
+                             // is one burst of load from elsewhere away from noise)
   int rounds = 3;   // windows without / with the long prompt, alternating
 };
 

@@ -58,6 +58,7 @@ struct Flags {
   int fairness_sessions = 4;
   int fairness_turns = 40;
   int fairness_rounds = 3;
+  double fairness_alone_seconds = 0;
   bool skip_decode_resume = false;
   bool fairness_baseline = true;
   double prefill_stall = 1.0;
@@ -81,6 +82,7 @@ void AddFlags(CLI::App& app, Flags& f) {
   app.add_option("--fairness-long-prompt", f.fairness_long_prompt, "tokens of the long full-mode prompt in the fairness table (0 = skip the table)");
   app.add_option("--fairness-sessions", f.fairness_sessions, "sessions running short turns in the fairness table");
   app.add_option("--fairness-turns", f.fairness_turns, "short turns per session measured without the long prompt");
+  app.add_option("--fairness-alone-seconds", f.fairness_alone_seconds, "each window without the long prompt lasts at least this long (and --fairness-turns turns)");
   app.add_option("--fairness-rounds", f.fairness_rounds, "alternating rounds (without / with the long prompt) of the fairness table")
       ->check(CLI::Range(1, 100));
   kvfold::AddSwitch(app, "--skip-decode-resume", f.skip_decode_resume, "run only the fairness table");
@@ -321,6 +323,7 @@ int main(int argc, char** argv) {
     options.sessions = flags.fairness_sessions;
     options.turns = flags.fairness_turns;
     options.rounds = flags.fairness_rounds;
+    options.alone_seconds = flags.fairness_alone_seconds;
     for (bool fair : {true, false}) {
       if (!fair && !flags.fairness_baseline) continue;
       const double stall = fair ? flags.prefill_stall : 0.0;
