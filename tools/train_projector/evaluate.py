@@ -14,7 +14,9 @@ Metrics (nats/token): NLL over all predicted positions, over positions beyond th
 t >= budget whose target is a word-initial content token (a name or noun-like piece) that
 occurs earlier in the document but not in its last `budget` tokens, i.e. only outside
 every mode's window (content words: word-initial alphabetic pieces of 3+ letters minus a
-stop list; "any token": the same without the content filter). Optional long-document stability (--long FILE): NLL per 1k-token
+stop list; "any token": the same without the content filter), and the names probe of
+`kvfold eval --recall` split into names whose token opens the story (is among its first
+--sink tokens, which sink mode keeps) and the others. Optional long-document stability (--long FILE): NLL per 1k-token
 bucket streamed through memory, sliding and sink; full mode on the first --long-full tokens.
 Progress goes to stderr; a Markdown table to stdout; JSON to --json.
 """
@@ -31,6 +33,7 @@ import torch  # noqa: E402
 import torch.nn.functional as F  # noqa: E402
 
 from kvfold_torch import data, llama, memory, projector, tokenizer  # noqa: E402
+from kvfold_torch import probe as probe_mod  # noqa: E402
 
 STOP = {b" the", b" and", b" was", b" she", b" her", b" his", b" they", b" that", b" with",
         b" said", b" you", b" had", b" him", b" them", b" for", b" were", b" are", b" not",
@@ -66,9 +69,13 @@ def mode_logits(model, proj, mode, t, a):
     raise ValueError(mode)
 
 
-def eval_stories(model, proj, docs, modes, a, content):
-    res = {m: {"all": [0.0, 0], "beyond": [0.0, 0], "recall": [0.0, 0], "recall_any": [0.0, 0]}
-           for m in modes}
+def eval_stories(model, proj, docs, modes, a, content, tok):
+    """Per mode: NLL over all rows, rows t >= budget, the recall probes, and the names
+    probe of `kvfold eval --recall` (probe.names_mask at the budget) split by where the
+    name's token id occurs: among the story's first --sink tokens (what sink mode keeps
+    resident: a story that opens with its character's name) or not."""
+    keys = ("all", "beyond", "recall", "recall_any", "names", "names_opening", "names_other")
+    res = {m: {k: [0.0, 0] for k in keys} for m in modes}
     t0 = time.time()
     for i, doc in enumerate(docs):
         t = torch.tensor([doc])
@@ -81,6 +88,11 @@ def eval_stories(model, proj, docs, modes, a, content):
                 probe_any.append(r)
                 if x in content:
                     probe.append(r)
+        marks = probe_mod.names_mask(tok, doc, a.budget)
+        names = [r for r in range(a.budget, N - 1) if marks[r + 1]]
+        opening = [r for r in names if doc[r + 1] in doc[:a.sink]]
+        rows = {"names": names, "names_opening": opening,
+                "names_other": [r for r in names if r not in opening]}
         with torch.no_grad():
             for m in modes:
                 nll = F.cross_entropy(mode_logits(model, proj, m, t, a)[0, :-1], tgt,
@@ -93,6 +105,9 @@ def eval_stories(model, proj, docs, modes, a, content):
                 res[m]["recall"][1] += len(probe)
                 res[m]["recall_any"][0] += nll[probe_any].sum().item() if probe_any else 0.0
                 res[m]["recall_any"][1] += len(probe_any)
+                for k, rs in rows.items():
+                    res[m][k][0] += nll[rs].sum().item() if rs else 0.0
+                    res[m][k][1] += len(rs)
         if (i + 1) % 20 == 0:
             print(f"  stories {i + 1}/{len(docs)} ({time.time() - t0:.0f}s)", file=sys.stderr)
     out = {}
@@ -254,7 +269,7 @@ def main():
     docs = data.encode_stories(tok, held, a.max_len)
     print(f"evaluating {len(docs)} {a.split} stories, {sum(map(len, docs))} tokens",
           file=sys.stderr)
-    res = eval_stories(model, proj, docs, modes, a, content_ids(tok))
+    res = eval_stories(model, proj, docs, modes, a, content_ids(tok), tok)
     budgets = {"full": "all", "sliding": str(a.budget), "sink": f"{a.sink} + {a.budget - a.sink}",
                "memory": (f"{cfg['mem_slots']} + {cfg['window_size']}" if sliding_policy else
                           f"{cfg['mem_slots']} + {cfg['window_size']} + {cfg['chunk_size']}"),
@@ -266,17 +281,20 @@ def main():
                    for m, b in budgets.items()}
     full_b = res["full"]["beyond"]["nll"] if "full" in res else float("nan")
     print(f"| mode | KV budget | NLL all | NLL beyond {a.budget} | vs full (beyond) | "
-          f"recall probe NLL (content words) | recall probe NLL (any token) |")
-    print("| --- | --- | --- | --- | --- | --- | --- |")
+          f"recall probe NLL (content words) | recall probe NLL (any token) | names probe | "
+          f"names: opening the story | names: other |")
+    print("| --- | --- | --- | --- | --- | --- | --- | --- | --- | --- |")
     for m in modes:
         r = res[m]
         b = budgets.get(m, m.partition("@")[2])
         print(f"| {m} | {b} | {r['all']['nll']:.4f} | {r['beyond']['nll']:.4f} | "
               f"{100 * (r['beyond']['nll'] / full_b - 1):+.2f}% | {r['recall']['nll']:.4f} | "
-              f"{r['recall_any']['nll']:.4f} |")
+              f"{r['recall_any']['nll']:.4f} | {r['names']['nll']:.4f} | "
+              f"{r['names_opening']['nll']:.4f} | {r['names_other']['nll']:.4f} |")
     t = res[modes[0]]
     print(f"\ntokens: all {t['all']['tokens']}, beyond {t['beyond']['tokens']}, recall probe "
-          f"{t['recall']['tokens']} (content words), {t['recall_any']['tokens']} (any token)")
+          f"{t['recall']['tokens']} (content words), {t['recall_any']['tokens']} (any token), "
+          f"names {t['names']['tokens']} ({t['names_opening']['tokens']} opening the story)")
     out = {"stories": res, "budget": a.budget, "sink": a.sink, "projector": cfg,
            "split": a.split, "heldout_stories": len(docs)}
     if a.long:

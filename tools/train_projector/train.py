@@ -246,14 +246,15 @@ def autocast(args):
 
 @torch.no_grad()
 def validate(model, proj, docs, W, C, batch, args, tok, full_cache):
-    """NLL over rows t >= W + C of the val split: memory mode, full context (computed once,
-    kept in full_cache) and memory mode on the names probe at the projector's budget."""
+    """NLL over rows t >= B of the val split, B = the mode's KV budget (the rows of `kvfold
+    eval`'s "NLL ctx > budget"): memory mode, full context (computed once, kept in
+    full_cache) and memory mode on the names probe at B."""
     tot_m = tot_f = tot_nm = n = nn = 0.0
-    budget = (memory.sink_count(proj) + proj.config["mem_slots"]
-              + memory.effective_window(proj, W))
+    band = memory.window_band(proj, W)
+    budget = memory.sink_count(proj) + proj.config["mem_slots"] + (band or W + C)
     for i in range(0, len(docs), batch):
         t, valid = batch_tokens(docs, list(range(i, min(i + batch, len(docs)))))
-        w = row_weights(t, valid, W, C, 0.0, 0, memory.sink_count(proj))[:, :-1]
+        w = row_weights(t, valid, budget, 0, 0.0)[:, :-1]
         names = name_rows(tok, t, valid, budget)[:, :-1]
         names = names * (torch.arange(names.shape[1])[None, :] >= budget)
         w, names = w.to(args.device), names.to(args.device)
