@@ -20,6 +20,22 @@ class IsaScope {
   ~IsaScope() { cpu::SetActiveIsaForTesting(cpu::CpuBestIsa()); }
 };
 
+// Calls fn(backend, stream) on both CPU backends under every ISA path this CPU runs.
+template <typename Fn>
+void ForEachPath(Fn fn) {
+  for (int i = 0; i <= static_cast<int>(cpu::CpuBestIsa()); ++i) {
+    const cpu::Isa isa = static_cast<cpu::Isa>(i);
+    SCOPED_TRACE(cpu::IsaName(isa));
+    IsaScope scope(isa);
+    for (bool reference : {true, false}) {
+      SCOPED_TRACE(reference ? "cpu-ref" : "cpu");
+      std::unique_ptr<Backend> be = CreateCpuBackend({1, reference});
+      auto s = be->CreateStream();
+      fn(*be, *s);
+    }
+  }
+}
+
 std::vector<float> Random(size_t n, uint32_t seed, float scale) {
   std::mt19937 rng(seed);
   std::uniform_real_distribution<float> u(-scale, scale);
@@ -37,33 +53,25 @@ TEST(ElementwiseTest, SiluMulIsIdenticalOnEveryPathAndMatchesTheFormula) {
   g[3] = -87.0f;
   g[kCount - 1] = 40.0f;
   std::vector<float> first;
-  for (int i = 0; i <= static_cast<int>(cpu::CpuBestIsa()); ++i) {
-    const cpu::Isa isa = static_cast<cpu::Isa>(i);
-    SCOPED_TRACE(cpu::IsaName(isa));
-    IsaScope scope(isa);
-    for (bool reference : {true, false}) {
-      std::unique_ptr<Backend> be = CreateCpuBackend({1, reference});
-      auto s = be->CreateStream();
-      std::vector<float> out(kCount);
-      ASSERT_TRUE(be->SiluMul(*s, MakeTensor(g.data(), DType::kF32, {kCount}),
-                              MakeTensor(u.data(), DType::kF32, {kCount}),
-                              MakeTensor(out.data(), DType::kF32, {kCount})).ok());
-      if (first.empty()) first = out;
-      EXPECT_EQ(0, std::memcmp(out.data(), first.data(), kCount * sizeof(float)));
-      for (int64_t j = 0; j < kCount; ++j) {
-        const double want = g[j] / (1.0 + std::exp(-double{g[j]})) * u[j];
-        EXPECT_NEAR(out[j], want, 1e-6 * std::abs(want) + 1e-30) << j << " g " << g[j];
-      }
-      // Every element alone (a tail of one) gives its bits inside the call.
-      for (int64_t j : {int64_t{0}, int64_t{5}, int64_t{17}, kCount - 1}) {
-        float one = 0.0f;
-        ASSERT_TRUE(be->SiluMul(*s, MakeTensor(&g[j], DType::kF32, {1}),
-                                MakeTensor(&u[j], DType::kF32, {1}),
-                                MakeTensor(&one, DType::kF32, {1})).ok());
-        EXPECT_EQ(0, std::memcmp(&one, &out[j], sizeof(float))) << j;
-      }
+  ForEachPath([&](Backend& be, Stream& s) {
+    std::vector<float> out(kCount);
+    ASSERT_TRUE(be.SiluMul(s, MakeTensor(g.data(), DType::kF32, {kCount}),
+                           MakeTensor(u.data(), DType::kF32, {kCount}),
+                           MakeTensor(out.data(), DType::kF32, {kCount})).ok());
+    if (first.empty()) first = out;
+    EXPECT_EQ(0, std::memcmp(out.data(), first.data(), kCount * sizeof(float)));
+    for (int64_t j = 0; j < kCount; ++j) {
+      const double want = g[j] / (1.0 + std::exp(-double{g[j]})) * u[j];
+      EXPECT_NEAR(out[j], want, 1e-6 * std::abs(want) + 1e-30) << j << " g " << g[j];
     }
-  }
+    // Every element alone (a tail of one) gives its bits inside the call.
+    for (int64_t j : {int64_t{0}, int64_t{5}, int64_t{17}, kCount - 1}) {
+      float one = 0.0f;
+      ASSERT_TRUE(be.SiluMul(s, MakeTensor(&g[j], DType::kF32, {1}), MakeTensor(&u[j], DType::kF32, {1}),
+                             MakeTensor(&one, DType::kF32, {1})).ok());
+      EXPECT_EQ(0, std::memcmp(&one, &out[j], sizeof(float))) << j;
+    }
+  });
 }
 
 TEST(ElementwiseTest, RmsNormIsIdenticalOnEveryPathAndMatchesTheFormula) {
@@ -72,35 +80,28 @@ TEST(ElementwiseTest, RmsNormIsIdenticalOnEveryPathAndMatchesTheFormula) {
     constexpr int64_t kRows = 5;
     std::vector<float> x = Random(kRows * d, 3, 4.0f), w = Random(d, 4, 2.0f);
     std::vector<float> first;
-    for (int i = 0; i <= static_cast<int>(cpu::CpuBestIsa()); ++i) {
-      const cpu::Isa isa = static_cast<cpu::Isa>(i);
-      SCOPED_TRACE(cpu::IsaName(isa));
-      IsaScope scope(isa);
-      for (bool reference : {true, false}) {
-        std::unique_ptr<Backend> be = CreateCpuBackend({1, reference});
-        auto s = be->CreateStream();
-        std::vector<float> out(x.size());
-        ASSERT_TRUE(be->RmsNorm(*s, MakeTensor(x.data(), DType::kF32, {kRows, d}),
-                                MakeTensor(w.data(), DType::kF32, {d}), 1e-5f,
-                                MakeTensor(out.data(), DType::kF32, {kRows, d})).ok());
-        if (first.empty()) first = out;
-        EXPECT_EQ(0, std::memcmp(out.data(), first.data(), out.size() * sizeof(float)));
-        for (int64_t r = 0; r < kRows; ++r) {
-          double ss = 0;
-          for (int64_t j = 0; j < d; ++j) ss += double{x[r * d + j]} * x[r * d + j];
-          const double inv = 1.0 / std::sqrt(ss / d + 1e-5);
-          for (int64_t j = 0; j < d; ++j) {
-            const double want = x[r * d + j] * inv * w[j];
-            EXPECT_NEAR(out[r * d + j], want, 1e-5 * std::abs(want) + 1e-6) << r << "," << j;
-          }
-          std::vector<float> one(d);
-          ASSERT_TRUE(be->RmsNorm(*s, MakeTensor(x.data() + r * d, DType::kF32, {1, d}),
-                                  MakeTensor(w.data(), DType::kF32, {d}), 1e-5f,
-                                  MakeTensor(one.data(), DType::kF32, {1, d})).ok());
-          EXPECT_EQ(0, std::memcmp(one.data(), out.data() + r * d, d * sizeof(float))) << r;
+    ForEachPath([&](Backend& be, Stream& s) {
+      std::vector<float> out(x.size());
+      ASSERT_TRUE(be.RmsNorm(s, MakeTensor(x.data(), DType::kF32, {kRows, d}),
+                             MakeTensor(w.data(), DType::kF32, {d}), 1e-5f,
+                             MakeTensor(out.data(), DType::kF32, {kRows, d})).ok());
+      if (first.empty()) first = out;
+      EXPECT_EQ(0, std::memcmp(out.data(), first.data(), out.size() * sizeof(float)));
+      for (int64_t r = 0; r < kRows; ++r) {
+        double ss = 0;
+        for (int64_t j = 0; j < d; ++j) ss += double{x[r * d + j]} * x[r * d + j];
+        const double inv = 1.0 / std::sqrt(ss / d + 1e-5);
+        for (int64_t j = 0; j < d; ++j) {
+          const double want = x[r * d + j] * inv * w[j];
+          EXPECT_NEAR(out[r * d + j], want, 1e-5 * std::abs(want) + 1e-6) << r << "," << j;
         }
+        std::vector<float> one(d);
+        ASSERT_TRUE(be.RmsNorm(s, MakeTensor(x.data() + r * d, DType::kF32, {1, d}),
+                               MakeTensor(w.data(), DType::kF32, {d}), 1e-5f,
+                               MakeTensor(one.data(), DType::kF32, {1, d})).ok());
+        EXPECT_EQ(0, std::memcmp(one.data(), out.data() + r * d, d * sizeof(float))) << r;
       }
-    }
+    });
   }
 }
 
