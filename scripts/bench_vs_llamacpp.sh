@@ -4,7 +4,7 @@
 #
 #   scripts/bench_vs_llamacpp.sh LLAMA_CPP_BIN_DIR [--reps N] [--long-reps N] [--scratch DIR]
 #        [--tokenizer-32k FILE] [--stories260k DIR_WITH_stories260K.bin_AND_tok512.bin]
-#        [--rows s110,q8,long]
+#        [--rows s110,q8,long] [--threads 1,2]
 #
 # LLAMA_CPP_BIN_DIR holds llama-bench, llama-quantize and llama-convert-llama2c-to-ggml.
 # Models are built once into the scratch dir (default $KVFOLD_BENCH_DIR or a new temp
@@ -15,7 +15,8 @@
 # ../shared/models/tokenizers/llama2_32000.bin and ../shared/models/stories260K.
 #
 # --reps (default 3) interleaved pairs per stories110m row, --long-reps (default 1) for the
-# 10k-token row. Prints the load average and the llama.cpp commit measured (llama-bench's
+# 10k-token row, --threads (default 1,2) the stories110m rows' thread counts. Prints the
+# load average and the llama.cpp commit measured (llama-bench's
 # build_commit, else the git checkout above LLAMA_CPP_BIN_DIR), then one table per target:
 # kvfold and llama.cpp medians over the reps and kvfold / llama.cpp. Targets: stories110m
 # f32 prefill (128-token prompt) and decode (32 tokens) at 1 and 2 threads (decode from an
@@ -37,6 +38,7 @@ SCRATCH="${KVFOLD_BENCH_DIR:-}"
 TOK32K="$ROOT/../shared/models/tokenizers/llama2_32000.bin"
 S260="$ROOT/../shared/models/stories260K"
 ROWS="s110,q8,long"
+THREADS="1,2"
 while (($#)); do
   case "$1" in
     --reps) REPS="$2"; shift 2 ;;
@@ -45,7 +47,8 @@ while (($#)); do
     --tokenizer-32k) TOK32K="$2"; shift 2 ;;
     --stories260k) S260="$2"; shift 2 ;;
     --rows) ROWS="$2"; shift 2 ;;
-    -h|--help) sed -n '2,24p' "$0"; exit 0 ;;
+    --threads) THREADS="$2"; shift 2 ;;
+    -h|--help) sed -n '2,27p' "$0"; exit 0 ;;
     *) echo "bench_vs_llamacpp: unknown argument $1" >&2; exit 2 ;;
   esac
 done
@@ -92,7 +95,7 @@ run_pair() {  # name, reps, kvfold bench args..., --, llama-bench args...
     "$LLAMA/llama-bench" -r 1 -o json "${ll[@]}" >"results/$name.llama.$rep.json" 2>/dev/null
   done
 }
-for t in 1 2; do
+for t in ${THREADS//,/ }; do
   if has_row s110; then
     run_pair "s110_f32_t$t" "$REPS" --stories s110.bin --contexts 1,128 --decode-steps 32 --threads "$t" \
       -- -m s110.gguf -p 128 -n 32 -t "$t"
