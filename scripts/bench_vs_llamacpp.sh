@@ -15,14 +15,14 @@
 # ../shared/models/tokenizers/llama2_32000.bin and ../shared/models/stories260K.
 #
 # --reps (default 3) interleaved pairs per stories110m row, --long-reps (default 1) for the
-# 10k-token row, --threads (default 1,2) the stories110m rows' thread counts. Prints the
+# 10k-token row, --threads (default 1,2) the thread counts of every row. Prints the
 # load average and the llama.cpp commit measured (llama-bench's
 # build_commit, else the git checkout above LLAMA_CPP_BIN_DIR), then one table per target:
 # kvfold and llama.cpp medians over the reps and kvfold / llama.cpp. Targets: stories110m
 # f32 prefill (128-token prompt) and decode (32 tokens) at 1 and 2 threads (decode from an
 # empty context on both sides, as llama-bench's tg test does: kvfold's context-1 row; its
 # decode after the 128-token prompt is shown beside it); stories110m q8
-# vs Q8_0 at 1 and 2 threads; stories260K 10240-token prompt, full mode, 2 threads; kvfold
+# vs Q8_0 at 1 and 2 threads; stories260K 10240-token prompt, full mode, 1 and 2 threads; kvfold
 # decode against the STREAM triad roofline (bench_engine's triad, same process: bytes/s /
 # bytes per token).
 set -euo pipefail
@@ -106,8 +106,10 @@ for t in ${THREADS//,/ }; do
   fi
 done
 if has_row long; then
-  run_pair "s260_10k_t2" "$LONG_REPS" --stories "$S260/stories260K.bin" --contexts 10240 --decode-steps 1 --threads 2 \
-    -- -m s260.gguf -p 10240 -n 0 -t 2
+  for t in ${THREADS//,/ }; do
+    run_pair "s260_10k_t$t" "$LONG_REPS" --stories "$S260/stories260K.bin" --contexts 10240 --decode-steps 1 \
+      --threads "$t" -- -m s260.gguf -p 10240 -n 0 -t "$t"
+  done
 fi
 # The commit of the binaries measured: llama-bench's own build_commit (in its JSON), else
 # the git checkout the binaries were built in, else "unknown".

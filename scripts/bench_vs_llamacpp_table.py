@@ -107,9 +107,10 @@ def main():
     q8 = rows_for("s110_q8")
     if q8:
         table("stories110m shape, kvfold q8 vs llama.cpp Q8_0", "decode >= 1.0x", "phase (tok/s)", q8)
-    if "s260_10k_t2" in kv:
-        table("stories260K, 10240-token prompt, full mode", ">= 1.0x", "phase (tok/s)",
-              [("prefill, 2 thr", *pair("s260_10k_t2", "prefill"))])
+    long_rows = [(f"prefill, {t} thr", *pair(f"s260_10k_t{t}", "prefill"))
+                 for t in (1, 2) if f"s260_10k_t{t}" in kv]
+    if long_rows:
+        table("stories260K, 10240-token prompt, full mode", ">= 1.0x", "phase (tok/s)", long_rows)
     roof = []
     for name, label in (("s110_f32", "f32"), ("s110_q8", "q8")):
         for t in (1, 2):
