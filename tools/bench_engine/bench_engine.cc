@@ -6,7 +6,7 @@
 //   bench_engine [--stories PATH] [--no-big] [--quick] [--threads N]
 //                [--contexts 128,1024,4096,16384] [--decode-steps N] [--window 1024]
 //                [--kv-dtypes f32,int8] [--modes full,sliding,sink] [--no-gemm]
-//                [--batch-sizes 1,16] [--batch-rounds 3]
+//                [--batch-sizes 1,16] [--batch-rounds 3] [--prefill-pieces N]
 //
 // --stories takes any model LoadModel reads (llama2.c file or HF directory, e.g. a
 // `kvfold convert --dtype q8` output).
@@ -21,7 +21,9 @@
 // tok per CPU-second, bytes per token).
 // INT8 rows use real prefills only (synthetic K/V would skip the quantizer).
 // --batch-sizes adds "batch_decode" for the --stories model: N sequences decoding in one
-// Forward per step, beside one (batch_decode.h).
+// Forward per step, beside one (batch_decode.h). --prefill-pieces adds "prefill_pieces":
+// the time of every piece of an N-token full-mode prompt fed as the scheduler feeds it,
+// per band of context (prefill_pieces.h).
 #include <immintrin.h>
 
 #include <algorithm>
@@ -46,6 +48,7 @@
 #include "kernels/cpu/isa.h"
 #include "nlohmann/json.hpp"
 #include "tools/bench_engine/batch_decode.h"
+#include "tools/bench_engine/prefill_pieces.h"
 #ifdef KVFOLD_HAVE_OPENBLAS
 #include <cblas.h>
 #endif
@@ -368,6 +371,13 @@ int Main(int argc, char** argv) {
       ->check(CLI::PositiveNumber);
   app.add_option("--batch-rounds", batch.rounds, "interleaved rounds per batch size (median)")
       ->check(CLI::PositiveNumber);
+  int prefill_pieces = 0, pieces_band = 2000;
+  app.add_option("--prefill-pieces", prefill_pieces,
+                 "time every piece of a full-mode prompt of this many tokens fed in pieces "
+                 "(0 = skip)")
+      ->check(CLI::NonNegativeNumber);
+  app.add_option("--pieces-band", pieces_band, "context entries per row of the piece table")
+      ->check(CLI::PositiveNumber);
   if (std::optional<int> rc = kvfold::ParseCommandLine(app, argc, argv)) return *rc;
   std::vector<core::DType> dtypes;
   for (const std::string& p : kv_dtypes) {
@@ -431,6 +441,16 @@ int Main(int argc, char** argv) {
       out["batch_decode"] = e.ok() ? bench::BenchBatchDecode(**e, batch)
                                    : json{{"error", e.status().ToString()}};
       std::fprintf(stderr, "batch decode: %s\n", out["batch_decode"].dump().c_str());
+    }
+    if (prefill_pieces > 0) {
+      engine::EngineOptions eo;
+      // The prompt's full-mode KV, F32, with room to spare.
+      eo.kv_pool_bytes = std::max(eo.kv_pool_bytes, static_cast<size_t>(prefill_pieces + 4096) *
+                                                        m->config.num_layers * 2 *
+                                                        m->config.kv_dim() * sizeof(float));
+      auto e = engine::Engine::Create(*m, backend.get(), eo);
+      out["prefill_pieces"] = e.ok() ? bench::BenchPrefillPieces(**e, prefill_pieces, pieces_band)
+                                     : json{{"error", e.status().ToString()}};
     }
   } else {
     std::fprintf(stderr, "skipping stories260K: %s\n", m.status().ToString().c_str());
