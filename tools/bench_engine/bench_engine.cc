@@ -444,10 +444,12 @@ int Main(int argc, char** argv) {
     }
     if (prefill_pieces > 0) {
       engine::EngineOptions eo;
-      // The prompt's full-mode KV, F32, with room to spare.
-      eo.kv_pool_bytes = std::max(eo.kv_pool_bytes, static_cast<size_t>(prefill_pieces + 4096) *
-                                                        m->config.num_layers * 2 *
-                                                        m->config.kv_dim() * sizeof(float));
+      // The prompt's full-mode KV (F32, the engine's default), with room to spare.
+      const absl::StatusOr<uint64_t> per_token = core::KvBytesPerToken(
+          {static_cast<uint64_t>(m->config.num_layers), static_cast<uint64_t>(m->config.kv_dim())});
+      if (per_token.ok()) {
+        eo.kv_pool_bytes = std::max<size_t>(eo.kv_pool_bytes, (prefill_pieces + 4096) * *per_token);
+      }
       auto e = engine::Engine::Create(*m, backend.get(), eo);
       out["prefill_pieces"] = e.ok() ? bench::BenchPrefillPieces(**e, prefill_pieces, pieces_band)
                                      : json{{"error", e.status().ToString()}};
