@@ -24,7 +24,8 @@
 # decode after the 128-token prompt is shown beside it); stories110m q8
 # vs Q8_0 at 1 and 2 threads; stories260K 10240-token prompt, full mode, 1 and 2 threads; kvfold
 # decode against the STREAM triad roofline (bench_engine's triad, same process: bytes/s /
-# bytes per token).
+# bytes per token). Both sides time a warm prompt: llama-bench runs an untimed warm-up prompt
+# of the same length first, bench_engine the same with --prefill-warmup.
 set -euo pipefail
 ROOT="$(cd "$(dirname "$0")/.." && pwd)"
 BUILD_DIR="${KVFOLD_BUILD_DIR:-$ROOT/build}"
@@ -48,7 +49,7 @@ while (($#)); do
     --stories260k) S260="$2"; shift 2 ;;
     --rows) ROWS="$2"; shift 2 ;;
     --threads) THREADS="$2"; shift 2 ;;
-    -h|--help) sed -n '2,27p' "$0"; exit 0 ;;
+    -h|--help) sed -n '2,29p' "$0"; exit 0 ;;
     *) echo "bench_vs_llamacpp: unknown argument $1" >&2; exit 2 ;;
   esac
 done
@@ -91,7 +92,7 @@ run_pair() {  # name, reps, kvfold bench args..., --, llama-bench args...
   shift
   ll=("$@")
   for rep in $(seq 1 "$reps"); do
-    "$BENCH" --no-big --no-gemm --modes full "${kv[@]}" >"results/$name.kvfold.$rep.json" 2>/dev/null
+    "$BENCH" --no-big --no-gemm --modes full --prefill-warmup "${kv[@]}" >"results/$name.kvfold.$rep.json" 2>/dev/null
     "$LLAMA/llama-bench" -r 1 -o json "${ll[@]}" >"results/$name.llama.$rep.json" 2>/dev/null
   done
 }
