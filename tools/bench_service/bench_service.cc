@@ -8,7 +8,9 @@
 //    ratio is the gain of continuous batching's shared matmuls): whole turns, and the
 //    decode phase alone (all sessions decoding; prompts excluded, their time reported),
 //    with decode_over_one_session = N sessions' decode phase / one session's, per wall
-//    second and (_cpu) per CPU second of the process.
+//    second and (_cpu) per CPU second of the process. --decode-rounds R repeats the whole
+//    --sessions list R times (1, 16, 1, 16, ...): each ratio is taken within its round,
+//    every number of a row is the median over the rounds, decode_rounds has them all.
 // 2. resume: time to first token of a turn on a replica that never saw the session (it
 //    streams the block from the store and rebuilds: memory mode with --projector, else
 //    full) against re-prefilling the whole history in full mode, as an engine without
@@ -51,6 +53,7 @@ struct Flags {
   std::string projector;
   std::string sessions = "1,4,16";
   int new_tokens = 128;
+  int decode_rounds = 1;
   std::string histories = "1000,10000,50000";
   int threads = 0;
   int reprefill_max_tokens = 20000;
@@ -76,6 +79,10 @@ void AddFlags(CLI::App& app, Flags& f) {
   app.add_option("--projector", f.projector, "projector directory (memory mode); empty = full mode");
   app.add_option("--sessions", f.sessions, "concurrent sessions for the decode table");
   app.add_option("--new-tokens", f.new_tokens, "tokens generated per session in the decode table");
+  app.add_option("--decode-rounds", f.decode_rounds,
+                 "interleaved rounds of the decode table (every --sessions entry per round); "
+                 "rows are medians, ratios paired within a round")
+      ->check(CLI::Range(1, 100));
   app.add_option("--histories", f.histories, "history lengths for the resume table");
   app.add_option("--threads", f.threads, "engine threads (0 = all cores)");
   app.add_option("--reprefill-max-tokens", f.reprefill_max_tokens, "skip the full-mode re-prefill baseline above this history (it is quadratic)");
@@ -189,6 +196,67 @@ DecodePhase SteadyDecode(const std::vector<Turn>& turns) {
 
 }  // namespace
 
+// One row of the decode table: n concurrent sessions, batching on and then off, each on a
+// fresh replica; whole-turn and decode-phase tok/s.
+nlohmann::json DecodeRow(const Flags& flags, const std::string& store_address, int n, int round,
+                         int* vocab) {
+  nlohmann::json row;
+  row["sessions"] = n;
+  row["new_tokens_per_session"] = flags.new_tokens;
+  for (bool batching : {true, false}) {
+    Replica r = StartReplica(flags, store_address, batching, kvfold::v1::KV_MODE_FULL);
+    *vocab = static_cast<int>(r.server->engine().config().vocab_size);
+    const std::string tag = std::string(batching ? "on" : "off") + "-" + std::to_string(round) +
+                            "-" + std::to_string(n) + "-";
+    for (int i = 0; i < n; ++i) Create(*r.stub, tag + std::to_string(i), kvfold::v1::KV_MODE_FULL);
+    Create(*r.stub, tag + "warmup", kvfold::v1::KV_MODE_FULL);
+    Generate(*r.stub, tag + "warmup", RandomIds(8, *vocab, 99), 16);
+    std::vector<Turn> turns(n);
+    std::vector<std::thread> threads;
+    const auto start = Clock::now();
+    for (int i = 0; i < n; ++i) {
+      threads.emplace_back([&, i] {
+        turns[i] = Generate(*r.stub, tag + std::to_string(i), RandomIds(8, *vocab, i),
+                            flags.new_tokens, &start);
+      });
+    }
+    for (auto& t : threads) t.join();
+    const double wall_ms = Ms(start, Clock::now());
+    int total = 0;
+    for (const Turn& t : turns) total += t.tokens;
+    row[batching ? "batching_on_tok_s" : "batching_off_tok_s"] = total / (wall_ms / 1000.0);
+    const DecodePhase phase = SteadyDecode(turns);
+    const std::string on = batching ? "batching_on" : "batching_off";
+    row[on + "_decode_tok_s"] = phase.tok_s;
+    row[on + "_decode_tok_per_cpu_s"] = phase.tok_per_cpu_s;
+    row[on + "_decode_window_ms"] = phase.window_ms;
+    row[on + "_first_token_ms_max"] = phase.prompts_ms;
+  }
+  row["speedup"] = row["batching_on_tok_s"].get<double>() / row["batching_off_tok_s"].get<double>();
+  std::fprintf(stderr,
+               "decode %d sessions (round %d): %.0f tok/s batched, %.0f unbatched (whole turns); "
+               "decode phase only: %.1f tok/s batched, %.1f unbatched\n",
+               n, round + 1, row["batching_on_tok_s"].get<double>(),
+               row["batching_off_tok_s"].get<double>(), row["batching_on_decode_tok_s"].get<double>(),
+               row["batching_off_decode_tok_s"].get<double>());
+  return row;
+}
+
+// Field by field median of the same row over rounds (numbers only; others from the first).
+nlohmann::json MedianRow(const std::vector<nlohmann::json>& rows) {
+  nlohmann::json out = rows.front();
+  for (auto& [key, value] : out.items()) {
+    if (!value.is_number_float()) continue;
+    std::vector<double> v;
+    for (const auto& r : rows) v.push_back(r.value(key, 0.0));
+    std::sort(v.begin(), v.end());
+    const size_t h = v.size() / 2;
+    value = v.size() % 2 == 1 ? v[h] : 0.5 * (v[h - 1] + v[h]);
+  }
+  out["rounds"] = rows.size();
+  return out;
+}
+
 int main(int argc, char** argv) {
   CLI::App app{"End-to-end numbers of kvfold-inference: decode, resume, fairness, HTTP (JSON).",
                "bench_service"};
@@ -215,65 +283,39 @@ int main(int argc, char** argv) {
   const std::string store_address = (*store)->address();
   const bool memory = !flags.projector.empty();
   const kvfold::v1::KvMode resume_mode = memory ? kvfold::v1::KV_MODE_MEMORY : kvfold::v1::KV_MODE_FULL;
-  const int new_tokens = flags.new_tokens;
   nlohmann::json out;
   out["model"] = flags.model;
   out["projector"] = flags.projector;
   out["threads"] = flags.threads;
 
   const bool skip = flags.skip_decode_resume;
-  // 1. Decode throughput, batching on vs off.
-  nlohmann::json decode = nlohmann::json::array();
+  // 1. Decode throughput, batching on vs off; --decode-rounds interleaved rounds.
   int vocab = 0;
-  for (int n : skip ? std::vector<int>() : ParseList(flags.sessions)) {
-    nlohmann::json row;
-    row["sessions"] = n;
-    row["new_tokens_per_session"] = new_tokens;
-    for (bool batching : {true, false}) {
-      Replica r = StartReplica(flags, store_address, batching, kvfold::v1::KV_MODE_FULL);
-      vocab = static_cast<int>(r.server->engine().config().vocab_size);
-      const std::string tag = std::string(batching ? "on" : "off") + "-" + std::to_string(n) + "-";
-      for (int i = 0; i < n; ++i) Create(*r.stub, tag + std::to_string(i), kvfold::v1::KV_MODE_FULL);
-      Create(*r.stub, tag + "warmup", kvfold::v1::KV_MODE_FULL);
-      Generate(*r.stub, tag + "warmup", RandomIds(8, vocab, 99), 16);
-      std::vector<Turn> turns(n);
-      std::vector<std::thread> threads;
-      const auto start = Clock::now();
-      for (int i = 0; i < n; ++i) {
-        threads.emplace_back([&, i] {
-          turns[i] = Generate(*r.stub, tag + std::to_string(i), RandomIds(8, vocab, i), new_tokens,
-                              &start);
-        });
+  std::vector<std::vector<nlohmann::json>> rounds;  // [round][entry of --sessions]
+  for (int round = 0; round < (skip ? 0 : flags.decode_rounds); ++round) {
+    rounds.emplace_back();
+    for (int n : ParseList(flags.sessions)) {
+      nlohmann::json row = DecodeRow(flags, store_address, n, round, &vocab);
+      const nlohmann::json& first = rounds.back().empty() ? row : rounds.back().front();
+      if (n != 1 && first["sessions"] == 1) {
+        // Paired with this round's one-session row: load drifts between rounds.
+        row["decode_over_one_session"] = row["batching_on_decode_tok_s"].get<double>() /
+                                         first["batching_on_decode_tok_s"].get<double>();
+        const double one_cpu = first["batching_on_decode_tok_per_cpu_s"].get<double>();
+        row["decode_over_one_session_cpu"] =
+            one_cpu > 0 ? row["batching_on_decode_tok_per_cpu_s"].get<double>() / one_cpu : 0.0;
       }
-      for (auto& t : threads) t.join();
-      const double wall_ms = Ms(start, Clock::now());
-      int total = 0;
-      for (const Turn& t : turns) total += t.tokens;
-      row[batching ? "batching_on_tok_s" : "batching_off_tok_s"] = total / (wall_ms / 1000.0);
-      const DecodePhase phase = SteadyDecode(turns);
-      const std::string on = batching ? "batching_on" : "batching_off";
-      row[on + "_decode_tok_s"] = phase.tok_s;
-      row[on + "_decode_tok_per_cpu_s"] = phase.tok_per_cpu_s;
-      row[on + "_decode_window_ms"] = phase.window_ms;
-      row[on + "_first_token_ms_max"] = phase.prompts_ms;
+      rounds.back().push_back(std::move(row));
     }
-    row["speedup"] = row["batching_on_tok_s"].get<double>() / row["batching_off_tok_s"].get<double>();
-    if (!decode.empty() && decode[0]["sessions"] == 1) {
-      row["decode_over_one_session"] = row["batching_on_decode_tok_s"].get<double>() /
-                                       decode[0]["batching_on_decode_tok_s"].get<double>();
-      const double one_cpu = decode[0]["batching_on_decode_tok_per_cpu_s"].get<double>();
-      row["decode_over_one_session_cpu"] =
-          one_cpu > 0 ? row["batching_on_decode_tok_per_cpu_s"].get<double>() / one_cpu : 0.0;
-    }
-    decode.push_back(row);
-    std::fprintf(stderr,
-                 "decode %d sessions: %.0f tok/s batched, %.0f unbatched (whole turns); decode "
-                 "phase only: %.1f tok/s batched, %.1f unbatched\n",
-                 n, row["batching_on_tok_s"].get<double>(), row["batching_off_tok_s"].get<double>(),
-                 row["batching_on_decode_tok_s"].get<double>(),
-                 row["batching_off_decode_tok_s"].get<double>());
+  }
+  nlohmann::json decode = nlohmann::json::array();
+  for (size_t i = 0; !rounds.empty() && i < rounds.front().size(); ++i) {
+    std::vector<nlohmann::json> of_entry;
+    for (const auto& r : rounds) of_entry.push_back(r[i]);
+    decode.push_back(MedianRow(of_entry));
   }
   out["decode"] = decode;
+  out["decode_rounds"] = rounds;
 
   // 2. Resume on another replica vs re-prefilling the history.
   nlohmann::json resume = nlohmann::json::array();
