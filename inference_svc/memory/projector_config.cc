@@ -81,6 +81,13 @@ absl::StatusOr<ProjectorConfig> ParseProjectorConfig(std::string_view json_text)
                        " exceeds chunk_size ", c.chunk_size));
     }
   }
+  if (j.contains("memory_kv_layers")) {
+    // Per-layer memory K/V (docs/memory-mode.md, "Per-layer memory K/V") exists only in
+    // the PyTorch student; running such a projector without its maps would be wrong.
+    return absl::UnimplementedError(
+        "projector.json: 'memory_kv_layers' (per-layer memory K/V) is not implemented by "
+        "this engine; only the PyTorch student runs such a projector");
+  }
   if (c.hidden_size % c.num_heads != 0) {
     return absl::InvalidArgumentError(absl::StrCat("projector.json: num_heads ", c.num_heads,
                                                    " does not divide hidden_size ", c.hidden_size));

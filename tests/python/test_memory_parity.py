@@ -149,6 +149,25 @@ def test_cpp_random_projector():
     compare("tiny", d, "make_random_projector")
 
 
+def test_memory_kv_projector_refused():
+    """A projector with per-layer memory K/V maps (docs/memory-mode.md, a student-only
+    variant) is refused by the engine with a message naming the field, never run without
+    its maps."""
+    model_dir, model = get_model("tiny")
+    cfg = model.cfg
+    p = projector.MemoryProjector(mem_slots=5, hidden_size=cfg.hidden_size, num_heads=4,
+                                  chunk_size=6, window_size=10, window_policy="sliding",
+                                  memory_kv_layers=cfg.num_layers,
+                                  memory_kv_dim=cfg.num_kv_heads * cfg.head_dim)
+    d = os.path.join(TMP, "proj_memory_kv")
+    p.save(d, fingerprint(model_dir))
+    cmd = [KVFOLD, "logits", "--model", model_dir, "--projector", d, "--mode", "memory",
+           "--tokens", "1,5,9", "--out", os.path.join(TMP, "refused.bin")]
+    r = subprocess.run(cmd, capture_output=True, text=True)
+    assert r.returncode != 0, "kvfold logits ran a memory_kv projector"
+    assert "memory_kv_layers" in r.stderr, r.stderr
+
+
 if __name__ == "__main__":
     run_main([test_python_exported_projector, test_sliding_window_policy, test_sink_tokens,
-              test_cpp_random_projector])
+              test_cpp_random_projector, test_memory_kv_projector_refused])

@@ -206,7 +206,8 @@ def _memory_stream_nll(model, proj, ids, window_size):
         s = k * C
         seg = toks[:, s:s + W + C]
         lf = 0 if k == 0 else W
-        logits, hidden = memory.forward_mem_window(model, mem, seg, L, lf, band)
+        logits, hidden = memory.forward_mem_window(model, mem, seg, L, lf, band,
+                                                   kv=proj.memory_kv(mem))
         tgt_lo, tgt_hi = s + lf + 1, min(N, s + W + C + 1)
         n = tgt_hi - tgt_lo
         if n > 0:

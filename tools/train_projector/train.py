@@ -78,6 +78,15 @@ def parse_args(argv=None):
                     help="G: window token i at position 1 + G + i (the prefix stays at 0)")
     ap.add_argument("--memory-only-window", type=int, default=0,
                     help="memory_only keeps its last N <= C tokens visible (0: none)")
+    ap.add_argument("--memory-kv", action="store_true",
+                    help="per-layer memory K/V: learned maps of the memory vectors added to "
+                    "each layer's memory-row keys and values (zero at the start)")
+    ap.add_argument("--memory-kv-hidden", type=int, default=0,
+                    help="with --memory-kv: 0 = linear maps, H = one shared GELU layer of H")
+    ap.add_argument("--memory-kv-lr", type=float, default=0,
+                    help="peak lr of the per-layer memory K/V maps (0: --lr)")
+    ap.add_argument("--freeze-projector", action="store_true",
+                    help="with --memory-kv: train only the new maps")
     ap.add_argument("--steps", type=int, default=600)
     ap.add_argument("--max-seconds", type=float, default=0,
                     help="end after the step that crosses this much training time (the lr "
@@ -279,6 +288,28 @@ def validate(model, proj, docs, W, C, batch, args, tok, full_cache):
     return tot_m / n, tot_f / n, tot_nm / max(nn, 1.0)
 
 
+def memory_kv_geometry(args, cfg):
+    """MemoryProjector keyword arguments of --memory-kv for the model config."""
+    if not args.memory_kv:
+        return {}
+    return {"memory_kv_layers": cfg.num_layers, "memory_kv_dim": cfg.num_kv_heads * cfg.head_dim,
+            "memory_kv_hidden": args.memory_kv_hidden}
+
+
+def param_groups(proj, args):
+    """The projector's parameters (absent with --freeze-projector) and the memory K/V maps
+    (at --memory-kv-lr); "lr_scale" scales the schedule of lr_at per group."""
+    kv = [p for n, p in proj.named_parameters() if n.startswith("mem_kv.")]
+    base = [p for n, p in proj.named_parameters() if not n.startswith("mem_kv.")]
+    if args.freeze_projector and kv:
+        for p in base:
+            p.requires_grad_(False)
+    groups = [] if args.freeze_projector and kv else [{"params": base, "lr_scale": 1.0}]
+    if kv:
+        groups.append({"params": kv, "lr_scale": (args.memory_kv_lr or args.lr) / args.lr})
+    return groups
+
+
 def lr_at(step, args):
     if step < args.warmup:
         return args.lr * (step + 1) / args.warmup
@@ -325,13 +356,19 @@ def main(argv=None):
                                      window_policy=args.window_policy,
                                      sink_tokens=args.sink_tokens,
                                      prefix_gap=args.prefix_gap,
-                                     memory_only_window=args.memory_only_window).to(args.device)
+                                     memory_only_window=args.memory_only_window,
+                                     **memory_kv_geometry(args, model.cfg)).to(args.device)
     if args.init_from:
         src = projector.MemoryProjector.load(args.init_from).state_dict()
         src["queries"] = src["queries"][:args.mem_slots]
-        proj.load_state_dict(src, strict=True)
-        print(f"weights from {args.init_from}", file=sys.stderr)
-    opt = torch.optim.AdamW(proj.parameters(), lr=args.lr, weight_decay=args.weight_decay)
+        missing, unexpected = proj.load_state_dict(src, strict=False)
+        if unexpected or any(not k.startswith("mem_kv.") for k in missing):
+            raise SystemExit(f"--init-from {args.init_from}: missing {missing}, "
+                             f"unexpected {unexpected}")
+        print(f"weights from {args.init_from}" + (" (new: memory K/V maps)" if missing else ""),
+              file=sys.stderr)
+    opt = torch.optim.AdamW(param_groups(proj, args), lr=args.lr,
+                            weight_decay=args.weight_decay)
     ckpt_path = os.path.join(args.out, "checkpoint.pt")
     log_path = os.path.join(args.out, "loss_curve.csv")
     step, history, elapsed0 = 0, [], 0.0
@@ -384,7 +421,7 @@ def main(argv=None):
                               args.name_weight).to(args.device)
         tokens = tokens.to(args.device)
         for g in opt.param_groups:
-            g["lr"] = lr_at(step, args)
+            g["lr"] = lr_at(step, args) * g["lr_scale"]
         with autocast(args):
             if args.kl_weight:
                 with torch.no_grad():

@@ -339,6 +339,14 @@ TEST(ProjectorTest, FileAndShapeErrors) {
   EXPECT_EQ(ParseProjectorConfig(negative).status().code(), absl::StatusCode::kInvalidArgument);
   c.sink_tokens = 0;
 
+  // A projector with per-layer memory K/V maps (a PyTorch-student variant) is refused with
+  // a precise status, not run without its maps.
+  std::string with_kv = ProjectorConfigJson(c);
+  with_kv.insert(with_kv.find("\"model_fingerprint\""), "\"memory_kv_layers\": 5,\n  ");
+  auto kv_status = ParseProjectorConfig(with_kv).status();
+  EXPECT_EQ(kv_status.code(), absl::StatusCode::kUnimplemented) << kv_status;
+  EXPECT_NE(kv_status.message().find("memory_kv_layers"), std::string::npos) << kv_status;
+
   // Forward with the wrong sizes.
   auto projector = Projector::FromTensors(c, tensors, "");
   ASSERT_TRUE(projector.ok());

@@ -146,7 +146,7 @@ class Llama(torch.nn.Module):
         return F.linear(F.silu(g) * u, self.w[p + "down_proj.weight"])
 
     def forward(self, x, positions, mask, sink=None, collect_layers=1, logits_from=0,
-                sink_rows=None):
+                sink_rows=None, mem_kv=None):
         """x: input embeddings [B, T, d]; positions: int [T]; mask: bool [T, T] (True =
         may attend) or [B, T, T].
         sink: optional (S, Wm): StreamingLLM sink mode for a plain token stream; rows
@@ -154,6 +154,9 @@ class Llama(torch.nn.Module):
           position S + Wm - 1 (the mask must allow the first S columns for those rows).
           sink_rows: optional bool [T] overriding which rows are such rows.
         logits_from: logits are computed only for rows >= logits_from (saves work).
+        mem_kv: optional (c0, [(dk, dv) per layer], dk/dv [B, M, kv_dim]): the keys and
+          values of rows c0..c0 + M - 1 (memory slots, position 0) read as k + dk, v + dv
+          by the rows after them (the window); those rows themselves see the plain k, v.
         Returns (logits [B, T - logits_from, V], hiddens): hiddens = list of the residual outputs of the
         last `collect_layers` layers (oldest first), before the final norm."""
         cfg = self.cfg
@@ -175,6 +178,10 @@ class Llama(torch.nn.Module):
                 sink_rows = torch.arange(T) >= S + Wm
             sink_rows = sink_rows.to(dev)[None, None, :, None]
         hiddens = []
+        if mem_kv is not None:
+            c0, deltas = mem_kv
+            nm = deltas[0][0].shape[1]
+            later = (torch.arange(x.shape[1], device=dev) >= c0 + nm)[None, None, :, None]
         for i in range(cfg.num_layers):
             p = f"model.layers.{i}."
             h = rms_norm(x, self.w[p + "input_layernorm.weight"], cfg.rms_norm_eps)
@@ -190,9 +197,18 @@ class Llama(torch.nn.Module):
                 s_sink = (qf @ ks.transpose(-1, -2)) * scale  # [B, H, T, S]
                 head = torch.where(sink_rows, s_sink, scores[..., :S])
                 scores = torch.cat([head, scores[..., S:]], dim=-1)
+            if mem_kv is not None:
+                dk, dv = (self._heads(t, rep) for t in deltas[i])
+                qd = qr if sink is None else torch.where(sink_rows, qf, qr)
+                extra = torch.where(later, (qd @ dk.transpose(-1, -2)) * scale, 0.0)
+                scores = torch.cat([scores[..., :c0], scores[..., c0:c0 + nm] + extra,
+                                    scores[..., c0 + nm:]], dim=-1)
             scores = scores.masked_fill(~mask, torch.finfo(scores.dtype).min)
             att = torch.softmax(scores, dim=-1)
-            o = (att @ v).transpose(1, 2).reshape(x.shape[0], x.shape[1], -1)
+            o = att @ v
+            if mem_kv is not None:
+                o = o + torch.where(later, att[..., c0:c0 + nm], 0.0) @ dv
+            o = o.transpose(1, 2).reshape(x.shape[0], x.shape[1], -1)
             x = x + F.linear(o, self.w[p + "self_attn.o_proj.weight"],
                              self.w.get(p + "self_attn.o_proj.bias"))
             h = rms_norm(x, self.w[p + "post_attention_layernorm.weight"], cfg.rms_norm_eps)
@@ -202,6 +218,13 @@ class Llama(torch.nn.Module):
         xn = rms_norm(x[:, logits_from:], self.w["model.norm.weight"], cfg.rms_norm_eps)
         logits = F.linear(xn, self.w["lm_head.weight"])
         return logits, hiddens
+
+    def _heads(self, t, rep):
+        """[B, M, kv_dim] -> [B, num_heads, M, head_dim] (KV heads repeated for GQA)."""
+        B, M, _ = t.shape
+        t = t.to(self.w["model.embed_tokens.weight"].dtype)
+        t = t.view(B, M, self.cfg.num_kv_heads, self.cfg.head_dim).transpose(1, 2)
+        return t.repeat_interleave(rep, dim=1)
 
     def causal_mask(self, T):
         m = torch.ones(T, T, dtype=torch.bool).tril()

@@ -32,6 +32,10 @@ Prefix gap (projector.json `prefix_gap` G, default 0): window token i sits at po
 1 + G + i instead of i + 1 (the prefix stays at 0), so sinks and memory read as text from
 further back.
 
+Per-layer memory K/V (projector.json `memory_kv_layers`, absent = none): the projector's
+maps of mem are added to each layer's memory-row keys and values as the window rows read
+them (MemoryProjector.memory_kv; the memory rows' own pass is unchanged).
+
 memory_only (window_size 0 below) keeps W = 0, or with projector.json `memory_only_window`
 Wo > 0 it is memory mode with W = Wo under the sliding policy: the last Wo tokens stay
 visible after every fold.
@@ -92,7 +96,7 @@ def round_memory(mem, fp16_memory=True):
 
 
 def forward_mem_window(model: Llama, mem, tokens, collect_layers=1, logits_from=0, band=0,
-                       sink_ids=None, gap=0):
+                       sink_ids=None, gap=0, kv=None):
     """Forward(sinks, mem, w). mem [B, M, d] or None; tokens [B, n]; sink_ids [B, S] or None
     -> (logits [B, n - logits_from, V] of window rows >= logits_from, hidden [B, n,
     d * collect_layers] of all window rows). logits_from < 0 also returns the logits of the
@@ -100,7 +104,9 @@ def forward_mem_window(model: Llama, mem, tokens, collect_layers=1, logits_from=
     band > 0 (sliding window policy): row i sees window tokens i - band + 1 .. i, and once
     the band is full (i >= band) its query sits at position band for the prefix keys, as the
     engine's windowed positions (1 + i - lo) place it; window keys only need i - j.
-    gap: window token i at position 1 + gap + i (a full band's query at band + gap)."""
+    gap: window token i at position 1 + gap + i (a full band's query at band + gap).
+    kv: the projector's per-layer memory K/V additions (MemoryProjector.memory_kv(mem)),
+    read by the window rows only."""
     parts = []
     S = 0 if sink_ids is None else sink_ids.shape[1]
     if S:
@@ -119,7 +125,8 @@ def forward_mem_window(model: Llama, mem, tokens, collect_layers=1, logits_from=
         sink_rows = torch.cat([torch.zeros(P, dtype=torch.bool), torch.arange(n) >= band])
     logits, hiddens = model.forward(x, pos, memory_mask(M, n, band, S), sink=sink,
                                     sink_rows=sink_rows, collect_layers=collect_layers,
-                                    logits_from=P + logits_from)
+                                    logits_from=P + logits_from,
+                                    mem_kv=(S, kv) if kv is not None and M else None)
     hidden = torch.cat(hiddens, dim=-1)
     return logits, hidden[:, P:]
 
@@ -149,9 +156,11 @@ def memory_logits(model: Llama, projector, tokens, window_size=None, chunk_size=
         seg = tokens[:, s:s + W + C]
         lf = -S if k == 0 else W
         if grad_checkpoint and torch.is_grad_enabled():
-            logits, hidden = _checkpointed_segment(model, mem, seg, L, lf, band, sinks, G)
+            logits, hidden = _checkpointed_segment(model, projector, mem, seg, L, lf, band,
+                                                   sinks, G)
         else:
-            logits, hidden = forward_mem_window(model, mem, seg, L, lf, band, sinks, G)
+            logits, hidden = forward_mem_window(model, mem, seg, L, lf, band, sinks, G,
+                                                projector.memory_kv(mem))
         out.append(logits)
         if s + W + C >= N:
             break
@@ -163,12 +172,13 @@ def memory_logits(model: Llama, projector, tokens, window_size=None, chunk_size=
     return (res, mems) if return_mems else res
 
 
-def _checkpointed_segment(model, mem, seg, L, lf, band, sinks, gap):
+def _checkpointed_segment(model, projector, mem, seg, L, lf, band, sinks, gap):
     from torch.utils.checkpoint import checkpoint
     if mem is None:
         return checkpoint(lambda s: forward_mem_window(model, None, s, L, lf, band, sinks, gap),
                           seg, use_reentrant=False)
-    return checkpoint(lambda m, s: forward_mem_window(model, m, s, L, lf, band, sinks, gap),
+    return checkpoint(lambda m, s: forward_mem_window(model, m, s, L, lf, band, sinks, gap,
+                                                      projector.memory_kv(m)),
                       mem, seg, use_reentrant=False)
 
 
@@ -222,7 +232,8 @@ def naive_memory_decode(model: Llama, projector, tokens, window_size=None, chunk
         sink_ids = torch.tensor([sinks]) if sinks else None
         logits, hidden = forward_mem_window(model, mem, torch.tensor([w], dtype=torch.int64),
                                             L, -len(sinks) if mem is None else 0, band,
-                                            sink_ids, prefix_gap(projector))
+                                            sink_ids, prefix_gap(projector),
+                                            projector.memory_kv(mem))
         rows.append(logits[0, -1])
         if len(w) == W + C:
             mem = round_memory(projector(mem, hidden[:, :C]), fp16_memory)

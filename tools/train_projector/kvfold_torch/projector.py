@@ -54,10 +54,36 @@ class _FFN(nn.Module):
         return self.down(F.gelu(self.up(z)))  # erf GELU (torch default)
 
 
+class MemoryKV(nn.Module):
+    """Per-layer K/V of the memory rows (docs/memory-mode.md, "Per-layer memory K/V"):
+    layer l's cached key and value of memory slot j get + k[l](z_j) and + v[l](z_j), where
+    z = mem (hidden 0) or GELU_erf(up(mem)) (hidden H > 0). Keys in the model's
+    rotate_half (HF) head layout, un-rotated (memory sits at position 0). The output maps
+    start at zero, so a projector without trained maps is exactly the plain one."""
+
+    def __init__(self, d, num_layers, kv_dim, hidden=0):
+        super().__init__()
+        if hidden:
+            self.up = nn.Linear(d, hidden)
+        n = hidden or d
+        self.k = nn.ModuleList(nn.Linear(n, kv_dim) for _ in range(num_layers))
+        self.v = nn.ModuleList(nn.Linear(n, kv_dim) for _ in range(num_layers))
+        with torch.no_grad():
+            for lin in list(self.k) + list(self.v):
+                lin.weight.zero_()
+                lin.bias.zero_()
+
+    def forward(self, mem):
+        """mem [B, M, d] -> [(dk [B, M, kv_dim], dv [B, M, kv_dim]) per layer]."""
+        z = F.gelu(self.up(mem)) if hasattr(self, "up") else mem
+        return [(k(z), v(z)) for k, v in zip(self.k, self.v)]
+
+
 class MemoryProjector(nn.Module):
     def __init__(self, mem_slots=16, hidden_size=64, num_heads=8, ffn_mult=4, chunk_size=32,
                  window_size=64, input_layers=1, ln_eps=1e-5, embed_rms=1.0, seed=0,
-                 window_policy="growing", sink_tokens=0, prefix_gap=0, memory_only_window=0):
+                 window_policy="growing", sink_tokens=0, prefix_gap=0, memory_only_window=0,
+                 memory_kv_layers=0, memory_kv_dim=0, memory_kv_hidden=0):
         super().__init__()
         assert hidden_size % num_heads == 0
         assert input_layers in (1, 3)
@@ -77,6 +103,11 @@ class MemoryProjector(nn.Module):
         assert 0 <= memory_only_window <= chunk_size
         if memory_only_window:  # absent = 0 (likewise)
             self.config["memory_only_window"] = memory_only_window
+        if memory_kv_layers:  # absent = no per-layer memory K/V (likewise)
+            assert memory_kv_dim > 0 and memory_kv_hidden >= 0
+            self.config["memory_kv_layers"] = memory_kv_layers
+            self.config["memory_kv_dim"] = memory_kv_dim
+            self.config["memory_kv_hidden"] = memory_kv_hidden
         d = hidden_size
         g = torch.Generator().manual_seed(seed)
         with torch.random.fork_rng(devices=[]):
@@ -92,6 +123,8 @@ class MemoryProjector(nn.Module):
             self.ln_ffn = nn.LayerNorm(d, eps=ln_eps)
             self.ffn = _FFN(d, ffn_mult)
             self.ln_out = nn.LayerNorm(d, eps=ln_eps)
+            if memory_kv_layers:
+                self.mem_kv = MemoryKV(d, memory_kv_layers, memory_kv_dim, memory_kv_hidden)
         with torch.no_grad():
             # Memory vectors start at the scale of the token embeddings.
             self.ln_out.weight.fill_(embed_rms)
@@ -99,6 +132,14 @@ class MemoryProjector(nn.Module):
     @property
     def mem_slots(self):
         return self.config["mem_slots"]
+
+    def memory_kv(self, mem):
+        """The per-layer memory K/V additions for mem [B, M, d] (None without mem_kv or
+        mem). fp32, like the projector."""
+        if mem is None or not hasattr(self, "mem_kv"):
+            return None
+        with torch.autocast(mem.device.type, enabled=False):
+            return self.mem_kv(mem.float())
 
     def forward(self, mem, hidden):
         """mem: [B, M, d] or None; hidden: [B, C, d * input_layers] -> [B, M, d]. Always
@@ -146,7 +187,10 @@ class MemoryProjector(nn.Module):
                             window_policy=cfg.get("window_policy", "growing"),
                             sink_tokens=cfg.get("sink_tokens", 0),
                             prefix_gap=cfg.get("prefix_gap", 0),
-                            memory_only_window=cfg.get("memory_only_window", 0))
+                            memory_only_window=cfg.get("memory_only_window", 0),
+                            memory_kv_layers=cfg.get("memory_kv_layers", 0),
+                            memory_kv_dim=cfg.get("memory_kv_dim", 0),
+                            memory_kv_hidden=cfg.get("memory_kv_hidden", 0))
         p.config["model_fingerprint"] = cfg.get("model_fingerprint", "")
         tensors, _ = safetensors_io.load(os.path.join(in_dir, "projector.safetensors"))
         state = {}
