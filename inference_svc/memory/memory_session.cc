@@ -6,6 +6,7 @@
 
 #include "absl/strings/str_cat.h"
 #include "common/fp16.h"
+#include "kernels/backend.h"
 
 namespace kvfold::memory {
 
@@ -58,7 +59,33 @@ absl::StatusOr<std::unique_ptr<MemorySession>> MemorySession::Create(
         pc.chunk_size, " places window tokens past the model's ",
         config.max_position_embeddings, " positions"));
   }
+  if (pc.has_memory_kv()) {
+    if (auto s = CheckMemoryKv(*engine, pc); !s.ok()) return s;
+  }
   return std::unique_ptr<MemorySession>(new MemorySession(engine, projector, options));
+}
+
+absl::Status MemorySession::CheckMemoryKv(const engine::Engine& engine, const ProjectorConfig& pc) {
+  const model::ModelConfig& config = engine.config();
+  if (pc.memory_kv_layers != config.num_layers || pc.memory_kv_dim != config.kv_dim()) {
+    return absl::FailedPreconditionError(absl::StrCat(
+        "MemorySession: the projector's memory K/V maps are for ", pc.memory_kv_layers,
+        " layers of ", pc.memory_kv_dim, " K/V channels, the model has ", config.num_layers,
+        " of ", config.kv_dim()));
+  }
+  // The maps are added to the expanded memory's cache rows through host copies, which
+  // assumes an F32 cache whose Forward has finished when it returns (the CPU backends).
+  if (engine.pool().dtype() != core::DType::kF32) {
+    return absl::UnimplementedError(
+        "MemorySession: per-layer memory K/V (projector memory_kv_layers) needs an F32 KV "
+        "cache, not int8");
+  }
+  if (engine.backend().Name().rfind("cpu", 0) != 0) {
+    return absl::UnimplementedError(absl::StrCat(
+        "MemorySession: per-layer memory K/V (projector memory_kv_layers) runs on the CPU "
+        "backends only, not on ", engine.backend().Name()));
+  }
+  return absl::OkStatus();
 }
 
 MemorySession::MemorySession(engine::Engine* engine, const Projector* projector,
@@ -83,6 +110,12 @@ MemorySession::MemorySession(engine::Engine* engine, const Projector* projector,
   new_memory_.resize(static_cast<size_t>(mem_slots_) * hidden_size_);
   chunk_hidden_.resize(static_cast<size_t>(chunk_size_) * hidden_width_);
   logits_.resize(vocab_size_);
+  const ProjectorConfig& pc = projector->config();
+  if (pc.has_memory_kv()) {
+    memory_kv_.resize(static_cast<size_t>(pc.memory_kv_layers) * 2 * mem_slots_ * pc.memory_kv_dim);
+    kv_row_.resize(pc.memory_kv_dim);
+    kv_stream_ = engine->backend().CreateStream();
+  }
 }
 
 absl::Status MemorySession::CheckIds(std::span<const int32_t> token_ids) const {
@@ -229,9 +262,38 @@ absl::Status MemorySession::ExpandMemory() {
   input.logits = RowSelect::kNone;
   input.hidden = RowSelect::kNone;
   absl::Status status = engine_->Forward({&input, 1}, &result_);
+  if (status.ok() && projector_->config().has_memory_kv()) status = AddMemoryKv();
   stats_.expand_seconds +=
       std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
   return status;
+}
+
+absl::Status MemorySession::AddMemoryKv() {
+  if (auto s = projector_->MemoryKv(memory_, memory_kv_, &projector_scratch_); !s.ok()) return s;
+  engine::BlockPool& pool = engine_->pool();
+  kernels::Backend& backend = engine_->backend();
+  const int block_size = pool.block_size(), kv_dim = static_cast<int>(kv_row_.size());
+  const int first = cache_->prefix_len() - mem_slots_;  // the memory follows the sinks
+  const auto& blocks = cache_->prefix_blocks();
+  const float* delta = memory_kv_.data();
+  for (int layer = 0; layer < projector_->config().memory_kv_layers; ++layer) {
+    for (const kernels::Tensor& cache : {pool.k_cache(layer), pool.v_cache(layer)}) {
+      for (int j = 0; j < mem_slots_; ++j, delta += kv_dim) {
+        const int entry = first + j;
+        const int64_t slot = int64_t{blocks[entry / block_size]} * block_size + entry % block_size;
+        kernels::Tensor row;  // [1, kv_dim] at the entry's physical slot
+        row.data = static_cast<float*>(cache.data) + slot * kv_dim;
+        row.dtype = core::DType::kF32;
+        row.rank = 2;
+        row.shape = {1, kv_dim, 1, 1};
+        if (auto s = backend.CopyToHost(*kv_stream_, row, kv_row_.data()); !s.ok()) return s;
+        if (auto s = backend.Synchronize(*kv_stream_); !s.ok()) return s;
+        for (int c = 0; c < kv_dim; ++c) kv_row_[c] += delta[c];
+        if (auto s = backend.CopyToDevice(*kv_stream_, kv_row_.data(), row); !s.ok()) return s;
+      }
+    }
+  }
+  return backend.Synchronize(*kv_stream_);
 }
 
 absl::Status MemorySession::ForwardSinks(std::span<const int32_t> ids, bool want_logits) {

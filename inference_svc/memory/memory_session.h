@@ -18,6 +18,8 @@
 //   sinks      the projector's sink_tokens S: the session's first S ids stay resident in
 //              front of the memory (prefix = [S sinks, causal, position 0; M memory]) and
 //              are never folded; w is the stream after them; a fold re-derives all three
+//   memory K/V the projector's optional per-layer maps of mem, added to the expanded
+//              memory's cache rows (docs/memory-mode.md "Per-layer memory K/V")
 //
 // Because the state is exactly (mem, w) and mem is kept fp16-representable, ExportState +
 // ImportState on a fresh engine continue bit for bit (batch-invariant engine kernels).
@@ -35,6 +37,7 @@
 #include "inference_svc/engine/kv_cache.h"
 #include "inference_svc/engine/session.h"
 #include "inference_svc/memory/projector.h"
+#include "kernels/backend.h"
 
 namespace kvfold::memory {
 
@@ -61,6 +64,7 @@ class MemorySession final : public engine::Session {
   // `engine` and `projector` must outlive the session.
   // INVALID_ARGUMENT: mode is not a memory mode, the projector needs more layers than the
   // model has, or its prefix gap puts window tokens past max_position_embeddings. FAILED_PRECONDITION: the projector was made for another model.
+  // UNIMPLEMENTED: per-layer memory K/V maps with an int8 KV cache or a device backend.
   static absl::StatusOr<std::unique_ptr<MemorySession>> Create(engine::Engine* engine,
                                                                const Projector* projector,
                                                                const MemorySessionOptions& options);
@@ -103,8 +107,13 @@ class MemorySession final : public engine::Session {
   absl::Status RebuildIfStale();
   // Step 4: fold the oldest C window tokens when the window holds W + C.
   absl::Status FoldIfFull();
-  // Step 2: the memory's K/V into the (cleared) cache's prefix segment.
+  // Step 2: the memory's K/V into the (cleared) cache's prefix segment, plus the
+  // projector's per-layer memory K/V maps when it has them (AddMemoryKv).
   absl::Status ExpandMemory();
+  absl::Status AddMemoryKv();
+  // FAILED_PRECONDITION: maps for another layer count or K/V width; UNIMPLEMENTED: an int8
+  // KV cache or a device backend.
+  static absl::Status CheckMemoryKv(const engine::Engine& engine, const ProjectorConfig& pc);
   // The K/V of sink ids (the first S tokens: into the prefix, causal, position 0). The
   // caller keeps sinks_ in sync.
   absl::Status ForwardSinks(std::span<const int32_t> ids, bool want_logits);
@@ -139,6 +148,9 @@ class MemorySession final : public engine::Session {
   engine::ForwardResult result_;
   ProjectorScratch projector_scratch_;
   std::vector<float> new_memory_;    // [M, d]
+  std::vector<float> memory_kv_;     // [L, 2, M, kv_dim]: the maps' additions (AddMemoryKv)
+  std::vector<float> kv_row_;        // [kv_dim]: one cache row on the host
+  std::unique_ptr<kernels::Stream> kv_stream_;
   int32_t pending_token_ = 0;        // PrepareAppend -> FinishAppend
   bool pending_hidden_ = false;
   bool pending_sink_ = false;

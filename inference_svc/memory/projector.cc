@@ -222,7 +222,13 @@ absl::Status ProjectorDevice::Linear(ProjectorScratch* s, const float* x, int ro
 }
 
 Projector::Projector(ProjectorConfig config, Fp32TensorMap tensors, std::string fingerprint)
-    : config_(std::move(config)), tensors_(std::move(tensors)), fingerprint_(std::move(fingerprint)) {}
+    : config_(std::move(config)), tensors_(std::move(tensors)), fingerprint_(std::move(fingerprint)) {
+  // The per-layer memory K/V maps, looked up once (MemoryKv runs inside folds).
+  for (int l = 0; l < config_.memory_kv_layers; ++l) {
+    const std::string k = absl::StrCat("mem_kv.k.", l), v = absl::StrCat("mem_kv.v.", l);
+    kv_maps_.push_back({T(k + ".weight"), T(k + ".bias"), T(v + ".weight"), T(v + ".bias")});
+  }
+}
 
 absl::StatusOr<std::unique_ptr<Projector>> Projector::FromTensors(ProjectorConfig config,
                                                                   Fp32TensorMap tensors,
@@ -379,6 +385,35 @@ absl::Status Projector::Forward(std::span<const float> mem, std::span<const floa
 
   // out = LN_out(m)
   LayerNorm(s->m.data(), num_slots, d, T("ln_out.weight"), T("ln_out.bias"), eps, out.data());
+  return absl::OkStatus();
+}
+
+absl::Status Projector::MemoryKv(std::span<const float> mem, std::span<float> out,
+                                 ProjectorScratch* s) const {
+  const int d = config_.hidden_size, num_slots = config_.mem_slots;
+  const int kv = config_.memory_kv_dim, h = config_.memory_kv_hidden;
+  if (!config_.has_memory_kv() || mem.size() != static_cast<size_t>(num_slots) * d ||
+      out.size() != static_cast<size_t>(config_.memory_kv_layers) * 2 * num_slots * kv) {
+    return absl::InvalidArgumentError(absl::StrCat(
+        "projector MemoryKv: mem ", mem.size(), ", out ", out.size(), " floats do not fit M = ",
+        num_slots, ", d = ", d, ", ", config_.memory_kv_layers, " layers of ", kv));
+  }
+  const float* z = mem.data();
+  int in = d;
+  if (h > 0) {
+    Grow(s->kv_hidden, static_cast<size_t>(num_slots) * h);
+    Linear(mem.data(), num_slots, d, T("mem_kv.up.weight"), T("mem_kv.up.bias"), h,
+           s->kv_hidden.data());
+    for (int i = 0; i < num_slots * h; ++i) s->kv_hidden[i] = GeluErf(s->kv_hidden[i]);
+    z = s->kv_hidden.data();
+    in = h;
+  }
+  const size_t part = static_cast<size_t>(num_slots) * kv;
+  for (size_t l = 0; l < kv_maps_.size(); ++l) {
+    const auto& m = kv_maps_[l];
+    Linear(z, num_slots, in, m[0], m[1], kv, out.data() + (2 * l) * part);
+    Linear(z, num_slots, in, m[2], m[3], kv, out.data() + (2 * l + 1) * part);
+  }
   return absl::OkStatus();
 }
 

@@ -15,6 +15,7 @@
 #ifndef KVFOLD_INFERENCE_SVC_MEMORY_PROJECTOR_H_
 #define KVFOLD_INFERENCE_SVC_MEMORY_PROJECTOR_H_
 
+#include <array>
 #include <memory>
 #include <span>
 #include <string>
@@ -70,6 +71,16 @@ struct ProjectorConfig {
   // "Modes"). "memory_only_window" in the file; absent = 0 (written only when > 0).
   // Default: 0.
   int memory_only_window = 0;
+  // Per-layer memory K/V (docs/memory-mode.md "Per-layer memory K/V"): L learned maps of
+  // the memory vectors added to each layer's memory-row keys and values after the memory
+  // is expanded. memory_kv_layers = L (the model's layers; 0 = none), memory_kv_dim = the
+  // model's num_kv_heads * head_dim, memory_kv_hidden = H (0: linear maps of mem; H > 0:
+  // of GELU_erf(up(mem)), one shared layer of H). "memory_kv_layers", "memory_kv_dim",
+  // "memory_kv_hidden" in the file, all three or none (written only when L > 0).
+  // Default: 0 (none).
+  int memory_kv_layers = 0;
+  int memory_kv_dim = 0;
+  int memory_kv_hidden = 0;
   std::string dtype = "f32";  // dtype the tensors were written in (informational)
   float ln_eps = 1e-5f;    // LayerNorm epsilon
   std::string model_fingerprint;  // hex sha256 of the base model (kvfold info --json)
@@ -84,6 +95,7 @@ struct ProjectorConfig {
     return sink_tokens + mem_slots + window_size +
            (window_policy == WindowPolicy::kSliding ? 0 : chunk_size);
   }
+  bool has_memory_kv() const { return memory_kv_layers > 0; }
   // memory_only's: S + M + C, or S + M + memory_only_window when that is set.
   int memory_only_budget() const {
     return sink_tokens + mem_slots + (memory_only_window > 0 ? memory_only_window : chunk_size);
@@ -100,6 +112,7 @@ std::string ProjectorConfigJson(const ProjectorConfig& config);
 struct ProjectorScratch {
   std::vector<float> x, xn, qn, q, k, v, attn, proj, m, mn, ffn;
   std::vector<float> scores;
+  std::vector<float> kv_hidden;  // MemoryKv: [M, H]
   // With Projector::UseBackend: this caller's stream and device buffers (grown like the
   // vectors above; made again when the projector's backend changes).
   std::shared_ptr<ProjectorDeviceScratch> device;
@@ -139,6 +152,13 @@ class Projector {
   absl::Status Forward(std::span<const float> mem, std::span<const float> hidden,
                        std::span<float> out, ProjectorScratch* scratch) const;
 
+  // The per-layer memory K/V additions (config().has_memory_kv()):
+  //   out[l][0] = z @ k[l]^T + b, out[l][1] = z @ v[l]^T + b, each [M, memory_kv_dim],
+  //   z = mem or GELU_erf(up(mem)); out is [memory_kv_layers, 2, M, memory_kv_dim].
+  // Always on the CPU (a few rows). INVALID_ARGUMENT on size mismatches or without maps.
+  absl::Status MemoryKv(std::span<const float> mem, std::span<float> out,
+                        ProjectorScratch* scratch) const;
+
   // Runs every Linear of Forward (in_proj, cross/self q k v o, ffn up/down: all the
   // matmuls) on `backend` with Backend::MatMul (cuBLAS on "cuda", F32 weights, F32
   // accumulation); LayerNorm, the attention over the few rows, GELU and the residual adds
@@ -170,6 +190,8 @@ class Projector {
   Fp32TensorMap tensors_;
   std::string fingerprint_;
   std::shared_ptr<const ProjectorDevice> device_;  // null: CPU path
+  // Per layer: k weight, k bias, v weight, v bias of the memory K/V maps (into tensors_).
+  std::vector<std::array<const float*, 4>> kv_maps_;
 };
 
 // The tensor names and shapes a projector with `config` must contain (sorted by name).

@@ -81,12 +81,12 @@ absl::StatusOr<ProjectorConfig> ParseProjectorConfig(std::string_view json_text)
                        " exceeds chunk_size ", c.chunk_size));
     }
   }
-  if (j.contains("memory_kv_layers")) {
-    // Per-layer memory K/V (docs/memory-mode.md, "Per-layer memory K/V") exists only in
-    // the PyTorch student; running such a projector without its maps would be wrong.
-    return absl::UnimplementedError(
-        "projector.json: 'memory_kv_layers' (per-layer memory K/V) is not implemented by "
-        "this engine; only the PyTorch student runs such a projector");
+  const bool kv_any = j.contains("memory_kv_layers") || j.contains("memory_kv_dim") ||
+                      j.contains("memory_kv_hidden");
+  if (kv_any) {  // all three or none
+    if (auto s = ReadInt(j, "memory_kv_layers", 1, &c.memory_kv_layers); !s.ok()) return s;
+    if (auto s = ReadInt(j, "memory_kv_dim", 1, &c.memory_kv_dim); !s.ok()) return s;
+    if (auto s = ReadInt(j, "memory_kv_hidden", 0, &c.memory_kv_hidden); !s.ok()) return s;
   }
   if (c.hidden_size % c.num_heads != 0) {
     return absl::InvalidArgumentError(absl::StrCat("projector.json: num_heads ", c.num_heads,
@@ -133,6 +133,11 @@ std::string ProjectorConfigJson(const ProjectorConfig& c) {
   if (c.sink_tokens > 0) j["sink_tokens"] = c.sink_tokens;
   if (c.prefix_gap > 0) j["prefix_gap"] = c.prefix_gap;
   if (c.memory_only_window > 0) j["memory_only_window"] = c.memory_only_window;
+  if (c.has_memory_kv()) {
+    j["memory_kv_layers"] = c.memory_kv_layers;
+    j["memory_kv_dim"] = c.memory_kv_dim;
+    j["memory_kv_hidden"] = c.memory_kv_hidden;
+  }
   j["model_fingerprint"] = c.model_fingerprint;
   return j.dump(2) + "\n";
 }
@@ -161,6 +166,19 @@ std::vector<std::pair<std::string, std::vector<int64_t>>> ProjectorTensorShapes(
   shapes.push_back({"ffn.up.bias", {f}});
   shapes.push_back({"ffn.down.weight", {d, f}});
   shapes.push_back({"ffn.down.bias", {d}});
+  if (c.has_memory_kv()) {
+    const int64_t h = c.memory_kv_hidden, in = h > 0 ? h : d, kv = c.memory_kv_dim;
+    if (h > 0) {
+      shapes.push_back({"mem_kv.up.weight", {h, d}});
+      shapes.push_back({"mem_kv.up.bias", {h}});
+    }
+    for (int l = 0; l < c.memory_kv_layers; ++l) {
+      for (const char* p : {"k", "v"}) {
+        shapes.push_back({absl::StrCat("mem_kv.", p, ".", l, ".weight"), {kv, in}});
+        shapes.push_back({absl::StrCat("mem_kv.", p, ".", l, ".bias"), {kv}});
+      }
+    }
+  }
   std::sort(shapes.begin(), shapes.end());
   return shapes;
 }

@@ -3,7 +3,7 @@
 model and a random projector: max abs error < 1e-4 in fp32. Two projectors: one written by
 C++ `make_random_projector` (when built) and one exported by the PyTorch side (so both the
 loader and the exporter are held to docs/contracts.md), input_layers 1 and 3, both window
-policies, with and without sink tokens.
+policies, with and without sink tokens, and with per-layer memory K/V maps.
 
 fp16 memory: the C++ session rounds every new memory to fp16 (MemorySessionOptions::
 fp16_memory, default on) and the student mirrors it. Rounding turns a 1e-6 fp32 difference
@@ -149,25 +149,33 @@ def test_cpp_random_projector():
     compare("tiny", d, "make_random_projector")
 
 
-def test_memory_kv_projector_refused():
-    """A projector with per-layer memory K/V maps (docs/memory-mode.md, a student-only
-    variant) is refused by the engine with a message naming the field, never run without
-    its maps."""
+def test_memory_kv():
+    """Per-layer memory K/V maps (docs/memory-mode.md): the engine adds the projector's
+    maps to the expanded memory's cache rows, the student to the keys and values its
+    window rows read: same logits, linear maps and through a hidden layer, both window
+    policies; an int8 KV cache is refused with a message naming the field."""
     model_dir, model = get_model("tiny")
     cfg = model.cfg
-    p = projector.MemoryProjector(mem_slots=5, hidden_size=cfg.hidden_size, num_heads=4,
-                                  chunk_size=6, window_size=10, window_policy="sliding",
-                                  memory_kv_layers=cfg.num_layers,
-                                  memory_kv_dim=cfg.num_kv_heads * cfg.head_dim)
-    d = os.path.join(TMP, "proj_memory_kv")
-    p.save(d, fingerprint(model_dir))
+    for hidden, policy, seed in ((0, "sliding", 12), (16, "growing", 13)):
+        p = projector.MemoryProjector(mem_slots=5, hidden_size=cfg.hidden_size, num_heads=4,
+                                      chunk_size=6, window_size=10, embed_rms=0.5, seed=seed,
+                                      window_policy=policy, memory_kv_layers=cfg.num_layers,
+                                      memory_kv_dim=cfg.num_kv_heads * cfg.head_dim,
+                                      memory_kv_hidden=hidden)
+        g = torch.Generator().manual_seed(seed)
+        with torch.no_grad():
+            for prm in p.parameters():
+                prm.add_(torch.randn(prm.shape, generator=g) * 0.05)
+        d = os.path.join(TMP, f"proj_memory_kv_{hidden}_{policy}")
+        p.save(d, fingerprint(model_dir))
+        compare("tiny", d, f"memory K/V maps, hidden {hidden}, {policy} policy")
     cmd = [KVFOLD, "logits", "--model", model_dir, "--projector", d, "--mode", "memory",
-           "--tokens", "1,5,9", "--out", os.path.join(TMP, "refused.bin")]
+           "--tokens", "1,5,9", "--kv-dtype", "int8", "--out", os.path.join(TMP, "refused.bin")]
     r = subprocess.run(cmd, capture_output=True, text=True)
-    assert r.returncode != 0, "kvfold logits ran a memory_kv projector"
+    assert r.returncode != 0, "kvfold logits ran memory K/V maps on an int8 cache"
     assert "memory_kv_layers" in r.stderr, r.stderr
 
 
 if __name__ == "__main__":
     run_main([test_python_exported_projector, test_sliding_window_policy, test_sink_tokens,
-              test_cpp_random_projector, test_memory_kv_projector_refused])
+              test_cpp_random_projector, test_memory_kv])

@@ -35,7 +35,7 @@ std::unique_ptr<Projector> MakeProjector(const engine::Engine& engine, int windo
                                          int input_layers = 1,
                                          WindowPolicy policy = WindowPolicy::kGrowing,
                                          int sink_tokens = 0, int prefix_gap = 0,
-                                         int memory_only_window = 0) {
+                                         int memory_only_window = 0, bool memory_kv = false) {
   ProjectorConfig c;
   c.mem_slots = 5;
   c.hidden_size = engine.config().hidden_size;
@@ -48,6 +48,11 @@ std::unique_ptr<Projector> MakeProjector(const engine::Engine& engine, int windo
   c.sink_tokens = sink_tokens;
   c.prefix_gap = prefix_gap;
   c.memory_only_window = memory_only_window;
+  if (memory_kv) {  // per-layer memory K/V maps through one hidden layer (random weights)
+    c.memory_kv_layers = engine.config().num_layers;
+    c.memory_kv_dim = engine.config().kv_dim();
+    c.memory_kv_hidden = 8;
+  }
   c.model_fingerprint = engine.fingerprint();
   auto p = Projector::FromTensors(c, RandomProjectorTensors(c, 1.0f, 77), "projector-77");
   EXPECT_TRUE(p.ok()) << p.status();
@@ -114,13 +119,14 @@ TEST(MemoryModeTest, NoFoldEqualsFullMode) {
 }
 
 // A memory mode under one of the projector's window policies, with S sink tokens, a
-// prefix gap G and memory_only's window Wo.
+// prefix gap G, memory_only's window Wo and per-layer memory K/V maps.
 struct ModeAndPolicy {
   KvMode mode;
   WindowPolicy policy;
   int sink_tokens = 0;
   int prefix_gap = 0;
   int memory_only_window = 0;
+  bool memory_kv = false;
 };
 
 class MemoryModeParamTest : public ::testing::TestWithParam<ModeAndPolicy> {};
@@ -129,7 +135,7 @@ TEST_P(MemoryModeParamTest, PrefillEqualsTokenByTokenDecode) {
   auto f = MakeEngine(2);
   auto projector = MakeProjector(*f->engine, 9, 6, /*input_layers=*/3, GetParam().policy,
                                  GetParam().sink_tokens, GetParam().prefix_gap,
-                                 GetParam().memory_only_window);
+                                 GetParam().memory_only_window, GetParam().memory_kv);
   auto a = NewSession(f->engine.get(), projector.get(), GetParam().mode);
   auto b = NewSession(f->engine.get(), projector.get(), GetParam().mode);
   const auto ids = RandomIds(61, f->model.config.vocab_size, 3);  // several folds
@@ -156,7 +162,8 @@ TEST_P(MemoryModeParamTest, ExportImportContinuesExactly) {
   auto f = MakeEngine(4);
   const int sinks = GetParam().sink_tokens;
   auto projector = MakeProjector(*f->engine, 10, chunk, 1, GetParam().policy, sinks,
-                                 GetParam().prefix_gap, GetParam().memory_only_window);
+                                 GetParam().prefix_gap, GetParam().memory_only_window,
+                                 GetParam().memory_kv);
   const auto prompt = RandomIds(sinks > 1 ? sinks - 1 : 5, f->model.config.vocab_size, 5);
   // Total tokens when the window is full again.
   const int full_at = sinks + window + chunk + chunk;
@@ -221,7 +228,9 @@ INSTANTIATE_TEST_SUITE_P(
                       ModeAndPolicy{KvMode::kMemory, WindowPolicy::kGrowing, 1},
                       ModeAndPolicy{KvMode::kMemoryOnly, WindowPolicy::kGrowing, 2},
                       ModeAndPolicy{KvMode::kMemory, WindowPolicy::kSliding, 2, 50},
-                      ModeAndPolicy{KvMode::kMemoryOnly, WindowPolicy::kGrowing, 0, 0, 5}),
+                      ModeAndPolicy{KvMode::kMemoryOnly, WindowPolicy::kGrowing, 0, 0, 5},
+                      ModeAndPolicy{KvMode::kMemory, WindowPolicy::kSliding, 0, 0, 0, true},
+                      ModeAndPolicy{KvMode::kMemory, WindowPolicy::kGrowing, 2, 0, 0, true}),
     [](const auto& info) {
       return std::string(core::KvModeName(info.param.mode)) + "_" +
              WindowPolicyName(info.param.policy) +
@@ -230,7 +239,8 @@ INSTANTIATE_TEST_SUITE_P(
              (info.param.prefix_gap > 0 ? "_gap" + std::to_string(info.param.prefix_gap) : "") +
              (info.param.memory_only_window > 0
                   ? "_window" + std::to_string(info.param.memory_only_window)
-                  : "");
+                  : "") +
+             (info.param.memory_kv ? "_memory_kv" : "");
     });
 
 // Sink tokens: resident KV reaches exactly S + M + W (sliding), the sinks stay the session's

@@ -339,13 +339,33 @@ TEST(ProjectorTest, FileAndShapeErrors) {
   EXPECT_EQ(ParseProjectorConfig(negative).status().code(), absl::StatusCode::kInvalidArgument);
   c.sink_tokens = 0;
 
-  // A projector with per-layer memory K/V maps (a PyTorch-student variant) is refused with
-  // a precise status, not run without its maps.
-  std::string with_kv = ProjectorConfigJson(c);
-  with_kv.insert(with_kv.find("\"model_fingerprint\""), "\"memory_kv_layers\": 5,\n  ");
-  auto kv_status = ParseProjectorConfig(with_kv).status();
-  EXPECT_EQ(kv_status.code(), absl::StatusCode::kUnimplemented) << kv_status;
-  EXPECT_NE(kv_status.message().find("memory_kv_layers"), std::string::npos) << kv_status;
+  // Per-layer memory K/V: the three fields round-trip, their tensors are required, and a
+  // file that names only some of them is refused.
+  c.memory_kv_layers = 2;
+  c.memory_kv_dim = 4;
+  c.memory_kv_hidden = 6;
+  auto with_kv = ParseProjectorConfig(ProjectorConfigJson(c));
+  ASSERT_TRUE(with_kv.ok()) << with_kv.status();
+  EXPECT_EQ(with_kv->memory_kv_layers, 2);
+  EXPECT_EQ(with_kv->memory_kv_dim, 4);
+  EXPECT_EQ(with_kv->memory_kv_hidden, 6);
+  EXPECT_EQ(Projector::FromTensors(c, tensors, "").status().code(),
+            absl::StatusCode::kInvalidArgument);  // no mem_kv.* tensors
+  auto kv_projector = Projector::FromTensors(c, RandomTensors(c, 4), "");
+  ASSERT_TRUE(kv_projector.ok()) << kv_projector.status();
+  std::vector<float> kv_out(2 * 2 * 3 * 4), kv_mem(3 * 8, 0.5f);
+  ProjectorScratch kv_scratch;
+  EXPECT_TRUE((*kv_projector)->MemoryKv(kv_mem, kv_out, &kv_scratch).ok());
+  EXPECT_EQ((*kv_projector)->MemoryKv(kv_mem, std::span<float>(kv_out).first(5), &kv_scratch).code(),
+            absl::StatusCode::kInvalidArgument);
+  std::string partial = ProjectorConfigJson(c);
+  const std::string dim_field = "\"memory_kv_dim\": 4,";
+  partial.erase(partial.find(dim_field), dim_field.size());
+  auto partial_status = ParseProjectorConfig(partial).status();
+  EXPECT_EQ(partial_status.code(), absl::StatusCode::kInvalidArgument) << partial_status;
+  EXPECT_NE(partial_status.message().find("memory_kv_dim"), std::string::npos) << partial_status;
+  c.memory_kv_layers = c.memory_kv_dim = c.memory_kv_hidden = 0;
+  EXPECT_EQ(ProjectorConfigJson(c).find("memory_kv"), std::string::npos);
 
   // Forward with the wrong sizes.
   auto projector = Projector::FromTensors(c, tensors, "");
