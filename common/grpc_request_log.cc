@@ -15,11 +15,9 @@ class GrpcRequestLog::Interceptor : public grpc::experimental::Interceptor {
     record_.method = info->method() != nullptr ? info->method() : "";
     log_->Register(context_, &record_);
   }
+  // A call that never reached its status (it was cancelled first) is finished here.
   ~Interceptor() override {
-    record_.duration_ms =
-        std::chrono::duration<double, std::milli>(std::chrono::steady_clock::now() - start_)
-            .count();
-    log_->Finish(context_, record_);
+    if (!finished_) Finish();
   }
 
   void Intercept(grpc::experimental::InterceptorBatchMethods* methods) override {
@@ -46,9 +44,15 @@ class GrpcRequestLog::Interceptor : public grpc::experimental::Interceptor {
     }
     if (methods->QueryInterceptionHookPoint(InterceptionHookPoints::PRE_SEND_STATUS)) {
       const grpc::Status status = methods->GetSendStatus();
-      std::lock_guard<std::mutex> lock(log_->mu_);
-      record_.code = static_cast<absl::StatusCode>(status.error_code());
-      record_.error = status.error_message();
+      {
+        std::lock_guard<std::mutex> lock(log_->mu_);
+        record_.code = static_cast<absl::StatusCode>(status.error_code());
+        record_.error = status.error_message();
+      }
+      // Logged and counted before the status leaves: a client that has its status finds
+      // its call in the log and the metrics (the handler has returned, so the record is
+      // complete).
+      Finish();
     }
     methods->Proceed();
   }
@@ -56,8 +60,17 @@ class GrpcRequestLog::Interceptor : public grpc::experimental::Interceptor {
  private:
   GrpcRequestLog* const log_;
   const grpc::ServerContextBase* const context_;
+  void Finish() {
+    finished_ = true;
+    record_.duration_ms =
+        std::chrono::duration<double, std::milli>(std::chrono::steady_clock::now() - start_)
+            .count();
+    log_->Finish(context_, record_);
+  }
+
   const std::chrono::steady_clock::time_point start_;
   RequestRecord record_;  // guarded by log_->mu_ while registered
+  bool finished_ = false;
 };
 
 class GrpcRequestLog::Factory : public grpc::experimental::ServerInterceptorFactoryInterface {
