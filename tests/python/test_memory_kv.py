@@ -1,8 +1,8 @@
 """Per-layer memory K/V (projector.json `memory_kv_layers`, docs/memory-mode.md) in the
 PyTorch student:
  * zero maps (as a new projector starts) give exactly the plain projector's logits, on a
-   random model and, when the shared model is present, with the committed b48 projector
-   on a real story;
+   random model and, when the shared model is present, with the committed b48 projector's
+   other weights on a real story (whose trained maps do change the logits);
  * with trained (non-zero) maps the teacher-forced segment form equals the token-by-token
    decode loop (memory and memory_only, both window policies, sink tokens), and both equal
    an explicit KV-cache construction: the memory rows' K/V computed from the memory alone
@@ -190,9 +190,10 @@ def _joint(mem, seg):
     return x, pos, memory.memory_mask(3, seg.shape[1])
 
 
-def test_committed_b48_unchanged_by_zero_maps():
-    """The committed b48 projector with zero maps added: the same logits on a validation
-    story (skipped without the shared model)."""
+def test_committed_b48_zero_maps_and_its_maps():
+    """The committed b48 projector (trained maps): with its maps zeroed it gives exactly the
+    plain projector of its other weights on a validation story, and its trained maps move
+    the logits (skipped without the shared model)."""
     model_path = os.path.join(shared_dir(), "models", "stories260K", "stories260K.bin")
     text = os.path.join(shared_dir(), "text", "tinystories_train_sample.txt")
     if not (os.path.exists(model_path) and os.path.exists(text)):
@@ -200,24 +201,32 @@ def test_committed_b48_unchanged_by_zero_maps():
         return
     model = llama.load_model(model_path)
     tok = tokenizer.Llama2cTokenizer(os.path.join(os.path.dirname(model_path), "tok512.bin"))
-    base = projector.MemoryProjector.load(os.path.join(SOURCE_DIR, "models",
-                                                       "stories260K-projector-b48"))
-    cfg = base.config
-    kv = projector.MemoryProjector(
-        cfg["mem_slots"], cfg["hidden_size"], cfg["num_heads"], cfg["ffn_mult"],
-        cfg["chunk_size"], cfg["window_size"], window_policy=cfg["window_policy"],
-        memory_only_window=cfg.get("memory_only_window", 0), memory_kv_layers=5,
-        memory_kv_dim=32, memory_kv_hidden=0)
-    missing, unexpected = kv.load_state_dict(base.state_dict(), strict=False)
-    assert not unexpected and all(k.startswith("mem_kv.") for k in missing)
+    trained = projector.MemoryProjector.load(os.path.join(SOURCE_DIR, "models",
+                                                          "stories260K-projector-b48"))
+    cfg = trained.config
+    assert cfg["memory_kv_layers"] == 5 and cfg["memory_kv_dim"] == 32
+    base = {k: v for k, v in trained.state_dict().items() if not k.startswith("mem_kv.")}
+    geometry = dict(window_policy=cfg["window_policy"],
+                    memory_only_window=cfg.get("memory_only_window", 0))
+    plain = projector.MemoryProjector(cfg["mem_slots"], cfg["hidden_size"], cfg["num_heads"],
+                                      cfg["ffn_mult"], cfg["chunk_size"], cfg["window_size"],
+                                      **geometry)
+    plain.load_state_dict(base)
+    zero = projector.MemoryProjector(cfg["mem_slots"], cfg["hidden_size"], cfg["num_heads"],
+                                     cfg["ffn_mult"], cfg["chunk_size"], cfg["window_size"],
+                                     memory_kv_layers=5, memory_kv_dim=32,
+                                     memory_kv_hidden=cfg["memory_kv_hidden"], **geometry)
+    missing, unexpected = zero.load_state_dict(base, strict=False)
+    assert not unexpected and missing and all(k.startswith("mem_kv.") for k in missing)
     train, _ = data.split_train_heldout(data.read_stories(text), 200)
     ids = torch.tensor([data.encode_stories(tok, train[-1:], 512)[0]])
     with torch.no_grad():
-        assert torch.equal(memory.memory_logits(model, base, ids),
-                           memory.memory_logits(model, kv, ids))
+        a = memory.memory_logits(model, plain, ids)
+        assert torch.equal(a, memory.memory_logits(model, zero, ids))
+        assert (a - memory.memory_logits(model, trained, ids)).abs().max().item() > 0.05
 
 
 if __name__ == "__main__":
     run_main([test_zero_maps_are_the_plain_projector, test_maps_against_decode_loop_and_kv_cache,
               test_memory_rows_unchanged_and_file_round_trip,
-              test_committed_b48_unchanged_by_zero_maps])
+              test_committed_b48_zero_maps_and_its_maps])
