@@ -72,18 +72,25 @@ def engine_logits(model_dir, vocab, proj_dir, toks, mode):
 
 
 def python_projector(shape, input_layers, seed, window_policy="growing", sink_tokens=0,
-                     prefix_gap=0):
+                     prefix_gap=0, memory_kv_hidden=None):
+    """A PyTorch projector with random weights, saved for the model; memory_kv_hidden (not
+    None) adds per-layer memory K/V maps with that hidden width."""
     model_dir, model = get_model(shape)
-    p = projector.MemoryProjector(mem_slots=5, hidden_size=model.cfg.hidden_size, num_heads=4,
+    cfg = model.cfg
+    kv = {} if memory_kv_hidden is None else {
+        "memory_kv_layers": cfg.num_layers, "memory_kv_dim": cfg.num_kv_heads * cfg.head_dim,
+        "memory_kv_hidden": memory_kv_hidden}
+    p = projector.MemoryProjector(mem_slots=5, hidden_size=cfg.hidden_size, num_heads=4,
                                   ffn_mult=4, chunk_size=6, window_size=10,
                                   input_layers=input_layers, embed_rms=0.5, seed=seed,
                                   window_policy=window_policy, sink_tokens=sink_tokens,
-                                  prefix_gap=prefix_gap)
+                                  prefix_gap=prefix_gap, **kv)
     g = torch.Generator().manual_seed(seed)
     with torch.no_grad():
         for prm in p.parameters():
             prm.add_(torch.randn(prm.shape, generator=g) * 0.05)
-    d = os.path.join(TMP, f"proj_py_{input_layers}_{window_policy}_{sink_tokens}_{prefix_gap}")
+    d = os.path.join(TMP, f"proj_py_{input_layers}_{window_policy}_{sink_tokens}_{prefix_gap}"
+                     f"_{memory_kv_hidden}")
     p.save(d, fingerprint(model_dir))
     return d
 
@@ -154,20 +161,9 @@ def test_memory_kv():
     maps to the expanded memory's cache rows, the student to the keys and values its
     window rows read: same logits, linear maps and through a hidden layer, both window
     policies; an int8 KV cache is refused with a message naming the field."""
-    model_dir, model = get_model("tiny")
-    cfg = model.cfg
+    model_dir = get_model("tiny")[0]
     for hidden, policy, seed in ((0, "sliding", 12), (16, "growing", 13)):
-        p = projector.MemoryProjector(mem_slots=5, hidden_size=cfg.hidden_size, num_heads=4,
-                                      chunk_size=6, window_size=10, embed_rms=0.5, seed=seed,
-                                      window_policy=policy, memory_kv_layers=cfg.num_layers,
-                                      memory_kv_dim=cfg.num_kv_heads * cfg.head_dim,
-                                      memory_kv_hidden=hidden)
-        g = torch.Generator().manual_seed(seed)
-        with torch.no_grad():
-            for prm in p.parameters():
-                prm.add_(torch.randn(prm.shape, generator=g) * 0.05)
-        d = os.path.join(TMP, f"proj_memory_kv_{hidden}_{policy}")
-        p.save(d, fingerprint(model_dir))
+        d = python_projector("tiny", 1, seed, policy, memory_kv_hidden=hidden)
         compare("tiny", d, f"memory K/V maps, hidden {hidden}, {policy} policy")
     cmd = [KVFOLD, "logits", "--model", model_dir, "--projector", d, "--mode", "memory",
            "--tokens", "1,5,9", "--kv-dtype", "int8", "--out", os.path.join(TMP, "refused.bin")]
