@@ -113,6 +113,29 @@ int ExportImportContinue(Side& from, Side& to, const memory::Projector& p_from,
   return compared;
 }
 
+// Per-layer memory K/V maps (docs/memory-mode.md) run on the CPU backends only: on the
+// device a session with such a projector is refused with a precise status, never run
+// without its maps.
+TEST(CudaMemoryMode, PerLayerMemoryKvIsRefusedOnTheDevice) {
+  KVFOLD_SKIP_WITHOUT_GPU();
+  const model::ModelFile model = ::kvfold::testing::RandomTinyModel(
+      11, ::kvfold::testing::Tiny96(false), core::DType::kF32);
+  Side gpu = MakeSide(model, "cuda:0");
+  ASSERT_TRUE(gpu.engine);
+  auto plain = MakeProjector(*gpu.engine);
+  ASSERT_TRUE(plain);
+  memory::ProjectorConfig c = plain->config();
+  c.memory_kv_layers = model.config.num_layers;
+  c.memory_kv_dim = model.config.kv_dim();
+  auto p = memory::Projector::FromTensors(c, memory::RandomProjectorTensors(c, 1.0f, 7), "p7kv");
+  ASSERT_TRUE(p.ok()) << p.status();
+  engine::SessionOptions options;
+  options.mode = core::KvMode::kMemory;
+  auto s = memory::CreateSession(gpu.engine.get(), options, p->get());
+  EXPECT_EQ(s.status().code(), absl::StatusCode::kUnimplemented) << s.status();
+  EXPECT_NE(s.status().message().find("memory_kv_layers"), std::string::npos) << s.status();
+}
+
 TEST(CudaMemoryMode, GpuExportCpuImportAndReverseContinueIdentically) {
   KVFOLD_SKIP_WITHOUT_GPU();
   const model::ModelFile model = ::kvfold::testing::RandomTinyModel(
