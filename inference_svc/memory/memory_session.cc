@@ -113,7 +113,7 @@ MemorySession::MemorySession(engine::Engine* engine, const Projector* projector,
   const ProjectorConfig& pc = projector->config();
   if (pc.has_memory_kv()) {
     memory_kv_.resize(static_cast<size_t>(pc.memory_kv_layers) * 2 * mem_slots_ * pc.memory_kv_dim);
-    kv_row_.resize(pc.memory_kv_dim);
+    kv_rows_.resize(memory_kv_.size());
     kv_stream_ = engine->backend().CreateStream();
   }
 }
@@ -272,28 +272,36 @@ absl::Status MemorySession::AddMemoryKv() {
   if (auto s = projector_->MemoryKv(memory_, memory_kv_, &projector_scratch_); !s.ok()) return s;
   engine::BlockPool& pool = engine_->pool();
   kernels::Backend& backend = engine_->backend();
-  const int block_size = pool.block_size(), kv_dim = static_cast<int>(kv_row_.size());
+  const int bs = pool.block_size(), kv_dim = projector_->config().memory_kv_dim;
   const int first = cache_->prefix_len() - mem_slots_;  // the memory follows the sinks
   const auto& blocks = cache_->prefix_blocks();
-  const float* delta = memory_kv_.data();
-  for (int layer = 0; layer < projector_->config().memory_kv_layers; ++layer) {
-    for (const kernels::Tensor& cache : {pool.k_cache(layer), pool.v_cache(layer)}) {
-      for (int j = 0; j < mem_slots_; ++j, delta += kv_dim) {
-        const int entry = first + j;
-        const int64_t slot = int64_t{blocks[entry / block_size]} * block_size + entry % block_size;
-        kernels::Tensor row;  // [1, kv_dim] at the entry's physical slot
-        row.data = static_cast<float*>(cache.data) + slot * kv_dim;
-        row.dtype = core::DType::kF32;
-        row.rank = 2;
-        row.shape = {1, kv_dim, 1, 1};
-        if (auto s = backend.CopyToHost(*kv_stream_, row, kv_row_.data()); !s.ok()) return s;
-        if (auto s = backend.Synchronize(*kv_stream_); !s.ok()) return s;
-        for (int c = 0; c < kv_dim; ++c) kv_row_[c] += delta[c];
-        if (auto s = backend.CopyToDevice(*kv_stream_, kv_row_.data(), row); !s.ok()) return s;
+  // Visits the memory's cache rows in memory_kv_'s order [L, 2 (K, V), M, kv_dim], each
+  // with its place in kv_rows_.
+  auto each_row = [&](auto&& fn) -> absl::Status {
+    float* host = kv_rows_.data();
+    for (int layer = 0; layer < projector_->config().memory_kv_layers; ++layer) {
+      for (const kernels::Tensor& cache : {pool.k_cache(layer), pool.v_cache(layer)}) {
+        for (int j = 0; j < mem_slots_; ++j, host += kv_dim) {
+          const int entry = first + j;
+          const kernels::Tensor row =
+              cache.Rows(blocks[entry / bs], 1).Reshape({bs, kv_dim}).Rows(entry % bs, 1);
+          if (absl::Status s = fn(row, host); !s.ok()) return s;
+        }
       }
     }
-  }
-  return backend.Synchronize(*kv_stream_);
+    return absl::OkStatus();
+  };
+  absl::Status s = each_row([&](const kernels::Tensor& row, float* host) {
+    return backend.CopyToHost(*kv_stream_, row, host);
+  });
+  if (s.ok()) s = backend.Synchronize(*kv_stream_);
+  if (!s.ok()) return s;
+  for (size_t i = 0; i < kv_rows_.size(); ++i) kv_rows_[i] += memory_kv_[i];
+  s = each_row([&](const kernels::Tensor& row, float* host) {
+    return backend.CopyToDevice(*kv_stream_, host, row);
+  });
+  if (s.ok()) s = backend.Synchronize(*kv_stream_);
+  return s;
 }
 
 absl::Status MemorySession::ForwardSinks(std::span<const int32_t> ids, bool want_logits) {

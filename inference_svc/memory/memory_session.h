@@ -149,7 +149,7 @@ class MemorySession final : public engine::Session {
   ProjectorScratch projector_scratch_;
   std::vector<float> new_memory_;    // [M, d]
   std::vector<float> memory_kv_;     // [L, 2, M, kv_dim]: the maps' additions (AddMemoryKv)
-  std::vector<float> kv_row_;        // [kv_dim]: one cache row on the host
+  std::vector<float> kv_rows_;       // [L, 2, M, kv_dim]: the memory's cache rows on the host
   std::unique_ptr<kernels::Stream> kv_stream_;
   int32_t pending_token_ = 0;        // PrepareAppend -> FinishAppend
   bool pending_hidden_ = false;
