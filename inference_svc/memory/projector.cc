@@ -228,6 +228,9 @@ Projector::Projector(ProjectorConfig config, Fp32TensorMap tensors, std::string 
     const std::string k = absl::StrCat("mem_kv.k.", l), v = absl::StrCat("mem_kv.v.", l);
     kv_maps_.push_back({T(k + ".weight"), T(k + ".bias"), T(v + ".weight"), T(v + ".bias")});
   }
+  if (config_.has_memory_kv() && config_.memory_kv_hidden > 0) {
+    kv_up_ = {T("mem_kv.up.weight"), T("mem_kv.up.bias")};
+  }
 }
 
 absl::StatusOr<std::unique_ptr<Projector>> Projector::FromTensors(ProjectorConfig config,
@@ -402,8 +405,7 @@ absl::Status Projector::MemoryKv(std::span<const float> mem, std::span<float> ou
   int in = d;
   if (h > 0) {
     Grow(s->kv_hidden, static_cast<size_t>(num_slots) * h);
-    Linear(mem.data(), num_slots, d, T("mem_kv.up.weight"), T("mem_kv.up.bias"), h,
-           s->kv_hidden.data());
+    Linear(mem.data(), num_slots, d, kv_up_[0], kv_up_[1], h, s->kv_hidden.data());
     for (int i = 0; i < num_slots * h; ++i) s->kv_hidden[i] = GeluErf(s->kv_hidden[i]);
     z = s->kv_hidden.data();
     in = h;

@@ -192,6 +192,7 @@ class Projector {
   std::shared_ptr<const ProjectorDevice> device_;  // null: CPU path
   // Per layer: k weight, k bias, v weight, v bias of the memory K/V maps (into tensors_).
   std::vector<std::array<const float*, 4>> kv_maps_;
+  std::array<const float*, 2> kv_up_{};  // mem_kv.up weight, bias (memory_kv_hidden > 0)
 };
 
 // The tensor names and shapes a projector with `config` must contain (sorted by name).
