@@ -4,7 +4,10 @@
 #include <algorithm>
 #include <cstdlib>
 #include <cstring>
+#include <map>
 #include <memory>
+#include <mutex>
+#include <tuple>
 #include <thread>
 
 #include "absl/strings/str_cat.h"
@@ -19,11 +22,68 @@ namespace {
 
 using cpu::ThreadPool;
 
+// The backend's adopted weights. Adopted weights are read-only for their buffer's life
+// (backend.h AdoptWeights), so data derived from them stays valid until the buffer goes:
+// the AMX panels of a Q8 matrix (cpu_ops.h Q8Panels) are laid out on its first batched
+// MatMul and kept beside the buffer, which drops them. Lookups are by address range (a
+// weight tensor may view part of a buffer); a mutex guards the map (buffers may be
+// destroyed on any thread).
+class AdoptedWeights {
+ public:
+  void Add(const void* data, size_t bytes) {
+    std::lock_guard<std::mutex> lock(mu_);
+    buffers_[reinterpret_cast<uintptr_t>(data)].bytes = bytes;
+  }
+  void Remove(const void* data) {
+    std::lock_guard<std::mutex> lock(mu_);
+    buffers_.erase(reinterpret_cast<uintptr_t>(data));
+  }
+  // Panels of the Q8 matrix at w [m, k] when it lies in an adopted buffer (laid out on
+  // first use), else nullptr.
+  const uint8_t* Panels(const void* w, int64_t m, int64_t k) {
+    const uintptr_t at = reinterpret_cast<uintptr_t>(w);
+    std::lock_guard<std::mutex> lock(mu_);
+    auto it = buffers_.upper_bound(at);
+    if (it == buffers_.begin()) return nullptr;
+    --it;
+    if (at + core::Q8RowBytes(k) * static_cast<size_t>(m) > it->first + it->second.bytes) {
+      return nullptr;
+    }
+    auto& panels = it->second.panels[{at, m, k}];
+    if (panels == nullptr) {
+      const size_t bytes = cpu::Q8PanelBytes(m, k);
+      panels.reset(static_cast<uint8_t*>(std::aligned_alloc(64, (bytes + 63) / 64 * 64)));
+      if (panels == nullptr) return nullptr;  // out of memory: the call lays them out itself
+      cpu::PackQ8Panels(w, m, k, panels.get());
+    }
+    return panels.get();
+  }
+
+ private:
+  struct Free {
+    void operator()(uint8_t* p) const { std::free(p); }
+  };
+  struct Entry {
+    size_t bytes = 0;
+    std::map<std::tuple<uintptr_t, int64_t, int64_t>, std::unique_ptr<uint8_t, Free>> panels;
+  };
+  std::mutex mu_;
+  std::map<uintptr_t, Entry> buffers_;  // by start address
+};
+
 class HostBuffer : public Buffer {
  public:
-  HostBuffer(void* data, size_t size, bool owned, std::shared_ptr<const void> keepalive)
-      : data_(data), size_(size), owned_(owned), keepalive_(std::move(keepalive)) {}
+  HostBuffer(void* data, size_t size, bool owned, std::shared_ptr<const void> keepalive,
+             std::shared_ptr<AdoptedWeights> adopted = nullptr)
+      : data_(data),
+        size_(size),
+        owned_(owned),
+        keepalive_(std::move(keepalive)),
+        adopted_(std::move(adopted)) {
+    if (adopted_ != nullptr) adopted_->Add(data_, size_);
+  }
   ~HostBuffer() override {
+    if (adopted_ != nullptr) adopted_->Remove(data_);
     if (owned_) std::free(data_);
   }
   void* data() const override { return data_; }
@@ -34,6 +94,7 @@ class HostBuffer : public Buffer {
   size_t size_;
   bool owned_;
   std::shared_ptr<const void> keepalive_;
+  std::shared_ptr<AdoptedWeights> adopted_;  // set for adopted weights
 };
 
 class CpuStream : public Stream {};
@@ -131,12 +192,15 @@ class CpuBackend : public Backend {
       const void* host, size_t bytes, std::shared_ptr<const void> keepalive) override {
     if (reinterpret_cast<uintptr_t>(host) % kWeightAlignment == 0 || bytes == 0) {
       return std::make_unique<HostBuffer>(const_cast<void*>(host), bytes, false,
-                                          std::move(keepalive));
+                                          std::move(keepalive), adopted_);
     }
-    absl::StatusOr<std::unique_ptr<Buffer>> copy = Allocate(bytes);
-    if (!copy.ok()) return copy.status();
-    std::memcpy((*copy)->data(), host, bytes);
-    return copy;
+    const size_t rounded = (bytes + kWeightAlignment - 1) / kWeightAlignment * kWeightAlignment;
+    void* p = std::aligned_alloc(kWeightAlignment, rounded);
+    if (p == nullptr) {
+      return absl::ResourceExhaustedError(absl::StrCat("cpu: cannot allocate ", bytes, " bytes"));
+    }
+    std::memcpy(p, host, bytes);
+    return std::make_unique<HostBuffer>(p, bytes, true, nullptr, adopted_);
   }
 
   std::unique_ptr<Stream> CreateStream() override { return std::make_unique<CpuStream>(); }
@@ -197,6 +261,7 @@ class CpuBackend : public Backend {
     if (reference_) {
       cpu::MatMulReference(a, matmul_scratch_);
     } else {
+      if (cpu::MatMulReadsQ8Panels(a)) a.w_panels = adopted_->Panels(a.w, m, k);
       cpu::MatMulOptimized(pool_, a, matmul_scratch_);
     }
     return absl::OkStatus();
@@ -405,6 +470,7 @@ class CpuBackend : public Backend {
   ThreadPool pool_;
   std::vector<float> ref_scratch_;
   cpu::MatMulScratch matmul_scratch_;
+  std::shared_ptr<AdoptedWeights> adopted_ = std::make_shared<AdoptedWeights>();
   cpu::AttentionScratch opt_scratch_;
   std::vector<float> seal_scratch_;
 };

@@ -26,7 +26,31 @@ struct MatMulArgs {
   const float* bias;
   float* out;
   int64_t n, m, k;
+  // Q8 weights: w as panels (Q8Panels below) when the caller keeps them, else nullptr
+  // (a call of several rows on the AMX path then lays them out in its scratch; a single
+  // row reads the Q8 rows).
+  const uint8_t* w_panels = nullptr;
 };
+
+// Q8 panels: the tile layout of the AMX path (matmul_amx.cc). Per kQ8PanelRows weight
+// rows (m % kQ8PanelRows == 0): the fp16 scales [blocks][16 rows] (zero-padded to whole
+// cache lines), then the codes [blocks][16 rows][kQ8Block]; panel after panel. The same
+// numbers as the Q8 rows, so results do not depend on which one a kernel reads.
+inline constexpr int kQ8PanelRows = 16;
+inline size_t Q8PanelScaleBytes(int64_t k) {
+  const size_t blocks = static_cast<size_t>((k + core::kQ8Block - 1) / core::kQ8Block);
+  return (blocks * kQ8PanelRows * sizeof(uint16_t) + 63) / 64 * 64;
+}
+inline size_t Q8PanelBytes(int64_t m, int64_t k) {
+  const size_t blocks = static_cast<size_t>((k + core::kQ8Block - 1) / core::kQ8Block);
+  return static_cast<size_t>(m / kQ8PanelRows) *
+         (Q8PanelScaleBytes(k) + blocks * kQ8PanelRows * core::kQ8Block);
+}
+// Writes the panels of Q8 weights w [m, k] (Q8PanelBytes(m, k) bytes).
+void PackQ8Panels(const void* w, int64_t m, int64_t k, uint8_t* panels);
+// Whether MatMulOptimized reads panels for a call like `a` (Q8 weights on the AMX path):
+// the calls a caller's kept panels serve.
+bool MatMulReadsQ8Panels(const MatMulArgs& a);
 
 // Q8 weights multiply int8 activations (docs/engine.md, "Q8 MatMul"): each row of x is
 // quantized once per call, per block of kQ8Block: amax = max |x|, scale = amax / 127,
@@ -48,6 +72,7 @@ void QuantizeActivationsQ8(ThreadPool* pool, const float* x, int64_t n, int64_t 
 struct AmxScratch {
   std::vector<int8_t> packed;
   std::vector<float> scales;
+  std::vector<uint8_t> panels;  // weights without kept panels
 };
 
 // Scratch of the matmul kernels; grows to the largest call, then allocation-free.

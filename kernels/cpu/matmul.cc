@@ -255,6 +255,10 @@ void ForEachTile(ThreadPool& pool, const MatMulArgs& a, int tile_cols, TileAt& t
 
 }  // namespace
 
+bool MatMulReadsQ8Panels(const MatMulArgs& a) {
+  return a.w_dtype == DType::kQ8 && ActiveIsa() == Isa::kAvx512 && Q8AmxFits(a) && AmxActive();
+}
+
 void MatMulOptimized(ThreadPool& pool, const MatMulArgs& a, MatMulScratch& scratch) {
   const Isa isa = ActiveIsa();
   const int tile_cols = TileCols(isa, a.w_dtype, a.n);

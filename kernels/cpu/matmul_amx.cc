@@ -1,13 +1,19 @@
 // AMX int8 path of the Q8 matmul (matmul_tiles.h, "AMX"). One tile multiply
 // (TDPBSSD, signed x signed bytes) gives the exact integer dot of one block (32 codes)
 // for 16 output columns x up to 16 rows of x at once: A = 16 weight rows' codes of the
-// block (read in place, stride = the Q8 row), B = the rows' codes of the block packed
-// four bytes per row side by side (the tile layout TDPBSSD reads), C = 16 x 16 int32.
+// block, B = the rows' codes of the block packed four bytes per row side by side (the
+// tile layout TDPBSSD reads), C = 16 x 16 int32.
 // Per output, in block order: acc = fma(float(block dot), w_scale * x_scale, acc); the
 // sum is acc (+ bias). A row group of one row (decode) computes the same block dots with
-// AVX-512 VNNI instead (RowVnni8) and the same float operations. Every output's operations
-// depend only on its row and column, so a row alone and a row in a batch give identical
-// bits.
+// AVX-512 VNNI instead (RowVnni8, on the Q8 rows as stored) and the same float
+// operations. Every output's operations depend only on its row and column, so a row alone
+// and a row in a batch give identical bits.
+//
+// The tiles read the weights as panels (cpu_ops.h Q8Panels): per 16 rows, every block's
+// 16 scales and then every block's 16 x 32 codes, one contiguous stream. Read in place
+// from the Q8 rows, a tile load gathered 16 pieces of 32 bytes at the row stride and the
+// 16-row matmul ran ~25 % slower than the same tiles over panels, which run at the
+// machine's read bandwidth (docs/engine.md, "AMX panels").
 #pragma GCC diagnostic ignored "-Wuninitialized"
 #pragma GCC diagnostic ignored "-Wmaybe-uninitialized"
 #include <immintrin.h>
@@ -25,8 +31,8 @@ namespace {
   __attribute__((target( \
       "avx512f,avx512bw,avx512vl,avx512dq,avx512vnni,fma,f16c,amx-tile,amx-int8")))
 
-constexpr int kGroup = 16;        // output columns and rows of x per tile
-constexpr int kChunkBlocks = 64;  // weight scales converted per chunk of blocks
+constexpr int kGroup = 16;  // output columns and rows of x per tile
+static_assert(kGroup == kQ8PanelRows, "a panel feeds one A tile per block");
 
 // The tile registers: 0 = C (int32 block dots), 1 = A (weights), 2 = B (x codes).
 struct alignas(64) TileConfig {
@@ -56,103 +62,81 @@ KVFOLD_AMX void ConfigureTiles() { _tile_loadconfig(&kTileConfig); }
 
 KVFOLD_AMX void ReleaseTiles() { _tile_release(); }
 
-// The F32 scales of 16 weight rows, blocks [b0, b0 + nb): ws[o][b - b0].
-KVFOLD_AMX inline void ConvertScales(const uint8_t* w, int64_t row_bytes, int64_t b0, int64_t nb,
-                                     float* ws) {
-  for (int o = 0; o < kGroup; ++o) {
-    const uint16_t* half = reinterpret_cast<const uint16_t*>(w + o * row_bytes) + b0;
-    for (int64_t b = 0; b < nb; b += 16) {
-      const __mmask16 mask = static_cast<__mmask16>(nb - b >= 16 ? 0xFFFF : (1u << (nb - b)) - 1);
-      _mm512_storeu_ps(ws + o * kChunkBlocks + b,
-                       _mm512_cvtph_ps(_mm256_maskz_loadu_epi16(mask, half + b)));
-    }
+// Weight panels this many blocks (16 KiB) ahead, hinted for the outer caches (T2). A
+// prefetch into L1 holds one of the core's few fill buffers until its line comes from
+// memory, and with the tile unit stalled on a load nothing else ran meanwhile: the
+// 16-row matmul streamed ~5 GB/s per core. Hinted T2 the requests queue further out and
+// the loads meet the lines in the L2 (~25 % faster on panels; no gain on the Q8 rows).
+constexpr int64_t kPanelPrefetchBlocks = 32;
+
+// Asks for the kBlocksPerStep blocks of panel codes kPanelPrefetchBlocks ahead of `at`
+// (past the panel's end: the next panel's lines, as panels are contiguous, or lines
+// nobody reads).
+KVFOLD_AMX inline void PrefetchPanel(const int8_t* at) {
+  const char* ahead = reinterpret_cast<const char*>(at + kPanelPrefetchBlocks * kQ8Block * kGroup);
+  for (int l = 0; l < kBlocksPerStep * kQ8Block * kGroup / 64; ++l) {
+    _mm_prefetch(ahead + l * 64, _MM_HINT_T2);
   }
 }
 
-// The next 16 weight rows (contiguous after this tile's), a share per block into L2, so
-// the next tile finds them there (Q8 rows are short: the hardware prefetcher does not ramp
-// up on them). Past the matrix's end this only asks for lines nobody reads.
-KVFOLD_AMX inline void PrefetchNextTile(const uint8_t* w, int64_t row_bytes, int64_t b,
-                                        int64_t blocks) {
-  const int64_t lines = (kGroup * row_bytes + 63) / 64;
-  const int64_t per_block = (lines + blocks - 1) / blocks;
-  const char* next = reinterpret_cast<const char*>(w + kGroup * row_bytes);
-  for (int64_t l = b * per_block; l < std::min(lines, (b + 1) * per_block); ++l) {
-    _mm_prefetch(next + l * 64, _MM_HINT_T1);
-  }
-}
-
-// This tile's codes four blocks ahead into L1, one line per row every other block.
-KVFOLD_AMX inline void PrefetchAhead(const int8_t* codes, int64_t row_bytes, int64_t b,
-                                     int64_t blocks) {
-  if ((b & 1) != 0 || b + 4 >= blocks) return;
-  for (int o = 0; o < kGroup; ++o) {
-    _mm_prefetch(reinterpret_cast<const char*>(codes + o * row_bytes + (b + 4) * kQ8Block),
-                 _MM_HINT_T0);
-  }
-}
-
-// out[i0 .. i0 + rows, j0 .. j0 + 16] over all blocks (kTileConfig). `packed` holds the B
-// tiles of this row group ([blocks][8][16 x 4 bytes]), `xs` its x scales ([blocks][16],
-// 0 past rows). Accumulators: one vector per output column, lanes = rows of x.
-KVFOLD_AMX void Tile(const MatMulArgs& a, const int8_t* packed, const float* xs, int64_t i0,
-                     int rows, int64_t j0) {
+// out[i0 .. i0 + rows, j0 .. j0 + 16] over all blocks (kTileConfig). `panel` is the panel
+// of columns j0.., `packed` holds the B tiles of this row group ([blocks][8][16 x 4
+// bytes]), `xs` its x scales ([blocks][16], 0 past rows). Accumulators: one vector per
+// output column, lanes = rows of x.
+KVFOLD_AMX void Tile(const MatMulArgs& a, const uint8_t* panel, const int8_t* packed,
+                     const float* xs, int64_t i0, int rows, int64_t j0) {
   const int64_t blocks = (a.k + kQ8Block - 1) / kQ8Block;
-  const int64_t row_bytes = static_cast<int64_t>(Q8RowBytes(a.k));
-  const uint8_t* w = static_cast<const uint8_t*>(a.w) + j0 * row_bytes;
-  const int8_t* codes = reinterpret_cast<const int8_t*>(w + blocks * 2);
+  const uint16_t* w_scales = reinterpret_cast<const uint16_t*>(panel);
+  const int8_t* codes = reinterpret_cast<const int8_t*>(panel + Q8PanelScaleBytes(a.k));
+  constexpr int64_t kA = kQ8Block * kGroup;  // bytes of one block's A tile (and B tile)
   __m512 acc[kGroup];
   for (int o = 0; o < kGroup; ++o) acc[o] = _mm512_setzero_ps();
   alignas(64) int32_t c[kBlocksPerStep * kGroup * kGroup];
-  alignas(64) float ws[kGroup * kChunkBlocks];  // [o][block in chunk]
-  for (int64_t b0 = 0; b0 < blocks; b0 += kChunkBlocks) {
-    const int64_t nb = std::min<int64_t>(kChunkBlocks, blocks - b0);
-    ConvertScales(w, row_bytes, b0, nb, ws);
-    for (int64_t bb = 0; bb < nb; bb += kBlocksPerStep) {
-      const int64_t b = b0 + bb;
-      const int steps = static_cast<int>(std::min<int64_t>(kBlocksPerStep, nb - bb));
-      for (int i = 0; i < steps; ++i) {
-        PrefetchNextTile(w, row_bytes, b + i, blocks);
-        PrefetchAhead(codes, row_bytes, b + i, blocks);
-      }
-      const int8_t* a_at = codes + b * kQ8Block;
-      const int8_t* b_at = packed + b * (kQ8Block * kGroup);
-      constexpr int64_t kB = kQ8Block * kGroup;
-      // Tile register numbers are immediates: the four blocks spelled out.
-      _tile_zero(0);
-      _tile_loadd(4, a_at, row_bytes);
-      _tile_loadd(6, b_at, kGroup * 4);
-      _tile_dpbssd(0, 4, 6);
-      if (steps > 1) {
-        _tile_zero(1);
-        _tile_loadd(5, a_at + kQ8Block, row_bytes);
-        _tile_loadd(7, b_at + kB, kGroup * 4);
-        _tile_dpbssd(1, 5, 7);
-      }
-      if (steps > 2) {
-        _tile_zero(2);
-        _tile_loadd(4, a_at + 2 * kQ8Block, row_bytes);
-        _tile_loadd(6, b_at + 2 * kB, kGroup * 4);
-        _tile_dpbssd(2, 4, 6);
-      }
-      if (steps > 3) {
-        _tile_zero(3);
-        _tile_loadd(5, a_at + 3 * kQ8Block, row_bytes);
-        _tile_loadd(7, b_at + 3 * kB, kGroup * 4);
-        _tile_dpbssd(3, 5, 7);
-      }
-      _tile_stored(0, c, kGroup * 4);
-      if (steps > 1) _tile_stored(1, c + kGroup * kGroup, kGroup * 4);
-      if (steps > 2) _tile_stored(2, c + 2 * kGroup * kGroup, kGroup * 4);
-      if (steps > 3) _tile_stored(3, c + 3 * kGroup * kGroup, kGroup * 4);
-      for (int i = 0; i < steps; ++i) {  // block order, as in the single-row path
-        const int32_t* ci = c + i * kGroup * kGroup;
-        const __m512 xv = _mm512_loadu_ps(xs + (b + i) * kGroup);
-        for (int o = 0; o < kGroup; ++o) {
-          const __m512 dot = _mm512_cvtepi32_ps(_mm512_load_si512(ci + o * kGroup));
-          const __m512 scale = _mm512_mul_ps(_mm512_set1_ps(ws[o * kChunkBlocks + bb + i]), xv);
-          acc[o] = _mm512_fmadd_ps(dot, scale, acc[o]);
-        }
+  alignas(64) float ws[kBlocksPerStep * kGroup];  // [block in step][o]
+  for (int64_t b = 0; b < blocks; b += kBlocksPerStep) {
+    const int steps = static_cast<int>(std::min<int64_t>(kBlocksPerStep, blocks - b));
+    const int8_t* a_at = codes + b * kA;
+    PrefetchPanel(a_at);
+    const int8_t* b_at = packed + b * kA;
+    // Tile register numbers are immediates: the four blocks spelled out.
+    _tile_zero(0);
+    _tile_loadd(4, a_at, kQ8Block);
+    _tile_loadd(6, b_at, kGroup * 4);
+    _tile_dpbssd(0, 4, 6);
+    if (steps > 1) {
+      _tile_zero(1);
+      _tile_loadd(5, a_at + kA, kQ8Block);
+      _tile_loadd(7, b_at + kA, kGroup * 4);
+      _tile_dpbssd(1, 5, 7);
+    }
+    if (steps > 2) {
+      _tile_zero(2);
+      _tile_loadd(4, a_at + 2 * kA, kQ8Block);
+      _tile_loadd(6, b_at + 2 * kA, kGroup * 4);
+      _tile_dpbssd(2, 4, 6);
+    }
+    if (steps > 3) {
+      _tile_zero(3);
+      _tile_loadd(5, a_at + 3 * kA, kQ8Block);
+      _tile_loadd(7, b_at + 3 * kA, kGroup * 4);
+      _tile_dpbssd(3, 5, 7);
+    }
+    for (int i = 0; i < steps; ++i) {
+      _mm512_store_ps(ws + i * kGroup,
+                      _mm512_cvtph_ps(_mm256_loadu_si256(
+                          reinterpret_cast<const __m256i*>(w_scales + (b + i) * kGroup))));
+    }
+    _tile_stored(0, c, kGroup * 4);
+    if (steps > 1) _tile_stored(1, c + kGroup * kGroup, kGroup * 4);
+    if (steps > 2) _tile_stored(2, c + 2 * kGroup * kGroup, kGroup * 4);
+    if (steps > 3) _tile_stored(3, c + 3 * kGroup * kGroup, kGroup * 4);
+    for (int i = 0; i < steps; ++i) {  // block order, as in the single-row path
+      const int32_t* ci = c + i * kGroup * kGroup;
+      const __m512 xv = _mm512_loadu_ps(xs + (b + i) * kGroup);
+      for (int o = 0; o < kGroup; ++o) {
+        const __m512 dot = _mm512_cvtepi32_ps(_mm512_load_si512(ci + o * kGroup));
+        const __m512 scale = _mm512_mul_ps(_mm512_set1_ps(ws[i * kGroup + o]), xv);
+        acc[o] = _mm512_fmadd_ps(dot, scale, acc[o]);
       }
     }
   }
@@ -229,6 +213,53 @@ KVFOLD_AMX void RowVnni8(const MatMulArgs& a, const Q8Activations& xq, int64_t i
   for (int o = 0; o < 8; ++o) out[o] = a.bias ? t[o] + a.bias[j0 + o] : t[o];
 }
 
+// One row of x, the 16 output columns of a panel, on AVX-512 VNNI: RowVnni8's exact block
+// dots and float operations, from the panel. One block per step: vpdpbusd of x's block
+// (both halves) with two columns' codes gives 8 lanes per column, the same integer tree
+// as RowVnni8 sums them (lanes in the order [0 2 4 6 | 1 3 5 7 | 8 10 12 14 | 9 11 13
+// 15]: one permute puts them in column order), then acc = fma(float(dot), w_scale *
+// x_scale, acc) per column.
+KVFOLD_AMX void RowVnni16(const MatMulArgs& a, const uint8_t* panel, const Q8Activations& xq,
+                          int64_t i, int64_t j0) {
+  const int64_t blocks = (a.k + kQ8Block - 1) / kQ8Block;
+  const uint16_t* w_scales = reinterpret_cast<const uint16_t*>(panel);
+  const int8_t* codes = reinterpret_cast<const int8_t*>(panel + Q8PanelScaleBytes(a.k));
+  const int8_t* xc = xq.codes.data() + i * xq.padded_k;
+  const int32_t* xo = xq.offset.data() + i * (xq.padded_k / 4);
+  const float* xs = xq.scales.data() + i * (xq.padded_k / kQ8Block);
+  const __m512i bias = _mm512_set1_epi8(static_cast<char>(0x80));
+  const __m512i order = _mm512_setr_epi32(0, 4, 1, 5, 2, 6, 3, 7, 8, 12, 9, 13, 10, 14, 11, 15);
+  constexpr int64_t kA = kQ8Block * kGroup;
+  __m512 acc = _mm512_setzero_ps();
+  for (int64_t b = 0; b < blocks; ++b) {
+    const int8_t* w = codes + b * kA;
+    if ((b & 3) == 0) PrefetchPanel(w);
+    const __m512i xv = _mm512_broadcast_i64x4(_mm256_loadu_si256(reinterpret_cast<const __m256i*>(xc + b * kQ8Block)));
+    const __m512i xoff = _mm512_broadcast_i64x4(_mm256_loadu_si256(reinterpret_cast<const __m256i*>(xo + b * (kQ8Block / 4))));
+    __m512i d[8];
+    for (int c = 0; c < 8; ++c) {  // columns 2c (lanes 0-7) and 2c + 1 (lanes 8-15)
+      const __m512i wv = _mm512_xor_si512(_mm512_loadu_si512(w + c * 2 * kQ8Block), bias);
+      d[c] = _mm512_dpbusd_epi32(xoff, wv, xv);
+    }
+    __m512i p[4];
+    for (int c = 0; c < 4; ++c) {
+      p[c] = _mm512_add_epi32(_mm512_unpacklo_epi32(d[2 * c], d[2 * c + 1]),
+                              _mm512_unpackhi_epi32(d[2 * c], d[2 * c + 1]));
+    }
+    const __m512i q0 = _mm512_add_epi32(_mm512_unpacklo_epi64(p[0], p[1]), _mm512_unpackhi_epi64(p[0], p[1]));
+    const __m512i q1 = _mm512_add_epi32(_mm512_unpacklo_epi64(p[2], p[3]), _mm512_unpackhi_epi64(p[2], p[3]));
+    const __m512i sums = _mm512_add_epi32(_mm512_shuffle_i32x4(q0, q1, 0x88),
+                                          _mm512_shuffle_i32x4(q0, q1, 0xDD));
+    const __m512 dots = _mm512_cvtepi32_ps(_mm512_permutexvar_epi32(order, sums));
+    const __m512 ws = _mm512_cvtph_ps(_mm256_loadu_si256(reinterpret_cast<const __m256i*>(w_scales + b * kGroup)));
+    acc = _mm512_fmadd_ps(dots, _mm512_mul_ps(ws, _mm512_set1_ps(xs[b])), acc);
+  }
+  alignas(64) float t[kGroup];
+  _mm512_store_ps(t, acc);
+  float* out = a.out + i * a.m + j0;
+  for (int o = 0; o < kGroup; ++o) out[o] = a.bias ? t[o] + a.bias[j0 + o] : t[o];
+}
+
 // B tiles and scales of every row group: packed[g][b][k4][r][4] = codes of row 16 g + r,
 // bytes 32 b + 4 k4 .. + 3 (zeros past n); xs[g][b][r].
 void Pack(const Q8Activations& xq, int64_t n, int64_t blocks, AmxScratch& s) {
@@ -263,12 +294,40 @@ void Pack(const Q8Activations& xq, int64_t n, int64_t blocks, AmxScratch& s) {
 
 bool Q8AmxFits(const MatMulArgs& a) { return a.m % kGroup == 0; }
 
+void PackQ8Panels(const void* w, int64_t m, int64_t k, uint8_t* panels) {
+  const int64_t blocks = (k + kQ8Block - 1) / kQ8Block;
+  const size_t row_bytes = Q8RowBytes(k), scale_bytes = Q8PanelScaleBytes(k);
+  const size_t panel_bytes = Q8PanelBytes(kQ8PanelRows, k);
+  for (int64_t g = 0; g < m / kQ8PanelRows; ++g) {
+    uint8_t* panel = panels + g * panel_bytes;
+    std::memset(panel, 0, scale_bytes);
+    for (int o = 0; o < kQ8PanelRows; ++o) {
+      const uint8_t* row = static_cast<const uint8_t*>(w) + (g * kQ8PanelRows + o) * row_bytes;
+      for (int64_t b = 0; b < blocks; ++b) {
+        std::memcpy(panel + (b * kQ8PanelRows + o) * sizeof(uint16_t), row + b * sizeof(uint16_t),
+                    sizeof(uint16_t));
+        std::memcpy(panel + scale_bytes + (b * kQ8PanelRows + o) * kQ8Block,
+                    row + blocks * sizeof(uint16_t) + b * kQ8Block, kQ8Block);
+      }
+    }
+  }
+}
+
 void MatMulQ8Amx(ThreadPool& pool, const MatMulArgs& a, const Q8Activations& xq,
                  AmxScratch& scratch) {
   const int64_t blocks = (a.k + kQ8Block - 1) / kQ8Block;
   Pack(xq, a.n, blocks, scratch);
   const int64_t groups = (a.n + kGroup - 1) / kGroup;
   const size_t tile_bytes = static_cast<size_t>(kQ8Block) * kGroup;
+  // Weights without panels of their own (not adopted by the backend) are laid out per
+  // call; a call of one row reads the Q8 rows only.
+  const uint8_t* panels = a.w_panels;
+  if (panels == nullptr && a.n > 1) {
+    scratch.panels.resize(Q8PanelBytes(a.m, a.k));
+    PackQ8Panels(a.w, a.m, a.k, scratch.panels.data());
+    panels = scratch.panels.data();
+  }
+  const size_t panel_bytes = Q8PanelBytes(kGroup, a.k);
   // Threads take blocks of 64 output columns; all row groups pass over a block while its
   // weights sit in L2, so each weight is read from memory once per call.
   constexpr int64_t kColBlock = 4 * kGroup;
@@ -280,6 +339,10 @@ void MatMulQ8Amx(ThreadPool& pool, const MatMulArgs& a, const Q8Activations& xq,
       for (int64_t g = 0; g < groups; ++g) {
         const int rows = static_cast<int>(std::min<int64_t>(kGroup, a.n - g * kGroup));
         for (int64_t j = cb * kColBlock; j < j_end; j += kGroup) {
+          if (rows == 1 && panels != nullptr) {
+            RowVnni16(a, panels + (j / kGroup) * panel_bytes, xq, g * kGroup, j);
+            continue;
+          }
           if (rows == 1) {
             RowVnni8(a, xq, g * kGroup, j);
             RowVnni8(a, xq, g * kGroup, j + 8);
@@ -289,7 +352,8 @@ void MatMulQ8Amx(ThreadPool& pool, const MatMulArgs& a, const Q8Activations& xq,
             ConfigureTiles();
             configured = true;
           }
-          Tile(a, scratch.packed.data() + g * blocks * tile_bytes,
+          Tile(a, panels + (j / kGroup) * panel_bytes,
+               scratch.packed.data() + g * blocks * tile_bytes,
                scratch.scales.data() + g * blocks * kGroup, g * kGroup, rows, j);
         }
       }

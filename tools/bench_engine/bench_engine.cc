@@ -6,7 +6,8 @@
 //   bench_engine [--stories PATH] [--no-big] [--quick] [--threads N]
 //                [--contexts 128,1024,4096,16384] [--decode-steps N] [--window 1024]
 //                [--kv-dtypes f32,int8] [--modes full,sliding,sink] [--no-gemm]
-//                [--batch-sizes 1,16] [--batch-rounds 3] [--prefill-pieces N]
+//                [--batch-sizes 1,16] [--batch-rounds 3] [--batch-prompt-tokens 8]
+//                [--prefill-pieces N]
 //
 // --stories takes any model LoadModel reads (llama2.c file or HF directory, e.g. a
 // `kvfold convert --dtype q8` output).
@@ -382,6 +383,9 @@ int Main(int argc, char** argv) {
       ->delimiter(',')
       ->check(CLI::PositiveNumber);
   app.add_option("--batch-rounds", batch.rounds, "interleaved rounds per batch size (median)")
+      ->check(CLI::PositiveNumber);
+  app.add_option("--batch-prompt-tokens", batch.prompt_tokens,
+                 "each batched sequence's prompt: the context its decode steps start from")
       ->check(CLI::PositiveNumber);
   int prefill_pieces = 0, pieces_band = 2000;
   app.add_option("--prefill-pieces", prefill_pieces,

@@ -207,6 +207,52 @@ TEST_P(MatMulQ8Test, OptimizedMatchesReferenceAndIsBatchInvariant) {
   if (by_isa.size() > 1) {  // portable and AVX2 sum the same lanes in the same order
     EXPECT_EQ(0, std::memcmp(by_isa[0].data(), by_isa[1].data(), out_ref.size() * 4));
   }
+  // Adopted weights: the AMX path reads the panels the backend keeps beside the buffer
+  // (batches and single rows), with the bits of the same weights not adopted (a batch lays
+  // panels out per call, a single row reads the Q8 rows). The
+  // weights are adopted from an unaligned copy, so the backend copies them; the second
+  // round's buffer, adopted after the first is dropped, often gets the same address and
+  // must get its own panels (its codes are the first round's negated).
+  if (cpu::CpuHasAmxInt8() && m % 16 == 0) {
+    IsaScope scope(cpu::Isa::kAvx512);
+    AmxScope amx_scope(true);
+    std::vector<uint8_t> host(wq.size() + 4);
+    for (int round = 0; round < 2; ++round) {
+      SCOPED_TRACE(round);
+      std::vector<uint8_t> wr = wq;
+      if (round == 1) {
+        const int64_t blocks = (k + 31) / 32;
+        for (int j = 0; j < m; ++j) {
+          for (size_t c = blocks * 2; c < row_bytes; ++c) {
+            wr[j * row_bytes + c] = static_cast<uint8_t>(-static_cast<int8_t>(wr[j * row_bytes + c]));
+          }
+        }
+      }
+      std::memcpy(host.data() + 4, wr.data(), wr.size());
+      auto adopted = r.opt->AdoptWeights(host.data() + 4, wr.size(), nullptr);
+      ASSERT_TRUE(adopted.ok()) << adopted.status();
+      const Tensor wa = T((*adopted)->data(), DType::kQ8, {m, k});
+      std::vector<float> plain(out_ref.size()), kept(out_ref.size());
+      ASSERT_TRUE(r.opt->MatMul(*r.s2, T(x.data(), DType::kF32, {n, k}), T(wr.data(), DType::kQ8, {m, k}),
+                                Tensor(), T(plain.data(), DType::kF32, {n, m})).ok());
+      for (int pass = 0; pass < 2; ++pass) {  // lays the panels out, then reuses them
+        ASSERT_TRUE(r.opt->MatMul(*r.s2, T(x.data(), DType::kF32, {n, k}), wa, Tensor(),
+                                  T(kept.data(), DType::kF32, {n, m})).ok());
+        EXPECT_EQ(0, std::memcmp(kept.data(), plain.data(), kept.size() * 4));
+      }
+      for (int row : {0, n - 1}) {  // a single row reads the panels too
+        std::vector<float> one(m);
+        ASSERT_TRUE(r.opt->MatMul(*r.s2, T(x.data() + static_cast<size_t>(row) * k, DType::kF32, {1, k}),
+                                  wa, Tensor(), T(one.data(), DType::kF32, {1, m})).ok());
+        EXPECT_EQ(0, std::memcmp(one.data(), kept.data() + static_cast<size_t>(row) * m, m * 4));
+      }
+      if (round == 0) {
+        EXPECT_EQ(0, std::memcmp(kept.data(), by_isa.back().data(), kept.size() * 4));
+      } else {
+        EXPECT_EQ(kept[0], -by_isa.back()[0]);  // negated codes: exactly negated sums
+      }
+    }
+  }
   std::vector<int32_t> ids = {m - 1, 0, m / 2};
   std::vector<float> rows(3 * static_cast<size_t>(k));
   ASSERT_TRUE(r.opt->Gather(*r.s2, w, T(ids.data(), DType::kI32, {3}), T(rows.data(), DType::kF32, {3, k})).ok());
