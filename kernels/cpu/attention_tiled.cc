@@ -108,14 +108,50 @@ struct TaskBuffers {
   float* acc;         // [kAttnMaxBlockRows * group, hdp]
   RowState* st;       // [kAttnMaxBlockRows * group]
   float* key_scales;  // [head_dim] INT8: the F32 key scales of the last block dequantized
+  float* key_rows;    // [kTile, head_dim] a tile's rotated keys before the transposition
 };
+
+// kt[d][i] = rows[i][d] for the tile's 16 keys (rows [kTile, hd]): 16 x 16 blocks
+// transposed in registers by four rounds of two-vector shuffles (round s swaps the
+// off-diagonal s x s blocks), the rest (hd % 16 columns) one by one. Pure data movement.
+// Inlined into each ISA's task; was one scalar store per key and dimension.
+[[gnu::always_inline]] inline void TransposeKeys(const float* rows, int hd, float* kt) {
+  int d0 = 0;
+  for (; d0 + 16 <= hd; d0 += 16) {
+    V16 m[kTile];
+    for (int i = 0; i < kTile; ++i) std::memcpy(&m[i], rows + i * hd + d0, sizeof(V16));
+#define KVFOLD_TRANSPOSE_ROUND(S, LO, HI)                  \
+  for (int i = 0; i < kTile; ++i) {                        \
+    if ((i & (S)) != 0) continue;                          \
+    const V16 a = m[i], b = m[i + (S)];                    \
+    m[i] = __builtin_shuffle(a, b, LO);                    \
+    m[i + (S)] = __builtin_shuffle(a, b, HI);              \
+  }
+    // LO takes a's lanes where the lane's bit S is clear and b's lanes l - S where it is
+    // set; HI takes a's lanes l + S and b's lanes where it is set.
+    KVFOLD_TRANSPOSE_ROUND(8, (I16{0, 1, 2, 3, 4, 5, 6, 7, 16, 17, 18, 19, 20, 21, 22, 23}),
+                           (I16{8, 9, 10, 11, 12, 13, 14, 15, 24, 25, 26, 27, 28, 29, 30, 31}))
+    KVFOLD_TRANSPOSE_ROUND(4, (I16{0, 1, 2, 3, 16, 17, 18, 19, 8, 9, 10, 11, 24, 25, 26, 27}),
+                           (I16{4, 5, 6, 7, 20, 21, 22, 23, 12, 13, 14, 15, 28, 29, 30, 31}))
+    KVFOLD_TRANSPOSE_ROUND(2, (I16{0, 1, 16, 17, 4, 5, 20, 21, 8, 9, 24, 25, 12, 13, 28, 29}),
+                           (I16{2, 3, 18, 19, 6, 7, 22, 23, 10, 11, 26, 27, 14, 15, 30, 31}))
+    KVFOLD_TRANSPOSE_ROUND(1, (I16{0, 16, 2, 18, 4, 20, 6, 22, 8, 24, 10, 26, 12, 28, 14, 30}),
+                           (I16{1, 17, 3, 19, 5, 21, 7, 23, 9, 25, 11, 27, 13, 29, 15, 31}))
+#undef KVFOLD_TRANSPOSE_ROUND
+    for (int l = 0; l < kTile; ++l) std::memcpy(kt + (d0 + l) * kTile, &m[l], sizeof(V16));
+  }
+  for (; d0 < hd; ++d0) {
+    for (int i = 0; i < kTile; ++i) kt[d0 * kTile + i] = rows[i * hd + d0];
+  }
+}
 
 // F32 cache: keys and values as stored.
 class F32Kv {
  public:
   F32Kv(const AttentionArgs& a, int kvh) : a_(a), kvh_(kvh) {}
   // Rotated key (head_dim floats) and value of entry e for this task's KV head.
-  void Load(const KeyEntry& e, float* krot, float* v) {
+  // Inlined into each ISA's task, so the rotation uses its vector registers.
+  [[gnu::always_inline]] void Load(const KeyEntry& e, float* krot, float* v) {
     const int hd = a_.shape.head_dim, kv_dim = a_.shape.num_kv_heads * hd;
     const int64_t off = e.Slot(a_.shape.block_size) * kv_dim + kvh_ * hd;
     RotateHalf(a_.k_cache + off, a_.rope + static_cast<int64_t>(e.pos) * hd, hd, krot);
@@ -268,7 +304,6 @@ template <class Kv, class Update>
   const RowKeys keys(t.rows[probe], t.block_tables, sh.block_size);
   Tile& tile = b.shared;
   b.own.first = -1;
-  float krot[kMaxHeadDim];
   // The next tile's entries are requested while this one is read and used.
   for (int i = key_begin; i < std::min(key_begin + kTile, key_end); ++i) {
     kv.Prefetch(keys.Locate(i));
@@ -279,15 +314,12 @@ template <class Kv, class Update>
     for (int i = t0 + kTile; i < std::min(t0 + 2 * kTile, nk_max); ++i) {
       kv.Prefetch(keys.Locate(i));
     }
-    for (int i = 0; i < kTile; ++i) {
-      if (i < tile.count) {
-        tile.entry[i] = keys.Locate(t0 + i);
-        kv.Load(tile.entry[i], krot, tile.vt + i * hdp);
-        for (int d = 0; d < hd; ++d) tile.kt[d * kTile + i] = krot[d];
-      } else {
-        for (int d = 0; d < hd; ++d) tile.kt[d * kTile + i] = 0.0f;
-      }
+    for (int i = 0; i < tile.count; ++i) {
+      tile.entry[i] = keys.Locate(t0 + i);
+      kv.Load(tile.entry[i], b.key_rows + i * hd, tile.vt + i * hdp);
     }
+    std::fill(b.key_rows + tile.count * hd, b.key_rows + kTile * hd, 0.0f);
+    TransposeKeys(b.key_rows, hd, tile.kt);
     for (int r = 0; r < t.block.num_rows; ++r) {
       const int64_t row = t.block.first_row + r;
       const int nk = t.rows[row].num_keys();
@@ -446,7 +478,7 @@ void RunTasks(ThreadPool& pool, const Task& proto, int64_t n, AttentionScratch& 
   if (scratch.per_thread.size() < static_cast<size_t>(threads)) scratch.per_thread.resize(threads);
   const size_t tile_floats = static_cast<size_t>(kTile) * (hd + hdp);
   const size_t state_floats = static_cast<size_t>(kAttnMaxBlockRows) * group * (hdp + 2);
-  const size_t per_thread = 2 * tile_floats + state_floats + hd;
+  const size_t per_thread = 2 * tile_floats + state_floats + hd + static_cast<size_t>(kTile) * hd;
   for (auto& buf : scratch.per_thread) {
     if (buf.size() < per_thread) buf.resize(per_thread);
   }
@@ -460,6 +492,7 @@ void RunTasks(ThreadPool& pool, const Task& proto, int64_t n, AttentionScratch& 
     b.acc = buf + 2 * tile_floats;
     b.st = reinterpret_cast<RowState*>(b.acc + kAttnMaxBlockRows * group * hdp);
     b.key_scales = buf + 2 * tile_floats + state_floats;
+    b.key_rows = b.key_scales + hd;
     for (int64_t i = t0; i < t1; ++i) {
       Task t = proto;
       t.block = scratch.blocks[i / sh.num_kv_heads];
