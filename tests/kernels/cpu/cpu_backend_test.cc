@@ -400,49 +400,53 @@ TEST(AttentionTest, PagedGqaMatchesDirectAndBackendsAgree) {
 // same bits.
 TEST(AttentionTest, TiledCausalRowsMatchReferenceAcrossBatchesAndIsas) {
   Rig r;
-  const int heads = 6, kv_heads = 3, hd = 12, bs = 16, blocks = 8, main_keys = 70, prefix = 3;
-  const int kv_dim = kv_heads * hd, q_dim = heads * hd, rope_rows = 128;
-  std::vector<float> rope = RopeTable(rope_rows, hd);
-  auto kc = Random(static_cast<size_t>(blocks) * bs * kv_dim, 21);
-  auto vc = Random(kc.size(), 22);
-  const std::vector<int32_t> tables = {6, 3, 0, 7, 1, 5, 2};  // prefix: {6}; main: the rest
-  const int n = main_keys;
-  std::vector<AttnRow> rows(n);
-  for (int i = 0; i < n; ++i) {
-    rows[i] = {.prefix_table = 0,
-               .prefix_visible = prefix,
-               .prefix_pos_base = 0,
-               .prefix_pos_stride = 1,
-               .main_table = 1,
-               .main_front = 0,
-               .main_lo = 0,
-               .main_hi = i + 1,
-               .main_pos_lo = prefix};
-  }
-  auto q = Random(static_cast<size_t>(n) * q_dim, 23);
-  AttentionShape shape{heads, kv_heads, hd, bs, 1.0f / std::sqrt(12.0f)};
-  auto run = [&](Backend& be, Stream& st, std::vector<float>& out, int row0, int nrows) {
-    return be.Attention(st, T(q.data() + row0 * q_dim, DType::kF32, {nrows, q_dim}),
-                        T(kc.data(), DType::kF32, {blocks, bs, kv_dim}),
-                        T(vc.data(), DType::kF32, {blocks, bs, kv_dim}),
-                        T(rows.data() + row0, DType::kI32, {nrows, kAttnRowFields}),
-                        T(const_cast<int32_t*>(tables.data()), DType::kI32, {7}),
-                        T(rope.data(), DType::kF32, {rope_rows, hd}), shape,
-                        T(out.data() + row0 * q_dim, DType::kF32, {nrows, q_dim}));
-  };
-  std::vector<float> out_ref(q.size());
-  ASSERT_TRUE(run(*r.ref, *r.s1, out_ref, 0, n).ok());
-  std::vector<float> first;
-  for (cpu::Isa isa : RunnableIsas()) {
-    SCOPED_TRACE(cpu::IsaName(isa));
-    IsaScope scope(isa);
-    std::vector<float> batch(q.size()), single(q.size());
-    ASSERT_TRUE(run(*r.opt, *r.s2, batch, 0, n).ok());
-    for (int i = 0; i < n; ++i) ASSERT_TRUE(run(*r.opt, *r.s2, single, i, 1).ok());
-    for (size_t i = 0; i < batch.size(); ++i) ASSERT_NEAR(batch[i], out_ref[i], 1e-5) << i;
-    EXPECT_EQ(0, std::memcmp(batch.data(), single.data(), batch.size() * 4));
-    if (first.empty()) first = batch;
-    EXPECT_EQ(0, std::memcmp(batch.data(), first.data(), batch.size() * 4));
+  // hd 40: two 16-dimension blocks of the key transposition and a tail of 8.
+  for (const int hd : {12, 40}) {
+    SCOPED_TRACE(hd);
+    const int heads = 6, kv_heads = 3, bs = 16, blocks = 8, main_keys = 70, prefix = 3;
+    const int kv_dim = kv_heads * hd, q_dim = heads * hd, rope_rows = 128;
+    std::vector<float> rope = RopeTable(rope_rows, hd);
+    auto kc = Random(static_cast<size_t>(blocks) * bs * kv_dim, 21);
+    auto vc = Random(kc.size(), 22);
+    const std::vector<int32_t> tables = {6, 3, 0, 7, 1, 5, 2};  // prefix: {6}; main: the rest
+    const int n = main_keys;
+    std::vector<AttnRow> rows(n);
+    for (int i = 0; i < n; ++i) {
+      rows[i] = {.prefix_table = 0,
+                 .prefix_visible = prefix,
+                 .prefix_pos_base = 0,
+                 .prefix_pos_stride = 1,
+                 .main_table = 1,
+                 .main_front = 0,
+                 .main_lo = 0,
+                 .main_hi = i + 1,
+                 .main_pos_lo = prefix};
+    }
+    auto q = Random(static_cast<size_t>(n) * q_dim, 23);
+    AttentionShape shape{heads, kv_heads, hd, bs, 1.0f / std::sqrt(static_cast<float>(hd))};
+    auto run = [&](Backend& be, Stream& st, std::vector<float>& out, int row0, int nrows) {
+      return be.Attention(st, T(q.data() + row0 * q_dim, DType::kF32, {nrows, q_dim}),
+                          T(kc.data(), DType::kF32, {blocks, bs, kv_dim}),
+                          T(vc.data(), DType::kF32, {blocks, bs, kv_dim}),
+                          T(rows.data() + row0, DType::kI32, {nrows, kAttnRowFields}),
+                          T(const_cast<int32_t*>(tables.data()), DType::kI32, {7}),
+                          T(rope.data(), DType::kF32, {rope_rows, hd}), shape,
+                          T(out.data() + row0 * q_dim, DType::kF32, {nrows, q_dim}));
+    };
+    std::vector<float> out_ref(q.size());
+    ASSERT_TRUE(run(*r.ref, *r.s1, out_ref, 0, n).ok());
+    std::vector<float> first;
+    for (cpu::Isa isa : RunnableIsas()) {
+      SCOPED_TRACE(cpu::IsaName(isa));
+      IsaScope scope(isa);
+      std::vector<float> batch(q.size()), single(q.size());
+      ASSERT_TRUE(run(*r.opt, *r.s2, batch, 0, n).ok());
+      for (int i = 0; i < n; ++i) ASSERT_TRUE(run(*r.opt, *r.s2, single, i, 1).ok());
+      for (size_t i = 0; i < batch.size(); ++i) ASSERT_NEAR(batch[i], out_ref[i], 1e-5) << i;
+      EXPECT_EQ(0, std::memcmp(batch.data(), single.data(), batch.size() * 4));
+      if (first.empty()) first = batch;
+      EXPECT_EQ(0, std::memcmp(batch.data(), first.data(), batch.size() * 4));
+    }
   }
 }
 
