@@ -24,10 +24,11 @@ using cpu::ThreadPool;
 
 // The backend's adopted weights. Adopted weights are read-only for their buffer's life
 // (backend.h AdoptWeights), so data derived from them stays valid until the buffer goes:
-// the AMX panels of a Q8 matrix (cpu_ops.h Q8Panels) are laid out on its first batched
-// MatMul and kept beside the buffer, which drops them. Lookups are by address range (a
-// weight tensor may view part of a buffer); a mutex guards the map (buffers may be
-// destroyed on any thread).
+// the AMX panels of a Q8 matrix (cpu_ops.h Q8Panels) are laid out, on the pool's threads,
+// by its first MatMul on the AMX path and kept beside the buffer, which drops them (a
+// second copy of the matrix; the Q8 rows stay for Gather and the other paths). Lookups
+// are by address range (a weight tensor may view part of a buffer); a mutex guards the
+// map (buffers may be destroyed on any thread).
 class AdoptedWeights {
  public:
   void Add(const void* data, size_t bytes) {
@@ -40,7 +41,7 @@ class AdoptedWeights {
   }
   // Panels of the Q8 matrix at w [m, k] when it lies in an adopted buffer (laid out on
   // first use), else nullptr.
-  const uint8_t* Panels(const void* w, int64_t m, int64_t k) {
+  const uint8_t* Panels(cpu::ThreadPool& pool, const void* w, int64_t m, int64_t k) {
     const uintptr_t at = reinterpret_cast<uintptr_t>(w);
     std::lock_guard<std::mutex> lock(mu_);
     auto it = buffers_.upper_bound(at);
@@ -54,7 +55,7 @@ class AdoptedWeights {
       const size_t bytes = cpu::Q8PanelBytes(m, k);
       panels.reset(static_cast<uint8_t*>(std::aligned_alloc(64, (bytes + 63) / 64 * 64)));
       if (panels == nullptr) return nullptr;  // out of memory: the call lays them out itself
-      cpu::PackQ8Panels(w, m, k, panels.get());
+      cpu::PackQ8Panels(&pool, w, m, k, panels.get());
     }
     return panels.get();
   }
@@ -261,7 +262,7 @@ class CpuBackend : public Backend {
     if (reference_) {
       cpu::MatMulReference(a, matmul_scratch_);
     } else {
-      if (cpu::MatMulReadsQ8Panels(a)) a.w_panels = adopted_->Panels(a.w, m, k);
+      if (cpu::MatMulReadsQ8Panels(a)) a.w_panels = adopted_->Panels(pool_, a.w, m, k);
       cpu::MatMulOptimized(pool_, a, matmul_scratch_);
     }
     return absl::OkStatus();

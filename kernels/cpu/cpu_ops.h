@@ -46,8 +46,9 @@ inline size_t Q8PanelBytes(int64_t m, int64_t k) {
   return static_cast<size_t>(m / kQ8PanelRows) *
          (Q8PanelScaleBytes(k) + blocks * kQ8PanelRows * core::kQ8Block);
 }
-// Writes the panels of Q8 weights w [m, k] (Q8PanelBytes(m, k) bytes).
-void PackQ8Panels(const void* w, int64_t m, int64_t k, uint8_t* panels);
+// Writes the panels of Q8 weights w [m, k] (Q8PanelBytes(m, k) bytes), on `pool`'s
+// threads when given.
+void PackQ8Panels(ThreadPool* pool, const void* w, int64_t m, int64_t k, uint8_t* panels);
 // Whether MatMulOptimized reads panels for a call like `a` (Q8 weights on the AMX path):
 // the calls a caller's kept panels serve.
 bool MatMulReadsQ8Panels(const MatMulArgs& a);
