@@ -31,13 +31,16 @@ using cpu::ThreadPool;
 // map (buffers may be destroyed on any thread).
 class AdoptedWeights {
  public:
+  // Buffers adopting the same host memory share one entry, dropped with the last of them.
   void Add(const void* data, size_t bytes) {
     std::lock_guard<std::mutex> lock(mu_);
-    buffers_[reinterpret_cast<uintptr_t>(data)].bytes = bytes;
+    Entry& e = buffers_[reinterpret_cast<uintptr_t>(data)];
+    if (e.buffers++ == 0 || bytes > e.bytes) e.bytes = bytes;
   }
   void Remove(const void* data) {
     std::lock_guard<std::mutex> lock(mu_);
-    buffers_.erase(reinterpret_cast<uintptr_t>(data));
+    auto it = buffers_.find(reinterpret_cast<uintptr_t>(data));
+    if (it != buffers_.end() && --it->second.buffers == 0) buffers_.erase(it);
   }
   // Panels of the Q8 matrix at w [m, k] when it lies in an adopted buffer (laid out on
   // first use), else nullptr.
@@ -65,6 +68,7 @@ class AdoptedWeights {
     void operator()(uint8_t* p) const { std::free(p); }
   };
   struct Entry {
+    int buffers = 0;
     size_t bytes = 0;
     std::map<std::tuple<uintptr_t, int64_t, int64_t>, std::unique_ptr<uint8_t, Free>> panels;
   };

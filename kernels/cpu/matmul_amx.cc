@@ -5,15 +5,15 @@
 // tile layout TDPBSSD reads), C = 16 x 16 int32.
 // Per output, in block order: acc = fma(float(block dot), w_scale * x_scale, acc); the
 // sum is acc (+ bias). A row group of one row (decode) computes the same block dots with
-// AVX-512 VNNI instead (RowVnni8, on the Q8 rows as stored) and the same float
-// operations. Every output's operations depend only on its row and column, so a row alone
-// and a row in a batch give identical bits.
+// AVX-512 VNNI instead (RowVnni16 on panels, RowVnni8 on the Q8 rows as stored) and the
+// same float operations. Every output's operations depend only on its row and column, so
+// a row alone and a row in a batch give identical bits.
 //
 // The tiles read the weights as panels (cpu_ops.h Q8Panels): per 16 rows, every block's
 // 16 scales and then every block's 16 x 32 codes, one contiguous stream. Read in place
-// from the Q8 rows, a tile load gathered 16 pieces of 32 bytes at the row stride and the
-// 16-row matmul ran ~25 % slower than the same tiles over panels, which run at the
-// machine's read bandwidth (docs/engine.md, "AMX panels").
+// from the Q8 rows, a tile load gathered 16 pieces of 32 bytes at the row stride, and a
+// 16-row q8 decode step took 24-32 ms instead of 21-22 ms at 1 thread (docs/engine.md,
+// "AMX panels").
 #pragma GCC diagnostic ignored "-Wuninitialized"
 #pragma GCC diagnostic ignored "-Wmaybe-uninitialized"
 #include <immintrin.h>
@@ -66,7 +66,7 @@ KVFOLD_AMX void ReleaseTiles() { _tile_release(); }
 // prefetch into L1 holds one of the core's few fill buffers until its line comes from
 // memory, and with the tile unit stalled on a load nothing else ran meanwhile: the
 // 16-row matmul streamed ~5 GB/s per core. Hinted T2 the requests queue further out and
-// the loads meet the lines in the L2 (~25 % faster on panels; no gain on the Q8 rows).
+// the loads meet the lines in the L2 (~25 % faster on panels, ~4 % on the Q8 rows).
 constexpr int64_t kPanelPrefetchBlocks = 32;
 
 // Asks for the kBlocksPerStep blocks of panel codes kPanelPrefetchBlocks ahead of `at`
