@@ -152,6 +152,21 @@ KVFOLD_AMX void Tile(const MatMulArgs& a, const uint8_t* panel, const int8_t* pa
   }
 }
 
+// The integer tree of the VNNI kernels: eight vectors d[c] of 16 int32 lanes, each two
+// halves of 8 lanes (lanes 0-7 and 8-15), to the 16 half sums, chunk by chunk (128 bits):
+// [d0-d3 low halves, d0-d3 high halves, d4-d7 low, d4-d7 high]. Exact in any order.
+KVFOLD_AMX inline __m512i HalfSums(const __m512i* d) {
+  // Per 128-bit chunk: [d 2c, 2c + 1 summed over each chunk's 4 lanes, interleaved].
+  __m512i p[4];
+  for (int c = 0; c < 4; ++c) {
+    p[c] = _mm512_add_epi32(_mm512_unpacklo_epi32(d[2 * c], d[2 * c + 1]),
+                            _mm512_unpackhi_epi32(d[2 * c], d[2 * c + 1]));
+  }
+  const __m512i q0 = _mm512_add_epi32(_mm512_unpacklo_epi64(p[0], p[1]), _mm512_unpackhi_epi64(p[0], p[1]));
+  const __m512i q1 = _mm512_add_epi32(_mm512_unpacklo_epi64(p[2], p[3]), _mm512_unpackhi_epi64(p[2], p[3]));
+  return _mm512_add_epi32(_mm512_shuffle_i32x4(q0, q1, 0x88), _mm512_shuffle_i32x4(q0, q1, 0xDD));
+}
+
 // One row of x, 8 output columns, on AVX-512 VNNI (no tiles: a tile multiply would do 16
 // times the work a single row needs): the same exact block dots, then the same float
 // operations per output as Tile. Two blocks per step: vpdpbusd gives 8 integer lanes per
@@ -184,17 +199,8 @@ KVFOLD_AMX void RowVnni8(const MatMulArgs& a, const Q8Activations& xq, int64_t i
           _mm512_xor_si512(_mm512_maskz_loadu_epi8(wmask, codes + c * row_bytes + b * kQ8Block), bias);
       d[c] = _mm512_dpbusd_epi32(xoff, wv, xv);
     }
-    // Per 128-bit chunk: [out 0..3 (or 4..7) summed over the chunk's 4 lanes].
-    __m512i p[4];
-    for (int c = 0; c < 4; ++c) {
-      p[c] = _mm512_add_epi32(_mm512_unpacklo_epi32(d[2 * c], d[2 * c + 1]),
-                              _mm512_unpackhi_epi32(d[2 * c], d[2 * c + 1]));
-    }
-    const __m512i q0 = _mm512_add_epi32(_mm512_unpacklo_epi64(p[0], p[1]), _mm512_unpackhi_epi64(p[0], p[1]));
-    const __m512i q1 = _mm512_add_epi32(_mm512_unpacklo_epi64(p[2], p[3]), _mm512_unpackhi_epi64(p[2], p[3]));
     // Chunks: [out 0-3 even block, out 0-3 odd, out 4-7 even, out 4-7 odd].
-    const __m512i sums = _mm512_add_epi32(_mm512_shuffle_i32x4(q0, q1, 0x88),
-                                          _mm512_shuffle_i32x4(q0, q1, 0xDD));
+    const __m512i sums = HalfSums(d);
     const __m256 even = _mm256_cvtepi32_ps(_mm512_castsi512_si256(_mm512_shuffle_i32x4(sums, sums, 0x08)));
     // Both blocks' fp16 weight scales of the 8 rows in one 32-bit gather.
     const __m256i sc = _mm256_i32gather_epi32(reinterpret_cast<const int*>(w + 2 * b), rows, 1);
@@ -215,10 +221,9 @@ KVFOLD_AMX void RowVnni8(const MatMulArgs& a, const Q8Activations& xq, int64_t i
 
 // One row of x, the 16 output columns of a panel, on AVX-512 VNNI: RowVnni8's exact block
 // dots and float operations, from the panel. One block per step: vpdpbusd of x's block
-// (both halves) with two columns' codes gives 8 lanes per column, the same integer tree
-// as RowVnni8 sums them (lanes in the order [0 2 4 6 | 1 3 5 7 | 8 10 12 14 | 9 11 13
-// 15]: one permute puts them in column order), then acc = fma(float(dot), w_scale *
-// x_scale, acc) per column.
+// (both halves) with two columns' codes gives 8 lanes per column, HalfSums sums them
+// (columns in the order [0 2 4 6 | 1 3 5 7 | 8 10 12 14 | 9 11 13 15]: one permute puts
+// them in column order), then acc = fma(float(dot), w_scale * x_scale, acc) per column.
 KVFOLD_AMX void RowVnni16(const MatMulArgs& a, const uint8_t* panel, const Q8Activations& xq,
                           int64_t i, int64_t j0) {
   const int64_t blocks = (a.k + kQ8Block - 1) / kQ8Block;
@@ -241,16 +246,7 @@ KVFOLD_AMX void RowVnni16(const MatMulArgs& a, const uint8_t* panel, const Q8Act
       const __m512i wv = _mm512_xor_si512(_mm512_loadu_si512(w + c * 2 * kQ8Block), bias);
       d[c] = _mm512_dpbusd_epi32(xoff, wv, xv);
     }
-    __m512i p[4];
-    for (int c = 0; c < 4; ++c) {
-      p[c] = _mm512_add_epi32(_mm512_unpacklo_epi32(d[2 * c], d[2 * c + 1]),
-                              _mm512_unpackhi_epi32(d[2 * c], d[2 * c + 1]));
-    }
-    const __m512i q0 = _mm512_add_epi32(_mm512_unpacklo_epi64(p[0], p[1]), _mm512_unpackhi_epi64(p[0], p[1]));
-    const __m512i q1 = _mm512_add_epi32(_mm512_unpacklo_epi64(p[2], p[3]), _mm512_unpackhi_epi64(p[2], p[3]));
-    const __m512i sums = _mm512_add_epi32(_mm512_shuffle_i32x4(q0, q1, 0x88),
-                                          _mm512_shuffle_i32x4(q0, q1, 0xDD));
-    const __m512 dots = _mm512_cvtepi32_ps(_mm512_permutexvar_epi32(order, sums));
+    const __m512 dots = _mm512_cvtepi32_ps(_mm512_permutexvar_epi32(order, HalfSums(d)));
     const __m512 ws = _mm512_cvtph_ps(_mm256_loadu_si256(reinterpret_cast<const __m256i*>(w_scales + b * kGroup)));
     acc = _mm512_fmadd_ps(dots, _mm512_mul_ps(ws, _mm512_set1_ps(xs[b])), acc);
   }
