@@ -4,15 +4,13 @@
 #include <algorithm>
 #include <cstdlib>
 #include <cstring>
-#include <map>
 #include <memory>
-#include <mutex>
-#include <tuple>
 #include <thread>
 
 #include "absl/strings/str_cat.h"
 #include "common/cpus.h"
 #include "kernels/backend.h"
+#include "kernels/cpu/adopted_weights.h"
 #include "kernels/cpu/cpu_ops.h"
 #include "kernels/cpu/elementwise.h"
 #include "kernels/cpu/thread_pool.h"
@@ -22,64 +20,10 @@ namespace {
 
 using cpu::ThreadPool;
 
-// The backend's adopted weights. Adopted weights are read-only for their buffer's life
-// (backend.h AdoptWeights), so data derived from them stays valid until the buffer goes:
-// the AMX panels of a Q8 matrix (cpu_ops.h Q8Panels) are laid out, on the pool's threads,
-// by its first MatMul on the AMX path and kept beside the buffer, which drops them (a
-// second copy of the matrix; the Q8 rows stay for Gather and the other paths). Lookups
-// are by address range (a weight tensor may view part of a buffer); a mutex guards the
-// map (buffers may be destroyed on any thread).
-class AdoptedWeights {
- public:
-  // Buffers adopting the same host memory share one entry, dropped with the last of them.
-  void Add(const void* data, size_t bytes) {
-    std::lock_guard<std::mutex> lock(mu_);
-    Entry& e = buffers_[reinterpret_cast<uintptr_t>(data)];
-    if (e.buffers++ == 0 || bytes > e.bytes) e.bytes = bytes;
-  }
-  void Remove(const void* data) {
-    std::lock_guard<std::mutex> lock(mu_);
-    auto it = buffers_.find(reinterpret_cast<uintptr_t>(data));
-    if (it != buffers_.end() && --it->second.buffers == 0) buffers_.erase(it);
-  }
-  // Panels of the Q8 matrix at w [m, k] when it lies in an adopted buffer (laid out on
-  // first use), else nullptr.
-  const uint8_t* Panels(cpu::ThreadPool& pool, const void* w, int64_t m, int64_t k) {
-    const uintptr_t at = reinterpret_cast<uintptr_t>(w);
-    std::lock_guard<std::mutex> lock(mu_);
-    auto it = buffers_.upper_bound(at);
-    if (it == buffers_.begin()) return nullptr;
-    --it;
-    if (at + core::Q8RowBytes(k) * static_cast<size_t>(m) > it->first + it->second.bytes) {
-      return nullptr;
-    }
-    auto& panels = it->second.panels[{at, m, k}];
-    if (panels == nullptr) {
-      const size_t bytes = cpu::Q8PanelBytes(m, k);
-      panels.reset(static_cast<uint8_t*>(std::aligned_alloc(64, (bytes + 63) / 64 * 64)));
-      if (panels == nullptr) return nullptr;  // out of memory: the call lays them out itself
-      cpu::PackQ8Panels(&pool, w, m, k, panels.get());
-    }
-    return panels.get();
-  }
-
- private:
-  struct Free {
-    void operator()(uint8_t* p) const { std::free(p); }
-  };
-  struct Entry {
-    int buffers = 0;
-    size_t bytes = 0;
-    std::map<std::tuple<uintptr_t, int64_t, int64_t>, std::unique_ptr<uint8_t, Free>> panels;
-  };
-  std::mutex mu_;
-  std::map<uintptr_t, Entry> buffers_;  // by start address
-};
-
 class HostBuffer : public Buffer {
  public:
   HostBuffer(void* data, size_t size, bool owned, std::shared_ptr<const void> keepalive,
-             std::shared_ptr<AdoptedWeights> adopted = nullptr)
+             std::shared_ptr<cpu::AdoptedWeights> adopted = nullptr)
       : data_(data),
         size_(size),
         owned_(owned),
@@ -99,7 +43,7 @@ class HostBuffer : public Buffer {
   size_t size_;
   bool owned_;
   std::shared_ptr<const void> keepalive_;
-  std::shared_ptr<AdoptedWeights> adopted_;  // set for adopted weights
+  std::shared_ptr<cpu::AdoptedWeights> adopted_;  // set for adopted weights
 };
 
 class CpuStream : public Stream {};
@@ -475,7 +419,7 @@ class CpuBackend : public Backend {
   ThreadPool pool_;
   std::vector<float> ref_scratch_;
   cpu::MatMulScratch matmul_scratch_;
-  std::shared_ptr<AdoptedWeights> adopted_ = std::make_shared<AdoptedWeights>();
+  std::shared_ptr<cpu::AdoptedWeights> adopted_ = std::make_shared<cpu::AdoptedWeights>();
   cpu::AttentionScratch opt_scratch_;
   std::vector<float> seal_scratch_;
 };

@@ -1,0 +1,38 @@
+#include "kernels/cpu/adopted_weights.h"
+
+#include "kernels/cpu/cpu_ops.h"
+
+namespace kvfold::kernels::cpu {
+
+void AdoptedWeights::Add(const void* data, size_t bytes) {
+  std::lock_guard<std::mutex> lock(mu_);
+  Entry& e = buffers_[reinterpret_cast<uintptr_t>(data)];
+  if (e.buffers++ == 0 || bytes > e.bytes) e.bytes = bytes;
+}
+
+void AdoptedWeights::Remove(const void* data) {
+  std::lock_guard<std::mutex> lock(mu_);
+  auto it = buffers_.find(reinterpret_cast<uintptr_t>(data));
+  if (it != buffers_.end() && --it->second.buffers == 0) buffers_.erase(it);
+}
+
+const uint8_t* AdoptedWeights::Panels(ThreadPool& pool, const void* w, int64_t m, int64_t k) {
+  const uintptr_t at = reinterpret_cast<uintptr_t>(w);
+  std::lock_guard<std::mutex> lock(mu_);
+  auto it = buffers_.upper_bound(at);
+  if (it == buffers_.begin()) return nullptr;
+  --it;
+  if (at + core::Q8RowBytes(k) * static_cast<size_t>(m) > it->first + it->second.bytes) {
+    return nullptr;
+  }
+  auto& panels = it->second.panels[{at, m, k}];
+  if (panels == nullptr) {
+    const size_t bytes = Q8PanelBytes(m, k);
+    panels.reset(static_cast<uint8_t*>(std::aligned_alloc(64, (bytes + 63) / 64 * 64)));
+    if (panels == nullptr) return nullptr;
+    PackQ8Panels(&pool, w, m, k, panels.get());
+  }
+  return panels.get();
+}
+
+}  // namespace kvfold::kernels::cpu
