@@ -256,7 +256,7 @@ void ForEachTile(ThreadPool& pool, const MatMulArgs& a, int tile_cols, TileAt& t
 }  // namespace
 
 bool MatMulReadsQ8Panels(const MatMulArgs& a) {
-  return a.w_dtype == DType::kQ8 && ActiveIsa() == Isa::kAvx512 && Q8AmxFits(a) && AmxActive();
+  return a.w_dtype == DType::kQ8 && Q8AmxFits(a) && AmxActive();  // AmxActive: AVX-512 path
 }
 
 void MatMulOptimized(ThreadPool& pool, const MatMulArgs& a, MatMulScratch& scratch) {
@@ -264,7 +264,7 @@ void MatMulOptimized(ThreadPool& pool, const MatMulArgs& a, MatMulScratch& scrat
   const int tile_cols = TileCols(isa, a.w_dtype, a.n);
   if (a.w_dtype == DType::kQ8) {
     // The choice depends on the weights' shape only, never on n (batch invariance).
-    if (isa == Isa::kAvx512 && Q8AmxFits(a) && AmxActive()) {
+    if (MatMulReadsQ8Panels(a)) {  // the AMX path
       QuantizeActivationsQ8(&pool, a.x, a.n, a.k, /*with_offset=*/true, scratch.q8);
       MatMulQ8Amx(pool, a, scratch.q8, scratch.amx);
       return;

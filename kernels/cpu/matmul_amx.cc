@@ -32,6 +32,8 @@ namespace {
       "avx512f,avx512bw,avx512vl,avx512dq,avx512vnni,fma,f16c,amx-tile,amx-int8")))
 
 constexpr int kGroup = 16;  // output columns and rows of x per tile
+// Bytes of one block's A tile (16 weight rows' codes) and of its B tile (16 rows of x).
+constexpr int64_t kTileBytes = int64_t{kQ8Block} * kGroup;
 static_assert(kGroup == kQ8PanelRows, "a panel feeds one A tile per block");
 
 // The tile registers: 0 = C (int32 block dots), 1 = A (weights), 2 = B (x codes).
@@ -73,8 +75,8 @@ constexpr int64_t kPanelPrefetchBlocks = 32;
 // (past the panel's end: the next panel's lines, as panels are contiguous, or lines
 // nobody reads).
 KVFOLD_AMX inline void PrefetchPanel(const int8_t* at) {
-  const char* ahead = reinterpret_cast<const char*>(at + kPanelPrefetchBlocks * kQ8Block * kGroup);
-  for (int l = 0; l < kBlocksPerStep * kQ8Block * kGroup / 64; ++l) {
+  const char* ahead = reinterpret_cast<const char*>(at + kPanelPrefetchBlocks * kTileBytes);
+  for (int l = 0; l < kBlocksPerStep * kTileBytes / 64; ++l) {
     _mm_prefetch(ahead + l * 64, _MM_HINT_T2);
   }
 }
@@ -88,16 +90,15 @@ KVFOLD_AMX void Tile(const MatMulArgs& a, const uint8_t* panel, const int8_t* pa
   const int64_t blocks = (a.k + kQ8Block - 1) / kQ8Block;
   const uint16_t* w_scales = reinterpret_cast<const uint16_t*>(panel);
   const int8_t* codes = reinterpret_cast<const int8_t*>(panel + Q8PanelScaleBytes(a.k));
-  constexpr int64_t kA = kQ8Block * kGroup;  // bytes of one block's A tile (and B tile)
   __m512 acc[kGroup];
   for (int o = 0; o < kGroup; ++o) acc[o] = _mm512_setzero_ps();
   alignas(64) int32_t c[kBlocksPerStep * kGroup * kGroup];
   alignas(64) float ws[kBlocksPerStep * kGroup];  // [block in step][o]
   for (int64_t b = 0; b < blocks; b += kBlocksPerStep) {
     const int steps = static_cast<int>(std::min<int64_t>(kBlocksPerStep, blocks - b));
-    const int8_t* a_at = codes + b * kA;
+    const int8_t* a_at = codes + b * kTileBytes;
     PrefetchPanel(a_at);
-    const int8_t* b_at = packed + b * kA;
+    const int8_t* b_at = packed + b * kTileBytes;
     // Tile register numbers are immediates: the four blocks spelled out.
     _tile_zero(0);
     _tile_loadd(4, a_at, kQ8Block);
@@ -105,20 +106,20 @@ KVFOLD_AMX void Tile(const MatMulArgs& a, const uint8_t* panel, const int8_t* pa
     _tile_dpbssd(0, 4, 6);
     if (steps > 1) {
       _tile_zero(1);
-      _tile_loadd(5, a_at + kA, kQ8Block);
-      _tile_loadd(7, b_at + kA, kGroup * 4);
+      _tile_loadd(5, a_at + kTileBytes, kQ8Block);
+      _tile_loadd(7, b_at + kTileBytes, kGroup * 4);
       _tile_dpbssd(1, 5, 7);
     }
     if (steps > 2) {
       _tile_zero(2);
-      _tile_loadd(4, a_at + 2 * kA, kQ8Block);
-      _tile_loadd(6, b_at + 2 * kA, kGroup * 4);
+      _tile_loadd(4, a_at + 2 * kTileBytes, kQ8Block);
+      _tile_loadd(6, b_at + 2 * kTileBytes, kGroup * 4);
       _tile_dpbssd(2, 4, 6);
     }
     if (steps > 3) {
       _tile_zero(3);
-      _tile_loadd(5, a_at + 3 * kA, kQ8Block);
-      _tile_loadd(7, b_at + 3 * kA, kGroup * 4);
+      _tile_loadd(5, a_at + 3 * kTileBytes, kQ8Block);
+      _tile_loadd(7, b_at + 3 * kTileBytes, kGroup * 4);
       _tile_dpbssd(3, 5, 7);
     }
     for (int i = 0; i < steps; ++i) {
@@ -234,10 +235,9 @@ KVFOLD_AMX void RowVnni16(const MatMulArgs& a, const uint8_t* panel, const Q8Act
   const float* xs = xq.scales.data() + i * (xq.padded_k / kQ8Block);
   const __m512i bias = _mm512_set1_epi8(static_cast<char>(0x80));
   const __m512i order = _mm512_setr_epi32(0, 4, 1, 5, 2, 6, 3, 7, 8, 12, 9, 13, 10, 14, 11, 15);
-  constexpr int64_t kA = kQ8Block * kGroup;
   __m512 acc = _mm512_setzero_ps();
   for (int64_t b = 0; b < blocks; ++b) {
-    const int8_t* w = codes + b * kA;
+    const int8_t* w = codes + b * kTileBytes;
     if ((b & 3) == 0) PrefetchPanel(w);
     const __m512i xv = _mm512_broadcast_i64x4(_mm256_loadu_si256(reinterpret_cast<const __m256i*>(xc + b * kQ8Block)));
     const __m512i xoff = _mm512_broadcast_i64x4(_mm256_loadu_si256(reinterpret_cast<const __m256i*>(xo + b * (kQ8Block / 4))));
@@ -260,15 +260,16 @@ KVFOLD_AMX void RowVnni16(const MatMulArgs& a, const uint8_t* panel, const Q8Act
 // bytes 32 b + 4 k4 .. + 3 (zeros past n); xs[g][b][r].
 void Pack(const Q8Activations& xq, int64_t n, int64_t blocks, AmxScratch& s) {
   const int64_t groups = (n + kGroup - 1) / kGroup;
-  const size_t tile_bytes = static_cast<size_t>(kQ8Block) * kGroup;
-  if (s.packed.size() < groups * blocks * tile_bytes) s.packed.resize(groups * blocks * tile_bytes);
+  if (s.packed.size() < static_cast<size_t>(groups * blocks * kTileBytes)) {
+    s.packed.resize(groups * blocks * kTileBytes);
+  }
   if (s.scales.size() < static_cast<size_t>(groups * blocks * kGroup)) {
     s.scales.resize(groups * blocks * kGroup);
   }
   const int64_t xb = xq.padded_k / kQ8Block;
   for (int64_t g = 0; g < groups; ++g) {
     for (int64_t b = 0; b < blocks; ++b) {
-      int32_t* dst = reinterpret_cast<int32_t*>(s.packed.data() + (g * blocks + b) * tile_bytes);
+      int32_t* dst = reinterpret_cast<int32_t*>(s.packed.data() + (g * blocks + b) * kTileBytes);
       float* xs = s.scales.data() + (g * blocks + b) * kGroup;
       for (int r = 0; r < kGroup; ++r) {
         const int64_t row = g * kGroup + r;
@@ -319,9 +320,9 @@ void PackQ8Panels(ThreadPool* pool, const void* w, int64_t m, int64_t k, uint8_t
 void MatMulQ8Amx(ThreadPool& pool, const MatMulArgs& a, const Q8Activations& xq,
                  AmxScratch& scratch) {
   const int64_t blocks = (a.k + kQ8Block - 1) / kQ8Block;
-  Pack(xq, a.n, blocks, scratch);
+  // B tiles only for calls that run tiles: a single row (decode) takes RowVnni16/8.
+  if (a.n > 1) Pack(xq, a.n, blocks, scratch);
   const int64_t groups = (a.n + kGroup - 1) / kGroup;
-  const size_t tile_bytes = static_cast<size_t>(kQ8Block) * kGroup;
   // Weights without panels of their own (not adopted by the backend) are laid out per
   // call; a call of one row reads the Q8 rows only.
   const uint8_t* panels = a.w_panels;
@@ -356,7 +357,7 @@ void MatMulQ8Amx(ThreadPool& pool, const MatMulArgs& a, const Q8Activations& xq,
             configured = true;
           }
           Tile(a, panels + (j / kGroup) * panel_bytes,
-               scratch.packed.data() + g * blocks * tile_bytes,
+               scratch.packed.data() + g * blocks * kTileBytes,
                scratch.scales.data() + g * blocks * kGroup, g * kGroup, rows, j);
         }
       }
