@@ -58,8 +58,7 @@ class GrpcRequestLog::Interceptor : public grpc::experimental::Interceptor {
   }
 
  private:
-  GrpcRequestLog* const log_;
-  const grpc::ServerContextBase* const context_;
+  // Logs and counts the call, once.
   void Finish() {
     finished_ = true;
     record_.duration_ms =
@@ -68,6 +67,8 @@ class GrpcRequestLog::Interceptor : public grpc::experimental::Interceptor {
     log_->Finish(context_, record_);
   }
 
+  GrpcRequestLog* const log_;
+  const grpc::ServerContextBase* const context_;
   const std::chrono::steady_clock::time_point start_;
   RequestRecord record_;  // guarded by log_->mu_ while registered
   bool finished_ = false;
