@@ -265,7 +265,10 @@ void MatMulOptimized(ThreadPool& pool, const MatMulArgs& a, MatMulScratch& scrat
   if (a.w_dtype == DType::kQ8) {
     // The choice depends on the weights' shape only, never on n (batch invariance).
     if (MatMulReadsQ8Panels(a)) {  // the AMX path
-      QuantizeActivationsQ8(&pool, a.x, a.n, a.k, /*with_offset=*/true, scratch.q8);
+      // VNNI offsets only for a row group of one row (RowVnni16 / RowVnni8); tiles multiply
+      // signed by signed bytes.
+      QuantizeActivationsQ8(&pool, a.x, a.n, a.k, /*with_offset=*/a.n % kQ8PanelRows == 1,
+                            scratch.q8);
       MatMulQ8Amx(pool, a, scratch.q8, scratch.amx);
       return;
     }

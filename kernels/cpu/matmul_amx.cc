@@ -257,8 +257,9 @@ KVFOLD_AMX void RowVnni16(const MatMulArgs& a, const uint8_t* panel, const Q8Act
 }
 
 // B tiles and scales of every row group: packed[g][b][k4][r][4] = codes of row 16 g + r,
-// bytes 32 b + 4 k4 .. + 3 (zeros past n); xs[g][b][r].
-void Pack(const Q8Activations& xq, int64_t n, int64_t blocks, AmxScratch& s) {
+// bytes 32 b + 4 k4 .. + 3 (zeros past n); xs[g][b][r]. One gather per (block, k4): the
+// 16 rows' four bytes (was a scalar store per row, block and k4).
+KVFOLD_AMX void Pack(const Q8Activations& xq, int64_t n, int64_t blocks, AmxScratch& s) {
   const int64_t groups = (n + kGroup - 1) / kGroup;
   if (s.packed.size() < static_cast<size_t>(groups * blocks * kTileBytes)) {
     s.packed.resize(groups * blocks * kTileBytes);
@@ -267,22 +268,23 @@ void Pack(const Q8Activations& xq, int64_t n, int64_t blocks, AmxScratch& s) {
     s.scales.resize(groups * blocks * kGroup);
   }
   const int64_t xb = xq.padded_k / kQ8Block;
+  const __m512i lanes = _mm512_setr_epi32(0, 1, 2, 3, 4, 5, 6, 7, 8, 9, 10, 11, 12, 13, 14, 15);
+  const __m512i row_bytes = _mm512_mullo_epi32(lanes, _mm512_set1_epi32(static_cast<int32_t>(xq.padded_k)));
+  const __m512i scale_at = _mm512_mullo_epi32(lanes, _mm512_set1_epi32(static_cast<int32_t>(xb)));
   for (int64_t g = 0; g < groups; ++g) {
+    const int rows = static_cast<int>(std::min<int64_t>(kGroup, n - g * kGroup));
+    const __mmask16 live = static_cast<__mmask16>((1u << rows) - 1);
+    const int8_t* codes = xq.codes.data() + g * kGroup * xq.padded_k;
+    const float* scales = xq.scales.data() + g * kGroup * xb;
     for (int64_t b = 0; b < blocks; ++b) {
-      int32_t* dst = reinterpret_cast<int32_t*>(s.packed.data() + (g * blocks + b) * kTileBytes);
-      float* xs = s.scales.data() + (g * blocks + b) * kGroup;
-      for (int r = 0; r < kGroup; ++r) {
-        const int64_t row = g * kGroup + r;
-        if (row >= n) {
-          for (int k4 = 0; k4 < kQ8Block / 4; ++k4) dst[k4 * kGroup + r] = 0;
-          xs[r] = 0.0f;
-          continue;
-        }
-        int32_t src[kQ8Block / 4];
-        std::memcpy(src, xq.codes.data() + row * xq.padded_k + b * kQ8Block, kQ8Block);
-        for (int k4 = 0; k4 < kQ8Block / 4; ++k4) dst[k4 * kGroup + r] = src[k4];
-        xs[r] = xq.scales[row * xb + b];
+      int8_t* dst = s.packed.data() + (g * blocks + b) * kTileBytes;
+      for (int k4 = 0; k4 < kQ8Block / 4; ++k4) {
+        const __m512i v = _mm512_mask_i32gather_epi32(_mm512_setzero_si512(), live, row_bytes,
+                                                      codes + b * kQ8Block + 4 * k4, 1);
+        _mm512_storeu_si512(dst + k4 * kGroup * 4, v);
       }
+      _mm512_storeu_ps(s.scales.data() + (g * blocks + b) * kGroup,
+                       _mm512_mask_i32gather_ps(_mm512_setzero_ps(), live, scale_at, scales + b, 4));
     }
   }
 }

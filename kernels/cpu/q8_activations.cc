@@ -79,6 +79,64 @@ KVFOLD_AVX512 void QuantizeBlockAvx512(const float* x, int64_t len, int8_t* code
   *scale = d;
 }
 
+// Lane i of the result: the largest lane of a[i] (a[0..15]). Four rounds, each taking the
+// max of two vectors' shuffles (half the lanes of every input each round); the lanes end
+// up in the order [0 2 1 3 | 8 10 9 11 | 4 6 5 7 | 12 14 13 15], which one permute puts
+// back. Max is exact and the inputs are NaN-free, so the grouping does not matter.
+KVFOLD_AVX512 inline __m512 LaneMaxima(const __m512* a) {
+  __m512 b[8], c[4], d[2];
+  for (int i = 0; i < 8; ++i) {
+    b[i] = _mm512_max_ps(_mm512_shuffle_f32x4(a[i], a[i + 8], 0x44), _mm512_shuffle_f32x4(a[i], a[i + 8], 0xEE));
+  }
+  for (int i = 0; i < 4; ++i) {
+    c[i] = _mm512_max_ps(_mm512_shuffle_f32x4(b[i], b[i + 4], 0x88), _mm512_shuffle_f32x4(b[i], b[i + 4], 0xDD));
+  }
+  for (int i = 0; i < 2; ++i) {
+    d[i] = _mm512_max_ps(_mm512_shuffle_ps(c[i], c[i + 2], _MM_SHUFFLE(1, 0, 1, 0)),
+                         _mm512_shuffle_ps(c[i], c[i + 2], _MM_SHUFFLE(3, 2, 3, 2)));
+  }
+  const __m512 e = _mm512_max_ps(_mm512_shuffle_ps(d[0], d[1], _MM_SHUFFLE(2, 0, 2, 0)),
+                                 _mm512_shuffle_ps(d[0], d[1], _MM_SHUFFLE(3, 1, 3, 1)));
+  const __m512i order = _mm512_setr_epi32(0, 2, 1, 3, 8, 10, 9, 11, 4, 6, 5, 7, 12, 14, 13, 15);
+  return _mm512_permutexvar_ps(order, e);
+}
+
+// The whole blocks [0, blocks) of one row with QuantizeBlockAvx512's operations, 16 blocks
+// at a time: every block's max |x| (NaN-free after the max with 0, so the order of the
+// reduction does not matter; LaneMaxima reduces the 16 blocks together), then the 16
+// scales d = amax / 127 and their inverses in one vector division each (IEEE division:
+// the bits of the scalar one), then the codes. Was one call per block with a reduction
+// and two scalar divisions each: ~50 % of a 16-row, 768-column MatMul call in cache.
+KVFOLD_AVX512 void QuantizeRowAvx512(const float* x, int64_t blocks, int8_t* codes, float* scales) {
+  const __m512 lo = _mm512_set1_ps(-127.0f), hi = _mm512_set1_ps(127.0f);
+  for (int64_t b0 = 0; b0 < blocks; b0 += 16) {
+    const int count = static_cast<int>(std::min<int64_t>(16, blocks - b0));
+    __m512 m[16];
+    for (int i = 0; i < 16; ++i) {
+      const float* xb = x + (b0 + i) * kQ8Block;
+      m[i] = i < count ? _mm512_max_ps(_mm512_abs_ps(_mm512_loadu_ps(xb + 16)),
+                                       _mm512_max_ps(_mm512_abs_ps(_mm512_loadu_ps(xb)), _mm512_setzero_ps()))
+                       : _mm512_setzero_ps();
+    }
+    const __m512 d = _mm512_div_ps(LaneMaxima(m), _mm512_set1_ps(127.0f));
+    const __mmask16 positive = _mm512_cmp_ps_mask(d, _mm512_setzero_ps(), _CMP_GT_OQ);
+    alignas(64) float inv[16];
+    _mm512_store_ps(inv, _mm512_maskz_div_ps(positive, _mm512_set1_ps(1.0f), d));
+    _mm512_mask_storeu_ps(scales + b0, static_cast<__mmask16>((1u << count) - 1), d);
+    for (int i = 0; i < count; ++i) {
+      const float* xb = x + (b0 + i) * kQ8Block;
+      int8_t* cb = codes + (b0 + i) * kQ8Block;
+      const __m512 id = _mm512_set1_ps(inv[i]);
+      const __m512i q0 = _mm512_cvtps_epi32(
+          _mm512_min_ps(_mm512_max_ps(_mm512_mul_ps(_mm512_loadu_ps(xb), id), lo), hi));
+      const __m512i q1 = _mm512_cvtps_epi32(
+          _mm512_min_ps(_mm512_max_ps(_mm512_mul_ps(_mm512_loadu_ps(xb + 16), id), lo), hi));
+      _mm_storeu_si128(reinterpret_cast<__m128i*>(cb), _mm512_cvtsepi32_epi8(q0));
+      _mm_storeu_si128(reinterpret_cast<__m128i*>(cb + 16), _mm512_cvtsepi32_epi8(q1));
+    }
+  }
+}
+
 // offset[l] = -128 * (codes[4l] + ... + codes[4l + 3]) over one row's padded codes: the
 // term that turns the VNNI product (w + 128) * x into w * x (matmul_avx512.cc).
 KVFOLD_VNNI void OffsetsVnni(const int8_t* codes, int64_t padded_k, int32_t* offset) {
@@ -113,7 +171,12 @@ void QuantizeActivationsQ8(ThreadPool* pool, const float* x, int64_t n, int64_t 
     for (int64_t r = r0; r < r1; ++r) {
       int8_t* codes = xq.codes.data() + r * padded_k;
       float* scales = xq.scales.data() + r * padded_blocks;
-      for (int64_t b = 0; b < padded_blocks; ++b) {
+      int64_t b = 0;
+      if (isa == Isa::kAvx512) {  // whole blocks in one pass (same bits as the block kernel)
+        b = k / kQ8Block;
+        QuantizeRowAvx512(x + r * k, b, codes, scales);
+      }
+      for (; b < padded_blocks; ++b) {
         const int64_t t = b * kQ8Block;
         if (t >= k) {
           std::memset(codes + t, 0, kQ8Block);

@@ -263,42 +263,52 @@ TEST_P(MatMulQ8Test, OptimizedMatchesReferenceAndIsBatchInvariant) {
 
 // The activation quantizer writes the same codes and scales on every path, including
 // partial blocks, zero blocks, infinities and NaN.
+// Rows of 4 whole blocks and of 19 (the AVX-512 path takes a row's whole blocks 16 at a
+// time: one full group and a partial one), each with a partial block after them.
 TEST(Q8ActivationsTest, EveryPathQuantizesIdentically) {
-  const int n = 3, k = 133;
-  auto x = Random(static_cast<size_t>(n) * k, 21, 3.0f);
-  std::fill(x.begin() + 32, x.begin() + 64, 0.0f);
-  x[70] = std::numeric_limits<float>::infinity();
-  x[100] = std::nanf("");
-  x[k + 5] = -1e30f;
-  cpu::ThreadPool pool(2);
-  std::vector<cpu::Q8Activations> got;
-  for (cpu::Isa isa : RunnableIsas()) {
-    IsaScope scope(isa);
-    got.emplace_back();
-    cpu::QuantizeActivationsQ8(&pool, x.data(), n, k, cpu::CpuHasAvx512Vnni(), got.back());
-  }
-  const auto& ref = got.front();
-  ASSERT_EQ(ref.padded_k, 192);
-  for (int i = 0; i < n; ++i) {
-    for (int b = 0; b < 6; ++b) {
-      const float s = ref.scales[i * 6 + b];
-      for (int t = b * 32; t < b * 32 + 32; ++t) {
-        const int8_t q = ref.codes[i * 192 + t];
-        EXPECT_LE(std::abs(int{q}), 127);
-        if (t >= k) {
-          EXPECT_EQ(q, 0);
-        }
-        const float v = t < k ? x[i * k + t] : 0.0f;
-        if (std::isfinite(v) && std::isfinite(s)) {
-          EXPECT_LE(std::abs(v - q * s), 0.5f * s + 1e-30f) << i << "," << t;
+  for (const int k : {133, 613}) {
+    SCOPED_TRACE(k);
+    const int n = 3;
+    const int padded = (k + 63) / 64 * 64, blocks = padded / 32;
+    auto x = Random(static_cast<size_t>(n) * k, 21, 3.0f);
+    std::fill(x.begin() + 32, x.begin() + 64, 0.0f);
+    x[70] = std::numeric_limits<float>::infinity();
+    x[100] = std::nanf("");
+    x[k + 5] = -1e30f;
+    x[2 * k + 17 * 32 + 3] = std::nanf("");  // k = 613: in the second group of 16 blocks
+    cpu::ThreadPool pool(2);
+    std::vector<cpu::Q8Activations> got;
+    for (cpu::Isa isa : RunnableIsas()) {
+      IsaScope scope(isa);
+      got.emplace_back();
+      cpu::QuantizeActivationsQ8(&pool, x.data(), n, k, cpu::CpuHasAvx512Vnni(), got.back());
+    }
+    const auto& ref = got.front();
+    ASSERT_EQ(ref.padded_k, padded);
+    for (int i = 0; i < n; ++i) {
+      for (int b = 0; b < blocks; ++b) {
+        const float s = ref.scales[i * blocks + b];
+        for (int t = b * 32; t < b * 32 + 32; ++t) {
+          const int8_t q = ref.codes[i * padded + t];
+          EXPECT_LE(std::abs(int{q}), 127);
+          if (t >= k) {
+            EXPECT_EQ(q, 0);
+          }
+          const float v = t < k ? x[i * k + t] : 0.0f;
+          if (std::isfinite(v) && std::isfinite(s)) {
+            EXPECT_LE(std::abs(v - q * s), 0.5f * s + 1e-30f) << i << "," << t;
+          }
         }
       }
     }
-  }
-  EXPECT_EQ(ref.scales[1], 0.0f);  // the zero block
-  for (const auto& other : got) {
-    EXPECT_EQ(0, std::memcmp(other.codes.data(), ref.codes.data(), n * 192));
-    EXPECT_EQ(0, std::memcmp(other.scales.data(), ref.scales.data(), n * 6 * 4));
+    EXPECT_EQ(ref.scales[1], 0.0f);  // the zero block
+    for (const auto& other : got) {
+      EXPECT_EQ(0, std::memcmp(other.codes.data(), ref.codes.data(), n * padded));
+      EXPECT_EQ(0, std::memcmp(other.scales.data(), ref.scales.data(), n * blocks * 4));
+      if (cpu::CpuHasAvx512Vnni()) {  // n * padded / 4 int32 offsets
+        EXPECT_EQ(0, std::memcmp(other.offset.data(), ref.offset.data(), n * padded));
+      }
+    }
   }
 }
 
