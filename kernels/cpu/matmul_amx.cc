@@ -64,20 +64,34 @@ KVFOLD_AMX void ConfigureTiles() { _tile_loadconfig(&kTileConfig); }
 
 KVFOLD_AMX void ReleaseTiles() { _tile_release(); }
 
-// Weight panels this many blocks (16 KiB) ahead, hinted for the outer caches (T2). A
-// prefetch into L1 holds one of the core's few fill buffers until its line comes from
-// memory, and with the tile unit stalled on a load nothing else ran meanwhile: the
-// 16-row matmul streamed ~5 GB/s per core. Hinted T2 the requests queue further out and
-// the loads meet the lines in the L2 (~25 % faster on panels, ~4 % on the Q8 rows).
+// Weight panels are prefetched 16 KiB ahead, hinted for the outer caches (T2). A software
+// prefetch holds one of the core's few L1 fill buffers until its line arrives from
+// memory. The one-row kernel (vector loads, many misses in flight) asks for every line;
+// the tile loop asks for one line per 4 KiB page: with every line asked for, the
+// prefetches stalled the loop once the fill buffers were all taken and the tiles' own
+// loads from L2 queued behind them (~5 GB/s per core). One line per page starts the L2's
+// stream prefetcher on that page, which fetches the page's other lines without fill
+// buffers (docs/engine.md, "Panel prefetch": the 16-row q8 decode step ~15 % shorter at 2
+// threads; the one-row kernel was slower that way, so it keeps every line).
 constexpr int64_t kPanelPrefetchBlocks = 32;
+constexpr uintptr_t kPageBytes = 4096;
 
-// Asks for the kBlocksPerStep blocks of panel codes kPanelPrefetchBlocks ahead of `at`
-// (past the panel's end: the next panel's lines, as panels are contiguous, or lines
+// Every line of the kBlocksPerStep blocks of panel codes kPanelPrefetchBlocks ahead of
+// `at` (past the panel's end: the next panel's lines, as panels are contiguous, or lines
 // nobody reads).
-KVFOLD_AMX inline void PrefetchPanel(const int8_t* at) {
+KVFOLD_AMX inline void PrefetchPanelLines(const int8_t* at) {
   const char* ahead = reinterpret_cast<const char*>(at + kPanelPrefetchBlocks * kTileBytes);
   for (int l = 0; l < kBlocksPerStep * kTileBytes / 64; ++l) {
     _mm_prefetch(ahead + l * 64, _MM_HINT_T2);
+  }
+}
+
+// The line kPanelPrefetchBlocks blocks ahead of `at` when it lies in the first
+// kBlocksPerStep * kTileBytes bytes of its page: steps are that long, so one line per page.
+KVFOLD_AMX inline void PrefetchPanelPage(const int8_t* at) {
+  const char* ahead = reinterpret_cast<const char*>(at + kPanelPrefetchBlocks * kTileBytes);
+  if ((reinterpret_cast<uintptr_t>(ahead) & (kPageBytes - 1)) < kBlocksPerStep * kTileBytes) {
+    _mm_prefetch(ahead, _MM_HINT_T2);
   }
 }
 
@@ -97,7 +111,7 @@ KVFOLD_AMX void Tile(const MatMulArgs& a, const uint8_t* panel, const int8_t* pa
   for (int64_t b = 0; b < blocks; b += kBlocksPerStep) {
     const int steps = static_cast<int>(std::min<int64_t>(kBlocksPerStep, blocks - b));
     const int8_t* a_at = codes + b * kTileBytes;
-    PrefetchPanel(a_at);
+    PrefetchPanelPage(a_at);
     const int8_t* b_at = packed + b * kTileBytes;
     // Tile register numbers are immediates: the four blocks spelled out.
     _tile_zero(0);
@@ -238,7 +252,7 @@ KVFOLD_AMX void RowVnni16(const MatMulArgs& a, const uint8_t* panel, const Q8Act
   __m512 acc = _mm512_setzero_ps();
   for (int64_t b = 0; b < blocks; ++b) {
     const int8_t* w = codes + b * kTileBytes;
-    if ((b & 3) == 0) PrefetchPanel(w);
+    if ((b & 3) == 0) PrefetchPanelLines(w);
     const __m512i xv = _mm512_broadcast_i64x4(_mm256_loadu_si256(reinterpret_cast<const __m256i*>(xc + b * kQ8Block)));
     const __m512i xoff = _mm512_broadcast_i64x4(_mm256_loadu_si256(reinterpret_cast<const __m256i*>(xo + b * (kQ8Block / 4))));
     __m512i d[8];
