@@ -124,13 +124,7 @@ class CpuBackend : public Backend {
   bool SupportsQ8Weights() const override { return true; }
 
   absl::StatusOr<std::unique_ptr<Buffer>> Allocate(size_t bytes) override {
-    const size_t rounded =
-        (std::max<size_t>(bytes, 1) + kWeightAlignment - 1) / kWeightAlignment * kWeightAlignment;
-    void* p = std::aligned_alloc(kWeightAlignment, rounded);
-    if (p == nullptr) {
-      return absl::ResourceExhaustedError(absl::StrCat("cpu: cannot allocate ", bytes, " bytes"));
-    }
-    return std::make_unique<HostBuffer>(p, bytes, true, nullptr);
+    return NewBuffer(bytes, nullptr);
   }
 
   // Aliases `host` when it is 64-byte aligned; otherwise copies the weights into aligned
@@ -143,13 +137,10 @@ class CpuBackend : public Backend {
       return std::make_unique<HostBuffer>(const_cast<void*>(host), bytes, false,
                                           std::move(keepalive), adopted_);
     }
-    const size_t rounded = (bytes + kWeightAlignment - 1) / kWeightAlignment * kWeightAlignment;
-    void* p = std::aligned_alloc(kWeightAlignment, rounded);
-    if (p == nullptr) {
-      return absl::ResourceExhaustedError(absl::StrCat("cpu: cannot allocate ", bytes, " bytes"));
-    }
-    std::memcpy(p, host, bytes);
-    return std::make_unique<HostBuffer>(p, bytes, true, nullptr, adopted_);
+    absl::StatusOr<std::unique_ptr<Buffer>> copy = NewBuffer(bytes, adopted_);
+    if (!copy.ok()) return copy.status();
+    std::memcpy((*copy)->data(), host, bytes);
+    return copy;
   }
 
   std::unique_ptr<Stream> CreateStream() override { return std::make_unique<CpuStream>(); }
@@ -415,6 +406,19 @@ class CpuBackend : public Backend {
   }
 
  private:
+  // An owned, kWeightAlignment-aligned buffer of `bytes` (registered with `adopted` when
+  // given: adopted weights copied for alignment).
+  static absl::StatusOr<std::unique_ptr<Buffer>> NewBuffer(
+      size_t bytes, std::shared_ptr<cpu::AdoptedWeights> adopted) {
+    const size_t rounded =
+        (std::max<size_t>(bytes, 1) + kWeightAlignment - 1) / kWeightAlignment * kWeightAlignment;
+    void* p = std::aligned_alloc(kWeightAlignment, rounded);
+    if (p == nullptr) {
+      return absl::ResourceExhaustedError(absl::StrCat("cpu: cannot allocate ", bytes, " bytes"));
+    }
+    return std::make_unique<HostBuffer>(p, bytes, true, nullptr, std::move(adopted));
+  }
+
   bool reference_;
   ThreadPool pool_;
   std::vector<float> ref_scratch_;

@@ -76,20 +76,24 @@ KVFOLD_AMX void ReleaseTiles() { _tile_release(); }
 constexpr int64_t kPanelPrefetchBlocks = 32;
 constexpr uintptr_t kPageBytes = 4096;
 
-// Every line of the kBlocksPerStep blocks of panel codes kPanelPrefetchBlocks ahead of
-// `at` (past the panel's end: the next panel's lines, as panels are contiguous, or lines
-// nobody reads).
+// The panel codes kPanelPrefetchBlocks blocks ahead of `at` (past the panel's end: the next
+// panel's lines, as panels are contiguous, or lines nobody reads).
+inline const char* PanelAhead(const int8_t* at) {
+  return reinterpret_cast<const char*>(at + kPanelPrefetchBlocks * kTileBytes);
+}
+
+// Every line of the kBlocksPerStep blocks at PanelAhead(at).
 KVFOLD_AMX inline void PrefetchPanelLines(const int8_t* at) {
-  const char* ahead = reinterpret_cast<const char*>(at + kPanelPrefetchBlocks * kTileBytes);
+  const char* ahead = PanelAhead(at);
   for (int l = 0; l < kBlocksPerStep * kTileBytes / 64; ++l) {
     _mm_prefetch(ahead + l * 64, _MM_HINT_T2);
   }
 }
 
-// The line kPanelPrefetchBlocks blocks ahead of `at` when it lies in the first
-// kBlocksPerStep * kTileBytes bytes of its page: steps are that long, so one line per page.
+// The line PanelAhead(at) when it lies in the first kBlocksPerStep * kTileBytes bytes of
+// its page: steps are that long, so one line per page.
 KVFOLD_AMX inline void PrefetchPanelPage(const int8_t* at) {
-  const char* ahead = reinterpret_cast<const char*>(at + kPanelPrefetchBlocks * kTileBytes);
+  const char* ahead = PanelAhead(at);
   if ((reinterpret_cast<uintptr_t>(ahead) & (kPageBytes - 1)) < kBlocksPerStep * kTileBytes) {
     _mm_prefetch(ahead, _MM_HINT_T2);
   }

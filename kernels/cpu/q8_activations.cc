@@ -65,20 +65,6 @@ KVFOLD_AVX2 void QuantizeBlockAvx2(const float* x, int64_t len, int8_t* codes, f
   *scale = d;
 }
 
-KVFOLD_AVX512 void QuantizeBlockAvx512(const float* x, int64_t len, int8_t* codes, float* scale) {
-  if (len < kQ8Block) return QuantizeBlockPortable(x, len, codes, scale);
-  const __m512 v0 = _mm512_loadu_ps(x), v1 = _mm512_loadu_ps(x + 16);
-  const __m512 m = _mm512_max_ps(_mm512_abs_ps(v1), _mm512_max_ps(_mm512_abs_ps(v0), _mm512_setzero_ps()));
-  const float d = _mm512_reduce_max_ps(m) / 127.0f;
-  const __m512 id = _mm512_set1_ps(d > 0.0f ? 1.0f / d : 0.0f);
-  const __m512 lo = _mm512_set1_ps(-127.0f), hi = _mm512_set1_ps(127.0f);
-  const __m512i q0 = _mm512_cvtps_epi32(_mm512_min_ps(_mm512_max_ps(_mm512_mul_ps(v0, id), lo), hi));
-  const __m512i q1 = _mm512_cvtps_epi32(_mm512_min_ps(_mm512_max_ps(_mm512_mul_ps(v1, id), lo), hi));
-  _mm_storeu_si128(reinterpret_cast<__m128i*>(codes), _mm512_cvtsepi32_epi8(q0));
-  _mm_storeu_si128(reinterpret_cast<__m128i*>(codes + 16), _mm512_cvtsepi32_epi8(q1));
-  *scale = d;
-}
-
 // Lane i of the result: the largest lane of a[i] (a[0..15]). Four rounds, each taking the
 // max of two vectors' shuffles (half the lanes of every input each round); the lanes end
 // up in the order [0 2 1 3 | 8 10 9 11 | 4 6 5 7 | 12 14 13 15], which one permute puts
@@ -101,12 +87,13 @@ KVFOLD_AVX512 inline __m512 LaneMaxima(const __m512* a) {
   return _mm512_permutexvar_ps(order, e);
 }
 
-// The whole blocks [0, blocks) of one row with QuantizeBlockAvx512's operations, 16 blocks
-// at a time: every block's max |x| (NaN-free after the max with 0, so the order of the
-// reduction does not matter; LaneMaxima reduces the 16 blocks together), then the 16
-// scales d = amax / 127 and their inverses in one vector division each (IEEE division:
-// the bits of the scalar one), then the codes. Was one call per block with a reduction
-// and two scalar divisions each: ~50 % of a 16-row, 768-column MatMul call in cache.
+// The whole blocks [0, blocks) of one row with the portable quantizer's operations, 16
+// blocks at a time: every block's max |x| (NaN-free after the max with 0, as the portable
+// max drops NaN, so the order of the reduction does not matter; LaneMaxima reduces the 16
+// blocks together), then the 16 scales d = amax / 127 and their inverses in one vector
+// division each (IEEE division: the bits of the scalar one), then the codes. Was one call
+// per block with a reduction and two scalar divisions each: ~50 % of a 16-row, 768-column
+// MatMul call in cache.
 KVFOLD_AVX512 void QuantizeRowAvx512(const float* x, int64_t blocks, int8_t* codes, float* scales) {
   const __m512 lo = _mm512_set1_ps(-127.0f), hi = _mm512_set1_ps(127.0f);
   for (int64_t b0 = 0; b0 < blocks; b0 += 16) {
@@ -164,9 +151,9 @@ void QuantizeActivationsQ8(ThreadPool* pool, const float* x, int64_t n, int64_t 
   grow(xq.scales, static_cast<size_t>(n * padded_blocks));
   if (with_offset) grow(xq.offset, static_cast<size_t>(n * padded_k / 4));
   const Isa isa = ActiveIsa();
-  const BlockFn block = isa == Isa::kAvx512 ? QuantizeBlockAvx512
-                        : isa == Isa::kAvx2 ? QuantizeBlockAvx2
-                                            : QuantizeBlockPortable;
+  // AVX-512 takes a row's whole blocks in QuantizeRowAvx512; what is left there (a partial
+  // block) is the portable code, as on the AVX2 path.
+  const BlockFn block = isa == Isa::kAvx2 ? QuantizeBlockAvx2 : QuantizeBlockPortable;
   auto rows = [&](int64_t r0, int64_t r1, int) {
     for (int64_t r = r0; r < r1; ++r) {
       int8_t* codes = xq.codes.data() + r * padded_k;
