@@ -47,6 +47,32 @@ std::vector<float> RopeTable(int rows, int hd) {
   return rope;
 }
 
+// One F32 paged Attention call of a test case: rows [row0, row0 + nrows) of its queries
+// and AttnRows into the same rows of `out`.
+struct PagedAttention {
+  std::vector<float>& q;
+  std::vector<float>& kc;
+  std::vector<float>& vc;
+  std::vector<AttnRow>& rows;
+  const std::vector<int32_t>& tables;
+  std::vector<float>& rope;
+  AttentionShape shape;
+  int blocks;
+  absl::Status Run(Backend& be, Stream& st, std::vector<float>& out, int row0, int nrows) const {
+    const int hd = shape.head_dim, bs = shape.block_size;
+    const int q_dim = shape.num_heads * hd, kv_dim = shape.num_kv_heads * hd;
+    const int64_t rope_rows = static_cast<int64_t>(rope.size()) / hd;
+    return be.Attention(st, T(q.data() + row0 * q_dim, DType::kF32, {nrows, q_dim}),
+                        T(kc.data(), DType::kF32, {blocks, bs, kv_dim}),
+                        T(vc.data(), DType::kF32, {blocks, bs, kv_dim}),
+                        T(rows.data() + row0, DType::kI32, {nrows, kAttnRowFields}),
+                        T(const_cast<int32_t*>(tables.data()), DType::kI32,
+                          {static_cast<int64_t>(tables.size())}),
+                        T(rope.data(), DType::kF32, {rope_rows, hd}), shape,
+                        T(out.data() + row0 * q_dim, DType::kF32, {nrows, q_dim}));
+  }
+};
+
 // Every ISA path this CPU can run (cpu/isa.h), restored to the default afterwards.
 class IsaScope {
  public:
@@ -352,17 +378,9 @@ TEST(AttentionTest, PagedGqaMatchesDirectAndBackendsAgree) {
   auto q = Random(static_cast<size_t>(n) * q_dim, 6);
   AttentionShape shape{heads, kv_heads, hd, bs, 1.0f / std::sqrt(12.0f)};
   std::vector<float> out_ref(q.size()), out_opt(q.size());
-  auto run = [&](Backend& be, Stream& st, std::vector<float>& out, int row0, int nrows) {
-    return be.Attention(st, T(q.data() + row0 * q_dim, DType::kF32, {nrows, q_dim}),
-                        T(kc.data(), DType::kF32, {blocks, bs, kv_dim}),
-                        T(vc.data(), DType::kF32, {blocks, bs, kv_dim}),
-                        T(rows.data() + row0, DType::kI32, {nrows, kAttnRowFields}),
-                        T(const_cast<int32_t*>(tables.data()), DType::kI32, {4}),
-                        T(rope.data(), DType::kF32, {rope_rows, hd}), shape,
-                        T(out.data() + row0 * q_dim, DType::kF32, {nrows, q_dim}));
-  };
-  ASSERT_TRUE(run(*r.ref, *r.s1, out_ref, 0, n).ok());
-  ASSERT_TRUE(run(*r.opt, *r.s2, out_opt, 0, n).ok());
+  const PagedAttention call{q, kc, vc, rows, tables, rope, shape, blocks};
+  ASSERT_TRUE(call.Run(*r.ref, *r.s1, out_ref, 0, n).ok());
+  ASSERT_TRUE(call.Run(*r.opt, *r.s2, out_opt, 0, n).ok());
   for (int i = 0; i < n; ++i) {
     const RowSpec& sp = specs[i];
     for (int h = 0; h < heads; ++h) {
@@ -398,8 +416,8 @@ TEST(AttentionTest, PagedGqaMatchesDirectAndBackendsAgree) {
   }
   // Row 2 alone: same bits on each backend.
   std::vector<float> alone_ref(q.size()), alone_opt(q.size());
-  ASSERT_TRUE(run(*r.ref, *r.s1, alone_ref, 2, 1).ok());
-  ASSERT_TRUE(run(*r.opt, *r.s2, alone_opt, 2, 1).ok());
+  ASSERT_TRUE(call.Run(*r.ref, *r.s1, alone_ref, 2, 1).ok());
+  ASSERT_TRUE(call.Run(*r.opt, *r.s2, alone_opt, 2, 1).ok());
   EXPECT_EQ(0, std::memcmp(&alone_ref[2 * q_dim], &out_ref[2 * q_dim], q_dim * 4));
   EXPECT_EQ(0, std::memcmp(&alone_opt[2 * q_dim], &out_opt[2 * q_dim], q_dim * 4));
 }
@@ -434,24 +452,16 @@ TEST(AttentionTest, TiledCausalRowsMatchReferenceAcrossBatchesAndIsas) {
     }
     auto q = Random(static_cast<size_t>(n) * q_dim, 23);
     AttentionShape shape{heads, kv_heads, hd, bs, 1.0f / std::sqrt(static_cast<float>(hd))};
-    auto run = [&](Backend& be, Stream& st, std::vector<float>& out, int row0, int nrows) {
-      return be.Attention(st, T(q.data() + row0 * q_dim, DType::kF32, {nrows, q_dim}),
-                          T(kc.data(), DType::kF32, {blocks, bs, kv_dim}),
-                          T(vc.data(), DType::kF32, {blocks, bs, kv_dim}),
-                          T(rows.data() + row0, DType::kI32, {nrows, kAttnRowFields}),
-                          T(const_cast<int32_t*>(tables.data()), DType::kI32, {7}),
-                          T(rope.data(), DType::kF32, {rope_rows, hd}), shape,
-                          T(out.data() + row0 * q_dim, DType::kF32, {nrows, q_dim}));
-    };
+    const PagedAttention call{q, kc, vc, rows, tables, rope, shape, blocks};
     std::vector<float> out_ref(q.size());
-    ASSERT_TRUE(run(*r.ref, *r.s1, out_ref, 0, n).ok());
+    ASSERT_TRUE(call.Run(*r.ref, *r.s1, out_ref, 0, n).ok());
     std::vector<float> first;
     for (cpu::Isa isa : RunnableIsas()) {
       SCOPED_TRACE(cpu::IsaName(isa));
       IsaScope scope(isa);
       std::vector<float> batch(q.size()), single(q.size());
-      ASSERT_TRUE(run(*r.opt, *r.s2, batch, 0, n).ok());
-      for (int i = 0; i < n; ++i) ASSERT_TRUE(run(*r.opt, *r.s2, single, i, 1).ok());
+      ASSERT_TRUE(call.Run(*r.opt, *r.s2, batch, 0, n).ok());
+      for (int i = 0; i < n; ++i) ASSERT_TRUE(call.Run(*r.opt, *r.s2, single, i, 1).ok());
       for (size_t i = 0; i < batch.size(); ++i) ASSERT_NEAR(batch[i], out_ref[i], 1e-5) << i;
       EXPECT_EQ(0, std::memcmp(batch.data(), single.data(), batch.size() * 4));
       if (first.empty()) first = batch;
