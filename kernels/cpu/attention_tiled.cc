@@ -6,9 +6,10 @@
 // rows; a task is (row block, KV head). The task walks the keys in tiles of kTile key
 // indices [16 t, 16 t + 16) of the rows' shared key list: each tile's keys are located in
 // the paged cache, read (F32) or dequantized (INT8: codes * scale, exactly kernels/quant's
-// DequantizeKeys / DequantizeValues) and ROTATED ONCE into a transposed tile, then every
-// row of the block that sees keys of the tile updates its online softmax (running max m,
-// sum l, accumulator acc) with them:
+// DequantizeKeys / DequantizeValues) and ROTATED ONCE into a transposed tile (values stay
+// rows: F32 ones with head_dim a multiple of 16 are read where they lie, others copied),
+// then every row of the block that sees keys of the tile updates its online softmax
+// (running max m, sum l, accumulator acc) with them:
 //   s = scale * q.k (per key: sequential sum over head_dim), masked past the row's keys
 //   m' = max(m, max s); a = exp(m - m'); p = exp(s - m')
 //   l = l * a + sum p (fixed tree);  acc = acc * a + sum_k p_k v_k, the tile's sum kept
@@ -58,9 +59,11 @@ inline int PaddedHeadDim(int head_dim) { return (head_dim + 15) / 16 * 16; }
 // Always inlined: GCC's pure-const analysis would otherwise take a function holding only
 // prefetches for one without effect and drop its calls.
 [[gnu::always_inline]] inline void PrefetchBytes(const void* p, int64_t bytes) {
-  const char* c = static_cast<const char*>(p);
-  for (int64_t i = 0; i < bytes; i += 64) __builtin_prefetch(c + i, 0, 3);
-  __builtin_prefetch(c + bytes - 1, 0, 3);
+  const uintptr_t first = reinterpret_cast<uintptr_t>(p) & ~uintptr_t{63};
+  const uintptr_t last = (reinterpret_cast<uintptr_t>(p) + bytes - 1) & ~uintptr_t{63};
+  for (uintptr_t line = first; line <= last; line += 64) {
+    __builtin_prefetch(reinterpret_cast<const void*>(line), 0, 3);
+  }
 }
 
 // The state of one (row, query head) while its keys are visited.
@@ -71,7 +74,11 @@ struct RowState {
 // One tile of keys of one KV head.
 struct Tile {
   float* kt;  // [head_dim, kTile] rotated keys, transposed (columns past count are 0)
-  float* vt;  // [kTile, hdp] values (hdp = PaddedHeadDim(head_dim))
+  float* vt;  // [kTile, hdp] values copied (hdp = PaddedHeadDim(head_dim))
+  // Where column i's values are read, hdp floats (F32 cache with head_dim a multiple of
+  // 16: the cache row itself; otherwise vt + i * hdp, whose floats past head_dim reach
+  // only accumulator lanes that are never output).
+  const float* vrow[kTile];
   KeyEntry entry[kTile];
   int first = 0;  // key index of column 0
   int count = 0;
@@ -151,12 +158,19 @@ class F32Kv {
   F32Kv(const AttentionArgs& a, int kvh) : a_(a), kvh_(kvh) {}
   // Rotated key (head_dim floats) and value of entry e for this task's KV head.
   // Inlined into each ISA's task, so the rotation uses its vector registers.
-  [[gnu::always_inline]] void Load(const KeyEntry& e, float* krot, float* v) {
+  // The values are read in place when head_dim is a multiple of 16 (whole vectors of the
+  // row), else copied to v.
+  [[gnu::always_inline]] void Load(const KeyEntry& e, float* krot, float* v, const float** vrow) {
     const int hd = a_.shape.head_dim, kv_dim = a_.shape.num_kv_heads * hd;
     const int64_t off = e.Slot(a_.shape.block_size) * kv_dim + kvh_ * hd;
     RotateHalf(a_.k_cache + off, a_.rope + static_cast<int64_t>(e.pos) * hd, hd, krot);
     const float* v_src = a_.v_cache + off;
+    if (hd % 16 == 0) {
+      *vrow = v_src;
+      return;
+    }
     for (int d = 0; d < hd; ++d) v[d] = v_src[d];  // inline: no libc call per key
+    *vrow = v;
   }
   // Starts reading entry e's key and value (one KV head: head_dim floats each).
   [[gnu::always_inline]] void Prefetch(const KeyEntry& e) const {
@@ -187,8 +201,9 @@ class Int8Kv {
   }
 
   // Inlined into each ISA's task, so the dequantization loops use its vector registers.
-  [[gnu::always_inline]] void Load(const KeyEntry& e, float* krot, float* v) {
+  [[gnu::always_inline]] void Load(const KeyEntry& e, float* krot, float* v, const float** vrow) {
     const int hd = a_.shape.head_dim, kv_dim = a_.shape.num_kv_heads * hd;
+    *vrow = v;
     if (num_open_ > 0 && std::find(open_, open_ + num_open_, e.block) != open_ + num_open_) {
       std::fill(krot, krot + hd, 0.0f);  // no code is valid yet: only the page is
       std::fill(v, v + hd, 0.0f);
@@ -236,6 +251,7 @@ class Int8Kv {
     const int hdp = PaddedHeadDim(hd), bs = a_.shape.block_size;
     std::memcpy(copy.kt, shared.kt, static_cast<size_t>(hd) * kTile * sizeof(float));
     std::memcpy(copy.vt, shared.vt, static_cast<size_t>(shared.count) * hdp * sizeof(float));
+    for (int i = 0; i < kTile; ++i) copy.vrow[i] = copy.vt + i * hdp;
     copy.first = shared.first;
     copy.count = shared.count;
     float krot[kMaxHeadDim];
@@ -316,7 +332,7 @@ template <class Kv, class Update>
     }
     for (int i = 0; i < tile.count; ++i) {
       tile.entry[i] = keys.Locate(t0 + i);
-      kv.Load(tile.entry[i], b.key_rows + i * hd, tile.vt + i * hdp);
+      kv.Load(tile.entry[i], b.key_rows + i * hd, tile.vt + i * hdp, &tile.vrow[i]);
     }
     std::fill(b.key_rows + tile.count * hd, b.key_rows + kTile * hd, 0.0f);
     TransposeKeys(b.key_rows, hd, tile.kt);
@@ -348,6 +364,55 @@ template <class Kv, class Update>
       float* out = t.out + (t.block.first_row + r) * q_dim + (t.kvh * group + gh) * hd;
       for (int d = 0; d < hd; ++d) out[d] = acc[d] * inv;
     }
+  }
+}
+
+// acc[d0, d0 + 16 C) = acc * alpha + the tile's sum of p_i * v_i over its valid keys, the
+// sum kept in four partial sums per 16 lanes (key i into part i % 4, in key order) added
+// as (0 + 1) + (2 + 3). A pass covers C chunks (up to 64 values, 16 partial sums in
+// registers), so each p_i is broadcast once per pass instead of once per chunk. Each
+// lane's operations are the same whatever C.
+template <int C>
+[[gnu::always_inline]] inline void AccumulateValues(const V16& p, const float* const* vrow,
+                                                    int valid, int d0, float alpha, float* acc) {
+  V16 part[C][4];
+#pragma GCC unroll 4
+  for (int c = 0; c < C; ++c) {
+#pragma GCC unroll 4
+    for (int k = 0; k < 4; ++k) part[c][k] = V16{};
+  }
+  int i = 0;
+  for (; i + 4 <= valid; i += 4) {
+#pragma GCC unroll 4
+    for (int k = 0; k < 4; ++k) {
+      const float pk = p[i + k];
+      const float* v = vrow[i + k] + d0;
+#pragma GCC unroll 4
+      for (int c = 0; c < C; ++c) {
+        V16 x;
+        std::memcpy(&x, v + 16 * c, sizeof(x));
+        part[c][k] = part[c][k] + pk * x;
+      }
+    }
+  }
+#pragma GCC unroll 3
+  for (int k = 0; k < 3; ++k) {  // the last 0..3 keys, into parts 0..rest-1
+    if (i + k >= valid) break;
+    const float pk = p[i + k];
+    const float* v = vrow[i + k] + d0;
+#pragma GCC unroll 4
+    for (int c = 0; c < C; ++c) {
+      V16 x;
+      std::memcpy(&x, v + 16 * c, sizeof(x));
+      part[c][k] = part[c][k] + pk * x;
+    }
+  }
+#pragma GCC unroll 4
+  for (int c = 0; c < C; ++c) {
+    V16 av;
+    std::memcpy(&av, acc + d0 + 16 * c, sizeof(av));
+    av = av * alpha + ((part[c][0] + part[c][1]) + (part[c][2] + part[c][3]));
+    std::memcpy(acc + d0 + 16 * c, &av, sizeof(av));
   }
 }
 
@@ -396,40 +461,15 @@ constexpr float kNegligibleLogit = -64.0f;
       st.l = st.l * alpha + psum;                                             \
       st.m = m_new;                                                           \
       float* acc = u.acc + gh * hdp;                                          \
-      for (int d0 = 0; d0 < hdp; d0 += 16) {                                  \
-        /* Key i into part i % 4, in key order; four named sums stay in */    \
-        /* registers (an indexed array went through the stack per key). */    \
-        const float* vt = u.tile->vt + d0;                                    \
-        V16 part0 = V16{}, part1 = V16{}, part2 = V16{}, part3 = V16{};       \
-        V16 v0, v1, v2, v3;                                                   \
-        int i = 0;                                                            \
-        for (; i + 4 <= u.valid; i += 4) {                                    \
-          std::memcpy(&v0, vt + i * hdp, sizeof(V16));                        \
-          std::memcpy(&v1, vt + (i + 1) * hdp, sizeof(V16));                  \
-          std::memcpy(&v2, vt + (i + 2) * hdp, sizeof(V16));                  \
-          std::memcpy(&v3, vt + (i + 3) * hdp, sizeof(V16));                  \
-          part0 = part0 + p[i] * v0;                                          \
-          part1 = part1 + p[i + 1] * v1;                                      \
-          part2 = part2 + p[i + 2] * v2;                                      \
-          part3 = part3 + p[i + 3] * v3;                                      \
-        }                                                                     \
-        const int rest = u.valid - i; /* 0..3 keys, into parts 0..rest-1 */   \
-        if (rest > 0) {                                                       \
-          std::memcpy(&v0, vt + i * hdp, sizeof(V16));                        \
-          part0 = part0 + p[i] * v0;                                          \
-        }                                                                     \
-        if (rest > 1) {                                                       \
-          std::memcpy(&v1, vt + (i + 1) * hdp, sizeof(V16));                  \
-          part1 = part1 + p[i + 1] * v1;                                      \
-        }                                                                     \
-        if (rest > 2) {                                                       \
-          std::memcpy(&v2, vt + (i + 2) * hdp, sizeof(V16));                  \
-          part2 = part2 + p[i + 2] * v2;                                      \
-        }                                                                     \
-        V16 av;                                                               \
-        std::memcpy(&av, acc + d0, sizeof(av));                               \
-        av = av * alpha + ((part0 + part1) + (part2 + part3));                \
-        std::memcpy(acc + d0, &av, sizeof(av));                               \
+      int d0 = 0;                                                             \
+      for (; d0 + 64 <= hdp; d0 += 64) {                                      \
+        AccumulateValues<4>(p, u.tile->vrow, u.valid, d0, alpha, acc);        \
+      }                                                                       \
+      switch ((hdp - d0) / 16) {                                              \
+        case 3: AccumulateValues<3>(p, u.tile->vrow, u.valid, d0, alpha, acc); break; \
+        case 2: AccumulateValues<2>(p, u.tile->vrow, u.valid, d0, alpha, acc); break; \
+        case 1: AccumulateValues<1>(p, u.tile->vrow, u.valid, d0, alpha, acc); break; \
+        default: break;                                                       \
       }                                                                       \
     }                                                                         \
   }                                                                           \
