@@ -4,6 +4,7 @@
 #include <cmath>
 
 #include "absl/strings/str_cat.h"
+#include "kernels/cpu/elementwise.h"
 
 namespace kvfold::engine {
 
@@ -56,18 +57,10 @@ absl::Status SamplingParams::Validate() const {
 }
 
 int32_t Argmax(std::span<const float> logits) {
-  if (logits.empty()) return 0;
-  // The best value in a register: re-reading logits[best] each step made this loop ~6 %
-  // of a 16-row batched decode step (32,000 logits per row).
-  int32_t best = 0;
-  float best_value = logits[0];
-  for (size_t i = 1; i < logits.size(); ++i) {
-    if (logits[i] > best_value) {
-      best_value = logits[i];
-      best = static_cast<int32_t>(i);
-    }
-  }
-  return best;
+  // Vector lanes (kernels/cpu/elementwise.h): a scalar scan was ~50 us per row of 32,000
+  // logits, 0.8 ms of a 16-session decode step.
+  return static_cast<int32_t>(
+      kernels::cpu::ArgmaxRow(logits.data(), static_cast<int64_t>(logits.size())));
 }
 
 void ComputeLogprobs(std::span<const float> logits, int32_t token, int top_n, TokenLogprobs* out) {

@@ -1,6 +1,8 @@
 #include "kernels/cpu/elementwise.h"
 
+#include <climits>
 #include <cmath>
+#include <cstdint>
 #include <cstring>
 
 #include "absl/strings/str_cat.h"
@@ -16,6 +18,9 @@ namespace {
 //    padded with zeros), reduced by the tree 16 -> 8 (i + i+8) -> 4 -> 2 -> 1.
 //  SiluMul: out = (g / (1 + exp(-g))) * up with Exp16, 16 elements at a time (the tail
 //    through a zero-padded vector, so every element takes the same operations).
+//  Argmax: per lane l the largest of x[l], x[l + 16], ... and the first index holding it
+//    (strict >, so NaN never replaces a value), then the largest of the lanes with the
+//    smallest index among equal ones, then the tail one element at a time.
 #define KVFOLD_ELEMENTWISE_ISA(NS, ATTR)                                    \
   namespace NS {                                                            \
   KVFOLD_EXP16(ATTR)                                                        \
@@ -60,6 +65,35 @@ namespace {
       Silu16(&g, &u, &r);                                                   \
       std::memcpy(out + i, &r, static_cast<size_t>(count - i) * sizeof(float)); \
     }                                                                       \
+  }                                                                         \
+  ATTR int64_t Argmax(const float* x, int64_t n) {                          \
+    /* x[0] is not NaN (the caller checks): every lane starts there. */    \
+    V16 best = V16{} + x[0], v;                                             \
+    I16 at = I16{}, idx;                                                    \
+    for (int l = 0; l < 16; ++l) idx[l] = l;                                \
+    int64_t j = 0;                                                          \
+    for (; j + 16 <= n && j + 16 <= INT32_MAX; j += 16) {                   \
+      std::memcpy(&v, x + j, sizeof(v));                                    \
+      const I16 gt = v > best;                                              \
+      best = gt ? v : best;                                                 \
+      at = gt ? idx : at;                                                   \
+      idx = idx + 16;                                                       \
+    }                                                                       \
+    float value = best[0];                                                  \
+    int64_t index = at[0];                                                  \
+    for (int l = 1; l < 16; ++l) {                                          \
+      if (best[l] > value || (best[l] == value && at[l] < index)) {         \
+        value = best[l];                                                    \
+        index = at[l];                                                      \
+      }                                                                     \
+    }                                                                       \
+    for (; j < n; ++j) {                                                    \
+      if (x[j] > value) {                                                   \
+        value = x[j];                                                       \
+        index = j;                                                          \
+      }                                                                     \
+    }                                                                       \
+    return index;                                                           \
   }                                                                         \
   }  // namespace NS
 
@@ -137,6 +171,19 @@ void SiluMulRows(const float* gate, const float* up, int64_t count, float* out) 
     case Isa::kPortable:
       return portable::SiluMul(gate, up, count, out);
   }
+}
+
+int64_t ArgmaxRow(const float* x, int64_t n) {
+  if (n <= 0 || std::isnan(x[0])) return 0;
+  switch (ActiveIsa()) {
+    case Isa::kAvx512:
+      return avx512::Argmax(x, n);
+    case Isa::kAvx2:
+      return avx2::Argmax(x, n);
+    case Isa::kPortable:
+      break;
+  }
+  return portable::Argmax(x, n);
 }
 
 }  // namespace kvfold::kernels::cpu

@@ -24,6 +24,11 @@ absl::Status RopeRows(const float* x, const int32_t* positions, const float* tab
 
 void SiluMulRows(const float* gate, const float* up, int64_t count, float* out);
 
+// The index of the first largest element of x[0, n) that is not NaN; 0 when x[0] is NaN or
+// n <= 0. The same index as a scan from the left that takes an element only when it is
+// greater than the best so far.
+int64_t ArgmaxRow(const float* x, int64_t n);
+
 }  // namespace kvfold::kernels::cpu
 
 #endif  // KVFOLD_KERNELS_CPU_ELEMENTWISE_H_

@@ -1,6 +1,7 @@
 // SiluMul and RmsNorm on the CPU backends: every ISA path gives the same bits, an
 // element's (row's) result does not depend on where it sits in the call (batch
-// invariance), and both agree with the formulas computed in double.
+// invariance), and both agree with the formulas computed in double. ArgmaxRow: every path
+// gives the index of a left-to-right scan.
 #include <cmath>
 #include <cstring>
 #include <limits>
@@ -9,6 +10,7 @@
 
 #include "gtest/gtest.h"
 #include "kernels/backend.h"
+#include "kernels/cpu/elementwise.h"
 #include "kernels/cpu/isa.h"
 
 namespace kvfold::kernels {
@@ -102,6 +104,54 @@ TEST(ElementwiseTest, RmsNormIsIdenticalOnEveryPathAndMatchesTheFormula) {
         EXPECT_EQ(0, std::memcmp(one.data(), out.data() + r * d, d * sizeof(float))) << r;
       }
     });
+  }
+}
+
+// The scan ArgmaxRow must equal: take an element only when it is greater than the best.
+int64_t ScanArgmax(const std::vector<float>& x) {
+  int64_t best = 0;
+  for (size_t i = 1; i < x.size(); ++i) {
+    if (x[i] > x[best]) best = static_cast<int64_t>(i);
+  }
+  return x.empty() ? 0 : best;
+}
+
+TEST(ElementwiseTest, ArgmaxRowEqualsTheScanOnEveryPath) {
+  const float nan = std::numeric_limits<float>::quiet_NaN();
+  const float inf = std::numeric_limits<float>::infinity();
+  std::vector<std::vector<float>> cases = {
+      {},
+      {nan, 5.0f, 7.0f},  // NaN first: index 0
+      {-inf, -inf},
+      {-0.0f, 0.0f, -0.0f},  // equal zeros: the first
+  };
+  std::mt19937 rng(7);
+  // Sizes around the 16-lane chunks; few distinct values, so ties across lanes are common.
+  for (int n : {1, 15, 16, 17, 31, 33, 100, 32000, 32001}) {
+    for (int variant = 0; variant < 4; ++variant) {
+      std::vector<float> x(n);
+      for (float& v : x) v = static_cast<float>(static_cast<int>(rng() % 7) - 3);
+      if (variant == 1) {
+        for (int i = 0; i < n; i += 3) x[i] = nan;
+        x[0] = -3.0f;
+      }
+      if (variant == 2) x[n - 1] = 9.0f;  // the maximum in the tail past the last chunk
+      if (variant == 3) {
+        for (float& v : x) v = -0.0f;
+        x[n / 2] = 0.0f;
+      }
+      cases.push_back(std::move(x));
+    }
+  }
+  for (int i = 0; i <= static_cast<int>(cpu::CpuBestIsa()); ++i) {
+    const cpu::Isa isa = static_cast<cpu::Isa>(i);
+    SCOPED_TRACE(cpu::IsaName(isa));
+    IsaScope scope(isa);
+    for (size_t c = 0; c < cases.size(); ++c) {
+      const std::vector<float>& x = cases[c];
+      EXPECT_EQ(cpu::ArgmaxRow(x.data(), static_cast<int64_t>(x.size())), ScanArgmax(x))
+          << "case " << c << ", n " << x.size();
+    }
   }
 }
 
