@@ -76,6 +76,28 @@ TEST(ElementwiseTest, SiluMulIsIdenticalOnEveryPathAndMatchesTheFormula) {
   });
 }
 
+// Large ops run on the pool in pieces: the same bits as the reference backend's one pass,
+// with a tail that is not a whole vector.
+TEST(ElementwiseTest, LargeSiluMulAndAddOnThePoolKeepTheBits) {
+  constexpr int64_t kCount = 8 * 4096 + 5;
+  const std::vector<float> g = Random(kCount, 3, 12.0f), u = Random(kCount, 4, 3.0f);
+  std::unique_ptr<Backend> ref = CreateCpuBackend({1, true});
+  std::unique_ptr<Backend> opt = CreateCpuBackend({2, false});
+  auto rs = ref->CreateStream();
+  auto os = opt->CreateStream();
+  auto t = [](const std::vector<float>& v) {
+    return MakeTensor(const_cast<float*>(v.data()), DType::kF32, {kCount});
+  };
+  std::vector<float> silu_ref(kCount), silu_opt(kCount), add_ref(kCount), add_opt(kCount);
+  ASSERT_TRUE(ref->SiluMul(*rs, t(g), t(u), t(silu_ref)).ok());
+  ASSERT_TRUE(opt->SiluMul(*os, t(g), t(u), t(silu_opt)).ok());
+  EXPECT_EQ(0, std::memcmp(silu_ref.data(), silu_opt.data(), kCount * sizeof(float)));
+  ASSERT_TRUE(ref->Add(*rs, t(g), t(u), t(add_ref)).ok());
+  ASSERT_TRUE(opt->Add(*os, t(g), t(u), t(add_opt)).ok());
+  EXPECT_EQ(0, std::memcmp(add_ref.data(), add_opt.data(), kCount * sizeof(float)));
+  for (int64_t j = 0; j < kCount; j += 997) EXPECT_EQ(add_opt[j], g[j] + u[j]) << j;
+}
+
 TEST(ElementwiseTest, RmsNormIsIdenticalOnEveryPathAndMatchesTheFormula) {
   for (int64_t d : {int64_t{8}, int64_t{48}, int64_t{100}}) {
     SCOPED_TRACE(d);
