@@ -367,6 +367,18 @@ template <class Kv, class Update>
   }
 }
 
+// part[c][k] += p * (the C 16-lane chunks of v).
+template <int C>
+[[gnu::always_inline]] inline void AddKeyValues(V16 (&part)[C][4], int k, float p,
+                                                const float* v) {
+#pragma GCC unroll 4
+  for (int c = 0; c < C; ++c) {
+    V16 x;
+    std::memcpy(&x, v + 16 * c, sizeof(x));
+    part[c][k] = part[c][k] + p * x;
+  }
+}
+
 // acc[d0, d0 + 16 C) = acc * alpha + the tile's sum of p_i * v_i over its valid keys, the
 // sum kept in four partial sums per 16 lanes (key i into part i % 4, in key order) added
 // as (0 + 1) + (2 + 3). A pass covers C chunks (up to 64 values, 16 partial sums in
@@ -384,28 +396,11 @@ template <int C>
   int i = 0;
   for (; i + 4 <= valid; i += 4) {
 #pragma GCC unroll 4
-    for (int k = 0; k < 4; ++k) {
-      const float pk = p[i + k];
-      const float* v = vrow[i + k] + d0;
-#pragma GCC unroll 4
-      for (int c = 0; c < C; ++c) {
-        V16 x;
-        std::memcpy(&x, v + 16 * c, sizeof(x));
-        part[c][k] = part[c][k] + pk * x;
-      }
-    }
+    for (int k = 0; k < 4; ++k) AddKeyValues<C>(part, k, p[i + k], vrow[i + k] + d0);
   }
-#pragma GCC unroll 3
-  for (int k = 0; k < 3; ++k) {  // the last 0..3 keys, into parts 0..rest-1
-    if (i + k >= valid) break;
-    const float pk = p[i + k];
-    const float* v = vrow[i + k] + d0;
-#pragma GCC unroll 4
-    for (int c = 0; c < C; ++c) {
-      V16 x;
-      std::memcpy(&x, v + 16 * c, sizeof(x));
-      part[c][k] = part[c][k] + pk * x;
-    }
+  // The last 0..3 keys, into parts 0..rest-1.
+  for (int k = 0; k < 3 && i + k < valid; ++k) {
+    AddKeyValues<C>(part, k, p[i + k], vrow[i + k] + d0);
   }
 #pragma GCC unroll 4
   for (int c = 0; c < C; ++c) {
