@@ -1,6 +1,5 @@
 #include "kernels/cpu/elementwise.h"
 
-#include <climits>
 #include <cmath>
 #include <cstdint>
 #include <cstring>
