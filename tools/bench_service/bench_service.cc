@@ -39,6 +39,7 @@
 #include "absl/time/time.h"
 #include "common/command_line.h"
 #include "common/proto_enums.h"
+#include "inference_svc/engine/kv_cache.h"
 #include "inference_svc/service/server.h"
 #include "memory_svc/service/server.h"
 #include "tools/bench_service/bench_fairness.h"
@@ -56,6 +57,8 @@ struct Flags {
   int decode_rounds = 1;
   std::string histories = "1000,10000,50000";
   int threads = 0;
+  std::string kv_dtype = "f32";
+  kvfold::core::DType kv_dtype_value = kvfold::core::DType::kF32;  // parsed kv_dtype
   int reprefill_max_tokens = 20000;
   int fairness_long_prompt = 8000;
   int fairness_sessions = 4;
@@ -85,6 +88,8 @@ void AddFlags(CLI::App& app, Flags& f) {
       ->check(CLI::Range(1, 100));
   app.add_option("--histories", f.histories, "history lengths for the resume table");
   app.add_option("--threads", f.threads, "engine threads (0 = all cores)");
+  app.add_option("--kv-dtype", f.kv_dtype,
+                 "KV cache element type of every replica: f32|int8 (KIVI int8 codes)");
   app.add_option("--reprefill-max-tokens", f.reprefill_max_tokens, "skip the full-mode re-prefill baseline above this history (it is quadratic)");
   app.add_option("--fairness-long-prompt", f.fairness_long_prompt, "tokens of the long full-mode prompt in the fairness table (0 = skip the table)");
   app.add_option("--fairness-sessions", f.fairness_sessions, "sessions running short turns in the fairness table");
@@ -139,6 +144,7 @@ Replica StartReplica(const Flags& flags, const std::string& store, bool batching
   c.insecure_no_auth = true;  // a local benchmark: no tokens
   c.threads = flags.threads;
   c.kv_pool_bytes = 4ull << 30;
+  c.kv_dtype = flags.kv_dtype_value;
   c.default_mode = kvfold::KvModeFromProto(mode).value();
   c.batching = batching;
   c.max_prompt_tokens = 1 << 20;
@@ -268,6 +274,13 @@ int main(int argc, char** argv) {
     std::fprintf(stderr, "usage: bench_service --model PATH [--projector DIR] [flags]\n");
     return 2;
   }
+  absl::StatusOr<kvfold::core::DType> kv_dtype = kvfold::engine::ParseKvDType(flags.kv_dtype);
+  if (!kv_dtype.ok()) {
+    std::fprintf(stderr, "bench_service: --kv-dtype: %s\n",
+                 std::string(kv_dtype.status().message()).c_str());
+    return 2;
+  }
+  flags.kv_dtype_value = *kv_dtype;
   std::filesystem::remove_all(flags.db_dir);
   kvfold::memory_svc::ServerConfig store_config;
   store_config.listen = "127.0.0.1:0";
@@ -287,6 +300,7 @@ int main(int argc, char** argv) {
   out["model"] = flags.model;
   out["projector"] = flags.projector;
   out["threads"] = flags.threads;
+  out["kv_dtype"] = flags.kv_dtype;
 
   const bool skip = flags.skip_decode_resume;
   // 1. Decode throughput, batching on vs off; --decode-rounds interleaved rounds.
