@@ -57,8 +57,7 @@ struct Flags {
   int decode_rounds = 1;
   std::string histories = "1000,10000,50000";
   int threads = 0;
-  std::string kv_dtype = "f32";
-  kvfold::core::DType kv_dtype_value = kvfold::core::DType::kF32;  // parsed kv_dtype
+  kvfold::core::DType kv_dtype = kvfold::core::DType::kF32;
   int reprefill_max_tokens = 20000;
   int fairness_long_prompt = 8000;
   int fairness_sessions = 4;
@@ -88,8 +87,17 @@ void AddFlags(CLI::App& app, Flags& f) {
       ->check(CLI::Range(1, 100));
   app.add_option("--histories", f.histories, "history lengths for the resume table");
   app.add_option("--threads", f.threads, "engine threads (0 = all cores)");
-  app.add_option("--kv-dtype", f.kv_dtype,
-                 "KV cache element type of every replica: f32|int8 (KIVI int8 codes)");
+  app.add_option_function<std::string>(
+         "--kv-dtype",
+         [&f](const std::string& name) {
+           absl::StatusOr<kvfold::core::DType> dtype = kvfold::engine::ParseKvDType(name);
+           if (!dtype.ok()) {
+             throw CLI::ValidationError("--kv-dtype", std::string(dtype.status().message()));
+           }
+           f.kv_dtype = *dtype;
+         },
+         "KV cache element type of every replica: f32|int8 (KIVI int8 codes)")
+      ->default_str("f32");
   app.add_option("--reprefill-max-tokens", f.reprefill_max_tokens, "skip the full-mode re-prefill baseline above this history (it is quadratic)");
   app.add_option("--fairness-long-prompt", f.fairness_long_prompt, "tokens of the long full-mode prompt in the fairness table (0 = skip the table)");
   app.add_option("--fairness-sessions", f.fairness_sessions, "sessions running short turns in the fairness table");
@@ -144,7 +152,7 @@ Replica StartReplica(const Flags& flags, const std::string& store, bool batching
   c.insecure_no_auth = true;  // a local benchmark: no tokens
   c.threads = flags.threads;
   c.kv_pool_bytes = 4ull << 30;
-  c.kv_dtype = flags.kv_dtype_value;
+  c.kv_dtype = flags.kv_dtype;
   c.default_mode = kvfold::KvModeFromProto(mode).value();
   c.batching = batching;
   c.max_prompt_tokens = 1 << 20;
@@ -274,13 +282,6 @@ int main(int argc, char** argv) {
     std::fprintf(stderr, "usage: bench_service --model PATH [--projector DIR] [flags]\n");
     return 2;
   }
-  absl::StatusOr<kvfold::core::DType> kv_dtype = kvfold::engine::ParseKvDType(flags.kv_dtype);
-  if (!kv_dtype.ok()) {
-    std::fprintf(stderr, "bench_service: --kv-dtype: %s\n",
-                 std::string(kv_dtype.status().message()).c_str());
-    return 2;
-  }
-  flags.kv_dtype_value = *kv_dtype;
   std::filesystem::remove_all(flags.db_dir);
   kvfold::memory_svc::ServerConfig store_config;
   store_config.listen = "127.0.0.1:0";
@@ -300,7 +301,7 @@ int main(int argc, char** argv) {
   out["model"] = flags.model;
   out["projector"] = flags.projector;
   out["threads"] = flags.threads;
-  out["kv_dtype"] = flags.kv_dtype;
+  out["kv_dtype"] = kvfold::core::DTypeName(flags.kv_dtype);
 
   const bool skip = flags.skip_decode_resume;
   // 1. Decode throughput, batching on vs off; --decode-rounds interleaved rounds.
@@ -330,11 +331,11 @@ int main(int argc, char** argv) {
   }
   // The medians' ratio: N sessions' median decode tok/s over one session's median. One
   // session's decode window is short, so single rounds swing; this pools every round.
-  for (auto& row : decode) {
-    const nlohmann::json& one = decode.front();
-    if (row["sessions"] != 1 && one["sessions"] == 1) {
-      row["decode_over_one_session_pooled"] = row["batching_on_decode_tok_s"].get<double>() /
-                                              one["batching_on_decode_tok_s"].get<double>();
+  if (!decode.empty() && decode.front()["sessions"] == 1) {
+    const double one = decode.front()["batching_on_decode_tok_s"].get<double>();
+    for (size_t i = 1; i < decode.size(); ++i) {
+      decode[i]["decode_over_one_session_pooled"] =
+          decode[i]["batching_on_decode_tok_s"].get<double>() / one;
     }
   }
   out["decode"] = decode;
