@@ -460,11 +460,8 @@ constexpr float kNegligibleLogit = -64.0f;
       for (; d0 + 64 <= hdp; d0 += 64) {                                      \
         AccumulateValues<4>(p, u.tile->vrow, u.valid, d0, alpha, acc);        \
       }                                                                       \
-      switch ((hdp - d0) / 16) {                                              \
-        case 3: AccumulateValues<3>(p, u.tile->vrow, u.valid, d0, alpha, acc); break; \
-        case 2: AccumulateValues<2>(p, u.tile->vrow, u.valid, d0, alpha, acc); break; \
-        case 1: AccumulateValues<1>(p, u.tile->vrow, u.valid, d0, alpha, acc); break; \
-        default: break;                                                       \
+      for (; d0 < hdp; d0 += 16) {                                            \
+        AccumulateValues<1>(p, u.tile->vrow, u.valid, d0, alpha, acc);        \
       }                                                                       \
     }                                                                         \
   }                                                                           \
