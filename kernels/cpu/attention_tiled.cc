@@ -6,11 +6,15 @@
 // rows; a task is (row block, KV head). The task walks the keys in tiles of kTile key
 // indices [16 t, 16 t + 16) of the rows' shared key list: each tile's keys are located in
 // the paged cache, read (F32) or dequantized (INT8: codes * scale, exactly kernels/quant's
-// DequantizeKeys / DequantizeValues) and ROTATED ONCE into a transposed tile (values stay
-// rows: F32 ones with head_dim a multiple of 16 are read where they lie, others copied),
-// then every row of the block that sees keys of the tile updates its online softmax
-// (running max m, sum l, accumulator acc) with them:
-//   s = scale * q.k (per key: sequential sum over head_dim), masked past the row's keys
+// DequantizeKeys / DequantizeValues) and ROTATED ONCE into the tile's key rows (for
+// head_dim < kRowDotHeadDim also transposed; values stay rows: F32 ones with head_dim a
+// multiple of 16 are read where they lie, others copied), then every row of the block that
+// sees keys of the tile updates its online softmax (running max m, sum l, accumulator acc)
+// with them:
+//   s = scale * q.k, masked past the row's keys; q.k per key is, by head_dim (the shape
+//     alone decides): below kRowDotHeadDim a sequential sum over head_dim (one lane per
+//     key of the transposed tile), else 16-lane chunk products added in chunk order and
+//     their lanes summed by a fixed tree (SumLanes: no transposition, whole vectors)
 //   m' = max(m, max s); a = exp(m - m'); p = exp(s - m')
 //   l = l * a + sum p (fixed tree);  acc = acc * a + sum_k p_k v_k, the tile's sum kept
 //   in four partial sums (key k into k % 4) added as (0 + 1) + (2 + 3)
@@ -73,7 +77,8 @@ struct RowState {
 
 // One tile of keys of one KV head.
 struct Tile {
-  float* kt;  // [head_dim, kTile] rotated keys, transposed (columns past count are 0)
+  float* kr;  // [kTile, head_dim] rotated keys (rows past count are 0)
+  float* kt;  // [head_dim, kTile] kr transposed, for head_dim < kRowDotHeadDim
   float* vt;  // [kTile, hdp] values copied (hdp = PaddedHeadDim(head_dim))
   // Where column i's values are read, hdp floats (F32 cache with head_dim a multiple of
   // 16: the cache row itself; otherwise vt + i * hdp, whose floats past head_dim reach
@@ -115,8 +120,41 @@ struct TaskBuffers {
   float* acc;         // [kAttnMaxBlockRows * group, hdp]
   RowState* st;       // [kAttnMaxBlockRows * group]
   float* key_scales;  // [head_dim] INT8: the F32 key scales of the last block dequantized
-  float* key_rows;    // [kTile, head_dim] a tile's rotated keys before the transposition
 };
+
+// Scores by rows (each key's head_dim products in 16-lane chunks, then the lanes summed) from
+// this head_dim up; below, by the transposed tile (one lane per key, a sequential sum over
+// head_dim), which wastes no lanes on short heads. A function of the shape only.
+constexpr int kRowDotHeadDim = 32;
+inline bool RowDots(int head_dim) { return head_dim >= kRowDotHeadDim; }
+
+// The lane masks of the four halving rounds (8, 4, 2, 1): LO takes a's lanes where the
+// lane's bit S is clear and b's lanes l - S where it is set; HI takes a's lanes l + S and
+// b's lanes where it is set.
+#define KVFOLD_LO8 (I16{0, 1, 2, 3, 4, 5, 6, 7, 16, 17, 18, 19, 20, 21, 22, 23})
+#define KVFOLD_HI8 (I16{8, 9, 10, 11, 12, 13, 14, 15, 24, 25, 26, 27, 28, 29, 30, 31})
+#define KVFOLD_LO4 (I16{0, 1, 2, 3, 16, 17, 18, 19, 8, 9, 10, 11, 24, 25, 26, 27})
+#define KVFOLD_HI4 (I16{4, 5, 6, 7, 20, 21, 22, 23, 12, 13, 14, 15, 28, 29, 30, 31})
+#define KVFOLD_LO2 (I16{0, 1, 16, 17, 4, 5, 20, 21, 8, 9, 24, 25, 12, 13, 28, 29})
+#define KVFOLD_HI2 (I16{2, 3, 18, 19, 6, 7, 22, 23, 10, 11, 26, 27, 14, 15, 30, 31})
+#define KVFOLD_LO1 (I16{0, 16, 2, 18, 4, 20, 6, 22, 8, 24, 10, 26, 12, 28, 14, 30})
+#define KVFOLD_HI1 (I16{1, 17, 3, 19, 5, 21, 7, 23, 9, 25, 11, 27, 13, 29, 15, 31})
+
+// Lane i of p[0] = the sum of p[i]'s 16 lanes, by a fixed tree: round S (8, 4, 2, 1) adds
+// lanes l and l + S of a vector, two vectors' halves packed side by side in one (the
+// transposition's shuffles, with an add in place of the second output). p is overwritten.
+[[gnu::always_inline]] inline void SumLanes(V16 (&p)[kTile]) {
+#define KVFOLD_SUM_ROUND(S, LO, HI)                                     \
+  for (int i = 0; i < (S); ++i) {                                      \
+    const V16 a = p[i], b = p[i + (S)];                                 \
+    p[i] = __builtin_shuffle(a, b, LO) + __builtin_shuffle(a, b, HI);   \
+  }
+  KVFOLD_SUM_ROUND(8, KVFOLD_LO8, KVFOLD_HI8)
+  KVFOLD_SUM_ROUND(4, KVFOLD_LO4, KVFOLD_HI4)
+  KVFOLD_SUM_ROUND(2, KVFOLD_LO2, KVFOLD_HI2)
+  KVFOLD_SUM_ROUND(1, KVFOLD_LO1, KVFOLD_HI1)
+#undef KVFOLD_SUM_ROUND
+}
 
 // kt[d][i] = rows[i][d] for the tile's 16 keys (rows [kTile, hd]): 16 x 16 blocks
 // transposed in registers by four rounds of two-vector shuffles (round s swaps the
@@ -134,16 +172,10 @@ struct TaskBuffers {
     m[i] = __builtin_shuffle(a, b, LO);                    \
     m[i + (S)] = __builtin_shuffle(a, b, HI);              \
   }
-    // LO takes a's lanes where the lane's bit S is clear and b's lanes l - S where it is
-    // set; HI takes a's lanes l + S and b's lanes where it is set.
-    KVFOLD_TRANSPOSE_ROUND(8, (I16{0, 1, 2, 3, 4, 5, 6, 7, 16, 17, 18, 19, 20, 21, 22, 23}),
-                           (I16{8, 9, 10, 11, 12, 13, 14, 15, 24, 25, 26, 27, 28, 29, 30, 31}))
-    KVFOLD_TRANSPOSE_ROUND(4, (I16{0, 1, 2, 3, 16, 17, 18, 19, 8, 9, 10, 11, 24, 25, 26, 27}),
-                           (I16{4, 5, 6, 7, 20, 21, 22, 23, 12, 13, 14, 15, 28, 29, 30, 31}))
-    KVFOLD_TRANSPOSE_ROUND(2, (I16{0, 1, 16, 17, 4, 5, 20, 21, 8, 9, 24, 25, 12, 13, 28, 29}),
-                           (I16{2, 3, 18, 19, 6, 7, 22, 23, 10, 11, 26, 27, 14, 15, 30, 31}))
-    KVFOLD_TRANSPOSE_ROUND(1, (I16{0, 16, 2, 18, 4, 20, 6, 22, 8, 24, 10, 26, 12, 28, 14, 30}),
-                           (I16{1, 17, 3, 19, 5, 21, 7, 23, 9, 25, 11, 27, 13, 29, 15, 31}))
+    KVFOLD_TRANSPOSE_ROUND(8, KVFOLD_LO8, KVFOLD_HI8)
+    KVFOLD_TRANSPOSE_ROUND(4, KVFOLD_LO4, KVFOLD_HI4)
+    KVFOLD_TRANSPOSE_ROUND(2, KVFOLD_LO2, KVFOLD_HI2)
+    KVFOLD_TRANSPOSE_ROUND(1, KVFOLD_LO1, KVFOLD_HI1)
 #undef KVFOLD_TRANSPOSE_ROUND
     for (int l = 0; l < kTile; ++l) std::memcpy(kt + (d0 + l) * kTile, &m[l], sizeof(V16));
   }
@@ -249,19 +281,22 @@ class Int8Kv {
     }
     const int hd = a_.shape.head_dim, kv_dim = a_.shape.num_kv_heads * hd;
     const int hdp = PaddedHeadDim(hd), bs = a_.shape.block_size;
-    std::memcpy(copy.kt, shared.kt, static_cast<size_t>(hd) * kTile * sizeof(float));
+    std::memcpy(copy.kr, shared.kr, static_cast<size_t>(hd) * kTile * sizeof(float));
+    if (!RowDots(hd)) std::memcpy(copy.kt, shared.kt, static_cast<size_t>(hd) * kTile * sizeof(float));
     std::memcpy(copy.vt, shared.vt, static_cast<size_t>(shared.count) * hdp * sizeof(float));
     for (int i = 0; i < kTile; ++i) copy.vrow[i] = copy.vt + i * hdp;
     copy.first = shared.first;
     copy.count = shared.count;
-    float krot[kMaxHeadDim];
     for (int i = 0; i < shared.count; ++i) {
       const KeyEntry& e = shared.entry[i];
       copy.entry[i] = e;
       if (e.block != own.block) continue;
       const int64_t off = (static_cast<int64_t>(own.page) * bs + e.offset) * kv_dim + kvh_ * hd;
+      float* krot = copy.kr + i * hd;
       RotateHalf(a_.k_pages + off, a_.rope + static_cast<int64_t>(e.pos) * hd, hd, krot);
-      for (int d = 0; d < hd; ++d) copy.kt[d * kTile + i] = krot[d];
+      if (!RowDots(hd)) {
+        for (int d = 0; d < hd; ++d) copy.kt[d * kTile + i] = krot[d];
+      }
       std::memcpy(copy.vt + i * hdp, a_.v_pages + off, hd * sizeof(float));
     }
     copy_block_ = own.block;
@@ -320,22 +355,25 @@ template <class Kv, class Update>
   const RowKeys keys(t.rows[probe], t.block_tables, sh.block_size);
   Tile& tile = b.shared;
   b.own.first = -1;
-  // The next tile's entries are requested while this one is read and used.
-  for (int i = key_begin; i < std::min(key_begin + kTile, key_end); ++i) {
-    kv.Prefetch(keys.Locate(i));
-  }
+  // The next tile's entries are located and requested while this one is read and used.
+  KeyEntry next[kTile];
+  auto locate_tile = [&](int t0) {
+    for (int i = t0; i < std::min(t0 + kTile, nk_max); ++i) {
+      next[i - t0] = keys.Locate(i);
+      kv.Prefetch(next[i - t0]);
+    }
+  };
+  locate_tile(key_begin);
   for (int t0 = key_begin; t0 < key_end; t0 += kTile) {
     tile.first = t0;
     tile.count = std::min(kTile, nk_max - t0);
-    for (int i = t0 + kTile; i < std::min(t0 + 2 * kTile, nk_max); ++i) {
-      kv.Prefetch(keys.Locate(i));
-    }
+    std::copy(next, next + tile.count, tile.entry);
+    if (t0 + kTile < key_end) locate_tile(t0 + kTile);
     for (int i = 0; i < tile.count; ++i) {
-      tile.entry[i] = keys.Locate(t0 + i);
-      kv.Load(tile.entry[i], b.key_rows + i * hd, tile.vt + i * hdp, &tile.vrow[i]);
+      kv.Load(tile.entry[i], tile.kr + i * hd, tile.vt + i * hdp, &tile.vrow[i]);
     }
-    std::fill(b.key_rows + tile.count * hd, b.key_rows + kTile * hd, 0.0f);
-    TransposeKeys(b.key_rows, hd, tile.kt);
+    std::fill(tile.kr + tile.count * hd, tile.kr + kTile * hd, 0.0f);
+    if (!RowDots(hd)) TransposeKeys(tile.kr, hd, tile.kt);
     for (int r = 0; r < t.block.num_rows; ++r) {
       const int64_t row = t.block.first_row + r;
       const int nk = t.rows[row].num_keys();
@@ -422,6 +460,46 @@ constexpr float kNegligibleLogit = -64.0f;
 #define KVFOLD_TILED_ISA(NS, ATTR)                                            \
   namespace NS {                                                              \
   KVFOLD_EXP16(ATTR)                                                          \
+  /* Lane i: q . key i, a sequential sum over head_dim. */                    \
+  ATTR static inline void TileScores(const float* q, const float* kt, int hd, \
+                                     V16* out) {                              \
+    V16 s = V16{};                                                            \
+    for (int d = 0; d < hd; ++d) {                                            \
+      V16 k;                                                                  \
+      std::memcpy(&k, kt + d * kTile, sizeof(k));                             \
+      s = s + q[d] * k;                                                       \
+    }                                                                         \
+    *out = s;                                                                 \
+  }                                                                           \
+  /* Lane i: q . key i as 16 lanes of chunk products (chunk c of 16 dims,   \
+     added in chunk order; the last chunk's lanes past hd are 0), then the    \
+     lanes summed by SumLanes. Keys past count score 0. */                    \
+  ATTR static inline void RowDotScores(const float* q, const float* kr, int hd, \
+                                       int count, V16* out) {                 \
+    const int whole = hd / 16, tail = hd % 16;                                \
+    V16 qc[kMaxHeadDim / 16 + 1];                                             \
+    for (int c = 0; c < whole; ++c) std::memcpy(&qc[c], q + 16 * c, sizeof(V16)); \
+    qc[whole] = V16{};                                                        \
+    for (int l = 0; l < tail; ++l) qc[whole][l] = q[16 * whole + l];          \
+    V16 p[kTile];                                                             \
+    for (int i = 0; i < kTile; ++i) {                                         \
+      p[i] = V16{};                                                           \
+      if (i >= count) continue;                                               \
+      const float* k = kr + i * hd;                                           \
+      for (int c = 0; c < whole; ++c) {                                       \
+        V16 kc;                                                               \
+        std::memcpy(&kc, k + 16 * c, sizeof(V16));                            \
+        p[i] = c == 0 ? qc[c] * kc : p[i] + qc[c] * kc;                       \
+      }                                                                       \
+      if (tail > 0) {                                                         \
+        V16 kc = V16{};                                                       \
+        for (int l = 0; l < tail; ++l) kc[l] = k[16 * whole + l];             \
+        p[i] = whole == 0 ? qc[whole] * kc : p[i] + qc[whole] * kc;           \
+      }                                                                       \
+    }                                                                         \
+    SumLanes(p);                                                              \
+    *out = p[0];                                                              \
+  }                                                                           \
   ATTR static inline void Update(const RowUpdate& u) {                        \
     const int hd = u.head_dim, hdp = PaddedHeadDim(hd);                       \
     const float ninf = -std::numeric_limits<float>::infinity();               \
@@ -430,11 +508,11 @@ constexpr float kNegligibleLogit = -64.0f;
     const auto mask = lane < static_cast<float>(u.valid);                     \
     for (int gh = 0; gh < u.group; ++gh) {                                    \
       const float* q = u.q + gh * hd;                                         \
-      V16 s = V16{};                                                          \
-      for (int d = 0; d < hd; ++d) {                                          \
-        V16 k;                                                                \
-        std::memcpy(&k, u.tile->kt + d * kTile, sizeof(k));                   \
-        s = s + q[d] * k;                                                     \
+      V16 s;                                                                  \
+      if (RowDots(hd)) {                                                      \
+        RowDotScores(q, u.tile->kr, hd, u.tile->count, &s);                   \
+      } else {                                                                \
+        TileScores(q, u.tile->kt, hd, &s);                                    \
       }                                                                       \
       s = s * u.scale;                                                        \
       s = mask ? s : V16{} + ninf;                                            \
@@ -508,23 +586,23 @@ void RunTasks(ThreadPool& pool, const Task& proto, int64_t n, AttentionScratch& 
   const int64_t work = PlanRowBlocks(proto.rows, n, scratch.blocks);
   const int threads = pool.num_threads();
   if (scratch.per_thread.size() < static_cast<size_t>(threads)) scratch.per_thread.resize(threads);
-  const size_t tile_floats = static_cast<size_t>(kTile) * (hd + hdp);
+  const size_t tile_floats = static_cast<size_t>(kTile) * (2 * hd + hdp);
   const size_t state_floats = static_cast<size_t>(kAttnMaxBlockRows) * group * (hdp + 2);
-  const size_t per_thread = 2 * tile_floats + state_floats + hd + static_cast<size_t>(kTile) * hd;
+  const size_t per_thread = 2 * tile_floats + state_floats + hd;
   for (auto& buf : scratch.per_thread) {
     if (buf.size() < per_thread) buf.resize(per_thread);
   }
   auto body = [&](int64_t t0, int64_t t1, int thread) {
     float* buf = scratch.per_thread[thread].data();
     TaskBuffers b;
-    b.shared.kt = buf;
-    b.shared.vt = buf + kTile * hd;
-    b.own.kt = buf + tile_floats;
-    b.own.vt = b.own.kt + kTile * hd;
+    for (Tile* tile : {&b.shared, &b.own}) {
+      tile->kr = buf + (tile == &b.own ? tile_floats : 0);
+      tile->kt = tile->kr + kTile * hd;
+      tile->vt = tile->kt + kTile * hd;
+    }
     b.acc = buf + 2 * tile_floats;
     b.st = reinterpret_cast<RowState*>(b.acc + kAttnMaxBlockRows * group * hdp);
     b.key_scales = buf + 2 * tile_floats + state_floats;
-    b.key_rows = b.key_scales + hd;
     for (int64_t i = t0; i < t1; ++i) {
       Task t = proto;
       t.block = scratch.blocks[i / sh.num_kv_heads];

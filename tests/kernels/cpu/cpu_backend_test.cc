@@ -428,9 +428,10 @@ TEST(AttentionTest, PagedGqaMatchesDirectAndBackendsAgree) {
 // same bits.
 TEST(AttentionTest, TiledCausalRowsMatchReferenceAcrossBatchesAndIsas) {
   Rig r;
-  // hd 40: two 16-dimension blocks of the key transposition and a tail of 8 (values copied
-  // into padded rows); 64 and 80: values read in place from the cache, in one pass of four
-  // 16-lane chunks, and in a pass of four and one of one.
+  // hd 12: scores by the transposed tile (one lane per key); 40, 64, 80: scores by key rows
+  // (16-lane chunks, then SumLanes), 40 with a chunk of 8 (values copied into padded
+  // rows); 64 and 80: values read in place from the cache, in one pass of four 16-lane
+  // chunks, and in a pass of four and one of one.
   for (const int hd : {12, 40, 64, 80}) {
     SCOPED_TRACE(hd);
     const int heads = 6, kv_heads = 3, bs = 16, blocks = 8, main_keys = 70, prefix = 3;
