@@ -81,12 +81,10 @@ std::vector<float> MainKv(const Engine& e, const KvCache& cache, int layer, int 
   return out;
 }
 
-class BitwiseTest : public ::testing::TestWithParam<std::tuple<bool, DType>> {};
-
-TEST_P(BitwiseTest, PrefillEqualsDecodeBitForBit) {
-  const auto [reference, dtype] = GetParam();
-  Rig s = Make("tiny-odd", reference, {}, dtype);
-  const auto ids = RandomIds(45, s.engine->config().vocab_size, 5);
+// Feeds `n` random ids to two full caches, as one prefill and token by token: the logits
+// and every `kv_every`-th main entry's K/V of every layer are bit-identical.
+void ExpectPrefillEqualsDecode(Rig& s, int n, uint64_t seed, int kv_every) {
+  const auto ids = RandomIds(n, s.engine->config().vocab_size, seed);
   auto a = s.engine->NewCache(KvPolicy::Full());
   auto b = s.engine->NewCache(KvPolicy::Full());
   const auto prefill = PrefillLogits(*s.engine, a.get(), ids);
@@ -94,10 +92,18 @@ TEST_P(BitwiseTest, PrefillEqualsDecodeBitForBit) {
   ASSERT_EQ(prefill.size(), decode.size());
   EXPECT_EQ(0, std::memcmp(prefill.data(), decode.data(), prefill.size() * sizeof(float)));
   for (int l = 0; l < s.engine->config().num_layers; ++l) {
-    for (int j = 0; j < 45; j += 11) {
+    for (int j = 0; j < n; j += kv_every) {
       EXPECT_EQ(MainKv(*s.engine, *a, l, j), MainKv(*s.engine, *b, l, j)) << l << " " << j;
     }
   }
+}
+
+class BitwiseTest : public ::testing::TestWithParam<std::tuple<bool, DType>> {};
+
+TEST_P(BitwiseTest, PrefillEqualsDecodeBitForBit) {
+  const auto [reference, dtype] = GetParam();
+  Rig s = Make("tiny-odd", reference, {}, dtype);
+  ExpectPrefillEqualsDecode(s, 45, 5, 11);
 }
 
 // Heads of 40 and 64 dimensions: the optimised attention scores them by key rows (16-lane
@@ -114,13 +120,7 @@ TEST_P(BitwiseTest, PrefillEqualsDecodeWithWideHeads) {
     c->head_dim = head_dim;
     c->hidden_size = 4 * head_dim;
     Rig s = MakeFrom(model::MakeRandomModel(*c, 11, dtype), reference);
-    const auto ids = RandomIds(40, s.engine->config().vocab_size, 6);
-    auto a = s.engine->NewCache(KvPolicy::Full());
-    auto b = s.engine->NewCache(KvPolicy::Full());
-    const auto prefill = PrefillLogits(*s.engine, a.get(), ids);
-    const auto decode = DecodeLogits(*s.engine, b.get(), ids);
-    ASSERT_EQ(prefill.size(), decode.size());
-    EXPECT_EQ(0, std::memcmp(prefill.data(), decode.data(), prefill.size() * sizeof(float)));
+    ExpectPrefillEqualsDecode(s, 40, 6, 13);
   }
 }
 
