@@ -43,6 +43,7 @@
 
 #include "common/fp16.h"
 #include "kernels/cpu/attention_keys.h"
+#include "kernels/cpu/attention_lanes.h"
 #include "kernels/cpu/cpu_ops.h"
 #include "kernels/cpu/isa.h"
 #include "kernels/cpu/vec16.h"
@@ -50,7 +51,7 @@
 namespace kvfold::kernels::cpu {
 namespace {
 
-constexpr int kTile = 16;
+constexpr int kTile = kTileKeys;
 static_assert(kAttentionPartKeys % kTile == 0, "slices start on a tile");
 constexpr int kMaxHeadDim = 1024;  // ModelConfig::Validate
 
@@ -127,62 +128,6 @@ struct TaskBuffers {
 // head_dim), which wastes no lanes on short heads. A function of the shape only.
 constexpr int kRowDotHeadDim = 32;
 inline bool RowDots(int head_dim) { return head_dim >= kRowDotHeadDim; }
-
-// The lane masks of the four halving rounds (8, 4, 2, 1): LO takes a's lanes where the
-// lane's bit S is clear and b's lanes l - S where it is set; HI takes a's lanes l + S and
-// b's lanes where it is set.
-#define KVFOLD_LO8 (I16{0, 1, 2, 3, 4, 5, 6, 7, 16, 17, 18, 19, 20, 21, 22, 23})
-#define KVFOLD_HI8 (I16{8, 9, 10, 11, 12, 13, 14, 15, 24, 25, 26, 27, 28, 29, 30, 31})
-#define KVFOLD_LO4 (I16{0, 1, 2, 3, 16, 17, 18, 19, 8, 9, 10, 11, 24, 25, 26, 27})
-#define KVFOLD_HI4 (I16{4, 5, 6, 7, 20, 21, 22, 23, 12, 13, 14, 15, 28, 29, 30, 31})
-#define KVFOLD_LO2 (I16{0, 1, 16, 17, 4, 5, 20, 21, 8, 9, 24, 25, 12, 13, 28, 29})
-#define KVFOLD_HI2 (I16{2, 3, 18, 19, 6, 7, 22, 23, 10, 11, 26, 27, 14, 15, 30, 31})
-#define KVFOLD_LO1 (I16{0, 16, 2, 18, 4, 20, 6, 22, 8, 24, 10, 26, 12, 28, 14, 30})
-#define KVFOLD_HI1 (I16{1, 17, 3, 19, 5, 21, 7, 23, 9, 25, 11, 27, 13, 29, 15, 31})
-
-// Lane i of p[0] = the sum of p[i]'s 16 lanes, by a fixed tree: round S (8, 4, 2, 1) adds
-// lanes l and l + S of a vector, two vectors' halves packed side by side in one (the
-// transposition's shuffles, with an add in place of the second output). p is overwritten.
-[[gnu::always_inline]] inline void SumLanes(V16 (&p)[kTile]) {
-#define KVFOLD_SUM_ROUND(S, LO, HI)                                     \
-  for (int i = 0; i < (S); ++i) {                                      \
-    const V16 a = p[i], b = p[i + (S)];                                 \
-    p[i] = __builtin_shuffle(a, b, LO) + __builtin_shuffle(a, b, HI);   \
-  }
-  KVFOLD_SUM_ROUND(8, KVFOLD_LO8, KVFOLD_HI8)
-  KVFOLD_SUM_ROUND(4, KVFOLD_LO4, KVFOLD_HI4)
-  KVFOLD_SUM_ROUND(2, KVFOLD_LO2, KVFOLD_HI2)
-  KVFOLD_SUM_ROUND(1, KVFOLD_LO1, KVFOLD_HI1)
-#undef KVFOLD_SUM_ROUND
-}
-
-// kt[d][i] = rows[i][d] for the tile's 16 keys (rows [kTile, hd]): 16 x 16 blocks
-// transposed in registers by four rounds of two-vector shuffles (round s swaps the
-// off-diagonal s x s blocks), the rest (hd % 16 columns) one by one. Pure data movement.
-// Inlined into each ISA's task; was one scalar store per key and dimension.
-[[gnu::always_inline]] inline void TransposeKeys(const float* rows, int hd, float* kt) {
-  int d0 = 0;
-  for (; d0 + 16 <= hd; d0 += 16) {
-    V16 m[kTile];
-    for (int i = 0; i < kTile; ++i) std::memcpy(&m[i], rows + i * hd + d0, sizeof(V16));
-#define KVFOLD_TRANSPOSE_ROUND(S, LO, HI)                  \
-  for (int i = 0; i < kTile; ++i) {                        \
-    if ((i & (S)) != 0) continue;                          \
-    const V16 a = m[i], b = m[i + (S)];                    \
-    m[i] = __builtin_shuffle(a, b, LO);                    \
-    m[i + (S)] = __builtin_shuffle(a, b, HI);              \
-  }
-    KVFOLD_TRANSPOSE_ROUND(8, KVFOLD_LO8, KVFOLD_HI8)
-    KVFOLD_TRANSPOSE_ROUND(4, KVFOLD_LO4, KVFOLD_HI4)
-    KVFOLD_TRANSPOSE_ROUND(2, KVFOLD_LO2, KVFOLD_HI2)
-    KVFOLD_TRANSPOSE_ROUND(1, KVFOLD_LO1, KVFOLD_HI1)
-#undef KVFOLD_TRANSPOSE_ROUND
-    for (int l = 0; l < kTile; ++l) std::memcpy(kt + (d0 + l) * kTile, &m[l], sizeof(V16));
-  }
-  for (; d0 < hd; ++d0) {
-    for (int i = 0; i < kTile; ++i) kt[d0 * kTile + i] = rows[i * hd + d0];
-  }
-}
 
 // F32 cache: keys and values as stored.
 class F32Kv {
@@ -281,8 +226,9 @@ class Int8Kv {
     }
     const int hd = a_.shape.head_dim, kv_dim = a_.shape.num_kv_heads * hd;
     const int hdp = PaddedHeadDim(hd), bs = a_.shape.block_size;
-    std::memcpy(copy.kr, shared.kr, static_cast<size_t>(hd) * kTile * sizeof(float));
-    if (!RowDots(hd)) std::memcpy(copy.kt, shared.kt, static_cast<size_t>(hd) * kTile * sizeof(float));
+    const size_t key_bytes = static_cast<size_t>(hd) * kTile * sizeof(float);
+    std::memcpy(copy.kr, shared.kr, key_bytes);
+    if (!RowDots(hd)) std::memcpy(copy.kt, shared.kt, key_bytes);
     std::memcpy(copy.vt, shared.vt, static_cast<size_t>(shared.count) * hdp * sizeof(float));
     for (int i = 0; i < kTile; ++i) copy.vrow[i] = copy.vt + i * hdp;
     copy.first = shared.first;
@@ -456,50 +402,51 @@ template <int C>
 // (long contexts are mostly such keys: the kernel ran about 2x slower).
 constexpr float kNegligibleLogit = -64.0f;
 
+// Lane i: q . key i, a sequential sum over head_dim (kt: the transposed tile).
+[[gnu::always_inline]] inline void TileScores(const float* q, const float* kt, int hd, V16* out) {
+  V16 s = V16{};
+  for (int d = 0; d < hd; ++d) {
+    V16 k;
+    std::memcpy(&k, kt + d * kTile, sizeof(k));
+    s = s + q[d] * k;
+  }
+  *out = s;
+}
+
+// Lane i: q . key i as 16 lanes of chunk products (chunk c of 16 dims, added in chunk
+// order; the last chunk's lanes past hd are 0), then the lanes summed by SumLanes (kr: the
+// key rows). Keys past count score 0.
+[[gnu::always_inline]] inline void RowDotScores(const float* q, const float* kr, int hd, int count,
+                                                V16* out) {
+  const int whole = hd / 16, tail = hd % 16;
+  V16 qc[kMaxHeadDim / 16 + 1];
+  for (int c = 0; c < whole; ++c) std::memcpy(&qc[c], q + 16 * c, sizeof(V16));
+  qc[whole] = V16{};
+  for (int l = 0; l < tail; ++l) qc[whole][l] = q[16 * whole + l];
+  V16 p[kTile];
+  for (int i = 0; i < kTile; ++i) {
+    p[i] = V16{};
+    if (i >= count) continue;
+    const float* k = kr + i * hd;
+    for (int c = 0; c < whole; ++c) {
+      V16 kc;
+      std::memcpy(&kc, k + 16 * c, sizeof(V16));
+      p[i] = c == 0 ? qc[c] * kc : p[i] + qc[c] * kc;
+    }
+    if (tail > 0) {
+      V16 kc = V16{};
+      for (int l = 0; l < tail; ++l) kc[l] = k[16 * whole + l];
+      p[i] = whole == 0 ? qc[whole] * kc : p[i] + qc[whole] * kc;
+    }
+  }
+  SumLanes(p);
+  *out = p[0];
+}
+
 // The per-ISA code: the row update, and the F32 / INT8 tasks that inline RunTask.
 #define KVFOLD_TILED_ISA(NS, ATTR)                                            \
   namespace NS {                                                              \
   KVFOLD_EXP16(ATTR)                                                          \
-  /* Lane i: q . key i, a sequential sum over head_dim. */                    \
-  ATTR static inline void TileScores(const float* q, const float* kt, int hd, \
-                                     V16* out) {                              \
-    V16 s = V16{};                                                            \
-    for (int d = 0; d < hd; ++d) {                                            \
-      V16 k;                                                                  \
-      std::memcpy(&k, kt + d * kTile, sizeof(k));                             \
-      s = s + q[d] * k;                                                       \
-    }                                                                         \
-    *out = s;                                                                 \
-  }                                                                           \
-  /* Lane i: q . key i as 16 lanes of chunk products (chunk c of 16 dims,   \
-     added in chunk order; the last chunk's lanes past hd are 0), then the    \
-     lanes summed by SumLanes. Keys past count score 0. */                    \
-  ATTR static inline void RowDotScores(const float* q, const float* kr, int hd, \
-                                       int count, V16* out) {                 \
-    const int whole = hd / 16, tail = hd % 16;                                \
-    V16 qc[kMaxHeadDim / 16 + 1];                                             \
-    for (int c = 0; c < whole; ++c) std::memcpy(&qc[c], q + 16 * c, sizeof(V16)); \
-    qc[whole] = V16{};                                                        \
-    for (int l = 0; l < tail; ++l) qc[whole][l] = q[16 * whole + l];          \
-    V16 p[kTile];                                                             \
-    for (int i = 0; i < kTile; ++i) {                                         \
-      p[i] = V16{};                                                           \
-      if (i >= count) continue;                                               \
-      const float* k = kr + i * hd;                                           \
-      for (int c = 0; c < whole; ++c) {                                       \
-        V16 kc;                                                               \
-        std::memcpy(&kc, k + 16 * c, sizeof(V16));                            \
-        p[i] = c == 0 ? qc[c] * kc : p[i] + qc[c] * kc;                       \
-      }                                                                       \
-      if (tail > 0) {                                                         \
-        V16 kc = V16{};                                                       \
-        for (int l = 0; l < tail; ++l) kc[l] = k[16 * whole + l];             \
-        p[i] = whole == 0 ? qc[whole] * kc : p[i] + qc[whole] * kc;           \
-      }                                                                       \
-    }                                                                         \
-    SumLanes(p);                                                              \
-    *out = p[0];                                                              \
-  }                                                                           \
   ATTR static inline void Update(const RowUpdate& u) {                        \
     const int hd = u.head_dim, hdp = PaddedHeadDim(hd);                       \
     const float ninf = -std::numeric_limits<float>::infinity();               \
