@@ -69,6 +69,16 @@ inline constexpr int kTileKeys = 16;  // keys per attention tile, one per lane
   }
 }
 
+// The masks are expanded above; they do not leak to the files including this header.
+#undef KVFOLD_LO8
+#undef KVFOLD_HI8
+#undef KVFOLD_LO4
+#undef KVFOLD_HI4
+#undef KVFOLD_LO2
+#undef KVFOLD_HI2
+#undef KVFOLD_LO1
+#undef KVFOLD_HI1
+
 }  // namespace kvfold::kernels::cpu
 
 #endif  // KVFOLD_KERNELS_CPU_ATTENTION_LANES_H_
