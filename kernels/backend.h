@@ -163,7 +163,8 @@ class Backend {
 
   // Writes k, v [n, num_kv_heads * head_dim] into the paged caches at physical slots
   // slots[i] (I32, slot = block * block_size + offset). k_cache, v_cache [num_blocks,
-  // block_size, num_kv_heads * head_dim] F32. Keys are stored UN-ROTATED.
+  // block_size, num_kv_heads * head_dim] F32 (or F16 where SupportsF16Kv). Keys are
+  // stored UN-ROTATED.
   virtual absl::Status StoreKv(Stream& stream, Tensor k, Tensor v, Tensor slots,
                                Tensor k_cache, Tensor v_cache) = 0;
 
@@ -193,6 +194,11 @@ class Backend {
 
   // false: MatMul and Gather reject Q8 weights with InvalidArgument.
   virtual bool SupportsQ8Weights() const { return false; }
+
+  // true: StoreKv, Attention (and AttentionPart where implemented) take F16 caches (each
+  // value rounded to the nearest fp16 as it is stored, widened to F32 as it is read).
+  // false: the engine refuses kv_dtype f16.
+  virtual bool SupportsF16Kv() const { return false; }
 
   // INT8 KV (KvCacheI8) ------------------------------------------------------------------
   // false: the two ops below return Unimplemented (the engine refuses kv_dtype int8).

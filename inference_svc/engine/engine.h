@@ -48,10 +48,12 @@ struct EngineOptions {
   size_t kv_pool_bytes = size_t{1} << 30;
   // Initial RoPE table rows (grown on demand). 0 = min(max_position_embeddings, 4096).
   int rope_table_rows = 0;
-  // KV cache element type. kInt8: KIVI int8 codes (keys per channel over each block,
-  // values per token in groups of kv_value_group channels) for window AND prefix (sink,
-  // memory) entries; kv_pool_bytes then holds ~3.4x more tokens (docs/engine.md "INT8
-  // KV"). Unimplemented at Create on backends without int8 KV ops. Default: kF32.
+  // KV cache element type. kF16: each K and V value rounded to the nearest fp16 as it is
+  // stored, so kv_pool_bytes holds 2x the tokens of kF32 (docs/engine.md "F16 KV").
+  // kInt8: KIVI int8 codes (keys per channel over each block, values per token in groups
+  // of kv_value_group channels) for window AND prefix (sink, memory) entries;
+  // kv_pool_bytes then holds ~3.4x more tokens (docs/engine.md "INT8 KV").
+  // Unimplemented at Create on backends without the dtype's KV ops. Default: kF32.
   core::DType kv_dtype = core::DType::kF32;
   // int8: channels per value scale (clamped to kv_dim). Default: 32.
   int kv_value_group = 32;

@@ -45,9 +45,11 @@ absl::StatusOr<core::DType> ParseKvDType(std::string_view name) {
 }
 
 absl::Status ValidateKvDType(core::DType dtype) {
-  if (dtype == core::DType::kF32 || dtype == core::DType::kI8) return absl::OkStatus();
+  if (dtype == core::DType::kF32 || dtype == core::DType::kF16 || dtype == core::DType::kI8) {
+    return absl::OkStatus();
+  }
   return absl::InvalidArgumentError(absl::StrCat("KV dtype ", core::DTypeName(dtype),
-                                                 " is not supported (expected f32 or int8)"));
+                                                 " is not supported (expected f32, f16 or int8)"));
 }
 
 absl::StatusOr<std::unique_ptr<BlockPool>> BlockPool::Create(kernels::Backend* backend,
@@ -63,6 +65,10 @@ absl::StatusOr<std::unique_ptr<BlockPool>> BlockPool::Create(kernels::Backend* b
   const bool int8 = options.dtype == core::DType::kI8;
   if (int8 && options.value_group < 1) {
     return absl::InvalidArgumentError("BlockPool: int8 value_group must be >= 1");
+  }
+  if (options.dtype == core::DType::kF16 && !backend->SupportsF16Kv()) {
+    return absl::UnimplementedError(
+        absl::StrCat("backend ", backend->Name(), " has no F16 KV cache (use --kv-dtype f32)"));
   }
   if (int8 && !backend->SupportsInt8Kv()) {
     return absl::UnimplementedError(
@@ -108,21 +114,19 @@ size_t BlockPool::bytes_per_block() const { return core::KvBytesPerBlock(layout(
 size_t BlockPool::bytes_per_token() const { return core::KvBytesPerToken(layout()).value(); }
 
 size_t BlockPool::bytes_per_page() const {
-  if (options_.dtype == core::DType::kF32) return 0;
+  if (options_.dtype != core::DType::kI8) return 0;
   return static_cast<size_t>(num_layers_) * 2 * block_size_ * kv_dim_ * sizeof(float);
 }
 
-Tensor BlockPool::k_cache(int layer) const {
-  KVFOLD_CHECK(options_.dtype == core::DType::kF32);
-  const size_t per_tensor = static_cast<size_t>(num_blocks_) * block_size_ * kv_dim_ * sizeof(float);
-  return kernels::ViewOf(*buffer_, (2 * static_cast<size_t>(layer)) * per_tensor, DType::kF32,
-                         {num_blocks_, block_size_, kv_dim_});
-}
+Tensor BlockPool::k_cache(int layer) const { return FloatCache(2 * layer); }
 
-Tensor BlockPool::v_cache(int layer) const {
-  KVFOLD_CHECK(options_.dtype == core::DType::kF32);
-  const size_t per_tensor = static_cast<size_t>(num_blocks_) * block_size_ * kv_dim_ * sizeof(float);
-  return kernels::ViewOf(*buffer_, (2 * static_cast<size_t>(layer) + 1) * per_tensor, DType::kF32,
+Tensor BlockPool::v_cache(int layer) const { return FloatCache(2 * layer + 1); }
+
+Tensor BlockPool::FloatCache(int index) const {
+  KVFOLD_CHECK(options_.dtype == core::DType::kF32 || options_.dtype == core::DType::kF16);
+  const size_t per_tensor =
+      static_cast<size_t>(num_blocks_) * block_size_ * kv_dim_ * core::DTypeSize(options_.dtype);
+  return kernels::ViewOf(*buffer_, static_cast<size_t>(index) * per_tensor, options_.dtype,
                          {num_blocks_, block_size_, kv_dim_});
 }
 

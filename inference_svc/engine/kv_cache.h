@@ -2,7 +2,9 @@
 // and a KvCache per sequence = PREFIX segment + MAIN segment, each a list of blocks.
 //
 // Layout of the pool (one backend Buffer): for each layer, k_cache and v_cache tensors
-// [num_blocks, block_size, num_kv_heads * head_dim] F32, keys UN-ROTATED (docs/contracts.md).
+// [num_blocks, block_size, num_kv_heads * head_dim] F32 (or F16 with core::DType::kF16:
+// each value rounded to the nearest fp16 as it is stored), keys UN-ROTATED
+// (docs/contracts.md).
 // With core::DType::kI8 (KIVI, docs/engine.md "INT8 KV") each layer instead holds int8 key
 // and value codes of the same shape, fp16 key scales [num_blocks, kv_dim] (a key group is
 // one block) and fp16 value scales [num_blocks, block_size, ceil(kv_dim / value_group)], and a
@@ -52,11 +54,11 @@ struct KvPolicy {
   static KvPolicy Memory() { return {0, 0, 0, 1, 0}; }
 };
 
-// The KV cache dtypes this engine stores: core::DType::kF32 and kI8 (KIVI int8 codes).
-// THE parser of --kv-dtype (CLI and service): core::ParseDType, then InvalidArgument
-// unless the dtype is one of those two.
+// The KV cache dtypes this engine stores: core::DType::kF32, kF16 and kI8 (KIVI int8
+// codes). THE parser of --kv-dtype (CLI and service): core::ParseDType, then
+// InvalidArgument unless the dtype is one of those three.
 absl::StatusOr<core::DType> ParseKvDType(std::string_view name);
-// OK for kF32 and kI8; InvalidArgument naming the dtype otherwise.
+// OK for kF32, kF16 and kI8; InvalidArgument naming the dtype otherwise.
 absl::Status ValidateKvDType(core::DType dtype);
 
 struct BlockPoolOptions {
@@ -81,8 +83,8 @@ class BlockPool {
   size_t bytes_per_block() const;  // all layers, K and V (int8: codes + fp16 scales)
   // KV bytes one token costs (core::KvBytesPerToken of this pool's layout, rounded up).
   size_t bytes_per_token() const;
-  size_t bytes_per_page() const;   // int8: one F32 page, all layers, K and V; F32: 0
-  // F32 pool only.
+  size_t bytes_per_page() const;  // int8: one F32 page, all layers, K and V; F32, F16: 0
+  // F32 or F16 pool only: [num_blocks, block_size, kv_dim] of the pool's dtype.
   kernels::Tensor k_cache(int layer) const;
   kernels::Tensor v_cache(int layer) const;
   // Int8 pool only.
@@ -106,6 +108,8 @@ class BlockPool {
  private:
   BlockPool() = default;
   core::KvLayout layout() const;
+  // Float pool: tensor `index` of the buffer (layer l's K is 2 l, its V 2 l + 1).
+  kernels::Tensor FloatCache(int index) const;
   absl::Status GrowPages();
   absl::Status RestorePage(int32_t block, int32_t page, int count);
 

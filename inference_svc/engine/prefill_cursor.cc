@@ -79,7 +79,7 @@ absl::StatusOr<std::unique_ptr<PrefillCursor>> PrefillCursor::Create(Engine* eng
   st->softmax_buffer = std::move(*buffer);
   st->softmax = kernels::ViewOf(*st->softmax_buffer, 0, core::DType::kF32,
                                 {st->max_rows, int64_t{c.num_heads} * (c.head_dim + 2)});
-  st->split_attention = engine->pool().dtype() == core::DType::kF32;
+  st->split_attention = engine->pool().dtype() != core::DType::kI8;
   st->result.logits_storage.resize(c.vocab_size);
   return std::unique_ptr<PrefillCursor>(new PrefillCursor(std::move(st)));
 }

@@ -41,7 +41,7 @@ struct ServiceConfig {
   int threads = 0;
   // KV pool the admission policy measures against. Default: 1 GiB.
   uint64_t kv_pool_bytes = 1ull << 30;
-  // KV cache element type (--kv-dtype f32|int8, engine::ParseKvDType). Default: f32.
+  // KV cache element type (--kv-dtype f32|f16|int8, engine::ParseKvDType). Default: f32.
   core::DType kv_dtype = core::DType::kF32;
   // Byte budget of the local session cache (derived KV of idle sessions). Default 512 MiB.
   uint64_t session_cache_bytes = 512ull << 20;

@@ -1,16 +1,16 @@
-// Tiled paged attention: the optimised kernel for F32 and INT8 caches alike (attention.cc
-// and attention_int8.cc hold the plain references).
+// Tiled paged attention: the optimised kernel for F32, fp16 and INT8 caches alike
+// (attention.cc and attention_int8.cc hold the plain references).
 //
 // Planner: consecutive rows of a call with the same key layout (AttnRow::SameKeyLayout:
 // the rows of one sequence in a prefill chunk) form row blocks of up to kAttnMaxBlockRows
 // rows; a task is (row block, KV head). The task walks the keys in tiles of kTile key
 // indices [16 t, 16 t + 16) of the rows' shared key list: each tile's keys are located in
-// the paged cache, read (F32) or dequantized (INT8: codes * scale, exactly kernels/quant's
-// DequantizeKeys / DequantizeValues) and ROTATED ONCE into the tile's key rows (for
-// head_dim < kRowDotHeadDim also transposed; values stay rows: F32 ones with head_dim a
-// multiple of 16 are read where they lie, others copied), then every row of the block that
-// sees keys of the tile updates its online softmax (running max m, sum l, accumulator acc)
-// with them:
+// the paged cache, read (F32), widened (fp16) or dequantized (INT8: codes * scale, exactly
+// kernels/quant's DequantizeKeys / DequantizeValues) and ROTATED ONCE into the tile's key
+// rows (for head_dim < kRowDotHeadDim also transposed; values stay rows: F32 ones with
+// head_dim a multiple of 16 are read where they lie, others copied), then every row of the
+// block that sees keys of the tile updates its online softmax (running max m, sum l,
+// accumulator acc) with them:
 //   s = scale * q.k, masked past the row's keys; q.k per key is, by head_dim (the shape
 //     alone decides): below kRowDotHeadDim a sequential sum over head_dim (one lane per
 //     key of the transposed tile), else 16-lane chunk products added in chunk order and
@@ -121,6 +121,7 @@ struct TaskBuffers {
   float* acc;         // [kAttnMaxBlockRows * group, hdp]
   RowState* st;       // [kAttnMaxBlockRows * group]
   float* key_scales;  // [head_dim] INT8: the F32 key scales of the last block dequantized
+  float* key_f32;     // [head_dim] fp16: the widened key
 };
 
 // Scores by rows (each key's head_dim products in 16-lane chunks, then the lanes summed) from
@@ -161,6 +162,35 @@ class F32Kv {
  private:
   const AttentionArgs& a_;
   int kvh_;
+};
+
+// fp16 cache: each entry's key and value widened to F32 (exactly) by Widen, the conversion
+// of the task's ISA path, then used like an F32 cache's entry (the value from its copy).
+using WidenFn = void (*)(const uint16_t*, int, float*);
+template <WidenFn Widen>
+class F16Kv {
+ public:
+  F16Kv(const AttentionArgs& a, int kvh, float* key) : a_(a), kvh_(kvh), key_(key) {}
+  [[gnu::always_inline]] void Load(const KeyEntry& e, float* krot, float* v, const float** vrow) {
+    const int hd = a_.shape.head_dim, kv_dim = a_.shape.num_kv_heads * hd;
+    const int64_t off = e.Slot(a_.shape.block_size) * kv_dim + kvh_ * hd;
+    Widen(a_.k_half + off, hd, key_);
+    RotateHalf(key_, a_.rope + static_cast<int64_t>(e.pos) * hd, hd, krot);
+    Widen(a_.v_half + off, hd, v);
+    *vrow = v;
+  }
+  [[gnu::always_inline]] void Prefetch(const KeyEntry& e) const {
+    const int hd = a_.shape.head_dim, kv_dim = a_.shape.num_kv_heads * hd;
+    const int64_t off = e.Slot(a_.shape.block_size) * kv_dim + kvh_ * hd;
+    PrefetchBytes(a_.k_half + off, hd * sizeof(uint16_t));
+    PrefetchBytes(a_.v_half + off, hd * sizeof(uint16_t));
+  }
+  const Tile& ForRow(int64_t, int, const Tile& shared, Tile&) { return shared; }
+
+ private:
+  const AttentionArgs& a_;
+  int kvh_;
+  float* key_;  // [head_dim] the widened key before its rotation
 };
 
 // INT8 cache: codes * scales, except a row's own block (its page).
@@ -443,66 +473,71 @@ constexpr float kNegligibleLogit = -64.0f;
   *out = p[0];
 }
 
-// The per-ISA code: the row update, and the F32 / INT8 tasks that inline RunTask.
-#define KVFOLD_TILED_ISA(NS, ATTR)                                            \
-  namespace NS {                                                              \
-  KVFOLD_EXP16(ATTR)                                                          \
-  ATTR static inline void Update(const RowUpdate& u) {                        \
-    const int hd = u.head_dim, hdp = PaddedHeadDim(hd);                       \
-    const float ninf = -std::numeric_limits<float>::infinity();               \
-    V16 lane;                                                                 \
-    for (int i = 0; i < kTile; ++i) lane[i] = static_cast<float>(i);          \
-    const auto mask = lane < static_cast<float>(u.valid);                     \
-    for (int gh = 0; gh < u.group; ++gh) {                                    \
-      const float* q = u.q + gh * hd;                                         \
-      V16 s;                                                                  \
-      if (RowDots(hd)) {                                                      \
-        RowDotScores(q, u.tile->kr, hd, u.tile->count, &s);                   \
-      } else {                                                                \
-        TileScores(q, u.tile->kt, hd, &s);                                    \
-      }                                                                       \
-      s = s * u.scale;                                                        \
-      s = mask ? s : V16{} + ninf;                                            \
-      float mt = s[0];                                                        \
-      for (int i = 1; i < kTile; ++i) mt = std::max(mt, s[i]);                \
-      RowState& st = u.st[gh];                                                \
-      const float m_new = std::max(st.m, mt);                                 \
-      const float gap = st.m - m_new;                                         \
-      const float alpha =                                                     \
-          st.m == ninf || gap < kNegligibleLogit ? 0.0f : std::exp(gap);      \
-      V16 p = s - m_new;                                                      \
-      const auto kept = p >= kNegligibleLogit; /* masked lanes are -inf */    \
-      Exp16(&p);                                                              \
-      p = kept ? p : V16{};                                                   \
-      float s8[8], s4[4];                                                     \
-      for (int i = 0; i < 8; ++i) s8[i] = p[i] + p[i + 8];                    \
-      for (int i = 0; i < 4; ++i) s4[i] = s8[i] + s8[i + 4];                  \
-      const float psum = (s4[0] + s4[2]) + (s4[1] + s4[3]);                   \
-      st.l = st.l * alpha + psum;                                             \
-      st.m = m_new;                                                           \
-      float* acc = u.acc + gh * hdp;                                          \
-      int d0 = 0;                                                             \
-      for (; d0 + 64 <= hdp; d0 += 64) {                                      \
-        AccumulateValues<4>(p, u.tile->vrow, u.valid, d0, alpha, acc);        \
-      }                                                                       \
-      for (; d0 < hdp; d0 += 16) {                                            \
-        AccumulateValues<1>(p, u.tile->vrow, u.valid, d0, alpha, acc);        \
-      }                                                                       \
-    }                                                                         \
-  }                                                                           \
-  ATTR void TaskF32(const Task& t, const AttentionArgs& a, TaskBuffers& b) {  \
-    F32Kv kv(a, t.kvh);                                                       \
-    RunTask(t, kv, b, Update);                                                \
-  }                                                                           \
-  ATTR void TaskI8(const Task& t, const AttentionArgsI8& a, TaskBuffers& b) { \
-    Int8Kv kv(a, t.block, t.kvh, b.key_scales);                               \
-    RunTask(t, kv, b, Update);                                                \
-  }                                                                           \
+// The per-ISA code: the row update, and the F32 / fp16 / INT8 tasks that inline RunTask
+// (WIDEN: the path's fp16 conversion).
+#define KVFOLD_TILED_ISA(NS, ATTR, WIDEN)                                                \
+  namespace NS {                                                                         \
+  KVFOLD_EXP16(ATTR)                                                                     \
+  ATTR static inline void Update(const RowUpdate& u) {                                   \
+    const int hd = u.head_dim, hdp = PaddedHeadDim(hd);                                  \
+    const float ninf = -std::numeric_limits<float>::infinity();                          \
+    V16 lane;                                                                            \
+    for (int i = 0; i < kTile; ++i) lane[i] = static_cast<float>(i);                     \
+    const auto mask = lane < static_cast<float>(u.valid);                                \
+    for (int gh = 0; gh < u.group; ++gh) {                                               \
+      const float* q = u.q + gh * hd;                                                    \
+      V16 s;                                                                             \
+      if (RowDots(hd)) {                                                                 \
+        RowDotScores(q, u.tile->kr, hd, u.tile->count, &s);                              \
+      } else {                                                                           \
+        TileScores(q, u.tile->kt, hd, &s);                                               \
+      }                                                                                  \
+      s = s * u.scale;                                                                   \
+      s = mask ? s : V16{} + ninf;                                                       \
+      float mt = s[0];                                                                   \
+      for (int i = 1; i < kTile; ++i) mt = std::max(mt, s[i]);                           \
+      RowState& st = u.st[gh];                                                           \
+      const float m_new = std::max(st.m, mt);                                            \
+      const float gap = st.m - m_new;                                                    \
+      const float alpha = st.m == ninf || gap < kNegligibleLogit ? 0.0f : std::exp(gap); \
+      V16 p = s - m_new;                                                                 \
+      const auto kept = p >= kNegligibleLogit; /* masked lanes are -inf */               \
+      Exp16(&p);                                                                         \
+      p = kept ? p : V16{};                                                              \
+      float s8[8], s4[4];                                                                \
+      for (int i = 0; i < 8; ++i) s8[i] = p[i] + p[i + 8];                               \
+      for (int i = 0; i < 4; ++i) s4[i] = s8[i] + s8[i + 4];                             \
+      const float psum = (s4[0] + s4[2]) + (s4[1] + s4[3]);                              \
+      st.l = st.l * alpha + psum;                                                        \
+      st.m = m_new;                                                                      \
+      float* acc = u.acc + gh * hdp;                                                     \
+      int d0 = 0;                                                                        \
+      for (; d0 + 64 <= hdp; d0 += 64) {                                                 \
+        AccumulateValues<4>(p, u.tile->vrow, u.valid, d0, alpha, acc);                   \
+      }                                                                                  \
+      for (; d0 < hdp; d0 += 16) {                                                       \
+        AccumulateValues<1>(p, u.tile->vrow, u.valid, d0, alpha, acc);                   \
+      }                                                                                  \
+    }                                                                                    \
+  }                                                                                      \
+  ATTR void TaskF32(const Task& t, const AttentionArgs& a, TaskBuffers& b) {             \
+    F32Kv kv(a, t.kvh);                                                                  \
+    RunTask(t, kv, b, Update);                                                           \
+  }                                                                                      \
+  ATTR void TaskF16(const Task& t, const AttentionArgs& a, TaskBuffers& b) {             \
+    F16Kv<WIDEN> kv(a, t.kvh, b.key_f32);                                                \
+    RunTask(t, kv, b, Update);                                                           \
+  }                                                                                      \
+  ATTR void TaskI8(const Task& t, const AttentionArgsI8& a, TaskBuffers& b) {            \
+    Int8Kv kv(a, t.block, t.kvh, b.key_scales);                                          \
+    RunTask(t, kv, b, Update);                                                           \
+  }                                                                                      \
   }  // namespace NS
 
-KVFOLD_TILED_ISA(avx512, __attribute__((target("avx512f,avx512bw,avx512vl,avx512dq"))))
-KVFOLD_TILED_ISA(avx2, __attribute__((target("avx2,fma"))))
-KVFOLD_TILED_ISA(portable, )
+KVFOLD_TILED_ISA(avx512, __attribute__((target("avx512f,avx512bw,avx512vl,avx512dq"))),
+                 HalfToFloatAvx512)
+KVFOLD_TILED_ISA(avx2, __attribute__((target("avx2,fma"))), HalfToFloatAvx2)
+KVFOLD_TILED_ISA(portable, , HalfToFloatPortable)
 #undef KVFOLD_TILED_ISA
 
 // The planner: row blocks of consecutive rows with the same key layout. Returns the
@@ -535,7 +570,7 @@ void RunTasks(ThreadPool& pool, const Task& proto, int64_t n, AttentionScratch& 
   if (scratch.per_thread.size() < static_cast<size_t>(threads)) scratch.per_thread.resize(threads);
   const size_t tile_floats = static_cast<size_t>(kTile) * (2 * hd + hdp);
   const size_t state_floats = static_cast<size_t>(kAttnMaxBlockRows) * group * (hdp + 2);
-  const size_t per_thread = 2 * tile_floats + state_floats + hd;
+  const size_t per_thread = 2 * tile_floats + state_floats + 2 * hd;
   for (auto& buf : scratch.per_thread) {
     if (buf.size() < per_thread) buf.resize(per_thread);
   }
@@ -550,6 +585,7 @@ void RunTasks(ThreadPool& pool, const Task& proto, int64_t n, AttentionScratch& 
     b.acc = buf + 2 * tile_floats;
     b.st = reinterpret_cast<RowState*>(b.acc + kAttnMaxBlockRows * group * hdp);
     b.key_scales = buf + 2 * tile_floats + state_floats;
+    b.key_f32 = b.key_scales + hd;
     for (int64_t i = t0; i < t1; ++i) {
       Task t = proto;
       t.block = scratch.blocks[i / sh.num_kv_heads];
@@ -583,7 +619,11 @@ void Run(ThreadPool& pool, const Args& a, AttentionScratch& scratch, const Atten
 
 void AttentionOptimized(ThreadPool& pool, const AttentionArgs& a, AttentionScratch& scratch,
                         const AttentionPart* part) {
-  Run(pool, a, scratch, part, avx512::TaskF32, avx2::TaskF32, portable::TaskF32);
+  if (a.k_half != nullptr) {
+    Run(pool, a, scratch, part, avx512::TaskF16, avx2::TaskF16, portable::TaskF16);
+  } else {
+    Run(pool, a, scratch, part, avx512::TaskF32, avx2::TaskF32, portable::TaskF32);
+  }
 }
 
 void AttentionInt8Optimized(ThreadPool& pool, const AttentionArgsI8& a, AttentionScratch& scratch) {

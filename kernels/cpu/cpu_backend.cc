@@ -66,19 +66,32 @@ bool AttentionCallOk(Tensor q, Tensor rows, Tensor rope_table, const AttentionSh
          kv_dim == int64_t{shape.num_kv_heads} * shape.head_dim;
 }
 
-cpu::AttentionArgs F32AttentionArgs(Tensor q, Tensor k_cache, Tensor v_cache, Tensor rows,
-                                    Tensor block_tables, Tensor rope_table,
-                                    const AttentionShape& shape, Tensor out, int64_t n) {
-  return cpu::AttentionArgs{static_cast<const float*>(q.data),
-                            static_cast<const float*>(k_cache.data),
-                            static_cast<const float*>(v_cache.data),
-                            static_cast<const AttnRow*>(rows.data),
-                            static_cast<const int32_t*>(block_tables.data),
-                            static_cast<const float*>(rope_table.data),
-                            rope_table.dim(0),
-                            shape,
-                            static_cast<float*>(out.data),
-                            n};
+// A float KV cache the CPU kernels read: F32 or fp16, K and V of one type and size.
+bool KvCacheOk(Tensor k_cache, Tensor v_cache) {
+  return (k_cache.dtype == DType::kF32 || k_cache.dtype == DType::kF16) &&
+         v_cache.dtype == k_cache.dtype && v_cache.numel() == k_cache.numel();
+}
+
+// Arguments of the float-cache attention kernels (KvCacheOk caches).
+cpu::AttentionArgs FloatAttentionArgs(Tensor q, Tensor k_cache, Tensor v_cache, Tensor rows,
+                                      Tensor block_tables, Tensor rope_table,
+                                      const AttentionShape& shape, Tensor out, int64_t n) {
+  const bool half = k_cache.dtype == DType::kF16;
+  cpu::AttentionArgs a{static_cast<const float*>(q.data),
+                       half ? nullptr : static_cast<const float*>(k_cache.data),
+                       half ? nullptr : static_cast<const float*>(v_cache.data),
+                       static_cast<const AttnRow*>(rows.data),
+                       static_cast<const int32_t*>(block_tables.data),
+                       static_cast<const float*>(rope_table.data),
+                       rope_table.dim(0),
+                       shape,
+                       static_cast<float*>(out.data),
+                       n};
+  if (half) {
+    a.k_half = static_cast<const uint16_t*>(k_cache.data);
+    a.v_half = static_cast<const uint16_t*>(v_cache.data);
+  }
+  return a;
 }
 
 bool IsFloat(DType d) { return d == DType::kF32 || d == DType::kF16 || d == DType::kBF16; }
@@ -227,8 +240,9 @@ class CpuBackend : public Backend {
     const int64_t n = slots.numel();
     const int64_t kv_dim = k_cache.rank == 3 ? k_cache.dim(2) : 0;
     const int64_t num_slots = k_cache.dim(0) * k_cache.dim(1);
-    if (slots.dtype != DType::kI32 || kv_dim == 0 || k.numel() != n * kv_dim ||
-        v.numel() != n * kv_dim || v_cache.numel() != k_cache.numel()) {
+    if (slots.dtype != DType::kI32 || kv_dim == 0 || k.dtype != DType::kF32 ||
+        v.dtype != DType::kF32 || k.numel() != n * kv_dim || v.numel() != n * kv_dim ||
+        !KvCacheOk(k_cache, v_cache)) {
       return Check(false, "StoreKv", k.DebugString() + " " + k_cache.DebugString());
     }
     const int32_t* s = static_cast<const int32_t*>(slots.data);
@@ -236,6 +250,14 @@ class CpuBackend : public Backend {
       if (s[i] < 0 || s[i] >= num_slots) {
         return absl::OutOfRangeError(absl::StrCat("StoreKv: slot ", s[i], " out of range"));
       }
+    }
+    if (k_cache.dtype == DType::kF16) {
+      cpu::StoreKvHalf(static_cast<const float*>(k.data), static_cast<const float*>(v.data), s, n,
+                       kv_dim, static_cast<uint16_t*>(k_cache.data),
+                       static_cast<uint16_t*>(v_cache.data));
+      return absl::OkStatus();
+    }
+    for (int64_t i = 0; i < n; ++i) {
       std::memcpy(static_cast<float*>(k_cache.data) + s[i] * kv_dim,
                   static_cast<const float*>(k.data) + i * kv_dim, kv_dim * sizeof(float));
       std::memcpy(static_cast<float*>(v_cache.data) + s[i] * kv_dim,
@@ -248,13 +270,13 @@ class CpuBackend : public Backend {
                          Tensor block_tables, Tensor rope_table, const AttentionShape& shape,
                          Tensor out) override {
     int64_t n;
-    if (k_cache.rank != 3 ||
+    if (k_cache.rank != 3 || !KvCacheOk(k_cache, v_cache) ||
         !AttentionCallOk(q, rows, rope_table, shape, out, k_cache.dim(2), &n)) {
       return Check(false, "Attention", q.DebugString() + " " + k_cache.DebugString() + " " +
                                            rows.DebugString());
     }
     const cpu::AttentionArgs a =
-        F32AttentionArgs(q, k_cache, v_cache, rows, block_tables, rope_table, shape, out, n);
+        FloatAttentionArgs(q, k_cache, v_cache, rows, block_tables, rope_table, shape, out, n);
     if (reference_) {
       cpu::AttentionReference(a, ref_scratch_);
     } else {
@@ -269,7 +291,7 @@ class CpuBackend : public Backend {
                              Tensor out) override {
     if (reference_) return absl::UnimplementedError("cpu-ref: resumable attention not implemented");
     int64_t n;
-    if (k_cache.rank != 3 ||
+    if (k_cache.rank != 3 || !KvCacheOk(k_cache, v_cache) ||
         !AttentionCallOk(q, rows, rope_table, shape, out, k_cache.dim(2), &n) ||
         state.dtype != DType::kF32 ||
         state.numel() != n * shape.num_heads * (int64_t{shape.head_dim} + 2) || key_begin < 0 ||
@@ -281,11 +303,13 @@ class CpuBackend : public Backend {
     }
     const cpu::AttentionPart part{key_begin, key_end, static_cast<float*>(state.data)};
     cpu::AttentionOptimized(
-        pool_, F32AttentionArgs(q, k_cache, v_cache, rows, block_tables, rope_table, shape, out, n),
+        pool_,
+        FloatAttentionArgs(q, k_cache, v_cache, rows, block_tables, rope_table, shape, out, n),
         opt_scratch_, &part);
     return absl::OkStatus();
   }
 
+  bool SupportsF16Kv() const override { return true; }
   bool SupportsInt8Kv() const override { return true; }
 
   absl::Status StoreKvInt8(Stream&, Tensor k, Tensor v, Tensor slots, Tensor pages, Tensor seal,

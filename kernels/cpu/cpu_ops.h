@@ -90,7 +90,7 @@ bool CpuHasAvx2Fma();
 
 struct AttentionArgs {
   const float* q;        // [n, num_heads * head_dim]
-  const float* k_cache;  // [num_blocks, block_size, kv_dim]
+  const float* k_cache;  // [num_blocks, block_size, kv_dim]; null for an fp16 cache
   const float* v_cache;
   const AttnRow* rows;   // [n]
   const int32_t* block_tables;
@@ -99,6 +99,11 @@ struct AttentionArgs {
   AttentionShape shape;
   float* out;            // [n, num_heads * head_dim]
   int64_t n;
+  // An fp16 cache (IEEE half bits, same layout) instead of k_cache / v_cache. Every entry
+  // is widened to F32 exactly as it is read, so a row equals the F32 kernel's row on a
+  // cache holding the widened values.
+  const uint16_t* k_half = nullptr;
+  const uint16_t* v_half = nullptr;
 };
 
 // A slice of the keys (Backend::AttentionPart): key indices [key_begin, key_end) of every
@@ -169,6 +174,18 @@ void AttentionInt8Optimized(ThreadPool& pool, const AttentionArgsI8& a,
 void SealBlockInt8(const float* k_page, const float* v_page, int count, int kv_dim, int value_group,
                    int8_t* k_codes, uint16_t* k_scales, int8_t* v_codes, uint16_t* v_scales,
                    float* scratch);
+
+// StoreKv into an fp16 cache: rows k, v [n, kv_dim] F32 to slots[i] of k_cache,
+// v_cache, each value rounded to the nearest fp16 (ties to even; F16C or AVX-512 where
+// the active ISA has it, else Fp32ToFp16: the same bits).
+void StoreKvHalf(const float* k, const float* v, const int32_t* slots, int64_t n, int64_t kv_dim,
+                 uint16_t* k_cache, uint16_t* v_cache);
+
+// Widens n fp16 values to F32 (exact). One function per ISA path: the tiled attention
+// calls the one of its own path.
+void HalfToFloatAvx512(const uint16_t* h, int n, float* f);
+void HalfToFloatAvx2(const uint16_t* h, int n, float* f);
+void HalfToFloatPortable(const uint16_t* h, int n, float* f);
 
 // Rotates x (head_dim floats) by row `cs` of the rope table (cos | sin halves).
 inline void RotateHalf(const float* x, const float* cs, int head_dim, float* out) {

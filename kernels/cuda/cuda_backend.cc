@@ -384,6 +384,7 @@ class CudaBackend final : public kernels::Backend {
     return RunAttention(*s, p);
   }
 
+  bool SupportsF16Kv() const override { return true; }
   bool SupportsInt8Kv() const override { return true; }
   bool SupportsQ8Weights() const override { return true; }
 

@@ -16,7 +16,7 @@ void AddEngineFlags(CLI::App& app, EngineFlags& flags) {
   app.add_option("--backend", flags.backend, "engine backend: cpu|cpu-ref|cuda[:N] (when built)");
   app.add_option("--threads", flags.threads, "compute threads (0 = the CPUs this process may use)")
       ->check(CLI::NonNegativeNumber);
-  app.add_option("--kv-dtype", flags.kv_dtype, "KV cache element type: f32|int8");
+  app.add_option("--kv-dtype", flags.kv_dtype, "KV cache element type: f32|f16|int8");
 }
 
 absl::StatusOr<engine::EngineOptions> EngineOptionsFromFlags(const EngineFlags& flags) {

@@ -35,7 +35,7 @@ struct LoadedEngine {
   std::unique_ptr<memory::Projector> projector;  // when --projector is given
 };
 
-// Engine options from --kv-dtype f32|int8 (engine::ParseKvDType; InvalidArgument naming
+// Engine options from --kv-dtype f32|f16|int8 (engine::ParseKvDType; InvalidArgument naming
 // the flag for other values).
 absl::StatusOr<engine::EngineOptions> EngineOptionsFromFlags(const EngineFlags& flags);
 

@@ -67,6 +67,6 @@ test ! -e "$T/hf_bad"
 test "$rc1" -eq 2
 test "$rc2" -eq 2
 test "$rc3" -eq 2
-grep -q "KV dtype f8 is not supported (expected f32 or int8)" "$T/dtype.err"
+grep -q "KV dtype f8 is not supported (expected f32, f16 or int8)" "$T/dtype.err"
 grep -q truncated "$T/trunc.err"
 echo "cli_test: all checks passed"

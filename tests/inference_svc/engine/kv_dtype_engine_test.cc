@@ -1,16 +1,16 @@
-// EngineOptions::kv_dtype = kInt8 (KIVI int8 KV, docs/engine.md "INT8 KV"): prefill ==
-// token-by-token decode bit for bit on both CPU backends and every plain mode, chunking
-// and ragged batching invariance, logits close to the F32 engine (and not equal: int8 is
-// really used), memory expansion with more slots than a block, rollback into a sealed
-// block, pool capacity and ResidentBytes from the real int8 sizes.
+// EngineOptions::kv_dtype = kF16 and kInt8 (docs/engine.md "F16 KV", "INT8 KV"): prefill
+// == token-by-token decode bit for bit on both CPU backends and every plain mode, chunking
+// and ragged batching invariance, logits close to the F32 engine (and not equal: the
+// cache type is really used), memory expansion with more slots than a block; for int8
+// also rollback into a sealed block; pool capacity and ResidentBytes from the real sizes.
 #include <cmath>
 #include <cstring>
 #include <random>
 
 #include "gtest/gtest.h"
-#include "tests/inference_svc/engine/engine_rig.h"
 #include "inference_svc/engine/engine.h"
 #include "inference_svc/model/random_model.h"
+#include "tests/inference_svc/engine/engine_rig.h"
 
 namespace kvfold::engine {
 namespace {
@@ -74,11 +74,21 @@ const ModeCase kModes[] = {{"full", KvPolicy::Full()},
                            {"sink", KvPolicy::Sink(6, 7)},
                            {"sink_one_block", KvPolicy::Sink(3, 10)}};
 
-class Int8BitwiseTest : public ::testing::TestWithParam<bool> {};
+// (reference backend, KV dtype).
+class KvBitwiseTest : public ::testing::TestWithParam<std::tuple<bool, core::DType>> {
+ protected:
+  bool reference() const { return std::get<0>(GetParam()); }
+  bool int8() const { return std::get<1>(GetParam()) == core::DType::kI8; }
+  EngineOptions Options(int block_size = 4, int max_batch_tokens = 256) const {
+    EngineOptions o = Int8Options(block_size, max_batch_tokens);
+    o.kv_dtype = std::get<1>(GetParam());
+    return o;
+  }
+};
 
-TEST_P(Int8BitwiseTest, PrefillEqualsDecodeAndChunkingInEveryMode) {
-  Rig s = Make(GetParam(), Int8Options());
-  Rig chunked = Make(GetParam(), Int8Options(4, 7));
+TEST_P(KvBitwiseTest, PrefillEqualsDecodeAndChunkingInEveryMode) {
+  Rig s = Make(reference(), Options());
+  Rig chunked = Make(reference(), Options(4, 7));
   const auto ids = RandomIds(41, s.engine->config().vocab_size, 5);
   for (const ModeCase& m : kModes) {
     SCOPED_TRACE(m.name);
@@ -92,12 +102,14 @@ TEST_P(Int8BitwiseTest, PrefillEqualsDecodeAndChunkingInEveryMode) {
     EXPECT_TRUE(SameBits(prefill, pieces));
     EXPECT_TRUE(SameBits(prefill, small_chunks));
   }
-  // Between calls at most one open block (one F32 page) per sequence and segment.
-  EXPECT_EQ(s.engine->pool().num_pages() - s.engine->pool().free_pages(), 0);
+  // Int8: no page is held once the caches are gone.
+  if (int8()) {
+    EXPECT_EQ(s.engine->pool().num_pages() - s.engine->pool().free_pages(), 0);
+  }
 }
 
-TEST_P(Int8BitwiseTest, RaggedBatchEqualsSeparateCalls) {
-  Rig s = Make(GetParam(), Int8Options());
+TEST_P(KvBitwiseTest, RaggedBatchEqualsSeparateCalls) {
+  Rig s = Make(reference(), Options());
   const int vocab = s.engine->config().vocab_size;
   const auto p1 = RandomIds(13, vocab, 1), p2 = RandomIds(6, vocab, 2);
   auto a1 = s.engine->NewCache(KvPolicy::Full()), a2 = s.engine->NewCache(KvPolicy::Sink(3, 5));
@@ -127,8 +139,8 @@ TEST_P(Int8BitwiseTest, RaggedBatchEqualsSeparateCalls) {
   EXPECT_TRUE(SameBits(sep, batched));
 }
 
-TEST_P(Int8BitwiseTest, MemoryExpansionLargerThanABlockThenWindow) {
-  Rig s = Make(GetParam(), Int8Options());
+TEST_P(KvBitwiseTest, MemoryExpansionLargerThanABlockThenWindow) {
+  Rig s = Make(reference(), Options());
   const int d = s.engine->config().hidden_size;
   const int M = 7;  // two prefix blocks of 4: both sealed at the end of the expansion
   std::mt19937 rng(3);
@@ -146,7 +158,9 @@ TEST_P(Int8BitwiseTest, MemoryExpansionLargerThanABlockThenWindow) {
     expand.logits = RowSelect::kAll;
     ForwardResult r;
     ASSERT_TRUE(s.engine->Forward(std::span<const SequenceInput>(&expand, 1), &r).ok());
-    EXPECT_EQ(s.engine->pool().page_of(cache->prefix_blocks().back()), -1);  // sealed
+    if (int8()) {
+      EXPECT_EQ(s.engine->pool().page_of(cache->prefix_blocks().back()), -1);  // sealed
+    }
     std::vector<float> out(r.outputs[0].logits.begin(), r.outputs[0].logits.end());
     const auto window = Feed(*s.engine, cache.get(), ids, step);
     out.insert(out.end(), window.begin(), window.end());
@@ -155,8 +169,14 @@ TEST_P(Int8BitwiseTest, MemoryExpansionLargerThanABlockThenWindow) {
   EXPECT_TRUE(SameBits(results[0], results[1]));
 }
 
-INSTANTIATE_TEST_SUITE_P(Backends, Int8BitwiseTest, ::testing::Bool(),
-                         [](const auto& info) { return info.param ? "Reference" : "Optimized"; });
+INSTANTIATE_TEST_SUITE_P(BackendsAndTypes, KvBitwiseTest,
+                         ::testing::Combine(::testing::Bool(),
+                                            ::testing::Values(core::DType::kF16, core::DType::kI8)),
+                         [](const auto& info) {
+                           return std::string(std::get<0>(info.param) ? "Reference_"
+                                                                      : "Optimized_") +
+                                  core::DTypeName(std::get<1>(info.param));
+                         });
 
 // int8 vs f32 logits on the same random model: close (the tiny model's logits are O(1)),
 // and not identical.
@@ -205,6 +225,47 @@ TEST(Int8EngineTest, PoolHoldsMoreTokensAndResidentBytesAreInt8Sizes) {
   cache->Clear();
   EXPECT_EQ(pi.free_blocks(), pi.num_blocks());
   EXPECT_EQ(pi.free_pages(), pi.num_pages());
+}
+
+// f16 vs f32 logits: much closer than int8 (each K and V value moves by at most half an
+// fp16 ulp), and not identical.
+TEST(F16EngineTest, LogitsVeryCloseToF32InEveryMode) {
+  EngineOptions f16_options, f32_options;
+  f16_options.block_size = f32_options.block_size = 16;
+  f16_options.kv_dtype = core::DType::kF16;
+  Rig f16 = Make(false, f16_options), f32 = Make(false, f32_options);
+  const auto ids = RandomIds(80, f16.engine->config().vocab_size, 9);
+  for (const ModeCase& m : kModes) {
+    SCOPED_TRACE(m.name);
+    auto a = f16.engine->NewCache(m.policy), b = f32.engine->NewCache(m.policy);
+    const auto la = Feed(*f16.engine, a.get(), ids, 1000),
+               lb = Feed(*f32.engine, b.get(), ids, 1000);
+    double scale = 0;
+    for (float x : lb) scale = std::max(scale, double{std::fabs(x)});
+    EXPECT_GT(MaxAbsDiff(la, lb), 0.0);
+    EXPECT_LT(MaxAbsDiff(la, lb), 0.003 * scale) << "max |logit| " << scale;
+  }
+}
+
+TEST(F16EngineTest, PoolHoldsTwiceTheTokensAndResidentBytesAreF16Sizes) {
+  EngineOptions f32_options, f16_options;
+  f32_options.kv_pool_bytes = f16_options.kv_pool_bytes = 8 << 20;
+  f32_options.block_size = f16_options.block_size = 16;
+  f16_options.kv_dtype = core::DType::kF16;
+  Rig f32 = Make(false, f32_options, "tiny"), f16 = Make(false, f16_options, "tiny");
+  const BlockPool& pf = f32.engine->pool();
+  const BlockPool& ph = f16.engine->pool();
+  // tiny: 2 layers, kv_dim 32: per token per layer f32 256 B, f16 128 B.
+  EXPECT_EQ(pf.bytes_per_block(), 2u * 16 * 256);
+  EXPECT_EQ(ph.bytes_per_block(), 2u * 16 * 128);
+  EXPECT_EQ(ph.bytes_per_page(), 0u);
+  EXPECT_EQ(ph.num_blocks(), 2 * pf.num_blocks());
+  EXPECT_EQ(ph.k_cache(1).dtype, core::DType::kF16);
+  auto cache = f16.engine->NewCache(KvPolicy::Full());
+  Feed(*f16.engine, cache.get(), RandomIds(37, 256, 1), 1000);
+  EXPECT_EQ(cache->ResidentBytes(), 3 * ph.bytes_per_block());
+  cache->Clear();
+  EXPECT_EQ(ph.free_blocks(), ph.num_blocks());
 }
 
 TEST(Int8EngineTest, ManySequencesGrowThePagesAndKeepBits) {
@@ -307,7 +368,7 @@ class F32OnlyBackend : public kernels::Backend {
   std::unique_ptr<kernels::Backend> cpu_;
 };
 
-TEST(Int8EngineTest, BackendWithoutInt8OpsIsUnimplemented) {
+TEST(Int8EngineTest, BackendWithoutInt8OrF16OpsIsUnimplemented) {
   auto c = model::NamedShape("tiny");
   auto m = model::MakeRandomModel(*c, 1, core::DType::kF32);
   F32OnlyBackend backend;
@@ -316,6 +377,10 @@ TEST(Int8EngineTest, BackendWithoutInt8OpsIsUnimplemented) {
   auto e = Engine::Create(m, &backend, o);
   EXPECT_EQ(e.status().code(), absl::StatusCode::kUnimplemented);
   EXPECT_NE(e.status().message().find("f32-only"), std::string::npos) << e.status();
+  o.kv_dtype = core::DType::kF16;
+  e = Engine::Create(m, &backend, o);
+  EXPECT_EQ(e.status().code(), absl::StatusCode::kUnimplemented);
+  EXPECT_NE(e.status().message().find("no F16 KV cache"), std::string::npos) << e.status();
   o.kv_dtype = core::DType::kF32;
   EXPECT_TRUE(Engine::Create(m, &backend, o).ok());  // the F32 cache still works
   auto stream = backend.CreateStream();
@@ -325,6 +390,8 @@ TEST(Int8EngineTest, BackendWithoutInt8OpsIsUnimplemented) {
 
 TEST(Int8EngineTest, KvDTypeParserAndBackendSupport) {
   EXPECT_EQ(*ParseKvDType("f32"), core::DType::kF32);
+  EXPECT_EQ(*ParseKvDType("f16"), core::DType::kF16);
+  EXPECT_EQ(ParseKvDType("bf16").status().code(), absl::StatusCode::kInvalidArgument);
   EXPECT_EQ(*ParseKvDType("int8"), core::DType::kI8);
   EXPECT_EQ(*ParseKvDType("INT8"), core::DType::kI8);  // core::ParseDType's spellings
   EXPECT_EQ(ParseKvDType("fp8").status().code(), absl::StatusCode::kInvalidArgument);

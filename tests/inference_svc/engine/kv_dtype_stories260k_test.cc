@@ -1,7 +1,8 @@
-// INT8 KV on the real stories260K model (skipped without ../shared): mean next-token NLL
-// over a few TinyStories (the `kvfold eval` scoring, prefill of each story with all-row
-// logits, which equals token-by-token decode bit for bit) with an int8 cache vs the F32
-// cache, in full and sliding mode: within 1%, and not identical (int8 is really on).
+// The F16 and INT8 KV caches on the real stories260K model (skipped without ../shared):
+// mean next-token NLL over a few TinyStories (the `kvfold eval` scoring, prefill of each
+// story with all-row logits, which equals token-by-token decode bit for bit) with each
+// cache vs the F32 cache, in full and sliding mode: within 0.01 % (f16) or 1 % (int8), and
+// not identical (the cache type is really on).
 #include <cmath>
 #include <fstream>
 #include <sstream>
@@ -58,7 +59,14 @@ double MeanNll(Engine& engine, const Tokenizer& tokenizer, const std::string& te
   return total / *count;
 }
 
-TEST(Int8Stories260KTest, NllWithin1PercentOfF32) {
+struct DTypeCase {
+  core::DType dtype;
+  double max_relative_change;
+};
+
+class KvDTypeStories260KTest : public ::testing::TestWithParam<DTypeCase> {};
+
+TEST_P(KvDTypeStories260KTest, NllCloseToF32) {
   if (!testing::HaveStories260K()) {
     GTEST_SKIP() << "stories260K not found under " << testing::Stories260K()
                  << " (set KVFOLD_SHARED_DIR)";
@@ -74,21 +82,28 @@ TEST(Int8Stories260KTest, NllWithin1PercentOfF32) {
   options.kv_pool_bytes = 16 << 20;
   options.max_batch_tokens = 512;
   auto f32 = Engine::Create(*m, backend.get(), options);
-  options.kv_dtype = core::DType::kI8;
-  auto i8 = Engine::Create(*m, backend.get(), options);
-  ASSERT_TRUE(f32.ok() && i8.ok());
+  options.kv_dtype = GetParam().dtype;
+  auto other = Engine::Create(*m, backend.get(), options);
+  ASSERT_TRUE(f32.ok() && other.ok());
+  const char* name = core::DTypeName(GetParam().dtype);
   for (const KvPolicy& policy : {KvPolicy::Full(), KvPolicy::Sliding(112)}) {
-    int64_t n_f32 = 0, n_i8 = 0;
+    int64_t n_f32 = 0, n_other = 0;
     const double nll_f32 = MeanNll(**f32, **tokenizer, text, policy, 20, &n_f32);
-    const double nll_i8 = MeanNll(**i8, **tokenizer, text, policy, 20, &n_i8);
-    EXPECT_EQ(n_f32, n_i8);
-    EXPECT_NE(nll_f32, nll_i8);
-    EXPECT_LT(std::fabs(nll_i8 - nll_f32) / nll_f32, 0.01);
-    std::printf("window %d: f32 %.5f int8 %.5f (%+.3f%%) over %lld tokens\n", policy.window,
-                nll_f32, nll_i8, 100.0 * (nll_i8 - nll_f32) / nll_f32,
-                static_cast<long long>(n_f32));
+    const double nll = MeanNll(**other, **tokenizer, text, policy, 20, &n_other);
+    EXPECT_EQ(n_f32, n_other);
+    EXPECT_NE(nll_f32, nll);
+    EXPECT_LT(std::fabs(nll - nll_f32) / nll_f32, GetParam().max_relative_change);
+    std::printf("window %d: f32 %.5f %s %.5f (%+.4f%%) over %lld tokens\n", policy.window, nll_f32,
+                name, nll, 100.0 * (nll - nll_f32) / nll_f32, static_cast<long long>(n_f32));
   }
 }
+
+INSTANTIATE_TEST_SUITE_P(KvDTypes, KvDTypeStories260KTest,
+                         ::testing::Values(DTypeCase{core::DType::kF16, 0.0001},
+                                           DTypeCase{core::DType::kI8, 0.01}),
+                         [](const auto& info) {
+                           return std::string(core::DTypeName(info.param.dtype));
+                         });
 
 }  // namespace
 }  // namespace kvfold::engine

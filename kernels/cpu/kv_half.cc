@@ -1,0 +1,90 @@
+// The fp16 KV cache's conversions: F32 rows rounded into the cache (StoreKv), and cache
+// entries widened back to F32 as attention reads them. Widening is exact, and rounding is
+// to the nearest fp16 with ties to even on every path (VCVTPS2PH with the rounding mode
+// in its immediate; common/fp16.h's Fp32ToFp16 on the portable one), so the cache's bits
+// do not depend on the ISA.
+// GCC 12's AVX-512 conversion intrinsics read an undefined vector (false positives).
+#pragma GCC diagnostic ignored "-Wuninitialized"
+#pragma GCC diagnostic ignored "-Wmaybe-uninitialized"
+#include <immintrin.h>
+
+#include <cstring>
+
+#include "common/fp16.h"
+#include "kernels/cpu/cpu_ops.h"
+#include "kernels/cpu/isa.h"
+
+namespace kvfold::kernels::cpu {
+namespace {
+
+#define KVFOLD_KV_HALF_AVX512 __attribute__((target("avx512f,avx512bw,avx512vl,avx512dq")))
+#define KVFOLD_KV_HALF_AVX2 __attribute__((target("avx2,fma,f16c")))
+
+constexpr int kRound = _MM_FROUND_TO_NEAREST_INT | _MM_FROUND_NO_EXC;
+
+KVFOLD_KV_HALF_AVX512 void FloatToHalfAvx512(const float* f, int64_t n, uint16_t* h) {
+  int64_t i = 0;
+  for (; i + 16 <= n; i += 16) {
+    _mm256_storeu_si256(reinterpret_cast<__m256i*>(h + i),
+                        _mm512_cvtps_ph(_mm512_loadu_ps(f + i), kRound));
+  }
+  if (i < n) {
+    const __mmask16 m = static_cast<__mmask16>((1u << (n - i)) - 1);
+    _mm256_mask_storeu_epi16(h + i, m, _mm512_cvtps_ph(_mm512_maskz_loadu_ps(m, f + i), kRound));
+  }
+}
+
+KVFOLD_KV_HALF_AVX2 void FloatToHalfAvx2(const float* f, int64_t n, uint16_t* h) {
+  int64_t i = 0;
+  for (; i + 8 <= n; i += 8) {
+    _mm_storeu_si128(reinterpret_cast<__m128i*>(h + i),
+                     _mm256_cvtps_ph(_mm256_loadu_ps(f + i), kRound));
+  }
+  for (; i < n; ++i) h[i] = Fp32ToFp16(f[i]);
+}
+
+void FloatToHalfPortable(const float* f, int64_t n, uint16_t* h) {
+  for (int64_t i = 0; i < n; ++i) h[i] = Fp32ToFp16(f[i]);
+}
+
+}  // namespace
+
+KVFOLD_KV_HALF_AVX512 void HalfToFloatAvx512(const uint16_t* h, int n, float* f) {
+  int i = 0;
+  for (; i + 16 <= n; i += 16) {
+    _mm512_storeu_ps(f + i,
+                     _mm512_cvtph_ps(_mm256_loadu_si256(reinterpret_cast<const __m256i*>(h + i))));
+  }
+  if (i < n) {
+    const __mmask16 m = static_cast<__mmask16>((1u << (n - i)) - 1);
+    _mm512_mask_storeu_ps(f + i, m, _mm512_cvtph_ps(_mm256_maskz_loadu_epi16(m, h + i)));
+  }
+}
+
+KVFOLD_KV_HALF_AVX2 void HalfToFloatAvx2(const uint16_t* h, int n, float* f) {
+  int i = 0;
+  for (; i + 8 <= n; i += 8) {
+    _mm256_storeu_ps(f + i,
+                     _mm256_cvtph_ps(_mm_loadu_si128(reinterpret_cast<const __m128i*>(h + i))));
+  }
+  for (; i < n; ++i) f[i] = Fp16ToFp32(h[i]);
+}
+
+void HalfToFloatPortable(const uint16_t* h, int n, float* f) {
+  for (int i = 0; i < n; ++i) f[i] = Fp16ToFp32(h[i]);
+}
+
+void StoreKvHalf(const float* k, const float* v, const int32_t* slots, int64_t n, int64_t kv_dim,
+                 uint16_t* k_cache, uint16_t* v_cache) {
+  const Isa isa = ActiveIsa();
+  auto convert = isa == Isa::kAvx512 ? FloatToHalfAvx512
+                 : isa == Isa::kAvx2 ? FloatToHalfAvx2
+                                     : FloatToHalfPortable;
+  for (int64_t i = 0; i < n; ++i) {
+    const int64_t dst = int64_t{slots[i]} * kv_dim;
+    convert(k + i * kv_dim, kv_dim, k_cache + dst);
+    convert(v + i * kv_dim, kv_dim, v_cache + dst);
+  }
+}
+
+}  // namespace kvfold::kernels::cpu

@@ -1,0 +1,274 @@
+// The fp16 KV cache on the CPU backends: StoreKv rounds each value to the nearest fp16
+// (ties to even) with the same bits on every ISA path and on both backends; Attention and
+// AttentionPart over an fp16 cache give exactly the bits of the F32 kernels over a cache
+// holding the widened values, row by row whatever the batch; mixed or unsupported cache
+// types are refused.
+#include <cmath>
+#include <cstring>
+#include <limits>
+#include <random>
+
+#include "common/fp16.h"
+#include "gtest/gtest.h"
+#include "kernels/backend.h"
+#include "kernels/cpu/isa.h"
+
+namespace kvfold::kernels {
+namespace {
+
+using core::DType;
+
+Tensor T(void* p, DType dt, std::initializer_list<int64_t> shape) {
+  return MakeTensor(p, dt, shape);
+}
+
+std::vector<float> Random(size_t n, uint32_t seed, float scale = 1.0f) {
+  std::mt19937 rng(seed);
+  std::uniform_real_distribution<float> u(-scale, scale);
+  std::vector<float> v(n);
+  for (float& x : v) x = u(rng);
+  return v;
+}
+
+std::vector<float> RopeTable(int rows, int hd) {
+  std::vector<float> rope(static_cast<size_t>(rows) * hd);
+  for (int p = 0; p < rows; ++p) {
+    for (int i = 0; i < hd / 2; ++i) {
+      const double a = p * std::pow(10000.0, -2.0 * i / hd);
+      rope[p * hd + i] = static_cast<float>(std::cos(a));
+      rope[p * hd + hd / 2 + i] = static_cast<float>(std::sin(a));
+    }
+  }
+  return rope;
+}
+
+class IsaScope {
+ public:
+  explicit IsaScope(cpu::Isa isa) { cpu::SetActiveIsaForTesting(isa); }
+  ~IsaScope() { cpu::SetActiveIsaForTesting(cpu::CpuBestIsa()); }
+};
+
+std::vector<cpu::Isa> RunnableIsas() {
+  std::vector<cpu::Isa> isas;
+  for (int i = 0; i <= static_cast<int>(cpu::CpuBestIsa()); ++i) {
+    isas.push_back(static_cast<cpu::Isa>(i));
+  }
+  return isas;
+}
+
+struct Rig {
+  std::unique_ptr<Backend> ref = CreateCpuBackend({1, true});
+  std::unique_ptr<Backend> opt = CreateCpuBackend({2, false});
+  std::unique_ptr<Stream> s1 = ref->CreateStream();
+  std::unique_ptr<Stream> s2 = opt->CreateStream();
+};
+
+// Values that probe the rounding: ties between fp16 neighbours (to even), fp16 subnormals,
+// the overflow edge, signed zeros, and random values at several scales.
+std::vector<float> RoundingProbes(size_t n) {
+  std::vector<float> v = {1.0f + 1.0f / 2048,  // tie: 1 and 1 + 2^-10, to even (1)
+                          1.0f + 3.0f / 2048,  // tie, to even (1 + 2^-9)
+                          -(1.0f + 1.0f / 2048),
+                          6.1e-5f,
+                          3.0e-8f,
+                          5.96e-8f,
+                          -2.9e-8f,
+                          65504.0f,
+                          65519.0f,
+                          65520.0f,
+                          1e9f,
+                          -1e9f,
+                          0.0f,
+                          -0.0f};
+  const auto r = Random(n, 7, 300.0f);
+  for (size_t i = v.size(); i < n; ++i) v.push_back(r[i] * (i % 3 == 0 ? 1e-3f : 1.0f));
+  v.resize(n);
+  return v;
+}
+
+TEST(F16KvTest, StoreRoundsToNearestEvenOnEveryPathAndBackend) {
+  Rig r;
+  const int kv_dim = 37, blocks = 3, bs = 4, n = 5;  // 37: a 16-lane and an 8-lane tail
+  const auto k = RoundingProbes(static_cast<size_t>(n) * kv_dim);
+  auto v = k;
+  std::reverse(v.begin(), v.end());
+  const std::vector<int32_t> slots = {7, 0, 11, 3, 4};
+  std::vector<uint16_t> want_k(blocks * bs * kv_dim, 0), want_v(want_k.size(), 0);
+  for (int i = 0; i < n; ++i) {
+    for (int c = 0; c < kv_dim; ++c) {
+      want_k[slots[i] * kv_dim + c] = Fp32ToFp16(k[i * kv_dim + c]);
+      want_v[slots[i] * kv_dim + c] = Fp32ToFp16(v[i * kv_dim + c]);
+    }
+  }
+  EXPECT_EQ(want_k[7 * kv_dim + 0], 0x3c00);  // the ties went to even
+  EXPECT_EQ(want_k[7 * kv_dim + 1], 0x3c02);
+  EXPECT_EQ(want_k[7 * kv_dim + 9], 0x7c00);  // 65520 overflows to inf
+  for (cpu::Isa isa : RunnableIsas()) {
+    SCOPED_TRACE(cpu::IsaName(isa));
+    IsaScope scope(isa);
+    for (Backend* be : {r.ref.get(), r.opt.get()}) {
+      SCOPED_TRACE(be->Name());
+      std::unique_ptr<Stream> st = be->CreateStream();
+      std::vector<uint16_t> kc(want_k.size(), 0), vc(want_v.size(), 0);
+      ASSERT_TRUE(be->StoreKv(*st, T(const_cast<float*>(k.data()), DType::kF32, {n, kv_dim}),
+                              T(v.data(), DType::kF32, {n, kv_dim}),
+                              T(const_cast<int32_t*>(slots.data()), DType::kI32, {n}),
+                              T(kc.data(), DType::kF16, {blocks, bs, kv_dim}),
+                              T(vc.data(), DType::kF16, {blocks, bs, kv_dim}))
+                      .ok());
+      EXPECT_EQ(kc, want_k);
+      EXPECT_EQ(vc, want_v);
+    }
+  }
+}
+
+TEST(F16KvTest, BadCachesAreRefused) {
+  Rig r;
+  const int kv_dim = 8, n = 2;
+  std::vector<float> k(n * kv_dim, 1.0f), f32_cache(4 * kv_dim);
+  std::vector<uint16_t> h(4 * kv_dim);
+  std::vector<int32_t> slots = {0, 3};
+  auto kt = T(k.data(), DType::kF32, {n, kv_dim});
+  auto st = T(slots.data(), DType::kI32, {n});
+  auto half = T(h.data(), DType::kF16, {1, 4, kv_dim});
+  auto f32 = T(f32_cache.data(), DType::kF32, {1, 4, kv_dim});
+  auto bf16 = T(h.data(), DType::kBF16, {1, 4, kv_dim});
+  for (Backend* be : {r.ref.get(), r.opt.get()}) {
+    SCOPED_TRACE(be->Name());
+    EXPECT_TRUE(be->SupportsF16Kv());
+    std::unique_ptr<Stream> s = be->CreateStream();
+    EXPECT_EQ(be->StoreKv(*s, kt, kt, st, half, f32).code(), absl::StatusCode::kInvalidArgument);
+    EXPECT_EQ(be->StoreKv(*s, kt, kt, st, bf16, bf16).code(), absl::StatusCode::kInvalidArgument);
+    slots[1] = 4;  // past the cache
+    EXPECT_EQ(be->StoreKv(*s, kt, kt, st, half, half).code(), absl::StatusCode::kOutOfRange);
+    slots[1] = 3;
+    EXPECT_TRUE(be->StoreKv(*s, kt, kt, st, half, half).ok());
+  }
+}
+
+// Paged attention inputs over one cache of both types: the fp16 one and its exact F32
+// widening.
+struct Case {
+  int heads, kv_heads, hd, bs = 16, blocks = 8, n = 70, prefix = 3;
+  std::vector<uint16_t> kh, vh;
+  std::vector<float> kw, vw, q, rope;
+  std::vector<int32_t> tables = {6, 3, 0, 7, 1, 5, 2};  // prefix: {6}; main: the rest
+  std::vector<AttnRow> rows;
+  AttentionShape shape;
+
+  Case(int heads_, int kv_heads_, int hd_) : heads(heads_), kv_heads(kv_heads_), hd(hd_) {
+    const int kv_dim = kv_heads * hd;
+    const auto k = Random(static_cast<size_t>(blocks) * bs * kv_dim, 21, 2.0f);
+    const auto v = Random(k.size(), 22);
+    for (float x : k) kh.push_back(Fp32ToFp16(x));
+    for (float x : v) vh.push_back(Fp32ToFp16(x));
+    for (uint16_t x : kh) kw.push_back(Fp16ToFp32(x));
+    for (uint16_t x : vh) vw.push_back(Fp16ToFp32(x));
+    q = Random(static_cast<size_t>(n) * heads * hd, 23);
+    rope = RopeTable(128, hd);
+    for (int i = 0; i < n; ++i) {
+      rows.push_back({.prefix_table = 0,
+                      .prefix_visible = prefix,
+                      .prefix_pos_base = 0,
+                      .prefix_pos_stride = 1,
+                      .main_table = 1,
+                      .main_front = 0,
+                      .main_lo = 0,
+                      .main_hi = i + 1,
+                      .main_pos_lo = prefix});
+    }
+    shape = {heads, kv_heads, hd, bs, 1.0f / std::sqrt(static_cast<float>(hd))};
+  }
+  Tensor Cache(bool half, bool key) {
+    const int kv_dim = kv_heads * hd;
+    if (half) return T(key ? kh.data() : vh.data(), DType::kF16, {blocks, bs, kv_dim});
+    return T(key ? kw.data() : vw.data(), DType::kF32, {blocks, bs, kv_dim});
+  }
+  // Rows [row0, row0 + nrows) into the same rows of out.
+  absl::Status Run(Backend& be, Stream& st, bool half, std::vector<float>& out, int row0,
+                   int nrows) {
+    const int q_dim = heads * hd;
+    return be.Attention(st, T(q.data() + row0 * q_dim, DType::kF32, {nrows, q_dim}),
+                        Cache(half, true), Cache(half, false),
+                        T(rows.data() + row0, DType::kI32, {nrows, kAttnRowFields}),
+                        T(tables.data(), DType::kI32, {static_cast<int64_t>(tables.size())}),
+                        T(rope.data(), DType::kF32, {128, hd}), shape,
+                        T(out.data() + row0 * q_dim, DType::kF32, {nrows, q_dim}));
+  }
+};
+
+bool SameBits(const std::vector<float>& a, const std::vector<float>& b) {
+  return a.size() == b.size() && std::memcmp(a.data(), b.data(), a.size() * sizeof(float)) == 0;
+}
+
+// hd 12: the transposed-tile scores; 40: key-row scores with a partial chunk; 64, 80:
+// whole chunks (the F32 kernel reads those values in place, the fp16 one from its copy).
+TEST(F16KvTest, AttentionEqualsF32OnTheWidenedCacheRowByRow) {
+  Rig r;
+  for (const int hd : {12, 40, 64, 80}) {
+    SCOPED_TRACE(hd);
+    Case c(6, 3, hd);
+    std::vector<float> ref_half(c.q.size()), ref_f32(c.q.size());
+    ASSERT_TRUE(c.Run(*r.ref, *r.s1, true, ref_half, 0, c.n).ok());
+    ASSERT_TRUE(c.Run(*r.ref, *r.s1, false, ref_f32, 0, c.n).ok());
+    EXPECT_TRUE(SameBits(ref_half, ref_f32));
+    for (cpu::Isa isa : RunnableIsas()) {
+      SCOPED_TRACE(cpu::IsaName(isa));
+      IsaScope scope(isa);
+      std::vector<float> half(c.q.size()), f32(c.q.size()), single(c.q.size());
+      ASSERT_TRUE(c.Run(*r.opt, *r.s2, true, half, 0, c.n).ok());
+      ASSERT_TRUE(c.Run(*r.opt, *r.s2, false, f32, 0, c.n).ok());
+      for (int i = 0; i < c.n; ++i) ASSERT_TRUE(c.Run(*r.opt, *r.s2, true, single, i, 1).ok());
+      EXPECT_TRUE(SameBits(half, f32));
+      EXPECT_TRUE(SameBits(half, single));  // decode rows == prefill rows
+      for (size_t i = 0; i < half.size(); ++i) ASSERT_NEAR(half[i], ref_half[i], 1e-5) << i;
+    }
+  }
+}
+
+TEST(F16KvTest, KeySlicesGiveTheBitsOfOneCall) {
+  Rig r;
+  Case c(4, 2, 64);
+  const int q_dim = c.heads * c.hd;
+  std::vector<float> whole(c.q.size());
+  ASSERT_TRUE(c.Run(*r.opt, *r.s2, true, whole, 0, c.n).ok());
+  std::vector<float> state(static_cast<size_t>(c.n) * c.heads * (c.hd + 2));
+  for (int slice : {16, 32, 48}) {
+    SCOPED_TRACE(slice);
+    std::vector<float> out(c.q.size(), -1.0f);
+    for (int k0 = 0; k0 < c.prefix + c.n; k0 += slice) {
+      ASSERT_TRUE(r.opt
+                      ->AttentionPart(
+                          *r.s2, T(c.q.data(), DType::kF32, {c.n, q_dim}), c.Cache(true, true),
+                          c.Cache(true, false),
+                          T(c.rows.data(), DType::kI32, {c.n, kAttnRowFields}),
+                          T(c.tables.data(), DType::kI32, {static_cast<int64_t>(c.tables.size())}),
+                          T(c.rope.data(), DType::kF32, {128, c.hd}), c.shape, k0, k0 + slice,
+                          T(state.data(), DType::kF32, {c.n, c.heads * (c.hd + 2)}),
+                          T(out.data(), DType::kF32, {c.n, q_dim}))
+                      .ok());
+    }
+    EXPECT_TRUE(SameBits(whole, out));
+  }
+}
+
+TEST(F16KvTest, MixedCacheTypesAreRefused) {
+  Rig r;
+  Case c(4, 2, 16);
+  const int q_dim = c.heads * c.hd;
+  std::vector<float> out(c.q.size());
+  for (Backend* be : {r.ref.get(), r.opt.get()}) {
+    std::unique_ptr<Stream> st = be->CreateStream();
+    EXPECT_EQ(
+        be->Attention(*st, T(c.q.data(), DType::kF32, {c.n, q_dim}), c.Cache(true, true),
+                      c.Cache(false, false), T(c.rows.data(), DType::kI32, {c.n, kAttnRowFields}),
+                      T(c.tables.data(), DType::kI32, {7}),
+                      T(c.rope.data(), DType::kF32, {128, c.hd}), c.shape,
+                      T(out.data(), DType::kF32, {c.n, q_dim}))
+            .code(),
+        absl::StatusCode::kInvalidArgument);
+  }
+}
+
+}  // namespace
+}  // namespace kvfold::kernels
