@@ -5,7 +5,7 @@
 //
 //   bench_engine [--stories PATH] [--no-big] [--quick] [--threads N]
 //                [--contexts 128,1024,4096,16384] [--decode-steps N] [--window 1024]
-//                [--kv-dtypes f32,int8] [--modes full,sliding,sink] [--no-gemm]
+//                [--kv-dtypes f32,f16,int8] [--modes full,sliding,sink] [--no-gemm]
 //                [--batch-sizes 1,16] [--batch-rounds 3] [--batch-prompt-tokens 8]
 //                [--prefill-pieces N]
 //
@@ -18,13 +18,13 @@
 // read per token (all weights once + the K/V of the entries the token attends to), for
 // the copy bandwidth, the read-only bandwidth and the STREAM triad bandwidth.
 // With several --kv-dtypes every row is measured for each KV cache type, the types
-// alternating row by row, and "kv_dtype_ratios" puts int8 beside f32 (prefill and decode
-// tok per CPU-second, bytes per token).
+// alternating row by row, and "kv_dtype_ratios" puts each of the others beside f32
+// (prefill and decode tok per CPU-second, bytes per token).
 // INT8 rows use real prefills only (synthetic K/V would skip the quantizer).
 // --batch-sizes adds "batch_decode" for the --stories model: N sequences decoding in one
-// Forward per step, beside one (batch_decode.h). --prefill-pieces adds "prefill_pieces":
-// the time of every piece of an N-token full-mode prompt fed as the scheduler feeds it,
-// per band of context (prefill_pieces.h).
+// Forward per step, beside one (batch_decode.h), over the first --kv-dtypes cache type.
+// --prefill-pieces adds "prefill_pieces": the time of every piece of an N-token full-mode prompt
+// fed as the scheduler feeds it, per band of context (prefill_pieces.h).
 #include <immintrin.h>
 
 #include <algorithm>
@@ -253,7 +253,7 @@ json BenchModel(const std::string& name, const model::ModelFile& m, kernels::Bac
       for (int i = 0; i < ctx; ++i) ids[i] = 1 + (i * 7919) % (c.vocab_size - 1);
       json row = {{"model", name}, {"kv_dtype", core::DTypeName(o.kv_dtype)}, {"mode", mode},
                   {"context", ctx}};
-      if (ctx > o.max_prefill && o.kv_dtype != core::DType::kF32) continue;
+      if (ctx > o.max_prefill && o.kv_dtype == core::DType::kI8) continue;
       if (ctx <= o.max_prefill) {
         engine::SequenceInput in;
         in.token_ids = ids;
@@ -323,23 +323,29 @@ json BenchModel(const std::string& name, const model::ModelFile& m, kernels::Bac
 }
 
 // int8 / f32 for every (model, mode, context) measured with both KV cache types.
+// Each non-f32 KV type's rows beside the f32 rows of the same model, mode and context
+// (keys named after the type, e.g. decode_per_cpu_s_int8_over_f32).
 json KvDtypeRatios(const json& models) {
   json out = json::array();
   for (const json& a : models) {
-    if (!a.contains("results") || a["kv_dtype"] != "int8") continue;
+    if (!a.contains("results") || a["kv_dtype"] == "f32") continue;
+    const std::string dt = a["kv_dtype"].get<std::string>();
     for (const json& b : models) {
       if (!b.contains("results") || b["kv_dtype"] != "f32" || b["model"] != a["model"]) continue;
       for (const json& ra : a["results"]) {
         for (const json& rb : b["results"]) {
           if (ra["mode"] != rb["mode"] || ra["context"] != rb["context"]) continue;
-          json r = {{"model", a["model"]}, {"mode", ra["mode"]}, {"context", ra["context"]},
-                    {"decode_per_cpu_s_int8_over_f32",
-                     ra["decode_tok_per_cpu_s"].get<double>() / rb["decode_tok_per_cpu_s"].get<double>()},
-                    {"kv_bytes_per_token_int8_over_f32",
-                     a["kv_bytes_per_token"].get<double>() / b["kv_bytes_per_token"].get<double>()}};
+          json r = {
+              {"model", a["model"]},
+              {"mode", ra["mode"]},
+              {"context", ra["context"]},
+              {"decode_per_cpu_s_" + dt + "_over_f32",
+               ra["decode_tok_per_cpu_s"].get<double>() / rb["decode_tok_per_cpu_s"].get<double>()},
+              {"kv_bytes_per_token_" + dt + "_over_f32",
+               a["kv_bytes_per_token"].get<double>() / b["kv_bytes_per_token"].get<double>()}};
           if (ra["prefill_tok_per_cpu_s"].is_number() && rb["prefill_tok_per_cpu_s"].is_number()) {
-            r["prefill_per_cpu_s_int8_over_f32"] =
-                ra["prefill_tok_per_cpu_s"].get<double>() / rb["prefill_tok_per_cpu_s"].get<double>();
+            r["prefill_per_cpu_s_" + dt + "_over_f32"] = ra["prefill_tok_per_cpu_s"].get<double>() /
+                                                         rb["prefill_tok_per_cpu_s"].get<double>();
           }
           out.push_back(r);
         }
@@ -368,7 +374,7 @@ int Main(int argc, char** argv) {
   app.add_option("--contexts", o.contexts, "context lengths (comma-separated)")->delimiter(',');
   app.add_option("--decode-steps", o.decode_steps, "timed decode steps per row");
   app.add_option("--window", o.window, "window of sliding/sink");
-  app.add_option("--kv-dtypes", kv_dtypes, "KV cache types (comma-separated: f32,int8)")
+  app.add_option("--kv-dtypes", kv_dtypes, "KV cache types (comma-separated: f32,f16,int8)")
       ->delimiter(',');
   app.add_option("--modes", o.modes, "KV modes (comma-separated)")
       ->delimiter(',')
@@ -453,9 +459,12 @@ int Main(int argc, char** argv) {
               *m, o);
     if (!batch.sizes.empty()) {
       batch.steps = o.decode_steps;
-      auto e = engine::Engine::Create(*m, backend.get());
+      engine::EngineOptions eo;
+      eo.kv_dtype = dtypes.empty() ? core::DType::kF32 : dtypes.front();
+      auto e = engine::Engine::Create(*m, backend.get(), eo);
       out["batch_decode"] = e.ok() ? bench::BenchBatchDecode(**e, batch)
                                    : json{{"error", e.status().ToString()}};
+      out["batch_decode"]["kv_dtype"] = core::DTypeName(eo.kv_dtype);
       std::fprintf(stderr, "batch decode: %s\n", out["batch_decode"].dump().c_str());
     }
     if (prefill_pieces > 0) {

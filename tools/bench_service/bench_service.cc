@@ -65,6 +65,7 @@ struct Flags {
   int fairness_rounds = 3;
   double fairness_alone_seconds = 0;
   bool skip_decode_resume = false;
+  bool batching_off = true;
   bool fairness_baseline = true;
   double prefill_stall = 1.0;
   int http_streams = 16;
@@ -106,6 +107,9 @@ void AddFlags(CLI::App& app, Flags& f) {
   app.add_option("--fairness-rounds", f.fairness_rounds, "alternating rounds (without / with the long prompt) of the fairness table")
       ->check(CLI::Range(1, 100));
   kvfold::AddSwitch(app, "--skip-decode-resume", f.skip_decode_resume, "run only the fairness table");
+  kvfold::AddSwitch(
+      app, "--batching-off", f.batching_off,
+      "decode table: also run every row with batching off (=false: batching on only)");
   kvfold::AddSwitch(app, "--fairness-baseline", f.fairness_baseline, "also run the fairness table with fixed chunks");
   app.add_option("--prefill-stall", f.prefill_stall, "the replica's prefill_stall in the fair fairness row");
   app.add_option("--http-streams", f.http_streams, "concurrent streams, HTTP vs gRPC (0 = skip)");
@@ -218,6 +222,7 @@ nlohmann::json DecodeRow(const Flags& flags, const std::string& store_address, i
   row["sessions"] = n;
   row["new_tokens_per_session"] = flags.new_tokens;
   for (bool batching : {true, false}) {
+    if (!batching && !flags.batching_off) break;
     Replica r = StartReplica(flags, store_address, batching, kvfold::v1::KV_MODE_FULL);
     *vocab = static_cast<int>(r.server->engine().config().vocab_size);
     const std::string tag = std::string(batching ? "on" : "off") + "-" + std::to_string(round) +
@@ -245,6 +250,14 @@ nlohmann::json DecodeRow(const Flags& flags, const std::string& store_address, i
     row[on + "_decode_tok_per_cpu_s"] = phase.tok_per_cpu_s;
     row[on + "_decode_window_ms"] = phase.window_ms;
     row[on + "_first_token_ms_max"] = phase.prompts_ms;
+  }
+  if (!flags.batching_off) {
+    std::fprintf(stderr,
+                 "decode %d sessions (round %d): %.0f tok/s batched (whole turns); "
+                 "decode phase only: %.1f tok/s batched\n",
+                 n, round + 1, row["batching_on_tok_s"].get<double>(),
+                 row["batching_on_decode_tok_s"].get<double>());
+    return row;
   }
   row["speedup"] = row["batching_on_tok_s"].get<double>() / row["batching_off_tok_s"].get<double>();
   std::fprintf(stderr,

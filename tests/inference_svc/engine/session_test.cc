@@ -151,7 +151,7 @@ TEST_P(SteadyStateTest, SteadyStateDecodeDoesNotAllocate) {
 }
 
 INSTANTIATE_TEST_SUITE_P(KvDTypes, SteadyStateTest,
-                         ::testing::Values(core::DType::kF32, core::DType::kI8),
+                         ::testing::Values(core::DType::kF32, core::DType::kF16, core::DType::kI8),
                          [](const auto& info) { return std::string(core::DTypeName(info.param)); });
 
 TEST(SamplerTest, RngMatchesXoshiroAndRestores) {

@@ -349,7 +349,8 @@ TEST_F(ServiceTest, BadInputForEveryRpc) {
 }
 
 // GetModelInfo reports what a token costs in the pool's own KV dtype: with int8 KV the
-// codes plus their share of the fp16 scales, not the f32 size (which overstated it ~3.7x).
+// codes plus their share of the fp16 scales, not the f32 size (which overstated it ~3.7x);
+// with f16 KV half the f32 size.
 TEST_F(ServiceTest, KvBytesPerTokenFollowsTheKvDtype) {
   auto bytes_per_token = [this] {
     grpc::ClientContext context;
@@ -372,6 +373,14 @@ TEST_F(ServiceTest, KvBytesPerTokenFollowsTheKvDtype) {
   ASSERT_TRUE(expected.ok()) << expected.status();
   EXPECT_EQ(int8.kv_bytes_per_token(), *expected);
   EXPECT_GT(f32.kv_bytes_per_token(), 3 * int8.kv_bytes_per_token());
+  StartReplica(64 << 20, "", "", [](ServiceConfig& c) { c.kv_dtype = core::DType::kF16; });
+  EXPECT_EQ(bytes_per_token().kv_bytes_per_token(), f32.kv_bytes_per_token() / 2);
+  // The f16 replica serves turns (its cache is used by every step).
+  ASSERT_TRUE(Create("half", v1::KV_MODE_FULL).ok());
+  grpc::ClientContext context;
+  int deltas = 0;
+  EXPECT_TRUE(CountDeltas(Turn("half", {1, 2, 3}, 5), &context, &deltas).ok());
+  EXPECT_GT(deltas, 0);
 }
 
 // A turn whose reservation can never fit the pool is refused before any token, without a

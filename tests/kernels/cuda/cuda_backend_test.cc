@@ -5,6 +5,7 @@
 // Tolerances (docs/cuda.md): F32 weights |gpu - cpu| <= 2e-3 + 2e-3 |cpu| on logits;
 // BF16 weights 0.05 + 0.02 |cpu| (the GPU feeds cuBLAS BF16 activations, the CPU keeps
 // them F32), plus identical greedy tokens on >= 95% of rows.
+// F16 KV (engine kv_dtype f16 on both backends): 4e-3 + 4e-3 |cpu|.
 // INT8 KV (engine kv_dtype int8 on both backends): 1e-2 + 1e-2 |cpu|. The two sides
 // quantize K/V that differ by F32 noise, so a value within that noise of a rounding
 // boundary gets a code one step apart (one step = amax / 127 of its group); the
@@ -114,6 +115,14 @@ TEST(CudaBackendModel, Bf16LlamaSlidingMatchesCpu) {
   KVFOLD_SKIP_WITHOUT_GPU();
   CompareModels(DType::kBF16, false, engine::KvPolicy::Sliding(50), 0.05, 0.02,
                 "bf16 llama sliding(50)");
+}
+
+// F16 KV on both sides: each side rounds K/V that differ by F32 noise to fp16, so a value
+// near a rounding boundary lands one fp16 step (2^-11 relative) apart.
+TEST(CudaBackendModel, F16KvLlamaSlidingMatchesCpu) {
+  KVFOLD_SKIP_WITHOUT_GPU();
+  CompareModels(DType::kF32, false, engine::KvPolicy::Sliding(50), 4e-3, 4e-3,
+                "f16 kv llama sliding(50)", core::DType::kF16);
 }
 
 // INT8 KV on both sides: the CUDA StoreKvInt8 / AttentionInt8 against the CPU reference
