@@ -121,7 +121,7 @@ struct TaskBuffers {
   float* acc;         // [kAttnMaxBlockRows * group, hdp]
   RowState* st;       // [kAttnMaxBlockRows * group]
   float* key_scales;  // [head_dim] INT8: the F32 key scales of the last block dequantized
-  float* key_f32;     // [head_dim] fp16: the widened key
+  float* key_f32;     // [kTile, head_dim] fp16: the tile's widened keys
 };
 
 // Scores by rows (each key's head_dim products in 16-lane chunks, then the lanes summed) from
@@ -164,20 +164,31 @@ class F32Kv {
   int kvh_;
 };
 
-// fp16 cache: each entry's key and value widened to F32 (exactly) by Widen, the conversion
-// of the task's ISA path, then used like an F32 cache's entry (the value from its copy).
-using WidenFn = void (*)(const uint16_t*, int, float*);
+// fp16 cache: a tile's keys and values widened to F32 (exactly) by Widen, the conversion of
+// the task's ISA path, one call for the tile's keys and one for its values (a call per
+// entry cost tiny heads more than the conversion), then used like an F32 cache's entries
+// (the values from their copies).
+using WidenFn = void (*)(const uint16_t* const*, int, int, float*, int);
 template <WidenFn Widen>
 class F16Kv {
  public:
-  F16Kv(const AttentionArgs& a, int kvh, float* key) : a_(a), kvh_(kvh), key_(key) {}
-  [[gnu::always_inline]] void Load(const KeyEntry& e, float* krot, float* v, const float** vrow) {
-    const int hd = a_.shape.head_dim, kv_dim = a_.shape.num_kv_heads * hd;
-    const int64_t off = e.Slot(a_.shape.block_size) * kv_dim + kvh_ * hd;
-    Widen(a_.k_half + off, hd, key_);
-    RotateHalf(key_, a_.rope + static_cast<int64_t>(e.pos) * hd, hd, krot);
-    Widen(a_.v_half + off, hd, v);
-    *vrow = v;
+  F16Kv(const AttentionArgs& a, int kvh, float* keys) : a_(a), kvh_(kvh), keys_(keys) {}
+  [[gnu::always_inline]] void LoadTile(Tile& tile, int hd, int hdp) {
+    const int kv_dim = a_.shape.num_kv_heads * hd;
+    const uint16_t* k_rows[kTile];
+    const uint16_t* v_rows[kTile];
+    for (int i = 0; i < tile.count; ++i) {
+      const int64_t off = tile.entry[i].Slot(a_.shape.block_size) * kv_dim + kvh_ * hd;
+      k_rows[i] = a_.k_half + off;
+      v_rows[i] = a_.v_half + off;
+    }
+    Widen(k_rows, tile.count, hd, keys_, hd);
+    Widen(v_rows, tile.count, hd, tile.vt, hdp);
+    for (int i = 0; i < tile.count; ++i) {
+      RotateHalf(keys_ + i * hd, a_.rope + static_cast<int64_t>(tile.entry[i].pos) * hd, hd,
+                 tile.kr + i * hd);
+      tile.vrow[i] = tile.vt + i * hdp;
+    }
   }
   [[gnu::always_inline]] void Prefetch(const KeyEntry& e) const {
     const int hd = a_.shape.head_dim, kv_dim = a_.shape.num_kv_heads * hd;
@@ -190,7 +201,7 @@ class F16Kv {
  private:
   const AttentionArgs& a_;
   int kvh_;
-  float* key_;  // [head_dim] the widened key before its rotation
+  float* keys_;  // [kTile, head_dim] the tile's widened keys before their rotation
 };
 
 // INT8 cache: codes * scales, except a row's own block (its page).
@@ -345,8 +356,12 @@ template <class Kv, class Update>
     tile.count = std::min(kTile, nk_max - t0);
     std::copy(next, next + tile.count, tile.entry);
     if (t0 + kTile < key_end) locate_tile(t0 + kTile);
-    for (int i = 0; i < tile.count; ++i) {
-      kv.Load(tile.entry[i], tile.kr + i * hd, tile.vt + i * hdp, &tile.vrow[i]);
+    if constexpr (requires { kv.LoadTile(tile, hd, hdp); }) {
+      kv.LoadTile(tile, hd, hdp);
+    } else {
+      for (int i = 0; i < tile.count; ++i) {
+        kv.Load(tile.entry[i], tile.kr + i * hd, tile.vt + i * hdp, &tile.vrow[i]);
+      }
     }
     std::fill(tile.kr + tile.count * hd, tile.kr + kTile * hd, 0.0f);
     if (!RowDots(hd)) TransposeKeys(tile.kr, hd, tile.kt);
@@ -535,9 +550,9 @@ constexpr float kNegligibleLogit = -64.0f;
   }  // namespace NS
 
 KVFOLD_TILED_ISA(avx512, __attribute__((target("avx512f,avx512bw,avx512vl,avx512dq"))),
-                 HalfToFloatAvx512)
-KVFOLD_TILED_ISA(avx2, __attribute__((target("avx2,fma"))), HalfToFloatAvx2)
-KVFOLD_TILED_ISA(portable, , HalfToFloatPortable)
+                 HalfRowsToFloatAvx512)
+KVFOLD_TILED_ISA(avx2, __attribute__((target("avx2,fma"))), HalfRowsToFloatAvx2)
+KVFOLD_TILED_ISA(portable, , HalfRowsToFloatPortable)
 #undef KVFOLD_TILED_ISA
 
 // The planner: row blocks of consecutive rows with the same key layout. Returns the
@@ -570,7 +585,7 @@ void RunTasks(ThreadPool& pool, const Task& proto, int64_t n, AttentionScratch& 
   if (scratch.per_thread.size() < static_cast<size_t>(threads)) scratch.per_thread.resize(threads);
   const size_t tile_floats = static_cast<size_t>(kTile) * (2 * hd + hdp);
   const size_t state_floats = static_cast<size_t>(kAttnMaxBlockRows) * group * (hdp + 2);
-  const size_t per_thread = 2 * tile_floats + state_floats + 2 * hd;
+  const size_t per_thread = 2 * tile_floats + state_floats + hd + static_cast<size_t>(kTile) * hd;
   for (auto& buf : scratch.per_thread) {
     if (buf.size() < per_thread) buf.resize(per_thread);
   }

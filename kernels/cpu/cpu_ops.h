@@ -181,11 +181,14 @@ void SealBlockInt8(const float* k_page, const float* v_page, int count, int kv_d
 void StoreKvHalf(const float* k, const float* v, const int32_t* slots, int64_t n, int64_t kv_dim,
                  uint16_t* k_cache, uint16_t* v_cache);
 
-// Widens n fp16 values to F32 (exact). One function per ISA path: the tiled attention
-// calls the one of its own path.
-void HalfToFloatAvx512(const uint16_t* h, int n, float* f);
-void HalfToFloatAvx2(const uint16_t* h, int n, float* f);
-void HalfToFloatPortable(const uint16_t* h, int n, float* f);
+// Widens n fp16 values of each of rows[0, count) to F32 (exact) into out + i * out_stride.
+// One function per ISA path: the tiled attention calls the one of its own path.
+void HalfRowsToFloatAvx512(const uint16_t* const* rows, int count, int n, float* out,
+                           int out_stride);
+void HalfRowsToFloatAvx2(const uint16_t* const* rows, int count, int n, float* out,
+                         int out_stride);
+void HalfRowsToFloatPortable(const uint16_t* const* rows, int count, int n, float* out,
+                             int out_stride);
 
 // Rotates x (head_dim floats) by row `cs` of the rope table (cos | sin halves).
 inline void RotateHalf(const float* x, const float* cs, int head_dim, float* out) {

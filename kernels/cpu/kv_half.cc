@@ -49,29 +49,40 @@ void FloatToHalfPortable(const float* f, int64_t n, uint16_t* h) {
 
 }  // namespace
 
-KVFOLD_KV_HALF_AVX512 void HalfToFloatAvx512(const uint16_t* h, int n, float* f) {
-  int i = 0;
-  for (; i + 16 <= n; i += 16) {
-    _mm512_storeu_ps(f + i,
-                     _mm512_cvtph_ps(_mm256_loadu_si256(reinterpret_cast<const __m256i*>(h + i))));
-  }
-  if (i < n) {
-    const __mmask16 m = static_cast<__mmask16>((1u << (n - i)) - 1);
-    _mm512_mask_storeu_ps(f + i, m, _mm512_cvtph_ps(_mm256_maskz_loadu_epi16(m, h + i)));
+KVFOLD_KV_HALF_AVX512 void HalfRowsToFloatAvx512(const uint16_t* const* rows, int count, int n,
+                                                 float* out, int out_stride) {
+  const __mmask16 tail = static_cast<__mmask16>((1u << (n % 16)) - 1);
+  for (int r = 0; r < count; ++r) {
+    const uint16_t* h = rows[r];
+    float* f = out + static_cast<int64_t>(r) * out_stride;
+    int i = 0;
+    for (; i + 16 <= n; i += 16) {
+      _mm512_storeu_ps(
+          f + i, _mm512_cvtph_ps(_mm256_loadu_si256(reinterpret_cast<const __m256i*>(h + i))));
+    }
+    if (i < n) _mm512_mask_storeu_ps(f + i, tail, _mm512_cvtph_ps(_mm256_maskz_loadu_epi16(tail, h + i)));
   }
 }
 
-KVFOLD_KV_HALF_AVX2 void HalfToFloatAvx2(const uint16_t* h, int n, float* f) {
-  int i = 0;
-  for (; i + 8 <= n; i += 8) {
-    _mm256_storeu_ps(f + i,
-                     _mm256_cvtph_ps(_mm_loadu_si128(reinterpret_cast<const __m128i*>(h + i))));
+KVFOLD_KV_HALF_AVX2 void HalfRowsToFloatAvx2(const uint16_t* const* rows, int count, int n,
+                                             float* out, int out_stride) {
+  for (int r = 0; r < count; ++r) {
+    const uint16_t* h = rows[r];
+    float* f = out + static_cast<int64_t>(r) * out_stride;
+    int i = 0;
+    for (; i + 8 <= n; i += 8) {
+      _mm256_storeu_ps(
+          f + i, _mm256_cvtph_ps(_mm_loadu_si128(reinterpret_cast<const __m128i*>(h + i))));
+    }
+    for (; i < n; ++i) f[i] = Fp16ToFp32(h[i]);
   }
-  for (; i < n; ++i) f[i] = Fp16ToFp32(h[i]);
 }
 
-void HalfToFloatPortable(const uint16_t* h, int n, float* f) {
-  for (int i = 0; i < n; ++i) f[i] = Fp16ToFp32(h[i]);
+void HalfRowsToFloatPortable(const uint16_t* const* rows, int count, int n, float* out,
+                             int out_stride) {
+  for (int r = 0; r < count; ++r) {
+    for (int i = 0; i < n; ++i) out[static_cast<int64_t>(r) * out_stride + i] = Fp16ToFp32(rows[r][i]);
+  }
 }
 
 void StoreKvHalf(const float* k, const float* v, const int32_t* slots, int64_t n, int64_t kv_dim,
