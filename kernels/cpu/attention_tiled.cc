@@ -165,10 +165,10 @@ class F32Kv {
 };
 
 // fp16 cache: a tile's keys and values widened to F32 (exactly) by Widen, the conversion of
-// the task's ISA path, one call for the tile's keys and one for its values (a call per
-// entry cost tiny heads more than the conversion), then used like an F32 cache's entries
-// (the values from their copies).
-using WidenFn = void (*)(const uint16_t* const*, int, int, float*, int);
+// the task's ISA path, in one call per tile (a call per entry cost tiny heads more than the
+// conversion), entry by entry (key, value), then used like an F32 cache's entries (the
+// values from their copies).
+using WidenFn = void (*)(const HalfPairs&);
 template <WidenFn Widen>
 class F16Kv {
  public:
@@ -182,8 +182,7 @@ class F16Kv {
       k_rows[i] = a_.k_half + off;
       v_rows[i] = a_.v_half + off;
     }
-    Widen(k_rows, tile.count, hd, keys_, hd);
-    Widen(v_rows, tile.count, hd, tile.vt, hdp);
+    Widen({k_rows, v_rows, tile.count, hd, keys_, hd, tile.vt, hdp});
     for (int i = 0; i < tile.count; ++i) {
       RotateHalf(keys_ + i * hd, a_.rope + static_cast<int64_t>(tile.entry[i].pos) * hd, hd,
                  tile.kr + i * hd);
@@ -550,9 +549,9 @@ constexpr float kNegligibleLogit = -64.0f;
   }  // namespace NS
 
 KVFOLD_TILED_ISA(avx512, __attribute__((target("avx512f,avx512bw,avx512vl,avx512dq"))),
-                 HalfRowsToFloatAvx512)
-KVFOLD_TILED_ISA(avx2, __attribute__((target("avx2,fma"))), HalfRowsToFloatAvx2)
-KVFOLD_TILED_ISA(portable, , HalfRowsToFloatPortable)
+                 HalfPairsToFloatAvx512)
+KVFOLD_TILED_ISA(avx2, __attribute__((target("avx2,fma"))), HalfPairsToFloatAvx2)
+KVFOLD_TILED_ISA(portable, , HalfPairsToFloatPortable)
 #undef KVFOLD_TILED_ISA
 
 // The planner: row blocks of consecutive rows with the same key layout. Returns the

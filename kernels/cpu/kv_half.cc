@@ -49,39 +49,49 @@ void FloatToHalfPortable(const float* f, int64_t n, uint16_t* h) {
 
 }  // namespace
 
-KVFOLD_KV_HALF_AVX512 void HalfRowsToFloatAvx512(const uint16_t* const* rows, int count, int n,
-                                                 float* out, int out_stride) {
+// The rows of one cache entry at a time: its key, then its value.
+KVFOLD_KV_HALF_AVX512 void HalfPairsToFloatAvx512(const HalfPairs& p) {
+  const int n = p.n;
   const __mmask16 tail = static_cast<__mmask16>((1u << (n % 16)) - 1);
-  for (int r = 0; r < count; ++r) {
-    const uint16_t* h = rows[r];
-    float* f = out + static_cast<int64_t>(r) * out_stride;
-    int i = 0;
-    for (; i + 16 <= n; i += 16) {
-      _mm512_storeu_ps(
-          f + i, _mm512_cvtph_ps(_mm256_loadu_si256(reinterpret_cast<const __m256i*>(h + i))));
+  for (int r = 0; r < p.count; ++r) {
+    for (int side = 0; side < 2; ++side) {
+      const uint16_t* h = side == 0 ? p.k_rows[r] : p.v_rows[r];
+      float* f = side == 0 ? p.k_out + static_cast<int64_t>(r) * p.k_stride
+                           : p.v_out + static_cast<int64_t>(r) * p.v_stride;
+      int i = 0;
+      for (; i + 16 <= n; i += 16) {
+        _mm512_storeu_ps(
+            f + i, _mm512_cvtph_ps(_mm256_loadu_si256(reinterpret_cast<const __m256i*>(h + i))));
+      }
+      if (i < n) {
+        _mm512_mask_storeu_ps(f + i, tail, _mm512_cvtph_ps(_mm256_maskz_loadu_epi16(tail, h + i)));
+      }
     }
-    if (i < n) _mm512_mask_storeu_ps(f + i, tail, _mm512_cvtph_ps(_mm256_maskz_loadu_epi16(tail, h + i)));
   }
 }
 
-KVFOLD_KV_HALF_AVX2 void HalfRowsToFloatAvx2(const uint16_t* const* rows, int count, int n,
-                                             float* out, int out_stride) {
-  for (int r = 0; r < count; ++r) {
-    const uint16_t* h = rows[r];
-    float* f = out + static_cast<int64_t>(r) * out_stride;
-    int i = 0;
-    for (; i + 8 <= n; i += 8) {
-      _mm256_storeu_ps(
-          f + i, _mm256_cvtph_ps(_mm_loadu_si128(reinterpret_cast<const __m128i*>(h + i))));
+KVFOLD_KV_HALF_AVX2 void HalfPairsToFloatAvx2(const HalfPairs& p) {
+  for (int r = 0; r < p.count; ++r) {
+    for (int side = 0; side < 2; ++side) {
+      const uint16_t* h = side == 0 ? p.k_rows[r] : p.v_rows[r];
+      float* f = side == 0 ? p.k_out + static_cast<int64_t>(r) * p.k_stride
+                           : p.v_out + static_cast<int64_t>(r) * p.v_stride;
+      int i = 0;
+      for (; i + 8 <= p.n; i += 8) {
+        _mm256_storeu_ps(
+            f + i, _mm256_cvtph_ps(_mm_loadu_si128(reinterpret_cast<const __m128i*>(h + i))));
+      }
+      for (; i < p.n; ++i) f[i] = Fp16ToFp32(h[i]);
     }
-    for (; i < n; ++i) f[i] = Fp16ToFp32(h[i]);
   }
 }
 
-void HalfRowsToFloatPortable(const uint16_t* const* rows, int count, int n, float* out,
-                             int out_stride) {
-  for (int r = 0; r < count; ++r) {
-    for (int i = 0; i < n; ++i) out[static_cast<int64_t>(r) * out_stride + i] = Fp16ToFp32(rows[r][i]);
+void HalfPairsToFloatPortable(const HalfPairs& p) {
+  for (int r = 0; r < p.count; ++r) {
+    for (int i = 0; i < p.n; ++i) {
+      p.k_out[static_cast<int64_t>(r) * p.k_stride + i] = Fp16ToFp32(p.k_rows[r][i]);
+      p.v_out[static_cast<int64_t>(r) * p.v_stride + i] = Fp16ToFp32(p.v_rows[r][i]);
+    }
   }
 }
 
