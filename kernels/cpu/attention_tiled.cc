@@ -36,6 +36,11 @@
 // dequantized entries. Vector code uses GCC vector extensions without FMA contraction
 // (-ffp-contract=off), so the AVX-512, AVX2 and portable builds (stamped out below with
 // target attributes) give identical bits too.
+// GCC 12's AVX-512 conversion intrinsics read an undefined vector (false positives).
+#pragma GCC diagnostic ignored "-Wuninitialized"
+#pragma GCC diagnostic ignored "-Wmaybe-uninitialized"
+#include <immintrin.h>
+
 #include <algorithm>
 #include <cmath>
 #include <cstring>
@@ -121,7 +126,7 @@ struct TaskBuffers {
   float* acc;         // [kAttnMaxBlockRows * group, hdp]
   RowState* st;       // [kAttnMaxBlockRows * group]
   float* key_scales;  // [head_dim] INT8: the F32 key scales of the last block dequantized
-  float* key_f32;     // [kTile, head_dim] fp16: the tile's widened keys
+  float* key_f32;     // [head_dim] fp16: the widened key
 };
 
 // Scores by rows (each key's head_dim products in 16-lane chunks, then the lanes summed) from
@@ -164,44 +169,58 @@ class F32Kv {
   int kvh_;
 };
 
-// fp16 cache: a tile's keys and values widened to F32 (exactly) by Widen, the conversion of
-// the task's ISA path, in one call per tile (a call per entry cost tiny heads more than the
-// conversion), entry by entry (key, value), then used like an F32 cache's entries (the
-// values from their copies).
-using WidenFn = void (*)(const HalfPairs&);
-template <WidenFn Widen>
-class F16Kv {
+// fp16 cache: each entry's key and value widened to F32 (exactly) as it is loaded, then used
+// like an F32 cache's entry (the value from its copy). Load is defined per ISA path
+// (KVFOLD_TILED_ISA), where the path's conversion inlines.
+class F16KvBase {
  public:
-  F16Kv(const AttentionArgs& a, int kvh, float* keys) : a_(a), kvh_(kvh), keys_(keys) {}
-  [[gnu::always_inline]] void LoadTile(Tile& tile, int hd, int hdp) {
-    const int kv_dim = a_.shape.num_kv_heads * hd;
-    const uint16_t* k_rows[kTile];
-    const uint16_t* v_rows[kTile];
-    for (int i = 0; i < tile.count; ++i) {
-      const int64_t off = tile.entry[i].Slot(a_.shape.block_size) * kv_dim + kvh_ * hd;
-      k_rows[i] = a_.k_half + off;
-      v_rows[i] = a_.v_half + off;
-    }
-    Widen({k_rows, v_rows, tile.count, hd, keys_, hd, tile.vt, hdp});
-    for (int i = 0; i < tile.count; ++i) {
-      RotateHalf(keys_ + i * hd, a_.rope + static_cast<int64_t>(tile.entry[i].pos) * hd, hd,
-                 tile.kr + i * hd);
-      tile.vrow[i] = tile.vt + i * hdp;
-    }
-  }
+  F16KvBase(const AttentionArgs& a, int kvh, float* key) : a_(a), kvh_(kvh), key_(key) {}
   [[gnu::always_inline]] void Prefetch(const KeyEntry& e) const {
-    const int hd = a_.shape.head_dim, kv_dim = a_.shape.num_kv_heads * hd;
-    const int64_t off = e.Slot(a_.shape.block_size) * kv_dim + kvh_ * hd;
-    PrefetchBytes(a_.k_half + off, hd * sizeof(uint16_t));
-    PrefetchBytes(a_.v_half + off, hd * sizeof(uint16_t));
+    const int64_t off = Offset(e);
+    PrefetchBytes(a_.k_half + off, a_.shape.head_dim * sizeof(uint16_t));
+    PrefetchBytes(a_.v_half + off, a_.shape.head_dim * sizeof(uint16_t));
   }
   const Tile& ForRow(int64_t, int, const Tile& shared, Tile&) { return shared; }
 
- private:
+ protected:
+  int64_t Offset(const KeyEntry& e) const {
+    const int hd = a_.shape.head_dim;
+    return e.Slot(a_.shape.block_size) * (a_.shape.num_kv_heads * hd) + kvh_ * hd;
+  }
   const AttentionArgs& a_;
   int kvh_;
-  float* keys_;  // [kTile, head_dim] the tile's widened keys before their rotation
+  float* key_;  // [head_dim] the widened key before its rotation
 };
+
+// The conversions of the paths (F16C: the AVX2 path requires it, isa.h).
+#define KVFOLD_WIDEN_AVX512 __attribute__((target("avx512f,avx512bw,avx512vl,avx512dq")))
+[[gnu::always_inline]] KVFOLD_WIDEN_AVX512 inline void WidenAvx512(const uint16_t* h, int n,
+                                                                   float* f) {
+  int i = 0;
+  for (; i + 16 <= n; i += 16) {
+    _mm512_storeu_ps(f + i,
+                     _mm512_cvtph_ps(_mm256_loadu_si256(reinterpret_cast<const __m256i*>(h + i))));
+  }
+  if (i < n) {
+    const __mmask16 m = static_cast<__mmask16>((1u << (n - i)) - 1);
+    _mm512_mask_storeu_ps(f + i, m, _mm512_cvtph_ps(_mm256_maskz_loadu_epi16(m, h + i)));
+  }
+}
+#undef KVFOLD_WIDEN_AVX512
+
+[[gnu::always_inline]] __attribute__((target("avx2,fma,f16c"))) inline void WidenAvx2(
+    const uint16_t* h, int n, float* f) {
+  int i = 0;
+  for (; i + 8 <= n; i += 8) {
+    _mm256_storeu_ps(f + i,
+                     _mm256_cvtph_ps(_mm_loadu_si128(reinterpret_cast<const __m128i*>(h + i))));
+  }
+  for (; i < n; ++i) f[i] = Fp16ToFp32(h[i]);
+}
+
+[[gnu::always_inline]] inline void WidenPortable(const uint16_t* h, int n, float* f) {
+  for (int i = 0; i < n; ++i) f[i] = Fp16ToFp32(h[i]);
+}
 
 // INT8 cache: codes * scales, except a row's own block (its page).
 class Int8Kv {
@@ -355,12 +374,8 @@ template <class Kv, class Update>
     tile.count = std::min(kTile, nk_max - t0);
     std::copy(next, next + tile.count, tile.entry);
     if (t0 + kTile < key_end) locate_tile(t0 + kTile);
-    if constexpr (requires { kv.LoadTile(tile, hd, hdp); }) {
-      kv.LoadTile(tile, hd, hdp);
-    } else {
-      for (int i = 0; i < tile.count; ++i) {
-        kv.Load(tile.entry[i], tile.kr + i * hd, tile.vt + i * hdp, &tile.vrow[i]);
-      }
+    for (int i = 0; i < tile.count; ++i) {
+      kv.Load(tile.entry[i], tile.kr + i * hd, tile.vt + i * hdp, &tile.vrow[i]);
     }
     std::fill(tile.kr + tile.count * hd, tile.kr + kTile * hd, 0.0f);
     if (!RowDots(hd)) TransposeKeys(tile.kr, hd, tile.kt);
@@ -538,8 +553,19 @@ constexpr float kNegligibleLogit = -64.0f;
     F32Kv kv(a, t.kvh);                                                                  \
     RunTask(t, kv, b, Update);                                                           \
   }                                                                                      \
+  struct F16Kv : F16KvBase {                                                             \
+    using F16KvBase::F16KvBase;                                                          \
+    ATTR inline void Load(const KeyEntry& e, float* krot, float* v, const float** vrow) {  \
+      const int hd = a_.shape.head_dim;                                                  \
+      const int64_t off = Offset(e);                                                     \
+      WIDEN(a_.k_half + off, hd, key_);                                                  \
+      RotateHalf(key_, a_.rope + static_cast<int64_t>(e.pos) * hd, hd, krot);            \
+      WIDEN(a_.v_half + off, hd, v);                                                     \
+      *vrow = v;                                                                         \
+    }                                                                                    \
+  };                                                                                     \
   ATTR void TaskF16(const Task& t, const AttentionArgs& a, TaskBuffers& b) {             \
-    F16Kv<WIDEN> kv(a, t.kvh, b.key_f32);                                                \
+    F16Kv kv(a, t.kvh, b.key_f32);                                                \
     RunTask(t, kv, b, Update);                                                           \
   }                                                                                      \
   ATTR void TaskI8(const Task& t, const AttentionArgsI8& a, TaskBuffers& b) {            \
@@ -549,9 +575,9 @@ constexpr float kNegligibleLogit = -64.0f;
   }  // namespace NS
 
 KVFOLD_TILED_ISA(avx512, __attribute__((target("avx512f,avx512bw,avx512vl,avx512dq"))),
-                 HalfPairsToFloatAvx512)
-KVFOLD_TILED_ISA(avx2, __attribute__((target("avx2,fma"))), HalfPairsToFloatAvx2)
-KVFOLD_TILED_ISA(portable, , HalfPairsToFloatPortable)
+                 WidenAvx512)
+KVFOLD_TILED_ISA(avx2, __attribute__((target("avx2,fma,f16c"))), WidenAvx2)
+KVFOLD_TILED_ISA(portable, , WidenPortable)
 #undef KVFOLD_TILED_ISA
 
 // The planner: row blocks of consecutive rows with the same key layout. Returns the
@@ -584,7 +610,7 @@ void RunTasks(ThreadPool& pool, const Task& proto, int64_t n, AttentionScratch& 
   if (scratch.per_thread.size() < static_cast<size_t>(threads)) scratch.per_thread.resize(threads);
   const size_t tile_floats = static_cast<size_t>(kTile) * (2 * hd + hdp);
   const size_t state_floats = static_cast<size_t>(kAttnMaxBlockRows) * group * (hdp + 2);
-  const size_t per_thread = 2 * tile_floats + state_floats + hd + static_cast<size_t>(kTile) * hd;
+  const size_t per_thread = 2 * tile_floats + state_floats + 2 * hd;
   for (auto& buf : scratch.per_thread) {
     if (buf.size() < per_thread) buf.resize(per_thread);
   }

@@ -181,22 +181,6 @@ void SealBlockInt8(const float* k_page, const float* v_page, int count, int kv_d
 void StoreKvHalf(const float* k, const float* v, const int32_t* slots, int64_t n, int64_t kv_dim,
                  uint16_t* k_cache, uint16_t* v_cache);
 
-// Widens fp16 cache entries to F32 (exact): for each i in [0, count), the n values at
-// k_rows[i] to k_out + i * k_stride, then those at v_rows[i] to v_out + i * v_stride. One
-// function per ISA path: the tiled attention calls the one of its own path.
-struct HalfPairs {
-  const uint16_t* const* k_rows;
-  const uint16_t* const* v_rows;
-  int count, n;
-  float* k_out;
-  int k_stride;
-  float* v_out;
-  int v_stride;
-};
-void HalfPairsToFloatAvx512(const HalfPairs& p);
-void HalfPairsToFloatAvx2(const HalfPairs& p);
-void HalfPairsToFloatPortable(const HalfPairs& p);
-
 // Rotates x (head_dim floats) by row `cs` of the rope table (cos | sin halves).
 inline void RotateHalf(const float* x, const float* cs, int head_dim, float* out) {
   const int half = head_dim / 2;

@@ -1,8 +1,7 @@
-// The fp16 KV cache's conversions: F32 rows rounded into the cache (StoreKv), and cache
-// entries widened back to F32 as attention reads them. Widening is exact, and rounding is
-// to the nearest fp16 with ties to even on every path (VCVTPS2PH with the rounding mode
-// in its immediate; common/fp16.h's Fp32ToFp16 on the portable one), so the cache's bits
-// do not depend on the ISA.
+// StoreKv into an fp16 cache: F32 rows rounded to the nearest fp16 with ties to even on
+// every path (VCVTPS2PH with the rounding mode in its immediate; common/fp16.h's
+// Fp32ToFp16 on the portable one), so the cache's bits do not depend on the ISA.
+// (Attention widens entries back, exactly, in attention_tiled.cc.)
 // GCC 12's AVX-512 conversion intrinsics read an undefined vector (false positives).
 #pragma GCC diagnostic ignored "-Wuninitialized"
 #pragma GCC diagnostic ignored "-Wmaybe-uninitialized"
@@ -48,52 +47,6 @@ void FloatToHalfPortable(const float* f, int64_t n, uint16_t* h) {
 }
 
 }  // namespace
-
-// The rows of one cache entry at a time: its key, then its value.
-KVFOLD_KV_HALF_AVX512 void HalfPairsToFloatAvx512(const HalfPairs& p) {
-  const int n = p.n;
-  const __mmask16 tail = static_cast<__mmask16>((1u << (n % 16)) - 1);
-  for (int r = 0; r < p.count; ++r) {
-    for (int side = 0; side < 2; ++side) {
-      const uint16_t* h = side == 0 ? p.k_rows[r] : p.v_rows[r];
-      float* f = side == 0 ? p.k_out + static_cast<int64_t>(r) * p.k_stride
-                           : p.v_out + static_cast<int64_t>(r) * p.v_stride;
-      int i = 0;
-      for (; i + 16 <= n; i += 16) {
-        _mm512_storeu_ps(
-            f + i, _mm512_cvtph_ps(_mm256_loadu_si256(reinterpret_cast<const __m256i*>(h + i))));
-      }
-      if (i < n) {
-        _mm512_mask_storeu_ps(f + i, tail, _mm512_cvtph_ps(_mm256_maskz_loadu_epi16(tail, h + i)));
-      }
-    }
-  }
-}
-
-KVFOLD_KV_HALF_AVX2 void HalfPairsToFloatAvx2(const HalfPairs& p) {
-  for (int r = 0; r < p.count; ++r) {
-    for (int side = 0; side < 2; ++side) {
-      const uint16_t* h = side == 0 ? p.k_rows[r] : p.v_rows[r];
-      float* f = side == 0 ? p.k_out + static_cast<int64_t>(r) * p.k_stride
-                           : p.v_out + static_cast<int64_t>(r) * p.v_stride;
-      int i = 0;
-      for (; i + 8 <= p.n; i += 8) {
-        _mm256_storeu_ps(
-            f + i, _mm256_cvtph_ps(_mm_loadu_si128(reinterpret_cast<const __m128i*>(h + i))));
-      }
-      for (; i < p.n; ++i) f[i] = Fp16ToFp32(h[i]);
-    }
-  }
-}
-
-void HalfPairsToFloatPortable(const HalfPairs& p) {
-  for (int r = 0; r < p.count; ++r) {
-    for (int i = 0; i < p.n; ++i) {
-      p.k_out[static_cast<int64_t>(r) * p.k_stride + i] = Fp16ToFp32(p.k_rows[r][i]);
-      p.v_out[static_cast<int64_t>(r) * p.v_stride + i] = Fp16ToFp32(p.v_rows[r][i]);
-    }
-  }
-}
 
 void StoreKvHalf(const float* k, const float* v, const int32_t* slots, int64_t n, int64_t kv_dim,
                  uint16_t* k_cache, uint16_t* v_cache) {
