@@ -4,40 +4,25 @@
 // cache vs the F32 cache, in full and sliding mode: within 0.01 % (f16) or 1 % (int8), and
 // not identical (the cache type is really on).
 #include <cmath>
-#include <fstream>
-#include <sstream>
 
 #include "gtest/gtest.h"
 #include "inference_svc/engine/engine.h"
 #include "inference_svc/model/model_file.h"
 #include "inference_svc/tokenizer/tokenizer.h"
+#include "tests/inference_svc/tokenizer/test_util.h"
 #include "tests/testing/shared_dir.h"
 
 namespace kvfold::engine {
 namespace {
-
-std::string ReadAll(const std::string& path) {
-  std::ifstream in(path, std::ios::binary);
-  std::stringstream ss;
-  ss << in.rdbuf();
-  return ss.str();
-}
 
 // Mean NLL (nats/token) of the first `num_stories` stories under `policy`.
 double MeanNll(Engine& engine, const Tokenizer& tokenizer, const std::string& text,
                const KvPolicy& policy, int num_stories, int64_t* count) {
   double total = 0;
   *count = 0;
-  size_t pos = 0;
   ForwardResult r;
   const int vocab = engine.config().vocab_size;
-  for (int story = 0; story < num_stories; ++story) {
-    size_t end = text.find("<|endoftext|>", pos);
-    if (end == std::string::npos) end = text.size();
-    std::string s = text.substr(pos, end - pos);
-    pos = end + 13;
-    const size_t b = s.find_first_not_of(" \t\r\n"), e = s.find_last_not_of(" \t\r\n");
-    s = b == std::string::npos ? "" : s.substr(b, e - b + 1);
+  for (const std::string& s : testing::FirstStories(text, num_stories)) {
     auto ids = tokenizer.Encode(s, /*add_bos=*/true);
     EXPECT_TRUE(ids.ok());
     if (ids->size() > 512) ids->resize(512);
@@ -71,7 +56,7 @@ TEST_P(KvDTypeStories260KTest, NllCloseToF32) {
     GTEST_SKIP() << "stories260K not found under " << testing::Stories260K()
                  << " (set KVFOLD_SHARED_DIR)";
   }
-  const std::string text = ReadAll(testing::SharedDir() + "/text/tinystories_train_sample.txt");
+  const std::string text = testing::ReadAll(testing::SharedDir() + "/text/tinystories_train_sample.txt");
   if (text.empty()) GTEST_SKIP() << "tinystories_train_sample.txt not found";
   auto m = model::LoadModel(testing::Stories260K() + "/stories260K.bin");
   ASSERT_TRUE(m.ok()) << m.status();

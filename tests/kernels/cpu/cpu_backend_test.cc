@@ -14,9 +14,15 @@
 #include "kernels/cpu/isa.h"
 #include "kernels/cpu/thread_pool.h"
 #include "kernels/quant/weight_q8.h"
+#include "tests/kernels/cpu/cpu_test_util.h"
 
 namespace kvfold::kernels {
 namespace {
+
+using testing::IsaScope;
+using testing::Random;
+using testing::RopeTable;
+using testing::RunnableIsas;
 
 struct Rig {
   std::unique_ptr<Backend> ref = CreateCpuBackend({1, true});
@@ -25,27 +31,7 @@ struct Rig {
   std::unique_ptr<Stream> s2 = opt->CreateStream();
 };
 
-std::vector<float> Random(size_t n, uint32_t seed, float scale = 1.0f) {
-  std::mt19937 rng(seed);
-  std::uniform_real_distribution<float> u(-scale, scale);
-  std::vector<float> v(n);
-  for (float& x : v) x = u(rng);
-  return v;
-}
-
 Tensor T(void* p, DType dt, std::initializer_list<int64_t> shape) { return MakeTensor(p, dt, shape); }
-
-// cos | sin halves per position (backend.h's RoPE table), theta 10000.
-std::vector<float> RopeTable(int rows, int hd) {
-  std::vector<float> rope(static_cast<size_t>(rows) * hd);
-  for (int p = 0; p < rows; ++p)
-    for (int i = 0; i < hd / 2; ++i) {
-      const double a = p * std::pow(10000.0, -2.0 * i / hd);
-      rope[p * hd + i] = static_cast<float>(std::cos(a));
-      rope[p * hd + hd / 2 + i] = static_cast<float>(std::sin(a));
-    }
-  return rope;
-}
 
 // One F32 paged Attention call of a test case: rows [row0, row0 + nrows) of its queries
 // and AttnRows into the same rows of `out`.
@@ -73,25 +59,12 @@ struct PagedAttention {
   }
 };
 
-// Every ISA path this CPU can run (cpu/isa.h), restored to the default afterwards.
-class IsaScope {
- public:
-  explicit IsaScope(cpu::Isa isa) { cpu::SetActiveIsaForTesting(isa); }
-  ~IsaScope() { cpu::SetActiveIsaForTesting(cpu::CpuBestIsa()); }
-};
-
 // Turns the AMX Q8 path on or off (isa.h) for the scope.
 class AmxScope {
  public:
   explicit AmxScope(bool enabled) { cpu::SetAmxForTesting(enabled); }
   ~AmxScope() { cpu::SetAmxForTesting(true); }
 };
-
-std::vector<cpu::Isa> RunnableIsas() {
-  std::vector<cpu::Isa> isas;
-  for (int i = 0; i <= static_cast<int>(cpu::CpuBestIsa()); ++i) isas.push_back(static_cast<cpu::Isa>(i));
-  return isas;
-}
 
 class MatMulTest : public ::testing::TestWithParam<std::tuple<int, int, int, DType>> {};
 

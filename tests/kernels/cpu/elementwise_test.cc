@@ -12,15 +12,13 @@
 #include "kernels/backend.h"
 #include "kernels/cpu/elementwise.h"
 #include "kernels/cpu/isa.h"
+#include "tests/kernels/cpu/cpu_test_util.h"
 
 namespace kvfold::kernels {
 namespace {
 
-class IsaScope {
- public:
-  explicit IsaScope(cpu::Isa isa) { cpu::SetActiveIsaForTesting(isa); }
-  ~IsaScope() { cpu::SetActiveIsaForTesting(cpu::CpuBestIsa()); }
-};
+using testing::IsaScope;
+using testing::Random;
 
 // Calls fn(backend, stream) on both CPU backends under every ISA path this CPU runs.
 template <typename Fn>
@@ -36,14 +34,6 @@ void ForEachPath(Fn fn) {
       fn(*be, *s);
     }
   }
-}
-
-std::vector<float> Random(size_t n, uint32_t seed, float scale) {
-  std::mt19937 rng(seed);
-  std::uniform_real_distribution<float> u(-scale, scale);
-  std::vector<float> v(n);
-  for (float& x : v) x = u(rng);
-  return v;
 }
 
 TEST(ElementwiseTest, SiluMulIsIdenticalOnEveryPathAndMatchesTheFormula) {

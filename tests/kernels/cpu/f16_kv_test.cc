@@ -12,48 +12,19 @@
 #include "gtest/gtest.h"
 #include "kernels/backend.h"
 #include "kernels/cpu/isa.h"
+#include "tests/kernels/cpu/cpu_test_util.h"
 
 namespace kvfold::kernels {
 namespace {
 
 using core::DType;
+using testing::IsaScope;
+using testing::Random;
+using testing::RopeTable;
+using testing::RunnableIsas;
 
 Tensor T(void* p, DType dt, std::initializer_list<int64_t> shape) {
   return MakeTensor(p, dt, shape);
-}
-
-std::vector<float> Random(size_t n, uint32_t seed, float scale = 1.0f) {
-  std::mt19937 rng(seed);
-  std::uniform_real_distribution<float> u(-scale, scale);
-  std::vector<float> v(n);
-  for (float& x : v) x = u(rng);
-  return v;
-}
-
-std::vector<float> RopeTable(int rows, int hd) {
-  std::vector<float> rope(static_cast<size_t>(rows) * hd);
-  for (int p = 0; p < rows; ++p) {
-    for (int i = 0; i < hd / 2; ++i) {
-      const double a = p * std::pow(10000.0, -2.0 * i / hd);
-      rope[p * hd + i] = static_cast<float>(std::cos(a));
-      rope[p * hd + hd / 2 + i] = static_cast<float>(std::sin(a));
-    }
-  }
-  return rope;
-}
-
-class IsaScope {
- public:
-  explicit IsaScope(cpu::Isa isa) { cpu::SetActiveIsaForTesting(isa); }
-  ~IsaScope() { cpu::SetActiveIsaForTesting(cpu::CpuBestIsa()); }
-};
-
-std::vector<cpu::Isa> RunnableIsas() {
-  std::vector<cpu::Isa> isas;
-  for (int i = 0; i <= static_cast<int>(cpu::CpuBestIsa()); ++i) {
-    isas.push_back(static_cast<cpu::Isa>(i));
-  }
-  return isas;
 }
 
 struct Rig {

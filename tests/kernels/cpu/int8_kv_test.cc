@@ -17,6 +17,7 @@
 #include "kernels/backend.h"
 #include "kernels/cpu/isa.h"
 #include "kernels/quant/kv_quant.h"
+#include "tests/kernels/cpu/cpu_test_util.h"
 
 namespace kvfold::kernels {
 namespace {
@@ -24,26 +25,9 @@ namespace {
 constexpr int kHeads = 6, kKvHeads = 2, kHd = 12, kKvDim = kKvHeads * kHd, kQDim = kHeads * kHd;
 constexpr int kBs = 5, kBlocks = 12, kPages = 6, kGroup = 10, kVGroups = 3, kRopeRows = 64;
 
-std::vector<float> Random(size_t n, uint32_t seed, float scale = 1.0f) {
-  std::mt19937 rng(seed);
-  std::uniform_real_distribution<float> u(-scale, scale);
-  std::vector<float> v(n);
-  for (float& x : v) x = u(rng);
-  return v;
-}
+using testing::Random;
 
-// [rows, kHd] cos | sin table (backend.h), base 10000.
-std::vector<float> RopeTable(int rows) {
-  std::vector<float> rope(static_cast<size_t>(rows) * kHd);
-  for (int p = 0; p < rows; ++p) {
-    for (int i = 0; i < kHd / 2; ++i) {
-      const double a = p * std::pow(10000.0, -2.0 * i / kHd);
-      rope[p * kHd + i] = static_cast<float>(std::cos(a));
-      rope[p * kHd + kHd / 2 + i] = static_cast<float>(std::sin(a));
-    }
-  }
-  return rope;
-}
+std::vector<float> RopeTable(int rows) { return testing::RopeTable(rows, kHd); }
 
 Tensor T(const void* p, DType dt, std::initializer_list<int64_t> shape) {
   return MakeTensor(const_cast<void*>(p), dt, shape);

@@ -1,0 +1,57 @@
+// Helpers the CPU kernel tests share: random inputs, a RoPE table, and running a test on
+// every ISA path the CPU has (kernels/cpu/isa.h).
+#ifndef KVFOLD_TESTS_KERNELS_CPU_CPU_TEST_UTIL_H_
+#define KVFOLD_TESTS_KERNELS_CPU_CPU_TEST_UTIL_H_
+
+#include <cmath>
+#include <cstdint>
+#include <random>
+#include <vector>
+
+#include "kernels/cpu/isa.h"
+
+namespace kvfold::kernels::testing {
+
+// n values uniform in [-scale, scale), reproducible from seed.
+inline std::vector<float> Random(size_t n, uint32_t seed, float scale = 1.0f) {
+  std::mt19937 rng(seed);
+  std::uniform_real_distribution<float> u(-scale, scale);
+  std::vector<float> v(n);
+  for (float& x : v) x = u(rng);
+  return v;
+}
+
+// [rows, hd] cos | sin halves per position (backend.h's RoPE table), theta 10000.
+inline std::vector<float> RopeTable(int rows, int hd) {
+  std::vector<float> rope(static_cast<size_t>(rows) * hd);
+  for (int p = 0; p < rows; ++p) {
+    for (int i = 0; i < hd / 2; ++i) {
+      const double a = p * std::pow(10000.0, -2.0 * i / hd);
+      rope[p * hd + i] = static_cast<float>(std::cos(a));
+      rope[p * hd + hd / 2 + i] = static_cast<float>(std::sin(a));
+    }
+  }
+  return rope;
+}
+
+// Runs the kernels on one ISA path for the scope, then on the CPU's best again.
+class IsaScope {
+ public:
+  explicit IsaScope(cpu::Isa isa) { cpu::SetActiveIsaForTesting(isa); }
+  ~IsaScope() { cpu::SetActiveIsaForTesting(cpu::CpuBestIsa()); }
+  IsaScope(const IsaScope&) = delete;
+  IsaScope& operator=(const IsaScope&) = delete;
+};
+
+// Every ISA path this CPU can run, portable first.
+inline std::vector<cpu::Isa> RunnableIsas() {
+  std::vector<cpu::Isa> isas;
+  for (int i = 0; i <= static_cast<int>(cpu::CpuBestIsa()); ++i) {
+    isas.push_back(static_cast<cpu::Isa>(i));
+  }
+  return isas;
+}
+
+}  // namespace kvfold::kernels::testing
+
+#endif  // KVFOLD_TESTS_KERNELS_CPU_CPU_TEST_UTIL_H_
