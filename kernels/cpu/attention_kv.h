@@ -1,0 +1,248 @@
+// Where the tiled attention's keys and values come from (attention_tiled.cc): one tile of
+// a KV head's keys, and the three caches' loaders (F32 as stored, fp16 widened, INT8
+// dequantized with each row's own block from its page). Every loader is inlined into each
+// ISA path's task (the fp16 one is defined there, so its conversion inlines), so its loops
+// use that path's vector registers.
+#ifndef KVFOLD_KERNELS_CPU_ATTENTION_KV_H_
+#define KVFOLD_KERNELS_CPU_ATTENTION_KV_H_
+
+#include <immintrin.h>
+
+#include <algorithm>
+#include <cstdint>
+#include <cstring>
+
+#include "common/fp16.h"
+#include "kernels/cpu/attention_keys.h"
+#include "kernels/cpu/attention_lanes.h"
+#include "kernels/cpu/cpu_ops.h"
+
+namespace kvfold::kernels::cpu::tiled {
+
+inline constexpr int kTile = kTileKeys;
+static_assert(kAttentionPartKeys % kTile == 0, "slices start on a tile");
+inline constexpr int kMaxHeadDim = 1024;  // ModelConfig::Validate
+
+// Value rows and accumulators are padded to whole 16-lane vectors.
+inline int PaddedHeadDim(int head_dim) { return (head_dim + 15) / 16 * 16; }
+
+// Asks for the cache lines of [p, p + bytes) into L1. A decode row's keys sit one per slot
+// (a KV head's head_dim values at a stride of kv_dim), far apart in the pool: without
+// prefetching, every key and value load of a batched decode step waited for memory.
+// Always inlined: GCC's pure-const analysis would otherwise take a function holding only
+// prefetches for one without effect and drop its calls.
+[[gnu::always_inline]] inline void PrefetchBytes(const void* p, int64_t bytes) {
+  const uintptr_t first = reinterpret_cast<uintptr_t>(p) & ~uintptr_t{63};
+  const uintptr_t last = (reinterpret_cast<uintptr_t>(p) + bytes - 1) & ~uintptr_t{63};
+  for (uintptr_t line = first; line <= last; line += 64) {
+    __builtin_prefetch(reinterpret_cast<const void*>(line), 0, 3);
+  }
+}
+
+// One tile of keys of one KV head.
+struct Tile {
+  float* kr;  // [kTile, head_dim] rotated keys (rows past count are 0)
+  float* kt;  // [head_dim, kTile] kr transposed, for head_dim < kRowDotHeadDim
+  float* vt;  // [kTile, hdp] values copied (hdp = PaddedHeadDim(head_dim))
+  // Where column i's values are read, hdp floats (F32 cache with head_dim a multiple of
+  // 16: the cache row itself; otherwise vt + i * hdp, whose floats past head_dim reach
+  // only accumulator lanes that are never output).
+  const float* vrow[kTile];
+  KeyEntry entry[kTile];
+  int first = 0;  // key index of column 0
+  int count = 0;
+};
+
+// Scores by rows (each key's head_dim products in 16-lane chunks, then the lanes summed) from
+// this head_dim up; below, by the transposed tile (one lane per key, a sequential sum over
+// head_dim), which wastes no lanes on short heads. A function of the shape only.
+inline constexpr int kRowDotHeadDim = 32;
+inline bool RowDots(int head_dim) { return head_dim >= kRowDotHeadDim; }
+
+// F32 cache: keys and values as stored.
+class F32Kv {
+ public:
+  F32Kv(const AttentionArgs& a, int kvh) : a_(a), kvh_(kvh) {}
+  // Rotated key (head_dim floats) and value of entry e for this task's KV head.
+  // Inlined into each ISA's task, so the rotation uses its vector registers.
+  // The values are read in place when head_dim is a multiple of 16 (whole vectors of the
+  // row), else copied to v.
+  [[gnu::always_inline]] void Load(const KeyEntry& e, float* krot, float* v, const float** vrow) {
+    const int hd = a_.shape.head_dim, kv_dim = a_.shape.num_kv_heads * hd;
+    const int64_t off = e.Slot(a_.shape.block_size) * kv_dim + kvh_ * hd;
+    RotateHalf(a_.k_cache + off, a_.rope + static_cast<int64_t>(e.pos) * hd, hd, krot);
+    const float* v_src = a_.v_cache + off;
+    if (hd % 16 == 0) {
+      *vrow = v_src;
+      return;
+    }
+    for (int d = 0; d < hd; ++d) v[d] = v_src[d];  // inline: no libc call per key
+    *vrow = v;
+  }
+  // Starts reading entry e's key and value (one KV head: head_dim floats each).
+  [[gnu::always_inline]] void Prefetch(const KeyEntry& e) const {
+    const int hd = a_.shape.head_dim, kv_dim = a_.shape.num_kv_heads * hd;
+    const int64_t off = e.Slot(a_.shape.block_size) * kv_dim + kvh_ * hd;
+    PrefetchBytes(a_.k_cache + off, hd * sizeof(float));
+    PrefetchBytes(a_.v_cache + off, hd * sizeof(float));
+  }
+  const Tile& ForRow(int64_t, int, const Tile& shared, Tile&) { return shared; }
+
+ private:
+  const AttentionArgs& a_;
+  int kvh_;
+};
+
+// fp16 cache: each entry's key and value widened to F32 (exactly) as it is loaded, then used
+// like an F32 cache's entry (the value from its copy). Load is defined per ISA path
+// (KVFOLD_TILED_ISA), where the path's conversion inlines.
+class F16KvBase {
+ public:
+  F16KvBase(const AttentionArgs& a, int kvh, float* key) : a_(a), kvh_(kvh), key_(key) {}
+  [[gnu::always_inline]] void Prefetch(const KeyEntry& e) const {
+    const int64_t off = Offset(e);
+    PrefetchBytes(a_.k_half + off, a_.shape.head_dim * sizeof(uint16_t));
+    PrefetchBytes(a_.v_half + off, a_.shape.head_dim * sizeof(uint16_t));
+  }
+  const Tile& ForRow(int64_t, int, const Tile& shared, Tile&) { return shared; }
+
+ protected:
+  int64_t Offset(const KeyEntry& e) const {
+    const int hd = a_.shape.head_dim;
+    return e.Slot(a_.shape.block_size) * (a_.shape.num_kv_heads * hd) + kvh_ * hd;
+  }
+  const AttentionArgs& a_;
+  int kvh_;
+  float* key_;  // [head_dim] the widened key before its rotation
+};
+
+// The conversions of the paths (F16C: the AVX2 path requires it, isa.h).
+#define KVFOLD_WIDEN_AVX512 __attribute__((target("avx512f,avx512bw,avx512vl,avx512dq")))
+[[gnu::always_inline]] KVFOLD_WIDEN_AVX512 inline void WidenAvx512(const uint16_t* h, int n,
+                                                                   float* f) {
+  int i = 0;
+  for (; i + 16 <= n; i += 16) {
+    _mm512_storeu_ps(f + i,
+                     _mm512_cvtph_ps(_mm256_loadu_si256(reinterpret_cast<const __m256i*>(h + i))));
+  }
+  if (i < n) {
+    const __mmask16 m = static_cast<__mmask16>((1u << (n - i)) - 1);
+    _mm512_mask_storeu_ps(f + i, m, _mm512_cvtph_ps(_mm256_maskz_loadu_epi16(m, h + i)));
+  }
+}
+#undef KVFOLD_WIDEN_AVX512
+
+[[gnu::always_inline]] __attribute__((target("avx2,fma,f16c"))) inline void WidenAvx2(
+    const uint16_t* h, int n, float* f) {
+  int i = 0;
+  for (; i + 8 <= n; i += 8) {
+    _mm256_storeu_ps(f + i,
+                     _mm256_cvtph_ps(_mm_loadu_si128(reinterpret_cast<const __m128i*>(h + i))));
+  }
+  for (; i < n; ++i) f[i] = Fp16ToFp32(h[i]);
+}
+
+[[gnu::always_inline]] inline void WidenPortable(const uint16_t* h, int n, float* f) {
+  for (int i = 0; i < n; ++i) f[i] = Fp16ToFp32(h[i]);
+}
+
+// INT8 cache: codes * scales, except a row's own block (its page).
+class Int8Kv {
+ public:
+  Int8Kv(const AttentionArgsI8& a, const AttnRowBlock& block, int kvh, float* key_scales)
+      : a_(a), kvh_(kvh), key_scales_(key_scales) {
+    for (int r = 0; r < block.num_rows; ++r) {
+      const AttnOwnBlock& own = a.own[block.first_row + r];
+      if (own.sealed || std::find(open_, open_ + num_open_, own.block) != open_ + num_open_) {
+        continue;
+      }
+      open_[num_open_++] = own.block;
+    }
+  }
+
+  // Inlined into each ISA's task, so the dequantization loops use its vector registers.
+  [[gnu::always_inline]] void Load(const KeyEntry& e, float* krot, float* v, const float** vrow) {
+    const int hd = a_.shape.head_dim, kv_dim = a_.shape.num_kv_heads * hd;
+    *vrow = v;
+    if (num_open_ > 0 && std::find(open_, open_ + num_open_, e.block) != open_ + num_open_) {
+      std::fill(krot, krot + hd, 0.0f);  // no code is valid yet: only the page is
+      std::fill(v, v + hd, 0.0f);
+      return;
+    }
+    const int c0 = kvh_ * hd;
+    if (e.block != scale_block_) {
+      const uint16_t* half = a_.k_scales + static_cast<int64_t>(e.block) * kv_dim + c0;
+      for (int c = 0; c < hd; ++c) key_scales_[c] = Fp16ToFp32(half[c]);
+      scale_block_ = e.block;
+    }
+    const int64_t slot = e.Slot(a_.shape.block_size);
+    const int8_t* kc = a_.k_codes + slot * kv_dim + c0;
+    float raw[kMaxHeadDim];
+    for (int c = 0; c < hd; ++c) raw[c] = static_cast<float>(kc[c]) * key_scales_[c];
+    RotateHalf(raw, a_.rope + static_cast<int64_t>(e.pos) * hd, hd, krot);
+    const int8_t* vc = a_.v_codes + slot * kv_dim;
+    const uint16_t* vs = a_.v_scales + slot * a_.v_groups;
+    for (int c = c0; c < c0 + hd;) {  // one scale per value group
+      const int group = c / a_.value_group;
+      const float scale = Fp16ToFp32(vs[group]);
+      const int end = std::min(c0 + hd, (group + 1) * a_.value_group);
+      for (; c < end; ++c) v[c - c0] = static_cast<float>(vc[c]) * scale;
+    }
+  }
+
+  // Starts reading entry e's key and value codes (one KV head).
+  [[gnu::always_inline]] void Prefetch(const KeyEntry& e) const {
+    const int hd = a_.shape.head_dim, kv_dim = a_.shape.num_kv_heads * hd;
+    const int64_t off = e.Slot(a_.shape.block_size) * kv_dim + kvh_ * hd;
+    PrefetchBytes(a_.k_codes + off, hd);
+    PrefetchBytes(a_.v_codes + off, hd);
+  }
+
+  // The tile row `row` reads: `shared`, or a copy with the row's own block from its page.
+  const Tile& ForRow(int64_t row, int valid, const Tile& shared, Tile& copy) {
+    const AttnOwnBlock& own = a_.own[row];
+    bool hit = false;
+    for (int i = 0; i < valid && !hit; ++i) hit = shared.entry[i].block == own.block;
+    if (!hit) return shared;
+    if (copy_block_ == own.block && copy_page_ == own.page && copy.first == shared.first) {
+      return copy;
+    }
+    const int hd = a_.shape.head_dim, kv_dim = a_.shape.num_kv_heads * hd;
+    const int hdp = PaddedHeadDim(hd), bs = a_.shape.block_size;
+    const size_t key_bytes = static_cast<size_t>(hd) * kTile * sizeof(float);
+    std::memcpy(copy.kr, shared.kr, key_bytes);
+    if (!RowDots(hd)) std::memcpy(copy.kt, shared.kt, key_bytes);
+    std::memcpy(copy.vt, shared.vt, static_cast<size_t>(shared.count) * hdp * sizeof(float));
+    for (int i = 0; i < kTile; ++i) copy.vrow[i] = copy.vt + i * hdp;
+    copy.first = shared.first;
+    copy.count = shared.count;
+    for (int i = 0; i < shared.count; ++i) {
+      const KeyEntry& e = shared.entry[i];
+      copy.entry[i] = e;
+      if (e.block != own.block) continue;
+      const int64_t off = (static_cast<int64_t>(own.page) * bs + e.offset) * kv_dim + kvh_ * hd;
+      float* krot = copy.kr + i * hd;
+      RotateHalf(a_.k_pages + off, a_.rope + static_cast<int64_t>(e.pos) * hd, hd, krot);
+      if (!RowDots(hd)) {
+        for (int d = 0; d < hd; ++d) copy.kt[d * kTile + i] = krot[d];
+      }
+      std::memcpy(copy.vt + i * hdp, a_.v_pages + off, hd * sizeof(float));
+    }
+    copy_block_ = own.block;
+    copy_page_ = own.page;
+    return copy;
+  }
+
+ private:
+  const AttentionArgsI8& a_;
+  int kvh_;
+  float* key_scales_;
+  int64_t scale_block_ = -1;
+  int32_t open_[kAttnMaxBlockRows];
+  int num_open_ = 0;
+  int32_t copy_block_ = -1, copy_page_ = -1;
+};
+
+}  // namespace kvfold::kernels::cpu::tiled
+
+#endif  // KVFOLD_KERNELS_CPU_ATTENTION_KV_H_
