@@ -55,17 +55,9 @@ absl::StatusOr<std::unique_ptr<Engine>> Engine::Create(const model::ModelFile& m
   if (options.max_batch_tokens < 1 || options.block_size < 1) {
     return absl::InvalidArgumentError("Engine: max_batch_tokens and block_size must be >= 1");
   }
-  if (absl::Status s = ValidateKvDType(options.kv_dtype); !s.ok()) return s;
+  if (absl::Status s = CheckKvDType(*backend, options.kv_dtype); !s.ok()) return s;
   if (options.kv_dtype == core::DType::kI8 && options.kv_value_group < 1) {
     return absl::InvalidArgumentError("Engine: kv_value_group must be >= 1");
-  }
-  if (options.kv_dtype == core::DType::kF16 && !backend->SupportsF16Kv()) {
-    return absl::UnimplementedError(
-        absl::StrCat("backend ", backend->Name(), " has no F16 KV cache (use --kv-dtype f32)"));
-  }
-  if (options.kv_dtype == core::DType::kI8 && !backend->SupportsInt8Kv()) {
-    return absl::UnimplementedError(
-        absl::StrCat("backend ", backend->Name(), " has no INT8 KV cache (use --kv-dtype f32)"));
   }
   if (absl::Status s = model.config.CheckSupported(); !s.ok()) return s;
   if (absl::Status s = model.ValidateTensors(); !s.ok()) return s;

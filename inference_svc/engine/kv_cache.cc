@@ -52,6 +52,17 @@ absl::Status ValidateKvDType(core::DType dtype) {
                                                  " is not supported (expected f32, f16 or int8)"));
 }
 
+absl::Status CheckKvDType(const kernels::Backend& backend, core::DType dtype) {
+  if (absl::Status s = ValidateKvDType(dtype); !s.ok()) return s;
+  const bool supported = dtype == core::DType::kF16  ? backend.SupportsF16Kv()
+                         : dtype == core::DType::kI8 ? backend.SupportsInt8Kv()
+                                                     : true;
+  if (supported) return absl::OkStatus();
+  return absl::UnimplementedError(absl::StrCat("backend ", backend.Name(), " has no ",
+                                               dtype == core::DType::kF16 ? "F16" : "INT8",
+                                               " KV cache (use --kv-dtype f32)"));
+}
+
 absl::StatusOr<std::unique_ptr<BlockPool>> BlockPool::Create(kernels::Backend* backend,
                                                              int num_layers, int kv_dim,
                                                              int block_size, int num_blocks,
@@ -61,18 +72,10 @@ absl::StatusOr<std::unique_ptr<BlockPool>> BlockPool::Create(kernels::Backend* b
                                                    ", kv_dim ", kv_dim, ", block_size ",
                                                    block_size, ", blocks ", num_blocks, ")"));
   }
-  if (absl::Status s = ValidateKvDType(options.dtype); !s.ok()) return s;
+  if (absl::Status s = CheckKvDType(*backend, options.dtype); !s.ok()) return s;
   const bool int8 = options.dtype == core::DType::kI8;
   if (int8 && options.value_group < 1) {
     return absl::InvalidArgumentError("BlockPool: int8 value_group must be >= 1");
-  }
-  if (options.dtype == core::DType::kF16 && !backend->SupportsF16Kv()) {
-    return absl::UnimplementedError(
-        absl::StrCat("backend ", backend->Name(), " has no F16 KV cache (use --kv-dtype f32)"));
-  }
-  if (int8 && !backend->SupportsInt8Kv()) {
-    return absl::UnimplementedError(
-        absl::StrCat("backend ", backend->Name(), " has no INT8 KV cache (use --kv-dtype f32)"));
   }
   std::unique_ptr<BlockPool> pool(new BlockPool());
   pool->backend_ = backend;

@@ -60,9 +60,13 @@ struct KvPolicy {
 absl::StatusOr<core::DType> ParseKvDType(std::string_view name);
 // OK for kF32, kF16 and kI8; InvalidArgument naming the dtype otherwise.
 absl::Status ValidateKvDType(core::DType dtype);
+// ValidateKvDType, then Unimplemented when `backend` has no ops for that cache (kF16:
+// SupportsF16Kv, kI8: SupportsInt8Kv). Engine::Create asks before loading weights;
+// BlockPool::Create asks again for its own callers.
+absl::Status CheckKvDType(const kernels::Backend& backend, core::DType dtype);
 
 struct BlockPoolOptions {
-  core::DType dtype = core::DType::kF32;  // kF32 or kI8. Default: F32.
+  core::DType dtype = core::DType::kF32;  // kF32, kF16 or kI8. Default: F32.
   int value_group = 32;           // int8: channels per value scale. Default: 32.
   int num_pages = 0;              // int8: initial F32 pages (grown on demand). 0 = 16.
 };
@@ -70,7 +74,7 @@ struct BlockPoolOptions {
 class BlockPool {
  public:
   // ResourceExhausted when the backend cannot allocate the pool; InvalidArgument for bad
-  // geometry or int8 on a backend without int8 KV ops (Unimplemented).
+  // geometry; CheckKvDType's status for the dtype.
   static absl::StatusOr<std::unique_ptr<BlockPool>> Create(kernels::Backend* backend,
                                                            int num_layers, int kv_dim,
                                                            int block_size, int num_blocks,

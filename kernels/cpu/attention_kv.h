@@ -59,6 +59,12 @@ struct Tile {
 inline constexpr int kRowDotHeadDim = 32;
 inline bool RowDots(int head_dim) { return head_dim >= kRowDotHeadDim; }
 
+// Where KV head `kvh` of entry e starts in a cache of `shape` (elements).
+inline int64_t HeadOffset(const AttentionShape& shape, const KeyEntry& e, int kvh) {
+  return e.Slot(shape.block_size) * (shape.num_kv_heads * shape.head_dim) +
+         int64_t{kvh} * shape.head_dim;
+}
+
 // F32 cache: keys and values as stored.
 class F32Kv {
  public:
@@ -68,8 +74,8 @@ class F32Kv {
   // The values are read in place when head_dim is a multiple of 16 (whole vectors of the
   // row), else copied to v.
   [[gnu::always_inline]] void Load(const KeyEntry& e, float* krot, float* v, const float** vrow) {
-    const int hd = a_.shape.head_dim, kv_dim = a_.shape.num_kv_heads * hd;
-    const int64_t off = e.Slot(a_.shape.block_size) * kv_dim + kvh_ * hd;
+    const int hd = a_.shape.head_dim;
+    const int64_t off = HeadOffset(a_.shape, e, kvh_);
     RotateHalf(a_.k_cache + off, a_.rope + static_cast<int64_t>(e.pos) * hd, hd, krot);
     const float* v_src = a_.v_cache + off;
     if (hd % 16 == 0) {
@@ -81,10 +87,9 @@ class F32Kv {
   }
   // Starts reading entry e's key and value (one KV head: head_dim floats each).
   [[gnu::always_inline]] void Prefetch(const KeyEntry& e) const {
-    const int hd = a_.shape.head_dim, kv_dim = a_.shape.num_kv_heads * hd;
-    const int64_t off = e.Slot(a_.shape.block_size) * kv_dim + kvh_ * hd;
-    PrefetchBytes(a_.k_cache + off, hd * sizeof(float));
-    PrefetchBytes(a_.v_cache + off, hd * sizeof(float));
+    const int64_t off = HeadOffset(a_.shape, e, kvh_);
+    PrefetchBytes(a_.k_cache + off, a_.shape.head_dim * sizeof(float));
+    PrefetchBytes(a_.v_cache + off, a_.shape.head_dim * sizeof(float));
   }
   const Tile& ForRow(int64_t, int, const Tile& shared, Tile&) { return shared; }
 
@@ -100,17 +105,13 @@ class F16KvBase {
  public:
   F16KvBase(const AttentionArgs& a, int kvh, float* key) : a_(a), kvh_(kvh), key_(key) {}
   [[gnu::always_inline]] void Prefetch(const KeyEntry& e) const {
-    const int64_t off = Offset(e);
+    const int64_t off = HeadOffset(a_.shape, e, kvh_);
     PrefetchBytes(a_.k_half + off, a_.shape.head_dim * sizeof(uint16_t));
     PrefetchBytes(a_.v_half + off, a_.shape.head_dim * sizeof(uint16_t));
   }
   const Tile& ForRow(int64_t, int, const Tile& shared, Tile&) { return shared; }
 
  protected:
-  int64_t Offset(const KeyEntry& e) const {
-    const int hd = a_.shape.head_dim;
-    return e.Slot(a_.shape.block_size) * (a_.shape.num_kv_heads * hd) + kvh_ * hd;
-  }
   const AttentionArgs& a_;
   int kvh_;
   float* key_;  // [head_dim] the widened key before its rotation
@@ -192,10 +193,9 @@ class Int8Kv {
 
   // Starts reading entry e's key and value codes (one KV head).
   [[gnu::always_inline]] void Prefetch(const KeyEntry& e) const {
-    const int hd = a_.shape.head_dim, kv_dim = a_.shape.num_kv_heads * hd;
-    const int64_t off = e.Slot(a_.shape.block_size) * kv_dim + kvh_ * hd;
-    PrefetchBytes(a_.k_codes + off, hd);
-    PrefetchBytes(a_.v_codes + off, hd);
+    const int64_t off = HeadOffset(a_.shape, e, kvh_);
+    PrefetchBytes(a_.k_codes + off, a_.shape.head_dim);
+    PrefetchBytes(a_.v_codes + off, a_.shape.head_dim);
   }
 
   // The tile row `row` reads: `shared`, or a copy with the row's own block from its page.

@@ -333,9 +333,10 @@ constexpr float kNegligibleLogit = -64.0f;
   }                                                                                      \
   struct F16Kv : F16KvBase {                                                             \
     using F16KvBase::F16KvBase;                                                          \
-    ATTR inline void Load(const KeyEntry& e, float* krot, float* v, const float** vrow) {  \
+    ATTR inline void Load(const KeyEntry& e, float* krot, float* v,                      \
+                          const float** vrow) {                                          \
       const int hd = a_.shape.head_dim;                                                  \
-      const int64_t off = Offset(e);                                                     \
+      const int64_t off = HeadOffset(a_.shape, e, kvh_);                                 \
       WIDEN(a_.k_half + off, hd, key_);                                                  \
       RotateHalf(key_, a_.rope + static_cast<int64_t>(e.pos) * hd, hd, krot);            \
       WIDEN(a_.v_half + off, hd, v);                                                     \
@@ -343,7 +344,7 @@ constexpr float kNegligibleLogit = -64.0f;
     }                                                                                    \
   };                                                                                     \
   ATTR void TaskF16(const Task& t, const AttentionArgs& a, TaskBuffers& b) {             \
-    F16Kv kv(a, t.kvh, b.key_f32);                                                \
+    F16Kv kv(a, t.kvh, b.key_f32);                                                       \
     RunTask(t, kv, b, Update);                                                           \
   }                                                                                      \
   ATTR void TaskI8(const Task& t, const AttentionArgsI8& a, TaskBuffers& b) {            \

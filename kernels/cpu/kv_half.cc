@@ -7,8 +7,6 @@
 #pragma GCC diagnostic ignored "-Wmaybe-uninitialized"
 #include <immintrin.h>
 
-#include <cstring>
-
 #include "common/fp16.h"
 #include "kernels/cpu/cpu_ops.h"
 #include "kernels/cpu/isa.h"
