@@ -65,10 +65,32 @@ inline int64_t HeadOffset(const AttentionShape& shape, const KeyEntry& e, int kv
          int64_t{kvh} * shape.head_dim;
 }
 
-// F32 cache: keys and values as stored.
-class F32Kv {
+// What the F32 and fp16 caches' loaders share: the cache of element type T (AttentionArgs'
+// k_cache / v_cache or k_half / v_half), its prefetch, and one tile for every row.
+template <class T>
+class FloatKv {
  public:
-  F32Kv(const AttentionArgs& a, int kvh) : a_(a), kvh_(kvh) {}
+  FloatKv(const AttentionArgs& a, int kvh, const T* k, const T* v)
+      : a_(a), kvh_(kvh), k_(k), v_(v) {}
+  // Starts reading entry e's key and value (one KV head: head_dim elements each).
+  [[gnu::always_inline]] void Prefetch(const KeyEntry& e) const {
+    const int64_t off = HeadOffset(a_.shape, e, kvh_);
+    PrefetchBytes(k_ + off, a_.shape.head_dim * sizeof(T));
+    PrefetchBytes(v_ + off, a_.shape.head_dim * sizeof(T));
+  }
+  const Tile& ForRow(int64_t, int, const Tile& shared, Tile&) { return shared; }
+
+ protected:
+  const AttentionArgs& a_;
+  int kvh_;
+  const T* k_;
+  const T* v_;
+};
+
+// F32 cache: keys and values as stored.
+class F32Kv : public FloatKv<float> {
+ public:
+  F32Kv(const AttentionArgs& a, int kvh) : FloatKv(a, kvh, a.k_cache, a.v_cache) {}
   // Rotated key (head_dim floats) and value of entry e for this task's KV head.
   // Inlined into each ISA's task, so the rotation uses its vector registers.
   // The values are read in place when head_dim is a multiple of 16 (whole vectors of the
@@ -76,8 +98,8 @@ class F32Kv {
   [[gnu::always_inline]] void Load(const KeyEntry& e, float* krot, float* v, const float** vrow) {
     const int hd = a_.shape.head_dim;
     const int64_t off = HeadOffset(a_.shape, e, kvh_);
-    RotateHalf(a_.k_cache + off, a_.rope + static_cast<int64_t>(e.pos) * hd, hd, krot);
-    const float* v_src = a_.v_cache + off;
+    RotateHalf(k_ + off, a_.rope + static_cast<int64_t>(e.pos) * hd, hd, krot);
+    const float* v_src = v_ + off;
     if (hd % 16 == 0) {
       *vrow = v_src;
       return;
@@ -85,35 +107,17 @@ class F32Kv {
     for (int d = 0; d < hd; ++d) v[d] = v_src[d];  // inline: no libc call per key
     *vrow = v;
   }
-  // Starts reading entry e's key and value (one KV head: head_dim floats each).
-  [[gnu::always_inline]] void Prefetch(const KeyEntry& e) const {
-    const int64_t off = HeadOffset(a_.shape, e, kvh_);
-    PrefetchBytes(a_.k_cache + off, a_.shape.head_dim * sizeof(float));
-    PrefetchBytes(a_.v_cache + off, a_.shape.head_dim * sizeof(float));
-  }
-  const Tile& ForRow(int64_t, int, const Tile& shared, Tile&) { return shared; }
-
- private:
-  const AttentionArgs& a_;
-  int kvh_;
 };
 
 // fp16 cache: each entry's key and value widened to F32 (exactly) as it is loaded, then used
 // like an F32 cache's entry (the value from its copy). Load is defined per ISA path
 // (KVFOLD_TILED_ISA), where the path's conversion inlines.
-class F16KvBase {
+class F16KvBase : public FloatKv<uint16_t> {
  public:
-  F16KvBase(const AttentionArgs& a, int kvh, float* key) : a_(a), kvh_(kvh), key_(key) {}
-  [[gnu::always_inline]] void Prefetch(const KeyEntry& e) const {
-    const int64_t off = HeadOffset(a_.shape, e, kvh_);
-    PrefetchBytes(a_.k_half + off, a_.shape.head_dim * sizeof(uint16_t));
-    PrefetchBytes(a_.v_half + off, a_.shape.head_dim * sizeof(uint16_t));
-  }
-  const Tile& ForRow(int64_t, int, const Tile& shared, Tile&) { return shared; }
+  F16KvBase(const AttentionArgs& a, int kvh, float* key)
+      : FloatKv(a, kvh, a.k_half, a.v_half), key_(key) {}
 
  protected:
-  const AttentionArgs& a_;
-  int kvh_;
   float* key_;  // [head_dim] the widened key before its rotation
 };
 

@@ -337,9 +337,9 @@ constexpr float kNegligibleLogit = -64.0f;
                           const float** vrow) {                                          \
       const int hd = a_.shape.head_dim;                                                  \
       const int64_t off = HeadOffset(a_.shape, e, kvh_);                                 \
-      WIDEN(a_.k_half + off, hd, key_);                                                  \
+      WIDEN(k_ + off, hd, key_);                                                         \
       RotateHalf(key_, a_.rope + static_cast<int64_t>(e.pos) * hd, hd, krot);            \
-      WIDEN(a_.v_half + off, hd, v);                                                     \
+      WIDEN(v_ + off, hd, v);                                                            \
       *vrow = v;                                                                         \
     }                                                                                    \
   };                                                                                     \
