@@ -16,7 +16,8 @@ void AdoptedWeights::Remove(const void* data) {
   if (it != buffers_.end() && --it->second.buffers == 0) buffers_.erase(it);
 }
 
-const uint8_t* AdoptedWeights::Panels(ThreadPool& pool, const void* w, int64_t m, int64_t k) {
+const uint8_t* AdoptedWeights::Panels(ThreadPool& pool, Q8PanelKind kind, const void* w,
+                                      int64_t m, int64_t k) {
   const uintptr_t at = reinterpret_cast<uintptr_t>(w);
   std::lock_guard<std::mutex> lock(mu_);
   auto it = buffers_.upper_bound(at);
@@ -25,12 +26,12 @@ const uint8_t* AdoptedWeights::Panels(ThreadPool& pool, const void* w, int64_t m
   if (at + core::Q8RowBytes(k) * static_cast<size_t>(m) > it->first + it->second.bytes) {
     return nullptr;
   }
-  auto& panels = it->second.panels[{at, m, k}];
+  auto& panels = it->second.panels[{kind, at, m, k}];
   if (panels == nullptr) {
     const size_t bytes = Q8PanelBytes(m, k);
     panels.reset(static_cast<uint8_t*>(std::aligned_alloc(64, (bytes + 63) / 64 * 64)));
     if (panels == nullptr) return nullptr;
-    PackQ8Panels(&pool, w, m, k, panels.get());
+    PackQ8Panels(&pool, kind, w, m, k, panels.get());
   }
   return panels.get();
 }

@@ -214,7 +214,10 @@ class CpuBackend : public Backend {
     if (reference_) {
       cpu::MatMulReference(a, matmul_scratch_);
     } else {
-      if (cpu::MatMulReadsQ8Panels(a)) a.w_panels = adopted_->Panels(pool_, a.w, m, k);
+      const cpu::Q8PanelKind panels = cpu::MatMulQ8Panels(a);
+      if (panels != cpu::Q8PanelKind::kNone) {
+        a.w_panels = adopted_->Panels(pool_, panels, a.w, m, k);
+      }
       cpu::MatMulOptimized(pool_, a, matmul_scratch_);
     }
     return absl::OkStatus();

@@ -26,16 +26,20 @@ struct MatMulArgs {
   const float* bias;
   float* out;
   int64_t n, m, k;
-  // Q8 weights: w as panels (Q8Panels below) when the caller keeps them, else nullptr
-  // (a call of several rows on the AMX path then lays them out in its scratch; a single
-  // row reads the Q8 rows).
+  // Q8 weights: w as panels (Q8 panels below, of the kind MatMulQ8Panels(*this) names) when
+  // the caller keeps them, else nullptr (the call then lays them out in its scratch; a
+  // single row on the AMX path reads the Q8 rows instead).
   const uint8_t* w_panels = nullptr;
 };
 
-// Q8 panels: the tile layout of the AMX path (matmul_amx.cc). Per kQ8PanelRows weight
-// rows (m % kQ8PanelRows == 0): the fp16 scales [blocks][16 rows] (zero-padded to whole
-// cache lines), then the codes [blocks][16 rows][kQ8Block]; panel after panel. The same
-// numbers as the Q8 rows, so results do not depend on which one a kernel reads.
+// Q8 panels: Q8 weights laid out for the panel paths of the Q8 matmul, per kQ8PanelRows
+// weight rows (m % kQ8PanelRows == 0): the fp16 scales [blocks][16 rows] (zero-padded to
+// whole cache lines), then the codes, panel after panel. Two kinds, by path:
+//   kAmx  (matmul_amx.cc): codes [blocks][16 rows][kQ8Block], as stored;
+//   kVnni (matmul_q8_panels.cc, AVX-512 VNNI without AMX): codes
+//         [blocks][kQ8Block / 4][16 rows][4], each code + 128 as uint8.
+// The same numbers as the Q8 rows, so results do not depend on which one a kernel reads.
+enum class Q8PanelKind { kNone, kAmx, kVnni };
 inline constexpr int kQ8PanelRows = 16;
 inline size_t Q8PanelScaleBytes(int64_t k) {
   const size_t blocks = static_cast<size_t>((k + core::kQ8Block - 1) / core::kQ8Block);
@@ -46,12 +50,13 @@ inline size_t Q8PanelBytes(int64_t m, int64_t k) {
   return static_cast<size_t>(m / kQ8PanelRows) *
          (Q8PanelScaleBytes(k) + blocks * kQ8PanelRows * core::kQ8Block);
 }
-// Writes the panels of Q8 weights w [m, k] (Q8PanelBytes(m, k) bytes), on `pool`'s
-// threads when given.
-void PackQ8Panels(ThreadPool* pool, const void* w, int64_t m, int64_t k, uint8_t* panels);
-// Whether MatMulOptimized reads panels for a call like `a` (Q8 weights on the AMX path):
-// the calls a caller's kept panels serve.
-bool MatMulReadsQ8Panels(const MatMulArgs& a);
+// Writes the panels of `kind` of Q8 weights w [m, k] (Q8PanelBytes(m, k) bytes), on
+// `pool`'s threads when given.
+void PackQ8Panels(ThreadPool* pool, Q8PanelKind kind, const void* w, int64_t m, int64_t k,
+                  uint8_t* panels);
+// The panels MatMulOptimized reads for a call like `a` (a function of the active path and
+// the weights' shape, never of the number of rows): kNone when it reads the Q8 rows.
+Q8PanelKind MatMulQ8Panels(const MatMulArgs& a);
 
 // Q8 weights multiply int8 activations (docs/engine.md, "Q8 MatMul"): each row of x is
 // quantized once per call, per block of kQ8Block: amax = max |x|, scale = amax / 127,
@@ -61,25 +66,29 @@ bool MatMulReadsQ8Panels(const MatMulArgs& a);
 struct Q8Activations {
   std::vector<int8_t> codes;    // [n, padded_k] (padded_k: k rounded up to 2 blocks)
   std::vector<float> scales;    // [n, padded_k / kQ8Block]
-  std::vector<int32_t> offset;  // AVX-512 VNNI path: [n, padded_k / 4], -128 * (sum of 4 codes)
+  // The VNNI kernels' terms that turn the product (w + 128) * x into w * x:
+  std::vector<int32_t> offset;        // kLanes: [n, padded_k / 4], -128 * (sum of 4 codes)
+  std::vector<int32_t> block_offset;  // kBlocks: [n, padded_k / kQ8Block], -128 * (block sum)
   int64_t padded_k = 0;
 };
-// Quantizes `n` rows of `k` floats into xq (grows its vectors, never shrinks them).
-// `offset` is filled only when with_offset. Rows are split over the pool when it pays.
+enum class Q8Offsets { kNone, kLanes, kBlocks };
+// Quantizes `n` rows of `k` floats into xq (grows its vectors, never shrinks them), with
+// the offsets `offsets` names. Rows are split over the pool when it pays.
 void QuantizeActivationsQ8(ThreadPool* pool, const float* x, int64_t n, int64_t k,
-                           bool with_offset, Q8Activations& xq);
+                           Q8Offsets offsets, Q8Activations& xq);
 
-// The AMX Q8 path's activations in tile layout (matmul_amx.cc).
-struct AmxScratch {
+// The panel paths' scratch: the AMX path's activations in tile layout (matmul_amx.cc), and
+// the panels of weights without kept ones.
+struct Q8PanelScratch {
   std::vector<int8_t> packed;
   std::vector<float> scales;
-  std::vector<uint8_t> panels;  // weights without kept panels
+  std::vector<uint8_t> panels;
 };
 
 // Scratch of the matmul kernels; grows to the largest call, then allocation-free.
 struct MatMulScratch {
   Q8Activations q8;
-  AmxScratch amx;
+  Q8PanelScratch panels;
 };
 
 void MatMulReference(const MatMulArgs& a, MatMulScratch& scratch);

@@ -54,7 +54,7 @@ namespace {
 // Q8 weights: x quantized per row and block (cpu_ops.h), then per output and block the
 // exact integer dot of the codes, summed in order as float(dot) * (x_scale * w_scale).
 void MatMulReferenceQ8(const MatMulArgs& a, Q8Activations& xq) {
-  QuantizeActivationsQ8(nullptr, a.x, a.n, a.k, /*with_offset=*/false, xq);
+  QuantizeActivationsQ8(nullptr, a.x, a.n, a.k, Q8Offsets::kNone, xq);
   const int64_t blocks = (a.k + kQ8Block - 1) / kQ8Block;
   const size_t row_bytes = Q8RowBytes(a.k);
   for (int64_t i = 0; i < a.n; ++i) {
@@ -255,8 +255,16 @@ void ForEachTile(ThreadPool& pool, const MatMulArgs& a, int tile_cols, TileAt& t
 
 }  // namespace
 
-bool MatMulReadsQ8Panels(const MatMulArgs& a) {
-  return a.w_dtype == DType::kQ8 && Q8AmxFits(a) && AmxActive();  // AmxActive: AVX-512 path
+Q8PanelKind MatMulQ8Panels(const MatMulArgs& a) {
+  if (a.w_dtype != DType::kQ8 || a.m % kQ8PanelRows != 0) return Q8PanelKind::kNone;
+  if (AmxActive()) return Q8PanelKind::kAmx;  // AmxActive: the AVX-512 path
+  return UseVnni(ActiveIsa()) ? Q8PanelKind::kVnni : Q8PanelKind::kNone;
+}
+
+void PackQ8Panels(ThreadPool* pool, Q8PanelKind kind, const void* w, int64_t m, int64_t k,
+                  uint8_t* panels) {
+  if (kind == Q8PanelKind::kAmx) PackQ8AmxPanels(pool, w, m, k, panels);
+  if (kind == Q8PanelKind::kVnni) PackQ8VnniPanels(pool, w, m, k, panels);
 }
 
 void MatMulOptimized(ThreadPool& pool, const MatMulArgs& a, MatMulScratch& scratch) {
@@ -264,16 +272,25 @@ void MatMulOptimized(ThreadPool& pool, const MatMulArgs& a, MatMulScratch& scrat
   const int tile_cols = TileCols(isa, a.w_dtype, a.n);
   if (a.w_dtype == DType::kQ8) {
     // The choice depends on the weights' shape only, never on n (batch invariance).
-    if (MatMulReadsQ8Panels(a)) {  // the AMX path
-      // VNNI offsets only for a row group of one row (RowVnni16 / RowVnni8); tiles multiply
-      // signed by signed bytes.
-      QuantizeActivationsQ8(&pool, a.x, a.n, a.k, /*with_offset=*/a.n % kQ8PanelRows == 1,
-                            scratch.q8);
-      MatMulQ8Amx(pool, a, scratch.q8, scratch.amx);
-      return;
+    switch (MatMulQ8Panels(a)) {
+      case Q8PanelKind::kAmx:
+        // VNNI offsets only for a row group of one row (RowVnni16 / RowVnni8); tiles
+        // multiply signed by signed bytes.
+        QuantizeActivationsQ8(&pool, a.x, a.n, a.k,
+                              a.n % kQ8PanelRows == 1 ? Q8Offsets::kLanes : Q8Offsets::kNone,
+                              scratch.q8);
+        MatMulQ8Amx(pool, a, scratch.q8, scratch.panels);
+        return;
+      case Q8PanelKind::kVnni:
+        QuantizeActivationsQ8(&pool, a.x, a.n, a.k, Q8Offsets::kBlocks, scratch.q8);
+        MatMulQ8Vnni(pool, a, scratch.q8, scratch.panels);
+        return;
+      case Q8PanelKind::kNone:
+        break;
     }
     const bool vnni = UseVnni(isa);
-    QuantizeActivationsQ8(&pool, a.x, a.n, a.k, vnni, scratch.q8);
+    QuantizeActivationsQ8(&pool, a.x, a.n, a.k, vnni ? Q8Offsets::kLanes : Q8Offsets::kNone,
+                          scratch.q8);
     const Q8Activations& xq = scratch.q8;
     auto tile = [&](int rows, int cols, int64_t i, int64_t j) { PickQ8(isa, rows, cols)(a, xq, i, j); };
     ForEachTile(pool, a, tile_cols, tile);

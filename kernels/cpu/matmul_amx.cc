@@ -277,7 +277,7 @@ KVFOLD_AMX void RowVnni16(const MatMulArgs& a, const uint8_t* panel, const Q8Act
 // B tiles and scales of every row group: packed[g][b][k4][r][4] = codes of row 16 g + r,
 // bytes 32 b + 4 k4 .. + 3 (zeros past n); xs[g][b][r]. One gather per (block, k4): the
 // 16 rows' four bytes (was a scalar store per row, block and k4).
-KVFOLD_AMX void Pack(const Q8Activations& xq, int64_t n, int64_t blocks, AmxScratch& s) {
+KVFOLD_AMX void Pack(const Q8Activations& xq, int64_t n, int64_t blocks, Q8PanelScratch& s) {
   const int64_t groups = (n + kGroup - 1) / kGroup;
   if (s.packed.size() < static_cast<size_t>(groups * blocks * kTileBytes)) {
     s.packed.resize(groups * blocks * kTileBytes);
@@ -309,9 +309,7 @@ KVFOLD_AMX void Pack(const Q8Activations& xq, int64_t n, int64_t blocks, AmxScra
 
 }  // namespace
 
-bool Q8AmxFits(const MatMulArgs& a) { return a.m % kGroup == 0; }
-
-void PackQ8Panels(ThreadPool* pool, const void* w, int64_t m, int64_t k, uint8_t* panels) {
+void PackQ8AmxPanels(ThreadPool* pool, const void* w, int64_t m, int64_t k, uint8_t* panels) {
   const int64_t blocks = (k + kQ8Block - 1) / kQ8Block;
   const size_t row_bytes = Q8RowBytes(k), scale_bytes = Q8PanelScaleBytes(k);
   const size_t panel_bytes = Q8PanelBytes(kQ8PanelRows, k);
@@ -338,7 +336,7 @@ void PackQ8Panels(ThreadPool* pool, const void* w, int64_t m, int64_t k, uint8_t
 }
 
 void MatMulQ8Amx(ThreadPool& pool, const MatMulArgs& a, const Q8Activations& xq,
-                 AmxScratch& scratch) {
+                 Q8PanelScratch& scratch) {
   const int64_t blocks = (a.k + kQ8Block - 1) / kQ8Block;
   // B tiles only for calls that run tiles: a single row (decode) takes RowVnni16/8.
   if (a.n > 1) Pack(xq, a.n, blocks, scratch);
@@ -348,7 +346,7 @@ void MatMulQ8Amx(ThreadPool& pool, const MatMulArgs& a, const Q8Activations& xq,
   const uint8_t* panels = a.w_panels;
   if (panels == nullptr && a.n > 1) {
     scratch.panels.resize(Q8PanelBytes(a.m, a.k));
-    PackQ8Panels(&pool, a.w, a.m, a.k, scratch.panels.data());
+    PackQ8AmxPanels(&pool, a.w, a.m, a.k, scratch.panels.data());
     panels = scratch.panels.data();
   }
   const size_t panel_bytes = Q8PanelBytes(kGroup, a.k);

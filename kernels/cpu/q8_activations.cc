@@ -135,12 +135,22 @@ KVFOLD_VNNI void OffsetsVnni(const int8_t* codes, int64_t padded_k, int32_t* off
   }
 }
 
+// offset[b] = -128 * (the sum of block b's codes), the same term per block
+// (matmul_q8_panels.cc). Exact integers: any order.
+void BlockOffsets(const int8_t* codes, int64_t padded_k, int32_t* offset) {
+  for (int64_t b = 0; b < padded_k / kQ8Block; ++b) {
+    int32_t sum = 0;
+    for (int64_t t = b * kQ8Block; t < (b + 1) * kQ8Block; ++t) sum += codes[t];
+    offset[b] = -128 * sum;
+  }
+}
+
 using BlockFn = void (*)(const float*, int64_t, int8_t*, float*);
 
 }  // namespace
 
 void QuantizeActivationsQ8(ThreadPool* pool, const float* x, int64_t n, int64_t k,
-                           bool with_offset, Q8Activations& xq) {
+                           Q8Offsets offsets, Q8Activations& xq) {
   const int64_t padded_k = (k + 2 * kQ8Block - 1) / (2 * kQ8Block) * (2 * kQ8Block);
   const int64_t padded_blocks = padded_k / kQ8Block;
   xq.padded_k = padded_k;
@@ -149,7 +159,8 @@ void QuantizeActivationsQ8(ThreadPool* pool, const float* x, int64_t n, int64_t 
   };
   grow(xq.codes, static_cast<size_t>(n * padded_k));
   grow(xq.scales, static_cast<size_t>(n * padded_blocks));
-  if (with_offset) grow(xq.offset, static_cast<size_t>(n * padded_k / 4));
+  if (offsets == Q8Offsets::kLanes) grow(xq.offset, static_cast<size_t>(n * padded_k / 4));
+  if (offsets == Q8Offsets::kBlocks) grow(xq.block_offset, static_cast<size_t>(n * padded_blocks));
   const Isa isa = ActiveIsa();
   // AVX-512 takes a row's whole blocks in QuantizeRowAvx512; what is left there (a partial
   // block) is the portable code, as on the AVX2 path.
@@ -172,7 +183,12 @@ void QuantizeActivationsQ8(ThreadPool* pool, const float* x, int64_t n, int64_t 
           block(x + r * k + t, std::min(kQ8Block, k - t), codes + t, scales + b);
         }
       }
-      if (with_offset) OffsetsVnni(codes, padded_k, xq.offset.data() + r * padded_k / 4);
+      if (offsets == Q8Offsets::kLanes) {
+        OffsetsVnni(codes, padded_k, xq.offset.data() + r * padded_k / 4);
+      }
+      if (offsets == Q8Offsets::kBlocks) {
+        BlockOffsets(codes, padded_k, xq.block_offset.data() + r * padded_blocks);
+      }
     }
   };
   if (pool == nullptr || n * k < (1 << 15)) {

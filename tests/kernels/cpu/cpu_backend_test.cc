@@ -4,7 +4,6 @@
 #include <algorithm>
 #include <cmath>
 #include <cstring>
-#include <limits>
 #include <random>
 
 #include "common/fp16.h"
@@ -13,7 +12,6 @@
 #include "kernels/cpu/cpu_ops.h"
 #include "kernels/cpu/isa.h"
 #include "kernels/cpu/thread_pool.h"
-#include "kernels/quant/weight_q8.h"
 #include "tests/kernels/cpu/cpu_test_util.h"
 
 namespace kvfold::kernels {
@@ -57,13 +55,6 @@ struct PagedAttention {
                         T(rope.data(), DType::kF32, {rope_rows, hd}), shape,
                         T(out.data() + row0 * q_dim, DType::kF32, {nrows, q_dim}));
   }
-};
-
-// Turns the AMX Q8 path on or off (isa.h) for the scope.
-class AmxScope {
- public:
-  explicit AmxScope(bool enabled) { cpu::SetAmxForTesting(enabled); }
-  ~AmxScope() { cpu::SetAmxForTesting(true); }
 };
 
 class MatMulTest : public ::testing::TestWithParam<std::tuple<int, int, int, DType>> {};
@@ -121,205 +112,6 @@ INSTANTIATE_TEST_SUITE_P(
                       std::make_tuple(3, 77, 33, DType::kF16), std::make_tuple(6, 71, 17, DType::kF32),
                       std::make_tuple(1, 13, 768, DType::kBF16), std::make_tuple(14, 64, 48, DType::kF32),
                       std::make_tuple(12, 40, 768, DType::kF16)));
-
-// Q8 weights multiply int8 activations (cpu_ops.h Q8Activations): the reference against
-// the definition (per block: x quantized by scale amax / 127, exact integer dot, times
-// both scales) and against the F32 product within the activation rounding; every ISA
-// path against the reference; rows alone and in batches bit-identical; portable and AVX2
-// bit-identical; Gather dequantizing exactly like DequantizeRowQ8.
-class MatMulQ8Test : public ::testing::TestWithParam<std::tuple<int, int, int>> {};
-
-TEST_P(MatMulQ8Test, OptimizedMatchesReferenceAndIsBatchInvariant) {
-  const auto [n, m, k] = GetParam();
-  Rig r;
-  auto x = Random(static_cast<size_t>(n) * k, 11);
-  if (k > 40) std::fill(x.begin() + 32, x.begin() + 40, 0.0f);  // a block with zeros
-  auto w32 = Random(static_cast<size_t>(m) * k, 12, 0.2f);
-  const size_t row_bytes = Q8RowBytes(k);
-  std::vector<uint8_t> wq(m * row_bytes);
-  for (int j = 0; j < m; ++j) quant::QuantizeRowQ8(w32.data() + static_cast<size_t>(j) * k, k, wq.data() + j * row_bytes);
-  const Tensor w = T(wq.data(), DType::kQ8, {m, k});
-  ASSERT_EQ(w.size_bytes(), wq.size());
-  std::vector<float> out_ref(static_cast<size_t>(n) * m);
-  ASSERT_TRUE(r.ref->MatMul(*r.s1, T(x.data(), DType::kF32, {n, k}), w, Tensor(),
-                            T(out_ref.data(), DType::kF32, {n, m})).ok());
-  std::vector<float> deq(static_cast<size_t>(m) * k);
-  for (int j = 0; j < m; ++j) quant::DequantizeRowQ8(wq.data() + j * row_bytes, k, deq.data() + static_cast<size_t>(j) * k);
-  // The definition, in double: x's blocks quantized here, independently of the kernels.
-  std::vector<double> xd(x.size());
-  for (int i = 0; i < n; ++i) {
-    for (int t0 = 0; t0 < k; t0 += 32) {
-      float amax = 0.0f;
-      for (int t = t0; t < std::min(k, t0 + 32); ++t) amax = std::max(amax, std::abs(x[i * k + t]));
-      const float d = amax / 127.0f, id = d > 0.0f ? 1.0f / d : 0.0f;
-      for (int t = t0; t < std::min(k, t0 + 32); ++t) {
-        const float q = std::nearbyint(x[i * k + t] * id);
-        ASSERT_LE(std::abs(q), 127.0f);
-        xd[i * k + t] = double{q} * d;
-      }
-    }
-  }
-  std::vector<double> mag(out_ref.size());  // sum of |x| |w|: the scale of float rounding
-  for (int i = 0; i < n; ++i) {
-    for (int j = 0; j < m; ++j) {
-      double want = 0, exact = 0, rounding = 0, sum_abs = 0;
-      for (int t = 0; t < k; ++t) {
-        const double wv = deq[static_cast<size_t>(j) * k + t];
-        want += xd[i * k + t] * wv;
-        exact += double{x[i * k + t]} * wv;
-        rounding += std::abs(wv) * std::abs(xd[i * k + t] - x[i * k + t]);
-        sum_abs += std::abs(xd[i * k + t] * wv);
-      }
-      mag[i * m + j] = sum_abs;
-      const float got = out_ref[i * m + j];
-      ASSERT_NEAR(got, want, 1e-6 * (1.0 + sum_abs)) << i << "," << j;
-      ASSERT_NEAR(got, exact, rounding + 1e-6 * (1.0 + sum_abs)) << i << "," << j;
-    }
-  }
-  std::vector<std::vector<float>> by_isa;
-  // Every ISA path with AMX off, then the AVX-512 path with AMX tiles where the CPU has them.
-  std::vector<std::pair<cpu::Isa, bool>> paths;
-  for (cpu::Isa isa : RunnableIsas()) paths.emplace_back(isa, false);
-  if (cpu::CpuHasAmxInt8()) paths.emplace_back(cpu::Isa::kAvx512, true);
-  for (const auto& [isa, amx] : paths) {
-    SCOPED_TRACE(std::string(cpu::IsaName(isa)) + (amx ? " amx" : ""));
-    IsaScope scope(isa);
-    AmxScope amx_scope(amx);
-    std::vector<float> out_opt(out_ref.size());
-    ASSERT_TRUE(r.opt->MatMul(*r.s2, T(x.data(), DType::kF32, {n, k}), w, Tensor(),
-                              T(out_opt.data(), DType::kF32, {n, m})).ok());
-    for (size_t i = 0; i < out_ref.size(); ++i) {
-      ASSERT_NEAR(out_opt[i], out_ref[i], 1e-6 * (1.0 + mag[i])) << i;
-    }
-    for (int row : {0, n / 2, n - 1}) {
-      std::vector<float> one(m);
-      ASSERT_TRUE(r.opt->MatMul(*r.s2, T(x.data() + static_cast<size_t>(row) * k, DType::kF32, {1, k}), w,
-                                Tensor(), T(one.data(), DType::kF32, {1, m})).ok());
-      EXPECT_EQ(0, std::memcmp(one.data(), out_opt.data() + static_cast<size_t>(row) * m, m * 4));
-      std::vector<float> head(static_cast<size_t>(row + 1) * m);
-      ASSERT_TRUE(r.opt->MatMul(*r.s2, T(x.data(), DType::kF32, {row + 1, k}), w, Tensor(),
-                                T(head.data(), DType::kF32, {row + 1, m})).ok());
-      EXPECT_EQ(0, std::memcmp(head.data(), out_opt.data(), head.size() * 4));
-    }
-    by_isa.push_back(std::move(out_opt));
-  }
-  if (by_isa.size() > 1) {  // portable and AVX2 sum the same lanes in the same order
-    EXPECT_EQ(0, std::memcmp(by_isa[0].data(), by_isa[1].data(), out_ref.size() * 4));
-  }
-  // Adopted weights: the AMX path reads the panels the backend keeps beside the buffer
-  // (batches and single rows), with the bits of the same weights not adopted (a batch lays
-  // panels out per call, a single row reads the Q8 rows). The
-  // weights are adopted from an unaligned copy, so the backend copies them; the second
-  // round's buffer, adopted after the first is dropped, often gets the same address and
-  // must get its own panels (its codes are the first round's negated).
-  if (cpu::CpuHasAmxInt8() && m % 16 == 0) {
-    IsaScope scope(cpu::Isa::kAvx512);
-    AmxScope amx_scope(true);
-    std::vector<uint8_t> host(wq.size() + 4);
-    for (int round = 0; round < 2; ++round) {
-      SCOPED_TRACE(round);
-      std::vector<uint8_t> wr = wq;
-      if (round == 1) {
-        const int64_t blocks = (k + 31) / 32;
-        for (int j = 0; j < m; ++j) {
-          for (size_t c = blocks * 2; c < row_bytes; ++c) {
-            wr[j * row_bytes + c] = static_cast<uint8_t>(-static_cast<int8_t>(wr[j * row_bytes + c]));
-          }
-        }
-      }
-      std::memcpy(host.data() + 4, wr.data(), wr.size());
-      auto adopted = r.opt->AdoptWeights(host.data() + 4, wr.size(), nullptr);
-      ASSERT_TRUE(adopted.ok()) << adopted.status();
-      const Tensor wa = T((*adopted)->data(), DType::kQ8, {m, k});
-      std::vector<float> plain(out_ref.size()), kept(out_ref.size());
-      ASSERT_TRUE(r.opt->MatMul(*r.s2, T(x.data(), DType::kF32, {n, k}), T(wr.data(), DType::kQ8, {m, k}),
-                                Tensor(), T(plain.data(), DType::kF32, {n, m})).ok());
-      for (int pass = 0; pass < 2; ++pass) {  // lays the panels out, then reuses them
-        ASSERT_TRUE(r.opt->MatMul(*r.s2, T(x.data(), DType::kF32, {n, k}), wa, Tensor(),
-                                  T(kept.data(), DType::kF32, {n, m})).ok());
-        EXPECT_EQ(0, std::memcmp(kept.data(), plain.data(), kept.size() * 4));
-      }
-      for (int row : {0, n - 1}) {  // a single row reads the panels too
-        std::vector<float> one(m);
-        ASSERT_TRUE(r.opt->MatMul(*r.s2, T(x.data() + static_cast<size_t>(row) * k, DType::kF32, {1, k}),
-                                  wa, Tensor(), T(one.data(), DType::kF32, {1, m})).ok());
-        EXPECT_EQ(0, std::memcmp(one.data(), kept.data() + static_cast<size_t>(row) * m, m * 4));
-      }
-      if (round == 0) {
-        EXPECT_EQ(0, std::memcmp(kept.data(), by_isa.back().data(), kept.size() * 4));
-      } else {
-        EXPECT_EQ(kept[0], -by_isa.back()[0]);  // negated codes: exactly negated sums
-      }
-    }
-  }
-  std::vector<int32_t> ids = {m - 1, 0, m / 2};
-  std::vector<float> rows(3 * static_cast<size_t>(k));
-  ASSERT_TRUE(r.opt->Gather(*r.s2, w, T(ids.data(), DType::kI32, {3}), T(rows.data(), DType::kF32, {3, k})).ok());
-  for (int i = 0; i < 3; ++i) {
-    EXPECT_EQ(0, std::memcmp(rows.data() + static_cast<size_t>(i) * k, deq.data() + static_cast<size_t>(ids[i]) * k, k * 4));
-  }
-}
-
-// The activation quantizer writes the same codes and scales on every path, including
-// partial blocks, zero blocks, infinities and NaN.
-// Rows of 4 whole blocks and of 19 (the AVX-512 path takes a row's whole blocks 16 at a
-// time: one full group and a partial one), each with a partial block after them.
-TEST(Q8ActivationsTest, EveryPathQuantizesIdentically) {
-  for (const int k : {133, 613}) {
-    SCOPED_TRACE(k);
-    const int n = 3;
-    const int padded = (k + 63) / 64 * 64, blocks = padded / 32;
-    auto x = Random(static_cast<size_t>(n) * k, 21, 3.0f);
-    std::fill(x.begin() + 32, x.begin() + 64, 0.0f);
-    x[70] = std::numeric_limits<float>::infinity();
-    x[100] = std::nanf("");
-    x[k + 5] = -1e30f;
-    x[2 * k + 17 * 32 + 3] = std::nanf("");  // k = 613: in the second group of 16 blocks
-    cpu::ThreadPool pool(2);
-    std::vector<cpu::Q8Activations> got;
-    for (cpu::Isa isa : RunnableIsas()) {
-      IsaScope scope(isa);
-      got.emplace_back();
-      cpu::QuantizeActivationsQ8(&pool, x.data(), n, k, cpu::CpuHasAvx512Vnni(), got.back());
-    }
-    const auto& ref = got.front();
-    ASSERT_EQ(ref.padded_k, padded);
-    for (int i = 0; i < n; ++i) {
-      for (int b = 0; b < blocks; ++b) {
-        const float s = ref.scales[i * blocks + b];
-        for (int t = b * 32; t < b * 32 + 32; ++t) {
-          const int8_t q = ref.codes[i * padded + t];
-          EXPECT_LE(std::abs(int{q}), 127);
-          if (t >= k) {
-            EXPECT_EQ(q, 0);
-          }
-          const float v = t < k ? x[i * k + t] : 0.0f;
-          if (std::isfinite(v) && std::isfinite(s)) {
-            EXPECT_LE(std::abs(v - q * s), 0.5f * s + 1e-30f) << i << "," << t;
-          }
-        }
-      }
-    }
-    EXPECT_EQ(ref.scales[1], 0.0f);  // the zero block
-    for (const auto& other : got) {
-      EXPECT_EQ(0, std::memcmp(other.codes.data(), ref.codes.data(), n * padded));
-      EXPECT_EQ(0, std::memcmp(other.scales.data(), ref.scales.data(), n * blocks * 4));
-      if (cpu::CpuHasAvx512Vnni()) {  // n * padded / 4 int32 offsets
-        EXPECT_EQ(0, std::memcmp(other.offset.data(), ref.offset.data(), n * padded));
-      }
-    }
-  }
-}
-
-INSTANTIATE_TEST_SUITE_P(Shapes, MatMulQ8Test,
-                         ::testing::Values(std::make_tuple(1, 769, 75), std::make_tuple(5, 67, 131),
-                                           std::make_tuple(17, 130, 64), std::make_tuple(2, 3, 7),
-                                           std::make_tuple(9, 41, 200), std::make_tuple(1, 300, 768),
-                                           std::make_tuple(6, 19, 97), std::make_tuple(4, 9, 2048),
-                                           // m % 16 == 0: the AMX path where present.
-                                           std::make_tuple(1, 32, 768), std::make_tuple(19, 48, 96),
-                                           std::make_tuple(35, 64, 75), std::make_tuple(3, 16, 2048),
-                                           std::make_tuple(18, 32, 2144)));
 
 // Direct attention for one row: keys given as (pointer to un-rotated k, v, position).
 TEST(AttentionTest, PagedGqaMatchesDirectAndBackendsAgree) {

@@ -1,0 +1,151 @@
+// The Q8 matmul on AVX-512 VNNI without AMX, on VNNI panels (cpu_ops.h Q8PanelKind):
+// the block-dot numerics of the AMX path (matmul_tiles.h), so a machine with AMX and one
+// with only AVX-512 VNNI give identical bits. Per output, block by block:
+// acc = fma(float(exact integer dot of the block's 32 codes), w_scale * x_scale, acc).
+//
+// A panel holds 16 output columns; a block of it is eight 64-byte vectors, vector q = the
+// 16 columns' codes 4q..4q+3, biased to unsigned (code + 128). vpdpbusd of such a vector
+// with x's four codes 4q..4q+3 broadcast adds them to the 16 columns' lanes, so eight of
+// them, started from -128 * (sum of x's 32 codes) (Q8Activations::block_offset), give the
+// 16 columns' exact block dots: no horizontal sums, and one float conversion, scale
+// product and fma per 16 outputs and block. The lane-tile VNNI kernel (matmul_avx512.cc)
+// spends three float operations per 4 codes x 16 lanes instead, which bound a 16-row
+// batch by arithmetic (docs/engine.md, "Q8 VNNI panels").
+#pragma GCC diagnostic ignored "-Wuninitialized"
+#pragma GCC diagnostic ignored "-Wmaybe-uninitialized"
+#include <immintrin.h>
+
+#include <algorithm>
+#include <cstdint>
+#include <cstring>
+
+#include "kernels/cpu/matmul_tiles.h"
+
+namespace kvfold::kernels::cpu {
+namespace {
+
+#define KVFOLD_VNNI __attribute__((target("avx512f,avx512bw,avx512vl,avx512dq,avx512vnni,f16c")))
+
+constexpr int kCols = kQ8PanelRows;          // output columns per panel (vector lanes)
+constexpr int kGroups = kQ8Block / 4;        // 4-code groups per block
+constexpr int64_t kBlockBytes = kQ8Block * kCols;  // one block of a panel's codes
+constexpr int kMaxRows = 16;                 // rows of x per kernel call
+
+// The panel's codes this many blocks ahead are asked for (16 KiB); panels are laid out
+// one after another, so past a panel's end this reaches into the next one.
+constexpr int64_t kPrefetchBlocks = 32;
+
+// out[i0 .. i0 + R, j0 .. j0 + 16] over all blocks from the VNNI panel of columns j0..
+template <int R>
+KVFOLD_VNNI void PanelRows(const MatMulArgs& a, const uint8_t* panel, const Q8Activations& xq,
+                           int64_t i0, int64_t j0) {
+  const int64_t blocks = (a.k + kQ8Block - 1) / kQ8Block;
+  const uint16_t* w_scales = reinterpret_cast<const uint16_t*>(panel);
+  const uint8_t* codes = panel + Q8PanelScaleBytes(a.k);
+  const int64_t xk = xq.padded_k, xb = xk / kQ8Block;
+  const int8_t* xc = xq.codes.data() + i0 * xk;
+  const int32_t* xo = xq.block_offset.data() + i0 * xb;
+  const float* xs = xq.scales.data() + i0 * xb;
+  __m512 acc[R];
+  for (int r = 0; r < R; ++r) acc[r] = _mm512_setzero_ps();
+  for (int64_t b = 0; b < blocks; ++b) {
+    const uint8_t* wb = codes + b * kBlockBytes;
+    const char* ahead = reinterpret_cast<const char*>(wb + kPrefetchBlocks * kBlockBytes);
+    for (int l = 0; l < kBlockBytes / 64; ++l) _mm_prefetch(ahead + 64 * l, _MM_HINT_T0);
+    __m512i w[kGroups];
+    for (int q = 0; q < kGroups; ++q) w[q] = _mm512_loadu_si512(wb + 64 * q);
+    const __m512 ws = _mm512_cvtph_ps(
+        _mm256_loadu_si256(reinterpret_cast<const __m256i*>(w_scales + b * kCols)));
+    for (int r = 0; r < R; ++r) {
+      const int8_t* x = xc + r * xk + b * kQ8Block;
+      __m512i d = _mm512_set1_epi32(xo[r * xb + b]);
+      for (int q = 0; q < kGroups; ++q) {
+        int32_t x4;
+        std::memcpy(&x4, x + 4 * q, sizeof(x4));
+        d = _mm512_dpbusd_epi32(d, w[q], _mm512_set1_epi32(x4));
+      }
+      acc[r] = _mm512_fmadd_ps(_mm512_cvtepi32_ps(d),
+                               _mm512_mul_ps(ws, _mm512_set1_ps(xs[r * xb + b])), acc[r]);
+    }
+  }
+  const __m512 bias = a.bias ? _mm512_loadu_ps(a.bias + j0) : _mm512_setzero_ps();
+  for (int r = 0; r < R; ++r) {
+    _mm512_storeu_ps(a.out + (i0 + r) * a.m + j0, a.bias ? _mm512_add_ps(acc[r], bias) : acc[r]);
+  }
+}
+
+using PanelFn = void (*)(const MatMulArgs&, const uint8_t*, const Q8Activations&, int64_t, int64_t);
+
+template <int... R>
+constexpr std::array<PanelFn, sizeof...(R)> PanelKernels(std::integer_sequence<int, R...>) {
+  return {PanelRows<R + 1>...};
+}
+// kPanelRows[r - 1]: the kernel for r rows.
+constexpr auto kPanelRows = PanelKernels(std::make_integer_sequence<int, kMaxRows>{});
+
+}  // namespace
+
+void PackQ8VnniPanels(ThreadPool* pool, const void* w, int64_t m, int64_t k, uint8_t* panels) {
+  const int64_t blocks = (k + kQ8Block - 1) / kQ8Block;
+  const size_t row_bytes = Q8RowBytes(k), scale_bytes = Q8PanelScaleBytes(k);
+  const size_t panel_bytes = Q8PanelBytes(kCols, k);
+  auto body = [&](int64_t g0, int64_t g1, int) {
+    for (int64_t g = g0; g < g1; ++g) {
+      uint8_t* panel = panels + g * panel_bytes;
+      std::memset(panel, 0, scale_bytes);
+      for (int o = 0; o < kCols; ++o) {
+        const uint8_t* row = static_cast<const uint8_t*>(w) + (g * kCols + o) * row_bytes;
+        const uint8_t* row_codes = row + blocks * sizeof(uint16_t);
+        for (int64_t b = 0; b < blocks; ++b) {
+          std::memcpy(panel + (b * kCols + o) * sizeof(uint16_t), row + b * sizeof(uint16_t),
+                      sizeof(uint16_t));
+          for (int q = 0; q < kGroups; ++q) {
+            uint32_t four;
+            std::memcpy(&four, row_codes + b * kQ8Block + 4 * q, sizeof(four));
+            four ^= 0x80808080u;  // int8 code -> code + 128 as uint8
+            std::memcpy(panel + scale_bytes + b * kBlockBytes + (q * kCols + o) * 4, &four,
+                        sizeof(four));
+          }
+        }
+      }
+    }
+  };
+  if (pool == nullptr) {
+    body(0, m / kCols, 0);
+  } else {
+    pool->ParallelFor(m / kCols, 1, body);
+  }
+}
+
+void MatMulQ8Vnni(ThreadPool& pool, const MatMulArgs& a, const Q8Activations& xq,
+                  Q8PanelScratch& scratch) {
+  const uint8_t* panels = a.w_panels;
+  if (panels == nullptr) {  // weights without kept panels: laid out for this call
+    scratch.panels.resize(Q8PanelBytes(a.m, a.k));
+    PackQ8VnniPanels(&pool, a.w, a.m, a.k, scratch.panels.data());
+    panels = scratch.panels.data();
+  }
+  const size_t panel_bytes = Q8PanelBytes(kCols, a.k);
+  // Threads take blocks of 64 output columns; every row group passes over a block while
+  // its panels sit in L2, so each weight is read from memory once per call.
+  constexpr int64_t kColBlock = 4 * kCols;
+  const int64_t num_col_blocks = (a.m + kColBlock - 1) / kColBlock;
+  auto body = [&](int64_t c0, int64_t c1, int) {
+    for (int64_t cb = c0; cb < c1; ++cb) {
+      const int64_t j_end = std::min(a.m, (cb + 1) * kColBlock);
+      for (int64_t i = 0; i < a.n; i += kMaxRows) {
+        const PanelFn kernel = kPanelRows[std::min<int64_t>(kMaxRows, a.n - i) - 1];
+        for (int64_t j = cb * kColBlock; j < j_end; j += kCols) {
+          kernel(a, panels + (j / kCols) * panel_bytes, xq, i, j);
+        }
+      }
+    }
+  };
+  if (a.n * a.m * a.k < (1 << 16)) {
+    body(0, num_col_blocks, 0);
+  } else {
+    pool.ParallelFor(num_col_blocks, 1, body);
+  }
+}
+
+}  // namespace kvfold::kernels::cpu

@@ -1,0 +1,294 @@
+// The Q8 matmul (cpu_ops.h): the reference against the definition, every ISA path against
+// the reference, batch invariance, the panel paths (AMX, VNNI panels) against their exact
+// block-dot definition, adopted weights' panels, and the activation quantizer.
+#include <algorithm>
+#include <cmath>
+#include <cstring>
+#include <limits>
+#include <string>
+
+#include "common/fp16.h"
+#include "gtest/gtest.h"
+#include "kernels/backend.h"
+#include "kernels/cpu/cpu_ops.h"
+#include "kernels/cpu/isa.h"
+#include "kernels/cpu/thread_pool.h"
+#include "kernels/quant/weight_q8.h"
+#include "tests/kernels/cpu/cpu_test_util.h"
+
+namespace kvfold::kernels {
+namespace {
+
+using testing::IsaScope;
+using testing::Random;
+using testing::RunnableIsas;
+
+struct Rig {
+  std::unique_ptr<Backend> ref = CreateCpuBackend({1, true});
+  std::unique_ptr<Backend> opt = CreateCpuBackend({2, false});
+  std::unique_ptr<Stream> s1 = ref->CreateStream();
+  std::unique_ptr<Stream> s2 = opt->CreateStream();
+};
+
+Tensor T(void* p, DType dt, std::initializer_list<int64_t> shape) { return MakeTensor(p, dt, shape); }
+
+// Turns the AMX Q8 path on or off (isa.h) for the scope.
+class AmxScope {
+ public:
+  explicit AmxScope(bool enabled) { cpu::SetAmxForTesting(enabled); }
+  ~AmxScope() { cpu::SetAmxForTesting(true); }
+};
+
+// The panel paths' numerics (matmul_tiles.h): per output, block by block,
+// acc = fma(float(exact integer dot), w_scale * x_scale, acc), from 0; out = acc.
+std::vector<float> BlockDotDefinition(const std::vector<float>& x, const std::vector<uint8_t>& wq,
+                                      int n, int m, int k) {
+  cpu::Q8Activations xq;
+  cpu::QuantizeActivationsQ8(nullptr, x.data(), n, k, cpu::Q8Offsets::kNone, xq);
+  const int blocks = (k + 31) / 32;
+  const size_t row_bytes = Q8RowBytes(k);
+  std::vector<float> out(static_cast<size_t>(n) * m);
+  for (int i = 0; i < n; ++i) {
+    for (int j = 0; j < m; ++j) {
+      const uint8_t* row = wq.data() + j * row_bytes;
+      const int8_t* wc = reinterpret_cast<const int8_t*>(row + blocks * 2);
+      float acc = 0.0f;
+      for (int b = 0; b < blocks; ++b) {
+        int32_t dot = 0;
+        for (int t = 32 * b; t < 32 * b + 32; ++t) dot += int32_t{xq.codes[i * xq.padded_k + t]} * wc[t];
+        uint16_t h;
+        std::memcpy(&h, row + 2 * b, 2);
+        const float scale = Fp16ToFp32(h) * xq.scales[i * (xq.padded_k / 32) + b];
+        acc = std::fma(static_cast<float>(dot), scale, acc);
+      }
+      out[static_cast<size_t>(i) * m + j] = acc;
+    }
+  }
+  return out;
+}
+
+// Q8 weights multiply int8 activations (cpu_ops.h Q8Activations): the reference against
+// the definition (per block: x quantized by scale amax / 127, exact integer dot, times
+// both scales) and against the F32 product within the activation rounding; every ISA
+// path against the reference; rows alone and in batches bit-identical; portable and AVX2
+// bit-identical; Gather dequantizing exactly like DequantizeRowQ8.
+class MatMulQ8Test : public ::testing::TestWithParam<std::tuple<int, int, int>> {};
+
+TEST_P(MatMulQ8Test, OptimizedMatchesReferenceAndIsBatchInvariant) {
+  const auto [n, m, k] = GetParam();
+  Rig r;
+  auto x = Random(static_cast<size_t>(n) * k, 11);
+  if (k > 40) std::fill(x.begin() + 32, x.begin() + 40, 0.0f);  // a block with zeros
+  auto w32 = Random(static_cast<size_t>(m) * k, 12, 0.2f);
+  const size_t row_bytes = Q8RowBytes(k);
+  std::vector<uint8_t> wq(m * row_bytes);
+  for (int j = 0; j < m; ++j) quant::QuantizeRowQ8(w32.data() + static_cast<size_t>(j) * k, k, wq.data() + j * row_bytes);
+  const Tensor w = T(wq.data(), DType::kQ8, {m, k});
+  ASSERT_EQ(w.size_bytes(), wq.size());
+  std::vector<float> out_ref(static_cast<size_t>(n) * m);
+  ASSERT_TRUE(r.ref->MatMul(*r.s1, T(x.data(), DType::kF32, {n, k}), w, Tensor(),
+                            T(out_ref.data(), DType::kF32, {n, m})).ok());
+  std::vector<float> deq(static_cast<size_t>(m) * k);
+  for (int j = 0; j < m; ++j) quant::DequantizeRowQ8(wq.data() + j * row_bytes, k, deq.data() + static_cast<size_t>(j) * k);
+  // The definition, in double: x's blocks quantized here, independently of the kernels.
+  std::vector<double> xd(x.size());
+  for (int i = 0; i < n; ++i) {
+    for (int t0 = 0; t0 < k; t0 += 32) {
+      float amax = 0.0f;
+      for (int t = t0; t < std::min(k, t0 + 32); ++t) amax = std::max(amax, std::abs(x[i * k + t]));
+      const float d = amax / 127.0f, id = d > 0.0f ? 1.0f / d : 0.0f;
+      for (int t = t0; t < std::min(k, t0 + 32); ++t) {
+        const float q = std::nearbyint(x[i * k + t] * id);
+        ASSERT_LE(std::abs(q), 127.0f);
+        xd[i * k + t] = double{q} * d;
+      }
+    }
+  }
+  std::vector<double> mag(out_ref.size());  // sum of |x| |w|: the scale of float rounding
+  for (int i = 0; i < n; ++i) {
+    for (int j = 0; j < m; ++j) {
+      double want = 0, exact = 0, rounding = 0, sum_abs = 0;
+      for (int t = 0; t < k; ++t) {
+        const double wv = deq[static_cast<size_t>(j) * k + t];
+        want += xd[i * k + t] * wv;
+        exact += double{x[i * k + t]} * wv;
+        rounding += std::abs(wv) * std::abs(xd[i * k + t] - x[i * k + t]);
+        sum_abs += std::abs(xd[i * k + t] * wv);
+      }
+      mag[i * m + j] = sum_abs;
+      const float got = out_ref[i * m + j];
+      ASSERT_NEAR(got, want, 1e-6 * (1.0 + sum_abs)) << i << "," << j;
+      ASSERT_NEAR(got, exact, rounding + 1e-6 * (1.0 + sum_abs)) << i << "," << j;
+    }
+  }
+  std::vector<std::vector<float>> by_isa;
+  std::vector<cpu::Q8PanelKind> kinds;  // the panels each path read
+  const std::vector<float> block_dots = BlockDotDefinition(x, wq, n, m, k);
+  // Every ISA path with AMX off, then the AVX-512 path with AMX tiles where the CPU has them.
+  std::vector<std::pair<cpu::Isa, bool>> paths;
+  for (cpu::Isa isa : RunnableIsas()) paths.emplace_back(isa, false);
+  if (cpu::CpuHasAmxInt8()) paths.emplace_back(cpu::Isa::kAvx512, true);
+  for (const auto& [isa, amx] : paths) {
+    SCOPED_TRACE(std::string(cpu::IsaName(isa)) + (amx ? " amx" : ""));
+    IsaScope scope(isa);
+    AmxScope amx_scope(amx);
+    kinds.push_back(cpu::MatMulQ8Panels({x.data(), wq.data(), DType::kQ8, nullptr, nullptr, n, m, k}));
+    std::vector<float> out_opt(out_ref.size());
+    ASSERT_TRUE(r.opt->MatMul(*r.s2, T(x.data(), DType::kF32, {n, k}), w, Tensor(),
+                              T(out_opt.data(), DType::kF32, {n, m})).ok());
+    if (kinds.back() != cpu::Q8PanelKind::kNone) {  // AMX and VNNI panels: the same bits
+      EXPECT_EQ(0, std::memcmp(out_opt.data(), block_dots.data(), out_ref.size() * 4));
+      auto bias = Random(m, 13);
+      std::vector<float> with_bias(out_ref.size());
+      ASSERT_TRUE(r.opt->MatMul(*r.s2, T(x.data(), DType::kF32, {n, k}), w, T(bias.data(), DType::kF32, {m}),
+                                T(with_bias.data(), DType::kF32, {n, m})).ok());
+      for (size_t i = 0; i < out_ref.size(); ++i) ASSERT_EQ(with_bias[i], block_dots[i] + bias[i % m]) << i;
+    }
+    for (size_t i = 0; i < out_ref.size(); ++i) {
+      ASSERT_NEAR(out_opt[i], out_ref[i], 1e-6 * (1.0 + mag[i])) << i;
+    }
+    for (int row : {0, n / 2, n - 1}) {
+      std::vector<float> one(m);
+      ASSERT_TRUE(r.opt->MatMul(*r.s2, T(x.data() + static_cast<size_t>(row) * k, DType::kF32, {1, k}), w,
+                                Tensor(), T(one.data(), DType::kF32, {1, m})).ok());
+      EXPECT_EQ(0, std::memcmp(one.data(), out_opt.data() + static_cast<size_t>(row) * m, m * 4));
+      std::vector<float> head(static_cast<size_t>(row + 1) * m);
+      ASSERT_TRUE(r.opt->MatMul(*r.s2, T(x.data(), DType::kF32, {row + 1, k}), w, Tensor(),
+                                T(head.data(), DType::kF32, {row + 1, m})).ok());
+      EXPECT_EQ(0, std::memcmp(head.data(), out_opt.data(), head.size() * 4));
+    }
+    by_isa.push_back(std::move(out_opt));
+  }
+  if (by_isa.size() > 1 && kinds[0] == kinds[1]) {  // portable and AVX2: the same lanes and order
+    EXPECT_EQ(0, std::memcmp(by_isa[0].data(), by_isa[1].data(), out_ref.size() * 4));
+  }
+  // Adopted weights: the panel paths read the panels the backend keeps beside the buffer
+  // (batches and single rows), with the bits of the same weights not adopted (laid out per
+  // call). The weights are adopted from an unaligned copy, so the backend copies them; the
+  // second round's buffer, adopted after the first is dropped, often gets the same address
+  // and must get its own panels (its codes are the first round's negated).
+  for (size_t p = 0; p < paths.size(); ++p) {
+    if (kinds[p] == cpu::Q8PanelKind::kNone) continue;
+    SCOPED_TRACE(kinds[p] == cpu::Q8PanelKind::kAmx ? "adopted, amx" : "adopted, vnni panels");
+    IsaScope scope(paths[p].first);
+    AmxScope amx_scope(paths[p].second);
+    std::vector<uint8_t> host(wq.size() + 4);
+    for (int round = 0; round < 2; ++round) {
+      SCOPED_TRACE(round);
+      std::vector<uint8_t> wr = wq;
+      if (round == 1) {
+        const int64_t blocks = (k + 31) / 32;
+        for (int j = 0; j < m; ++j) {
+          for (size_t c = blocks * 2; c < row_bytes; ++c) {
+            wr[j * row_bytes + c] = static_cast<uint8_t>(-static_cast<int8_t>(wr[j * row_bytes + c]));
+          }
+        }
+      }
+      std::memcpy(host.data() + 4, wr.data(), wr.size());
+      auto adopted = r.opt->AdoptWeights(host.data() + 4, wr.size(), nullptr);
+      ASSERT_TRUE(adopted.ok()) << adopted.status();
+      const Tensor wa = T((*adopted)->data(), DType::kQ8, {m, k});
+      std::vector<float> plain(out_ref.size()), kept(out_ref.size());
+      ASSERT_TRUE(r.opt->MatMul(*r.s2, T(x.data(), DType::kF32, {n, k}), T(wr.data(), DType::kQ8, {m, k}),
+                                Tensor(), T(plain.data(), DType::kF32, {n, m})).ok());
+      for (int pass = 0; pass < 2; ++pass) {  // lays the panels out, then reuses them
+        ASSERT_TRUE(r.opt->MatMul(*r.s2, T(x.data(), DType::kF32, {n, k}), wa, Tensor(),
+                                  T(kept.data(), DType::kF32, {n, m})).ok());
+        EXPECT_EQ(0, std::memcmp(kept.data(), plain.data(), kept.size() * 4));
+      }
+      for (int row : {0, n - 1}) {  // a single row reads the panels too
+        std::vector<float> one(m);
+        ASSERT_TRUE(r.opt->MatMul(*r.s2, T(x.data() + static_cast<size_t>(row) * k, DType::kF32, {1, k}),
+                                  wa, Tensor(), T(one.data(), DType::kF32, {1, m})).ok());
+        EXPECT_EQ(0, std::memcmp(one.data(), kept.data() + static_cast<size_t>(row) * m, m * 4));
+      }
+      if (round == 0) {
+        EXPECT_EQ(0, std::memcmp(kept.data(), by_isa[p].data(), kept.size() * 4));
+      } else {
+        EXPECT_EQ(kept[0], -by_isa[p][0]);  // negated codes: exactly negated sums
+      }
+    }
+  }
+  std::vector<int32_t> ids = {m - 1, 0, m / 2};
+  std::vector<float> rows(3 * static_cast<size_t>(k));
+  ASSERT_TRUE(r.opt->Gather(*r.s2, w, T(ids.data(), DType::kI32, {3}), T(rows.data(), DType::kF32, {3, k})).ok());
+  for (int i = 0; i < 3; ++i) {
+    EXPECT_EQ(0, std::memcmp(rows.data() + static_cast<size_t>(i) * k, deq.data() + static_cast<size_t>(ids[i]) * k, k * 4));
+  }
+}
+
+// The activation quantizer writes the same codes, scales and offsets on every path,
+// including partial blocks, zero blocks, infinities and NaN.
+// Rows of 4 whole blocks and of 19 (the AVX-512 path takes a row's whole blocks 16 at a
+// time: one full group and a partial one), each with a partial block after them.
+TEST(Q8ActivationsTest, EveryPathQuantizesIdentically) {
+  for (const int k : {133, 613}) {
+    SCOPED_TRACE(k);
+    const int n = 3;
+    const int padded = (k + 63) / 64 * 64, blocks = padded / 32;
+    auto x = Random(static_cast<size_t>(n) * k, 21, 3.0f);
+    std::fill(x.begin() + 32, x.begin() + 64, 0.0f);
+    x[70] = std::numeric_limits<float>::infinity();
+    x[100] = std::nanf("");
+    x[k + 5] = -1e30f;
+    x[2 * k + 17 * 32 + 3] = std::nanf("");  // k = 613: in the second group of 16 blocks
+    cpu::ThreadPool pool(2);
+    std::vector<cpu::Q8Activations> got;
+    for (cpu::Isa isa : RunnableIsas()) {
+      IsaScope scope(isa);
+      got.emplace_back();
+      cpu::QuantizeActivationsQ8(&pool, x.data(), n, k,
+                                 cpu::CpuHasAvx512Vnni() ? cpu::Q8Offsets::kLanes : cpu::Q8Offsets::kNone,
+                                 got.back());
+      cpu::Q8Activations blocks_only;
+      cpu::QuantizeActivationsQ8(&pool, x.data(), n, k, cpu::Q8Offsets::kBlocks, blocks_only);
+      EXPECT_EQ(0, std::memcmp(blocks_only.codes.data(), got.back().codes.data(), n * padded));
+      for (int i = 0; i < n; ++i) {  // -128 * (the block's code sum)
+        for (int b = 0; b < blocks; ++b) {
+          int sum = 0;
+          for (int t = 0; t < 32; ++t) sum += blocks_only.codes[i * padded + b * 32 + t];
+          ASSERT_EQ(blocks_only.block_offset[i * blocks + b], -128 * sum) << i << "," << b;
+        }
+      }
+    }
+    const auto& ref = got.front();
+    ASSERT_EQ(ref.padded_k, padded);
+    for (int i = 0; i < n; ++i) {
+      for (int b = 0; b < blocks; ++b) {
+        const float s = ref.scales[i * blocks + b];
+        for (int t = b * 32; t < b * 32 + 32; ++t) {
+          const int8_t q = ref.codes[i * padded + t];
+          EXPECT_LE(std::abs(int{q}), 127);
+          if (t >= k) {
+            EXPECT_EQ(q, 0);
+          }
+          const float v = t < k ? x[i * k + t] : 0.0f;
+          if (std::isfinite(v) && std::isfinite(s)) {
+            EXPECT_LE(std::abs(v - q * s), 0.5f * s + 1e-30f) << i << "," << t;
+          }
+        }
+      }
+    }
+    EXPECT_EQ(ref.scales[1], 0.0f);  // the zero block
+    for (const auto& other : got) {
+      EXPECT_EQ(0, std::memcmp(other.codes.data(), ref.codes.data(), n * padded));
+      EXPECT_EQ(0, std::memcmp(other.scales.data(), ref.scales.data(), n * blocks * 4));
+      if (cpu::CpuHasAvx512Vnni()) {  // n * padded / 4 int32 offsets
+        EXPECT_EQ(0, std::memcmp(other.offset.data(), ref.offset.data(), n * padded));
+      }
+    }
+  }
+}
+
+INSTANTIATE_TEST_SUITE_P(Shapes, MatMulQ8Test,
+                         ::testing::Values(std::make_tuple(1, 769, 75), std::make_tuple(5, 67, 131),
+                                           std::make_tuple(17, 130, 64), std::make_tuple(2, 3, 7),
+                                           std::make_tuple(9, 41, 200), std::make_tuple(1, 300, 768),
+                                           std::make_tuple(6, 19, 97), std::make_tuple(4, 9, 2048),
+                                           // m % 16 == 0: the AMX path where present.
+                                           std::make_tuple(1, 32, 768), std::make_tuple(19, 48, 96),
+                                           std::make_tuple(35, 64, 75), std::make_tuple(3, 16, 2048),
+                                           std::make_tuple(18, 32, 2144)));
+
+}  // namespace
+}  // namespace kvfold::kernels
