@@ -16,8 +16,8 @@ void AdoptedWeights::Remove(const void* data) {
   if (it != buffers_.end() && --it->second.buffers == 0) buffers_.erase(it);
 }
 
-const uint8_t* AdoptedWeights::Panels(ThreadPool& pool, Q8PanelKind kind, const void* w,
-                                      int64_t m, int64_t k) {
+const uint8_t* AdoptedWeights::Panels(ThreadPool& pool, Q8PanelKind kind, const void* w, int64_t m,
+                                      int64_t k) {
   const uintptr_t at = reinterpret_cast<uintptr_t>(w);
   std::lock_guard<std::mutex> lock(mu_);
   auto it = buffers_.upper_bound(at);

@@ -31,8 +31,7 @@ class AdoptedWeights {
   // The panels of `kind` of the Q8 matrix at w [m, k] when it lies in an adopted buffer
   // (laid out on first use, on `pool`); nullptr when it does not, or when they cannot be
   // allocated (the matmul then lays them out in its scratch).
-  const uint8_t* Panels(ThreadPool& pool, Q8PanelKind kind, const void* w, int64_t m,
-                        int64_t k);
+  const uint8_t* Panels(ThreadPool& pool, Q8PanelKind kind, const void* w, int64_t m, int64_t k);
 
  private:
   struct Free {

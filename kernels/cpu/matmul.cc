@@ -261,12 +261,6 @@ Q8PanelKind MatMulQ8Panels(const MatMulArgs& a) {
   return UseVnni(ActiveIsa()) ? Q8PanelKind::kVnni : Q8PanelKind::kNone;
 }
 
-void PackQ8Panels(ThreadPool* pool, Q8PanelKind kind, const void* w, int64_t m, int64_t k,
-                  uint8_t* panels) {
-  if (kind == Q8PanelKind::kAmx) PackQ8AmxPanels(pool, w, m, k, panels);
-  if (kind == Q8PanelKind::kVnni) PackQ8VnniPanels(pool, w, m, k, panels);
-}
-
 void MatMulOptimized(ThreadPool& pool, const MatMulArgs& a, MatMulScratch& scratch) {
   const Isa isa = ActiveIsa();
   const int tile_cols = TileCols(isa, a.w_dtype, a.n);

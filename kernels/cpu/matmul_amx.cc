@@ -20,7 +20,6 @@
 
 #include <algorithm>
 #include <cstdint>
-#include <cstring>
 
 #include "kernels/cpu/matmul_tiles.h"
 
@@ -309,32 +308,6 @@ KVFOLD_AMX void Pack(const Q8Activations& xq, int64_t n, int64_t blocks, Q8Panel
 
 }  // namespace
 
-void PackQ8AmxPanels(ThreadPool* pool, const void* w, int64_t m, int64_t k, uint8_t* panels) {
-  const int64_t blocks = (k + kQ8Block - 1) / kQ8Block;
-  const size_t row_bytes = Q8RowBytes(k), scale_bytes = Q8PanelScaleBytes(k);
-  const size_t panel_bytes = Q8PanelBytes(kQ8PanelRows, k);
-  auto body = [&](int64_t g0, int64_t g1, int) {
-    for (int64_t g = g0; g < g1; ++g) {
-      uint8_t* panel = panels + g * panel_bytes;
-      std::memset(panel, 0, scale_bytes);
-      for (int o = 0; o < kQ8PanelRows; ++o) {
-        const uint8_t* row = static_cast<const uint8_t*>(w) + (g * kQ8PanelRows + o) * row_bytes;
-        for (int64_t b = 0; b < blocks; ++b) {
-          std::memcpy(panel + (b * kQ8PanelRows + o) * sizeof(uint16_t),
-                      row + b * sizeof(uint16_t), sizeof(uint16_t));
-          std::memcpy(panel + scale_bytes + (b * kQ8PanelRows + o) * kQ8Block,
-                      row + blocks * sizeof(uint16_t) + b * kQ8Block, kQ8Block);
-        }
-      }
-    }
-  };
-  if (pool == nullptr) {
-    body(0, m / kQ8PanelRows, 0);
-  } else {
-    pool->ParallelFor(m / kQ8PanelRows, 1, body);
-  }
-}
-
 void MatMulQ8Amx(ThreadPool& pool, const MatMulArgs& a, const Q8Activations& xq,
                  Q8PanelScratch& scratch) {
   const int64_t blocks = (a.k + kQ8Block - 1) / kQ8Block;
@@ -346,7 +319,7 @@ void MatMulQ8Amx(ThreadPool& pool, const MatMulArgs& a, const Q8Activations& xq,
   const uint8_t* panels = a.w_panels;
   if (panels == nullptr && a.n > 1) {
     scratch.panels.resize(Q8PanelBytes(a.m, a.k));
-    PackQ8AmxPanels(&pool, a.w, a.m, a.k, scratch.panels.data());
+    PackQ8Panels(&pool, Q8PanelKind::kAmx, a.w, a.m, a.k, scratch.panels.data());
     panels = scratch.panels.data();
   }
   const size_t panel_bytes = Q8PanelBytes(kGroup, a.k);

@@ -1,4 +1,5 @@
-// The Q8 matmul on AVX-512 VNNI without AMX, on VNNI panels (cpu_ops.h Q8PanelKind):
+// Laying out the Q8 panels of both panel paths (cpu_ops.h Q8PanelKind), and the Q8 matmul
+// on AVX-512 VNNI without AMX, which reads the VNNI panels:
 // the block-dot numerics of the AMX path (matmul_tiles.h), so a machine with AMX and one
 // with only AVX-512 VNNI give identical bits. Per output, block by block:
 // acc = fma(float(exact integer dot of the block's 32 codes), w_scale * x_scale, acc).
@@ -10,14 +11,16 @@
 // 16 columns' exact block dots: no horizontal sums, and one float conversion, scale
 // product and fma per 16 outputs and block. The lane-tile VNNI kernel (matmul_avx512.cc)
 // spends three float operations per 4 codes x 16 lanes instead, which bound a 16-row
-// batch by arithmetic (docs/engine.md, "Q8 VNNI panels").
+// batch by arithmetic (docs/engine.md, "Q8 MatMul" and "VNNI panels on the EPYC").
 #pragma GCC diagnostic ignored "-Wuninitialized"
 #pragma GCC diagnostic ignored "-Wmaybe-uninitialized"
 #include <immintrin.h>
 
 #include <algorithm>
+#include <array>
 #include <cstdint>
 #include <cstring>
+#include <utility>
 
 #include "kernels/cpu/matmul_tiles.h"
 
@@ -26,10 +29,10 @@ namespace {
 
 #define KVFOLD_VNNI __attribute__((target("avx512f,avx512bw,avx512vl,avx512dq,avx512vnni,f16c")))
 
-constexpr int kCols = kQ8PanelRows;          // output columns per panel (vector lanes)
-constexpr int kGroups = kQ8Block / 4;        // 4-code groups per block
+constexpr int kCols = kQ8PanelRows;                // output columns per panel (vector lanes)
+constexpr int kGroups = kQ8Block / 4;              // 4-code groups per block
 constexpr int64_t kBlockBytes = kQ8Block * kCols;  // one block of a panel's codes
-constexpr int kMaxRows = 16;                 // rows of x per kernel call
+constexpr int kMaxRows = 16;                       // rows of x per kernel call
 
 // The panel's codes this many blocks ahead are asked for (16 KiB); panels are laid out
 // one after another, so past a panel's end this reaches into the next one.
@@ -54,8 +57,8 @@ KVFOLD_VNNI void PanelRows(const MatMulArgs& a, const uint8_t* panel, const Q8Ac
     for (int l = 0; l < kBlockBytes / 64; ++l) _mm_prefetch(ahead + 64 * l, _MM_HINT_T0);
     __m512i w[kGroups];
     for (int q = 0; q < kGroups; ++q) w[q] = _mm512_loadu_si512(wb + 64 * q);
-    const __m512 ws = _mm512_cvtph_ps(
-        _mm256_loadu_si256(reinterpret_cast<const __m256i*>(w_scales + b * kCols)));
+    const __m512 ws =
+        _mm512_cvtph_ps(_mm256_loadu_si256(reinterpret_cast<const __m256i*>(w_scales + b * kCols)));
     for (int r = 0; r < R; ++r) {
       const int8_t* x = xc + r * xk + b * kQ8Block;
       __m512i d = _mm512_set1_epi32(xo[r * xb + b]);
@@ -85,13 +88,15 @@ constexpr auto kPanelRows = PanelKernels(std::make_integer_sequence<int, kMaxRow
 
 }  // namespace
 
-void PackQ8VnniPanels(ThreadPool* pool, const void* w, int64_t m, int64_t k, uint8_t* panels) {
+void PackQ8Panels(ThreadPool* pool, Q8PanelKind kind, const void* w, int64_t m, int64_t k,
+                  uint8_t* panels) {
   const int64_t blocks = (k + kQ8Block - 1) / kQ8Block;
   const size_t row_bytes = Q8RowBytes(k), scale_bytes = Q8PanelScaleBytes(k);
   const size_t panel_bytes = Q8PanelBytes(kCols, k);
   auto body = [&](int64_t g0, int64_t g1, int) {
     for (int64_t g = g0; g < g1; ++g) {
       uint8_t* panel = panels + g * panel_bytes;
+      uint8_t* codes = panel + scale_bytes;
       std::memset(panel, 0, scale_bytes);
       for (int o = 0; o < kCols; ++o) {
         const uint8_t* row = static_cast<const uint8_t*>(w) + (g * kCols + o) * row_bytes;
@@ -99,12 +104,16 @@ void PackQ8VnniPanels(ThreadPool* pool, const void* w, int64_t m, int64_t k, uin
         for (int64_t b = 0; b < blocks; ++b) {
           std::memcpy(panel + (b * kCols + o) * sizeof(uint16_t), row + b * sizeof(uint16_t),
                       sizeof(uint16_t));
-          for (int q = 0; q < kGroups; ++q) {
+          const uint8_t* block = row_codes + b * kQ8Block;
+          if (kind == Q8PanelKind::kAmx) {  // [blocks][16 rows][32 codes]
+            std::memcpy(codes + b * kBlockBytes + o * kQ8Block, block, kQ8Block);
+            continue;
+          }
+          for (int q = 0; q < kGroups; ++q) {  // [blocks][8 groups][16 rows][4 codes]
             uint32_t four;
-            std::memcpy(&four, row_codes + b * kQ8Block + 4 * q, sizeof(four));
+            std::memcpy(&four, block + 4 * q, sizeof(four));
             four ^= 0x80808080u;  // int8 code -> code + 128 as uint8
-            std::memcpy(panel + scale_bytes + b * kBlockBytes + (q * kCols + o) * 4, &four,
-                        sizeof(four));
+            std::memcpy(codes + b * kBlockBytes + (q * kCols + o) * 4, &four, sizeof(four));
           }
         }
       }
@@ -122,7 +131,7 @@ void MatMulQ8Vnni(ThreadPool& pool, const MatMulArgs& a, const Q8Activations& xq
   const uint8_t* panels = a.w_panels;
   if (panels == nullptr) {  // weights without kept panels: laid out for this call
     scratch.panels.resize(Q8PanelBytes(a.m, a.k));
-    PackQ8VnniPanels(&pool, a.w, a.m, a.k, scratch.panels.data());
+    PackQ8Panels(&pool, Q8PanelKind::kVnni, a.w, a.m, a.k, scratch.panels.data());
     panels = scratch.panels.data();
   }
   const size_t panel_bytes = Q8PanelBytes(kCols, a.k);

@@ -29,14 +29,12 @@ TileQ8Fn PickTileQ8Vnni(int rows, int cols);
 // Per output: one exact integer dot per block of 32 codes (a TDPBSSD tile multiply
 // computes 16 columns x 16 rows of them), then, block by block,
 // acc = fma(float(dot), w_scale * x_scale, acc); the sum is acc. No lanes, no tree.
-void PackQ8AmxPanels(ThreadPool* pool, const void* w, int64_t m, int64_t k, uint8_t* panels);
 void MatMulQ8Amx(ThreadPool& pool, const MatMulArgs& a, const Q8Activations& xq,
                  Q8PanelScratch& scratch);
 
 // AVX-512 VNNI Q8 on VNNI panels (CpuHasAvx512Vnni(), m % 16 == 0; used where AMX is not):
 // the AMX path's block dots and float operations per output, so the same bits. xq needs
 // Q8Offsets::kBlocks.
-void PackQ8VnniPanels(ThreadPool* pool, const void* w, int64_t m, int64_t k, uint8_t* panels);
 void MatMulQ8Vnni(ThreadPool& pool, const MatMulArgs& a, const Q8Activations& xq,
                   Q8PanelScratch& scratch);
 

@@ -20,16 +20,9 @@ namespace {
 using testing::IsaScope;
 using testing::Random;
 using testing::RopeTable;
+using testing::Rig;
 using testing::RunnableIsas;
-
-struct Rig {
-  std::unique_ptr<Backend> ref = CreateCpuBackend({1, true});
-  std::unique_ptr<Backend> opt = CreateCpuBackend({2, false});
-  std::unique_ptr<Stream> s1 = ref->CreateStream();
-  std::unique_ptr<Stream> s2 = opt->CreateStream();
-};
-
-Tensor T(void* p, DType dt, std::initializer_list<int64_t> shape) { return MakeTensor(p, dt, shape); }
+using testing::T;
 
 // One F32 paged Attention call of a test case: rows [row0, row0 + nrows) of its queries
 // and AttnRows into the same rows of `out`.

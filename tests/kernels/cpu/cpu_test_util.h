@@ -1,16 +1,31 @@
-// Helpers the CPU kernel tests share: random inputs, a RoPE table, and running a test on
-// every ISA path the CPU has (kernels/cpu/isa.h).
+// Helpers the CPU kernel tests share: the two CPU backends, random inputs, a RoPE table,
+// and running a test on every ISA path the CPU has (kernels/cpu/isa.h).
 #ifndef KVFOLD_TESTS_KERNELS_CPU_CPU_TEST_UTIL_H_
 #define KVFOLD_TESTS_KERNELS_CPU_CPU_TEST_UTIL_H_
 
 #include <cmath>
 #include <cstdint>
+#include <initializer_list>
+#include <memory>
 #include <random>
 #include <vector>
 
+#include "kernels/backend.h"
 #include "kernels/cpu/isa.h"
 
 namespace kvfold::kernels::testing {
+
+// The reference CPU backend (1 thread) and the optimised one (2 threads), a stream each.
+struct Rig {
+  std::unique_ptr<Backend> ref = CreateCpuBackend({1, true});
+  std::unique_ptr<Backend> opt = CreateCpuBackend({2, false});
+  std::unique_ptr<Stream> s1 = ref->CreateStream();
+  std::unique_ptr<Stream> s2 = opt->CreateStream();
+};
+
+inline Tensor T(void* p, DType dt, std::initializer_list<int64_t> shape) {
+  return MakeTensor(p, dt, shape);
+}
 
 // n values uniform in [-scale, scale), reproducible from seed.
 inline std::vector<float> Random(size_t n, uint32_t seed, float scale = 1.0f) {

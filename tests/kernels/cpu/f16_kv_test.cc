@@ -20,19 +20,10 @@ namespace {
 using core::DType;
 using testing::IsaScope;
 using testing::Random;
+using testing::Rig;
 using testing::RopeTable;
 using testing::RunnableIsas;
-
-Tensor T(void* p, DType dt, std::initializer_list<int64_t> shape) {
-  return MakeTensor(p, dt, shape);
-}
-
-struct Rig {
-  std::unique_ptr<Backend> ref = CreateCpuBackend({1, true});
-  std::unique_ptr<Backend> opt = CreateCpuBackend({2, false});
-  std::unique_ptr<Stream> s1 = ref->CreateStream();
-  std::unique_ptr<Stream> s2 = opt->CreateStream();
-};
+using testing::T;
 
 // Values that probe the rounding: ties between fp16 neighbours (to even), fp16 subnormals,
 // the overflow edge, signed zeros, and random values at several scales.

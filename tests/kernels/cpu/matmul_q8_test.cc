@@ -21,16 +21,9 @@ namespace {
 
 using testing::IsaScope;
 using testing::Random;
+using testing::Rig;
 using testing::RunnableIsas;
-
-struct Rig {
-  std::unique_ptr<Backend> ref = CreateCpuBackend({1, true});
-  std::unique_ptr<Backend> opt = CreateCpuBackend({2, false});
-  std::unique_ptr<Stream> s1 = ref->CreateStream();
-  std::unique_ptr<Stream> s2 = opt->CreateStream();
-};
-
-Tensor T(void* p, DType dt, std::initializer_list<int64_t> shape) { return MakeTensor(p, dt, shape); }
+using testing::T;
 
 // Turns the AMX Q8 path on or off (isa.h) for the scope.
 class AmxScope {
@@ -55,7 +48,8 @@ std::vector<float> BlockDotDefinition(const std::vector<float>& x, const std::ve
       float acc = 0.0f;
       for (int b = 0; b < blocks; ++b) {
         int32_t dot = 0;
-        for (int t = 32 * b; t < 32 * b + 32; ++t) dot += int32_t{xq.codes[i * xq.padded_k + t]} * wc[t];
+        for (int t = 32 * b; t < 32 * b + 32; ++t)
+          dot += int32_t{xq.codes[i * xq.padded_k + t]} * wc[t];
         uint16_t h;
         std::memcpy(&h, row + 2 * b, 2);
         const float scale = Fp16ToFp32(h) * xq.scales[i * (xq.padded_k / 32) + b];
@@ -82,14 +76,18 @@ TEST_P(MatMulQ8Test, OptimizedMatchesReferenceAndIsBatchInvariant) {
   auto w32 = Random(static_cast<size_t>(m) * k, 12, 0.2f);
   const size_t row_bytes = Q8RowBytes(k);
   std::vector<uint8_t> wq(m * row_bytes);
-  for (int j = 0; j < m; ++j) quant::QuantizeRowQ8(w32.data() + static_cast<size_t>(j) * k, k, wq.data() + j * row_bytes);
+  for (int j = 0; j < m; ++j)
+    quant::QuantizeRowQ8(w32.data() + static_cast<size_t>(j) * k, k, wq.data() + j * row_bytes);
   const Tensor w = T(wq.data(), DType::kQ8, {m, k});
   ASSERT_EQ(w.size_bytes(), wq.size());
   std::vector<float> out_ref(static_cast<size_t>(n) * m);
-  ASSERT_TRUE(r.ref->MatMul(*r.s1, T(x.data(), DType::kF32, {n, k}), w, Tensor(),
-                            T(out_ref.data(), DType::kF32, {n, m})).ok());
+  ASSERT_TRUE(r.ref
+                  ->MatMul(*r.s1, T(x.data(), DType::kF32, {n, k}), w, Tensor(),
+                           T(out_ref.data(), DType::kF32, {n, m}))
+                  .ok());
   std::vector<float> deq(static_cast<size_t>(m) * k);
-  for (int j = 0; j < m; ++j) quant::DequantizeRowQ8(wq.data() + j * row_bytes, k, deq.data() + static_cast<size_t>(j) * k);
+  for (int j = 0; j < m; ++j)
+    quant::DequantizeRowQ8(wq.data() + j * row_bytes, k, deq.data() + static_cast<size_t>(j) * k);
   // The definition, in double: x's blocks quantized here, independently of the kernels.
   std::vector<double> xd(x.size());
   for (int i = 0; i < n; ++i) {
@@ -132,29 +130,41 @@ TEST_P(MatMulQ8Test, OptimizedMatchesReferenceAndIsBatchInvariant) {
     SCOPED_TRACE(std::string(cpu::IsaName(isa)) + (amx ? " amx" : ""));
     IsaScope scope(isa);
     AmxScope amx_scope(amx);
-    kinds.push_back(cpu::MatMulQ8Panels({x.data(), wq.data(), DType::kQ8, nullptr, nullptr, n, m, k}));
+    kinds.push_back(
+        cpu::MatMulQ8Panels({x.data(), wq.data(), DType::kQ8, nullptr, nullptr, n, m, k}));
     std::vector<float> out_opt(out_ref.size());
-    ASSERT_TRUE(r.opt->MatMul(*r.s2, T(x.data(), DType::kF32, {n, k}), w, Tensor(),
-                              T(out_opt.data(), DType::kF32, {n, m})).ok());
+    ASSERT_TRUE(r.opt
+                    ->MatMul(*r.s2, T(x.data(), DType::kF32, {n, k}), w, Tensor(),
+                             T(out_opt.data(), DType::kF32, {n, m}))
+                    .ok());
     if (kinds.back() != cpu::Q8PanelKind::kNone) {  // AMX and VNNI panels: the same bits
       EXPECT_EQ(0, std::memcmp(out_opt.data(), block_dots.data(), out_ref.size() * 4));
       auto bias = Random(m, 13);
       std::vector<float> with_bias(out_ref.size());
-      ASSERT_TRUE(r.opt->MatMul(*r.s2, T(x.data(), DType::kF32, {n, k}), w, T(bias.data(), DType::kF32, {m}),
-                                T(with_bias.data(), DType::kF32, {n, m})).ok());
-      for (size_t i = 0; i < out_ref.size(); ++i) ASSERT_EQ(with_bias[i], block_dots[i] + bias[i % m]) << i;
+      ASSERT_TRUE(r.opt
+                      ->MatMul(*r.s2, T(x.data(), DType::kF32, {n, k}), w,
+                               T(bias.data(), DType::kF32, {m}),
+                               T(with_bias.data(), DType::kF32, {n, m}))
+                      .ok());
+      for (size_t i = 0; i < out_ref.size(); ++i)
+        ASSERT_EQ(with_bias[i], block_dots[i] + bias[i % m]) << i;
     }
     for (size_t i = 0; i < out_ref.size(); ++i) {
       ASSERT_NEAR(out_opt[i], out_ref[i], 1e-6 * (1.0 + mag[i])) << i;
     }
     for (int row : {0, n / 2, n - 1}) {
       std::vector<float> one(m);
-      ASSERT_TRUE(r.opt->MatMul(*r.s2, T(x.data() + static_cast<size_t>(row) * k, DType::kF32, {1, k}), w,
-                                Tensor(), T(one.data(), DType::kF32, {1, m})).ok());
+      ASSERT_TRUE(r.opt
+                      ->MatMul(*r.s2,
+                               T(x.data() + static_cast<size_t>(row) * k, DType::kF32, {1, k}), w,
+                               Tensor(), T(one.data(), DType::kF32, {1, m}))
+                      .ok());
       EXPECT_EQ(0, std::memcmp(one.data(), out_opt.data() + static_cast<size_t>(row) * m, m * 4));
       std::vector<float> head(static_cast<size_t>(row + 1) * m);
-      ASSERT_TRUE(r.opt->MatMul(*r.s2, T(x.data(), DType::kF32, {row + 1, k}), w, Tensor(),
-                                T(head.data(), DType::kF32, {row + 1, m})).ok());
+      ASSERT_TRUE(r.opt
+                      ->MatMul(*r.s2, T(x.data(), DType::kF32, {row + 1, k}), w, Tensor(),
+                               T(head.data(), DType::kF32, {row + 1, m}))
+                      .ok());
       EXPECT_EQ(0, std::memcmp(head.data(), out_opt.data(), head.size() * 4));
     }
     by_isa.push_back(std::move(out_opt));
@@ -180,7 +190,8 @@ TEST_P(MatMulQ8Test, OptimizedMatchesReferenceAndIsBatchInvariant) {
         const int64_t blocks = (k + 31) / 32;
         for (int j = 0; j < m; ++j) {
           for (size_t c = blocks * 2; c < row_bytes; ++c) {
-            wr[j * row_bytes + c] = static_cast<uint8_t>(-static_cast<int8_t>(wr[j * row_bytes + c]));
+            wr[j * row_bytes + c] =
+                static_cast<uint8_t>(-static_cast<int8_t>(wr[j * row_bytes + c]));
           }
         }
       }
@@ -189,17 +200,25 @@ TEST_P(MatMulQ8Test, OptimizedMatchesReferenceAndIsBatchInvariant) {
       ASSERT_TRUE(adopted.ok()) << adopted.status();
       const Tensor wa = T((*adopted)->data(), DType::kQ8, {m, k});
       std::vector<float> plain(out_ref.size()), kept(out_ref.size());
-      ASSERT_TRUE(r.opt->MatMul(*r.s2, T(x.data(), DType::kF32, {n, k}), T(wr.data(), DType::kQ8, {m, k}),
-                                Tensor(), T(plain.data(), DType::kF32, {n, m})).ok());
+      ASSERT_TRUE(r.opt
+                      ->MatMul(*r.s2, T(x.data(), DType::kF32, {n, k}),
+                               T(wr.data(), DType::kQ8, {m, k}), Tensor(),
+                               T(plain.data(), DType::kF32, {n, m}))
+                      .ok());
       for (int pass = 0; pass < 2; ++pass) {  // lays the panels out, then reuses them
-        ASSERT_TRUE(r.opt->MatMul(*r.s2, T(x.data(), DType::kF32, {n, k}), wa, Tensor(),
-                                  T(kept.data(), DType::kF32, {n, m})).ok());
+        ASSERT_TRUE(r.opt
+                        ->MatMul(*r.s2, T(x.data(), DType::kF32, {n, k}), wa, Tensor(),
+                                 T(kept.data(), DType::kF32, {n, m}))
+                        .ok());
         EXPECT_EQ(0, std::memcmp(kept.data(), plain.data(), kept.size() * 4));
       }
       for (int row : {0, n - 1}) {  // a single row reads the panels too
         std::vector<float> one(m);
-        ASSERT_TRUE(r.opt->MatMul(*r.s2, T(x.data() + static_cast<size_t>(row) * k, DType::kF32, {1, k}),
-                                  wa, Tensor(), T(one.data(), DType::kF32, {1, m})).ok());
+        ASSERT_TRUE(r.opt
+                        ->MatMul(*r.s2,
+                                 T(x.data() + static_cast<size_t>(row) * k, DType::kF32, {1, k}),
+                                 wa, Tensor(), T(one.data(), DType::kF32, {1, m}))
+                        .ok());
         EXPECT_EQ(0, std::memcmp(one.data(), kept.data() + static_cast<size_t>(row) * m, m * 4));
       }
       if (round == 0) {
@@ -211,9 +230,12 @@ TEST_P(MatMulQ8Test, OptimizedMatchesReferenceAndIsBatchInvariant) {
   }
   std::vector<int32_t> ids = {m - 1, 0, m / 2};
   std::vector<float> rows(3 * static_cast<size_t>(k));
-  ASSERT_TRUE(r.opt->Gather(*r.s2, w, T(ids.data(), DType::kI32, {3}), T(rows.data(), DType::kF32, {3, k})).ok());
+  ASSERT_TRUE(
+      r.opt->Gather(*r.s2, w, T(ids.data(), DType::kI32, {3}), T(rows.data(), DType::kF32, {3, k}))
+          .ok());
   for (int i = 0; i < 3; ++i) {
-    EXPECT_EQ(0, std::memcmp(rows.data() + static_cast<size_t>(i) * k, deq.data() + static_cast<size_t>(ids[i]) * k, k * 4));
+    EXPECT_EQ(0, std::memcmp(rows.data() + static_cast<size_t>(i) * k,
+                             deq.data() + static_cast<size_t>(ids[i]) * k, k * 4));
   }
 }
 
@@ -237,9 +259,9 @@ TEST(Q8ActivationsTest, EveryPathQuantizesIdentically) {
     for (cpu::Isa isa : RunnableIsas()) {
       IsaScope scope(isa);
       got.emplace_back();
-      cpu::QuantizeActivationsQ8(&pool, x.data(), n, k,
-                                 cpu::CpuHasAvx512Vnni() ? cpu::Q8Offsets::kLanes : cpu::Q8Offsets::kNone,
-                                 got.back());
+      cpu::QuantizeActivationsQ8(
+          &pool, x.data(), n, k,
+          cpu::CpuHasAvx512Vnni() ? cpu::Q8Offsets::kLanes : cpu::Q8Offsets::kNone, got.back());
       cpu::Q8Activations blocks_only;
       cpu::QuantizeActivationsQ8(&pool, x.data(), n, k, cpu::Q8Offsets::kBlocks, blocks_only);
       EXPECT_EQ(0, std::memcmp(blocks_only.codes.data(), got.back().codes.data(), n * padded));
@@ -283,11 +305,13 @@ TEST(Q8ActivationsTest, EveryPathQuantizesIdentically) {
 INSTANTIATE_TEST_SUITE_P(Shapes, MatMulQ8Test,
                          ::testing::Values(std::make_tuple(1, 769, 75), std::make_tuple(5, 67, 131),
                                            std::make_tuple(17, 130, 64), std::make_tuple(2, 3, 7),
-                                           std::make_tuple(9, 41, 200), std::make_tuple(1, 300, 768),
-                                           std::make_tuple(6, 19, 97), std::make_tuple(4, 9, 2048),
+                                           std::make_tuple(9, 41, 200),
+                                           std::make_tuple(1, 300, 768), std::make_tuple(6, 19, 97),
+                                           std::make_tuple(4, 9, 2048),
                                            // m % 16 == 0: the AMX path where present.
                                            std::make_tuple(1, 32, 768), std::make_tuple(19, 48, 96),
-                                           std::make_tuple(35, 64, 75), std::make_tuple(3, 16, 2048),
+                                           std::make_tuple(35, 64, 75),
+                                           std::make_tuple(3, 16, 2048),
                                            std::make_tuple(18, 32, 2144)));
 
 }  // namespace
