@@ -316,12 +316,9 @@ void MatMulQ8Amx(ThreadPool& pool, const MatMulArgs& a, const Q8Activations& xq,
   const int64_t groups = (a.n + kGroup - 1) / kGroup;
   // Weights without panels of their own (not adopted by the backend) are laid out per
   // call; a call of one row reads the Q8 rows only.
-  const uint8_t* panels = a.w_panels;
-  if (panels == nullptr && a.n > 1) {
-    scratch.panels.resize(Q8PanelBytes(a.m, a.k));
-    PackQ8Panels(&pool, Q8PanelKind::kAmx, a.w, a.m, a.k, scratch.panels.data());
-    panels = scratch.panels.data();
-  }
+  const uint8_t* panels = a.w_panels != nullptr || a.n > 1
+                              ? CallPanels(pool, a, Q8PanelKind::kAmx, scratch)
+                              : nullptr;
   const size_t panel_bytes = Q8PanelBytes(kGroup, a.k);
   // Threads take blocks of 64 output columns; all row groups pass over a block while its
   // weights sit in L2, so each weight is read from memory once per call.

@@ -126,14 +126,17 @@ void PackQ8Panels(ThreadPool* pool, Q8PanelKind kind, const void* w, int64_t m, 
   }
 }
 
+const uint8_t* CallPanels(ThreadPool& pool, const MatMulArgs& a, Q8PanelKind kind,
+                          Q8PanelScratch& scratch) {
+  if (a.w_panels != nullptr) return a.w_panels;
+  scratch.panels.resize(Q8PanelBytes(a.m, a.k));  // grows only: a vector keeps its capacity
+  PackQ8Panels(&pool, kind, a.w, a.m, a.k, scratch.panels.data());
+  return scratch.panels.data();
+}
+
 void MatMulQ8Vnni(ThreadPool& pool, const MatMulArgs& a, const Q8Activations& xq,
                   Q8PanelScratch& scratch) {
-  const uint8_t* panels = a.w_panels;
-  if (panels == nullptr) {  // weights without kept panels: laid out for this call
-    scratch.panels.resize(Q8PanelBytes(a.m, a.k));
-    PackQ8Panels(&pool, Q8PanelKind::kVnni, a.w, a.m, a.k, scratch.panels.data());
-    panels = scratch.panels.data();
-  }
+  const uint8_t* panels = CallPanels(pool, a, Q8PanelKind::kVnni, scratch);
   const size_t panel_bytes = Q8PanelBytes(kCols, a.k);
   // Threads take blocks of 64 output columns; every row group passes over a block while
   // its panels sit in L2, so each weight is read from memory once per call.

@@ -32,6 +32,11 @@ TileQ8Fn PickTileQ8Vnni(int rows, int cols);
 void MatMulQ8Amx(ThreadPool& pool, const MatMulArgs& a, const Q8Activations& xq,
                  Q8PanelScratch& scratch);
 
+// The panels of `kind` a call reads: the caller's kept ones (a.w_panels), else laid out
+// for this call in scratch.panels.
+const uint8_t* CallPanels(ThreadPool& pool, const MatMulArgs& a, Q8PanelKind kind,
+                          Q8PanelScratch& scratch);
+
 // AVX-512 VNNI Q8 on VNNI panels (CpuHasAvx512Vnni(), m % 16 == 0; used where AMX is not):
 // the AMX path's block dots and float operations per output, so the same bits. xq needs
 // Q8Offsets::kBlocks.

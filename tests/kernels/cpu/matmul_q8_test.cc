@@ -169,7 +169,7 @@ TEST_P(MatMulQ8Test, OptimizedMatchesReferenceAndIsBatchInvariant) {
     }
     by_isa.push_back(std::move(out_opt));
   }
-  if (by_isa.size() > 1 && kinds[0] == kinds[1]) {  // portable and AVX2: the same lanes and order
+  if (by_isa.size() > 1) {  // portable and AVX2 sum the same lanes in the same order
     EXPECT_EQ(0, std::memcmp(by_isa[0].data(), by_isa[1].data(), out_ref.size() * 4));
   }
   // Adopted weights: the panel paths read the panels the backend keeps beside the buffer
