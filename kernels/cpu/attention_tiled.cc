@@ -282,81 +282,91 @@ constexpr float kNegligibleLogit = -64.0f;
 
 // The per-ISA code: the row update, and the F32 / fp16 / INT8 tasks that inline RunTask
 // (WIDEN: the path's fp16 conversion).
-#define KVFOLD_TILED_ISA(NS, ATTR, WIDEN)                                                \
-  namespace NS {                                                                         \
-  KVFOLD_EXP16(ATTR)                                                                     \
-  ATTR static inline void Update(const RowUpdate& u) {                                   \
-    const int hd = u.head_dim, hdp = PaddedHeadDim(hd);                                  \
-    const float ninf = -std::numeric_limits<float>::infinity();                          \
-    V16 lane;                                                                            \
-    for (int i = 0; i < kTile; ++i) lane[i] = static_cast<float>(i);                     \
-    const auto mask = lane < static_cast<float>(u.valid);                                \
-    for (int gh = 0; gh < u.group; ++gh) {                                               \
-      const float* q = u.q + gh * hd;                                                    \
-      V16 s;                                                                             \
-      if (RowDots(hd)) {                                                                 \
-        RowDotScores(q, u.tile->kr, hd, u.tile->count, &s);                              \
-      } else {                                                                           \
-        TileScores(q, u.tile->kt, hd, &s);                                               \
-      }                                                                                  \
-      s = s * u.scale;                                                                   \
-      s = mask ? s : V16{} + ninf;                                                       \
-      float mt = s[0];                                                                   \
-      for (int i = 1; i < kTile; ++i) mt = std::max(mt, s[i]);                           \
-      RowState& st = u.st[gh];                                                           \
-      const float m_new = std::max(st.m, mt);                                            \
-      const float gap = st.m - m_new;                                                    \
-      const float alpha = st.m == ninf || gap < kNegligibleLogit ? 0.0f : std::exp(gap); \
-      V16 p = s - m_new;                                                                 \
-      const auto kept = p >= kNegligibleLogit; /* masked lanes are -inf */               \
-      Exp16(&p);                                                                         \
-      p = kept ? p : V16{};                                                              \
-      float s8[8], s4[4];                                                                \
-      for (int i = 0; i < 8; ++i) s8[i] = p[i] + p[i + 8];                               \
-      for (int i = 0; i < 4; ++i) s4[i] = s8[i] + s8[i + 4];                             \
-      const float psum = (s4[0] + s4[2]) + (s4[1] + s4[3]);                              \
-      st.l = st.l * alpha + psum;                                                        \
-      st.m = m_new;                                                                      \
-      float* acc = u.acc + gh * hdp;                                                     \
-      int d0 = 0;                                                                        \
-      for (; d0 + 64 <= hdp; d0 += 64) {                                                 \
-        AccumulateValues<4>(p, u.tile->vrow, u.valid, d0, alpha, acc);                   \
-      }                                                                                  \
-      for (; d0 < hdp; d0 += 16) {                                                       \
-        AccumulateValues<1>(p, u.tile->vrow, u.valid, d0, alpha, acc);                   \
-      }                                                                                  \
-    }                                                                                    \
-  }                                                                                      \
-  ATTR void TaskF32(const Task& t, const AttentionArgs& a, TaskBuffers& b) {             \
-    F32Kv kv(a, t.kvh);                                                                  \
-    RunTask(t, kv, b, Update);                                                           \
-  }                                                                                      \
-  struct F16Kv : F16KvBase {                                                             \
-    using F16KvBase::F16KvBase;                                                          \
-    ATTR inline void Load(const KeyEntry& e, float* krot, float* v,                      \
-                          const float** vrow) {                                          \
-      const int hd = a_.shape.head_dim;                                                  \
-      const int64_t off = HeadOffset(a_.shape, e, kvh_);                                 \
-      WIDEN(k_ + off, hd, key_);                                                         \
-      RotateHalf(key_, a_.rope + static_cast<int64_t>(e.pos) * hd, hd, krot);            \
-      WIDEN(v_ + off, hd, v);                                                            \
-      *vrow = v;                                                                         \
-    }                                                                                    \
-  };                                                                                     \
-  ATTR void TaskF16(const Task& t, const AttentionArgs& a, TaskBuffers& b) {             \
-    F16Kv kv(a, t.kvh, b.key_f32);                                                       \
-    RunTask(t, kv, b, Update);                                                           \
-  }                                                                                      \
-  ATTR void TaskI8(const Task& t, const AttentionArgsI8& a, TaskBuffers& b) {            \
-    Int8Kv kv(a, t.block, t.kvh, b.key_scales);                                          \
-    RunTask(t, kv, b, Update);                                                           \
-  }                                                                                      \
+#define KVFOLD_TILED_ISA(NS, ATTR, WIDEN, HALF16)                                         \
+  namespace NS {                                                                          \
+  KVFOLD_EXP16(ATTR)                                                                      \
+  ATTR static inline void Update(const RowUpdate& u) {                                    \
+    const int hd = u.head_dim, hdp = PaddedHeadDim(hd);                                   \
+    const float ninf = -std::numeric_limits<float>::infinity();                           \
+    V16 lane;                                                                             \
+    for (int i = 0; i < kTile; ++i) lane[i] = static_cast<float>(i);                      \
+    const auto mask = lane < static_cast<float>(u.valid);                                 \
+    for (int gh = 0; gh < u.group; ++gh) {                                                \
+      const float* q = u.q + gh * hd;                                                     \
+      V16 s;                                                                              \
+      if (RowDots(hd)) {                                                                  \
+        RowDotScores(q, u.tile->kr, hd, u.tile->count, &s);                               \
+      } else {                                                                            \
+        TileScores(q, u.tile->kt, hd, &s);                                                \
+      }                                                                                   \
+      s = s * u.scale;                                                                    \
+      s = mask ? s : V16{} + ninf;                                                        \
+      float mt = s[0];                                                                    \
+      for (int i = 1; i < kTile; ++i) mt = std::max(mt, s[i]);                            \
+      RowState& st = u.st[gh];                                                            \
+      const float m_new = std::max(st.m, mt);                                             \
+      const float gap = st.m - m_new;                                                     \
+      const float alpha = st.m == ninf || gap < kNegligibleLogit ? 0.0f : std::exp(gap);  \
+      V16 p = s - m_new;                                                                  \
+      const auto kept = p >= kNegligibleLogit; /* masked lanes are -inf */                \
+      Exp16(&p);                                                                          \
+      p = kept ? p : V16{};                                                               \
+      float s8[8], s4[4];                                                                 \
+      for (int i = 0; i < 8; ++i) s8[i] = p[i] + p[i + 8];                                \
+      for (int i = 0; i < 4; ++i) s4[i] = s8[i] + s8[i + 4];                              \
+      const float psum = (s4[0] + s4[2]) + (s4[1] + s4[3]);                               \
+      st.l = st.l * alpha + psum;                                                         \
+      st.m = m_new;                                                                       \
+      float* acc = u.acc + gh * hdp;                                                      \
+      int d0 = 0;                                                                         \
+      for (; d0 + 64 <= hdp; d0 += 64) {                                                  \
+        AccumulateValues<4>(p, u.tile->vrow, u.valid, d0, alpha, acc);                    \
+      }                                                                                   \
+      for (; d0 < hdp; d0 += 16) {                                                        \
+        AccumulateValues<1>(p, u.tile->vrow, u.valid, d0, alpha, acc);                    \
+      }                                                                                   \
+    }                                                                                     \
+  }                                                                                       \
+  ATTR void TaskF32(const Task& t, const AttentionArgs& a, TaskBuffers& b) {              \
+    F32Kv kv(a, t.kvh);                                                                   \
+    RunTask(t, kv, b, Update);                                                            \
+  }                                                                                       \
+  struct F16Kv : F16KvBase {                                                              \
+    using F16KvBase::F16KvBase;                                                           \
+    ATTR inline void Load(const KeyEntry& e, float* krot, float* v, const float** vrow) { \
+      const int hd = a_.shape.head_dim;                                                   \
+      const int64_t off = HeadOffset(a_.shape, e, kvh_);                                  \
+      const float* cs = a_.rope + static_cast<int64_t>(e.pos) * hd;                       \
+      if (VectorRotation(hd)) {                                                           \
+        const uint16_t* k = k_ + off;                                                     \
+        for (int i = 0; i < hd / 2; i += 16) {                                            \
+          V16 lo, hi;                                                                     \
+          HALF16(k + i, &lo);                                                             \
+          HALF16(k + hd / 2 + i, &hi);                                                    \
+          RotatePiece(lo, hi, cs, i, hd / 2, krot);                                       \
+        }                                                                                 \
+      } else {                                                                            \
+        WIDEN(k_ + off, hd, key_);                                                        \
+        RotateHalf(key_, cs, hd, krot);                                                   \
+      }                                                                                   \
+      WIDEN(v_ + off, hd, v);                                                             \
+      *vrow = v;                                                                          \
+    }                                                                                     \
+  };                                                                                      \
+  ATTR void TaskF16(const Task& t, const AttentionArgs& a, TaskBuffers& b) {              \
+    F16Kv kv(a, t.kvh, b.key_f32);                                                        \
+    RunTask(t, kv, b, Update);                                                            \
+  }                                                                                       \
+  ATTR void TaskI8(const Task& t, const AttentionArgsI8& a, TaskBuffers& b) {             \
+    Int8Kv kv(a, t.block, t.kvh, b.key_scales);                                           \
+    RunTask(t, kv, b, Update);                                                            \
+  }                                                                                       \
   }  // namespace NS
 
-KVFOLD_TILED_ISA(avx512, __attribute__((target("avx512f,avx512bw,avx512vl,avx512dq"))),
-                 WidenAvx512)
-KVFOLD_TILED_ISA(avx2, __attribute__((target("avx2,fma,f16c"))), WidenAvx2)
-KVFOLD_TILED_ISA(portable, , WidenPortable)
+KVFOLD_TILED_ISA(avx512, __attribute__((target("avx512f,avx512bw,avx512vl,avx512dq"))), WidenAvx512,
+                 Half16Avx512)
+KVFOLD_TILED_ISA(avx2, __attribute__((target("avx2,fma,f16c"))), WidenAvx2, Half16Avx2)
+KVFOLD_TILED_ISA(portable, , WidenPortable, Half16Portable)
 #undef KVFOLD_TILED_ISA
 
 // The planner: row blocks of consecutive rows with the same key layout. Returns the

@@ -9,6 +9,7 @@
 #include "common/fp16.h"
 #include "gtest/gtest.h"
 #include "kernels/backend.h"
+#include "kernels/cpu/attention_kv.h"
 #include "kernels/cpu/cpu_ops.h"
 #include "kernels/cpu/isa.h"
 #include "kernels/cpu/thread_pool.h"
@@ -190,7 +191,8 @@ TEST(AttentionTest, TiledCausalRowsMatchReferenceAcrossBatchesAndIsas) {
   // (16-lane chunks, then SumLanes), 40 with a chunk of 8 (values copied into padded
   // rows); 64 and 80: values read in place from the cache, in one pass of four 16-lane
   // chunks, and in a pass of four and one of one.
-  for (const int hd : {12, 40, 64, 80}) {
+  // 96 and 128: keys rotated 16 lanes at a time (RotatePiece), like 64.
+  for (const int hd : {12, 40, 64, 80, 96, 128}) {
     SCOPED_TRACE(hd);
     const int heads = 6, kv_heads = 3, bs = 16, blocks = 8, main_keys = 70, prefix = 3;
     const int kv_dim = kv_heads * hd, q_dim = heads * hd, rope_rows = 128;
@@ -229,6 +231,31 @@ TEST(AttentionTest, TiledCausalRowsMatchReferenceAcrossBatchesAndIsas) {
       EXPECT_EQ(0, std::memcmp(batch.data(), first.data(), batch.size() * 4));
     }
   }
+}
+
+// The tiled kernel's loaders rotate keys of head_dim % 32 == 0 by RotatePiece, 16 lanes
+// of each half at a time: the bits of RotateHalf, which the references use.
+TEST(AttentionTest, VectorRotationEqualsRotateHalf) {
+  for (const int hd : {32, 64, 96, 128, 256}) {
+    SCOPED_TRACE(hd);
+    ASSERT_TRUE(cpu::tiled::VectorRotation(hd));
+    const std::vector<float> rope = RopeTable(300, hd);
+    const std::vector<float> x = Random(static_cast<size_t>(hd), 41, 4.0f);
+    std::vector<float> want(hd), got(hd);
+    for (const int pos : {0, 1, 17, 299}) {
+      const float* cs = rope.data() + static_cast<size_t>(pos) * hd;
+      cpu::RotateHalf(x.data(), cs, hd, want.data());
+      std::fill(got.begin(), got.end(), 0.0f);
+      for (int i = 0; i < hd / 2; i += 16) {
+        cpu::V16 lo, hi;
+        std::memcpy(&lo, x.data() + i, sizeof(lo));
+        std::memcpy(&hi, x.data() + hd / 2 + i, sizeof(hi));
+        cpu::tiled::RotatePiece(lo, hi, cs, i, hd / 2, got.data());
+      }
+      EXPECT_EQ(0, std::memcmp(want.data(), got.data(), hd * sizeof(float))) << pos;
+    }
+  }
+  for (const int hd : {2, 12, 40, 80}) EXPECT_FALSE(cpu::tiled::VectorRotation(hd)) << hd;
 }
 
 // Resumable attention: slices of the keys, run one after another with the softmax state

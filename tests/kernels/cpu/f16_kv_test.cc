@@ -169,9 +169,11 @@ bool SameBits(const std::vector<float>& a, const std::vector<float>& b) {
 
 // hd 12: the transposed-tile scores; 40: key-row scores with a partial chunk; 64, 80:
 // whole chunks (the F32 kernel reads those values in place, the fp16 one from its copy).
+// 64, 96, 128: keys rotated 16 lanes at a time straight from the cache (halves of 2, 3, 4
+// whole vectors); 12, 40, 80 by RotateHalf.
 TEST(F16KvTest, AttentionEqualsF32OnTheWidenedCacheRowByRow) {
   Rig r;
-  for (const int hd : {12, 40, 64, 80}) {
+  for (const int hd : {12, 40, 64, 80, 96, 128}) {
     SCOPED_TRACE(hd);
     Case c(6, 3, hd);
     std::vector<float> ref_half(c.q.size()), ref_f32(c.q.size());
