@@ -1,6 +1,7 @@
 #include "kernels/cpu/adopted_weights.h"
 
 #include "kernels/cpu/cpu_ops.h"
+#include "kernels/cpu/host_memory.h"
 
 namespace kvfold::kernels::cpu {
 
@@ -29,7 +30,7 @@ const uint8_t* AdoptedWeights::Panels(ThreadPool& pool, Q8PanelKind kind, const 
   auto& panels = it->second.panels[{kind, at, m, k}];
   if (panels == nullptr) {
     const size_t bytes = Q8PanelBytes(m, k);
-    panels.reset(static_cast<uint8_t*>(std::aligned_alloc(64, (bytes + 63) / 64 * 64)));
+    panels.reset(static_cast<uint8_t*>(AllocateHost(bytes)));
     if (panels == nullptr) return nullptr;
     PackQ8Panels(&pool, kind, w, m, k, panels.get());
   }

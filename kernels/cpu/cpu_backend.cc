@@ -13,6 +13,7 @@
 #include "kernels/cpu/adopted_weights.h"
 #include "kernels/cpu/cpu_ops.h"
 #include "kernels/cpu/elementwise.h"
+#include "kernels/cpu/host_memory.h"
 #include "kernels/cpu/thread_pool.h"
 
 namespace kvfold::kernels {
@@ -452,13 +453,13 @@ class CpuBackend : public Backend {
     pool_.ParallelFor((count + kPiece - 1) / kPiece, 1, body);
   }
 
-  // An owned, kWeightAlignment-aligned buffer of `bytes` (registered with `adopted` when
+  // An owned buffer of `bytes` from cpu::AllocateHost (registered with `adopted` when
   // given: adopted weights copied for alignment).
   static absl::StatusOr<std::unique_ptr<Buffer>> NewBuffer(
       size_t bytes, std::shared_ptr<cpu::AdoptedWeights> adopted) {
     const size_t rounded =
         (std::max<size_t>(bytes, 1) + kWeightAlignment - 1) / kWeightAlignment * kWeightAlignment;
-    void* p = std::aligned_alloc(kWeightAlignment, rounded);
+    void* p = cpu::AllocateHost(rounded);
     if (p == nullptr) {
       return absl::ResourceExhaustedError(absl::StrCat("cpu: cannot allocate ", bytes, " bytes"));
     }

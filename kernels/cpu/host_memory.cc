@@ -1,0 +1,23 @@
+#include "kernels/cpu/host_memory.h"
+
+#include <sys/mman.h>
+
+#include <cstdlib>
+
+namespace kvfold::kernels::cpu {
+
+void* AllocateHost(size_t bytes) {
+  constexpr size_t kLine = 64;
+  if (bytes < kHugePageBytes) {
+    return std::aligned_alloc(kLine, (bytes + kLine - 1) / kLine * kLine);
+  }
+  // aligned_alloc wants a multiple of the alignment; the tail past `bytes` is never
+  // touched, so it costs address space only.
+  const size_t rounded = (bytes + kHugePageBytes - 1) / kHugePageBytes * kHugePageBytes;
+  void* p = std::aligned_alloc(kHugePageBytes, rounded);
+  // Advice only: where the kernel has no THP (or refuses), the memory stays usable as is.
+  if (p != nullptr) madvise(p, rounded, MADV_HUGEPAGE);
+  return p;
+}
+
+}  // namespace kvfold::kernels::cpu
