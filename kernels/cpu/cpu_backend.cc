@@ -4,6 +4,7 @@
 #include <algorithm>
 #include <cstdlib>
 #include <cstring>
+#include <limits>
 #include <memory>
 #include <thread>
 
@@ -457,6 +458,9 @@ class CpuBackend : public Backend {
   // given: adopted weights copied for alignment).
   static absl::StatusOr<std::unique_ptr<Buffer>> NewBuffer(
       size_t bytes, std::shared_ptr<cpu::AdoptedWeights> adopted) {
+    if (bytes > std::numeric_limits<size_t>::max() / 2) {  // the rounding below would wrap
+      return absl::ResourceExhaustedError(absl::StrCat("cpu: cannot allocate ", bytes, " bytes"));
+    }
     const size_t rounded =
         (std::max<size_t>(bytes, 1) + kWeightAlignment - 1) / kWeightAlignment * kWeightAlignment;
     void* p = cpu::AllocateHost(rounded);

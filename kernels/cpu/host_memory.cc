@@ -3,11 +3,15 @@
 #include <sys/mman.h>
 
 #include <cstdlib>
+#include <limits>
 
 namespace kvfold::kernels::cpu {
 
 void* AllocateHost(size_t bytes) {
   constexpr size_t kLine = 64;
+  // No address space holds half of size_t's range; refusing it here also keeps the
+  // roundings below from wrapping around to a small buffer.
+  if (bytes > std::numeric_limits<size_t>::max() / 2) return nullptr;
   if (bytes < kHugePageBytes) {
     return std::aligned_alloc(kLine, (bytes + kLine - 1) / kLine * kLine);
   }

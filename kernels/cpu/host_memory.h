@@ -10,7 +10,8 @@ namespace kvfold::kernels::cpu {
 // Transparent huge pages: a buffer of at least this many bytes starts on a huge page.
 inline constexpr size_t kHugePageBytes = size_t{2} << 20;
 
-// `bytes` of uninitialised memory (nullptr when none is left), released with std::free.
+// `bytes` of uninitialised memory (nullptr when none is left, or for a size beyond any
+// address space), released with std::free.
 // 64-byte aligned; from kHugePageBytes up, aligned to kHugePageBytes and advised for
 // transparent huge pages (madvise MADV_HUGEPAGE; without THP in the kernel it is plain
 // memory). docs/engine.md "Host memory": a growing KV pool took a page fault per 4 KiB it

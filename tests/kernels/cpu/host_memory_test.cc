@@ -6,6 +6,7 @@
 #include <cstdlib>
 #include <cstring>
 #include <fstream>
+#include <limits>
 #include <memory>
 #include <sstream>
 #include <string>
@@ -79,6 +80,27 @@ TEST(HostMemoryTest, LargeBuffersStartOnAHugePageAdvisedForThp) {
   if (mode == "madvise") {
     std::unique_ptr<uint8_t[]> plain(new uint8_t[bytes]);
     EXPECT_EQ(ThpEligible(plain.get()), 0);
+  }
+}
+
+// Sizes no address space holds are refused, not rounded around to a small buffer.
+TEST(HostMemoryTest, ImpossibleSizesAreRefused) {
+  const size_t max = std::numeric_limits<size_t>::max();
+  for (size_t bytes : {max, max - 1, max - kHugePageBytes + 2, max / 2 + 1}) {
+    EXPECT_EQ(AllocateHost(bytes), nullptr) << bytes;
+  }
+  std::unique_ptr<Backend> be = CreateCpuBackend({1, false});
+  for (size_t bytes : {max, max - 30}) {
+    auto buf = be->Allocate(bytes);
+    ASSERT_FALSE(buf.ok()) << bytes;
+    EXPECT_EQ(buf.status().code(), absl::StatusCode::kResourceExhausted);
+  }
+  // Large but possible: refused by the system or granted, never a wrapped size.
+  auto big = be->Allocate(size_t{1} << 46);
+  if (big.ok()) {
+    EXPECT_EQ((*big)->size_bytes(), size_t{1} << 46);
+  } else {
+    EXPECT_EQ(big.status().code(), absl::StatusCode::kResourceExhausted);
   }
 }
 
