@@ -15,12 +15,13 @@ void* AllocateHost(size_t bytes) {
   if (bytes < kHugePageBytes) {
     return std::aligned_alloc(kLine, (bytes + kLine - 1) / kLine * kLine);
   }
-  // aligned_alloc wants a multiple of the alignment; the tail past `bytes` is never
-  // touched, so it costs address space only.
+  // aligned_alloc wants a multiple of the alignment; past `bytes` nothing is touched.
   const size_t rounded = (bytes + kHugePageBytes - 1) / kHugePageBytes * kHugePageBytes;
   void* p = std::aligned_alloc(kHugePageBytes, rounded);
-  // Advice only: where the kernel has no THP (or refuses), the memory stays usable as is.
-  if (p != nullptr) madvise(p, rounded, MADV_HUGEPAGE);
+  // Only the huge pages that `bytes` fills are advised: a partly used last one would hold
+  // up to 2 MiB of memory nothing uses (a 2.25 MiB matrix would take 4 MiB), so the tail
+  // keeps small pages. Advice only: without THP the memory stays usable as is.
+  if (p != nullptr) madvise(p, bytes / kHugePageBytes * kHugePageBytes, MADV_HUGEPAGE);
   return p;
 }
 

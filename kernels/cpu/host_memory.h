@@ -12,11 +12,11 @@ inline constexpr size_t kHugePageBytes = size_t{2} << 20;
 
 // `bytes` of uninitialised memory (nullptr when none is left, or for a size beyond any
 // address space), released with std::free.
-// 64-byte aligned; from kHugePageBytes up, aligned to kHugePageBytes and advised for
-// transparent huge pages (madvise MADV_HUGEPAGE; without THP in the kernel it is plain
-// memory). docs/engine.md "Host memory": a growing KV pool took a page fault per 4 KiB it
-// reached (nine per token and session for the stories110m shape with an fp16 cache),
-// and the weights' pages each a TLB entry.
+// 64-byte aligned; from kHugePageBytes up, aligned to kHugePageBytes and its whole huge
+// pages advised for transparent huge pages (madvise MADV_HUGEPAGE; the partial last one
+// keeps small pages; without THP in the kernel it is all plain memory). docs/engine.md "Host
+// memory": a growing KV pool took a page fault per 4 KiB it reached (nine per token and session for
+// the stories110m shape with an fp16 cache), and the weights' pages each a TLB entry.
 void* AllocateHost(size_t bytes);
 
 }  // namespace kvfold::kernels::cpu

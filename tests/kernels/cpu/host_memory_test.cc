@@ -76,8 +76,12 @@ TEST(HostMemoryTest, LargeBuffersStartOnAHugePageAdvisedForThp) {
   }
   // madvise mode: only advised mappings may take huge pages; always: every mapping.
   EXPECT_EQ(ThpEligible(h.get()), 1);
-  // A plain malloc'ed mapping of the same size, for contrast, under madvise mode.
+  EXPECT_EQ(ThpEligible(h.get() + 3 * kHugePageBytes - 1), 1);
   if (mode == "madvise") {
+    // The partly used last huge page is not advised: it keeps small pages.
+    EXPECT_EQ(ThpEligible(h.get() + 3 * kHugePageBytes), 0);
+    EXPECT_EQ(ThpEligible(h.get() + bytes - 1), 0);
+    // A plain malloc'ed mapping of the same size, for contrast.
     std::unique_ptr<uint8_t[]> plain(new uint8_t[bytes]);
     EXPECT_EQ(ThpEligible(plain.get()), 0);
   }
