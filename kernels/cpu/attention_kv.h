@@ -85,6 +85,18 @@ inline bool VectorRotation(int head_dim) { return head_dim % 32 == 0; }
   std::memcpy(out + half + i, &hi, sizeof(hi));
 }
 
+// out = x (head_dim F32 values, VectorRotation(head_dim)) rotated by the rope row cs, piece
+// by piece. The fp16 loader runs the same loop on halves widened in registers.
+[[gnu::always_inline]] inline void RotateVectors(const float* x, const float* cs, int head_dim,
+                                                 float* __restrict out) {
+  for (int i = 0; i < head_dim / 2; i += 16) {
+    V16 lo, hi;
+    std::memcpy(&lo, x + i, sizeof(lo));
+    std::memcpy(&hi, x + head_dim / 2 + i, sizeof(hi));
+    RotatePiece(lo, hi, cs, i, head_dim / 2, out);
+  }
+}
+
 // What the F32 and fp16 caches' loaders share: the cache of element type T (AttentionArgs'
 // k_cache / v_cache or k_half / v_half), its prefetch, and one tile for every row.
 template <class T>
@@ -120,13 +132,7 @@ class F32Kv : public FloatKv<float> {
     const int64_t off = HeadOffset(a_.shape, e, kvh_);
     const float* cs = a_.rope + static_cast<int64_t>(e.pos) * hd;
     if (VectorRotation(hd)) {
-      const float* k = k_ + off;
-      for (int i = 0; i < hd / 2; i += 16) {
-        V16 lo, hi;
-        std::memcpy(&lo, k + i, sizeof(lo));
-        std::memcpy(&hi, k + hd / 2 + i, sizeof(hi));
-        RotatePiece(lo, hi, cs, i, hd / 2, krot);
-      }
+      RotateVectors(k_ + off, cs, hd, krot);
     } else {
       RotateHalf(k_ + off, cs, hd, krot);
     }

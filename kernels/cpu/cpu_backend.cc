@@ -4,7 +4,6 @@
 #include <algorithm>
 #include <cstdlib>
 #include <cstring>
-#include <limits>
 #include <memory>
 #include <thread>
 
@@ -458,12 +457,8 @@ class CpuBackend : public Backend {
   // given: adopted weights copied for alignment).
   static absl::StatusOr<std::unique_ptr<Buffer>> NewBuffer(
       size_t bytes, std::shared_ptr<cpu::AdoptedWeights> adopted) {
-    if (bytes > std::numeric_limits<size_t>::max() / 2) {  // the rounding below would wrap
-      return absl::ResourceExhaustedError(absl::StrCat("cpu: cannot allocate ", bytes, " bytes"));
-    }
-    const size_t rounded =
-        (std::max<size_t>(bytes, 1) + kWeightAlignment - 1) / kWeightAlignment * kWeightAlignment;
-    void* p = cpu::AllocateHost(rounded);
+    static_assert(kWeightAlignment <= 64, "AllocateHost aligns to 64 bytes");
+    void* p = cpu::AllocateHost(std::max<size_t>(bytes, 1));
     if (p == nullptr) {
       return absl::ResourceExhaustedError(absl::StrCat("cpu: cannot allocate ", bytes, " bytes"));
     }

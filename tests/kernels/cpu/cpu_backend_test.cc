@@ -234,7 +234,8 @@ TEST(AttentionTest, TiledCausalRowsMatchReferenceAcrossBatchesAndIsas) {
 }
 
 // The tiled kernel's loaders rotate keys of head_dim % 32 == 0 by RotatePiece, 16 lanes
-// of each half at a time: the bits of RotateHalf, which the references use.
+// of each half at a time (RotateVectors: the F32 loader's loop): the bits of RotateHalf,
+// which the references use.
 TEST(AttentionTest, VectorRotationEqualsRotateHalf) {
   for (const int hd : {32, 64, 96, 128, 256}) {
     SCOPED_TRACE(hd);
@@ -246,12 +247,7 @@ TEST(AttentionTest, VectorRotationEqualsRotateHalf) {
       const float* cs = rope.data() + static_cast<size_t>(pos) * hd;
       cpu::RotateHalf(x.data(), cs, hd, want.data());
       std::fill(got.begin(), got.end(), 0.0f);
-      for (int i = 0; i < hd / 2; i += 16) {
-        cpu::V16 lo, hi;
-        std::memcpy(&lo, x.data() + i, sizeof(lo));
-        std::memcpy(&hi, x.data() + hd / 2 + i, sizeof(hi));
-        cpu::tiled::RotatePiece(lo, hi, cs, i, hd / 2, got.data());
-      }
+      cpu::tiled::RotateVectors(x.data(), cs, hd, got.data());
       EXPECT_EQ(0, std::memcmp(want.data(), got.data(), hd * sizeof(float))) << pos;
     }
   }
