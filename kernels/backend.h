@@ -155,6 +155,11 @@ class Backend {
   // out [n, m] F32. Batch-invariant: row i of out is bit-identical for every n.
   virtual absl::Status MatMul(Stream& stream, Tensor x, Tensor w, Tensor bias,
                               Tensor out) = 0;
+  // Lays out now whatever a backend derives from the adopted weight w for its MatMul (the
+  // CPU backend's Q8 panels), which MatMul would otherwise do on w's first call: a model
+  // load then pays for it instead of its first request. Optional (MatMul works without
+  // it); InvalidArgument for a w MatMul would reject.
+  virtual absl::Status PrepareMatMulWeight(Tensor w) { return absl::OkStatus(); }
 
   // Rotates each head of x by its row's position (HF rotate_half). x, out [n, heads,
   // head_dim] F32 (may alias); positions [n] I32 in [0, rope_table rows).

@@ -120,6 +120,17 @@ absl::StatusOr<std::unique_ptr<Engine>> Engine::Create(const model::ModelFile& m
     }
   }
 
+  // Derived weight layouts (the CPU's Q8 panels) now rather than in the first request.
+  std::vector<const Tensor*> matmul_weights = {&w.lm_head};
+  for (const Weights::Layer& L : w.layers) {
+    for (const Tensor* t : {&L.wq, &L.wk, &L.wv, &L.wo, &L.w_gate, &L.w_up, &L.w_down}) {
+      matmul_weights.push_back(t);
+    }
+  }
+  for (const Tensor* t : matmul_weights) {
+    if (absl::Status s = backend->PrepareMatMulWeight(*t); !s.ok()) return s;
+  }
+
   // Activation scratch.
   absl::StatusOr<std::unique_ptr<Scratch>> scratch = e->NewScratch(options.max_batch_tokens);
   if (!scratch.ok()) return scratch.status();

@@ -17,11 +17,11 @@ namespace kvfold::kernels::cpu {
 
 // Adopted weights are read-only for their buffer's life (backend.h AdoptWeights), so data
 // derived from them stays valid until the buffer goes: the panels of a Q8 matrix
-// (cpu_ops.h Q8 panels) are laid out, on the pool's threads, by its first MatMul on a
-// panel path and kept here beside the buffer's entry, which its buffer drops (a second
-// copy of the matrix; the Q8 rows stay for Gather and the other paths). Lookups are by address
-// range (a weight tensor may view part of a buffer). Thread-safe: buffers may be
-// destroyed on any thread.
+// (cpu_ops.h Q8 panels) are laid out, on the pool's threads, by the backend's
+// PrepareMatMulWeight or else its first MatMul on a panel path, and kept here beside the buffer's
+// entry, which its buffer drops (a second copy of the matrix; the Q8 rows stay for Gather and the
+// other paths). Lookups are by address range (a weight tensor may view part of a buffer).
+// Thread-safe: buffers may be destroyed on any thread.
 class AdoptedWeights {
  public:
   // Registers the buffer [data, data + bytes). Buffers adopting the same host memory

@@ -224,6 +224,19 @@ class CpuBackend : public Backend {
     return absl::OkStatus();
   }
 
+  absl::Status PrepareMatMulWeight(Tensor w) override {
+    const int64_t m = w.rank >= 2 ? w.dim(0) : 0;
+    const int64_t k = m > 0 ? w.numel() / m : 0;
+    if (!IsWeight(w) || k == 0) return Check(false, "PrepareMatMulWeight", w.DebugString());
+    if (reference_ || w.dtype != DType::kQ8) return absl::OkStatus();
+    const cpu::MatMulArgs a{nullptr, w.data, w.dtype, nullptr, nullptr, 1, m, k};
+    const cpu::Q8PanelKind panels = cpu::MatMulQ8Panels(a);
+    // Weights not adopted (or panels that cannot be allocated) stay with MatMul's per-call
+    // layout, as without this call.
+    if (panels != cpu::Q8PanelKind::kNone) adopted_->Panels(pool_, panels, w.data, m, k);
+    return absl::OkStatus();
+  }
+
   absl::Status Rope(Stream&, Tensor x, Tensor positions, Tensor rope_table,
                     Tensor out) override {
     const int64_t hd = rope_table.rank == 2 ? rope_table.dim(1) : 0;

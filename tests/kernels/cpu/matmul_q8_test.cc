@@ -239,6 +239,66 @@ TEST_P(MatMulQ8Test, OptimizedMatchesReferenceAndIsBatchInvariant) {
   }
 }
 
+// PrepareMatMulWeight lays an adopted Q8 weight's panels out at once: codes changed in the
+// adopted buffer afterwards (a probe; adopted weights are read-only by contract) do not
+// reach MatMul, which reads the panels laid out before the change, while a weight adopted
+// without the call gets its panels from its first MatMul, after the change. A weight
+// MatMul would reject is refused with InvalidArgument; F32 weights and the reference
+// backend accept the call and do nothing.
+TEST(MatMulQ8PrepareTest, PanelsAreLaidOutByTheCallNotByTheFirstMatMul) {
+  const int n = 3, m = 32, k = 96;
+  if (cpu::MatMulQ8Panels({nullptr, nullptr, DType::kQ8, nullptr, nullptr, 1, m, k}) ==
+      cpu::Q8PanelKind::kNone) {
+    GTEST_SKIP() << "no Q8 panel path on this CPU (AVX-512 VNNI or AMX)";
+  }
+  Rig r;
+  auto x = Random(static_cast<size_t>(n) * k, 31);
+  auto w32 = Random(static_cast<size_t>(m) * k, 32, 0.2f);
+  const size_t row_bytes = Q8RowBytes(k);
+  std::vector<uint8_t> wq(m * row_bytes);
+  for (int j = 0; j < m; ++j)
+    quant::QuantizeRowQ8(w32.data() + static_cast<size_t>(j) * k, k, wq.data() + j * row_bytes);
+  std::vector<float> before(static_cast<size_t>(n) * m), after(before.size());
+  ASSERT_TRUE(r.opt
+                  ->MatMul(*r.s2, T(x.data(), DType::kF32, {n, k}),
+                           T(wq.data(), DType::kQ8, {m, k}), Tensor(),
+                           T(before.data(), DType::kF32, {n, m}))
+                  .ok());
+  const int64_t blocks = (k + 31) / 32;
+  for (bool prepare : {true, false}) {
+    SCOPED_TRACE(prepare ? "prepared" : "not prepared");
+    std::vector<uint8_t> host(wq.size() + 4);  // unaligned: the backend adopts a copy
+    std::memcpy(host.data() + 4, wq.data(), wq.size());
+    auto adopted = r.opt->AdoptWeights(host.data() + 4, wq.size(), nullptr);
+    ASSERT_TRUE(adopted.ok()) << adopted.status();
+    const Tensor wa = T((*adopted)->data(), DType::kQ8, {m, k});
+    if (prepare) {
+      ASSERT_TRUE(r.opt->PrepareMatMulWeight(wa).ok());
+    }
+    uint8_t* codes = static_cast<uint8_t*>((*adopted)->data());
+    for (int j = 0; j < m; ++j) {
+      for (size_t c = blocks * 2; c < row_bytes; ++c) {
+        codes[j * row_bytes + c] =
+            static_cast<uint8_t>(-static_cast<int8_t>(codes[j * row_bytes + c]));
+      }
+    }
+    ASSERT_TRUE(r.opt
+                    ->MatMul(*r.s2, T(x.data(), DType::kF32, {n, k}), wa, Tensor(),
+                             T(after.data(), DType::kF32, {n, m}))
+                    .ok());
+    for (size_t i = 0; i < before.size(); ++i) {
+      ASSERT_EQ(after[i], prepare ? before[i] : -before[i]) << i;
+    }
+  }
+  std::vector<float> f(static_cast<size_t>(m) * k);
+  EXPECT_TRUE(r.opt->PrepareMatMulWeight(T(f.data(), DType::kF32, {m, k})).ok());
+  EXPECT_TRUE(r.ref->PrepareMatMulWeight(T(wq.data(), DType::kQ8, {m, k})).ok());
+  EXPECT_EQ(r.opt->PrepareMatMulWeight(T(wq.data(), DType::kQ8, {m * k})).code(),
+            absl::StatusCode::kInvalidArgument);
+  EXPECT_EQ(r.opt->PrepareMatMulWeight(T(f.data(), DType::kI32, {m, k})).code(),
+            absl::StatusCode::kInvalidArgument);
+}
+
 // The activation quantizer writes the same codes, scales and offsets on every path,
 // including partial blocks, zero blocks, infinities and NaN.
 // Rows of 4 whole blocks and of 19 (the AVX-512 path takes a row's whole blocks 16 at a
