@@ -99,6 +99,13 @@ bool IsFloat(DType d) { return d == DType::kF32 || d == DType::kF16 || d == DTyp
 // Weight matrices (MatMul's w, Gather's table) may also be Q8 (rank 2: rows are blocked).
 bool IsWeight(const Tensor& t) { return IsFloat(t.dtype) || (t.dtype == DType::kQ8 && t.rank == 2); }
 
+// MatMul's view of weight w: m rows of k; k == 0 when w has no rows to multiply by (rank
+// below 2, or no rows).
+void WeightShape(const Tensor& w, int64_t* m, int64_t* k) {
+  *m = w.rank >= 2 ? w.dim(0) : 0;
+  *k = *m > 0 ? w.numel() / *m : 0;
+}
+
 // Validates the tensors of a KvCacheI8 against each other (backend.h) and returns its sizes.
 absl::Status CheckI8Cache(const KvCacheI8& c, const char* op, int64_t* kv_dim, int64_t* bs,
                           int64_t* num_blocks, int64_t* num_pages, int64_t* v_groups) {
@@ -200,8 +207,8 @@ class CpuBackend : public Backend {
   }
 
   absl::Status MatMul(Stream&, Tensor x, Tensor w, Tensor bias, Tensor out) override {
-    const int64_t m = w.dim(0);
-    const int64_t k = w.rank >= 2 ? w.numel() / m : 0;
+    int64_t m, k;
+    WeightShape(w, &m, &k);
     const int64_t n = k > 0 ? x.numel() / k : 0;
     if (x.dtype != DType::kF32 || out.dtype != DType::kF32 || !IsWeight(w) || k == 0 ||
         x.numel() != n * k || out.numel() != n * m ||
@@ -215,25 +222,19 @@ class CpuBackend : public Backend {
     if (reference_) {
       cpu::MatMulReference(a, matmul_scratch_);
     } else {
-      const cpu::Q8PanelKind panels = cpu::MatMulQ8Panels(a);
-      if (panels != cpu::Q8PanelKind::kNone) {
-        a.w_panels = adopted_->Panels(pool_, panels, a.w, m, k);
-      }
+      a.w_panels = KeptPanels(a);
       cpu::MatMulOptimized(pool_, a, matmul_scratch_);
     }
     return absl::OkStatus();
   }
 
   absl::Status PrepareMatMulWeight(Tensor w) override {
-    const int64_t m = w.rank >= 2 ? w.dim(0) : 0;
-    const int64_t k = m > 0 ? w.numel() / m : 0;
+    int64_t m, k;
+    WeightShape(w, &m, &k);
     if (!IsWeight(w) || k == 0) return Check(false, "PrepareMatMulWeight", w.DebugString());
-    if (reference_ || w.dtype != DType::kQ8) return absl::OkStatus();
-    const cpu::MatMulArgs a{nullptr, w.data, w.dtype, nullptr, nullptr, 1, m, k};
-    const cpu::Q8PanelKind panels = cpu::MatMulQ8Panels(a);
     // Weights not adopted (or panels that cannot be allocated) stay with MatMul's per-call
     // layout, as without this call.
-    if (panels != cpu::Q8PanelKind::kNone) adopted_->Panels(pool_, panels, w.data, m, k);
+    if (!reference_) KeptPanels({nullptr, w.data, w.dtype, nullptr, nullptr, 1, m, k});
     return absl::OkStatus();
   }
 
@@ -464,6 +465,14 @@ class CpuBackend : public Backend {
       fn(p0 * kPiece, std::min(count, p1 * kPiece));
     };
     pool_.ParallelFor((count + kPiece - 1) / kPiece, 1, body);
+  }
+
+  // The panels the backend keeps for a's weights when a's MatMul reads panels and the
+  // weights are adopted (laid out on first use); nullptr otherwise (matmul_tiles.h
+  // CallPanels then lays them out per call). Depends on a's weight shape only.
+  const uint8_t* KeptPanels(const cpu::MatMulArgs& a) {
+    const cpu::Q8PanelKind kind = cpu::MatMulQ8Panels(a);
+    return kind == cpu::Q8PanelKind::kNone ? nullptr : adopted_->Panels(pool_, kind, a.w, a.m, a.k);
   }
 
   // An owned buffer of `bytes` from cpu::AllocateHost (registered with `adopted` when

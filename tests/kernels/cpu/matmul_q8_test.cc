@@ -243,8 +243,8 @@ TEST_P(MatMulQ8Test, OptimizedMatchesReferenceAndIsBatchInvariant) {
 // adopted buffer afterwards (a probe; adopted weights are read-only by contract) do not
 // reach MatMul, which reads the panels laid out before the change, while a weight adopted
 // without the call gets its panels from its first MatMul, after the change. A weight
-// MatMul would reject is refused with InvalidArgument; F32 weights and the reference
-// backend accept the call and do nothing.
+// MatMul would reject is refused with InvalidArgument (by both); F32 weights and the
+// reference backend accept the call and do nothing.
 TEST(MatMulQ8PrepareTest, PanelsAreLaidOutByTheCallNotByTheFirstMatMul) {
   const int n = 3, m = 32, k = 96;
   if (cpu::MatMulQ8Panels({nullptr, nullptr, DType::kQ8, nullptr, nullptr, 1, m, k}) ==
@@ -296,6 +296,14 @@ TEST(MatMulQ8PrepareTest, PanelsAreLaidOutByTheCallNotByTheFirstMatMul) {
   EXPECT_EQ(r.opt->PrepareMatMulWeight(T(wq.data(), DType::kQ8, {m * k})).code(),
             absl::StatusCode::kInvalidArgument);
   EXPECT_EQ(r.opt->PrepareMatMulWeight(T(f.data(), DType::kI32, {m, k})).code(),
+            absl::StatusCode::kInvalidArgument);
+  // A weight without rows: refused by both (MatMul once divided by its row count).
+  EXPECT_EQ(r.opt->PrepareMatMulWeight(T(wq.data(), DType::kQ8, {0, k})).code(),
+            absl::StatusCode::kInvalidArgument);
+  EXPECT_EQ(r.opt
+                ->MatMul(*r.s2, T(x.data(), DType::kF32, {n, k}), T(f.data(), DType::kF32, {0, k}),
+                         Tensor(), T(after.data(), DType::kF32, {n, 0}))
+                .code(),
             absl::StatusCode::kInvalidArgument);
 }
 
