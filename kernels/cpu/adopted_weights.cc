@@ -17,22 +17,21 @@ void AdoptedWeights::Remove(const void* data) {
   if (it != buffers_.end() && --it->second.buffers == 0) buffers_.erase(it);
 }
 
-const uint8_t* AdoptedWeights::Panels(ThreadPool& pool, Q8PanelKind kind, const void* w, int64_t m,
+const uint8_t* AdoptedWeights::Panels(ThreadPool& pool, PanelKind kind, const void* w, int64_t m,
                                       int64_t k) {
   const uintptr_t at = reinterpret_cast<uintptr_t>(w);
   std::lock_guard<std::mutex> lock(mu_);
   auto it = buffers_.upper_bound(at);
   if (it == buffers_.begin()) return nullptr;
   --it;
-  if (at + core::Q8RowBytes(k) * static_cast<size_t>(m) > it->first + it->second.bytes) {
+  if (at + PanelSourceBytes(kind, m, k) > it->first + it->second.bytes) {
     return nullptr;
   }
   auto& panels = it->second.panels[{kind, at, m, k}];
   if (panels == nullptr) {
-    const size_t bytes = Q8PanelBytes(m, k);
-    panels.reset(static_cast<uint8_t*>(AllocateHost(bytes)));
+    panels.reset(static_cast<uint8_t*>(AllocateHost(PanelBytes(kind, m, k))));
     if (panels == nullptr) return nullptr;
-    PackQ8Panels(&pool, kind, w, m, k, panels.get());
+    PackPanels(&pool, kind, w, m, k, panels.get());
   }
   return panels.get();
 }

@@ -16,10 +16,10 @@
 namespace kvfold::kernels::cpu {
 
 // Adopted weights are read-only for their buffer's life (backend.h AdoptWeights), so data
-// derived from them stays valid until the buffer goes: the panels of a Q8 matrix
-// (cpu_ops.h Q8 panels) are laid out, on the pool's threads, by the backend's
+// derived from them stays valid until the buffer goes: the panels of a Q8 or F32 matrix
+// (cpu_ops.h panels) are laid out, on the pool's threads, by the backend's
 // PrepareMatMulWeight or else its first MatMul on a panel path, and kept here beside the buffer's
-// entry, which its buffer drops (a second copy of the matrix; the Q8 rows stay for Gather and the
+// entry, which its buffer drops (a second copy of the matrix; the rows stay for Gather and the
 // other paths). Lookups are by address range (a weight tensor may view part of a buffer).
 // Thread-safe: buffers may be destroyed on any thread.
 class AdoptedWeights {
@@ -28,10 +28,10 @@ class AdoptedWeights {
   // share one entry, dropped (with its panels) by the last Remove.
   void Add(const void* data, size_t bytes);
   void Remove(const void* data);
-  // The panels of `kind` of the Q8 matrix at w [m, k] when it lies in an adopted buffer
+  // The panels of `kind` of the matrix at w [m, k] when it lies in an adopted buffer
   // (laid out on first use, on `pool`); nullptr when it does not, or when they cannot be
   // allocated (the matmul then lays them out in its scratch).
-  const uint8_t* Panels(ThreadPool& pool, Q8PanelKind kind, const void* w, int64_t m, int64_t k);
+  const uint8_t* Panels(ThreadPool& pool, PanelKind kind, const void* w, int64_t m, int64_t k);
 
  private:
   struct Free {
@@ -40,7 +40,7 @@ class AdoptedWeights {
   struct Entry {
     int buffers = 0;
     size_t bytes = 0;
-    std::map<std::tuple<Q8PanelKind, uintptr_t, int64_t, int64_t>, std::unique_ptr<uint8_t, Free>>
+    std::map<std::tuple<PanelKind, uintptr_t, int64_t, int64_t>, std::unique_ptr<uint8_t, Free>>
         panels;
   };
   std::mutex mu_;

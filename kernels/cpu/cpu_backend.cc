@@ -471,8 +471,8 @@ class CpuBackend : public Backend {
   // weights are adopted (laid out on first use); nullptr otherwise (matmul_tiles.h
   // CallPanels then lays them out per call). Depends on a's weight shape only.
   const uint8_t* KeptPanels(const cpu::MatMulArgs& a) {
-    const cpu::Q8PanelKind kind = cpu::MatMulQ8Panels(a);
-    return kind == cpu::Q8PanelKind::kNone ? nullptr : adopted_->Panels(pool_, kind, a.w, a.m, a.k);
+    const cpu::PanelKind kind = cpu::MatMulPanels(a);
+    return kind == cpu::PanelKind::kNone ? nullptr : adopted_->Panels(pool_, kind, a.w, a.m, a.k);
   }
 
   // An owned buffer of `bytes` from cpu::AllocateHost (registered with `adopted` when

@@ -26,20 +26,23 @@ struct MatMulArgs {
   const float* bias;
   float* out;
   int64_t n, m, k;
-  // Q8 weights: w as panels (Q8 panels below, of the kind MatMulQ8Panels(*this) names) when
-  // the caller keeps them, else nullptr (the call then lays them out in its scratch; a
-  // single row on the AMX path reads the Q8 rows instead).
+  // w as panels (below, of the kind MatMulPanels(*this) names) when the caller keeps
+  // them, else nullptr (the call then lays them out in its scratch; a single row on the
+  // Q8 AMX path reads the Q8 rows instead).
   const uint8_t* w_panels = nullptr;
 };
 
-// Q8 panels: Q8 weights laid out for the panel paths of the Q8 matmul, per kQ8PanelRows
-// weight rows (m % kQ8PanelRows == 0): the fp16 scales [blocks][16 rows] (zero-padded to
-// whole cache lines), then the codes, panel after panel. Two kinds, by path:
-//   kAmx  (matmul_amx.cc): codes [blocks][16 rows][kQ8Block], as stored;
-//   kVnni (matmul_q8_panels.cc, AVX-512 VNNI without AMX): codes
-//         [blocks][kQ8Block / 4][16 rows][4], each code + 128 as uint8.
-// The same numbers as the Q8 rows, so results do not depend on which one a kernel reads.
-enum class Q8PanelKind { kNone, kAmx, kVnni };
+// Panels: weights laid out for the panel paths of the matmul, per kQ8PanelRows (16)
+// weight rows (m % 16 == 0), panel after panel. Three kinds, by path:
+//   kAmx  (matmul_amx.cc, Q8): the fp16 scales [blocks][16 rows] (zero-padded to whole
+//         cache lines), then the codes [blocks][16 rows][kQ8Block], as stored;
+//   kVnni (matmul_q8_panels.cc, Q8 on AVX-512 VNNI without AMX): the same scales, then
+//         the codes [blocks][kQ8Block / 4][16 rows][4], each code + 128 as uint8;
+//   kF32  (matmul_f32_panels.cc, F32 on AVX-512): the weights [k][16 rows], so one
+//         64-byte vector holds weight t of 16 output columns.
+// The same numbers as the rows they come from, so results do not depend on which one a
+// kernel reads.
+enum class PanelKind { kNone, kAmx, kVnni, kF32 };
 inline constexpr int kQ8PanelRows = 16;
 inline size_t Q8PanelScaleBytes(int64_t k) {
   const size_t blocks = static_cast<size_t>((k + core::kQ8Block - 1) / core::kQ8Block);
@@ -50,13 +53,21 @@ inline size_t Q8PanelBytes(int64_t m, int64_t k) {
   return static_cast<size_t>(m / kQ8PanelRows) *
          (Q8PanelScaleBytes(k) + blocks * kQ8PanelRows * core::kQ8Block);
 }
-// Writes the panels of `kind` of Q8 weights w [m, k] (Q8PanelBytes(m, k) bytes), on
-// `pool`'s threads when given.
-void PackQ8Panels(ThreadPool* pool, Q8PanelKind kind, const void* w, int64_t m, int64_t k,
+// Writes the panels of `kind` (kAmx, kVnni) of Q8 weights w [m, k] (Q8PanelBytes(m, k)
+// bytes), on `pool`'s threads when given.
+void PackQ8Panels(ThreadPool* pool, PanelKind kind, const void* w, int64_t m, int64_t k,
                   uint8_t* panels);
+// Writes the kF32 panels of F32 weights w [m, k] (m * k floats), on `pool`'s threads when given.
+void PackF32Panels(ThreadPool* pool, const float* w, int64_t m, int64_t k, float* panels);
+// Bytes of the panels of `kind` of a weight [m, k], and of the weight the panels come from.
+size_t PanelBytes(PanelKind kind, int64_t m, int64_t k);
+size_t PanelSourceBytes(PanelKind kind, int64_t m, int64_t k);
+// Writes the panels of `kind` (not kNone) of the weights w [m, k] (PanelBytes bytes).
+void PackPanels(ThreadPool* pool, PanelKind kind, const void* w, int64_t m, int64_t k,
+                uint8_t* panels);
 // The panels MatMulOptimized reads for a call like `a` (a function of the active path and
-// the weights' shape, never of the number of rows): kNone when it reads the Q8 rows.
-Q8PanelKind MatMulQ8Panels(const MatMulArgs& a);
+// the weights' dtype and shape, never of the number of rows): kNone when it reads the rows.
+PanelKind MatMulPanels(const MatMulArgs& a);
 
 // Q8 weights multiply int8 activations (docs/engine.md, "Q8 MatMul"): each row of x is
 // quantized once per call, per block of kQ8Block: amax = max |x|, scale = amax / 127,
@@ -77,9 +88,9 @@ enum class Q8Offsets { kNone, kLanes, kBlocks };
 void QuantizeActivationsQ8(ThreadPool* pool, const float* x, int64_t n, int64_t k,
                            Q8Offsets offsets, Q8Activations& xq);
 
-// The panel paths' scratch: the AMX path's activations in tile layout (matmul_amx.cc), and
-// the panels of weights without kept ones.
-struct Q8PanelScratch {
+// The panel paths' scratch: the Q8 AMX path's activations in tile layout (matmul_amx.cc),
+// and the panels of weights without kept ones.
+struct PanelScratch {
   std::vector<int8_t> packed;
   std::vector<float> scales;
   std::vector<uint8_t> panels;
@@ -88,7 +99,7 @@ struct Q8PanelScratch {
 // Scratch of the matmul kernels; grows to the largest call, then allocation-free.
 struct MatMulScratch {
   Q8Activations q8;
-  Q8PanelScratch panels;
+  PanelScratch panels;
 };
 
 void MatMulReference(const MatMulArgs& a, MatMulScratch& scratch);

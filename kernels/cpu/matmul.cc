@@ -255,19 +255,64 @@ void ForEachTile(ThreadPool& pool, const MatMulArgs& a, int tile_cols, TileAt& t
 
 }  // namespace
 
-Q8PanelKind MatMulQ8Panels(const MatMulArgs& a) {
-  if (a.w_dtype != DType::kQ8 || a.m % kQ8PanelRows != 0) return Q8PanelKind::kNone;
-  if (AmxActive()) return Q8PanelKind::kAmx;  // AmxActive: the AVX-512 path
-  return UseVnni(ActiveIsa()) ? Q8PanelKind::kVnni : Q8PanelKind::kNone;
+size_t PanelBytes(PanelKind kind, int64_t m, int64_t k) {
+  switch (kind) {
+    case PanelKind::kAmx:
+    case PanelKind::kVnni:
+      return Q8PanelBytes(m, k);
+    case PanelKind::kF32:
+      return static_cast<size_t>(m) * static_cast<size_t>(k) * sizeof(float);
+    case PanelKind::kNone:
+      break;
+  }
+  return 0;
+}
+
+size_t PanelSourceBytes(PanelKind kind, int64_t m, int64_t k) {
+  return kind == PanelKind::kF32 ? PanelBytes(kind, m, k)
+                                 : core::Q8RowBytes(k) * static_cast<size_t>(m);
+}
+
+void PackPanels(ThreadPool* pool, PanelKind kind, const void* w, int64_t m, int64_t k,
+                uint8_t* panels) {
+  if (kind == PanelKind::kF32) {
+    PackF32Panels(pool, static_cast<const float*>(w), m, k, reinterpret_cast<float*>(panels));
+  } else {
+    PackQ8Panels(pool, kind, w, m, k, panels);
+  }
+}
+
+const uint8_t* CallPanels(ThreadPool& pool, const MatMulArgs& a, PanelKind kind,
+                          PanelScratch& scratch) {
+  if (a.w_panels != nullptr) return a.w_panels;
+  // Grows only (a vector keeps its capacity); 64 bytes of slack so the panels can start on
+  // a cache line.
+  scratch.panels.resize(PanelBytes(kind, a.m, a.k) + 64);
+  uint8_t* at = scratch.panels.data();
+  at += (64 - reinterpret_cast<uintptr_t>(at) % 64) % 64;
+  PackPanels(&pool, kind, a.w, a.m, a.k, at);
+  return at;
+}
+
+PanelKind MatMulPanels(const MatMulArgs& a) {
+  if (a.m % kQ8PanelRows != 0) return PanelKind::kNone;
+  if (a.w_dtype == DType::kF32) {
+    return ActiveIsa() == Isa::kAvx512 ? PanelKind::kF32 : PanelKind::kNone;
+  }
+  if (a.w_dtype != DType::kQ8) return PanelKind::kNone;
+  if (AmxActive()) return PanelKind::kAmx;  // AmxActive: the AVX-512 path
+  return UseVnni(ActiveIsa()) ? PanelKind::kVnni : PanelKind::kNone;
 }
 
 void MatMulOptimized(ThreadPool& pool, const MatMulArgs& a, MatMulScratch& scratch) {
   const Isa isa = ActiveIsa();
   const int tile_cols = TileCols(isa, a.w_dtype, a.n);
+  // The path depends on the weights' dtype and shape only, never on n (batch invariance).
+  const PanelKind panels = MatMulPanels(a);
+  if (panels == PanelKind::kF32) return MatMulF32Panels(pool, a, scratch.panels);
   if (a.w_dtype == DType::kQ8) {
-    // The choice depends on the weights' shape only, never on n (batch invariance).
-    switch (MatMulQ8Panels(a)) {
-      case Q8PanelKind::kAmx:
+    switch (panels) {
+      case PanelKind::kAmx:
         // VNNI offsets only for a row group of one row (RowVnni16 / RowVnni8); tiles
         // multiply signed by signed bytes.
         QuantizeActivationsQ8(&pool, a.x, a.n, a.k,
@@ -275,11 +320,12 @@ void MatMulOptimized(ThreadPool& pool, const MatMulArgs& a, MatMulScratch& scrat
                               scratch.q8);
         MatMulQ8Amx(pool, a, scratch.q8, scratch.panels);
         return;
-      case Q8PanelKind::kVnni:
+      case PanelKind::kVnni:
         QuantizeActivationsQ8(&pool, a.x, a.n, a.k, Q8Offsets::kBlocks, scratch.q8);
         MatMulQ8Vnni(pool, a, scratch.q8, scratch.panels);
         return;
-      case Q8PanelKind::kNone:
+      case PanelKind::kF32:
+      case PanelKind::kNone:
         break;
     }
     const bool vnni = UseVnni(isa);

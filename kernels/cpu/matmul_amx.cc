@@ -276,7 +276,7 @@ KVFOLD_AMX void RowVnni16(const MatMulArgs& a, const uint8_t* panel, const Q8Act
 // B tiles and scales of every row group: packed[g][b][k4][r][4] = codes of row 16 g + r,
 // bytes 32 b + 4 k4 .. + 3 (zeros past n); xs[g][b][r]. One gather per (block, k4): the
 // 16 rows' four bytes (was a scalar store per row, block and k4).
-KVFOLD_AMX void Pack(const Q8Activations& xq, int64_t n, int64_t blocks, Q8PanelScratch& s) {
+KVFOLD_AMX void Pack(const Q8Activations& xq, int64_t n, int64_t blocks, PanelScratch& s) {
   const int64_t groups = (n + kGroup - 1) / kGroup;
   if (s.packed.size() < static_cast<size_t>(groups * blocks * kTileBytes)) {
     s.packed.resize(groups * blocks * kTileBytes);
@@ -309,16 +309,15 @@ KVFOLD_AMX void Pack(const Q8Activations& xq, int64_t n, int64_t blocks, Q8Panel
 }  // namespace
 
 void MatMulQ8Amx(ThreadPool& pool, const MatMulArgs& a, const Q8Activations& xq,
-                 Q8PanelScratch& scratch) {
+                 PanelScratch& scratch) {
   const int64_t blocks = (a.k + kQ8Block - 1) / kQ8Block;
   // B tiles only for calls that run tiles: a single row (decode) takes RowVnni16/8.
   if (a.n > 1) Pack(xq, a.n, blocks, scratch);
   const int64_t groups = (a.n + kGroup - 1) / kGroup;
   // Weights without panels of their own (not adopted by the backend) are laid out per
   // call; a call of one row reads the Q8 rows only.
-  const uint8_t* panels = a.w_panels != nullptr || a.n > 1
-                              ? CallPanels(pool, a, Q8PanelKind::kAmx, scratch)
-                              : nullptr;
+  const uint8_t* panels =
+      a.w_panels != nullptr || a.n > 1 ? CallPanels(pool, a, PanelKind::kAmx, scratch) : nullptr;
   const size_t panel_bytes = Q8PanelBytes(kGroup, a.k);
   // Threads take blocks of 64 output columns; all row groups pass over a block while its
   // weights sit in L2, so each weight is read from memory once per call.

@@ -1,4 +1,4 @@
-// Laying out the Q8 panels of both panel paths (cpu_ops.h Q8PanelKind), and the Q8 matmul
+// Laying out the Q8 panels of both panel paths (cpu_ops.h PanelKind), and the Q8 matmul
 // on AVX-512 VNNI without AMX, which reads the VNNI panels:
 // the block-dot numerics of the AMX path (matmul_tiles.h), so a machine with AMX and one
 // with only AVX-512 VNNI give identical bits. Per output, block by block:
@@ -88,7 +88,7 @@ constexpr auto kPanelRows = PanelKernels(std::make_integer_sequence<int, kMaxRow
 
 }  // namespace
 
-void PackQ8Panels(ThreadPool* pool, Q8PanelKind kind, const void* w, int64_t m, int64_t k,
+void PackQ8Panels(ThreadPool* pool, PanelKind kind, const void* w, int64_t m, int64_t k,
                   uint8_t* panels) {
   const int64_t blocks = (k + kQ8Block - 1) / kQ8Block;
   const size_t row_bytes = Q8RowBytes(k), scale_bytes = Q8PanelScaleBytes(k);
@@ -105,7 +105,7 @@ void PackQ8Panels(ThreadPool* pool, Q8PanelKind kind, const void* w, int64_t m, 
           std::memcpy(panel + (b * kCols + o) * sizeof(uint16_t), row + b * sizeof(uint16_t),
                       sizeof(uint16_t));
           const uint8_t* block = row_codes + b * kQ8Block;
-          if (kind == Q8PanelKind::kAmx) {  // [blocks][16 rows][32 codes]
+          if (kind == PanelKind::kAmx) {  // [blocks][16 rows][32 codes]
             std::memcpy(codes + b * kBlockBytes + o * kQ8Block, block, kQ8Block);
             continue;
           }
@@ -126,17 +126,9 @@ void PackQ8Panels(ThreadPool* pool, Q8PanelKind kind, const void* w, int64_t m, 
   }
 }
 
-const uint8_t* CallPanels(ThreadPool& pool, const MatMulArgs& a, Q8PanelKind kind,
-                          Q8PanelScratch& scratch) {
-  if (a.w_panels != nullptr) return a.w_panels;
-  scratch.panels.resize(Q8PanelBytes(a.m, a.k));  // grows only: a vector keeps its capacity
-  PackQ8Panels(&pool, kind, a.w, a.m, a.k, scratch.panels.data());
-  return scratch.panels.data();
-}
-
 void MatMulQ8Vnni(ThreadPool& pool, const MatMulArgs& a, const Q8Activations& xq,
-                  Q8PanelScratch& scratch) {
-  const uint8_t* panels = CallPanels(pool, a, Q8PanelKind::kVnni, scratch);
+                  PanelScratch& scratch) {
+  const uint8_t* panels = CallPanels(pool, a, PanelKind::kVnni, scratch);
   const size_t panel_bytes = Q8PanelBytes(kCols, a.k);
   // Threads take blocks of 64 output columns; every row group passes over a block while
   // its panels sit in L2, so each weight is read from memory once per call.

@@ -30,18 +30,23 @@ TileQ8Fn PickTileQ8Vnni(int rows, int cols);
 // computes 16 columns x 16 rows of them), then, block by block,
 // acc = fma(float(dot), w_scale * x_scale, acc); the sum is acc. No lanes, no tree.
 void MatMulQ8Amx(ThreadPool& pool, const MatMulArgs& a, const Q8Activations& xq,
-                 Q8PanelScratch& scratch);
+                 PanelScratch& scratch);
 
 // The panels of `kind` a call reads: the caller's kept ones (a.w_panels), else laid out
 // for this call in scratch.panels.
-const uint8_t* CallPanels(ThreadPool& pool, const MatMulArgs& a, Q8PanelKind kind,
-                          Q8PanelScratch& scratch);
+const uint8_t* CallPanels(ThreadPool& pool, const MatMulArgs& a, PanelKind kind,
+                          PanelScratch& scratch);
+
+// AVX-512 F32 on F32 panels (m % 16 == 0): per output one fma chain over k in order,
+// acc = fma(x[i, t], w[j, t], acc) for t = 0 .. k - 1, then + bias. No lane partial sums:
+// the bits differ from the lane tiles' (which F16/BF16 weights and m % 16 != 0 take).
+void MatMulF32Panels(ThreadPool& pool, const MatMulArgs& a, PanelScratch& scratch);
 
 // AVX-512 VNNI Q8 on VNNI panels (CpuHasAvx512Vnni(), m % 16 == 0; used where AMX is not):
 // the AMX path's block dots and float operations per output, so the same bits. xq needs
 // Q8Offsets::kBlocks.
 void MatMulQ8Vnni(ThreadPool& pool, const MatMulArgs& a, const Q8Activations& xq,
-                  Q8PanelScratch& scratch);
+                  PanelScratch& scratch);
 
 // Q8 tiles of the portable (avx2 = false) and AVX2 paths: 1 <= rows <= 4, 1 <= cols <= 4.
 // Per output: 8 lanes, one block at a time, the same lane formula; the 8-lane tree of

@@ -100,12 +100,63 @@ TEST_P(MatMulTest, OptimizedMatchesReferenceAndIsBatchInvariant) {
 
 INSTANTIATE_TEST_SUITE_P(
     Shapes, MatMulTest,
-    ::testing::Values(std::make_tuple(1, 769, 75, DType::kF32), std::make_tuple(5, 67, 131, DType::kF32),
-                      std::make_tuple(17, 130, 64, DType::kBF16), std::make_tuple(9, 257, 200, DType::kF16),
-                      std::make_tuple(33, 300, 96, DType::kF32), std::make_tuple(2, 3, 7, DType::kBF16),
-                      std::make_tuple(3, 77, 33, DType::kF16), std::make_tuple(6, 71, 17, DType::kF32),
-                      std::make_tuple(1, 13, 768, DType::kBF16), std::make_tuple(14, 64, 48, DType::kF32),
-                      std::make_tuple(12, 40, 768, DType::kF16)));
+    ::testing::Values(
+        std::make_tuple(1, 769, 75, DType::kF32), std::make_tuple(5, 67, 131, DType::kF32),
+        std::make_tuple(17, 130, 64, DType::kBF16), std::make_tuple(9, 257, 200, DType::kF16),
+        std::make_tuple(33, 300, 96, DType::kF32), std::make_tuple(2, 3, 7, DType::kBF16),
+        std::make_tuple(3, 77, 33, DType::kF16), std::make_tuple(6, 71, 17, DType::kF32),
+        std::make_tuple(1, 13, 768, DType::kBF16), std::make_tuple(14, 64, 48, DType::kF32),
+        std::make_tuple(12, 40, 768, DType::kF16),
+        // F32 panels (m % 16 == 0 on AVX-512): row tails of the 8-row tiles,
+        // column tails of the 3- and 4-panel blocks, a long k, a parallel call.
+        std::make_tuple(19, 96, 77, DType::kF32), std::make_tuple(1, 80, 200, DType::kF32),
+        std::make_tuple(3, 48, 2048, DType::kF32), std::make_tuple(25, 2064, 33, DType::kF32)));
+
+// PrepareMatMulWeight lays an adopted F32 weight's panels out at once (on AVX-512, m % 16
+// == 0): weights changed in the adopted buffer afterwards (a probe; adopted weights are
+// read-only by contract) do not reach MatMul, while a weight adopted without the call gets
+// its panels from its first MatMul, after the change. Kept panels and a call's own give
+// the same bits.
+TEST(MatMulF32PanelsTest, PanelsAreLaidOutByPrepareAndKeptBesideTheWeight) {
+  const int n = 5, m = 48, k = 40;
+  if (cpu::CpuBestIsa() != cpu::Isa::kAvx512)
+    GTEST_SKIP() << "no F32 panel path on this CPU (AVX-512)";
+  IsaScope scope(cpu::Isa::kAvx512);
+  ASSERT_EQ(cpu::MatMulPanels({nullptr, nullptr, DType::kF32, nullptr, nullptr, 1, m, k}),
+            cpu::PanelKind::kF32);
+  Rig r;
+  auto x = Random(static_cast<size_t>(n) * k, 41);
+  auto w = Random(static_cast<size_t>(m) * k, 42, 0.2f);
+  std::vector<float> before(static_cast<size_t>(n) * m), after(before.size());
+  ASSERT_TRUE(r.opt
+                  ->MatMul(*r.s2, T(x.data(), DType::kF32, {n, k}),
+                           T(w.data(), DType::kF32, {m, k}), Tensor(),
+                           T(before.data(), DType::kF32, {n, m}))
+                  .ok());
+  for (bool prepare : {true, false}) {
+    SCOPED_TRACE(prepare ? "prepared" : "not prepared");
+    auto adopted = r.opt->AdoptWeights(w.data(), w.size() * sizeof(float), nullptr);
+    ASSERT_TRUE(adopted.ok()) << adopted.status();
+    const Tensor wa = T((*adopted)->data(), DType::kF32, {m, k});
+    if (prepare) {
+      ASSERT_TRUE(r.opt->PrepareMatMulWeight(wa).ok());
+    }
+    float* values = static_cast<float*>((*adopted)->data());
+    const bool copied = values != w.data();
+    for (int i = 0; i < m * k; ++i) values[i] = -values[i];
+    ASSERT_TRUE(r.opt
+                    ->MatMul(*r.s2, T(x.data(), DType::kF32, {n, k}), wa, Tensor(),
+                             T(after.data(), DType::kF32, {n, m}))
+                    .ok());
+    // Negated weights give exactly negated fma chains.
+    for (size_t i = 0; i < before.size(); ++i) {
+      ASSERT_EQ(after[i], prepare ? before[i] : -before[i]) << i;
+    }
+    if (!copied) {
+      for (int i = 0; i < m * k; ++i) values[i] = -values[i];
+    }
+  }
+}
 
 // Direct attention for one row: keys given as (pointer to un-rotated k, v, position).
 TEST(AttentionTest, PagedGqaMatchesDirectAndBackendsAgree) {

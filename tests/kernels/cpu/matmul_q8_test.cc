@@ -120,7 +120,7 @@ TEST_P(MatMulQ8Test, OptimizedMatchesReferenceAndIsBatchInvariant) {
     }
   }
   std::vector<std::vector<float>> by_isa;
-  std::vector<cpu::Q8PanelKind> kinds;  // the panels each path read
+  std::vector<cpu::PanelKind> kinds;  // the panels each path read
   const std::vector<float> block_dots = BlockDotDefinition(x, wq, n, m, k);
   // Every ISA path with AMX off, then the AVX-512 path with AMX tiles where the CPU has them.
   std::vector<std::pair<cpu::Isa, bool>> paths;
@@ -131,13 +131,13 @@ TEST_P(MatMulQ8Test, OptimizedMatchesReferenceAndIsBatchInvariant) {
     IsaScope scope(isa);
     AmxScope amx_scope(amx);
     kinds.push_back(
-        cpu::MatMulQ8Panels({x.data(), wq.data(), DType::kQ8, nullptr, nullptr, n, m, k}));
+        cpu::MatMulPanels({x.data(), wq.data(), DType::kQ8, nullptr, nullptr, n, m, k}));
     std::vector<float> out_opt(out_ref.size());
     ASSERT_TRUE(r.opt
                     ->MatMul(*r.s2, T(x.data(), DType::kF32, {n, k}), w, Tensor(),
                              T(out_opt.data(), DType::kF32, {n, m}))
                     .ok());
-    if (kinds.back() != cpu::Q8PanelKind::kNone) {  // AMX and VNNI panels: the same bits
+    if (kinds.back() != cpu::PanelKind::kNone) {  // AMX and VNNI panels: the same bits
       EXPECT_EQ(0, std::memcmp(out_opt.data(), block_dots.data(), out_ref.size() * 4));
       auto bias = Random(m, 13);
       std::vector<float> with_bias(out_ref.size());
@@ -178,8 +178,8 @@ TEST_P(MatMulQ8Test, OptimizedMatchesReferenceAndIsBatchInvariant) {
   // second round's buffer, adopted after the first is dropped, often gets the same address
   // and must get its own panels (its codes are the first round's negated).
   for (size_t p = 0; p < paths.size(); ++p) {
-    if (kinds[p] == cpu::Q8PanelKind::kNone) continue;
-    SCOPED_TRACE(kinds[p] == cpu::Q8PanelKind::kAmx ? "adopted, amx" : "adopted, vnni panels");
+    if (kinds[p] == cpu::PanelKind::kNone) continue;
+    SCOPED_TRACE(kinds[p] == cpu::PanelKind::kAmx ? "adopted, amx" : "adopted, vnni panels");
     IsaScope scope(paths[p].first);
     AmxScope amx_scope(paths[p].second);
     std::vector<uint8_t> host(wq.size() + 4);
@@ -243,12 +243,12 @@ TEST_P(MatMulQ8Test, OptimizedMatchesReferenceAndIsBatchInvariant) {
 // adopted buffer afterwards (a probe; adopted weights are read-only by contract) do not
 // reach MatMul, which reads the panels laid out before the change, while a weight adopted
 // without the call gets its panels from its first MatMul, after the change. A weight
-// MatMul would reject is refused with InvalidArgument (by both); F32 weights and the
-// reference backend accept the call and do nothing.
+// MatMul would reject is refused with InvalidArgument (by both); weights not adopted and
+// the reference backend accept the call and do nothing (F32 panels: cpu_backend_test.cc).
 TEST(MatMulQ8PrepareTest, PanelsAreLaidOutByTheCallNotByTheFirstMatMul) {
   const int n = 3, m = 32, k = 96;
-  if (cpu::MatMulQ8Panels({nullptr, nullptr, DType::kQ8, nullptr, nullptr, 1, m, k}) ==
-      cpu::Q8PanelKind::kNone) {
+  if (cpu::MatMulPanels({nullptr, nullptr, DType::kQ8, nullptr, nullptr, 1, m, k}) ==
+      cpu::PanelKind::kNone) {
     GTEST_SKIP() << "no Q8 panel path on this CPU (AVX-512 VNNI or AMX)";
   }
   Rig r;
