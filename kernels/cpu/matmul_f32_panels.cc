@@ -108,29 +108,35 @@ void PackF32Panels(ThreadPool* pool, const float* w, int64_t m, int64_t k, float
 void MatMulF32Panels(ThreadPool& pool, const MatMulArgs& a, PanelScratch& scratch) {
   const float* panels =
       reinterpret_cast<const float*>(CallPanels(pool, a, PanelKind::kF32, scratch));
-  // Threads take column blocks of a tile's panels; a block's panels stay in L2 while every
-  // row tile passes over them, so each weight is read from memory once per call.
+  // A task is a column block of a tile's panels and a chunk of up to kChunkRows rows; a
+  // block's panels stay in L2 while every row tile of the chunk passes over them, so a
+  // batch reads each weight from memory once per call. Consecutive tasks share their
+  // block (a thread's range of tasks reuses it). Row chunks let a long prompt use every
+  // thread on a matrix of few blocks (stories260K's 64 x 64: two).
+  constexpr int64_t kChunkRows = 16 * kMaxRows;
   const int per_block = a.n == 1 ? kDecodePanels : kBatchPanels;
   const int64_t num_panels = a.m / kCols;
   const int64_t num_blocks = (num_panels + per_block - 1) / per_block;
-  auto body = [&](int64_t b0, int64_t b1, int) {
-    for (int64_t b = b0; b < b1; ++b) {
-      const int64_t p0 = b * per_block;
+  const int64_t chunks = (a.n + kChunkRows - 1) / kChunkRows;
+  auto body = [&](int64_t t0, int64_t t1, int) {
+    for (int64_t task = t0; task < t1; ++task) {
+      const int64_t p0 = task / chunks * per_block;
       const int np = static_cast<int>(std::min<int64_t>(per_block, num_panels - p0));
       if (a.n == 1) {
         kDecodeTiles[np - 1](a, panels, 0, p0 * kCols);
         continue;
       }
-      for (int64_t i = 0; i < a.n; i += kMaxRows) {
-        const int rows = static_cast<int>(std::min<int64_t>(kMaxRows, a.n - i));
+      const int64_t i_end = std::min(a.n, (task % chunks + 1) * kChunkRows);
+      for (int64_t i = task % chunks * kChunkRows; i < i_end; i += kMaxRows) {
+        const int rows = static_cast<int>(std::min<int64_t>(kMaxRows, i_end - i));
         kTiles[rows - 1][np - 1](a, panels, i, p0 * kCols);
       }
     }
   };
   if (a.n * a.m * a.k < (1 << 16)) {
-    body(0, num_blocks, 0);
+    body(0, num_blocks * chunks, 0);
   } else {
-    pool.ParallelFor(num_blocks, 1, body);
+    pool.ParallelFor(num_blocks * chunks, 1, body);
   }
 }
 

@@ -108,9 +108,11 @@ INSTANTIATE_TEST_SUITE_P(
         std::make_tuple(1, 13, 768, DType::kBF16), std::make_tuple(14, 64, 48, DType::kF32),
         std::make_tuple(12, 40, 768, DType::kF16),
         // F32 panels (m % 16 == 0 on AVX-512): row tails of the 8-row tiles,
-        // column tails of the 3- and 4-panel blocks, a long k, a parallel call.
+        // column tails of the 3- and 4-panel blocks, a long k, a parallel call, rows in
+        // several chunks of 128 (a ragged last one).
         std::make_tuple(19, 96, 77, DType::kF32), std::make_tuple(1, 80, 200, DType::kF32),
-        std::make_tuple(3, 48, 2048, DType::kF32), std::make_tuple(25, 2064, 33, DType::kF32)));
+        std::make_tuple(3, 48, 2048, DType::kF32), std::make_tuple(25, 2064, 33, DType::kF32),
+        std::make_tuple(300, 64, 40, DType::kF32)));
 
 // PrepareMatMulWeight lays an adopted F32 weight's panels out at once (on AVX-512, m % 16
 // == 0): weights changed in the adopted buffer afterwards (a probe; adopted weights are
