@@ -9,7 +9,7 @@
 // the same bits. The lane tiles (matmul_avx512.cc) instead keep 16 lane partial sums per
 // output and reduce them by a tree: 24 products per 10 loads, plus a reduction per output,
 // and a batch reads each weight block once per 4-row tile. Here a batch of 8 rows uses each
-// weight vector 8 times from a register (docs/engine.md, "F32 panels").
+// weight vector 8 times from a register (docs/engine.md, "F32 panels on the EPYC").
 #pragma GCC diagnostic ignored "-Wuninitialized"
 #pragma GCC diagnostic ignored "-Wmaybe-uninitialized"
 #include <immintrin.h>
