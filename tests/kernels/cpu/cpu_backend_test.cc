@@ -18,10 +18,11 @@
 namespace kvfold::kernels {
 namespace {
 
+using testing::ExpectKeptOrNegated;
 using testing::IsaScope;
 using testing::Random;
-using testing::RopeTable;
 using testing::Rig;
+using testing::RopeTable;
 using testing::RunnableIsas;
 using testing::T;
 
@@ -129,7 +130,7 @@ TEST(MatMulF32PanelsTest, PanelsAreLaidOutByPrepareAndKeptBesideTheWeight) {
   Rig r;
   auto x = Random(static_cast<size_t>(n) * k, 41);
   auto w = Random(static_cast<size_t>(m) * k, 42, 0.2f);
-  std::vector<float> before(static_cast<size_t>(n) * m), after(before.size());
+  std::vector<float> before(static_cast<size_t>(n) * m);
   ASSERT_TRUE(r.opt
                   ->MatMul(*r.s2, T(x.data(), DType::kF32, {n, k}),
                            T(w.data(), DType::kF32, {m, k}), Tensor(),
@@ -146,14 +147,7 @@ TEST(MatMulF32PanelsTest, PanelsAreLaidOutByPrepareAndKeptBesideTheWeight) {
     float* values = static_cast<float*>((*adopted)->data());
     const bool copied = values != w.data();
     for (int i = 0; i < m * k; ++i) values[i] = -values[i];
-    ASSERT_TRUE(r.opt
-                    ->MatMul(*r.s2, T(x.data(), DType::kF32, {n, k}), wa, Tensor(),
-                             T(after.data(), DType::kF32, {n, m}))
-                    .ok());
-    // Negated weights give exactly negated fma chains.
-    for (size_t i = 0; i < before.size(); ++i) {
-      ASSERT_EQ(after[i], prepare ? before[i] : -before[i]) << i;
-    }
+    ExpectKeptOrNegated(r, x, wa, n, m, k, before, prepare);
     if (!copied) {
       for (int i = 0; i < m * k; ++i) values[i] = -values[i];
     }

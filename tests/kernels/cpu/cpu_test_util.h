@@ -10,6 +10,7 @@
 #include <random>
 #include <vector>
 
+#include "gtest/gtest.h"
 #include "kernels/backend.h"
 #include "kernels/cpu/isa.h"
 
@@ -34,6 +35,22 @@ inline std::vector<float> Random(size_t n, uint32_t seed, float scale = 1.0f) {
   std::vector<float> v(n);
   for (float& x : v) x = u(rng);
   return v;
+}
+
+// The probe of the kept-panels tests: the weights `w` [m, k] were negated in their adopted
+// buffer after `before` = x [n, k] @ w^T was computed; MatMul now gives `before` where it
+// reads panels laid out before the change (kept), else exactly -before (negated weights
+// negate every product and sum).
+inline void ExpectKeptOrNegated(Rig& r, std::vector<float>& x, Tensor w, int n, int m, int k,
+                                const std::vector<float>& before, bool kept) {
+  std::vector<float> after(before.size());
+  ASSERT_TRUE(r.opt
+                  ->MatMul(*r.s2, T(x.data(), DType::kF32, {n, k}), w, Tensor(),
+                           T(after.data(), DType::kF32, {n, m}))
+                  .ok());
+  for (size_t i = 0; i < before.size(); ++i) {
+    ASSERT_EQ(after[i], kept ? before[i] : -before[i]) << i;
+  }
 }
 
 // [rows, hd] cos | sin halves per position (backend.h's RoPE table), theta 10000.

@@ -19,6 +19,7 @@
 namespace kvfold::kernels {
 namespace {
 
+using testing::ExpectKeptOrNegated;
 using testing::IsaScope;
 using testing::Random;
 using testing::Rig;
@@ -282,13 +283,7 @@ TEST(MatMulQ8PrepareTest, PanelsAreLaidOutByTheCallNotByTheFirstMatMul) {
             static_cast<uint8_t>(-static_cast<int8_t>(codes[j * row_bytes + c]));
       }
     }
-    ASSERT_TRUE(r.opt
-                    ->MatMul(*r.s2, T(x.data(), DType::kF32, {n, k}), wa, Tensor(),
-                             T(after.data(), DType::kF32, {n, m}))
-                    .ok());
-    for (size_t i = 0; i < before.size(); ++i) {
-      ASSERT_EQ(after[i], prepare ? before[i] : -before[i]) << i;
-    }
+    ExpectKeptOrNegated(r, x, wa, n, m, k, before, prepare);
   }
   std::vector<float> f(static_cast<size_t>(m) * k);
   EXPECT_TRUE(r.opt->PrepareMatMulWeight(T(f.data(), DType::kF32, {m, k})).ok());
