@@ -125,6 +125,11 @@ class Backend {
   // Memory ------------------------------------------------------------------------------
   // ResourceExhausted when the device is out of memory. Contents are uninitialised.
   virtual absl::StatusOr<std::unique_ptr<Buffer>> Allocate(size_t bytes) = 0;
+  // Backs the memory of `t` (a view of an Allocate'd buffer) now, contents unchanged, so
+  // that its first writes later (in a decode step) do not stop on page faults. Advice
+  // only: the default does nothing (device memory is backed when allocated); the CPU
+  // backend populates the host pages (cpu/host_memory.h PopulateHost).
+  virtual void Populate(Tensor t) {}
   // Makes read-only weight data (host memory, e.g. an mmap) available on the device. The
   // CPU backend aliases 64-byte aligned `host` (zero copy) and keeps `keepalive` alive as
   // long as the returned Buffer, and copies unaligned weights into aligned memory (then

@@ -242,7 +242,36 @@ absl::StatusOr<int32_t> BlockPool::AllocateBlock() {
   }
   const int32_t b = free_.back();
   free_.pop_back();
+  if (b >= populated_) PopulateThrough(b);
   return b;
+}
+
+void BlockPool::PopulateThrough(int32_t block) {
+  // About 2 MiB of the largest per-block tensor at a time (a huge page where the backend
+  // has them): one call per tensor instead of a fault per page.
+  constexpr size_t kChunkBytes = size_t{2} << 20;
+  const size_t entry = options_.dtype == core::DType::kI8 ? 1 : core::DTypeSize(options_.dtype);
+  const size_t block_bytes = static_cast<size_t>(block_size_) * kv_dim_ * entry;
+  const int chunk = static_cast<int>(std::max<size_t>(1, kChunkBytes / block_bytes));
+  const int end = std::min(num_blocks_, std::max(block + 1, populated_ + chunk));
+  auto populate = [&](const kernels::Tensor& t) {  // t: [num_blocks, ...]
+    const size_t per_block = t.size_bytes() / static_cast<size_t>(num_blocks_);
+    backend_->Populate(kernels::MakeTensor(static_cast<char*>(t.data) + populated_ * per_block,
+                                           DType::kI8,
+                                           {static_cast<int64_t>((end - populated_) * per_block)}));
+  };
+  for (int layer = 0; layer < num_layers_; ++layer) {
+    if (options_.dtype == core::DType::kI8) {
+      const kernels::KvCacheI8 c = int8_cache(layer);
+      for (const kernels::Tensor* t : {&c.k_codes, &c.v_codes, &c.k_scales, &c.v_scales}) {
+        populate(*t);
+      }
+    } else {
+      populate(k_cache(layer));
+      populate(v_cache(layer));
+    }
+  }
+  populated_ = end;
 }
 
 void BlockPool::FreeBlock(int32_t block) {

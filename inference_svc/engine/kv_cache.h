@@ -105,7 +105,12 @@ class BlockPool {
   absl::Status AttachPage(int32_t block, int restore = 0);
   void ReleasePage(int32_t block);  // no-op without a page
 
-  // ResourceExhausted when the pool is empty.
+  // ResourceExhausted when the pool is empty. Blocks go out lowest first while none was
+  // freed; the first time a block past those handed out before is given, the pool's
+  // memory for it and the blocks after it (about 2 MiB of each layer's K and V) is backed
+  // at once (Backend::Populate), so a decode step writing its first entry in a new block
+  // does not stop on page faults (on the CPU backend: one per 4 KiB page where
+  // transparent huge pages are not available).
   absl::StatusOr<int32_t> AllocateBlock();
   void FreeBlock(int32_t block);  // also releases its page
 
@@ -115,6 +120,8 @@ class BlockPool {
   // Float pool: tensor `index` of the buffer (layer l's K is 2 l, its V 2 l + 1).
   kernels::Tensor FloatCache(int index) const;
   absl::Status GrowPages();
+  // Backs blocks [populated_, end) of every block-indexed tensor, end >= block + 1.
+  void PopulateThrough(int32_t block);
   absl::Status RestorePage(int32_t block, int32_t page, int count);
 
   kernels::Backend* backend_ = nullptr;
@@ -124,6 +131,7 @@ class BlockPool {
   std::unique_ptr<kernels::Buffer> page_buffer_;  // int8 only
   int num_layers_ = 0, kv_dim_ = 0, block_size_ = 0, num_blocks_ = 0, num_pages_ = 0;
   std::vector<int32_t> free_;        // stack of free block ids
+  int populated_ = 0;                // blocks [0, populated_) were given to Populate
   std::vector<int32_t> free_pages_;  // stack of free page ids
   std::vector<int32_t> page_of_;     // per block; int8 only
 };

@@ -164,6 +164,8 @@ class CpuBackend : public Backend {
     return copy;
   }
 
+  void Populate(Tensor t) override { cpu::PopulateHost(t.data, t.size_bytes()); }
+
   std::unique_ptr<Stream> CreateStream() override { return std::make_unique<CpuStream>(); }
 
   absl::Status CopyToDevice(Stream&, const void* host, Tensor dst) override {

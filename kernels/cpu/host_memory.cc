@@ -1,7 +1,9 @@
 #include "kernels/cpu/host_memory.h"
 
 #include <sys/mman.h>
+#include <unistd.h>
 
+#include <cstdint>
 #include <cstdlib>
 #include <limits>
 
@@ -23,6 +25,18 @@ void* AllocateHost(size_t bytes) {
   // keeps small pages. Advice only: without THP the memory stays usable as is.
   if (p != nullptr) madvise(p, bytes / kHugePageBytes * kHugePageBytes, MADV_HUGEPAGE);
   return p;
+}
+
+bool PopulateHost(void* data, size_t bytes) {
+#ifdef MADV_POPULATE_WRITE
+  if (bytes == 0) return true;
+  const uintptr_t page = static_cast<uintptr_t>(sysconf(_SC_PAGESIZE));
+  const uintptr_t begin = reinterpret_cast<uintptr_t>(data) / page * page;
+  const uintptr_t end = (reinterpret_cast<uintptr_t>(data) + bytes + page - 1) / page * page;
+  return madvise(reinterpret_cast<void*>(begin), end - begin, MADV_POPULATE_WRITE) == 0;
+#else
+  return false;
+#endif
 }
 
 }  // namespace kvfold::kernels::cpu

@@ -19,6 +19,12 @@ inline constexpr size_t kHugePageBytes = size_t{2} << 20;
 // the stories110m shape with an fp16 cache), and the weights' pages each a TLB entry.
 void* AllocateHost(size_t bytes);
 
+// Backs every page that [data, data + bytes) touches with memory now, writable, without
+// changing its contents (madvise MADV_POPULATE_WRITE), so later first writes there take
+// no page faults. Advice only: false when the kernel cannot (before Linux 5.14) or the
+// range is not mapped; the memory then faults in on first use as before.
+bool PopulateHost(void* data, size_t bytes);
+
 }  // namespace kvfold::kernels::cpu
 
 #endif  // KVFOLD_KERNELS_CPU_HOST_MEMORY_H_
