@@ -84,6 +84,7 @@ struct Task {
   AttentionShape shape;
   AttnRowBlock block;
   int kvh;
+  int kvh_end;                // KV heads [kvh, kvh_end): more than one only for one-row blocks
   const AttentionPart* part;  // nullptr: all keys
 };
 
@@ -95,6 +96,7 @@ struct TaskBuffers {
   RowState* st;       // [kAttnMaxBlockRows * group]
   float* key_scales;  // [head_dim] INT8: the F32 key scales of the last block dequantized
   float* key_f32;     // [head_dim] fp16: the widened key
+  float* heads;       // RunHeadsTask's scores, weights and value sums (HeadsFloats)
 };
 
 // One task: tiles of the block's keys, each row's online softmax, the normalised output.
@@ -280,87 +282,257 @@ constexpr float kNegligibleLogit = -64.0f;
   *out = p[0];
 }
 
+// One row's online-softmax step over a tile, for one query head: s (lane i: q . key i,
+// unscaled; lanes >= valid are masked) turns into the tile's weights *p, st moves on, and
+// the returned factor rescales the row's earlier sums:
+//   s = scale * s, masked to -inf past valid;  m' = max(m, max s);  a = exp(m - m');
+//   p = exp(s - m') (0 below kNegligibleLogit);  l = l * a + sum p (fixed tree).
+template <class Exp>
+[[gnu::always_inline]] inline float TileSoftmax(V16 s, int valid, float scale, RowState& st,
+                                                Exp exp16, V16* p_out) {
+  const float ninf = -std::numeric_limits<float>::infinity();
+  V16 lane;
+  for (int i = 0; i < kTile; ++i) lane[i] = static_cast<float>(i);
+  const auto mask = lane < static_cast<float>(valid);
+  s = s * scale;
+  s = mask ? s : V16{} + ninf;
+  float mt = s[0];
+  for (int i = 1; i < kTile; ++i) mt = std::max(mt, s[i]);
+  const float m_new = std::max(st.m, mt);
+  const float gap = st.m - m_new;
+  const float alpha = st.m == ninf || gap < kNegligibleLogit ? 0.0f : std::exp(gap);
+  V16 p = s - m_new;
+  const auto kept = p >= kNegligibleLogit;  // masked lanes are -inf
+  exp16(&p);
+  p = kept ? p : V16{};
+  float s8[8], s4[4];
+  for (int i = 0; i < 8; ++i) s8[i] = p[i] + p[i + 8];
+  for (int i = 0; i < 4; ++i) s4[i] = s8[i] + s8[i + 4];
+  const float psum = (s4[0] + s4[2]) + (s4[1] + s4[3]);
+  st.l = st.l * alpha + psum;
+  st.m = m_new;
+  *p_out = p;
+  return alpha;
+}
+
+// RunHeadsTask's per-thread floats for `qh` query heads of head_dim hd: per head kTile
+// score vectors, the tile's weights, 4 value sums per 16-lane chunk, and the tile's
+// rescaling factor.
+inline size_t HeadsFloats(int qh, int hd) {
+  return static_cast<size_t>(qh) * ((kTile + 1 + 4 * (hd / 16)) * 16 + 1);
+}
+
+// Whether a shape takes RunHeadsTask for its decode rows: the head sizes it is compiled
+// for (key-row scores, keys rotated 16 lanes at a time).
+inline bool HeadsShape(int head_dim) {
+  return head_dim == 32 || head_dim == 64 || head_dim == 96 || head_dim == 128 || head_dim == 256;
+}
+
+// A task of one row over KV heads [kvh, kvh_end) (a decode row: its block has no other
+// rows; HeadsShape). The cache holds an entry's heads side by side, so the task reads
+// each tile's keys, then its values, entry by entry with all the task's heads of an entry
+// together, i.e. in address order; tasks of one KV head read 128 bytes per entry at a
+// stride of the whole entry, which ran at ~20 GB/s where the same bytes in order read at
+// ~50 GB/s (docs/engine.md, "Decode attention in address order"). Per head, the
+// operations of RunTask with Update, in the same order: the scores' chunk products of the
+// rotated key (RotatePiece's arithmetic) summed by SumLanes, TileSoftmax, and the value
+// sums by key i into part i % 4 (AccumulateValues), kept in memory across the heads
+// instead of in registers. So the same bits. load16(p, &x) reads 16 cache elements as F32.
+template <int kChunks, class T, class Load16, class Exp>
+[[gnu::always_inline]] inline void RunHeadsTask(const Task& t, const T* kc, const T* vc,
+                                                TaskBuffers& b, Load16 load16, Exp exp16) {
+  constexpr int chunks = kChunks, hd = 16 * kChunks, half = hd / 2;
+  const AttentionShape& sh = t.shape;
+  const int q_dim = sh.num_heads * hd;
+  const int group = sh.num_heads / sh.num_kv_heads, hdp = PaddedHeadDim(hd);
+  const int heads = t.kvh_end - t.kvh, qh = heads * group;
+  const float ninf = -std::numeric_limits<float>::infinity();
+  const int64_t row = t.block.first_row;
+  const int nk = t.rows[row].num_keys();
+  const float* q = t.q + row * q_dim + t.kvh * group * hd;  // the task's query heads, in order
+  float* scores = b.heads;                                  // [qh][kTile][16]
+  float* weights = scores + static_cast<size_t>(qh) * kTile * 16;  // [qh][16]
+  float* parts = weights + static_cast<size_t>(qh) * 16;           // [qh][chunks][4][16]
+  float* alpha = parts + static_cast<size_t>(qh) * chunks * 64;    // [qh]
+  for (int j = 0; j < qh; ++j) {
+    b.st[j] = RowState{ninf, 0.0f};
+    std::fill(b.acc + j * hdp, b.acc + (j + 1) * hdp, 0.0f);
+  }
+  auto put = [](float* dst, const V16& x) { std::memcpy(dst, &x, sizeof(x)); };
+  auto get = [](const float* src) {
+    V16 x;
+    std::memcpy(&x, src, sizeof(x));
+    return x;
+  };
+  const RowKeys keys(t.rows[row], t.block_tables, sh.block_size);
+  const int64_t entry_bytes = int64_t{heads} * hd * sizeof(T);
+  KeyEntry entry[kTile], next[kTile];
+  for (int i = 0; i < std::min(kTile, nk); ++i) {
+    next[i] = keys.Locate(i);
+    PrefetchBytes(kc + HeadOffset(sh, next[i], t.kvh), entry_bytes);
+  }
+  for (int t0 = 0; t0 < nk; t0 += kTile) {
+    const int count = std::min(kTile, nk - t0);
+    const int next_count = std::max(0, std::min(kTile, nk - t0 - kTile));
+    std::copy(next, next + count, entry);
+    for (int i = 0; i < next_count; ++i) next[i] = keys.Locate(t0 + kTile + i);
+    // Scores: per entry, each head's key rotated by the entry's position, its chunk
+    // products with each of the head's queries.
+    for (int i = 0; i < count; ++i) {
+      const T* k = kc + HeadOffset(sh, entry[i], t.kvh);
+      const float* cs = t.rope + static_cast<int64_t>(entry[i].pos) * hd;
+      PrefetchBytes(vc + HeadOffset(sh, entry[i], t.kvh), entry_bytes);
+      for (int h = 0; h < heads; ++h, k += hd) {
+        V16 kr[chunks];
+#pragma GCC unroll 8
+        for (int i0 = 0; i0 < half; i0 += 16) {
+          V16 lo, hi;
+          load16(k + i0, &lo);
+          load16(k + half + i0, &hi);
+          const V16 c = get(cs + i0), sn = get(cs + half + i0);
+          const V16 ac = lo * c, bs = hi * sn, bc = hi * c, as = lo * sn;
+          kr[i0 / 16] = ac - bs;
+          kr[(half + i0) / 16] = bc + as;
+        }
+        for (int gh = 0; gh < group; ++gh) {
+          const int j = h * group + gh;
+          const float* qj = q + j * hd;
+          V16 p = get(qj) * kr[0];
+#pragma GCC unroll 16
+          for (int c = 1; c < chunks; ++c) p = p + get(qj + 16 * c) * kr[c];
+          put(scores + (j * kTile + i) * 16, p);
+        }
+      }
+    }
+    for (int j = 0; j < qh; ++j) {
+      V16 p[kTile];
+      for (int i = 0; i < kTile; ++i) p[i] = i < count ? get(scores + (j * kTile + i) * 16) : V16{};
+      SumLanes(p);
+      V16 w;
+      alpha[j] = TileSoftmax(p[0], count, sh.scale, b.st[j], exp16, &w);
+      put(weights + j * 16, w);
+      std::fill(parts + j * chunks * 64, parts + (j + 1) * chunks * 64, 0.0f);
+    }
+    // Values: per entry, each head's value weighted into part (key index % 4).
+    for (int i = 0; i < count; ++i) {
+      const T* v = vc + HeadOffset(sh, entry[i], t.kvh);
+      if (i < next_count) PrefetchBytes(kc + HeadOffset(sh, next[i], t.kvh), entry_bytes);
+      for (int h = 0; h < heads; ++h, v += hd) {
+        V16 x[chunks];
+#pragma GCC unroll 16
+        for (int c = 0; c < chunks; ++c) load16(v + 16 * c, &x[c]);
+        for (int gh = 0; gh < group; ++gh) {
+          const int j = h * group + gh;
+          const float w = weights[j * 16 + i];
+          float* part = parts + (j * chunks * 4 + i % 4) * 16;
+#pragma GCC unroll 16
+          for (int c = 0; c < chunks; ++c) put(part + c * 64, get(part + c * 64) + w * x[c]);
+        }
+      }
+    }
+    for (int j = 0; j < qh; ++j) {
+      for (int c = 0; c < chunks; ++c) {
+        const float* part = parts + (j * chunks + c) * 64;
+        float* acc = b.acc + j * hdp + 16 * c;
+        put(acc, get(acc) * alpha[j] +
+                     ((get(part) + get(part + 16)) + (get(part + 32) + get(part + 48))));
+      }
+    }
+  }
+  for (int j = 0; j < qh; ++j) {
+    const float inv = 1.0f / b.st[j].l;
+    const float* acc = b.acc + j * hdp;
+    float* out = t.out + row * q_dim + (t.kvh * group + j) * hd;
+    for (int d = 0; d < hd; ++d) out[d] = acc[d] * inv;
+  }
+}
+
 // The per-ISA code: the row update, and the F32 / fp16 / INT8 tasks that inline RunTask
 // (WIDEN: the path's fp16 conversion).
-#define KVFOLD_TILED_ISA(NS, ATTR, WIDEN, HALF16)                                         \
-  namespace NS {                                                                          \
-  KVFOLD_EXP16(ATTR)                                                                      \
-  ATTR static inline void Update(const RowUpdate& u) {                                    \
-    const int hd = u.head_dim, hdp = PaddedHeadDim(hd);                                   \
-    const float ninf = -std::numeric_limits<float>::infinity();                           \
-    V16 lane;                                                                             \
-    for (int i = 0; i < kTile; ++i) lane[i] = static_cast<float>(i);                      \
-    const auto mask = lane < static_cast<float>(u.valid);                                 \
-    for (int gh = 0; gh < u.group; ++gh) {                                                \
-      const float* q = u.q + gh * hd;                                                     \
-      V16 s;                                                                              \
-      if (RowDots(hd)) {                                                                  \
-        RowDotScores(q, u.tile->kr, hd, u.tile->count, &s);                               \
-      } else {                                                                            \
-        TileScores(q, u.tile->kt, hd, &s);                                                \
-      }                                                                                   \
-      s = s * u.scale;                                                                    \
-      s = mask ? s : V16{} + ninf;                                                        \
-      float mt = s[0];                                                                    \
-      for (int i = 1; i < kTile; ++i) mt = std::max(mt, s[i]);                            \
-      RowState& st = u.st[gh];                                                            \
-      const float m_new = std::max(st.m, mt);                                             \
-      const float gap = st.m - m_new;                                                     \
-      const float alpha = st.m == ninf || gap < kNegligibleLogit ? 0.0f : std::exp(gap);  \
-      V16 p = s - m_new;                                                                  \
-      const auto kept = p >= kNegligibleLogit; /* masked lanes are -inf */                \
-      Exp16(&p);                                                                          \
-      p = kept ? p : V16{};                                                               \
-      float s8[8], s4[4];                                                                 \
-      for (int i = 0; i < 8; ++i) s8[i] = p[i] + p[i + 8];                                \
-      for (int i = 0; i < 4; ++i) s4[i] = s8[i] + s8[i + 4];                              \
-      const float psum = (s4[0] + s4[2]) + (s4[1] + s4[3]);                               \
-      st.l = st.l * alpha + psum;                                                         \
-      st.m = m_new;                                                                       \
-      float* acc = u.acc + gh * hdp;                                                      \
-      int d0 = 0;                                                                         \
-      for (; d0 + 64 <= hdp; d0 += 64) {                                                  \
-        AccumulateValues<4>(p, u.tile->vrow, u.valid, d0, alpha, acc);                    \
-      }                                                                                   \
-      for (; d0 < hdp; d0 += 16) {                                                        \
-        AccumulateValues<1>(p, u.tile->vrow, u.valid, d0, alpha, acc);                    \
-      }                                                                                   \
-    }                                                                                     \
-  }                                                                                       \
-  ATTR void TaskF32(const Task& t, const AttentionArgs& a, TaskBuffers& b) {              \
-    F32Kv kv(a, t.kvh);                                                                   \
-    RunTask(t, kv, b, Update);                                                            \
-  }                                                                                       \
-  struct F16Kv : F16KvBase {                                                              \
-    using F16KvBase::F16KvBase;                                                           \
-    ATTR inline void Load(const KeyEntry& e, float* krot, float* v, const float** vrow) { \
-      const int hd = a_.shape.head_dim;                                                   \
-      const int64_t off = HeadOffset(a_.shape, e, kvh_);                                  \
-      const float* cs = a_.rope + static_cast<int64_t>(e.pos) * hd;                       \
-      if (VectorRotation(hd)) {                                                           \
-        const uint16_t* k = k_ + off;                                                     \
-        for (int i = 0; i < hd / 2; i += 16) {                                            \
-          V16 lo, hi;                                                                     \
-          HALF16(k + i, &lo);                                                             \
-          HALF16(k + hd / 2 + i, &hi);                                                    \
-          RotatePiece(lo, hi, cs, i, hd / 2, krot);                                       \
-        }                                                                                 \
-      } else {                                                                            \
-        WIDEN(k_ + off, hd, key_);                                                        \
-        RotateHalf(key_, cs, hd, krot);                                                   \
-      }                                                                                   \
-      WIDEN(v_ + off, hd, v);                                                             \
-      *vrow = v;                                                                          \
-    }                                                                                     \
-  };                                                                                      \
-  ATTR void TaskF16(const Task& t, const AttentionArgs& a, TaskBuffers& b) {              \
-    F16Kv kv(a, t.kvh, b.key_f32);                                                        \
-    RunTask(t, kv, b, Update);                                                            \
-  }                                                                                       \
-  ATTR void TaskI8(const Task& t, const AttentionArgsI8& a, TaskBuffers& b) {             \
-    Int8Kv kv(a, t.block, t.kvh, b.key_scales);                                           \
-    RunTask(t, kv, b, Update);                                                            \
-  }                                                                                       \
+#define KVFOLD_TILED_ISA(NS, ATTR, WIDEN, HALF16)                                            \
+  namespace NS {                                                                             \
+  KVFOLD_EXP16(ATTR)                                                                         \
+  ATTR static inline void Update(const RowUpdate& u) {                                       \
+    const int hd = u.head_dim, hdp = PaddedHeadDim(hd);                                      \
+    for (int gh = 0; gh < u.group; ++gh) {                                                   \
+      const float* q = u.q + gh * hd;                                                        \
+      V16 s, p;                                                                              \
+      if (RowDots(hd)) {                                                                     \
+        RowDotScores(q, u.tile->kr, hd, u.tile->count, &s);                                  \
+      } else {                                                                               \
+        TileScores(q, u.tile->kt, hd, &s);                                                   \
+      }                                                                                      \
+      const float alpha = TileSoftmax(s, u.valid, u.scale, u.st[gh], Exp16, &p);             \
+      float* acc = u.acc + gh * hdp;                                                         \
+      int d0 = 0;                                                                            \
+      for (; d0 + 64 <= hdp; d0 += 64) {                                                     \
+        AccumulateValues<4>(p, u.tile->vrow, u.valid, d0, alpha, acc);                       \
+      }                                                                                      \
+      for (; d0 < hdp; d0 += 16) {                                                           \
+        AccumulateValues<1>(p, u.tile->vrow, u.valid, d0, alpha, acc);                       \
+      }                                                                                      \
+    }                                                                                        \
+  }                                                                                          \
+  ATTR static inline void LoadF32(const float* p, V16* x) { std::memcpy(x, p, sizeof(*x)); } \
+  /* RunHeadsTask for the task's head_dim (HeadsShape). */                                   \
+  template <class T, class Load16>                                                           \
+  ATTR static inline void HeadsTask(const Task& t, const T* kc, const T* vc, TaskBuffers& b, \
+                                    Load16 load16) {                                         \
+    switch (t.shape.head_dim) {                                                              \
+      case 32:                                                                               \
+        return RunHeadsTask<2>(t, kc, vc, b, load16, Exp16);                                 \
+      case 64:                                                                               \
+        return RunHeadsTask<4>(t, kc, vc, b, load16, Exp16);                                 \
+      case 96:                                                                               \
+        return RunHeadsTask<6>(t, kc, vc, b, load16, Exp16);                                 \
+      case 128:                                                                              \
+        return RunHeadsTask<8>(t, kc, vc, b, load16, Exp16);                                 \
+      default:                                                                               \
+        return RunHeadsTask<16>(t, kc, vc, b, load16, Exp16);                                \
+    }                                                                                        \
+  }                                                                                          \
+  ATTR void TaskF32(const Task& t, const AttentionArgs& a, TaskBuffers& b) {                 \
+    if (t.kvh_end - t.kvh > 1) {                                                             \
+      HeadsTask(t, a.k_cache, a.v_cache, b, LoadF32);                                        \
+      return;                                                                                \
+    }                                                                                        \
+    F32Kv kv(a, t.kvh);                                                                      \
+    RunTask(t, kv, b, Update);                                                               \
+  }                                                                                          \
+  struct F16Kv : F16KvBase {                                                                 \
+    using F16KvBase::F16KvBase;                                                              \
+    ATTR inline void Load(const KeyEntry& e, float* krot, float* v, const float** vrow) {    \
+      const int hd = a_.shape.head_dim;                                                      \
+      const int64_t off = HeadOffset(a_.shape, e, kvh_);                                     \
+      const float* cs = a_.rope + static_cast<int64_t>(e.pos) * hd;                          \
+      if (VectorRotation(hd)) {                                                              \
+        const uint16_t* k = k_ + off;                                                        \
+        for (int i = 0; i < hd / 2; i += 16) {                                               \
+          V16 lo, hi;                                                                        \
+          HALF16(k + i, &lo);                                                                \
+          HALF16(k + hd / 2 + i, &hi);                                                       \
+          RotatePiece(lo, hi, cs, i, hd / 2, krot);                                          \
+        }                                                                                    \
+      } else {                                                                               \
+        WIDEN(k_ + off, hd, key_);                                                           \
+        RotateHalf(key_, cs, hd, krot);                                                      \
+      }                                                                                      \
+      WIDEN(v_ + off, hd, v);                                                                \
+      *vrow = v;                                                                             \
+    }                                                                                        \
+  };                                                                                         \
+  ATTR void TaskF16(const Task& t, const AttentionArgs& a, TaskBuffers& b) {                 \
+    if (t.kvh_end - t.kvh > 1) {                                                             \
+      HeadsTask(t, a.k_half, a.v_half, b, HALF16);                                           \
+      return;                                                                                \
+    }                                                                                        \
+    F16Kv kv(a, t.kvh, b.key_f32);                                                           \
+    RunTask(t, kv, b, Update);                                                               \
+  }                                                                                          \
+  ATTR void TaskI8(const Task& t, const AttentionArgsI8& a, TaskBuffers& b) {                \
+    Int8Kv kv(a, t.block, t.kvh, b.key_scales);                                              \
+    RunTask(t, kv, b, Update);                                                               \
+  }                                                                                          \
   }  // namespace NS
 
 KVFOLD_TILED_ISA(avx512, __attribute__((target("avx512f,avx512bw,avx512vl,avx512dq"))), WidenAvx512,
@@ -390,39 +562,53 @@ int64_t PlanRowBlocks(const AttnRow* rows, int64_t n, std::vector<AttnRowBlock>&
 // is large enough to pay for it.
 template <class TaskFn>
 void RunTasks(ThreadPool& pool, const Task& proto, int64_t n, AttentionScratch& scratch,
-              TaskFn task_fn) {
+              bool heads_tasks, TaskFn task_fn) {
   const AttentionShape& sh = proto.shape;
   const int hd = sh.head_dim, hdp = PaddedHeadDim(hd);
   const int group = sh.num_heads / sh.num_kv_heads;
   const int64_t work = PlanRowBlocks(proto.rows, n, scratch.blocks);
   const int threads = pool.num_threads();
+  const int64_t num_blocks = static_cast<int64_t>(scratch.blocks.size());
+  // KV heads per task: one, or, when every block is one row (decode), as many as leave
+  // about two tasks per thread (all of them for a batch of 16 rows on 2 threads). The
+  // grouping only decides which task does what: each head's operations stay the same.
+  int heads_per_task = 1;
+  if (heads_tasks && proto.part == nullptr && num_blocks == n && HeadsShape(hd)) {
+    heads_per_task = static_cast<int>(std::clamp<int64_t>(
+        sh.num_kv_heads * num_blocks / (2 * int64_t{threads}), 1, sh.num_kv_heads));
+  }
+  const int head_groups = (sh.num_kv_heads + heads_per_task - 1) / heads_per_task;
   if (scratch.per_thread.size() < static_cast<size_t>(threads)) scratch.per_thread.resize(threads);
   const size_t tile_floats = static_cast<size_t>(kTile) * (2 * hd + hdp);
-  const size_t state_floats = static_cast<size_t>(kAttnMaxBlockRows) * group * (hdp + 2);
-  const size_t per_thread = 2 * tile_floats + state_floats + 2 * hd;
+  const size_t state_rows = std::max<size_t>(kAttnMaxBlockRows * group, sh.num_heads);
+  const size_t state_floats = state_rows * (hdp + 2);
+  const size_t heads_floats = heads_per_task > 1 ? HeadsFloats(heads_per_task * group, hd) : 0;
+  const size_t per_thread = 2 * tile_floats + state_floats + 2 * hd + heads_floats;
   for (auto& buf : scratch.per_thread) {
     if (buf.size() < per_thread) buf.resize(per_thread);
   }
   auto body = [&](int64_t t0, int64_t t1, int thread) {
     float* buf = scratch.per_thread[thread].data();
     TaskBuffers b;
+    b.heads = buf + 2 * tile_floats + state_floats + 2 * hd;
     for (Tile* tile : {&b.shared, &b.own}) {
       tile->kr = buf + (tile == &b.own ? tile_floats : 0);
       tile->kt = tile->kr + kTile * hd;
       tile->vt = tile->kt + kTile * hd;
     }
     b.acc = buf + 2 * tile_floats;
-    b.st = reinterpret_cast<RowState*>(b.acc + kAttnMaxBlockRows * group * hdp);
+    b.st = reinterpret_cast<RowState*>(b.acc + state_rows * hdp);
     b.key_scales = buf + 2 * tile_floats + state_floats;
     b.key_f32 = b.key_scales + hd;
     for (int64_t i = t0; i < t1; ++i) {
       Task t = proto;
-      t.block = scratch.blocks[i / sh.num_kv_heads];
-      t.kvh = static_cast<int>(i % sh.num_kv_heads);
+      t.block = scratch.blocks[i / head_groups];
+      t.kvh = static_cast<int>(i % head_groups) * heads_per_task;
+      t.kvh_end = std::min(sh.num_kv_heads, t.kvh + heads_per_task);
       task_fn(t, b);
     }
   };
-  const int64_t tasks = static_cast<int64_t>(scratch.blocks.size()) * sh.num_kv_heads;
+  const int64_t tasks = num_blocks * head_groups;
   if (work * sh.num_heads * hd < (1 << 16)) {
     body(0, tasks, 0);
   } else {
@@ -435,13 +621,15 @@ template <class Args>
 using TaskFn = void (*)(const Task&, const Args&, TaskBuffers&);
 template <class Args>
 void Run(ThreadPool& pool, const Args& a, AttentionScratch& scratch, const AttentionPart* part,
-         TaskFn<Args> avx512_task, TaskFn<Args> avx2_task, TaskFn<Args> portable_task) {
+         bool heads_tasks, TaskFn<Args> avx512_task, TaskFn<Args> avx2_task,
+         TaskFn<Args> portable_task) {
   const Isa isa = ActiveIsa();
   const TaskFn<Args> task = isa == Isa::kAvx512 ? avx512_task
                             : isa == Isa::kAvx2 ? avx2_task
                                                 : portable_task;
-  const Task proto{a.rows, a.block_tables, a.q, a.out, a.rope, a.shape, {}, 0, part};
-  RunTasks(pool, proto, a.n, scratch, [&](const Task& t, TaskBuffers& b) { task(t, a, b); });
+  const Task proto{a.rows, a.block_tables, a.q, a.out, a.rope, a.shape, {}, 0, 1, part};
+  RunTasks(pool, proto, a.n, scratch, heads_tasks,
+           [&](const Task& t, TaskBuffers& b) { task(t, a, b); });
 }
 
 }  // namespace
@@ -449,14 +637,14 @@ void Run(ThreadPool& pool, const Args& a, AttentionScratch& scratch, const Atten
 void AttentionOptimized(ThreadPool& pool, const AttentionArgs& a, AttentionScratch& scratch,
                         const AttentionPart* part) {
   if (a.k_half != nullptr) {
-    Run(pool, a, scratch, part, avx512::TaskF16, avx2::TaskF16, portable::TaskF16);
+    Run(pool, a, scratch, part, true, avx512::TaskF16, avx2::TaskF16, portable::TaskF16);
   } else {
-    Run(pool, a, scratch, part, avx512::TaskF32, avx2::TaskF32, portable::TaskF32);
+    Run(pool, a, scratch, part, true, avx512::TaskF32, avx2::TaskF32, portable::TaskF32);
   }
 }
 
 void AttentionInt8Optimized(ThreadPool& pool, const AttentionArgsI8& a, AttentionScratch& scratch) {
-  Run(pool, a, scratch, nullptr, avx512::TaskI8, avx2::TaskI8, portable::TaskI8);
+  Run(pool, a, scratch, nullptr, false, avx512::TaskI8, avx2::TaskI8, portable::TaskI8);
 }
 
 }  // namespace kvfold::kernels::cpu

@@ -194,6 +194,51 @@ TEST(F16KvTest, AttentionEqualsF32OnTheWidenedCacheRowByRow) {
   }
 }
 
+// Decode rows of different sequences (each its own key layout, so a one-row block): where
+// head_dim is a multiple of 32, a call of such rows runs tasks over several KV heads that
+// read the cache in address order (all 3 heads per row for 12 rows on the test's 2
+// threads; groups of 4 and 2 of 6 heads for 3 rows), a row alone one head per task.
+// Every row gives the same bits either way, F32 and fp16 caches alike, with GQA (2 query
+// heads per KV head) and without, and matches the reference.
+TEST(F16KvTest, DecodeRowsOfManySequencesGiveTheBitsOfEachRowAlone) {
+  Rig r;
+  for (const int hd : {12, 32, 64, 80, 96, 128, 256}) {
+    for (const auto [kv_heads, n] : {std::pair{3, 12}, std::pair{6, 3}}) {
+      SCOPED_TRACE(::testing::Message() << "hd " << hd << " kv_heads " << kv_heads << " n " << n);
+      Case c(6, kv_heads, hd);
+      c.n = n;
+      c.rows.clear();
+      for (int i = 0; i < n; ++i) {
+        c.rows.push_back({.prefix_table = 0,
+                          .prefix_visible = i % 4,
+                          .prefix_pos_base = 0,
+                          .prefix_pos_stride = 1,
+                          .main_table = 1,
+                          .main_front = i % 5,
+                          .main_lo = i % 3,
+                          .main_hi = 20 + 6 * i,
+                          .main_pos_lo = 3 + i % 2});
+      }
+      std::vector<float> ref(c.q.size());
+      ASSERT_TRUE(c.Run(*r.ref, *r.s1, true, ref, 0, n).ok());
+      for (cpu::Isa isa : RunnableIsas()) {
+        SCOPED_TRACE(cpu::IsaName(isa));
+        IsaScope scope(isa);
+        for (const bool half : {true, false}) {
+          SCOPED_TRACE(half ? "fp16" : "f32");
+          std::vector<float> batch(c.q.size()), single(c.q.size());
+          ASSERT_TRUE(c.Run(*r.opt, *r.s2, half, batch, 0, n).ok());
+          for (int i = 0; i < n; ++i) ASSERT_TRUE(c.Run(*r.opt, *r.s2, half, single, i, 1).ok());
+          EXPECT_TRUE(SameBits(batch, single));
+          for (size_t i = 0; i < static_cast<size_t>(n) * c.heads * hd; ++i) {
+            ASSERT_NEAR(batch[i], ref[i], 1e-5) << i;
+          }
+        }
+      }
+    }
+  }
+}
+
 TEST(F16KvTest, KeySlicesGiveTheBitsOfOneCall) {
   Rig r;
   Case c(4, 2, 64);
