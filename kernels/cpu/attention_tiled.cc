@@ -3,14 +3,17 @@
 //
 // Planner: consecutive rows of a call with the same key layout (AttnRow::SameKeyLayout:
 // the rows of one sequence in a prefill chunk) form row blocks of up to kAttnMaxBlockRows
-// rows; a task is (row block, KV head). The task walks the keys in tiles of kTile key
-// indices [16 t, 16 t + 16) of the rows' shared key list: each tile's keys are located in
-// the paged cache, read (F32), widened (fp16) or dequantized (INT8: codes * scale, exactly
-// kernels/quant's DequantizeKeys / DequantizeValues) and ROTATED ONCE into the tile's key
-// rows (for head_dim < kRowDotHeadDim also transposed; values stay rows: F32 ones with
-// head_dim a multiple of 16 are read where they lie, others copied), then every row of the
-// block that sees keys of the tile updates its online softmax (running max m, sum l,
-// accumulator acc) with them:
+// rows; a task is (row block, KV head), except that a call of decode rows (every block one
+// row; F32 or fp16 cache; HeadsShape) runs a task per row over several KV heads
+// (RunHeadsTask: the same per-head operations, the cache read in address order). The task
+// walks the keys in tiles of kTile key indices [16 t, 16 t + 16) of the rows' shared key
+// list: each tile's keys are located in the paged cache, read (F32), widened (fp16) or
+// dequantized (INT8: codes * scale, exactly kernels/quant's DequantizeKeys /
+// DequantizeValues) and ROTATED ONCE into the tile's key rows (for head_dim <
+// kRowDotHeadDim also transposed; values stay rows: F32 ones with head_dim a multiple of
+// 16 are read where they lie, others copied), then every row of the block that sees keys
+// of the tile updates its online softmax (running max m, sum l, accumulator acc) with
+// them:
 //   s = scale * q.k, masked past the row's keys; q.k per key is, by head_dim (the shape
 //     alone decides): below kRowDotHeadDim a sequential sum over head_dim (one lane per
 //     key of the transposed tile), else 16-lane chunk products added in chunk order and
@@ -92,8 +95,8 @@ struct Task {
 struct TaskBuffers {
   Tile shared;        // the tile every row of the block uses
   Tile own;           // INT8: a row's copy with its own block's entries from the page
-  float* acc;         // [kAttnMaxBlockRows * group, hdp]
-  RowState* st;       // [kAttnMaxBlockRows * group]
+  float* acc;         // [max(kAttnMaxBlockRows * group, num_heads), hdp]
+  RowState* st;       // [max(kAttnMaxBlockRows * group, num_heads)]
   float* key_scales;  // [head_dim] INT8: the F32 key scales of the last block dequantized
   float* key_f32;     // [head_dim] fp16: the widened key
   float* heads;       // RunHeadsTask's scores, weights and value sums (HeadsFloats)
