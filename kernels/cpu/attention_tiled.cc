@@ -285,19 +285,27 @@ constexpr float kNegligibleLogit = -64.0f;
   *out = p[0];
 }
 
+// 16 floats at src into *x, and x to dst (no alignment needed).
+[[gnu::always_inline]] inline void Get(const float* src, V16* x) {
+  std::memcpy(x, src, sizeof(*x));
+}
+[[gnu::always_inline]] inline void Put(float* dst, const V16& x) {
+  std::memcpy(dst, &x, sizeof(x));
+}
+
 // One row's online-softmax step over a tile, for one query head: s (lane i: q . key i,
 // unscaled; lanes >= valid are masked) turns into the tile's weights *p, st moves on, and
 // the returned factor rescales the row's earlier sums:
 //   s = scale * s, masked to -inf past valid;  m' = max(m, max s);  a = exp(m - m');
 //   p = exp(s - m') (0 below kNegligibleLogit);  l = l * a + sum p (fixed tree).
 template <class Exp>
-[[gnu::always_inline]] inline float TileSoftmax(V16 s, int valid, float scale, RowState& st,
-                                                Exp exp16, V16* p_out) {
+[[gnu::always_inline]] inline float TileSoftmax(const V16& dots, int valid, float scale,
+                                                RowState& st, Exp exp16, V16* p_out) {
   const float ninf = -std::numeric_limits<float>::infinity();
   V16 lane;
   for (int i = 0; i < kTile; ++i) lane[i] = static_cast<float>(i);
   const auto mask = lane < static_cast<float>(valid);
-  s = s * scale;
+  V16 s = dots * scale;
   s = mask ? s : V16{} + ninf;
   float mt = s[0];
   for (int i = 1; i < kTile; ++i) mt = std::max(mt, s[i]);
@@ -361,12 +369,6 @@ template <int kChunks, class T, class Load16, class Exp>
     b.st[j] = RowState{ninf, 0.0f};
     std::fill(b.acc + j * hdp, b.acc + (j + 1) * hdp, 0.0f);
   }
-  auto put = [](float* dst, const V16& x) { std::memcpy(dst, &x, sizeof(x)); };
-  auto get = [](const float* src) {
-    V16 x;
-    std::memcpy(&x, src, sizeof(x));
-    return x;
-  };
   const RowKeys keys(t.rows[row], t.block_tables, sh.block_size);
   const int64_t entry_bytes = int64_t{heads} * hd * sizeof(T);
   KeyEntry entry[kTile], next[kTile];
@@ -392,7 +394,9 @@ template <int kChunks, class T, class Load16, class Exp>
           V16 lo, hi;
           load16(k + i0, &lo);
           load16(k + half + i0, &hi);
-          const V16 c = get(cs + i0), sn = get(cs + half + i0);
+          V16 c, sn;
+          Get(cs + i0, &c);
+          Get(cs + half + i0, &sn);
           const V16 ac = lo * c, bs = hi * sn, bc = hi * c, as = lo * sn;
           kr[i0 / 16] = ac - bs;
           kr[(half + i0) / 16] = bc + as;
@@ -400,20 +404,28 @@ template <int kChunks, class T, class Load16, class Exp>
         for (int gh = 0; gh < group; ++gh) {
           const int j = h * group + gh;
           const float* qj = q + j * hd;
-          V16 p = get(qj) * kr[0];
+          V16 qc;
+          Get(qj, &qc);
+          V16 p = qc * kr[0];
 #pragma GCC unroll 16
-          for (int c = 1; c < chunks; ++c) p = p + get(qj + 16 * c) * kr[c];
-          put(scores + (j * kTile + i) * 16, p);
+          for (int c = 1; c < chunks; ++c) {
+            Get(qj + 16 * c, &qc);
+            p = p + qc * kr[c];
+          }
+          Put(scores + (j * kTile + i) * 16, p);
         }
       }
     }
     for (int j = 0; j < qh; ++j) {
       V16 p[kTile];
-      for (int i = 0; i < kTile; ++i) p[i] = i < count ? get(scores + (j * kTile + i) * 16) : V16{};
+      for (int i = 0; i < kTile; ++i) {
+        p[i] = V16{};
+        if (i < count) Get(scores + (j * kTile + i) * 16, &p[i]);
+      }
       SumLanes(p);
       V16 w;
       alpha[j] = TileSoftmax(p[0], count, sh.scale, b.st[j], exp16, &w);
-      put(weights + j * 16, w);
+      Put(weights + j * 16, w);
       std::fill(parts + j * chunks * 64, parts + (j + 1) * chunks * 64, 0.0f);
     }
     // Values: per entry, each head's value weighted into part (key index % 4).
@@ -429,7 +441,11 @@ template <int kChunks, class T, class Load16, class Exp>
           const float w = weights[j * 16 + i];
           float* part = parts + (j * chunks * 4 + i % 4) * 16;
 #pragma GCC unroll 16
-          for (int c = 0; c < chunks; ++c) put(part + c * 64, get(part + c * 64) + w * x[c]);
+          for (int c = 0; c < chunks; ++c) {
+            V16 sum;
+            Get(part + c * 64, &sum);
+            Put(part + c * 64, sum + w * x[c]);
+          }
         }
       }
     }
@@ -437,8 +453,13 @@ template <int kChunks, class T, class Load16, class Exp>
       for (int c = 0; c < chunks; ++c) {
         const float* part = parts + (j * chunks + c) * 64;
         float* acc = b.acc + j * hdp + 16 * c;
-        put(acc, get(acc) * alpha[j] +
-                     ((get(part) + get(part + 16)) + (get(part + 32) + get(part + 48))));
+        V16 a, p0, p1, p2, p3;
+        Get(acc, &a);
+        Get(part, &p0);
+        Get(part + 16, &p1);
+        Get(part + 32, &p2);
+        Get(part + 48, &p3);
+        Put(acc, a * alpha[j] + ((p0 + p1) + (p2 + p3)));
       }
     }
   }

@@ -203,7 +203,7 @@ TEST(F16KvTest, AttentionEqualsF32OnTheWidenedCacheRowByRow) {
 TEST(F16KvTest, DecodeRowsOfManySequencesGiveTheBitsOfEachRowAlone) {
   Rig r;
   for (const int hd : {12, 32, 64, 80, 96, 128, 256}) {
-    for (const auto [kv_heads, n] : {std::pair{3, 12}, std::pair{6, 3}}) {
+    for (const auto& [kv_heads, n] : {std::pair{3, 12}, std::pair{6, 3}}) {
       SCOPED_TRACE(::testing::Message() << "hd " << hd << " kv_heads " << kv_heads << " n " << n);
       Case c(6, kv_heads, hd);
       c.n = n;
