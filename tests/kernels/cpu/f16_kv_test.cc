@@ -196,10 +196,11 @@ TEST(F16KvTest, AttentionEqualsF32OnTheWidenedCacheRowByRow) {
 
 // Decode rows of different sequences (each its own key layout, so a one-row block): where
 // head_dim is a multiple of 32, a call of such rows runs tasks over several KV heads that
-// read the cache in address order (all 3 heads per row for 12 rows on the test's 2
-// threads; groups of 4 and 2 of 6 heads for 3 rows), a row alone one head per task.
-// Every row gives the same bits either way, F32 and fp16 caches alike, with GQA (2 query
-// heads per KV head) and without, and matches the reference.
+// read the cache in address order (on the test's 2 threads: all 3 heads per row for 12
+// rows, all 6 for 3 rows, two tasks of 3 for one row of 6 KV heads), while a row alone of
+// 3 KV heads runs one head per task. Every row gives the same bits either way, F32 and
+// fp16 caches alike, with GQA (2 query heads per KV head) and without, and matches the
+// reference.
 TEST(F16KvTest, DecodeRowsOfManySequencesGiveTheBitsOfEachRowAlone) {
   Rig r;
   for (const int hd : {12, 32, 64, 80, 96, 128, 256}) {
