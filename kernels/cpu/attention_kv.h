@@ -74,13 +74,24 @@ inline bool VectorRotation(int head_dim) { return head_dim % 32 == 0; }
 // b are x[i, i + 16) and x[half + i, half + i + 16), cs the rope row. Loaders rotate a
 // key 16 lanes at a time straight from the cache (F32 as stored, fp16 widened), without a
 // copy of the key and without the overlap checks GCC puts in RotateHalf's loop per key.
-[[gnu::always_inline]] inline void RotatePiece(const V16& a, const V16& b, const float* cs, int i,
-                                               int half, float* __restrict out) {
+// RotatePiece's arithmetic with the rotated lanes left in registers: *lo and *hi are lanes
+// [i, i + 16) and [half + i, half + i + 16) of the rotated key (the decode tasks over
+// several KV heads use them directly, attention_tiled.cc).
+[[gnu::always_inline]] inline void RotatePieceInRegisters(const V16& a, const V16& b,
+                                                          const float* cs, int i, int half, V16* lo,
+                                                          V16* hi) {
   V16 c, s;
   std::memcpy(&c, cs + i, sizeof(c));
   std::memcpy(&s, cs + half + i, sizeof(s));
   const V16 ac = a * c, bs = b * s, bc = b * c, as = a * s;
-  const V16 lo = ac - bs, hi = bc + as;
+  *lo = ac - bs;
+  *hi = bc + as;
+}
+
+[[gnu::always_inline]] inline void RotatePiece(const V16& a, const V16& b, const float* cs, int i,
+                                               int half, float* __restrict out) {
+  V16 lo, hi;
+  RotatePieceInRegisters(a, b, cs, i, half, &lo, &hi);
   std::memcpy(out + i, &lo, sizeof(lo));
   std::memcpy(out + half + i, &hi, sizeof(hi));
 }

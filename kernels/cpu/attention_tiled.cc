@@ -346,7 +346,7 @@ inline bool HeadsShape(int head_dim) {
 // stride of the whole entry, which ran at ~20 GB/s where the same bytes in order read at
 // ~50 GB/s (docs/engine.md, "Decode attention in address order"). Per head, the
 // operations of RunTask with Update, in the same order: the scores' chunk products of the
-// rotated key (RotatePiece's arithmetic) summed by SumLanes, TileSoftmax, and the value
+// rotated key (RotatePieceInRegisters) summed by SumLanes, TileSoftmax, and the value
 // sums by key i into part i % 4 (AccumulateValues), kept in memory across the heads
 // instead of in registers. So the same bits. load16(p, &x) reads 16 cache elements as F32.
 template <int kChunks, class T, class Load16, class Exp>
@@ -394,12 +394,7 @@ template <int kChunks, class T, class Load16, class Exp>
           V16 lo, hi;
           load16(k + i0, &lo);
           load16(k + half + i0, &hi);
-          V16 c, sn;
-          Get(cs + i0, &c);
-          Get(cs + half + i0, &sn);
-          const V16 ac = lo * c, bs = hi * sn, bc = hi * c, as = lo * sn;
-          kr[i0 / 16] = ac - bs;
-          kr[(half + i0) / 16] = bc + as;
+          RotatePieceInRegisters(lo, hi, cs, i0, half, &kr[i0 / 16], &kr[(half + i0) / 16]);
         }
         for (int gh = 0; gh < group; ++gh) {
           const int j = h * group + gh;
