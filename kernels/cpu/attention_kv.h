@@ -204,6 +204,29 @@ Half16Avx512(const uint16_t* h, V16* x) {
   for (int i = 0; i < 16; ++i) (*x)[i] = Fp16ToFp32(h[i]);
 }
 
+// x = the 16 int8 codes at c as F32 (exact): per path, for the INT8 decode tasks over
+// several KV heads (attention_tiled.cc).
+[[gnu::always_inline]] __attribute__((target("avx512f,avx512bw,avx512vl,avx512dq"))) inline void
+Int8x16Avx512(const int8_t* c, V16* x) {
+  const __m512 f = _mm512_cvtepi32_ps(
+      _mm512_cvtepi8_epi32(_mm_loadu_si128(reinterpret_cast<const __m128i*>(c))));
+  std::memcpy(x, &f, sizeof(*x));
+}
+
+[[gnu::always_inline]] __attribute__((target("avx2,fma,f16c"))) inline void Int8x16Avx2(
+    const int8_t* c, V16* x) {
+  const __m256 lo = _mm256_cvtepi32_ps(
+      _mm256_cvtepi8_epi32(_mm_loadl_epi64(reinterpret_cast<const __m128i*>(c))));
+  const __m256 hi = _mm256_cvtepi32_ps(
+      _mm256_cvtepi8_epi32(_mm_loadl_epi64(reinterpret_cast<const __m128i*>(c + 8))));
+  std::memcpy(x, &lo, sizeof(lo));
+  std::memcpy(reinterpret_cast<char*>(x) + sizeof(lo), &hi, sizeof(hi));
+}
+
+[[gnu::always_inline]] inline void Int8x16Portable(const int8_t* c, V16* x) {
+  for (int i = 0; i < 16; ++i) (*x)[i] = static_cast<float>(c[i]);
+}
+
 [[gnu::always_inline]] __attribute__((target("avx2,fma,f16c"))) inline void WidenAvx2(
     const uint16_t* h, int n, float* f) {
   int i = 0;

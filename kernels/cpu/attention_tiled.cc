@@ -4,8 +4,9 @@
 // Planner: consecutive rows of a call with the same key layout (AttnRow::SameKeyLayout:
 // the rows of one sequence in a prefill chunk) form row blocks of up to kAttnMaxBlockRows
 // rows; a task is (row block, KV head), except that a call of decode rows (every block one
-// row; F32 or fp16 cache; HeadsShape) runs a task per row over several KV heads
-// (RunHeadsTask: the same per-head operations, the cache read in address order). The task
+// row; HeadsShape; for an INT8 cache, value groups of whole 16-lane vectors) runs a task per
+// row over several KV heads (RunHeadsTask: the same per-head operations, the cache read in
+// address order). The task
 // walks the keys in tiles of kTile key indices [16 t, 16 t + 16) of the rows' shared key
 // list: each tile's keys are located in the paged cache, read (F32), widened (fp16) or
 // dequantized (INT8: codes * scale, exactly kernels/quant's DequantizeKeys /
@@ -339,6 +340,146 @@ inline bool HeadsShape(int head_dim) {
   return head_dim == 32 || head_dim == 64 || head_dim == 96 || head_dim == 128 || head_dim == 256;
 }
 
+// The caches RunHeadsTask reads: for an entry, element j (0 .. heads * head_dim) of the
+// task's KV heads [kvh, kvh_end), keys or values, as 16 F32 lanes (Src::Get), and the
+// prefetch of an entry's keys or values. Get takes the ISA path's widening functions as
+// arguments (f1, f2), which the path passes down by value like load16 before: once the
+// task is inlined into the path's function they are constants and inline too.
+//
+// F32 or fp16 cache: the heads lie side by side in the entry; f1 reads 16 of them.
+template <class T>
+class FloatHeads {
+ public:
+  FloatHeads(const Task& t, const T* k, const T* v)
+      : sh_(t.shape),
+        kvh_(t.kvh),
+        bytes_(int64_t{t.kvh_end - t.kvh} * t.shape.head_dim * int64_t{sizeof(T)}),
+        k_(k),
+        v_(v) {}
+  struct Src {
+    const T* p;
+    template <class F1, class F2>
+    [[gnu::always_inline]] void Get(int j, V16* x, F1 f1, F2) const {
+      f1(p + j, x);
+    }
+  };
+  [[gnu::always_inline]] Src Keys(const KeyEntry& e) const {
+    return {k_ + HeadOffset(sh_, e, kvh_)};
+  }
+  [[gnu::always_inline]] Src Values(const KeyEntry& e) const {
+    return {v_ + HeadOffset(sh_, e, kvh_)};
+  }
+  [[gnu::always_inline]] void PrefetchKeys(const KeyEntry& e) const {
+    PrefetchBytes(k_ + HeadOffset(sh_, e, kvh_), bytes_);
+  }
+  [[gnu::always_inline]] void PrefetchValues(const KeyEntry& e) const {
+    PrefetchBytes(v_ + HeadOffset(sh_, e, kvh_), bytes_);
+  }
+
+ private:
+  const AttentionShape& sh_;
+  int kvh_;
+  int64_t bytes_;
+  const T* k_;
+  const T* v_;
+};
+
+// INT8 cache (value groups of whole 16-lane vectors: Int8HeadsShape): an entry of the row's
+// own block is read F32 from the block's page, as Int8Kv::ForRow does, any other entry as
+// its codes times its scales (keys: the block's scale per channel; values: the entry's
+// scale per group), the products of Int8Kv::Load. So a row gets Int8Kv's tiles, bit for
+// bit. Get's f1 / f2 widen 16 codes / 16 fp16 scales.
+class Int8Heads {
+ public:
+  Int8Heads(const Task& t, const AttentionArgsI8& a)
+      : a_(a),
+        kv_dim_(int64_t{t.shape.num_kv_heads} * t.shape.head_dim),
+        c0_(int64_t{t.kvh} * t.shape.head_dim),
+        elems_(int64_t{t.kvh_end - t.kvh} * t.shape.head_dim),
+        bs_(t.shape.block_size),
+        own_(a.own[t.block.first_row]) {}
+  struct KeySrc {
+    const int8_t* codes;
+    const uint16_t* scales;
+    const float* page;  // the own block's entry, else nullptr
+    template <class F1, class F2>
+    [[gnu::always_inline]] void Get(int j, V16* x, F1 codes16, F2 half16) const {
+      if (page != nullptr) {
+        std::memcpy(x, page + j, sizeof(*x));
+        return;
+      }
+      V16 c, sc;
+      codes16(codes + j, &c);
+      half16(scales + j, &sc);
+      *x = c * sc;
+    }
+  };
+  struct ValueSrc {
+    const int8_t* codes;
+    const uint16_t* scales;  // the entry's group scales
+    int64_t first;           // the channel of element 0
+    int group;
+    const float* page;
+    template <class F1, class F2>
+    [[gnu::always_inline]] void Get(int j, V16* x, F1 codes16, F2) const {
+      if (page != nullptr) {
+        std::memcpy(x, page + j, sizeof(*x));
+        return;
+      }
+      V16 c;
+      codes16(codes + j, &c);
+      *x = c * Fp16ToFp32(scales[(first + j) / group]);
+    }
+  };
+  [[gnu::always_inline]] KeySrc Keys(const KeyEntry& e) const {
+    return {a_.k_codes + e.Slot(bs_) * kv_dim_ + c0_,
+            a_.k_scales + int64_t{e.block} * kv_dim_ + c0_, Page(a_.k_pages, e)};
+  }
+  [[gnu::always_inline]] ValueSrc Values(const KeyEntry& e) const {
+    const int64_t slot = e.Slot(bs_);
+    return {a_.v_codes + slot * kv_dim_ + c0_, a_.v_scales + slot * a_.v_groups, c0_,
+            a_.value_group, Page(a_.v_pages, e)};
+  }
+  // A block's key scales are asked for with its first entry (all its entries share them).
+  [[gnu::always_inline]] void PrefetchKeys(const KeyEntry& e) const {
+    if (const float* page = Page(a_.k_pages, e)) {
+      PrefetchBytes(page, elems_ * int64_t{sizeof(float)});
+      return;
+    }
+    PrefetchBytes(a_.k_codes + e.Slot(bs_) * kv_dim_ + c0_, elems_);
+    if (e.offset == 0) {
+      PrefetchBytes(a_.k_scales + int64_t{e.block} * kv_dim_ + c0_, elems_ * int64_t{2});
+    }
+  }
+  [[gnu::always_inline]] void PrefetchValues(const KeyEntry& e) const {
+    if (const float* page = Page(a_.v_pages, e)) {
+      PrefetchBytes(page, elems_ * int64_t{sizeof(float)});
+      return;
+    }
+    const int64_t slot = e.Slot(bs_);
+    PrefetchBytes(a_.v_codes + slot * kv_dim_ + c0_, elems_);
+    const uint16_t* scales = a_.v_scales + slot * a_.v_groups;
+    const int64_t g0 = c0_ / a_.value_group, g1 = (c0_ + elems_ - 1) / a_.value_group;
+    PrefetchBytes(scales + g0, (g1 - g0 + 1) * int64_t{2});
+  }
+
+ private:
+  // The entry in the page of the row's own block, or nullptr for another block's entry.
+  [[gnu::always_inline]] const float* Page(const float* pages, const KeyEntry& e) const {
+    if (e.block != own_.block) return nullptr;
+    return pages + (int64_t{own_.page} * bs_ + e.offset) * kv_dim_ + c0_;
+  }
+
+  const AttentionArgsI8& a_;
+  int64_t kv_dim_, c0_, elems_;
+  int bs_;
+  AttnOwnBlock own_;
+};
+
+// Whether an INT8 cache's decode rows take RunHeadsTask: a value group covers whole
+// 16-lane vectors of a head, so 16 values share one scale.
+inline bool Int8HeadsShape(int value_group) { return value_group > 0 && value_group % 16 == 0; }
+
 // A task of one row over KV heads [kvh, kvh_end) (a decode row: its block has no other
 // rows; HeadsShape). The cache holds an entry's heads side by side, so the task reads
 // each tile's keys, then its values, entry by entry with all the task's heads of an entry
@@ -348,10 +489,11 @@ inline bool HeadsShape(int head_dim) {
 // operations of RunTask with Update, in the same order: the scores' chunk products of the
 // rotated key (RotatePieceInRegisters) summed by SumLanes, TileSoftmax, and the value
 // sums by key i into part i % 4 (AccumulateValues), kept in memory across the heads
-// instead of in registers. So the same bits. load16(p, &x) reads 16 cache elements as F32.
-template <int kChunks, class T, class Load16, class Exp>
-[[gnu::always_inline]] inline void RunHeadsTask(const Task& t, const T* kc, const T* vc,
-                                                TaskBuffers& b, Load16 load16, Exp exp16) {
+// instead of in registers. So the same bits. rd: the cache (FloatHeads or Int8Heads), f1
+// and f2 the ISA path's widening functions its Get takes.
+template <int kChunks, class Reader, class Exp, class F1, class F2>
+[[gnu::always_inline]] inline void RunHeadsTask(const Task& t, const Reader& rd, TaskBuffers& b,
+                                                Exp exp16, F1 f1, F2 f2) {
   constexpr int chunks = kChunks, hd = 16 * kChunks, half = hd / 2;
   const AttentionShape& sh = t.shape;
   const int q_dim = sh.num_heads * hd;
@@ -370,11 +512,10 @@ template <int kChunks, class T, class Load16, class Exp>
     std::fill(b.acc + j * hdp, b.acc + (j + 1) * hdp, 0.0f);
   }
   const RowKeys keys(t.rows[row], t.block_tables, sh.block_size);
-  const int64_t entry_bytes = int64_t{heads} * hd * sizeof(T);
   KeyEntry entry[kTile], next[kTile];
   for (int i = 0; i < std::min(kTile, nk); ++i) {
     next[i] = keys.Locate(i);
-    PrefetchBytes(kc + HeadOffset(sh, next[i], t.kvh), entry_bytes);
+    rd.PrefetchKeys(next[i]);
   }
   for (int t0 = 0; t0 < nk; t0 += kTile) {
     const int count = std::min(kTile, nk - t0);
@@ -384,16 +525,16 @@ template <int kChunks, class T, class Load16, class Exp>
     // Scores: per entry, each head's key rotated by the entry's position, its chunk
     // products with each of the head's queries.
     for (int i = 0; i < count; ++i) {
-      const T* k = kc + HeadOffset(sh, entry[i], t.kvh);
+      const auto k = rd.Keys(entry[i]);
       const float* cs = t.rope + static_cast<int64_t>(entry[i].pos) * hd;
-      PrefetchBytes(vc + HeadOffset(sh, entry[i], t.kvh), entry_bytes);
-      for (int h = 0; h < heads; ++h, k += hd) {
+      rd.PrefetchValues(entry[i]);
+      for (int h = 0; h < heads; ++h) {
         V16 kr[chunks];
 #pragma GCC unroll 8
         for (int i0 = 0; i0 < half; i0 += 16) {
           V16 lo, hi;
-          load16(k + i0, &lo);
-          load16(k + half + i0, &hi);
+          k.Get(h * hd + i0, &lo, f1, f2);
+          k.Get(h * hd + half + i0, &hi, f1, f2);
           RotatePieceInRegisters(lo, hi, cs, i0, half, &kr[i0 / 16], &kr[(half + i0) / 16]);
         }
         for (int gh = 0; gh < group; ++gh) {
@@ -425,12 +566,12 @@ template <int kChunks, class T, class Load16, class Exp>
     }
     // Values: per entry, each head's value weighted into part (key index % 4).
     for (int i = 0; i < count; ++i) {
-      const T* v = vc + HeadOffset(sh, entry[i], t.kvh);
-      if (i < next_count) PrefetchBytes(kc + HeadOffset(sh, next[i], t.kvh), entry_bytes);
-      for (int h = 0; h < heads; ++h, v += hd) {
+      const auto v = rd.Values(entry[i]);
+      if (i < next_count) rd.PrefetchKeys(next[i]);
+      for (int h = 0; h < heads; ++h) {
         V16 x[chunks];
 #pragma GCC unroll 16
-        for (int c = 0; c < chunks; ++c) load16(v + 16 * c, &x[c]);
+        for (int c = 0; c < chunks; ++c) v.Get(h * hd + 16 * c, &x[c], f1, f2);
         for (int gh = 0; gh < group; ++gh) {
           const int j = h * group + gh;
           const float w = weights[j * 16 + i];
@@ -468,7 +609,7 @@ template <int kChunks, class T, class Load16, class Exp>
 
 // The per-ISA code: the row update, and the F32 / fp16 / INT8 tasks that inline RunTask
 // (WIDEN: the path's fp16 conversion).
-#define KVFOLD_TILED_ISA(NS, ATTR, WIDEN, HALF16)                                            \
+#define KVFOLD_TILED_ISA(NS, ATTR, WIDEN, HALF16, CODES16)                                   \
   namespace NS {                                                                             \
   KVFOLD_EXP16(ATTR)                                                                         \
   ATTR static inline void Update(const RowUpdate& u) {                                       \
@@ -493,26 +634,26 @@ template <int kChunks, class T, class Load16, class Exp>
     }                                                                                        \
   }                                                                                          \
   ATTR static inline void LoadF32(const float* p, V16* x) { std::memcpy(x, p, sizeof(*x)); } \
-  /* RunHeadsTask for the task's head_dim (HeadsShape). */                                   \
-  template <class T, class Load16>                                                           \
-  ATTR static inline void HeadsTask(const Task& t, const T* kc, const T* vc, TaskBuffers& b, \
-                                    Load16 load16) {                                         \
+  /* RunHeadsTask for the task's head_dim (HeadsShape); f1, f2 as rd's Get takes them. */    \
+  template <class Reader, class F1, class F2>                                                \
+  ATTR static inline void HeadsTask(const Task& t, const Reader& rd, TaskBuffers& b, F1 f1,  \
+                                    F2 f2) {                                                 \
     switch (t.shape.head_dim) {                                                              \
       case 32:                                                                               \
-        return RunHeadsTask<2>(t, kc, vc, b, load16, Exp16);                                 \
+        return RunHeadsTask<2>(t, rd, b, Exp16, f1, f2);                                     \
       case 64:                                                                               \
-        return RunHeadsTask<4>(t, kc, vc, b, load16, Exp16);                                 \
+        return RunHeadsTask<4>(t, rd, b, Exp16, f1, f2);                                     \
       case 96:                                                                               \
-        return RunHeadsTask<6>(t, kc, vc, b, load16, Exp16);                                 \
+        return RunHeadsTask<6>(t, rd, b, Exp16, f1, f2);                                     \
       case 128:                                                                              \
-        return RunHeadsTask<8>(t, kc, vc, b, load16, Exp16);                                 \
+        return RunHeadsTask<8>(t, rd, b, Exp16, f1, f2);                                     \
       default:                                                                               \
-        return RunHeadsTask<16>(t, kc, vc, b, load16, Exp16);                                \
+        return RunHeadsTask<16>(t, rd, b, Exp16, f1, f2);                                    \
     }                                                                                        \
   }                                                                                          \
   ATTR void TaskF32(const Task& t, const AttentionArgs& a, TaskBuffers& b) {                 \
     if (t.kvh_end - t.kvh > 1) {                                                             \
-      HeadsTask(t, a.k_cache, a.v_cache, b, LoadF32);                                        \
+      HeadsTask(t, FloatHeads<float>(t, a.k_cache, a.v_cache), b, LoadF32, LoadF32);         \
       return;                                                                                \
     }                                                                                        \
     F32Kv kv(a, t.kvh);                                                                      \
@@ -542,22 +683,26 @@ template <int kChunks, class T, class Load16, class Exp>
   };                                                                                         \
   ATTR void TaskF16(const Task& t, const AttentionArgs& a, TaskBuffers& b) {                 \
     if (t.kvh_end - t.kvh > 1) {                                                             \
-      HeadsTask(t, a.k_half, a.v_half, b, HALF16);                                           \
+      HeadsTask(t, FloatHeads<uint16_t>(t, a.k_half, a.v_half), b, HALF16, HALF16);          \
       return;                                                                                \
     }                                                                                        \
     F16Kv kv(a, t.kvh, b.key_f32);                                                           \
     RunTask(t, kv, b, Update);                                                               \
   }                                                                                          \
   ATTR void TaskI8(const Task& t, const AttentionArgsI8& a, TaskBuffers& b) {                \
+    if (t.kvh_end - t.kvh > 1) {                                                             \
+      HeadsTask(t, Int8Heads(t, a), b, CODES16, HALF16);                                     \
+      return;                                                                                \
+    }                                                                                        \
     Int8Kv kv(a, t.block, t.kvh, b.key_scales);                                              \
     RunTask(t, kv, b, Update);                                                               \
   }                                                                                          \
   }  // namespace NS
 
 KVFOLD_TILED_ISA(avx512, __attribute__((target("avx512f,avx512bw,avx512vl,avx512dq"))), WidenAvx512,
-                 Half16Avx512)
-KVFOLD_TILED_ISA(avx2, __attribute__((target("avx2,fma,f16c"))), WidenAvx2, Half16Avx2)
-KVFOLD_TILED_ISA(portable, , WidenPortable, Half16Portable)
+                 Half16Avx512, Int8x16Avx512)
+KVFOLD_TILED_ISA(avx2, __attribute__((target("avx2,fma,f16c"))), WidenAvx2, Half16Avx2, Int8x16Avx2)
+KVFOLD_TILED_ISA(portable, , WidenPortable, Half16Portable, Int8x16Portable)
 #undef KVFOLD_TILED_ISA
 
 // The planner: row blocks of consecutive rows with the same key layout. Returns the
@@ -664,7 +809,8 @@ void AttentionOptimized(ThreadPool& pool, const AttentionArgs& a, AttentionScrat
 }
 
 void AttentionInt8Optimized(ThreadPool& pool, const AttentionArgsI8& a, AttentionScratch& scratch) {
-  Run(pool, a, scratch, nullptr, false, avx512::TaskI8, avx2::TaskI8, portable::TaskI8);
+  Run(pool, a, scratch, nullptr, Int8HeadsShape(a.value_group), avx512::TaskI8, avx2::TaskI8,
+      portable::TaskI8);
 }
 
 }  // namespace kvfold::kernels::cpu
