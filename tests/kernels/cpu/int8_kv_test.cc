@@ -11,6 +11,7 @@
 #include <algorithm>
 #include <cmath>
 #include <cstring>
+#include <limits>
 #include <random>
 
 #include "common/fp16.h"
@@ -122,6 +123,89 @@ TEST_P(Int8KvTest, StoreKvInt8WritesPagesAndSealsLikeTheReference) {
                       T(pages.data(), DType::kI32, {1}), Tensor(), broken)
           .code(),
       absl::StatusCode::kInvalidArgument);
+}
+
+// Sealing with kv_dim and value groups multiples of 16 (the AVX-512 path where the CPU has
+// it): codes and fp16 scales equal QuantizeKeys / QuantizeValues bit for bit on every ISA
+// path, for whole and partial blocks, value groups of 16, 32 and 48 (kv_dim 96: a partial
+// last group), and entries that hit every case: an all-zero channel and an all-zero value
+// group (scale 0, codes 0), values whose scales are fp16 subnormals or past fp16's range
+// (inf scale), ties x / scale = n + 0.5 (to even), values past the clamp, and NaN / inf.
+TEST(Int8KvSealTest, VectorSealEqualsTheReferenceBitForBit) {
+  constexpr int bs = 8, kv_dim = 96, num_blocks = 4;
+  auto be = CreateCpuBackend({2, false});
+  auto st = be->CreateStream();
+  for (const int group : {16, 32, 48}) {
+    for (const int count : {bs, 3, 1}) {
+      SCOPED_TRACE(::testing::Message() << "group " << group << " count " << count);
+      const int v_groups = (kv_dim + group - 1) / group;
+      auto k = Random(bs * kv_dim, 31, 4.0f), v = Random(bs * kv_dim, 32, 4.0f);
+      for (int t = 0; t < bs; ++t) {
+        float* kr = k.data() + t * kv_dim;
+        float* vr = v.data() + t * kv_dim;
+        kr[5] = 0.0f;                               // channel 5: all zero
+        kr[17] = 1e-9f * (t + 1);                   // channel 17: an fp16-subnormal scale
+        kr[18] = 3e-6f * (t % 3 - 1);               // channel 18: tiny, signed
+        kr[40] = 1e7f * (t % 2 ? 1 : -1);           // channel 40: an inf scale
+        kr[41] = (t == 0) ? 127.0f : 0.5f * t;      // ties: scale 1, x = n + 0.5
+        for (int c = 0; c < 16; ++c) vr[c] = 0.0f;  // value group 0 (and part of 1): zero
+        vr[20] = (t % 2) ? 2.5f : -3.5f;            // ties in a group of scale 1 ...
+        vr[21] = 127.0f;                            // ... fixed by its maximum
+        vr[70] = 1e-8f;                             // a group with a subnormal scale
+        for (int c = 71; c < 80; ++c) vr[c] = 1e-9f * c;
+      }
+      k[3 * kv_dim + 60] = std::numeric_limits<float>::quiet_NaN();
+      v[2 * kv_dim + 90] = std::numeric_limits<float>::infinity();
+      v[1 * kv_dim + 88] = std::numeric_limits<float>::quiet_NaN();
+      std::vector<int8_t> kc_ref(count * kv_dim), vc_ref(count * kv_dim);
+      std::vector<float> ks_ref(kv_dim), vs_ref(count * v_groups);
+      ASSERT_TRUE(quant::QuantizeKeys(k.data(), count, kv_dim,
+                                      {.group_size = count, .fp16_scales = true}, kc_ref.data(),
+                                      ks_ref.data())
+                      .ok());
+      ASSERT_TRUE(quant::QuantizeValues(v.data(), count, kv_dim,
+                                        {.group_size = group, .fp16_scales = true}, vc_ref.data(),
+                                        vs_ref.data())
+                      .ok());
+      for (cpu::Isa isa : RunnableIsas()) {
+        SCOPED_TRACE(cpu::IsaName(isa));
+        IsaScope scope(isa);
+        std::vector<int8_t> kc(num_blocks * bs * kv_dim, 9), vc(kc.size(), 9);
+        std::vector<uint16_t> ks(num_blocks * kv_dim), vs(num_blocks * bs * v_groups);
+        std::vector<float> kp(bs * kv_dim), vp(bs * kv_dim);
+        KvCacheI8 c;
+        c.k_codes = T(kc.data(), DType::kI8, {num_blocks, bs, kv_dim});
+        c.v_codes = T(vc.data(), DType::kI8, {num_blocks, bs, kv_dim});
+        c.k_scales = T(ks.data(), DType::kF16, {num_blocks, kv_dim});
+        c.v_scales = T(vs.data(), DType::kF16, {num_blocks, bs, v_groups});
+        c.k_pages = T(kp.data(), DType::kF32, {1, bs, kv_dim});
+        c.v_pages = T(vp.data(), DType::kF32, {1, bs, kv_dim});
+        c.value_group = group;
+        std::vector<int32_t> slots(count), pages(count, 0);
+        for (int t = 0; t < count; ++t) slots[t] = 2 * bs + t;  // block 2, page 0
+        const std::vector<SealEntry> seal = {{2, 0, count}};
+        ASSERT_TRUE(be->StoreKvInt8(*st, T(k.data(), DType::kF32, {count, kv_dim}),
+                                    T(v.data(), DType::kF32, {count, kv_dim}),
+                                    T(slots.data(), DType::kI32, {count}),
+                                    T(pages.data(), DType::kI32, {count}),
+                                    T(seal.data(), DType::kI32, {1, kSealFields}), c)
+                        .ok());
+        EXPECT_EQ(0, std::memcmp(kc.data() + 2 * bs * kv_dim, kc_ref.data(), kc_ref.size()));
+        EXPECT_EQ(0, std::memcmp(vc.data() + 2 * bs * kv_dim, vc_ref.data(), vc_ref.size()));
+        for (int i = 0; i < kv_dim; ++i) {
+          EXPECT_EQ(ks[2 * kv_dim + i], Fp32ToFp16(ks_ref[i])) << "key channel " << i;
+        }
+        for (size_t i = 0; i < vs_ref.size(); ++i) {
+          EXPECT_EQ(vs[2 * bs * v_groups + i], Fp32ToFp16(vs_ref[i])) << "value scale " << i;
+        }
+        // Entries past count and other blocks are untouched.
+        if (count < bs) {
+          EXPECT_EQ(kc[2 * bs * kv_dim + count * kv_dim], 9);
+        }
+        EXPECT_EQ(kc[0], 9);
+      }
+    }
+  }
 }
 
 TEST_P(Int8KvTest, AttentionInt8EqualsF32AttentionOnDequantizedCache) {
