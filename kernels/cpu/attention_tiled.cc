@@ -608,7 +608,7 @@ template <int kChunks, class Reader, class Exp, class F1, class F2>
 }
 
 // The per-ISA code: the row update, and the F32 / fp16 / INT8 tasks that inline RunTask
-// (WIDEN: the path's fp16 conversion).
+// (WIDEN, HALF16: the path's fp16 conversions; CODES16: its int8 one).
 #define KVFOLD_TILED_ISA(NS, ATTR, WIDEN, HALF16, CODES16)                                   \
   namespace NS {                                                                             \
   KVFOLD_EXP16(ATTR)                                                                         \
