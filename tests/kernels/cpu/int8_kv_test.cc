@@ -37,6 +37,22 @@ Tensor T(const void* p, DType dt, std::initializer_list<int64_t> shape) {
   return MakeTensor(const_cast<void*>(p), dt, shape);
 }
 
+// An INT8 cache layer over host buffers: codes [blocks, bs, kv_dim], key scales [blocks,
+// kv_dim], value scales [blocks, bs, ceil(kv_dim / group)], pages [pages, bs, kv_dim].
+KvCacheI8 I8View(const int8_t* k_codes, const int8_t* v_codes, const uint16_t* k_scales,
+                 const uint16_t* v_scales, const float* k_pages, const float* v_pages,
+                 int64_t blocks, int64_t bs, int64_t kv_dim, int64_t pages, int group) {
+  KvCacheI8 c;
+  c.k_codes = T(k_codes, DType::kI8, {blocks, bs, kv_dim});
+  c.v_codes = T(v_codes, DType::kI8, {blocks, bs, kv_dim});
+  c.k_scales = T(k_scales, DType::kF16, {blocks, kv_dim});
+  c.v_scales = T(v_scales, DType::kF16, {blocks, bs, (kv_dim + group - 1) / group});
+  c.k_pages = T(k_pages, DType::kF32, {pages, bs, kv_dim});
+  c.v_pages = T(v_pages, DType::kF32, {pages, bs, kv_dim});
+  c.value_group = group;
+  return c;
+}
+
 // Host storage of one int8 cache layer.
 struct Cache {
   std::vector<int8_t> k_codes = std::vector<int8_t>(kBlocks * kBs * kKvDim);
@@ -46,15 +62,8 @@ struct Cache {
   std::vector<float> k_pages = std::vector<float>(kPages * kBs * kKvDim);
   std::vector<float> v_pages = std::vector<float>(kPages * kBs * kKvDim);
   KvCacheI8 View() const {
-    KvCacheI8 c;
-    c.k_codes = T(k_codes.data(), DType::kI8, {kBlocks, kBs, kKvDim});
-    c.v_codes = T(v_codes.data(), DType::kI8, {kBlocks, kBs, kKvDim});
-    c.k_scales = T(k_scales.data(), DType::kF16, {kBlocks, kKvDim});
-    c.v_scales = T(v_scales.data(), DType::kF16, {kBlocks, kBs, kVGroups});
-    c.k_pages = T(k_pages.data(), DType::kF32, {kPages, kBs, kKvDim});
-    c.v_pages = T(v_pages.data(), DType::kF32, {kPages, kBs, kKvDim});
-    c.value_group = kGroup;
-    return c;
+    return I8View(k_codes.data(), v_codes.data(), k_scales.data(), v_scales.data(), k_pages.data(),
+                  v_pages.data(), kBlocks, kBs, kKvDim, kPages, kGroup);
   }
 };
 
@@ -173,14 +182,8 @@ TEST(Int8KvSealTest, VectorSealEqualsTheReferenceBitForBit) {
         std::vector<int8_t> kc(num_blocks * bs * kv_dim, 9), vc(kc.size(), 9);
         std::vector<uint16_t> ks(num_blocks * kv_dim), vs(num_blocks * bs * v_groups);
         std::vector<float> kp(bs * kv_dim), vp(bs * kv_dim);
-        KvCacheI8 c;
-        c.k_codes = T(kc.data(), DType::kI8, {num_blocks, bs, kv_dim});
-        c.v_codes = T(vc.data(), DType::kI8, {num_blocks, bs, kv_dim});
-        c.k_scales = T(ks.data(), DType::kF16, {num_blocks, kv_dim});
-        c.v_scales = T(vs.data(), DType::kF16, {num_blocks, bs, v_groups});
-        c.k_pages = T(kp.data(), DType::kF32, {1, bs, kv_dim});
-        c.v_pages = T(vp.data(), DType::kF32, {1, bs, kv_dim});
-        c.value_group = group;
+        const KvCacheI8 c = I8View(kc.data(), vc.data(), ks.data(), vs.data(), kp.data(), vp.data(),
+                                   num_blocks, bs, kv_dim, 1, group);
         std::vector<int32_t> slots(count), pages(count, 0);
         for (int t = 0; t < count; ++t) slots[t] = 2 * bs + t;  // block 2, page 0
         const std::vector<SealEntry> seal = {{2, 0, count}};
@@ -361,14 +364,8 @@ TEST(Int8KvLongTest, OptimizedMatchesReferenceAndIsBatchInvariant) {
   for (size_t i = 0; i < ks.size(); ++i) ksh[i] = Fp32ToFp16(ks[i]);
   for (size_t i = 0; i < vs.size(); ++i) vsh[i] = Fp32ToFp16(vs[i]);
   std::vector<float> pages(kBs * kKvDim, 0.5f);  // own block content of every row: page 0
-  KvCacheI8 c;
-  c.k_codes = T(kc.data(), DType::kI8, {kLongBlocks, kBs, kKvDim});
-  c.v_codes = T(vc.data(), DType::kI8, {kLongBlocks, kBs, kKvDim});
-  c.k_scales = T(ksh.data(), DType::kF16, {kLongBlocks, kKvDim});
-  c.v_scales = T(vsh.data(), DType::kF16, {kLongBlocks, kBs, kVGroups});
-  c.k_pages = T(pages.data(), DType::kF32, {1, kBs, kKvDim});
-  c.v_pages = T(pages.data(), DType::kF32, {1, kBs, kKvDim});
-  c.value_group = kGroup;
+  const KvCacheI8 c = I8View(kc.data(), vc.data(), ksh.data(), vsh.data(), pages.data(),
+                             pages.data(), kLongBlocks, kBs, kKvDim, 1, kGroup);
   std::vector<int32_t> tables(kLongBlocks);
   for (int b = 0; b < kLongBlocks; ++b) tables[b] = (b * 7) % kLongBlocks;  // scattered
   const int last = tables[kLongBlocks - 1];  // open: NaN scales that must never be read
@@ -468,14 +465,8 @@ TEST(Int8KvHeadsTest, DecodeRowsOfManySequencesGiveTheBitsOfEachRowAlone) {
             std::fill_n(vc.begin() + src, bs * kv_dim, int8_t{127});
           }
         }
-        KvCacheI8 c;
-        c.k_codes = T(kc.data(), DType::kI8, {num_blocks, bs, kv_dim});
-        c.v_codes = T(vc.data(), DType::kI8, {num_blocks, bs, kv_dim});
-        c.k_scales = T(ksh.data(), DType::kF16, {num_blocks, kv_dim});
-        c.v_scales = T(vsh.data(), DType::kF16, {num_blocks, bs, v_groups});
-        c.k_pages = T(kp.data(), DType::kF32, {n, bs, kv_dim});
-        c.v_pages = T(vp.data(), DType::kF32, {n, bs, kv_dim});
-        c.value_group = group;
+        const KvCacheI8 c = I8View(kc.data(), vc.data(), ksh.data(), vsh.data(), kp.data(),
+                                   vp.data(), num_blocks, bs, kv_dim, n, group);
         const int rope_rows = 64;
         const std::vector<float> rope = testing::RopeTable(rope_rows, hd);
         const auto q = Random(int64_t{n} * q_dim, 23);
