@@ -53,6 +53,34 @@ KvCacheI8 I8View(const int8_t* k_codes, const int8_t* v_codes, const uint16_t* k
   return c;
 }
 
+// A cache's entries quantized with the reference: keys per block of bs entries, values
+// in groups of `group` channels, scales as fp16 (what StoreKvInt8 seals).
+struct Quantized {
+  std::vector<int8_t> kc, vc;
+  std::vector<uint16_t> ks, vs;
+};
+Quantized QuantizeCache(const std::vector<float>& k, const std::vector<float>& v, int64_t blocks,
+                        int bs, int kv_dim, int group) {
+  Quantized q;
+  q.kc.resize(k.size());
+  q.vc.resize(v.size());
+  std::vector<float> ks(blocks * kv_dim), vs(blocks * bs * ((kv_dim + group - 1) / group));
+  for (int64_t b = 0; b < blocks; ++b) {
+    const int64_t off = b * bs * kv_dim;
+    EXPECT_TRUE(quant::QuantizeKeys(k.data() + off, bs, kv_dim,
+                                    {.group_size = bs, .fp16_scales = true}, q.kc.data() + off,
+                                    ks.data() + b * kv_dim)
+                    .ok());
+  }
+  EXPECT_TRUE(quant::QuantizeValues(v.data(), blocks * bs, kv_dim,
+                                    {.group_size = group, .fp16_scales = true}, q.vc.data(),
+                                    vs.data())
+                  .ok());
+  for (float x : ks) q.ks.push_back(Fp32ToFp16(x));
+  for (float x : vs) q.vs.push_back(Fp32ToFp16(x));
+  return q;
+}
+
 // Host storage of one int8 cache layer.
 struct Cache {
   std::vector<int8_t> k_codes = std::vector<int8_t>(kBlocks * kBs * kKvDim);
@@ -347,24 +375,10 @@ TEST(Int8KvLongTest, OptimizedMatchesReferenceAndIsBatchInvariant) {
   auto opt = CreateCpuBackend({2, false});
   auto s1 = ref->CreateStream(), s2 = opt->CreateStream();
   const auto k = Random(kEntries * kKvDim, 11), v = Random(kEntries * kKvDim, 12);
-  std::vector<int8_t> kc(k.size()), vc(v.size());
-  std::vector<float> ks(kLongBlocks * kKvDim), vs(kEntries * kVGroups);
-  for (int b = 0; b < kLongBlocks; ++b) {
-    const int64_t off = int64_t{b} * kBs * kKvDim;
-    ASSERT_TRUE(quant::QuantizeKeys(k.data() + off, kBs, kKvDim,
-                                    {.group_size = kBs, .fp16_scales = true}, kc.data() + off,
-                                    ks.data() + b * kKvDim)
-                    .ok());
-  }
-  ASSERT_TRUE(quant::QuantizeValues(v.data(), kEntries, kKvDim,
-                                    {.group_size = kGroup, .fp16_scales = true}, vc.data(),
-                                    vs.data())
-                  .ok());
-  std::vector<uint16_t> ksh(ks.size()), vsh(vs.size());
-  for (size_t i = 0; i < ks.size(); ++i) ksh[i] = Fp32ToFp16(ks[i]);
-  for (size_t i = 0; i < vs.size(); ++i) vsh[i] = Fp32ToFp16(vs[i]);
+  Quantized qc = QuantizeCache(k, v, kLongBlocks, kBs, kKvDim, kGroup);
+  std::vector<uint16_t>&ksh = qc.ks, &vsh = qc.vs;
   std::vector<float> pages(kBs * kKvDim, 0.5f);  // own block content of every row: page 0
-  const KvCacheI8 c = I8View(kc.data(), vc.data(), ksh.data(), vsh.data(), pages.data(),
+  const KvCacheI8 c = I8View(qc.kc.data(), qc.vc.data(), ksh.data(), vsh.data(), pages.data(),
                              pages.data(), kLongBlocks, kBs, kKvDim, 1, kGroup);
   std::vector<int32_t> tables(kLongBlocks);
   for (int b = 0; b < kLongBlocks; ++b) tables[b] = (b * 7) % kLongBlocks;  // scattered
@@ -426,22 +440,9 @@ TEST(Int8KvHeadsTest, DecodeRowsOfManySequencesGiveTheBitsOfEachRowAlone) {
         const int v_groups = (kv_dim + group - 1) / group;
         const auto k = Random(int64_t{num_blocks} * bs * kv_dim, 21);
         const auto v = Random(int64_t{num_blocks} * bs * kv_dim, 22, 2.0f);
-        std::vector<int8_t> kc(k.size()), vc(v.size());
-        std::vector<float> ks(num_blocks * kv_dim), vs(int64_t{num_blocks} * bs * v_groups);
-        for (int b = 0; b < num_blocks; ++b) {
-          const int64_t off = int64_t{b} * bs * kv_dim;
-          ASSERT_TRUE(quant::QuantizeKeys(k.data() + off, bs, kv_dim,
-                                          {.group_size = bs, .fp16_scales = true}, kc.data() + off,
-                                          ks.data() + b * kv_dim)
-                          .ok());
-        }
-        ASSERT_TRUE(quant::QuantizeValues(v.data(), num_blocks * bs, kv_dim,
-                                          {.group_size = group, .fp16_scales = true}, vc.data(),
-                                          vs.data())
-                        .ok());
-        std::vector<uint16_t> ksh(ks.size()), vsh(vs.size());
-        for (size_t i = 0; i < ks.size(); ++i) ksh[i] = Fp32ToFp16(ks[i]);
-        for (size_t i = 0; i < vs.size(); ++i) vsh[i] = Fp32ToFp16(vs[i]);
+        Quantized qc = QuantizeCache(k, v, num_blocks, bs, kv_dim, group);
+        std::vector<int8_t>&kc = qc.kc, &vc = qc.vc;
+        std::vector<uint16_t>&ksh = qc.ks, &vsh = qc.vs;
         // Row i: its own scattered blocks, entries [lo, len) of len = 20 + 2 i (its last
         // block partly filled for most rows), the last block its own, on page i with the
         // block's true entries. Odd rows' own blocks are open: NaN scales and codes.
