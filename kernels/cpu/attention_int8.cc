@@ -8,9 +8,6 @@
 // per entry inside the op, never for the whole cache. The reference kernel follows
 // AttentionReference operation for operation, so it equals AttentionReference run on a
 // cache that holds the dequantized values (tests/kernels/cpu/int8_kv_test.cc).
-// GCC 12's AVX-512 intrinsics read an undefined vector (the seal's path): false positives.
-#pragma GCC diagnostic ignored "-Wuninitialized"
-#pragma GCC diagnostic ignored "-Wmaybe-uninitialized"
 #include <immintrin.h>
 
 #include <algorithm>
@@ -118,6 +115,11 @@ void AttentionInt8Reference(const AttentionArgsI8& a, std::vector<float>& scratc
 
 namespace {
 
+// GCC 12's AVX-512 intrinsics read an undefined vector: false positives, silenced for the
+// seal's path only.
+#pragma GCC diagnostic push
+#pragma GCC diagnostic ignored "-Wuninitialized"
+#pragma GCC diagnostic ignored "-Wmaybe-uninitialized"
 #define KVFOLD_SEAL_AVX512 __attribute__((target("avx512f,avx512bw,avx512vl,avx512dq,f16c")))
 
 // quant::Int8Scale(amax, true) of 16 lanes, as fp16 bits (*half) and as F32: amax / 127
@@ -181,6 +183,7 @@ KVFOLD_SEAL_AVX512 void SealAvx512(const float* k_page, const float* v_page, int
   }
 }
 #undef KVFOLD_SEAL_AVX512
+#pragma GCC diagnostic pop
 
 }  // namespace
 

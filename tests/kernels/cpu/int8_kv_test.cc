@@ -46,7 +46,7 @@ KvCacheI8 I8View(const int8_t* k_codes, const int8_t* v_codes, const uint16_t* k
   c.k_codes = T(k_codes, DType::kI8, {blocks, bs, kv_dim});
   c.v_codes = T(v_codes, DType::kI8, {blocks, bs, kv_dim});
   c.k_scales = T(k_scales, DType::kF16, {blocks, kv_dim});
-  c.v_scales = T(v_scales, DType::kF16, {blocks, bs, (kv_dim + group - 1) / group});
+  c.v_scales = T(v_scales, DType::kF16, {blocks, bs, quant::NumValueGroups(kv_dim, group)});
   c.k_pages = T(k_pages, DType::kF32, {pages, bs, kv_dim});
   c.v_pages = T(v_pages, DType::kF32, {pages, bs, kv_dim});
   c.value_group = group;
@@ -64,7 +64,7 @@ Quantized QuantizeCache(const std::vector<float>& k, const std::vector<float>& v
   Quantized q;
   q.kc.resize(k.size());
   q.vc.resize(v.size());
-  std::vector<float> ks(blocks * kv_dim), vs(blocks * bs * ((kv_dim + group - 1) / group));
+  std::vector<float> ks(blocks * kv_dim), vs(blocks * bs * quant::NumValueGroups(kv_dim, group));
   for (int64_t b = 0; b < blocks; ++b) {
     const int64_t off = b * bs * kv_dim;
     EXPECT_TRUE(quant::QuantizeKeys(k.data() + off, bs, kv_dim,
@@ -165,9 +165,9 @@ TEST_P(Int8KvTest, StoreKvInt8WritesPagesAndSealsLikeTheReference) {
 // Sealing with kv_dim and value groups multiples of 16 (the AVX-512 path where the CPU has
 // it): codes and fp16 scales equal QuantizeKeys / QuantizeValues bit for bit on every ISA
 // path, for whole and partial blocks, value groups of 16, 32 and 48 (kv_dim 96: a partial
-// last group), and entries that hit every case: an all-zero channel and an all-zero value
-// group (scale 0, codes 0), values whose scales are fp16 subnormals or past fp16's range
-// (inf scale), ties x / scale = n + 0.5 (to even), values past the clamp, and NaN / inf.
+// last group), and entries that hit every case: an all-zero channel and (groups of 16) an
+// all-zero value group (scale 0, codes 0), values whose scales are fp16 subnormals or past fp16's
+// range (inf scale), ties x / scale = n + 0.5 (to even), values past the clamp, and NaN / inf.
 TEST(Int8KvSealTest, VectorSealEqualsTheReferenceBitForBit) {
   constexpr int bs = 8, kv_dim = 96, num_blocks = 4;
   auto be = CreateCpuBackend({2, false});
@@ -175,7 +175,7 @@ TEST(Int8KvSealTest, VectorSealEqualsTheReferenceBitForBit) {
   for (const int group : {16, 32, 48}) {
     for (const int count : {bs, 3, 1}) {
       SCOPED_TRACE(::testing::Message() << "group " << group << " count " << count);
-      const int v_groups = (kv_dim + group - 1) / group;
+      const int v_groups = static_cast<int>(quant::NumValueGroups(kv_dim, group));
       auto k = Random(bs * kv_dim, 31, 4.0f), v = Random(bs * kv_dim, 32, 4.0f);
       for (int t = 0; t < bs; ++t) {
         float* kr = k.data() + t * kv_dim;
@@ -185,7 +185,7 @@ TEST(Int8KvSealTest, VectorSealEqualsTheReferenceBitForBit) {
         kr[18] = 3e-6f * (t % 3 - 1);               // channel 18: tiny, signed
         kr[40] = 1e7f * (t % 2 ? 1 : -1);           // channel 40: an inf scale
         kr[41] = (t == 0) ? 127.0f : 0.5f * t;      // ties: scale 1, x = n + 0.5
-        for (int c = 0; c < 16; ++c) vr[c] = 0.0f;  // value group 0 (and part of 1): zero
+        for (int c = 0; c < 16; ++c) vr[c] = 0.0f;  // groups of 16: group 0 all zero
         vr[20] = (t % 2) ? 2.5f : -3.5f;            // ties in a group of scale 1 ...
         vr[21] = 127.0f;                            // ... fixed by its maximum
         vr[70] = 1e-8f;                             // a group with a subnormal scale
@@ -437,7 +437,7 @@ TEST(Int8KvHeadsTest, DecodeRowsOfManySequencesGiveTheBitsOfEachRowAlone) {
         SCOPED_TRACE(::testing::Message()
                      << "hd " << hd << " heads " << heads << " value group " << group);
         const int kv_dim = kv_heads * hd, q_dim = heads * hd;
-        const int v_groups = (kv_dim + group - 1) / group;
+        const int v_groups = static_cast<int>(quant::NumValueGroups(kv_dim, group));
         const auto k = Random(int64_t{num_blocks} * bs * kv_dim, 21);
         const auto v = Random(int64_t{num_blocks} * bs * kv_dim, 22, 2.0f);
         Quantized qc = QuantizeCache(k, v, num_blocks, bs, kv_dim, group);
