@@ -101,6 +101,7 @@ struct TaskBuffers {
   float* key_scales;  // [head_dim] INT8: the F32 key scales of the last block dequantized
   float* key_f32;     // [head_dim] fp16: the widened key
   float* heads;       // RunHeadsTask's scores, weights and value sums (HeadsFloats)
+  int32_t* vector_groups;  // [kv_dim / 16] INT8, RunHeadsTask: Int8Heads' value groups
 };
 
 // One task: tiles of the block's keys, each row's online softmax, the normalised output.
@@ -388,16 +389,23 @@ class FloatHeads {
 // own block is read F32 from the block's page, as Int8Kv::ForRow does, any other entry as
 // its codes times its scales (keys: the block's scale per channel; values: the entry's
 // scale per group), the products of Int8Kv::Load. So a row gets Int8Kv's tiles, bit for
-// bit. Get's f1 / f2 widen 16 codes / 16 fp16 scales.
+// bit. Get's f1 / f2 widen 16 codes / 16 fp16 scales. The value group of each 16-lane
+// vector of the task's heads is looked up in `vector_groups` (filled here, once per task),
+// not divided out per vector of every entry.
 class Int8Heads {
  public:
-  Int8Heads(const Task& t, const AttentionArgsI8& a)
+  Int8Heads(const Task& t, const AttentionArgsI8& a, int32_t* vector_groups)
       : a_(a),
         kv_dim_(int64_t{t.shape.num_kv_heads} * t.shape.head_dim),
         c0_(int64_t{t.kvh} * t.shape.head_dim),
         elems_(int64_t{t.kvh_end - t.kvh} * t.shape.head_dim),
         bs_(t.shape.block_size),
-        own_(a.own[t.block.first_row]) {}
+        own_(a.own[t.block.first_row]),
+        vector_groups_(vector_groups) {
+    for (int64_t v = 0; v < elems_ / 16; ++v) {
+      vector_groups[v] = static_cast<int32_t>((c0_ + 16 * v) / a.value_group);
+    }
+  }
   struct KeySrc {
     const int8_t* codes;
     const uint16_t* scales;
@@ -416,9 +424,8 @@ class Int8Heads {
   };
   struct ValueSrc {
     const int8_t* codes;
-    const uint16_t* scales;  // the entry's group scales
-    int64_t first;           // the channel of element 0
-    int group;
+    const uint16_t* scales;        // the entry's group scales
+    const int32_t* vector_groups;  // the group of element 16 v, for v = 0, 1, ...
     const float* page;
     template <class F1, class F2>
     [[gnu::always_inline]] void Get(int j, V16* x, F1 codes16, F2) const {
@@ -428,7 +435,7 @@ class Int8Heads {
       }
       V16 c;
       codes16(codes + j, &c);
-      *x = c * Fp16ToFp32(scales[(first + j) / group]);
+      *x = c * Fp16ToFp32(scales[vector_groups[j / 16]]);
     }
   };
   [[gnu::always_inline]] KeySrc Keys(const KeyEntry& e) const {
@@ -437,8 +444,8 @@ class Int8Heads {
   }
   [[gnu::always_inline]] ValueSrc Values(const KeyEntry& e) const {
     const int64_t slot = e.Slot(bs_);
-    return {a_.v_codes + slot * kv_dim_ + c0_, a_.v_scales + slot * a_.v_groups, c0_,
-            a_.value_group, Page(a_.v_pages, e)};
+    return {a_.v_codes + slot * kv_dim_ + c0_, a_.v_scales + slot * a_.v_groups, vector_groups_,
+            Page(a_.v_pages, e)};
   }
   // A block's key scales are asked for with its first entry (all its entries share them).
   [[gnu::always_inline]] void PrefetchKeys(const KeyEntry& e) const {
@@ -474,6 +481,7 @@ class Int8Heads {
   int64_t kv_dim_, c0_, elems_;
   int bs_;
   AttnOwnBlock own_;
+  const int32_t* vector_groups_;
 };
 
 // Whether an INT8 cache's decode rows take RunHeadsTask: a value group covers whole
@@ -691,7 +699,7 @@ template <int kChunks, class Reader, class Exp, class F1, class F2>
   }                                                                                          \
   ATTR void TaskI8(const Task& t, const AttentionArgsI8& a, TaskBuffers& b) {                \
     if (t.kvh_end - t.kvh > 1) {                                                             \
-      HeadsTask(t, Int8Heads(t, a), b, CODES16, HALF16);                                     \
+      HeadsTask(t, Int8Heads(t, a, b.vector_groups), b, CODES16, HALF16);                    \
       return;                                                                                \
     }                                                                                        \
     Int8Kv kv(a, t.block, t.kvh, b.key_scales);                                              \
@@ -748,7 +756,10 @@ void RunTasks(ThreadPool& pool, const Task& proto, int64_t n, AttentionScratch& 
   const size_t state_rows = std::max<size_t>(kAttnMaxBlockRows * group, sh.num_heads);
   const size_t state_floats = state_rows * (hdp + 2);
   const size_t heads_floats = heads_per_task > 1 ? HeadsFloats(heads_per_task * group, hd) : 0;
-  const size_t per_thread = 2 * tile_floats + state_floats + 2 * hd + heads_floats;
+  // Int8Heads' value group per 16-lane vector of a task's heads (head_dim % 16 == 0).
+  static_assert(sizeof(int32_t) == sizeof(float));
+  const size_t group_ints = heads_per_task > 1 ? static_cast<size_t>(sh.num_kv_heads) * hd / 16 : 0;
+  const size_t per_thread = 2 * tile_floats + state_floats + 2 * hd + heads_floats + group_ints;
   for (auto& buf : scratch.per_thread) {
     if (buf.size() < per_thread) buf.resize(per_thread);
   }
@@ -756,6 +767,7 @@ void RunTasks(ThreadPool& pool, const Task& proto, int64_t n, AttentionScratch& 
     float* buf = scratch.per_thread[thread].data();
     TaskBuffers b;
     b.heads = buf + 2 * tile_floats + state_floats + 2 * hd;
+    b.vector_groups = reinterpret_cast<int32_t*>(b.heads + heads_floats);
     for (Tile* tile : {&b.shared, &b.own}) {
       tile->kr = buf + (tile == &b.own ? tile_floats : 0);
       tile->kt = tile->kr + kTile * hd;

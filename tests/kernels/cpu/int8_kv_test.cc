@@ -418,83 +418,87 @@ TEST(Int8KvLongTest, OptimizedMatchesReferenceAndIsBatchInvariant) {
 }
 
 // Decode rows of many sequences: with value groups of whole 16-lane vectors, a call of 12
-// decode rows runs tasks over all 3 KV heads of a row (the cache read in address order),
-// while a row alone runs one task per KV head (on the test's 2 threads). Every row gives
-// the same bits either way on every ISA path, with GQA and without, own blocks sealed and
-// open (an open block's codes are garbage that must not be read: its rows take the page),
-// tiles across block boundaries (blocks of 8 entries), and value groups of 24 (not whole
-// vectors: one head per task in both runs); the optimised kernel agrees with the reference
-// within 1e-5.
+// decode rows runs tasks over all KV heads of a row (the cache read in address order),
+// while a row alone runs one task per KV head with 3 KV heads, and two tasks of two heads
+// with 4 (the second starting past head 0, value groups of 48 straddling heads), on the
+// test's 2 threads. Every row gives the same bits either way on every ISA path, with GQA
+// and without, own blocks sealed and open (an open block's codes are garbage that must not
+// be read: its rows take the page), tiles across block boundaries (blocks of 8 entries),
+// and value groups of 24 (not whole vectors: one head per task in both runs); the
+// optimised kernel agrees with the reference within 1e-5.
 TEST(Int8KvHeadsTest, DecodeRowsOfManySequencesGiveTheBitsOfEachRowAlone) {
-  constexpr int kv_heads = 3, bs = 8, n = 12, blocks_per_row = 6;
+  constexpr int bs = 8, n = 12, blocks_per_row = 6;
   constexpr int num_blocks = n * blocks_per_row + 3;
   auto ref = CreateCpuBackend({1, true});
   auto opt = CreateCpuBackend({2, false});
   auto s1 = ref->CreateStream(), s2 = opt->CreateStream();
-  for (const int hd : {32, 64, 128}) {
-    for (const int heads : {3, 6}) {
-      for (const int group : {16, 32, 24}) {
-        SCOPED_TRACE(::testing::Message()
-                     << "hd " << hd << " heads " << heads << " value group " << group);
-        const int kv_dim = kv_heads * hd, q_dim = heads * hd;
-        const int v_groups = static_cast<int>(quant::NumValueGroups(kv_dim, group));
-        const auto k = Random(int64_t{num_blocks} * bs * kv_dim, 21);
-        const auto v = Random(int64_t{num_blocks} * bs * kv_dim, 22, 2.0f);
-        Quantized qc = QuantizeCache(k, v, num_blocks, bs, kv_dim, group);
-        std::vector<int8_t>&kc = qc.kc, &vc = qc.vc;
-        std::vector<uint16_t>&ksh = qc.ks, &vsh = qc.vs;
-        // Row i: its own scattered blocks, entries [lo, len) of len = 20 + 2 i (its last
-        // block partly filled for most rows), the last block its own, on page i with the
-        // block's true entries. Odd rows' own blocks are open: NaN scales and codes.
-        std::vector<int32_t> perm(num_blocks);
-        for (int b = 0; b < num_blocks; ++b) perm[b] = (b * 29 + 5) % num_blocks;
-        std::vector<int32_t> tables(perm.begin(), perm.begin() + n * blocks_per_row);
-        std::vector<float> kp(int64_t{n} * bs * kv_dim), vp(kp.size());
-        std::vector<AttnRow> rows(n);
-        std::vector<AttnOwnBlock> own(n);
-        for (int i = 0; i < n; ++i) {
-          const int len = 20 + 2 * i, last = tables[i * blocks_per_row + (len - 1) / bs];
-          rows[i] = {.main_table = i * blocks_per_row, .main_lo = i % 3, .main_hi = len};
-          own[i] = {.block = last, .page = i, .sealed = i % 2 == 0};
-          const int64_t src = int64_t{last} * bs * kv_dim, dst = int64_t{i} * bs * kv_dim;
-          std::copy_n(k.begin() + src, bs * kv_dim, kp.begin() + dst);
-          std::copy_n(v.begin() + src, bs * kv_dim, vp.begin() + dst);
-          if (i % 2 == 1) {
-            for (int c = 0; c < kv_dim; ++c) ksh[last * kv_dim + c] = 0x7e00;
-            for (int e = 0; e < bs * v_groups; ++e) vsh[int64_t{last} * bs * v_groups + e] = 0x7e00;
-            std::fill_n(kc.begin() + src, bs * kv_dim, int8_t{-128});
-            std::fill_n(vc.begin() + src, bs * kv_dim, int8_t{127});
+  for (const int kv_heads : {3, 4}) {
+    for (const int hd : {32, 64, 128}) {
+      for (const int heads : {kv_heads, 2 * kv_heads}) {
+        for (const int group : {16, 32, 48, 24}) {
+          SCOPED_TRACE(::testing::Message() << "kv heads " << kv_heads << " hd " << hd << " heads "
+                                            << heads << " value group " << group);
+          const int kv_dim = kv_heads * hd, q_dim = heads * hd;
+          const int v_groups = static_cast<int>(quant::NumValueGroups(kv_dim, group));
+          const auto k = Random(int64_t{num_blocks} * bs * kv_dim, 21);
+          const auto v = Random(int64_t{num_blocks} * bs * kv_dim, 22, 2.0f);
+          Quantized qc = QuantizeCache(k, v, num_blocks, bs, kv_dim, group);
+          std::vector<int8_t>&kc = qc.kc, &vc = qc.vc;
+          std::vector<uint16_t>&ksh = qc.ks, &vsh = qc.vs;
+          // Row i: its own scattered blocks, entries [lo, len) of len = 20 + 2 i (its last
+          // block partly filled for most rows), the last block its own, on page i with the
+          // block's true entries. Odd rows' own blocks are open: NaN scales and codes.
+          std::vector<int32_t> perm(num_blocks);
+          for (int b = 0; b < num_blocks; ++b) perm[b] = (b * 29 + 5) % num_blocks;
+          std::vector<int32_t> tables(perm.begin(), perm.begin() + n * blocks_per_row);
+          std::vector<float> kp(int64_t{n} * bs * kv_dim), vp(kp.size());
+          std::vector<AttnRow> rows(n);
+          std::vector<AttnOwnBlock> own(n);
+          for (int i = 0; i < n; ++i) {
+            const int len = 20 + 2 * i, last = tables[i * blocks_per_row + (len - 1) / bs];
+            rows[i] = {.main_table = i * blocks_per_row, .main_lo = i % 3, .main_hi = len};
+            own[i] = {.block = last, .page = i, .sealed = i % 2 == 0};
+            const int64_t src = int64_t{last} * bs * kv_dim, dst = int64_t{i} * bs * kv_dim;
+            std::copy_n(k.begin() + src, bs * kv_dim, kp.begin() + dst);
+            std::copy_n(v.begin() + src, bs * kv_dim, vp.begin() + dst);
+            if (i % 2 == 1) {
+              for (int c = 0; c < kv_dim; ++c) ksh[last * kv_dim + c] = 0x7e00;
+              for (int e = 0; e < bs * v_groups; ++e)
+                vsh[int64_t{last} * bs * v_groups + e] = 0x7e00;
+              std::fill_n(kc.begin() + src, bs * kv_dim, int8_t{-128});
+              std::fill_n(vc.begin() + src, bs * kv_dim, int8_t{127});
+            }
           }
-        }
-        const KvCacheI8 c = I8View(kc.data(), vc.data(), ksh.data(), vsh.data(), kp.data(),
-                                   vp.data(), num_blocks, bs, kv_dim, n, group);
-        const int rope_rows = 64;
-        const std::vector<float> rope = testing::RopeTable(rope_rows, hd);
-        const auto q = Random(int64_t{n} * q_dim, 23);
-        const AttentionShape shape{heads, kv_heads, hd, bs, 1.0f / std::sqrt(float(hd))};
-        auto run = [&](Backend& be, Stream& st, std::vector<float>& out, int row0, int nrows) {
-          return be.AttentionInt8(
-              st, T(q.data() + row0 * q_dim, DType::kF32, {nrows, q_dim}), c,
-              T(rows.data() + row0, DType::kI32, {nrows, kAttnRowFields}),
-              T(own.data() + row0, DType::kI32, {nrows, kAttnOwnFields}),
-              T(tables.data(), DType::kI32, {static_cast<int64_t>(tables.size())}),
-              T(rope.data(), DType::kF32, {rope_rows, hd}), shape,
-              T(out.data() + row0 * q_dim, DType::kF32, {nrows, q_dim}));
-        };
-        std::vector<float> expect(q.size());
-        ASSERT_TRUE(run(*ref, *s1, expect, 0, n).ok());
-        for (cpu::Isa isa : RunnableIsas()) {
-          SCOPED_TRACE(cpu::IsaName(isa));
-          IsaScope scope(isa);
-          std::vector<float> batch(q.size()), single(q.size());
-          ASSERT_TRUE(run(*opt, *s2, batch, 0, n).ok());
-          for (int i = 0; i < n; ++i) ASSERT_TRUE(run(*opt, *s2, single, i, 1).ok());
-          EXPECT_EQ(0, std::memcmp(batch.data(), single.data(), batch.size() * sizeof(float)));
-          double max_err = 0;
-          for (size_t i = 0; i < batch.size(); ++i) {
-            max_err = std::max(max_err, double{std::fabs(batch[i] - expect[i])});
+          const KvCacheI8 c = I8View(kc.data(), vc.data(), ksh.data(), vsh.data(), kp.data(),
+                                     vp.data(), num_blocks, bs, kv_dim, n, group);
+          const int rope_rows = 64;
+          const std::vector<float> rope = testing::RopeTable(rope_rows, hd);
+          const auto q = Random(int64_t{n} * q_dim, 23);
+          const AttentionShape shape{heads, kv_heads, hd, bs, 1.0f / std::sqrt(float(hd))};
+          auto run = [&](Backend& be, Stream& st, std::vector<float>& out, int row0, int nrows) {
+            return be.AttentionInt8(
+                st, T(q.data() + row0 * q_dim, DType::kF32, {nrows, q_dim}), c,
+                T(rows.data() + row0, DType::kI32, {nrows, kAttnRowFields}),
+                T(own.data() + row0, DType::kI32, {nrows, kAttnOwnFields}),
+                T(tables.data(), DType::kI32, {static_cast<int64_t>(tables.size())}),
+                T(rope.data(), DType::kF32, {rope_rows, hd}), shape,
+                T(out.data() + row0 * q_dim, DType::kF32, {nrows, q_dim}));
+          };
+          std::vector<float> expect(q.size());
+          ASSERT_TRUE(run(*ref, *s1, expect, 0, n).ok());
+          for (cpu::Isa isa : RunnableIsas()) {
+            SCOPED_TRACE(cpu::IsaName(isa));
+            IsaScope scope(isa);
+            std::vector<float> batch(q.size()), single(q.size());
+            ASSERT_TRUE(run(*opt, *s2, batch, 0, n).ok());
+            for (int i = 0; i < n; ++i) ASSERT_TRUE(run(*opt, *s2, single, i, 1).ok());
+            EXPECT_EQ(0, std::memcmp(batch.data(), single.data(), batch.size() * sizeof(float)));
+            double max_err = 0;
+            for (size_t i = 0; i < batch.size(); ++i) {
+              max_err = std::max(max_err, double{std::fabs(batch[i] - expect[i])});
+            }
+            EXPECT_LT(max_err, 1e-5);
           }
-          EXPECT_LT(max_err, 1e-5);
         }
       }
     }
