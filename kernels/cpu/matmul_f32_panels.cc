@@ -29,7 +29,10 @@ constexpr int kCols = kQ8PanelRows;  // output columns per panel (vector lanes)
 constexpr int kMaxRows = 8;          // rows of x per tile
 constexpr int kBatchPanels = 3;      // panels per tile with more than one row (24 accumulators)
 constexpr int kDecodePanels = 4;     // panels per tile of a single row (four weight streams)
-// Each weight stream is asked for this far ahead (16 lines).
+// Each weight stream is asked for this far ahead (16 lines), into L2 (T2): into L1 (T0)
+// the prefetches hold the core's L1 miss buffers for a whole memory latency, and a single
+// row stalled on them (on the EPYC, T2 made a one-row decode 1.3x faster at 1 thread and
+// 1.1x at 2, the 16-row step unchanged; docs/engine.md, "Panel prefetch into L2").
 constexpr int64_t kPrefetchFloats = 256;
 
 // out[i0 .. i0 + R, j0 .. j0 + 16 P] from the P panels that start at column j0.
@@ -49,7 +52,7 @@ KVFOLD_AVX512 void PanelTile(const MatMulArgs& a, const float* panels, int64_t i
 #pragma GCC unroll 4
     for (int p = 0; p < P; ++p) {
       const float* at = w + p * kCols * k + t * kCols;
-      _mm_prefetch(reinterpret_cast<const char*>(at + kPrefetchFloats), _MM_HINT_T0);
+      _mm_prefetch(reinterpret_cast<const char*>(at + kPrefetchFloats), _MM_HINT_T2);
       wv[p] = _mm512_loadu_ps(at);
     }
 #pragma GCC unroll 8

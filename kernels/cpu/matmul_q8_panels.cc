@@ -34,11 +34,14 @@ constexpr int kGroups = kQ8Block / 4;              // 4-code groups per block
 constexpr int64_t kBlockBytes = kQ8Block * kCols;  // one block of a panel's codes
 constexpr int kMaxRows = 16;                       // rows of x per kernel call
 
-// The panel's codes this many blocks ahead are asked for (4 KiB); panels are laid out
-// one after another, so past a panel's end this reaches into the next one. On the EPYC,
-// 4 KiB beat 16 KiB (the 16-row step ~10 % shorter, one row no slower; docs/engine.md,
-// "Panel prefetch distance").
-constexpr int64_t kPrefetchBlocks = 8;
+// The panel's codes this many blocks ahead (8 KiB) are asked for into L2 (T2); panels
+// are laid out one after another, so past a panel's end this reaches into the next one.
+// Into L1 (T0), each prefetch holds one of the core's few L1 miss buffers for a whole
+// memory latency, and one row or a few, which compute little per line, stall on them: on
+// the EPYC, T2 at 8 KiB against T0 at 4 KiB made a one-row decode 1.3x faster and a
+// 4-row step 1.6x, with the 16-row step unchanged (docs/engine.md, "Panel prefetch into
+// L2").
+constexpr int64_t kPrefetchBlocks = 16;
 
 // out[i0 .. i0 + R, j0 .. j0 + 16] over all blocks from the VNNI panel of columns j0..
 template <int R>
@@ -56,7 +59,7 @@ KVFOLD_VNNI void PanelRows(const MatMulArgs& a, const uint8_t* panel, const Q8Ac
   for (int64_t b = 0; b < blocks; ++b) {
     const uint8_t* wb = codes + b * kBlockBytes;
     const char* ahead = reinterpret_cast<const char*>(wb + kPrefetchBlocks * kBlockBytes);
-    for (int l = 0; l < kBlockBytes / 64; ++l) _mm_prefetch(ahead + 64 * l, _MM_HINT_T0);
+    for (int l = 0; l < kBlockBytes / 64; ++l) _mm_prefetch(ahead + 64 * l, _MM_HINT_T2);
     __m512i w[kGroups];
     for (int q = 0; q < kGroups; ++q) w[q] = _mm512_loadu_si512(wb + 64 * q);
     const __m512 ws =
