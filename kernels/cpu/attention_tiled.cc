@@ -752,22 +752,27 @@ void RunTasks(ThreadPool& pool, const Task& proto, int64_t n, AttentionScratch& 
   }
   const int head_groups = (sh.num_kv_heads + heads_per_task - 1) / heads_per_task;
   if (scratch.per_thread.size() < static_cast<size_t>(threads)) scratch.per_thread.resize(threads);
+  if (scratch.per_thread_groups.size() < static_cast<size_t>(threads)) {
+    scratch.per_thread_groups.resize(threads);
+  }
   const size_t tile_floats = static_cast<size_t>(kTile) * (2 * hd + hdp);
   const size_t state_rows = std::max<size_t>(kAttnMaxBlockRows * group, sh.num_heads);
   const size_t state_floats = state_rows * (hdp + 2);
   const size_t heads_floats = heads_per_task > 1 ? HeadsFloats(heads_per_task * group, hd) : 0;
   // Int8Heads' value group per 16-lane vector of a task's heads (head_dim % 16 == 0).
-  static_assert(sizeof(int32_t) == sizeof(float));
   const size_t group_ints = heads_per_task > 1 ? static_cast<size_t>(sh.num_kv_heads) * hd / 16 : 0;
-  const size_t per_thread = 2 * tile_floats + state_floats + 2 * hd + heads_floats + group_ints;
+  const size_t per_thread = 2 * tile_floats + state_floats + 2 * hd + heads_floats;
   for (auto& buf : scratch.per_thread) {
     if (buf.size() < per_thread) buf.resize(per_thread);
+  }
+  for (auto& buf : scratch.per_thread_groups) {
+    if (buf.size() < group_ints) buf.resize(group_ints);
   }
   auto body = [&](int64_t t0, int64_t t1, int thread) {
     float* buf = scratch.per_thread[thread].data();
     TaskBuffers b;
     b.heads = buf + 2 * tile_floats + state_floats + 2 * hd;
-    b.vector_groups = reinterpret_cast<int32_t*>(b.heads + heads_floats);
+    b.vector_groups = scratch.per_thread_groups[thread].data();
     for (Tile* tile : {&b.shared, &b.own}) {
       tile->kr = buf + (tile == &b.own ? tile_floats : 0);
       tile->kt = tile->kr + kTile * hd;

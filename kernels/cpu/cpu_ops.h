@@ -180,6 +180,7 @@ struct AttnRowBlock {
 };
 struct AttentionScratch {
   std::vector<std::vector<float>> per_thread;  // tiles, online-softmax state, key scales
+  std::vector<std::vector<int32_t>> per_thread_groups;  // INT8 heads tasks' value groups
   std::vector<AttnRowBlock> blocks;
 };
 // part: only a slice of the keys (nullptr: all of them).
