@@ -30,13 +30,17 @@ inline int PaddedHeadDim(int head_dim) { return (head_dim + 15) / 16 * 16; }
 // Asks for the cache lines of [p, p + bytes) into L1. A decode row's keys sit one per slot
 // (a KV head's head_dim values at a stride of kv_dim), far apart in the pool: without
 // prefetching, every key and value load of a batched decode step waited for memory.
+// kLocality is __builtin_prefetch's: 3 asks for L1, 1 for L2 only (the decode tasks over
+// several KV heads, attention_tiled.cc RunHeadsTask: an L1 prefetch holds one of the core's
+// few L1 miss buffers for a whole memory latency, which capped their reads).
 // Always inlined: GCC's pure-const analysis would otherwise take a function holding only
 // prefetches for one without effect and drop its calls.
+template <int kLocality = 3>
 [[gnu::always_inline]] inline void PrefetchBytes(const void* p, int64_t bytes) {
   const uintptr_t first = reinterpret_cast<uintptr_t>(p) & ~uintptr_t{63};
   const uintptr_t last = (reinterpret_cast<uintptr_t>(p) + bytes - 1) & ~uintptr_t{63};
   for (uintptr_t line = first; line <= last; line += 64) {
-    __builtin_prefetch(reinterpret_cast<const void*>(line), 0, 3);
+    __builtin_prefetch(reinterpret_cast<const void*>(line), 0, kLocality);
   }
 }
 

@@ -90,6 +90,11 @@ struct Task {
   int kvh;
   int kvh_end;                // KV heads [kvh, kvh_end): more than one only for one-row blocks
   const AttentionPart* part;  // nullptr: all keys
+  // Decode tasks over several KV heads (RunHeadsTask): prefetch_only asks for the task's
+  // first tiles and returns (RunTasks runs it just before the task before it, on the same
+  // thread); prefetched says that happened, so the task does not ask again.
+  bool prefetch_only = false;
+  bool prefetched = false;
 };
 
 // Per-thread memory of a task.
@@ -100,7 +105,7 @@ struct TaskBuffers {
   RowState* st;       // [max(kAttnMaxBlockRows * group, num_heads)]
   float* key_scales;  // [head_dim] INT8: the F32 key scales of the last block dequantized
   float* key_f32;     // [head_dim] fp16: the widened key
-  float* heads;       // RunHeadsTask's scores, weights and value sums (HeadsFloats)
+  float* heads;       // RunHeadsTask's scores (HeadsFloats)
   int32_t* vector_groups;  // [kv_dim / 16] INT8, RunHeadsTask: Int8Heads' value groups
 };
 
@@ -108,6 +113,7 @@ struct TaskBuffers {
 // Inlined into the per-ISA wrappers below so the loads compile for that ISA as well.
 template <class Kv, class Update>
 [[gnu::always_inline]] inline void RunTask(const Task& t, Kv& kv, TaskBuffers& b, Update update) {
+  if (t.prefetch_only) return;  // only RunHeadsTask prefetches ahead
   const AttentionShape& sh = t.shape;
   const int hd = sh.head_dim, q_dim = sh.num_heads * hd;
   const int group = sh.num_heads / sh.num_kv_heads, hdp = PaddedHeadDim(hd);
@@ -328,18 +334,22 @@ template <class Exp>
   return alpha;
 }
 
-// RunHeadsTask's per-thread floats for `qh` query heads of head_dim hd: per head kTile
-// score vectors, the tile's weights, 4 value sums per 16-lane chunk, and the tile's
-// rescaling factor.
-inline size_t HeadsFloats(int qh, int hd) {
-  return static_cast<size_t>(qh) * ((kTile + 1 + 4 * (hd / 16)) * 16 + 1);
-}
+// RunHeadsTask's per-thread floats: the kTile score vectors of each of a KV head's `group`
+// query heads.
+inline size_t HeadsFloats(int group) { return static_cast<size_t>(group) * kTile * 16; }
 
 // Whether a shape takes RunHeadsTask for its decode rows: the head sizes it is compiled
 // for (key-row scores, keys rotated 16 lanes at a time).
 inline bool HeadsShape(int head_dim) {
   return head_dim == 32 || head_dim == 64 || head_dim == 96 || head_dim == 128 || head_dim == 256;
 }
+
+// RunHeadsTask's prefetches ask for L2 only (PrefetchBytes): a tile's bytes arrive while
+// the tile before is computed, and the task then reads them head by head from L2.
+constexpr int kHeadsLocality = 1;
+// How many tiles ahead of the tile that reads them RunHeadsTask asks for entries (1 and 2
+// measured alike, 4 slower).
+constexpr int kAhead = 1;
 
 // The caches RunHeadsTask reads: for an entry, element j (0 .. heads * head_dim) of the
 // task's KV heads [kvh, kvh_end), keys or values, as 16 F32 lanes (Src::Get), and the
@@ -371,10 +381,10 @@ class FloatHeads {
     return {v_ + HeadOffset(sh_, e, kvh_)};
   }
   [[gnu::always_inline]] void PrefetchKeys(const KeyEntry& e) const {
-    PrefetchBytes(k_ + HeadOffset(sh_, e, kvh_), bytes_);
+    PrefetchBytes<kHeadsLocality>(k_ + HeadOffset(sh_, e, kvh_), bytes_);
   }
   [[gnu::always_inline]] void PrefetchValues(const KeyEntry& e) const {
-    PrefetchBytes(v_ + HeadOffset(sh_, e, kvh_), bytes_);
+    PrefetchBytes<kHeadsLocality>(v_ + HeadOffset(sh_, e, kvh_), bytes_);
   }
 
  private:
@@ -450,24 +460,25 @@ class Int8Heads {
   // A block's key scales are asked for with its first entry (all its entries share them).
   [[gnu::always_inline]] void PrefetchKeys(const KeyEntry& e) const {
     if (const float* page = Page(a_.k_pages, e)) {
-      PrefetchBytes(page, elems_ * int64_t{sizeof(float)});
+      PrefetchBytes<kHeadsLocality>(page, elems_ * int64_t{sizeof(float)});
       return;
     }
-    PrefetchBytes(a_.k_codes + e.Slot(bs_) * kv_dim_ + c0_, elems_);
+    PrefetchBytes<kHeadsLocality>(a_.k_codes + e.Slot(bs_) * kv_dim_ + c0_, elems_);
     if (e.offset == 0) {
-      PrefetchBytes(a_.k_scales + int64_t{e.block} * kv_dim_ + c0_, elems_ * int64_t{2});
+      PrefetchBytes<kHeadsLocality>(a_.k_scales + int64_t{e.block} * kv_dim_ + c0_,
+                                    elems_ * int64_t{2});
     }
   }
   [[gnu::always_inline]] void PrefetchValues(const KeyEntry& e) const {
     if (const float* page = Page(a_.v_pages, e)) {
-      PrefetchBytes(page, elems_ * int64_t{sizeof(float)});
+      PrefetchBytes<kHeadsLocality>(page, elems_ * int64_t{sizeof(float)});
       return;
     }
     const int64_t slot = e.Slot(bs_);
-    PrefetchBytes(a_.v_codes + slot * kv_dim_ + c0_, elems_);
+    PrefetchBytes<kHeadsLocality>(a_.v_codes + slot * kv_dim_ + c0_, elems_);
     const uint16_t* scales = a_.v_scales + slot * a_.v_groups;
     const int64_t g0 = c0_ / a_.value_group, g1 = (c0_ + elems_ - 1) / a_.value_group;
-    PrefetchBytes(scales + g0, (g1 - g0 + 1) * int64_t{2});
+    PrefetchBytes<kHeadsLocality>(scales + g0, (g1 - g0 + 1) * int64_t{2});
   }
 
  private:
@@ -488,17 +499,71 @@ class Int8Heads {
 // 16-lane vectors of a head, so 16 values share one scale.
 inline bool Int8HeadsShape(int value_group) { return value_group > 0 && value_group % 16 == 0; }
 
+// part[c][k] += w * (the C 16-lane vectors of value row `v` from element j0 on, widened
+// by the reader's Get).
+template <int C, class Src, class F1, class F2>
+[[gnu::always_inline]] inline void AddReaderValues(V16 (&part)[C][4], int k, float w, const Src& v,
+                                                   int j0, F1 f1, F2 f2) {
+#pragma GCC unroll 16
+  for (int c = 0; c < C; ++c) {
+    V16 x;
+    v.Get(j0 + 16 * c, &x, f1, f2);
+    part[c][k] = part[c][k] + w * x;
+  }
+}
+
+// AccumulateValues for one KV head of RunHeadsTask's tile: acc[0, 16 C) = acc * alpha +
+// the tile's sum of w_i * v_i over keys [0, count), key i into part i % 4 in key order,
+// added as (0 + 1) + (2 + 3); v_i: elements [j0, j0 + 16 C) of value source vs[i].
+template <int C, class Src, class F1, class F2>
+[[gnu::always_inline]] inline void AccumulateReaderValues(const Src* vs, const float* w, int count,
+                                                          int j0, float alpha, float* acc, F1 f1,
+                                                          F2 f2) {
+  V16 part[C][4];
+#pragma GCC unroll 4
+  for (int c = 0; c < C; ++c) {
+#pragma GCC unroll 4
+    for (int k = 0; k < 4; ++k) part[c][k] = V16{};
+  }
+  int i = 0;
+  for (; i + 4 <= count; i += 4) {
+#pragma GCC unroll 4
+    for (int k = 0; k < 4; ++k) AddReaderValues<C>(part, k, w[i + k], vs[i + k], j0, f1, f2);
+  }
+  for (int k = 0; k < 3 && i + k < count; ++k) {
+    AddReaderValues<C>(part, k, w[i + k], vs[i + k], j0, f1, f2);
+  }
+#pragma GCC unroll 4
+  for (int c = 0; c < C; ++c) {
+    V16 av;
+    std::memcpy(&av, acc + 16 * c, sizeof(av));
+    av = av * alpha + ((part[c][0] + part[c][1]) + (part[c][2] + part[c][3]));
+    std::memcpy(acc + 16 * c, &av, sizeof(av));
+  }
+}
+
+// Lane l of *out: q . kr over the C chunks (chunk c of 16 dims, added in chunk order).
+template <int C>
+[[gnu::always_inline]] inline void ChunkProducts(const V16 (&q)[C], const V16 (&kr)[C], V16* out) {
+  V16 p = q[0] * kr[0];
+#pragma GCC unroll 16
+  for (int c = 1; c < C; ++c) p = p + q[c] * kr[c];
+  *out = p;
+}
+
 // A task of one row over KV heads [kvh, kvh_end) (a decode row: its block has no other
-// rows; HeadsShape). The cache holds an entry's heads side by side, so the task reads
-// each tile's keys, then its values, entry by entry with all the task's heads of an entry
-// together, i.e. in address order; tasks of one KV head read 128 bytes per entry at a
-// stride of the whole entry, which ran at ~20 GB/s where the same bytes in order read at
-// ~50 GB/s (docs/engine.md, "Decode attention in address order"). Per head, the
-// operations of RunTask with Update, in the same order: the scores' chunk products of the
-// rotated key (RotatePieceInRegisters) summed by SumLanes, TileSoftmax, and the value
-// sums by key i into part i % 4 (AccumulateValues), kept in memory across the heads
-// instead of in registers. So the same bits. rd: the cache (FloatHeads or Int8Heads), f1
-// and f2 the ISA path's widening functions its Get takes.
+// rows; HeadsShape). While a tile is computed, the task asks for the keys and values of
+// the next one (kAhead), all its heads of an entry together, i.e. in address order (tasks
+// of one KV head read 128 bytes per entry at a stride of the whole entry, which ran at ~20
+// GB/s where the same bytes in order read at ~50 GB/s: docs/engine.md, "Decode attention
+// in address order"), spread over the tile's heads and into L2 (kHeadsLocality); the first
+// tile was asked for before the task before it ran (Task::prefetch_only). The tile is then
+// computed head by head from cache, each head's keys and values of the tile's entries
+// (located once per tile). Per head, the operations of RunTask with Update, in the same
+// order: the scores' chunk products of the rotated key (RotatePieceInRegisters) summed by
+// SumLanes, TileSoftmax, and the value sums by key i into part i % 4, in registers
+// (AccumulateReaderValues, 64 values a pass). So the same bits. rd: the cache (FloatHeads
+// or Int8Heads), f1 and f2 the ISA path's widening functions its Get takes.
 template <int kChunks, class Reader, class Exp, class F1, class F2>
 [[gnu::always_inline]] inline void RunHeadsTask(const Task& t, const Reader& rd, TaskBuffers& b,
                                                 Exp exp16, F1 f1, F2 f2) {
@@ -511,99 +576,89 @@ template <int kChunks, class Reader, class Exp, class F1, class F2>
   const int64_t row = t.block.first_row;
   const int nk = t.rows[row].num_keys();
   const float* q = t.q + row * q_dim + t.kvh * group * hd;  // the task's query heads, in order
-  float* scores = b.heads;                                  // [qh][kTile][16]
-  float* weights = scores + static_cast<size_t>(qh) * kTile * 16;  // [qh][16]
-  float* parts = weights + static_cast<size_t>(qh) * 16;           // [qh][chunks][4][16]
-  float* alpha = parts + static_cast<size_t>(qh) * chunks * 64;    // [qh]
+  float* scores = b.heads;                                  // [group][kTile][16]
+  const RowKeys keys(t.rows[row], t.block_tables, sh.block_size);
+  // Entries [0, asked) were prefetched: kAhead tiles before the tile that reads them.
+  int asked = std::min(nk, kAhead * kTile);
+  if (t.prefetch_only || !t.prefetched) {
+    for (int i = 0; i < asked; ++i) {
+      const KeyEntry e = keys.Locate(i);
+      rd.PrefetchKeys(e);
+      rd.PrefetchValues(e);
+    }
+    if (t.prefetch_only) return;
+  }
   for (int j = 0; j < qh; ++j) {
     b.st[j] = RowState{ninf, 0.0f};
     std::fill(b.acc + j * hdp, b.acc + (j + 1) * hdp, 0.0f);
   }
-  const RowKeys keys(t.rows[row], t.block_tables, sh.block_size);
-  KeyEntry entry[kTile], next[kTile];
-  for (int i = 0; i < std::min(kTile, nk); ++i) {
-    next[i] = keys.Locate(i);
-    rd.PrefetchKeys(next[i]);
-  }
+  // The tile's entries as the reader's key and value sources, and their rope rows.
+  using KeySrc = decltype(rd.Keys(KeyEntry{}));
+  using ValueSrc = decltype(rd.Values(KeyEntry{}));
+  KeySrc ks[kTile];
+  ValueSrc vs[kTile];
+  const float* cs[kTile];
   for (int t0 = 0; t0 < nk; t0 += kTile) {
     const int count = std::min(kTile, nk - t0);
-    const int next_count = std::max(0, std::min(kTile, nk - t0 - kTile));
-    std::copy(next, next + count, entry);
-    for (int i = 0; i < next_count; ++i) next[i] = keys.Locate(t0 + kTile + i);
-    // Scores: per entry, each head's key rotated by the entry's position, its chunk
-    // products with each of the head's queries.
     for (int i = 0; i < count; ++i) {
-      const auto k = rd.Keys(entry[i]);
-      const float* cs = t.rope + static_cast<int64_t>(entry[i].pos) * hd;
-      rd.PrefetchValues(entry[i]);
-      for (int h = 0; h < heads; ++h) {
+      const KeyEntry e = keys.Locate(t0 + i);
+      ks[i] = rd.Keys(e);
+      vs[i] = rd.Values(e);
+      cs[i] = t.rope + static_cast<int64_t>(e.pos) * hd;
+    }
+    const int ask_end = std::min(nk, t0 + (kAhead + 1) * kTile), ask_begin = asked;
+    for (int h = 0; h < heads; ++h) {
+      for (const int upto = ask_begin + (ask_end - ask_begin) * (h + 1) / heads; asked < upto;
+           ++asked) {
+        const KeyEntry e = keys.Locate(asked);
+        rd.PrefetchKeys(e);
+        rd.PrefetchValues(e);
+      }
+      // Scores: per entry, the head's key rotated by the entry's position, its chunk
+      // products with each of the head's queries (held in registers over the tile when
+      // the KV head has one).
+      V16 qc[chunks];
+      for (int c = 0; c < chunks; ++c) Get(q + h * group * hd + 16 * c, &qc[c]);
+      for (int i = 0; i < count; ++i) {
         V16 kr[chunks];
 #pragma GCC unroll 8
         for (int i0 = 0; i0 < half; i0 += 16) {
           V16 lo, hi;
-          k.Get(h * hd + i0, &lo, f1, f2);
-          k.Get(h * hd + half + i0, &hi, f1, f2);
-          RotatePieceInRegisters(lo, hi, cs, i0, half, &kr[i0 / 16], &kr[(half + i0) / 16]);
+          ks[i].Get(h * hd + i0, &lo, f1, f2);
+          ks[i].Get(h * hd + half + i0, &hi, f1, f2);
+          RotatePieceInRegisters(lo, hi, cs[i], i0, half, &kr[i0 / 16], &kr[(half + i0) / 16]);
         }
-        for (int gh = 0; gh < group; ++gh) {
-          const int j = h * group + gh;
-          const float* qj = q + j * hd;
-          V16 qc;
-          Get(qj, &qc);
-          V16 p = qc * kr[0];
-#pragma GCC unroll 16
-          for (int c = 1; c < chunks; ++c) {
-            Get(qj + 16 * c, &qc);
-            p = p + qc * kr[c];
-          }
-          Put(scores + (j * kTile + i) * 16, p);
+        V16 p;
+        ChunkProducts(qc, kr, &p);
+        Put(scores + i * 16, p);
+        for (int gh = 1; gh < group; ++gh) {
+          V16 qg[chunks];
+          for (int c = 0; c < chunks; ++c) Get(q + (h * group + gh) * hd + 16 * c, &qg[c]);
+          ChunkProducts(qg, kr, &p);
+          Put(scores + (gh * kTile + i) * 16, p);
         }
       }
-    }
-    for (int j = 0; j < qh; ++j) {
-      V16 p[kTile];
-      for (int i = 0; i < kTile; ++i) {
-        p[i] = V16{};
-        if (i < count) Get(scores + (j * kTile + i) * 16, &p[i]);
-      }
-      SumLanes(p);
-      V16 w;
-      alpha[j] = TileSoftmax(p[0], count, sh.scale, b.st[j], exp16, &w);
-      Put(weights + j * 16, w);
-      std::fill(parts + j * chunks * 64, parts + (j + 1) * chunks * 64, 0.0f);
-    }
-    // Values: per entry, each head's value weighted into part (key index % 4).
-    for (int i = 0; i < count; ++i) {
-      const auto v = rd.Values(entry[i]);
-      if (i < next_count) rd.PrefetchKeys(next[i]);
-      for (int h = 0; h < heads; ++h) {
-        V16 x[chunks];
-#pragma GCC unroll 16
-        for (int c = 0; c < chunks; ++c) v.Get(h * hd + 16 * c, &x[c], f1, f2);
-        for (int gh = 0; gh < group; ++gh) {
-          const int j = h * group + gh;
-          const float w = weights[j * 16 + i];
-          float* part = parts + (j * chunks * 4 + i % 4) * 16;
-#pragma GCC unroll 16
-          for (int c = 0; c < chunks; ++c) {
-            V16 sum;
-            Get(part + c * 64, &sum);
-            Put(part + c * 64, sum + w * x[c]);
-          }
+      // Per query head: the tile's softmax, then its weighted values.
+      for (int gh = 0; gh < group; ++gh) {
+        const int j = h * group + gh;
+        V16 p[kTile];
+        for (int i = 0; i < kTile; ++i) {
+          p[i] = V16{};
+          if (i < count) Get(scores + (gh * kTile + i) * 16, &p[i]);
         }
-      }
-    }
-    for (int j = 0; j < qh; ++j) {
-      for (int c = 0; c < chunks; ++c) {
-        const float* part = parts + (j * chunks + c) * 64;
-        float* acc = b.acc + j * hdp + 16 * c;
-        V16 a, p0, p1, p2, p3;
-        Get(acc, &a);
-        Get(part, &p0);
-        Get(part + 16, &p1);
-        Get(part + 32, &p2);
-        Get(part + 48, &p3);
-        Put(acc, a * alpha[j] + ((p0 + p1) + (p2 + p3)));
+        SumLanes(p);
+        V16 wv;
+        const float alpha = TileSoftmax(p[0], count, sh.scale, b.st[j], exp16, &wv);
+        float w[kTile];
+        std::memcpy(w, &wv, sizeof(w));
+        float* acc = b.acc + j * hdp;
+        int d0 = 0;
+        for (; d0 + 64 <= hd; d0 += 64) {
+          AccumulateReaderValues<4>(vs, w, count, h * hd + d0, alpha, acc + d0, f1, f2);
+        }
+        for (; d0 < hd; d0 += 16) {
+          AccumulateReaderValues<1>(vs, w, count, h * hd + d0, alpha, acc + d0, f1, f2);
+        }
       }
     }
   }
@@ -758,7 +813,7 @@ void RunTasks(ThreadPool& pool, const Task& proto, int64_t n, AttentionScratch& 
   const size_t tile_floats = static_cast<size_t>(kTile) * (2 * hd + hdp);
   const size_t state_rows = std::max<size_t>(kAttnMaxBlockRows * group, sh.num_heads);
   const size_t state_floats = state_rows * (hdp + 2);
-  const size_t heads_floats = heads_per_task > 1 ? HeadsFloats(heads_per_task * group, hd) : 0;
+  const size_t heads_floats = heads_per_task > 1 ? HeadsFloats(group) : 0;
   // Int8Heads' value group per 16-lane vector of a task's heads (head_dim % 16 == 0).
   const size_t group_ints = heads_per_task > 1 ? static_cast<size_t>(sh.num_kv_heads) * hd / 16 : 0;
   const size_t per_thread = 2 * tile_floats + state_floats + 2 * hd + heads_floats;
@@ -782,11 +837,24 @@ void RunTasks(ThreadPool& pool, const Task& proto, int64_t n, AttentionScratch& 
     b.st = reinterpret_cast<RowState*>(b.acc + state_rows * hdp);
     b.key_scales = buf + 2 * tile_floats + state_floats;
     b.key_f32 = b.key_scales + hd;
-    for (int64_t i = t0; i < t1; ++i) {
+    auto task_at = [&](int64_t i) {
       Task t = proto;
       t.block = scratch.blocks[i / head_groups];
       t.kvh = static_cast<int>(i % head_groups) * heads_per_task;
       t.kvh_end = std::min(sh.num_kv_heads, t.kvh + heads_per_task);
+      return t;
+    };
+    // Decode tasks over several KV heads: the next task's first tiles are asked for
+    // before this task runs, so they arrive while it computes.
+    const bool ahead = heads_per_task > 1;
+    for (int64_t i = t0; i < t1; ++i) {
+      if (ahead && i + 1 < t1) {
+        Task next = task_at(i + 1);
+        next.prefetch_only = true;
+        task_fn(next, b);
+      }
+      Task t = task_at(i);
+      t.prefetched = ahead && i > t0;
       task_fn(t, b);
     }
   };
