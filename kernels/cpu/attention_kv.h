@@ -27,12 +27,12 @@ inline constexpr int kMaxHeadDim = 1024;  // ModelConfig::Validate
 // Value rows and accumulators are padded to whole 16-lane vectors.
 inline int PaddedHeadDim(int head_dim) { return (head_dim + 15) / 16 * 16; }
 
-// Asks for the cache lines of [p, p + bytes) into L1. A decode row's keys sit one per slot
-// (a KV head's head_dim values at a stride of kv_dim), far apart in the pool: without
+// Asks for the cache lines of [p, p + bytes) into L1 (or L2: kLocality). A decode row's keys sit
+// one per slot (a KV head's head_dim values at a stride of kv_dim), far apart in the pool: without
 // prefetching, every key and value load of a batched decode step waited for memory.
-// kLocality is __builtin_prefetch's: 3 asks for L1, 1 for L2 only (the decode tasks over
-// several KV heads, attention_tiled.cc RunHeadsTask: an L1 prefetch holds one of the core's
-// few L1 miss buffers for a whole memory latency, which capped their reads).
+// kLocality is __builtin_prefetch's: 3 asks for L1, 1 for L2 (the decode tasks over several
+// KV heads, attention_tiled.cc RunHeadsTask: an L1 prefetch holds one of the core's few L1
+// miss buffers for a whole memory latency, which capped their reads).
 // Always inlined: GCC's pure-const analysis would otherwise take a function holding only
 // prefetches for one without effect and drop its calls.
 template <int kLocality = 3>

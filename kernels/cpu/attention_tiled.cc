@@ -91,8 +91,9 @@ struct Task {
   int kvh_end;                // KV heads [kvh, kvh_end): more than one only for one-row blocks
   const AttentionPart* part;  // nullptr: all keys
   // Decode tasks over several KV heads (RunHeadsTask): prefetch_only asks for the task's
-  // first tiles and returns (RunTasks runs it just before the task before it, on the same
-  // thread); prefetched says that happened, so the task does not ask again.
+  // first tiles and returns (RunTasks runs it for the next task of a thread's range just
+  // before the current one); prefetched says that happened, so the task does not ask
+  // again.
   bool prefetch_only = false;
   bool prefetched = false;
 };
