@@ -202,26 +202,45 @@ template <class Kv, class Update>
   }
 }
 
-// part[c][k] += p * (the C 16-lane chunks of v).
-template <int C>
-[[gnu::always_inline]] inline void AddKeyValues(V16 (&part)[C][4], int k, float p,
-                                                const float* v) {
-#pragma GCC unroll 4
+// Where AccumulateValues reads key i's 16-lane chunk c of values. RowValues: value rows of
+// F32 (RunTask's tile: vrow[i] + d0); ReaderValues: a decode task's value sources, element
+// j0 on (RunHeadsTask: the reader's Get with the ISA path's widening functions).
+struct RowValues {
+  const float* const* vrow;
+  int d0;
+  [[gnu::always_inline]] void Get(int i, int c, V16* x) const {
+    std::memcpy(x, vrow[i] + d0 + 16 * c, sizeof(*x));
+  }
+};
+template <class Src, class F1, class F2>
+struct ReaderValues {
+  const Src* vs;
+  int j0;
+  F1 f1;
+  F2 f2;
+  [[gnu::always_inline]] void Get(int i, int c, V16* x) const { vs[i].Get(j0 + 16 * c, x, f1, f2); }
+};
+
+// part[c][k] += w * (key i's C 16-lane chunks).
+template <int C, class Values>
+[[gnu::always_inline]] inline void AddKeyValues(V16 (&part)[C][4], int k, float w, const Values& v,
+                                                int i) {
+#pragma GCC unroll 16
   for (int c = 0; c < C; ++c) {
     V16 x;
-    std::memcpy(&x, v + 16 * c, sizeof(x));
-    part[c][k] = part[c][k] + p * x;
+    v.Get(i, c, &x);
+    part[c][k] = part[c][k] + w * x;
   }
 }
 
-// acc[d0, d0 + 16 C) = acc * alpha + the tile's sum of p_i * v_i over its valid keys, the
-// sum kept in four partial sums per 16 lanes (key i into part i % 4, in key order) added
-// as (0 + 1) + (2 + 3). A pass covers C chunks (up to 64 values, 16 partial sums in
-// registers), so each p_i is broadcast once per pass instead of once per chunk. Each
-// lane's operations are the same whatever C.
-template <int C>
-[[gnu::always_inline]] inline void AccumulateValues(const V16& p, const float* const* vrow,
-                                                    int valid, int d0, float alpha, float* acc) {
+// acc[0, 16 C) = acc * alpha + the tile's sum of w_i * v_i over keys [0, valid), the sum
+// kept in four partial sums per 16 lanes (key i into part i % 4, in key order) added as
+// (0 + 1) + (2 + 3). A pass covers C chunks (up to 64 values, 16 partial sums in
+// registers), so each w_i is broadcast once per pass instead of once per chunk. Each
+// lane's operations are the same whatever C and wherever the values are read from.
+template <int C, class Values>
+[[gnu::always_inline]] inline void AccumulateValues(const Values& v, const float* w, int valid,
+                                                    float alpha, float* acc) {
   V16 part[C][4];
 #pragma GCC unroll 4
   for (int c = 0; c < C; ++c) {
@@ -231,18 +250,16 @@ template <int C>
   int i = 0;
   for (; i + 4 <= valid; i += 4) {
 #pragma GCC unroll 4
-    for (int k = 0; k < 4; ++k) AddKeyValues<C>(part, k, p[i + k], vrow[i + k] + d0);
+    for (int k = 0; k < 4; ++k) AddKeyValues<C>(part, k, w[i + k], v, i + k);
   }
   // The last 0..3 keys, into parts 0..rest-1.
-  for (int k = 0; k < 3 && i + k < valid; ++k) {
-    AddKeyValues<C>(part, k, p[i + k], vrow[i + k] + d0);
-  }
+  for (int k = 0; k < 3 && i + k < valid; ++k) AddKeyValues<C>(part, k, w[i + k], v, i + k);
 #pragma GCC unroll 4
   for (int c = 0; c < C; ++c) {
     V16 av;
-    std::memcpy(&av, acc + d0 + 16 * c, sizeof(av));
+    std::memcpy(&av, acc + 16 * c, sizeof(av));
     av = av * alpha + ((part[c][0] + part[c][1]) + (part[c][2] + part[c][3]));
-    std::memcpy(acc + d0 + 16 * c, &av, sizeof(av));
+    std::memcpy(acc + 16 * c, &av, sizeof(av));
   }
 }
 
@@ -500,49 +517,6 @@ class Int8Heads {
 // 16-lane vectors of a head, so 16 values share one scale.
 inline bool Int8HeadsShape(int value_group) { return value_group > 0 && value_group % 16 == 0; }
 
-// part[c][k] += w * (the C 16-lane vectors of value row `v` from element j0 on, widened
-// by the reader's Get).
-template <int C, class Src, class F1, class F2>
-[[gnu::always_inline]] inline void AddReaderValues(V16 (&part)[C][4], int k, float w, const Src& v,
-                                                   int j0, F1 f1, F2 f2) {
-#pragma GCC unroll 16
-  for (int c = 0; c < C; ++c) {
-    V16 x;
-    v.Get(j0 + 16 * c, &x, f1, f2);
-    part[c][k] = part[c][k] + w * x;
-  }
-}
-
-// AccumulateValues for one KV head of RunHeadsTask's tile: acc[0, 16 C) = acc * alpha +
-// the tile's sum of w_i * v_i over keys [0, count), key i into part i % 4 in key order,
-// added as (0 + 1) + (2 + 3); v_i: elements [j0, j0 + 16 C) of value source vs[i].
-template <int C, class Src, class F1, class F2>
-[[gnu::always_inline]] inline void AccumulateReaderValues(const Src* vs, const float* w, int count,
-                                                          int j0, float alpha, float* acc, F1 f1,
-                                                          F2 f2) {
-  V16 part[C][4];
-#pragma GCC unroll 4
-  for (int c = 0; c < C; ++c) {
-#pragma GCC unroll 4
-    for (int k = 0; k < 4; ++k) part[c][k] = V16{};
-  }
-  int i = 0;
-  for (; i + 4 <= count; i += 4) {
-#pragma GCC unroll 4
-    for (int k = 0; k < 4; ++k) AddReaderValues<C>(part, k, w[i + k], vs[i + k], j0, f1, f2);
-  }
-  for (int k = 0; k < 3 && i + k < count; ++k) {
-    AddReaderValues<C>(part, k, w[i + k], vs[i + k], j0, f1, f2);
-  }
-#pragma GCC unroll 4
-  for (int c = 0; c < C; ++c) {
-    V16 av;
-    std::memcpy(&av, acc + 16 * c, sizeof(av));
-    av = av * alpha + ((part[c][0] + part[c][1]) + (part[c][2] + part[c][3]));
-    std::memcpy(acc + 16 * c, &av, sizeof(av));
-  }
-}
-
 // Lane l of *out: q . kr over the C chunks (chunk c of 16 dims, added in chunk order).
 template <int C>
 [[gnu::always_inline]] inline void ChunkProducts(const V16 (&q)[C], const V16 (&kr)[C], V16* out) {
@@ -563,7 +537,7 @@ template <int C>
 // (located once per tile). Per head, the operations of RunTask with Update, in the same
 // order: the scores' chunk products of the rotated key (RotatePieceInRegisters) summed by
 // SumLanes, TileSoftmax, and the value sums by key i into part i % 4, in registers
-// (AccumulateReaderValues, 64 values a pass). So the same bits. rd: the cache (FloatHeads
+// (AccumulateValues, 64 values a pass). So the same bits. rd: the cache (FloatHeads
 // or Int8Heads), f1 and f2 the ISA path's widening functions its Get takes.
 template <int kChunks, class Reader, class Exp, class F1, class F2>
 [[gnu::always_inline]] inline void RunHeadsTask(const Task& t, const Reader& rd, TaskBuffers& b,
@@ -655,10 +629,12 @@ template <int kChunks, class Reader, class Exp, class F1, class F2>
         float* acc = b.acc + j * hdp;
         int d0 = 0;
         for (; d0 + 64 <= hd; d0 += 64) {
-          AccumulateReaderValues<4>(vs, w, count, h * hd + d0, alpha, acc + d0, f1, f2);
+          const ReaderValues<ValueSrc, F1, F2> v{vs, h * hd + d0, f1, f2};
+          AccumulateValues<4>(v, w, count, alpha, acc + d0);
         }
         for (; d0 < hd; d0 += 16) {
-          AccumulateReaderValues<1>(vs, w, count, h * hd + d0, alpha, acc + d0, f1, f2);
+          const ReaderValues<ValueSrc, F1, F2> v{vs, h * hd + d0, f1, f2};
+          AccumulateValues<1>(v, w, count, alpha, acc + d0);
         }
       }
     }
@@ -687,13 +663,15 @@ template <int kChunks, class Reader, class Exp, class F1, class F2>
         TileScores(q, u.tile->kt, hd, &s);                                                   \
       }                                                                                      \
       const float alpha = TileSoftmax(s, u.valid, u.scale, u.st[gh], Exp16, &p);             \
+      float w[kTile];                                                                        \
+      std::memcpy(w, &p, sizeof(w));                                                         \
       float* acc = u.acc + gh * hdp;                                                         \
       int d0 = 0;                                                                            \
       for (; d0 + 64 <= hdp; d0 += 64) {                                                     \
-        AccumulateValues<4>(p, u.tile->vrow, u.valid, d0, alpha, acc);                       \
+        AccumulateValues<4>(RowValues{u.tile->vrow, d0}, w, u.valid, alpha, acc + d0);       \
       }                                                                                      \
       for (; d0 < hdp; d0 += 16) {                                                           \
-        AccumulateValues<1>(p, u.tile->vrow, u.valid, d0, alpha, acc);                       \
+        AccumulateValues<1>(RowValues{u.tile->vrow, d0}, w, u.valid, alpha, acc + d0);       \
       }                                                                                      \
     }                                                                                        \
   }                                                                                          \
