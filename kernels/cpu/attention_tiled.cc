@@ -108,6 +108,7 @@ struct TaskBuffers {
   float* key_f32;     // [head_dim] fp16: the widened key
   float* heads;       // RunHeadsTask's scores (HeadsFloats)
   int32_t* vector_groups;  // [kv_dim / 16] INT8, RunHeadsTask: Int8Heads' value groups
+  float* value_scales;     // INT8, RunHeadsTask: the tile's value scales (ValueScaleFloats)
 };
 
 // One task: tiles of the block's keys, each row's online softmax, the normalised output.
@@ -356,6 +357,14 @@ template <class Exp>
 // query heads.
 inline size_t HeadsFloats(int group) { return static_cast<size_t>(group) * kTile * 16; }
 
+// Int8Heads' F32 value scales of a tile's entries: per entry, the scales of the groups the
+// task's heads cover (at most kv_dim / 16 + 1 of them: groups of whole 16-lane vectors),
+// rounded up to whole 16-lane vectors.
+inline int64_t ValueScaleStride(int64_t kv_dim) { return (kv_dim / 16 + 1 + 15) / 16 * 16; }
+inline size_t ValueScaleFloats(int64_t kv_dim) {
+  return static_cast<size_t>(kTile * ValueScaleStride(kv_dim));
+}
+
 // Whether a shape takes RunHeadsTask for its decode rows: the head sizes it is compiled
 // for (key-row scores, keys rotated 16 lanes at a time).
 inline bool HeadsShape(int head_dim) {
@@ -395,7 +404,8 @@ class FloatHeads {
   [[gnu::always_inline]] Src Keys(const KeyEntry& e) const {
     return {k_ + HeadOffset(sh_, e, kvh_)};
   }
-  [[gnu::always_inline]] Src Values(const KeyEntry& e) const {
+  template <class F2>
+  [[gnu::always_inline]] Src Values(const KeyEntry& e, int, F2) const {
     return {v_ + HeadOffset(sh_, e, kvh_)};
   }
   [[gnu::always_inline]] void PrefetchKeys(const KeyEntry& e) const {
@@ -419,19 +429,24 @@ class FloatHeads {
 // scale per group), the products of Int8Kv::Load. So a row gets Int8Kv's tiles, bit for
 // bit. Get's f1 / f2 widen 16 codes / 16 fp16 scales. The value group of each 16-lane
 // vector of the task's heads is looked up in `vector_groups` (filled here, once per task),
-// not divided out per vector of every entry.
+// not divided out per vector of every entry, and an entry's group scales are widened once
+// when the tile locates it (Values: tile slot i's in `value_scales`), not per vector.
 class Int8Heads {
  public:
-  Int8Heads(const Task& t, const AttentionArgsI8& a, int32_t* vector_groups)
+  Int8Heads(const Task& t, const AttentionArgsI8& a, int32_t* vector_groups, float* value_scales)
       : a_(a),
         kv_dim_(int64_t{t.shape.num_kv_heads} * t.shape.head_dim),
         c0_(int64_t{t.kvh} * t.shape.head_dim),
         elems_(int64_t{t.kvh_end - t.kvh} * t.shape.head_dim),
         bs_(t.shape.block_size),
         own_(a.own[t.block.first_row]),
-        vector_groups_(vector_groups) {
+        g0_(c0_ / a.value_group),
+        groups_((c0_ + elems_ - 1) / a.value_group - g0_ + 1),
+        scale_stride_(ValueScaleStride(kv_dim_)),
+        vector_groups_(vector_groups),
+        value_scales_(value_scales) {
     for (int64_t v = 0; v < elems_ / 16; ++v) {
-      vector_groups[v] = static_cast<int32_t>((c0_ + 16 * v) / a.value_group);
+      vector_groups[v] = static_cast<int32_t>((c0_ + 16 * v) / a.value_group - g0_);
     }
   }
   struct KeySrc {
@@ -452,8 +467,8 @@ class Int8Heads {
   };
   struct ValueSrc {
     const int8_t* codes;
-    const uint16_t* scales;        // the entry's group scales
-    const int32_t* vector_groups;  // the group of element 16 v, for v = 0, 1, ...
+    const float* scales;           // the entry's group scales, F32, from the task's first
+    const int32_t* vector_groups;  // the group of element 16 v (v = 0, 1, ...) in scales
     const float* page;
     template <class F1, class F2>
     [[gnu::always_inline]] void Get(int j, V16* x, F1 codes16, F2) const {
@@ -463,17 +478,31 @@ class Int8Heads {
       }
       V16 c;
       codes16(codes + j, &c);
-      *x = c * Fp16ToFp32(scales[vector_groups[j / 16]]);
+      *x = c * scales[vector_groups[j / 16]];
     }
   };
   [[gnu::always_inline]] KeySrc Keys(const KeyEntry& e) const {
     return {a_.k_codes + e.Slot(bs_) * kv_dim_ + c0_,
             a_.k_scales + int64_t{e.block} * kv_dim_ + c0_, Page(a_.k_pages, e)};
   }
-  [[gnu::always_inline]] ValueSrc Values(const KeyEntry& e) const {
+  // Entry e's values for tile slot i: its group scales widened (f2, 16 at a time) into the
+  // slot's row of value_scales, unless the entry is read from the own block's page.
+  template <class F2>
+  [[gnu::always_inline]] ValueSrc Values(const KeyEntry& e, int i, F2 half16) const {
     const int64_t slot = e.Slot(bs_);
-    return {a_.v_codes + slot * kv_dim_ + c0_, a_.v_scales + slot * a_.v_groups, vector_groups_,
-            Page(a_.v_pages, e)};
+    const float* page = Page(a_.v_pages, e);
+    float* scales = value_scales_ + i * scale_stride_;
+    if (page == nullptr) {
+      const uint16_t* src = a_.v_scales + slot * a_.v_groups + g0_;
+      for (int64_t g = 0; g < groups_; g += 16) {
+        uint16_t h[16] = {};
+        std::memcpy(h, src + g, std::min<int64_t>(16, groups_ - g) * sizeof(uint16_t));
+        V16 x;
+        half16(h, &x);
+        std::memcpy(scales + g, &x, sizeof(x));
+      }
+    }
+    return {a_.v_codes + slot * kv_dim_ + c0_, scales, vector_groups_, page};
   }
   // A block's key scales are asked for with its first entry (all its entries share them).
   [[gnu::always_inline]] void PrefetchKeys(const KeyEntry& e) const {
@@ -510,7 +539,11 @@ class Int8Heads {
   int64_t kv_dim_, c0_, elems_;
   int bs_;
   AttnOwnBlock own_;
+  int64_t g0_;            // the value group of the task's first element
+  int64_t groups_;        // value groups the task's heads cover
+  int64_t scale_stride_;  // floats per tile slot in value_scales_
   const int32_t* vector_groups_;
+  float* value_scales_;
 };
 
 // Whether an INT8 cache's decode rows take RunHeadsTask: a value group covers whole
@@ -569,7 +602,7 @@ template <int kChunks, class Reader, class Exp, class F1, class F2>
   }
   // The tile's entries as the reader's key and value sources, and their rope rows.
   using KeySrc = decltype(rd.Keys(KeyEntry{}));
-  using ValueSrc = decltype(rd.Values(KeyEntry{}));
+  using ValueSrc = decltype(rd.Values(KeyEntry{}, 0, f2));
   KeySrc ks[kTile];
   ValueSrc vs[kTile];
   const float* cs[kTile];
@@ -578,7 +611,7 @@ template <int kChunks, class Reader, class Exp, class F1, class F2>
     for (int i = 0; i < count; ++i) {
       const KeyEntry e = keys.Locate(t0 + i);
       ks[i] = rd.Keys(e);
-      vs[i] = rd.Values(e);
+      vs[i] = rd.Values(e, i, f2);
       cs[i] = t.rope + static_cast<int64_t>(e.pos) * hd;
     }
     const int ask_end = std::min(nk, t0 + (kAhead + 1) * kTile), ask_begin = asked;
@@ -733,7 +766,7 @@ template <int kChunks, class Reader, class Exp, class F1, class F2>
   }                                                                                          \
   ATTR void TaskI8(const Task& t, const AttentionArgsI8& a, TaskBuffers& b) {                \
     if (t.kvh_end - t.kvh > 1) {                                                             \
-      HeadsTask(t, Int8Heads(t, a, b.vector_groups), b, CODES16, HALF16);                    \
+      HeadsTask(t, Int8Heads(t, a, b.vector_groups, b.value_scales), b, CODES16, HALF16);    \
       return;                                                                                \
     }                                                                                        \
     Int8Kv kv(a, t.block, t.kvh, b.key_scales);                                              \
@@ -792,7 +825,9 @@ void RunTasks(ThreadPool& pool, const Task& proto, int64_t n, AttentionScratch& 
   const size_t tile_floats = static_cast<size_t>(kTile) * (2 * hd + hdp);
   const size_t state_rows = std::max<size_t>(kAttnMaxBlockRows * group, sh.num_heads);
   const size_t state_floats = state_rows * (hdp + 2);
-  const size_t heads_floats = heads_per_task > 1 ? HeadsFloats(group) : 0;
+  const int64_t kv_dim = int64_t{sh.num_kv_heads} * hd;
+  const size_t heads_floats =
+      heads_per_task > 1 ? HeadsFloats(group) + ValueScaleFloats(kv_dim) : 0;
   // Int8Heads' value group per 16-lane vector of a task's heads (head_dim % 16 == 0).
   const size_t group_ints = heads_per_task > 1 ? static_cast<size_t>(sh.num_kv_heads) * hd / 16 : 0;
   const size_t per_thread = 2 * tile_floats + state_floats + 2 * hd + heads_floats;
@@ -806,6 +841,7 @@ void RunTasks(ThreadPool& pool, const Task& proto, int64_t n, AttentionScratch& 
     float* buf = scratch.per_thread[thread].data();
     TaskBuffers b;
     b.heads = buf + 2 * tile_floats + state_floats + 2 * hd;
+    b.value_scales = b.heads + HeadsFloats(group);
     b.vector_groups = scratch.per_thread_groups[thread].data();
     for (Tile* tile : {&b.shared, &b.own}) {
       tile->kr = buf + (tile == &b.own ? tile_floats : 0);
