@@ -467,7 +467,7 @@ class Int8Heads {
   };
   struct ValueSrc {
     const int8_t* codes;
-    const float* scales;           // the entry's group scales, F32, from the task's first
+    const float* scales;           // the entry's group scales, F32, from the task's first group
     const int32_t* vector_groups;  // the group of element 16 v (v = 0, 1, ...) in scales
     const float* page;
     template <class F1, class F2>
