@@ -98,6 +98,9 @@ struct Task {
   bool prefetched = false;
 };
 
+// Whether a task runs RunHeadsTask (a decode row over several KV heads) rather than RunTask.
+inline bool HeadsTaskOf(const Task& t) { return t.kvh_end - t.kvh > 1; }
+
 // Per-thread memory of a task.
 struct TaskBuffers {
   Tile shared;        // the tile every row of the block uses
@@ -115,7 +118,6 @@ struct TaskBuffers {
 // Inlined into the per-ISA wrappers below so the loads compile for that ISA as well.
 template <class Kv, class Update>
 [[gnu::always_inline]] inline void RunTask(const Task& t, Kv& kv, TaskBuffers& b, Update update) {
-  if (t.prefetch_only) return;  // only RunHeadsTask prefetches ahead
   const AttentionShape& sh = t.shape;
   const int hd = sh.head_dim, q_dim = sh.num_heads * hd;
   const int group = sh.num_heads / sh.num_kv_heads, hdp = PaddedHeadDim(hd);
@@ -445,6 +447,7 @@ class Int8Heads {
         scale_stride_(ValueScaleStride(kv_dim_)),
         vector_groups_(vector_groups),
         value_scales_(value_scales) {
+    if (t.prefetch_only) return;  // reads no values
     for (int64_t v = 0; v < elems_ / 16; ++v) {
       vector_groups[v] = static_cast<int32_t>((c0_ + 16 * v) / a.value_group - g0_);
     }
@@ -727,7 +730,7 @@ template <int kChunks, class Reader, class Exp, class F1, class F2>
     }                                                                                        \
   }                                                                                          \
   ATTR void TaskF32(const Task& t, const AttentionArgs& a, TaskBuffers& b) {                 \
-    if (t.kvh_end - t.kvh > 1) {                                                             \
+    if (HeadsTaskOf(t)) {                                                                    \
       HeadsTask(t, FloatHeads<float>(t, a.k_cache, a.v_cache), b, LoadF32, LoadF32);         \
       return;                                                                                \
     }                                                                                        \
@@ -757,7 +760,7 @@ template <int kChunks, class Reader, class Exp, class F1, class F2>
     }                                                                                        \
   };                                                                                         \
   ATTR void TaskF16(const Task& t, const AttentionArgs& a, TaskBuffers& b) {                 \
-    if (t.kvh_end - t.kvh > 1) {                                                             \
+    if (HeadsTaskOf(t)) {                                                                    \
       HeadsTask(t, FloatHeads<uint16_t>(t, a.k_half, a.v_half), b, HALF16, HALF16);          \
       return;                                                                                \
     }                                                                                        \
@@ -765,7 +768,7 @@ template <int kChunks, class Reader, class Exp, class F1, class F2>
     RunTask(t, kv, b, Update);                                                               \
   }                                                                                          \
   ATTR void TaskI8(const Task& t, const AttentionArgsI8& a, TaskBuffers& b) {                \
-    if (t.kvh_end - t.kvh > 1) {                                                             \
+    if (HeadsTaskOf(t)) {                                                                    \
       HeadsTask(t, Int8Heads(t, a, b.vector_groups, b.value_scales), b, CODES16, HALF16);    \
       return;                                                                                \
     }                                                                                        \
@@ -866,10 +869,10 @@ void RunTasks(ThreadPool& pool, const Task& proto, int64_t n, AttentionScratch& 
       if (ahead && i + 1 < t1) {
         Task next = task_at(i + 1);
         next.prefetch_only = true;
-        task_fn(next, b);
+        if (HeadsTaskOf(next)) task_fn(next, b);
       }
       Task t = task_at(i);
-      t.prefetched = ahead && i > t0;
+      t.prefetched = ahead && i > t0;  // read only by RunHeadsTask
       task_fn(t, b);
     }
   };
