@@ -242,23 +242,32 @@ absl::StatusOr<int32_t> BlockPool::AllocateBlock() {
   }
   const int32_t b = free_.back();
   free_.pop_back();
-  if (b >= populated_) PopulateThrough(b);
+  if (b >= populated_.load(std::memory_order_acquire)) PopulateThrough(b);
   return b;
 }
 
-void BlockPool::PopulateThrough(int32_t block) {
-  // About 2 MiB of the largest per-block tensor at a time (a huge page where the backend
-  // has them): one call per tensor instead of a fault per page.
+namespace {
+// Blocks per Populate call: about 2 MiB of the largest per-block tensor (a huge page
+// where the backend has them), one call per tensor instead of a fault per page.
+int PopulateChunk(size_t block_bytes) {
   constexpr size_t kChunkBytes = size_t{2} << 20;
-  const size_t entry = options_.dtype == core::DType::kI8 ? 1 : core::DTypeSize(options_.dtype);
-  const size_t block_bytes = static_cast<size_t>(block_size_) * kv_dim_ * entry;
-  const int chunk = static_cast<int>(std::max<size_t>(1, kChunkBytes / block_bytes));
-  const int end = std::min(num_blocks_, std::max(block + 1, populated_ + chunk));
+  return static_cast<int>(std::max<size_t>(1, kChunkBytes / block_bytes));
+}
+
+// mark = max(mark, end).
+void RaiseMark(std::atomic<int>& mark, int end) {
+  int seen = mark.load(std::memory_order_acquire);
+  while (seen < end && !mark.compare_exchange_weak(seen, end, std::memory_order_acq_rel)) {
+  }
+}
+}  // namespace
+
+void BlockPool::PopulateRange(int begin, int end) {
   auto populate = [&](const kernels::Tensor& t) {  // t: [num_blocks, ...]
     const size_t per_block = t.size_bytes() / static_cast<size_t>(num_blocks_);
-    backend_->Populate(kernels::MakeTensor(static_cast<char*>(t.data) + populated_ * per_block,
+    backend_->Populate(kernels::MakeTensor(static_cast<char*>(t.data) + begin * per_block,
                                            DType::kI8,
-                                           {static_cast<int64_t>((end - populated_) * per_block)}));
+                                           {static_cast<int64_t>((end - begin) * per_block)}));
   };
   for (int layer = 0; layer < num_layers_; ++layer) {
     if (options_.dtype == core::DType::kI8) {
@@ -271,7 +280,32 @@ void BlockPool::PopulateThrough(int32_t block) {
       populate(v_cache(layer));
     }
   }
-  populated_ = end;
+}
+
+size_t BlockPool::PopulateBlockBytes() const {
+  const size_t entry = options_.dtype == core::DType::kI8 ? 1 : core::DTypeSize(options_.dtype);
+  return static_cast<size_t>(block_size_) * kv_dim_ * entry;
+}
+
+void BlockPool::PopulateThrough(int32_t block) {
+  const int begin = populated_.load(std::memory_order_acquire);
+  if (block < begin) return;
+  const int end =
+      std::min(num_blocks_, std::max(block + 1, begin + PopulateChunk(PopulateBlockBytes())));
+  PopulateRange(begin, end);
+  RaiseMark(populated_, end);
+}
+
+bool BlockPool::PopulateAll(const std::atomic<bool>& stop) {
+  const int chunk = PopulateChunk(PopulateBlockBytes());
+  for (;;) {
+    const int begin = populated_.load(std::memory_order_acquire);
+    if (begin >= num_blocks_) return true;
+    if (stop.load(std::memory_order_relaxed)) return false;
+    const int end = std::min(num_blocks_, begin + chunk);
+    PopulateRange(begin, end);
+    RaiseMark(populated_, end);
+  }
 }
 
 void BlockPool::FreeBlock(int32_t block) {

@@ -21,6 +21,7 @@
 #ifndef KVFOLD_INFERENCE_SVC_ENGINE_KV_CACHE_H_
 #define KVFOLD_INFERENCE_SVC_ENGINE_KV_CACHE_H_
 
+#include <atomic>
 #include <cstdint>
 #include <memory>
 #include <string_view>
@@ -114,14 +115,27 @@ class BlockPool {
   absl::StatusOr<int32_t> AllocateBlock();
   void FreeBlock(int32_t block);  // also releases its page
 
+  // Backs the memory of every block not backed yet, in the same chunks AllocateBlock
+  // uses, until all are or `stop` turns true (checked between chunks); returns whether
+  // the whole pool is backed. The one call that may run on another thread while the
+  // pool's owner allocates: both only move the backed mark forwards, and backing memory
+  // twice changes nothing. A server calls it at start-up (docs/service.md "KV pool
+  // populated at start-up") so that no decode step waits for a page of a new block.
+  bool PopulateAll(const std::atomic<bool>& stop);
+  int populated_blocks() const { return populated_.load(std::memory_order_acquire); }
+
  private:
   BlockPool() = default;
   core::KvLayout layout() const;
   // Float pool: tensor `index` of the buffer (layer l's K is 2 l, its V 2 l + 1).
   kernels::Tensor FloatCache(int index) const;
   absl::Status GrowPages();
-  // Backs blocks [populated_, end) of every block-indexed tensor, end >= block + 1.
+  // Backs the blocks from the backed mark through `block` and up to a chunk after it
+  // (about 2 MiB of the largest per-block tensor), then moves the mark past them.
   void PopulateThrough(int32_t block);
+  // Backs blocks [begin, end) of every block-indexed tensor.
+  void PopulateRange(int begin, int end);
+  size_t PopulateBlockBytes() const;  // one block of the largest per-block tensor
   absl::Status RestorePage(int32_t block, int32_t page, int count);
 
   kernels::Backend* backend_ = nullptr;
@@ -131,7 +145,9 @@ class BlockPool {
   std::unique_ptr<kernels::Buffer> page_buffer_;  // int8 only
   int num_layers_ = 0, kv_dim_ = 0, block_size_ = 0, num_blocks_ = 0, num_pages_ = 0;
   std::vector<int32_t> free_;        // stack of free block ids
-  int populated_ = 0;                // blocks [0, populated_) were given to Populate
+  // Blocks [0, populated_) were given to Populate. Only ever grows (compare-and-swap to
+  // the larger value): PopulateAll may move it from another thread.
+  std::atomic<int> populated_{0};
   std::vector<int32_t> free_pages_;  // stack of free page ids
   std::vector<int32_t> page_of_;     // per block; int8 only
 };

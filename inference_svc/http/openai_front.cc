@@ -92,9 +92,9 @@ void OpenAiFront::Handle(HttpRequest request, std::shared_ptr<HttpExchange> inne
       std::make_shared<ObservedExchange>(std::move(inner), request, probe, options_.on_request);
   exchange->Start();
   if (get && (path == "/health" || path == "/health/ready")) {
-    const bool ready = port_->Ready();
-    exchange->Respond(ready ? 200 : 503, "application/json",
-                      ready ? R"({"status":"ok"})" : R"({"status":"store unavailable"})");
+    const absl::Status ready = port_->Ready();
+    exchange->Respond(ready.ok() ? 200 : 503, "application/json",
+                      nlohmann::json{{"status", ready.ok() ? "ok" : ready.message()}}.dump());
     return;
   }
   if (get && path == "/health/live") {

@@ -100,8 +100,9 @@ class TurnPort {
   // Unauthenticated when the replica requires a token and this one is missing/unknown.
   virtual absl::StatusOr<Caller> Authenticate(std::string_view authorization) = 0;
   virtual ModelCard Model() = 0;
-  // True when the replica can serve turns (its store answers).
-  virtual bool Ready() = 0;
+  // OK when the replica is ready for traffic (its store answers, its KV pool is backed);
+  // else Unavailable naming what it waits for.
+  virtual absl::Status Ready() = 0;
 
   // The calls below may block on the store: call them from a worker thread.
   // A new empty session with the server's defaults. AlreadyExists.

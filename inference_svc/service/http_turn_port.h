@@ -49,7 +49,7 @@ struct RuntimeTurnPortDeps {
   std::string store_token;             // the store credential of callers without a token
   http::ModelCard model;
   std::string replica;             // reported in usage
-  std::function<bool()> ready;     // the replica's health
+  std::function<absl::Status()> ready;  // the replica's readiness
   std::function<bool()> draining;  // true once the replica refuses new calls
   InferenceMetrics* metrics = nullptr;  // turns' admission, restores, tokens, TTFT; null = none
 };
@@ -66,7 +66,7 @@ class RuntimeTurnPort final : public http::TurnPort {
 
   absl::StatusOr<http::Caller> Authenticate(std::string_view authorization) override;
   http::ModelCard Model() override { return deps_.model; }
-  bool Ready() override { return deps_.ready(); }
+  absl::Status Ready() override { return deps_.ready(); }
   absl::Status CreateSession(const http::Caller& caller, const std::string& session_id) override;
   absl::StatusOr<uint64_t> HeadVersion(const http::Caller& caller,
                                        const std::string& session_id) override;

@@ -1,19 +1,21 @@
 #include "inference_svc/service/server.h"
 
+#include <grpcpp/ext/proto_server_reflection_plugin.h>
+#include <grpcpp/health_check_service_interface.h>
+#include <grpcpp/security/server_credentials.h>
+#include <grpcpp/server_builder.h>
+#include <pthread.h>
+#include <sched.h>
+
 #include <chrono>
 #include <cstdio>
 #include <filesystem>
 #include <vector>
 
-#include <grpcpp/ext/proto_server_reflection_plugin.h>
-#include <grpcpp/health_check_service_interface.h>
-#include <grpcpp/security/server_credentials.h>
-#include <grpcpp/server_builder.h>
-
 #include "absl/strings/str_cat.h"
 #include "common/file_util.h"
-#include "common/install_paths.h"
 #include "common/grpc_decode_errors.h"
+#include "common/install_paths.h"
 #include "inference_svc/model/model_file.h"
 #include "inference_svc/service/http_turn_port.h"
 
@@ -226,7 +228,7 @@ absl::StatusOr<std::unique_ptr<InferenceServer>> InferenceServer::Start(
     port.store_token = c.store_token;
     port.model = http::ModelCard{model_path.filename().string(), now_s};
     port.replica = c.replica_name.empty() ? server->address_ : c.replica_name;
-    port.ready = [raw] { return raw->serving_.load(); };
+    port.ready = [raw] { return raw->Readiness(); };
     port.draining = [raw] { return raw->stopping_.load(); };
     port.metrics = server->inference_metrics_.get();
     server->http_port_ = std::make_unique<RuntimeTurnPort>(std::move(port));
@@ -247,22 +249,48 @@ absl::StatusOr<std::unique_ptr<InferenceServer>> InferenceServer::Start(
     if (!front.ok()) return front.status();
     server->http_front_ = std::move(*front);
   }
+  if (c.kv_populate) {
+    server->populate_thread_ = std::thread([raw = server.get()] { raw->PopulateLoop(); });
+  } else {
+    server->pool_populated_.store(true);
+  }
   server->health_thread_ = std::thread([raw = server.get()] { raw->HealthLoop(); });
   return server;
 }
 
+void InferenceServer::PopulateLoop() {
+  // Idle priority: the pages are backed with CPU time nothing else wants, so a replica
+  // that serves while it populates (calls are accepted) does not slow its turns. A turn
+  // that needs a block past the backed mark backs it itself (BlockPool::AllocateBlock).
+  sched_param idle{};
+  (void)pthread_setschedparam(pthread_self(), SCHED_IDLE, &idle);
+  if (engine_->pool().PopulateAll(stopping_)) pool_populated_.store(true);
+}
+
+absl::Status InferenceServer::Readiness() const {
+  if (stopping_.load()) return absl::UnavailableError("draining");
+  if (!store_ok_.load()) return absl::UnavailableError("memory store unavailable");
+  if (!pool_populated_.load()) {
+    const engine::BlockPool& pool = engine_->pool();
+    return absl::UnavailableError(absl::StrCat("KV pool being populated (", pool.populated_blocks(),
+                                               " of ", pool.num_blocks(), " blocks)"));
+  }
+  return absl::OkStatus();
+}
+
 void InferenceServer::HealthLoop() {
-  // SERVING once the model is loaded (it is, by now) and the store answers; re-checked
-  // every second so the probe follows the store's availability.
+  // SERVING once the model is loaded (it is, by now), the store answers and (with
+  // kv_populate) the KV pool is backed; the store is re-checked every second so the probe
+  // follows its availability, the pool every 100 ms until it is backed.
+  int tick = 0;
   while (!stopping_.load()) {
-    const bool ok = store_->CheckHealth().ok();
+    if (tick++ % 10 == 0) store_ok_.store(store_->CheckHealth().ok());
+    const bool ok = store_ok_.load() && pool_populated_.load();
     if (ok != serving_.load()) {
       serving_.store(ok);
       server_->GetHealthCheckService()->SetServingStatus(ok);
     }
-    for (int i = 0; i < 10 && !stopping_.load(); ++i) {
-      std::this_thread::sleep_for(std::chrono::milliseconds(100));
-    }
+    std::this_thread::sleep_for(std::chrono::milliseconds(100));
   }
 }
 
@@ -279,6 +307,13 @@ void InferenceServer::RegisterReplicaMetrics() {
   metrics::Registry& r = registry_;
   r.AddCallbackGauge("kvfold_kv_pool_bytes", "Size of the KV pool in bytes.",
                      [sched] { return static_cast<double>(sched->kv_pool_bytes()); });
+  const engine::BlockPool* pool = &engine_->pool();
+  r.AddCallbackGauge("kvfold_kv_populated_bytes",
+                     "KV pool bytes whose memory is backed (all of it once populated at start-up).",
+                     [pool] {
+                       return static_cast<double>(pool->populated_blocks()) *
+                              static_cast<double>(pool->bytes_per_block());
+                     });
   r.AddCallbackGauge("kvfold_kv_used_bytes", "KV pool bytes held by sessions.",
                      [sched] { return static_cast<double>(sched->kv_used_bytes()); });
   r.AddCallbackGauge("kvfold_kv_reserved_bytes", "KV pool bytes reserved by admitted turns.",
@@ -297,6 +332,7 @@ void InferenceServer::RegisterReplicaMetrics() {
 void InferenceServer::Shutdown() {
   if (stopping_.exchange(true)) return;
   if (health_thread_.joinable()) health_thread_.join();
+  if (populate_thread_.joinable()) populate_thread_.join();
   if (server_ != nullptr) {
     // 1. NOT_SERVING first: readiness probes fail and the endpoint leaves the Services,
     // while calls that were already routed here keep being served for drain_delay_s.

@@ -68,6 +68,10 @@ class InferenceServer {
   std::string metrics_address() const { return metrics_http_ ? metrics_http_->address() : ""; }
   // True from the first moment of a drain (Shutdown): other fronts report not-ready too.
   bool draining() const { return stopping_.load(); }
+  // OK when the replica is ready for traffic (what health reports as SERVING): the store
+  // answers and, with config.kv_populate, the KV pool is backed; else Unavailable naming
+  // what it waits for.
+  absl::Status Readiness() const;
 
   // Re-reads the tokens file (SIGHUP); the tokens in force stay when it fails to parse.
   // OK without a tokens file.
@@ -82,6 +86,9 @@ class InferenceServer {
  private:
   InferenceServer() = default;
   void HealthLoop();
+  // Backs the KV pool (engine::BlockPool::PopulateAll) at idle priority; stops early on
+  // Shutdown.
+  void PopulateLoop();
   void RegisterReplicaMetrics();
 
   ServiceConfig config_;
@@ -106,7 +113,10 @@ class InferenceServer {
   std::string address_;
   std::atomic<bool> stopping_{false};
   std::atomic<bool> serving_{false};
+  std::atomic<bool> store_ok_{false};
+  std::atomic<bool> pool_populated_{false};
   std::thread health_thread_;
+  std::thread populate_thread_;
 };
 
 }  // namespace kvfold::service

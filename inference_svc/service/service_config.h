@@ -41,6 +41,11 @@ struct ServiceConfig {
   int threads = 0;
   // KV pool the admission policy measures against. Default: 1 GiB.
   uint64_t kv_pool_bytes = 1ull << 30;
+  // Back the whole KV pool's memory at start-up, on a thread of idle priority, and report
+  // NOT_SERVING until it is done (docs/service.md "KV pool populated at start-up"), so
+  // that the first sessions of a new replica do not stall on page faults of fresh memory.
+  // Calls are served meanwhile. Default: on.
+  bool kv_populate = true;
   // KV cache element type (--kv-dtype f32|f16|int8, engine::ParseKvDType). Default: f32.
   core::DType kv_dtype = core::DType::kF32;
   // Byte budget of the local session cache (derived KV of idle sessions). Default 512 MiB.

@@ -75,6 +75,8 @@ void AddFlags(CLI::App& app, Flags& f) {
   app.add_option("--threads", c.threads, "compute threads (0 = the CPUs this process may use)");
   app.add_option("--kv-pool-bytes", c.kv_pool_bytes,
                  "KV pool bytes (admission measures against it)");
+  kvfold::AddSwitch(app, "--kv-populate", c.kv_populate,
+                    "back the whole KV pool's memory at start-up (NOT_SERVING until done)");
   app.add_option("--kv-dtype", f.kv_dtype, "KV cache element type: f32|f16|int8 (KIVI int8 codes)");
   app.add_option("--session-cache-bytes", c.session_cache_bytes,
                  "local session cache budget (bytes)");

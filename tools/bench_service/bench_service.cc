@@ -3,7 +3,8 @@
 //   bench_service --model PATH [--projector DIR] [--sessions 1,4,16] [--new-tokens 128]
 //                 [--histories 1000,10000,50000] [--threads 0]
 //
-// In process, over real gRPC on 127.0.0.1: a MemoryServer and kvfold-inference servers.
+// In process, over real gRPC on 127.0.0.1: a MemoryServer and kvfold-inference servers,
+// each measured once it reports ready (its KV pool populated, ServiceConfig::kv_populate).
 // 1. decode: aggregate tok/s of N concurrent sessions, scheduler batching on vs off (the
 //    ratio is the gain of continuous batching's shared matmuls): whole turns, and the
 //    decode phase alone (all sessions decoding; prompts excluded, their time reported),
@@ -145,6 +146,7 @@ std::vector<int> ParseList(const std::string& text) {
 struct Replica {
   std::unique_ptr<kvfold::service::InferenceServer> server;
   std::unique_ptr<InferenceService::Stub> stub;
+  double ready_ms = 0;  // from Start's return to ready
 };
 
 Replica StartReplica(const Flags& flags, const std::string& store, bool batching, kvfold::v1::KvMode mode,
@@ -173,6 +175,18 @@ Replica StartReplica(const Flags& flags, const std::string& store, bool batching
   }
   Replica r;
   r.server = std::move(*server);
+  // Measured only once the replica reports ready (as a load balancer routes), i.e. its
+  // KV pool is populated (ServiceConfig::kv_populate).
+  const auto start = Clock::now();
+  while (!r.server->Readiness().ok()) {
+    if (Clock::now() - start > std::chrono::minutes(5)) {
+      std::fprintf(stderr, "bench_service: replica not ready after 5 min: %s\n",
+                   r.server->Readiness().ToString().c_str());
+      std::exit(1);
+    }
+    std::this_thread::sleep_for(std::chrono::milliseconds(20));
+  }
+  r.ready_ms = std::chrono::duration<double, std::milli>(Clock::now() - start).count();
   r.stub = InferenceService::NewStub(
       grpc::CreateChannel(r.server->address(), grpc::InsecureChannelCredentials()));
   return r;
@@ -251,6 +265,7 @@ nlohmann::json DecodeRow(const Flags& flags, const std::string& store_address, i
     row[on + "_decode_tok_per_cpu_s"] = phase.tok_per_cpu_s;
     row[on + "_decode_window_ms"] = phase.window_ms;
     row[on + "_first_token_ms_max"] = phase.prompts_ms;
+    row[on + "_replica_ready_ms"] = r.ready_ms;
   }
   std::string off, off_decode;  // the unbatched figures, when measured
   if (flags.batching_off) {

@@ -581,6 +581,32 @@ TEST_F(ServiceTest, HealthFollowsTheStore) {
       << generate.error_message();
 }
 
+// With kv_populate (the default) a replica reports SERVING only once its whole KV pool is
+// backed; without it the pool is backed as blocks are handed out, none before a turn.
+TEST_F(ServiceTest, ReadyOnceTheKvPoolIsPopulated) {
+  for (bool populate : {true, false}) {
+    SCOPED_TRACE(populate ? "kv_populate" : "no kv_populate");
+    StartReplica(64 << 20, "", "", [&](ServiceConfig& c) { c.kv_populate = populate; });
+    int status = 0;
+    for (int i = 0; i < 300 && status != kvfold::testing::kHealthServing; ++i) {
+      status = kvfold::testing::HealthCheck(server_->address());
+      if (status != kvfold::testing::kHealthServing) {
+        std::this_thread::sleep_for(std::chrono::milliseconds(100));
+      }
+    }
+    ASSERT_EQ(status, kvfold::testing::kHealthServing);
+    EXPECT_TRUE(server_->Readiness().ok()) << server_->Readiness();
+    const engine::BlockPool& pool = server_->engine().pool();
+    EXPECT_EQ(pool.populated_blocks(), populate ? pool.num_blocks() : 0);
+    std::vector<int32_t> tokens;
+    const std::string id = populate ? "populated" : "lazy";
+    ASSERT_TRUE(Create(id, v1::KV_MODE_FULL).ok());
+    ASSERT_TRUE(Generate(Turn(id, {1, 2, 3}, 4), &tokens).ok());
+    EXPECT_EQ(tokens.size(), 4u);
+    EXPECT_GT(pool.populated_blocks(), 0);
+  }
+}
+
 TEST_F(ServiceTest, TlsListener) {
   const std::string cert = *dir_ + "/cert.pem", key = *dir_ + "/key.pem";
   if (RunCommand("openssl req -x509 -newkey rsa:2048 -nodes -days 1 -subj /CN=localhost "
