@@ -4,8 +4,6 @@
 #include <grpcpp/health_check_service_interface.h>
 #include <grpcpp/security/server_credentials.h>
 #include <grpcpp/server_builder.h>
-#include <pthread.h>
-#include <sched.h>
 
 #include <chrono>
 #include <cstdio>
@@ -259,11 +257,10 @@ absl::StatusOr<std::unique_ptr<InferenceServer>> InferenceServer::Start(
 }
 
 void InferenceServer::PopulateLoop() {
-  // Idle priority: the pages are backed with CPU time nothing else wants, so a replica
-  // that serves while it populates (calls are accepted) does not slow its turns. A turn
-  // that needs a block past the backed mark backs it itself (BlockPool::AllocateBlock).
-  sched_param idle{};
-  (void)pthread_setschedparam(pthread_self(), SCHED_IDLE, &idle);
+  // Normal priority: the replica is NOT_SERVING meanwhile, so little else runs, and at a
+  // lower one (SCHED_IDLE) a busy host could starve the thread, so that Shutdown's join
+  // would wait for a chunk indefinitely. A turn that needs a block past the backed mark
+  // backs it itself (BlockPool::AllocateBlock); Shutdown stops the loop within a chunk.
   if (engine_->pool().PopulateAll(stopping_)) pool_populated_.store(true);
 }
 

@@ -86,8 +86,7 @@ class InferenceServer {
  private:
   InferenceServer() = default;
   void HealthLoop();
-  // Backs the KV pool (engine::BlockPool::PopulateAll) at idle priority; stops early on
-  // Shutdown.
+  // Backs the KV pool (engine::BlockPool::PopulateAll); stops early on Shutdown.
   void PopulateLoop();
   void RegisterReplicaMetrics();
 

@@ -41,7 +41,7 @@ struct ServiceConfig {
   int threads = 0;
   // KV pool the admission policy measures against. Default: 1 GiB.
   uint64_t kv_pool_bytes = 1ull << 30;
-  // Back the whole KV pool's memory at start-up, on a thread of idle priority, and report
+  // Back the whole KV pool's memory at start-up, on a background thread, and report
   // NOT_SERVING until it is done (docs/service.md "KV pool populated at start-up"), so
   // that the first sessions of a new replica do not stall on page faults of fresh memory.
   // Calls are served meanwhile. Default: on.
