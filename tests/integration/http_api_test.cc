@@ -10,6 +10,7 @@
 #include "gmock/gmock.h"
 #include "gtest/gtest.h"
 #include "inference_svc/tokenizer/chat_template.h"
+#include "tests/common/prometheus_text.h"
 #include "tests/integration/http_api_fixture.h"
 
 namespace kvfold::testing {
@@ -23,19 +24,28 @@ TEST_F(HttpApiTest, ModelsHealthAndMetrics) {
   ASSERT_EQ(models.status, 200) << models.body;
   EXPECT_EQ(Body(models)["data"][0]["id"], "stories260K");
   EXPECT_EQ(Body(models)["object"], "list");
-  // Ready once the replica's health loop has seen the store answer (about a second).
+  // Ready once the replica's health loop has seen the store answer (about a second) and
+  // its KV pool is populated; until then 503 says which.
   HttpReply health;
   for (int i = 0; i < 100; ++i) {
     health = HttpCall(port_[0], "GET", "/health");
     if (health.status == 200) break;
     EXPECT_EQ(health.status, 503) << health.body;
+    EXPECT_THAT(Body(health)["status"].get<std::string>(),
+                ::testing::AnyOf(HasSubstr("memory store unavailable"),
+                                 HasSubstr("KV pool being populated")));
     std::this_thread::sleep_for(std::chrono::milliseconds(100));
   }
   EXPECT_EQ(health.status, 200) << health.body;
+  EXPECT_EQ(Body(health)["status"], "ok");
   EXPECT_EQ(HttpCall(port_[0], "GET", "/health/live").status, 200);
   HttpReply metrics = HttpCall(port_[0], "GET", "/metrics");
   EXPECT_EQ(metrics.status, 200);
-  EXPECT_THAT(metrics.body, HasSubstr("kvfold_kv_pool_bytes"));
+  const PromPage page = ParsePrometheusText(metrics.body);
+  EXPECT_THAT(page.errors, ::testing::IsEmpty());
+  // Ready: the whole pool is populated.
+  EXPECT_GT(page.Value("kvfold_kv_pool_bytes"), 0);
+  EXPECT_EQ(page.Value("kvfold_kv_populated_bytes"), page.Value("kvfold_kv_pool_bytes"));
 }
 
 TEST_F(HttpApiTest, ChatCompletionEqualsTheGrpcPathAndStreamsTheSameText) {
