@@ -247,13 +247,6 @@ absl::StatusOr<int32_t> BlockPool::AllocateBlock() {
 }
 
 namespace {
-// Blocks per Populate call: about 2 MiB of the largest per-block tensor (a huge page
-// where the backend has them), one call per tensor instead of a fault per page.
-int PopulateChunk(size_t block_bytes) {
-  constexpr size_t kChunkBytes = size_t{2} << 20;
-  return static_cast<int>(std::max<size_t>(1, kChunkBytes / block_bytes));
-}
-
 // mark = max(mark, end).
 void RaiseMark(std::atomic<int>& mark, int end) {
   int seen = mark.load(std::memory_order_acquire);
@@ -282,22 +275,23 @@ void BlockPool::PopulateRange(int begin, int end) {
   }
 }
 
-size_t BlockPool::PopulateBlockBytes() const {
+int BlockPool::PopulateChunk() const {
+  constexpr size_t kChunkBytes = size_t{2} << 20;
   const size_t entry = options_.dtype == core::DType::kI8 ? 1 : core::DTypeSize(options_.dtype);
-  return static_cast<size_t>(block_size_) * kv_dim_ * entry;
+  const size_t block_bytes = static_cast<size_t>(block_size_) * kv_dim_ * entry;
+  return static_cast<int>(std::max<size_t>(1, kChunkBytes / block_bytes));
 }
 
 void BlockPool::PopulateThrough(int32_t block) {
   const int begin = populated_.load(std::memory_order_acquire);
   if (block < begin) return;
-  const int end =
-      std::min(num_blocks_, std::max(block + 1, begin + PopulateChunk(PopulateBlockBytes())));
+  const int end = std::min(num_blocks_, std::max(block + 1, begin + PopulateChunk()));
   PopulateRange(begin, end);
   RaiseMark(populated_, end);
 }
 
 bool BlockPool::PopulateAll(const std::atomic<bool>& stop) {
-  const int chunk = PopulateChunk(PopulateBlockBytes());
+  const int chunk = PopulateChunk();
   for (;;) {
     const int begin = populated_.load(std::memory_order_acquire);
     if (begin >= num_blocks_) return true;

@@ -135,7 +135,9 @@ class BlockPool {
   void PopulateThrough(int32_t block);
   // Backs blocks [begin, end) of every block-indexed tensor.
   void PopulateRange(int begin, int end);
-  size_t PopulateBlockBytes() const;  // one block of the largest per-block tensor
+  // Blocks per Populate call: about 2 MiB of the largest per-block tensor (a huge page
+  // where the backend has them), one call per tensor instead of a fault per page.
+  int PopulateChunk() const;
   absl::Status RestorePage(int32_t block, int32_t page, int count);
 
   kernels::Backend* backend_ = nullptr;

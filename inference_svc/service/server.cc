@@ -204,7 +204,7 @@ absl::StatusOr<std::unique_ptr<InferenceServer>> InferenceServer::Start(
     InferenceServer* raw = server.get();
     auto metrics = metrics::MetricsHttpServer::Start(
         c.metrics_listen, [raw] { return raw->registry_.Render(); },
-        [raw] { return raw->serving_.load() && !raw->stopping_.load(); });
+        [raw] { return raw->Readiness().ok(); });
     if (!metrics.ok()) return metrics.status();
     server->metrics_http_ = std::move(*metrics);
   }

@@ -526,9 +526,8 @@ class Int8Heads {
     }
     const int64_t slot = e.Slot(bs_);
     PrefetchBytes<kHeadsLocality>(a_.v_codes + slot * kv_dim_ + c0_, elems_);
-    const uint16_t* scales = a_.v_scales + slot * a_.v_groups;
-    const int64_t g0 = c0_ / a_.value_group, g1 = (c0_ + elems_ - 1) / a_.value_group;
-    PrefetchBytes<kHeadsLocality>(scales + g0, (g1 - g0 + 1) * int64_t{2});
+    PrefetchBytes<kHeadsLocality>(a_.v_scales + slot * a_.v_groups + g0_,
+                                  groups_ * int64_t{sizeof(uint16_t)});
   }
 
  private:
