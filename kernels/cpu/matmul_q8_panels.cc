@@ -93,6 +93,66 @@ KVFOLD_VNNI void PanelRows(const MatMulArgs& a, const uint8_t* panel, const Q8Ac
   }
 }
 
+// One row of x (row i) over the P panels that start at column j0, panel_bytes apart: the
+// same operations per output as PanelRows<1> (the block dot from the block offset, the
+// eight products in order, then one fma per block), so the same bits. A single row
+// computes little per line and waits on memory: one core kept one panel's stream at
+// ~17 GB/s where four panels read side by side (four streams, each asked for
+// kRowPrefetchBlocks ahead; past a panel's end that reaches into the next one) keep ~19,
+// as the F32 panels' decode tile reads four (docs/engine.md, "Four panel streams for a
+// single row"). Each broadcast of x feeds the P products of its code quad.
+constexpr int kRowPanels = 4;
+constexpr int64_t kRowPrefetchBlocks = 4;
+
+template <int P>
+KVFOLD_VNNI void RowPanels(const MatMulArgs& a, const uint8_t* panels, size_t panel_bytes,
+                           const Q8Activations& xq, int64_t i, int64_t j0) {
+  const int64_t blocks = (a.k + kQ8Block - 1) / kQ8Block;
+  const size_t scale_bytes = Q8PanelScaleBytes(a.k);
+  const int64_t xk = xq.padded_k, xb = xk / kQ8Block;
+  const int8_t* xc = xq.codes.data() + i * xk;
+  const int32_t* xo = xq.block_offset.data() + i * xb;
+  const float* xs = xq.scales.data() + i * xb;
+  __m512 acc[P];
+  for (int p = 0; p < P; ++p) acc[p] = _mm512_setzero_ps();
+  for (int64_t b = 0; b < blocks; ++b) {
+    __m512i d[P];
+    for (int p = 0; p < P; ++p) {
+      const char* ahead = reinterpret_cast<const char*>(panels + p * panel_bytes + scale_bytes +
+                                                        (b + kRowPrefetchBlocks) * kBlockBytes);
+      for (int l = 0; l < kBlockBytes / 64; ++l) _mm_prefetch(ahead + 64 * l, _MM_HINT_T2);
+      d[p] = _mm512_set1_epi32(xo[b]);
+    }
+    for (int q = 0; q < kGroups; ++q) {
+      int32_t x4;
+      std::memcpy(&x4, xc + b * kQ8Block + 4 * q, sizeof(x4));
+      const __m512i xv = _mm512_set1_epi32(x4);
+      for (int p = 0; p < P; ++p) {
+        const uint8_t* wq = panels + p * panel_bytes + scale_bytes + b * kBlockBytes + 64 * q;
+        d[p] = _mm512_dpbusd_epi32(d[p], _mm512_loadu_si512(wq), xv);
+      }
+    }
+    const __m512 x_scale = _mm512_set1_ps(xs[b]);
+    for (int p = 0; p < P; ++p) {
+      const uint16_t* w_scales = reinterpret_cast<const uint16_t*>(panels + p * panel_bytes);
+      const __m512 ws = _mm512_cvtph_ps(
+          _mm256_loadu_si256(reinterpret_cast<const __m256i*>(w_scales + b * kCols)));
+      acc[p] = _mm512_fmadd_ps(_mm512_cvtepi32_ps(d[p]), _mm512_mul_ps(ws, x_scale), acc[p]);
+    }
+  }
+  for (int p = 0; p < P; ++p) {
+    const int64_t j = j0 + p * kCols;
+    const __m512 bias = a.bias ? _mm512_loadu_ps(a.bias + j) : _mm512_setzero_ps();
+    _mm512_storeu_ps(a.out + i * a.m + j, a.bias ? _mm512_add_ps(acc[p], bias) : acc[p]);
+  }
+}
+
+using RowFn = void (*)(const MatMulArgs&, const uint8_t*, size_t, const Q8Activations&, int64_t,
+                       int64_t);
+// kRowKernels[p - 1]: one row over p panels.
+constexpr std::array<RowFn, kRowPanels> kRowKernels = {RowPanels<1>, RowPanels<2>, RowPanels<3>,
+                                                       RowPanels<4>};
+
 using PanelFn = void (*)(const MatMulArgs&, const uint8_t*, const Q8Activations&, int64_t, int64_t);
 
 template <int... R>
@@ -148,12 +208,18 @@ void MatMulQ8Vnni(ThreadPool& pool, const MatMulArgs& a, const Q8Activations& xq
   const size_t panel_bytes = Q8PanelBytes(kCols, a.k);
   // Threads take blocks of 64 output columns; every row group passes over a block while
   // its panels sit in L2, so each weight is read from memory once per call.
-  constexpr int64_t kColBlock = 4 * kCols;
+  constexpr int64_t kColBlock = kRowPanels * kCols;
   const int64_t num_col_blocks = (a.m + kColBlock - 1) / kColBlock;
   auto body = [&](int64_t c0, int64_t c1, int) {
     for (int64_t cb = c0; cb < c1; ++cb) {
       const int64_t j_end = std::min(a.m, (cb + 1) * kColBlock);
       for (int64_t i = 0; i < a.n; i += kMaxRows) {
+        if (a.n - i == 1) {  // a row alone: its block's panels side by side
+          const int64_t j0 = cb * kColBlock;
+          kRowKernels[(j_end - j0) / kCols - 1](a, panels + (j0 / kCols) * panel_bytes, panel_bytes,
+                                                xq, i, j0);
+          continue;
+        }
         const PanelFn kernel = kPanelRows[std::min<int64_t>(kMaxRows, a.n - i) - 1];
         for (int64_t j = cb * kColBlock; j < j_end; j += kCols) {
           kernel(a, panels + (j / kCols) * panel_bytes, xq, i, j);

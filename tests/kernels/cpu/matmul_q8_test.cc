@@ -375,7 +375,9 @@ INSTANTIATE_TEST_SUITE_P(Shapes, MatMulQ8Test,
                                            std::make_tuple(1, 32, 768), std::make_tuple(19, 48, 96),
                                            std::make_tuple(35, 64, 75),
                                            std::make_tuple(3, 16, 2048),
-                                           std::make_tuple(18, 32, 2144)));
+                                           std::make_tuple(18, 32, 2144),
+                                           // a row alone over a block of four panels and one
+                                           std::make_tuple(17, 80, 96)));
 
 }  // namespace
 }  // namespace kvfold::kernels
