@@ -93,18 +93,18 @@ KVFOLD_VNNI void PanelRows(const MatMulArgs& a, const uint8_t* panel, const Q8Ac
   }
 }
 
-// One row of x (row i) over the P panels that start at column j0, panel_bytes apart: the
-// same operations per output as PanelRows<1> (the block dot from the block offset, the
-// eight products in order, then one fma per block), so the same bits. A single row
-// computes little per line and waits on memory: one core kept one panel's stream at
-// ~17 GB/s where four panels read side by side (four streams, each asked for
-// kRowPrefetchBlocks ahead; past a panel's end that reaches into the next one) keep ~19,
-// as the F32 panels' decode tile reads four (docs/engine.md, "Four panel streams for a
-// single row"). Each broadcast of x feeds the P products of its code quad.
+// R rows of x (rows i ..) over the P panels that start at column j0, panel_bytes apart:
+// the same operations per output as PanelRows (the block dot from the block offset, the
+// eight products in order, then one fma per block), so the same bits. A few rows compute
+// little per line and wait on memory: one core kept one panel's stream at ~17 GB/s where
+// four panels read side by side (four streams, each asked for kRowPrefetchBlocks ahead;
+// past a panel's end that reaches into the next one) keep ~19, as the F32 panels' decode
+// tile reads four (docs/engine.md, "Four panel streams for a few rows"). Each code vector
+// feeds the R rows' products, each broadcast of x the P panels'.
 constexpr int kRowPanels = 4;
 constexpr int64_t kRowPrefetchBlocks = 4;
 
-template <int P>
+template <int R, int P>
 KVFOLD_VNNI void RowPanels(const MatMulArgs& a, const uint8_t* panels, size_t panel_bytes,
                            const Q8Activations& xq, int64_t i, int64_t j0) {
   const int64_t blocks = (a.k + kQ8Block - 1) / kQ8Block;
@@ -113,45 +113,62 @@ KVFOLD_VNNI void RowPanels(const MatMulArgs& a, const uint8_t* panels, size_t pa
   const int8_t* xc = xq.codes.data() + i * xk;
   const int32_t* xo = xq.block_offset.data() + i * xb;
   const float* xs = xq.scales.data() + i * xb;
-  __m512 acc[P];
-  for (int p = 0; p < P; ++p) acc[p] = _mm512_setzero_ps();
+  __m512 acc[R][P];
+  for (int r = 0; r < R; ++r)
+    for (int p = 0; p < P; ++p) acc[r][p] = _mm512_setzero_ps();
   for (int64_t b = 0; b < blocks; ++b) {
-    __m512i d[P];
+    __m512i d[R][P];
     for (int p = 0; p < P; ++p) {
       const char* ahead = reinterpret_cast<const char*>(panels + p * panel_bytes + scale_bytes +
                                                         (b + kRowPrefetchBlocks) * kBlockBytes);
       for (int l = 0; l < kBlockBytes / 64; ++l) _mm_prefetch(ahead + 64 * l, _MM_HINT_T2);
-      d[p] = _mm512_set1_epi32(xo[b]);
+      for (int r = 0; r < R; ++r) d[r][p] = _mm512_set1_epi32(xo[r * xb + b]);
     }
     for (int q = 0; q < kGroups; ++q) {
-      int32_t x4;
-      std::memcpy(&x4, xc + b * kQ8Block + 4 * q, sizeof(x4));
-      const __m512i xv = _mm512_set1_epi32(x4);
+      __m512i w[P];
       for (int p = 0; p < P; ++p) {
-        const uint8_t* wq = panels + p * panel_bytes + scale_bytes + b * kBlockBytes + 64 * q;
-        d[p] = _mm512_dpbusd_epi32(d[p], _mm512_loadu_si512(wq), xv);
+        w[p] =
+            _mm512_loadu_si512(panels + p * panel_bytes + scale_bytes + b * kBlockBytes + 64 * q);
+      }
+      for (int r = 0; r < R; ++r) {
+        int32_t x4;
+        std::memcpy(&x4, xc + r * xk + b * kQ8Block + 4 * q, sizeof(x4));
+        const __m512i xv = _mm512_set1_epi32(x4);
+        for (int p = 0; p < P; ++p) d[r][p] = _mm512_dpbusd_epi32(d[r][p], w[p], xv);
       }
     }
-    const __m512 x_scale = _mm512_set1_ps(xs[b]);
     for (int p = 0; p < P; ++p) {
       const uint16_t* w_scales = reinterpret_cast<const uint16_t*>(panels + p * panel_bytes);
       const __m512 ws = _mm512_cvtph_ps(
           _mm256_loadu_si256(reinterpret_cast<const __m256i*>(w_scales + b * kCols)));
-      acc[p] = _mm512_fmadd_ps(_mm512_cvtepi32_ps(d[p]), _mm512_mul_ps(ws, x_scale), acc[p]);
+      for (int r = 0; r < R; ++r) {
+        acc[r][p] = _mm512_fmadd_ps(_mm512_cvtepi32_ps(d[r][p]),
+                                    _mm512_mul_ps(ws, _mm512_set1_ps(xs[r * xb + b])), acc[r][p]);
+      }
     }
   }
   for (int p = 0; p < P; ++p) {
     const int64_t j = j0 + p * kCols;
     const __m512 bias = a.bias ? _mm512_loadu_ps(a.bias + j) : _mm512_setzero_ps();
-    _mm512_storeu_ps(a.out + i * a.m + j, a.bias ? _mm512_add_ps(acc[p], bias) : acc[p]);
+    for (int r = 0; r < R; ++r) {
+      _mm512_storeu_ps(a.out + (i + r) * a.m + j,
+                       a.bias ? _mm512_add_ps(acc[r][p], bias) : acc[r][p]);
+    }
   }
 }
 
 using RowFn = void (*)(const MatMulArgs&, const uint8_t*, size_t, const Q8Activations&, int64_t,
                        int64_t);
-// kRowKernels[p - 1]: one row over p panels.
-constexpr std::array<RowFn, kRowPanels> kRowKernels = {RowPanels<1>, RowPanels<2>, RowPanels<3>,
-                                                       RowPanels<4>};
+// Row groups of up to this many rows take RowPanels; larger ones PanelRows, whose 16 rows
+// are bound by arithmetic, not by the number of streams.
+constexpr int kStreamRows = 4;
+template <int R>
+constexpr std::array<RowFn, kRowPanels> RowKernelsOf() {
+  return {RowPanels<R, 1>, RowPanels<R, 2>, RowPanels<R, 3>, RowPanels<R, 4>};
+}
+// kRowKernels[r - 1][p - 1]: r rows over p panels.
+constexpr std::array<std::array<RowFn, kRowPanels>, kStreamRows> kRowKernels = {
+    RowKernelsOf<1>(), RowKernelsOf<2>(), RowKernelsOf<3>(), RowKernelsOf<4>()};
 
 using PanelFn = void (*)(const MatMulArgs&, const uint8_t*, const Q8Activations&, int64_t, int64_t);
 
@@ -214,10 +231,10 @@ void MatMulQ8Vnni(ThreadPool& pool, const MatMulArgs& a, const Q8Activations& xq
     for (int64_t cb = c0; cb < c1; ++cb) {
       const int64_t j_end = std::min(a.m, (cb + 1) * kColBlock);
       for (int64_t i = 0; i < a.n; i += kMaxRows) {
-        if (a.n - i == 1) {  // a row alone: its block's panels side by side
+        if (a.n - i <= kStreamRows) {  // a few rows: the block's panels side by side
           const int64_t j0 = cb * kColBlock;
-          kRowKernels[(j_end - j0) / kCols - 1](a, panels + (j0 / kCols) * panel_bytes, panel_bytes,
-                                                xq, i, j0);
+          kRowKernels[a.n - i - 1][(j_end - j0) / kCols - 1](a, panels + (j0 / kCols) * panel_bytes,
+                                                             panel_bytes, xq, i, j0);
           continue;
         }
         const PanelFn kernel = kPanelRows[std::min<int64_t>(kMaxRows, a.n - i) - 1];

@@ -376,8 +376,9 @@ INSTANTIATE_TEST_SUITE_P(Shapes, MatMulQ8Test,
                                            std::make_tuple(35, 64, 75),
                                            std::make_tuple(3, 16, 2048),
                                            std::make_tuple(18, 32, 2144),
-                                           // a row alone over a block of four panels and one
-                                           std::make_tuple(17, 80, 96)));
+                                           // one and four rows over blocks of four panels and one
+                                           std::make_tuple(17, 80, 96), std::make_tuple(4, 80, 96),
+                                           std::make_tuple(20, 80, 64)));
 
 }  // namespace
 }  // namespace kvfold::kernels
