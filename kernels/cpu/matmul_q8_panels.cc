@@ -97,8 +97,8 @@ KVFOLD_VNNI void PanelRows(const MatMulArgs& a, const uint8_t* panel, const Q8Ac
 // the same operations per output as PanelRows (the block dot from the block offset, the
 // eight products in order, then one fma per block), so the same bits. A few rows compute
 // little per line and wait on memory: one core kept one panel's stream at ~17 GB/s where
-// four panels read side by side (four streams, each asked for kRowPrefetchBlocks ahead;
-// past a panel's end that reaches into the next one) keep ~19, as the F32 panels' decode
+// four panels read side by side (four streams, each asked for kRowPrefetchBlocks ahead)
+// keep ~19, as the F32 panels' decode
 // tile reads four (docs/engine.md, "Four panel streams for a few rows"). Each code vector
 // feeds the R rows' products, each broadcast of x the P panels'.
 constexpr int kRowPanels = 4;
@@ -118,10 +118,17 @@ KVFOLD_VNNI void RowPanels(const MatMulArgs& a, const uint8_t* panels, size_t pa
     for (int p = 0; p < P; ++p) acc[r][p] = _mm512_setzero_ps();
   for (int64_t b = 0; b < blocks; ++b) {
     __m512i d[R][P];
+    // Each panel's codes and scales kRowPrefetchBlocks ahead; past their end, those of the
+    // same panel in the next column block (kRowPanels panels on), which the thread's
+    // next call (its claimed range is consecutive blocks) starts with.
+    const bool wrap = b + kRowPrefetchBlocks >= blocks;
+    const int64_t ahead_b = wrap ? b + kRowPrefetchBlocks - blocks : b + kRowPrefetchBlocks;
     for (int p = 0; p < P; ++p) {
-      const char* ahead = reinterpret_cast<const char*>(panels + p * panel_bytes + scale_bytes +
-                                                        (b + kRowPrefetchBlocks) * kBlockBytes);
+      const uint8_t* panel = panels + (wrap ? p + kRowPanels : p) * panel_bytes;
+      const char* ahead =
+          reinterpret_cast<const char*>(panel + scale_bytes + ahead_b * kBlockBytes);
       for (int l = 0; l < kBlockBytes / 64; ++l) _mm_prefetch(ahead + 64 * l, _MM_HINT_T2);
+      _mm_prefetch(reinterpret_cast<const char*>(panel) + ahead_b * kCols * 2, _MM_HINT_T2);
       for (int r = 0; r < R; ++r) d[r][p] = _mm512_set1_epi32(xo[r * xb + b]);
     }
     for (int q = 0; q < kGroups; ++q) {
