@@ -98,9 +98,9 @@ KVFOLD_VNNI void PanelRows(const MatMulArgs& a, const uint8_t* panel, const Q8Ac
 // eight products in order, then one fma per block), so the same bits. A few rows compute
 // little per line and wait on memory: one core kept one panel's stream at ~17 GB/s where
 // four panels read side by side (four streams, each asked for kRowPrefetchBlocks ahead)
-// keep ~19, as the F32 panels' decode
-// tile reads four (docs/engine.md, "Four panel streams for a few rows"). Each code vector
-// feeds the R rows' products, each broadcast of x the P panels'.
+// keep ~19, as the F32 panels' decode tile reads four (docs/engine.md, "Four panel
+// streams for a few rows"). Each code vector feeds the R rows' products, each broadcast
+// of x the P panels'.
 constexpr int kRowPanels = 4;
 constexpr int64_t kRowPrefetchBlocks = 4;
 
@@ -128,7 +128,8 @@ KVFOLD_VNNI void RowPanels(const MatMulArgs& a, const uint8_t* panels, size_t pa
       const char* ahead =
           reinterpret_cast<const char*>(panel + scale_bytes + ahead_b * kBlockBytes);
       for (int l = 0; l < kBlockBytes / 64; ++l) _mm_prefetch(ahead + 64 * l, _MM_HINT_T2);
-      _mm_prefetch(reinterpret_cast<const char*>(panel) + ahead_b * kCols * 2, _MM_HINT_T2);
+      _mm_prefetch(reinterpret_cast<const char*>(panel) + ahead_b * kCols * sizeof(uint16_t),
+                   _MM_HINT_T2);
       for (int r = 0; r < R; ++r) d[r][p] = _mm512_set1_epi32(xo[r * xb + b]);
     }
     for (int q = 0; q < kGroups; ++q) {
