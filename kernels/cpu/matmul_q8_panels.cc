@@ -182,10 +182,11 @@ using PanelFn = void (*)(const MatMulArgs&, const uint8_t*, const Q8Activations&
 
 template <int... R>
 constexpr std::array<PanelFn, sizeof...(R)> PanelKernels(std::integer_sequence<int, R...>) {
-  return {PanelRows<R + 1>...};
+  return {PanelRows<kStreamRows + 1 + R>...};
 }
-// kPanelRows[r - 1]: the kernel for r rows.
-constexpr auto kPanelRows = PanelKernels(std::make_integer_sequence<int, kMaxRows>{});
+// kPanelRows[r - kStreamRows - 1]: the kernel for r rows (groups of up to kStreamRows
+// rows take RowPanels).
+constexpr auto kPanelRows = PanelKernels(std::make_integer_sequence<int, kMaxRows - kStreamRows>{});
 
 }  // namespace
 
@@ -245,7 +246,7 @@ void MatMulQ8Vnni(ThreadPool& pool, const MatMulArgs& a, const Q8Activations& xq
                                                              panel_bytes, xq, i, j0);
           continue;
         }
-        const PanelFn kernel = kPanelRows[std::min<int64_t>(kMaxRows, a.n - i) - 1];
+        const PanelFn kernel = kPanelRows[std::min<int64_t>(kMaxRows, a.n - i) - kStreamRows - 1];
         for (int64_t j = cb * kColBlock; j < j_end; j += kCols) {
           kernel(a, panels + (j / kCols) * panel_bytes, xq, i, j);
         }
