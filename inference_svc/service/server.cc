@@ -249,8 +249,6 @@ absl::StatusOr<std::unique_ptr<InferenceServer>> InferenceServer::Start(
   }
   if (c.kv_populate) {
     server->populate_thread_ = std::thread([raw = server.get()] { raw->PopulateLoop(); });
-  } else {
-    server->pool_populated_.store(true);
   }
   server->health_thread_ = std::thread([raw = server.get()] { raw->HealthLoop(); });
   return server;
@@ -261,14 +259,14 @@ void InferenceServer::PopulateLoop() {
   // lower one (SCHED_IDLE) a busy host could starve the thread, so that Shutdown's join
   // would wait for a chunk indefinitely. A turn that needs a block past the backed mark
   // backs it itself (BlockPool::AllocateBlock); Shutdown stops the loop within a chunk.
-  if (engine_->pool().PopulateAll(stopping_)) pool_populated_.store(true);
+  engine_->pool().PopulateAll(stopping_);
 }
 
 absl::Status InferenceServer::Readiness() const {
   if (stopping_.load()) return absl::UnavailableError("draining");
   if (!store_ok_.load()) return absl::UnavailableError("memory store unavailable");
-  if (!pool_populated_.load()) {
-    const engine::BlockPool& pool = engine_->pool();
+  const engine::BlockPool& pool = engine_->pool();
+  if (config_.kv_populate && pool.populated_blocks() < pool.num_blocks()) {
     return absl::UnavailableError(absl::StrCat("KV pool being populated (", pool.populated_blocks(),
                                                " of ", pool.num_blocks(), " blocks)"));
   }
@@ -282,7 +280,7 @@ void InferenceServer::HealthLoop() {
   int tick = 0;
   while (!stopping_.load()) {
     if (tick++ % 10 == 0) store_ok_.store(store_->CheckHealth().ok());
-    const bool ok = store_ok_.load() && pool_populated_.load();
+    const bool ok = Readiness().ok();
     if (ok != serving_.load()) {
       serving_.store(ok);
       server_->GetHealthCheckService()->SetServingStatus(ok);

@@ -113,7 +113,6 @@ class InferenceServer {
   std::atomic<bool> stopping_{false};
   std::atomic<bool> serving_{false};
   std::atomic<bool> store_ok_{false};
-  std::atomic<bool> pool_populated_{false};
   std::thread health_thread_;
   std::thread populate_thread_;
 };
