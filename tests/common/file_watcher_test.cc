@@ -26,13 +26,17 @@ class FileWatcherTest : public testing::TempFilesTest {
   }
 };
 
-constexpr absl::Duration kPeriod = absl::Milliseconds(10);
+// Long enough that an in-place writer's truncate and write (microseconds apart, more on a
+// loaded host) are not both read twice, short against WaitForCalls' 10 s.
+constexpr absl::Duration kPeriod = absl::Milliseconds(50);
+// Four periods: a change would have been acted on by then.
+constexpr auto kQuiet = std::chrono::milliseconds(200);
 
 TEST_F(FileWatcherTest, SameSizeRewritesInPlaceAreSeen) {
   const std::string path = Write("tokens", "tok-a alice\n");
   std::atomic<int> calls{0};
   FileWatcher watcher(path, kPeriod, [&] { ++calls; });
-  std::this_thread::sleep_for(std::chrono::milliseconds(50));
+  std::this_thread::sleep_for(kQuiet);
   EXPECT_EQ(calls.load(), 0) << "no change, no call";
   // Same size, same inode, likely the same timestamp as the first write. (The watcher may
   // catch the file truncated and empty: such bytes are never acted on unless they stay.)
@@ -40,7 +44,7 @@ TEST_F(FileWatcherTest, SameSizeRewritesInPlaceAreSeen) {
   ASSERT_TRUE(WaitForCalls(calls, 1));
   Write("tokens", "tok-c carol\n");
   ASSERT_TRUE(WaitForCalls(calls, 2));
-  std::this_thread::sleep_for(std::chrono::milliseconds(50));
+  std::this_thread::sleep_for(kQuiet);
   EXPECT_EQ(calls.load(), 2);
 }
 
@@ -48,8 +52,9 @@ TEST_F(FileWatcherTest, SameSizeRewritesInPlaceAreSeen) {
 TEST_F(FileWatcherTest, HalfWrittenBytesAreNotActedOn) {
   const std::string path = Write("tokens", "tok-a alice\n");
   std::atomic<int> calls{0};
-  FileWatcher watcher(path, absl::Milliseconds(400), [&] { ++calls; });
-  // Each state lasts a quarter of a period: no two reads see the same one.
+  FileWatcher watcher(path, absl::Seconds(2), [&] { ++calls; });
+  // Each state lasts a twentieth of a period: no two reads see the same one, unless this
+  // thread stalls for most of a period (at a 0.4 s period, a stall of 0.3 s sufficed).
   for (int i = 0; i < 12; ++i) {
     Write("tokens", "tok-" + std::to_string(i) + " x\n");
     std::this_thread::sleep_for(std::chrono::milliseconds(100));
@@ -90,7 +95,7 @@ TEST_F(FileWatcherTest, NoCallAfterDestruction) {
   std::atomic<int> calls{0};
   { FileWatcher watcher(path, kPeriod, [&] { ++calls; }); }
   Write("tokens", "c d\n");
-  std::this_thread::sleep_for(std::chrono::milliseconds(50));
+  std::this_thread::sleep_for(kQuiet);
   EXPECT_EQ(calls.load(), 0);
 }
 
