@@ -52,12 +52,14 @@ TEST_F(FileWatcherTest, SameSizeRewritesInPlaceAreSeen) {
 TEST_F(FileWatcherTest, HalfWrittenBytesAreNotActedOn) {
   const std::string path = Write("tokens", "tok-a alice\n");
   std::atomic<int> calls{0};
-  FileWatcher watcher(path, absl::Seconds(2), [&] { ++calls; });
-  // Each state lasts a twentieth of a period: no two reads see the same one, unless this
-  // thread stalls for most of a period (at a 0.4 s period, a stall of 0.3 s sufficed).
-  for (int i = 0; i < 12; ++i) {
+  FileWatcher watcher(path, absl::Seconds(1), [&] { ++calls; });
+  // Three periods of states that last a fortieth of a period each: the watcher reads two
+  // or three of them, never the same one twice unless this thread stalls for most of a
+  // period (at a 0.4 s period with 0.1 s states, a stall of 0.3 s sufficed). A watcher
+  // that acted on bytes seen once would call here.
+  for (int i = 0; i < 120; ++i) {
     Write("tokens", "tok-" + std::to_string(i) + " x\n");
-    std::this_thread::sleep_for(std::chrono::milliseconds(100));
+    std::this_thread::sleep_for(std::chrono::milliseconds(25));
   }
   EXPECT_EQ(calls.load(), 0);
   ASSERT_TRUE(WaitForCalls(calls, 1));  // the last bytes stay: acted on within 2 periods
