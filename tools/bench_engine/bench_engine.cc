@@ -8,6 +8,7 @@
 //                [--kv-dtypes f32,f16,int8] [--modes full,sliding,sink] [--no-gemm]
 //                [--batch-sizes 1,16] [--batch-rounds 3] [--batch-prompt-tokens 8]
 //                [--prefill-pieces N]
+//   bench_engine --isa-probe
 //
 // --stories takes any model LoadModel reads (llama2.c file or HF directory, e.g. a
 // `kvfold convert --dtype q8` output).
@@ -25,6 +26,8 @@
 // Forward per step, beside one (batch_decode.h), over the first --kv-dtypes cache type.
 // --prefill-pieces adds "prefill_pieces": the time of every piece of an N-token full-mode prompt
 // fed as the scheduler feeds it, per band of context (prefill_pieces.h).
+// --isa-probe prints only what one core sustains on the kernels' instructions beside the
+// 16-row Q8 MatMul (isa_probe.h), and exits.
 #include <immintrin.h>
 
 #include <algorithm>
@@ -49,6 +52,7 @@
 #include "kernels/cpu/isa.h"
 #include "nlohmann/json.hpp"
 #include "tools/bench_engine/batch_decode.h"
+#include "tools/bench_engine/isa_probe.h"
 #include "tools/bench_engine/prefill_pieces.h"
 #ifdef KVFOLD_HAVE_OPENBLAS
 #include <cblas.h>
@@ -400,7 +404,17 @@ int Main(int argc, char** argv) {
       ->check(CLI::NonNegativeNumber);
   app.add_option("--pieces-band", pieces_band, "context entries per row of the piece table")
       ->check(CLI::PositiveNumber);
+  bool isa_probe = false;
+  kvfold::AddSwitch(app, "--isa-probe", isa_probe,
+                    "print one core's instruction throughput beside the 16-row Q8 MatMul, "
+                    "and exit");
   if (std::optional<int> rc = kvfold::ParseCommandLine(app, argc, argv)) return *rc;
+  if (isa_probe) {
+    json probe = bench::IsaProbe();
+    probe["cpu_isa"] = kernels::cpu::IsaName(kernels::cpu::ActiveIsa());
+    std::printf("%s\n", probe.dump(2).c_str());
+    return 0;
+  }
   std::vector<core::DType> dtypes;
   for (const std::string& p : kv_dtypes) {
     auto d = engine::ParseKvDType(p);

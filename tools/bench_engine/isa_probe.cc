@@ -1,0 +1,172 @@
+#include "tools/bench_engine/isa_probe.h"
+
+#include <immintrin.h>
+
+#include <algorithm>
+#include <chrono>
+#include <cstdint>
+#include <random>
+#include <vector>
+
+#include "core/dtype.h"
+#include "kernels/cpu/cpu_ops.h"
+#include "kernels/cpu/isa.h"
+#include "kernels/cpu/thread_pool.h"
+#include "kernels/quant/weight_q8.h"
+
+namespace kvfold::bench {
+namespace {
+
+using json = nlohmann::json;
+using Clock = std::chrono::steady_clock;
+
+// Loop iterations per timed run: ~0.1-0.3 s on a 3 GHz core for the loops below.
+constexpr int64_t kIterations = 20'000'000;
+
+// Instructions per nanosecond of `body` (which runs kIterations iterations of
+// `per_iteration` instructions), best of three runs.
+template <class Body>
+double BestRate(int64_t per_iteration, Body body) {
+  double best = 0;
+  for (int run = 0; run < 3; ++run) {
+    const auto start = Clock::now();
+    body();
+    const double ns = std::chrono::duration<double, std::nano>(Clock::now() - start).count();
+    best = std::max(best, static_cast<double>(per_iteration * kIterations) / ns);
+  }
+  return best;
+}
+
+double IntAddChain() {
+  return BestRate(8, [] {
+    uint64_t x = 1;
+    for (int64_t i = 0; i < kIterations; ++i) {
+      asm volatile(
+          "add $1, %0\n\tadd $1, %0\n\tadd $1, %0\n\tadd $1, %0\n\t"
+          "add $1, %0\n\tadd $1, %0\n\tadd $1, %0\n\tadd $1, %0"
+          : "+r"(x));
+    }
+  });
+}
+
+#define KVFOLD_PROBE_AVX512 __attribute__((target("avx512f")))
+#define KVFOLD_PROBE_VNNI __attribute__((target("avx512f,avx512vnni")))
+
+KVFOLD_PROBE_AVX512 void FmaZmmLoop() {
+  __m512 a0 = _mm512_set1_ps(1.0f), a1 = a0, a2 = a0, a3 = a0, a4 = a0, a5 = a0, a6 = a0, a7 = a0,
+         a8 = a0, a9 = a0, a10 = a0, a11 = a0;
+  const __m512 b = _mm512_set1_ps(0.5f), c = _mm512_set1_ps(0.25f);
+  for (int64_t i = 0; i < kIterations; ++i) {
+    asm volatile(
+        "vfmadd231ps %[b], %[c], %[a0]\n\tvfmadd231ps %[b], %[c], %[a1]\n\t"
+        "vfmadd231ps %[b], %[c], %[a2]\n\tvfmadd231ps %[b], %[c], %[a3]\n\t"
+        "vfmadd231ps %[b], %[c], %[a4]\n\tvfmadd231ps %[b], %[c], %[a5]\n\t"
+        "vfmadd231ps %[b], %[c], %[a6]\n\tvfmadd231ps %[b], %[c], %[a7]\n\t"
+        "vfmadd231ps %[b], %[c], %[a8]\n\tvfmadd231ps %[b], %[c], %[a9]\n\t"
+        "vfmadd231ps %[b], %[c], %[a10]\n\tvfmadd231ps %[b], %[c], %[a11]"
+        : [a0] "+v"(a0), [a1] "+v"(a1), [a2] "+v"(a2), [a3] "+v"(a3), [a4] "+v"(a4), [a5] "+v"(a5),
+          [a6] "+v"(a6), [a7] "+v"(a7), [a8] "+v"(a8), [a9] "+v"(a9), [a10] "+v"(a10),
+          [a11] "+v"(a11)
+        : [b] "v"(b), [c] "v"(c));
+  }
+}
+
+KVFOLD_PROBE_VNNI void VpdpbusdZmmLoop() {
+  __m512i a0 = _mm512_set1_epi32(0), a1 = a0, a2 = a0, a3 = a0, a4 = a0, a5 = a0, a6 = a0, a7 = a0;
+  const __m512i w = _mm512_set1_epi32(0x01010101), x = w;
+  for (int64_t i = 0; i < kIterations; ++i) {
+    asm volatile(
+        "vpdpbusd %[w], %[x], %[a0]\n\tvpdpbusd %[w], %[x], %[a1]\n\t"
+        "vpdpbusd %[w], %[x], %[a2]\n\tvpdpbusd %[w], %[x], %[a3]\n\t"
+        "vpdpbusd %[w], %[x], %[a4]\n\tvpdpbusd %[w], %[x], %[a5]\n\t"
+        "vpdpbusd %[w], %[x], %[a6]\n\tvpdpbusd %[w], %[x], %[a7]"
+        : [a0] "+v"(a0), [a1] "+v"(a1), [a2] "+v"(a2), [a3] "+v"(a3), [a4] "+v"(a4), [a5] "+v"(a5),
+          [a6] "+v"(a6), [a7] "+v"(a7)
+        : [w] "v"(w), [x] "v"(x));
+  }
+}
+
+// One row's block: eight dependent vpdpbusd into d, then acc += float(d) * (ws * xs).
+#define KVFOLD_PROBE_BLOCK(d, acc)                                                          \
+  "vpdpbusd %[w], %[x], " d "\n\tvpdpbusd %[w], %[x], " d "\n\tvpdpbusd %[w], %[x], " d     \
+  "\n\tvpdpbusd %[w], %[x], " d "\n\tvpdpbusd %[w], %[x], " d "\n\tvpdpbusd %[w], %[x], " d \
+  "\n\tvpdpbusd %[w], %[x], " d "\n\tvpdpbusd %[w], %[x], " d "\n\tvcvtdq2ps " d            \
+  ", %%zmm24\n\tvmulps %[ws], %[xs], %%zmm25\n\tvfmadd231ps %%zmm24, %%zmm25, " acc "\n\t"
+
+KVFOLD_PROBE_VNNI void VpdpbusdQ8BlockLoop() {
+  const __m512i w = _mm512_set1_epi32(0x01010101), x = w;
+  const __m512 ws = _mm512_set1_ps(0.5f), xs = _mm512_set1_ps(0.25f);
+  for (int64_t i = 0; i < kIterations; ++i) {
+    asm volatile(
+        KVFOLD_PROBE_BLOCK("%%zmm0", "%%zmm8") KVFOLD_PROBE_BLOCK("%%zmm1", "%%zmm9")
+            KVFOLD_PROBE_BLOCK("%%zmm2", "%%zmm10") KVFOLD_PROBE_BLOCK("%%zmm3", "%%zmm11")
+                KVFOLD_PROBE_BLOCK("%%zmm4", "%%zmm12") KVFOLD_PROBE_BLOCK("%%zmm5", "%%zmm13")
+                    KVFOLD_PROBE_BLOCK("%%zmm6", "%%zmm14") KVFOLD_PROBE_BLOCK("%%zmm7", "%%zmm15")
+        :
+        : [w] "v"(w), [x] "v"(x), [ws] "v"(ws), [xs] "v"(xs)
+        : "xmm0", "xmm1", "xmm2", "xmm3", "xmm4", "xmm5", "xmm6", "xmm7", "xmm8", "xmm9", "xmm10",
+          "xmm11", "xmm12", "xmm13", "xmm14", "xmm15", "xmm24", "xmm25");
+  }
+}
+#undef KVFOLD_PROBE_BLOCK
+
+// The engine's Q8 MatMul for 16 rows on one thread, its 768 x 768 panels in L2.
+json Q8Panel16Rows(double q8_block_rate) {
+  namespace cpu = kernels::cpu;
+  constexpr int64_t kRows = 16, kDim = 768;
+  std::mt19937 rng(7);
+  std::normal_distribution<float> normal;
+  std::vector<float> row(kDim), x(kRows * kDim), out(kRows * kDim);
+  std::vector<uint8_t> w(kDim * core::Q8RowBytes(kDim));
+  for (int64_t j = 0; j < kDim; ++j) {
+    for (float& v : row) v = normal(rng);
+    quant::QuantizeRowQ8(row.data(), kDim, w.data() + j * core::Q8RowBytes(kDim));
+  }
+  for (float& v : x) v = normal(rng);
+  cpu::ThreadPool pool(1);
+  cpu::MatMulArgs a{x.data(), w.data(), core::DType::kQ8, nullptr, out.data(), kRows, kDim, kDim};
+  const cpu::PanelKind kind = cpu::MatMulPanels(a);
+  std::vector<uint8_t> panels;
+  if (kind != cpu::PanelKind::kNone) {
+    panels.resize(cpu::PanelBytes(kind, kDim, kDim));
+    cpu::PackPanels(&pool, kind, w.data(), kDim, kDim, panels.data());
+    a.w_panels = panels.data();
+  }
+  cpu::MatMulScratch scratch;
+  constexpr int kCalls = 2000;
+  double best_s = 1e30;
+  for (int run = 0; run < 4; ++run) {  // the first warms the caches and the scratch
+    const auto start = Clock::now();
+    for (int c = 0; c < kCalls; ++c) cpu::MatMulOptimized(pool, a, scratch);
+    if (run > 0)
+      best_s = std::min(best_s, std::chrono::duration<double>(Clock::now() - start).count());
+  }
+  const double gmac_s = static_cast<double>(kRows * kDim * kDim) * kCalls / best_s / 1e9;
+  json r;
+  r["path"] = cpu::AmxActive()                                                   ? "amx"
+              : kind == cpu::PanelKind::kVnni                                    ? "vnni_panels"
+              : cpu::ActiveIsa() == cpu::Isa::kAvx512 && cpu::CpuHasAvx512Vnni() ? "vnni_lanes"
+                                                                                 : "other";
+  r["gmac_s"] = gmac_s;
+  r["vpdpbusd_g_s"] = gmac_s / 64;
+  r["over_q8_block_mix"] = q8_block_rate > 0 ? json(gmac_s / 64 / q8_block_rate) : json(nullptr);
+  return r;
+}
+
+}  // namespace
+
+json IsaProbe() {
+  namespace cpu = kernels::cpu;
+  json r;
+  r["int_add_chain_g_s"] = IntAddChain();
+  const bool avx512 = cpu::CpuBestIsa() == cpu::Isa::kAvx512;
+  const bool vnni = avx512 && cpu::CpuHasAvx512Vnni();
+  r["fma_zmm_g_s"] = avx512 ? json(BestRate(12, FmaZmmLoop)) : json(nullptr);
+  r["vpdpbusd_zmm_g_s"] = vnni ? json(BestRate(8, VpdpbusdZmmLoop)) : json(nullptr);
+  const double q8_block = vnni ? BestRate(64, VpdpbusdQ8BlockLoop) : 0;
+  r["vpdpbusd_q8_block_g_s"] = vnni ? json(q8_block) : json(nullptr);
+  r["q8_panel_16_rows"] = Q8Panel16Rows(q8_block);
+  return r;
+}
+
+}  // namespace kvfold::bench
