@@ -161,6 +161,8 @@ json IsaProbe() {
   r["int_add_chain_g_s"] = IntAddChain();
   const bool avx512 = cpu::CpuBestIsa() == cpu::Isa::kAvx512;
   const bool vnni = avx512 && cpu::CpuHasAvx512Vnni();
+  r["cpu_best_isa"] = cpu::IsaName(cpu::CpuBestIsa());
+  r["avx512_vnni"] = vnni;
   r["fma_zmm_g_s"] = avx512 ? json(BestRate(12, FmaZmmLoop)) : json(nullptr);
   r["vpdpbusd_zmm_g_s"] = vnni ? json(BestRate(8, VpdpbusdZmmLoop)) : json(nullptr);
   const double q8_block = vnni ? BestRate(64, VpdpbusdQ8BlockLoop) : 0;

@@ -1,7 +1,7 @@
 // What one core of this CPU sustains on the instructions the Q8 and F32 kernels are made
-// of, beside what the engine's 16-row Q8 MatMul reaches (docs/engine.md, "What bounds the
-// 16-row q8 step"). Register-only loops of independent chains, one thread, best of three
-// runs; G/s = instructions per nanosecond:
+// of, beside what the engine's 16-row Q8 MatMul reaches (docs/engine.md, "A Zen 4 host:
+// the 16-row q8 step against the core's instruction mix"). Register-only loops of independent
+// chains, one thread, best of three runs; G/s = instructions per nanosecond:
 //   int_add_chain      dependent 64-bit adds (one per cycle: the core's clock, roughly)
 //   fma_zmm            vfmadd231ps on 512-bit registers, 12 chains
 //   vpdpbusd_zmm       vpdpbusd on 512-bit registers, 8 chains
@@ -10,7 +10,9 @@
 //                      (matmul_q8_panels.cc), eight rows interleaved
 // and q8_panel_16_rows: MatMulOptimized of 16 rows by a Q8 768 x 768 matrix whose panels
 // sit in L2 (the stories110m shape's square products), as GMAC/s and vpdpbusd G/s (64
-// multiply-adds each). Entries the CPU lacks the instructions for are null.
+// multiply-adds each). Entries the CPU lacks the instructions for are null; the loops run
+// on what the CPU has (cpu_best_isa, avx512_vnni), whatever KVFOLD_CPU_ISA caps the
+// kernels to.
 #ifndef KVFOLD_TOOLS_BENCH_ENGINE_ISA_PROBE_H_
 #define KVFOLD_TOOLS_BENCH_ENGINE_ISA_PROBE_H_
 
@@ -18,8 +20,9 @@
 
 namespace kvfold::bench {
 
-// {"int_add_chain_g_s", "fma_zmm_g_s", "vpdpbusd_zmm_g_s", "vpdpbusd_q8_block_g_s",
-//  "q8_panel_16_rows": {"gmac_s", "vpdpbusd_g_s", "over_q8_block_mix"}}.
+// {"cpu_best_isa", "avx512_vnni", "int_add_chain_g_s", "fma_zmm_g_s", "vpdpbusd_zmm_g_s",
+//  "vpdpbusd_q8_block_g_s", "q8_panel_16_rows": {"path", "gmac_s", "vpdpbusd_g_s",
+//  "over_q8_block_mix"}}.
 nlohmann::json IsaProbe();
 
 }  // namespace kvfold::bench
