@@ -29,6 +29,15 @@ std::string Tensor::DebugString() const {
   return absl::StrCat(DTypeName(dtype), "[", absl::StrJoin(dims, ","), "]");
 }
 
+absl::Status Backend::MatMuls(Stream& stream, Tensor x, const MatMulProduct* products,
+                              int num_products) {
+  for (int i = 0; i < num_products; ++i) {
+    const MatMulProduct& p = products[i];
+    if (absl::Status s = MatMul(stream, x, p.w, p.bias, p.out); !s.ok()) return s;
+  }
+  return absl::OkStatus();
+}
+
 Tensor MakeTensor(void* data, DType dtype, std::initializer_list<int64_t> shape) {
   KVFOLD_CHECK(shape.size() <= 4u);
   Tensor t;

@@ -160,6 +160,18 @@ class Backend {
   // out [n, m] F32. Batch-invariant: row i of out is bit-identical for every n.
   virtual absl::Status MatMul(Stream& stream, Tensor x, Tensor w, Tensor bias,
                               Tensor out) = 0;
+  // One x through several weights (a layer's q, k and v, or its gate and up projections):
+  // products[i].out = x @ products[i].w^T (+ products[i].bias), each with MatMul's
+  // contract and bits. A backend may share the work that depends on x alone (the CPU
+  // backend quantizes x once for Q8 weights and runs the products in one pass of its
+  // threads); by default, MatMul per product in order, stopping at the first error.
+  struct MatMulProduct {
+    Tensor w;
+    Tensor bias;  // or empty
+    Tensor out;
+  };
+  virtual absl::Status MatMuls(Stream& stream, Tensor x, const MatMulProduct* products,
+                               int num_products);
   // Lays out now whatever a backend derives from the adopted weight w for its MatMul (the
   // CPU backend's Q8 panels), which MatMul would otherwise do on w's first call: a model
   // load then pays for it instead of its first request. Optional (MatMul works without

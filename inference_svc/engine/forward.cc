@@ -240,9 +240,9 @@ absl::Status Engine::AttentionIn(int layer, const Batch& b) {
   kernels::Backend& be = *backend_;
   kernels::Stream& st = *stream_;
   KVFOLD_RETURN_IF_ERROR(be.RmsNorm(st, b.x, w.attn_norm, config_.rms_norm_eps, b.h));
-  KVFOLD_RETURN_IF_ERROR(be.MatMul(st, b.h, w.wq, w.bq, b.q));
-  KVFOLD_RETURN_IF_ERROR(be.MatMul(st, b.h, w.wk, w.bk, b.k));
-  KVFOLD_RETURN_IF_ERROR(be.MatMul(st, b.h, w.wv, w.bv, b.v));
+  const kernels::Backend::MatMulProduct qkv[] = {
+      {w.wq, w.bq, b.q}, {w.wk, w.bk, b.k}, {w.wv, w.bv, b.v}};
+  KVFOLD_RETURN_IF_ERROR(be.MatMuls(st, b.h, qkv, 3));
   KVFOLD_RETURN_IF_ERROR(be.Rope(st, b.q, b.positions, b.rope, b.q));  // keys: in Attend
   return WriteKv(layer, b);
 }
@@ -257,8 +257,9 @@ absl::Status Engine::LayerOut(int layer, const Batch& b) {
   KVFOLD_RETURN_IF_ERROR(be.Add(st, b.x, b.o, b.x));
   // Feed-forward: x += w_down(silu(w_gate h) * w_up h)
   KVFOLD_RETURN_IF_ERROR(be.RmsNorm(st, b.x, w.ffn_norm, eps, b.h));
-  KVFOLD_RETURN_IF_ERROR(be.MatMul(st, b.h, w.w_gate, kernels::Tensor(), b.gate));
-  KVFOLD_RETURN_IF_ERROR(be.MatMul(st, b.h, w.w_up, kernels::Tensor(), b.up));
+  const kernels::Backend::MatMulProduct gate_up[] = {{w.w_gate, kernels::Tensor(), b.gate},
+                                                     {w.w_up, kernels::Tensor(), b.up}};
+  KVFOLD_RETURN_IF_ERROR(be.MatMuls(st, b.h, gate_up, 2));
   KVFOLD_RETURN_IF_ERROR(be.SiluMul(st, b.gate, b.up, b.gate));
   KVFOLD_RETURN_IF_ERROR(be.MatMul(st, b.gate, w.w_down, kernels::Tensor(), b.o));
   return be.Add(st, b.x, b.o, b.x);

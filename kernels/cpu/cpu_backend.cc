@@ -2,6 +2,7 @@
 // thread plus a fixed thread pool. Validation of shapes/dtypes happens here, kernels in
 // matmul.cc, attention.cc and elementwise.cc.
 #include <algorithm>
+#include <array>
 #include <cstdlib>
 #include <cstring>
 #include <memory>
@@ -9,6 +10,7 @@
 
 #include "absl/strings/str_cat.h"
 #include "common/cpus.h"
+#include "core/status_macros.h"
 #include "kernels/backend.h"
 #include "kernels/cpu/adopted_weights.h"
 #include "kernels/cpu/cpu_ops.h"
@@ -209,24 +211,29 @@ class CpuBackend : public Backend {
   }
 
   absl::Status MatMul(Stream&, Tensor x, Tensor w, Tensor bias, Tensor out) override {
-    int64_t m, k;
-    WeightShape(w, &m, &k);
-    const int64_t n = k > 0 ? x.numel() / k : 0;
-    if (x.dtype != DType::kF32 || out.dtype != DType::kF32 || !IsWeight(w) || k == 0 ||
-        x.numel() != n * k || out.numel() != n * m ||
-        (!bias.empty() && (bias.dtype != DType::kF32 || bias.numel() != m))) {
-      return Check(false, "MatMul", x.DebugString() + " @ " + w.DebugString() + "^T -> " +
-                                        out.DebugString());
-    }
-    cpu::MatMulArgs a{static_cast<const float*>(x.data), w.data, w.dtype,
-                      static_cast<const float*>(bias.data), static_cast<float*>(out.data),
-                      n, m, k};
+    cpu::MatMulArgs a;
+    KVFOLD_RETURN_IF_ERROR(MatMulArgsOf(x, w, bias, out, &a));
     if (reference_) {
       cpu::MatMulReference(a, matmul_scratch_);
     } else {
       a.w_panels = KeptPanels(a);
       cpu::MatMulOptimized(pool_, a, matmul_scratch_);
     }
+    return absl::OkStatus();
+  }
+
+  absl::Status MatMuls(Stream& stream, Tensor x, const MatMulProduct* products,
+                       int num_products) override {
+    if (reference_ || num_products > cpu::kMaxQ8Products) {
+      return Backend::MatMuls(stream, x, products, num_products);
+    }
+    std::array<cpu::MatMulArgs, cpu::kMaxQ8Products> a;
+    for (int p = 0; p < num_products; ++p) {
+      const MatMulProduct& product = products[p];
+      KVFOLD_RETURN_IF_ERROR(MatMulArgsOf(x, product.w, product.bias, product.out, &a[p]));
+      a[p].w_panels = KeptPanels(a[p]);
+    }
+    cpu::MatMulOptimizedProducts(pool_, a.data(), num_products, matmul_scratch_);
     return absl::OkStatus();
   }
 
@@ -455,6 +462,23 @@ class CpuBackend : public Backend {
   }
 
  private:
+  // MatMul's arguments for out = x @ w^T (+ bias), or InvalidArgument naming the shapes.
+  absl::Status MatMulArgsOf(Tensor x, Tensor w, Tensor bias, Tensor out, cpu::MatMulArgs* a) {
+    int64_t m, k;
+    WeightShape(w, &m, &k);
+    const int64_t n = k > 0 ? x.numel() / k : 0;
+    if (x.dtype != DType::kF32 || out.dtype != DType::kF32 || !IsWeight(w) || k == 0 ||
+        x.numel() != n * k || out.numel() != n * m ||
+        (!bias.empty() && (bias.dtype != DType::kF32 || bias.numel() != m))) {
+      return Check(false, "MatMul",
+                   x.DebugString() + " @ " + w.DebugString() + "^T -> " + out.DebugString());
+    }
+    *a = cpu::MatMulArgs{
+        static_cast<const float*>(x.data), w.data, w.dtype, static_cast<const float*>(bias.data),
+        static_cast<float*>(out.data),     n,      m,       k};
+    return absl::OkStatus();
+  }
+
   // fn(begin, end) over [0, count) elements: on the pool in pieces of whole 16-element
   // vectors when the op is large (a batched step's SiLU runs over 16 x 2048 values), else
   // on the calling thread. Elementwise ops give each element the same operations wherever

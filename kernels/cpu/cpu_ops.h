@@ -106,6 +106,13 @@ void MatMulReference(const MatMulArgs& a, MatMulScratch& scratch);
 // The fastest path the CPU has (isa.h): AVX-512 (+ VNNI for Q8), AVX2 + FMA + F16C, or a
 // portable blocked kernel with the same per-element accumulation order as the AVX2 one.
 void MatMulOptimized(ThreadPool& pool, const MatMulArgs& a, MatMulScratch& scratch);
+// MatMulOptimized of `count` products of one x (a[p].x, n and k the same for every p), each
+// with its bits. Q8 products on the VNNI panels path with kept panels (a[p].w_panels), at
+// most kMaxQ8Products of them, share one quantization of x and one pass of the pool over
+// all their column blocks; any other call runs the products one by one.
+inline constexpr int kMaxQ8Products = 4;
+void MatMulOptimizedProducts(ThreadPool& pool, const MatMulArgs* a, int count,
+                             MatMulScratch& scratch);
 bool CpuHasAvx2Fma();
 
 struct AttentionArgs {

@@ -340,4 +340,20 @@ void MatMulOptimized(ThreadPool& pool, const MatMulArgs& a, MatMulScratch& scrat
   ForEachTile(pool, a, tile_cols, tile);
 }
 
+void MatMulOptimizedProducts(ThreadPool& pool, const MatMulArgs* a, int count,
+                             MatMulScratch& scratch) {
+  bool shared = count > 1 && count <= kMaxQ8Products;
+  for (int p = 0; shared && p < count; ++p) {
+    shared = a[p].w_dtype == DType::kQ8 && a[p].w_panels != nullptr &&
+             MatMulPanels(a[p]) == PanelKind::kVnni && a[p].x == a[0].x && a[p].n == a[0].n &&
+             a[p].k == a[0].k;
+  }
+  if (!shared) {
+    for (int p = 0; p < count; ++p) MatMulOptimized(pool, a[p], scratch);
+    return;
+  }
+  QuantizeActivationsQ8(&pool, a[0].x, a[0].n, a[0].k, Q8Offsets::kBlocks, scratch.q8);
+  MatMulQ8VnniProducts(pool, a, count, scratch.q8);
+}
+
 }  // namespace kvfold::kernels::cpu

@@ -228,36 +228,63 @@ void PackQ8Panels(ThreadPool* pool, PanelKind kind, const void* w, int64_t m, in
   }
 }
 
-void MatMulQ8Vnni(ThreadPool& pool, const MatMulArgs& a, const Q8Activations& xq,
-                  PanelScratch& scratch) {
-  const uint8_t* panels = CallPanels(pool, a, PanelKind::kVnni, scratch);
+namespace {
+
+// Threads take blocks of 64 output columns; every row group passes over a block while its
+// panels sit in L2, so each weight is read from memory once per call.
+constexpr int64_t kColBlock = kRowPanels * kCols;
+
+int64_t ColumnBlocks(const MatMulArgs& a) { return (a.m + kColBlock - 1) / kColBlock; }
+
+// Column block cb of a (a.w_panels: its VNNI panels), every row group.
+void RunColumnBlock(const MatMulArgs& a, const Q8Activations& xq, int64_t cb) {
+  const uint8_t* panels = a.w_panels;
   const size_t panel_bytes = Q8PanelBytes(kCols, a.k);
-  // Threads take blocks of 64 output columns; every row group passes over a block while
-  // its panels sit in L2, so each weight is read from memory once per call.
-  constexpr int64_t kColBlock = kRowPanels * kCols;
-  const int64_t num_col_blocks = (a.m + kColBlock - 1) / kColBlock;
+  const int64_t j_end = std::min(a.m, (cb + 1) * kColBlock);
+  for (int64_t i = 0; i < a.n; i += kMaxRows) {
+    if (a.n - i <= kStreamRows) {  // a few rows: the block's panels side by side
+      const int64_t j0 = cb * kColBlock;
+      kRowKernels[a.n - i - 1][(j_end - j0) / kCols - 1](a, panels + (j0 / kCols) * panel_bytes,
+                                                         panel_bytes, xq, i, j0);
+      continue;
+    }
+    const PanelFn kernel = kPanelRows[std::min<int64_t>(kMaxRows, a.n - i) - kStreamRows - 1];
+    for (int64_t j = cb * kColBlock; j < j_end; j += kCols) {
+      kernel(a, panels + (j / kCols) * panel_bytes, xq, i, j);
+    }
+  }
+}
+
+}  // namespace
+
+void MatMulQ8VnniProducts(ThreadPool& pool, const MatMulArgs* a, int count,
+                          const Q8Activations& xq) {
+  // first[p]: the first column block of product p in the call's numbering.
+  std::array<int64_t, kMaxQ8Products + 1> first{};
+  int64_t work = 0;
+  for (int p = 0; p < count; ++p) {
+    first[p + 1] = first[p] + ColumnBlocks(a[p]);
+    work += a[p].n * a[p].m * a[p].k;
+  }
   auto body = [&](int64_t c0, int64_t c1, int) {
+    int p = 0;
     for (int64_t cb = c0; cb < c1; ++cb) {
-      const int64_t j_end = std::min(a.m, (cb + 1) * kColBlock);
-      for (int64_t i = 0; i < a.n; i += kMaxRows) {
-        if (a.n - i <= kStreamRows) {  // a few rows: the block's panels side by side
-          const int64_t j0 = cb * kColBlock;
-          kRowKernels[a.n - i - 1][(j_end - j0) / kCols - 1](a, panels + (j0 / kCols) * panel_bytes,
-                                                             panel_bytes, xq, i, j0);
-          continue;
-        }
-        const PanelFn kernel = kPanelRows[std::min<int64_t>(kMaxRows, a.n - i) - kStreamRows - 1];
-        for (int64_t j = cb * kColBlock; j < j_end; j += kCols) {
-          kernel(a, panels + (j / kCols) * panel_bytes, xq, i, j);
-        }
-      }
+      while (cb >= first[p + 1]) ++p;
+      RunColumnBlock(a[p], xq, cb - first[p]);
     }
   };
-  if (a.n * a.m * a.k < (1 << 16)) {
-    body(0, num_col_blocks, 0);
+  if (work < (1 << 16)) {
+    body(0, first[count], 0);
   } else {
-    pool.ParallelFor(num_col_blocks, 1, body);
+    pool.ParallelFor(first[count], 1, body);
   }
+}
+
+void MatMulQ8Vnni(ThreadPool& pool, const MatMulArgs& a, const Q8Activations& xq,
+                  PanelScratch& scratch) {
+  MatMulArgs with_panels = a;
+  with_panels.w_panels = CallPanels(pool, a, PanelKind::kVnni, scratch);
+  MatMulQ8VnniProducts(pool, &with_panels, 1, xq);
 }
 
 }  // namespace kvfold::kernels::cpu

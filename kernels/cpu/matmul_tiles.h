@@ -47,6 +47,11 @@ void MatMulF32Panels(ThreadPool& pool, const MatMulArgs& a, PanelScratch& scratc
 // Q8Offsets::kBlocks.
 void MatMulQ8Vnni(ThreadPool& pool, const MatMulArgs& a, const Q8Activations& xq,
                   PanelScratch& scratch);
+// MatMulQ8Vnni of 1 <= count <= kMaxQ8Products products of one x (same x, n and k; each
+// a[p].w_panels its kept VNNI panels) in one pass of the pool over all their column
+// blocks: each output as MatMulQ8Vnni computes it, so the same bits.
+void MatMulQ8VnniProducts(ThreadPool& pool, const MatMulArgs* a, int count,
+                          const Q8Activations& xq);
 
 // Q8 tiles of the portable (avx2 = false) and AVX2 paths: 1 <= rows <= 4, 1 <= cols <= 4.
 // Per output: 8 lanes, one block at a time, the same lane formula; the 8-lane tree of

@@ -380,5 +380,94 @@ INSTANTIATE_TEST_SUITE_P(Shapes, MatMulQ8Test,
                                            std::make_tuple(17, 80, 96), std::make_tuple(4, 80, 96),
                                            std::make_tuple(20, 80, 64)));
 
+// Backend::MatMuls: products of one x give each product's MatMul bits, on the shared
+// Q8 pass (adopted weights with kept VNNI panels, m % 16 == 0), on products it runs one by
+// one (m % 16 != 0, F32 weights, more than kMaxQ8Products) and on the reference backend.
+TEST(MatMulProductsTest, EachProductHasItsMatMulBits) {
+  Rig r;
+  for (const int k : {96, 200}) {
+    const std::vector<int> ms = {48, 16, 80, 24, 32};  // 24: no panels
+    const size_t row_bytes = Q8RowBytes(k);
+    size_t total = 0;
+    std::vector<size_t> at;
+    for (int m : ms) {
+      at.push_back(total);
+      total += m * row_bytes;
+    }
+    std::vector<uint8_t> host(total);
+    std::vector<float> f32;  // the same weights as F32, one matrix after another
+    for (size_t p = 0; p < ms.size(); ++p) {
+      auto w = Random(static_cast<size_t>(ms[p]) * k, 40 + p, 0.2f);
+      for (int j = 0; j < ms[p]; ++j) {
+        quant::QuantizeRowQ8(w.data() + static_cast<size_t>(j) * k, k,
+                             host.data() + at[p] + j * row_bytes);
+      }
+      f32.insert(f32.end(), w.begin(), w.end());
+    }
+    auto adopted = r.opt->AdoptWeights(host.data(), host.size(), nullptr);
+    ASSERT_TRUE(adopted.ok()) << adopted.status();
+    uint8_t* base = static_cast<uint8_t*>((*adopted)->data());
+    auto bias = Random(80, 50);
+    for (const int n : {1, 3, 5, 16, 17}) {
+      auto x = Random(static_cast<size_t>(n) * k, 60 + n);
+      for (const DType dt : {DType::kQ8, DType::kF32}) {
+        // Products 0..count-1 of ms, biased every other one.
+        for (const int count : {2, 3, 4, 5}) {
+          SCOPED_TRACE(::testing::Message() << "k " << k << " n " << n << " dtype " << DTypeName(dt)
+                                            << " products " << count);
+          std::vector<std::vector<float>> got(count), want(count);
+          std::vector<Backend::MatMulProduct> products;
+          size_t f32_at = 0;
+          for (int p = 0; p < count; ++p) {
+            const int m = ms[p];
+            void* w = dt == DType::kQ8 ? static_cast<void*>(base + at[p])
+                                       : static_cast<void*>(f32.data() + f32_at);
+            f32_at += static_cast<size_t>(m) * k;
+            got[p].assign(static_cast<size_t>(n) * m, -1.0f);
+            want[p].assign(got[p].size(), -2.0f);
+            const Tensor b = p % 2 == 0 ? T(bias.data(), DType::kF32, {m}) : Tensor();
+            products.push_back({T(w, dt, {m, k}), b, T(got[p].data(), DType::kF32, {n, m})});
+            ASSERT_TRUE(r.opt
+                            ->MatMul(*r.s2, T(x.data(), DType::kF32, {n, k}), T(w, dt, {m, k}), b,
+                                     T(want[p].data(), DType::kF32, {n, m}))
+                            .ok());
+          }
+          ASSERT_TRUE(
+              r.opt->MatMuls(*r.s2, T(x.data(), DType::kF32, {n, k}), products.data(), count).ok());
+          for (int p = 0; p < count; ++p) {
+            ASSERT_EQ(0, std::memcmp(got[p].data(), want[p].data(), got[p].size() * 4))
+                << "product " << p;
+          }
+          // The reference backend: MatMul per product.
+          for (int p = 0; p < count; ++p) {
+            std::fill(got[p].begin(), got[p].end(), -1.0f);
+            ASSERT_TRUE(r.ref
+                            ->MatMul(*r.s1, T(x.data(), DType::kF32, {n, k}), products[p].w,
+                                     products[p].bias, T(want[p].data(), DType::kF32, {n, ms[p]}))
+                            .ok());
+          }
+          ASSERT_TRUE(
+              r.ref->MatMuls(*r.s1, T(x.data(), DType::kF32, {n, k}), products.data(), count).ok());
+          for (int p = 0; p < count; ++p) {
+            ASSERT_EQ(0, std::memcmp(got[p].data(), want[p].data(), got[p].size() * 4))
+                << "reference, product " << p;
+          }
+        }
+      }
+    }
+    // A product with the wrong output shape: InvalidArgument, from the shared path and from
+    // the reference backend.
+    std::vector<float> x(static_cast<size_t>(2) * k), o1(2 * 48), o2(2 * 16);
+    const Backend::MatMulProduct bad[] = {
+        {T(base + at[0], DType::kQ8, {48, k}), Tensor(), T(o1.data(), DType::kF32, {2, 48})},
+        {T(base + at[1], DType::kQ8, {16, k}), Tensor(), T(o2.data(), DType::kF32, {2, 15})}};
+    EXPECT_EQ(r.opt->MatMuls(*r.s2, T(x.data(), DType::kF32, {2, k}), bad, 2).code(),
+              absl::StatusCode::kInvalidArgument);
+    EXPECT_EQ(r.ref->MatMuls(*r.s1, T(x.data(), DType::kF32, {2, k}), bad, 2).code(),
+              absl::StatusCode::kInvalidArgument);
+    EXPECT_TRUE(r.opt->MatMuls(*r.s2, T(x.data(), DType::kF32, {2, k}), bad, 0).ok());
+  }
+}
+
 }  // namespace
 }  // namespace kvfold::kernels
