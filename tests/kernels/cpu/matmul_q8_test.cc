@@ -427,30 +427,25 @@ TEST(MatMulProductsTest, EachProductHasItsMatMulBits) {
             want[p].assign(got[p].size(), -2.0f);
             const Tensor b = p % 2 == 0 ? T(bias.data(), DType::kF32, {m}) : Tensor();
             products.push_back({T(w, dt, {m, k}), b, T(got[p].data(), DType::kF32, {n, m})});
-            ASSERT_TRUE(r.opt
-                            ->MatMul(*r.s2, T(x.data(), DType::kF32, {n, k}), T(w, dt, {m, k}), b,
-                                     T(want[p].data(), DType::kF32, {n, m}))
-                            .ok());
           }
-          ASSERT_TRUE(
-              r.opt->MatMuls(*r.s2, T(x.data(), DType::kF32, {n, k}), products.data(), count).ok());
-          for (int p = 0; p < count; ++p) {
-            ASSERT_EQ(0, std::memcmp(got[p].data(), want[p].data(), got[p].size() * 4))
-                << "product " << p;
-          }
-          // The reference backend: MatMul per product.
-          for (int p = 0; p < count; ++p) {
-            std::fill(got[p].begin(), got[p].end(), -1.0f);
-            ASSERT_TRUE(r.ref
-                            ->MatMul(*r.s1, T(x.data(), DType::kF32, {n, k}), products[p].w,
-                                     products[p].bias, T(want[p].data(), DType::kF32, {n, ms[p]}))
-                            .ok());
-          }
-          ASSERT_TRUE(
-              r.ref->MatMuls(*r.s1, T(x.data(), DType::kF32, {n, k}), products.data(), count).ok());
-          for (int p = 0; p < count; ++p) {
-            ASSERT_EQ(0, std::memcmp(got[p].data(), want[p].data(), got[p].size() * 4))
-                << "reference, product " << p;
+          // The optimized backend (the shared pass where it applies), then the reference
+          // one (MatMul per product).
+          for (const bool reference : {false, true}) {
+            SCOPED_TRACE(reference ? "reference" : "optimized");
+            Backend& be = reference ? *r.ref : *r.opt;
+            Stream& st = reference ? *r.s1 : *r.s2;
+            const Tensor xt = T(x.data(), DType::kF32, {n, k});
+            for (int p = 0; p < count; ++p) {
+              std::fill(got[p].begin(), got[p].end(), -1.0f);
+              ASSERT_TRUE(be.MatMul(st, xt, products[p].w, products[p].bias,
+                                    T(want[p].data(), DType::kF32, {n, ms[p]}))
+                              .ok());
+            }
+            ASSERT_TRUE(be.MatMuls(st, xt, products.data(), count).ok());
+            for (int p = 0; p < count; ++p) {
+              ASSERT_EQ(0, std::memcmp(got[p].data(), want[p].data(), got[p].size() * 4))
+                  << "product " << p;
+            }
           }
         }
       }
