@@ -1,6 +1,7 @@
 // The Q8 matmul (cpu_ops.h): the reference against the definition, every ISA path against
 // the reference, batch invariance, the panel paths (AMX, VNNI panels) against their exact
-// block-dot definition, adopted weights' panels, and the activation quantizer.
+// block-dot definition, adopted weights' panels, the activation quantizer, and products of
+// one x in one call (Backend::MatMuls) against each product's MatMul.
 #include <algorithm>
 #include <cmath>
 #include <cstring>
