@@ -99,6 +99,20 @@ struct AttentionShape {
   float scale = 0.0f;    // usually 1/sqrt(head_dim)
 };
 
+// F32 and fp16 KV caches are [num_blocks, num_kv_heads, block_size, head_dim]: a block
+// holds its entries head by head, each KV head's entries contiguous (docs/engine.md, "KV
+// block layout"). The element index of channel d of KV head kvh of the entry at physical
+// slot `slot` (block * block_size + offset). INT8 codes keep [num_blocks, block_size,
+// kv_dim] (KvCacheI8).
+inline int64_t FloatKvIndex(int64_t slot, int64_t kvh, int64_t d, int64_t num_kv_heads,
+                            int64_t block_size, int64_t head_dim) {
+  const int64_t block = slot / block_size, offset = slot % block_size;
+  return ((block * num_kv_heads + kvh) * block_size + offset) * head_dim + d;
+}
+inline int64_t FloatKvIndex(int64_t slot, int64_t kvh, int64_t d, const AttentionShape& s) {
+  return FloatKvIndex(slot, kvh, d, s.num_kv_heads, s.block_size, s.head_dim);
+}
+
 // One layer of an INT8 KV cache (KIVI, kernels/quant/kv_quant.h; docs/engine.md "INT8
 // KV"). A block's entries live in an F32 residual PAGE while the block is open; when it is
 // complete (or sealed) StoreKvInt8 quantizes it into codes + scales: keys per channel over
@@ -185,12 +199,13 @@ class Backend {
 
   // Writes k, v [n, num_kv_heads * head_dim] into the paged caches at physical slots
   // slots[i] (I32, slot = block * block_size + offset). k_cache, v_cache [num_blocks,
-  // block_size, num_kv_heads * head_dim] F32 (or F16 where SupportsF16Kv). Keys are
-  // stored UN-ROTATED.
+  // num_kv_heads, block_size, head_dim] F32 (or F16 where SupportsF16Kv; FloatKvIndex).
+  // Keys are stored UN-ROTATED.
   virtual absl::Status StoreKv(Stream& stream, Tensor k, Tensor v, Tensor slots,
                                Tensor k_cache, Tensor v_cache) = 0;
 
-  // Paged GQA attention. q [n, num_heads * head_dim] already rotated by its position;
+  // Paged GQA attention over StoreKv's caches, whose dims 1-3 are shape's num_kv_heads,
+  // block_size and head_dim. q [n, num_heads * head_dim] already rotated by its position;
   // rows [n, kAttnRowFields] I32 holding n AttnRow records (attn_rows.h); block_tables
   // [*] I32; each visible key is rotated by its position from rope_table inside the op.
   // out [n, num_heads * head_dim].

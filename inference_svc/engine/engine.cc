@@ -158,8 +158,9 @@ absl::StatusOr<std::unique_ptr<Engine>> Engine::Create(const model::ModelFile& m
        .value_group = static_cast<uint64_t>(pool_options.value_group)});
   if (!block_bytes.ok()) return block_bytes.status();
   const int num_blocks = static_cast<int>(std::max<size_t>(1, pool_bytes / *block_bytes));
-  absl::StatusOr<std::unique_ptr<BlockPool>> pool = BlockPool::Create(
-      backend, c.num_layers, c.kv_dim(), options.block_size, num_blocks, pool_options);
+  absl::StatusOr<std::unique_ptr<BlockPool>> pool =
+      BlockPool::Create(backend, c.num_layers, c.num_kv_heads, c.head_dim, options.block_size,
+                        num_blocks, pool_options);
   if (!pool.ok()) return pool.status();
   e->pool_ = std::move(*pool);
 

@@ -1,6 +1,7 @@
 #include "inference_svc/engine/kv_cache.h"
 
 #include <algorithm>
+#include <limits>
 #include <string>
 
 #include "absl/strings/str_cat.h"
@@ -64,14 +65,18 @@ absl::Status CheckKvDType(const kernels::Backend& backend, core::DType dtype) {
 }
 
 absl::StatusOr<std::unique_ptr<BlockPool>> BlockPool::Create(kernels::Backend* backend,
-                                                             int num_layers, int kv_dim,
-                                                             int block_size, int num_blocks,
+                                                             int num_layers, int num_kv_heads,
+                                                             int head_dim, int block_size,
+                                                             int num_blocks,
                                                              const BlockPoolOptions& options) {
-  if (num_layers <= 0 || kv_dim <= 0 || block_size <= 0 || num_blocks <= 0) {
-    return absl::InvalidArgumentError(absl::StrCat("BlockPool: bad geometry (layers ", num_layers,
-                                                   ", kv_dim ", kv_dim, ", block_size ",
-                                                   block_size, ", blocks ", num_blocks, ")"));
+  if (num_layers <= 0 || num_kv_heads <= 0 || head_dim <= 0 ||
+      int64_t{num_kv_heads} * head_dim > std::numeric_limits<int>::max() || block_size <= 0 ||
+      num_blocks <= 0) {
+    return absl::InvalidArgumentError(absl::StrCat(
+        "BlockPool: bad geometry (layers ", num_layers, ", kv heads ", num_kv_heads, ", head_dim ",
+        head_dim, ", block_size ", block_size, ", blocks ", num_blocks, ")"));
   }
+  const int kv_dim = num_kv_heads * head_dim;
   if (absl::Status s = CheckKvDType(*backend, options.dtype); !s.ok()) return s;
   const bool int8 = options.dtype == core::DType::kI8;
   if (int8 && options.value_group < 1) {
@@ -81,6 +86,8 @@ absl::StatusOr<std::unique_ptr<BlockPool>> BlockPool::Create(kernels::Backend* b
   pool->backend_ = backend;
   pool->options_ = options;
   pool->num_layers_ = num_layers;
+  pool->num_kv_heads_ = num_kv_heads;
+  pool->head_dim_ = head_dim;
   pool->kv_dim_ = kv_dim;
   pool->block_size_ = block_size;
   pool->num_blocks_ = num_blocks;
@@ -130,7 +137,7 @@ Tensor BlockPool::FloatCache(int index) const {
   const size_t per_tensor =
       static_cast<size_t>(num_blocks_) * block_size_ * kv_dim_ * core::DTypeSize(options_.dtype);
   return kernels::ViewOf(*buffer_, static_cast<size_t>(index) * per_tensor, options_.dtype,
-                         {num_blocks_, block_size_, kv_dim_});
+                         {num_blocks_, num_kv_heads_, block_size_, head_dim_});
 }
 
 kernels::KvCacheI8 BlockPool::int8_cache(int layer) const {

@@ -2,11 +2,12 @@
 // and a KvCache per sequence = PREFIX segment + MAIN segment, each a list of blocks.
 //
 // Layout of the pool (one backend Buffer): for each layer, k_cache and v_cache tensors
-// [num_blocks, block_size, num_kv_heads * head_dim] F32 (or F16 with core::DType::kF16:
-// each value rounded to the nearest fp16 as it is stored), keys UN-ROTATED
-// (docs/contracts.md).
+// [num_blocks, num_kv_heads, block_size, head_dim] F32 (or F16 with core::DType::kF16:
+// each value rounded to the nearest fp16 as it is stored): a block holds its entries head
+// by head (kernels/backend.h FloatKvIndex), keys UN-ROTATED (docs/contracts.md).
 // With core::DType::kI8 (KIVI, docs/engine.md "INT8 KV") each layer instead holds int8 key
-// and value codes of the same shape, fp16 key scales [num_blocks, kv_dim] (a key group is
+// and value codes [num_blocks, block_size, kv_dim] (kv_dim = num_kv_heads * head_dim; an
+// entry's heads side by side), fp16 key scales [num_blocks, kv_dim] (a key group is
 // one block) and fp16 value scales [num_blocks, block_size, ceil(kv_dim / value_group)], and a
 // second, small store of F32 PAGES [num_pages, block_size, kv_dim] holds the entries of
 // blocks that are still open (not yet quantized). A block gets a page when a sequence
@@ -77,8 +78,9 @@ class BlockPool {
   // ResourceExhausted when the backend cannot allocate the pool; InvalidArgument for bad
   // geometry; CheckKvDType's status for the dtype.
   static absl::StatusOr<std::unique_ptr<BlockPool>> Create(kernels::Backend* backend,
-                                                           int num_layers, int kv_dim,
-                                                           int block_size, int num_blocks,
+                                                           int num_layers, int num_kv_heads,
+                                                           int head_dim, int block_size,
+                                                           int num_blocks,
                                                            const BlockPoolOptions& options = {});
   ~BlockPool();
   core::DType dtype() const { return options_.dtype; }
@@ -89,7 +91,8 @@ class BlockPool {
   // KV bytes one token costs (core::KvBytesPerToken of this pool's layout, rounded up).
   size_t bytes_per_token() const;
   size_t bytes_per_page() const;  // int8: one F32 page, all layers, K and V; F32, F16: 0
-  // F32 or F16 pool only: [num_blocks, block_size, kv_dim] of the pool's dtype.
+  // F32 or F16 pool only: [num_blocks, num_kv_heads, block_size, head_dim] of the pool's
+  // dtype.
   kernels::Tensor k_cache(int layer) const;
   kernels::Tensor v_cache(int layer) const;
   // Int8 pool only.
@@ -145,7 +148,8 @@ class BlockPool {
   BlockPoolOptions options_;
   std::unique_ptr<kernels::Buffer> buffer_;
   std::unique_ptr<kernels::Buffer> page_buffer_;  // int8 only
-  int num_layers_ = 0, kv_dim_ = 0, block_size_ = 0, num_blocks_ = 0, num_pages_ = 0;
+  int num_layers_ = 0, num_kv_heads_ = 0, head_dim_ = 0, kv_dim_ = 0, block_size_ = 0,
+      num_blocks_ = 0, num_pages_ = 0;
   std::vector<int32_t> free_;        // stack of free block ids
   // Blocks [0, populated_) were given to Populate. Only ever grows (compare-and-swap to
   // the larger value): PopulateAll may move it from another thread.

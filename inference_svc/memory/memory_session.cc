@@ -276,16 +276,25 @@ absl::Status MemorySession::AddMemoryKv() {
   const int first = cache_->prefix_len() - mem_slots_;  // the memory follows the sinks
   const auto& blocks = cache_->prefix_blocks();
   // Visits the memory's cache rows in memory_kv_'s order [L, 2 (K, V), M, kv_dim], each
-  // with its place in kv_rows_.
+  // head of a row (a block holds its entries head by head: [heads, bs, head_dim]) with its
+  // place in kv_rows_.
   auto each_row = [&](auto&& fn) -> absl::Status {
     float* host = kv_rows_.data();
     for (int layer = 0; layer < projector_->config().memory_kv_layers; ++layer) {
       for (const kernels::Tensor& cache : {pool.k_cache(layer), pool.v_cache(layer)}) {
+        const int heads = static_cast<int>(cache.dim(1)), hd = static_cast<int>(cache.dim(3));
+        if (int64_t{heads} * hd != kv_dim) {
+          return absl::FailedPreconditionError(
+              absl::StrCat("memory KV width ", kv_dim, " != the pool's ", heads * hd));
+        }
         for (int j = 0; j < mem_slots_; ++j, host += kv_dim) {
           const int entry = first + j;
-          const kernels::Tensor row =
-              cache.Rows(blocks[entry / bs], 1).Reshape({bs, kv_dim}).Rows(entry % bs, 1);
-          if (absl::Status s = fn(row, host); !s.ok()) return s;
+          const kernels::Tensor block = cache.Rows(blocks[entry / bs], 1).Reshape({heads * bs, hd});
+          for (int h = 0; h < heads; ++h) {
+            if (absl::Status s = fn(block.Rows(h * bs + entry % bs, 1), host + h * hd); !s.ok()) {
+              return s;
+            }
+          }
         }
       }
     }

@@ -21,10 +21,11 @@ namespace kvfold::kernels::cpu {
 namespace {
 
 // KV head `kvh` of the cache entry at `slot`: its head_dim floats, in place (F32 cache) or
-// widened into buf (fp16 cache).
-const float* HeadOf(const float* f32, const uint16_t* half, int64_t slot, int kv_dim, int kvh,
-                    int hd, float* buf) {
-  const int64_t off = slot * kv_dim + int64_t{kvh} * hd;
+// widened into buf (fp16 cache). The cache is head-major within a block (FloatKvIndex).
+const float* HeadOf(const float* f32, const uint16_t* half, int64_t slot, int kvh,
+                    const AttentionShape& sh, float* buf) {
+  const int hd = sh.head_dim;
+  const int64_t off = FloatKvIndex(slot, kvh, 0, sh);
   if (half == nullptr) return f32 + off;
   for (int d = 0; d < hd; ++d) buf[d] = Fp16ToFp32(half[off + d]);
   return buf;
@@ -36,7 +37,6 @@ void AttentionReference(const AttentionArgs& a, std::vector<float>& scratch) {
   const AttentionShape& sh = a.shape;
   const int hd = sh.head_dim;
   const int q_dim = sh.num_heads * hd;
-  const int kv_dim = sh.num_kv_heads * hd;
   const int group = sh.num_heads / sh.num_kv_heads;
   float krot_buf[1024];  // head_dim <= 1024 (ModelConfig::Validate)
   float* krot = krot_buf;
@@ -52,7 +52,7 @@ void AttentionReference(const AttentionArgs& a, std::vector<float>& scratch) {
       float max_score = -std::numeric_limits<float>::infinity();
       for (int idx = 0; idx < nk; ++idx) {
         const KeyEntry e = keys.Locate(idx);
-        RotateHalf(HeadOf(a.k_cache, a.k_half, e.Slot(sh.block_size), kv_dim, kvh, hd, head_buf),
+        RotateHalf(HeadOf(a.k_cache, a.k_half, e.Slot(sh.block_size), kvh, sh, head_buf),
                    a.rope + static_cast<int64_t>(e.pos) * hd, hd, krot);
         float dot = 0.0f;
         for (int d = 0; d < hd; ++d) dot += q[d] * krot[d];
@@ -67,8 +67,8 @@ void AttentionReference(const AttentionArgs& a, std::vector<float>& scratch) {
       const float inv = 1.0f / sum;
       std::fill(out, out + hd, 0.0f);
       for (int idx = 0; idx < nk; ++idx) {
-        const float* v = HeadOf(a.v_cache, a.v_half, keys.Locate(idx).Slot(sh.block_size), kv_dim,
-                                kvh, hd, head_buf);
+        const float* v =
+            HeadOf(a.v_cache, a.v_half, keys.Locate(idx).Slot(sh.block_size), kvh, sh, head_buf);
         const float p = scratch[idx] * inv;
         for (int d = 0; d < hd; ++d) out[d] += p * v[d];
       }

@@ -64,8 +64,20 @@ struct Tile {
 inline constexpr int kRowDotHeadDim = 32;
 inline bool RowDots(int head_dim) { return head_dim >= kRowDotHeadDim; }
 
-// Where KV head `kvh` of entry e starts in a cache of `shape` (elements).
+// Where KV head `kvh` of entry e starts in an F32 or fp16 cache of `shape` (elements; the
+// cache is head-major within a block, kernels/backend.h FloatKvIndex), and how far apart
+// an entry's consecutive heads lie.
 inline int64_t HeadOffset(const AttentionShape& shape, const KeyEntry& e, int kvh) {
+  return ((int64_t{e.block} * shape.num_kv_heads + kvh) * shape.block_size + e.offset) *
+         shape.head_dim;
+}
+inline int64_t HeadStride(const AttentionShape& shape) {
+  return int64_t{shape.block_size} * shape.head_dim;
+}
+
+// Where KV head `kvh` of entry e starts in an INT8 cache's codes ([num_blocks, block_size,
+// kv_dim]: an entry's heads side by side).
+inline int64_t CodesOffset(const AttentionShape& shape, const KeyEntry& e, int kvh) {
   return e.Slot(shape.block_size) * (shape.num_kv_heads * shape.head_dim) +
          int64_t{kvh} * shape.head_dim;
 }
@@ -291,7 +303,7 @@ class Int8Kv {
 
   // Starts reading entry e's key and value codes (one KV head).
   [[gnu::always_inline]] void Prefetch(const KeyEntry& e) const {
-    const int64_t off = HeadOffset(a_.shape, e, kvh_);
+    const int64_t off = CodesOffset(a_.shape, e, kvh_);
     PrefetchBytes(a_.k_codes + off, a_.shape.head_dim);
     PrefetchBytes(a_.v_codes + off, a_.shape.head_dim);
   }

@@ -5,8 +5,8 @@
 // the rows of one sequence in a prefill chunk) form row blocks of up to kAttnMaxBlockRows
 // rows; a task is (row block, KV head), except that a call of decode rows (every block one
 // row; HeadsShape; for an INT8 cache, value groups of whole 16-lane vectors) runs a task per
-// row over several KV heads (RunHeadsTask: the same per-head operations, the cache read in
-// address order). The task
+// row over several KV heads (RunHeadsTask: the same per-head operations, the tile's
+// entries asked for ahead with all their heads). The task
 // walks the keys in tiles of kTile key indices [16 t, 16 t + 16) of the rows' shared key
 // list: each tile's keys are located in the paged cache, read (F32), widened (fp16) or
 // dequantized (INT8: codes * scale, exactly kernels/quant's DequantizeKeys /
@@ -206,8 +206,9 @@ template <class Kv, class Update>
 }
 
 // Where AccumulateValues reads key i's 16-lane chunk c of values. RowValues: value rows of
-// F32 (RunTask's tile: vrow[i] + d0); ReaderValues: a decode task's value sources, element
-// j0 on (RunHeadsTask: the reader's Get with the ISA path's widening functions).
+// F32 (RunTask's tile: vrow[i] + d0); ReaderValues: a decode task's value sources, head h
+// from channel d0 on (RunHeadsTask: the reader's Get with the ISA path's widening
+// functions).
 struct RowValues {
   const float* const* vrow;
   int d0;
@@ -218,10 +219,12 @@ struct RowValues {
 template <class Src, class F1, class F2>
 struct ReaderValues {
   const Src* vs;
-  int j0;
+  int h, d0;
   F1 f1;
   F2 f2;
-  [[gnu::always_inline]] void Get(int i, int c, V16* x) const { vs[i].Get(j0 + 16 * c, x, f1, f2); }
+  [[gnu::always_inline]] void Get(int i, int c, V16* x) const {
+    vs[i].Get(h, d0 + 16 * c, x, f1, f2);
+  }
 };
 
 // part[c][k] += w * (key i's C 16-lane chunks).
@@ -380,47 +383,55 @@ constexpr int kHeadsLocality = 1;
 // measured alike, 4 slower).
 constexpr int kAhead = 1;
 
-// The caches RunHeadsTask reads: for an entry, element j (0 .. heads * head_dim) of the
+// The caches RunHeadsTask reads: for an entry, channel d of head h (0 .. heads) of the
 // task's KV heads [kvh, kvh_end), keys or values, as 16 F32 lanes (Src::Get), and the
 // prefetch of an entry's keys or values. Get takes the ISA path's widening functions as
 // arguments (f1, f2), which the path passes down by value like load16 before: once the
 // task is inlined into the path's function they are constants and inline too.
 //
-// F32 or fp16 cache: the heads lie side by side in the entry; f1 reads 16 of them.
+// F32 or fp16 cache: an entry's heads lie HeadStride apart (a block is head-major), each
+// head's channels contiguous; f1 reads 16 of them.
 template <class T>
 class FloatHeads {
  public:
   FloatHeads(const Task& t, const T* k, const T* v)
       : sh_(t.shape),
         kvh_(t.kvh),
-        bytes_(int64_t{t.kvh_end - t.kvh} * t.shape.head_dim * int64_t{sizeof(T)}),
+        heads_(t.kvh_end - t.kvh),
+        stride_(HeadStride(t.shape)),
         k_(k),
         v_(v) {}
   struct Src {
     const T* p;
+    int64_t stride;
     template <class F1, class F2>
-    [[gnu::always_inline]] void Get(int j, V16* x, F1 f1, F2) const {
-      f1(p + j, x);
+    [[gnu::always_inline]] void Get(int h, int d, V16* x, F1 f1, F2) const {
+      f1(p + h * stride + d, x);
     }
   };
   [[gnu::always_inline]] Src Keys(const KeyEntry& e) const {
-    return {k_ + HeadOffset(sh_, e, kvh_)};
+    return {k_ + HeadOffset(sh_, e, kvh_), stride_};
   }
   template <class F2>
   [[gnu::always_inline]] Src Values(const KeyEntry& e, int, F2) const {
-    return {v_ + HeadOffset(sh_, e, kvh_)};
+    return {v_ + HeadOffset(sh_, e, kvh_), stride_};
   }
-  [[gnu::always_inline]] void PrefetchKeys(const KeyEntry& e) const {
-    PrefetchBytes<kHeadsLocality>(k_ + HeadOffset(sh_, e, kvh_), bytes_);
-  }
-  [[gnu::always_inline]] void PrefetchValues(const KeyEntry& e) const {
-    PrefetchBytes<kHeadsLocality>(v_ + HeadOffset(sh_, e, kvh_), bytes_);
-  }
+  [[gnu::always_inline]] void PrefetchKeys(const KeyEntry& e) const { Prefetch(k_, e); }
+  [[gnu::always_inline]] void PrefetchValues(const KeyEntry& e) const { Prefetch(v_, e); }
 
  private:
+  // The entry's head_dim channels of each of the task's heads.
+  [[gnu::always_inline]] void Prefetch(const T* cache, const KeyEntry& e) const {
+    const T* p = cache + HeadOffset(sh_, e, kvh_);
+    for (int h = 0; h < heads_; ++h) {
+      PrefetchBytes<kHeadsLocality>(p + h * stride_, sh_.head_dim * int64_t{sizeof(T)});
+    }
+  }
+
   const AttentionShape& sh_;
   int kvh_;
-  int64_t bytes_;
+  int heads_;
+  int64_t stride_;
   const T* k_;
   const T* v_;
 };
@@ -441,6 +452,7 @@ class Int8Heads {
         c0_(int64_t{t.kvh} * t.shape.head_dim),
         elems_(int64_t{t.kvh_end - t.kvh} * t.shape.head_dim),
         bs_(t.shape.block_size),
+        hd_(t.shape.head_dim),
         own_(a.own[t.block.first_row]),
         g0_(c0_ / a.value_group),
         groups_((c0_ + elems_ - 1) / a.value_group - g0_ + 1),
@@ -452,12 +464,16 @@ class Int8Heads {
       vector_groups[v] = static_cast<int32_t>((c0_ + 16 * v) / a.value_group - g0_);
     }
   }
+  // Get(h, d): element j = h * head_dim + d of the task's heads (an entry's heads lie side
+  // by side in the codes, the scales and the page).
   struct KeySrc {
     const int8_t* codes;
     const uint16_t* scales;
     const float* page;  // the own block's entry, else nullptr
+    int hd;
     template <class F1, class F2>
-    [[gnu::always_inline]] void Get(int j, V16* x, F1 codes16, F2 half16) const {
+    [[gnu::always_inline]] void Get(int h, int d, V16* x, F1 codes16, F2 half16) const {
+      const int j = h * hd + d;
       if (page != nullptr) {
         std::memcpy(x, page + j, sizeof(*x));
         return;
@@ -473,8 +489,10 @@ class Int8Heads {
     const float* scales;           // the entry's group scales, F32, from the task's first group
     const int32_t* vector_groups;  // the group of element 16 v (v = 0, 1, ...) in scales
     const float* page;
+    int hd;
     template <class F1, class F2>
-    [[gnu::always_inline]] void Get(int j, V16* x, F1 codes16, F2) const {
+    [[gnu::always_inline]] void Get(int h, int d, V16* x, F1 codes16, F2) const {
+      const int j = h * hd + d;
       if (page != nullptr) {
         std::memcpy(x, page + j, sizeof(*x));
         return;
@@ -486,7 +504,7 @@ class Int8Heads {
   };
   [[gnu::always_inline]] KeySrc Keys(const KeyEntry& e) const {
     return {a_.k_codes + e.Slot(bs_) * kv_dim_ + c0_,
-            a_.k_scales + int64_t{e.block} * kv_dim_ + c0_, Page(a_.k_pages, e)};
+            a_.k_scales + int64_t{e.block} * kv_dim_ + c0_, Page(a_.k_pages, e), hd_};
   }
   // Entry e's values for tile slot i: its group scales widened (f2, 16 at a time) into the
   // slot's row of value_scales, unless the entry is read from the own block's page.
@@ -505,7 +523,7 @@ class Int8Heads {
         std::memcpy(scales + g, &x, sizeof(x));
       }
     }
-    return {a_.v_codes + slot * kv_dim_ + c0_, scales, vector_groups_, page};
+    return {a_.v_codes + slot * kv_dim_ + c0_, scales, vector_groups_, page, hd_};
   }
   // A block's key scales are asked for with its first entry (all its entries share them).
   [[gnu::always_inline]] void PrefetchKeys(const KeyEntry& e) const {
@@ -539,7 +557,7 @@ class Int8Heads {
 
   const AttentionArgsI8& a_;
   int64_t kv_dim_, c0_, elems_;
-  int bs_;
+  int bs_, hd_;
   AttnOwnBlock own_;
   int64_t g0_;            // the value group of the task's first element
   int64_t groups_;        // value groups the task's heads cover
@@ -563,13 +581,12 @@ template <int C>
 
 // A task of one row over KV heads [kvh, kvh_end) (a decode row: its block has no other
 // rows; HeadsShape). While a tile is computed, the task asks for the keys and values of
-// the next one (kAhead), all its heads of an entry together, i.e. in address order (tasks
-// of one KV head read 128 bytes per entry at a stride of the whole entry, which ran at ~20
-// GB/s where the same bytes in order read at ~50 GB/s: docs/engine.md, "Decode attention
-// in address order"), spread over the tile's heads and into L2 (kHeadsLocality); the first
-// tile was asked for before the task before it ran (Task::prefetch_only). The tile is then
-// computed head by head from cache, each head's keys and values of the tile's entries
-// (located once per tile). Per head, the operations of RunTask with Update, in the same
+// the next one (kAhead), all its heads of an entry together, spread over the tile's heads
+// and into L2 (kHeadsLocality); the first tile was asked for before the task before it
+// ran (Task::prefetch_only). The tile is then computed head by head from cache, each
+// head's keys and values of the tile's entries (located once per tile): in an F32 or fp16
+// cache, whose blocks are head-major, a head's entries of a block are one contiguous run
+// (docs/engine.md, "KV block layout"). Per head, the operations of RunTask with Update, in the same
 // order: the scores' chunk products of the rotated key (RotatePieceInRegisters) summed by
 // SumLanes, TileSoftmax, and the value sums by key i into part i % 4, in registers
 // (AccumulateValues, 64 values a pass). So the same bits. rd: the cache (FloatHeads
@@ -634,8 +651,8 @@ template <int kChunks, class Reader, class Exp, class F1, class F2>
 #pragma GCC unroll 8
         for (int i0 = 0; i0 < half; i0 += 16) {
           V16 lo, hi;
-          ks[i].Get(h * hd + i0, &lo, f1, f2);
-          ks[i].Get(h * hd + half + i0, &hi, f1, f2);
+          ks[i].Get(h, i0, &lo, f1, f2);
+          ks[i].Get(h, half + i0, &hi, f1, f2);
           RotatePieceInRegisters(lo, hi, cs[i], i0, half, &kr[i0 / 16], &kr[(half + i0) / 16]);
         }
         V16 p;
@@ -664,11 +681,11 @@ template <int kChunks, class Reader, class Exp, class F1, class F2>
         float* acc = b.acc + j * hdp;
         int d0 = 0;
         for (; d0 + 64 <= hd; d0 += 64) {
-          const ReaderValues<ValueSrc, F1, F2> v{vs, h * hd + d0, f1, f2};
+          const ReaderValues<ValueSrc, F1, F2> v{vs, h, d0, f1, f2};
           AccumulateValues<4>(v, w, count, alpha, acc + d0);
         }
         for (; d0 < hd; d0 += 16) {
-          const ReaderValues<ValueSrc, F1, F2> v{vs, h * hd + d0, f1, f2};
+          const ReaderValues<ValueSrc, F1, F2> v{vs, h, d0, f1, f2};
           AccumulateValues<1>(v, w, count, alpha, acc + d0);
         }
       }

@@ -69,10 +69,17 @@ bool AttentionCallOk(Tensor q, Tensor rows, Tensor rope_table, const AttentionSh
          kv_dim == int64_t{shape.num_kv_heads} * shape.head_dim;
 }
 
-// A float KV cache the CPU kernels read: F32 or fp16, K and V of one type and size.
+// A float KV cache the CPU kernels read: F32 or fp16 [num_blocks, num_kv_heads,
+// block_size, head_dim] (FloatKvIndex), K and V of one type and shape.
 bool KvCacheOk(Tensor k_cache, Tensor v_cache) {
-  return (k_cache.dtype == DType::kF32 || k_cache.dtype == DType::kF16) &&
-         v_cache.dtype == k_cache.dtype && v_cache.numel() == k_cache.numel();
+  return (k_cache.dtype == DType::kF32 || k_cache.dtype == DType::kF16) && k_cache.rank == 4 &&
+         v_cache.dtype == k_cache.dtype && v_cache.rank == 4 && v_cache.shape == k_cache.shape;
+}
+
+// A KvCacheOk cache laid out for `shape`: its KV heads, block size and head_dim.
+bool KvCacheFits(Tensor k_cache, const AttentionShape& shape) {
+  return k_cache.dim(1) == shape.num_kv_heads && k_cache.dim(2) == shape.block_size &&
+         k_cache.dim(3) == shape.head_dim;
 }
 
 // Arguments of the float-cache attention kernels (KvCacheOk caches).
@@ -265,11 +272,13 @@ class CpuBackend : public Backend {
   absl::Status StoreKv(Stream&, Tensor k, Tensor v, Tensor slots, Tensor k_cache,
                        Tensor v_cache) override {
     const int64_t n = slots.numel();
-    const int64_t kv_dim = k_cache.rank == 3 ? k_cache.dim(2) : 0;
-    const int64_t num_slots = k_cache.dim(0) * k_cache.dim(1);
+    if (!KvCacheOk(k_cache, v_cache)) {
+      return Check(false, "StoreKv", k.DebugString() + " " + k_cache.DebugString());
+    }
+    const int64_t heads = k_cache.dim(1), bs = k_cache.dim(2), hd = k_cache.dim(3);
+    const int64_t kv_dim = heads * hd, num_slots = k_cache.dim(0) * bs;
     if (slots.dtype != DType::kI32 || kv_dim == 0 || k.dtype != DType::kF32 ||
-        v.dtype != DType::kF32 || k.numel() != n * kv_dim || v.numel() != n * kv_dim ||
-        !KvCacheOk(k_cache, v_cache)) {
+        v.dtype != DType::kF32 || k.numel() != n * kv_dim || v.numel() != n * kv_dim) {
       return Check(false, "StoreKv", k.DebugString() + " " + k_cache.DebugString());
     }
     const int32_t* s = static_cast<const int32_t*>(slots.data);
@@ -280,15 +289,18 @@ class CpuBackend : public Backend {
     }
     if (k_cache.dtype == DType::kF16) {
       cpu::StoreKvHalf(static_cast<const float*>(k.data), static_cast<const float*>(v.data), s, n,
-                       kv_dim, static_cast<uint16_t*>(k_cache.data),
+                       heads, bs, hd, static_cast<uint16_t*>(k_cache.data),
                        static_cast<uint16_t*>(v_cache.data));
       return absl::OkStatus();
     }
     for (int64_t i = 0; i < n; ++i) {
-      std::memcpy(static_cast<float*>(k_cache.data) + s[i] * kv_dim,
-                  static_cast<const float*>(k.data) + i * kv_dim, kv_dim * sizeof(float));
-      std::memcpy(static_cast<float*>(v_cache.data) + s[i] * kv_dim,
-                  static_cast<const float*>(v.data) + i * kv_dim, kv_dim * sizeof(float));
+      for (int64_t h = 0; h < heads; ++h) {
+        const int64_t dst = FloatKvIndex(s[i], h, 0, heads, bs, hd);
+        std::memcpy(static_cast<float*>(k_cache.data) + dst,
+                    static_cast<const float*>(k.data) + i * kv_dim + h * hd, hd * sizeof(float));
+        std::memcpy(static_cast<float*>(v_cache.data) + dst,
+                    static_cast<const float*>(v.data) + i * kv_dim + h * hd, hd * sizeof(float));
+      }
     }
     return absl::OkStatus();
   }
@@ -297,8 +309,8 @@ class CpuBackend : public Backend {
                          Tensor block_tables, Tensor rope_table, const AttentionShape& shape,
                          Tensor out) override {
     int64_t n;
-    if (k_cache.rank != 3 || !KvCacheOk(k_cache, v_cache) ||
-        !AttentionCallOk(q, rows, rope_table, shape, out, k_cache.dim(2), &n)) {
+    if (!KvCacheOk(k_cache, v_cache) || !KvCacheFits(k_cache, shape) ||
+        !AttentionCallOk(q, rows, rope_table, shape, out, k_cache.dim(1) * k_cache.dim(3), &n)) {
       return Check(false, "Attention", q.DebugString() + " " + k_cache.DebugString() + " " +
                                            rows.DebugString());
     }
@@ -318,8 +330,8 @@ class CpuBackend : public Backend {
                              Tensor out) override {
     if (reference_) return absl::UnimplementedError("cpu-ref: resumable attention not implemented");
     int64_t n;
-    if (k_cache.rank != 3 || !KvCacheOk(k_cache, v_cache) ||
-        !AttentionCallOk(q, rows, rope_table, shape, out, k_cache.dim(2), &n) ||
+    if (!KvCacheOk(k_cache, v_cache) || !KvCacheFits(k_cache, shape) ||
+        !AttentionCallOk(q, rows, rope_table, shape, out, k_cache.dim(1) * k_cache.dim(3), &n) ||
         state.dtype != DType::kF32 ||
         state.numel() != n * shape.num_heads * (int64_t{shape.head_dim} + 2) || key_begin < 0 ||
         key_end <= key_begin || key_begin % kAttentionPartKeys != 0 ||

@@ -117,7 +117,8 @@ bool CpuHasAvx2Fma();
 
 struct AttentionArgs {
   const float* q;        // [n, num_heads * head_dim]
-  const float* k_cache;  // [num_blocks, block_size, kv_dim]; null for an fp16 cache
+  const float* k_cache;  // [num_blocks, num_kv_heads, block_size, head_dim] (FloatKvIndex);
+                         // null for an fp16 cache
   const float* v_cache;
   const AttnRow* rows;   // [n]
   const int32_t* block_tables;
@@ -203,11 +204,13 @@ void SealBlockInt8(const float* k_page, const float* v_page, int count, int kv_d
                    int8_t* k_codes, uint16_t* k_scales, int8_t* v_codes, uint16_t* v_scales,
                    float* scratch);
 
-// StoreKv into an fp16 cache: rows k, v [n, kv_dim] F32 to slots[i] of k_cache,
+// StoreKv into an fp16 cache ([num_blocks, num_kv_heads, block_size, head_dim],
+// FloatKvIndex): rows k, v [n, num_kv_heads * head_dim] F32 to slots[i] of k_cache,
 // v_cache, each value rounded to the nearest fp16 (ties to even; F16C or AVX-512 where
 // the active ISA has it, else Fp32ToFp16: the same bits).
-void StoreKvHalf(const float* k, const float* v, const int32_t* slots, int64_t n, int64_t kv_dim,
-                 uint16_t* k_cache, uint16_t* v_cache);
+void StoreKvHalf(const float* k, const float* v, const int32_t* slots, int64_t n,
+                 int64_t num_kv_heads, int64_t block_size, int64_t head_dim, uint16_t* k_cache,
+                 uint16_t* v_cache);
 
 // Rotates x (head_dim floats) by row `cs` of the rope table (cos | sin halves).
 inline void RotateHalf(const float* x, const float* cs, int head_dim, float* out) {

@@ -46,16 +46,20 @@ void FloatToHalfPortable(const float* f, int64_t n, uint16_t* h) {
 
 }  // namespace
 
-void StoreKvHalf(const float* k, const float* v, const int32_t* slots, int64_t n, int64_t kv_dim,
-                 uint16_t* k_cache, uint16_t* v_cache) {
+void StoreKvHalf(const float* k, const float* v, const int32_t* slots, int64_t n,
+                 int64_t num_kv_heads, int64_t block_size, int64_t head_dim, uint16_t* k_cache,
+                 uint16_t* v_cache) {
   const Isa isa = ActiveIsa();
   auto convert = isa == Isa::kAvx512 ? FloatToHalfAvx512
                  : isa == Isa::kAvx2 ? FloatToHalfAvx2
                                      : FloatToHalfPortable;
+  const int64_t kv_dim = num_kv_heads * head_dim;
   for (int64_t i = 0; i < n; ++i) {
-    const int64_t dst = int64_t{slots[i]} * kv_dim;
-    convert(k + i * kv_dim, kv_dim, k_cache + dst);
-    convert(v + i * kv_dim, kv_dim, v_cache + dst);
+    for (int64_t h = 0; h < num_kv_heads; ++h) {
+      const int64_t dst = FloatKvIndex(slots[i], h, 0, num_kv_heads, block_size, head_dim);
+      convert(k + i * kv_dim + h * head_dim, head_dim, k_cache + dst);
+      convert(v + i * kv_dim + h * head_dim, head_dim, v_cache + dst);
+    }
   }
 }
 

@@ -16,12 +16,23 @@ constexpr int kDimsPerThread = kAttnMaxHeadDim / kThreads;
 constexpr int kTargetBlocks = 1024;  // enough blocks to fill an H100/H200 several times
 constexpr int kMaxSplits = 64;
 
+// Where channel ch of the entry at `slot` lies in the cache: a float cache is head-major
+// within a block ([num_blocks, num_kv_heads, block_size, head_dim], kernels::FloatKvIndex),
+// INT8 codes are [num_blocks * block_size, kv_dim].
+__device__ __forceinline__ int64_t CacheIndex(const AttentionParams& p, int64_t slot, int ch,
+                                              int kv_dim) {
+  if (p.cache_type == core::DType::kI8) return slot * kv_dim + ch;
+  const int64_t block = slot / p.block_size, offset = slot % p.block_size;
+  const int head = ch / p.head_dim, d = ch % p.head_dim;
+  return ((block * p.num_kv_heads + head) * p.block_size + offset) * p.head_dim + d;
+}
+
 // Element (slot, channel) of a cache, dequantized when int8. from_page: `slot` indexes the
 // F32 pages instead (the row's own block, AttentionParams::own).
 __device__ __forceinline__ float LoadKey(const AttentionParams& p, int64_t slot, int32_t block,
                                          bool from_page, int ch, int kv_dim) {
   if (from_page) return p.k_pages[slot * kv_dim + ch];
-  float k = LoadElem(p.k_cache, slot * kv_dim + ch, p.cache_type);
+  float k = LoadElem(p.k_cache, CacheIndex(p, slot, ch, kv_dim), p.cache_type);
   if (p.cache_type == core::DType::kI8) {
     const int64_t i = static_cast<int64_t>(block) * kv_dim + ch;
     k *= p.fp16_scales ? __half2float(static_cast<const __half*>(p.k_scale)[i])
@@ -33,7 +44,7 @@ __device__ __forceinline__ float LoadKey(const AttentionParams& p, int64_t slot,
 __device__ __forceinline__ float LoadValue(const AttentionParams& p, int64_t slot,
                                            bool from_page, int ch, int kv_dim) {
   if (from_page) return p.v_pages[slot * kv_dim + ch];
-  float v = LoadElem(p.v_cache, slot * kv_dim + ch, p.cache_type);
+  float v = LoadElem(p.v_cache, CacheIndex(p, slot, ch, kv_dim), p.cache_type);
   if (p.cache_type == core::DType::kI8) {
     const int groups = (kv_dim + p.v_group_size - 1) / p.v_group_size;
     const int64_t i = slot * groups + ch / p.v_group_size;

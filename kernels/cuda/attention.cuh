@@ -40,8 +40,10 @@ struct AttentionParams {
   float* out = nullptr;            // [num_rows, num_heads * head_dim]
   const kernels::AttnRow* rows = nullptr;  // [num_rows]
   const int32_t* block_tables = nullptr;  // [*]
-  const void* k_cache = nullptr;   // [num_blocks, block_size, num_kv_heads * head_dim]
-  const void* v_cache = nullptr;   // [num_blocks, block_size, num_kv_heads * head_dim]
+  // Float caches [num_blocks, num_kv_heads, block_size, head_dim] (kernels::FloatKvIndex);
+  // INT8 codes [num_blocks, block_size, num_kv_heads * head_dim].
+  const void* k_cache = nullptr;
+  const void* v_cache = nullptr;
   core::DType cache_type = core::DType::kF32;
   // kI8 only (KIVI, kernels/quant/kv_quant.h): a block's keys are one per-channel group,
   // values are per token in groups of v_group_size channels. Scales are F32, or fp16 (the

@@ -326,18 +326,21 @@ class CudaBackend final : public kernels::Backend {
     auto cache_type = FloatType(k_cache, "StoreKv cache");
     if (!cache_type.ok()) return cache_type.status();
     const int64_t n = slots.numel();
-    const int64_t kv_dim = k_cache.rank >= 3 ? k_cache.dim(2) : 0;
-    if (auto st = Expect(slots.dtype == DType::kI32 && k.dtype == DType::kF32 &&
-                             v.dtype == DType::kF32 && kv_dim > 0 && k.numel() == n * kv_dim &&
-                             v.numel() == n * kv_dim && v_cache.dtype == k_cache.dtype &&
-                             v_cache.numel() == k_cache.numel(),
-                         "StoreKv", k.DebugString() + " cache " + k_cache.DebugString());
+    // [num_blocks, num_kv_heads, block_size, head_dim] (kernels::FloatKvIndex).
+    const int64_t kv_dim = k_cache.rank == 4 ? k_cache.dim(1) * k_cache.dim(3) : 0;
+    if (auto st =
+            Expect(slots.dtype == DType::kI32 && k.dtype == DType::kF32 && v.dtype == DType::kF32 &&
+                       kv_dim > 0 && k_cache.dim(2) > 0 && k.numel() == n * kv_dim &&
+                       v.numel() == n * kv_dim && v_cache.dtype == k_cache.dtype &&
+                       v_cache.rank == 4 && v_cache.shape == k_cache.shape,
+                   "StoreKv", k.DebugString() + " cache " + k_cache.DebugString());
         !st.ok()) {
       return st;
     }
     return cuda::StoreKv(static_cast<const float*>(k.data), static_cast<const float*>(v.data),
-                         static_cast<const int32_t*>(slots.data), n, kv_dim, k_cache.data,
-                         v_cache.data, *cache_type, s->stream());
+                         static_cast<const int32_t*>(slots.data), n, k_cache.dim(1), k_cache.dim(2),
+                         k_cache.dim(3), k_cache.dim(0), k_cache.data, v_cache.data, *cache_type,
+                         s->stream());
   }
 
   absl::Status Attention(Stream& stream, Tensor q, Tensor k_cache, Tensor v_cache,
@@ -348,20 +351,19 @@ class CudaBackend final : public kernels::Backend {
     if (!cache_type.ok()) return cache_type.status();
     const int64_t n = rows.rank >= 1 ? rows.dim(0) : 0;
     const int64_t q_width = static_cast<int64_t>(shape.num_heads) * shape.head_dim;
-    const int64_t kv_dim = static_cast<int64_t>(shape.num_kv_heads) * shape.head_dim;
     if (auto st = Expect(
             q.dtype == DType::kF32 && out.dtype == DType::kF32 && rows.dtype == DType::kI32 &&
                 block_tables.dtype == DType::kI32 && rope_table.dtype == DType::kF32 &&
                 rows.numel() == n * kernels::kAttnRowFields && q.numel() == n * q_width &&
                 out.numel() == n * q_width && rope_table.rank == 2 &&
-                rope_table.dim(1) == shape.head_dim && shape.block_size > 0 &&
-                k_cache.rank == 3 && k_cache.dim(1) == shape.block_size &&
-                k_cache.dim(2) == kv_dim && v_cache.dtype == k_cache.dtype &&
-                v_cache.numel() == k_cache.numel(),
+                rope_table.dim(1) == shape.head_dim && shape.block_size > 0 && k_cache.rank == 4 &&
+                k_cache.dim(1) == shape.num_kv_heads && k_cache.dim(2) == shape.block_size &&
+                k_cache.dim(3) == shape.head_dim && v_cache.dtype == k_cache.dtype &&
+                v_cache.rank == 4 && v_cache.shape == k_cache.shape,
             "Attention",
             absl::StrCat("q ", q.DebugString(), " cache ", k_cache.DebugString(), " rows ",
-                         rows.DebugString(), " heads ", shape.num_heads, "/",
-                         shape.num_kv_heads, " head_dim ", shape.head_dim));
+                         rows.DebugString(), " heads ", shape.num_heads, "/", shape.num_kv_heads,
+                         " head_dim ", shape.head_dim));
         !st.ok()) {
       return st;
     }

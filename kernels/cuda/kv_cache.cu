@@ -20,17 +20,23 @@ __device__ __forceinline__ int8_t Int8Code(float x, float scale) {
   return static_cast<int8_t>(fminf(fmaxf(rintf(x / scale), -127.0f), 127.0f));
 }
 
-// grid num_tokens, block kThreads.
+// grid num_tokens, block kThreads. Channel c of a row is element c % head_dim of KV head
+// c / head_dim: index ((block * heads + head) * block_size + offset) * head_dim + d.
 __global__ void StoreKvKernel(const float* k, const float* v,  // [num_tokens, kv_dim]
                               const int32_t* slots,            // [num_tokens]
-                              int64_t kv_dim, void* k_cache, void* v_cache,  // [*, kv_dim]
+                              int64_t heads, int64_t block_size, int64_t head_dim,
+                              int64_t num_slots, void* k_cache, void* v_cache,
                               core::DType cache_type) {
   const int64_t token = blockIdx.x;
-  const int32_t slot = slots[token];
-  if (slot < 0) return;
+  const int64_t slot = slots[token];
+  if (slot < 0 || slot >= num_slots) return;
+  const int64_t kv_dim = heads * head_dim;
+  const int64_t block = slot / block_size, offset = slot % block_size;
   for (int64_t c = threadIdx.x; c < kv_dim; c += blockDim.x) {
-    StoreElem(k_cache, slot * kv_dim + c, cache_type, k[token * kv_dim + c]);
-    StoreElem(v_cache, slot * kv_dim + c, cache_type, v[token * kv_dim + c]);
+    const int64_t head = c / head_dim, d = c % head_dim;
+    const int64_t i = ((block * heads + head) * block_size + offset) * head_dim + d;
+    StoreElem(k_cache, i, cache_type, k[token * kv_dim + c]);
+    StoreElem(v_cache, i, cache_type, v[token * kv_dim + c]);
   }
 }
 
@@ -175,19 +181,22 @@ absl::Status Dequantize(const int8_t* codes, const float* scales, int64_t num_to
 }  // namespace
 
 absl::Status StoreKv(const float* k, const float* v, const int32_t* slots, int64_t num_tokens,
-                     int64_t kv_dim, void* k_cache, void* v_cache, core::DType cache_type,
-                     cudaStream_t stream) {
+                     int64_t num_kv_heads, int64_t block_size, int64_t head_dim, int64_t num_blocks,
+                     void* k_cache, void* v_cache, core::DType cache_type, cudaStream_t stream) {
   if (!core::IsFloatDType(cache_type)) {
     return absl::InvalidArgumentError("StoreKv: float caches only (int8: QuantizeKeys/Values)");
   }
-  if (num_tokens < 0 || kv_dim <= 0) return absl::InvalidArgumentError("StoreKv: bad size");
+  if (num_tokens < 0 || num_kv_heads <= 0 || block_size <= 0 || head_dim <= 0 || num_blocks < 0) {
+    return absl::InvalidArgumentError("StoreKv: bad size");
+  }
   if (num_tokens == 0) return absl::OkStatus();
   if (k == nullptr || v == nullptr || slots == nullptr || k_cache == nullptr ||
       v_cache == nullptr) {
     return absl::InvalidArgumentError("StoreKv: null pointer");
   }
   StoreKvKernel<<<static_cast<unsigned>(num_tokens), kThreads, 0, stream>>>(
-      k, v, slots, kv_dim, k_cache, v_cache, cache_type);
+      k, v, slots, num_kv_heads, block_size, head_dim, num_blocks * block_size, k_cache, v_cache,
+      cache_type);
   return LaunchStatus("StoreKvKernel");
 }
 

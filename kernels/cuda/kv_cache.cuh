@@ -14,14 +14,15 @@
 
 namespace kvfold::kernels::cuda {
 
-// k_cache[slots[i], :] = k[i, :], v_cache[slots[i], :] = v[i, :] (rounded to cache_type).
-// k, v [num_tokens, kv_dim] F32; slots [num_tokens] I32 (slot = block * block_size +
-// offset; a negative slot skips the row); caches [num_slots, kv_dim] of a float type.
-// Int8 caches are filled with QuantizeKeys / QuantizeValues instead (keys need a whole
-// block to get their per-channel scales).
+// Row i of k, v [num_tokens, num_kv_heads * head_dim] F32 goes to slot slots[i] (I32,
+// slot = block * block_size + offset) of k_cache, v_cache [num_blocks, num_kv_heads,
+// block_size, head_dim] of a float type (kernels::FloatKvIndex; rounded to cache_type).
+// Slot indices live on the device: a row whose slot lies outside [0, num_blocks *
+// block_size) is skipped. Int8 caches are filled with QuantizeKeys / QuantizeValues
+// instead (keys need a whole block to get their per-channel scales).
 absl::Status StoreKv(const float* k, const float* v, const int32_t* slots, int64_t num_tokens,
-                     int64_t kv_dim, void* k_cache, void* v_cache, core::DType cache_type,
-                     cudaStream_t stream);
+                     int64_t num_kv_heads, int64_t block_size, int64_t head_dim, int64_t num_blocks,
+                     void* k_cache, void* v_cache, core::DType cache_type, cudaStream_t stream);
 
 // Per-channel key quantization in groups of group_size tokens.
 // keys [num_tokens, channels] F32 -> codes [num_tokens, channels] I8,

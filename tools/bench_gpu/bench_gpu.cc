@@ -291,8 +291,8 @@ absl::Status RunConfig(const Weights& w, cublasHandle_t cublas, cudaStream_t str
         i8.value_group = kVGroup;
         KVFOLD_RETURN_IF_ERROR(StoreKvInt8(k_new, v_new, d_slots, d_pages, B, nullptr, 0, i8, stream));
       } else {
-        KVFOLD_RETURN_IF_ERROR(StoreKv(k_new, v_new, d_slots, B, kKvDim, kc[l], vc[l], c.kv_type,
-                                stream));
+        KVFOLD_RETURN_IF_ERROR(StoreKv(k_new, v_new, d_slots, B, kKvHeads, kBlock, kHeadDim,
+                                       num_blocks, kc[l], vc[l], c.kv_type, stream));
       }
       AttentionParams p;
       p.q = q;

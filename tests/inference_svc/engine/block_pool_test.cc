@@ -57,9 +57,9 @@ TEST_P(BlockPoolPopulateTest, HandedOutBlocksAreBackedAndFarOnesAreNot) {
   // 4,096 blocks: each layer's K is 64 MiB (f32), 32 MiB (f16) or 16 MiB of codes (int8),
   // the whole pool a fresh mapping whose untouched pages are not resident (none of it is
   // touched: a fresh mapping costs address space only).
-  const int layers = 2, kv_dim = 256, block_size = 16, num_blocks = 4096;
-  auto pool =
-      BlockPool::Create(backend.get(), layers, kv_dim, block_size, num_blocks, {.dtype = dtype});
+  const int layers = 2, kv_heads = 4, head_dim = 64, block_size = 16, num_blocks = 4096;
+  auto pool = BlockPool::Create(backend.get(), layers, kv_heads, head_dim, block_size, num_blocks,
+                                {.dtype = dtype});
   ASSERT_TRUE(pool.ok()) << pool.status();
   std::vector<const kernels::Tensor*> tensors;
   std::vector<kernels::KvCacheI8> i8;
@@ -130,8 +130,8 @@ std::vector<kernels::Tensor> BlockTensors(const BlockPool& pool, int layers) {
 TEST_P(BlockPoolPopulateTest, PopulateAllBacksEveryBlockBesideHandOutsAndKeepsWrites) {
   if (!PopulateWorks()) GTEST_SKIP() << "the kernel cannot populate pages (MADV_POPULATE_WRITE)";
   auto backend = kernels::CreateCpuBackend({1, false});
-  const int layers = 2, kv_dim = 256, block_size = 16, num_blocks = 1024;
-  auto pool = BlockPool::Create(backend.get(), layers, kv_dim, block_size, num_blocks,
+  const int layers = 2, kv_heads = 4, head_dim = 64, block_size = 16, num_blocks = 1024;
+  auto pool = BlockPool::Create(backend.get(), layers, kv_heads, head_dim, block_size, num_blocks,
                                 {.dtype = GetParam()});
   ASSERT_TRUE(pool.ok()) << pool.status();
   const std::vector<kernels::Tensor> tensors = BlockTensors(**pool, layers);

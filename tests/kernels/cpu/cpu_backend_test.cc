@@ -39,16 +39,16 @@ struct PagedAttention {
   int blocks;
   absl::Status Run(Backend& be, Stream& st, std::vector<float>& out, int row0, int nrows) const {
     const int hd = shape.head_dim, bs = shape.block_size;
-    const int q_dim = shape.num_heads * hd, kv_dim = shape.num_kv_heads * hd;
+    const int q_dim = shape.num_heads * hd, kv_heads = shape.num_kv_heads;
     const int64_t rope_rows = static_cast<int64_t>(rope.size()) / hd;
-    return be.Attention(st, T(q.data() + row0 * q_dim, DType::kF32, {nrows, q_dim}),
-                        T(kc.data(), DType::kF32, {blocks, bs, kv_dim}),
-                        T(vc.data(), DType::kF32, {blocks, bs, kv_dim}),
-                        T(rows.data() + row0, DType::kI32, {nrows, kAttnRowFields}),
-                        T(const_cast<int32_t*>(tables.data()), DType::kI32,
-                          {static_cast<int64_t>(tables.size())}),
-                        T(rope.data(), DType::kF32, {rope_rows, hd}), shape,
-                        T(out.data() + row0 * q_dim, DType::kF32, {nrows, q_dim}));
+    return be.Attention(
+        st, T(q.data() + row0 * q_dim, DType::kF32, {nrows, q_dim}),
+        T(kc.data(), DType::kF32, {blocks, kv_heads, bs, hd}),
+        T(vc.data(), DType::kF32, {blocks, kv_heads, bs, hd}),
+        T(rows.data() + row0, DType::kI32, {nrows, kAttnRowFields}),
+        T(const_cast<int32_t*>(tables.data()), DType::kI32, {static_cast<int64_t>(tables.size())}),
+        T(rope.data(), DType::kF32, {rope_rows, hd}), shape,
+        T(out.data() + row0 * q_dim, DType::kF32, {nrows, q_dim}));
   }
 };
 
@@ -191,11 +191,13 @@ TEST(AttentionTest, PagedGqaMatchesDirectAndBackendsAgree) {
     const RowSpec& sp = specs[i];
     for (int h = 0; h < heads; ++h) {
       const int kvh = h / (heads / kv_heads);
-      std::vector<std::pair<int64_t, int>> keys;  // (float offset of entry, position)
-      for (int j = 0; j < sp.prefix; ++j) keys.push_back({(7LL * bs + j) * kv_dim, 0});
+      // (float offset of the entry's head kvh, position): blocks are [kv_heads, bs, hd]
+      std::vector<std::pair<int64_t, int>> keys;
+      auto head_at = [&](int64_t slot) { return FloatKvIndex(slot, kvh, 0, shape); };
+      for (int j = 0; j < sp.prefix; ++j) keys.push_back({head_at(7LL * bs + j), 0});
       for (int j = sp.lo; j < sp.hi; ++j) {
         const int slot = 3 + j;
-        keys.push_back({(static_cast<int64_t>(tables[1 + slot / bs]) * bs + slot % bs) * kv_dim,
+        keys.push_back({head_at(static_cast<int64_t>(tables[1 + slot / bs]) * bs + slot % bs),
                         sp.pos_lo + j - sp.lo});
       }
       std::vector<double> s;
@@ -203,7 +205,7 @@ TEST(AttentionTest, PagedGqaMatchesDirectAndBackendsAgree) {
         double dot = 0;
         for (int t = 0; t < hd / 2; ++t) {
           const double c = rope[pos * hd + t], sn = rope[pos * hd + hd / 2 + t];
-          const double a = kc[off + kvh * hd + t], b = kc[off + kvh * hd + hd / 2 + t];
+          const double a = kc[off + t], b = kc[off + hd / 2 + t];
           dot += q[i * q_dim + h * hd + t] * (a * c - b * sn) +
                  q[i * q_dim + h * hd + hd / 2 + t] * (b * c + a * sn);
         }
@@ -214,7 +216,7 @@ TEST(AttentionTest, PagedGqaMatchesDirectAndBackendsAgree) {
       for (double& x : s) sum += (x = std::exp(x - mx));
       for (int t = 0; t < hd; ++t) {
         double o = 0;
-        for (size_t j = 0; j < keys.size(); ++j) o += s[j] / sum * vc[keys[j].first + kvh * hd + t];
+        for (size_t j = 0; j < keys.size(); ++j) o += s[j] / sum * vc[keys[j].first + t];
         EXPECT_NEAR(out_ref[i * q_dim + h * hd + t], o, 1e-5);
         EXPECT_NEAR(out_opt[i * q_dim + h * hd + t], o, 1e-5);
       }
@@ -320,8 +322,8 @@ TEST(AttentionTest, KeySlicesGiveTheBitsOfOneCall) {
   auto q = Random(static_cast<size_t>(n) * q_dim, 33, 3.0f);
   AttentionShape shape{heads, kv_heads, hd, bs, 1.0f / std::sqrt(8.0f)};
   Tensor qt = T(q.data(), DType::kF32, {n, q_dim});
-  Tensor kt = T(kc.data(), DType::kF32, {blocks, bs, kv_dim});
-  Tensor vt = T(vc.data(), DType::kF32, {blocks, bs, kv_dim});
+  Tensor kt = T(kc.data(), DType::kF32, {blocks, kv_heads, bs, hd});
+  Tensor vt = T(vc.data(), DType::kF32, {blocks, kv_heads, bs, hd});
   Tensor rt = T(rows.data(), DType::kI32, {n, kAttnRowFields});
   Tensor tt = T(const_cast<int32_t*>(tables.data()), DType::kI32, {12});
   Tensor ropet = T(rope.data(), DType::kF32, {rope_rows, hd});
@@ -356,6 +358,24 @@ TEST(AttentionTest, KeySlicesGiveTheBitsOfOneCall) {
                 .code());
   EXPECT_EQ(absl::StatusCode::kUnimplemented,
             r.ref->AttentionPart(*r.s1, qt, kt, vt, rt, tt, ropet, shape, 0, 32, st, ot).code());
+  // Caches not laid out [blocks, kv_heads, block_size, head_dim] for the shape: the entries'
+  // rows of the old layout ([blocks, block_size, kv_dim]), heads and block size swapped, K
+  // and V of different shapes.
+  const Tensor rows_layout = T(kc.data(), DType::kF32, {blocks, bs, kv_dim});
+  const Tensor swapped = T(kc.data(), DType::kF32, {blocks, bs, kv_heads, hd});
+  const Tensor other_v = T(vc.data(), DType::kF32, {blocks * 2, kv_heads, bs / 2, hd});
+  for (Backend* be : {r.ref.get(), r.opt.get()}) {
+    SCOPED_TRACE(be->Name());
+    std::unique_ptr<Stream> s = be->CreateStream();
+    for (const auto& [k, v] : {std::pair{rows_layout, rows_layout}, std::pair{swapped, swapped},
+                               std::pair{kt, other_v}}) {
+      EXPECT_EQ(absl::StatusCode::kInvalidArgument,
+                be->Attention(*s, qt, k, v, rt, tt, ropet, shape, ot).code());
+    }
+  }
+  EXPECT_EQ(absl::StatusCode::kInvalidArgument,
+            r.opt->AttentionPart(*r.s2, qt, swapped, swapped, rt, tt, ropet, shape, 0, 32, st, ot)
+                .code());
 }
 
 TEST(OpsTest, RmsNormRopeSiluGatherAndChecks) {

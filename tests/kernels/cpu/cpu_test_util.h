@@ -28,6 +28,20 @@ inline Tensor T(void* p, DType dt, std::initializer_list<int64_t> shape) {
   return MakeTensor(p, dt, shape);
 }
 
+// An F32 or fp16 cache [blocks, kv_heads, bs, hd] (FloatKvIndex) holding `entries`
+// [blocks * bs, kv_heads * hd] (an entry's heads side by side, as INT8 codes lie).
+template <class E>
+std::vector<E> HeadMajor(const std::vector<E>& entries, int64_t kv_heads, int64_t bs, int64_t hd) {
+  const int64_t kv_dim = kv_heads * hd;
+  std::vector<E> out(entries.size());
+  for (int64_t slot = 0; slot < static_cast<int64_t>(entries.size()) / kv_dim; ++slot) {
+    for (int64_t c = 0; c < kv_dim; ++c) {
+      out[FloatKvIndex(slot, c / hd, c % hd, kv_heads, bs, hd)] = entries[slot * kv_dim + c];
+    }
+  }
+  return out;
+}
+
 // n values uniform in [-scale, scale), reproducible from seed.
 inline std::vector<float> Random(size_t n, uint32_t seed, float scale = 1.0f) {
   std::mt19937 rng(seed);

@@ -48,38 +48,52 @@ std::vector<float> RoundingProbes(size_t n) {
   return v;
 }
 
+// StoreKv puts channel c of a row at head c / hd, element c % hd of the slot's entry in
+// its block's head-major layout (FloatKvIndex), F32 as given and fp16 rounded.
 TEST(F16KvTest, StoreRoundsToNearestEvenOnEveryPathAndBackend) {
   Rig r;
-  const int kv_dim = 37, blocks = 3, bs = 4, n = 5;  // 37: a 16-lane and an 8-lane tail
+  // hd 37: a 16-lane and a 5-lane tail per head.
+  const int heads = 3, hd = 37, kv_dim = heads * hd, blocks = 3, bs = 4, n = 5;
   const auto k = RoundingProbes(static_cast<size_t>(n) * kv_dim);
   auto v = k;
   std::reverse(v.begin(), v.end());
   const std::vector<int32_t> slots = {7, 0, 11, 3, 4};
+  auto at = [&](int64_t slot, int c) { return FloatKvIndex(slot, c / hd, c % hd, heads, bs, hd); };
   std::vector<uint16_t> want_k(blocks * bs * kv_dim, 0), want_v(want_k.size(), 0);
+  std::vector<float> want_k32(want_k.size(), 0.0f), want_v32(want_k.size(), 0.0f);
   for (int i = 0; i < n; ++i) {
     for (int c = 0; c < kv_dim; ++c) {
-      want_k[slots[i] * kv_dim + c] = Fp32ToFp16(k[i * kv_dim + c]);
-      want_v[slots[i] * kv_dim + c] = Fp32ToFp16(v[i * kv_dim + c]);
+      want_k[at(slots[i], c)] = Fp32ToFp16(k[i * kv_dim + c]);
+      want_v[at(slots[i], c)] = Fp32ToFp16(v[i * kv_dim + c]);
+      want_k32[at(slots[i], c)] = k[i * kv_dim + c];
+      want_v32[at(slots[i], c)] = v[i * kv_dim + c];
     }
   }
-  EXPECT_EQ(want_k[7 * kv_dim + 0], 0x3c00);  // the ties went to even
-  EXPECT_EQ(want_k[7 * kv_dim + 1], 0x3c02);
-  EXPECT_EQ(want_k[7 * kv_dim + 9], 0x7c00);  // 65520 overflows to inf
+  EXPECT_EQ(want_k[at(7, 0)], 0x3c00);  // the ties went to even
+  EXPECT_EQ(want_k[at(7, 1)], 0x3c02);
+  EXPECT_EQ(want_k[at(7, 9)], 0x7c00);       // 65520 overflows to inf
+  EXPECT_EQ(at(7, hd) - at(7, 0), bs * hd);  // an entry's next head: a block's head further
   for (cpu::Isa isa : RunnableIsas()) {
     SCOPED_TRACE(cpu::IsaName(isa));
     IsaScope scope(isa);
     for (Backend* be : {r.ref.get(), r.opt.get()}) {
       SCOPED_TRACE(be->Name());
       std::unique_ptr<Stream> st = be->CreateStream();
+      const Tensor kt = T(const_cast<float*>(k.data()), DType::kF32, {n, kv_dim});
+      const Tensor vt = T(v.data(), DType::kF32, {n, kv_dim});
+      const Tensor sl = T(const_cast<int32_t*>(slots.data()), DType::kI32, {n});
       std::vector<uint16_t> kc(want_k.size(), 0), vc(want_v.size(), 0);
-      ASSERT_TRUE(be->StoreKv(*st, T(const_cast<float*>(k.data()), DType::kF32, {n, kv_dim}),
-                              T(v.data(), DType::kF32, {n, kv_dim}),
-                              T(const_cast<int32_t*>(slots.data()), DType::kI32, {n}),
-                              T(kc.data(), DType::kF16, {blocks, bs, kv_dim}),
-                              T(vc.data(), DType::kF16, {blocks, bs, kv_dim}))
+      ASSERT_TRUE(be->StoreKv(*st, kt, vt, sl, T(kc.data(), DType::kF16, {blocks, heads, bs, hd}),
+                              T(vc.data(), DType::kF16, {blocks, heads, bs, hd}))
                       .ok());
       EXPECT_EQ(kc, want_k);
       EXPECT_EQ(vc, want_v);
+      std::vector<float> kc32(want_k32.size(), 0.0f), vc32(want_v32.size(), 0.0f);
+      ASSERT_TRUE(be->StoreKv(*st, kt, vt, sl, T(kc32.data(), DType::kF32, {blocks, heads, bs, hd}),
+                              T(vc32.data(), DType::kF32, {blocks, heads, bs, hd}))
+                      .ok());
+      EXPECT_EQ(0, std::memcmp(kc32.data(), want_k32.data(), kc32.size() * sizeof(float)));
+      EXPECT_EQ(0, std::memcmp(vc32.data(), want_v32.data(), vc32.size() * sizeof(float)));
     }
   }
 }
@@ -92,15 +106,17 @@ TEST(F16KvTest, BadCachesAreRefused) {
   std::vector<int32_t> slots = {0, 3};
   auto kt = T(k.data(), DType::kF32, {n, kv_dim});
   auto st = T(slots.data(), DType::kI32, {n});
-  auto half = T(h.data(), DType::kF16, {1, 4, kv_dim});
-  auto f32 = T(f32_cache.data(), DType::kF32, {1, 4, kv_dim});
-  auto bf16 = T(h.data(), DType::kBF16, {1, 4, kv_dim});
+  auto half = T(h.data(), DType::kF16, {1, 2, 4, kv_dim / 2});
+  auto f32 = T(f32_cache.data(), DType::kF32, {1, 2, 4, kv_dim / 2});
+  auto bf16 = T(h.data(), DType::kBF16, {1, 2, 4, kv_dim / 2});
+  auto rank3 = T(h.data(), DType::kF16, {1, 4, kv_dim});  // not [blocks, heads, bs, hd]
   for (Backend* be : {r.ref.get(), r.opt.get()}) {
     SCOPED_TRACE(be->Name());
     EXPECT_TRUE(be->SupportsF16Kv());
     std::unique_ptr<Stream> s = be->CreateStream();
     EXPECT_EQ(be->StoreKv(*s, kt, kt, st, half, f32).code(), absl::StatusCode::kInvalidArgument);
     EXPECT_EQ(be->StoreKv(*s, kt, kt, st, bf16, bf16).code(), absl::StatusCode::kInvalidArgument);
+    EXPECT_EQ(be->StoreKv(*s, kt, kt, st, rank3, rank3).code(), absl::StatusCode::kInvalidArgument);
     slots[1] = 4;  // past the cache
     EXPECT_EQ(be->StoreKv(*s, kt, kt, st, half, half).code(), absl::StatusCode::kOutOfRange);
     slots[1] = 3;
@@ -142,9 +158,8 @@ struct Case {
     shape = {heads, kv_heads, hd, bs, 1.0f / std::sqrt(static_cast<float>(hd))};
   }
   Tensor Cache(bool half, bool key) {
-    const int kv_dim = kv_heads * hd;
-    if (half) return T(key ? kh.data() : vh.data(), DType::kF16, {blocks, bs, kv_dim});
-    return T(key ? kw.data() : vw.data(), DType::kF32, {blocks, bs, kv_dim});
+    if (half) return T(key ? kh.data() : vh.data(), DType::kF16, {blocks, kv_heads, bs, hd});
+    return T(key ? kw.data() : vw.data(), DType::kF32, {blocks, kv_heads, bs, hd});
   }
   // Rows [row0, row0 + nrows) into the same rows of out, over caches k and v.
   absl::Status Run(Backend& be, Stream& st, Tensor k, Tensor v, std::vector<float>& out, int row0,

@@ -27,6 +27,7 @@ namespace {
 constexpr int kHeads = 6, kKvHeads = 2, kHd = 12, kKvDim = kKvHeads * kHd, kQDim = kHeads * kHd;
 constexpr int kBs = 5, kBlocks = 12, kPages = 6, kGroup = 10, kVGroups = 3, kRopeRows = 64;
 
+using testing::HeadMajor;
 using testing::IsaScope;
 using testing::Random;
 using testing::RunnableIsas;
@@ -326,9 +327,12 @@ TEST_P(Int8KvTest, AttentionInt8EqualsF32AttentionOnDequantizedCache) {
     const int64_t b = int64_t{specs[i].own_block} * kBs * kKvDim;
     std::copy_n(k_true.begin() + b, kBs * kKvDim, kc.begin() + b);
     std::copy_n(v_true.begin() + b, kBs * kKvDim, vc.begin() + b);
+    // The F32 kernels read blocks head by head.
+    kc = HeadMajor(kc, kKvHeads, kBs, kHd);
+    vc = HeadMajor(vc, kKvHeads, kBs, kHd);
     ASSERT_TRUE(be->Attention(*st, T(q.data() + i * kQDim, DType::kF32, {1, kQDim}),
-                              T(kc.data(), DType::kF32, {kBlocks, kBs, kKvDim}),
-                              T(vc.data(), DType::kF32, {kBlocks, kBs, kKvDim}),
+                              T(kc.data(), DType::kF32, {kBlocks, kKvHeads, kBs, kHd}),
+                              T(vc.data(), DType::kF32, {kBlocks, kKvHeads, kBs, kHd}),
                               T(rows.data() + i, DType::kI32, {1, kAttnRowFields}),
                               T(tables.data(), DType::kI32, {6}),
                               T(rope.data(), DType::kF32, {kRopeRows, kHd}), shape,
@@ -339,10 +343,11 @@ TEST_P(Int8KvTest, AttentionInt8EqualsF32AttentionOnDequantizedCache) {
     EXPECT_EQ(0, std::memcmp(ref.data(), out.data() + i * kQDim, kQDim * sizeof(float)))
         << "row " << i;
     // And int8 is really in use: the all-F32 answer differs for rows that read int8.
-    std::vector<float> exact(kQDim);
+    std::vector<float> exact(kQDim), k_rows = HeadMajor(k_true, kKvHeads, kBs, kHd),
+                                     v_rows = HeadMajor(v_true, kKvHeads, kBs, kHd);
     ASSERT_TRUE(be->Attention(*st, T(q.data() + i * kQDim, DType::kF32, {1, kQDim}),
-                              T(k_true.data(), DType::kF32, {kBlocks, kBs, kKvDim}),
-                              T(v_true.data(), DType::kF32, {kBlocks, kBs, kKvDim}),
+                              T(k_rows.data(), DType::kF32, {kBlocks, kKvHeads, kBs, kHd}),
+                              T(v_rows.data(), DType::kF32, {kBlocks, kKvHeads, kBs, kHd}),
                               T(rows.data() + i, DType::kI32, {1, kAttnRowFields}),
                               T(tables.data(), DType::kI32, {6}),
                               T(rope.data(), DType::kF32, {kRopeRows, kHd}), shape,

@@ -14,6 +14,7 @@
 
 #include "common/fp16.h"
 #include "gtest/gtest.h"
+#include "kernels/backend.h"
 #include "kernels/quant/kv_quant.h"
 #include "tests/kernels/cuda/cuda_test_util.h"
 
@@ -109,15 +110,20 @@ Pool MakePool(const std::vector<Seq>& seqs, int num_kv_heads, int head_dim, core
     p.v = back;
     return p;
   }
+  // p.k, p.v stay [slots, kv_dim] for the reference; the float caches the kernel reads are
+  // head-major within a block (kernels::FloatKvIndex).
   for (size_t i = 0; i < p.k.size(); ++i) {
+    const int64_t slot = static_cast<int64_t>(i) / kv_dim, c = static_cast<int64_t>(i) % kv_dim;
+    const int64_t at = kernels::FloatKvIndex(slot, c / p.head_dim, c % p.head_dim, p.num_kv_heads,
+                                             kBlockSize, p.head_dim);
     for (auto [src, raw] : {std::pair{&p.k, &p.k_raw}, std::pair{&p.v, &p.v_raw}}) {
       float& x = (*src)[i];
       if (type == core::DType::kF32) {
-        std::memcpy(&(*raw)[i * 4], &x, 4);
+        std::memcpy(&(*raw)[at * 4], &x, 4);
       } else {
         const uint16_t h = type == core::DType::kBF16 ? Fp32ToBf16(x) : Fp32ToFp16(x);
         x = type == core::DType::kBF16 ? Bf16ToFp32(h) : Fp16ToFp32(h);
-        std::memcpy(&(*raw)[i * 2], &h, 2);
+        std::memcpy(&(*raw)[at * 2], &h, 2);
       }
     }
   }

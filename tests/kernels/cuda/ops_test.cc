@@ -6,6 +6,7 @@
 
 #include "common/fp16.h"
 #include "gtest/gtest.h"
+#include "kernels/backend.h"
 #include "kernels/cuda/elementwise.cuh"
 #include "kernels/cuda/embedding.cuh"
 #include "kernels/cuda/gemm.h"
@@ -218,21 +219,23 @@ TEST(CudaOps, LinearF32Bf16F16WithBiasAndResidual) {
   }
 }
 
-TEST(CudaOps, StoreKvWritesSlotsAndSkipsNegative) {
+TEST(CudaOps, StoreKvWritesSlotsHeadMajorAndSkipsOutOfRange) {
   KVFOLD_SKIP_WITHOUT_GPU();
-  const int64_t kv_dim = 3 * 40 + 1, slots_total = 16 * 11, n = 37;
+  const int64_t heads = 3, hd = 41, bs = 16, blocks = 11, kv_dim = heads * hd;
+  const int64_t slots_total = bs * blocks, n = 37;
   const auto k = RandomFloats(n * kv_dim, 14), v = RandomFloats(n * kv_dim, 15);
   std::vector<int32_t> slots(n);
   for (int64_t i = 0; i < n; ++i) slots[i] = static_cast<int32_t>((i * 13 + 5) % slots_total);
   slots[3] = -1;
+  slots[9] = static_cast<int32_t>(slots_total);  // one past the cache: skipped
   for (const core::DType ct : {core::DType::kF32, core::DType::kBF16}) {
     const size_t es = core::DTypeSize(ct);
     std::vector<uint8_t> zeros(slots_total * kv_dim * es, 0);
     DeviceArray<uint8_t> d_kc(zeros), d_vc(zeros);
     DeviceArray<float> d_k(k), d_v(v);
     DeviceArray<int32_t> d_slots(slots);
-    ExpectOk(StoreKv(d_k.get(), d_v.get(), d_slots.get(), n, kv_dim, d_kc.get(), d_vc.get(),
-                     ct, nullptr));
+    ExpectOk(StoreKv(d_k.get(), d_v.get(), d_slots.get(), n, heads, bs, hd, blocks, d_kc.get(),
+                     d_vc.get(), ct, nullptr));
     const auto kc = d_kc.ToHost(), vc = d_vc.ToHost();
     auto at = [&](const std::vector<uint8_t>& c, int64_t i) -> float {
       if (ct == core::DType::kF32) return reinterpret_cast<const float*>(c.data())[i];
@@ -241,16 +244,19 @@ TEST(CudaOps, StoreKvWritesSlotsAndSkipsNegative) {
     auto rnd = [&](float x) { return ct == core::DType::kF32 ? x : Bf16ToFp32(Fp32ToBf16(x)); };
     std::vector<bool> written(slots_total, false);
     for (int64_t i = 0; i < n; ++i) {
-      if (slots[i] < 0) continue;
+      if (slots[i] < 0 || slots[i] >= slots_total) continue;
       written[slots[i]] = true;
       for (int64_t c = 0; c < kv_dim; ++c) {
-        ASSERT_EQ(at(kc, slots[i] * kv_dim + c), rnd(k[i * kv_dim + c]));
-        ASSERT_EQ(at(vc, slots[i] * kv_dim + c), rnd(v[i * kv_dim + c]));
+        const int64_t at_c = kernels::FloatKvIndex(slots[i], c / hd, c % hd, heads, bs, hd);
+        ASSERT_EQ(at(kc, at_c), rnd(k[i * kv_dim + c]));
+        ASSERT_EQ(at(vc, at_c), rnd(v[i * kv_dim + c]));
       }
     }
     for (int64_t s = 0; s < slots_total; ++s) {
-      if (!written[s]) {
-        ASSERT_EQ(at(kc, s * kv_dim), 0.0f) << "slot " << s << " touched";
+      if (written[s]) continue;
+      for (int64_t c = 0; c < kv_dim; ++c) {
+        ASSERT_EQ(at(kc, kernels::FloatKvIndex(s, c / hd, c % hd, heads, bs, hd)), 0.0f)
+            << "slot " << s << " touched";
       }
     }
   }
@@ -262,7 +268,12 @@ TEST(CudaOps, LaunchersRejectBadArguments) {
             absl::StatusCode::kInvalidArgument);
   EXPECT_EQ(RmsNorm(nullptr, nullptr, core::DType::kI8, 1e-5f, 1, 1, nullptr, nullptr).code(),
             absl::StatusCode::kInvalidArgument);
-  EXPECT_EQ(StoreKv(nullptr, nullptr, nullptr, 1, 4, nullptr, nullptr, core::DType::kI8, nullptr)
+  EXPECT_EQ(StoreKv(nullptr, nullptr, nullptr, 1, 2, 16, 4, 1, nullptr, nullptr, core::DType::kI8,
+                    nullptr)
+                .code(),
+            absl::StatusCode::kInvalidArgument);
+  EXPECT_EQ(StoreKv(nullptr, nullptr, nullptr, 1, 2, 0, 4, 1, nullptr, nullptr, core::DType::kF32,
+                    nullptr)
                 .code(),
             absl::StatusCode::kInvalidArgument);
   EXPECT_TRUE(Add(nullptr, nullptr, 0, nullptr, nullptr).ok());

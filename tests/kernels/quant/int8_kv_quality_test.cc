@@ -35,23 +35,39 @@ std::string ReadAll(const std::string& path) {
   return ss.str();
 }
 
-// Quantize + dequantize rows [t0, t0 + n) of one cache tensor in place.
-void FakeQuant(float* cache, int64_t t0, int64_t n, int64_t kv_dim, int head_dim,
+// Quantize + dequantize entries [t0, t0 + n) (slots of one block) of one F32 cache tensor
+// in place. The cache is head-major within a block (kernels::FloatKvIndex): the entries
+// are gathered into rows [n, kv_dim], as the int8 kernels see them, and scattered back.
+void FakeQuant(float* cache, int64_t t0, int64_t n, int64_t kv_dim, int head_dim, int bs,
                bool per_channel) {
-  float* x = cache + t0 * kv_dim;
+  const int64_t heads = kv_dim / head_dim;
+  std::vector<float> x(n * kv_dim);
+  auto each = [&](auto&& fn) {
+    for (int64_t t = 0; t < n; ++t) {
+      for (int64_t c = 0; c < kv_dim; ++c) {
+        fn(x[t * kv_dim + c],
+           cache[kernels::FloatKvIndex(t0 + t, c / head_dim, c % head_dim, heads, bs, head_dim)]);
+      }
+    }
+  };
+  each([](float& row, float& at) { row = at; });
   std::vector<int8_t> codes(n * kv_dim);
   if (per_channel) {
     std::vector<float> scales(kv_dim);
-    ASSERT_TRUE(QuantizeKeys(x, n, kv_dim, {.group_size = static_cast<int32_t>(n)},
-                             codes.data(), scales.data()).ok());
-    ASSERT_TRUE(DequantizeKeys(codes.data(), scales.data(), n, kv_dim,
-                               static_cast<int32_t>(n), x).ok());
+    ASSERT_TRUE(QuantizeKeys(x.data(), n, kv_dim, {.group_size = static_cast<int32_t>(n)},
+                             codes.data(), scales.data())
+                    .ok());
+    ASSERT_TRUE(
+        DequantizeKeys(codes.data(), scales.data(), n, kv_dim, static_cast<int32_t>(n), x.data())
+            .ok());
   } else {
     std::vector<float> scales(n * NumValueGroups(kv_dim, head_dim));
-    ASSERT_TRUE(QuantizeValues(x, n, kv_dim, {.group_size = head_dim}, codes.data(),
-                               scales.data()).ok());
-    ASSERT_TRUE(DequantizeValues(codes.data(), scales.data(), n, kv_dim, head_dim, x).ok());
+    ASSERT_TRUE(
+        QuantizeValues(x.data(), n, kv_dim, {.group_size = head_dim}, codes.data(), scales.data())
+            .ok());
+    ASSERT_TRUE(DequantizeValues(codes.data(), scales.data(), n, kv_dim, head_dim, x.data()).ok());
   }
+  each([](float& row, float& at) { at = row; });
 }
 
 double MeanNll(Scheme scheme, int64_t* count_out) {
@@ -95,11 +111,11 @@ double MeanNll(Scheme scheme, int64_t* count_out) {
         float* k = static_cast<float*>(e.pool().k_cache(layer).data);
         float* v = static_cast<float*>(e.pool().v_cache(layer).data);
         const int64_t slot = int64_t{blocks[(n - 1) / bs]} * bs + (n - 1) % bs;
-        FakeQuant(v, slot, 1, c.kv_dim(), c.head_dim, false);
+        FakeQuant(v, slot, 1, c.kv_dim(), c.head_dim, bs, false);
         if (scheme == Scheme::kPerToken) {
-          FakeQuant(k, slot, 1, c.kv_dim(), c.head_dim, false);
+          FakeQuant(k, slot, 1, c.kv_dim(), c.head_dim, bs, false);
         } else if (n % bs == 0) {  // a key block just filled: per-channel over its tokens
-          FakeQuant(k, int64_t{blocks[(n - 1) / bs]} * bs, bs, c.kv_dim(), c.head_dim, true);
+          FakeQuant(k, int64_t{blocks[(n - 1) / bs]} * bs, bs, c.kv_dim(), c.head_dim, bs, true);
         }
       }
       const auto logits = r.outputs[0].logits;
