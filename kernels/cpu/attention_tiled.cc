@@ -586,9 +586,9 @@ template <int C>
 // ran (Task::prefetch_only). The tile is then computed head by head from cache, each
 // head's keys and values of the tile's entries (located once per tile): in an F32 or fp16
 // cache, whose blocks are head-major, a head's entries of a block are one contiguous run
-// (docs/engine.md, "KV block layout"). Per head, the operations of RunTask with Update, in the same
-// order: the scores' chunk products of the rotated key (RotatePieceInRegisters) summed by
-// SumLanes, TileSoftmax, and the value sums by key i into part i % 4, in registers
+// (docs/engine.md, "KV block layout"). Per head, the operations of RunTask with Update, in
+// the same order: the scores' chunk products of the rotated key (RotatePieceInRegisters)
+// summed by SumLanes, TileSoftmax, and the value sums by key i into part i % 4, in registers
 // (AccumulateValues, 64 values a pass). So the same bits. rd: the cache (FloatHeads
 // or Int8Heads), f1 and f2 the ISA path's widening functions its Get takes.
 template <int kChunks, class Reader, class Exp, class F1, class F2>
