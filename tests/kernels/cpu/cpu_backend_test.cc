@@ -359,16 +359,17 @@ TEST(AttentionTest, KeySlicesGiveTheBitsOfOneCall) {
   EXPECT_EQ(absl::StatusCode::kUnimplemented,
             r.ref->AttentionPart(*r.s1, qt, kt, vt, rt, tt, ropet, shape, 0, 32, st, ot).code());
   // Caches not laid out [blocks, kv_heads, block_size, head_dim] for the shape: the entries'
-  // rows of the old layout ([blocks, block_size, kv_dim]), heads and block size swapped, K
-  // and V of different shapes.
+  // rows of the old layout ([blocks, block_size, kv_dim]), heads and head_dim swapped (the
+  // same kv_dim), half the block size, K and V of different shapes.
   const Tensor rows_layout = T(kc.data(), DType::kF32, {blocks, bs, kv_dim});
-  const Tensor swapped = T(kc.data(), DType::kF32, {blocks, bs, kv_heads, hd});
-  const Tensor other_v = T(vc.data(), DType::kF32, {blocks * 2, kv_heads, bs / 2, hd});
+  const Tensor swapped = T(kc.data(), DType::kF32, {blocks, hd, bs, kv_heads});
+  const Tensor half_k = T(kc.data(), DType::kF32, {blocks * 2, kv_heads, bs / 2, hd});
+  const Tensor half_v = T(vc.data(), DType::kF32, {blocks * 2, kv_heads, bs / 2, hd});
   for (Backend* be : {r.ref.get(), r.opt.get()}) {
     SCOPED_TRACE(be->Name());
     std::unique_ptr<Stream> s = be->CreateStream();
     for (const auto& [k, v] : {std::pair{rows_layout, rows_layout}, std::pair{swapped, swapped},
-                               std::pair{kt, other_v}}) {
+                               std::pair{half_k, half_v}, std::pair{kt, half_v}}) {
       EXPECT_EQ(absl::StatusCode::kInvalidArgument,
                 be->Attention(*s, qt, k, v, rt, tt, ropet, shape, ot).code());
     }
