@@ -66,6 +66,23 @@ struct SealEntry {
   int32_t count = 0;
 };
 
+// F32 and fp16 KV caches are [num_blocks, num_kv_heads, block_size, head_dim]: a block
+// holds its entries head by head, each KV head's entries contiguous (docs/engine.md, "KV
+// block layout"). The element index of channel d of KV head kvh of the entry at `offset`
+// in `block`, and of the entry at physical slot `slot` (block * block_size + offset).
+// INT8 codes keep [num_blocks, block_size, kv_dim] (Backend's KvCacheI8).
+KVFOLD_HOST_DEVICE inline int64_t FloatKvIndex(int64_t block, int64_t offset, int64_t kvh,
+                                               int64_t d, int64_t num_kv_heads, int64_t block_size,
+                                               int64_t head_dim) {
+  return ((block * num_kv_heads + kvh) * block_size + offset) * head_dim + d;
+}
+KVFOLD_HOST_DEVICE inline int64_t FloatKvIndex(int64_t slot, int64_t kvh, int64_t d,
+                                               int64_t num_kv_heads, int64_t block_size,
+                                               int64_t head_dim) {
+  return FloatKvIndex(slot / block_size, slot % block_size, kvh, d, num_kv_heads, block_size,
+                      head_dim);
+}
+
 inline constexpr int kAttnRowFields = sizeof(AttnRow) / sizeof(int32_t);
 inline constexpr int kAttnOwnFields = sizeof(AttnOwnBlock) / sizeof(int32_t);
 inline constexpr int kSealFields = sizeof(SealEntry) / sizeof(int32_t);

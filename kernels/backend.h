@@ -99,16 +99,7 @@ struct AttentionShape {
   float scale = 0.0f;    // usually 1/sqrt(head_dim)
 };
 
-// F32 and fp16 KV caches are [num_blocks, num_kv_heads, block_size, head_dim]: a block
-// holds its entries head by head, each KV head's entries contiguous (docs/engine.md, "KV
-// block layout"). The element index of channel d of KV head kvh of the entry at physical
-// slot `slot` (block * block_size + offset). INT8 codes keep [num_blocks, block_size,
-// kv_dim] (KvCacheI8).
-inline int64_t FloatKvIndex(int64_t slot, int64_t kvh, int64_t d, int64_t num_kv_heads,
-                            int64_t block_size, int64_t head_dim) {
-  const int64_t block = slot / block_size, offset = slot % block_size;
-  return ((block * num_kv_heads + kvh) * block_size + offset) * head_dim + d;
-}
+// FloatKvIndex (attn_rows.h) of a cache laid out for `s`.
 inline int64_t FloatKvIndex(int64_t slot, int64_t kvh, int64_t d, const AttentionShape& s) {
   return FloatKvIndex(slot, kvh, d, s.num_kv_heads, s.block_size, s.head_dim);
 }

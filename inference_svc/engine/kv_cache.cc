@@ -88,7 +88,6 @@ absl::StatusOr<std::unique_ptr<BlockPool>> BlockPool::Create(kernels::Backend* b
   pool->num_layers_ = num_layers;
   pool->num_kv_heads_ = num_kv_heads;
   pool->head_dim_ = head_dim;
-  pool->kv_dim_ = kv_dim;
   pool->block_size_ = block_size;
   pool->num_blocks_ = num_blocks;
   const size_t bytes =
@@ -113,7 +112,7 @@ BlockPool::~BlockPool() = default;
 
 core::KvLayout BlockPool::layout() const {
   return {.num_layers = static_cast<uint64_t>(num_layers_),
-          .kv_dim = static_cast<uint64_t>(kv_dim_),
+          .kv_dim = static_cast<uint64_t>(kv_dim()),
           .dtype = options_.dtype,
           .block_size = static_cast<uint64_t>(block_size_),
           .value_group = static_cast<uint64_t>(options_.value_group)};
@@ -125,7 +124,7 @@ size_t BlockPool::bytes_per_token() const { return core::KvBytesPerToken(layout(
 
 size_t BlockPool::bytes_per_page() const {
   if (options_.dtype != core::DType::kI8) return 0;
-  return static_cast<size_t>(num_layers_) * 2 * block_size_ * kv_dim_ * sizeof(float);
+  return static_cast<size_t>(num_layers_) * 2 * block_size_ * kv_dim() * sizeof(float);
 }
 
 Tensor BlockPool::k_cache(int layer) const { return FloatCache(2 * layer); }
@@ -135,39 +134,39 @@ Tensor BlockPool::v_cache(int layer) const { return FloatCache(2 * layer + 1); }
 Tensor BlockPool::FloatCache(int index) const {
   KVFOLD_CHECK(options_.dtype == core::DType::kF32 || options_.dtype == core::DType::kF16);
   const size_t per_tensor =
-      static_cast<size_t>(num_blocks_) * block_size_ * kv_dim_ * core::DTypeSize(options_.dtype);
+      static_cast<size_t>(num_blocks_) * block_size_ * kv_dim() * core::DTypeSize(options_.dtype);
   return kernels::ViewOf(*buffer_, static_cast<size_t>(index) * per_tensor, options_.dtype,
                          {num_blocks_, num_kv_heads_, block_size_, head_dim_});
 }
 
 kernels::KvCacheI8 BlockPool::int8_cache(int layer) const {
   KVFOLD_CHECK(options_.dtype == core::DType::kI8);
-  const Int8Layout lay = LayoutOf(num_blocks_, block_size_, kv_dim_, options_.value_group);
+  const Int8Layout lay = LayoutOf(num_blocks_, block_size_, kv_dim(), options_.value_group);
   size_t off = static_cast<size_t>(layer) * lay.layer_bytes();
   kernels::KvCacheI8 c;
   c.value_group = options_.value_group;
-  c.k_codes = kernels::ViewOf(*buffer_, off, DType::kI8, {num_blocks_, block_size_, kv_dim_});
+  c.k_codes = kernels::ViewOf(*buffer_, off, DType::kI8, {num_blocks_, block_size_, kv_dim()});
   off += AlignUp(lay.codes);
-  c.v_codes = kernels::ViewOf(*buffer_, off, DType::kI8, {num_blocks_, block_size_, kv_dim_});
+  c.v_codes = kernels::ViewOf(*buffer_, off, DType::kI8, {num_blocks_, block_size_, kv_dim()});
   off += AlignUp(lay.codes);
-  c.k_scales = kernels::ViewOf(*buffer_, off, DType::kF16, {num_blocks_, kv_dim_});
+  c.k_scales = kernels::ViewOf(*buffer_, off, DType::kF16, {num_blocks_, kv_dim()});
   off += AlignUp(lay.k_scales);
   c.v_scales =
       kernels::ViewOf(*buffer_, off, DType::kF16,
-                      {num_blocks_, block_size_, ValueGroups(kv_dim_, options_.value_group)});
+                      {num_blocks_, block_size_, ValueGroups(kv_dim(), options_.value_group)});
   const size_t page_tensor =
-      static_cast<size_t>(num_pages_) * block_size_ * kv_dim_ * sizeof(float);
+      static_cast<size_t>(num_pages_) * block_size_ * kv_dim() * sizeof(float);
   c.k_pages = kernels::ViewOf(*page_buffer_, 2 * static_cast<size_t>(layer) * page_tensor,
-                              DType::kF32, {num_pages_, block_size_, kv_dim_});
+                              DType::kF32, {num_pages_, block_size_, kv_dim()});
   c.v_pages = kernels::ViewOf(*page_buffer_, (2 * static_cast<size_t>(layer) + 1) * page_tensor,
-                              DType::kF32, {num_pages_, block_size_, kv_dim_});
+                              DType::kF32, {num_pages_, block_size_, kv_dim()});
   return c;
 }
 
 absl::Status BlockPool::GrowPages() {
   const int old_pages = num_pages_;
   const int new_pages = old_pages == 0 ? options_.num_pages : 2 * old_pages;
-  const size_t page_tensor_bytes = static_cast<size_t>(block_size_) * kv_dim_ * sizeof(float);
+  const size_t page_tensor_bytes = static_cast<size_t>(block_size_) * kv_dim() * sizeof(float);
   absl::StatusOr<std::unique_ptr<kernels::Buffer>> buffer =
       backend_->Allocate(static_cast<size_t>(num_layers_) * 2 * new_pages * page_tensor_bytes);
   if (!buffer.ok()) return buffer.status();
@@ -175,9 +174,9 @@ absl::Status BlockPool::GrowPages() {
     // Layout [layer][k|v][page]: copy each old tensor to the start of its new tensor.
     for (int t = 0; t < 2 * num_layers_; ++t) {
       const Tensor src = kernels::ViewOf(*page_buffer_, t * old_pages * page_tensor_bytes,
-                                         DType::kF32, {old_pages, block_size_, kv_dim_});
+                                         DType::kF32, {old_pages, block_size_, kv_dim()});
       const Tensor dst = kernels::ViewOf(**buffer, t * new_pages * page_tensor_bytes, DType::kF32,
-                                         {old_pages, block_size_, kv_dim_});
+                                         {old_pages, block_size_, kv_dim()});
       if (absl::Status s = backend_->Copy(*stream_, src, dst); !s.ok()) return s;
     }
     if (absl::Status s = backend_->Synchronize(*stream_); !s.ok()) return s;
@@ -203,7 +202,7 @@ absl::Status BlockPool::AttachPage(int32_t block, int restore) {
 }
 
 absl::Status BlockPool::RestorePage(int32_t block, int32_t page, int count) {
-  const int bs = block_size_, kv = kv_dim_, g = options_.value_group;
+  const int bs = block_size_, kv = kv_dim(), g = options_.value_group;
   const int64_t vg = ValueGroups(kv, g);
   std::vector<int8_t> codes(static_cast<size_t>(count) * kv);
   std::vector<uint16_t> half_scales(static_cast<size_t>(count) * std::max<int64_t>(kv, vg));
@@ -285,7 +284,7 @@ void BlockPool::PopulateRange(int begin, int end) {
 int BlockPool::PopulateChunk() const {
   constexpr size_t kChunkBytes = size_t{2} << 20;
   const size_t entry = options_.dtype == core::DType::kI8 ? 1 : core::DTypeSize(options_.dtype);
-  const size_t block_bytes = static_cast<size_t>(block_size_) * kv_dim_ * entry;
+  const size_t block_bytes = static_cast<size_t>(block_size_) * kv_dim() * entry;
   return static_cast<int>(std::max<size_t>(1, kChunkBytes / block_bytes));
 }
 

@@ -4,7 +4,7 @@
 // Layout of the pool (one backend Buffer): for each layer, k_cache and v_cache tensors
 // [num_blocks, num_kv_heads, block_size, head_dim] F32 (or F16 with core::DType::kF16:
 // each value rounded to the nearest fp16 as it is stored): a block holds its entries head
-// by head (kernels/backend.h FloatKvIndex), keys UN-ROTATED (docs/contracts.md).
+// by head (kernels/attn_rows.h FloatKvIndex), keys UN-ROTATED (docs/contracts.md).
 // With core::DType::kI8 (KIVI, docs/engine.md "INT8 KV") each layer instead holds int8 key
 // and value codes [num_blocks, block_size, kv_dim] (kv_dim = num_kv_heads * head_dim; an
 // entry's heads side by side), fp16 key scales [num_blocks, kv_dim] (a key group is
@@ -148,8 +148,9 @@ class BlockPool {
   BlockPoolOptions options_;
   std::unique_ptr<kernels::Buffer> buffer_;
   std::unique_ptr<kernels::Buffer> page_buffer_;  // int8 only
-  int num_layers_ = 0, num_kv_heads_ = 0, head_dim_ = 0, kv_dim_ = 0, block_size_ = 0,
-      num_blocks_ = 0, num_pages_ = 0;
+  int kv_dim() const { return num_kv_heads_ * head_dim_; }
+  int num_layers_ = 0, num_kv_heads_ = 0, head_dim_ = 0, block_size_ = 0, num_blocks_ = 0,
+      num_pages_ = 0;
   std::vector<int32_t> free_;        // stack of free block ids
   // Blocks [0, populated_) were given to Populate. Only ever grows (compare-and-swap to
   // the larger value): PopulateAll may move it from another thread.

@@ -282,11 +282,8 @@ absl::Status MemorySession::AddMemoryKv() {
     float* host = kv_rows_.data();
     for (int layer = 0; layer < projector_->config().memory_kv_layers; ++layer) {
       for (const kernels::Tensor& cache : {pool.k_cache(layer), pool.v_cache(layer)}) {
+        // heads * hd == kv_dim: the projector's width was checked against the model's.
         const int heads = static_cast<int>(cache.dim(1)), hd = static_cast<int>(cache.dim(3));
-        if (int64_t{heads} * hd != kv_dim) {
-          return absl::FailedPreconditionError(
-              absl::StrCat("memory KV width ", kv_dim, " != the pool's ", heads * hd));
-        }
         for (int j = 0; j < mem_slots_; ++j, host += kv_dim) {
           const int entry = first + j;
           const kernels::Tensor block = cache.Rows(blocks[entry / bs], 1).Reshape({heads * bs, hd});

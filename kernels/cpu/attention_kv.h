@@ -65,11 +65,11 @@ inline constexpr int kRowDotHeadDim = 32;
 inline bool RowDots(int head_dim) { return head_dim >= kRowDotHeadDim; }
 
 // Where KV head `kvh` of entry e starts in an F32 or fp16 cache of `shape` (elements; the
-// cache is head-major within a block, kernels/backend.h FloatKvIndex), and how far apart
+// cache is head-major within a block, kernels/attn_rows.h FloatKvIndex), and how far apart
 // an entry's consecutive heads lie.
 inline int64_t HeadOffset(const AttentionShape& shape, const KeyEntry& e, int kvh) {
-  return ((int64_t{e.block} * shape.num_kv_heads + kvh) * shape.block_size + e.offset) *
-         shape.head_dim;
+  return FloatKvIndex(e.block, e.offset, kvh, 0, shape.num_kv_heads, shape.block_size,
+                      shape.head_dim);
 }
 inline int64_t HeadStride(const AttentionShape& shape) {
   return int64_t{shape.block_size} * shape.head_dim;

@@ -22,9 +22,8 @@ constexpr int kMaxSplits = 64;
 __device__ __forceinline__ int64_t CacheIndex(const AttentionParams& p, int64_t slot, int ch,
                                               int kv_dim) {
   if (p.cache_type == core::DType::kI8) return slot * kv_dim + ch;
-  const int64_t block = slot / p.block_size, offset = slot % p.block_size;
-  const int head = ch / p.head_dim, d = ch % p.head_dim;
-  return ((block * p.num_kv_heads + head) * p.block_size + offset) * p.head_dim + d;
+  return kernels::FloatKvIndex(slot, ch / p.head_dim, ch % p.head_dim, p.num_kv_heads, p.block_size,
+                               p.head_dim);
 }
 
 // Element (slot, channel) of a cache, dequantized when int8. from_page: `slot` indexes the

@@ -21,7 +21,7 @@ __device__ __forceinline__ int8_t Int8Code(float x, float scale) {
 }
 
 // grid num_tokens, block kThreads. Channel c of a row is element c % head_dim of KV head
-// c / head_dim: index ((block * heads + head) * block_size + offset) * head_dim + d.
+// c / head_dim (kernels::FloatKvIndex).
 __global__ void StoreKvKernel(const float* k, const float* v,  // [num_tokens, kv_dim]
                               const int32_t* slots,            // [num_tokens]
                               int64_t heads, int64_t block_size, int64_t head_dim,
@@ -31,10 +31,9 @@ __global__ void StoreKvKernel(const float* k, const float* v,  // [num_tokens, k
   const int64_t slot = slots[token];
   if (slot < 0 || slot >= num_slots) return;
   const int64_t kv_dim = heads * head_dim;
-  const int64_t block = slot / block_size, offset = slot % block_size;
   for (int64_t c = threadIdx.x; c < kv_dim; c += blockDim.x) {
-    const int64_t head = c / head_dim, d = c % head_dim;
-    const int64_t i = ((block * heads + head) * block_size + offset) * head_dim + d;
+    const int64_t i =
+        kernels::FloatKvIndex(slot, c / head_dim, c % head_dim, heads, block_size, head_dim);
     StoreElem(k_cache, i, cache_type, k[token * kv_dim + c]);
     StoreElem(v_cache, i, cache_type, v[token * kv_dim + c]);
   }
