@@ -142,6 +142,10 @@ class Backend {
   virtual absl::StatusOr<std::unique_ptr<Buffer>> AdoptWeights(
       const void* host, size_t bytes, std::shared_ptr<const void> keepalive) = 0;
   virtual std::unique_ptr<Stream> CreateStream() = 0;
+  // Whether device addresses are host addresses: a kernel may then write its output
+  // straight into host memory (a MakeTensor view of it) instead of into an Allocate'd
+  // buffer followed by CopyToHost. The CPU backend's are; a device's are not.
+  virtual bool HostAddressable() const { return false; }
   // Host <-> device transfers of dst.size_bytes() / src.size_bytes() bytes.
   virtual absl::Status CopyToDevice(Stream& stream, const void* host, Tensor dst) = 0;
   virtual absl::Status CopyToHost(Stream& stream, Tensor src, void* host) = 0;

@@ -151,6 +151,7 @@ class CpuBackend : public Backend {
                                        : AvailableCpus())) {}
 
   std::string Name() const override { return reference_ ? "cpu-ref" : "cpu"; }
+  bool HostAddressable() const override { return true; }
   bool SupportsQ8Weights() const override { return true; }
 
   absl::StatusOr<std::unique_ptr<Buffer>> Allocate(size_t bytes) override {
