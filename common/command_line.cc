@@ -5,6 +5,7 @@
 #include <memory>
 #include <vector>
 
+#include "absl/synchronization/mutex.h"
 #include "common/version.h"
 
 namespace kvfold {
@@ -85,6 +86,10 @@ void AddServerAccessFlags(CLI::App& app, const ServerAccessFlags& flags) {
 }
 
 std::optional<int> ParseCommandLine(CLI::App& app, int argc, char** argv) {
+  // Debian's absl is built without NDEBUG, so its Mutex checks lock order by default:
+  // every Lock of every absl::Mutex (gRPC takes several per message) updates one
+  // process-wide graph under a global lock, and an order it flags aborts the process.
+  absl::SetMutexDeadlockDetectionMode(absl::OnDeadlockCycle::kIgnore);
   // CLI11 takes the arguments in reverse order. "--name=" is the empty value, as
   // "--name ''" (CLI11 alone would report a missing value).
   std::vector<std::string> args;

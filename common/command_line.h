@@ -57,7 +57,8 @@ void AddServerAccessFlags(CLI::App& app, const ServerAccessFlags& flags);
 // Parses argv ("--name=" gives the flag the empty value). Returns std::nullopt when the
 // program should go on; otherwise the code main() returns: kExitOk after --help or
 // --version (printed to stdout), kExitUsage after a usage error (the message, and a hint
-// for a snake_case spelling, on stderr).
+// for a snake_case spelling, on stderr). Also turns absl::Mutex's deadlock detection off
+// for the process (docs/cli.md, "Process settings").
 std::optional<int> ParseCommandLine(CLI::App& app, int argc, char** argv);
 
 }  // namespace kvfold
