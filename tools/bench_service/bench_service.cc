@@ -1,7 +1,7 @@
 // bench_service: end-to-end numbers of kvfold-inference, one JSON document, one run.
 //
 //   bench_service --model PATH [--projector DIR] [--sessions 1,4,16] [--new-tokens 128]
-//                 [--histories 1000,10000,50000] [--threads 0] [--kv-pool-mib 4096]
+//                 [--histories 1000,10000,50000] [--threads 0] [--kv-pool-bytes N]
 //
 // In process, over real gRPC on 127.0.0.1: a MemoryServer and kvfold-inference servers,
 // each measured once it reports ready (its KV pool populated, ServiceConfig::kv_populate).
@@ -75,7 +75,7 @@ struct Flags {
   int http_rounds = 3;
   int idle_streams = 1000;
   std::string db_dir = "/tmp/kvfold-bench-service-db";
-  int kv_pool_mib = 4096;
+  uint64_t kv_pool_bytes = 4ull << 30;
   std::string log_level = "warn";
 };
 
@@ -120,8 +120,9 @@ void AddFlags(CLI::App& app, Flags& f) {
   app.add_option("--http-rounds", f.http_rounds, "interleaved rounds of the HTTP vs gRPC rows (median)");
   app.add_option("--idle-streams", f.idle_streams, "event streams held open at once (0 = skip)");
   app.add_option("--db-dir", f.db_dir, "scratch RocksDB directory");
-  app.add_option("--kv-pool-mib", f.kv_pool_mib, "KV pool of every replica, MiB")
-      ->check(CLI::Range(16, 1 << 20));
+  app.add_option("--kv-pool-bytes", f.kv_pool_bytes,
+                 "KV pool of every replica (as the server's flag)")
+      ->check(CLI::Range(uint64_t{1} << 24, uint64_t{1} << 50));
   app.add_option("--log-level", f.log_level, "request log of the in-process servers (debug|info|warn|error|off)")
       ->check(CLI::IsMember({"debug", "info", "warn", "error", "off"}));
 }
@@ -161,7 +162,7 @@ Replica StartReplica(const Flags& flags, const std::string& store, bool batching
   c.listen = "127.0.0.1:0";
   c.insecure_no_auth = true;  // a local benchmark: no tokens
   c.threads = flags.threads;
-  c.kv_pool_bytes = static_cast<uint64_t>(flags.kv_pool_mib) << 20;
+  c.kv_pool_bytes = flags.kv_pool_bytes;
   c.kv_dtype = flags.kv_dtype;
   c.default_mode = kvfold::KvModeFromProto(mode).value();
   c.batching = batching;
