@@ -1,15 +1,14 @@
 #include "kernels/cpu/elementwise.h"
 
-#include <algorithm>
 #include <cmath>
 #include <cstdint>
 #include <cstring>
 
 #include "absl/strings/str_cat.h"
-#include "common/fp16.h"
 #include "kernels/cpu/cpu_ops.h"
 #include "kernels/cpu/isa.h"
 #include "kernels/cpu/vec16.h"
+#include "kernels/quant/weight_q8.h"
 
 namespace kvfold::kernels::cpu {
 namespace {
@@ -116,18 +115,9 @@ absl::Status GatherRows(const void* table, DType dtype, int64_t num_rows, int64_
     if (dtype == DType::kF32) {
       std::memcpy(out + i * width, static_cast<const float*>(table) + base, width * sizeof(float));
     } else if (dtype == DType::kQ8) {
-      // Q8At's product per element, the block's scale widened once.
-      const uint8_t* row = static_cast<const uint8_t*>(table) + ids[i] * Q8RowBytes(width);
-      const int64_t blocks = (width + kQ8Block - 1) / kQ8Block;
-      const int8_t* codes = reinterpret_cast<const int8_t*>(row + blocks * sizeof(uint16_t));
-      for (int64_t b = 0; b < blocks; ++b) {
-        uint16_t h;
-        std::memcpy(&h, row + b * sizeof(uint16_t), sizeof(h));
-        const float scale = Fp16ToFp32(h);
-        for (int64_t j = b * kQ8Block; j < std::min(width, (b + 1) * kQ8Block); ++j) {
-          out[i * width + j] = scale * static_cast<float>(codes[j]);
-        }
-      }
+      // Q8At's product per element, each block's scale widened once.
+      quant::DequantizeRowQ8(static_cast<const uint8_t*>(table) + ids[i] * Q8RowBytes(width), width,
+                             out + i * width);
     } else {
       for (int64_t j = 0; j < width; ++j) out[i * width + j] = LoadAsF32(table, dtype, base + j);
     }
