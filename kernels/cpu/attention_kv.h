@@ -72,7 +72,7 @@ inline int64_t HeadOffset(const AttentionShape& shape, const KeyEntry& e, int kv
                       shape.head_dim);
 }
 inline int64_t HeadStride(const AttentionShape& shape) {
-  return int64_t{shape.block_size} * shape.head_dim;
+  return FloatKvIndex(0, 0, 1, 0, shape.num_kv_heads, shape.block_size, shape.head_dim);
 }
 
 // Where KV head `kvh` of entry e starts in an INT8 cache's codes ([num_blocks, block_size,

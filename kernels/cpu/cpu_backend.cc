@@ -294,15 +294,9 @@ class CpuBackend : public Backend {
                        static_cast<uint16_t*>(v_cache.data));
       return absl::OkStatus();
     }
-    for (int64_t i = 0; i < n; ++i) {
-      for (int64_t h = 0; h < heads; ++h) {
-        const int64_t dst = FloatKvIndex(s[i], h, 0, heads, bs, hd);
-        std::memcpy(static_cast<float*>(k_cache.data) + dst,
-                    static_cast<const float*>(k.data) + i * kv_dim + h * hd, hd * sizeof(float));
-        std::memcpy(static_cast<float*>(v_cache.data) + dst,
-                    static_cast<const float*>(v.data) + i * kv_dim + h * hd, hd * sizeof(float));
-      }
-    }
+    cpu::StoreKvF32(static_cast<const float*>(k.data), static_cast<const float*>(v.data), s, n,
+                    heads, bs, hd, static_cast<float*>(k_cache.data),
+                    static_cast<float*>(v_cache.data));
     return absl::OkStatus();
   }
 

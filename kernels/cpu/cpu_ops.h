@@ -211,6 +211,10 @@ void SealBlockInt8(const float* k_page, const float* v_page, int count, int kv_d
 void StoreKvHalf(const float* k, const float* v, const int32_t* slots, int64_t n,
                  int64_t num_kv_heads, int64_t block_size, int64_t head_dim, uint16_t* k_cache,
                  uint16_t* v_cache);
+// The same into an F32 cache: each value copied.
+void StoreKvF32(const float* k, const float* v, const int32_t* slots, int64_t n,
+                int64_t num_kv_heads, int64_t block_size, int64_t head_dim, float* k_cache,
+                float* v_cache);
 
 // Rotates x (head_dim floats) by row `cs` of the rope table (cos | sin halves).
 inline void RotateHalf(const float* x, const float* cs, int head_dim, float* out) {

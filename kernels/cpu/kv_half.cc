@@ -1,11 +1,14 @@
-// StoreKv into an fp16 cache: F32 rows rounded to the nearest fp16 with ties to even on
-// every path (VCVTPS2PH with the rounding mode in its immediate; common/fp16.h's
+// StoreKv into a float cache, head by head (FloatKvIndex): F32 caches take the rows'
+// values as they are, fp16 caches each value rounded to the nearest fp16 with ties to
+// even on every path (VCVTPS2PH with the rounding mode in its immediate; common/fp16.h's
 // Fp32ToFp16 on the portable one), so the cache's bits do not depend on the ISA.
 // (Attention widens entries back, exactly, in attention_tiled.cc.)
 // GCC 12's AVX-512 conversion intrinsics read an undefined vector (false positives).
 #pragma GCC diagnostic ignored "-Wuninitialized"
 #pragma GCC diagnostic ignored "-Wmaybe-uninitialized"
 #include <immintrin.h>
+
+#include <cstring>
 
 #include "common/fp16.h"
 #include "kernels/cpu/cpu_ops.h"
@@ -46,13 +49,14 @@ void FloatToHalfPortable(const float* f, int64_t n, uint16_t* h) {
 
 }  // namespace
 
-void StoreKvHalf(const float* k, const float* v, const int32_t* slots, int64_t n,
-                 int64_t num_kv_heads, int64_t block_size, int64_t head_dim, uint16_t* k_cache,
-                 uint16_t* v_cache) {
-  const Isa isa = ActiveIsa();
-  auto convert = isa == Isa::kAvx512 ? FloatToHalfAvx512
-                 : isa == Isa::kAvx2 ? FloatToHalfAvx2
-                                     : FloatToHalfPortable;
+namespace {
+
+// Row i of k and v, head by head, to slots[i]'s place in each head's run of the block
+// (FloatKvIndex), each head's head_dim values through convert(src, head_dim, dst).
+template <class T, class Convert>
+void ScatterHeads(const float* k, const float* v, const int32_t* slots, int64_t n,
+                  int64_t num_kv_heads, int64_t block_size, int64_t head_dim, T* k_cache,
+                  T* v_cache, Convert convert) {
   const int64_t kv_dim = num_kv_heads * head_dim;
   for (int64_t i = 0; i < n; ++i) {
     for (int64_t h = 0; h < num_kv_heads; ++h) {
@@ -61,6 +65,27 @@ void StoreKvHalf(const float* k, const float* v, const int32_t* slots, int64_t n
       convert(v + i * kv_dim + h * head_dim, head_dim, v_cache + dst);
     }
   }
+}
+
+}  // namespace
+
+void StoreKvHalf(const float* k, const float* v, const int32_t* slots, int64_t n,
+                 int64_t num_kv_heads, int64_t block_size, int64_t head_dim, uint16_t* k_cache,
+                 uint16_t* v_cache) {
+  const Isa isa = ActiveIsa();
+  auto convert = isa == Isa::kAvx512 ? FloatToHalfAvx512
+                 : isa == Isa::kAvx2 ? FloatToHalfAvx2
+                                     : FloatToHalfPortable;
+  ScatterHeads(k, v, slots, n, num_kv_heads, block_size, head_dim, k_cache, v_cache, convert);
+}
+
+void StoreKvF32(const float* k, const float* v, const int32_t* slots, int64_t n,
+                int64_t num_kv_heads, int64_t block_size, int64_t head_dim, float* k_cache,
+                float* v_cache) {
+  ScatterHeads(k, v, slots, n, num_kv_heads, block_size, head_dim, k_cache, v_cache,
+               [](const float* src, int64_t count, float* dst) {
+                 std::memcpy(dst, src, count * sizeof(float));
+               });
 }
 
 }  // namespace kvfold::kernels::cpu
