@@ -66,7 +66,9 @@ __global__ void FillUniformKernel(void* dst, core::DType dst_type, int64_t n, ui
                                   float lo, float hi) {
   for (int64_t i = blockIdx.x * static_cast<int64_t>(blockDim.x) + threadIdx.x; i < n;
        i += static_cast<int64_t>(gridDim.x) * blockDim.x) {
-    const float v = lo + (hi - lo) * HashUniform(seed, static_cast<uint64_t>(i));
+    // One rounding (fused multiply-add) on the device and in the host twin alike: the
+    // compiler may not contract a separate multiply and add the same way on both.
+    const float v = fmaf(hi - lo, HashUniform(seed, static_cast<uint64_t>(i)), lo);
     if (dst_type == core::DType::kI8) {
       static_cast<int8_t*>(dst)[i] = static_cast<int8_t>(fminf(fmaxf(rintf(v), -127.0f), 127.0f));
     } else {

@@ -157,7 +157,7 @@ TEST(CudaOps, CastAndFillUniformMatchHostRounding) {
   ExpectOk(FillUniform(d_u.get(), core::DType::kF32, kTokens, 42, -0.5f, 0.25f, nullptr));
   const auto u = d_u.ToHost();
   for (int64_t i = 0; i < kTokens; ++i) {
-    ASSERT_EQ(u[i], -0.5f + 0.75f * UniformHash(42, i)) << i;
+    ASSERT_EQ(u[i], std::fmaf(0.75f, UniformHash(42, i), -0.5f)) << i;
     ASSERT_GE(u[i], -0.5f);
     ASSERT_LT(u[i], 0.25f);
   }
