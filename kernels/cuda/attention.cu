@@ -16,55 +16,100 @@ constexpr int kDimsPerThread = kAttnMaxHeadDim / kThreads;
 constexpr int kTargetBlocks = 1024;  // enough blocks to fill an H100/H200 several times
 constexpr int kMaxSplits = 64;
 
-// Where channel ch of the entry at `slot` lies in the cache: a float cache is head-major
-// within a block ([num_blocks, num_kv_heads, block_size, head_dim], kernels::FloatKvIndex),
-// INT8 codes are [num_blocks * block_size, kv_dim].
-__device__ __forceinline__ int64_t CacheIndex(const AttentionParams& p, int64_t slot, int ch,
-                                              int kv_dim) {
-  if (p.cache_type == core::DType::kI8) return slot * kv_dim + ch;
-  return kernels::FloatKvIndex(slot, ch / p.head_dim, ch % p.head_dim, p.num_kv_heads, p.block_size,
-                               p.head_dim);
-}
+constexpr int kChunk = 8;  // channels one thread stages per load (16 bytes of bf16/f16)
 
-// Element (slot, channel) of a cache, dequantized when int8. from_page: `slot` indexes the
-// F32 pages instead (the row's own block, AttentionParams::own).
-__device__ __forceinline__ float LoadKey(const AttentionParams& p, int64_t slot, int32_t block,
-                                         bool from_page, int ch, int kv_dim) {
-  if (from_page) return p.k_pages[slot * kv_dim + ch];
-  float k = LoadElem(p.k_cache, CacheIndex(p, slot, ch, kv_dim), p.cache_type);
-  if (p.cache_type == core::DType::kI8) {
-    const int64_t i = static_cast<int64_t>(block) * kv_dim + ch;
-    k *= p.fp16_scales ? __half2float(static_cast<const __half*>(p.k_scale)[i])
-                       : static_cast<const float*>(p.k_scale)[i];
+// Channels [c, c + n) (n <= kChunk) of one key's head, as F32: from the row's own F32 page
+// (from_page), else from the cache, dequantized when int8. `off` is the element index of the
+// head's channel 0 (all layouts keep a head's channels contiguous); head_ch = kv_head *
+// head_dim + c, the channel in the whole KV row (int8 scales are indexed by it). vec: the
+// chunk is 16-byte aligned in every layout (checked where Attention launches), so a whole one is
+// one vector load.
+__device__ __forceinline__ void LoadChunk(const AttentionParams& p, bool is_key, int64_t off,
+                                          bool from_page, int64_t slot, int32_t block, int head_ch,
+                                          int c, int n, bool vec, float out[kChunk]) {
+  const int64_t i0 = off + c;
+  if (from_page) {
+    const float* src = (is_key ? p.k_pages : p.v_pages) + i0;
+    if (vec && n == kChunk) {
+      const float4 a = reinterpret_cast<const float4*>(src)[0];
+      const float4 b = reinterpret_cast<const float4*>(src)[1];
+      out[0] = a.x, out[1] = a.y, out[2] = a.z, out[3] = a.w;
+      out[4] = b.x, out[5] = b.y, out[6] = b.z, out[7] = b.w;
+    } else {
+      for (int e = 0; e < n; ++e) out[e] = src[e];
+    }
+    return;
   }
-  return k;
-}
-
-__device__ __forceinline__ float LoadValue(const AttentionParams& p, int64_t slot,
-                                           bool from_page, int ch, int kv_dim) {
-  if (from_page) return p.v_pages[slot * kv_dim + ch];
-  float v = LoadElem(p.v_cache, CacheIndex(p, slot, ch, kv_dim), p.cache_type);
+  const void* base = is_key ? p.k_cache : p.v_cache;
+  if (vec && n == kChunk) {
+    switch (p.cache_type) {
+      case core::DType::kF32: {
+        const float4* src = reinterpret_cast<const float4*>(static_cast<const float*>(base) + i0);
+        const float4 a = src[0], b = src[1];
+        out[0] = a.x, out[1] = a.y, out[2] = a.z, out[3] = a.w;
+        out[4] = b.x, out[5] = b.y, out[6] = b.z, out[7] = b.w;
+        break;
+      }
+      case core::DType::kF16:
+      case core::DType::kBF16: {
+        // Eight 16-bit values in four words, taken apart by shifts (no type punning).
+        const uint4 u = *reinterpret_cast<const uint4*>(static_cast<const uint16_t*>(base) + i0);
+        const unsigned words[4] = {u.x, u.y, u.z, u.w};
+        const bool f16 = p.cache_type == core::DType::kF16;
+#pragma unroll
+        for (int e = 0; e < kChunk / 2; ++e) {
+          const auto lo = static_cast<unsigned short>(words[e] & 0xffffu);
+          const auto hi = static_cast<unsigned short>(words[e] >> 16);
+          out[2 * e] =
+              f16 ? __half2float(__ushort_as_half(lo)) : __bfloat162float(__ushort_as_bfloat16(lo));
+          out[2 * e + 1] =
+              f16 ? __half2float(__ushort_as_half(hi)) : __bfloat162float(__ushort_as_bfloat16(hi));
+        }
+        break;
+      }
+      default: {
+        const uint2 u = *reinterpret_cast<const uint2*>(static_cast<const int8_t*>(base) + i0);
+        const int8_t* b = reinterpret_cast<const int8_t*>(&u);
+#pragma unroll
+        for (int e = 0; e < kChunk; ++e) out[e] = static_cast<float>(b[e]);
+        break;
+      }
+    }
+  } else {
+    for (int e = 0; e < n; ++e) out[e] = LoadElem(base, i0 + e, p.cache_type);
+  }
   if (p.cache_type == core::DType::kI8) {
+    const int kv_dim = p.num_kv_heads * p.head_dim;
     const int groups = (kv_dim + p.v_group_size - 1) / p.v_group_size;
-    const int64_t i = slot * groups + ch / p.v_group_size;
-    v *= p.fp16_scales ? __half2float(static_cast<const __half*>(p.v_scale)[i])
-                       : static_cast<const float*>(p.v_scale)[i];
+    for (int e = 0; e < n; ++e) {
+      const int ch = head_ch + e;
+      const int64_t i =
+          is_key ? static_cast<int64_t>(block) * kv_dim + ch : slot * groups + ch / p.v_group_size;
+      const void* scales = is_key ? p.k_scale : p.v_scale;
+      out[e] *= p.fp16_scales ? __half2float(static_cast<const __half*>(scales)[i])
+                              : static_cast<const float*>(scales)[i];
+    }
   }
-  return v;
 }
 
-// grid (num_rows, num_kv_heads, num_splits), block kThreads,
-// dynamic shared memory: group * head_dim floats (the group's queries).
+// grid (num_rows, num_kv_heads, num_splits), block kThreads, dynamic shared memory
+// AttentionSharedBytes: the group's queries [group, head_dim], then the tile's rotated keys
+// and its values, each [kTile, head_dim + 1] F32 (the odd row stride keeps the per-key
+// score threads on distinct banks).
+// Per tile: (1) resolve its keys to slots, (2) stage keys (rotated once, by position) and
+// values with wide loads by all threads, (3) scores: one thread per (key, query head),
+// (4) online softmax: one warp per head, (5) weighted values: threads over head dims.
 // num_splits == 1: writes normalised rows to p.out. Otherwise per split:
 //   ws_ml  [num_rows, num_heads, num_splits, 2]          (running max, sum of exp)
 //   ws_acc [num_rows, num_heads, num_splits, head_dim]   (unnormalised weighted values)
 __global__ void __launch_bounds__(kThreads)
-    AttentionPartialKernel(const AttentionParams p, int num_splits, float* ws_ml,
+    AttentionPartialKernel(const AttentionParams p, int num_splits, bool vec, float* ws_ml,
                            float* ws_acc) {
-  extern __shared__ float q_s[];  // [group, head_dim]
+  extern __shared__ float smem[];
   __shared__ float prob_s[kAttnMaxGroup][kTile];
   __shared__ float max_s[kAttnMaxGroup], sum_s[kAttnMaxGroup], corr_s[kAttnMaxGroup];
-  __shared__ int64_t slot_s[kTile];  // physical slot of each key of the tile, -1 = none
+  __shared__ int64_t slot_s[kTile];  // physical slot (own page's when page_s)
+  __shared__ int64_t off_s[kTile];   // element index of the head's channel 0
   __shared__ int32_t block_s[kTile];
   __shared__ int32_t pos_s[kTile];
   __shared__ bool page_s[kTile];  // the key is in the row's own block: read from its page
@@ -75,6 +120,10 @@ __global__ void __launch_bounds__(kThreads)
   const int head_dim = p.head_dim, half = head_dim / 2;
   const int kv_dim = p.num_kv_heads * head_dim;
   const int bs = p.block_size;
+  const int stride = head_dim + 1;
+  float* q_s = smem;
+  float* k_s = q_s + group * head_dim;
+  float* v_s = k_s + kTile * stride;
 
   const kernels::AttnRow r = p.rows[row];
   const int prefix_visible = max(r.prefix_visible, 0);
@@ -101,71 +150,83 @@ __global__ void __launch_bounds__(kThreads)
 #pragma unroll
     for (int g = 0; g < kAttnMaxGroup; ++g) acc[di][g] = 0.0f;
   }
+  const int half_chunks = (half + kChunk - 1) / kChunk;
+  const int chunks = (head_dim + kChunk - 1) / kChunk;
   __syncthreads();
 
   for (int t0 = begin; t0 < end; t0 += kTile) {
+    const int n_keys = min(kTile, end - t0);
     // 1. Resolve the tile's keys to physical slots and positions.
-    if (tid < kTile) {
+    if (tid < n_keys) {
       const int k = t0 + tid;
-      int64_t slot = -1;
-      int32_t block = 0, pos = 0;
-      bool from_page = false;
-      if (k < end) {
-        int phys, table;
-        if (k < prefix_visible) {
-          phys = k;
-          table = r.prefix_table;
-          pos = r.prefix_pos_base + k * r.prefix_pos_stride;
-        } else {
-          const int j = r.main_lo + (k - prefix_visible);
-          phys = r.main_front + j;
-          table = r.main_table;
-          pos = r.main_pos_lo + (j - r.main_lo);
-        }
-        block = p.block_tables[static_cast<int64_t>(table) + phys / bs];
-        from_page = block == own_block && own_block >= 0;
-        slot = static_cast<int64_t>(from_page ? own_page : block) * bs + phys % bs;
-        pos = min(max(pos, 0), p.rope_rows - 1);
+      int phys, table, pos;
+      if (k < prefix_visible) {
+        phys = k;
+        table = r.prefix_table;
+        pos = r.prefix_pos_base + k * r.prefix_pos_stride;
+      } else {
+        const int j = r.main_lo + (k - prefix_visible);
+        phys = r.main_front + j;
+        table = r.main_table;
+        pos = r.main_pos_lo + (j - r.main_lo);
       }
+      const int32_t block = p.block_tables[static_cast<int64_t>(table) + phys / bs];
+      const bool from_page = block == own_block && own_block >= 0;
+      const int64_t slot = static_cast<int64_t>(from_page ? own_page : block) * bs + phys % bs;
       slot_s[tid] = slot;
+      off_s[tid] = from_page || p.cache_type == core::DType::kI8
+                       ? slot * kv_dim + static_cast<int64_t>(kv_head) * head_dim
+                       : kernels::FloatKvIndex(slot, kv_head, 0, p.num_kv_heads, bs, head_dim);
       block_s[tid] = block;
-      pos_s[tid] = pos;
+      pos_s[tid] = min(max(pos, 0), p.rope_rows - 1);
       page_s[tid] = from_page;
     }
     __syncthreads();
 
-    // 2. Scores: one warp per key, lanes over rotation pairs (i, i + half).
-    for (int j = warp; j < kTile; j += kWarps) {
-      const int64_t slot = slot_s[j];
-      float part[kAttnMaxGroup];
-#pragma unroll
-      for (int g = 0; g < kAttnMaxGroup; ++g) part[g] = 0.0f;
-      if (slot >= 0) {
-        const float* cs = p.rope_table + static_cast<int64_t>(pos_s[j]) * head_dim;
-        const int ch0 = kv_head * head_dim;
-        for (int i = lane; i < half; i += 32) {
-          const float k0 = LoadKey(p, slot, block_s[j], page_s[j], ch0 + i, kv_dim);
-          const float k1 = LoadKey(p, slot, block_s[j], page_s[j], ch0 + i + half, kv_dim);
-          const float c = cs[i], s = cs[half + i];
-          const float r0 = k0 * c - k1 * s;
-          const float r1 = k1 * c + k0 * s;
-#pragma unroll
-          for (int g = 0; g < kAttnMaxGroup; ++g) {
-            if (g < group) part[g] += q_s[g * head_dim + i] * r0 + q_s[g * head_dim + i + half] * r1;
-          }
-        }
+    // 2. Stage the tile as F32: key channel pairs (i, i + half) rotated by the key's
+    //    position, values as stored. Every load of the tile is issued at once.
+    for (int w = tid; w < n_keys * half_chunks; w += kThreads) {
+      const int j = w / half_chunks, c = (w % half_chunks) * kChunk;
+      const int n = min(kChunk, half - c);
+      float k0[kChunk], k1[kChunk];
+      LoadChunk(p, true, off_s[j], page_s[j], slot_s[j], block_s[j], kv_head * head_dim + c, c, n,
+                vec, k0);
+      LoadChunk(p, true, off_s[j], page_s[j], slot_s[j], block_s[j], kv_head * head_dim + half + c,
+                half + c, n, vec, k1);
+      const float* cs = p.rope_table + static_cast<int64_t>(pos_s[j]) * head_dim;
+      float* kr = k_s + j * stride;
+      for (int e = 0; e < n; ++e) {
+        const float co = cs[c + e], si = cs[half + c + e];
+        kr[c + e] = k0[e] * co - k1[e] * si;
+        kr[half + c + e] = k1[e] * co + k0[e] * si;
       }
-#pragma unroll
-      for (int g = 0; g < kAttnMaxGroup; ++g) {
-        if (g < group) {
-          const float dot = WarpSum(part[g]);
-          if (lane == 0) prob_s[g][j] = slot >= 0 ? dot * p.scale : -INFINITY;
-        }
-      }
+    }
+    for (int w = tid; w < n_keys * chunks; w += kThreads) {
+      const int j = w / chunks, c = (w % chunks) * kChunk;
+      const int n = min(kChunk, head_dim - c);
+      float v[kChunk];
+      LoadChunk(p, false, off_s[j], page_s[j], slot_s[j], block_s[j], kv_head * head_dim + c, c, n,
+                vec, v);
+      float* vr = v_s + j * stride;
+      for (int e = 0; e < n; ++e) vr[c + e] = v[e];
     }
     __syncthreads();
 
-    // 3. Online softmax: one warp per query head, lanes over the tile's keys.
+    // 3. Scores: one thread per (key, query head); a warp shares the head (its query is a
+    //    broadcast) and spans the tile's keys.
+    for (int w = tid; w < kTile * group; w += kThreads) {
+      const int j = w % kTile, g = w / kTile;
+      float dot = 0.0f;
+      if (j < n_keys) {
+        const float* qg = q_s + g * head_dim;
+        const float* kr = k_s + j * stride;
+        for (int i = 0; i < head_dim; ++i) dot = fmaf(qg[i], kr[i], dot);
+      }
+      prob_s[g][j] = j < n_keys ? dot * p.scale : -INFINITY;
+    }
+    __syncthreads();
+
+    // 4. Online softmax: one warp per query head, lanes over the tile's keys.
     for (int g = warp; g < group; g += kWarps) {
       const float score = prob_s[g][lane];
       const float m_old = max_s[g];
@@ -182,8 +243,7 @@ __global__ void __launch_bounds__(kThreads)
     }
     __syncthreads();
 
-    // 4. Weighted values: each thread owns head dims tid, tid + kThreads for every head.
-    const int n = min(kTile, end - t0);
+    // 5. Weighted values: each thread owns head dims tid, tid + kThreads for every head.
 #pragma unroll
     for (int di = 0; di < kDimsPerThread; ++di) {
       const int d = tid + di * kThreads;
@@ -192,8 +252,8 @@ __global__ void __launch_bounds__(kThreads)
         for (int g = 0; g < kAttnMaxGroup; ++g) {
           if (g < group) acc[di][g] *= corr_s[g];
         }
-        for (int j = 0; j < n; ++j) {
-          const float v = LoadValue(p, slot_s[j], page_s[j], kv_head * head_dim + d, kv_dim);
+        for (int j = 0; j < n_keys; ++j) {
+          const float v = v_s[j * stride + d];
 #pragma unroll
           for (int g = 0; g < kAttnMaxGroup; ++g) {
             if (g < group) acc[di][g] += prob_s[g][j] * v;
@@ -315,13 +375,29 @@ absl::Status Attention(const AttentionParams& p, void* workspace, size_t workspa
     if (fit < static_cast<size_t>(splits)) splits = fit >= 2 ? static_cast<int32_t>(fit) : 1;
   }
   const int group = p.num_heads / p.num_kv_heads;
-  const size_t smem = static_cast<size_t>(group) * p.head_dim * sizeof(float);
+  const size_t smem =
+      static_cast<size_t>(group * p.head_dim + 2 * kTile * (p.head_dim + 1)) * sizeof(float);
+  if (smem > 48 * 1024) {  // above the default limit (large head_dim and group): opt in
+    if (absl::Status s =
+            CudaStatus(cudaFuncSetAttribute(reinterpret_cast<const void*>(&AttentionPartialKernel),
+                                            cudaFuncAttributeMaxDynamicSharedMemorySize,
+                                            static_cast<int>(smem)),
+                       "Attention: shared memory");
+        !s.ok()) {
+      return s;
+    }
+  }
+  // Whole 16-byte chunks everywhere: a head's channels start at a multiple of head_dim in
+  // every layout, so head_dim % 16 (both halves whole chunks) and aligned bases suffice.
+  const auto aligned = [](const void* x) { return reinterpret_cast<uintptr_t>(x) % 16 == 0; };
+  const bool vec = p.head_dim % (2 * kChunk) == 0 && aligned(p.k_cache) && aligned(p.v_cache) &&
+                   aligned(p.k_pages) && aligned(p.v_pages);
   float* ws_ml = static_cast<float*>(workspace);
   float* ws_acc = ws_ml == nullptr ? nullptr
                                    : ws_ml + static_cast<size_t>(p.num_rows) * p.num_heads * splits * 2;
   const dim3 grid(static_cast<unsigned>(p.num_rows), static_cast<unsigned>(p.num_kv_heads),
                   static_cast<unsigned>(splits));
-  AttentionPartialKernel<<<grid, kThreads, smem, stream>>>(p, splits, ws_ml, ws_acc);
+  AttentionPartialKernel<<<grid, kThreads, smem, stream>>>(p, splits, vec, ws_ml, ws_acc);
   if (absl::Status s = LaunchStatus("AttentionPartialKernel"); !s.ok() || splits == 1) return s;
   AttentionCombineKernel<<<dim3(static_cast<unsigned>(p.num_rows),
                                 static_cast<unsigned>(p.num_heads)),

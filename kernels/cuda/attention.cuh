@@ -13,11 +13,12 @@
 //
 // Algorithm (flash-decoding): grid (row, kv_head, split). A block owns one row, one KV head
 // and all num_heads / num_kv_heads query heads of its group (K/V are read once per group),
-// and a contiguous range of that row's keys. Keys go through shared-memory tiles of 32
-// with an online softmax; when a row is split, per-split (max, sum, acc) go to the
-// workspace and a second kernel combines them. The split count depends only on the number
-// of rows, so decode of one long row is spread over the whole GPU while prefill launches
-// one block per (row, kv head).
+// and a contiguous range of that row's keys. Keys go through shared-memory tiles of 32: all
+// threads stage a tile's keys (rotated once) and values as F32 with 16-byte loads, one
+// thread per (key, query head) scores it, and an online softmax folds it in; when a row is
+// split, per-split (max, sum, acc) go to the workspace and a second kernel combines them.
+// The split count depends only on the number of rows, so decode of one long row is spread
+// over the whole GPU while prefill launches one block per (row, kv head).
 #ifndef KVFOLD_KERNELS_CUDA_ATTENTION_CUH_
 #define KVFOLD_KERNELS_CUDA_ATTENTION_CUH_
 

@@ -29,6 +29,7 @@ cudaError_t cudaSetDevice(int) { return cudaSuccess; }
 cudaError_t cudaGetDeviceCount(int* c) { *c = 1; return cudaSuccess; }
 cudaError_t cudaGetDeviceProperties(cudaDeviceProp* p, int) { std::memset(p, 0, sizeof(*p)); std::strcpy(p->name, "emu"); p->major = 9; return cudaSuccess; }
 cudaError_t cudaGetLastError() { return cudaSuccess; }
+cudaError_t cudaFuncSetAttribute(const void*, cudaFuncAttribute, int) { return cudaSuccess; }
 const char* cudaGetErrorName(cudaError_t) { return "emu"; }
 const char* cudaGetErrorString(cudaError_t) { return "emu"; }
 const char* cublasGetStatusString(cublasStatus_t) { return "emu"; }
