@@ -18,6 +18,29 @@ constexpr int kMaxSplits = 64;
 
 constexpr int kChunk = 8;  // channels one thread stages per load (16 bytes of bf16/f16)
 
+// Eight F32 values from a 16-byte aligned address, as two vector loads.
+__device__ __forceinline__ void Load8F32(const float* src, float out[kChunk]) {
+  const float4 a = reinterpret_cast<const float4*>(src)[0];
+  const float4 b = reinterpret_cast<const float4*>(src)[1];
+  out[0] = a.x, out[1] = a.y, out[2] = a.z, out[3] = a.w;
+  out[4] = b.x, out[5] = b.y, out[6] = b.z, out[7] = b.w;
+}
+
+// Eight 16-bit floats (fp16 or bf16) packed in a uint4, taken apart by shifts (no type
+// punning), as F32.
+__device__ __forceinline__ void Unpack8(const uint4 u, bool f16, float out[kChunk]) {
+  const unsigned words[4] = {u.x, u.y, u.z, u.w};
+#pragma unroll
+  for (int e = 0; e < kChunk / 2; ++e) {
+    const auto lo = static_cast<unsigned short>(words[e] & 0xffffu);
+    const auto hi = static_cast<unsigned short>(words[e] >> 16);
+    out[2 * e] =
+        f16 ? __half2float(__ushort_as_half(lo)) : __bfloat162float(__ushort_as_bfloat16(lo));
+    out[2 * e + 1] =
+        f16 ? __half2float(__ushort_as_half(hi)) : __bfloat162float(__ushort_as_bfloat16(hi));
+  }
+}
+
 // Channels [c, c + n) (n <= kChunk) of one key's head, as F32: from the row's own F32 page
 // (from_page), else from the cache, dequantized when int8. `off` is the element index of the
 // head's channel 0 (all layouts keep a head's channels contiguous); head_ch = kv_head *
@@ -31,10 +54,7 @@ __device__ __forceinline__ void LoadChunk(const AttentionParams& p, bool is_key,
   if (from_page) {
     const float* src = (is_key ? p.k_pages : p.v_pages) + i0;
     if (vec && n == kChunk) {
-      const float4 a = reinterpret_cast<const float4*>(src)[0];
-      const float4 b = reinterpret_cast<const float4*>(src)[1];
-      out[0] = a.x, out[1] = a.y, out[2] = a.z, out[3] = a.w;
-      out[4] = b.x, out[5] = b.y, out[6] = b.z, out[7] = b.w;
+      Load8F32(src, out);
     } else {
       for (int e = 0; e < n; ++e) out[e] = src[e];
     }
@@ -43,30 +63,14 @@ __device__ __forceinline__ void LoadChunk(const AttentionParams& p, bool is_key,
   const void* base = is_key ? p.k_cache : p.v_cache;
   if (vec && n == kChunk) {
     switch (p.cache_type) {
-      case core::DType::kF32: {
-        const float4* src = reinterpret_cast<const float4*>(static_cast<const float*>(base) + i0);
-        const float4 a = src[0], b = src[1];
-        out[0] = a.x, out[1] = a.y, out[2] = a.z, out[3] = a.w;
-        out[4] = b.x, out[5] = b.y, out[6] = b.z, out[7] = b.w;
+      case core::DType::kF32:
+        Load8F32(static_cast<const float*>(base) + i0, out);
         break;
-      }
       case core::DType::kF16:
-      case core::DType::kBF16: {
-        // Eight 16-bit values in four words, taken apart by shifts (no type punning).
-        const uint4 u = *reinterpret_cast<const uint4*>(static_cast<const uint16_t*>(base) + i0);
-        const unsigned words[4] = {u.x, u.y, u.z, u.w};
-        const bool f16 = p.cache_type == core::DType::kF16;
-#pragma unroll
-        for (int e = 0; e < kChunk / 2; ++e) {
-          const auto lo = static_cast<unsigned short>(words[e] & 0xffffu);
-          const auto hi = static_cast<unsigned short>(words[e] >> 16);
-          out[2 * e] =
-              f16 ? __half2float(__ushort_as_half(lo)) : __bfloat162float(__ushort_as_bfloat16(lo));
-          out[2 * e + 1] =
-              f16 ? __half2float(__ushort_as_half(hi)) : __bfloat162float(__ushort_as_bfloat16(hi));
-        }
+      case core::DType::kBF16:
+        Unpack8(*reinterpret_cast<const uint4*>(static_cast<const uint16_t*>(base) + i0),
+                p.cache_type == core::DType::kF16, out);
         break;
-      }
       default: {
         const uint2 u = *reinterpret_cast<const uint2*>(static_cast<const int8_t*>(base) + i0);
         const int8_t* b = reinterpret_cast<const int8_t*>(&u);
@@ -78,17 +82,39 @@ __device__ __forceinline__ void LoadChunk(const AttentionParams& p, bool is_key,
   } else {
     for (int e = 0; e < n; ++e) out[e] = LoadElem(base, i0 + e, p.cache_type);
   }
-  if (p.cache_type == core::DType::kI8) {
-    const int kv_dim = p.num_kv_heads * p.head_dim;
-    const int groups = (kv_dim + p.v_group_size - 1) / p.v_group_size;
-    for (int e = 0; e < n; ++e) {
-      const int ch = head_ch + e;
-      const int64_t i =
-          is_key ? static_cast<int64_t>(block) * kv_dim + ch : slot * groups + ch / p.v_group_size;
-      const void* scales = is_key ? p.k_scale : p.v_scale;
-      out[e] *= p.fp16_scales ? __half2float(static_cast<const __half*>(scales)[i])
-                              : static_cast<const float*>(scales)[i];
+  if (p.cache_type != core::DType::kI8) return;
+  const int kv_dim = p.num_kv_heads * p.head_dim;
+  const int groups = (kv_dim + p.v_group_size - 1) / p.v_group_size;
+  if (vec && n == kChunk && is_key) {
+    // The chunk's 8 per-channel key scales are contiguous and 16-byte aligned.
+    const int64_t i = static_cast<int64_t>(block) * kv_dim + head_ch;
+    float sc[kChunk];
+    if (p.fp16_scales) {
+      Unpack8(*reinterpret_cast<const uint4*>(static_cast<const uint16_t*>(p.k_scale) + i), true,
+              sc);
+    } else {
+      Load8F32(static_cast<const float*>(p.k_scale) + i, sc);
     }
+#pragma unroll
+    for (int e = 0; e < kChunk; ++e) out[e] *= sc[e];
+    return;
+  }
+  if (vec && n == kChunk && p.v_group_size % kChunk == 0) {
+    // The chunk starts at a multiple of kChunk, so it lies in one value group: one scale.
+    const int64_t i = slot * groups + head_ch / p.v_group_size;
+    const float sc = p.fp16_scales ? __half2float(static_cast<const __half*>(p.v_scale)[i])
+                                   : static_cast<const float*>(p.v_scale)[i];
+#pragma unroll
+    for (int e = 0; e < kChunk; ++e) out[e] *= sc;
+    return;
+  }
+  for (int e = 0; e < n; ++e) {
+    const int ch = head_ch + e;
+    const int64_t i =
+        is_key ? static_cast<int64_t>(block) * kv_dim + ch : slot * groups + ch / p.v_group_size;
+    const void* scales = is_key ? p.k_scale : p.v_scale;
+    out[e] *= p.fp16_scales ? __half2float(static_cast<const __half*>(scales)[i])
+                            : static_cast<const float*>(scales)[i];
   }
 }
 
@@ -388,10 +414,11 @@ absl::Status Attention(const AttentionParams& p, void* workspace, size_t workspa
     }
   }
   // Whole 16-byte chunks everywhere: a head's channels start at a multiple of head_dim in
-  // every layout, so head_dim % 16 (both halves whole chunks) and aligned bases suffice.
+  // every layout (and a block's key scales at a multiple of kv_dim), so head_dim % 16 (both
+  // halves whole chunks) and aligned bases suffice.
   const auto aligned = [](const void* x) { return reinterpret_cast<uintptr_t>(x) % 16 == 0; };
   const bool vec = p.head_dim % (2 * kChunk) == 0 && aligned(p.k_cache) && aligned(p.v_cache) &&
-                   aligned(p.k_pages) && aligned(p.v_pages);
+                   aligned(p.k_pages) && aligned(p.v_pages) && aligned(p.k_scale);
   float* ws_ml = static_cast<float*>(workspace);
   float* ws_acc = ws_ml == nullptr ? nullptr
                                    : ws_ml + static_cast<size_t>(p.num_rows) * p.num_heads * splits * 2;
