@@ -1,8 +1,10 @@
 #!/usr/bin/env bash
-# One-shot GPU check (about 5 minutes on an H200, 8 at most): build with CUDA for this
-# card's architecture, run every `gpu`-labelled test (they must RUN, not skip), then the
-# GPU decode benchmark. Results land in $OUT_DIR:
-#   gpu_tests.log      ctest -L gpu output          gpu_tests.xml   JUnit
+# One-shot GPU check (about 5 minutes on an H200 with the build, 1-2 from a bundle): build
+# with CUDA for this card's architecture, run every `gpu`-labelled test (they must RUN, not
+# skip), the real model on the device against the CPU, engine decode on a random 1B shape,
+# then the GPU decode benchmark (docs/cuda.md). Results land in $OUT_DIR:
+#   gpu_tests.log      test output                  gpu_tests.xml   JUnit (built route)
+#   generate_*.txt     cuda / cpu greedy texts      engine_*.json   engine decode tok/s
 #   bench_gpu.json     decode tok/s + bandwidth     gpu_check.json  summary
 #
 #   scripts/gpu_check.sh [OUT_DIR]        (default: build-gpu/gpu_check)
@@ -13,8 +15,8 @@
 # PATH or /usr/local/cuda; a bundle needs only the driver and CUDA's cuBLAS. With the
 # stories260K model present (shared material, or the bundle's copy) the kvfold CLI also
 # generates greedily on the device and on the CPU and the two texts must match.
-# Exit status: 0 all good, 1 a test, the real-model check or the benchmark failed, 2 setup
-# problem (no GPU, no nvcc, configure failed).
+# Exit status: 0 all good, 1 a test, the real-model check, engine decode or the benchmark
+# failed, 2 setup problem (no GPU, no nvcc, configure failed).
 set -euo pipefail
 cd "$(dirname "$0")/.."
 ROOT=$(pwd)
