@@ -26,7 +26,9 @@ inline constexpr size_t Q8RowBytesDevice(int64_t cols) {
 // y [num_tokens, out_features] = x [num_tokens, in_features] @ deq(w)^T + beta * y
 // (F32; beta = 1 folds a residual add, 0 ignores y's old contents). w: out_features Q8
 // rows of in_features. One warp per output column and group of up to 8 tokens, so a
-// decode step streams each weight once. InvalidArgument for bad shapes or null pointers.
+// decode step streams each weight once; with in_features a multiple of 256 and 16-byte
+// aligned w and x the codes are read 16 at a time. InvalidArgument for bad shapes or null
+// pointers.
 absl::Status Q8Linear(const float* x, int64_t num_tokens, int64_t in_features,
                       const uint8_t* w, int64_t out_features, float beta, float* y,
                       cudaStream_t stream);

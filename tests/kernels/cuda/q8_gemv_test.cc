@@ -63,7 +63,9 @@ TEST(CudaQ8, LinearMatchesDequantizedWeights) {
   // Small column counts keep the host emulation (one thread per CUDA thread) quick.
   CheckQ8Linear(1, 769, 131, 0.0f);   // decode row, partial last block, a partial warp block
   CheckQ8Linear(13, 75, 67, 1.0f);    // residual folded in; 13 = 8 + 5 tokens
+  // k a multiple of 256: the 16-byte-load kernel.
   CheckQ8Linear(37, 2048, 10, 0.0f);  // the stories110m down projection's k, 5 token groups
+  CheckQ8Linear(1, 768, 67, 1.0f);    // decode row at stories110m's width, residual folded in
 }
 
 TEST(CudaQ8, EmbeddingGatherIsExactAndZeroesBadIds) {
