@@ -128,12 +128,16 @@ __device__ __forceinline__ void LoadChunk(const AttentionParams& p, bool is_key,
 // num_splits == 1: writes normalised rows to p.out. Otherwise per split:
 //   ws_ml  [num_rows, num_heads, num_splits, 2]          (running max, sum of exp)
 //   ws_acc [num_rows, num_heads, num_splits, head_dim]   (unnormalised weighted values)
+// kMaxGroup (4, 8 or 16, >= the group) sizes the per-head arrays: the accumulators live in
+// registers, so a bound near the real group keeps the kernel at ~half the registers of the
+// largest and lets more blocks share an SM.
+template <int kMaxGroup>
 __global__ void __launch_bounds__(kThreads)
     AttentionPartialKernel(const AttentionParams p, int num_splits, bool vec, float* ws_ml,
                            float* ws_acc) {
   extern __shared__ float smem[];
-  __shared__ float prob_s[kAttnMaxGroup][kTile];
-  __shared__ float max_s[kAttnMaxGroup], sum_s[kAttnMaxGroup], corr_s[kAttnMaxGroup];
+  __shared__ float prob_s[kMaxGroup][kTile];
+  __shared__ float max_s[kMaxGroup], sum_s[kMaxGroup], corr_s[kMaxGroup];
   __shared__ int64_t slot_s[kTile];  // physical slot (own page's when page_s)
   __shared__ int64_t off_s[kTile];   // element index of the head's channel 0
   __shared__ int32_t block_s[kTile];
@@ -170,11 +174,11 @@ __global__ void __launch_bounds__(kThreads)
     max_s[tid] = -INFINITY;
     sum_s[tid] = 0.0f;
   }
-  float acc[kDimsPerThread][kAttnMaxGroup];
+  float acc[kDimsPerThread][kMaxGroup];
 #pragma unroll
   for (int di = 0; di < kDimsPerThread; ++di) {
 #pragma unroll
-    for (int g = 0; g < kAttnMaxGroup; ++g) acc[di][g] = 0.0f;
+    for (int g = 0; g < kMaxGroup; ++g) acc[di][g] = 0.0f;
   }
   const int half_chunks = (half + kChunk - 1) / kChunk;
   const int chunks = (head_dim + kChunk - 1) / kChunk;
@@ -275,13 +279,13 @@ __global__ void __launch_bounds__(kThreads)
       const int d = tid + di * kThreads;
       if (d < head_dim) {
 #pragma unroll
-        for (int g = 0; g < kAttnMaxGroup; ++g) {
+        for (int g = 0; g < kMaxGroup; ++g) {
           if (g < group) acc[di][g] *= corr_s[g];
         }
         for (int j = 0; j < n_keys; ++j) {
           const float v = v_s[j * stride + d];
 #pragma unroll
-          for (int g = 0; g < kAttnMaxGroup; ++g) {
+          for (int g = 0; g < kMaxGroup; ++g) {
             if (g < group) acc[di][g] += prob_s[g][j] * v;
           }
         }
@@ -291,7 +295,7 @@ __global__ void __launch_bounds__(kThreads)
   }
 
 #pragma unroll
-  for (int g = 0; g < kAttnMaxGroup; ++g) {
+  for (int g = 0; g < kMaxGroup; ++g) {
     if (g >= group) continue;
     const int64_t head_row = static_cast<int64_t>(row) * p.num_heads + kv_head * group + g;
     if (num_splits == 1) {
@@ -403,9 +407,14 @@ absl::Status Attention(const AttentionParams& p, void* workspace, size_t workspa
   const int group = p.num_heads / p.num_kv_heads;
   const size_t smem =
       static_cast<size_t>(group * p.head_dim + 2 * kTile * (p.head_dim + 1)) * sizeof(float);
-  if (smem > 48 * 1024) {  // above the default limit (large head_dim and group): opt in
+  using Kernel = void (*)(const AttentionParams, int, bool, float*, float*);
+  const Kernel kernel = group <= 4   ? AttentionPartialKernel<4>
+                        : group <= 8 ? AttentionPartialKernel<8>
+                                     : AttentionPartialKernel<kAttnMaxGroup>;
+  // Above the default 48 KiB per block (large head_dim and group) the kernel opts in.
+  if (smem > 48 * 1024) {
     if (absl::Status s =
-            CudaStatus(cudaFuncSetAttribute(reinterpret_cast<const void*>(&AttentionPartialKernel),
+            CudaStatus(cudaFuncSetAttribute(reinterpret_cast<const void*>(kernel),
                                             cudaFuncAttributeMaxDynamicSharedMemorySize,
                                             static_cast<int>(smem)),
                        "Attention: shared memory");
@@ -424,7 +433,7 @@ absl::Status Attention(const AttentionParams& p, void* workspace, size_t workspa
                                    : ws_ml + static_cast<size_t>(p.num_rows) * p.num_heads * splits * 2;
   const dim3 grid(static_cast<unsigned>(p.num_rows), static_cast<unsigned>(p.num_kv_heads),
                   static_cast<unsigned>(splits));
-  AttentionPartialKernel<<<grid, kThreads, smem, stream>>>(p, splits, vec, ws_ml, ws_acc);
+  kernel<<<grid, kThreads, smem, stream>>>(p, splits, vec, ws_ml, ws_acc);
   if (absl::Status s = LaunchStatus("AttentionPartialKernel"); !s.ok() || splits == 1) return s;
   AttentionCombineKernel<<<dim3(static_cast<unsigned>(p.num_rows),
                                 static_cast<unsigned>(p.num_heads)),

@@ -250,6 +250,7 @@ TEST(CudaAttention, DecodeMixedModesF32) {
   RunCase(DecodeSeqs(), DecodeRows(), 8, 2, 64, core::DType::kF32, 2e-5, 1e-4, "decode");
   RunCase(DecodeSeqs(), DecodeRows(), 32, 8, 128, core::DType::kF32, 2e-5, 1e-4, "decode 8B heads");
   RunCase(DecodeSeqs(), DecodeRows(), 14, 2, 62, core::DType::kF32, 2e-5, 1e-4, "decode group 7");
+  RunCase(DecodeSeqs(), DecodeRows(), 16, 1, 32, core::DType::kF32, 2e-5, 1e-4, "decode group 16");
 }
 
 TEST(CudaAttention, DecodeHalfAndInt8Caches) {
