@@ -10,100 +10,77 @@ constexpr int kTokensPerWarp = 8;
 constexpr int kWarpsPerBlock = 4;
 
 // Grid (ceil(out_features / 4), ceil(num_tokens / 8)); block 4 warps. Warp w of block b
-// owns output column j = 4 b + w and tokens [8 y, 8 y + 8). Lane l reads the code pairs
-// 2 l + 64 s (16-bit loads: a row and its codes start at even offsets) and multiplies
-// each dequantized pair into every token's partial sum; a warp sum finishes each output.
+// owns output column j = 4 b + w and tokens [8 y, 8 y + 8); a warp sum finishes each
+// output.
+// kWide (in_features a multiple of 256, so every row of 8n blocks is 272n bytes and its
+// codes start 16-byte aligned after 16n bytes of scales; w and x aligned): lane l reads
+// codes [16 c, 16 c + 16) for c = l, l + 32, ... with one 16-byte load (half a block, one
+// scale) and the matching x as four float4, sums the sixteen code * x products and adds
+// that times the scale to each token's partial sum.
+// Otherwise lane l reads the code pairs 2 l + 64 s (16-bit loads: a row and its codes start
+// at even offsets) and multiplies each dequantized pair into every token's partial sum.
+template <bool kWide>
 __global__ void __launch_bounds__(kWarpsPerBlock * 32)
-    Q8LinearKernel(const float* __restrict__ x,   // [num_tokens, k]
+    Q8LinearKernel(const float* __restrict__ x,  // [num_tokens, k]
                    int64_t num_tokens, int64_t k,
                    const uint8_t* __restrict__ w,  // [m] Q8 rows of k
                    int64_t m, float beta,
-                   float* __restrict__ y) {        // [num_tokens, m]
-  const int lane = threadIdx.x & 31;
-  const int64_t j = static_cast<int64_t>(blockIdx.x) * kWarpsPerBlock + (threadIdx.x >> 5);
-  const int64_t t0 = static_cast<int64_t>(blockIdx.y) * kTokensPerWarp;
-  if (j >= m) return;  // warp-uniform
-  const int tokens = static_cast<int>(num_tokens - t0 < kTokensPerWarp ? num_tokens - t0 : kTokensPerWarp);
-  const int64_t blocks = (k + kQ8BlockSize - 1) / kQ8BlockSize;
-  const uint8_t* row = w + j * static_cast<int64_t>(Q8RowBytesDevice(k));
-  const __half* scales = reinterpret_cast<const __half*>(row);
-  const char2* codes = reinterpret_cast<const char2*>(row + blocks * 2);
-  const float* xt = x + t0 * k;
-  float acc[kTokensPerWarp];
-#pragma unroll
-  for (int t = 0; t < kTokensPerWarp; ++t) acc[t] = 0.0f;
-  for (int64_t e = 2 * lane; e < k; e += 64) {
-    const char2 c = codes[e / 2];
-    const float d = __half2float(scales[e / kQ8BlockSize]);
-    const float w0 = d * static_cast<float>(c.x), w1 = d * static_cast<float>(c.y);
-    const bool second = e + 1 < k;
-#pragma unroll
-    for (int t = 0; t < kTokensPerWarp; ++t) {
-      if (t < tokens) {
-        acc[t] = fmaf(xt[t * k + e], w0, acc[t]);
-        if (second) acc[t] = fmaf(xt[t * k + e + 1], w1, acc[t]);
-      }
-    }
-  }
-#pragma unroll
-  for (int t = 0; t < kTokensPerWarp; ++t) {
-    const float s = WarpSum(acc[t]);
-    if (lane == 0 && t < tokens) {
-      float* out = y + (t0 + t) * m + j;
-      *out = beta == 0.0f ? s : s + beta * *out;
-    }
-  }
-}
-
-// The same product when every row and its codes are 16-byte aligned (in_features a
-// multiple of 256, so a row of 8n blocks is 272n bytes with 16n bytes of scales) and x is
-// too: lane l reads codes [16 c, 16 c + 16) for c = l, l + 32, ... with one 16-byte load
-// (half a block, one scale) and the matching x with four float4 loads, sums the sixteen
-// code * x products and adds that times the scale to the token's partial sum.
-__global__ void __launch_bounds__(kWarpsPerBlock * 32)
-    Q8LinearVecKernel(const float* __restrict__ x,  // [num_tokens, k]
-                      int64_t num_tokens, int64_t k,
-                      const uint8_t* __restrict__ w,  // [m] Q8 rows of k
-                      int64_t m, float beta,
-                      float* __restrict__ y) {  // [num_tokens, m]
+                   float* __restrict__ y) {  // [num_tokens, m]
   const int lane = threadIdx.x & 31;
   const int64_t j = static_cast<int64_t>(blockIdx.x) * kWarpsPerBlock + (threadIdx.x >> 5);
   const int64_t t0 = static_cast<int64_t>(blockIdx.y) * kTokensPerWarp;
   if (j >= m) return;  // warp-uniform
   const int tokens =
       static_cast<int>(num_tokens - t0 < kTokensPerWarp ? num_tokens - t0 : kTokensPerWarp);
-  const int64_t blocks = k / kQ8BlockSize;
+  const int64_t blocks = (k + kQ8BlockSize - 1) / kQ8BlockSize;
   const uint8_t* row = w + j * static_cast<int64_t>(Q8RowBytesDevice(k));
   const __half* scales = reinterpret_cast<const __half*>(row);
-  const uint4* codes = reinterpret_cast<const uint4*>(row + blocks * 2);
   const float* xt = x + t0 * k;
   float acc[kTokensPerWarp];
 #pragma unroll
   for (int t = 0; t < kTokensPerWarp; ++t) acc[t] = 0.0f;
+  if constexpr (kWide) {
+    const uint4* codes = reinterpret_cast<const uint4*>(row + blocks * 2);
 #pragma unroll 4
-  for (int64_t c = lane; c < k / 16; c += 32) {
-    const uint4 q = codes[c];
-    const float d = __half2float(scales[c / 2]);
-    const unsigned words[4] = {q.x, q.y, q.z, q.w};
-    float code[16];
+    for (int64_t c = lane; c < k / 16; c += 32) {
+      const uint4 q = codes[c];
+      const float d = __half2float(scales[c / 2]);
+      const unsigned words[4] = {q.x, q.y, q.z, q.w};
+      float code[16];
 #pragma unroll
-    for (int i = 0; i < 16; ++i) {
-      code[i] = static_cast<float>(static_cast<int8_t>((words[i / 4] >> (8 * (i % 4))) & 0xffu));
-    }
+      for (int i = 0; i < 16; ++i) {
+        code[i] = static_cast<float>(static_cast<int8_t>((words[i / 4] >> (8 * (i % 4))) & 0xffu));
+      }
 #pragma unroll
-    for (int t = 0; t < kTokensPerWarp; ++t) {
-      if (t < tokens) {
-        const float4* xv = reinterpret_cast<const float4*>(xt + t * k + 16 * c);
-        float part = 0.0f;
+      for (int t = 0; t < kTokensPerWarp; ++t) {
+        if (t < tokens) {
+          const float4* xv = reinterpret_cast<const float4*>(xt + t * k + 16 * c);
+          float part = 0.0f;
 #pragma unroll
-        for (int v = 0; v < 4; ++v) {
-          const float4 a = xv[v];
-          part = fmaf(a.x, code[4 * v], part);
-          part = fmaf(a.y, code[4 * v + 1], part);
-          part = fmaf(a.z, code[4 * v + 2], part);
-          part = fmaf(a.w, code[4 * v + 3], part);
+          for (int v = 0; v < 4; ++v) {
+            const float4 a = xv[v];
+            part = fmaf(a.x, code[4 * v], part);
+            part = fmaf(a.y, code[4 * v + 1], part);
+            part = fmaf(a.z, code[4 * v + 2], part);
+            part = fmaf(a.w, code[4 * v + 3], part);
+          }
+          acc[t] = fmaf(d, part, acc[t]);
         }
-        acc[t] = fmaf(d, part, acc[t]);
+      }
+    }
+  } else {
+    const char2* codes = reinterpret_cast<const char2*>(row + blocks * 2);
+    for (int64_t e = 2 * lane; e < k; e += 64) {
+      const char2 c = codes[e / 2];
+      const float d = __half2float(scales[e / kQ8BlockSize]);
+      const float w0 = d * static_cast<float>(c.x), w1 = d * static_cast<float>(c.y);
+      const bool second = e + 1 < k;
+#pragma unroll
+      for (int t = 0; t < kTokensPerWarp; ++t) {
+        if (t < tokens) {
+          acc[t] = fmaf(xt[t * k + e], w0, acc[t]);
+          if (second) acc[t] = fmaf(xt[t * k + e + 1], w1, acc[t]);
+        }
       }
     }
   }
@@ -149,13 +126,10 @@ absl::Status Q8Linear(const float* x, int64_t num_tokens, int64_t in_features,
   }
   const dim3 grid(CeilDiv(out_features, kWarpsPerBlock), CeilDiv(num_tokens, kTokensPerWarp));
   const auto aligned = [](const void* p) { return reinterpret_cast<uintptr_t>(p) % 16 == 0; };
-  if (in_features % (8 * kQ8BlockSize) == 0 && aligned(w) && aligned(x)) {
-    Q8LinearVecKernel<<<grid, kWarpsPerBlock * 32, 0, stream>>>(x, num_tokens, in_features, w,
-                                                                out_features, beta, y);
-    return LaunchStatus("Q8LinearVecKernel");
-  }
-  Q8LinearKernel<<<grid, kWarpsPerBlock * 32, 0, stream>>>(x, num_tokens, in_features, w,
-                                                          out_features, beta, y);
+  const bool wide = in_features % (8 * kQ8BlockSize) == 0 && aligned(w) && aligned(x);
+  const auto kernel = wide ? Q8LinearKernel<true> : Q8LinearKernel<false>;
+  kernel<<<grid, kWarpsPerBlock * 32, 0, stream>>>(x, num_tokens, in_features, w, out_features,
+                                                   beta, y);
   return LaunchStatus("Q8LinearKernel");
 }
 
