@@ -45,31 +45,25 @@ __device__ __forceinline__ void Unpack8(const uint4 u, bool f16, float out[kChun
 // (from_page), else from the cache, dequantized when int8. `off` is the element index of the
 // head's channel 0 (all layouts keep a head's channels contiguous); head_ch = kv_head *
 // head_dim + c, the channel in the whole KV row (int8 scales are indexed by it). vec: the
-// chunk is 16-byte aligned in every layout (checked where Attention launches), so a whole one is
-// one vector load.
+// chunk is 16-byte aligned in every layout (checked where Attention launches), so a whole
+// one is one vector load.
 __device__ __forceinline__ void LoadChunk(const AttentionParams& p, bool is_key, int64_t off,
                                           bool from_page, int64_t slot, int32_t block, int head_ch,
                                           int c, int n, bool vec, float out[kChunk]) {
   const int64_t i0 = off + c;
-  if (from_page) {
-    const float* src = (is_key ? p.k_pages : p.v_pages) + i0;
-    if (vec && n == kChunk) {
-      Load8F32(src, out);
-    } else {
-      for (int e = 0; e < n; ++e) out[e] = src[e];
-    }
-    return;
-  }
-  const void* base = is_key ? p.k_cache : p.v_cache;
-  if (vec && n == kChunk) {
-    switch (p.cache_type) {
+  const void* base =
+      from_page ? (is_key ? p.k_pages : p.v_pages) : (is_key ? p.k_cache : p.v_cache);
+  const core::DType type = from_page ? core::DType::kF32 : p.cache_type;
+  const bool whole = vec && n == kChunk;
+  if (whole) {
+    switch (type) {
       case core::DType::kF32:
         Load8F32(static_cast<const float*>(base) + i0, out);
         break;
       case core::DType::kF16:
       case core::DType::kBF16:
         Unpack8(*reinterpret_cast<const uint4*>(static_cast<const uint16_t*>(base) + i0),
-                p.cache_type == core::DType::kF16, out);
+                type == core::DType::kF16, out);
         break;
       default: {
         const uint2 u = *reinterpret_cast<const uint2*>(static_cast<const int8_t*>(base) + i0);
@@ -80,12 +74,13 @@ __device__ __forceinline__ void LoadChunk(const AttentionParams& p, bool is_key,
       }
     }
   } else {
-    for (int e = 0; e < n; ++e) out[e] = LoadElem(base, i0 + e, p.cache_type);
+    for (int e = 0; e < n; ++e) out[e] = LoadElem(base, i0 + e, type);
   }
-  if (p.cache_type != core::DType::kI8) return;
+  if (type != core::DType::kI8) return;
+  const core::DType scale_type = p.fp16_scales ? core::DType::kF16 : core::DType::kF32;
   const int kv_dim = p.num_kv_heads * p.head_dim;
   const int groups = (kv_dim + p.v_group_size - 1) / p.v_group_size;
-  if (vec && n == kChunk && is_key) {
+  if (whole && is_key) {
     // The chunk's 8 per-channel key scales are contiguous and 16-byte aligned.
     const int64_t i = static_cast<int64_t>(block) * kv_dim + head_ch;
     float sc[kChunk];
@@ -97,29 +92,22 @@ __device__ __forceinline__ void LoadChunk(const AttentionParams& p, bool is_key,
     }
 #pragma unroll
     for (int e = 0; e < kChunk; ++e) out[e] *= sc[e];
-    return;
-  }
-  if (vec && n == kChunk && p.v_group_size % kChunk == 0) {
+  } else if (whole && p.v_group_size % kChunk == 0) {
     // The chunk starts at a multiple of kChunk, so it lies in one value group: one scale.
-    const int64_t i = slot * groups + head_ch / p.v_group_size;
-    const float sc = p.fp16_scales ? __half2float(static_cast<const __half*>(p.v_scale)[i])
-                                   : static_cast<const float*>(p.v_scale)[i];
+    const float sc = LoadElem(p.v_scale, slot * groups + head_ch / p.v_group_size, scale_type);
 #pragma unroll
     for (int e = 0; e < kChunk; ++e) out[e] *= sc;
-    return;
-  }
-  for (int e = 0; e < n; ++e) {
-    const int ch = head_ch + e;
-    const int64_t i =
-        is_key ? static_cast<int64_t>(block) * kv_dim + ch : slot * groups + ch / p.v_group_size;
-    const void* scales = is_key ? p.k_scale : p.v_scale;
-    out[e] *= p.fp16_scales ? __half2float(static_cast<const __half*>(scales)[i])
-                            : static_cast<const float*>(scales)[i];
+  } else {
+    for (int e = 0; e < n; ++e) {
+      const int ch = head_ch + e;
+      out[e] *= is_key ? LoadElem(p.k_scale, static_cast<int64_t>(block) * kv_dim + ch, scale_type)
+                       : LoadElem(p.v_scale, slot * groups + ch / p.v_group_size, scale_type);
+    }
   }
 }
 
-// grid (num_rows, num_kv_heads, num_splits), block kThreads, dynamic shared memory
-// AttentionSharedBytes: the group's queries [group, head_dim], then the tile's rotated keys
+// grid (num_rows, num_kv_heads, num_splits), block kThreads, dynamic shared memory (sized
+// where Attention launches): the group's queries [group, head_dim], then the tile's rotated keys
 // and its values, each [kTile, head_dim + 1] F32 (the odd row stride keeps the per-key
 // score threads on distinct banks).
 // Per tile: (1) resolve its keys to slots, (2) stage keys (rotated once, by position) and
@@ -425,9 +413,8 @@ absl::Status Attention(const AttentionParams& p, void* workspace, size_t workspa
   // Whole 16-byte chunks everywhere: a head's channels start at a multiple of head_dim in
   // every layout (and a block's key scales at a multiple of kv_dim), so head_dim % 16 (both
   // halves whole chunks) and aligned bases suffice.
-  const auto aligned = [](const void* x) { return reinterpret_cast<uintptr_t>(x) % 16 == 0; };
-  const bool vec = p.head_dim % (2 * kChunk) == 0 && aligned(p.k_cache) && aligned(p.v_cache) &&
-                   aligned(p.k_pages) && aligned(p.v_pages) && aligned(p.k_scale);
+  const bool vec = p.head_dim % (2 * kChunk) == 0 && Aligned16(p.k_cache) && Aligned16(p.v_cache) &&
+                   Aligned16(p.k_pages) && Aligned16(p.v_pages) && Aligned16(p.k_scale);
   float* ws_ml = static_cast<float*>(workspace);
   float* ws_acc = ws_ml == nullptr ? nullptr
                                    : ws_ml + static_cast<size_t>(p.num_rows) * p.num_heads * splits * 2;

@@ -74,6 +74,9 @@ __device__ __forceinline__ float BlockMax(float v, float* scratch) {
 
 inline int CeilDiv(int64_t a, int64_t b) { return static_cast<int>((a + b - 1) / b); }
 
+// Whether p may be read with 16-byte vector loads (a null pointer counts as aligned).
+inline bool Aligned16(const void* p) { return reinterpret_cast<uintptr_t>(p) % 16 == 0; }
+
 }  // namespace kvfold::kernels::cuda
 
 #endif  // KVFOLD_KERNELS_CUDA_COMMON_CUH_

@@ -32,9 +32,9 @@ absl::Status AddBias(float* y, const void* bias, core::DType bias_type, int64_t 
 absl::Status Cast(const float* src, void* dst, core::DType dst_type, int64_t n,
                   cudaStream_t stream);
 
-// dst[i] = fma(hi - lo, U(seed, i), lo) (one rounding), U a counter-based hash uniform in [0, 1); the same
-// (seed, i) gives the same value on every device. kI8: rint of the value clamped to
-// [-127, 127] (random KV codes for benchmarks).
+// dst[i] = fma(hi - lo, U(seed, i), lo) (one rounding), U a counter-based hash uniform in
+// [0, 1); the same (seed, i) gives the same value on every device. kI8: rint of the value
+// clamped to [-127, 127] (random KV codes for benchmarks).
 absl::Status FillUniform(void* dst, core::DType dst_type, int64_t n, uint64_t seed, float lo,
                          float hi, cudaStream_t stream);
 

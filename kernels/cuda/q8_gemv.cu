@@ -125,8 +125,7 @@ absl::Status Q8Linear(const float* x, int64_t num_tokens, int64_t in_features,
     return absl::InvalidArgumentError("Q8Linear: null pointer");
   }
   const dim3 grid(CeilDiv(out_features, kWarpsPerBlock), CeilDiv(num_tokens, kTokensPerWarp));
-  const auto aligned = [](const void* p) { return reinterpret_cast<uintptr_t>(p) % 16 == 0; };
-  const bool wide = in_features % (8 * kQ8BlockSize) == 0 && aligned(w) && aligned(x);
+  const bool wide = in_features % (8 * kQ8BlockSize) == 0 && Aligned16(w) && Aligned16(x);
   const auto kernel = wide ? Q8LinearKernel<true> : Q8LinearKernel<false>;
   kernel<<<grid, kWarpsPerBlock * 32, 0, stream>>>(x, num_tokens, in_features, w, out_features,
                                                    beta, y);
