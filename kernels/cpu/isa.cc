@@ -54,7 +54,45 @@ std::atomic<int>& Active() {
   return active;
 }
 
+CpuIdentity Identify() {
+  CpuIdentity id;
+  unsigned eax, ebx, ecx, edx;
+  if (!__get_cpuid(0, &eax, &ebx, &ecx, &edx)) return id;
+  char vendor[13] = {};
+  std::memcpy(vendor, &ebx, 4);
+  std::memcpy(vendor + 4, &edx, 4);
+  std::memcpy(vendor + 8, &ecx, 4);
+  id.vendor = vendor;
+  if (__get_cpuid(1, &eax, &ebx, &ecx, &edx)) {
+    const int base_family = (eax >> 8) & 0xF, base_model = (eax >> 4) & 0xF;
+    id.family =
+        base_family == 0xF ? base_family + static_cast<int>((eax >> 20) & 0xFF) : base_family;
+    id.model = base_family == 0x6 || base_family == 0xF
+                   ? base_model | static_cast<int>(((eax >> 16) & 0xF) << 4)
+                   : base_model;
+    id.stepping = static_cast<int>(eax & 0xF);
+  }
+  if (__get_cpuid_max(0x80000000u, nullptr) >= 0x80000004u) {
+    char brand[49] = {};
+    for (unsigned leaf = 0; leaf < 3; ++leaf) {
+      unsigned r[4];
+      __get_cpuid(0x80000002u + leaf, &r[0], &r[1], &r[2], &r[3]);
+      std::memcpy(brand + 16 * leaf, r, sizeof(r));
+    }
+    std::string b(brand);
+    const size_t first = b.find_first_not_of(' ');
+    id.brand =
+        first == std::string::npos ? "" : b.substr(first, b.find_last_not_of(' ') - first + 1);
+  }
+  return id;
+}
+
 }  // namespace
+
+const CpuIdentity& Cpu() {
+  static const CpuIdentity id = Identify();
+  return id;
+}
 
 const char* IsaName(Isa isa) {
   switch (isa) {

@@ -10,6 +10,8 @@
 #ifndef KVFOLD_KERNELS_CPU_ISA_H_
 #define KVFOLD_KERNELS_CPU_ISA_H_
 
+#include <string>
+
 namespace kvfold::kernels::cpu {
 
 enum class Isa : int {
@@ -39,6 +41,21 @@ bool CpuHasAmxInt8();
 // AVX-512 VNNI, for single rows), and neither KVFOLD_CPU_AMX=0 nor SetAmxForTesting(false) turned it off.
 bool AmxActive();
 void SetAmxForTesting(bool enabled);
+
+// Which processor this is, from cpuid: the benchmarks record it beside their figures,
+// because the same 2-vCPU machine type has come with different cores (an AMD EPYC of
+// family 25 retires one 512-bit vpdpbusd per cycle, one of family 26 two; docs/engine.md).
+// family and model are the displayed values (the base family plus the extended family
+// when the base is 15; the extended model in the high nibble when the base family is 6
+// or 15), as Linux prints them in /proc/cpuinfo.
+struct CpuIdentity {
+  std::string vendor;  // e.g. "AuthenticAMD", "GenuineIntel"; empty without cpuid
+  int family = 0;
+  int model = 0;
+  int stepping = 0;
+  std::string brand;  // the brand string, spaces trimmed; empty when the CPU has none
+};
+const CpuIdentity& Cpu();
 
 }  // namespace kvfold::kernels::cpu
 

@@ -51,6 +51,7 @@
 #include "kernels/backend.h"
 #include "kernels/cpu/isa.h"
 #include "nlohmann/json.hpp"
+#include "tools/bench_cpu.h"
 #include "tools/bench_engine/batch_decode.h"
 #include "tools/bench_engine/isa_probe.h"
 #include "tools/bench_engine/prefill_pieces.h"
@@ -412,6 +413,7 @@ int Main(int argc, char** argv) {
   if (isa_probe) {
     json probe = bench::IsaProbe();
     probe["cpu_isa"] = kernels::cpu::IsaName(kernels::cpu::ActiveIsa());
+    probe["cpu"] = bench::CpuJson();
     std::printf("%s\n", probe.dump(2).c_str());
     return 0;
   }
@@ -435,6 +437,7 @@ int Main(int argc, char** argv) {
   out["bandwidth_read_bytes_per_s"] = bandwidth.read_per_s;
   out["bandwidth_triad_bytes_per_s"] = bandwidth.triad_per_s;
   out["cpu_isa"] = kernels::cpu::IsaName(kernels::cpu::ActiveIsa());
+  out["cpu"] = bench::CpuJson();
   if (!no_gemm) {
     // A 128-token prompt through the stories110m shape's matrices, then larger ones.
     out["gemm"] = json::array();

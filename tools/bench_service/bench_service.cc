@@ -44,6 +44,7 @@
 #include "inference_svc/engine/kv_cache.h"
 #include "inference_svc/service/server.h"
 #include "memory_svc/service/server.h"
+#include "tools/bench_cpu.h"
 #include "tools/bench_service/bench_fairness.h"
 #include "tools/bench_service/bench_grpc.h"
 #include "tools/bench_service/bench_http.h"
@@ -333,6 +334,7 @@ int main(int argc, char** argv) {
   out["projector"] = flags.projector;
   out["threads"] = flags.threads;
   out["kv_dtype"] = kvfold::core::DTypeName(flags.kv_dtype);
+  out["cpu"] = kvfold::bench::CpuJson();
 
   const bool skip = flags.skip_decode_resume;
   // 1. Decode throughput, batching on vs off; --decode-rounds interleaved rounds.
