@@ -80,11 +80,11 @@ else
   echo "targets: ${TARGETS[*]}"
   cmake --build "$BUILD_DIR" -j "$(nproc)" --target "${TARGETS[@]}" > "$OUT_DIR/build.log" 2>&1 \
     || { grep -E "error|FAILED" "$OUT_DIR/build.log" | head -40; die "build failed (see $OUT_DIR/build.log)"; }
-  mkdir -p "$OUT_DIR/bin"
-  ln -sf "$(cd "$BUILD_DIR" && pwd)/tools/bench_gpu/bench_gpu" "$OUT_DIR/bin/bench_gpu"
-  ln -sf "$(cd "$BUILD_DIR" && pwd)/tools/kvfold/kvfold" "$OUT_DIR/bin/kvfold"
-  ln -sf "$(cd "$BUILD_DIR" && pwd)/tools/make_random_model/make_random_model" "$OUT_DIR/bin/make_random_model"
   BIN="$OUT_DIR/bin"
+  mkdir -p "$BIN"
+  for t in bench_gpu kvfold make_random_model; do
+    ln -sf "$(cd "$BUILD_DIR" && pwd)/tools/$t/$t" "$BIN/$t"
+  done
 
   log "gpu tests"
   TESTS_RC=0

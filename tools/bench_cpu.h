@@ -9,13 +9,15 @@
 
 namespace kvfold::bench {
 
-// {"vendor", "family", "model", "stepping", "brand", "isa"}: cpuid's identity and the
-// kernels' active path.
+// {"vendor", "family", "model", "stepping", "brand"}: cpuid's identity (the kernels'
+// active path goes beside it, as "cpu_isa").
 inline nlohmann::json CpuJson() {
   const kernels::cpu::CpuIdentity& id = kernels::cpu::Cpu();
-  return {{"vendor", id.vendor}, {"family", id.family},
-          {"model", id.model},   {"stepping", id.stepping},
-          {"brand", id.brand},   {"isa", kernels::cpu::IsaName(kernels::cpu::ActiveIsa())}};
+  return {{"vendor", id.vendor},
+          {"family", id.family},
+          {"model", id.model},
+          {"stepping", id.stepping},
+          {"brand", id.brand}};
 }
 
 }  // namespace kvfold::bench

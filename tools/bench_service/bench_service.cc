@@ -23,17 +23,17 @@
 //    the long prompt (bench_fairness.h).
 // 4. http: --http-streams concurrent chat turns over the OpenAI HTTP API vs gRPC on one
 //    replica, and --idle-streams event streams held open (threads, RSS); bench_http.h.
+#include <grpcpp/create_channel.h>
+
 #include <algorithm>
 #include <atomic>
 #include <chrono>
 #include <cmath>
 #include <cstdio>
+#include <nlohmann/json.hpp>
 #include <string>
 #include <thread>
 #include <vector>
-
-#include <grpcpp/create_channel.h>
-#include <nlohmann/json.hpp>
 
 #include "absl/strings/numbers.h"
 #include "absl/strings/str_format.h"
@@ -43,6 +43,7 @@
 #include "common/proto_enums.h"
 #include "inference_svc/engine/kv_cache.h"
 #include "inference_svc/service/server.h"
+#include "kernels/cpu/isa.h"
 #include "memory_svc/service/server.h"
 #include "tools/bench_cpu.h"
 #include "tools/bench_service/bench_fairness.h"
@@ -335,6 +336,7 @@ int main(int argc, char** argv) {
   out["threads"] = flags.threads;
   out["kv_dtype"] = kvfold::core::DTypeName(flags.kv_dtype);
   out["cpu"] = kvfold::bench::CpuJson();
+  out["cpu_isa"] = kvfold::kernels::cpu::IsaName(kvfold::kernels::cpu::ActiveIsa());
 
   const bool skip = flags.skip_decode_resume;
   // 1. Decode throughput, batching on vs off; --decode-rounds interleaved rounds.

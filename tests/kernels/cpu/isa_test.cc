@@ -30,7 +30,6 @@ TEST(CpuIdentity, MatchesWhatTheKernelReports) {
   const CpuIdentity& id = Cpu();
   ASSERT_EQ(id.vendor.size(), 12u) << id.vendor;
   EXPECT_GT(id.family, 0);
-  EXPECT_EQ(&Cpu(), &id);  // computed once
   const auto info = ProcCpuinfo();
   if (!info.count("vendor_id") || !info.count("cpu family") || !info.count("model")) {
     GTEST_SKIP() << "no x86 /proc/cpuinfo to compare with";
