@@ -23,17 +23,17 @@
 //    the long prompt (bench_fairness.h).
 // 4. http: --http-streams concurrent chat turns over the OpenAI HTTP API vs gRPC on one
 //    replica, and --idle-streams event streams held open (threads, RSS); bench_http.h.
-#include <grpcpp/create_channel.h>
-
 #include <algorithm>
 #include <atomic>
 #include <chrono>
 #include <cmath>
 #include <cstdio>
-#include <nlohmann/json.hpp>
 #include <string>
 #include <thread>
 #include <vector>
+
+#include <grpcpp/create_channel.h>
+#include <nlohmann/json.hpp>
 
 #include "absl/strings/numbers.h"
 #include "absl/strings/str_format.h"
