@@ -33,13 +33,16 @@ struct MatMulArgs {
 };
 
 // Panels: weights laid out for the panel paths of the matmul, per kQ8PanelRows (16)
-// weight rows (m % 16 == 0), panel after panel. Three kinds, by path:
-//   kAmx  (matmul_amx.cc, Q8): the fp16 scales [blocks][16 rows] (zero-padded to whole
-//         cache lines), then the codes [blocks][16 rows][kQ8Block], as stored;
-//   kVnni (matmul_q8_panels.cc, Q8 on AVX-512 VNNI without AMX): the same scales, then
-//         the codes [blocks][kQ8Block / 4][16 rows][4], each code + 128 as uint8;
-//   kF32  (matmul_f32_panels.cc, F32 on AVX-512): the weights [k][16 rows], so one
-//         64-byte vector holds weight t of 16 output columns.
+// weight rows (m % 16 == 0). Three kinds, by path:
+//   kAmx  (matmul_amx.cc, Q8): panel after panel, each the fp16 scales [blocks][16 rows]
+//         (zero-padded to whole cache lines), then the codes [blocks][16 rows][kQ8Block],
+//         as stored;
+//   kVnni (matmul_q8_panels.cc, Q8 on AVX-512 VNNI without AMX): the codes of every
+//         panel, [m / 16][blocks][kQ8Block / 4][16 rows][4], each code + 128 as uint8,
+//         then the scales of every panel, [m / 16][blocks][16 rows] fp16 (fewer bytes
+//         than Q8PanelBytes, which sizes both kinds);
+//   kF32  (matmul_f32_panels.cc, F32 on AVX-512): panel after panel, the weights
+//         [k][16 rows], so one 64-byte vector holds weight t of 16 output columns.
 // The same numbers as the rows they come from, so results do not depend on which one a
 // kernel reads.
 enum class PanelKind { kNone, kAmx, kVnni, kF32 };

@@ -34,81 +34,115 @@ constexpr int kGroups = kQ8Block / 4;              // 4-code groups per block
 constexpr int64_t kBlockBytes = kQ8Block * kCols;  // one block of a panel's codes
 constexpr int kMaxRows = 16;                       // rows of x per kernel call
 
-// The panel's codes this many blocks ahead (8 KiB) are asked for into L2 (T2); panels
-// are laid out one after another, so past a panel's end this reaches into the next one.
-// Into L1 (T0), each prefetch holds one of the core's few L1 miss buffers for a whole
-// memory latency, and one row or a few, which compute little per line, stall on them: on
-// the EPYC, T2 at 8 KiB against T0 at 4 KiB made a one-row decode 1.3x faster and a
-// 4-row step 1.6x, with the 16-row step unchanged (docs/engine.md, "Panel prefetch into
-// L2").
+// The codes this many blocks ahead of the block a kernel reads (8 KiB per panel) are asked
+// for into L2 (T2). Into L1 (T0), each prefetch holds one of the core's few L1 miss buffers for a
+// whole memory latency, and one row or a few, which compute little per line, stall on them: on the
+// EPYC, T2 at 8 KiB against T0 at 4 KiB made a one-row decode 1.3x faster and a 4-row step 1.6x,
+// with the 16-row step unchanged (docs/engine.md, "Panel prefetch into L2").
 constexpr int64_t kPrefetchBlocks = 16;
 
-// d + the 16 lanes' dot of w's code quads (unsigned) with the four codes at x4 (signed),
-// broadcast to every lane: vpdpbusd with an embedded-broadcast memory operand ({1to16}),
-// one instruction. From the intrinsics GCC emits a separate broadcast load before each
-// vpdpbusd (its pattern has no broadcast form), nine instructions per row and block
-// instead of one: on the EPYC the 16-row kernel spent its time issuing them, and the
-// folded form made the stories110m shape's 85 products 1.2x faster from L2 and 1.1x
-// streamed (docs/engine.md, "Broadcasts folded into vpdpbusd"). Same operation, same bits.
-KVFOLD_VNNI inline __attribute__((always_inline)) __m512i DotBroadcast(__m512i d, __m512i w,
-                                                                       const int8_t* x4) {
-  asm("vpdpbusd %[x]%{1to16%}, %[w], %[d]"
-      : [d] "+v"(d)
-      : [w] "v"(w), [x] "m"(*reinterpret_cast<const int32_t*>(x4)));
-  return d;
+// The VNNI panels of a Q8 weight [m, k] (cpu_ops.h): the codes of every panel, one after
+// another, then the scales of every panel. Codes and scales each form one stream for a
+// thread's consecutive panels: with each panel's scales in front of its codes, every
+// panel broke the code stream, and a pass of 16 rows over two panels at once streamed
+// 1.3x slower from memory than with the scales apart (docs/engine.md, "Panel pairs").
+struct VnniPanels {
+  const uint8_t* codes;    // [panels][blocks][kGroups][16 columns][4], code + 128
+  const uint16_t* scales;  // [panels][blocks][16 columns], fp16
+  int64_t blocks;
+
+  const uint8_t* Codes(int64_t panel, int64_t b) const {
+    return codes + (panel * blocks + b) * kBlockBytes;
+  }
+  const uint16_t* Scales(int64_t panel, int64_t b) const {
+    return scales + (panel * blocks + b) * kCols;
+  }
+};
+
+int64_t Blocks(int64_t k) { return (k + kQ8Block - 1) / kQ8Block; }
+
+VnniPanels VnniPanelsOf(const uint8_t* base, int64_t m, int64_t k) {
+  const int64_t blocks = Blocks(k);
+  return {base, reinterpret_cast<const uint16_t*>(base + (m / kCols) * blocks * kBlockBytes),
+          blocks};
 }
 
-// out[i0 .. i0 + R, j0 .. j0 + 16] over all blocks from the VNNI panel of columns j0..
-template <int R>
-KVFOLD_VNNI void PanelRows(const MatMulArgs& a, const uint8_t* panel, const Q8Activations& xq,
-                           int64_t i0, int64_t j0) {
-  const int64_t blocks = (a.k + kQ8Block - 1) / kQ8Block;
-  const uint16_t* w_scales = reinterpret_cast<const uint16_t*>(panel);
-  const uint8_t* codes = panel + Q8PanelScaleBytes(a.k);
+// out[i0 .. i0 + R, the P panels from `panel` on]: per output, the block dot started from
+// the block offset, the eight products in order, then one fma per block, so every kernel
+// here gives the same bits. One broadcast of x's four codes feeds the P panels' products;
+// a pass over one panel at a time (the broadcast folded into each vpdpbusd as a memory
+// operand) spent a load per product, and streamed from memory 1.2x slower than a pair of
+// panels with the broadcasts shared (docs/engine.md, "Panel pairs"). The P x 8 code
+// vectors of a block stay in registers for all R rows, so the panels are read once per
+// call; the R x P sums live in memory (L1). The codes and scales kPrefetchBlocks ahead are
+// asked for into L2, past the panels' end those of the next P panels, where the thread's
+// next call reads.
+template <int R, int P>
+KVFOLD_VNNI void PanelSetRows(const MatMulArgs& a, const VnniPanels& w, int64_t panel,
+                              const Q8Activations& xq, int64_t i0) {
+  const int64_t blocks = w.blocks;
   const int64_t xk = xq.padded_k, xb = xk / kQ8Block;
   const int8_t* xc = xq.codes.data() + i0 * xk;
   const int32_t* xo = xq.block_offset.data() + i0 * xb;
   const float* xs = xq.scales.data() + i0 * xb;
-  __m512 acc[R];
-  for (int r = 0; r < R; ++r) acc[r] = _mm512_setzero_ps();
+  __m512 acc[R][P];
+  for (int r = 0; r < R; ++r)
+    for (int p = 0; p < P; ++p) acc[r][p] = _mm512_setzero_ps();
   for (int64_t b = 0; b < blocks; ++b) {
-    const uint8_t* wb = codes + b * kBlockBytes;
-    const char* ahead = reinterpret_cast<const char*>(wb + kPrefetchBlocks * kBlockBytes);
-    for (int l = 0; l < kBlockBytes / 64; ++l) _mm_prefetch(ahead + 64 * l, _MM_HINT_T2);
-    __m512i w[kGroups];
-    for (int q = 0; q < kGroups; ++q) w[q] = _mm512_loadu_si512(wb + 64 * q);
-    const __m512 ws =
-        _mm512_cvtph_ps(_mm256_loadu_si256(reinterpret_cast<const __m256i*>(w_scales + b * kCols)));
+    const int64_t ahead = b + kPrefetchBlocks;
+    const int64_t ahead_panel = panel + P * (ahead / blocks), ahead_b = ahead % blocks;
+    __m512i wq[P][kGroups];
+    __m512 ws[P];
+    for (int p = 0; p < P; ++p) {
+      const char* next = reinterpret_cast<const char*>(w.Codes(ahead_panel + p, ahead_b));
+      for (int l = 0; l < kBlockBytes / 64; ++l) _mm_prefetch(next + 64 * l, _MM_HINT_T2);
+      _mm_prefetch(reinterpret_cast<const char*>(w.Scales(ahead_panel + p, ahead_b)), _MM_HINT_T2);
+      const uint8_t* codes = w.Codes(panel + p, b);
+      for (int q = 0; q < kGroups; ++q) wq[p][q] = _mm512_loadu_si512(codes + 64 * q);
+      ws[p] = _mm512_cvtph_ps(
+          _mm256_loadu_si256(reinterpret_cast<const __m256i*>(w.Scales(panel + p, b))));
+    }
+#pragma GCC unroll 8
     for (int r = 0; r < R; ++r) {
       const int8_t* x = xc + r * xk + b * kQ8Block;
-      __m512i d = _mm512_set1_epi32(xo[r * xb + b]);
-      for (int q = 0; q < kGroups; ++q) d = DotBroadcast(d, w[q], x + 4 * q);
-      acc[r] = _mm512_fmadd_ps(_mm512_cvtepi32_ps(d),
-                               _mm512_mul_ps(ws, _mm512_set1_ps(xs[r * xb + b])), acc[r]);
+      __m512i d[P];
+      for (int p = 0; p < P; ++p) d[p] = _mm512_set1_epi32(xo[r * xb + b]);
+#pragma GCC unroll 8
+      for (int q = 0; q < kGroups; ++q) {
+        int32_t x4;
+        std::memcpy(&x4, x + 4 * q, sizeof(x4));
+        const __m512i xv = _mm512_set1_epi32(x4);
+        for (int p = 0; p < P; ++p) d[p] = _mm512_dpbusd_epi32(d[p], wq[p][q], xv);
+      }
+      const __m512 s = _mm512_set1_ps(xs[r * xb + b]);
+      for (int p = 0; p < P; ++p) {
+        acc[r][p] = _mm512_fmadd_ps(_mm512_cvtepi32_ps(d[p]), _mm512_mul_ps(ws[p], s), acc[r][p]);
+      }
     }
   }
-  const __m512 bias = a.bias ? _mm512_loadu_ps(a.bias + j0) : _mm512_setzero_ps();
-  for (int r = 0; r < R; ++r) {
-    _mm512_storeu_ps(a.out + (i0 + r) * a.m + j0, a.bias ? _mm512_add_ps(acc[r], bias) : acc[r]);
+  for (int p = 0; p < P; ++p) {
+    const int64_t j = (panel + p) * kCols;
+    const __m512 bias = a.bias ? _mm512_loadu_ps(a.bias + j) : _mm512_setzero_ps();
+    for (int r = 0; r < R; ++r) {
+      _mm512_storeu_ps(a.out + (i0 + r) * a.m + j,
+                       a.bias ? _mm512_add_ps(acc[r][p], bias) : acc[r][p]);
+    }
   }
 }
 
-// R rows of x (rows i ..) over the P panels that start at column j0, panel_bytes apart:
-// the same operations per output as PanelRows (the block dot from the block offset, the
-// eight products in order, then one fma per block), so the same bits. A few rows compute
-// little per line and wait on memory: one core kept one panel's stream at ~17 GB/s where
-// four panels read side by side (four streams, each asked for kRowPrefetchBlocks ahead)
-// keep ~19, as the F32 panels' decode tile reads four (docs/engine.md, "Four panel
-// streams for a few rows"). Each code vector feeds the R rows' products, each broadcast
-// of x the P panels'.
+// R rows of x (rows i ..) over the P panels from `panel` on: the same operations per
+// output as PanelSetRows, so the same bits. A few rows compute little per line and wait
+// on memory: one core kept one panel's stream at ~17 GB/s where four panels read side by
+// side (four streams, each asked for kRowPrefetchBlocks ahead) keep ~19, as the F32
+// panels' decode tile reads four (docs/engine.md, "Four panel streams for a few rows").
+// Each code vector feeds the R rows' products, each broadcast of x the P panels'.
 constexpr int kRowPanels = 4;
 constexpr int64_t kRowPrefetchBlocks = 4;
 
 template <int R, int P>
-KVFOLD_VNNI void RowPanels(const MatMulArgs& a, const uint8_t* panels, size_t panel_bytes,
-                           const Q8Activations& xq, int64_t i, int64_t j0) {
-  const int64_t blocks = (a.k + kQ8Block - 1) / kQ8Block;
-  const size_t scale_bytes = Q8PanelScaleBytes(a.k);
+KVFOLD_VNNI void RowPanels(const MatMulArgs& a, const VnniPanels& w, int64_t panel,
+                           const Q8Activations& xq, int64_t i) {
+  const int64_t blocks = w.blocks;
   const int64_t xk = xq.padded_k, xb = xk / kQ8Block;
   const int8_t* xc = xq.codes.data() + i * xk;
   const int32_t* xo = xq.block_offset.data() + i * xb;
@@ -124,31 +158,25 @@ KVFOLD_VNNI void RowPanels(const MatMulArgs& a, const uint8_t* panels, size_t pa
     const bool wrap = b + kRowPrefetchBlocks >= blocks;
     const int64_t ahead_b = wrap ? b + kRowPrefetchBlocks - blocks : b + kRowPrefetchBlocks;
     for (int p = 0; p < P; ++p) {
-      const uint8_t* panel = panels + (wrap ? p + kRowPanels : p) * panel_bytes;
-      const char* ahead =
-          reinterpret_cast<const char*>(panel + scale_bytes + ahead_b * kBlockBytes);
+      const int64_t ahead_panel = panel + p + (wrap ? kRowPanels : 0);
+      const char* ahead = reinterpret_cast<const char*>(w.Codes(ahead_panel, ahead_b));
       for (int l = 0; l < kBlockBytes / 64; ++l) _mm_prefetch(ahead + 64 * l, _MM_HINT_T2);
-      _mm_prefetch(reinterpret_cast<const char*>(panel) + ahead_b * kCols * sizeof(uint16_t),
-                   _MM_HINT_T2);
+      _mm_prefetch(reinterpret_cast<const char*>(w.Scales(ahead_panel, ahead_b)), _MM_HINT_T2);
       for (int r = 0; r < R; ++r) d[r][p] = _mm512_set1_epi32(xo[r * xb + b]);
     }
     for (int q = 0; q < kGroups; ++q) {
-      __m512i w[P];
-      for (int p = 0; p < P; ++p) {
-        w[p] =
-            _mm512_loadu_si512(panels + p * panel_bytes + scale_bytes + b * kBlockBytes + 64 * q);
-      }
+      __m512i wq[P];
+      for (int p = 0; p < P; ++p) wq[p] = _mm512_loadu_si512(w.Codes(panel + p, b) + 64 * q);
       for (int r = 0; r < R; ++r) {
         int32_t x4;
         std::memcpy(&x4, xc + r * xk + b * kQ8Block + 4 * q, sizeof(x4));
         const __m512i xv = _mm512_set1_epi32(x4);
-        for (int p = 0; p < P; ++p) d[r][p] = _mm512_dpbusd_epi32(d[r][p], w[p], xv);
+        for (int p = 0; p < P; ++p) d[r][p] = _mm512_dpbusd_epi32(d[r][p], wq[p], xv);
       }
     }
     for (int p = 0; p < P; ++p) {
-      const uint16_t* w_scales = reinterpret_cast<const uint16_t*>(panels + p * panel_bytes);
       const __m512 ws = _mm512_cvtph_ps(
-          _mm256_loadu_si256(reinterpret_cast<const __m256i*>(w_scales + b * kCols)));
+          _mm256_loadu_si256(reinterpret_cast<const __m256i*>(w.Scales(panel + p, b))));
       for (int r = 0; r < R; ++r) {
         acc[r][p] = _mm512_fmadd_ps(_mm512_cvtepi32_ps(d[r][p]),
                                     _mm512_mul_ps(ws, _mm512_set1_ps(xs[r * xb + b])), acc[r][p]);
@@ -156,7 +184,7 @@ KVFOLD_VNNI void RowPanels(const MatMulArgs& a, const uint8_t* panels, size_t pa
     }
   }
   for (int p = 0; p < P; ++p) {
-    const int64_t j = j0 + p * kCols;
+    const int64_t j = (panel + p) * kCols;
     const __m512 bias = a.bias ? _mm512_loadu_ps(a.bias + j) : _mm512_setzero_ps();
     for (int r = 0; r < R; ++r) {
       _mm512_storeu_ps(a.out + (i + r) * a.m + j,
@@ -165,47 +193,57 @@ KVFOLD_VNNI void RowPanels(const MatMulArgs& a, const uint8_t* panels, size_t pa
   }
 }
 
-using RowFn = void (*)(const MatMulArgs&, const uint8_t*, size_t, const Q8Activations&, int64_t,
-                       int64_t);
-// Row groups of up to this many rows take RowPanels; larger ones PanelRows, whose 16 rows
+using PanelFn = void (*)(const MatMulArgs&, const VnniPanels&, int64_t, const Q8Activations&,
+                         int64_t);
+// Row groups of up to this many rows take RowPanels; larger ones PanelSetRows, whose rows
 // are bound by arithmetic, not by the number of streams.
 constexpr int kStreamRows = 4;
 template <int R>
-constexpr std::array<RowFn, kRowPanels> RowKernelsOf() {
+constexpr std::array<PanelFn, kRowPanels> RowKernelsOf() {
   return {RowPanels<R, 1>, RowPanels<R, 2>, RowPanels<R, 3>, RowPanels<R, 4>};
 }
 // kRowKernels[r - 1][p - 1]: r rows over p panels.
-constexpr std::array<std::array<RowFn, kRowPanels>, kStreamRows> kRowKernels = {
+constexpr std::array<std::array<PanelFn, kRowPanels>, kStreamRows> kRowKernels = {
     RowKernelsOf<1>(), RowKernelsOf<2>(), RowKernelsOf<3>(), RowKernelsOf<4>()};
 
-using PanelFn = void (*)(const MatMulArgs&, const uint8_t*, const Q8Activations&, int64_t, int64_t);
-
-template <int... R>
-constexpr std::array<PanelFn, sizeof...(R)> PanelKernels(std::integer_sequence<int, R...>) {
-  return {PanelRows<kStreamRows + 1 + R>...};
+template <int P, int... R>
+constexpr std::array<PanelFn, sizeof...(R)> SetKernels(std::integer_sequence<int, R...>) {
+  return {PanelSetRows<kStreamRows + 1 + R, P>...};
 }
-// kPanelRows[r - kStreamRows - 1]: the kernel for r rows (groups of up to kStreamRows
-// rows take RowPanels).
-constexpr auto kPanelRows = PanelKernels(std::make_integer_sequence<int, kMaxRows - kStreamRows>{});
+// kSetKernels[p - 1][r - kStreamRows - 1]: r rows over p panels (groups of up to
+// kStreamRows rows take RowPanels).
+constexpr std::array<std::array<PanelFn, kMaxRows - kStreamRows>, 2> kSetKernels = {
+    SetKernels<1>(std::make_integer_sequence<int, kMaxRows - kStreamRows>{}),
+    SetKernels<2>(std::make_integer_sequence<int, kMaxRows - kStreamRows>{})};
 
 }  // namespace
 
 void PackQ8Panels(ThreadPool* pool, PanelKind kind, const void* w, int64_t m, int64_t k,
                   uint8_t* panels) {
-  const int64_t blocks = (k + kQ8Block - 1) / kQ8Block;
-  const size_t row_bytes = Q8RowBytes(k), scale_bytes = Q8PanelScaleBytes(k);
-  const size_t panel_bytes = Q8PanelBytes(kCols, k);
+  const int64_t blocks = Blocks(k);
+  const size_t row_bytes = Q8RowBytes(k);
+  // kAmx: per panel its scales (zero-padded to whole lines), then its codes; kVnni: every
+  // panel's codes, then every panel's scales (VnniPanels).
+  const size_t amx_scale_bytes = Q8PanelScaleBytes(k), amx_panel_bytes = Q8PanelBytes(kCols, k);
+  uint16_t* vnni_scales = reinterpret_cast<uint16_t*>(panels + (m / kCols) * blocks * kBlockBytes);
   auto body = [&](int64_t g0, int64_t g1, int) {
     for (int64_t g = g0; g < g1; ++g) {
-      uint8_t* panel = panels + g * panel_bytes;
-      uint8_t* codes = panel + scale_bytes;
-      std::memset(panel, 0, scale_bytes);
+      uint8_t* codes;
+      uint16_t* scales;
+      if (kind == PanelKind::kAmx) {
+        uint8_t* panel = panels + g * amx_panel_bytes;
+        std::memset(panel, 0, amx_scale_bytes);
+        scales = reinterpret_cast<uint16_t*>(panel);
+        codes = panel + amx_scale_bytes;
+      } else {
+        scales = vnni_scales + g * blocks * kCols;
+        codes = panels + g * blocks * kBlockBytes;
+      }
       for (int o = 0; o < kCols; ++o) {
         const uint8_t* row = static_cast<const uint8_t*>(w) + (g * kCols + o) * row_bytes;
         const uint8_t* row_codes = row + blocks * sizeof(uint16_t);
         for (int64_t b = 0; b < blocks; ++b) {
-          std::memcpy(panel + (b * kCols + o) * sizeof(uint16_t), row + b * sizeof(uint16_t),
-                      sizeof(uint16_t));
+          std::memcpy(scales + b * kCols + o, row + b * sizeof(uint16_t), sizeof(uint16_t));
           const uint8_t* block = row_codes + b * kQ8Block;
           if (kind == PanelKind::kAmx) {  // [blocks][16 rows][32 codes]
             std::memcpy(codes + b * kBlockBytes + o * kQ8Block, block, kQ8Block);
@@ -236,22 +274,21 @@ constexpr int64_t kColBlock = kRowPanels * kCols;
 
 int64_t ColumnBlocks(const MatMulArgs& a) { return (a.m + kColBlock - 1) / kColBlock; }
 
-// Column block cb of a (a.w_panels: its VNNI panels), every row group.
+// Column block cb of a (a.w_panels: its VNNI panels), every row group: up to kStreamRows
+// rows over the block's panels side by side, more over its panels two at a time (an odd
+// last panel alone).
 void RunColumnBlock(const MatMulArgs& a, const Q8Activations& xq, int64_t cb) {
-  const uint8_t* panels = a.w_panels;
-  const size_t panel_bytes = Q8PanelBytes(kCols, a.k);
-  const int64_t j_end = std::min(a.m, (cb + 1) * kColBlock);
+  const VnniPanels w = VnniPanelsOf(a.w_panels, a.m, a.k);
+  const int64_t p0 = cb * kRowPanels, p_end = std::min(a.m / kCols, p0 + kRowPanels);
   for (int64_t i = 0; i < a.n; i += kMaxRows) {
-    if (a.n - i <= kStreamRows) {  // a few rows: the block's panels side by side
-      const int64_t j0 = cb * kColBlock;
-      kRowKernels[a.n - i - 1][(j_end - j0) / kCols - 1](a, panels + (j0 / kCols) * panel_bytes,
-                                                         panel_bytes, xq, i, j0);
+    const int64_t rows = std::min<int64_t>(kMaxRows, a.n - i);
+    if (rows <= kStreamRows) {
+      kRowKernels[rows - 1][p_end - p0 - 1](a, w, p0, xq, i);
       continue;
     }
-    const PanelFn kernel = kPanelRows[std::min<int64_t>(kMaxRows, a.n - i) - kStreamRows - 1];
-    for (int64_t j = cb * kColBlock; j < j_end; j += kCols) {
-      kernel(a, panels + (j / kCols) * panel_bytes, xq, i, j);
-    }
+    int64_t p = p0;
+    for (; p + 2 <= p_end; p += 2) kSetKernels[1][rows - kStreamRows - 1](a, w, p, xq, i);
+    if (p < p_end) kSetKernels[0][rows - kStreamRows - 1](a, w, p, xq, i);
   }
 }
 

@@ -110,38 +110,55 @@ KVFOLD_PROBE_VNNI void VpdpbusdQ8BlockLoop() {
 }
 #undef KVFOLD_PROBE_BLOCK
 
-// The engine's Q8 MatMul for 16 rows on one thread, its 768 x 768 panels in L2.
-json Q8Panel16Rows(double q8_block_rate) {
+// GMAC/s of the engine's Q8 MatMul for 16 rows on one thread over a [m, 768] weight of
+// random codes with its kept panels: best of three timed runs of `calls` calls, after one
+// that warms the caches and the scratch.
+double Q8Rows16(int64_t m, int calls) {
   namespace cpu = kernels::cpu;
   constexpr int64_t kRows = 16, kDim = 768;
   std::mt19937 rng(7);
-  std::normal_distribution<float> normal;
-  std::vector<float> row(kDim), x(kRows * kDim), out(kRows * kDim);
-  std::vector<uint8_t> w(kDim * core::Q8RowBytes(kDim));
-  for (int64_t j = 0; j < kDim; ++j) {
-    for (float& v : row) v = normal(rng);
-    quant::QuantizeRowQ8(row.data(), kDim, w.data() + j * core::Q8RowBytes(kDim));
+  const size_t row_bytes = core::Q8RowBytes(kDim);
+  std::vector<uint8_t> w(static_cast<size_t>(m) * row_bytes);
+  std::vector<float> row(kDim);
+  for (int64_t j = 0; j < m; ++j) {
+    uint8_t* q = w.data() + j * row_bytes;
+    if (j < kDim) {  // quantized normals; past them, copies of the first rows
+      for (float& v : row) v = std::normal_distribution<float>()(rng);
+      quant::QuantizeRowQ8(row.data(), kDim, q);
+    } else {
+      std::copy_n(w.data() + (j % kDim) * row_bytes, row_bytes, q);
+    }
   }
-  for (float& v : x) v = normal(rng);
+  std::vector<float> x(kRows * kDim), out(static_cast<size_t>(kRows * m));
+  for (float& v : x) v = std::normal_distribution<float>()(rng);
   cpu::ThreadPool pool(1);
-  cpu::MatMulArgs a{x.data(), w.data(), core::DType::kQ8, nullptr, out.data(), kRows, kDim, kDim};
+  cpu::MatMulArgs a{x.data(), w.data(), core::DType::kQ8, nullptr, out.data(), kRows, m, kDim};
   const cpu::PanelKind kind = cpu::MatMulPanels(a);
   std::vector<uint8_t> panels;
   if (kind != cpu::PanelKind::kNone) {
-    panels.resize(cpu::PanelBytes(kind, kDim, kDim));
-    cpu::PackPanels(&pool, kind, w.data(), kDim, kDim, panels.data());
+    panels.resize(cpu::PanelBytes(kind, m, kDim));
+    cpu::PackPanels(&pool, kind, w.data(), m, kDim, panels.data());
     a.w_panels = panels.data();
   }
   cpu::MatMulScratch scratch;
-  constexpr int kCalls = 2000;
   double best_s = 1e30;
-  for (int run = 0; run < 4; ++run) {  // the first warms the caches and the scratch
+  for (int run = 0; run < 4; ++run) {
     const auto start = Clock::now();
-    for (int c = 0; c < kCalls; ++c) cpu::MatMulOptimized(pool, a, scratch);
+    for (int c = 0; c < calls; ++c) cpu::MatMulOptimized(pool, a, scratch);
     if (run > 0)
       best_s = std::min(best_s, std::chrono::duration<double>(Clock::now() - start).count());
   }
-  const double gmac_s = static_cast<double>(kRows * kDim * kDim) * kCalls / best_s / 1e9;
+  return static_cast<double>(kRows * m * kDim) * calls / best_s / 1e9;
+}
+
+// The 16-row Q8 MatMul from L2 (768 x 768, 0.6 MB of codes) and streamed from memory
+// (131072 x 768: 101 MB of codes, about a stories110m token's weights), one thread.
+json Q8Panel16Rows(double q8_block_rate) {
+  namespace cpu = kernels::cpu;
+  const double gmac_s = Q8Rows16(768, 2000);
+  const double streamed = Q8Rows16(131072, 1);
+  const cpu::PanelKind kind =
+      cpu::MatMulPanels({nullptr, nullptr, core::DType::kQ8, nullptr, nullptr, 16, 768, 768});
   json r;
   r["path"] = cpu::AmxActive()                                                   ? "amx"
               : kind == cpu::PanelKind::kVnni                                    ? "vnni_panels"
@@ -150,6 +167,8 @@ json Q8Panel16Rows(double q8_block_rate) {
   r["gmac_s"] = gmac_s;
   r["vpdpbusd_g_s"] = gmac_s / 64;
   r["over_q8_block_mix"] = q8_block_rate > 0 ? json(gmac_s / 64 / q8_block_rate) : json(nullptr);
+  r["streamed_gmac_s"] = streamed;
+  r["streamed_over_l2"] = streamed / gmac_s;
   return r;
 }
 
