@@ -45,7 +45,8 @@ constexpr int64_t kPrefetchBlocks = 16;
 // another, then the scales of every panel. Codes and scales each form one stream for a
 // thread's consecutive panels: with each panel's scales in front of its codes, every
 // panel broke the code stream, and a pass of 16 rows over two panels at once streamed
-// 1.3x slower from memory than with the scales apart (docs/engine.md, "Panel pairs").
+// from memory at two thirds of its rate with the scales apart (docs/engine.md, "Panel
+// pairs").
 struct VnniPanels {
   const uint8_t* codes;    // [panels][blocks][kGroups][16 columns][4], code + 128
   const uint16_t* scales;  // [panels][blocks][16 columns], fp16
@@ -71,12 +72,12 @@ VnniPanels VnniPanelsOf(const uint8_t* base, int64_t m, int64_t k) {
 // the block offset, the eight products in order, then one fma per block, so every kernel
 // here gives the same bits. One broadcast of x's four codes feeds the P panels' products;
 // a pass over one panel at a time (the broadcast folded into each vpdpbusd as a memory
-// operand) spent a load per product, and streamed from memory 1.2x slower than a pair of
-// panels with the broadcasts shared (docs/engine.md, "Panel pairs"). The P x 8 code
-// vectors of a block stay in registers for all R rows, so the panels are read once per
-// call; the R x P sums live in memory (L1). The codes and scales kPrefetchBlocks ahead are
-// asked for into L2, past the panels' end those of the next P panels, where the thread's
-// next call reads.
+// operand) spent a load per product, and over the same layout ran 1.1-1.17x slower from
+// L2 and 1.06-1.12x streamed than a pair of panels (docs/engine.md, "Panel pairs"). The
+// P x 8 code vectors of a block stay in registers for all R rows, so the panels are read
+// once per call; the R x P sums live in memory (L1). The codes and scales kPrefetchBlocks
+// ahead are asked for into L2, past the panels' end those of the next P panels, where the
+// thread's next call reads.
 template <int R, int P>
 KVFOLD_VNNI void PanelSetRows(const MatMulArgs& a, const VnniPanels& w, int64_t panel,
                               const Q8Activations& xq, int64_t i0) {
