@@ -68,6 +68,20 @@ VnniPanels VnniPanelsOf(const uint8_t* base, int64_t m, int64_t k) {
           blocks};
 }
 
+// out[i0 .. i0 + R, the P panels from `panel` on] = acc (+ the bias).
+template <int R, int P>
+KVFOLD_VNNI inline void StoreSums(const MatMulArgs& a, const __m512 (&acc)[R][P], int64_t panel,
+                                  int64_t i0) {
+  for (int p = 0; p < P; ++p) {
+    const int64_t j = (panel + p) * kCols;
+    const __m512 bias = a.bias ? _mm512_loadu_ps(a.bias + j) : _mm512_setzero_ps();
+    for (int r = 0; r < R; ++r) {
+      _mm512_storeu_ps(a.out + (i0 + r) * a.m + j,
+                       a.bias ? _mm512_add_ps(acc[r][p], bias) : acc[r][p]);
+    }
+  }
+}
+
 // out[i0 .. i0 + R, the P panels from `panel` on]: per output, the block dot started from
 // the block offset, the eight products in order, then one fma per block, so every kernel
 // here gives the same bits. One broadcast of x's four codes feeds the P panels' products;
@@ -121,14 +135,7 @@ KVFOLD_VNNI void PanelSetRows(const MatMulArgs& a, const VnniPanels& w, int64_t 
       }
     }
   }
-  for (int p = 0; p < P; ++p) {
-    const int64_t j = (panel + p) * kCols;
-    const __m512 bias = a.bias ? _mm512_loadu_ps(a.bias + j) : _mm512_setzero_ps();
-    for (int r = 0; r < R; ++r) {
-      _mm512_storeu_ps(a.out + (i0 + r) * a.m + j,
-                       a.bias ? _mm512_add_ps(acc[r][p], bias) : acc[r][p]);
-    }
-  }
+  StoreSums<R, P>(a, acc, panel, i0);
 }
 
 // R rows of x (rows i ..) over the P panels from `panel` on: the same operations per
@@ -184,14 +191,7 @@ KVFOLD_VNNI void RowPanels(const MatMulArgs& a, const VnniPanels& w, int64_t pan
       }
     }
   }
-  for (int p = 0; p < P; ++p) {
-    const int64_t j = (panel + p) * kCols;
-    const __m512 bias = a.bias ? _mm512_loadu_ps(a.bias + j) : _mm512_setzero_ps();
-    for (int r = 0; r < R; ++r) {
-      _mm512_storeu_ps(a.out + (i + r) * a.m + j,
-                       a.bias ? _mm512_add_ps(acc[r][p], bias) : acc[r][p]);
-    }
-  }
+  StoreSums<R, P>(a, acc, panel, i);
 }
 
 using PanelFn = void (*)(const MatMulArgs&, const VnniPanels&, int64_t, const Q8Activations&,
