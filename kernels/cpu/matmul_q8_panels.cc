@@ -34,12 +34,15 @@ constexpr int kGroups = kQ8Block / 4;              // 4-code groups per block
 constexpr int64_t kBlockBytes = kQ8Block * kCols;  // one block of a panel's codes
 constexpr int kMaxRows = 16;                       // rows of x per kernel call
 
-// The codes this many blocks ahead of the block a kernel reads (8 KiB per panel) are asked
-// for into L2 (T2). Into L1 (T0), each prefetch holds one of the core's few L1 miss buffers for a
-// whole memory latency, and one row or a few, which compute little per line, stall on them: on the
-// EPYC, T2 at 8 KiB against T0 at 4 KiB made a one-row decode 1.3x faster and a 4-row step 1.6x,
-// with the 16-row step unchanged (docs/engine.md, "Panel prefetch into L2").
-constexpr int64_t kPrefetchBlocks = 16;
+// PanelSetRows asks for each panel's codes this many blocks ahead of the block it reads
+// (8 KiB over a pair of panels, as far ahead as 16 blocks of one panel were), into L2 (T2).
+// Into L1 (T0), each prefetch holds one of the core's few L1 miss buffers for a whole
+// memory latency, and one row or a few, which compute little per line, stall on them: on
+// the EPYC, T2 at 8 KiB against T0 at 4 KiB made a one-row decode 1.3x faster and a 4-row
+// step 1.6x, with the 16-row step unchanged (docs/engine.md, "Panel prefetch into L2").
+// For a pair, 8 blocks ahead against 16: 16-row steps 0.96-1.0x (docs/engine.md, "Panel
+// pairs").
+constexpr int64_t kPrefetchBlocks = 8;
 
 // The VNNI panels of a Q8 weight [m, k] (cpu_ops.h): the codes of every panel, one after
 // another, then the scales of every panel. Codes and scales each form one stream for a
