@@ -9,15 +9,16 @@
 
 namespace kvfold::bench {
 
-// {"vendor", "family", "model", "stepping", "brand"}: cpuid's identity (the kernels'
-// active path goes beside it, as "cpu_isa").
-inline nlohmann::json CpuJson() {
+// Writes the processor into a benchmark's JSON: "cpu" = {"vendor", "family", "model",
+// "stepping", "brand"} from cpuid, and "cpu_isa" = the kernels' active path.
+inline void AddCpu(nlohmann::json& out) {
   const kernels::cpu::CpuIdentity& id = kernels::cpu::Cpu();
-  return {{"vendor", id.vendor},
-          {"family", id.family},
-          {"model", id.model},
-          {"stepping", id.stepping},
-          {"brand", id.brand}};
+  out["cpu"] = {{"vendor", id.vendor},
+                {"family", id.family},
+                {"model", id.model},
+                {"stepping", id.stepping},
+                {"brand", id.brand}};
+  out["cpu_isa"] = kernels::cpu::IsaName(kernels::cpu::ActiveIsa());
 }
 
 }  // namespace kvfold::bench

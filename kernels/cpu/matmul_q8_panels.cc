@@ -278,11 +278,10 @@ constexpr int64_t kColBlock = kRowPanels * kCols;
 
 int64_t ColumnBlocks(const MatMulArgs& a) { return (a.m + kColBlock - 1) / kColBlock; }
 
-// Column block cb of a (a.w_panels: its VNNI panels), every row group: up to kStreamRows
+// Column block cb of a (w: its VNNI panels), every row group: up to kStreamRows
 // rows over the block's panels side by side, more over its panels two at a time (an odd
 // last panel alone).
-void RunColumnBlock(const MatMulArgs& a, const Q8Activations& xq, int64_t cb) {
-  const VnniPanels w = VnniPanelsOf(a.w_panels, a.m, a.k);
+void RunColumnBlock(const MatMulArgs& a, const VnniPanels& w, const Q8Activations& xq, int64_t cb) {
   const int64_t p0 = cb * kRowPanels, p_end = std::min(a.m / kCols, p0 + kRowPanels);
   for (int64_t i = 0; i < a.n; i += kMaxRows) {
     const int64_t rows = std::min<int64_t>(kMaxRows, a.n - i);
@@ -302,16 +301,18 @@ void MatMulQ8VnniProducts(ThreadPool& pool, const MatMulArgs* a, int count,
                           const Q8Activations& xq) {
   // first[p]: the first column block of product p in the call's numbering.
   std::array<int64_t, kMaxQ8Products + 1> first{};
+  std::array<VnniPanels, kMaxQ8Products> panels;
   int64_t work = 0;
   for (int p = 0; p < count; ++p) {
     first[p + 1] = first[p] + ColumnBlocks(a[p]);
+    panels[p] = VnniPanelsOf(a[p].w_panels, a[p].m, a[p].k);
     work += a[p].n * a[p].m * a[p].k;
   }
   auto body = [&](int64_t c0, int64_t c1, int) {
     int p = 0;
     for (int64_t cb = c0; cb < c1; ++cb) {
       while (cb >= first[p + 1]) ++p;
-      RunColumnBlock(a[p], xq, cb - first[p]);
+      RunColumnBlock(a[p], panels[p], xq, cb - first[p]);
     }
   };
   // Each thread takes one contiguous range of column blocks (a grain per thread): its

@@ -49,7 +49,6 @@
 #include "inference_svc/model/model_file.h"
 #include "inference_svc/model/random_model.h"
 #include "kernels/backend.h"
-#include "kernels/cpu/isa.h"
 #include "nlohmann/json.hpp"
 #include "tools/bench_cpu.h"
 #include "tools/bench_engine/batch_decode.h"
@@ -412,8 +411,7 @@ int Main(int argc, char** argv) {
   if (std::optional<int> rc = kvfold::ParseCommandLine(app, argc, argv)) return *rc;
   if (isa_probe) {
     json probe = bench::IsaProbe();
-    probe["cpu_isa"] = kernels::cpu::IsaName(kernels::cpu::ActiveIsa());
-    probe["cpu"] = bench::CpuJson();
+    bench::AddCpu(probe);
     std::printf("%s\n", probe.dump(2).c_str());
     return 0;
   }
@@ -436,8 +434,7 @@ int Main(int argc, char** argv) {
   out["bandwidth_bytes_per_cpu_s"] = bandwidth.per_cpu_s;
   out["bandwidth_read_bytes_per_s"] = bandwidth.read_per_s;
   out["bandwidth_triad_bytes_per_s"] = bandwidth.triad_per_s;
-  out["cpu_isa"] = kernels::cpu::IsaName(kernels::cpu::ActiveIsa());
-  out["cpu"] = bench::CpuJson();
+  bench::AddCpu(out);
   if (!no_gemm) {
     // A 128-token prompt through the stories110m shape's matrices, then larger ones.
     out["gemm"] = json::array();

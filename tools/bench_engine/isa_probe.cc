@@ -110,10 +110,15 @@ KVFOLD_PROBE_VNNI void VpdpbusdQ8BlockLoop() {
 }
 #undef KVFOLD_PROBE_BLOCK
 
-// GMAC/s of the engine's Q8 MatMul for 16 rows on one thread over a [m, 768] weight of
-// random codes with its kept panels: best of three timed runs of `calls` calls, after one
-// that warms the caches and the scratch.
-double Q8Rows16(int64_t m, int calls) {
+// The engine's Q8 MatMul for 16 rows on one thread over a [m, 768] weight of quantized
+// normals (rows past 768 repeat the first ones) with its kept panels: GMAC/s, best of three
+// timed runs of `calls` calls after one that warms the caches and the scratch, and the
+// panels it read.
+struct Q8Rate {
+  double gmac_s;
+  kernels::cpu::PanelKind panels;
+};
+Q8Rate Q8Rows16(int64_t m, int calls) {
   namespace cpu = kernels::cpu;
   constexpr int64_t kRows = 16, kDim = 768;
   std::mt19937 rng(7);
@@ -148,20 +153,19 @@ double Q8Rows16(int64_t m, int calls) {
     if (run > 0)
       best_s = std::min(best_s, std::chrono::duration<double>(Clock::now() - start).count());
   }
-  return static_cast<double>(kRows * m * kDim) * calls / best_s / 1e9;
+  return {static_cast<double>(kRows * m * kDim) * calls / best_s / 1e9, kind};
 }
 
 // The 16-row Q8 MatMul from L2 (768 x 768, 0.6 MB of codes) and streamed from memory
 // (131072 x 768: 101 MB of codes, about a stories110m token's weights), one thread.
 json Q8Panel16Rows(double q8_block_rate) {
   namespace cpu = kernels::cpu;
-  const double gmac_s = Q8Rows16(768, 2000);
-  const double streamed = Q8Rows16(131072, 1);
-  const cpu::PanelKind kind =
-      cpu::MatMulPanels({nullptr, nullptr, core::DType::kQ8, nullptr, nullptr, 16, 768, 768});
+  const Q8Rate l2 = Q8Rows16(768, 2000);
+  const double gmac_s = l2.gmac_s;
+  const double streamed = Q8Rows16(131072, 1).gmac_s;
   json r;
   r["path"] = cpu::AmxActive()                                                   ? "amx"
-              : kind == cpu::PanelKind::kVnni                                    ? "vnni_panels"
+              : l2.panels == cpu::PanelKind::kVnni                               ? "vnni_panels"
               : cpu::ActiveIsa() == cpu::Isa::kAvx512 && cpu::CpuHasAvx512Vnni() ? "vnni_lanes"
                                                                                  : "other";
   r["gmac_s"] = gmac_s;

@@ -43,7 +43,6 @@
 #include "common/proto_enums.h"
 #include "inference_svc/engine/kv_cache.h"
 #include "inference_svc/service/server.h"
-#include "kernels/cpu/isa.h"
 #include "memory_svc/service/server.h"
 #include "tools/bench_cpu.h"
 #include "tools/bench_service/bench_fairness.h"
@@ -335,8 +334,7 @@ int main(int argc, char** argv) {
   out["projector"] = flags.projector;
   out["threads"] = flags.threads;
   out["kv_dtype"] = kvfold::core::DTypeName(flags.kv_dtype);
-  out["cpu"] = kvfold::bench::CpuJson();
-  out["cpu_isa"] = kvfold::kernels::cpu::IsaName(kvfold::kernels::cpu::ActiveIsa());
+  kvfold::bench::AddCpu(out);
 
   const bool skip = flags.skip_decode_resume;
   // 1. Decode throughput, batching on vs off; --decode-rounds interleaved rounds.
