@@ -315,16 +315,17 @@ void MatMulQ8VnniProducts(ThreadPool& pool, const MatMulArgs* a, int count,
       RunColumnBlock(a[p], panels[p], xq, cb - first[p]);
     }
   };
-  // Each thread takes one contiguous range of column blocks (a grain per thread): its
-  // panels are one stream, whose prefetch runs on from one column block into the next,
-  // where finer claims started cold streams and prefetched past their ends into the other
-  // thread's blocks (16-row step 1.08x, one row unchanged: docs/engine.md "Head-major KV
-  // blocks"). A thread that starts late still has its range taken by the others.
+  // Each thread runs one contiguous home range of column blocks in order: its panels are
+  // one stream, whose prefetch runs on from one column block into the next, where the
+  // pool's guided claims started cold streams and prefetched past their ends into the
+  // other thread's blocks (16-row step 1.08x, one row unchanged: docs/engine.md
+  // "Head-major KV blocks"). A thread done with its home takes column blocks from the back
+  // of the other's, so a thread on a slower core no longer holds up the call
+  // (docs/engine.md, "Home ranges for the Q8 products").
   if (work < (1 << 16)) {
     body(0, first[count], 0);
   } else {
-    const int64_t units = first[count], threads = pool.num_threads();
-    pool.ParallelFor(units, (units + threads - 1) / threads, body);
+    pool.ParallelForHomes(first[count], body);
   }
 }
 

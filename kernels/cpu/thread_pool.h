@@ -23,9 +23,11 @@
 #ifndef KVFOLD_KERNELS_CPU_THREAD_POOL_H_
 #define KVFOLD_KERNELS_CPU_THREAD_POOL_H_
 
+#include <algorithm>
 #include <atomic>
 #include <condition_variable>
 #include <cstdint>
+#include <memory>
 #include <mutex>
 #include <thread>
 #include <vector>
@@ -51,6 +53,18 @@ class ThreadPool {
         &fn);
   }
 
+  // Calls fn(u, u + 1, thread) once for every unit u of [0, units), for work whose units
+  // run fastest in ascending order on one thread (streams that prefetch into the next
+  // unit). Each thread has a home share, the t-th of num_threads() equal contiguous
+  // ranges, and runs it unit by unit from its front; a thread whose home is done takes
+  // units one at a time from the BACK of the others' unclaimed shares, so the owners'
+  // streams stay whole and a thread that runs slower (a busier core) or starts late
+  // hands only its share's tail to the others, where fixed halves made every call wait
+  // for the slowest thread. A thread that never arrives leaves its whole share to the
+  // others. Blocks until all units are done. Not reentrant.
+  template <typename Fn>
+  void ParallelForHomes(int64_t units, Fn& fn);
+
  private:
   using Trampoline = void (*)(void* ctx, int64_t begin, int64_t end, int thread);
   void Run(int64_t n, int64_t grain, Trampoline fn, void* ctx);
@@ -58,7 +72,15 @@ class ThreadPool {
   // Claims and runs ranges of job `generation` until none is left or the job is gone.
   void Drain(uint64_t generation, int thread);
 
+  // ParallelForHomes' shares: per thread, its unclaimed units [front, back) as
+  // front | back << 32, each word on its own cache line (the owner claims from it unit by
+  // unit; another thread touches it only when its own share is done).
+  struct alignas(64) Share {
+    std::atomic<uint64_t> word{0};
+  };
+
   int num_threads_;
+  std::unique_ptr<Share[]> shares_;
   std::vector<std::thread> workers_;
   std::mutex mu_;
   std::condition_variable work_cv_;
@@ -76,6 +98,42 @@ class ThreadPool {
   alignas(64) std::atomic<uint64_t> generation_{0};
   std::atomic<bool> stop_{false};
 };
+
+template <typename Fn>
+void ThreadPool::ParallelForHomes(int64_t units, Fn& fn) {
+  if (units <= 0) return;
+  const int homes = static_cast<int>(std::min<int64_t>(num_threads_, units));
+  if (homes <= 1 || units > int64_t{0xFFFFFFFF}) {  // one thread, or past a share word
+    auto each = [&fn](int64_t b, int64_t e, int thread) {
+      for (int64_t u = b; u < e; ++u) fn(u, u + 1, thread);
+    };
+    ParallelFor(units, 1, each);
+    return;
+  }
+  for (int h = 0; h < homes; ++h) {
+    const uint64_t front = static_cast<uint64_t>(units * h / homes);
+    const uint64_t back = static_cast<uint64_t>(units * (h + 1) / homes);
+    shares_[h].word.store(front | back << 32, std::memory_order_relaxed);
+  }
+  // Task h: home h from its front, then the other homes from their backs. Run publishes
+  // the shares' words with the job (its stores are sequentially consistent).
+  auto task = [this, homes, &fn](int64_t h, int64_t, int thread) {
+    for (int k = 0; k < homes; ++k) {
+      std::atomic<uint64_t>& share = shares_[(h + k) % homes].word;
+      const bool own = k == 0;
+      uint64_t w = share.load();
+      while (static_cast<uint32_t>(w) < static_cast<uint32_t>(w >> 32)) {
+        const uint64_t front = static_cast<uint32_t>(w), back = w >> 32;
+        const uint64_t next = own ? w + 1 : front | (back - 1) << 32;
+        if (!share.compare_exchange_weak(w, next)) continue;
+        const int64_t u = static_cast<int64_t>(own ? front : back - 1);
+        fn(u, u + 1, thread);
+        w = share.load();
+      }
+    }
+  };
+  ParallelFor(homes, 1, task);
+}
 
 }  // namespace kvfold::kernels::cpu
 

@@ -2,11 +2,15 @@
 // in ranges that start on a grain boundary and are whole grains except the last; a
 // thread that arrives late still finds the job complete and the pool reusable; many jobs
 // in a row (the decode loop's pattern) neither lose nor repeat work.
+// ParallelForHomes: every unit exactly once, one unit per call; a thread runs its home
+// share in ascending order and then takes a stalled thread's units from the back.
 #include "kernels/cpu/thread_pool.h"
 
+#include <algorithm>
 #include <atomic>
 #include <chrono>
 #include <cstdint>
+#include <mutex>
 #include <thread>
 #include <vector>
 
@@ -90,6 +94,65 @@ TEST(ThreadPoolTest, ManyJobsInARow) {
     expected += n;
   }
   EXPECT_EQ(total.load(), expected);
+}
+
+TEST(ThreadPoolTest, HomesRunEveryUnitOnceOneAtATime) {
+  for (int threads : {1, 2, 3, 4}) {
+    ThreadPool pool(threads);
+    for (int64_t units : {1, 2, 3, 7, 64, 1001}) {
+      SCOPED_TRACE(testing::Message() << "threads " << threads << " units " << units);
+      Coverage c(units);
+      auto fn = [&](int64_t b, int64_t e, int t) {
+        if (t < 0 || t >= threads) c.bad_thread.fetch_add(1);
+        if (b < 0 || e != b + 1 || e > units) {
+          c.bad_range.fetch_add(1);
+          return;
+        }
+        c.hits[b].fetch_add(1);
+      };
+      pool.ParallelForHomes(units, fn);
+      EXPECT_EQ(c.bad_range.load(), 0);
+      EXPECT_EQ(c.bad_thread.load(), 0);
+      for (int64_t i = 0; i < units; ++i) ASSERT_EQ(c.hits[i].load(), 1) << "unit " << i;
+    }
+  }
+}
+
+// The first unit run stalls its thread: the other thread runs its own home in ascending
+// order, then the stalled home's units from its back, descending, so the stalled thread
+// runs only the unit it started (or, if the other thread never got a core, all of them).
+TEST(ThreadPoolTest, HomesHandAStalledThreadsTailToTheOther) {
+  ThreadPool pool(2);
+  const int64_t units = 200;
+  std::mutex mu;
+  std::vector<std::vector<int64_t>> order(2);
+  std::atomic<bool> stalled{false};
+  std::atomic<int> stalled_thread{-1};
+  auto fn = [&](int64_t b, int64_t, int t) {
+    if (!stalled.exchange(true)) {
+      stalled_thread.store(t);
+      std::this_thread::sleep_for(std::chrono::milliseconds(50));
+    }
+    std::lock_guard<std::mutex> lock(mu);
+    order[t].push_back(b);
+  };
+  pool.ParallelForHomes(units, fn);
+  const int slow = stalled_thread.load();
+  ASSERT_GE(slow, 0);
+  const std::vector<int64_t>& other = order[1 - slow];
+  std::vector<int64_t> all = order[0];
+  all.insert(all.end(), order[1].begin(), order[1].end());
+  std::sort(all.begin(), all.end());
+  ASSERT_EQ(all.size(), static_cast<size_t>(units));
+  for (int64_t i = 0; i < units; ++i) ASSERT_EQ(all[i], i);
+  if (other.empty()) return;  // the other thread never ran: the stalled one did it all
+  EXPECT_EQ(order[slow].size(), 1u);
+  // The other thread: ascending over its home, then descending from the stalled home's
+  // back down to just past the unit the stalled thread started with.
+  size_t turn = 1;
+  while (turn < other.size() && other[turn] == other[turn - 1] + 1) ++turn;
+  EXPECT_EQ(turn, static_cast<size_t>(units / 2));
+  for (size_t i = turn + 1; i < other.size(); ++i) EXPECT_EQ(other[i], other[i - 1] - 1) << i;
 }
 
 }  // namespace
