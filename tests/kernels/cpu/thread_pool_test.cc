@@ -118,9 +118,10 @@ TEST(ThreadPoolTest, HomesRunEveryUnitOnceOneAtATime) {
   }
 }
 
-// The first unit run stalls its thread: the other thread runs its own home in ascending
-// order, then the stalled home's units from its back, descending, so the stalled thread
-// runs only the unit it started (or, if the other thread never got a core, all of them).
+// The first unit run stalls its thread until every other unit is done (or 10 s pass): the
+// other thread runs its own home in ascending order, then the stalled home's units from
+// its back, descending, so the stalled thread runs only the unit it started (or, if the
+// other thread never got a core, all of them).
 TEST(ThreadPoolTest, HomesHandAStalledThreadsTailToTheOther) {
   ThreadPool pool(2);
   const int64_t units = 200;
@@ -128,13 +129,20 @@ TEST(ThreadPoolTest, HomesHandAStalledThreadsTailToTheOther) {
   std::vector<std::vector<int64_t>> order(2);
   std::atomic<bool> stalled{false};
   std::atomic<int> stalled_thread{-1};
+  std::atomic<int64_t> done{0};
   auto fn = [&](int64_t b, int64_t, int t) {
     if (!stalled.exchange(true)) {
       stalled_thread.store(t);
-      std::this_thread::sleep_for(std::chrono::milliseconds(50));
+      const auto give_up = std::chrono::steady_clock::now() + std::chrono::seconds(10);
+      while (done.load() < units - 1 && std::chrono::steady_clock::now() < give_up) {
+        std::this_thread::sleep_for(std::chrono::milliseconds(1));
+      }
     }
-    std::lock_guard<std::mutex> lock(mu);
-    order[t].push_back(b);
+    {
+      std::lock_guard<std::mutex> lock(mu);
+      order[t].push_back(b);
+    }
+    done.fetch_add(1);
   };
   pool.ParallelForHomes(units, fn);
   const int slow = stalled_thread.load();
