@@ -1,8 +1,9 @@
 // A small fixed thread pool for the CPU backend: ParallelFor hands out [0, n) in ranges of
 // whole grains that the threads (the caller among them) claim as they go, largest first
 // (guided scheduling: each claim takes half of what is left divided among the threads,
-// down to one grain). Work never depends on the split for numerics: callers partition
-// only independent outputs.
+// down to one grain); ParallelForHomes gives each thread a contiguous home range to run in
+// order and lets the threads done first take the others' tails. Work never depends on the
+// split for numerics: callers partition only independent outputs.
 //
 // A call waits for the ranges that were claimed, never for a thread that claimed none: a
 // worker the OS has not scheduled yet (the machine's cores busy with other threads of the
