@@ -122,20 +122,21 @@ Q8Rate Q8Rows16(int64_t m, int calls) {
   namespace cpu = kernels::cpu;
   constexpr int64_t kRows = 16, kDim = 768;
   std::mt19937 rng(7);
+  std::normal_distribution<float> normal;
   const size_t row_bytes = core::Q8RowBytes(kDim);
   std::vector<uint8_t> w(static_cast<size_t>(m) * row_bytes);
   std::vector<float> row(kDim);
   for (int64_t j = 0; j < m; ++j) {
     uint8_t* q = w.data() + j * row_bytes;
     if (j < kDim) {  // quantized normals; past them, copies of the first rows
-      for (float& v : row) v = std::normal_distribution<float>()(rng);
+      for (float& v : row) v = normal(rng);
       quant::QuantizeRowQ8(row.data(), kDim, q);
     } else {
       std::copy_n(w.data() + (j % kDim) * row_bytes, row_bytes, q);
     }
   }
   std::vector<float> x(kRows * kDim), out(static_cast<size_t>(kRows * m));
-  for (float& v : x) v = std::normal_distribution<float>()(rng);
+  for (float& v : x) v = normal(rng);
   cpu::ThreadPool pool(1);
   cpu::MatMulArgs a{x.data(), w.data(), core::DType::kQ8, nullptr, out.data(), kRows, m, kDim};
   const cpu::PanelKind kind = cpu::MatMulPanels(a);
@@ -161,8 +162,7 @@ Q8Rate Q8Rows16(int64_t m, int calls) {
 json Q8Panel16Rows(double q8_block_rate) {
   namespace cpu = kernels::cpu;
   const Q8Rate l2 = Q8Rows16(768, 2000);
-  const double gmac_s = l2.gmac_s;
-  const double streamed = Q8Rows16(131072, 1).gmac_s;
+  const double gmac_s = l2.gmac_s, streamed = Q8Rows16(131072, 1).gmac_s;
   json r;
   r["path"] = cpu::AmxActive()                                                   ? "amx"
               : l2.panels == cpu::PanelKind::kVnni                               ? "vnni_panels"
