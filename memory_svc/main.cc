@@ -9,14 +9,13 @@
 // Without --tokens-file it refuses to start unless --insecure-no-auth is given; on a port
 // already in use it exits 1 (the port is never shared). Flags: `kvfold-memory --help`
 // (docs/cli.md); `--config FILE` reads them from a file.
-#include <pthread.h>
-#include <signal.h>
 
 #include <cstdio>
 #include <string>
 
 #include "absl/time/time.h"
 #include "common/command_line.h"
+#include "common/daemon_signals.h"
 #include "memory_svc/service/server.h"
 
 namespace {
@@ -81,14 +80,7 @@ int main(int argc, char** argv) {
   AddFlags(app, flags);
   if (std::optional<int> rc = kvfold::ParseCommandLine(app, argc, argv)) return *rc;
 
-  // Block the signals before any thread starts so that every thread inherits the mask and
-  // only sigwait() below receives them.
-  sigset_t signals;
-  sigemptyset(&signals);
-  sigaddset(&signals, SIGTERM);
-  sigaddset(&signals, SIGINT);
-  sigaddset(&signals, SIGHUP);
-  pthread_sigmask(SIG_BLOCK, &signals, nullptr);
+  const kvfold::DaemonSignals signals;  // before any thread starts
 
   kvfold::memory_svc::ServerConfig& config = flags.config;
   const std::string& backend = flags.backend;
@@ -122,12 +114,11 @@ int main(int argc, char** argv) {
   }
   std::fflush(stdout);
 
-  int signal_number = 0;
-  while (sigwait(&signals, &signal_number) == 0 && signal_number == SIGHUP) {
+  const int signal_number = signals.WaitForStop([&] {
     const absl::Status reloaded = (*server)->ReloadAuth();
     std::fprintf(stderr, "kvfold-memory: SIGHUP: tokens and tenants %s\n",
                  reloaded.ok() ? "reloaded" : reloaded.ToString().c_str());
-  }
+  });
   std::fprintf(stderr, "kvfold-memory: signal %d, draining\n", signal_number);
   const absl::Status closed = (*server)->Shutdown(absl::Seconds(flags.drain_seconds));
   if (!closed.ok()) {

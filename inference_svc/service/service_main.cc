@@ -7,8 +7,6 @@
 // finish and checkpoint the turns in flight, exit 0). SIGHUP: reload the tokens
 // file. Without --tokens-file it refuses to start unless --insecure-no-auth is given.
 // Flags: `kvfold-inference --help` (docs/cli.md); `--config FILE` reads them from a file.
-#include <pthread.h>
-#include <signal.h>
 
 #include <cstdio>
 #include <cstdlib>
@@ -17,6 +15,7 @@
 #include "absl/strings/str_cat.h"
 #include "common/auth.h"
 #include "common/command_line.h"
+#include "common/daemon_signals.h"
 #include "inference_svc/engine/session.h"
 #include "inference_svc/memory/session_block.h"
 #include "inference_svc/service/server.h"
@@ -128,13 +127,7 @@ int main(int argc, char** argv) {
   Flags flags;
   AddFlags(app, flags);
   if (std::optional<int> rc = kvfold::ParseCommandLine(app, argc, argv)) return *rc;
-  // Signals are taken by sigwait() below; every thread started from here inherits the mask.
-  sigset_t signals;
-  sigemptyset(&signals);
-  sigaddset(&signals, SIGTERM);
-  sigaddset(&signals, SIGINT);
-  sigaddset(&signals, SIGHUP);
-  pthread_sigmask(SIG_BLOCK, &signals, nullptr);
+  const kvfold::DaemonSignals signals;  // before any thread starts
 
   kvfold::service::ServiceConfig& c = flags.config;
   auto store_token = StoreToken(flags.store_token_file);
@@ -178,12 +171,11 @@ int main(int argc, char** argv) {
   std::printf("kvfold-inference listening on %s\n", (*server)->address().c_str());
   std::fflush(stdout);
 
-  int signal_number = 0;
-  while (sigwait(&signals, &signal_number) == 0 && signal_number == SIGHUP) {
+  const int signal_number = signals.WaitForStop([&] {
     const absl::Status reloaded = (*server)->ReloadAuth();
     std::fprintf(stderr, "kvfold-inference: SIGHUP: tokens %s\n",
                  reloaded.ok() ? "reloaded" : reloaded.ToString().c_str());
-  }
+  });
   std::fprintf(stderr, "kvfold-inference: signal %d, draining\n", signal_number);
   (*server)->Shutdown();
   server->reset();
