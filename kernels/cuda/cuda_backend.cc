@@ -46,6 +46,26 @@ absl::Status Expect(bool ok, const char* op, const std::string& detail) {
   return absl::InvalidArgumentError(absl::StrCat(op, ": ", detail));
 }
 
+// The fields of an attention call besides its cache: the n rows' queries, outputs, key
+// lists and block tables, the rope table and the shape (the callers checked them).
+AttentionParams RowParams(Tensor q, Tensor out, Tensor rows, Tensor block_tables, Tensor rope_table,
+                          const AttentionShape& shape, int64_t n) {
+  AttentionParams p;
+  p.q = static_cast<const float*>(q.data);
+  p.out = static_cast<float*>(out.data);
+  p.rows = static_cast<const kernels::AttnRow*>(rows.data);
+  p.block_tables = static_cast<const int32_t*>(block_tables.data);
+  p.rope_table = static_cast<const float*>(rope_table.data);
+  p.rope_rows = static_cast<int32_t>(rope_table.dim(0));
+  p.num_rows = static_cast<int32_t>(n);
+  p.num_heads = shape.num_heads;
+  p.num_kv_heads = shape.num_kv_heads;
+  p.head_dim = shape.head_dim;
+  p.block_size = shape.block_size;
+  p.scale = shape.scale;
+  return p;
+}
+
 // The shapes of a kernels::KvCacheI8 (the same rules as the CPU backend's CheckI8Cache)
 // as the raw layer the kernels take.
 absl::StatusOr<Int8KvLayer> I8Layer(const kernels::KvCacheI8& c, const char* op) {
@@ -367,22 +387,10 @@ class CudaBackend final : public kernels::Backend {
         !st.ok()) {
       return st;
     }
-    AttentionParams p;
-    p.q = static_cast<const float*>(q.data);
-    p.out = static_cast<float*>(out.data);
-    p.rows = static_cast<const kernels::AttnRow*>(rows.data);
-    p.block_tables = static_cast<const int32_t*>(block_tables.data);
+    AttentionParams p = RowParams(q, out, rows, block_tables, rope_table, shape, n);
     p.k_cache = k_cache.data;
     p.v_cache = v_cache.data;
     p.cache_type = *cache_type;
-    p.rope_table = static_cast<const float*>(rope_table.data);
-    p.rope_rows = static_cast<int32_t>(rope_table.dim(0));
-    p.num_rows = static_cast<int32_t>(n);
-    p.num_heads = shape.num_heads;
-    p.num_kv_heads = shape.num_kv_heads;
-    p.head_dim = shape.head_dim;
-    p.block_size = shape.block_size;
-    p.scale = shape.scale;
     return RunAttention(*s, p);
   }
 
@@ -444,11 +452,7 @@ class CudaBackend final : public kernels::Backend {
         !st.ok()) {
       return st;
     }
-    AttentionParams p;
-    p.q = static_cast<const float*>(q.data);
-    p.out = static_cast<float*>(out.data);
-    p.rows = static_cast<const kernels::AttnRow*>(rows.data);
-    p.block_tables = static_cast<const int32_t*>(block_tables.data);
+    AttentionParams p = RowParams(q, out, rows, block_tables, rope_table, shape, n);
     p.k_cache = layer->k_codes;
     p.v_cache = layer->v_codes;
     p.cache_type = DType::kI8;
@@ -459,14 +463,6 @@ class CudaBackend final : public kernels::Backend {
     p.own = static_cast<const kernels::AttnOwnBlock*>(own.data);
     p.k_pages = layer->k_pages;
     p.v_pages = layer->v_pages;
-    p.rope_table = static_cast<const float*>(rope_table.data);
-    p.rope_rows = static_cast<int32_t>(rope_table.dim(0));
-    p.num_rows = static_cast<int32_t>(n);
-    p.num_heads = shape.num_heads;
-    p.num_kv_heads = shape.num_kv_heads;
-    p.head_dim = shape.head_dim;
-    p.block_size = shape.block_size;
-    p.scale = shape.scale;
     return RunAttention(*s, p);
   }
 
