@@ -288,15 +288,20 @@ class CpuBackend : public Backend {
         return absl::OutOfRangeError(absl::StrCat("StoreKv: slot ", s[i], " out of range"));
       }
     }
-    if (k_cache.dtype == DType::kF16) {
-      cpu::StoreKvHalf(static_cast<const float*>(k.data), static_cast<const float*>(v.data), s, n,
-                       heads, bs, hd, static_cast<uint16_t*>(k_cache.data),
-                       static_cast<uint16_t*>(v_cache.data));
-      return absl::OkStatus();
-    }
-    cpu::StoreKvF32(static_cast<const float*>(k.data), static_cast<const float*>(v.data), s, n,
-                    heads, bs, hd, static_cast<float*>(k_cache.data),
-                    static_cast<float*>(v_cache.data));
+    const float* kf = static_cast<const float*>(k.data);
+    const float* vf = static_cast<const float*>(v.data);
+    const bool half = k_cache.dtype == DType::kF16;
+    auto store = [&](int64_t r0, int64_t r1, int) {
+      if (half) {
+        cpu::StoreKvHalf(kf + r0 * kv_dim, vf + r0 * kv_dim, s + r0, r1 - r0, heads, bs, hd,
+                         static_cast<uint16_t*>(k_cache.data),
+                         static_cast<uint16_t*>(v_cache.data));
+      } else {
+        cpu::StoreKvF32(kf + r0 * kv_dim, vf + r0 * kv_dim, s + r0, r1 - r0, heads, bs, hd,
+                        static_cast<float*>(k_cache.data), static_cast<float*>(v_cache.data));
+      }
+    };
+    ForRows(n, store);
     return absl::OkStatus();
   }
 
@@ -498,6 +503,18 @@ class CpuBackend : public Backend {
       fn(p0 * kPiece, std::min(count, p1 * kPiece));
     };
     pool_.ParallelFor((count + kPiece - 1) / kPiece, 1, body);
+  }
+
+  // fn(r0, r1, thread) over [0, n) rows, in one piece per thread when there are at least
+  // kMinParallelRows, else on the calling thread. For work whose rows are independent
+  // (each written by one thread, the same operations wherever a piece starts): a batched
+  // step's KV store writes each of its rows' keys and values to lines not in cache, and
+  // one thread waited for them all (docs/engine.md, "The KV store of a batched step").
+  template <class Fn>
+  void ForRows(int64_t n, Fn& fn) {
+    constexpr int64_t kMinParallelRows = 4;
+    if (reference_ || n < kMinParallelRows) return fn(0, n, 0);
+    pool_.ParallelFor(n, (n + pool_.num_threads() - 1) / pool_.num_threads(), fn);
   }
 
   // The panels the backend keeps for a's weights when a's MatMul reads panels and the
