@@ -15,6 +15,7 @@
 
 #include "common/fp16.h"
 #include "kernels/cpu/attention_keys.h"
+#include "kernels/cpu/attention_reference.h"
 #include "kernels/cpu/cpu_ops.h"
 
 namespace kvfold::kernels::cpu {
@@ -35,45 +36,18 @@ const float* HeadOf(const float* f32, const uint16_t* half, int64_t slot, int kv
 
 void AttentionReference(const AttentionArgs& a, std::vector<float>& scratch) {
   const AttentionShape& sh = a.shape;
-  const int hd = sh.head_dim;
-  const int q_dim = sh.num_heads * hd;
-  const int group = sh.num_heads / sh.num_kv_heads;
-  float krot_buf[1024];  // head_dim <= 1024 (ModelConfig::Validate)
-  float* krot = krot_buf;
+  float krot[1024];  // head_dim <= 1024 (ModelConfig::Validate)
   float head_buf[1024];
-  for (int64_t r = 0; r < a.n; ++r) {
-    const RowKeys keys(a.rows[r], a.block_tables, sh.block_size);
-    const int nk = keys.num_keys();
-    if (scratch.size() < static_cast<size_t>(nk)) scratch.resize(nk);
-    for (int h = 0; h < sh.num_heads; ++h) {
-      const int kvh = h / group;
-      const float* q = a.q + r * q_dim + h * hd;
-      float* out = a.out + r * q_dim + h * hd;
-      float max_score = -std::numeric_limits<float>::infinity();
-      for (int idx = 0; idx < nk; ++idx) {
+  ReferenceAttention(
+      a, scratch, krot,
+      [&](int64_t, const RowKeys& keys, int kvh, int idx, int* pos) {
         const KeyEntry e = keys.Locate(idx);
-        RotateHalf(HeadOf(a.k_cache, a.k_half, e.Slot(sh.block_size), kvh, sh, head_buf),
-                   a.rope + static_cast<int64_t>(e.pos) * hd, hd, krot);
-        float dot = 0.0f;
-        for (int d = 0; d < hd; ++d) dot += q[d] * krot[d];
-        scratch[idx] = dot * sh.scale;
-        max_score = std::max(max_score, scratch[idx]);
-      }
-      float sum = 0.0f;
-      for (int idx = 0; idx < nk; ++idx) {
-        scratch[idx] = std::exp(scratch[idx] - max_score);
-        sum += scratch[idx];
-      }
-      const float inv = 1.0f / sum;
-      std::fill(out, out + hd, 0.0f);
-      for (int idx = 0; idx < nk; ++idx) {
-        const float* v =
-            HeadOf(a.v_cache, a.v_half, keys.Locate(idx).Slot(sh.block_size), kvh, sh, head_buf);
-        const float p = scratch[idx] * inv;
-        for (int d = 0; d < hd; ++d) out[d] += p * v[d];
-      }
-    }
-  }
+        *pos = e.pos;
+        return HeadOf(a.k_cache, a.k_half, e.Slot(sh.block_size), kvh, sh, head_buf);
+      },
+      [&](int64_t, const RowKeys& keys, int kvh, int idx) {
+        return HeadOf(a.v_cache, a.v_half, keys.Locate(idx).Slot(sh.block_size), kvh, sh, head_buf);
+      });
 }
 
 }  // namespace kvfold::kernels::cpu

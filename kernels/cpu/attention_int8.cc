@@ -17,6 +17,7 @@
 
 #include "common/fp16.h"
 #include "kernels/cpu/attention_keys.h"
+#include "kernels/cpu/attention_reference.h"
 #include "kernels/cpu/cpu_ops.h"
 #include "kernels/cpu/isa.h"
 #include "kernels/quant/kv_quant.h"
@@ -71,46 +72,20 @@ int LoadEntry(const AttentionArgsI8& a, const RowKeys& keys, const AttnOwnBlock&
 }  // namespace
 
 void AttentionInt8Reference(const AttentionArgsI8& a, std::vector<float>& scratch) {
-  const AttentionShape& sh = a.shape;
-  const int hd = sh.head_dim;
-  const int q_dim = sh.num_heads * hd;
-  const int kv_dim = sh.num_kv_heads * hd;
-  const int group = sh.num_heads / sh.num_kv_heads;
-  std::vector<float> raw(kv_dim), krot(kv_dim), val(kv_dim);
+  const int hd = a.shape.head_dim;
+  const int kv_dim = a.shape.num_kv_heads * hd;
+  std::vector<float> raw(kv_dim), krot(hd), val(kv_dim);
   KeyScales ks;
-  for (int64_t r = 0; r < a.n; ++r) {
-    const AttnOwnBlock& own = a.own[r];
-    const RowKeys keys(a.rows[r], a.block_tables, sh.block_size);
-    const int nk = keys.num_keys();
-    if (scratch.size() < static_cast<size_t>(nk)) scratch.resize(nk);
-    for (int h = 0; h < sh.num_heads; ++h) {
-      const int kvh = h / group;
-      const float* q = a.q + r * q_dim + h * hd;
-      float* out = a.out + r * q_dim + h * hd;
-      float max_score = -std::numeric_limits<float>::infinity();
-      for (int idx = 0; idx < nk; ++idx) {
-        const int pos = LoadEntry(a, keys, own, idx, ks, raw.data(), nullptr);
-        RotateHalf(raw.data() + kvh * hd, a.rope + static_cast<int64_t>(pos) * hd, hd, krot.data());
-        float dot = 0.0f;
-        for (int d = 0; d < hd; ++d) dot += q[d] * krot[d];
-        scratch[idx] = dot * sh.scale;
-        max_score = std::max(max_score, scratch[idx]);
-      }
-      float sum = 0.0f;
-      for (int idx = 0; idx < nk; ++idx) {
-        scratch[idx] = std::exp(scratch[idx] - max_score);
-        sum += scratch[idx];
-      }
-      const float inv = 1.0f / sum;
-      std::fill(out, out + hd, 0.0f);
-      for (int idx = 0; idx < nk; ++idx) {
-        LoadEntry(a, keys, own, idx, ks, nullptr, val.data());
-        const float* v = val.data() + kvh * hd;
-        const float p = scratch[idx] * inv;
-        for (int d = 0; d < hd; ++d) out[d] += p * v[d];
-      }
-    }
-  }
+  ReferenceAttention(
+      a, scratch, krot.data(),
+      [&](int64_t r, const RowKeys& keys, int kvh, int idx, int* pos) {
+        *pos = LoadEntry(a, keys, a.own[r], idx, ks, raw.data(), nullptr);
+        return raw.data() + kvh * hd;
+      },
+      [&](int64_t r, const RowKeys& keys, int kvh, int idx) {
+        LoadEntry(a, keys, a.own[r], idx, ks, nullptr, val.data());
+        return val.data() + kvh * hd;
+      });
 }
 
 namespace {
