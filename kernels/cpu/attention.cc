@@ -8,10 +8,10 @@
 // with the max subtracted, and V is accumulated in key order. Everything for a row depends
 // only on that row's inputs: batch-invariant by construction. An fp16 cache
 // (AttentionArgs::k_half) is read the same way, each key and value widened to F32 first.
-#include <algorithm>
-#include <cmath>
-#include <cstring>
-#include <limits>
+// The loop is ReferenceAttention (attention_reference.h), shared with the INT8 cache's
+// reference.
+#include <cstdint>
+#include <vector>
 
 #include "common/fp16.h"
 #include "kernels/cpu/attention_keys.h"
