@@ -195,7 +195,8 @@ class Backend {
   // Writes k, v [n, num_kv_heads * head_dim] into the paged caches at physical slots
   // slots[i] (I32, slot = block * block_size + offset). k_cache, v_cache [num_blocks,
   // num_kv_heads, block_size, head_dim] F32 (or F16 where SupportsF16Kv; FloatKvIndex).
-  // Keys are stored UN-ROTATED.
+  // Keys are stored UN-ROTATED. The slots of one call are distinct (each a new entry of
+  // its sequence): backends write the rows in parallel, in no order.
   virtual absl::Status StoreKv(Stream& stream, Tensor k, Tensor v, Tensor slots,
                                Tensor k_cache, Tensor v_cache) = 0;
 
