@@ -1,6 +1,10 @@
 #!/usr/bin/env python3
 """Tables of scripts/bench_vs_llamacpp.sh: one per target, medians over the interleaved reps.
 
+The ratio column is median(kvfold) / median(llama.cpp); beside it, the median and range of
+the per-rep ratios (kvfold's run over the llama.cpp run right after it): the host's memory
+moves from minute to minute, and a pair measured in the same minute cancels most of that.
+
 usage: bench_vs_llamacpp_table.py RESULTS_DIR [LLAMA_COMMIT]
 """
 import glob
@@ -54,26 +58,58 @@ def fmt(x):
     return f"{x:,.1f}" if x else "-"
 
 
+def pair_ratios(kv_reps, ll_reps, kv_key, ll_key):
+    """kvfold / llama.cpp per rep measured on both sides (reps keyed by their number)."""
+    out = []
+    for rep, k in sorted(kv_reps.items()):
+        a, b = k.get(kv_key), ll_reps.get(rep, {}).get(ll_key)
+        if a and b:
+            out.append(a / b)
+    return out
+
+
+def fmt_pairs(ratios):
+    if not ratios:
+        return "-"
+    return f"{statistics.median(ratios):.2f}x ({min(ratios):.2f}-{max(ratios):.2f})"
+
+
 def table(title, target, header, rows):
     print(f"### {title}  (target: {target})\n")
-    print(f"| {header} | kvfold | llama.cpp | ratio | reps |")
-    print("| --- | --- | --- | --- | --- |")
-    for label, a, b, n in rows:
+    print(f"| {header} | kvfold | llama.cpp | ratio | per-rep ratio: median (range) | reps |")
+    print("| --- | --- | --- | --- | --- | --- |")
+    for label, a, b, ratios, n in rows:
         ratio = f"{a / b:.2f}x" if a and b else "-"
-        print(f"| {label} | {fmt(a)} | {fmt(b)} | {ratio} | {n} |")
+        print(f"| {label} | {fmt(a)} | {fmt(b)} | {ratio} | {fmt_pairs(ratios)} | {n} |")
     print()
+
+
+def rep_of(path):
+    """The rep number of results/NAME.SIDE.REP.json."""
+    try:
+        return int(os.path.basename(path).split(".")[-2])
+    except ValueError:
+        return None
+
+
+def load_reps(d, name, side, values):
+    """{rep: values(doc)} of the side's runs that wrote a JSON."""
+    out = {}
+    for p in glob.glob(os.path.join(d, f"{name}.{side}.*.json")):
+        doc, rep = load(p), rep_of(p)
+        if doc and rep is not None:
+            out[rep] = values(doc)
+    return out
 
 
 def main():
     d = sys.argv[1]
     commit = sys.argv[2] if len(sys.argv) > 2 else ""
     names = sorted({os.path.basename(p).split(".")[0] for p in glob.glob(os.path.join(d, "*.json"))})
-    kv, ll = {}, {}
-    for name in names:
-        docs = [load(p) for p in sorted(glob.glob(os.path.join(d, name + ".kvfold.*.json")))]
-        kv[name] = [kvfold_values(doc) for doc in docs if doc]
-        docs = [load(p) for p in sorted(glob.glob(os.path.join(d, name + ".llama.*.json")))]
-        ll[name] = [llama_values(doc) for doc in docs if doc]
+    kv_reps = {name: load_reps(d, name, "kvfold", kvfold_values) for name in names}
+    ll_reps = {name: load_reps(d, name, "llama", llama_values) for name in names}
+    kv = {name: [v for _, v in sorted(r.items())] for name, r in kv_reps.items()}
+    ll = {name: [v for _, v in sorted(r.items())] for name, r in ll_reps.items()}
     isa = next((k[0]["isa"] for k in kv.values() if k), "?")
     reported = sorted({l.get("commit") for v in ll.values() for l in v} - {None, "", "unknown"})
     if reported:
@@ -82,9 +118,12 @@ def main():
         commit = "unknown (llama-bench reports none and the binaries sit in no git checkout)"
     print(f"kvfold cpu isa: {isa}; llama.cpp build_commit: {commit}\n")
 
-    def pair(name, phase):
-        return (median([k[phase] for k in kv.get(name, [])]),
-                median([l.get(phase) for l in ll.get(name, [])]), len(kv.get(name, [])))
+    def pair(name, phase, kv_phase=None):
+        kv_phase = kv_phase or phase
+        return (median([k[kv_phase] for k in kv.get(name, [])]),
+                median([l.get(phase) for l in ll.get(name, [])]),
+                pair_ratios(kv_reps.get(name, {}), ll_reps.get(name, {}), kv_phase, phase),
+                len(kv.get(name, [])))
 
     def rows_for(prefix):
         out = []
@@ -95,10 +134,9 @@ def main():
             ctx = kv[name][0]["long_context"] if kv[name] else 0
             out.append((f"prefill {ctx} tokens, {t} thr", *pair(name, "prefill")))
             out.append((f"decode 32 tokens from an empty context, {t} thr", *pair(name, "decode")))
-            dl = median([k["decode_long"] for k in kv[name]])
-            if dl:
+            if median([k["decode_long"] for k in kv[name]]):
                 out.append((f"decode 32 tokens, kvfold after the {ctx}-token prompt, {t} thr",
-                            dl, pair(name, "decode")[1], len(kv[name])))
+                            *pair(name, "decode", "decode_long")))
         return out
 
     f32 = rows_for("s110_f32")
