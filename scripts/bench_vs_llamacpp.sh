@@ -18,7 +18,8 @@
 # 10k-token row, --threads (default 1,2) the thread counts of every row. Prints the
 # load average and the llama.cpp commit measured (llama-bench's
 # build_commit, else the git checkout above LLAMA_CPP_BIN_DIR), then one table per target:
-# kvfold and llama.cpp medians over the reps and kvfold / llama.cpp. Targets: stories110m
+# kvfold and llama.cpp medians over the reps, kvfold / llama.cpp, and the median and range
+# of the per-rep ratios (each kvfold run over the llama.cpp run after it). Targets: stories110m
 # f32 prefill (128-token prompt) and decode (32 tokens) at 1 and 2 threads (decode from an
 # empty context on both sides, as llama-bench's tg test does: kvfold's context-1 row; its
 # decode after the 128-token prompt is shown beside it); stories110m q8
