@@ -11,9 +11,9 @@
 #include <immintrin.h>
 
 #include <algorithm>
-#include <cmath>
+#include <cstdint>
 #include <cstring>
-#include <limits>
+#include <vector>
 
 #include "common/fp16.h"
 #include "kernels/cpu/attention_keys.h"
