@@ -61,7 +61,7 @@ def fmt(x):
 def pair_ratios(kv_reps, ll_reps, kv_key, ll_key):
     """kvfold / llama.cpp per rep measured on both sides (reps keyed by their number)."""
     out = []
-    for rep, k in sorted(kv_reps.items()):
+    for rep, k in kv_reps.items():
         a, b = k.get(kv_key), ll_reps.get(rep, {}).get(ll_key)
         if a and b:
             out.append(a / b)
@@ -71,7 +71,7 @@ def pair_ratios(kv_reps, ll_reps, kv_key, ll_key):
 def fmt_pairs(ratios):
     if not ratios:
         return "-"
-    return f"{statistics.median(ratios):.2f}x ({min(ratios):.2f}-{max(ratios):.2f})"
+    return f"{median(ratios):.2f}x ({min(ratios):.2f}-{max(ratios):.2f})"
 
 
 def table(title, target, header, rows):
