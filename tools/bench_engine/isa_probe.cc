@@ -1,11 +1,15 @@
 #include "tools/bench_engine/isa_probe.h"
 
 #include <immintrin.h>
+#include <pthread.h>
+#include <sched.h>
 
 #include <algorithm>
 #include <chrono>
 #include <cstdint>
+#include <memory>
 #include <random>
+#include <thread>
 #include <vector>
 
 #include "core/dtype.h"
@@ -35,6 +39,21 @@ double BestRate(int64_t per_iteration, Body body) {
     best = std::max(best, static_cast<double>(per_iteration * kIterations) / ns);
   }
   return best;
+}
+
+// The median rate of nine runs of `body`, for what a core sustains over ~0.3 s rather
+// than its best moment (a shared host core's throughput moves while it runs).
+template <class Body>
+double MedianRate(int64_t per_iteration, Body body) {
+  std::vector<double> rates;
+  for (int run = 0; run < 9; ++run) {
+    const auto start = Clock::now();
+    body();
+    const double ns = std::chrono::duration<double, std::nano>(Clock::now() - start).count();
+    rates.push_back(static_cast<double>(per_iteration * kIterations) / ns);
+  }
+  std::nth_element(rates.begin(), rates.begin() + 4, rates.end());
+  return rates[4];
 }
 
 double IntAddChain() {
@@ -176,6 +195,64 @@ json Q8Panel16Rows(double q8_block_rate) {
   return r;
 }
 
+// Bytes per second one thread reads through a buffer far larger than the caches, one
+// 8-byte load per 64-byte line (so every line is filled from memory): the median of five
+// passes after one that faults the pages in.
+double ReadGbS() {
+  constexpr size_t kBytes = size_t{128} << 20, kLine = 64;
+  std::unique_ptr<uint64_t[]> buf(new uint64_t[kBytes / sizeof(uint64_t)]);
+  std::fill_n(buf.get(), kBytes / sizeof(uint64_t), uint64_t{1});
+  std::vector<double> rates;
+  uint64_t sum = 0;
+  for (int pass = 0; pass < 6; ++pass) {
+    const auto start = Clock::now();
+    for (size_t i = 0; i < kBytes / sizeof(uint64_t); i += kLine / sizeof(uint64_t)) sum += buf[i];
+    const double ns = std::chrono::duration<double, std::nano>(Clock::now() - start).count();
+    if (pass > 0) rates.push_back(static_cast<double>(kBytes) / ns);
+  }
+  asm volatile("" : : "r"(sum));
+  std::nth_element(rates.begin(), rates.begin() + 2, rates.end());
+  return rates[2];
+}
+
+// Runs fn on a thread of its own bound to `cpu`; false when the binding fails (a CPU
+// outside the cgroup's set, say), and then fn does not run.
+template <class Fn>
+bool OnCpu(int cpu, Fn fn) {
+  bool bound = false;
+  std::thread t([&] {
+    cpu_set_t set;
+    CPU_ZERO(&set);
+    CPU_SET(cpu, &set);
+    bound = pthread_setaffinity_np(pthread_self(), sizeof(set), &set) == 0;
+    if (bound) fn();
+  });
+  t.join();
+  return bound;
+}
+
+// The probe's rates on each CPU the process may run on, one CPU at a time.
+json PerCpu(bool avx512, bool vnni) {
+  cpu_set_t allowed;
+  CPU_ZERO(&allowed);
+  json list = json::array();
+  if (sched_getaffinity(0, sizeof(allowed), &allowed) != 0) return list;
+  for (int cpu = 0; cpu < CPU_SETSIZE; ++cpu) {
+    if (!CPU_ISSET(cpu, &allowed)) continue;
+    json r;
+    const bool bound = OnCpu(cpu, [&] {
+      r["int_add_chain_g_s"] = IntAddChain();
+      r["fma_zmm_g_s"] = avx512 ? json(MedianRate(12, FmaZmmLoop)) : json(nullptr);
+      r["vpdpbusd_zmm_g_s"] = vnni ? json(MedianRate(8, VpdpbusdZmmLoop)) : json(nullptr);
+      r["read_gb_s"] = ReadGbS();
+    });
+    if (!bound) continue;
+    r["cpu"] = cpu;
+    list.push_back(std::move(r));
+  }
+  return list;
+}
+
 }  // namespace
 
 json IsaProbe() {
@@ -191,6 +268,7 @@ json IsaProbe() {
   const double q8_block = vnni ? BestRate(64, VpdpbusdQ8BlockLoop) : 0;
   r["vpdpbusd_q8_block_g_s"] = vnni ? json(q8_block) : json(nullptr);
   r["q8_panel_16_rows"] = Q8Panel16Rows(q8_block);
+  r["per_cpu"] = PerCpu(avx512, vnni);
   return r;
 }
 

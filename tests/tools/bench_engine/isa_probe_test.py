@@ -5,11 +5,14 @@ Checks: exit 0 and nothing else on stdout; every key present; VNNI reported as
 /proc/cpuinfo has it; rates null exactly where the CPU lacks the instructions, else within what a core can retire per cycle of the
 dependent add chain; the Q8 block mix (eight vpdpbusd then a convert, multiply and fma)
 runs no faster than vpdpbusd alone, nor below half of it; the engine's 16-row Q8 MatMul
-reports a known path and a positive rate.
+reports a known path and a positive rate; per_cpu has one entry for each CPU this
+process may run on, in order, with the same entries null as the top level and rates a
+core can deliver.
 
 usage: isa_probe_test.py BENCH_ENGINE
 """
 import json
+import os
 import subprocess
 import sys
 
@@ -53,6 +56,21 @@ def main():
     assert p["path"] in ("amx", "vnni_panels", "vnni_lanes", "other"), p
     assert p["gmac_s"] > 0 and abs(p["vpdpbusd_g_s"] * 64 - p["gmac_s"]) < 1e-6 * p["gmac_s"], p
     assert (p["over_q8_block_mix"] is not None) == vnni, p
+    per_cpu = d["per_cpu"]
+    assert [c["cpu"] for c in per_cpu] == sorted(os.sched_getaffinity(0)), per_cpu
+    for c in per_cpu:
+        own = c["int_add_chain_g_s"]
+        assert own > 0.1, c
+        assert (c["fma_zmm_g_s"] is not None) == avx512, c
+        assert (c["vpdpbusd_zmm_g_s"] is not None) == vnni, c
+        for key in ("fma_zmm_g_s", "vpdpbusd_zmm_g_s"):
+            # A median over ~0.3 s: a core shared with a busy neighbour may deliver well
+            # under one per cycle, never more than the core can retire.
+            if c[key] is not None:
+                assert 0 < c[key] <= 4.5 * own, c
+        # One thread reading 128 MiB line by line: more than a slow disk, less than any
+        # memory system's whole bandwidth.
+        assert 0.1 < c["read_gb_s"] < 2000, c
     print("ok:", json.dumps(d))
 
 
