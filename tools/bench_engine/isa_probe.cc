@@ -7,7 +7,6 @@
 #include <algorithm>
 #include <chrono>
 #include <cstdint>
-#include <memory>
 #include <random>
 #include <thread>
 #include <vector>
@@ -195,20 +194,18 @@ json Q8Panel16Rows(double q8_block_rate) {
   return r;
 }
 
-// Bytes per second one thread reads through a buffer far larger than the caches, one
-// 8-byte load per 64-byte line (so every line is filled from memory): the median of five
-// passes after one that faults the pages in.
-double ReadGbS() {
-  constexpr size_t kBytes = size_t{128} << 20, kLine = 64;
-  std::unique_ptr<uint64_t[]> buf(new uint64_t[kBytes / sizeof(uint64_t)]);
-  std::fill_n(buf.get(), kBytes / sizeof(uint64_t), uint64_t{1});
+// Bytes per second the calling thread reads through `words` (far larger than the caches),
+// one 8-byte load per 64-byte line, so every line is filled from memory: the median of
+// five passes after one that brings the lines' translations in.
+double ReadGbS(const uint64_t* words, size_t count) {
+  constexpr size_t kStride = 64 / sizeof(uint64_t);
   std::vector<double> rates;
   uint64_t sum = 0;
   for (int pass = 0; pass < 6; ++pass) {
     const auto start = Clock::now();
-    for (size_t i = 0; i < kBytes / sizeof(uint64_t); i += kLine / sizeof(uint64_t)) sum += buf[i];
+    for (size_t i = 0; i < count; i += kStride) sum += words[i];
     const double ns = std::chrono::duration<double, std::nano>(Clock::now() - start).count();
-    if (pass > 0) rates.push_back(static_cast<double>(kBytes) / ns);
+    if (pass > 0) rates.push_back(static_cast<double>(count * sizeof(uint64_t)) / ns);
   }
   asm volatile("" : : "r"(sum));
   std::nth_element(rates.begin(), rates.begin() + 2, rates.end());
@@ -231,12 +228,15 @@ bool OnCpu(int cpu, Fn fn) {
   return bound;
 }
 
-// The probe's rates on each CPU the process may run on, one CPU at a time.
+// The probe's rates on each CPU the process may run on, one CPU at a time (~0.7 s each).
+// The read goes through one 128 MiB buffer that the calling thread filled.
 json PerCpu(bool avx512, bool vnni) {
   cpu_set_t allowed;
   CPU_ZERO(&allowed);
   json list = json::array();
   if (sched_getaffinity(0, sizeof(allowed), &allowed) != 0) return list;
+  constexpr size_t kWords = (size_t{128} << 20) / sizeof(uint64_t);
+  const std::vector<uint64_t> words(kWords, 1);
   for (int cpu = 0; cpu < CPU_SETSIZE; ++cpu) {
     if (!CPU_ISSET(cpu, &allowed)) continue;
     json r;
@@ -244,7 +244,7 @@ json PerCpu(bool avx512, bool vnni) {
       r["int_add_chain_g_s"] = IntAddChain();
       r["fma_zmm_g_s"] = avx512 ? json(MedianRate(12, FmaZmmLoop)) : json(nullptr);
       r["vpdpbusd_zmm_g_s"] = vnni ? json(MedianRate(8, VpdpbusdZmmLoop)) : json(nullptr);
-      r["read_gb_s"] = ReadGbS();
+      r["read_gb_s"] = ReadGbS(words.data(), words.size());
     });
     if (!bound) continue;
     r["cpu"] = cpu;

@@ -13,10 +13,11 @@
 // multiply-adds each), and per_cpu: on each CPU of the process's affinity mask in turn,
 // a thread bound to it runs the add chain (best of three), the two register loops (the
 // median of nine runs: what the core sustains, not its best moment) and read_gb_s (one
-// thread reading 128 MiB, one load per 64-byte line, median of five passes), so that a
-// core that delivers less than its siblings (a virtual CPU whose host core is shared
-// with a busy neighbour, say) shows. Entries the CPU lacks the instructions for are null; the loops
-// run on what the CPU has (cpu_best_isa, avx512_vnni), whatever KVFOLD_CPU_ISA caps the kernels to.
+// thread reading a 128 MiB buffer the calling thread filled, one load per 64-byte line,
+// median of five passes), so that a core that delivers less than its siblings (a virtual
+// CPU whose host core is shared with a busy neighbour, say) shows. Entries the CPU lacks
+// the instructions for are null; the loops run on what the CPU has (cpu_best_isa,
+// avx512_vnni), whatever KVFOLD_CPU_ISA caps the kernels to.
 #ifndef KVFOLD_TOOLS_BENCH_ENGINE_ISA_PROBE_H_
 #define KVFOLD_TOOLS_BENCH_ENGINE_ISA_PROBE_H_
 

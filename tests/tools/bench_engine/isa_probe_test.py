@@ -2,12 +2,12 @@
 """`bench_engine --isa-probe` prints one JSON document of what one core sustains.
 
 Checks: exit 0 and nothing else on stdout; every key present; VNNI reported as
-/proc/cpuinfo has it; rates null exactly where the CPU lacks the instructions, else within what a core can retire per cycle of the
-dependent add chain; the Q8 block mix (eight vpdpbusd then a convert, multiply and fma)
-runs no faster than vpdpbusd alone, nor below half of it; the engine's 16-row Q8 MatMul
-reports a known path and a positive rate; per_cpu has one entry for each CPU this
-process may run on, in order, with the same entries null as the top level and rates a
-core can deliver.
+/proc/cpuinfo has it; rates null exactly where the CPU lacks the instructions, else
+within what a core can retire per cycle of the dependent add chain; the Q8 block mix
+(eight vpdpbusd then a convert, multiply and fma) runs no faster than vpdpbusd alone,
+nor below half of it; the engine's 16-row Q8 MatMul reports a known path and a positive
+rate; per_cpu has one entry for each CPU this process may run on, in order, with the
+same entries null as the top level and rates a core can deliver.
 
 usage: isa_probe_test.py BENCH_ENGINE
 """
