@@ -6,6 +6,7 @@
 #include <memory>
 
 #include "inference_svc/engine/sampler.h"
+#include "tools/bench_stats.h"
 
 namespace kvfold::bench {
 namespace {
@@ -55,11 +56,6 @@ absl::StatusOr<Round> RunRound(engine::Engine& engine, int n, const BatchDecodeO
   r.cpu_s = CpuSeconds() - c0;
   r.wall_s = std::chrono::duration<double>(Clock::now() - t0).count();
   return r;
-}
-
-double Median(std::vector<double> v) {
-  std::sort(v.begin(), v.end());
-  return v[v.size() / 2];
 }
 
 }  // namespace

@@ -16,6 +16,7 @@
 #include "kernels/cpu/isa.h"
 #include "kernels/cpu/thread_pool.h"
 #include "kernels/quant/weight_q8.h"
+#include "tools/bench_stats.h"
 
 namespace kvfold::bench {
 namespace {
@@ -26,33 +27,32 @@ using Clock = std::chrono::steady_clock;
 // Loop iterations per timed run: ~0.1-0.3 s on a 3 GHz core for the loops below.
 constexpr int64_t kIterations = 20'000'000;
 
-// Instructions per nanosecond of `body` (which runs kIterations iterations of
-// `per_iteration` instructions), best of three runs.
+// Instructions per nanosecond of each of `runs` runs of `body` (which runs kIterations
+// iterations of `per_iteration` instructions).
 template <class Body>
-double BestRate(int64_t per_iteration, Body body) {
-  double best = 0;
-  for (int run = 0; run < 3; ++run) {
-    const auto start = Clock::now();
-    body();
-    const double ns = std::chrono::duration<double, std::nano>(Clock::now() - start).count();
-    best = std::max(best, static_cast<double>(per_iteration * kIterations) / ns);
-  }
-  return best;
-}
-
-// The median rate of nine runs of `body`, for what a core sustains over ~0.3 s rather
-// than its best moment (a shared host core's throughput moves while it runs).
-template <class Body>
-double MedianRate(int64_t per_iteration, Body body) {
+std::vector<double> Rates(int runs, int64_t per_iteration, Body body) {
   std::vector<double> rates;
-  for (int run = 0; run < 9; ++run) {
+  for (int run = 0; run < runs; ++run) {
     const auto start = Clock::now();
     body();
     const double ns = std::chrono::duration<double, std::nano>(Clock::now() - start).count();
     rates.push_back(static_cast<double>(per_iteration * kIterations) / ns);
   }
-  std::nth_element(rates.begin(), rates.begin() + 4, rates.end());
-  return rates[4];
+  return rates;
+}
+
+// The best of three runs: what the core retires at its best moment.
+template <class Body>
+double BestRate(int64_t per_iteration, Body body) {
+  const std::vector<double> rates = Rates(3, per_iteration, body);
+  return *std::max_element(rates.begin(), rates.end());
+}
+
+// The median of nine runs (~0.3 s): what the core sustains, which a shared host core's
+// neighbours move while it runs.
+template <class Body>
+double MedianRate(int64_t per_iteration, Body body) {
+  return Median(Rates(9, per_iteration, body));
 }
 
 double IntAddChain() {
@@ -208,8 +208,7 @@ double ReadGbS(const uint64_t* words, size_t count) {
     if (pass > 0) rates.push_back(static_cast<double>(count * sizeof(uint64_t)) / ns);
   }
   asm volatile("" : : "r"(sum));
-  std::nth_element(rates.begin(), rates.begin() + 2, rates.end());
-  return rates[2];
+  return Median(rates);
 }
 
 // Runs fn on a thread of its own bound to `cpu`; false when the binding fails (a CPU
