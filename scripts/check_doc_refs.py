@@ -19,6 +19,8 @@ import re
 import subprocess
 import sys
 
+# This script and its test quote citations as examples.
+SKIP = {"scripts/check_doc_refs.py", "tests/scripts/check_doc_refs_test.py"}
 TEXT_SUFFIXES = (".cc", ".h", ".cu", ".cuh", ".py", ".sh", ".txt", ".cmake", ".md", ".yaml",
                  ".yml", ".proto", ".js", ".mjs", ".json", ".toml", ".cfg")
 CITE = re.compile(r'docs/([A-Za-z0-9_.-]+\.md)(?:[,:]\s*|\s+)\(?((?:"[^"\n]{2,160}"(?:,\s*|\s+and\s+)?)+)')
@@ -35,8 +37,8 @@ LEADER = re.compile(r'\n[ \t]*(?://+|#(?!#)|\*(?!\*))?[ \t]*')
 def tracked_files(root):
     out = subprocess.run(["git", "-C", root, "ls-files", "-z"], capture_output=True,
                          check=True).stdout
-    return [f for f in out.decode().split("\0") if f.endswith(TEXT_SUFFIXES) or
-            os.path.basename(f) == "CMakeLists.txt"]
+    return [f for f in out.decode().split("\0") if f not in SKIP and
+            (f.endswith(TEXT_SUFFIXES) or os.path.basename(f) == "CMakeLists.txt")]
 
 
 def titles_of(text):
