@@ -167,7 +167,8 @@ void SealBlockInt8(const float* k_page, const float* v_page, int count, int kv_d
                    float* scratch) {
   if (count <= 0) return;
   // A 16-session decode step seals about one block per layer; quant's scalar loops took
-  // ~4 % of it with an INT8 cache (docs/engine.md, "INT8 decode attention in address order").
+  // ~4 % of it with an INT8 cache (docs/engine-measurements.md, "INT8 decode attention in address
+  // order").
   if (ActiveIsa() == Isa::kAvx512 && kv_dim % 16 == 0 && value_group % 16 == 0) {
     SealAvx512(k_page, v_page, count, kv_dim, value_group, k_codes, k_scales, v_codes, v_scales);
     return;

@@ -509,7 +509,7 @@ class CpuBackend : public Backend {
   // kMinParallelRows, else on the calling thread. For work whose rows are independent
   // (each written by one thread, the same operations wherever a piece starts): a batched
   // step's KV store writes each of its rows' keys and values to lines not in cache, and
-  // one thread waited for them all (docs/engine.md, "The KV store of a batched step").
+  // one thread waited for them all (docs/engine-measurements.md, "The KV store of a batched step").
   template <class Fn>
   void ForRows(int64_t n, Fn& fn) {
     constexpr int64_t kMinParallelRows = 4;

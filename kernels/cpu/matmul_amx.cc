@@ -12,7 +12,7 @@
 // The tiles read the weights as panels (cpu_ops.h Q8Panels): per 16 rows, every block's
 // 16 scales and then every block's 16 x 32 codes, one contiguous stream. Read in place
 // from the Q8 rows, a tile load gathered 16 pieces of 32 bytes at the row stride, and a
-// 16-row q8 decode step took 24-32 ms instead of 21-22 ms at 1 thread (docs/engine.md,
+// 16-row q8 decode step took 24-32 ms instead of 21-22 ms at 1 thread (docs/engine-measurements.md,
 // "AMX panels").
 #pragma GCC diagnostic ignored "-Wuninitialized"
 #pragma GCC diagnostic ignored "-Wmaybe-uninitialized"
@@ -70,8 +70,8 @@ KVFOLD_AMX void ReleaseTiles() { _tile_release(); }
 // prefetches stalled the loop once the fill buffers were all taken and the tiles' own
 // loads from L2 queued behind them (~5 GB/s per core). One line per page starts the L2's
 // stream prefetcher on that page, which fetches the page's other lines without fill
-// buffers (docs/engine.md, "Panel prefetch": the 16-row q8 decode step ~15 % shorter at 2
-// threads; the one-row kernel was slower that way, so it keeps every line).
+// buffers (docs/engine-measurements.md, "Panel prefetch": the 16-row q8 decode step ~15 % shorter
+// at 2 threads; the one-row kernel was slower that way, so it keeps every line).
 constexpr int64_t kPanelPrefetchBlocks = 32;
 constexpr uintptr_t kPageBytes = 4096;
 

@@ -9,7 +9,7 @@
 // the same bits. The lane tiles (matmul_avx512.cc) instead keep 16 lane partial sums per
 // output and reduce them by a tree: 24 products per 10 loads, plus a reduction per output,
 // and a batch reads each weight block once per 4-row tile. Here a batch of 8 rows uses each
-// weight vector 8 times from a register (docs/engine.md, "F32 panels on the EPYC").
+// weight vector 8 times from a register (docs/engine-measurements.md, "F32 panels on the EPYC").
 #pragma GCC diagnostic ignored "-Wuninitialized"
 #pragma GCC diagnostic ignored "-Wmaybe-uninitialized"
 #include <immintrin.h>
@@ -32,7 +32,7 @@ constexpr int kDecodePanels = 4;     // panels per tile of a single row (four we
 // Each weight stream is asked for this far ahead (16 lines), into L2 (T2): into L1 (T0)
 // the prefetches hold the core's L1 miss buffers for a whole memory latency, and a single
 // row stalled on them (on the EPYC, T2 made a one-row decode 1.3x faster at 1 thread and
-// 1.1x at 2, the 16-row step unchanged; docs/engine.md, "Panel prefetch into L2").
+// 1.1x at 2, the 16-row step unchanged; docs/engine-measurements.md, "Panel prefetch into L2").
 constexpr int64_t kPrefetchFloats = 256;
 
 // out[i0 .. i0 + R, j0 .. j0 + 16 P] from the P panels that start at column j0.

@@ -11,7 +11,8 @@
 // 16 columns' exact block dots: no horizontal sums, and one float conversion, scale
 // product and fma per 16 outputs and block. The lane-tile VNNI kernel (matmul_avx512.cc)
 // spends three float operations per 4 codes x 16 lanes instead, which bound a 16-row
-// batch by arithmetic (docs/engine.md, "Q8 MatMul" and "VNNI panels on the EPYC").
+// batch by arithmetic (docs/engine.md, "Q8 MatMul";
+// docs/engine-measurements.md, "VNNI panels on the EPYC").
 #pragma GCC diagnostic ignored "-Wuninitialized"
 #pragma GCC diagnostic ignored "-Wmaybe-uninitialized"
 #include <immintrin.h>
@@ -39,16 +40,16 @@ constexpr int kMaxRows = 16;                       // rows of x per kernel call
 // Into L1 (T0), each prefetch holds one of the core's few L1 miss buffers for a whole
 // memory latency, and one row or a few, which compute little per line, stall on them: on
 // the EPYC, T2 at 8 KiB against T0 at 4 KiB made a one-row decode 1.3x faster and a 4-row
-// step 1.6x, with the 16-row step unchanged (docs/engine.md, "Panel prefetch into L2").
-// For a pair, 8 blocks ahead against 16: 16-row steps 0.96-1.0x (docs/engine.md, "Panel
-// pairs").
+// step 1.6x, with the 16-row step unchanged (docs/engine-measurements.md, "Panel prefetch into
+// L2"). For a pair, 8 blocks ahead against 16: 16-row steps 0.96-1.0x (docs/engine-measurements.md,
+// "Panel pairs").
 constexpr int64_t kPrefetchBlocks = 8;
 
 // The VNNI panels of a Q8 weight [m, k] (cpu_ops.h): the codes of every panel, one after
 // another, then the scales of every panel. Codes and scales each form one stream for a
 // thread's consecutive panels: with each panel's scales in front of its codes, every
 // panel broke the code stream, and a pass of 16 rows over two panels at once streamed
-// from memory at two thirds of its rate with the scales apart (docs/engine.md, "Panel
+// from memory at two thirds of its rate with the scales apart (docs/engine-measurements.md, "Panel
 // pairs").
 struct VnniPanels {
   const uint8_t* codes;    // [panels][blocks][kGroups][16 columns][4], code + 128
@@ -90,11 +91,11 @@ KVFOLD_VNNI inline void StoreSums(const MatMulArgs& a, const __m512 (&acc)[R][P]
 // here gives the same bits. One broadcast of x's four codes feeds the P panels' products;
 // a pass over one panel at a time (the broadcast folded into each vpdpbusd as a memory
 // operand) spent a load per product, and over the same layout ran 1.1-1.17x slower from
-// L2 and 1.06-1.12x streamed than a pair of panels (docs/engine.md, "Panel pairs"). The
-// P x 8 code vectors of a block stay in registers for all R rows, so the panels are read
-// once per call; the R x P sums live in memory (L1). The codes and scales kPrefetchBlocks
-// ahead are asked for into L2, past the panels' end those of the next P panels, where the
-// thread's next call reads.
+// L2 and 1.06-1.12x streamed than a pair of panels (docs/engine-measurements.md, "Panel pairs").
+// The P x 8 code vectors of a block stay in registers for all R rows, so the panels are read once
+// per call; the R x P sums live in memory (L1). The codes and scales kPrefetchBlocks ahead are
+// asked for into L2, past the panels' end those of the next P panels, where the thread's next call
+// reads.
 template <int R, int P>
 KVFOLD_VNNI void PanelSetRows(const MatMulArgs& a, const VnniPanels& w, int64_t panel,
                               const Q8Activations& xq, int64_t i0) {
@@ -145,8 +146,8 @@ KVFOLD_VNNI void PanelSetRows(const MatMulArgs& a, const VnniPanels& w, int64_t 
 // output as PanelSetRows, so the same bits. A few rows compute little per line and wait
 // on memory: one core kept one panel's stream at ~17 GB/s where four panels read side by
 // side (four streams, each asked for kRowPrefetchBlocks ahead) keep ~19, as the F32
-// panels' decode tile reads four (docs/engine.md, "Four panel streams for a few rows").
-// Each code vector feeds the R rows' products, each broadcast of x the P panels'.
+// panels' decode tile reads four (docs/engine-measurements.md, "Four panel streams for a few
+// rows"). Each code vector feeds the R rows' products, each broadcast of x the P panels'.
 constexpr int kRowPanels = 4;
 constexpr int64_t kRowPrefetchBlocks = 4;
 
@@ -318,10 +319,10 @@ void MatMulQ8VnniProducts(ThreadPool& pool, const MatMulArgs* a, int count,
   // Each thread runs one contiguous home range of column blocks in order: its panels are
   // one stream, whose prefetch runs on from one column block into the next, where the
   // pool's guided claims started cold streams and prefetched past their ends into the
-  // other thread's blocks (16-row step 1.08x, one row unchanged: docs/engine.md
+  // other thread's blocks (16-row step 1.08x, one row unchanged: docs/engine-measurements.md
   // "Head-major KV blocks"). A thread done with its home takes column blocks from the back
   // of the other's, so a thread on a slower core no longer holds up the call
-  // (docs/engine.md, "Home ranges for the Q8 products").
+  // (docs/engine-measurements.md, "Home ranges for the Q8 products").
   if (work < (1 << 16)) {
     body(0, first[count], 0);
   } else {

@@ -1,6 +1,6 @@
 // What one core of this CPU sustains on the instructions the Q8 and F32 kernels are made
-// of, beside what the engine's 16-row Q8 MatMul reaches (docs/engine.md, "A Zen 4 host:
-// the 16-row q8 step against the core's instruction mix"). Register-only loops of independent
+// of, beside what the engine's 16-row Q8 MatMul reaches (docs/engine-measurements.md, "A Zen 4
+// host: the 16-row q8 step against the core's instruction mix"). Register-only loops of independent
 // chains, one thread, best of three runs; G/s = instructions per nanosecond:
 //   int_add_chain      dependent 64-bit adds (one per cycle: the core's clock, roughly)
 //   fma_zmm            vfmadd231ps on 512-bit registers, 12 chains
