@@ -8,8 +8,10 @@ opening parenthesis) by one or more quoted titles joined by commas or "and", e.g
 followed by "above" or "below" cites a section of the same file. A title resolves when it
 is the start of a heading of that file, or of a bold lead (`**Title**` opening a line or a
 list item, numbered or not). A Markdown link in any .md file to a relative .md path must
-name a file that exists. Comment leaders (`//`, `#`, `*`) are dropped and lines joined first, so a
-citation may wrap across comment lines.
+name a file that exists. Comment leaders (`//`, `#`, `*`) are dropped and lines joined
+first, so a citation may wrap across comment lines. The files read are the checkout's
+tracked files, or outside a git checkout (a source tarball) every file but those under
+hidden directories, build trees and node_modules.
 
 Usage: check_doc_refs.py [REPO_ROOT]   (default: the repository this script is in)
 Prints each citation that does not resolve and exits 1 if there is any.
@@ -34,10 +36,28 @@ BOLD_LEAD = re.compile(r'^\s*(?:[-*]\s+|\d+\.\s+)?\*\*(.+?)\*\*', re.M)
 LEADER = re.compile(r'\n[ \t]*(?://+|#(?!#)|\*(?!\*))?[ \t]*')
 
 
+def candidate_files(root):
+    """The repository's tracked files; outside a git checkout (a source tarball), every
+    file under root except hidden directories, build trees and node_modules."""
+    try:
+        top = subprocess.run(["git", "-C", root, "rev-parse", "--show-toplevel"],
+                             capture_output=True, text=True, check=True).stdout.strip()
+        if os.path.realpath(top) != os.path.realpath(root):
+            raise OSError("root is not the top of a git checkout")
+        out = subprocess.run(["git", "-C", root, "ls-files", "-z"], capture_output=True,
+                             check=True).stdout
+        return out.decode().split("\0")
+    except (OSError, subprocess.CalledProcessError):
+        files = []
+        for dirpath, dirnames, filenames in os.walk(root):
+            dirnames[:] = [d for d in dirnames if not d.startswith((".", "build")) and
+                           d != "node_modules"]
+            files += [os.path.relpath(os.path.join(dirpath, f), root) for f in filenames]
+        return files
+
+
 def tracked_files(root):
-    out = subprocess.run(["git", "-C", root, "ls-files", "-z"], capture_output=True,
-                         check=True).stdout
-    return [f for f in out.decode().split("\0") if f not in SKIP and
+    return [f for f in candidate_files(root) if f not in SKIP and
             (f.endswith(TEXT_SUFFIXES) or os.path.basename(f) == "CMakeLists.txt")]
 
 

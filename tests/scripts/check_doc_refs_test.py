@@ -25,13 +25,14 @@ def write(root, rel, text):
 
 
 class CheckDocRefsTest(unittest.TestCase):
-    def make_repo(self, files):
+    def make_repo(self, files, git=True):
         root = tempfile.mkdtemp()
         self.addCleanup(subprocess.run, ["rm", "-rf", root])
         for rel, text in files.items():
             write(root, rel, text)
-        subprocess.run(["git", "init", "-q", root], check=True)
-        subprocess.run(["git", "-C", root, "add", "."], check=True)
+        if git:
+            subprocess.run(["git", "init", "-q", root], check=True)
+            subprocess.run(["git", "-C", root, "add", "."], check=True)
         return root
 
     def test_repository_citations_resolve(self):
@@ -76,6 +77,20 @@ class CheckDocRefsTest(unittest.TestCase):
         self.assertIn('docs/a.md: no section "Moved away" above or below', r.stdout)
         self.assertIn("docs/a.md: link to c.md, which does not exist", r.stdout)
         self.assertIn("check_doc_refs: 5 citations, 4 unresolved", r.stdout)
+
+
+    def test_outside_a_git_checkout_files_are_walked(self):
+        # A source tarball: no .git; files under build trees are not read.
+        root = self.make_repo({
+            "docs/a.md": "# A\n## Kept\n",
+            "src/x.cc": '// docs/a.md, "Kept" and "Gone"\n',
+            "build/gen.cc": '// docs/a.md, "Generated"\n',
+        }, git=False)
+        r = run(root)
+        self.assertEqual(r.returncode, 1, r.stdout)
+        self.assertIn('src/x.cc: docs/a.md has no section "Gone"', r.stdout)
+        self.assertNotIn("Generated", r.stdout)
+        self.assertIn("check_doc_refs: 2 citations, 1 unresolved", r.stdout)
 
 
 if __name__ == "__main__":
