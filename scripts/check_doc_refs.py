@@ -25,7 +25,8 @@ import sys
 SKIP = {"scripts/check_doc_refs.py", "tests/scripts/check_doc_refs_test.py"}
 TEXT_SUFFIXES = (".cc", ".h", ".cu", ".cuh", ".py", ".sh", ".txt", ".cmake", ".md", ".yaml",
                  ".yml", ".proto", ".js", ".mjs", ".json", ".toml", ".cfg")
-CITE = re.compile(r'docs/([A-Za-z0-9_.-]+\.md)(?:[,:]\s*|\s+)\(?((?:"[^"\n]{2,160}"(?:,\s*|\s+and\s+)?)+)')
+CITE = re.compile(r'docs/([A-Za-z0-9_.-]+\.md)(?:[,:]\s*|\s+)\(?'
+                  r'((?:"[^"\n]{2,160}"(?:,\s*|\s+and\s+)?)+)')
 LOCAL = re.compile(r'"([^"\n]{2,160})"\)?\s+(?:above|below)\b')
 LINK = re.compile(r'\]\(([^)#\s:]+\.md)(?:#[^)\s]*)?\)')
 TITLE = re.compile(r'"([^"]+)"')
