@@ -129,7 +129,8 @@ try {
                                     messages: [{ role: "user", content: "hi" }] });
   check(false, "top_logprobs 21 is refused");
 } catch (e) {
-  check(e.status === 400, `top_logprobs 21 -> ${e.status}: ${e.error?.message ?? e.message}`);
+  check(e.status === 400 && e.param === "top_logprobs",
+        `top_logprobs 21 -> ${e.status} (param ${e.param}): ${e.error?.message ?? e.message}`);
 }
 
 const r1 = await A.responses.create({ model, input: "Once upon a time", max_output_tokens: 16,
@@ -157,7 +158,8 @@ try {
   await A.chat.completions.create({ model, n: 2, messages: [{ role: "user", content: "hi" }] });
   check(false, "n = 2 is refused");
 } catch (e) {
-  check(e.status === 400, `n = 2 -> ${e.status}: ${e.error?.message ?? e.message}`);
+  check(e.status === 400 && e.param === "n",
+        `n = 2 -> ${e.status} (param ${e.param}): ${e.error?.message ?? e.message}`);
 }
 console.log("openai_smoke: all checks passed");
 EOF

@@ -3,6 +3,7 @@
 
 #include <cmath>
 
+#include "absl/strings/cord.h"
 #include "absl/strings/str_cat.h"
 #include "core/status_macros.h"
 #include "nlohmann/json.hpp"
@@ -12,26 +13,35 @@ namespace {
 
 using json = nlohmann::json;
 
-absl::Status Bad(const std::string& message) { return absl::InvalidArgumentError(message); }
+// The request field an error is about, carried as a payload of the status so that
+// ErrorJson can name it in OpenAI's "param" (the official clients expose it as
+// error.param); empty for errors about the body as a whole.
+constexpr char kParamPayload[] = "kvfold/openai-error-param";
+
+absl::Status Bad(std::string_view param, const std::string& message) {
+  absl::Status status = absl::InvalidArgumentError(message);
+  if (!param.empty()) status.SetPayload(kParamPayload, absl::Cord(std::string(param)));
+  return status;
+}
 
 absl::StatusOr<json> ParseObject(std::string_view body) {
   json j = json::parse(body.begin(), body.end(), nullptr, /*allow_exceptions=*/false);
-  if (j.is_discarded()) return Bad("the request body is not valid JSON");
-  if (!j.is_object()) return Bad("the request body must be a JSON object");
+  if (j.is_discarded()) return Bad("", "the request body is not valid JSON");
+  if (!j.is_object()) return Bad("", "the request body must be a JSON object");
   return j;
 }
 
 // Optional typed fields: absent or null leaves *out alone.
 absl::Status GetString(const json& j, const char* key, std::string* out) {
   if (!j.contains(key) || j[key].is_null()) return absl::OkStatus();
-  if (!j[key].is_string()) return Bad(absl::StrCat("'", key, "' must be a string"));
+  if (!j[key].is_string()) return Bad(key, absl::StrCat("'", key, "' must be a string"));
   *out = j[key].get<std::string>();
   return absl::OkStatus();
 }
 
 absl::Status GetBool(const json& j, const char* key, bool* out) {
   if (!j.contains(key) || j[key].is_null()) return absl::OkStatus();
-  if (!j[key].is_boolean()) return Bad(absl::StrCat("'", key, "' must be a boolean"));
+  if (!j[key].is_boolean()) return Bad(key, absl::StrCat("'", key, "' must be a boolean"));
   *out = j[key].get<bool>();
   return absl::OkStatus();
 }
@@ -39,10 +49,10 @@ absl::Status GetBool(const json& j, const char* key, bool* out) {
 absl::Status GetNumber(const json& j, const char* key, double lo, double hi,
                        std::optional<double>* out) {
   if (!j.contains(key) || j[key].is_null()) return absl::OkStatus();
-  if (!j[key].is_number()) return Bad(absl::StrCat("'", key, "' must be a number"));
+  if (!j[key].is_number()) return Bad(key, absl::StrCat("'", key, "' must be a number"));
   const double v = j[key].get<double>();
   if (!std::isfinite(v) || v < lo || v > hi) {
-    return Bad(absl::StrCat("'", key, "' is ", v, "; it must be in [", lo, ", ", hi, "]"));
+    return Bad(key, absl::StrCat("'", key, "' is ", v, "; it must be in [", lo, ", ", hi, "]"));
   }
   *out = v;
   return absl::OkStatus();
@@ -51,10 +61,10 @@ absl::Status GetNumber(const json& j, const char* key, double lo, double hi,
 absl::Status GetInt(const json& j, const char* key, int64_t lo, int64_t hi,
                     std::optional<int64_t>* out) {
   if (!j.contains(key) || j[key].is_null()) return absl::OkStatus();
-  if (!j[key].is_number_integer()) return Bad(absl::StrCat("'", key, "' must be an integer"));
+  if (!j[key].is_number_integer()) return Bad(key, absl::StrCat("'", key, "' must be an integer"));
   const int64_t v = j[key].get<int64_t>();
   if (v < lo || v > hi) {
-    return Bad(absl::StrCat("'", key, "' is ", v, "; it must be in [", lo, ", ", hi, "]"));
+    return Bad(key, absl::StrCat("'", key, "' is ", v, "; it must be in [", lo, ", ", hi, "]"));
   }
   *out = v;
   return absl::OkStatus();
@@ -70,7 +80,7 @@ absl::Status RefuseUnsupported(const json& j) {
           j[key].value("type", "") == "text") {
         continue;
       }
-      return Bad(absl::StrCat("'", key, "' is not supported by kvfold"));
+      return Bad(key, absl::StrCat("'", key, "' is not supported by kvfold"));
     }
   }
   return absl::OkStatus();
@@ -88,7 +98,7 @@ absl::Status ParseSampling(const json& j, const char* max_key, GenerationParams*
   d.reset();
   KVFOLD_RETURN_IF_ERROR(GetNumber(j, "top_p", 0, 1, &d));
   if (d.has_value()) {
-    if (*d <= 0) return Bad("'top_p' must be greater than 0");
+    if (*d <= 0) return Bad("top_p", "'top_p' must be greater than 0");
     p->top_p = static_cast<float>(*d);
   }
   i.reset();
@@ -97,7 +107,8 @@ absl::Status ParseSampling(const json& j, const char* max_key, GenerationParams*
   i.reset();
   KVFOLD_RETURN_IF_ERROR(GetInt(j, "n", 1, 128, &i));
   if (i.has_value() && *i != 1) {
-    return Bad(absl::StrCat("'n' is ", *i, ": kvfold generates one choice per request (n = 1)"));
+    return Bad("n",
+               absl::StrCat("'n' is ", *i, ": kvfold generates one choice per request (n = 1)"));
   }
   if (j.contains("stop") && !j["stop"].is_null()) {
     const json& s = j["stop"];
@@ -105,15 +116,15 @@ absl::Status ParseSampling(const json& j, const char* max_key, GenerationParams*
       p->stop.push_back(s.get<std::string>());
     } else if (s.is_array()) {
       for (const json& e : s) {
-        if (!e.is_string()) return Bad("'stop' must be a string or an array of strings");
+        if (!e.is_string()) return Bad("stop", "'stop' must be a string or an array of strings");
         p->stop.push_back(e.get<std::string>());
       }
     } else {
-      return Bad("'stop' must be a string or an array of strings");
+      return Bad("stop", "'stop' must be a string or an array of strings");
     }
-    if (p->stop.size() > 4) return Bad("'stop' takes at most 4 strings");
+    if (p->stop.size() > 4) return Bad("stop", "'stop' takes at most 4 strings");
     for (const std::string& e : p->stop) {
-      if (e.empty()) return Bad("'stop' strings must not be empty");
+      if (e.empty()) return Bad("stop", "'stop' strings must not be empty");
     }
   }
   return RefuseUnsupported(j);
@@ -133,13 +144,14 @@ absl::Status ParseLogprobs(const json& j, LogprobsForm form, GenerationParams* p
       KVFOLD_RETURN_IF_ERROR(GetBool(j, "logprobs", &p->logprobs));
       KVFOLD_RETURN_IF_ERROR(GetInt(j, "top_logprobs", 0, kMaxTopLogprobs, &top));
       if (top.has_value() && !p->logprobs) {
-        return Bad("'top_logprobs' needs 'logprobs': true");
+        return Bad("top_logprobs", "'top_logprobs' needs 'logprobs': true");
       }
       break;
     case LogprobsForm::kCompletion:
       if (has_logprobs) {
         if (!j["logprobs"].is_number_integer()) {
-          return Bad("'logprobs' must be an integer in [0, 5] (the number of alternatives)");
+          return Bad("logprobs",
+                     "'logprobs' must be an integer in [0, 5] (the number of alternatives)");
         }
         KVFOLD_RETURN_IF_ERROR(GetInt(j, "logprobs", 0, 5, &top));
         p->logprobs = true;
@@ -148,9 +160,10 @@ absl::Status ParseLogprobs(const json& j, LogprobsForm form, GenerationParams* p
     case LogprobsForm::kResponse:
       KVFOLD_RETURN_IF_ERROR(GetInt(j, "top_logprobs", 0, kMaxTopLogprobs, &top));
       if (j.contains("include") && !j["include"].is_null()) {
-        if (!j["include"].is_array()) return Bad("'include' must be an array of strings");
+        if (!j["include"].is_array())
+          return Bad("include", "'include' must be an array of strings");
         for (const json& e : j["include"]) {
-          if (!e.is_string()) return Bad("'include' must be an array of strings");
+          if (!e.is_string()) return Bad("include", "'include' must be an array of strings");
           if (e.get<std::string>() == "message.output_text.logprobs") p->logprobs = true;
         }
       }
@@ -169,8 +182,14 @@ absl::Status ParseParams(const json& j, LogprobsForm form, GenerationParams* p) 
 
 absl::Status ParseStreamOptions(const json& j, bool stream, bool* include_usage) {
   if (!j.contains("stream_options") || j["stream_options"].is_null()) return absl::OkStatus();
-  if (!j["stream_options"].is_object()) return Bad("'stream_options' must be an object");
-  if (!stream) return Bad("'stream_options' is only allowed with 'stream': true");
+  if (!j["stream_options"].is_object())
+    return Bad("stream_options", "'stream_options' must be an object");
+  if (!stream) return Bad("stream_options", "'stream_options' is only allowed with 'stream': true");
+  if (const json& o = j["stream_options"]; o.contains("include_usage") &&
+                                           !o["include_usage"].is_null() &&
+                                           !o["include_usage"].is_boolean()) {
+    return Bad("stream_options.include_usage", "'stream_options.include_usage' must be a boolean");
+  }
   return GetBool(j["stream_options"], "include_usage", include_usage);
 }
 
@@ -179,13 +198,16 @@ absl::Status ParseStreamOptions(const json& j, bool stream, bool* include_usage)
 absl::StatusOr<std::string> ContentText(const json& content, const std::string& where) {
   if (content.is_null()) return std::string();
   if (content.is_string()) return content.get<std::string>();
-  if (!content.is_array()) return Bad(absl::StrCat(where, ".content must be a string or an array"));
+  if (!content.is_array())
+    return Bad(absl::StrCat(where, ".content"),
+               absl::StrCat(where, ".content must be a string or an array"));
   std::string text;
   for (const json& part : content) {
     const std::string type = part.is_object() ? part.value("type", "") : "";
     if ((type != "text" && type != "input_text" && type != "output_text") ||
         !part.contains("text") || !part["text"].is_string()) {
-      return Bad(absl::StrCat(where, ": only text content parts are supported (got '", type, "')"));
+      return Bad(absl::StrCat(where, ".content"),
+                 absl::StrCat(where, ": only text content parts are supported (got '", type, "')"));
     }
     text += part["text"].get<std::string>();
   }
@@ -194,14 +216,14 @@ absl::StatusOr<std::string> ContentText(const json& content, const std::string& 
 
 absl::StatusOr<std::vector<ChatMessage>> ParseMessages(const json& list, const char* key) {
   if (!list.is_array() || list.empty()) {
-    return Bad(absl::StrCat("'", key, "' must be a non-empty array of messages"));
+    return Bad(key, absl::StrCat("'", key, "' must be a non-empty array of messages"));
   }
   std::vector<ChatMessage> out;
   for (size_t i = 0; i < list.size(); ++i) {
     const std::string where = absl::StrCat(key, "[", i, "]");
     const json& m = list[i];
     if (!m.is_object() || !m.contains("role") || !m["role"].is_string()) {
-      return Bad(absl::StrCat(where, " must be an object with a string 'role'"));
+      return Bad(where, absl::StrCat(where, " must be an object with a string 'role'"));
     }
     ChatMessage message;
     message.role = m["role"].get<std::string>();
@@ -221,7 +243,7 @@ absl::StatusOr<ChatCompletionRequest> ParseChatCompletionRequest(std::string_vie
   if (!j.ok()) return j.status();
   ChatCompletionRequest r;
   KVFOLD_RETURN_IF_ERROR(GetString(*j, "model", &r.model));
-  if (!j->contains("messages")) return Bad("'messages' is required");
+  if (!j->contains("messages")) return Bad("messages", "'messages' is required");
   auto messages = ParseMessages((*j)["messages"], "messages");
   if (!messages.ok()) return messages.status();
   r.messages = std::move(*messages);
@@ -244,7 +266,7 @@ absl::StatusOr<CompletionRequest> ParseCompletionRequest(std::string_view body) 
   } else if (prompt.is_array() && prompt.size() == 1 && prompt[0].is_string()) {
     r.prompt = prompt[0].get<std::string>();
   } else {
-    return Bad("'prompt' must be a string (or an array of one string)");
+    return Bad("prompt", "'prompt' must be a string (or an array of one string)");
   }
   KVFOLD_RETURN_IF_ERROR(ParseParams(*j, LogprobsForm::kCompletion, &r.params));
   KVFOLD_RETURN_IF_ERROR(GetBool(*j, "stream", &r.stream));
@@ -262,7 +284,8 @@ absl::StatusOr<ResponsesRequest> ParseResponsesRequest(std::string_view body) {
   KVFOLD_RETURN_IF_ERROR(GetString(*j, "previous_response_id", &r.previous_response_id));
   bool stream = false;
   KVFOLD_RETURN_IF_ERROR(GetBool(*j, "stream", &stream));
-  if (stream) return Bad("'stream' is not supported on /v1/responses; use /v1/chat/completions");
+  if (stream)
+    return Bad("stream", "'stream' is not supported on /v1/responses; use /v1/chat/completions");
   const json& input = j->contains("input") ? (*j)["input"] : json();
   if (input.is_string()) {
     r.input.push_back({"user", input.get<std::string>()});
@@ -271,7 +294,7 @@ absl::StatusOr<ResponsesRequest> ParseResponsesRequest(std::string_view body) {
     if (!messages.ok()) return messages.status();
     r.input = std::move(*messages);
   } else {
-    return Bad("'input' must be a string or an array of messages");
+    return Bad("input", "'input' must be a string or an array of messages");
   }
   KVFOLD_RETURN_IF_ERROR(ParseParams(*j, LogprobsForm::kResponse, &r.params));
   return r;
@@ -484,10 +507,11 @@ std::string ErrorJson(const absl::Status& status) {
     default:
       break;
   }
+  const auto param = status.GetPayload(kParamPayload);  // absl::optional<absl::Cord>
   return Dump({{"error",
                 {{"message", std::string(status.message())},
                  {"type", type},
-                 {"param", nullptr},
+                 {"param", param ? json(std::string(*param)) : json(nullptr)},
                  {"code", code ? json(code) : json(nullptr)}}}});
 }
 

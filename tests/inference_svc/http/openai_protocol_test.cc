@@ -177,6 +177,61 @@ TEST(OpenAiProtocolTest, AnswersAndErrors) {
   EXPECT_EQ(error["error"]["type"], "rate_limit_error");
 }
 
+// OpenAI's error.param names the request field a 400 is about (null for the body as a
+// whole and for errors that are not about one field).
+TEST(OpenAiProtocolTest, ErrorsNameTheirParam) {
+  auto param_of = [](const absl::Status& status) {
+    return json::parse(ErrorJson(status))["error"]["param"];
+  };
+  const struct {
+    const char* body;
+    const char* param;  // nullptr: JSON null
+  } chat_cases[] = {
+      {R"({"messages": [{"role": "user", "content": "a"}], "max_tokens": "7"})", "max_tokens"},
+      {R"({"messages": [{"role": "user", "content": "a"}], "max_tokens": 0})", "max_tokens"},
+      {R"({"messages": [{"role": "user", "content": "a"}], "max_completion_tokens": 1.5})",
+       "max_completion_tokens"},
+      {R"({"messages": [{"role": "user", "content": "a"}], "temperature": 3})", "temperature"},
+      {R"({"messages": [{"role": "user", "content": "a"}], "top_p": 0})", "top_p"},
+      {R"({"messages": [{"role": "user", "content": "a"}], "n": 2})", "n"},
+      {R"({"messages": [{"role": "user", "content": "a"}], "stop": ["a", 1]})", "stop"},
+      {R"({"messages": [{"role": "user", "content": "a"}], "tools": [{}]})", "tools"},
+      {R"({"messages": [{"role": "user", "content": "a"}], "top_logprobs": 2})", "top_logprobs"},
+      {R"({"messages": [{"role": "user", "content": "a"}], "stream": true,
+           "stream_options": {"include_usage": 1}})",
+       "stream_options.include_usage"},
+      {R"({"messages": [{"role": "user", "content": "a"}], "model": 5})", "model"},
+      {R"({"messages": []})", "messages"},
+      {R"({"messages": [{"role": "user", "content": "a"}, {"content": "b"}]})", "messages[1]"},
+      {R"({"messages": [{"role": "user", "content": [{"type": "image_url"}]}]})",
+       "messages[0].content"},
+      {R"({})", "messages"},
+      {R"({"messages": )", nullptr},
+      {R"([1, 2])", nullptr},
+  };
+  for (const auto& c : chat_cases) {
+    auto r = ParseChatCompletionRequest(c.body);
+    ASSERT_FALSE(r.ok()) << c.body;
+    EXPECT_EQ(r.status().code(), absl::StatusCode::kInvalidArgument) << c.body;
+    if (c.param == nullptr) {
+      EXPECT_TRUE(param_of(r.status()).is_null()) << c.body;
+    } else {
+      EXPECT_EQ(param_of(r.status()), c.param) << c.body << ": " << r.status();
+    }
+  }
+  EXPECT_EQ(param_of(ParseCompletionRequest(R"({"prompt": 5})").status()), "prompt");
+  EXPECT_EQ(param_of(ParseCompletionRequest(R"({"prompt": "a", "logprobs": true})").status()),
+            "logprobs");
+  EXPECT_EQ(param_of(ParseResponsesRequest(R"({"input": "x", "stream": true})").status()),
+            "stream");
+  EXPECT_EQ(param_of(ParseResponsesRequest(R"({"input": 1})").status()), "input");
+  EXPECT_EQ(param_of(ParseResponsesRequest(R"({"input": "x", "include": "a"})").status()),
+            "include");
+  // Errors from elsewhere carry no field.
+  EXPECT_TRUE(param_of(absl::InvalidArgumentError("prompt too long")).is_null());
+  EXPECT_TRUE(param_of(absl::NotFoundError("no route")).is_null());
+}
+
 TEST(StopMatcherTest, HoldsBackPrefixesAndNeverEmitsTheStop) {
   StopMatcher m({"END", "\nUser:"});
   std::string shown = m.Push("Hello E");
