@@ -163,14 +163,15 @@ void OpenAiFront::Responses(const Caller& caller, const HttpRequest& request,
   std::optional<std::pair<std::string, uint64_t>> previous;
   if (!parsed->previous_response_id.empty()) {
     auto id = ParseResponseId(parsed->previous_response_id);
-    if (!id.ok()) return exchange->RespondError(id.status());
+    if (!id.ok()) return exchange->RespondError(WithParam(id.status(), "previous_response_id"));
     previous = *id;
   }
   Post([this, caller, req = std::move(*parsed), previous, exchange]() mutable {
     std::string session;
     std::vector<ChatMessage> messages;
-    const absl::Status gone =
-        absl::NotFoundError(absl::StrCat("response '", req.previous_response_id, "' not found"));
+    const absl::Status gone = WithParam(
+        absl::NotFoundError(absl::StrCat("response '", req.previous_response_id, "' not found")),
+        "previous_response_id");
     if (!previous.has_value()) {
       session = absl::StrCat("resp-", RandomHex());
       if (absl::Status s = port_->CreateSession(caller, session); !s.ok()) {

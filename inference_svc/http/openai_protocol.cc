@@ -19,9 +19,7 @@ using json = nlohmann::json;
 constexpr char kParamPayload[] = "kvfold/openai-error-param";
 
 absl::Status Bad(std::string_view param, const std::string& message) {
-  absl::Status status = absl::InvalidArgumentError(message);
-  if (!param.empty()) status.SetPayload(kParamPayload, absl::Cord(std::string(param)));
-  return status;
+  return WithParam(absl::InvalidArgumentError(message), param);
 }
 
 absl::StatusOr<json> ParseObject(std::string_view body) {
@@ -472,6 +470,13 @@ int HttpStatusOf(absl::StatusCode code) {
     default:
       return 500;
   }
+}
+
+absl::Status WithParam(absl::Status status, std::string_view param) {
+  if (!status.ok() && !param.empty()) {
+    status.SetPayload(kParamPayload, absl::Cord(std::string(param)));
+  }
+  return status;
 }
 
 std::string ErrorJson(const absl::Status& status) {

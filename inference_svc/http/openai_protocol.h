@@ -115,6 +115,9 @@ inline constexpr std::string_view kDoneEvent = "data: [DONE]\n\n";
 // 429, Unavailable 503, DeadlineExceeded 504, Cancelled 499, others 500.
 int HttpStatusOf(absl::StatusCode code);
 std::string ErrorJson(const absl::Status& status);
+// `status` naming the request field it is about, for ErrorJson's "param" (the parsers
+// below name theirs; callers name the fields they check themselves).
+absl::Status WithParam(absl::Status status, std::string_view param);
 
 // Response ids name a stored session version: "resp_<version>_<session_id>".
 std::string ResponseId(std::string_view session_id, uint64_t version);

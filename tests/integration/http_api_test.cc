@@ -175,7 +175,10 @@ TEST_F(HttpApiTest, ErrorsUseOpenAiShapesAndStatuses) {
   EXPECT_EQ(r.status, 400);
   EXPECT_THAT(Body(r)["error"]["message"].get<std::string>(), HasSubstr("n = 1"));
   EXPECT_EQ(Body(r)["error"]["type"], "invalid_request_error");
-  EXPECT_EQ(HttpCall(port_[0], "POST", "/v1/chat/completions", "{not json", kAuth).status, 400);
+  EXPECT_EQ(Body(r)["error"]["param"], "n");
+  HttpReply not_json = HttpCall(port_[0], "POST", "/v1/chat/completions", "{not json", kAuth);
+  EXPECT_EQ(not_json.status, 400);
+  EXPECT_TRUE(Body(not_json)["error"]["param"].is_null()) << not_json.body;
   json five_stops = kChat;
   five_stops["stop"] = {"a", "b", "c", "d", "e"};
   EXPECT_EQ(Post(0, "/v1/chat/completions", five_stops).status, 400);
@@ -185,6 +188,11 @@ TEST_F(HttpApiTest, ErrorsUseOpenAiShapesAndStatuses) {
   HttpReply missing =
       Post(0, "/v1/responses", {{"input", "hi"}, {"previous_response_id", "resp_9_nosuchsession"}});
   EXPECT_EQ(missing.status, 404) << missing.body;
+  EXPECT_EQ(Body(missing)["error"]["param"], "previous_response_id");
+  HttpReply malformed =
+      Post(0, "/v1/responses", {{"input", "hi"}, {"previous_response_id", "chatcmpl-1"}});
+  EXPECT_EQ(malformed.status, 404) << malformed.body;
+  EXPECT_EQ(Body(malformed)["error"]["param"], "previous_response_id");
   EXPECT_EQ(HttpCall(port_[0], "GET", "/v1/nothing", "", kAuth).status, 404);
 }
 

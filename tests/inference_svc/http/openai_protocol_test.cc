@@ -227,6 +227,9 @@ TEST(OpenAiProtocolTest, ErrorsNameTheirParam) {
   EXPECT_EQ(param_of(ParseResponsesRequest(R"({"input": 1})").status()), "input");
   EXPECT_EQ(param_of(ParseResponsesRequest(R"({"input": "x", "include": "a"})").status()),
             "include");
+  EXPECT_EQ(param_of(WithParam(absl::NotFoundError("gone"), "previous_response_id")),
+            "previous_response_id");
+  EXPECT_TRUE(WithParam(absl::OkStatus(), "model").ok());
   // Errors from elsewhere carry no field.
   EXPECT_TRUE(param_of(absl::InvalidArgumentError("prompt too long")).is_null());
   EXPECT_TRUE(param_of(absl::NotFoundError("no route")).is_null());
