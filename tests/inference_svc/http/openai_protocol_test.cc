@@ -3,6 +3,9 @@
 #include "inference_svc/http/openai_protocol.h"
 
 #include <nlohmann/json.hpp>
+#include <random>
+#include <string>
+#include <vector>
 
 #include "gmock/gmock.h"
 #include "gtest/gtest.h"
@@ -233,6 +236,75 @@ TEST(OpenAiProtocolTest, ErrorsNameTheirParam) {
   // Errors from elsewhere carry no field.
   EXPECT_TRUE(param_of(absl::InvalidArgumentError("prompt too long")).is_null());
   EXPECT_TRUE(param_of(absl::NotFoundError("no route")).is_null());
+}
+
+// Seeded random bodies for the three parsers: valid requests with fields replaced by values
+// of every JSON type and edge (huge, negative, NaN-free doubles, nested, empty), some cut
+// short or with bytes flipped. Each parse either succeeds or is InvalidArgument with a
+// message, whose ErrorJson is valid JSON with a string or null param: never a crash, an
+// exception or another code.
+TEST(OpenAiProtocolTest, RandomBodiesGetOkOrAPreciseError) {
+  json values = json::parse(R"([
+      null, true, false, 0, -1, 1, 2147483648, 9223372036854775807, -9223372036854775808,
+      1e308, -1e308, 3.5, -0.0, "", "user", "system", [], [1, 2], {}, {"a": 1}, [{}], [[]],
+      [{"role": "user"}], [{"role": "user", "content": [{"type": "text", "text": "a"}]}],
+      [{"role": 5, "content": "x"}], {"include_usage": "yes"},
+      ["message.output_text.logprobs"]])");
+  values.push_back(std::string(5000, 'x'));
+  const json keys = json::parse(R"([
+      "model", "messages", "prompt", "input", "max_tokens", "max_completion_tokens",
+      "max_output_tokens", "temperature", "top_p", "seed", "stream", "stream_options",
+      "logprobs", "top_logprobs", "n", "stop", "previous_response_id", "instructions",
+      "include", "tools", "response_format", "logit_bias", "echo", "suffix", "best_of",
+      "kvfold_session", "continue_final_message"])");
+  const json bases[3] = {
+      {{"model", "m"}, {"messages", {{{"role", "user"}, {"content", "Hi"}}}}, {"max_tokens", 4}},
+      {{"model", "m"}, {"prompt", "Once"}, {"max_tokens", 4}},
+      {{"model", "m"}, {"input", "Once"}, {"max_output_tokens", 4}}};
+  std::mt19937 rng(20261205);
+  auto pick = [&rng](size_t n) { return std::uniform_int_distribution<size_t>(0, n - 1)(rng); };
+  int ok = 0, refused = 0;
+  for (int i = 0; i < 3000; ++i) {
+    const int api = static_cast<int>(pick(3));
+    json body = bases[api];
+    for (size_t edits = 1 + pick(4); edits > 0; --edits) {
+      const std::string key = keys[pick(keys.size())].get<std::string>();
+      if (pick(5) == 0) {
+        body.erase(key);
+      } else {
+        body[key] = values[pick(values.size())];
+      }
+    }
+    std::string text = body.dump();
+    if (pick(10) == 0) text.resize(pick(text.size() + 1));
+    if (pick(20) == 0 && !text.empty()) text[pick(text.size())] = static_cast<char>(pick(256));
+    absl::Status status;
+    switch (api) {
+      case 0:
+        status = ParseChatCompletionRequest(text).status();
+        break;
+      case 1:
+        status = ParseCompletionRequest(text).status();
+        break;
+      default:
+        status = ParseResponsesRequest(text).status();
+        break;
+    }
+    if (status.ok()) {
+      ++ok;
+      continue;
+    }
+    ++refused;
+    ASSERT_EQ(status.code(), absl::StatusCode::kInvalidArgument) << text << ": " << status;
+    ASSERT_FALSE(status.message().empty()) << text;
+    const json error = json::parse(ErrorJson(status), nullptr, /*allow_exceptions=*/false);
+    ASSERT_FALSE(error.is_discarded()) << text;
+    ASSERT_TRUE(error["error"]["param"].is_null() || error["error"]["param"].is_string()) << text;
+    ASSERT_EQ(error["error"]["message"], std::string(status.message()));
+  }
+  // Both outcomes occur, so the loop exercised the parsers' success paths and their checks.
+  EXPECT_GT(ok, 100);
+  EXPECT_GT(refused, 1000);
 }
 
 TEST(StopMatcherTest, HoldsBackPrefixesAndNeverEmitsTheStop) {
