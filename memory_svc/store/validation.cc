@@ -10,8 +10,11 @@ namespace kvfold::memory_svc {
 
 absl::Status ValidateVersion(uint64_t version, absl::string_view field) {
   if (version > static_cast<uint64_t>(std::numeric_limits<int64_t>::max())) {
-    return absl::InvalidArgumentError(
-        absl::StrCat(field, " ", static_cast<int64_t>(version), " is negative"));
+    // Versions are stored as int64; a value this large is usually a negative number that
+    // a client wrote into the uint64 field, so the message shows both readings.
+    return absl::InvalidArgumentError(absl::StrCat(
+        field, " ", version, " is out of range (at most ", std::numeric_limits<int64_t>::max(),
+        "; as a signed number it reads ", static_cast<int64_t>(version), ")"));
   }
   return absl::OkStatus();
 }

@@ -90,6 +90,9 @@ TEST(ValidationTest, SessionIds) {
   EXPECT_EQ(ValidateSessionId("caf\xc3\xa9").code(), absl::StatusCode::kInvalidArgument);
   EXPECT_EQ(ValidateSessionId("del\x7f").code(), absl::StatusCode::kInvalidArgument);
   EXPECT_EQ(ValidateVersion(~0ull, "version").code(), absl::StatusCode::kInvalidArgument);
+  EXPECT_EQ(ValidateVersion(~0ull, "version").message(),
+            "version 18446744073709551615 is out of range (at most 9223372036854775807; as a "
+            "signed number it reads -1)");
   EXPECT_TRUE(ValidateVersion(1ull << 62, "version").ok());
 }
 
