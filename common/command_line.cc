@@ -1,7 +1,9 @@
 #include "common/command_line.h"
 
 #include <algorithm>
+#include <cerrno>
 #include <cstdio>
+#include <cstdlib>
 #include <memory>
 #include <vector>
 
@@ -83,6 +85,22 @@ void AddServerAccessFlags(CLI::App& app, const ServerAccessFlags& flags) {
                  "changes");
   AddSwitch(app, "--insecure-no-auth", *flags.insecure_no_auth,
             "serve without a tokens file: every caller is tenant 'default' (development only)");
+}
+
+CLI::Validator AtLeast(long long min) {
+  const std::string bound = std::to_string(min);
+  return CLI::Validator(
+      [min, bound](std::string& value) -> std::string {
+        errno = 0;
+        char* end = nullptr;
+        const long double v = std::strtold(value.c_str(), &end);
+        if (value.empty() || end != value.c_str() + value.size() || errno == ERANGE) {
+          return "must be a number >= " + bound + ", got " + value;
+        }
+        if (v < static_cast<long double>(min)) return "must be >= " + bound + ", got " + value;
+        return std::string();
+      },
+      min == 0 ? "NONNEGATIVE" : (min == 1 ? "POSITIVE" : ">=" + bound));
 }
 
 std::optional<int> ParseCommandLine(CLI::App& app, int argc, char** argv) {

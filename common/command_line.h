@@ -54,6 +54,14 @@ struct ServerAccessFlags {
 };
 void AddServerAccessFlags(CLI::App& app, const ServerAccessFlags& flags);
 
+// Validators for integer flags with plain messages ("--threads: must be >= 0, got -1",
+// "--threads: must be a number >= 0, got x"; CLI11's NonNegativeNumber and PositiveNumber
+// print their bounds as doubles, up to 1.8e308). A number that is not an integer is left
+// to the flag's own conversion error.
+CLI::Validator AtLeast(long long min);
+inline CLI::Validator NonNegative() { return AtLeast(0); }
+inline CLI::Validator Positive() { return AtLeast(1); }
+
 // Parses argv ("--name=" gives the flag the empty value). Returns std::nullopt when the
 // program should go on; otherwise the code main() returns: kExitOk after --help or
 // --version (printed to stdout), kExitUsage after a usage error (the message, and a hint

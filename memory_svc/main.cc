@@ -61,7 +61,7 @@ void AddFlags(CLI::App& app, Flags& f) {
                  "lines; reloaded on SIGHUP and when the file changes");
   app.add_option("--metrics-port", c.metrics_port,
                  "HTTP port for /metrics (Prometheus text); 0 = off")
-      ->check(CLI::NonNegativeNumber);
+      ->check(kvfold::NonNegative());
   app.add_option("--drain-seconds", f.drain_seconds,
                  "on SIGTERM, how long in-flight calls may finish");
   app.add_option("--log-level", c.log_level, "request logs: debug|info|warn|error|off")

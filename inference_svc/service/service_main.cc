@@ -71,7 +71,8 @@ void AddFlags(CLI::App& app, Flags& f) {
                  "tokens are forwarded); else $KVFOLD_STORE_TOKEN; never on the command line");
   app.add_option("--listen", c.listen, "listen address (port 0 = any free port)");
   app.add_option("--backend", c.backend, "engine backend: cpu, cpu-ref, cuda[:N] (when built)");
-  app.add_option("--threads", c.threads, "compute threads (0 = the CPUs this process may use)");
+  app.add_option("--threads", c.threads, "compute threads (0 = the CPUs this process may use)")
+      ->check(kvfold::NonNegative());
   app.add_option("--kv-pool-bytes", c.kv_pool_bytes,
                  "KV pool bytes (admission measures against it)");
   kvfold::AddSwitch(app, "--kv-populate", c.kv_populate,

@@ -374,7 +374,7 @@ int Main(int argc, char** argv) {
       "--stories", stories, "a model LoadModel reads (llama2.c file or HF directory)");
   kvfold::AddSwitch(app, "--no-big", no_big, "skip the random llama-3.2-1b-shape model");
   kvfold::AddSwitch(app, "--quick", quick, "short run (prefill capped at 4096 tokens)");
-  app.add_option("--threads", threads, "compute threads");
+  app.add_option("--threads", threads, "compute threads")->check(kvfold::NonNegative());
   app.add_option("--contexts", o.contexts, "context lengths (comma-separated)")->delimiter(',');
   app.add_option("--decode-steps", o.decode_steps, "timed decode steps per row");
   app.add_option("--window", o.window, "window of sliding/sink");
@@ -391,19 +391,19 @@ int Main(int argc, char** argv) {
   app.add_option("--batch-sizes", batch.sizes,
                  "sequences per batched decode step, e.g. 1,16 (empty = skip)")
       ->delimiter(',')
-      ->check(CLI::PositiveNumber);
+      ->check(kvfold::Positive());
   app.add_option("--batch-rounds", batch.rounds, "interleaved rounds per batch size (median)")
-      ->check(CLI::PositiveNumber);
+      ->check(kvfold::Positive());
   app.add_option("--batch-prompt-tokens", batch.prompt_tokens,
                  "each batched sequence's prompt: the context its decode steps start from")
-      ->check(CLI::PositiveNumber);
+      ->check(kvfold::Positive());
   int prefill_pieces = 0, pieces_band = 2000;
   app.add_option("--prefill-pieces", prefill_pieces,
                  "time every piece of a full-mode prompt of this many tokens fed in pieces "
                  "(0 = skip)")
-      ->check(CLI::NonNegativeNumber);
+      ->check(kvfold::NonNegative());
   app.add_option("--pieces-band", pieces_band, "context entries per row of the piece table")
-      ->check(CLI::PositiveNumber);
+      ->check(kvfold::Positive());
   bool isa_probe = false;
   kvfold::AddSwitch(app, "--isa-probe", isa_probe,
                     "print one core's instruction throughput beside the 16-row Q8 MatMul, "

@@ -417,7 +417,7 @@ int Main(int argc, char** argv) {
       "bench_gpu"};
   kvfold::ApplyConvention(app);
   app.add_option("--out", out_path, "also write the JSON here");
-  app.add_option("--steps", steps, "timed decode steps")->check(CLI::PositiveNumber);
+  app.add_option("--steps", steps, "timed decode steps")->check(kvfold::Positive());
   kvfold::AddSwitch(app, "--quick", quick, "short run");
   if (std::optional<int> rc = kvfold::ParseCommandLine(app, argc, argv)) return *rc;
   int count = 0;

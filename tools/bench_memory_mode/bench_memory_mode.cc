@@ -69,7 +69,8 @@ void AddFlags(CLI::App& app, Flags& f) {
   app.add_option("--round-tokens", f.round_tokens, "decode steps per round (a multiple of C)");
   app.add_option("--window", f.window, "sliding/sink window (0 = the projector's KV budget)");
   app.add_option("--sink", f.sink, "sink tokens");
-  app.add_option("--threads", f.threads, "CPU threads (0 = all cores)");
+  app.add_option("--threads", f.threads, "CPU threads (0 = all cores)")
+      ->check(kvfold::NonNegative());
   app.add_option("--full-real-max", f.full_real_max,
                  "full mode: longest history prefilled for real");
   app.add_option("--seed", f.seed, "token RNG seed");

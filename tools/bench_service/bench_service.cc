@@ -91,7 +91,8 @@ void AddFlags(CLI::App& app, Flags& f) {
                  "rows are medians, ratios paired within a round")
       ->check(CLI::Range(1, 100));
   app.add_option("--histories", f.histories, "history lengths for the resume table");
-  app.add_option("--threads", f.threads, "engine threads (0 = all cores)");
+  app.add_option("--threads", f.threads, "engine threads (0 = all cores)")
+      ->check(kvfold::NonNegative());
   app.add_option_function<std::string>(
          "--kv-dtype",
          [&f](const std::string& name) {

@@ -3,6 +3,7 @@
 #include <cstdio>
 
 #include "absl/strings/str_cat.h"
+#include "common/command_line.h"
 #include "common/install_paths.h"
 #include "inference_svc/memory/memory_session.h"
 
@@ -15,7 +16,7 @@ void AddEngineFlags(CLI::App& app, EngineFlags& flags) {
                  "this model)");
   app.add_option("--backend", flags.backend, "engine backend: cpu|cpu-ref|cuda[:N] (when built)");
   app.add_option("--threads", flags.threads, "compute threads (0 = the CPUs this process may use)")
-      ->check(CLI::NonNegativeNumber);
+      ->check(kvfold::NonNegative());
   app.add_option("--kv-dtype", flags.kv_dtype, "KV cache element type: f32|f16|int8");
 }
 

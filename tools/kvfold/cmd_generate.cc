@@ -3,13 +3,12 @@
 #include <cstdio>
 #include <memory>
 
-#include "absl/strings/numbers.h"
-#include "absl/strings/str_split.h"
 #include "common/command_line.h"
 #include "inference_svc/engine/sampler.h"
 #include "inference_svc/tokenizer/tokenizer.h"
 #include "nlohmann/json.hpp"
 #include "tools/kvfold/cli_engine.h"
+#include "tools/kvfold/cli_token_ids.h"
 #include "tools/kvfold/command.h"
 
 namespace kvfold::cli {
@@ -75,11 +74,9 @@ int RunGenerate(const GenerateFlags& flags, const CLI::App& app) {
   std::vector<int32_t> prompt;
   const bool add_bos = !flags.no_bos;
   if (app.count("--prompt-ids")) {
-    for (absl::string_view p : absl::StrSplit(flags.prompt_ids, ',', absl::SkipEmpty())) {
-      int32_t id;
-      if (!absl::SimpleAtoi(p, &id)) return FailWith("generate", absl::InvalidArgumentError("bad --prompt-ids"));
-      prompt.push_back(id);
-    }
+    auto ids = ParseTokenIds(flags.prompt_ids, "--prompt-ids");
+    if (!ids.ok()) return FailWith("generate", ids.status());
+    prompt = std::move(*ids);
   } else {
     auto ids = tokenizer->Encode(flags.prompt, add_bos);
     if (!ids.ok()) return FailWith("generate", ids.status());

@@ -2,15 +2,17 @@
 // Writes little-endian float32 [num_tokens, vocab_size]; row i = logits after feeding
 // tokens[0..i]. Default: one token at a time through a Session (the decode path, folds
 // included in memory modes). --prefill: all tokens in one Engine::Forward (plain modes).
+#include <cerrno>
 #include <cstdio>
 #include <fstream>
 #include <memory>
 #include <sstream>
 
-#include "absl/strings/numbers.h"
-#include "absl/strings/str_split.h"
+#include "absl/status/status.h"
+#include "absl/strings/str_cat.h"
 #include "common/command_line.h"
 #include "tools/kvfold/cli_engine.h"
+#include "tools/kvfold/cli_token_ids.h"
 #include "tools/kvfold/command.h"
 
 namespace kvfold::cli {
@@ -28,31 +30,22 @@ struct LogitsFlags {
   bool fp32_memory = false;
 };
 
-absl::StatusOr<std::vector<int32_t>> ParseIds(const std::string& text) {
-  std::vector<int32_t> ids;
-  for (absl::string_view piece : absl::StrSplit(text, absl::ByAnyChar(", \n\t\r"), absl::SkipEmpty())) {
-    int32_t id;
-    if (!absl::SimpleAtoi(piece, &id)) {
-      return absl::InvalidArgumentError("token ids must be integers");
-    }
-    ids.push_back(id);
-  }
-  if (ids.empty()) return absl::InvalidArgumentError("no token ids");
-  return ids;
-}
-
 int RunLogits(const LogitsFlags& flags) {
   std::string token_text;
   if (flags.tokens_file.empty()) {
     token_text = flags.tokens;
   } else {
     std::ifstream in(flags.tokens_file);
-    if (!in) return FailWith("logits", absl::NotFoundError("cannot open --tokens-file"));
+    if (!in) {
+      return FailWith("logits",
+                      absl::ErrnoToStatus(
+                          errno, absl::StrCat("cannot open --tokens-file ", flags.tokens_file)));
+    }
     std::stringstream ss;
     ss << in.rdbuf();
     token_text = ss.str();
   }
-  auto ids = ParseIds(token_text);
+  auto ids = ParseTokenIds(token_text, flags.tokens_file.empty() ? "--tokens" : "--tokens-file");
   if (!ids.ok()) return FailWith("logits", ids.status());
   const std::string& mode = flags.mode;
   auto engine_options = EngineOptionsFromFlags(flags.engine);
@@ -97,9 +90,14 @@ int RunLogits(const LogitsFlags& flags) {
       out.insert(out.end(), l.begin(), l.end());
     }
   }
+  errno = 0;
   std::ofstream f(flags.out, std::ios::binary | std::ios::trunc);
   f.write(reinterpret_cast<const char*>(out.data()), static_cast<std::streamsize>(out.size() * sizeof(float)));
-  if (!f) return FailWith("logits", absl::InternalError("cannot write --out"));
+  f.close();
+  if (!f) {
+    return FailWith("logits", absl::ErrnoToStatus(errno != 0 ? errno : EIO,
+                                                  absl::StrCat("cannot write --out ", flags.out)));
+  }
   return 0;
 }
 

@@ -1,8 +1,6 @@
 // `kvfold tokenize`: encode text to ids or decode ids to text with any tokenizer kvfold
 // reads (llama2.c .bin, SentencePiece .model, HF tokenizer.json).
-#include <climits>
 #include <cstdio>
-#include <cstdlib>
 #include <fstream>
 #include <memory>
 #include <nlohmann/json.hpp>
@@ -13,6 +11,7 @@
 #include "absl/status/status.h"
 #include "common/command_line.h"
 #include "inference_svc/tokenizer/tokenizer.h"
+#include "tools/kvfold/cli_token_ids.h"
 #include "tools/kvfold/command.h"
 
 namespace kvfold::cli {
@@ -22,23 +21,6 @@ struct Args {
   std::string tokenizer, model, text, file;
   bool ids = false, no_bos = false, json = false;
 };
-
-// "1,2, 3\n4" -> {1,2,3,4}; false on anything else.
-bool ParseIds(const std::string& s, std::vector<int32_t>* ids) {
-  std::string token;
-  std::string clean = s;
-  for (char& c : clean) {
-    if (c == ',' || c == '\n' || c == '\t' || c == '[' || c == ']') c = ' ';
-  }
-  std::istringstream words(clean);
-  while (words >> token) {
-    char* end = nullptr;
-    const long v = std::strtol(token.c_str(), &end, 10);
-    if (*end != '\0' || v < INT32_MIN || v > INT32_MAX) return false;
-    ids->push_back(static_cast<int32_t>(v));
-  }
-  return true;
-}
 
 int Run(const Args& a) {
   std::string path = a.tokenizer;
@@ -67,11 +49,13 @@ int Run(const Args& a) {
     input = ss.str();
   }
   if (a.ids) {
-    std::vector<int32_t> ids;
-    if (!ParseIds(input, &ids)) {
-      std::fprintf(stderr, "kvfold tokenize: --ids input must be integers like 1,403,407\n");
+    auto parsed = ParseTokenIds(input, "--ids input");
+    if (!parsed.ok()) {
+      std::fprintf(stderr, "kvfold tokenize: %s (ids look like 1,403,407)\n",
+                   std::string(parsed.status().message()).c_str());
       return 2;
     }
+    const std::vector<int32_t>& ids = *parsed;
     for (int32_t id : ids) {
       if (id < 0 || id >= (*tok)->vocab_size()) {
         std::fprintf(stderr, "kvfold tokenize: id %d outside the vocabulary [0, %d)\n", id,

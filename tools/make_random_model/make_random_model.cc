@@ -67,8 +67,8 @@ int main(int argc, char** argv) {
   app.add_option("--vocab-size", f.vocab_size, "vocabulary size (0 = the shape's)")
       ->check(CLI::Range(0, 1 << 30));
   app.add_option("--max-position", f.max_position, "max_position_embeddings (0 = the shape's)")
-      ->check(CLI::NonNegativeNumber);
-  app.add_option("--layers", f.layers, "layers (0 = the shape's)")->check(CLI::NonNegativeNumber);
+      ->check(kvfold::NonNegative());
+  app.add_option("--layers", f.layers, "layers (0 = the shape's)")->check(kvfold::NonNegative());
   if (std::optional<int> rc = kvfold::ParseCommandLine(app, argc, argv)) return *rc;
   absl::StatusOr<ModelConfig> shape = kvfold::model::NamedShape(f.shape);
   if (!shape.ok()) {

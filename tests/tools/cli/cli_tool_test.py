@@ -8,7 +8,8 @@ For each binary given (and, for `kvfold` and `kvfold-memory-admin`, each subcomm
   --version      exit 0; "<name> <project version>" then "commit <40 hex>" (a commit of the
                  source checkout) or "commit unknown" (sources outside git);
   --bogus-flag   exit 2, named on stderr;
-  a snake_case spelling of one of its real flags: exit 2 and the kebab-case hint.
+  a snake_case spelling of one of its real flags: exit 2 and the kebab-case hint;
+  --threads=-1   (where it has --threads) exit 2, "--threads: must be >= 0, got -1".
 
 usage: cli_tool_test.py PROJECT_VERSION SOURCE_DIR BINARY...
 """
@@ -78,6 +79,10 @@ def check_command(argv, problems):
         r = run(argv + [snake + "=1"])
         if r.returncode != 2 or f"kebab-case: {kebab}" not in r.stderr:
             problems.append(f"{what} {snake}=1: exit {r.returncode}, stderr {r.stderr!r}")
+    if any(name == "--threads" for name, _ in opts):
+        r = run(argv + ["--threads=-1"])
+        if r.returncode != 2 or "--threads: must be >= 0, got -1" not in r.stderr:
+            problems.append(f"{what} --threads=-1: exit {r.returncode}, stderr {r.stderr!r}")
     return opts, h.stdout
 
 

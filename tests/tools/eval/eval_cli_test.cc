@@ -243,7 +243,8 @@ TEST_F(EvalCliTest, BadFlagsExitTwoWithAMessage) {
       {"--docs last:99" + proj, "the text has 4"},
       {"--budget 1" + proj, "--budget must be >= 2"},
       {"--budget 4 --sink 4" + proj, "must exceed --sink"},
-      {"--threads x" + proj, "--threads: Value x"},
+      {"--threads x" + proj, "--threads: must be a number >= 0, got x"},
+      {"--threads -2" + proj, "--threads: must be >= 0, got -2"},
       {"--projector /nonexistent/projector", "projector"},
   };
   for (const auto& [args, message] : cases) {
