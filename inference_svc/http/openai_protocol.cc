@@ -37,9 +37,12 @@ absl::Status GetString(const json& j, const char* key, std::string* out) {
   return absl::OkStatus();
 }
 
-absl::Status GetBool(const json& j, const char* key, bool* out) {
+// `name`: how errors spell the field (its path from the body's top, for a nested key);
+// null = key.
+absl::Status GetBool(const json& j, const char* key, bool* out, const char* name = nullptr) {
   if (!j.contains(key) || j[key].is_null()) return absl::OkStatus();
-  if (!j[key].is_boolean()) return Bad(key, absl::StrCat("'", key, "' must be a boolean"));
+  if (name == nullptr) name = key;
+  if (!j[key].is_boolean()) return Bad(name, absl::StrCat("'", name, "' must be a boolean"));
   *out = j[key].get<bool>();
   return absl::OkStatus();
 }
@@ -158,8 +161,9 @@ absl::Status ParseLogprobs(const json& j, LogprobsForm form, GenerationParams* p
     case LogprobsForm::kResponse:
       KVFOLD_RETURN_IF_ERROR(GetInt(j, "top_logprobs", 0, kMaxTopLogprobs, &top));
       if (j.contains("include") && !j["include"].is_null()) {
-        if (!j["include"].is_array())
+        if (!j["include"].is_array()) {
           return Bad("include", "'include' must be an array of strings");
+        }
         for (const json& e : j["include"]) {
           if (!e.is_string()) return Bad("include", "'include' must be an array of strings");
           if (e.get<std::string>() == "message.output_text.logprobs") p->logprobs = true;
@@ -180,15 +184,12 @@ absl::Status ParseParams(const json& j, LogprobsForm form, GenerationParams* p) 
 
 absl::Status ParseStreamOptions(const json& j, bool stream, bool* include_usage) {
   if (!j.contains("stream_options") || j["stream_options"].is_null()) return absl::OkStatus();
-  if (!j["stream_options"].is_object())
+  if (!j["stream_options"].is_object()) {
     return Bad("stream_options", "'stream_options' must be an object");
-  if (!stream) return Bad("stream_options", "'stream_options' is only allowed with 'stream': true");
-  if (const json& o = j["stream_options"]; o.contains("include_usage") &&
-                                           !o["include_usage"].is_null() &&
-                                           !o["include_usage"].is_boolean()) {
-    return Bad("stream_options.include_usage", "'stream_options.include_usage' must be a boolean");
   }
-  return GetBool(j["stream_options"], "include_usage", include_usage);
+  if (!stream) return Bad("stream_options", "'stream_options' is only allowed with 'stream': true");
+  return GetBool(j["stream_options"], "include_usage", include_usage,
+                 "stream_options.include_usage");
 }
 
 // Message content: a string, or an array of text parts ({"type": "text"|"input_text"|
@@ -196,9 +197,10 @@ absl::Status ParseStreamOptions(const json& j, bool stream, bool* include_usage)
 absl::StatusOr<std::string> ContentText(const json& content, const std::string& where) {
   if (content.is_null()) return std::string();
   if (content.is_string()) return content.get<std::string>();
-  if (!content.is_array())
+  if (!content.is_array()) {
     return Bad(absl::StrCat(where, ".content"),
                absl::StrCat(where, ".content must be a string or an array"));
+  }
   std::string text;
   for (const json& part : content) {
     const std::string type = part.is_object() ? part.value("type", "") : "";
@@ -282,8 +284,9 @@ absl::StatusOr<ResponsesRequest> ParseResponsesRequest(std::string_view body) {
   KVFOLD_RETURN_IF_ERROR(GetString(*j, "previous_response_id", &r.previous_response_id));
   bool stream = false;
   KVFOLD_RETURN_IF_ERROR(GetBool(*j, "stream", &stream));
-  if (stream)
+  if (stream) {
     return Bad("stream", "'stream' is not supported on /v1/responses; use /v1/chat/completions");
+  }
   const json& input = j->contains("input") ? (*j)["input"] : json();
   if (input.is_string()) {
     r.input.push_back({"user", input.get<std::string>()});
@@ -512,7 +515,7 @@ std::string ErrorJson(const absl::Status& status) {
     default:
       break;
   }
-  const auto param = status.GetPayload(kParamPayload);  // absl::optional<absl::Cord>
+  const auto param = status.GetPayload(kParamPayload);
   return Dump({{"error",
                 {{"message", std::string(status.message())},
                  {"type", type},
