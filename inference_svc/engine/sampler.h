@@ -10,22 +10,12 @@
 #include <vector>
 
 #include "absl/status/status.h"
+#include "common/rng.h"
 
 namespace kvfold::engine {
 
-// xoshiro256** 1.0 (Blackman & Vigna), seeded through splitmix64.
-class Rng {
- public:
-  Rng() : Rng(0) {}
-  explicit Rng(uint64_t seed);
-  uint64_t Next();
-  double Uniform();  // [0, 1) with 53 random bits
-  std::array<uint64_t, 4> state() const { return s_; }
-  void set_state(const std::array<uint64_t, 4>& s) { s_ = s; }
-
- private:
-  std::array<uint64_t, 4> s_;
-};
+// The sampler draws from the project's generator (common/rng.h).
+using Rng = ::kvfold::Rng;
 
 struct SamplingParams {
   float temperature = 0.0f;  // 0 = greedy (argmax, lowest id on ties). Must be >= 0.

@@ -2,6 +2,8 @@
 
 #include <cmath>
 
+#include "common/rng.h"
+
 namespace kvfold::memory {
 namespace {
 
@@ -16,12 +18,7 @@ class NormalRng {
   }
 
  private:
-  uint64_t Next() {  // splitmix64
-    uint64_t z = (state_ += 0x9e3779b97f4a7c15ull);
-    z = (z ^ (z >> 30)) * 0xbf58476d1ce4e5b9ull;
-    z = (z ^ (z >> 27)) * 0x94d049bb133111ebull;
-    return z ^ (z >> 31);
-  }
+  uint64_t Next() { return SplitMix64(state_); }
   uint64_t state_;
 };
 

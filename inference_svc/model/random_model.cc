@@ -6,38 +6,10 @@
 
 #include "absl/strings/str_cat.h"
 #include "common/fp16.h"
+#include "common/rng.h"
 
 namespace kvfold::model {
 namespace {
-
-// xoshiro256** seeded by splitmix64 (same generator as engine::Rng, kept local so the
-// model library does not depend on the engine).
-class Xoshiro {
- public:
-  explicit Xoshiro(uint64_t seed) {
-    for (auto& w : s_) {
-      uint64_t z = (seed += 0x9e3779b97f4a7c15ULL);
-      z = (z ^ (z >> 30)) * 0xbf58476d1ce4e5b9ULL;
-      z = (z ^ (z >> 27)) * 0x94d049bb133111ebULL;
-      w = z ^ (z >> 31);
-    }
-  }
-  double Uniform() {
-    const uint64_t result = Rotl(s_[1] * 5, 7) * 9;
-    const uint64_t t = s_[1] << 17;
-    s_[2] ^= s_[0];
-    s_[3] ^= s_[1];
-    s_[1] ^= s_[2];
-    s_[0] ^= s_[3];
-    s_[2] ^= t;
-    s_[3] = Rotl(s_[3], 45);
-    return static_cast<double>(result >> 11) * 0x1.0p-53;
-  }
-
- private:
-  static uint64_t Rotl(uint64_t x, int k) { return (x << k) | (x >> (64 - k)); }
-  uint64_t s_[4];
-};
 
 uint64_t HashName(uint64_t seed, const std::string& name) {
   uint64_t h = 1469598103934665603ULL ^ seed;
@@ -156,7 +128,7 @@ void FillRandomTensor(const std::string& name, const TensorSpec& spec, uint64_t 
                       DType dtype, void* out) {
   int64_t n = 1;
   for (int64_t x : spec.shape) n *= x;
-  Xoshiro rng(HashName(seed, name));
+  Rng rng(HashName(seed, name));
   const double fan_in = static_cast<double>(spec.shape.back());
   const double scale = spec.kind == InitKind::kMatrix      ? std::sqrt(3.0 / fan_in)
                        : spec.kind == InitKind::kEmbedding ? std::sqrt(3.0)

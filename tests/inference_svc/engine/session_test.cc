@@ -154,16 +154,6 @@ INSTANTIATE_TEST_SUITE_P(KvDTypes, SteadyStateTest,
                          ::testing::Values(core::DType::kF32, core::DType::kF16, core::DType::kI8),
                          [](const auto& info) { return std::string(core::DTypeName(info.param)); });
 
-TEST(SamplerTest, RngMatchesXoshiroAndRestores) {
-  Rng rng(0);
-  EXPECT_EQ(rng.state()[0], 0xe220a8397b1dcdafULL);  // splitmix64(0), first output
-  Rng a(42);
-  for (int i = 0; i < 10; ++i) a.Next();
-  Rng b;
-  b.set_state(a.state());
-  for (int i = 0; i < 100; ++i) EXPECT_EQ(a.Next(), b.Next());
-}
-
 TEST(SamplerTest, ArgmaxTakesTheFirstLargestAndSkipsNan) {
   const float nan = std::numeric_limits<float>::quiet_NaN();
   EXPECT_EQ(Argmax(std::vector<float>{1.0f, 3.0f, 2.0f, 3.0f}), 1);
