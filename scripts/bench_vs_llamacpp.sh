@@ -4,9 +4,10 @@
 #
 #   scripts/bench_vs_llamacpp.sh LLAMA_CPP_BIN_DIR [--reps N] [--long-reps N] [--scratch DIR]
 #        [--tokenizer-32k FILE] [--stories260k DIR_WITH_stories260K.bin_AND_tok512.bin]
-#        [--rows s110,q8,long] [--threads 1,2]
+#        [--rows s110,q8,long,batch] [--threads 1,2]
 #
-# LLAMA_CPP_BIN_DIR holds llama-bench, llama-quantize and llama-convert-llama2c-to-ggml.
+# LLAMA_CPP_BIN_DIR holds llama-bench, llama-quantize and llama-convert-llama2c-to-ggml,
+# and for the batch row llama-batched-bench (without it that row is skipped with a note).
 # Models are built once into the scratch dir (default $KVFOLD_BENCH_DIR or a new temp
 # dir): a random llama2.c checkpoint of stories110M's shape
 # (scripts/make_llama2c_checkpoint.py), its GGUF (f32 and Q8_0) and its kvfold q8
@@ -26,7 +27,11 @@
 # vs Q8_0 at 1 and 2 threads; stories260K 10240-token prompt, full mode, 1 and 2 threads; kvfold
 # decode against the STREAM triad roofline (bench_engine's triad, same process: bytes/s /
 # bytes per token). Both sides time a warm prompt: llama-bench runs an untimed warm-up prompt
-# of the same length first, bench_engine the same with --prefill-warmup.
+# of the same length first, bench_engine the same with --prefill-warmup. The batch row
+# (no target of its own: the issue's batching target is bench_service's, docs/engine.md
+# "Batched decode") puts the engines' batched decode side by side, f32 and q8 / Q8_0, fp16 KV
+# on both: one and 16 sequences of an 8-token prompt each, 128 decode steps, kvfold's
+# `bench_engine --batch-sizes 1,16` against `llama-batched-bench -npp 8 -ntg 128 -npl 1,16`.
 set -euo pipefail
 ROOT="$(cd "$(dirname "$0")/.." && pwd)"
 BUILD_DIR="${KVFOLD_BUILD_DIR:-$ROOT/build}"
@@ -39,7 +44,7 @@ LONG_REPS=1
 SCRATCH="${KVFOLD_BENCH_DIR:-}"
 TOK32K="$ROOT/../shared/models/tokenizers/llama2_32000.bin"
 S260="$ROOT/../shared/models/stories260K"
-ROWS="s110,q8,long"
+ROWS="s110,q8,long,batch"
 THREADS="1,2"
 while (($#)); do
   case "$1" in
@@ -50,7 +55,7 @@ while (($#)); do
     --stories260k) S260="$2"; shift 2 ;;
     --rows) ROWS="$2"; shift 2 ;;
     --threads) THREADS="$2"; shift 2 ;;
-    -h|--help) sed -n '2,29p' "$0"; exit 0 ;;
+    -h|--help) sed -n '2,35p' "$0"; exit 0 ;;
     *) echo "bench_vs_llamacpp: unknown argument $1" >&2; exit 2 ;;
   esac
 done
@@ -63,16 +68,21 @@ for b in "$BENCH" "$KVFOLD" "$LLAMA/llama-bench" "$LLAMA/llama-quantize" \
   [ -x "$b" ] || { echo "bench_vs_llamacpp: missing $b (build kvfold / llama.cpp first)" >&2; exit 1; }
 done
 has_row() { [[ ",$ROWS," == *",$1,"* ]]; }
+if has_row batch && [ ! -x "$LLAMA/llama-batched-bench" ]; then
+  echo "bench_vs_llamacpp: no $LLAMA/llama-batched-bench, batch row skipped" \
+    "(cmake --build LLAMA_CPP_BUILD_DIR --target llama-batched-bench)" >&2
+  ROWS=",$ROWS,"; ROWS="${ROWS//,batch,/,}"
+fi
 
 # ---- Models (built once). ----
 cd "$SCRATCH"
-if has_row s110 || has_row q8; then
+if has_row s110 || has_row q8 || has_row batch; then
   [ -f "$TOK32K" ] || { echo "bench_vs_llamacpp: no 32000-token tokenizer at $TOK32K" >&2; exit 1; }
   [ -f s110.bin ] || "$PY" "$ROOT/scripts/make_llama2c_checkpoint.py" --shape stories110m --out s110.bin
   [ -f s110.gguf ] || "$LLAMA/llama-convert-llama2c-to-ggml" --copy-vocab-from-model "$TOK32K" \
       --llama2c-model s110.bin --llama2c-output-model s110.gguf >convert.log 2>&1
 fi
-if has_row q8; then
+if has_row q8 || has_row batch; then
   [ -f s110-q8_0.gguf ] || "$LLAMA/llama-quantize" s110.gguf s110-q8_0.gguf Q8_0 >quantize.log 2>&1
   [ -d s110-q8 ] || "$KVFOLD" convert --llama2c s110.bin --out s110-q8 --dtype q8 >/dev/null
 fi
@@ -107,6 +117,26 @@ for t in ${THREADS//,/ }; do
       -- -m s110-q8_0.gguf -p 128 -n 32 -t "$t"
   fi
 done
+# Batched decode: one and 16 sequences, each side's JSON per rep (llama-batched-bench's
+# JSON lines gathered into one array).
+run_batch_pair() {  # name, reps, kvfold model, llama.cpp model, threads
+  local name="$1" reps="$2" kv_model="$3" ll_model="$4" t="$5"
+  for rep in $(seq 1 "$reps"); do
+    "$BENCH" --no-big --no-gemm --modes full --stories "$kv_model" --contexts 8 --decode-steps 128 \
+      --batch-sizes 1,16 --batch-rounds 3 --batch-prompt-tokens 8 --kv-dtypes f16 --threads "$t" \
+      >"results/$name.kvfold.$rep.json" 2>/dev/null
+    "$LLAMA/llama-batched-bench" -m "$ll_model" -c 4096 -npp 8 -ntg 128 -npl 1,16 -t "$t" \
+      --output-format jsonl 2>/dev/null |
+      "$PY" -c 'import json, sys; print(json.dumps([json.loads(l) for l in sys.stdin if l.startswith("{")]))' \
+      >"results/$name.llama.$rep.json"
+  done
+}
+if has_row batch; then
+  for t in ${THREADS//,/ }; do
+    run_batch_pair "batch_f32_t$t" "$REPS" s110.bin s110.gguf "$t"
+    run_batch_pair "batch_q8_t$t" "$REPS" s110-q8 s110-q8_0.gguf "$t"
+  done
+fi
 if has_row long; then
   for t in ${THREADS//,/ }; do
     run_pair "s260_10k_t$t" "$LONG_REPS" --stories "$S260/stories260K.bin" --contexts 10240 --decode-steps 1 \

@@ -49,6 +49,17 @@ def llama_values(doc):
     return out
 
 
+def kvfold_batch(doc):
+    """{sequences: decode tok/s} of bench_engine's batch_decode."""
+    sizes = doc.get("batch_decode", {}).get("sizes", [])
+    return {r["sequences"]: r.get("decode_tok_s") for r in sizes}
+
+
+def llama_batch(doc):
+    """{parallel sequences: decode tok/s} of llama-batched-bench's JSON lines."""
+    return {r["pl"]: r.get("speed_tg") for r in doc if "pl" in r}
+
+
 def median(xs):
     xs = [x for x in xs if x is not None]
     return statistics.median(xs) if xs else None
@@ -102,15 +113,61 @@ def load_reps(d, name, side, values):
     return out
 
 
+def batch_table(d, names):
+    """Each engine's one and 16 sequences, 16 over one per rep (both sizes of one run), and
+    kvfold over llama.cpp at 16 sequences."""
+    rows = []
+    for weights in ("f32", "q8"):
+        for t in (1, 2):
+            name = f"batch_{weights}_t{t}"
+            if name not in names:
+                continue
+            kv = load_reps(d, name, "kvfold", kvfold_batch)
+            ll = load_reps(d, name, "llama", llama_batch)
+            kv_one = median([r.get(1) for r in kv.values()])
+            kv_16 = median([r.get(16) for r in kv.values()])
+            ll_one = median([r.get(1) for r in ll.values()])
+            ll_16 = median([r.get(16) for r in ll.values()])
+            kv_over = median([r[16] / r[1] for r in kv.values() if r.get(1) and r.get(16)])
+            ll_over = median([r[16] / r[1] for r in ll.values() if r.get(1) and r.get(16)])
+            at_16 = pair_ratios({k: {"v": r.get(16)} for k, r in kv.items()},
+                                {k: {"v": r.get(16)} for k, r in ll.items()}, "v", "v")
+            label = "f32" if weights == "f32" else "q8 / Q8_0"
+            rows.append((f"{label}, {t} thr", kv_one, kv_16, kv_over, ll_one, ll_16, ll_over,
+                         at_16, len(kv)))
+    if not rows:
+        return
+    print("### stories110m shape, batched decode: 16 sequences against one  (no target: "
+          "the batching target is bench_service's)\n")
+    print("8-token prompts, 128 decode steps, fp16 KV; decode tok/s of all sequences together, "
+          "medians over the reps; 16 / 1: the median of the runs' own ratios.\n")
+    print("| weights, threads | kvfold one | kvfold 16 | kvfold 16 / 1 | llama.cpp one | "
+          "llama.cpp 16 | llama.cpp 16 / 1 | kvfold / llama.cpp at 16: per-rep median (range) "
+          "| reps |")
+    print("| --- | --- | --- | --- | --- | --- | --- | --- | --- |")
+    for label, ko, k16, kx, lo, l16, lx, at_16, n in rows:
+        kx_s = f"{kx:.2f}x" if kx else "-"
+        lx_s = f"{lx:.2f}x" if lx else "-"
+        print(f"| {label} | {fmt(ko)} | {fmt(k16)} | {kx_s} | {fmt(lo)} | {fmt(l16)} | {lx_s} "
+              f"| {fmt_pairs(at_16)} | {n} |")
+    print()
+
+
 def main():
     d = sys.argv[1]
     commit = sys.argv[2] if len(sys.argv) > 2 else ""
-    names = sorted({os.path.basename(p).split(".")[0] for p in glob.glob(os.path.join(d, "*.json"))})
+    all_names = {os.path.basename(p).split(".")[0] for p in glob.glob(os.path.join(d, "*.json"))}
+    batch_names = {n for n in all_names if n.startswith("batch_")}
+    names = sorted(all_names - batch_names)
     kv_reps = {name: load_reps(d, name, "kvfold", kvfold_values) for name in names}
     ll_reps = {name: load_reps(d, name, "llama", llama_values) for name in names}
     kv = {name: [v for _, v in sorted(r.items())] for name, r in kv_reps.items()}
     ll = {name: [v for _, v in sorted(r.items())] for name, r in ll_reps.items()}
-    isa = next((k[0]["isa"] for k in kv.values() if k), "?")
+    isa = next((k[0]["isa"] for k in kv.values() if k), None)
+    for name in sorted(batch_names):
+        docs = load_reps(d, name, "kvfold", lambda doc: doc.get("cpu_isa"))
+        isa = isa or next((v for v in docs.values() if v), None)
+    isa = isa or "?"
     reported = sorted({l.get("commit") for v in ll.values() for l in v} - {None, "", "unknown"})
     if reported:
         commit = ", ".join(reported)
@@ -165,6 +222,7 @@ def main():
             frac = f"{a / b * 100:.0f} %" if a and b else "-"
             print(f"| {label} | {fmt(a)} | {fmt(b)} | {frac} | {n} |")
         print()
+    batch_table(d, batch_names)
 
 
 if __name__ == "__main__":

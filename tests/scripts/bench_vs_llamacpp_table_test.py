@@ -5,7 +5,9 @@ Writes result files of the shape bench_engine (JSON `models[].results[]`) and ll
 (`-o json`) write, with known speeds, and checks the printed rows: the medians of each
 side, their ratio, and the per-rep ratios, which pair each kvfold run with the llama.cpp
 run of the same rep number (reps 1 .. 11, so "10" and "11" sort between "1" and "2" as
-text), leaving out a rep whose llama.cpp run wrote nothing.
+text), leaving out a rep whose llama.cpp run wrote nothing. The batch row's files (bench_engine's
+`batch_decode`, llama-batched-bench's JSON lines gathered into an array) give each
+engine's one and 16 sequences and 16 over one per run.
 
 usage: bench_vs_llamacpp_table_test.py SCRIPT
 """
@@ -30,6 +32,16 @@ def llama_doc(decode, prefill):
             {"n_prompt": 0, "n_gen": 32, "avg_ts": decode, "build_commit": "abc1234"}]
 
 
+def kvfold_batch_doc(one, sixteen):
+    return {"cpu_isa": "avx512", "models": [], "batch_decode": {"sizes": [
+        {"sequences": 1, "decode_tok_s": one}, {"sequences": 16, "decode_tok_s": sixteen}]}}
+
+
+def llama_batch_doc(one, sixteen):
+    return [{"pp": 8, "tg": 128, "pl": 1, "speed_tg": one},
+            {"pp": 8, "tg": 128, "pl": 16, "speed_tg": sixteen}]
+
+
 def row(out, label):
     for line in out.splitlines():
         if line.startswith(f"| {label} |"):
@@ -49,8 +61,18 @@ def main():
                 continue
             with open(os.path.join(d, f"s110_f32_t1.llama.{rep}.json"), "w") as f:
                 json.dump(llama_doc(50.0 + rep, 500.0), f)
-        out = subprocess.run([sys.executable, script, d], capture_output=True, text=True,
-                             check=True, timeout=60).stdout
+        # Batch, q8 at 2 threads, reps 1 .. 5: kvfold one 200 + rep, 16 sequences 1000 + 100
+        # * rep; llama.cpp one 100, 16 sequences 300 + rep, and nothing written for rep 3.
+        for rep in range(1, 6):
+            with open(os.path.join(d, f"batch_q8_t2.kvfold.{rep}.json"), "w") as f:
+                json.dump(kvfold_batch_doc(200.0 + rep, 1000.0 + 100 * rep), f)
+            with open(os.path.join(d, f"batch_q8_t2.llama.{rep}.json"), "w") as f:
+                if rep != 3:
+                    json.dump(llama_batch_doc(100.0, 300.0 + rep), f)
+        run = subprocess.run([sys.executable, script, d], capture_output=True, text=True,
+                             timeout=60)
+        assert run.returncode == 0, run.stderr
+        out = run.stdout
     assert "build_commit: abc1234" in out, out
     dec = row(out, "decode 32 tokens from an empty context, 1 thr")
     # kvfold: median of 101 .. 111 = 106; llama.cpp: median of 51 .. 61 without 57 = 55.5.
@@ -67,6 +89,13 @@ def main():
     pre = row(out, "prefill 128 tokens, 1 thr")
     assert pre[1] == "1,006.0" and pre[2] == "500.0" and pre[3] == "2.01x", pre
     assert re.search(r"\| f32 decode, 1 thr \| 106\.0 \| 100\.0 \| 106 % \| 11 \|", out), out
+    batch = row(out, "q8 / Q8_0, 2 thr")
+    kv_over = sorted((1000.0 + 100 * r) / (200.0 + r) for r in range(1, 6))[2]
+    at_16 = sorted((1000.0 + 100 * r) / (300.0 + r) for r in (1, 2, 4, 5))
+    assert batch[1:7] == ["203.0", "1,300.0", f"{kv_over:.2f}x", "100.0", "303.0", "3.03x"], batch
+    assert batch[7] == f"{(at_16[1] + at_16[2]) / 2:.2f}x ({at_16[0]:.2f}-{at_16[-1]:.2f})", batch
+    assert batch[8] == "5", batch
+    assert "f32, 1 thr |" not in out, out
     print("ok")
 
 
