@@ -28,7 +28,7 @@
 # decode against the STREAM triad roofline (bench_engine's triad, same process: bytes/s /
 # bytes per token). Both sides time a warm prompt: llama-bench runs an untimed warm-up prompt
 # of the same length first, bench_engine the same with --prefill-warmup. The batch row
-# (no target of its own: the issue's batching target is bench_service's, docs/engine.md
+# (no target of its own: the batching target is bench_service's, docs/engine.md
 # "Batched decode") puts the engines' batched decode side by side, f32 and q8 / Q8_0, fp16 KV
 # on both: one and 16 sequences of an 8-token prompt each, 128 decode steps, kvfold's
 # `bench_engine --batch-sizes 1,16` against `llama-batched-bench -npp 8 -ntg 128 -npl 1,16`.
@@ -55,7 +55,7 @@ while (($#)); do
     --stories260k) S260="$2"; shift 2 ;;
     --rows) ROWS="$2"; shift 2 ;;
     --threads) THREADS="$2"; shift 2 ;;
-    -h|--help) sed -n '2,35p' "$0"; exit 0 ;;
+    -h|--help) sed -n '2,34p' "$0"; exit 0 ;;
     *) echo "bench_vs_llamacpp: unknown argument $1" >&2; exit 2 ;;
   esac
 done
