@@ -192,15 +192,21 @@ TEST_F(ServiceIntegrationTest, StoreOutageIsUnavailableAndTheSessionSurvives) {
   TurnResult down = cluster_.Generate(1, "outage", PromptFor(6, 1), kMaxNew);
   EXPECT_EQ(down.status.error_code(), grpc::StatusCode::UNAVAILABLE) << down.status.error_message();
   ASSERT_TRUE(cluster_.StartStore());  // same address, same DB
-  TurnResult up;
-  for (int attempt = 0; attempt < 50; ++attempt) {
-    up = cluster_.Generate(1, "outage", PromptFor(6, 1), kMaxNew);
-    if (up.status.error_code() != grpc::StatusCode::UNAVAILABLE) break;
-    std::this_thread::sleep_for(std::chrono::milliseconds(200));
-  }
+  // Each replica's channel to the store reconnects on its own backoff: UNAVAILABLE until
+  // then, which a caller retries.
+  auto until_available = [&](int replica, const std::string& session) {
+    TurnResult r;
+    for (int attempt = 0; attempt < 50; ++attempt) {
+      r = cluster_.Generate(replica, session, PromptFor(6, 1), kMaxNew);
+      if (r.status.error_code() != grpc::StatusCode::UNAVAILABLE) break;
+      std::this_thread::sleep_for(std::chrono::milliseconds(200));
+    }
+    return r;
+  };
+  TurnResult up = until_available(1, "outage");
   ASSERT_TRUE(up.status.ok()) << up.status.error_message();
-  TurnResult ref = cluster_.Generate(0, "outage-ref", PromptFor(6, 1), kMaxNew);
-  ASSERT_TRUE(ref.status.ok());
+  TurnResult ref = until_available(0, "outage-ref");
+  ASSERT_TRUE(ref.status.ok()) << ref.status.error_message();
   EXPECT_EQ(up.tokens, ref.tokens);
 }
 

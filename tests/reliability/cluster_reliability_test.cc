@@ -73,6 +73,10 @@ TEST(ClusterReliability, TokenSprayKeepsReplicaMemoryBounded) {
   std::printf("replica RSS %lld KiB -> %lld KiB after %d distinct 4 KB tokens\n",
               static_cast<long long>(before_kib), static_cast<long long>(after_kib), kTokens);
   ASSERT_GT(before_kib, 0);
+#if defined(__SANITIZE_ADDRESS__)
+  GTEST_SKIP() << "the RSS bound does not hold under AddressSanitizer, which keeps freed "
+                  "memory in quarantine (up to 256 MB)";
+#endif
   EXPECT_LT(after_kib - before_kib, 16 * 1024)
       << "replica grew by " << (after_kib - before_kib) << " KiB";
 }
