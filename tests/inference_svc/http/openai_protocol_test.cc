@@ -327,5 +327,53 @@ TEST(StopMatcherTest, HoldsBackPrefixesAndNeverEmitsTheStop) {
   EXPECT_EQ(none.Push("abc"), "abc");
 }
 
+// Random texts over a small alphabet, random stop sets and random chunkings against a
+// reference that looks at the whole text after each chunk: the shown text is everything
+// before the earliest stop in the first chunk's text that holds one (no stop spans the
+// shown text, and what was shown never changes), or all of it when none completes.
+TEST(StopMatcherTest, ChunkedTextMatchesTheWholeTextReference) {
+  std::mt19937 rng(7);
+  auto pick = [&rng](size_t n) { return std::uniform_int_distribution<size_t>(0, n - 1)(rng); };
+  auto word = [&](size_t max_len) {
+    std::string w(1 + pick(max_len), ' ');
+    for (char& c : w) c = "abc\n"[pick(4)];
+    return w;
+  };
+  int stopped = 0;
+  for (int i = 0; i < 5000; ++i) {
+    std::vector<std::string> stops(pick(4) + 1);
+    for (std::string& s : stops) s = word(4);
+    const std::string text = word(40);
+    std::vector<std::string> chunks;
+    for (size_t at = 0; at < text.size();) {
+      const size_t n = std::min(text.size() - at, 1 + pick(5));
+      chunks.push_back(text.substr(at, n));
+      at += n;
+    }
+    std::string expected = text, so_far;
+    bool expect_stop = false;
+    for (const std::string& chunk : chunks) {
+      so_far += chunk;
+      size_t cut = std::string::npos;
+      for (const std::string& s : stops) cut = std::min(cut, so_far.find(s));
+      if (cut != std::string::npos) {
+        expected = so_far.substr(0, cut);
+        expect_stop = true;
+        break;
+      }
+    }
+    StopMatcher m(stops);
+    std::string shown;
+    for (const std::string& chunk : chunks) shown += m.Push(chunk);
+    shown += m.Flush();
+    ASSERT_EQ(shown, expected) << "text " << text << " stops " << stops.size();
+    ASSERT_EQ(m.stopped(), expect_stop) << text;
+    stopped += expect_stop;
+  }
+  // Both ends occur: texts cut by a stop and texts shown whole.
+  EXPECT_GT(stopped, 1000);
+  EXPECT_LT(stopped, 4900);
+}
+
 }  // namespace
 }  // namespace kvfold::http
