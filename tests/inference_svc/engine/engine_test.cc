@@ -7,8 +7,8 @@
 #include <random>
 
 #include "gtest/gtest.h"
-#include "tests/inference_svc/engine/engine_rig.h"
 #include "inference_svc/model/random_model.h"
+#include "tests/testing/engine_rig.h"
 #include "tests/testing/naive_forward.h"
 
 namespace kvfold::engine {

@@ -9,47 +9,27 @@
 #include "inference_svc/memory/memory_session.h"
 #include "inference_svc/memory/random_projector.h"
 #include "tests/testing/naive_forward.h"
-#include "tests/testing/tiny_model.h"
+#include "tests/testing/tiny_engine.h"
 
 namespace kvfold::memory {
 namespace {
 
 using core::KvMode;
 
-struct Fixture {
-  model::ModelFile model;
-  std::unique_ptr<kernels::Backend> backend;
-  std::unique_ptr<engine::Engine> engine;
-};
+using Fixture = testing::Rig;
 
 std::unique_ptr<Fixture> MakeEngine(core::DType dtype, bool reference = false) {
-  auto f = std::make_unique<Fixture>();
-  f->model = testing::RandomTinyModel(4);
-  f->backend = kernels::CreateCpuBackend({.num_threads = 2, .reference = reference});
   engine::EngineOptions options;
   options.max_batch_tokens = 32;
   options.block_size = 4;  // mem_slots 5: two prefix blocks, the second partial
   options.kv_pool_bytes = 4 << 20;
   options.kv_dtype = dtype;
-  auto engine = engine::Engine::Create(f->model, f->backend.get(), options);
-  EXPECT_TRUE(engine.ok()) << engine.status();
-  f->engine = *std::move(engine);
-  return f;
+  return testing::MakeTinyEngine(4, options, {.num_threads = 2, .reference = reference});
 }
 
 std::unique_ptr<Projector> MakeProjector(const engine::Engine& engine, int window, int chunk) {
-  ProjectorConfig c;
-  c.mem_slots = 5;
-  c.hidden_size = engine.config().hidden_size;
-  c.num_heads = 4;
-  c.ffn_mult = 2;
-  c.window_size = window;
-  c.chunk_size = chunk;
-  c.input_layers = 1;
-  c.model_fingerprint = engine.fingerprint();
-  auto p = Projector::FromTensors(c, RandomProjectorTensors(c, 1.0f, 77), "projector-77");
-  EXPECT_TRUE(p.ok()) << p.status();
-  return *std::move(p);
+  return testing::RandomTinyProjector(testing::TinyProjectorConfig(engine, 5, window, chunk), 77,
+                                      "projector-77");
 }
 
 std::unique_ptr<engine::Session> NewSession(engine::Engine* engine, const Projector* projector,

@@ -10,7 +10,7 @@
 #include "gtest/gtest.h"
 #include "inference_svc/engine/engine.h"
 #include "inference_svc/model/random_model.h"
-#include "tests/inference_svc/engine/engine_rig.h"
+#include "tests/testing/engine_rig.h"
 
 namespace kvfold::engine {
 namespace {

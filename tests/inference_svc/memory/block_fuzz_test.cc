@@ -11,9 +11,8 @@
 #include "gtest/gtest.h"
 #include "inference_svc/engine/sampler.h"
 #include "inference_svc/memory/memory_session.h"
-#include "inference_svc/memory/random_projector.h"
 #include "inference_svc/memory/session_block.h"
-#include "tests/testing/tiny_model.h"
+#include "tests/testing/tiny_engine.h"
 
 namespace kvfold::memory {
 namespace {
@@ -21,30 +20,15 @@ namespace {
 using core::KvMode;
 
 struct Fixture {
-  model::ModelFile model;
-  std::unique_ptr<kernels::Backend> backend;
-  std::unique_ptr<engine::Engine> engine;
+  std::unique_ptr<testing::Rig> tiny;
   std::unique_ptr<Projector> projector;
 };
 
 std::unique_ptr<Fixture> MakeFixture() {
   auto f = std::make_unique<Fixture>();
-  f->model = testing::RandomTinyModel(11);
-  f->backend = kernels::CreateCpuBackend({.num_threads = 2});
-  auto engine = engine::Engine::Create(f->model, f->backend.get(), {.max_batch_tokens = 32});
-  EXPECT_TRUE(engine.ok()) << engine.status();
-  f->engine = *std::move(engine);
-  ProjectorConfig c;
-  c.mem_slots = 5;
-  c.hidden_size = f->engine->config().hidden_size;
-  c.num_heads = 4;
-  c.ffn_mult = 2;
-  c.window_size = 8;
-  c.chunk_size = 4;
-  c.model_fingerprint = f->engine->fingerprint();
-  auto p = Projector::FromTensors(c, RandomProjectorTensors(c, 1.0f, 5), "projector-5");
-  EXPECT_TRUE(p.ok()) << p.status();
-  f->projector = *std::move(p);
+  f->tiny = testing::MakeTinyEngine(11, {.max_batch_tokens = 32});
+  f->projector = testing::RandomTinyProjector(
+      testing::TinyProjectorConfig(*f->tiny->engine, 5, 8, 4), 5, "projector-5");
   return f;
 }
 
@@ -54,12 +38,12 @@ MemoryBlock ValidBlock(Fixture& f, KvMode mode) {
   options.mode = mode;
   options.window_size = 8;
   options.sink_tokens = 2;
-  auto s = CreateSession(f.engine.get(), options, f.projector.get());
+  auto s = CreateSession(f.tiny->engine.get(), options, f.projector.get());
   EXPECT_TRUE(s.ok()) << s.status();
-  EXPECT_TRUE((*s)->Prefill(testing::RandomIds(14, f.model.config.vocab_size, 3)).ok());
+  EXPECT_TRUE((*s)->Prefill(testing::RandomIds(14, f.tiny->model.config.vocab_size, 3)).ok());
   auto state = (*s)->ExportState();
   EXPECT_TRUE(state.ok()) << state.status();
-  auto block = ExportSessionBlock(*state, IdentityFor(*f.engine, f.projector.get()),
+  auto block = ExportSessionBlock(*state, IdentityFor(*f.tiny->engine, f.projector.get()),
                                   SamplerStateToProto({}, engine::Rng(1).state()));
   EXPECT_TRUE(block.ok()) << block.status();
   return *std::move(block);
@@ -154,8 +138,8 @@ constexpr int kMutationsPerMode = 300;
 
 TEST(BlockFuzzTest, MutatedSealedBlocksNeverCrash) {
   auto f = MakeFixture();
-  const int vocab = f->model.config.vocab_size;
-  const BlockExpectations expected = ExpectationsFor(*f->engine, f->projector.get());
+  const int vocab = f->tiny->model.config.vocab_size;
+  const BlockExpectations expected = ExpectationsFor(*f->tiny->engine, f->projector.get());
   std::mt19937_64 rng(2024);
   int imported = 0, resumed = 0;
   for (KvMode mode :
@@ -186,7 +170,7 @@ TEST(BlockFuzzTest, MutatedSealedBlocksNeverCrash) {
       options.mode = state->mode;
       options.window_size = state->window_size;
       options.sink_tokens = state->sink_tokens;
-      auto session = CreateSession(f->engine.get(), options, f->projector.get());
+      auto session = CreateSession(f->tiny->engine.get(), options, f->projector.get());
       if (!session.ok()) continue;
       if (!(*session)->ImportState(*state).ok()) continue;
       ++resumed;

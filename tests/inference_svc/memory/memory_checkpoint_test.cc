@@ -8,27 +8,17 @@
 #include "inference_svc/memory/random_projector.h"
 #include "inference_svc/memory/session_block.h"
 #include "tests/testing/naive_forward.h"
-#include "tests/testing/tiny_model.h"
+#include "tests/testing/tiny_engine.h"
 
 namespace kvfold::memory {
 namespace {
 
 using core::KvMode;
 
-struct Fixture {
-  model::ModelFile model;
-  std::unique_ptr<kernels::Backend> backend;
-  std::unique_ptr<engine::Engine> engine;
-};
+using Fixture = testing::Rig;
 
 std::unique_ptr<Fixture> MakeEngine(uint32_t seed) {
-  auto f = std::make_unique<Fixture>();
-  f->model = testing::RandomTinyModel(seed);
-  f->backend = kernels::CreateCpuBackend({.num_threads = 2});
-  auto engine = engine::Engine::Create(f->model, f->backend.get(), {.max_batch_tokens = 32});
-  EXPECT_TRUE(engine.ok()) << engine.status();
-  f->engine = *std::move(engine);
-  return f;
+  return testing::MakeTinyEngine(seed, {.max_batch_tokens = 32});
 }
 
 std::unique_ptr<Projector> MakeProjector(const engine::Engine& engine, int window, int chunk,
@@ -36,13 +26,7 @@ std::unique_ptr<Projector> MakeProjector(const engine::Engine& engine, int windo
                                          WindowPolicy policy = WindowPolicy::kGrowing,
                                          int sink_tokens = 0, int prefix_gap = 0,
                                          int memory_only_window = 0, bool memory_kv = false) {
-  ProjectorConfig c;
-  c.mem_slots = 5;
-  c.hidden_size = engine.config().hidden_size;
-  c.num_heads = 4;
-  c.ffn_mult = 2;
-  c.window_size = window;
-  c.chunk_size = chunk;
+  ProjectorConfig c = testing::TinyProjectorConfig(engine, 5, window, chunk);
   c.input_layers = input_layers;
   c.window_policy = policy;
   c.sink_tokens = sink_tokens;
@@ -53,10 +37,7 @@ std::unique_ptr<Projector> MakeProjector(const engine::Engine& engine, int windo
     c.memory_kv_dim = engine.config().kv_dim();
     c.memory_kv_hidden = 8;
   }
-  c.model_fingerprint = engine.fingerprint();
-  auto p = Projector::FromTensors(c, RandomProjectorTensors(c, 1.0f, 77), "projector-77");
-  EXPECT_TRUE(p.ok()) << p.status();
-  return *std::move(p);
+  return testing::RandomTinyProjector(c, 77, "projector-77");
 }
 
 std::unique_ptr<engine::Session> NewSession(engine::Engine* engine, const Projector* projector,

@@ -9,7 +9,7 @@
 #include "inference_svc/memory/random_projector.h"
 #include "inference_svc/memory/session_block.h"
 #include "tests/testing/naive_forward.h"
-#include "tests/testing/tiny_model.h"
+#include "tests/testing/tiny_engine.h"
 
 namespace kvfold::memory {
 namespace {
@@ -18,36 +18,15 @@ using core::KvMode;
 using testing::NaiveMemoryForward;
 using testing::RandomTinyModel;
 
-struct Fixture {
-  model::ModelFile model;
-  std::unique_ptr<kernels::Backend> backend;
-  std::unique_ptr<engine::Engine> engine;
-};
-
-Fixture MakeEngine(uint32_t seed) {
-  Fixture f;
-  f.model = RandomTinyModel(seed);
-  f.backend = kernels::CreateCpuBackend({.num_threads = 2});
-  auto engine = engine::Engine::Create(f.model, f.backend.get(), {.max_batch_tokens = 64});
-  EXPECT_TRUE(engine.ok()) << engine.status();
-  f.engine = *std::move(engine);
-  return f;
+std::unique_ptr<testing::Rig> MakeEngine(uint32_t seed) {
+  return testing::MakeTinyEngine(seed, {.max_batch_tokens = 64});
 }
 
 std::unique_ptr<Projector> MakeProjector(const engine::Engine& engine, int mem_slots, int window,
                                          int chunk, int input_layers, uint64_t seed) {
-  ProjectorConfig c;
-  c.mem_slots = mem_slots;
-  c.hidden_size = engine.config().hidden_size;
-  c.num_heads = 4;
-  c.ffn_mult = 2;
-  c.window_size = window;
-  c.chunk_size = chunk;
+  ProjectorConfig c = testing::TinyProjectorConfig(engine, mem_slots, window, chunk);
   c.input_layers = input_layers;
-  c.model_fingerprint = engine.fingerprint();
-  auto p = Projector::FromTensors(c, RandomProjectorTensors(c, 1.0f, seed), "proj-" + std::to_string(seed));
-  EXPECT_TRUE(p.ok()) << p.status();
-  return *std::move(p);
+  return testing::RandomTinyProjector(c, seed, "proj-" + std::to_string(seed));
 }
 
 std::unique_ptr<MemorySession> NewSession(engine::Engine* engine, const Projector* projector,
@@ -98,14 +77,14 @@ struct NaiveMemoryMode {
 class NaiveReferenceTest : public ::testing::TestWithParam<KvMode> {};
 
 TEST_P(NaiveReferenceTest, LogitsMatchThroughFolds) {
-  Fixture f = MakeEngine(3);
+  auto f = MakeEngine(3);
   const KvMode mode = GetParam();
   const int window = mode == KvMode::kMemory ? 7 : 0, chunk = 5;
-  auto projector = MakeProjector(*f.engine, /*mem_slots=*/3, 7, chunk, 1, 9);
+  auto projector = MakeProjector(*f->engine, /*mem_slots=*/3, 7, chunk, 1, 9);
   // fp32 memory: the reference runs in double, and fp16 rounding could flip an ulp.
-  auto session = NewSession(f.engine.get(), projector.get(), mode, /*fp16_memory=*/false);
-  NaiveMemoryMode naive{f.model, *projector, window, chunk, {}, {}};
-  const auto ids = RandomIds(window + 3 * chunk + 2, f.model.config.vocab_size, 4);  // 3 folds
+  auto session = NewSession(f->engine.get(), projector.get(), mode, /*fp16_memory=*/false);
+  NaiveMemoryMode naive{f->model, *projector, window, chunk, {}, {}};
+  const auto ids = RandomIds(window + 3 * chunk + 2, f->model.config.vocab_size, 4);  // 3 folds
   for (size_t t = 0; t < ids.size(); ++t) {
     ASSERT_TRUE(session->Append(ids[t]).ok());
     const auto want = naive.Feed(ids[t]);
@@ -125,30 +104,30 @@ INSTANTIATE_TEST_SUITE_P(Modes, NaiveReferenceTest,
 // memory row changes the first window token's logits (it could not if the window ignored
 // memory), and the naive reference with a causal memory mask disagrees with the engine.
 TEST(MemoryMaskTest, MemoryIsBidirectionalAndVisibleToEveryWindowToken) {
-  Fixture f = MakeEngine(5);
-  auto projector = MakeProjector(*f.engine, 4, 6, 4, 1, 2);
-  auto session = NewSession(f.engine.get(), projector.get(), KvMode::kMemory, false);
-  const auto ids = RandomIds(6 + 4 + 3, f.model.config.vocab_size, 8);
+  auto f = MakeEngine(5);
+  auto projector = MakeProjector(*f->engine, 4, 6, 4, 1, 2);
+  auto session = NewSession(f->engine.get(), projector.get(), KvMode::kMemory, false);
+  const auto ids = RandomIds(6 + 4 + 3, f->model.config.vocab_size, 8);
   ASSERT_TRUE(session->Prefill(ids).ok());
   ASSERT_EQ(session->tokens_folded(), 4);
   const std::vector<float> mem(session->memory().begin(), session->memory().end());
   const std::vector<int32_t> w(session->window_token_ids().begin(), session->window_token_ids().end());
-  const auto want = NaiveMemoryForward(f.model, mem, w);
+  const auto want = NaiveMemoryForward(f->model, mem, w);
   EXPECT_LT(MaxAbsDiff(session->Logits(), want.logits.back()), 1e-4);
 
   // A causal-among-memory variant gives clearly different logits.
   const int num_mem = 4;
   std::vector<int> pos;
-  const auto rows = testing::NaiveMemoryInputs(f.model, mem, w, &pos);
+  const auto rows = testing::NaiveMemoryInputs(f->model, mem, w, &pos);
   const auto causal = testing::NaiveForward(
-      f.model, testing::NaiveRowsFromMask(rows, pos, [](int i, int j) { return j <= i; }));
+      f->model, testing::NaiveRowsFromMask(rows, pos, [](int i, int j) { return j <= i; }));
   EXPECT_GT(MaxAbsDiff(session->Logits(), causal.logits.back()), 1e-3);
   // Shifted window positions (0..n-1 instead of 1..n) also disagree.
   for (int i = num_mem; i < static_cast<int>(pos.size()); ++i) pos[i] -= 1;
-  const auto shifted = testing::NaiveForward(
-      f.model, testing::NaiveRowsFromMask(rows, pos, [&](int i, int j) {
-    return i < num_mem ? j < num_mem : (j < num_mem || j <= i);
-  }));
+  const auto shifted =
+      testing::NaiveForward(f->model, testing::NaiveRowsFromMask(rows, pos, [&](int i, int j) {
+                              return i < num_mem ? j < num_mem : (j < num_mem || j <= i);
+                            }));
   EXPECT_GT(MaxAbsDiff(session->Logits(), shifted.logits.back()), 1e-6);
 }
 

@@ -1,6 +1,7 @@
-// The engine tests' rig: a model, its backend and engine (token ids: tests/testing/tiny_model.h).
-#ifndef KVFOLD_TESTS_INFERENCE_SVC_ENGINE_ENGINE_RIG_H_
-#define KVFOLD_TESTS_INFERENCE_SVC_ENGINE_ENGINE_RIG_H_
+// A model, its backend and engine, for the engine and memory tests (random tiny models and
+// token ids: tiny_model.h; the rig of one made for memory modes: tiny_engine.h).
+#ifndef KVFOLD_TESTS_TESTING_ENGINE_RIG_H_
+#define KVFOLD_TESTS_TESTING_ENGINE_RIG_H_
 
 #include <cstdint>
 #include <memory>
@@ -22,4 +23,4 @@ struct Rig {
 
 }  // namespace kvfold::testing
 
-#endif  // KVFOLD_TESTS_INFERENCE_SVC_ENGINE_ENGINE_RIG_H_
+#endif  // KVFOLD_TESTS_TESTING_ENGINE_RIG_H_
