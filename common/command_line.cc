@@ -1,5 +1,7 @@
 #include "common/command_line.h"
 
+#include <sys/resource.h>
+
 #include <algorithm>
 #include <cerrno>
 #include <cstdio>
@@ -108,6 +110,13 @@ std::optional<int> ParseCommandLine(CLI::App& app, int argc, char** argv) {
   // every Lock of every absl::Mutex (gRPC takes several per message) updates one
   // process-wide graph under a global lock, and an order it flags aborts the process.
   absl::SetMutexDeadlockDetectionMode(absl::OnDeadlockCycle::kIgnore);
+  // Servers hold a descriptor per connection: the soft limit (often 1024 while the hard
+  // one is far higher) goes up to the hard limit, which only the administrator sets.
+  rlimit files{};
+  if (getrlimit(RLIMIT_NOFILE, &files) == 0 && files.rlim_cur < files.rlim_max) {
+    files.rlim_cur = files.rlim_max;
+    setrlimit(RLIMIT_NOFILE, &files);
+  }
   // CLI11 takes the arguments in reverse order. "--name=" is the empty value, as
   // "--name ''" (CLI11 alone would report a missing value).
   std::vector<std::string> args;

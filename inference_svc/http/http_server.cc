@@ -2,13 +2,19 @@
 // operation and every field of a Connection is touched only on that strand.
 #include "inference_svc/http/http_server.h"
 
+#include <sys/resource.h>
+
+#include <algorithm>
+#include <array>
 #include <atomic>
 #include <boost/asio/ip/tcp.hpp>
+#include <boost/asio/steady_timer.hpp>
 #include <boost/asio/strand.hpp>
 #include <boost/beast/core.hpp>
 #include <boost/beast/http.hpp>
 #include <deque>
 #include <optional>
+#include <string_view>
 #include <thread>
 
 #include "absl/strings/str_cat.h"
@@ -23,6 +29,34 @@ using tcp = net::ip::tcp;
 
 // How long a connection may take to send a request (and idle between keep-alive requests).
 constexpr std::chrono::seconds kRequestTimeout(300);
+// After an accept failed for want of descriptors or memory: the connection stays queued and
+// the next accept would fail at once, so the acceptor waits this long before trying again
+// instead of spinning on the I/O threads.
+constexpr std::chrono::milliseconds kAcceptBackoff(100);
+// How long a connection refused for the connection limit may take to receive its 503 and
+// close; and how many such refusals may be in flight (beyond that a connection is closed
+// without an answer, so that refusing costs bounded descriptors too).
+constexpr std::chrono::seconds kRefusalTimeout(1);
+constexpr size_t kMaxRefusalsInFlight = 64;
+// The answer to a connection over the limit (OpenAI's error shape; the client may retry).
+const std::string& BusyResponse() {
+  static const std::string* response = [] {
+    constexpr std::string_view kBody =
+        R"({"error":{"message":"too many open connections","type":"server_error","code":"busy"}})";
+    return new std::string(
+        absl::StrCat("HTTP/1.1 503 Service Unavailable\r\nContent-Type: application/json\r\n"
+                     "Retry-After: 1\r\nConnection: close\r\nContent-Length: ",
+                     kBody.size(), "\r\n\r\n", std::string(kBody)));
+  }();
+  return *response;
+}
+
+// Errors of accept() that say the process or system is out of descriptors or buffers.
+bool IsResourceShortage(const beast::error_code& ec) {
+  return ec == net::error::no_descriptors ||
+         ec == boost::system::errc::too_many_files_open_in_system ||
+         ec == net::error::no_buffer_space || ec == net::error::no_memory;
+}
 // Bytes read ahead while an answer is in progress (pipelined requests); more stops the
 // read-ahead, so a client cannot make the server buffer without bound.
 constexpr size_t kReadAheadLimit = 64 * 1024;
@@ -42,12 +76,17 @@ struct HttpServer::Impl {
   HttpHandler handler;
   std::atomic<size_t> connections{0};
   std::atomic<bool> stopped{false};
+  std::atomic<size_t> refusals_in_flight{0};
+  std::atomic<uint64_t> refused{0};
+  size_t max_connections = 0;  // resolved at Start
   int port = 0;
   net::io_context io;
   std::optional<tcp::acceptor> acceptor;
+  std::optional<net::steady_timer> accept_backoff;  // used by the accept chain only
   std::vector<std::thread> threads;
 
   void Accept();
+  void Refuse(tcp::socket socket);
 };
 
 namespace {
@@ -336,10 +375,76 @@ void Connection::Close() {
 
 }  // namespace
 
+namespace {
+
+// A connection over the limit: answered 503 and closed. After the answer the sending side
+// is shut and the client's request read and dropped until it closes (or the timeout), so
+// that closing does not reset the connection before the client has read the answer.
+class Refusal : public std::enable_shared_from_this<Refusal> {
+ public:
+  Refusal(tcp::socket socket, HttpServer::Impl* server)
+      : stream_(std::move(socket)), server_(server) {
+    server_->refusals_in_flight.fetch_add(1);
+  }
+  ~Refusal() { server_->refusals_in_flight.fetch_sub(1); }
+
+  void Start() {
+    stream_.expires_after(kRefusalTimeout);
+    net::async_write(stream_, net::buffer(BusyResponse()),
+                     [self = shared_from_this()](beast::error_code ec, size_t) {
+                       if (ec) return self->Close();
+                       self->stream_.socket().shutdown(tcp::socket::shutdown_send, ec);
+                       self->Drain();
+                     });
+  }
+
+ private:
+  void Drain() {
+    stream_.async_read_some(net::buffer(sink_),
+                            [self = shared_from_this()](beast::error_code ec, size_t) {
+                              if (ec) return self->Close();  // the client closed, or the timeout
+                              self->Drain();
+                            });
+  }
+  void Close() {
+    beast::error_code ec;
+    stream_.socket().close(ec);
+  }
+
+  beast::tcp_stream stream_;
+  HttpServer::Impl* server_;
+  std::array<char, 1024> sink_;
+};
+
+}  // namespace
+
+void HttpServer::Impl::Refuse(tcp::socket socket) {
+  refused.fetch_add(1);
+  if (refusals_in_flight.load() >= kMaxRefusalsInFlight) {
+    beast::error_code ec;
+    socket.close(ec);
+    return;
+  }
+  std::make_shared<Refusal>(std::move(socket), this)->Start();
+}
+
 void HttpServer::Impl::Accept() {
   acceptor->async_accept(net::make_strand(io), [this](beast::error_code ec, tcp::socket socket) {
     if (stopped.load()) return;
-    if (!ec) std::make_shared<Connection>(std::move(socket), this)->Begin();
+    if (ec && IsResourceShortage(ec)) {
+      accept_backoff->expires_after(kAcceptBackoff);
+      accept_backoff->async_wait([this](beast::error_code) {
+        if (!stopped.load()) Accept();
+      });
+      return;
+    }
+    if (!ec) {
+      if (connections.load() >= max_connections) {
+        Refuse(std::move(socket));
+      } else {
+        std::make_shared<Connection>(std::move(socket), this)->Begin();
+      }
+    }
     Accept();
   });
 }
@@ -366,6 +471,9 @@ absl::StatusOr<std::unique_ptr<HttpServer>> HttpServer::Start(const HttpServerOp
                                                options.port, ": ", ec.message()));
   }
   impl->port = impl->acceptor->local_endpoint().port();
+  impl->max_connections =
+      options.max_connections > 0 ? options.max_connections : DefaultMaxConnections();
+  impl->accept_backoff.emplace(impl->io);
   impl->Accept();
   for (int i = 0; i < options.io_threads; ++i) {
     impl->threads.emplace_back([io = &impl->io] { io->run(); });
@@ -390,5 +498,15 @@ void HttpServer::Stop() {
 int HttpServer::port() const { return impl_->port; }
 
 size_t HttpServer::open_connections() const { return impl_->connections.load(); }
+
+size_t HttpServer::max_connections() const { return impl_->max_connections; }
+
+uint64_t HttpServer::refused_connections() const { return impl_->refused.load(); }
+
+size_t DefaultMaxConnections() {
+  rlimit limit{};
+  if (getrlimit(RLIMIT_NOFILE, &limit) != 0 || limit.rlim_cur == RLIM_INFINITY) return 16384;
+  return std::clamp<size_t>(static_cast<size_t>(limit.rlim_cur) / 2, 16, 16384);
+}
 
 }  // namespace kvfold::http

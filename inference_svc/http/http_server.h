@@ -8,6 +8,7 @@
 #ifndef KVFOLD_INFERENCE_SVC_HTTP_HTTP_SERVER_H_
 #define KVFOLD_INFERENCE_SVC_HTTP_HTTP_SERVER_H_
 
+#include <cstdint>
 #include <functional>
 #include <memory>
 #include <string>
@@ -63,7 +64,14 @@ struct HttpServerOptions {
   int io_threads = 2;
   // Larger request bodies are answered 413. Default 8 MiB.
   size_t max_body_bytes = 8u << 20;
+  // Open connections at most; one more is answered 503 ("busy", Retry-After: 1) and
+  // closed. 0 = DefaultMaxConnections().
+  size_t max_connections = 0;
 };
+
+// Half the process's descriptor limit (RLIMIT_NOFILE), within [16, 16384]: the other half
+// stays for gRPC, the store and the model files.
+size_t DefaultMaxConnections();
 
 class HttpServer {
  public:
@@ -76,8 +84,10 @@ class HttpServer {
   void Stop();
 
   int port() const;
-  // Connections open right now.
+  // Connections open right now, the limit, and the connections refused for it so far.
   size_t open_connections() const;
+  size_t max_connections() const;
+  uint64_t refused_connections() const;
 
   struct Impl;
 

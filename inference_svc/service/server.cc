@@ -233,6 +233,7 @@ absl::StatusOr<std::unique_ptr<InferenceServer>> InferenceServer::Start(
     http::OpenAiFrontOptions http_options;
     http_options.http.host = host;
     http_options.http.port = c.http_port;
+    http_options.http.max_connections = static_cast<size_t>(c.http_max_connections);
     http_options.metrics_text = [raw] { return raw->registry_.Render(); };
     // The same log and metrics as gRPC calls; probes (health, scrapes) are not requests.
     http_options.record_prompts = c.log_prompts;
@@ -246,6 +247,15 @@ absl::StatusOr<std::unique_ptr<InferenceServer>> InferenceServer::Start(
                                           server->tokenizer_.get(), server->chat_template_.get());
     if (!front.ok()) return front.status();
     server->http_front_ = std::move(*front);
+    // Read at scrape time; the front outlives the metrics port (Shutdown).
+    const http::HttpServer* http_server = &server->http_front_->server();
+    server->registry_.AddCallbackGauge(
+        "kvfold_inference_http_open_connections", "Connections open on the HTTP API.",
+        [http_server] { return static_cast<double>(http_server->open_connections()); });
+    server->registry_.AddCallbackCounter(
+        "kvfold_inference_http_refused_connections_total",
+        "Connections answered 503 for the HTTP API's connection limit.",
+        [http_server] { return static_cast<double>(http_server->refused_connections()); });
   }
   if (c.kv_populate) {
     server->populate_thread_ = std::thread([raw = server.get()] { raw->PopulateLoop(); });
@@ -351,9 +361,10 @@ void InferenceServer::Shutdown() {
   }
   if (http_front_ != nullptr) http_front_->Stop();
   http_port_.reset();
-  http_front_.reset();
   if (runtime_ != nullptr) runtime_->Stop();
   metrics_http_.reset();
+  // After the metrics port: its scrapes read the stopped front's connection counts.
+  http_front_.reset();
 }
 
 InferenceServer::~InferenceServer() {

@@ -36,6 +36,10 @@ absl::Status ServiceConfig::Validate() const {
   if (http_port < -1 || http_port > 65535) {
     return absl::InvalidArgumentError("--http-port must be in [0, 65535] (or -1: off)");
   }
+  if (http_max_connections < 0) {
+    return absl::InvalidArgumentError(
+        "--http-max-connections must be >= 0 (0: from the descriptor limit)");
+  }
   if (max_prompt_tokens == 0) return absl::InvalidArgumentError("--max-prompt-tokens must be > 0");
   if (max_new_tokens_cap == 0)
     return absl::InvalidArgumentError("--max-new-tokens-cap must be > 0");

@@ -75,6 +75,9 @@ struct ServiceConfig {
   // OpenAI-compatible HTTP API (docs/http-api.md) on the listen host at this port; 0 picks
   // a free port, -1 = off. Default: off.
   int http_port = -1;
+  // Open HTTP connections at most (one more is answered 503 and closed); 0 = half the
+  // process's descriptor limit, within [16, 16384] (http::DefaultMaxConnections).
+  int http_max_connections = 0;
   // Chat template family (llama3, chatml, llama2, mistral, gemma, plain); empty = detected
   // from the model's tokenizer_config.json (docs/tokenizers.md).
   std::string chat_template;

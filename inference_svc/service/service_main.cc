@@ -94,6 +94,9 @@ void AddFlags(CLI::App& app, Flags& f) {
   app.add_option("--http-port", c.http_port,
                  "OpenAI-compatible HTTP API on the --listen host at this port (0 = any free "
                  "port, -1 = off); see docs/http-api.md");
+  app.add_option("--http-max-connections", c.http_max_connections,
+                 "open HTTP connections at most, one more is answered 503 (0 = half the "
+                 "descriptor limit, within [16, 16384])");
   app.add_option("--chat-template", c.chat_template,
                  "chat template: llama3|chatml|llama2|mistral|gemma|plain (default: detected)");
   app.add_option("--replica-name", c.replica_name,

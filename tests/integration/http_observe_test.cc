@@ -145,5 +145,35 @@ TEST_F(HttpApiTest, HttpRequestsAreLoggedAndCountedInTheOneRegistry) {
   EXPECT_EQ(tokens(other, "generated"), tokens(again, "generated"));
 }
 
+// --http-max-connections on a real replica: with two connections open a third is answered
+// 503 "busy" and closed, and the replica's registry counts it while the open ones keep
+// working.
+TEST(HttpConnectionLimitTest, AConnectionOverTheLimitIs503AndCounted) {
+  if (!std::filesystem::exists(SharedModel())) {
+    GTEST_SKIP() << MissingShared("models/stories260K/stories260K.bin");
+  }
+  Cluster cluster;
+  std::string error;
+  ASSERT_TRUE(
+      cluster.Setup(1, &error, {"--http-port=0", "--http-max-connections=2"}, SharedModel()))
+      << error;
+  const int port = HttpPortOf(cluster.replica_process(0));
+  ASSERT_GT(port, 0) << cluster.replica_process(0).output();
+  HttpConnection first(port), second(port);
+  for (HttpConnection* c : {&first, &second}) {  // both accepted: each answers
+    ASSERT_TRUE(c->Send("GET", "/health/live", ""));
+    ASSERT_EQ(c->Read().status, 200);
+  }
+  const HttpReply busy = HttpCall(port, "GET", "/health/live");
+  EXPECT_EQ(busy.status, 503);
+  EXPECT_THAT(busy.body, HasSubstr("too many open connections"));
+  ASSERT_TRUE(first.Send("GET", "/metrics", ""));
+  const HttpReply metrics = first.Read();
+  ASSERT_EQ(metrics.status, 200);
+  const PromPage page = ParsePrometheusText(metrics.body);
+  EXPECT_EQ(page.Value("kvfold_inference_http_refused_connections_total"), 1);
+  EXPECT_EQ(page.Value("kvfold_inference_http_open_connections"), 2);
+}
+
 }  // namespace
 }  // namespace kvfold::testing

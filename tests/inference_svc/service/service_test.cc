@@ -644,6 +644,21 @@ TEST_F(ServiceTest, TlsListener) {
   EXPECT_FALSE(plain_stub->GetModelInfo(&c2, v1::GetModelInfoRequest(), &info).ok());
 }
 
+// A negative HTTP connection limit is refused before anything starts (the limit itself:
+// http_server_test and, on a real replica, http_observe_test).
+TEST_F(ServiceTest, NegativeHttpConnectionLimitIsInvalid) {
+  ServiceConfig bad;
+  bad.model_path = *dir_ + "/model";
+  bad.memory_store = store_->address();
+  bad.insecure_no_auth = true;
+  bad.http_port = 0;
+  bad.http_max_connections = -1;
+  auto refused_start = InferenceServer::Start(bad);
+  ASSERT_FALSE(refused_start.ok());
+  EXPECT_EQ(refused_start.status().code(), absl::StatusCode::kInvalidArgument);
+  EXPECT_NE(refused_start.status().message().find("--http-max-connections"), std::string::npos);
+}
+
 TEST_F(ServiceTest, TenantFlowsFromTheCallersTokenToTheStore) {
   const std::string tokens = *dir_ + "/tokens.txt";
   {
