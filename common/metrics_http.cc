@@ -6,6 +6,8 @@
 #include <sys/socket.h>
 #include <unistd.h>
 
+#include <cerrno>
+#include <chrono>
 #include <cstring>
 
 #include "absl/strings/numbers.h"
@@ -32,6 +34,7 @@ absl::Status SplitHostPort(const std::string& listen, std::string* host, int* po
 }
 
 constexpr int kRecvTimeoutMs = 2000;
+constexpr int kAcceptBackoffMs = 100;
 
 }  // namespace
 
@@ -84,6 +87,10 @@ absl::StatusOr<std::unique_ptr<MetricsHttpServer>> MetricsHttpServer::Start(
 MetricsHttpServer::~MetricsHttpServer() {
   stop_.store(true);
   if (thread_.joinable()) thread_.join();
+  // Connections still being served call render_ and ready_: wait for them (each ends
+  // within its receive and send timeouts).
+  std::unique_lock<std::mutex> lock(clients_->mu);
+  clients_->idle.wait(lock, [this] { return clients_->active == 0; });
   if (listen_fd_ >= 0) ::close(listen_fd_);
 }
 
@@ -92,13 +99,35 @@ void MetricsHttpServer::Loop() {
     pollfd p{listen_fd_, POLLIN, 0};
     if (::poll(&p, 1, 200) <= 0) continue;
     const int client = ::accept4(listen_fd_, nullptr, nullptr, SOCK_CLOEXEC);
-    if (client < 0) continue;
-    Serve(client);
-    ::close(client);
+    if (client < 0) {
+      // Out of descriptors or memory the connection stays queued and poll reports it at
+      // once again: wait instead of spinning.
+      if (errno == EMFILE || errno == ENFILE || errno == ENOBUFS || errno == ENOMEM) {
+        std::this_thread::sleep_for(std::chrono::milliseconds(kAcceptBackoffMs));
+      }
+      continue;
+    }
+    {
+      std::lock_guard<std::mutex> lock(clients_->mu);
+      if (clients_->active >= kMaxClients) {
+        ::close(client);
+        continue;
+      }
+      ++clients_->active;
+    }
+    std::thread([this, clients = clients_, client] {
+      Serve(client);
+      ::close(client);
+      std::lock_guard<std::mutex> lock(clients->mu);
+      if (--clients->active == 0) clients->idle.notify_all();
+    }).detach();
   }
 }
 
 void MetricsHttpServer::Serve(int client) {
+  // A client that does not read its answer cannot hold the thread for longer either.
+  const timeval send_timeout{kRecvTimeoutMs / 1000, 0};
+  ::setsockopt(client, SOL_SOCKET, SO_SNDTIMEO, &send_timeout, sizeof(send_timeout));
   // Read the request head (bounded in size and time: a silent client cannot stall scrapes
   // for longer than kRecvTimeoutMs).
   std::string request;

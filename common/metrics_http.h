@@ -2,14 +2,18 @@
 // address answers with whatever the render callback returns (Content-Type
 // text/plain; version=0.0.4). GET /readyz answers 200 while the `ready` callback returns
 // true and 503 otherwise (a readiness probe for servers whose gRPC port speaks TLS, which
-// Kubernetes' gRPC probe cannot); GET /livez always 200. One thread, one request at a time:
-// scrapes and probes are rare and small. Every other path answers 404.
+// Kubernetes' gRPC probe cannot); GET /livez always 200. Every other path answers 404.
+// One request per connection, each connection on a thread of its own (at most
+// kMaxClients at once; more are closed unanswered), so a client that connects and says
+// nothing holds up only itself, for at most 2 s.
 #ifndef KVFOLD_COMMON_METRICS_HTTP_H_
 #define KVFOLD_COMMON_METRICS_HTTP_H_
 
 #include <atomic>
+#include <condition_variable>
 #include <functional>
 #include <memory>
+#include <mutex>
 #include <string>
 #include <thread>
 
@@ -32,6 +36,14 @@ class MetricsHttpServer {
   const std::string& address() const { return address_; }
 
  private:
+  // Connections being served; shared with their threads, which may end after the server.
+  struct Clients {
+    std::mutex mu;
+    std::condition_variable idle;
+    int active = 0;
+  };
+  static constexpr int kMaxClients = 64;
+
   MetricsHttpServer() = default;
   void Loop();
   void Serve(int client);
@@ -41,6 +53,7 @@ class MetricsHttpServer {
   std::function<std::string()> render_;
   std::function<bool()> ready_;
   std::atomic<bool> stop_{false};
+  std::shared_ptr<Clients> clients_ = std::make_shared<Clients>();
   std::thread thread_;
 };
 

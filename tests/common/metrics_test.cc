@@ -1,7 +1,12 @@
 #include "common/metrics.h"
 
+#include <sys/resource.h>
+
 #include <atomic>
+#include <chrono>
 #include <cmath>
+#include <ctime>
+#include <filesystem>
 #include <string>
 #include <thread>
 #include <vector>
@@ -165,6 +170,70 @@ TEST(MetricsHttpServerTest, PortInUseIsUnavailable) {
   auto second = MetricsHttpServer::Start("127.0.0.1:" + std::to_string((*first)->port()),
                                          [] { return std::string(); });
   EXPECT_EQ(second.status().code(), absl::StatusCode::kUnavailable);
+}
+
+// Opens `n` connections to `port` that never send a byte (a stalled client, a port scan).
+std::vector<int> SilentConnections(int port, int n) {
+  std::vector<int> fds;
+  sockaddr_in addr{};
+  addr.sin_family = AF_INET;
+  addr.sin_port = htons(static_cast<uint16_t>(port));
+  addr.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
+  for (int i = 0; i < n; ++i) {
+    const int fd = ::socket(AF_INET, SOCK_STREAM, 0);
+    if (fd < 0) break;
+    fds.push_back(fd);
+    if (::connect(fd, reinterpret_cast<sockaddr*>(&addr), sizeof(addr)) != 0) break;
+  }
+  return fds;
+}
+
+// Probes go to this port (the prod overlay's readiness asks /readyz here, with the
+// kubelet's 1 s timeout): clients that connect and say nothing must not hold them up.
+TEST(MetricsHttpServerTest, SilentClientsDoNotDelayAProbe) {
+  auto server = MetricsHttpServer::Start("127.0.0.1:0", [] { return std::string("x 1\n"); });
+  ASSERT_TRUE(server.ok()) << server.status();
+  const std::vector<int> silent = SilentConnections((*server)->port(), 4);
+  ASSERT_EQ(silent.size(), 4u);
+  std::this_thread::sleep_for(std::chrono::milliseconds(100));  // all four accepted first
+  const auto start = std::chrono::steady_clock::now();
+  EXPECT_EQ(HttpGet((*server)->port(), "/readyz").rfind("HTTP/1.1 200", 0), 0u);
+  const double seconds =
+      std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
+  EXPECT_LT(seconds, 0.5);
+  for (int fd : silent) ::close(fd);
+}
+
+double ProcessCpuSeconds() {
+  timespec ts{};
+  clock_gettime(CLOCK_PROCESS_CPUTIME_ID, &ts);
+  return static_cast<double>(ts.tv_sec) + static_cast<double>(ts.tv_nsec) * 1e-9;
+}
+
+// Out of descriptors, accept() fails at once while the connection stays queued: the loop
+// must wait between tries, not spin, and answer again once descriptors are free.
+TEST(MetricsHttpServerTest, OutOfDescriptorsTheLoopWaitsInsteadOfSpinning) {
+  auto server = MetricsHttpServer::Start("127.0.0.1:0", [] { return std::string("x 1\n"); });
+  ASSERT_TRUE(server.ok()) << server.status();
+  rlimit old{};
+  ASSERT_EQ(getrlimit(RLIMIT_NOFILE, &old), 0);
+  int open_fds = 0;
+  for (const auto& entry : std::filesystem::directory_iterator("/proc/self/fd")) {
+    (void)entry;
+    ++open_fds;
+  }
+  rlimit low = old;
+  low.rlim_cur = static_cast<rlim_t>(open_fds + 11);
+  ASSERT_EQ(setrlimit(RLIMIT_NOFILE, &low), 0);
+  const std::vector<int> fds = SilentConnections((*server)->port(), 50);
+  std::this_thread::sleep_for(std::chrono::milliseconds(200));
+  const double cpu_start = ProcessCpuSeconds();
+  std::this_thread::sleep_for(std::chrono::seconds(1));
+  const double cpu = ProcessCpuSeconds() - cpu_start;
+  for (int fd : fds) ::close(fd);
+  ASSERT_EQ(setrlimit(RLIMIT_NOFILE, &old), 0);
+  EXPECT_LT(cpu, 0.2) << "CPU seconds in one second out of descriptors";
+  EXPECT_EQ(HttpGet((*server)->port(), "/livez").rfind("HTTP/1.1 200", 0), 0u);
 }
 
 }  // namespace
