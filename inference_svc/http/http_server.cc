@@ -29,6 +29,9 @@ using tcp = net::ip::tcp;
 
 // How long a connection may take to send a request (and idle between keep-alive requests).
 constexpr std::chrono::seconds kRequestTimeout(300);
+// Bytes read ahead while an answer is in progress (pipelined requests); more stops the
+// read-ahead, so a client cannot make the server buffer without bound.
+constexpr size_t kReadAheadLimit = 64 * 1024;
 // After an accept failed for want of descriptors or memory: the connection stays queued and
 // the next accept would fail at once, so the acceptor waits this long before trying again
 // instead of spinning on the I/O threads.
@@ -57,9 +60,6 @@ bool IsResourceShortage(const beast::error_code& ec) {
          ec == boost::system::errc::too_many_files_open_in_system ||
          ec == net::error::no_buffer_space || ec == net::error::no_memory;
 }
-// Bytes read ahead while an answer is in progress (pipelined requests); more stops the
-// read-ahead, so a client cannot make the server buffer without bound.
-constexpr size_t kReadAheadLimit = 64 * 1024;
 
 }  // namespace
 
