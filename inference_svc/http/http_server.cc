@@ -130,6 +130,7 @@ class Connection : public std::enable_shared_from_this<Connection> {
   };
 
   void ReadRequest();
+  void OnHeader(beast::error_code ec);
   void OnRequest(beast::error_code ec);
   std::string Peer() {
     beast::error_code ec;
@@ -211,9 +212,31 @@ void Connection::ReadRequest() {
   parser_.emplace();
   parser_->body_limit(server_->options.max_body_bytes);
   stream_.expires_after(kRequestTimeout);
-  bhttp::async_read(
+  bhttp::async_read_header(
       stream_, buffer_, *parser_,
-      [self = shared_from_this()](beast::error_code ec, size_t) { self->OnRequest(ec); });
+      [self = shared_from_this()](beast::error_code ec, size_t) { self->OnHeader(ec); });
+}
+
+// The header is in (a Content-Length over the limit already failed it with body_limit). A
+// client that sent "Expect: 100-continue" waits for "100 Continue" before its body (curl
+// does for bodies over 1 MiB, and else waits a second): send it, then read the body.
+void Connection::OnHeader(beast::error_code ec) {
+  if (ec) return OnRequest(ec);
+  auto read_body = [self = shared_from_this()] {
+    bhttp::async_read(self->stream_, self->buffer_, *self->parser_,
+                      [self](beast::error_code ec, size_t) { self->OnRequest(ec); });
+  };
+  const auto& head = parser_->get();
+  if (head.version() < 11 || !beast::iequals(head[bhttp::field::expect], "100-continue") ||
+      parser_->is_done()) {
+    return read_body();
+  }
+  static constexpr std::string_view kContinue = "HTTP/1.1 100 Continue\r\n\r\n";
+  net::async_write(stream_, net::buffer(kContinue.data(), kContinue.size()),
+                   [self = shared_from_this(), read_body](beast::error_code ec, size_t) {
+                     if (ec) return self->Close();
+                     read_body();
+                   });
 }
 
 void Connection::OnRequest(beast::error_code ec) {

@@ -107,6 +107,70 @@ TEST(HttpServerTest, BadOptionsAndBusyPort) {
   EXPECT_EQ(HttpServer::Start(same, nullptr).status().code(), absl::StatusCode::kUnavailable);
 }
 
+// Reads from `fd` until `marker` arrived, the peer closed or 2 s passed; what was read.
+std::string ReadUntil(int fd, const std::string& marker) {
+  std::string got;
+  const auto deadline = std::chrono::steady_clock::now() + std::chrono::seconds(2);
+  while (got.find(marker) == std::string::npos && std::chrono::steady_clock::now() < deadline) {
+    timeval tv{0, 100000};
+    setsockopt(fd, SOL_SOCKET, SO_RCVTIMEO, &tv, sizeof(tv));
+    char buf[1024];
+    const ssize_t n = recv(fd, buf, sizeof(buf), 0);
+    if (n == 0) break;
+    if (n > 0) got.append(buf, static_cast<size_t>(n));
+  }
+  return got;
+}
+
+int ConnectTo(int port) {
+  const int fd = socket(AF_INET, SOCK_STREAM, 0);
+  sockaddr_in addr{};
+  addr.sin_family = AF_INET;
+  addr.sin_port = htons(static_cast<uint16_t>(port));
+  addr.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
+  if (connect(fd, reinterpret_cast<sockaddr*>(&addr), sizeof(addr)) != 0) {
+    close(fd);
+    return -1;
+  }
+  return fd;
+}
+
+// "Expect: 100-continue" (curl sends it for bodies over 1 MiB, then waits a second for the
+// interim answer): the server says "100 Continue" before the body is sent, and answers a
+// Content-Length over the limit with 413 without waiting for a body at all.
+TEST(HttpServerTest, ExpectContinueGetsTheInterimAnswerBeforeTheBody) {
+  HttpServerOptions options;
+  options.max_body_bytes = 1000;
+  auto server = HttpServer::Start(options, [](HttpRequest req, std::shared_ptr<HttpExchange> ex) {
+    ex->Respond(200, "text/plain", "got " + req.body);
+  });
+  ASSERT_TRUE(server.ok());
+  const int port = (*server)->port();
+  const int fd = ConnectTo(port);
+  ASSERT_GE(fd, 0);
+  const std::string head =
+      "POST /x HTTP/1.1\r\nHost: 127.0.0.1\r\nContent-Length: 5\r\n"
+      "Expect: 100-continue\r\n\r\n";
+  ASSERT_EQ(send(fd, head.data(), head.size(), MSG_NOSIGNAL), static_cast<ssize_t>(head.size()));
+  EXPECT_EQ(ReadUntil(fd, "\r\n\r\n"), "HTTP/1.1 100 Continue\r\n\r\n");
+  ASSERT_EQ(send(fd, "hello", 5, MSG_NOSIGNAL), 5);
+  const std::string answer = ReadUntil(fd, "got hello");
+  EXPECT_EQ(answer.rfind("HTTP/1.1 200", 0), 0u) << answer;
+  EXPECT_THAT(answer, HasSubstr("got hello"));
+  close(fd);
+
+  const int big = ConnectTo(port);
+  ASSERT_GE(big, 0);
+  const std::string big_head =
+      "POST /x HTTP/1.1\r\nHost: 127.0.0.1\r\nContent-Length: 5000\r\n"
+      "Expect: 100-continue\r\n\r\n";
+  ASSERT_EQ(send(big, big_head.data(), big_head.size(), MSG_NOSIGNAL),
+            static_cast<ssize_t>(big_head.size()));
+  const std::string refused = ReadUntil(big, "too large");
+  EXPECT_EQ(refused.rfind("HTTP/1.1 413", 0), 0u) << refused;
+  close(big);
+}
+
 // Waits up to 5 s for the server's open connections to reach `n`.
 bool WaitForConnections(const HttpServer& server, size_t n) {
   for (int i = 0; i < 500 && server.open_connections() != n; ++i) {
