@@ -27,8 +27,8 @@ namespace bhttp = beast::http;
 namespace net = boost::asio;
 using tcp = net::ip::tcp;
 
-// How long a connection may take to send a request (and idle between keep-alive requests).
-constexpr std::chrono::seconds kRequestTimeout(300);
+// How long a connection may take to send a request's body once its header is in.
+constexpr std::chrono::seconds kBodyTimeout(300);
 // Bytes read ahead while an answer is in progress (pipelined requests); more stops the
 // read-ahead, so a client cannot make the server buffer without bound.
 constexpr size_t kReadAheadLimit = 64 * 1024;
@@ -94,7 +94,7 @@ namespace {
 class Connection : public std::enable_shared_from_this<Connection> {
  public:
   Connection(tcp::socket socket, HttpServer::Impl* server)
-      : stream_(std::move(socket)), server_(server) {
+      : stream_(std::move(socket)), server_(server), idle_timer_(stream_.get_executor()) {
     server_->connections.fetch_add(1);
   }
   ~Connection() { server_->connections.fetch_sub(1); }
@@ -153,6 +153,9 @@ class Connection : public std::enable_shared_from_this<Connection> {
 
   beast::tcp_stream stream_;
   HttpServer::Impl* server_;
+  // Closes a keep-alive connection whose read-ahead waits for a next request longer than
+  // the header's time (the read-ahead was started without a timeout, mid-answer).
+  net::steady_timer idle_timer_;
   beast::flat_buffer buffer_;
   std::optional<bhttp::request_parser<bhttp::string_body>> parser_;
   bool answering_ = false;  // a request is with the handler
@@ -208,10 +211,12 @@ class Exchange final : public HttpExchange {
 };
 
 void Connection::ReadRequest() {
+  idle_timer_.cancel();
   if (server_->stopped.load()) return Close();
   parser_.emplace();
   parser_->body_limit(server_->options.max_body_bytes);
-  stream_.expires_after(kRequestTimeout);
+  // The header's time also bounds how long a keep-alive connection may idle.
+  stream_.expires_after(server_->options.header_timeout);
   bhttp::async_read_header(
       stream_, buffer_, *parser_,
       [self = shared_from_this()](beast::error_code ec, size_t) { self->OnHeader(ec); });
@@ -222,6 +227,7 @@ void Connection::ReadRequest() {
 // does for bodies over 1 MiB, and else waits a second): send it, then read the body.
 void Connection::OnHeader(beast::error_code ec) {
   if (ec) return OnRequest(ec);
+  stream_.expires_after(kBodyTimeout);
   auto read_body = [self = shared_from_this()] {
     bhttp::async_read(self->stream_, self->buffer_, *self->parser_,
                       [self](beast::error_code ec, size_t) { self->OnRequest(ec); });
@@ -386,10 +392,17 @@ void Connection::Finish() {
   finish_after_writes_ = false;
   on_gone_ = nullptr;
   if (!keep_alive_) return Close();
-  if (!watching_) ReadRequest();  // else the read-ahead starts it
+  if (!watching_) return ReadRequest();
+  // The read-ahead starts the next request; until it does the connection idles, for the
+  // header's time at most (without this an idle keep-alive connection stayed open for good).
+  idle_timer_.expires_after(server_->options.header_timeout);
+  idle_timer_.async_wait([self = shared_from_this()](beast::error_code ec) {
+    if (!ec && !self->answering_ && self->watching_) self->Close();
+  });
 }
 
 void Connection::Close() {
+  idle_timer_.cancel();
   ClientGone();
   beast::error_code ec;
   stream_.socket().shutdown(tcp::socket::shutdown_both, ec);
@@ -474,6 +487,9 @@ void HttpServer::Impl::Accept() {
 
 absl::StatusOr<std::unique_ptr<HttpServer>> HttpServer::Start(const HttpServerOptions& options,
                                                               HttpHandler handler) {
+  if (options.header_timeout <= std::chrono::milliseconds(0)) {
+    return absl::InvalidArgumentError("http header_timeout must be > 0");
+  }
   if (options.io_threads < 1 || options.io_threads > 256) {
     return absl::InvalidArgumentError(
         absl::StrCat("http io_threads ", options.io_threads, " outside [1, 256]"));

@@ -8,6 +8,7 @@
 #ifndef KVFOLD_INFERENCE_SVC_HTTP_HTTP_SERVER_H_
 #define KVFOLD_INFERENCE_SVC_HTTP_HTTP_SERVER_H_
 
+#include <chrono>
 #include <cstdint>
 #include <functional>
 #include <memory>
@@ -64,6 +65,10 @@ struct HttpServerOptions {
   int io_threads = 2;
   // Larger request bodies are answered 413. Default 8 MiB.
   size_t max_body_bytes = 8u << 20;
+  // How long a connection may take to send a request's header, which is also how long a
+  // keep-alive connection may idle between requests (then it is closed). The body has 300 s
+  // more. Default 60 s.
+  std::chrono::milliseconds header_timeout{60000};
   // Open connections at most; one more is answered 503 ("busy", Retry-After: 1) and
   // closed. 0 = DefaultMaxConnections().
   size_t max_connections = 0;

@@ -179,6 +179,31 @@ bool WaitForConnections(const HttpServer& server, size_t n) {
   return server.open_connections() == n;
 }
 
+// A connection that sends no header within header_timeout is closed, and so is a
+// keep-alive connection idle that long after its answer: silent clients cannot hold the
+// connection slots.
+TEST(HttpServerTest, SilentAndIdleConnectionsCloseAfterTheHeaderTimeout) {
+  HttpServerOptions options;
+  options.header_timeout = std::chrono::milliseconds(300);
+  auto server = HttpServer::Start(options, [](HttpRequest, std::shared_ptr<HttpExchange> ex) {
+    ex->Respond(200, "text/plain", "ok");
+  });
+  ASSERT_TRUE(server.ok());
+  const int port = (*server)->port();
+  const int silent = ConnectTo(port);
+  ASSERT_GE(silent, 0);
+  HttpConnection idle(port);
+  ASSERT_TRUE(idle.Send("GET", "/x", ""));
+  EXPECT_EQ(idle.Read().status, 200);
+  ASSERT_TRUE(WaitForConnections(**server, 0));  // both closed by the server
+  char byte;
+  EXPECT_EQ(recv(silent, &byte, 1, 0), 0);  // the silent client sees the close
+  close(silent);
+  options.header_timeout = std::chrono::milliseconds(0);
+  EXPECT_EQ(HttpServer::Start(options, nullptr).status().code(),
+            absl::StatusCode::kInvalidArgument);
+}
+
 TEST(HttpServerTest, ConnectionsOverTheLimitAre503AndTheServerRecovers) {
   HttpServerOptions options;
   options.max_connections = 2;
