@@ -246,14 +246,30 @@ void Connection::OnHeader(beast::error_code ec) {
 }
 
 void Connection::OnRequest(beast::error_code ec) {
-  if (ec == bhttp::error::body_limit) {
+  if (ec) {
+    // A request the parser refused gets its status and the connection closes; a peer that
+    // closed, a timeout or a socket error just closes.
+    const bool malformed =
+        ec.category() == bhttp::make_error_code(bhttp::error::body_limit).category() &&
+        ec != bhttp::error::end_of_stream && ec != bhttp::error::partial_message &&
+        ec != bhttp::error::short_read;
+    if (!malformed || !stream_.socket().is_open()) return Close();
+    int status = 400;
+    std::string message = "malformed HTTP request: " + ec.message();
+    if (ec == bhttp::error::body_limit) {
+      status = 413;
+      message = "request body too large";
+    } else if (ec == bhttp::error::header_limit) {
+      status = 431;
+      message = "request header fields too large";
+    }
     keep_alive_ = false;
     answering_ = true;
     return DoRespond(
-        413, "application/json",
-        R"({"error":{"message":"request body too large","type":"invalid_request_error"}})", {});
+        status, "application/json",
+        absl::StrCat(R"({"error":{"message":")", message, R"(","type":"invalid_request_error"}})"),
+        {});
   }
-  if (ec) return Close();  // closed by the peer, timed out, or not HTTP
   stream_.expires_never();
   bhttp::request<bhttp::string_body> req = parser_->release();
   keep_alive_ = req.keep_alive();
