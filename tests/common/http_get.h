@@ -11,18 +11,13 @@
 
 #include <string>
 
+#include "tests/testing/descriptors.h"
+
 namespace kvfold::testing {
 
 inline std::string HttpGet(int port, const std::string& path) {
-  const int fd = ::socket(AF_INET, SOCK_STREAM, 0);
-  sockaddr_in addr{};
-  addr.sin_family = AF_INET;
-  addr.sin_port = htons(static_cast<uint16_t>(port));
-  addr.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
-  if (::connect(fd, reinterpret_cast<sockaddr*>(&addr), sizeof(addr)) != 0) {
-    ::close(fd);
-    return "";
-  }
+  const int fd = ConnectLoopback(port);
+  if (fd < 0) return "";
   const std::string request = "GET " + path + " HTTP/1.1\r\nHost: kvfold\r\n\r\n";
   ::send(fd, request.data(), request.size(), 0);
   std::string out;

@@ -15,6 +15,7 @@
 #include "gtest/gtest.h"
 #include "tests/common/http_get.h"
 #include "tests/common/prometheus_text.h"
+#include "tests/testing/descriptors.h"
 
 namespace kvfold::metrics {
 namespace {
@@ -22,7 +23,10 @@ namespace {
 using kvfold::testing::HttpBody;
 using kvfold::testing::HttpGet;
 using kvfold::testing::ParsePrometheusText;
+using kvfold::testing::ProcessCpuSeconds;
 using kvfold::testing::PromPage;
+using kvfold::testing::ScopedDescriptorLimit;
+using kvfold::testing::SilentConnections;
 
 TEST(MetricsRegistryTest, RendersHelpTypeAndLabelledCounters) {
   Registry r;
@@ -172,22 +176,6 @@ TEST(MetricsHttpServerTest, PortInUseIsUnavailable) {
   EXPECT_EQ(second.status().code(), absl::StatusCode::kUnavailable);
 }
 
-// Opens `n` connections to `port` that never send a byte (a stalled client, a port scan).
-std::vector<int> SilentConnections(int port, int n) {
-  std::vector<int> fds;
-  sockaddr_in addr{};
-  addr.sin_family = AF_INET;
-  addr.sin_port = htons(static_cast<uint16_t>(port));
-  addr.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
-  for (int i = 0; i < n; ++i) {
-    const int fd = ::socket(AF_INET, SOCK_STREAM, 0);
-    if (fd < 0) break;
-    fds.push_back(fd);
-    if (::connect(fd, reinterpret_cast<sockaddr*>(&addr), sizeof(addr)) != 0) break;
-  }
-  return fds;
-}
-
 // Probes go to this port (the prod overlay's readiness asks /readyz here, with the
 // kubelet's 1 s timeout): clients that connect and say nothing must not hold them up.
 TEST(MetricsHttpServerTest, SilentClientsDoNotDelayAProbe) {
@@ -204,34 +192,22 @@ TEST(MetricsHttpServerTest, SilentClientsDoNotDelayAProbe) {
   for (int fd : silent) ::close(fd);
 }
 
-double ProcessCpuSeconds() {
-  timespec ts{};
-  clock_gettime(CLOCK_PROCESS_CPUTIME_ID, &ts);
-  return static_cast<double>(ts.tv_sec) + static_cast<double>(ts.tv_nsec) * 1e-9;
-}
-
 // Out of descriptors, accept() fails at once while the connection stays queued: the loop
 // must wait between tries, not spin, and answer again once descriptors are free.
 TEST(MetricsHttpServerTest, OutOfDescriptorsTheLoopWaitsInsteadOfSpinning) {
   auto server = MetricsHttpServer::Start("127.0.0.1:0", [] { return std::string("x 1\n"); });
   ASSERT_TRUE(server.ok()) << server.status();
-  rlimit old{};
-  ASSERT_EQ(getrlimit(RLIMIT_NOFILE, &old), 0);
-  int open_fds = 0;
-  for (const auto& entry : std::filesystem::directory_iterator("/proc/self/fd")) {
-    (void)entry;
-    ++open_fds;
+  double cpu = 0;
+  {
+    ScopedDescriptorLimit limit(11);
+    ASSERT_TRUE(limit.ok());
+    const std::vector<int> fds = SilentConnections((*server)->port(), 50);
+    std::this_thread::sleep_for(std::chrono::milliseconds(200));
+    const double cpu_start = ProcessCpuSeconds();
+    std::this_thread::sleep_for(std::chrono::seconds(1));
+    cpu = ProcessCpuSeconds() - cpu_start;
+    for (int fd : fds) ::close(fd);
   }
-  rlimit low = old;
-  low.rlim_cur = static_cast<rlim_t>(open_fds + 11);
-  ASSERT_EQ(setrlimit(RLIMIT_NOFILE, &low), 0);
-  const std::vector<int> fds = SilentConnections((*server)->port(), 50);
-  std::this_thread::sleep_for(std::chrono::milliseconds(200));
-  const double cpu_start = ProcessCpuSeconds();
-  std::this_thread::sleep_for(std::chrono::seconds(1));
-  const double cpu = ProcessCpuSeconds() - cpu_start;
-  for (int fd : fds) ::close(fd);
-  ASSERT_EQ(setrlimit(RLIMIT_NOFILE, &old), 0);
   EXPECT_LT(cpu, 0.2) << "CPU seconds in one second out of descriptors";
   EXPECT_EQ(HttpGet((*server)->port(), "/livez").rfind("HTTP/1.1 200", 0), 0u);
 }

@@ -2,27 +2,27 @@
 // threads, the client-gone callback when a client leaves mid-stream, oversized bodies.
 #include "inference_svc/http/http_server.h"
 
-#include <arpa/inet.h>
-#include <netinet/in.h>
-#include <sys/resource.h>
 #include <sys/socket.h>
 #include <unistd.h>
 
 #include <atomic>
 #include <chrono>
-#include <ctime>
-#include <filesystem>
 #include <thread>
 
 #include "gmock/gmock.h"
 #include "gtest/gtest.h"
 #include "tests/integration/http_client.h"
+#include "tests/testing/descriptors.h"
 
 namespace kvfold::http {
 namespace {
 
+using ::kvfold::testing::ConnectLoopback;
 using ::kvfold::testing::HttpCall;
 using ::kvfold::testing::HttpConnection;
+using ::kvfold::testing::ProcessCpuSeconds;
+using ::kvfold::testing::ScopedDescriptorLimit;
+using ::kvfold::testing::SilentConnections;
 using ::testing::HasSubstr;
 
 TEST(HttpServerTest, KeepAliveStreamsAndClientGone) {
@@ -122,19 +122,6 @@ std::string ReadUntil(int fd, const std::string& marker) {
   return got;
 }
 
-int ConnectTo(int port) {
-  const int fd = socket(AF_INET, SOCK_STREAM, 0);
-  sockaddr_in addr{};
-  addr.sin_family = AF_INET;
-  addr.sin_port = htons(static_cast<uint16_t>(port));
-  addr.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
-  if (connect(fd, reinterpret_cast<sockaddr*>(&addr), sizeof(addr)) != 0) {
-    close(fd);
-    return -1;
-  }
-  return fd;
-}
-
 // "Expect: 100-continue" (curl sends it for bodies over 1 MiB, then waits a second for the
 // interim answer): the server says "100 Continue" before the body is sent, and answers a
 // Content-Length over the limit with 413 without waiting for a body at all.
@@ -146,7 +133,7 @@ TEST(HttpServerTest, ExpectContinueGetsTheInterimAnswerBeforeTheBody) {
   });
   ASSERT_TRUE(server.ok());
   const int port = (*server)->port();
-  const int fd = ConnectTo(port);
+  const int fd = ConnectLoopback(port);
   ASSERT_GE(fd, 0);
   const std::string head =
       "POST /x HTTP/1.1\r\nHost: 127.0.0.1\r\nContent-Length: 5\r\n"
@@ -159,7 +146,7 @@ TEST(HttpServerTest, ExpectContinueGetsTheInterimAnswerBeforeTheBody) {
   EXPECT_THAT(answer, HasSubstr("got hello"));
   close(fd);
 
-  const int big = ConnectTo(port);
+  const int big = ConnectLoopback(port);
   ASSERT_GE(big, 0);
   const std::string big_head =
       "POST /x HTTP/1.1\r\nHost: 127.0.0.1\r\nContent-Length: 5000\r\n"
@@ -186,7 +173,7 @@ TEST(HttpServerTest, MalformedRequestsGetTheirStatusBeforeTheClose) {
       {"GET /x HTTP/1.1\r\nHost: 127.0.0.1\r\nContent-Length: x\r\n\r\n", "HTTP/1.1 400"},
       {huge_header, "HTTP/1.1 431"}};
   for (const auto& [request, status] : cases) {
-    const int fd = ConnectTo(port);
+    const int fd = ConnectLoopback(port);
     ASSERT_GE(fd, 0);
     send(fd, request.data(), request.size(), MSG_NOSIGNAL);
     const std::string answer = ReadUntil(fd, "}}");
@@ -216,7 +203,7 @@ TEST(HttpServerTest, SilentAndIdleConnectionsCloseAfterTheHeaderTimeout) {
   });
   ASSERT_TRUE(server.ok());
   const int port = (*server)->port();
-  const int silent = ConnectTo(port);
+  const int silent = ConnectLoopback(port);
   ASSERT_GE(silent, 0);
   HttpConnection idle(port);
   ASSERT_TRUE(idle.Send("GET", "/x", ""));
@@ -256,12 +243,6 @@ TEST(HttpServerTest, ConnectionsOverTheLimitAre503AndTheServerRecovers) {
   EXPECT_EQ((*server)->refused_connections(), 1u);
 }
 
-double ProcessCpuSeconds() {
-  timespec ts{};
-  clock_gettime(CLOCK_PROCESS_CPUTIME_ID, &ts);
-  return static_cast<double>(ts.tv_sec) + static_cast<double>(ts.tv_nsec) * 1e-9;
-}
-
 // When the process runs out of descriptors, accept() fails at once for every queued
 // connection: the acceptor must wait between tries, not spin on the I/O threads (it used
 // to burn 1.4 CPU seconds a second here), and serve again once descriptors are free.
@@ -271,36 +252,22 @@ TEST(HttpServerTest, OutOfDescriptorsTheAcceptorWaitsInsteadOfSpinning) {
   });
   ASSERT_TRUE(server.ok());
   const int port = (*server)->port();
-  rlimit old{};
-  ASSERT_EQ(getrlimit(RLIMIT_NOFILE, &old), 0);
-  int open_fds = 0;
-  for (const auto& entry : std::filesystem::directory_iterator("/proc/self/fd")) {
-    (void)entry;
-    ++open_fds;
+  double cpu = 0;
+  size_t connected = 0;
+  {
+    // Connect until the process has no descriptor left: the kernel queues the last
+    // connections, which the server then cannot accept.
+    ScopedDescriptorLimit limit(21);
+    ASSERT_TRUE(limit.ok());
+    const std::vector<int> sockets = SilentConnections(port, 100);
+    connected = sockets.size();
+    std::this_thread::sleep_for(std::chrono::milliseconds(200));
+    const double cpu_start = ProcessCpuSeconds();
+    std::this_thread::sleep_for(std::chrono::seconds(1));
+    cpu = ProcessCpuSeconds() - cpu_start;
+    for (int fd : sockets) close(fd);
   }
-  rlimit low = old;
-  low.rlim_cur = static_cast<rlim_t>(open_fds + 21);
-  ASSERT_EQ(setrlimit(RLIMIT_NOFILE, &low), 0);
-  // Connect until the process has no descriptor left: the kernel queues the last
-  // connections, which the server then cannot accept.
-  std::vector<int> sockets;
-  sockaddr_in addr{};
-  addr.sin_family = AF_INET;
-  addr.sin_port = htons(static_cast<uint16_t>(port));
-  addr.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
-  for (int i = 0; i < 100; ++i) {
-    const int fd = socket(AF_INET, SOCK_STREAM, 0);
-    if (fd < 0) break;
-    sockets.push_back(fd);
-    if (connect(fd, reinterpret_cast<sockaddr*>(&addr), sizeof(addr)) != 0) break;
-  }
-  std::this_thread::sleep_for(std::chrono::milliseconds(200));
-  const double cpu_start = ProcessCpuSeconds();
-  std::this_thread::sleep_for(std::chrono::seconds(1));
-  const double cpu = ProcessCpuSeconds() - cpu_start;
-  for (int fd : sockets) close(fd);
-  ASSERT_EQ(setrlimit(RLIMIT_NOFILE, &old), 0);
-  EXPECT_GE(sockets.size(), 10u);
+  EXPECT_GE(connected, 10u);
   EXPECT_LT(cpu, 0.2) << "CPU seconds in one second out of descriptors";
   EXPECT_EQ(::kvfold::testing::HttpCall(port, "GET", "/x").status, 200);
 }
