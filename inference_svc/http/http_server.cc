@@ -12,7 +12,9 @@
 #include <boost/asio/strand.hpp>
 #include <boost/beast/core.hpp>
 #include <boost/beast/http.hpp>
+#include <cstdio>
 #include <deque>
+#include <exception>
 #include <optional>
 #include <string_view>
 #include <thread>
@@ -288,7 +290,13 @@ void Connection::OnRequest(beast::error_code ec) {
   answered_ = false;
   streaming_ = false;
   WatchClient();
-  server_->handler(std::move(request), std::make_shared<Exchange>(shared_from_this()));
+  // A handler that throws must not end the I/O thread (and the process): the exchange it
+  // dropped answers 500.
+  try {
+    server_->handler(std::move(request), std::make_shared<Exchange>(shared_from_this()));
+  } catch (const std::exception& e) {
+    std::fprintf(stderr, "kvfold http: a handler threw: %s\n", e.what());
+  }
 }
 
 // Reads ahead while an answer is in progress: EOF or an error means the client left (the

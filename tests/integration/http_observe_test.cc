@@ -175,5 +175,36 @@ TEST(HttpConnectionLimitTest, AConnectionOverTheLimitIs503AndCounted) {
   EXPECT_EQ(page.Value("kvfold_inference_http_open_connections"), 2);
 }
 
+// A model file whose name is not UTF-8 (the served model's id is the file's stem): the
+// answers carry U+FFFD instead (GET /v1/models used to throw in the I/O thread and end the
+// replica), and the replica keeps serving.
+TEST(HttpModelNameTest, AModelFileNameThatIsNotUtf8IsServedReplaced) {
+  if (!std::filesystem::exists(SharedModel())) {
+    GTEST_SKIP() << MissingShared("models/stories260K/stories260K.bin");
+  }
+  const std::string dir = MakeTempDir("kvfold-http-name-");
+  const std::string model = dir + "/st\xff.bin";
+  std::filesystem::create_symlink(std::filesystem::absolute(SharedModel()), model);
+  std::filesystem::create_symlink(std::filesystem::absolute(Stories260K() + "/tok512.bin"),
+                                  dir + "/tok512.bin");
+  {
+    Cluster cluster;
+    std::string error;
+    ASSERT_TRUE(cluster.Setup(1, &error, {"--http-port=0"}, model)) << error;
+    const int port = HttpPortOf(cluster.replica_process(0));
+    ASSERT_GT(port, 0) << cluster.replica_process(0).output();
+    const HttpReply models = HttpCall(port, "GET", "/v1/models");
+    ASSERT_EQ(models.status, 200) << models.body;
+    EXPECT_EQ(Body(models)["data"][0]["id"], "st\xef\xbf\xbd") << models.body;
+    const HttpReply chat =
+        HttpCall(port, "POST", "/v1/chat/completions",
+                 R"({"max_tokens": 4, "messages": [{"role": "user", "content": "Hi"}]})");
+    ASSERT_EQ(chat.status, 200) << chat.body;
+    EXPECT_EQ(Body(chat)["model"], "st\xef\xbf\xbd");
+    EXPECT_EQ(HttpCall(port, "GET", "/health/live").status, 200);
+  }
+  std::filesystem::remove_all(dir);
+}
+
 }  // namespace
 }  // namespace kvfold::testing

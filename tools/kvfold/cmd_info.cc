@@ -50,10 +50,14 @@ int RunInfo(const InfoFlags& flags) {
   j["num_parameters"] = params;
   j["weight_bytes"] = bytes;
   j["kv_bytes_per_token_f32"] = int64_t{c.num_layers} * 2 * c.kv_dim() * 4;
+  // The config's strings need not be UTF-8: such bytes print as U+FFFD.
+  constexpr auto kReplace = nlohmann::json::error_handler_t::replace;
   if (flags.json) {
-    std::printf("%s\n", j.dump(2).c_str());
+    std::printf("%s\n", j.dump(2, ' ', false, kReplace).c_str());
   } else {
-    for (const auto& [k, v] : j.items()) std::printf("%-26s %s\n", k.c_str(), v.dump().c_str());
+    for (const auto& [k, v] : j.items()) {
+      std::printf("%-26s %s\n", k.c_str(), v.dump(-1, ' ', false, kReplace).c_str());
+    }
   }
   return 0;
 }

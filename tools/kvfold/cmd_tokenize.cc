@@ -65,7 +65,9 @@ int Run(const Args& a) {
     }
     const std::string text = (*tok)->Decode(ids);
     if (a.json) {
-      std::printf("%s\n", nlohmann::json({{"text", text}}).dump().c_str());
+      std::printf("%s\n", nlohmann::json({{"text", text}})
+                              .dump(-1, ' ', false, nlohmann::json::error_handler_t::replace)
+                              .c_str());
     } else {
       std::fwrite(text.data(), 1, text.size(), stdout);
       std::fputc('\n', stdout);
@@ -88,7 +90,7 @@ int Run(const Args& a) {
     }
     nlohmann::json out = {{"tokenizer", path}, {"num_tokens", ids->size()}, {"ids", *ids},
                           {"pieces", pieces}};
-    std::printf("%s\n", out.dump().c_str());
+    std::printf("%s\n", out.dump(-1, ' ', false, nlohmann::json::error_handler_t::replace).c_str());
     return 0;
   }
   std::string line;

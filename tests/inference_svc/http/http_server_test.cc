@@ -7,6 +7,7 @@
 
 #include <atomic>
 #include <chrono>
+#include <stdexcept>
 #include <thread>
 
 #include "gmock/gmock.h"
@@ -180,6 +181,21 @@ TEST(HttpServerTest, MalformedRequestsGetTheirStatusBeforeTheClose) {
     EXPECT_EQ(answer.rfind(status, 0), 0u) << request.substr(0, 40) << ": " << answer;
     EXPECT_THAT(answer, HasSubstr("invalid_request_error"));
     close(fd);
+  }
+  EXPECT_EQ(::kvfold::testing::HttpCall(port, "GET", "/x").status, 200);
+}
+
+// A handler that throws ends neither its I/O thread nor the process: the request is
+// answered 500 and the server keeps serving.
+TEST(HttpServerTest, AHandlerThatThrowsIsA500) {
+  auto server = HttpServer::Start({}, [](HttpRequest req, std::shared_ptr<HttpExchange> ex) {
+    if (req.path == "/throw") throw std::runtime_error("handler failed");
+    ex->Respond(200, "text/plain", "ok");
+  });
+  ASSERT_TRUE(server.ok());
+  const int port = (*server)->port();
+  for (int i = 0; i < 4; ++i) {  // more than the two I/O threads
+    EXPECT_EQ(::kvfold::testing::HttpCall(port, "GET", "/throw").status, 500);
   }
   EXPECT_EQ(::kvfold::testing::HttpCall(port, "GET", "/x").status, 200);
 }
