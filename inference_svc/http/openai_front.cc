@@ -7,16 +7,6 @@
 
 namespace kvfold::http {
 
-namespace {
-
-// Text that is not UTF-8 (a model file's name, a status message) must not make the
-// serializer throw in an I/O thread: such bytes become U+FFFD.
-std::string DumpJson(const nlohmann::json& j) {
-  return j.dump(-1, ' ', false, nlohmann::json::error_handler_t::replace);
-}
-
-}  // namespace
-
 absl::StatusOr<std::unique_ptr<OpenAiFront>> OpenAiFront::Start(const OpenAiFrontOptions& options,
                                                                 TurnPort* port,
                                                                 const Tokenizer* tokenizer,
@@ -104,7 +94,7 @@ void OpenAiFront::Handle(HttpRequest request, std::shared_ptr<HttpExchange> inne
   if (get && (path == "/health" || path == "/health/ready")) {
     const absl::Status ready = port_->Ready();
     exchange->Respond(ready.ok() ? 200 : 503, "application/json",
-                      DumpJson(nlohmann::json{{"status", ready.ok() ? "ok" : ready.message()}}));
+                      JsonText(nlohmann::json{{"status", ready.ok() ? "ok" : ready.message()}}));
     return;
   }
   if (get && path == "/health/live") {
@@ -141,7 +131,7 @@ void OpenAiFront::Models(const Caller& caller, ObservedExchange& exchange) {
   nlohmann::json model = {
       {"id", card.id}, {"object", "model"}, {"created", card.created}, {"owned_by", "kvfold"}};
   exchange.Respond(200, "application/json",
-                   DumpJson(nlohmann::json{{"object", "list"}, {"data", {model}}}));
+                   JsonText(nlohmann::json{{"object", "list"}, {"data", {model}}}));
 }
 
 }  // namespace kvfold::http

@@ -345,25 +345,25 @@ json UsageJson(const TurnUsage& u) {
 
 json Nullable(std::string_view s) { return s.empty() ? json(nullptr) : json(std::string(s)); }
 
-std::string Event(const json& j) {
-  return absl::StrCat("data: ", j.dump(-1, ' ', false, json::error_handler_t::replace), "\n\n");
-}
-
-std::string Dump(const json& j) { return j.dump(-1, ' ', false, json::error_handler_t::replace); }
+std::string Event(const json& j) { return absl::StrCat("data: ", JsonText(j), "\n\n"); }
 
 }  // namespace
+
+std::string JsonText(const nlohmann::json& j) {
+  return j.dump(-1, ' ', false, json::error_handler_t::replace);
+}
 
 std::string ChatCompletionJson(const ChatAnswer& a) {
   json choice = {{"index", 0},
                  {"message", {{"role", "assistant"}, {"content", a.text}}},
                  {"finish_reason", a.finish_reason},
                  {"logprobs", a.logprobs.empty() ? json(nullptr) : LogprobsJson(a.logprobs)}};
-  return Dump({{"id", a.id},
-               {"object", "chat.completion"},
-               {"created", a.created},
-               {"model", a.model},
-               {"choices", {choice}},
-               {"usage", UsageJson(a.usage)}});
+  return JsonText({{"id", a.id},
+                   {"object", "chat.completion"},
+                   {"created", a.created},
+                   {"model", a.model},
+                   {"choices", {choice}},
+                   {"usage", UsageJson(a.usage)}});
 }
 
 std::string CompletionJson(const ChatAnswer& a) {
@@ -371,12 +371,12 @@ std::string CompletionJson(const ChatAnswer& a) {
                  {"text", a.text},
                  {"finish_reason", a.finish_reason},
                  {"logprobs", a.logprobs.empty() ? json(nullptr) : LegacyLogprobsJson(a.logprobs)}};
-  return Dump({{"id", a.id},
-               {"object", "text_completion"},
-               {"created", a.created},
-               {"model", a.model},
-               {"choices", {choice}},
-               {"usage", UsageJson(a.usage)}});
+  return JsonText({{"id", a.id},
+                   {"object", "text_completion"},
+                   {"created", a.created},
+                   {"model", a.model},
+                   {"choices", {choice}},
+                   {"usage", UsageJson(a.usage)}});
 }
 
 std::string ResponseJson(const ChatAnswer& a, std::string_view previous_response_id) {
@@ -393,16 +393,16 @@ std::string ResponseJson(const ChatAnswer& a, std::string_view previous_response
                 {"kvfold", UsageJson(a.usage)["kvfold"]}};
   json incomplete = nullptr;
   if (a.finish_reason == "length") incomplete = {{"reason", "max_output_tokens"}};
-  return Dump({{"id", a.id},
-               {"object", "response"},
-               {"created_at", a.created},
-               {"status", a.finish_reason == "length" ? "incomplete" : "completed"},
-               {"incomplete_details", incomplete},
-               {"model", a.model},
-               {"previous_response_id", Nullable(previous_response_id)},
-               {"output", {message}},
-               {"usage", usage},
-               {"error", nullptr}});
+  return JsonText({{"id", a.id},
+                   {"object", "response"},
+                   {"created_at", a.created},
+                   {"status", a.finish_reason == "length" ? "incomplete" : "completed"},
+                   {"incomplete_details", incomplete},
+                   {"model", a.model},
+                   {"previous_response_id", Nullable(previous_response_id)},
+                   {"output", {message}},
+                   {"usage", usage},
+                   {"error", nullptr}});
 }
 
 std::string ChatChunkEvent(const ChatAnswer& head, std::string_view delta, bool first,
@@ -516,11 +516,11 @@ std::string ErrorJson(const absl::Status& status) {
       break;
   }
   const auto param = status.GetPayload(kParamPayload);
-  return Dump({{"error",
-                {{"message", std::string(status.message())},
-                 {"type", type},
-                 {"param", param ? json(std::string(*param)) : json(nullptr)},
-                 {"code", code ? json(code) : json(nullptr)}}}});
+  return JsonText({{"error",
+                    {{"message", std::string(status.message())},
+                     {"type", type},
+                     {"param", param ? json(std::string(*param)) : json(nullptr)},
+                     {"code", code ? json(code) : json(nullptr)}}}});
 }
 
 

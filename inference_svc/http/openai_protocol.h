@@ -14,6 +14,7 @@
 #include "absl/status/status.h"
 #include "absl/status/statusor.h"
 #include "inference_svc/tokenizer/chat_template.h"
+#include "nlohmann/json_fwd.hpp"
 
 namespace kvfold::http {
 
@@ -108,6 +109,11 @@ std::string CompletionChunkEvent(const ChatAnswer& head, std::string_view delta,
 // The usage-only chunk of stream_options.include_usage (choices empty).
 std::string UsageChunkEvent(const ChatAnswer& answer, bool chat);
 inline constexpr std::string_view kDoneEvent = "data: [DONE]\n\n";
+
+// `j` as compact JSON text; bytes that are not UTF-8 (a model file's name, a status
+// message, generated text cut mid-character) become U+FFFD instead of making the
+// serializer throw. Every JSON body the HTTP API writes goes through it.
+std::string JsonText(const nlohmann::json& j);
 
 // OpenAI's error JSON {"error": {"message", "type", "param", "code"}} and the HTTP status
 // for a status code: InvalidArgument/FailedPrecondition/OutOfRange 400, Unauthenticated
