@@ -25,6 +25,7 @@ struct Flags {
   kvfold::memory_svc::ServerConfig config;
   std::string backend = "rocksdb";
   int drain_seconds = 10;
+  double stream_idle_seconds = 30;
 };
 
 void AddFlags(CLI::App& app, Flags& f) {
@@ -62,6 +63,20 @@ void AddFlags(CLI::App& app, Flags& f) {
   app.add_option("--metrics-port", c.metrics_port,
                  "HTTP port for /metrics (Prometheus text); 0 = off")
       ->check(kvfold::NonNegative());
+  app.add_option("--transfer-bytes", c.transfers.total_bytes,
+                 "block bytes all PutBlock / GetBlock calls in flight may hold together")
+      ->check(kvfold::Positive());
+  app.add_option("--tenant-transfer-bytes", c.transfers.tenant_bytes,
+                 "block bytes one tenant's calls in flight may hold together (at most "
+                 "--transfer-bytes)")
+      ->check(kvfold::Positive());
+  app.add_option("--stream-idle-seconds", f.stream_idle_seconds,
+                 "cancel a PutBlock / GetBlock stream whose client moves nothing this long; "
+                 "0 = never")
+      ->check(kvfold::NonNegative());
+  app.add_option("--max-call-threads", c.max_call_threads,
+                 "threads that run calls; a call beyond them is RESOURCE_EXHAUSTED")
+      ->check(kvfold::AtLeast(2));
   app.add_option("--drain-seconds", f.drain_seconds,
                  "on SIGTERM, how long in-flight calls may finish");
   app.add_option("--log-level", c.log_level, "request logs: debug|info|warn|error|off")
@@ -83,6 +98,7 @@ int main(int argc, char** argv) {
   const kvfold::DaemonSignals signals;  // before any thread starts
 
   kvfold::memory_svc::ServerConfig& config = flags.config;
+  config.stream_idle_timeout = absl::Seconds(flags.stream_idle_seconds);
   const std::string& backend = flags.backend;
   config.store.backend = backend == "rados" ? kvfold::memory_svc::BackendKind::kRados
                                             : kvfold::memory_svc::BackendKind::kRocksDb;

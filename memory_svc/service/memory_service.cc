@@ -70,6 +70,13 @@ uint64_t VersionOf(const Response&) {
   return 0;
 }
 
+// The call's deadline (InfiniteFuture when it has none).
+absl::Time CallDeadline(const grpc::ServerContext& context) {
+  const std::chrono::system_clock::time_point deadline = context.deadline();
+  if (deadline == std::chrono::system_clock::time_point::max()) return absl::InfiniteFuture();
+  return absl::FromChrono(deadline);
+}
+
 // Runs a unary store call on `session_id`: authenticate, call `fn(tenant)`, copy the
 // result out.
 template <typename Response, typename Fn>
@@ -119,11 +126,13 @@ grpc::Status MemoryStoreService::PutBlock(grpc::ServerContext* context,
 absl::StatusOr<v1::PutBlockResponse> MemoryStoreService::ReceiveAndPut(
     const std::string& tenant, grpc::ServerContext* context,
     grpc::ServerReader<v1::PutBlockRequest>* reader) {
+  StreamWatchdog::Watch watch = watchdog_->Start(context);
   v1::PutBlockRequest message;
   if (!reader->Read(&message)) {
-    if (context->IsCancelled()) return absl::CancelledError("stream abandoned; nothing committed");
+    if (context->IsCancelled()) return Cancelled(watch, "PutBlock", "; nothing committed");
     return absl::InvalidArgumentError("PutBlock stream carried no message");
   }
+  watch.Pause();
   if (!message.has_header()) {
     return absl::InvalidArgumentError("the first PutBlock message must carry the header");
   }
@@ -136,6 +145,10 @@ absl::StatusOr<v1::PutBlockResponse> MemoryStoreService::ReceiveAndPut(
   if (absl::Status s = ValidateBlockHeader(header, store_->options().max_block_bytes); !s.ok()) {
     return s;
   }
+  // The whole block is buffered before it commits: lease it before reading the payload.
+  absl::StatusOr<TransferBudget::Lease> lease = transfers_->Acquire(
+      tenant, header.ByteSizeLong() + header.payload_size(), CallDeadline(*context));
+  if (!lease.ok()) return lease.status();
   std::optional<QuotaLedger::Reservation> reservation;
   if (quotas_ != nullptr) {
     absl::StatusOr<QuotaLedger::Reservation> r =
@@ -144,7 +157,7 @@ absl::StatusOr<v1::PutBlockResponse> MemoryStoreService::ReceiveAndPut(
     reservation = *std::move(r);
   }
   absl::StatusOr<v1::PutBlockResponse> put = ReceivePayloadAndPut(
-      tenant, session_id, expected_head, pin, header, context, reader, &message);
+      tenant, session_id, expected_head, pin, header, context, reader, &message, &watch);
   if (reservation.has_value()) quotas_->Settle(*reservation, put.ok());
   return put;
 }
@@ -152,7 +165,8 @@ absl::StatusOr<v1::PutBlockResponse> MemoryStoreService::ReceiveAndPut(
 absl::StatusOr<v1::PutBlockResponse> MemoryStoreService::ReceivePayloadAndPut(
     const std::string& tenant, const std::string& session_id, uint64_t expected_head, bool pin,
     const v1::MemoryBlockHeader& header, grpc::ServerContext* context,
-    grpc::ServerReader<v1::PutBlockRequest>* reader, v1::PutBlockRequest* first_message) {
+    grpc::ServerReader<v1::PutBlockRequest>* reader, v1::PutBlockRequest* first_message,
+    StreamWatchdog::Watch* watch) {
   v1::PutBlockRequest& message = *first_message;
   std::string payload;
   // Typical blocks (<= 2 MiB) get one allocation; a stream that only announces a huge block
@@ -160,6 +174,7 @@ absl::StatusOr<v1::PutBlockResponse> MemoryStoreService::ReceivePayloadAndPut(
   payload.reserve(std::min<uint64_t>(header.payload_size(), 2 << 20));
   bool first = true;
   do {
+    watch->Progress();
     if (!first && message.has_header()) {
       return absl::InvalidArgumentError("only the first PutBlock message may carry a header");
     }
@@ -179,13 +194,26 @@ absl::StatusOr<v1::PutBlockResponse> MemoryStoreService::ReceivePayloadAndPut(
     }
     payload.append(message.data());
   } while (reader->Read(&message));
-  if (context->IsCancelled()) return absl::CancelledError("stream abandoned; nothing committed");
+  // The commit below is the server's work, not the client's: the watchdog must not cancel a
+  // call whose block may already be committed.
+  watch->Pause();
+  if (context->IsCancelled()) return Cancelled(*watch, "PutBlock", "; nothing committed");
   if (payload.size() != header.payload_size()) {
     return absl::InvalidArgumentError(absl::StrCat("stream ended after ", payload.size(), " of ",
                                                    header.payload_size(),
                                                    " payload bytes; nothing committed"));
   }
   return store_->Put(tenant, session_id, expected_head, header, payload, pin);
+}
+
+absl::Status MemoryStoreService::Cancelled(const StreamWatchdog::Watch& watch, const char* method,
+                                           const char* outcome) const {
+  if (watch.fired()) {
+    return absl::DeadlineExceededError(absl::StrCat(method, ": the client moved nothing for ",
+                                                    absl::FormatDuration(watchdog_->idle()),
+                                                    "; cancelled", outcome));
+  }
+  return absl::CancelledError(absl::StrCat(method, ": the client abandoned the stream", outcome));
 }
 
 grpc::Status MemoryStoreService::GetBlock(grpc::ServerContext* context,
@@ -206,11 +234,26 @@ absl::Status MemoryStoreService::StreamBlock(const std::string& tenant,
                                              uint64_t* bytes_out) {
   if (absl::Status s = ValidateSessionId(request.session_id()); !s.ok()) return s;
   if (absl::Status s = ValidateVersion(request.version(), "version"); !s.ok()) return s;
-  absl::StatusOr<StoredBlock> block = store_->Get(tenant, request.session_id(), request.version());
+  // The block stays in memory until the client has taken it: lease it once its header says
+  // how large it is, before its payload is read.
+  TransferBudget::Lease lease;
+  const absl::Time deadline = CallDeadline(*context);
+  absl::StatusOr<StoredBlock> block = store_->Get(
+      tenant, request.session_id(), request.version(),
+      [&](const v1::MemoryBlockHeader& header) -> absl::Status {
+        const uint64_t bytes = header.ByteSizeLong() + header.payload_size();
+        if (lease.bytes() >= bytes) return absl::OkStatus();  // a read retried
+        lease.Release();
+        absl::StatusOr<TransferBudget::Lease> got = transfers_->Acquire(tenant, bytes, deadline);
+        if (!got.ok()) return got.status();
+        lease = *std::move(got);
+        return absl::OkStatus();
+      });
   if (!block.ok()) return block.status();
   const size_t chunk = request.chunk_size() == 0
                            ? kDefaultChunkBytes
                            : std::min<size_t>(request.chunk_size(), kMaxChunkBytes);
+  StreamWatchdog::Watch watch = watchdog_->Start(context);
   size_t offset = 0;
   do {
     v1::GetBlockResponse response;
@@ -222,10 +265,12 @@ absl::Status MemoryStoreService::StreamBlock(const std::string& tenant,
     response.set_offset(offset);
     response.set_data(block->payload.data() + offset, n);
     if (!writer->Write(response)) {
-      return absl::CancelledError("client went away during GetBlock");
+      *bytes_out = offset;
+      return Cancelled(watch, "GetBlock", "");
     }
+    watch.Progress();
     offset += n;
-  } while (offset < block->payload.size() && !context->IsCancelled());
+  } while (offset < block->payload.size());
   *bytes_out = offset;
   return absl::OkStatus();
 }

@@ -9,6 +9,12 @@
 // RESOURCE_EXHAUSTED before any payload is read; a checksum mismatch is DATA_LOSS. Nothing
 // is committed unless the whole stream arrived intact (an abandoned stream: CANCELLED).
 //
+// Transfers (transfer_budget.h, stream_watchdog.h): a PutBlock leases its header + payload
+// bytes once its header passed validation, a GetBlock once the stored header is read and
+// before the payload is; a lease that does not fit in time is RESOURCE_EXHAUSTED (nothing
+// read or committed). A PutBlock stream that sends nothing, or a GetBlock whose client takes
+// nothing, for the watchdog's idle time is cancelled: DEADLINE_EXCEEDED, nothing committed.
+//
 // Quotas (tenant_quotas.h): PutBlock and ForkSession that would take a tenant over one of
 // its limits are RESOURCE_EXHAUSTED (for PutBlock before any payload is read);
 // ListSessions reports the caller's usage and limits.
@@ -24,7 +30,9 @@
 #include "common/grpc_request_log.h"
 #include "kvfold/v1/memory_store.grpc.pb.h"
 #include "memory_svc/service/metrics.h"
+#include "memory_svc/service/stream_watchdog.h"
 #include "memory_svc/service/tenant_quotas.h"
+#include "memory_svc/service/transfer_budget.h"
 #include "memory_svc/store/memory_store.h"
 
 namespace kvfold::memory_svc {
@@ -34,14 +42,17 @@ inline constexpr size_t kDefaultChunkBytes = 256 << 10;
 
 class MemoryStoreService final : public v1::MemoryStore::Service {
  public:
-  // `store`, `metrics`, `quotas` and `request_log` must outlive the service; `tokens`
-  // nullptr = auth off; `quotas` nullptr = no per-tenant limits; `request_log`: the log whose
-  // records calls annotate with tenant, session and version (nullptr = none).
+  // Every pointer must outlive the service. `tokens` nullptr = auth off; `quotas` nullptr =
+  // no per-tenant limits; `request_log`: the log whose records calls annotate with tenant,
+  // session and version (nullptr = none).
   MemoryStoreService(MemoryStore* store, const TokenTable* tokens, Metrics* metrics,
-                     QuotaLedger* quotas = nullptr, logging::GrpcRequestLog* request_log = nullptr)
+                     TransferBudget* transfers, StreamWatchdog* watchdog, QuotaLedger* quotas,
+                     logging::GrpcRequestLog* request_log)
       : store_(store),
         tokens_(tokens),
         metrics_(metrics),
+        transfers_(transfers),
+        watchdog_(watchdog),
         quotas_(quotas),
         request_log_(request_log) {}
 
@@ -83,7 +94,12 @@ class MemoryStoreService final : public v1::MemoryStore::Service {
   absl::StatusOr<v1::PutBlockResponse> ReceivePayloadAndPut(
       const std::string& tenant, const std::string& session_id, uint64_t expected_head, bool pin,
       const v1::MemoryBlockHeader& header, grpc::ServerContext* context,
-      grpc::ServerReader<v1::PutBlockRequest>* reader, v1::PutBlockRequest* first_message);
+      grpc::ServerReader<v1::PutBlockRequest>* reader, v1::PutBlockRequest* first_message,
+      StreamWatchdog::Watch* watch);
+  // The status of a stream that ended because its call was cancelled: DEADLINE_EXCEEDED
+  // when the watchdog cancelled it, else CANCELLED. `outcome` ends the message.
+  absl::Status Cancelled(const StreamWatchdog::Watch& watch, const char* method,
+                         const char* outcome) const;
   // Payload bytes of a stored version (0 = head).
   absl::StatusOr<uint64_t> VersionBytes(const std::string& tenant, const std::string& session_id,
                                         uint64_t version) const;
@@ -97,6 +113,8 @@ class MemoryStoreService final : public v1::MemoryStore::Service {
   MemoryStore* store_;
   const TokenTable* tokens_;
   Metrics* metrics_;
+  TransferBudget* transfers_;
+  StreamWatchdog* watchdog_;
   QuotaLedger* quotas_;
   logging::GrpcRequestLog* request_log_;
   std::atomic<int> in_flight_{0};

@@ -2,6 +2,7 @@
 
 #include <grpcpp/ext/proto_server_reflection_plugin.h>
 #include <grpcpp/health_check_service_interface.h>
+#include <grpcpp/resource_quota.h>
 #include <grpcpp/security/server_credentials.h>
 #include <grpcpp/server_builder.h>
 
@@ -75,6 +76,11 @@ absl::StatusOr<std::unique_ptr<MemoryServer>> MemoryServer::Start(ServerConfig c
     return absl::InvalidArgumentError(absl::StrCat("--listen must be host:port, got '",
                                                    config.listen, "'"));
   }
+  if (absl::Status s = TransferBudget::Validate(config.transfers); !s.ok()) return s;
+  if (config.max_call_threads < 2) {
+    return absl::InvalidArgumentError(
+        absl::StrCat("the call thread limit must be at least 2, got ", config.max_call_threads));
+  }
   absl::StatusOr<std::unique_ptr<MemoryStore>> store = MemoryStore::Open(config.store);
   if (!store.ok()) return store.status();
   server->store_ = *std::move(store);
@@ -98,9 +104,13 @@ absl::StatusOr<std::unique_ptr<MemoryServer>> MemoryServer::Start(ServerConfig c
           }
         });
   }
+  server->transfers_ = std::make_unique<TransferBudget>(config.transfers);
+  server->watchdog_ = std::make_unique<StreamWatchdog>(config.stream_idle_timeout);
+  server->RegisterTransferMetrics();
   server->service_ = std::make_unique<MemoryStoreService>(
       server->store_.get(), server->tokens_ ? &*server->tokens_ : nullptr,
-      &server->metrics_registry_, server->quotas_.get(), server->request_log_.get());
+      &server->metrics_registry_, server->transfers_.get(), server->watchdog_.get(),
+      server->quotas_.get(), server->request_log_.get());
 
   grpc::EnableDefaultHealthCheckService(true);
   grpc::reflection::InitProtoReflectionServerBuilderPlugin();
@@ -119,6 +129,12 @@ absl::StatusOr<std::unique_ptr<MemoryServer>> MemoryServer::Start(ServerConfig c
   // gRPC sets SO_REUSEPORT by default: a second server on a port in use would then start
   // and the kernel would split the connections between two databases.
   builder.AddChannelArgument(GRPC_ARG_ALLOW_REUSEPORT, 0);
+  // Each call holds a handler thread while it runs (the sync API); without a limit a flood
+  // of calls grows threads without bound. gRPC answers a call beyond it RESOURCE_EXHAUSTED.
+  grpc::ResourceQuota quota("kvfold-memory");
+  quota.SetMaxThreads(config.max_call_threads);
+  quota.Resize(config.transfers.total_bytes);
+  builder.SetResourceQuota(quota);
   std::vector<std::unique_ptr<grpc::experimental::ServerInterceptorFactoryInterface>> interceptors;
   interceptors.push_back(MakeDecodeErrorInterceptorFactory());
   interceptors.push_back(server->request_log_->MakeFactory());
@@ -136,13 +152,36 @@ absl::StatusOr<std::unique_ptr<MemoryServer>> MemoryServer::Start(ServerConfig c
   grpc::HealthCheckServiceInterface* health = server->server_->GetHealthCheckService();
   health->SetServingStatus(kServiceName, true);
   health->SetServingStatus(true);
+  server->serving_ = true;
   if (config.metrics_port != 0) {
-    absl::StatusOr<std::unique_ptr<MetricsHttpServer>> metrics = MetricsHttpServer::Start(
-        &server->metrics_registry_, config.metrics_port < 0 ? 0 : config.metrics_port);
+    MemoryServer* raw = server.get();
+    absl::StatusOr<std::unique_ptr<metrics::MetricsHttpServer>> metrics =
+        metrics::MetricsHttpServer::Start(
+            absl::StrCat("0.0.0.0:", config.metrics_port < 0 ? 0 : config.metrics_port),
+            [raw] { return raw->metrics_registry_.Render(); },
+            [raw] { return raw->serving_.load(); });
     if (!metrics.ok()) return metrics.status();
     server->metrics_ = *std::move(metrics);
   }
   return server;
+}
+
+void MemoryServer::RegisterTransferMetrics() {
+  metrics::Registry& r = metrics_registry_.registry();
+  const TransferBudget* budget = transfers_.get();
+  r.AddCallbackGauge("kvfold_memory_transfer_bytes",
+                     "Block bytes leased by PutBlock and GetBlock calls in flight.",
+                     [budget] { return static_cast<double>(budget->leased_bytes()); });
+  r.AddCallbackGauge("kvfold_memory_transfer_budget_bytes",
+                     "The most block bytes transfers in flight may lease.",
+                     [budget] { return static_cast<double>(budget->limits().total_bytes); });
+  r.AddCallbackCounter("kvfold_memory_transfer_refusals_total",
+                       "Transfers refused RESOURCE_EXHAUSTED: no room in the budget in time.",
+                       [budget] { return static_cast<double>(budget->refusals()); });
+  const StreamWatchdog* watchdog = watchdog_.get();
+  r.AddCallbackCounter("kvfold_memory_idle_streams_cancelled_total",
+                       "PutBlock and GetBlock streams cancelled for moving nothing.",
+                       [watchdog] { return static_cast<double>(watchdog->cancelled()); });
 }
 
 absl::Status MemoryServer::ReloadAuth() {
@@ -156,6 +195,7 @@ MemoryServer::~MemoryServer() { Shutdown(absl::ZeroDuration()).IgnoreError(); }
 absl::Status MemoryServer::Shutdown(absl::Duration drain) {
   if (shut_down_) return absl::OkStatus();
   shut_down_ = true;
+  serving_ = false;
   if (server_) {
     server_->GetHealthCheckService()->SetServingStatus(false);
     // Our own drain first: gRPC's Shutdown(deadline) also waits for idle client channels to

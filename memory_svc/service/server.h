@@ -9,6 +9,7 @@
 
 #include <grpcpp/server.h>
 
+#include <atomic>
 #include <cstdio>
 #include <memory>
 #include <optional>
@@ -19,10 +20,13 @@
 #include "common/auth.h"
 #include "common/file_watcher.h"
 #include "common/grpc_request_log.h"
+#include "common/metrics_http.h"
 #include "common/request_log.h"
 #include "memory_svc/service/memory_service.h"
 #include "memory_svc/service/metrics.h"
+#include "memory_svc/service/stream_watchdog.h"
 #include "memory_svc/service/tenant_quotas.h"
+#include "memory_svc/service/transfer_budget.h"
 #include "memory_svc/store/memory_store.h"
 
 namespace kvfold::memory_svc {
@@ -47,8 +51,19 @@ struct ServerConfig {
   std::string tenants_file;
   // How often the tokens and tenants files are checked for changes. Default: 1 s.
   absl::Duration tokens_watch_period = absl::Seconds(1);
-  // HTTP /metrics port; 0 = off, -1 = any free port (tests).
+  // HTTP port on all interfaces for /metrics, /readyz (200 while serving, 503 once
+  // draining) and /livez; 0 = off, -1 = any free port (tests).
   int metrics_port = 0;
+  // Bytes of blocks the transfers in flight may hold, in all and per tenant, and how long a
+  // transfer waits for room (transfer_budget.h). Start() refuses limits that are 0 or a
+  // tenant limit above the total.
+  TransferBudget::Limits transfers;
+  // A PutBlock stream that sends nothing, or a GetBlock whose client takes nothing, for this
+  // long is cancelled (stream_watchdog.h); zero or less = never. Default: 30 s.
+  absl::Duration stream_idle_timeout = absl::Seconds(30);
+  // Threads gRPC may run handlers on; a call beyond them is RESOURCE_EXHAUSTED at once.
+  // Default: 256.
+  int max_call_threads = 256;
   // Request logs: one JSON line per call (docs/observability.md) at or above this level:
   // debug|info|warn|error|off. Default: info.
   std::string log_level = "info";
@@ -83,6 +98,7 @@ class MemoryServer {
 
  private:
   MemoryServer() = default;
+  void RegisterTransferMetrics();
 
   std::unique_ptr<MemoryStore> store_;
   std::optional<TokenTable> tokens_;
@@ -90,11 +106,14 @@ class MemoryServer {
   std::unique_ptr<FileWatcher> tenants_watcher_;  // after quotas_: stops before it goes
   Metrics metrics_registry_;
   // Before the service and the gRPC server: both use them until they are gone.
+  std::unique_ptr<TransferBudget> transfers_;
+  std::unique_ptr<StreamWatchdog> watchdog_;
   std::unique_ptr<logging::RequestLogger> logger_;
   std::unique_ptr<logging::GrpcRequestLog> request_log_;
   std::unique_ptr<MemoryStoreService> service_;
   std::unique_ptr<grpc::Server> server_;
-  std::unique_ptr<MetricsHttpServer> metrics_;
+  std::unique_ptr<metrics::MetricsHttpServer> metrics_;
+  std::atomic<bool> serving_{false};  // /readyz
   std::string address_;
   int port_ = 0;
   bool shut_down_ = false;

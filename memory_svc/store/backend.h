@@ -72,11 +72,11 @@ class StoreBackend {
 
   // The session record and version `version` (0 = head) as one consistent view; nullopt
   // when the session has no record. DATA_LOSS when the record lists the version but its
-  // bytes are gone.
-  virtual absl::StatusOr<std::optional<BlockRead>> ReadBlock(absl::string_view tenant,
-                                                             absl::string_view session_id,
-                                                             uint64_t version,
-                                                             bool with_payload) const = 0;
+  // bytes are gone. With `with_payload`, `before_payload` (may be empty) runs before the
+  // payload is read.
+  virtual absl::StatusOr<std::optional<BlockRead>> ReadBlock(
+      absl::string_view tenant, absl::string_view session_id, uint64_t version, bool with_payload,
+      const PayloadGate& before_payload) const = 0;
 
   // The session record and the records of every version it lists (same order), consistent.
   virtual absl::StatusOr<std::optional<std::pair<SessionMeta, std::vector<VersionRecord>>>>

@@ -155,12 +155,13 @@ absl::StatusOr<v1::PutBlockResponse> MemoryStore::Put(absl::string_view tenant,
 }
 
 absl::StatusOr<StoredBlock> MemoryStore::Get(absl::string_view tenant, absl::string_view session_id,
-                                             uint64_t version) const {
+                                             uint64_t version,
+                                             const PayloadGate& before_payload) const {
   if (absl::Status s = CheckIds(tenant, session_id); !s.ok()) return s;
   if (absl::Status s = ValidateVersion(version, "version"); !s.ok()) return s;
   KVFOLD_STORE_OPEN_OR_RETURN();
   absl::StatusOr<std::optional<BlockRead>> read =
-      impl_->backend->ReadBlock(tenant, session_id, version, /*with_payload=*/true);
+      impl_->backend->ReadBlock(tenant, session_id, version, /*with_payload=*/true, before_payload);
   if (!read.ok()) return read.status();
   if (!read->has_value() || Expired(options_, (*read)->meta, options_.clock_ms())) {
     return SessionNotFound(session_id);

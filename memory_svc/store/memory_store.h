@@ -95,6 +95,11 @@ struct StoreOptions {
   std::function<int64_t()> clock_ms;
 };
 
+// Sees a version's header once it is read and before its payload is (MemoryStore::Get): an
+// error ends the read with that error (e.g. the caller could not make room for the
+// payload). May run more than once for one read when a backend retries it.
+using PayloadGate = std::function<absl::Status(const v1::MemoryBlockHeader& header)>;
+
 // One version, read back and checksum-verified.
 struct StoredBlock {
   v1::VersionInfo info;
@@ -135,8 +140,10 @@ class MemoryStore {
                                            absl::string_view payload, bool pin);
 
   // Reads a version (0 = head) and verifies its checksum (DATA_LOSS on mismatch).
+  // `before_payload` (may be empty) sees the version's header before its payload is read;
+  // an error it returns is Get's.
   absl::StatusOr<StoredBlock> Get(absl::string_view tenant, absl::string_view session_id,
-                                  uint64_t version) const;
+                                  uint64_t version, const PayloadGate& before_payload = {}) const;
 
   // The session as ListSessions shows it (meta and the head's header fields).
   absl::StatusOr<v1::SessionInfo> GetSessionInfo(absl::string_view tenant,

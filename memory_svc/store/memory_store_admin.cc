@@ -21,7 +21,7 @@ absl::StatusOr<std::optional<VersionRecord>> ReadListedRecord(const StoreBackend
                                                               absl::string_view session_id,
                                                               uint64_t version) {
   absl::StatusOr<std::optional<BlockRead>> read =
-      backend.ReadBlock(tenant, session_id, version, /*with_payload=*/false);
+      backend.ReadBlock(tenant, session_id, version, /*with_payload=*/false, {});
   if (!read.ok()) return read.status();
   if (!read->has_value()) return std::optional<VersionRecord>();
   return std::move((*read)->record);
@@ -208,7 +208,7 @@ absl::StatusOr<SessionPage> MemoryStore::ListSessions(absl::string_view tenant,
       }
       // The head's header (no payload) for its mode and sizes; record and header are one
       // consistent read. A session deleted since the scan is left out.
-      auto head = impl_->backend->ReadBlock(tenant, id, 0, /*with_payload=*/false);
+      auto head = impl_->backend->ReadBlock(tenant, id, 0, /*with_payload=*/false, {});
       if (!head.ok()) return head.status();
       if (!head->has_value() || !(*head)->record.has_value()) continue;
       page.sessions.push_back(MakeSessionInfo(id, (*head)->meta, &*(*head)->record));

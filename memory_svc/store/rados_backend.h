@@ -40,10 +40,9 @@ class RadosBackend final : public StoreBackend {
       absl::string_view tenant, absl::string_view session_id) const override;
   absl::StatusOr<bool> Commit(absl::string_view tenant, absl::string_view session_id,
                               const SessionCommit& commit) override;
-  absl::StatusOr<std::optional<BlockRead>> ReadBlock(absl::string_view tenant,
-                                                     absl::string_view session_id,
-                                                     uint64_t version,
-                                                     bool with_payload) const override;
+  absl::StatusOr<std::optional<BlockRead>> ReadBlock(
+      absl::string_view tenant, absl::string_view session_id, uint64_t version, bool with_payload,
+      const PayloadGate& before_payload) const override;
   absl::StatusOr<std::optional<std::pair<SessionMeta, std::vector<VersionRecord>>>>
   ReadVersionRecords(absl::string_view tenant, absl::string_view session_id) const override;
   absl::StatusOr<std::vector<std::pair<std::string, SessionMeta>>> ScanSessions(

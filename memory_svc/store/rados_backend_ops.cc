@@ -108,10 +108,9 @@ absl::StatusOr<bool> RadosBackend::Commit(absl::string_view tenant, absl::string
   return true;
 }
 
-absl::StatusOr<std::optional<BlockRead>> RadosBackend::ReadBlock(absl::string_view tenant,
-                                                                 absl::string_view session_id,
-                                                                 uint64_t version,
-                                                                 bool with_payload) const {
+absl::StatusOr<std::optional<BlockRead>> RadosBackend::ReadBlock(
+    absl::string_view tenant, absl::string_view session_id, uint64_t version, bool with_payload,
+    const PayloadGate& before_payload) const {
   const std::string head = layout::HeadObject(tenant, session_id);
   for (int attempt = 0; attempt < kReadAttempts; ++attempt) {
     // The head's attributes and (when the version is known) its entry in one operation.
@@ -143,6 +142,9 @@ absl::StatusOr<std::optional<BlockRead>> RadosBackend::ReadBlock(absl::string_vi
     absl::StatusOr<layout::VersionEntry> entry = layout::DecodeVersionEntry(RadosView(it->second));
     if (!entry.ok()) return entry.status();
     if (with_payload) {
+      if (before_payload) {
+        if (absl::Status s = before_payload(entry->record.header); !s.ok()) return s;
+      }
       bufferlist bl;
       const std::string oid =
           layout::PayloadObject(tenant, session_id, read.version, entry->nonce);

@@ -146,10 +146,9 @@ class RocksDbBackend final : public StoreBackend {
     return true;
   }
 
-  absl::StatusOr<std::optional<BlockRead>> ReadBlock(absl::string_view tenant,
-                                                     absl::string_view session_id,
-                                                     uint64_t version,
-                                                     bool with_payload) const override {
+  absl::StatusOr<std::optional<BlockRead>> ReadBlock(
+      absl::string_view tenant, absl::string_view session_id, uint64_t version, bool with_payload,
+      const PayloadGate& before_payload) const override {
     rocksdb::ManagedSnapshot snapshot(db_);
     std::string raw;
     absl::StatusOr<std::optional<SessionState>> state =
@@ -165,6 +164,9 @@ class RocksDbBackend final : public StoreBackend {
     if (!record.ok()) return record.status();
     read.record = *std::move(record);
     if (with_payload) {
+      if (before_payload) {
+        if (absl::Status s = before_payload(read.record->header); !s.ok()) return s;
+      }
       rocksdb::ReadOptions ro;
       ro.snapshot = snapshot.snapshot();
       rocksdb::Status s = db_->Get(ro, payloads_, vkey, &read.payload);

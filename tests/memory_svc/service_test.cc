@@ -509,6 +509,9 @@ TEST_F(MetricsTest, PrometheusCounters) {
   EXPECT_NE(text.find("kvfold_memory_request_seconds_bucket{method=\"GetBlock\",le=\"+Inf\"} 1"),
             std::string::npos);
   EXPECT_NE(HttpGet(server_->metrics_port(), "/other").find("404"), std::string::npos);
+  // The same port answers the probes: ready while serving, live while the process is.
+  EXPECT_NE(HttpGet(server_->metrics_port(), "/readyz").find("200 OK"), std::string::npos);
+  EXPECT_NE(HttpGet(server_->metrics_port(), "/livez").find("200 OK"), std::string::npos);
 }
 
 class RetentionServiceTest : public ServerFixture {
