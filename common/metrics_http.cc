@@ -9,6 +9,7 @@
 #include <cerrno>
 #include <chrono>
 #include <cstring>
+#include <system_error>
 
 #include "absl/strings/numbers.h"
 #include "absl/strings/str_cat.h"
@@ -115,12 +116,20 @@ void MetricsHttpServer::Loop() {
       }
       ++clients_->active;
     }
-    std::thread([this, clients = clients_, client] {
+    auto serve = [this, clients = clients_, client] {
       Serve(client);
       ::close(client);
       std::lock_guard<std::mutex> lock(clients->mu);
       if (--clients->active == 0) clients->idle.notify_all();
-    }).detach();
+    };
+    try {
+      std::thread(serve).detach();
+    } catch (const std::system_error&) {
+      // The process is out of threads (a container's pid limit): serve this one here, so
+      // probes and scrapes are still answered, one at a time, instead of ending the
+      // process with an uncaught exception.
+      serve();
+    }
   }
 }
 

@@ -5,7 +5,8 @@
 // Kubernetes' gRPC probe cannot); GET /livez always 200. Every other path answers 404.
 // One request per connection, each connection on a thread of its own (at most
 // kMaxClients at once; more are closed unanswered), so a client that connects and says
-// nothing holds up only itself, for at most 2 s.
+// nothing holds up only itself, for at most 2 s. When no thread can be started (a
+// container at its pid limit) the connection is served on the accepting thread.
 #ifndef KVFOLD_COMMON_METRICS_HTTP_H_
 #define KVFOLD_COMMON_METRICS_HTTP_H_
 

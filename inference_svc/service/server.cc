@@ -2,6 +2,7 @@
 
 #include <grpcpp/ext/proto_server_reflection_plugin.h>
 #include <grpcpp/health_check_service_interface.h>
+#include <grpcpp/resource_quota.h>
 #include <grpcpp/security/server_credentials.h>
 #include <grpcpp/server_builder.h>
 
@@ -178,6 +179,11 @@ absl::StatusOr<std::unique_ptr<InferenceServer>> InferenceServer::Start(
   // Never share the port (gRPC sets SO_REUSEPORT by default): a second replica started on
   // a port in use must fail, not take half of the connections.
   builder.AddChannelArgument(GRPC_ARG_ALLOW_REUSEPORT, 0);
+  // The sync API holds a thread per call; without a limit a flood of calls takes every
+  // thread the process may have, and the next thread anything else starts fails.
+  grpc::ResourceQuota quota("kvfold-inference");
+  quota.SetMaxThreads(c.max_call_threads);
+  builder.SetResourceQuota(quota);
   // The decode-error interceptor first: it rewrites a status that the request log (next)
   // then records as the client sees it.
   std::vector<std::unique_ptr<grpc::experimental::ServerInterceptorFactoryInterface>> interceptors;

@@ -40,6 +40,10 @@ absl::Status ServiceConfig::Validate() const {
     return absl::InvalidArgumentError(
         "--http-max-connections must be >= 0 (0: from the descriptor limit)");
   }
+  if (max_call_threads < 2) {
+    return absl::InvalidArgumentError(
+        absl::StrCat("--max-call-threads must be >= 2, got ", max_call_threads));
+  }
   if (max_prompt_tokens == 0) return absl::InvalidArgumentError("--max-prompt-tokens must be > 0");
   if (max_new_tokens_cap == 0)
     return absl::InvalidArgumentError("--max-new-tokens-cap must be > 0");

@@ -102,6 +102,11 @@ struct ServiceConfig {
   double prefill_stall = 1.0;
   // Maximum sessions decoding at once; more wait in the queue.
   uint32_t max_active_sessions = 64;
+  // Threads gRPC may run calls on. A call holds one while it runs, a Generate call also
+  // while its turn waits in the queue; a call beyond them is RESOURCE_EXHAUSTED at once, so
+  // a flood of calls cannot take the process's last threads (a container's pid limit).
+  // Default: 512.
+  int max_call_threads = 512;
   // SIGTERM: health turns NOT_SERVING at once, calls are still accepted and served for
   // drain_delay_s (so load balancers see the change and stop routing here), then new calls
   // are refused and turns in flight get drain_timeout_s to finish and checkpoint.

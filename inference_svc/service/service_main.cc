@@ -97,6 +97,9 @@ void AddFlags(CLI::App& app, Flags& f) {
   app.add_option("--http-max-connections", c.http_max_connections,
                  "open HTTP connections at most, one more is answered 503 (0 = half the "
                  "descriptor limit, within [16, 16384])");
+  app.add_option("--max-call-threads", c.max_call_threads,
+                 "threads that run gRPC calls (a Generate call holds one while its turn waits "
+                 "or runs); a call beyond them is RESOURCE_EXHAUSTED at once");
   app.add_option("--chat-template", c.chat_template,
                  "chat template: llama3|chatml|llama2|mistral|gemma|plain (default: detected)");
   app.add_option("--replica-name", c.replica_name,

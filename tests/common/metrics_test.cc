@@ -26,6 +26,7 @@ using kvfold::testing::ParsePrometheusText;
 using kvfold::testing::ProcessCpuSeconds;
 using kvfold::testing::PromPage;
 using kvfold::testing::ScopedDescriptorLimit;
+using kvfold::testing::ScopedThreadLimit;
 using kvfold::testing::SilentConnections;
 
 TEST(MetricsRegistryTest, RendersHelpTypeAndLabelledCounters) {
@@ -210,6 +211,21 @@ TEST(MetricsHttpServerTest, OutOfDescriptorsTheLoopWaitsInsteadOfSpinning) {
   }
   EXPECT_LT(cpu, 0.2) << "CPU seconds in one second out of descriptors";
   EXPECT_EQ(HttpGet((*server)->port(), "/livez").rfind("HTTP/1.1 200", 0), 0u);
+}
+
+TEST(MetricsHttpServerTest, OutOfThreadsRequestsAreStillAnswered) {
+  auto server = MetricsHttpServer::Start("127.0.0.1:0", [] { return std::string("x 1\n"); });
+  ASSERT_TRUE(server.ok()) << server.status();
+  ScopedThreadLimit limit;
+  if (!limit.ok()) GTEST_SKIP() << "no writable pids cgroup (needs root and cgroup v1 pids)";
+  ASSERT_TRUE(limit.Freeze());
+  // The loop cannot start a thread for the connection (that used to end the process with
+  // an uncaught std::system_error): it answers on its own thread.
+  const std::string ready = HttpGet((*server)->port(), "/readyz");
+  const std::string page = HttpGet((*server)->port(), "/metrics");
+  ASSERT_TRUE(limit.Thaw());
+  EXPECT_EQ(ready.rfind("HTTP/1.1 200", 0), 0u) << ready;
+  EXPECT_NE(page.find("x 1"), std::string::npos) << page;
 }
 
 }  // namespace

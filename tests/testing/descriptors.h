@@ -1,5 +1,5 @@
-// Loopback sockets and descriptor limits for the tests of servers under connection floods
-// and descriptor shortage (HTTP API, metrics port).
+// Loopback sockets, descriptor and thread limits for the tests of servers under connection
+// floods and descriptor or thread shortage (HTTP API, metrics port).
 #ifndef KVFOLD_TESTS_TESTING_DESCRIPTORS_H_
 #define KVFOLD_TESTS_TESTING_DESCRIPTORS_H_
 
@@ -12,6 +12,8 @@
 #include <cstdint>
 #include <ctime>
 #include <filesystem>
+#include <fstream>
+#include <string>
 #include <vector>
 
 namespace kvfold::testing {
@@ -72,6 +74,54 @@ class ScopedDescriptorLimit {
 
  private:
   rlimit old_{};
+  bool ok_ = false;
+};
+
+// While Freeze() holds, the process cannot start another thread (pthread_create fails with
+// EAGAIN, as in a container at its pid limit): the process is moved into a pids cgroup of
+// its own (cgroup v1's pids hierarchy, which needs root) whose limit Freeze() sets to the
+// threads it has. ok() is false where that hierarchy cannot be written; the destructor
+// moves the process back and removes the group.
+class ScopedThreadLimit {
+ public:
+  ScopedThreadLimit() {
+    const std::filesystem::path root = "/sys/fs/cgroup/pids";
+    std::error_code ec;
+    dir_ = root / ("kvfold-test-" + std::to_string(::getpid()));
+    if (!std::filesystem::exists(root / "cgroup.procs", ec) ||
+        !std::filesystem::create_directory(dir_, ec)) {
+      dir_.clear();
+      return;
+    }
+    ok_ = Write(dir_ / "cgroup.procs", std::to_string(::getpid()));
+  }
+  ~ScopedThreadLimit() {
+    if (dir_.empty()) return;
+    Write(dir_ / "pids.max", "max");
+    Write(dir_.parent_path() / "cgroup.procs", std::to_string(::getpid()));
+    std::error_code ec;
+    std::filesystem::remove(dir_, ec);
+  }
+  ScopedThreadLimit(const ScopedThreadLimit&) = delete;
+  ScopedThreadLimit& operator=(const ScopedThreadLimit&) = delete;
+  bool ok() const { return ok_; }
+  // No new thread from now on.
+  bool Freeze() {
+    std::ifstream current(dir_ / "pids.current");
+    std::string count;
+    return ok_ && std::getline(current, count) && Write(dir_ / "pids.max", count);
+  }
+  // New threads again.
+  bool Thaw() { return ok_ && Write(dir_ / "pids.max", "max"); }
+
+ private:
+  static bool Write(const std::filesystem::path& path, const std::string& text) {
+    std::ofstream out(path);
+    out << text;
+    out.flush();
+    return static_cast<bool>(out);
+  }
+  std::filesystem::path dir_;
   bool ok_ = false;
 };
 

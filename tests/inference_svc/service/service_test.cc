@@ -646,6 +646,61 @@ TEST_F(ServiceTest, TlsListener) {
 
 // A negative HTTP connection limit is refused before anything starts (the limit itself:
 // http_server_test and, on a real replica, http_observe_test).
+TEST_F(ServiceTest, CallsBeyondTheThreadLimitAreRefusedAtOnceAndTheReplicaKeepsServing) {
+  StartReplica(64 << 20, "", "", [](ServiceConfig& c) {
+    c.max_call_threads = 4;
+    c.max_new_tokens_cap = 2000;
+  });
+  // Turns whose clients read nothing: each handler blocks writing its stream (2,000 tokens
+  // with 20 alternatives each are more than the flow-control windows hold), holding its
+  // thread until the client goes.
+  std::vector<std::unique_ptr<grpc::ClientContext>> contexts;
+  std::vector<std::unique_ptr<grpc::ClientReader<v1::GenerateResponse>>> readers;
+  for (int i = 0; i < 6; ++i) ASSERT_TRUE(Create(absl::StrCat("held-", i), v1::KV_MODE_FULL).ok());
+  for (int i = 0; i < 6; ++i) {
+    const std::string id = absl::StrCat("held-", i);
+    v1::GenerateRequest request = Turn(id, {1, 2, 3}, 2000);
+    request.set_logprobs(true);
+    request.set_top_logprobs(20);
+    contexts.push_back(std::make_unique<grpc::ClientContext>());
+    readers.push_back(stub_->Generate(contexts.back().get(), request));
+  }
+  // The replica's threads are all taken: a call is refused, not queued.
+  grpc::Status refused;
+  for (int attempt = 0; attempt < 50; ++attempt) {
+    grpc::ClientContext context;
+    v1::ModelInfo info;
+    refused = stub_->GetModelInfo(&context, v1::GetModelInfoRequest(), &info);
+    if (!refused.ok()) break;
+    absl::SleepFor(absl::Milliseconds(50));
+  }
+  EXPECT_EQ(refused.error_code(), grpc::StatusCode::RESOURCE_EXHAUSTED) << refused.error_message();
+  // Once the clients go, their threads return and calls are served again.
+  for (auto& context : contexts) context->TryCancel();
+  for (auto& reader : readers) reader->Finish();
+  grpc::Status served;
+  for (int attempt = 0; attempt < 100; ++attempt) {
+    grpc::ClientContext context;
+    v1::ModelInfo info;
+    served = stub_->GetModelInfo(&context, v1::GetModelInfoRequest(), &info);
+    if (served.ok()) break;
+    absl::SleepFor(absl::Milliseconds(50));
+  }
+  EXPECT_TRUE(served.ok()) << served.error_message();
+}
+
+TEST_F(ServiceTest, ACallThreadLimitBelowTwoIsInvalid) {
+  ServiceConfig bad;
+  bad.model_path = *dir_ + "/model";
+  bad.memory_store = store_->address();
+  bad.insecure_no_auth = true;
+  bad.max_call_threads = 1;
+  auto refused_start = InferenceServer::Start(bad);
+  ASSERT_FALSE(refused_start.ok());
+  EXPECT_EQ(refused_start.status().code(), absl::StatusCode::kInvalidArgument);
+  EXPECT_NE(refused_start.status().message().find("--max-call-threads"), std::string::npos);
+}
+
 TEST_F(ServiceTest, NegativeHttpConnectionLimitIsInvalid) {
   ServiceConfig bad;
   bad.model_path = *dir_ + "/model";
