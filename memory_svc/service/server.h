@@ -62,8 +62,8 @@ struct ServerConfig {
   // long is cancelled (stream_watchdog.h); zero or less = never. Default: 30 s.
   absl::Duration stream_idle_timeout = absl::Seconds(30);
   // Threads gRPC may run handlers on; a call beyond them is RESOURCE_EXHAUSTED at once.
-  // Default: 256.
-  int max_call_threads = 256;
+  // Default: 1024.
+  int max_call_threads = 1024;
   // Request logs: one JSON line per call (docs/observability.md) at or above this level:
   // debug|info|warn|error|off. Default: info.
   std::string log_level = "info";
