@@ -689,29 +689,30 @@ TEST_F(ServiceTest, CallsBeyondTheThreadLimitAreRefusedAtOnceAndTheReplicaKeepsS
   EXPECT_TRUE(served.ok()) << served.error_message();
 }
 
-TEST_F(ServiceTest, ACallThreadLimitBelowTwoIsInvalid) {
-  ServiceConfig bad;
-  bad.model_path = *dir_ + "/model";
-  bad.memory_store = store_->address();
-  bad.insecure_no_auth = true;
-  bad.max_call_threads = 1;
-  auto refused_start = InferenceServer::Start(bad);
-  ASSERT_FALSE(refused_start.ok());
-  EXPECT_EQ(refused_start.status().code(), absl::StatusCode::kInvalidArgument);
-  EXPECT_NE(refused_start.status().message().find("--max-call-threads"), std::string::npos);
-}
-
-TEST_F(ServiceTest, NegativeHttpConnectionLimitIsInvalid) {
-  ServiceConfig bad;
-  bad.model_path = *dir_ + "/model";
-  bad.memory_store = store_->address();
-  bad.insecure_no_auth = true;
-  bad.http_port = 0;
-  bad.http_max_connections = -1;
-  auto refused_start = InferenceServer::Start(bad);
-  ASSERT_FALSE(refused_start.ok());
-  EXPECT_EQ(refused_start.status().code(), absl::StatusCode::kInvalidArgument);
-  EXPECT_NE(refused_start.status().message().find("--http-max-connections"), std::string::npos);
+TEST_F(ServiceTest, LimitsOutOfRangeAreRefusedAtStart) {
+  const struct {
+    const char* flag;
+    std::function<void(ServiceConfig&)> set;
+  } cases[] = {
+      {"--http-max-connections",
+       [](ServiceConfig& c) {
+         c.http_port = 0;
+         c.http_max_connections = -1;
+       }},
+      {"--max-call-threads", [](ServiceConfig& c) { c.max_call_threads = 1; }},
+  };
+  for (const auto& bad_limit : cases) {
+    ServiceConfig bad;
+    bad.model_path = *dir_ + "/model";
+    bad.memory_store = store_->address();
+    bad.insecure_no_auth = true;
+    bad_limit.set(bad);
+    auto refused_start = InferenceServer::Start(bad);
+    ASSERT_FALSE(refused_start.ok()) << bad_limit.flag;
+    EXPECT_EQ(refused_start.status().code(), absl::StatusCode::kInvalidArgument);
+    EXPECT_NE(refused_start.status().message().find(bad_limit.flag), std::string::npos)
+        << refused_start.status();
+  }
 }
 
 TEST_F(ServiceTest, TenantFlowsFromTheCallersTokenToTheStore) {
