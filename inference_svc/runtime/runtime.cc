@@ -189,6 +189,17 @@ absl::StatusOr<std::vector<int32_t>> Runtime::PromptIds(const TurnRequest& reque
     return absl::InvalidArgumentError("set one of prompt, prompt_token_ids or messages");
   }
   const size_t max_tokens = static_cast<size_t>(std::max(0, options_.max_prompt_tokens));
+  // Refuse absurd texts before tokenizing or rendering them: a token is at most
+  // kMaxBytesPerPromptToken bytes of text here, so longer ones could only be refused after
+  // seconds of tokenizer work.
+  size_t text_bytes = request.prompt_text.size();
+  for (const ChatMessage& m : request.messages) text_bytes += m.content.size();
+  if (text_bytes > kMaxBytesPerPromptToken * max_tokens) {
+    return absl::InvalidArgumentError(
+        absl::StrCat(request.messages.empty() ? "prompt is " : "messages are ", text_bytes,
+                     " bytes, too long (at most ", kMaxBytesPerPromptToken * max_tokens, ": ",
+                     kMaxBytesPerPromptToken, " bytes per token of the prompt limit)"));
+  }
   std::vector<int32_t> ids;
   if (!request.messages.empty()) {
     if (deps_.chat_template == nullptr) {
@@ -210,11 +221,6 @@ absl::StatusOr<std::vector<int32_t>> Runtime::PromptIds(const TurnRequest& reque
     if (deps_.tokenizer == nullptr) {
       return absl::FailedPreconditionError(
           "this replica has no tokenizer: send prompt_token_ids instead of text");
-    }
-    // Refuse absurd texts before tokenizing them (a token is at least one byte).
-    if (request.prompt_text.size() > 16 * max_tokens) {
-      return absl::InvalidArgumentError(
-          absl::StrCat("prompt is ", request.prompt_text.size(), " bytes, too long"));
     }
     auto encoded = deps_.tokenizer->Encode(request.prompt_text, /*add_bos=*/session_empty);
     if (!encoded.ok()) return encoded.status();

@@ -49,6 +49,11 @@
 
 namespace kvfold::runtime {
 
+// Bytes of text per token of the prompt limit when a prompt's size is checked before it is
+// tokenized: English averages about 4 bytes a token; 16 leaves room for code and runs of
+// whitespace.
+inline constexpr size_t kMaxBytesPerPromptToken = 16;
+
 struct RuntimeOptions {
   // Mode of sessions created without one. Default: memory (full without a projector).
   core::KvMode default_mode = core::KvMode::kMemory;
@@ -60,7 +65,9 @@ struct RuntimeOptions {
   int default_max_new_tokens = 128;
   // Largest max_new_tokens accepted. Default: 4096.
   int max_new_tokens_cap = 4096;
-  // Longest prompt accepted, in tokens. Default: 65536.
+  // Longest prompt accepted, in tokens; a prompt text (or a turn's messages together) of
+  // more than kMaxBytesPerPromptToken bytes per token of it is refused before it is
+  // tokenized. Default: 65536.
   int max_prompt_tokens = 65536;
   // Budget of idle sessions' KV kept for reuse. Default: 512 MiB.
   size_t session_cache_bytes = size_t{512} << 20;

@@ -6,9 +6,11 @@
 #include <grpcpp/security/server_credentials.h>
 #include <grpcpp/server_builder.h>
 
+#include <algorithm>
 #include <chrono>
 #include <cstdio>
 #include <filesystem>
+#include <limits>
 #include <vector>
 
 #include "absl/strings/str_cat.h"
@@ -174,7 +176,13 @@ absl::StatusOr<std::unique_ptr<InferenceServer>> InferenceServer::Start(
   int bound_port = 0;
   builder.AddListeningPort(c.listen, *credentials, &bound_port);
   builder.RegisterService(server->service_.get());
-  builder.SetMaxReceiveMessageSize(64 << 20);
+  // The largest request a replica can accept is a prompt at the limit (runtime.h,
+  // kMaxBytesPerPromptToken); with one request buffered per call thread, a larger message
+  // bound would only let a flood of huge requests take the replica's memory first.
+  const int64_t max_request_bytes = std::clamp<int64_t>(
+      static_cast<int64_t>(runtime::kMaxBytesPerPromptToken) * c.max_prompt_tokens + (1 << 20),
+      4 << 20, std::numeric_limits<int>::max());
+  builder.SetMaxReceiveMessageSize(static_cast<int>(max_request_bytes));
   builder.SetMaxSendMessageSize(64 << 20);
   // Never share the port (gRPC sets SO_REUSEPORT by default): a second replica started on
   // a port in use must fail, not take half of the connections.

@@ -294,6 +294,31 @@ TEST_F(ServiceTest, BadInputForEveryRpc) {
     r = Turn("ok", {}, 4);
     r.set_prompt("text");  // the random model has no tokenizer
     EXPECT_EQ(Generate(r, &tokens).error_code(), grpc::StatusCode::FAILED_PRECONDITION);
+    // Texts longer than 16 bytes per token of the prompt limit (100 here) are refused
+    // before anything would tokenize or render them.
+    r.set_prompt(std::string(1601, 'a'));
+    EXPECT_EQ(Generate(r, &tokens).error_code(), grpc::StatusCode::INVALID_ARGUMENT);
+    r = Turn("ok", {}, 4);
+    for (int i = 0; i < 2; ++i) {
+      v1::ChatMessage* m = r.add_messages();
+      m->set_role("user");
+      m->set_content(std::string(801, 'a'));
+    }
+    grpc::ClientContext context;
+    auto reader = stub_->Generate(&context, r);
+    v1::GenerateResponse ignored;
+    while (reader->Read(&ignored)) {
+    }
+    const grpc::Status long_messages = reader->Finish();
+    // A request larger than any acceptable prompt is refused by gRPC before it is read
+    // into the replica (4 MiB at this prompt limit).
+    r = Turn("ok", {}, 4);
+    r.set_prompt(std::string(5 << 20, 'a'));
+    EXPECT_EQ(Generate(r, &tokens).error_code(), grpc::StatusCode::RESOURCE_EXHAUSTED);
+    EXPECT_EQ(long_messages.error_code(), grpc::StatusCode::INVALID_ARGUMENT);
+    EXPECT_NE(long_messages.error_message().find("messages are 1602 bytes, too long"),
+              std::string::npos)
+        << long_messages.error_message();
   }
   EXPECT_TRUE(tokens.empty());
   // GetSession / DeleteSession / RollbackSession / ForkSession
