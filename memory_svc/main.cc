@@ -61,7 +61,8 @@ void AddFlags(CLI::App& app, Flags& f) {
                  "per-tenant quotas: '<tenant|*> [sessions=N] [versions=N] [bytes=N[K|M|G]]' "
                  "lines; reloaded on SIGHUP and when the file changes");
   app.add_option("--metrics-port", c.metrics_port,
-                 "HTTP port for /metrics (Prometheus text); 0 = off")
+                 "HTTP port on all interfaces for /metrics (Prometheus text), /readyz and "
+                 "/livez; 0 = off")
       ->check(kvfold::NonNegative());
   app.add_option("--transfer-bytes", c.transfers.total_bytes,
                  "block bytes all PutBlock / GetBlock calls in flight may hold together")

@@ -189,9 +189,9 @@ absl::StatusOr<std::vector<int32_t>> Runtime::PromptIds(const TurnRequest& reque
     return absl::InvalidArgumentError("set one of prompt, prompt_token_ids or messages");
   }
   const size_t max_tokens = static_cast<size_t>(std::max(0, options_.max_prompt_tokens));
-  // Refuse absurd texts before tokenizing or rendering them: a token is at most
-  // kMaxBytesPerPromptToken bytes of text here, so longer ones could only be refused after
-  // seconds of tokenizer work.
+  // Refuse absurd texts before tokenizing or rendering them (kMaxBytesPerPromptToken bytes
+  // per token of the limit, runtime.h): tokenizing them first cost about a second of CPU
+  // per megabyte only to refuse them for their token count.
   size_t text_bytes = request.prompt_text.size();
   for (const ChatMessage& m : request.messages) text_bytes += m.content.size();
   if (text_bytes > kMaxBytesPerPromptToken * max_tokens) {
