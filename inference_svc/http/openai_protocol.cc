@@ -347,6 +347,16 @@ json Nullable(std::string_view s) { return s.empty() ? json(nullptr) : json(std:
 
 std::string Event(const json& j) { return absl::StrCat("data: ", JsonText(j), "\n\n"); }
 
+// A whole (not streamed) chat or text completion: its one choice in the envelope both share.
+std::string AnswerJson(const ChatAnswer& a, const char* object, const json& choice) {
+  return JsonText({{"id", a.id},
+                   {"object", object},
+                   {"created", a.created},
+                   {"model", a.model},
+                   {"choices", {choice}},
+                   {"usage", UsageJson(a.usage)}});
+}
+
 }  // namespace
 
 std::string JsonText(const nlohmann::json& j) {
@@ -358,12 +368,7 @@ std::string ChatCompletionJson(const ChatAnswer& a) {
                  {"message", {{"role", "assistant"}, {"content", a.text}}},
                  {"finish_reason", a.finish_reason},
                  {"logprobs", a.logprobs.empty() ? json(nullptr) : LogprobsJson(a.logprobs)}};
-  return JsonText({{"id", a.id},
-                   {"object", "chat.completion"},
-                   {"created", a.created},
-                   {"model", a.model},
-                   {"choices", {choice}},
-                   {"usage", UsageJson(a.usage)}});
+  return AnswerJson(a, "chat.completion", choice);
 }
 
 std::string CompletionJson(const ChatAnswer& a) {
@@ -371,12 +376,7 @@ std::string CompletionJson(const ChatAnswer& a) {
                  {"text", a.text},
                  {"finish_reason", a.finish_reason},
                  {"logprobs", a.logprobs.empty() ? json(nullptr) : LegacyLogprobsJson(a.logprobs)}};
-  return JsonText({{"id", a.id},
-                   {"object", "text_completion"},
-                   {"created", a.created},
-                   {"model", a.model},
-                   {"choices", {choice}},
-                   {"usage", UsageJson(a.usage)}});
+  return AnswerJson(a, "text_completion", choice);
 }
 
 std::string ResponseJson(const ChatAnswer& a, std::string_view previous_response_id) {
