@@ -133,6 +133,21 @@ try {
         `top_logprobs 21 -> ${e.status} (param ${e.param}): ${e.error?.message ?? e.message}`);
 }
 
+const chat = { model, max_tokens: 32, temperature: 0, messages: [{ role: "user", content: "A dog" }] };
+const unpenalised = (await A.chat.completions.create(chat)).choices[0].message.content;
+const penalties = { frequency_penalty: 1.0, presence_penalty: 0.5 };
+const penalised = (await B.chat.completions.create({ ...chat, ...penalties })).choices[0].message.content;
+const again = (await A.chat.completions.create({ ...chat, ...penalties })).choices[0].message.content;
+check(penalised !== unpenalised && penalised === again,
+      `penalties change the greedy answer, the same on both replicas: ${JSON.stringify(penalised)}`);
+try {
+  await A.chat.completions.create({ ...chat, frequency_penalty: 2.5 });
+  check(false, "frequency_penalty 2.5 is refused");
+} catch (e) {
+  check(e.status === 400 && e.param === "frequency_penalty",
+        `frequency_penalty 2.5 -> ${e.status} (param ${e.param}): ${e.error?.message ?? e.message}`);
+}
+
 const r1 = await A.responses.create({ model, input: "Once upon a time", max_output_tokens: 16,
                                       temperature: 0 });
 check(r1.id.startsWith("resp_") && r1.output_text.length > 0, `response 1 on A: ${r1.id}`);

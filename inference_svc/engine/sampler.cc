@@ -2,6 +2,7 @@
 
 #include <algorithm>
 #include <cmath>
+#include <utility>
 
 #include "absl/strings/str_cat.h"
 #include "kernels/cpu/elementwise.h"
@@ -19,6 +20,18 @@ absl::Status SamplingParams::Validate() const {
   if (max_new_tokens < 0) {
     return absl::InvalidArgumentError(
         absl::StrCat("max_new_tokens must be >= 0, got ", max_new_tokens));
+  }
+  for (const auto& [name, value] :
+       {std::pair<const char*, float>{"presence_penalty", presence_penalty},
+        {"frequency_penalty", frequency_penalty}}) {
+    if (!(value >= -kMaxPenalty && value <= kMaxPenalty)) {
+      return absl::InvalidArgumentError(
+          absl::StrCat(name, " must be in [-", kMaxPenalty, ", ", kMaxPenalty, "], got ", value));
+    }
+  }
+  if (!(repetition_penalty > 0.0f) || !std::isfinite(repetition_penalty)) {
+    return absl::InvalidArgumentError(
+        absl::StrCat("repetition_penalty must be finite and > 0, got ", repetition_penalty));
   }
   if (top_logprobs < -1 || top_logprobs > kMaxTopLogprobs) {
     return absl::InvalidArgumentError(absl::StrCat("top_logprobs must be in [0, ", kMaxTopLogprobs,
@@ -66,9 +79,52 @@ void ComputeLogprobs(std::span<const float> logits, int32_t token, int top_n, To
 Sampler::Sampler(int vocab_size, const SamplingParams& params)
     : params_(params), rng_(params.seed) {
   scratch_.reserve(vocab_size);
+  if (params_.HasPenalties()) {
+    generated_.assign(vocab_size, 0);
+    in_context_.assign(vocab_size, 0);
+    touched_.reserve(vocab_size);
+    penalised_.resize(vocab_size);
+  }
+}
+
+void Sampler::Note(int32_t id, bool generated) {
+  if (id < 0 || static_cast<size_t>(id) >= generated_.size()) return;
+  if (generated_[id] == 0 && in_context_[id] == 0) touched_.push_back(id);
+  if (generated) {
+    ++generated_[id];
+  } else {
+    in_context_[id] = 1;
+  }
+}
+
+void Sampler::AddContext(std::span<const int32_t> ids) {
+  if (params_.repetition_penalty == 1.0f) return;
+  for (int32_t id : ids) Note(id, /*generated=*/false);
+}
+
+std::span<const float> Sampler::Penalise(std::span<const float> logits) {
+  if (logits.size() != penalised_.size()) return logits;  // not this sampler's vocabulary
+  std::copy(logits.begin(), logits.end(), penalised_.begin());
+  const float rep = params_.repetition_penalty;
+  for (int32_t id : touched_) {
+    float v = penalised_[id];
+    if (rep != 1.0f) v = v > 0.0f ? v / rep : v * rep;
+    if (const uint32_t n = generated_[id]; n > 0) {
+      v -= params_.frequency_penalty * static_cast<float>(n) + params_.presence_penalty;
+    }
+    penalised_[id] = v;
+  }
+  return penalised_;
 }
 
 int32_t Sampler::Sample(std::span<const float> logits) {
+  if (!params_.HasPenalties()) return Pick(logits);
+  const int32_t token = Pick(Penalise(logits));
+  Note(token, /*generated=*/true);
+  return token;
+}
+
+int32_t Sampler::Pick(std::span<const float> logits) {
   if (params_.temperature <= 0.0f || params_.top_k == 1) return Argmax(logits);
   const float inv_t = 1.0f / params_.temperature;
   float max_logit = logits[0];

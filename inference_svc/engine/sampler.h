@@ -28,19 +28,40 @@ struct SamplingParams {
   // -1 = no log-probabilities; 0..kMaxTopLogprobs: every emitted token also reports its
   // log-probability and this many most likely alternatives (ComputeLogprobs).
   int top_logprobs = -1;
+  // Penalties on tokens already in the turn, applied to the logits before temperature,
+  // top-k and top-p (and before the greedy pick), as vLLM does: repetition_penalty first,
+  // over the turn's context (AddContext) and its generated tokens (a positive logit divided
+  // by it, a negative one multiplied; 1 = off), then, over the generated tokens only,
+  // logit -= frequency_penalty * count + presence_penalty * (count > 0) (OpenAI's
+  // definition; 0 = off). Log-probabilities stay those of the raw logits.
+  float presence_penalty = 0.0f;    // [-2, 2]
+  float frequency_penalty = 0.0f;   // [-2, 2]
+  float repetition_penalty = 1.0f;  // > 0
 
   // InvalidArgument for negative temperature/top_k, top_p outside [0, 1], etc.
   absl::Status Validate() const;
+  bool HasPenalties() const {
+    return presence_penalty != 0.0f || frequency_penalty != 0.0f || repetition_penalty != 1.0f;
+  }
 };
+
+// The penalties' bounds (OpenAI's for presence and frequency).
+inline constexpr float kMaxPenalty = 2.0f;
 
 class Sampler {
  public:
-  // Keeps scratch for `vocab_size` candidates: Sample() allocates nothing.
+  // Keeps scratch for `vocab_size` candidates (and, with penalties, the turn's token
+  // counts and a penalised copy of the logits): Sample() allocates nothing.
   Sampler(int vocab_size, const SamplingParams& params);
 
-  // Picks a token from logits [vocab_size]. Temperature > 0: softmax(logits / T), then
-  // top-k, then top-p (smallest prefix of the sorted distribution with mass >= top_p),
-  // then one Uniform() draw.
+  // Tokens the repetition penalty counts besides the generated ones (the turn's prompt).
+  // Ids outside the vocabulary are skipped. A no-op without a repetition penalty.
+  void AddContext(std::span<const int32_t> ids);
+
+  // Picks a token from logits [vocab_size]: the penalties (if any) first, then with
+  // temperature > 0 softmax(logits / T), top-k, top-p (smallest prefix of the sorted
+  // distribution with mass >= top_p) and one Uniform() draw; greedy otherwise. The picked
+  // token counts as generated for the penalties of later calls.
   int32_t Sample(std::span<const float> logits);
 
   // True when `id` ends generation: a stop id, or an EOS id unless ignore_eos.
@@ -51,9 +72,20 @@ class Sampler {
   const Rng& rng() const { return rng_; }
 
  private:
+  // logits with the penalties applied, in penalised_.
+  std::span<const float> Penalise(std::span<const float> logits);
+  void Note(int32_t id, bool generated);
+  int32_t Pick(std::span<const float> logits);
+
   SamplingParams params_;
   Rng rng_;
   std::vector<std::pair<float, int32_t>> scratch_;  // (prob, id)
+  // Only with penalties: per id, generated count and whether it is in the context; the ids
+  // with either, each once (the penalties touch only those).
+  std::vector<uint32_t> generated_;
+  std::vector<uint8_t> in_context_;
+  std::vector<int32_t> touched_;
+  std::vector<float> penalised_;
 };
 
 int32_t Argmax(std::span<const float> logits);

@@ -4,6 +4,7 @@
 // and starts the turn; a ChatTurn answers from the port's events. Chat messages go to the
 // replica as messages: it renders them with its chat template, as a continuation when the
 // session already holds a conversation.
+#include <algorithm>
 #include <chrono>
 #include <random>
 
@@ -57,7 +58,11 @@ TurnSpec SpecFor(const std::string& session_id, const GenerationParams& p) {
   spec.session_id = session_id;
   spec.temperature = p.temperature.value_or(1.0f);
   spec.top_p = p.top_p.value_or(0.0f);
+  spec.top_k = std::max(0, p.top_k.value_or(0));
   spec.seed = p.seed.value_or(0);
+  spec.presence_penalty = p.presence_penalty.value_or(0.0f);
+  spec.frequency_penalty = p.frequency_penalty.value_or(0.0f);
+  spec.repetition_penalty = p.repetition_penalty.value_or(0.0f);
   spec.max_new_tokens = p.max_tokens.value_or(0);
   spec.top_logprobs = p.logprobs ? p.top_logprobs : -1;
   return spec;

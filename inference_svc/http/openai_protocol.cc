@@ -102,6 +102,21 @@ absl::Status ParseSampling(const json& j, const char* max_key, GenerationParams*
     if (*d <= 0) return Bad("top_p", "'top_p' must be greater than 0");
     p->top_p = static_cast<float>(*d);
   }
+  for (auto [key, field] : {std::pair{"presence_penalty", &p->presence_penalty},
+                            std::pair{"frequency_penalty", &p->frequency_penalty}}) {
+    d.reset();
+    KVFOLD_RETURN_IF_ERROR(GetNumber(j, key, -2, 2, &d));
+    if (d.has_value()) *field = static_cast<float>(*d);
+  }
+  d.reset();
+  KVFOLD_RETURN_IF_ERROR(GetNumber(j, "repetition_penalty", 0, 100, &d));
+  if (d.has_value()) {
+    if (*d <= 0) return Bad("repetition_penalty", "'repetition_penalty' must be greater than 0");
+    p->repetition_penalty = static_cast<float>(*d);
+  }
+  i.reset();
+  KVFOLD_RETURN_IF_ERROR(GetInt(j, "top_k", -1, 1 << 30, &i));
+  if (i.has_value()) p->top_k = static_cast<int>(*i);
   i.reset();
   KVFOLD_RETURN_IF_ERROR(GetInt(j, "seed", INT64_MIN, INT64_MAX, &i));
   if (i.has_value()) p->seed = static_cast<uint64_t>(*i);

@@ -27,6 +27,12 @@ struct GenerationParams {
   std::optional<float> temperature;  // [0, 2]; absent = 1 (OpenAI's default)
   std::optional<float> top_p;        // (0, 1]
   std::optional<uint64_t> seed;
+  // OpenAI's penalties, [-2, 2]; and vLLM's extensions repetition_penalty (> 0) and top_k
+  // (0 or -1 = off).
+  std::optional<float> presence_penalty;
+  std::optional<float> frequency_penalty;
+  std::optional<float> repetition_penalty;
+  std::optional<int> top_k;
   std::vector<std::string> stop;  // at most 4 non-empty strings
   // Log-probabilities of the generated tokens and top_logprobs alternatives each: chat's
   // logprobs/top_logprobs, completions' logprobs count, responses' top_logprobs/include.

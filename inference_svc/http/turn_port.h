@@ -42,8 +42,13 @@ struct TurnSpec {
   // continues; max_new_tokens 0 = the server default.
   float temperature = 1;
   float top_p = 0;
+  int top_k = 0;  // 0 = off
   uint64_t seed = 0;
   int max_new_tokens = 0;
+  // 0 = off (repetition_penalty: 0 and 1 alike).
+  float presence_penalty = 0;
+  float frequency_penalty = 0;
+  float repetition_penalty = 0;
   std::vector<int32_t> stop_token_ids;  // end the turn after emitting one of these
   // -1 = no log-probabilities; else also the top_logprobs most likely alternatives.
   int top_logprobs = -1;

@@ -21,6 +21,9 @@ v1::SamplerState SamplerStateToProto(const engine::SamplingParams& params,
   for (int32_t id : params.stop_token_ids) p->add_stop_token_ids(id);
   p->set_ignore_eos(params.ignore_eos);
   p->set_max_new_tokens(params.max_new_tokens);
+  p->set_presence_penalty(params.presence_penalty);
+  p->set_frequency_penalty(params.frequency_penalty);
+  p->set_repetition_penalty(params.repetition_penalty);
   for (uint64_t w : rng_state) proto.add_rng_state(w);
   return proto;
 }
@@ -46,6 +49,9 @@ absl::Status SamplerStateFromProto(const v1::SamplerState& proto, engine::Sampli
   out.stop_token_ids.assign(p.stop_token_ids().begin(), p.stop_token_ids().end());
   out.ignore_eos = p.ignore_eos();
   if (p.max_new_tokens() > 0) out.max_new_tokens = p.max_new_tokens();
+  out.presence_penalty = p.presence_penalty();
+  out.frequency_penalty = p.frequency_penalty();
+  out.repetition_penalty = p.repetition_penalty() == 0.0f ? 1.0f : p.repetition_penalty();
   if (auto s = out.Validate(); !s.ok()) return s;
   *params = std::move(out);
   return absl::OkStatus();

@@ -1,6 +1,7 @@
 #include "inference_svc/runtime/sampling.h"
 
 #include <cmath>
+#include <utility>
 
 #include "absl/strings/str_cat.h"
 
@@ -24,6 +25,18 @@ absl::Status ValidateSampling(const SamplingSpec& p, int vocab_size, int max_new
                                                    " exceeds the server cap ",
                                                    max_new_tokens_cap));
   }
+  for (const auto& [name, value] :
+       {std::pair<const char*, float>{"presence_penalty", p.presence_penalty},
+        {"frequency_penalty", p.frequency_penalty}}) {
+    if (!std::isfinite(value) || value < -engine::kMaxPenalty || value > engine::kMaxPenalty) {
+      return absl::InvalidArgumentError(absl::StrCat(name, " must be in [-", engine::kMaxPenalty,
+                                                     ", ", engine::kMaxPenalty, "], got ", value));
+    }
+  }
+  if (!std::isfinite(p.repetition_penalty) || p.repetition_penalty < 0) {
+    return absl::InvalidArgumentError(
+        absl::StrCat("repetition_penalty must be > 0 (or 0: not set), got ", p.repetition_penalty));
+  }
   for (int32_t id : p.stop_token_ids) {
     if (id < 0 || id >= vocab_size) {
       return absl::InvalidArgumentError(
@@ -42,6 +55,9 @@ SamplingSpec MergeSampling(const SamplingSpec& defaults, const SamplingSpec& o) 
   if (!o.stop_token_ids.empty()) out.stop_token_ids = o.stop_token_ids;
   if (o.ignore_eos) out.ignore_eos = true;
   if (o.max_new_tokens != 0) out.max_new_tokens = o.max_new_tokens;
+  if (o.presence_penalty != 0) out.presence_penalty = o.presence_penalty;
+  if (o.frequency_penalty != 0) out.frequency_penalty = o.frequency_penalty;
+  if (o.repetition_penalty != 0) out.repetition_penalty = o.repetition_penalty;
   return out;
 }
 
@@ -54,6 +70,9 @@ engine::SamplingParams ResolveSampling(const SamplingSpec& p, int default_max_ne
   s.stop_token_ids = p.stop_token_ids;
   s.ignore_eos = p.ignore_eos;
   s.max_new_tokens = p.max_new_tokens > 0 ? p.max_new_tokens : default_max_new_tokens;
+  s.presence_penalty = p.presence_penalty;
+  s.frequency_penalty = p.frequency_penalty;
+  s.repetition_penalty = p.repetition_penalty == 0 ? 1.0f : p.repetition_penalty;
   return s;
 }
 

@@ -20,17 +20,24 @@ struct SamplingSpec {
   std::vector<int32_t> stop_token_ids;
   bool ignore_eos = false;
   int max_new_tokens = 0;  // 0 = the replica's default
+  // engine::SamplingParams's penalties; 0 = not set (presence and frequency: off;
+  // repetition: 1, off).
+  float presence_penalty = 0;
+  float frequency_penalty = 0;
+  float repetition_penalty = 0;
 };
 
 // temperature finite and >= 0; top_k >= 0; top_p in [0, 1]; max_new_tokens in
-// [0, max_new_tokens_cap]; stop ids in [0, vocab_size). INVALID_ARGUMENT otherwise, the
+// [0, max_new_tokens_cap]; stop ids in [0, vocab_size); presence and frequency penalties
+// in [-2, 2]; repetition penalty finite and >= 0. INVALID_ARGUMENT otherwise, the
 // message naming the field and the value.
 absl::Status ValidateSampling(const SamplingSpec& spec, int vocab_size, int max_new_tokens_cap);
 
 // `overrides` on top of `defaults`: every set field of overrides wins.
 SamplingSpec MergeSampling(const SamplingSpec& defaults, const SamplingSpec& overrides);
 
-// The engine's parameters: top_p 0 -> 1, max_new_tokens 0 -> default_max_new_tokens.
+// The engine's parameters: top_p 0 -> 1, repetition_penalty 0 -> 1, max_new_tokens 0 ->
+// default_max_new_tokens.
 engine::SamplingParams ResolveSampling(const SamplingSpec& spec, int default_max_new_tokens);
 
 }  // namespace kvfold::runtime

@@ -66,6 +66,7 @@ void Scheduler::StartTurn(Running& r) {
                                                     : live.tokens_folded.load();
   r.fold_seconds_at_start = FoldSeconds(live.engine_session.get());
   r.sampler.emplace(engine_->config().vocab_size, job.sampling);
+  r.sampler->AddContext(job.prompt_ids);
   if (job.reseed.has_value()) {
     r.sampler->rng() = engine::Rng(*job.reseed);
   } else {

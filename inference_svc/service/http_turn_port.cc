@@ -269,7 +269,11 @@ absl::StatusOr<std::shared_ptr<http::RunningTurn>> RuntimeTurnPort::StartTurn(
   request.continue_final_message = spec.continue_final_message;
   request.sampling.temperature = spec.temperature;
   request.sampling.top_p = spec.top_p;
+  request.sampling.top_k = spec.top_k;
   request.sampling.seed = spec.seed;
+  request.sampling.presence_penalty = spec.presence_penalty;
+  request.sampling.frequency_penalty = spec.frequency_penalty;
+  request.sampling.repetition_penalty = spec.repetition_penalty;
   request.sampling.max_new_tokens = spec.max_new_tokens;
   request.sampling.stop_token_ids = spec.stop_token_ids;
   request.top_logprobs = spec.top_logprobs;

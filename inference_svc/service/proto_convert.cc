@@ -14,6 +14,9 @@ runtime::SamplingSpec FromProto(const v1::SamplingParams& p) {
   s.stop_token_ids.assign(p.stop_token_ids().begin(), p.stop_token_ids().end());
   s.ignore_eos = p.ignore_eos();
   s.max_new_tokens = p.max_new_tokens();
+  s.presence_penalty = p.presence_penalty();
+  s.frequency_penalty = p.frequency_penalty();
+  s.repetition_penalty = p.repetition_penalty();
   return s;
 }
 
@@ -26,6 +29,9 @@ v1::SamplingParams ToProto(const runtime::SamplingSpec& s) {
   for (int32_t id : s.stop_token_ids) p.add_stop_token_ids(id);
   p.set_ignore_eos(s.ignore_eos);
   p.set_max_new_tokens(s.max_new_tokens);
+  p.set_presence_penalty(s.presence_penalty);
+  p.set_frequency_penalty(s.frequency_penalty);
+  p.set_repetition_penalty(s.repetition_penalty);
   return p;
 }
 

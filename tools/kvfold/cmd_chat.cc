@@ -34,6 +34,9 @@ struct ChatFlags {
   int top_k = 0;
   double top_p = 0;
   uint64_t seed = 0;
+  double presence_penalty = 0;
+  double frequency_penalty = 0;
+  double repetition_penalty = 0;
   bool ignore_eos = false;
   bool usage = false;
   bool json = false;
@@ -84,6 +87,9 @@ absl::Status ValidateSampling(const v1::SamplingParams& p) {
   e.top_k = p.top_k();
   e.top_p = p.top_p();
   e.max_new_tokens = p.max_new_tokens();
+  e.presence_penalty = p.presence_penalty();
+  e.frequency_penalty = p.frequency_penalty();
+  if (p.repetition_penalty() != 0) e.repetition_penalty = p.repetition_penalty();
   return e.Validate();
 }
 
@@ -104,6 +110,9 @@ v1::SamplingParams SamplingFromArgs(const ChatFlags& args) {
   p.set_top_k(args.top_k);
   p.set_top_p(static_cast<float>(args.top_p));
   p.set_seed(args.seed);
+  p.set_presence_penalty(static_cast<float>(args.presence_penalty));
+  p.set_frequency_penalty(static_cast<float>(args.frequency_penalty));
+  p.set_repetition_penalty(static_cast<float>(args.repetition_penalty));
   p.set_ignore_eos(args.ignore_eos);
   return p;
 }
@@ -224,6 +233,7 @@ RunFn SetupChat(CLI::App& app) {
   app.add_option("--top-k", f.top_k, "top-k sampling (0 = off)");
   app.add_option("--top-p", f.top_p, "nucleus sampling (0 = off)");
   app.add_option("--seed", f.seed, "sampling seed");
+  AddPenaltyFlags(app, f.presence_penalty, f.frequency_penalty, f.repetition_penalty);
   AddSwitch(app, "--ignore-eos", f.ignore_eos, "do not stop at an end-of-sequence token");
   AddSwitch(app, "--usage", f.usage, "print each turn's usage line to stderr");
   AddSwitch(app, "--json", f.json,

@@ -25,6 +25,9 @@ struct GenerateFlags {
   int top_k = 0;
   double top_p = 1.0;
   uint64_t seed = 0;
+  double presence_penalty = 0.0;
+  double frequency_penalty = 0.0;
+  double repetition_penalty = 1.0;
   int max_new_tokens = 256;
   bool ignore_eos = false;
   bool no_bos = false;
@@ -45,6 +48,9 @@ int RunGenerate(const GenerateFlags& flags, const CLI::App& app) {
   params.top_k = flags.top_k;
   params.top_p = static_cast<float>(flags.top_p);
   params.seed = flags.seed;
+  params.presence_penalty = static_cast<float>(flags.presence_penalty);
+  params.frequency_penalty = static_cast<float>(flags.frequency_penalty);
+  params.repetition_penalty = static_cast<float>(flags.repetition_penalty);
   params.max_new_tokens = flags.max_new_tokens;
   params.ignore_eos = flags.ignore_eos;
   if (absl::Status s = params.Validate(); !s.ok()) return FailWith("generate", s);
@@ -93,6 +99,7 @@ int RunGenerate(const GenerateFlags& flags, const CLI::App& app) {
   if (absl::Status s = (*session)->Prefill(prompt); !s.ok()) return FailWith("generate", s);
   const auto t1 = Clock::now();
   engine::Sampler sampler(config.vocab_size, params);
+  sampler.AddContext(prompt);
   std::unique_ptr<IncrementalDecoder> decoder;
   if (tokenizer) decoder = std::make_unique<IncrementalDecoder>(tokenizer.get(), prompt.size() <= 1);
   std::vector<int32_t> generated;
@@ -164,6 +171,7 @@ RunFn SetupGenerate(CLI::App& app) {
   app.add_option("--top-k", f.top_k, "top-k sampling (0 = off)");
   app.add_option("--top-p", f.top_p, "nucleus sampling");
   app.add_option("--seed", f.seed, "sampling seed");
+  AddPenaltyFlags(app, f.presence_penalty, f.frequency_penalty, f.repetition_penalty);
   app.add_option("--max-new-tokens", f.max_new_tokens, "tokens to generate at most");
   AddSwitch(app, "--ignore-eos", f.ignore_eos, "do not stop at an end-of-sequence token");
   AddSwitch(app, "--no-bos", f.no_bos, "encode the prompt without the BOS token");

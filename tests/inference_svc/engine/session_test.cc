@@ -157,6 +157,26 @@ TEST_P(SteadyStateTest, SteadyStateDecodeDoesNotAllocate) {
   EXPECT_EQ(g_allocations.load() - before, 0);
 }
 
+TEST(SteadyStatePenaltiesTest, PenalisedDecodeDoesNotAllocate) {
+  Rig s = Make(false, core::DType::kF32);
+  SessionOptions o;
+  o.mode = KvMode::kSliding;
+  o.window_size = 40;
+  auto a = *CreatePlainSession(s.engine.get(), o);
+  SamplingParams params = P(0.8f, 20, 0.9f, 7);
+  params.presence_penalty = 0.5f;
+  params.frequency_penalty = 0.3f;
+  params.repetition_penalty = 1.2f;
+  Sampler sampler(s.engine->config().vocab_size, params);
+  const std::vector<int32_t> prompt = {1, 2, 3};
+  sampler.AddContext(prompt);
+  ASSERT_TRUE(a->Prefill(prompt).ok());
+  for (int i = 0; i < 200; ++i) ASSERT_TRUE(a->Append(sampler.Sample(a->Logits())).ok());
+  const int64_t before = g_allocations.load();
+  for (int i = 0; i < 100; ++i) ASSERT_TRUE(a->Append(sampler.Sample(a->Logits())).ok());
+  EXPECT_EQ(g_allocations.load() - before, 0);
+}
+
 INSTANTIATE_TEST_SUITE_P(KvDTypes, SteadyStateTest,
                          ::testing::Values(core::DType::kF32, core::DType::kF16, core::DType::kI8),
                          [](const auto& info) { return std::string(core::DTypeName(info.param)); });
@@ -205,6 +225,58 @@ TEST(SamplerTest, DistributionTopKTopPAndGreedy) {
   EXPECT_TRUE(st.IsStop(9, eos));
   EXPECT_TRUE(st.IsStop(2, eos));
   EXPECT_FALSE(st.IsStop(3, eos));
+}
+
+TEST(SamplerTest, PenaltiesFollowTheirDefinitions) {
+  // Greedy picks over five logits; each case's expected pick is worked out by hand.
+  const std::vector<float> logits = {2.0f, 1.9f, 1.0f, -0.5f, -0.6f};
+  auto params = [](float presence, float frequency, float repetition) {
+    SamplingParams p = P(0.0f);
+    p.presence_penalty = presence;
+    p.frequency_penalty = frequency;
+    p.repetition_penalty = repetition;
+    return p;
+  };
+  // Frequency 0.3: 0 (2.0) is picked, then 2.0 - 0.3 = 1.7 < 1.9 so 1, then 1.9 - 0.3 = 1.6 <
+  // 1.7 so 0 again, then 0 has 2.0 - 0.6 = 1.4 < 1.6: 1.
+  Sampler f(5, params(0, 0.3f, 1));
+  std::vector<int32_t> picks;
+  for (int i = 0; i < 4; ++i) picks.push_back(f.Sample(logits));
+  EXPECT_EQ(picks, (std::vector<int32_t>{0, 1, 0, 1}));
+  // Presence 1.5: 0, 1 and 2 each drop below the next once picked (0.5, 0.4, -0.5); then
+  // 0 at 0.5 is the largest and, the penalty not growing with the count, stays so.
+  Sampler pr(5, params(1.5f, 0, 1));
+  picks.clear();
+  for (int i = 0; i < 5; ++i) picks.push_back(pr.Sample(logits));
+  EXPECT_EQ(picks, (std::vector<int32_t>{0, 1, 2, 0, 0}));
+  // A negative penalty favours repeats.
+  Sampler neg(5, params(-0.5f, 0, 1));
+  const std::vector<float> flat = {1.0f, 1.2f, 1.1f, 0.0f, 0.0f};
+  for (int i = 0; i < 4; ++i) EXPECT_EQ(neg.Sample(flat), 1);
+  // Repetition 2 over the context {0}: 2.0 / 2 = 1.0 < 1.9, so 1; then 1 has 0.95, and 0
+  // (1.0, halved once whatever its count) ties 2 (1.0): the lower id wins, twice.
+  Sampler rep(5, params(0, 0, 2.0f));
+  const int32_t context[] = {0, 0, 99, -1};  // out-of-vocabulary ids are skipped
+  rep.AddContext(context);
+  picks.clear();
+  for (int i = 0; i < 3; ++i) picks.push_back(rep.Sample(logits));
+  EXPECT_EQ(picks, (std::vector<int32_t>{1, 0, 0}));
+  // A negative logit is multiplied: -0.5 x 2 = -1.0 falls below -0.6.
+  const std::vector<float> negative = {-0.5f, -0.6f};
+  Sampler rep_neg(2, params(0, 0, 2.0f));
+  const int32_t first[] = {0};
+  rep_neg.AddContext(first);
+  EXPECT_EQ(rep_neg.Sample(negative), 1);
+  // Without penalties AddContext does nothing and picks follow the raw logits.
+  Sampler plain(5, P(0.0f));
+  plain.AddContext(first);
+  for (int i = 0; i < 3; ++i) EXPECT_EQ(plain.Sample(logits), 0);
+  // Bounds.
+  EXPECT_TRUE(params(2, -2, 0.01f).Validate().ok());
+  EXPECT_FALSE(params(2.5f, 0, 1).Validate().ok());
+  EXPECT_FALSE(params(0, -2.5f, 1).Validate().ok());
+  EXPECT_FALSE(params(0, 0, 0).Validate().ok());
+  EXPECT_FALSE(params(0, std::numeric_limits<float>::quiet_NaN(), 1).Validate().ok());
 }
 
 TEST(SamplerTest, LogprobsAreTheRawLogSoftmaxWithSortedAlternatives) {

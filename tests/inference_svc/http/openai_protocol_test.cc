@@ -41,7 +41,10 @@ TEST(OpenAiProtocolTest, ParsesAChatRequest) {
       {"stream_options", {{"include_usage", true}}},
       {"kvfold_session", "s1"},
       {"user", "ignored"},
-      {"presence_penalty", 0}};
+      {"presence_penalty", -0.5},
+      {"frequency_penalty", 1.25},
+      {"repetition_penalty", 1.1},
+      {"top_k", 40}};
   auto r = ParseChatCompletionRequest(body.dump());
   ASSERT_TRUE(r.ok()) << r.status();
   ASSERT_EQ(r->messages.size(), 2u);
@@ -54,6 +57,10 @@ TEST(OpenAiProtocolTest, ParsesAChatRequest) {
   EXPECT_EQ(r->params.stop, (std::vector<std::string>{"\n", "END"}));
   EXPECT_TRUE(r->params.logprobs);
   EXPECT_EQ(r->params.top_logprobs, 3);
+  EXPECT_FLOAT_EQ(*r->params.presence_penalty, -0.5f);
+  EXPECT_FLOAT_EQ(*r->params.frequency_penalty, 1.25f);
+  EXPECT_FLOAT_EQ(*r->params.repetition_penalty, 1.1f);
+  EXPECT_EQ(r->params.top_k, 40);
   EXPECT_TRUE(r->stream && r->include_usage);
   EXPECT_EQ(r->session, "s1");
 }

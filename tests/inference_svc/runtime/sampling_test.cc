@@ -30,6 +30,40 @@ TEST(SamplingTest, Validate) {
   EXPECT_EQ(ValidateSampling(p, 32, 100).code(), absl::StatusCode::kInvalidArgument);
   p.stop_token_ids = {31};
   EXPECT_TRUE(ValidateSampling(p, 32, 100).ok());
+  p.presence_penalty = 2.0f;
+  p.frequency_penalty = -2.0f;
+  p.repetition_penalty = 1.5f;
+  EXPECT_TRUE(ValidateSampling(p, 32, 100).ok());
+  p.presence_penalty = 2.01f;
+  EXPECT_EQ(ValidateSampling(p, 32, 100).code(), absl::StatusCode::kInvalidArgument);
+  p.presence_penalty = 0;
+  p.frequency_penalty = std::numeric_limits<float>::infinity();
+  EXPECT_EQ(ValidateSampling(p, 32, 100).code(), absl::StatusCode::kInvalidArgument);
+  p.frequency_penalty = 0;
+  p.repetition_penalty = -0.5f;
+  EXPECT_EQ(ValidateSampling(p, 32, 100).code(), absl::StatusCode::kInvalidArgument);
+  p.repetition_penalty = std::numeric_limits<float>::quiet_NaN();
+  EXPECT_EQ(ValidateSampling(p, 32, 100).code(), absl::StatusCode::kInvalidArgument);
+}
+
+TEST(SamplingTest, PenaltiesMergeAndResolve) {
+  SamplingSpec defaults;
+  defaults.frequency_penalty = 0.5f;
+  defaults.repetition_penalty = 1.2f;
+  SamplingSpec o;
+  o.presence_penalty = -1.0f;
+  SamplingSpec m = MergeSampling(defaults, o);
+  EXPECT_FLOAT_EQ(m.presence_penalty, -1.0f);
+  EXPECT_FLOAT_EQ(m.frequency_penalty, 0.5f);
+  EXPECT_FLOAT_EQ(m.repetition_penalty, 1.2f);
+  engine::SamplingParams r = ResolveSampling(m, 17);
+  EXPECT_FLOAT_EQ(r.presence_penalty, -1.0f);
+  EXPECT_FLOAT_EQ(r.frequency_penalty, 0.5f);
+  EXPECT_FLOAT_EQ(r.repetition_penalty, 1.2f);
+  // Unset repetition is off (1), and nothing set means no penalties at all.
+  EXPECT_FLOAT_EQ(ResolveSampling(SamplingSpec(), 17).repetition_penalty, 1.0f);
+  EXPECT_FALSE(ResolveSampling(SamplingSpec(), 17).HasPenalties());
+  EXPECT_TRUE(r.Validate().ok());
 }
 
 TEST(SamplingTest, MergeOverridesSetFieldsAndResolveFillsDefaults) {

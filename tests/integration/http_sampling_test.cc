@@ -1,0 +1,248 @@
+// Presence, frequency and repetition penalties through both fronts of a real replica
+// (stories260K): greedy tokens under the penalties equal a greedy pick over the engine's own
+// logits penalised here, in-process, by the definitions of docs/api.md; the reported
+// log-probabilities stay those of the raw logits; out-of-range values are refused.
+#include <algorithm>
+#include <cmath>
+#include <filesystem>
+#include <map>
+#include <nlohmann/json.hpp>
+
+#include "gmock/gmock.h"
+#include "gtest/gtest.h"
+#include "inference_svc/engine/engine.h"
+#include "inference_svc/engine/session.h"
+#include "inference_svc/model/model_file.h"
+#include "inference_svc/tokenizer/tokenizer.h"
+#include "kernels/backend.h"
+#include "tests/integration/http_api_fixture.h"
+
+namespace kvfold::testing {
+namespace {
+
+using json = nlohmann::json;
+using ::testing::HasSubstr;
+
+struct Penalties {
+  float presence = 0;
+  float frequency = 0;
+  float repetition = 1;
+};
+
+struct Step {
+  int32_t token = 0;
+  double raw_logprob = 0;  // log_softmax of the unpenalised logits at `token`
+};
+
+// Greedy decoding of `steps` tokens after `prompt` on an in-process engine, each pick over
+// the logits with `p` applied: repetition over the prompt and generated ids (positive
+// logits divided, negative multiplied), then frequency x count + presence for generated ids.
+std::vector<Step> PenalisedGreedy(const std::vector<int32_t>& prompt, int steps, Penalties p) {
+  auto model = model::LoadModel(SharedModel());
+  EXPECT_TRUE(model.ok()) << model.status();
+  kernels::CpuBackendOptions backend_options;
+  backend_options.num_threads = 1;
+  auto backend = kernels::CreateCpuBackend(backend_options);
+  engine::EngineOptions options;
+  options.kv_pool_bytes = 16 << 20;
+  auto engine = engine::Engine::Create(*model, backend.get(), options);
+  EXPECT_TRUE(engine.ok()) << engine.status();
+  auto session = engine::CreatePlainSession(engine->get(), engine::SessionOptions());
+  EXPECT_TRUE(session.ok());
+  EXPECT_TRUE((*session)->Prefill(prompt).ok());
+  std::map<int32_t, int> generated;
+  std::vector<Step> out;
+  for (int step = 0; step < steps; ++step) {
+    std::span<const float> raw = (*session)->Logits();
+    std::vector<float> logits(raw.begin(), raw.end());
+    for (size_t id = 0; id < logits.size(); ++id) {
+      const int32_t i = static_cast<int32_t>(id);
+      const bool in_prompt = std::find(prompt.begin(), prompt.end(), i) != prompt.end();
+      const int n = generated.contains(i) ? generated[i] : 0;
+      if (in_prompt || n > 0) {
+        logits[id] = logits[id] > 0 ? logits[id] / p.repetition : logits[id] * p.repetition;
+      }
+      if (n > 0) logits[id] -= p.frequency * static_cast<float>(n) + p.presence;
+    }
+    const int32_t next =
+        static_cast<int32_t>(std::max_element(logits.begin(), logits.end()) - logits.begin());
+    const double max_raw = *std::max_element(raw.begin(), raw.end());
+    double z = 0;
+    for (float l : raw) z += std::exp(l - max_raw);
+    out.push_back({next, raw[next] - max_raw - std::log(z)});
+    ++generated[next];
+    EXPECT_TRUE((*session)->Append(next).ok());
+  }
+  return out;
+}
+
+constexpr int kSteps = 40;
+constexpr char kPrompt[] = "Once upon a time, there was a little dog. The dog";
+
+class HttpSamplingTest : public HttpApiTest {
+ protected:
+  void SetUp() override {
+    HttpApiTest::SetUp();
+    if (IsSkipped() || HasFatalFailure()) return;
+    auto tokenizer = Tokenizer::Load(std::filesystem::path(SharedModel()).parent_path().string());
+    ASSERT_TRUE(tokenizer.ok()) << tokenizer.status();
+    tokenizer_ = std::move(*tokenizer);
+    auto ids = tokenizer_->Encode(kPrompt, /*add_bos=*/true);
+    ASSERT_TRUE(ids.ok());
+    prompt_ = std::move(*ids);
+  }
+
+  static std::vector<int32_t> Ids(const std::vector<Step>& steps, size_t n) {
+    std::vector<int32_t> out;
+    for (size_t i = 0; i < std::min(n, steps.size()); ++i) out.push_back(steps[i].token);
+    return out;
+  }
+
+  bool Create(const std::string& session, v1::KvMode mode) {
+    grpc::ClientContext context;
+    context.AddMetadata("authorization", std::string("Bearer ") + kToken);
+    v1::CreateSessionRequest request;
+    request.set_session_id(session);
+    request.mutable_config()->set_mode(mode);
+    v1::Session created;
+    const grpc::Status status = cluster_->stub(1).CreateSession(&context, request, &created);
+    EXPECT_TRUE(status.ok()) << status.error_message();
+    return status.ok();
+  }
+
+  // A greedy gRPC turn of `prompt_` on `session` (replica `replica`) under `p`.
+  std::vector<int32_t> Generate(int replica, const std::string& session, int max_new_tokens,
+                                Penalties p) {
+    grpc::ClientContext context;
+    context.AddMetadata("authorization", std::string("Bearer ") + kToken);
+    context.set_deadline(std::chrono::system_clock::now() + std::chrono::seconds(60));
+    v1::GenerateRequest request;
+    request.set_session_id(session);
+    for (int32_t id : prompt_) request.add_prompt_token_ids(id);
+    v1::SamplingParams* s = request.mutable_sampling();
+    s->set_max_new_tokens(max_new_tokens);
+    s->set_top_k(1);
+    s->set_presence_penalty(p.presence);
+    s->set_frequency_penalty(p.frequency);
+    s->set_repetition_penalty(p.repetition);
+    auto reader = cluster_->stub(replica).Generate(&context, request);
+    std::vector<int32_t> out;
+    v1::GenerateResponse response;
+    while (reader->Read(&response)) {
+      for (int32_t id : response.delta().token_ids()) out.push_back(id);
+    }
+    const grpc::Status status = reader->Finish();
+    EXPECT_TRUE(status.ok()) << status.error_message();
+    return out;
+  }
+
+  std::unique_ptr<Tokenizer> tokenizer_;
+  std::vector<int32_t> prompt_;
+};
+
+TEST_F(HttpSamplingTest, PenalisedGreedyIsTheEnginesLogitsPenalised) {
+  const Penalties penalties{0.4f, 0.8f, 1.3f};
+  const std::vector<Step> plain = PenalisedGreedy(prompt_, kSteps, Penalties());
+  const std::vector<Step> want = PenalisedGreedy(prompt_, kSteps, penalties);
+  // The penalties change this continuation: the comparison can tell them from none.
+  ASSERT_NE(Ids(plain, kSteps), Ids(want, kSteps));
+  // A full-mode session computes what the in-process plain session does.
+  ASSERT_TRUE(Create("penalties-full", v1::KV_MODE_FULL));
+  ASSERT_TRUE(Create("penalties-none", v1::KV_MODE_FULL));
+  const std::vector<int32_t> got = Generate(1, "penalties-full", kSteps, penalties);
+  ASSERT_GE(got.size(), 20u);  // the model may end the story early
+  EXPECT_EQ(got, Ids(want, got.size()));
+  const std::vector<int32_t> none = Generate(1, "penalties-none", kSteps, Penalties());
+  EXPECT_EQ(none, Ids(plain, none.size()));
+}
+
+TEST_F(HttpSamplingTest, HttpPenaltiesAreGrpcsAndLogprobsStayRaw) {
+  const Penalties penalties{0.4f, 0.8f, 1.3f};
+  json body = {{"prompt", kPrompt},        {"max_tokens", kSteps},
+               {"temperature", 0},         {"logprobs", 3},
+               {"presence_penalty", 0.4},  {"frequency_penalty", 0.8},
+               {"repetition_penalty", 1.3}};
+  HttpReply r = Post(0, "/v1/completions", body);
+  ASSERT_EQ(r.status, 200) << r.body;
+  const json logprobs = Body(r)["choices"][0]["logprobs"];
+  // The same turn through gRPC on the other replica, the replicas' default mode as HTTP's.
+  ASSERT_TRUE(Create("penalties-default", v1::KV_MODE_UNSPECIFIED));
+  const std::vector<int32_t> ids = Generate(1, "penalties-default", kSteps, penalties);
+  json texts = json::array();
+  for (int32_t id : ids) texts.push_back(std::string(tokenizer_->TokenBytes(id)));
+  EXPECT_EQ(logprobs["tokens"], texts);
+  // Log-probabilities are the raw distribution's: a penalised pick is not its top token.
+  int below_top = 0;
+  for (size_t i = 0; i < logprobs["tokens"].size(); ++i) {
+    double top = -1e30;
+    for (const auto& [token, lp] : logprobs["top_logprobs"][i].items()) {
+      top = std::max(top, lp.get<double>());
+    }
+    const double chosen = logprobs["token_logprobs"][i].get<double>();
+    EXPECT_LE(chosen, top + 1e-6) << i;
+    if (chosen < top - 1e-3) ++below_top;
+  }
+  EXPECT_GT(below_top, 0) << r.body;
+}
+
+TEST_F(HttpSamplingTest, SampledTurnsStayReproducibleUnderPenalties) {
+  json body = {{"prompt", kPrompt},         {"max_tokens", 24},
+               {"temperature", 0.9},        {"seed", 1234},
+               {"presence_penalty", -0.5},  {"frequency_penalty", 1},
+               {"repetition_penalty", 0.9}, {"top_k", 40}};
+  HttpReply a = Post(0, "/v1/completions", body);
+  HttpReply b = Post(1, "/v1/completions", body);
+  ASSERT_EQ(a.status, 200) << a.body;
+  ASSERT_EQ(b.status, 200) << b.body;
+  EXPECT_EQ(Body(a)["choices"][0]["text"], Body(b)["choices"][0]["text"]);
+}
+
+TEST_F(HttpSamplingTest, OutOfRangePenaltiesAreRefused) {
+  struct Case {
+    const char* field;
+    json value;
+    const char* message;
+  };
+  const Case cases[] = {
+      {"presence_penalty", 2.5, "'presence_penalty' is 2.5; it must be in [-2, 2]"},
+      {"frequency_penalty", -3, "'frequency_penalty' is -3; it must be in [-2, 2]"},
+      {"frequency_penalty", "high", "'frequency_penalty' must be a number"},
+      {"repetition_penalty", 0, "'repetition_penalty' must be greater than 0"},
+      {"top_k", -2, "'top_k' is -2; it must be in [-1, "},
+  };
+  for (const Case& c : cases) {
+    json body = kChat;
+    body[c.field] = c.value;
+    HttpReply r = Post(0, "/v1/chat/completions", body);
+    EXPECT_EQ(r.status, 400) << c.field << ": " << r.body;
+    EXPECT_THAT(r.body, HasSubstr(c.message)) << r.body;
+    EXPECT_EQ(Body(r)["error"]["param"], c.field) << r.body;
+  }
+
+  grpc::ClientContext create_context;
+  create_context.AddMetadata("authorization", std::string("Bearer ") + kToken);
+  v1::CreateSessionRequest create;
+  create.set_session_id("penalties-refused");
+  v1::Session created;
+  ASSERT_TRUE(cluster_->stub(0).CreateSession(&create_context, create, &created).ok());
+  for (auto set : {+[](v1::SamplingParams* s) { s->set_presence_penalty(-2.01f); },
+                   +[](v1::SamplingParams* s) { s->set_frequency_penalty(NAN); },
+                   +[](v1::SamplingParams* s) { s->set_repetition_penalty(-1); }}) {
+    grpc::ClientContext context;
+    context.AddMetadata("authorization", std::string("Bearer ") + kToken);
+    v1::GenerateRequest request;
+    request.set_session_id("penalties-refused");
+    request.add_prompt_token_ids(1);
+    set(request.mutable_sampling());
+    auto reader = cluster_->stub(0).Generate(&context, request);
+    v1::GenerateResponse response;
+    while (reader->Read(&response)) {
+    }
+    const grpc::Status status = reader->Finish();
+    EXPECT_EQ(status.error_code(), grpc::StatusCode::INVALID_ARGUMENT);
+    EXPECT_THAT(status.error_message(), HasSubstr("_penalty")) << status.error_message();
+  }
+}
+
+}  // namespace
+}  // namespace kvfold::testing
