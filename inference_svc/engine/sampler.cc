@@ -33,6 +33,20 @@ absl::Status SamplingParams::Validate() const {
     return absl::InvalidArgumentError(
         absl::StrCat("repetition_penalty must be finite and > 0, got ", repetition_penalty));
   }
+  if (!(min_p >= 0.0f && min_p <= 1.0f)) {
+    return absl::InvalidArgumentError(absl::StrCat("min_p must be in [0, 1], got ", min_p));
+  }
+  if (logit_bias.size() > kMaxLogitBiasEntries) {
+    return absl::InvalidArgumentError(absl::StrCat("logit_bias has ", logit_bias.size(),
+                                                   " entries; at most ", kMaxLogitBiasEntries));
+  }
+  for (const auto& [id, bias] : logit_bias) {
+    if (!(bias >= -kMaxLogitBias && bias <= kMaxLogitBias)) {
+      return absl::InvalidArgumentError(absl::StrCat("logit_bias of token ", id, " must be in [-",
+                                                     kMaxLogitBias, ", ", kMaxLogitBias, "], got ",
+                                                     bias));
+    }
+  }
   if (top_logprobs < -1 || top_logprobs > kMaxTopLogprobs) {
     return absl::InvalidArgumentError(absl::StrCat("top_logprobs must be in [0, ", kMaxTopLogprobs,
                                                    "] (or -1: off), got ", top_logprobs));
@@ -83,8 +97,8 @@ Sampler::Sampler(int vocab_size, const SamplingParams& params)
     generated_.assign(vocab_size, 0);
     in_context_.assign(vocab_size, 0);
     touched_.reserve(vocab_size);
-    penalised_.resize(vocab_size);
   }
+  if (params_.AdjustsLogits()) adjusted_.resize(vocab_size);
 }
 
 void Sampler::Note(int32_t id, bool generated) {
@@ -102,25 +116,28 @@ void Sampler::AddContext(std::span<const int32_t> ids) {
   for (int32_t id : ids) Note(id, /*generated=*/false);
 }
 
-std::span<const float> Sampler::Penalise(std::span<const float> logits) {
-  if (logits.size() != penalised_.size()) return logits;  // not this sampler's vocabulary
-  std::copy(logits.begin(), logits.end(), penalised_.begin());
+std::span<const float> Sampler::Adjust(std::span<const float> logits) {
+  if (logits.size() != adjusted_.size()) return logits;  // not this sampler's vocabulary
+  std::copy(logits.begin(), logits.end(), adjusted_.begin());
+  for (const auto& [id, bias] : params_.logit_bias) {
+    if (id >= 0 && static_cast<size_t>(id) < adjusted_.size()) adjusted_[id] += bias;
+  }
   const float rep = params_.repetition_penalty;
   for (int32_t id : touched_) {
-    float v = penalised_[id];
+    float v = adjusted_[id];
     if (rep != 1.0f) v = v > 0.0f ? v / rep : v * rep;
     if (const uint32_t n = generated_[id]; n > 0) {
       v -= params_.frequency_penalty * static_cast<float>(n) + params_.presence_penalty;
     }
-    penalised_[id] = v;
+    adjusted_[id] = v;
   }
-  return penalised_;
+  return adjusted_;
 }
 
 int32_t Sampler::Sample(std::span<const float> logits) {
-  if (!params_.HasPenalties()) return Pick(logits);
-  const int32_t token = Pick(Penalise(logits));
-  Note(token, /*generated=*/true);
+  if (!params_.AdjustsLogits()) return Pick(logits);
+  const int32_t token = Pick(Adjust(logits));
+  if (params_.HasPenalties()) Note(token, /*generated=*/true);
   return token;
 }
 
@@ -132,6 +149,14 @@ int32_t Sampler::Pick(std::span<const float> logits) {
   scratch_.clear();
   for (size_t i = 0; i < logits.size(); ++i) {
     scratch_.emplace_back(std::exp((logits[i] - max_logit) * inv_t), static_cast<int32_t>(i));
+  }
+  // min-p: the most likely token has probability 1 here, so the cut is min_p itself.
+  if (params_.min_p > 0.0f) {
+    const float cut = params_.min_p;
+    scratch_.erase(
+        std::remove_if(scratch_.begin(), scratch_.end(),
+                       [cut](const std::pair<float, int32_t>& c) { return c.first < cut; }),
+        scratch_.end());
   }
   // Order by probability, ties by id: a deterministic candidate list.
   auto by_prob = [](const std::pair<float, int32_t>& a, const std::pair<float, int32_t>& b) {

@@ -37,16 +37,27 @@ struct SamplingParams {
   float presence_penalty = 0.0f;    // [-2, 2]
   float frequency_penalty = 0.0f;   // [-2, 2]
   float repetition_penalty = 1.0f;  // > 0
+  // (id, bias): added to the id's logit before the penalties (OpenAI's logit_bias; -100
+  // in effect bans a token, 100 forces it). Biases in [-100, 100], at most kMaxLogitBias
+  // entries; ids outside the vocabulary are the caller's to refuse (the sampler skips them).
+  std::vector<std::pair<int32_t, float>> logit_bias;
+  // With temperature > 0: tokens less likely than min_p times the most likely one are
+  // dropped (after temperature, before top-k and top-p). [0, 1]; 0 = off.
+  float min_p = 0.0f;
 
   // InvalidArgument for negative temperature/top_k, top_p outside [0, 1], etc.
   absl::Status Validate() const;
   bool HasPenalties() const {
     return presence_penalty != 0.0f || frequency_penalty != 0.0f || repetition_penalty != 1.0f;
   }
+  // Whether Sample changes the logits before it picks (penalties or a logit bias).
+  bool AdjustsLogits() const { return HasPenalties() || !logit_bias.empty(); }
 };
 
-// The penalties' bounds (OpenAI's for presence and frequency).
+// The penalties' bounds (OpenAI's for presence and frequency), and the logit bias's.
 inline constexpr float kMaxPenalty = 2.0f;
+inline constexpr float kMaxLogitBias = 100.0f;
+inline constexpr size_t kMaxLogitBiasEntries = 1024;
 
 class Sampler {
  public:
@@ -58,10 +69,10 @@ class Sampler {
   // Ids outside the vocabulary are skipped. A no-op without a repetition penalty.
   void AddContext(std::span<const int32_t> ids);
 
-  // Picks a token from logits [vocab_size]: the penalties (if any) first, then with
-  // temperature > 0 softmax(logits / T), top-k, top-p (smallest prefix of the sorted
-  // distribution with mass >= top_p) and one Uniform() draw; greedy otherwise. The picked
-  // token counts as generated for the penalties of later calls.
+  // Picks a token from logits [vocab_size]: the logit bias and the penalties (if any)
+  // first, then with temperature > 0 softmax(logits / T), min-p, top-k, top-p (smallest
+  // prefix of the sorted distribution with mass >= top_p) and one Uniform() draw; greedy
+  // otherwise. The picked token counts as generated for the penalties of later calls.
   int32_t Sample(std::span<const float> logits);
 
   // True when `id` ends generation: a stop id, or an EOS id unless ignore_eos.
@@ -72,8 +83,8 @@ class Sampler {
   const Rng& rng() const { return rng_; }
 
  private:
-  // logits with the penalties applied, in penalised_.
-  std::span<const float> Penalise(std::span<const float> logits);
+  // logits with the bias and the penalties applied, in adjusted_.
+  std::span<const float> Adjust(std::span<const float> logits);
   void Note(int32_t id, bool generated);
   int32_t Pick(std::span<const float> logits);
 
@@ -85,7 +96,7 @@ class Sampler {
   std::vector<uint32_t> generated_;
   std::vector<uint8_t> in_context_;
   std::vector<int32_t> touched_;
-  std::vector<float> penalised_;
+  std::vector<float> adjusted_;  // only when the logits are adjusted
 };
 
 int32_t Argmax(std::span<const float> logits);

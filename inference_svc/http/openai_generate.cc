@@ -63,6 +63,8 @@ TurnSpec SpecFor(const std::string& session_id, const GenerationParams& p) {
   spec.presence_penalty = p.presence_penalty.value_or(0.0f);
   spec.frequency_penalty = p.frequency_penalty.value_or(0.0f);
   spec.repetition_penalty = p.repetition_penalty.value_or(0.0f);
+  spec.min_p = p.min_p.value_or(0.0f);
+  spec.logit_bias = p.logit_bias;
   spec.max_new_tokens = p.max_tokens.value_or(0);
   spec.top_logprobs = p.logprobs ? p.top_logprobs : -1;
   return spec;

@@ -1,9 +1,12 @@
 // OpenAI request parsing and response building (openai_protocol.h).
 #include "inference_svc/http/openai_protocol.h"
 
+#include <algorithm>
 #include <cmath>
 
 #include "absl/strings/cord.h"
+#include "absl/strings/escaping.h"
+#include "absl/strings/numbers.h"
 #include "absl/strings/str_cat.h"
 #include "core/status_macros.h"
 #include "nlohmann/json.hpp"
@@ -74,7 +77,7 @@ absl::Status GetInt(const json& j, const char* key, int64_t lo, int64_t hi,
 // Fields that change the answer and that kvfold does not implement: refused, never ignored.
 absl::Status RefuseUnsupported(const json& j) {
   for (const char* key : {"tools", "functions", "tool_choice", "function_call", "response_format",
-                          "logit_bias", "suffix", "best_of"}) {
+                          "suffix", "best_of"}) {
     if (j.contains(key) && !j[key].is_null() && !(j[key].is_array() && j[key].empty()) &&
         !(j[key].is_object() && j[key].empty())) {
       if (std::string(key) == "response_format" && j[key].is_object() &&
@@ -84,6 +87,38 @@ absl::Status RefuseUnsupported(const json& j) {
       return Bad(key, absl::StrCat("'", key, "' is not supported by kvfold"));
     }
   }
+  return absl::OkStatus();
+}
+
+// `logit_bias`: an object from token ids (decimal strings, as OpenAI's clients send them)
+// to biases in [-100, 100].
+absl::Status ParseLogitBias(const json& j, GenerationParams* p) {
+  if (!j.contains("logit_bias") || j["logit_bias"].is_null()) return absl::OkStatus();
+  const json& bias = j["logit_bias"];
+  if (!bias.is_object()) {
+    return Bad("logit_bias", "'logit_bias' must be an object from token ids to numbers");
+  }
+  if (bias.size() > 1024) {
+    return Bad("logit_bias",
+               absl::StrCat("'logit_bias' has ", bias.size(), " entries; at most 1024"));
+  }
+  for (const auto& [key, value] : bias.items()) {
+    int32_t id = 0;
+    const bool digits =
+        !key.empty() && key.size() <= 9 &&
+        std::all_of(key.begin(), key.end(), [](char c) { return c >= '0' && c <= '9'; });
+    if (!digits || !absl::SimpleAtoi(key, &id)) {
+      return Bad("logit_bias", absl::StrCat("'logit_bias' key \"", absl::CHexEscape(key),
+                                            "\" is not a token id"));
+    }
+    if (!value.is_number() || !std::isfinite(value.get<double>()) ||
+        std::abs(value.get<double>()) > 100) {
+      return Bad("logit_bias",
+                 absl::StrCat("'logit_bias' of token ", id, " must be a number in [-100, 100]"));
+    }
+    p->logit_bias.emplace_back(id, static_cast<float>(value.get<double>()));
+  }
+  std::sort(p->logit_bias.begin(), p->logit_bias.end());
   return absl::OkStatus();
 }
 
@@ -114,6 +149,10 @@ absl::Status ParseSampling(const json& j, const char* max_key, GenerationParams*
     if (*d <= 0) return Bad("repetition_penalty", "'repetition_penalty' must be greater than 0");
     p->repetition_penalty = static_cast<float>(*d);
   }
+  d.reset();
+  KVFOLD_RETURN_IF_ERROR(GetNumber(j, "min_p", 0, 1, &d));
+  if (d.has_value()) p->min_p = static_cast<float>(*d);
+  KVFOLD_RETURN_IF_ERROR(ParseLogitBias(j, p));
   i.reset();
   KVFOLD_RETURN_IF_ERROR(GetInt(j, "top_k", -1, 1 << 30, &i));
   if (i.has_value()) p->top_k = static_cast<int>(*i);

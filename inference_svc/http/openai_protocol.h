@@ -9,6 +9,7 @@
 #include <optional>
 #include <string>
 #include <string_view>
+#include <utility>
 #include <vector>
 
 #include "absl/status/status.h"
@@ -33,6 +34,10 @@ struct GenerationParams {
   std::optional<float> frequency_penalty;
   std::optional<float> repetition_penalty;
   std::optional<int> top_k;
+  std::optional<float> min_p;  // vLLM's, [0, 1]
+  // OpenAI's logit_bias: (token id, bias in [-100, 100]), sorted by id; the replica checks
+  // the ids against its vocabulary.
+  std::vector<std::pair<int32_t, float>> logit_bias;
   std::vector<std::string> stop;  // at most 4 non-empty strings
   // Log-probabilities of the generated tokens and top_logprobs alternatives each: chat's
   // logprobs/top_logprobs, completions' logprobs count, responses' top_logprobs/include.

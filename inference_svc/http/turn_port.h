@@ -10,6 +10,7 @@
 #include <memory>
 #include <string>
 #include <string_view>
+#include <utility>
 #include <vector>
 
 #include "absl/status/status.h"
@@ -49,6 +50,8 @@ struct TurnSpec {
   float presence_penalty = 0;
   float frequency_penalty = 0;
   float repetition_penalty = 0;
+  float min_p = 0;                                    // 0 = off
+  std::vector<std::pair<int32_t, float>> logit_bias;  // (token id, bias)
   std::vector<int32_t> stop_token_ids;  // end the turn after emitting one of these
   // -1 = no log-probabilities; else also the top_logprobs most likely alternatives.
   int top_logprobs = -1;

@@ -1,5 +1,6 @@
 #include "inference_svc/memory/session_block.h"
 
+#include <algorithm>
 #include <chrono>
 
 #include "absl/strings/str_cat.h"
@@ -24,6 +25,8 @@ v1::SamplerState SamplerStateToProto(const engine::SamplingParams& params,
   p->set_presence_penalty(params.presence_penalty);
   p->set_frequency_penalty(params.frequency_penalty);
   p->set_repetition_penalty(params.repetition_penalty);
+  p->set_min_p(params.min_p);
+  for (const auto& [id, bias] : params.logit_bias) (*p->mutable_logit_bias())[id] = bias;
   for (uint64_t w : rng_state) proto.add_rng_state(w);
   return proto;
 }
@@ -52,6 +55,9 @@ absl::Status SamplerStateFromProto(const v1::SamplerState& proto, engine::Sampli
   out.presence_penalty = p.presence_penalty();
   out.frequency_penalty = p.frequency_penalty();
   out.repetition_penalty = p.repetition_penalty() == 0.0f ? 1.0f : p.repetition_penalty();
+  out.min_p = p.min_p();
+  out.logit_bias.assign(p.logit_bias().begin(), p.logit_bias().end());
+  std::sort(out.logit_bias.begin(), out.logit_bias.end());
   if (auto s = out.Validate(); !s.ok()) return s;
   *params = std::move(out);
   return absl::OkStatus();

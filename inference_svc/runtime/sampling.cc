@@ -3,6 +3,7 @@
 #include <cmath>
 #include <utility>
 
+#include "absl/container/flat_hash_set.h"
 #include "absl/strings/str_cat.h"
 
 namespace kvfold::runtime {
@@ -37,6 +38,29 @@ absl::Status ValidateSampling(const SamplingSpec& p, int vocab_size, int max_new
     return absl::InvalidArgumentError(
         absl::StrCat("repetition_penalty must be > 0 (or 0: not set), got ", p.repetition_penalty));
   }
+  if (!std::isfinite(p.min_p) || p.min_p < 0 || p.min_p > 1) {
+    return absl::InvalidArgumentError(absl::StrCat("min_p must be in [0, 1], got ", p.min_p));
+  }
+  if (p.logit_bias.size() > engine::kMaxLogitBiasEntries) {
+    return absl::InvalidArgumentError(absl::StrCat("logit_bias has ", p.logit_bias.size(),
+                                                   " entries; at most ",
+                                                   engine::kMaxLogitBiasEntries));
+  }
+  absl::flat_hash_set<int32_t> biased;
+  for (const auto& [id, bias] : p.logit_bias) {
+    if (id < 0 || id >= vocab_size) {
+      return absl::InvalidArgumentError(
+          absl::StrCat("logit_bias token id ", id, " outside [0, ", vocab_size, ")"));
+    }
+    if (!biased.insert(id).second) {
+      return absl::InvalidArgumentError(absl::StrCat("logit_bias names token id ", id, " twice"));
+    }
+    if (!std::isfinite(bias) || bias < -engine::kMaxLogitBias || bias > engine::kMaxLogitBias) {
+      return absl::InvalidArgumentError(absl::StrCat("logit_bias of token ", id, " must be in [-",
+                                                     engine::kMaxLogitBias, ", ",
+                                                     engine::kMaxLogitBias, "], got ", bias));
+    }
+  }
   for (int32_t id : p.stop_token_ids) {
     if (id < 0 || id >= vocab_size) {
       return absl::InvalidArgumentError(
@@ -58,6 +82,8 @@ SamplingSpec MergeSampling(const SamplingSpec& defaults, const SamplingSpec& o) 
   if (o.presence_penalty != 0) out.presence_penalty = o.presence_penalty;
   if (o.frequency_penalty != 0) out.frequency_penalty = o.frequency_penalty;
   if (o.repetition_penalty != 0) out.repetition_penalty = o.repetition_penalty;
+  if (o.min_p != 0) out.min_p = o.min_p;
+  if (!o.logit_bias.empty()) out.logit_bias = o.logit_bias;
   return out;
 }
 
@@ -73,6 +99,8 @@ engine::SamplingParams ResolveSampling(const SamplingSpec& p, int default_max_ne
   s.presence_penalty = p.presence_penalty;
   s.frequency_penalty = p.frequency_penalty;
   s.repetition_penalty = p.repetition_penalty == 0 ? 1.0f : p.repetition_penalty;
+  s.min_p = p.min_p;
+  s.logit_bias = p.logit_bias;
   return s;
 }
 

@@ -5,6 +5,7 @@
 #define KVFOLD_INFERENCE_SVC_RUNTIME_SAMPLING_H_
 
 #include <cstdint>
+#include <utility>
 #include <vector>
 
 #include "absl/status/status.h"
@@ -25,12 +26,15 @@ struct SamplingSpec {
   float presence_penalty = 0;
   float frequency_penalty = 0;
   float repetition_penalty = 0;
+  float min_p = 0;                                    // 0 = off
+  std::vector<std::pair<int32_t, float>> logit_bias;  // empty = not set
 };
 
 // temperature finite and >= 0; top_k >= 0; top_p in [0, 1]; max_new_tokens in
 // [0, max_new_tokens_cap]; stop ids in [0, vocab_size); presence and frequency penalties
-// in [-2, 2]; repetition penalty finite and >= 0. INVALID_ARGUMENT otherwise, the
-// message naming the field and the value.
+// in [-2, 2]; repetition penalty finite and >= 0; min_p in [0, 1]; logit_bias: at most
+// engine::kMaxLogitBiasEntries ids in [0, vocab_size), each once, biases in [-100, 100].
+// INVALID_ARGUMENT otherwise, the message naming the field and the value.
 absl::Status ValidateSampling(const SamplingSpec& spec, int vocab_size, int max_new_tokens_cap);
 
 // `overrides` on top of `defaults`: every set field of overrides wins.

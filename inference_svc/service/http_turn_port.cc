@@ -274,6 +274,8 @@ absl::StatusOr<std::shared_ptr<http::RunningTurn>> RuntimeTurnPort::StartTurn(
   request.sampling.presence_penalty = spec.presence_penalty;
   request.sampling.frequency_penalty = spec.frequency_penalty;
   request.sampling.repetition_penalty = spec.repetition_penalty;
+  request.sampling.min_p = spec.min_p;
+  request.sampling.logit_bias = spec.logit_bias;
   request.sampling.max_new_tokens = spec.max_new_tokens;
   request.sampling.stop_token_ids = spec.stop_token_ids;
   request.top_logprobs = spec.top_logprobs;

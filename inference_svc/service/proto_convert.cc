@@ -1,5 +1,7 @@
 #include "inference_svc/service/proto_convert.h"
 
+#include <algorithm>
+
 #include "absl/strings/str_cat.h"
 #include "common/proto_enums.h"
 
@@ -17,6 +19,9 @@ runtime::SamplingSpec FromProto(const v1::SamplingParams& p) {
   s.presence_penalty = p.presence_penalty();
   s.frequency_penalty = p.frequency_penalty();
   s.repetition_penalty = p.repetition_penalty();
+  s.min_p = p.min_p();
+  s.logit_bias.assign(p.logit_bias().begin(), p.logit_bias().end());
+  std::sort(s.logit_bias.begin(), s.logit_bias.end());  // a map's order is unspecified
   return s;
 }
 
@@ -32,6 +37,8 @@ v1::SamplingParams ToProto(const runtime::SamplingSpec& s) {
   p.set_presence_penalty(s.presence_penalty);
   p.set_frequency_penalty(s.frequency_penalty);
   p.set_repetition_penalty(s.repetition_penalty);
+  p.set_min_p(s.min_p);
+  for (const auto& [id, bias] : s.logit_bias) (*p.mutable_logit_bias())[id] = bias;
   return p;
 }
 

@@ -1,7 +1,8 @@
-// Presence, frequency and repetition penalties through both fronts of a real replica
-// (stories260K): greedy tokens under the penalties equal a greedy pick over the engine's own
-// logits penalised here, in-process, by the definitions of docs/api.md; the reported
-// log-probabilities stay those of the raw logits; out-of-range values are refused.
+// Logit adjustments through both fronts of a real replica (stories260K): greedy tokens
+// under presence, frequency and repetition penalties and a logit bias equal a greedy pick
+// over the engine's own logits adjusted here, in-process, by the definitions of
+// docs/api.md; min_p drops what it should; the reported log-probabilities stay those of the
+// raw logits; out-of-range values are refused.
 #include <algorithm>
 #include <cmath>
 #include <filesystem>
@@ -27,6 +28,7 @@ struct Penalties {
   float presence = 0;
   float frequency = 0;
   float repetition = 1;
+  std::map<int32_t, float> bias;  // logit_bias
 };
 
 struct Step {
@@ -35,8 +37,9 @@ struct Step {
 };
 
 // Greedy decoding of `steps` tokens after `prompt` on an in-process engine, each pick over
-// the logits with `p` applied: repetition over the prompt and generated ids (positive
-// logits divided, negative multiplied), then frequency x count + presence for generated ids.
+// the logits with `p` applied: the bias added, then repetition over the prompt and
+// generated ids (positive logits divided, negative multiplied), then frequency x count +
+// presence for generated ids.
 std::vector<Step> PenalisedGreedy(const std::vector<int32_t>& prompt, int steps, Penalties p) {
   auto model = model::LoadModel(SharedModel());
   EXPECT_TRUE(model.ok()) << model.status();
@@ -59,6 +62,7 @@ std::vector<Step> PenalisedGreedy(const std::vector<int32_t>& prompt, int steps,
       const int32_t i = static_cast<int32_t>(id);
       const bool in_prompt = std::find(prompt.begin(), prompt.end(), i) != prompt.end();
       const int n = generated.contains(i) ? generated[i] : 0;
+      if (p.bias.contains(i)) logits[id] += p.bias.at(i);
       if (in_prompt || n > 0) {
         logits[id] = logits[id] > 0 ? logits[id] / p.repetition : logits[id] * p.repetition;
       }
@@ -125,6 +129,7 @@ class HttpSamplingTest : public HttpApiTest {
     s->set_presence_penalty(p.presence);
     s->set_frequency_penalty(p.frequency);
     s->set_repetition_penalty(p.repetition);
+    for (const auto& [id, bias] : p.bias) (*s->mutable_logit_bias())[id] = bias;
     auto reader = cluster_->stub(replica).Generate(&context, request);
     std::vector<int32_t> out;
     v1::GenerateResponse response;
@@ -141,7 +146,7 @@ class HttpSamplingTest : public HttpApiTest {
 };
 
 TEST_F(HttpSamplingTest, PenalisedGreedyIsTheEnginesLogitsPenalised) {
-  const Penalties penalties{0.4f, 0.8f, 1.3f};
+  const Penalties penalties{0.4f, 0.8f, 1.3f, {}};
   const std::vector<Step> plain = PenalisedGreedy(prompt_, kSteps, Penalties());
   const std::vector<Step> want = PenalisedGreedy(prompt_, kSteps, penalties);
   // The penalties change this continuation: the comparison can tell them from none.
@@ -157,7 +162,7 @@ TEST_F(HttpSamplingTest, PenalisedGreedyIsTheEnginesLogitsPenalised) {
 }
 
 TEST_F(HttpSamplingTest, HttpPenaltiesAreGrpcsAndLogprobsStayRaw) {
-  const Penalties penalties{0.4f, 0.8f, 1.3f};
+  const Penalties penalties{0.4f, 0.8f, 1.3f, {}};
   json body = {{"prompt", kPrompt},        {"max_tokens", kSteps},
                {"temperature", 0},         {"logprobs", 3},
                {"presence_penalty", 0.4},  {"frequency_penalty", 0.8},
@@ -183,6 +188,102 @@ TEST_F(HttpSamplingTest, HttpPenaltiesAreGrpcsAndLogprobsStayRaw) {
     if (chosen < top - 1e-3) ++below_top;
   }
   EXPECT_GT(below_top, 0) << r.body;
+}
+
+TEST_F(HttpSamplingTest, LogitBiasBansTokensAsTheEnginesLogitsBiased) {
+  const std::vector<Step> plain = PenalisedGreedy(prompt_, kSteps, Penalties());
+  // Ban the plain continuation's two most frequent tokens, and favour one it never uses.
+  std::map<int32_t, int> count;
+  for (const Step& s : plain) ++count[s.token];
+  std::vector<std::pair<int, int32_t>> by_count;
+  for (const auto& [id, n] : count) by_count.emplace_back(n, id);
+  std::sort(by_count.rbegin(), by_count.rend());
+  Penalties biased;
+  biased.bias[by_count[0].second] = -100;
+  biased.bias[by_count[1].second] = -100;
+  int32_t unused = 3;
+  while (count.contains(unused)) ++unused;
+  biased.bias[unused] = 4.5f;
+  const std::vector<Step> want = PenalisedGreedy(prompt_, kSteps, biased);
+  ASSERT_NE(Ids(plain, kSteps), Ids(want, kSteps));
+  ASSERT_TRUE(Create("bias-full", v1::KV_MODE_FULL));
+  const std::vector<int32_t> got = Generate(1, "bias-full", kSteps, biased);
+  ASSERT_GE(got.size(), 20u);
+  EXPECT_EQ(got, Ids(want, got.size()));
+  for (int32_t id : got) {
+    EXPECT_NE(id, by_count[0].second);
+    EXPECT_NE(id, by_count[1].second);
+  }
+
+  // HTTP (object keys are id strings) and gRPC on the replicas' default mode agree.
+  json bias = json::object();
+  for (const auto& [id, b] : biased.bias) bias[std::to_string(id)] = b;
+  HttpReply r = Post(0, "/v1/completions",
+                     {{"prompt", kPrompt},
+                      {"max_tokens", kSteps},
+                      {"temperature", 0},
+                      {"logprobs", 0},
+                      {"logit_bias", bias}});
+  ASSERT_EQ(r.status, 200) << r.body;
+  ASSERT_TRUE(Create("bias-default", v1::KV_MODE_UNSPECIFIED));
+  json texts = json::array();
+  for (int32_t id : Generate(1, "bias-default", kSteps, biased)) {
+    texts.push_back(std::string(tokenizer_->TokenBytes(id)));
+  }
+  EXPECT_EQ(Body(r)["choices"][0]["logprobs"]["tokens"], texts);
+
+  // An id outside the vocabulary is refused, over HTTP and gRPC.
+  HttpReply outside =
+      Post(0, "/v1/completions", {{"prompt", kPrompt}, {"logit_bias", {{"512", 1}}}});
+  EXPECT_EQ(outside.status, 400) << outside.body;
+  EXPECT_THAT(outside.body, HasSubstr("logit_bias token id 512 outside [0, 512)"));
+  grpc::ClientContext context;
+  context.AddMetadata("authorization", std::string("Bearer ") + kToken);
+  v1::GenerateRequest request;
+  request.set_session_id("bias-full");
+  request.add_prompt_token_ids(1);
+  (*request.mutable_sampling()->mutable_logit_bias())[512] = 1;
+  auto reader = cluster_->stub(1).Generate(&context, request);
+  v1::GenerateResponse response;
+  while (reader->Read(&response)) {
+  }
+  const grpc::Status status = reader->Finish();
+  EXPECT_EQ(status.error_code(), grpc::StatusCode::INVALID_ARGUMENT);
+  EXPECT_THAT(status.error_message(), HasSubstr("logit_bias token id 512 outside [0, 512)"));
+}
+
+// At temperature 1 with no other filter, min_p keeps exactly the tokens whose raw
+// probability is at least min_p times the most likely one's: the reported (raw)
+// log-probabilities show it.
+TEST_F(HttpSamplingTest, MinPDropsTheUnlikelyTokens) {
+  constexpr double kMinP = 0.3;
+  auto below_cut = [&](const json& body) {
+    HttpReply r = Post(0, "/v1/completions", body);
+    EXPECT_EQ(r.status, 200) << r.body;
+    const json logprobs = Body(r)["choices"][0]["logprobs"];
+    int below = 0;
+    for (size_t i = 0; i < logprobs["tokens"].size(); ++i) {
+      double top = -1e30;
+      for (const auto& [token, lp] : logprobs["top_logprobs"][i].items()) {
+        top = std::max(top, lp.get<double>());
+      }
+      below += logprobs["token_logprobs"][i].get<double>() < top + std::log(kMinP) - 1e-4;
+    }
+    return below;
+  };
+  int unfiltered = 0;
+  for (int seed = 1; seed <= 3; ++seed) {
+    json body = {{"prompt", kPrompt},
+                 {"max_tokens", 48},
+                 {"temperature", 1},
+                 {"seed", seed},
+                 {"logprobs", 1}};
+    unfiltered += below_cut(body);
+    body["min_p"] = kMinP;
+    EXPECT_EQ(below_cut(body), 0) << "seed " << seed;
+  }
+  // Without min_p the same seeds do draw such tokens: the check can tell.
+  EXPECT_GT(unfiltered, 0);
 }
 
 TEST_F(HttpSamplingTest, SampledTurnsStayReproducibleUnderPenalties) {

@@ -15,6 +15,7 @@
 #include "common/grpc_status.h"
 #include "inference_svc/engine/sampler.h"
 #include "tools/kvfold/cli_client.h"
+#include "tools/kvfold/cli_sampling.h"
 #include "tools/kvfold/command.h"
 
 namespace kvfold::cli {
@@ -34,9 +35,7 @@ struct ChatFlags {
   int top_k = 0;
   double top_p = 0;
   uint64_t seed = 0;
-  double presence_penalty = 0;
-  double frequency_penalty = 0;
-  double repetition_penalty = 0;
+  LogitAdjustFlags adjust;
   bool ignore_eos = false;
   bool usage = false;
   bool json = false;
@@ -90,6 +89,8 @@ absl::Status ValidateSampling(const v1::SamplingParams& p) {
   e.presence_penalty = p.presence_penalty();
   e.frequency_penalty = p.frequency_penalty();
   if (p.repetition_penalty() != 0) e.repetition_penalty = p.repetition_penalty();
+  e.min_p = p.min_p();
+  e.logit_bias.assign(p.logit_bias().begin(), p.logit_bias().end());
   return e.Validate();
 }
 
@@ -103,16 +104,20 @@ void DeleteQuietly(v1::InferenceService::Stub& stub, const ClientOptions& option
   (void)stub.DeleteSession(&context, request, &response);
 }
 
-v1::SamplingParams SamplingFromArgs(const ChatFlags& args) {
+absl::StatusOr<v1::SamplingParams> SamplingFromArgs(const ChatFlags& args) {
+  auto bias = ParseLogitBias(args.adjust.logit_bias);
+  if (!bias.ok()) return bias.status();
   v1::SamplingParams p;
+  for (const auto& [id, value] : *bias) (*p.mutable_logit_bias())[id] = value;
   p.set_max_new_tokens(args.max_new_tokens);
   p.set_temperature(static_cast<float>(args.temperature));
   p.set_top_k(args.top_k);
   p.set_top_p(static_cast<float>(args.top_p));
   p.set_seed(args.seed);
-  p.set_presence_penalty(static_cast<float>(args.presence_penalty));
-  p.set_frequency_penalty(static_cast<float>(args.frequency_penalty));
-  p.set_repetition_penalty(static_cast<float>(args.repetition_penalty));
+  p.set_presence_penalty(static_cast<float>(args.adjust.presence_penalty));
+  p.set_frequency_penalty(static_cast<float>(args.adjust.frequency_penalty));
+  p.set_repetition_penalty(static_cast<float>(args.adjust.repetition_penalty));
+  p.set_min_p(static_cast<float>(args.adjust.min_p));
   p.set_ignore_eos(args.ignore_eos);
   return p;
 }
@@ -175,7 +180,9 @@ absl::Status RunTurn(v1::InferenceService::Stub& stub, const ClientOptions& opti
 int RunChat(const ChatFlags& args, bool has_prompt) {
   const ClientOptions& options = args.client;
   if (absl::Status s = ValidateClientOptions(options); !s.ok()) return ReportError("chat", s);
-  const v1::SamplingParams sampling = SamplingFromArgs(args);
+  const absl::StatusOr<v1::SamplingParams> parsed = SamplingFromArgs(args);
+  if (!parsed.ok()) return ReportError("chat", parsed.status());
+  const v1::SamplingParams& sampling = *parsed;
   // The engine's own rules, checked before a session is created for a turn the replica
   // would refuse.
   if (absl::Status s = ValidateSampling(sampling); !s.ok()) return ReportError("chat", s);
@@ -233,7 +240,7 @@ RunFn SetupChat(CLI::App& app) {
   app.add_option("--top-k", f.top_k, "top-k sampling (0 = off)");
   app.add_option("--top-p", f.top_p, "nucleus sampling (0 = off)");
   app.add_option("--seed", f.seed, "sampling seed");
-  AddPenaltyFlags(app, f.presence_penalty, f.frequency_penalty, f.repetition_penalty);
+  AddLogitAdjustFlags(app, f.adjust);
   AddSwitch(app, "--ignore-eos", f.ignore_eos, "do not stop at an end-of-sequence token");
   AddSwitch(app, "--usage", f.usage, "print each turn's usage line to stderr");
   AddSwitch(app, "--json", f.json,

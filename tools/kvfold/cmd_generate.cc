@@ -3,11 +3,13 @@
 #include <cstdio>
 #include <memory>
 
+#include "absl/strings/str_cat.h"
 #include "common/command_line.h"
 #include "inference_svc/engine/sampler.h"
 #include "inference_svc/tokenizer/tokenizer.h"
 #include "nlohmann/json.hpp"
 #include "tools/kvfold/cli_engine.h"
+#include "tools/kvfold/cli_sampling.h"
 #include "tools/kvfold/cli_token_ids.h"
 #include "tools/kvfold/command.h"
 
@@ -25,9 +27,7 @@ struct GenerateFlags {
   int top_k = 0;
   double top_p = 1.0;
   uint64_t seed = 0;
-  double presence_penalty = 0.0;
-  double frequency_penalty = 0.0;
-  double repetition_penalty = 1.0;
+  LogitAdjustFlags adjust;
   int max_new_tokens = 256;
   bool ignore_eos = false;
   bool no_bos = false;
@@ -48,9 +48,15 @@ int RunGenerate(const GenerateFlags& flags, const CLI::App& app) {
   params.top_k = flags.top_k;
   params.top_p = static_cast<float>(flags.top_p);
   params.seed = flags.seed;
-  params.presence_penalty = static_cast<float>(flags.presence_penalty);
-  params.frequency_penalty = static_cast<float>(flags.frequency_penalty);
-  params.repetition_penalty = static_cast<float>(flags.repetition_penalty);
+  params.presence_penalty = static_cast<float>(flags.adjust.presence_penalty);
+  params.frequency_penalty = static_cast<float>(flags.adjust.frequency_penalty);
+  if (flags.adjust.repetition_penalty != 0) {
+    params.repetition_penalty = static_cast<float>(flags.adjust.repetition_penalty);
+  }
+  params.min_p = static_cast<float>(flags.adjust.min_p);
+  auto bias = ParseLogitBias(flags.adjust.logit_bias);
+  if (!bias.ok()) return FailWith("generate", bias.status());
+  params.logit_bias = std::move(*bias);
   params.max_new_tokens = flags.max_new_tokens;
   params.ignore_eos = flags.ignore_eos;
   if (absl::Status s = params.Validate(); !s.ok()) return FailWith("generate", s);
@@ -62,6 +68,13 @@ int RunGenerate(const GenerateFlags& flags, const CLI::App& app) {
                            flags.engine.projector, *engine_options);
   if (!loaded.ok()) return FailWith("generate", loaded.status());
   const model::ModelConfig& config = loaded->engine->config();
+  for (const auto& [id, bias] : params.logit_bias) {
+    if (id < 0 || id >= config.vocab_size) {
+      return FailWith("generate",
+                      absl::InvalidArgumentError(absl::StrCat(
+                          "--logit-bias: token id ", id, " outside [0, ", config.vocab_size, ")")));
+    }
+  }
 
   // Tokenizer: required for --prompt and for text output.
   std::unique_ptr<Tokenizer> tokenizer;
@@ -171,7 +184,7 @@ RunFn SetupGenerate(CLI::App& app) {
   app.add_option("--top-k", f.top_k, "top-k sampling (0 = off)");
   app.add_option("--top-p", f.top_p, "nucleus sampling");
   app.add_option("--seed", f.seed, "sampling seed");
-  AddPenaltyFlags(app, f.presence_penalty, f.frequency_penalty, f.repetition_penalty);
+  AddLogitAdjustFlags(app, f.adjust);
   app.add_option("--max-new-tokens", f.max_new_tokens, "tokens to generate at most");
   AddSwitch(app, "--ignore-eos", f.ignore_eos, "do not stop at an end-of-sequence token");
   AddSwitch(app, "--no-bos", f.no_bos, "encode the prompt without the BOS token");

@@ -27,10 +27,6 @@ struct Command {
 
 std::vector<Command>& Registry();
 
-// --presence-penalty, --frequency-penalty and --repetition-penalty (engine::SamplingParams;
-// the sampler validates the values).
-void AddPenaltyFlags(CLI::App& app, double& presence, double& frequency, double& repetition);
-
 struct Registrar {
   Registrar(std::string name, std::string summary, SetupFn setup) {
     Registry().push_back({std::move(name), std::move(summary), std::move(setup)});

@@ -13,17 +13,6 @@ std::vector<Command>& Registry() {
   return registry;
 }
 
-void AddPenaltyFlags(CLI::App& app, double& presence, double& frequency, double& repetition) {
-  app.add_option("--presence-penalty", presence,
-                 "subtracted from the logit of every token generated so far in the turn "
-                 "([-2, 2], 0 = off)");
-  app.add_option("--frequency-penalty", frequency,
-                 "subtracted once per occurrence of a token generated so far ([-2, 2], 0 = off)");
-  app.add_option("--repetition-penalty", repetition,
-                 "divides positive (multiplies negative) logits of the prompt's and generated "
-                 "tokens (> 0; 1 = off)");
-}
-
 }  // namespace kvfold::cli
 
 int main(int argc, char** argv) {

@@ -2,7 +2,8 @@
 # End-to-end checks of the engine CLI commands on stories260K (skipped, exit 77, without
 # the shared models): generate reproduces the reference greedy text; convert keeps the
 # fingerprint; logits via decode and --prefill are bit-identical (f32 and --kv-dtype int8,
-# which differs from f32); bad input exits 2.
+# which differs from f32); a logit bias bans tokens and penalties change the text; bad
+# input exits 2.
 set -eu
 KVFOLD="$1"
 MRM="$2"
@@ -50,6 +51,21 @@ if cmp -s "$T/i8a.bin" "$T/f32.bin"; then echo "int8 logits equal f32"; exit 1; 
   --mode sink --window 16 --sink 2 --kv-dtype int8 > "$T/gen8.json"
 grep -q '"generated_tokens":20' "$T/gen8.json"
 
+# A logit bias of -100 bans tokens that the greedy text uses; penalties change the text.
+ids() { grep -o '"token_ids":\[[0-9,]*\]' "$1" | tr -c '0-9\n' ' ' | sed 's/^ *//'; }
+"$KVFOLD" generate --model "$T/hf" --prompt "Once upon a time" --max-new-tokens 30 --json > "$T/plain.json"
+BANNED=$(ids "$T/plain.json" | tr ' ' '\n' | grep -v '^$' | sort | uniq -c | sort -rn | head -2 | awk '{print $2}')
+test -n "$BANNED"
+BIAS=$(for id in $BANNED; do printf '%s=-100,' "$id"; done | sed 's/,$//')
+"$KVFOLD" generate --model "$T/hf" --prompt "Once upon a time" --max-new-tokens 30 --json \
+  --logit-bias "$BIAS" > "$T/biased.json"
+for id in $BANNED; do
+  if ids "$T/biased.json" | tr ' ' '\n' | grep -qx "$id"; then echo "banned $id generated"; exit 1; fi
+done
+"$KVFOLD" generate --model "$T/hf" --prompt "Once upon a time" --max-new-tokens 30 --json \
+  --frequency-penalty 1 --presence-penalty 0.5 --repetition-penalty 1.2 > "$T/penalised.json"
+test "$(ids "$T/penalised.json")" != "$(ids "$T/plain.json")"
+
 # Random model directories load; bad input is exit code 2 with a message.
 "$MRM" --shape tiny-odd --out "$T/rand" --seed 1 --dtype bf16 > /dev/null
 "$KVFOLD" info --model "$T/rand" > /dev/null
@@ -61,7 +77,13 @@ head -c 100 "$S/stories260K.bin" > "$T/trunc.bin"
 # A tokenizer that does not load is refused before anything is written.
 cp "$S/tok512.bin" "$T/not_sp.model"
 "$KVFOLD" convert --llama2c "$S/stories260K.bin" --out "$T/hf_bad" --tokenizer "$T/not_sp.model" 2> /dev/null; rc4=$?
+"$KVFOLD" generate --model "$T/hf" --max-new-tokens 1 --logit-bias 600=1 2> "$T/bias.err"; rc5=$?
+"$KVFOLD" generate --model "$T/hf" --max-new-tokens 1 --frequency-penalty 3 2> "$T/pen.err"; rc6=$?
 set -e
+test "$rc5" -eq 2
+grep -q "token id 600 outside \[0, 512)" "$T/bias.err"
+test "$rc6" -eq 2
+grep -q "frequency_penalty must be in \[-2, 2\], got 3" "$T/pen.err"
 test "$rc4" -eq 2
 test ! -e "$T/hf_bad"
 test "$rc1" -eq 2

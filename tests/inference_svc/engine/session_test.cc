@@ -279,6 +279,54 @@ TEST(SamplerTest, PenaltiesFollowTheirDefinitions) {
   EXPECT_FALSE(params(0, std::numeric_limits<float>::quiet_NaN(), 1).Validate().ok());
 }
 
+TEST(SamplerTest, LogitBiasAndMinP) {
+  const std::vector<float> logits = {2.0f, 1.9f, 1.0f, -0.5f, -0.6f};
+  SamplingParams ban = P(0.0f);
+  ban.logit_bias = {{0, -0.2f}, {99, 50.0f}};  // 0 drops to 1.8 < 1.9; 99 is skipped
+  Sampler b(5, ban);
+  EXPECT_EQ(b.Sample(logits), 1);
+  SamplingParams force = P(0.0f);
+  force.logit_bias = {{3, 3.0f}};  // -0.5 + 3 = 2.5
+  Sampler f(5, force);
+  EXPECT_EQ(f.Sample(logits), 3);
+  // The bias comes before the penalties: 0 biased to 2.5 and, generated once, 2.5 - 0.7 =
+  // 1.8 < 1.9.
+  SamplingParams both = P(0.0f);
+  both.logit_bias = {{0, 0.5f}};
+  both.presence_penalty = 0.7f;
+  Sampler bp(5, both);
+  EXPECT_EQ(bp.Sample(logits), 0);
+  EXPECT_EQ(bp.Sample(logits), 1);
+
+  // min_p 0.5 over {0.5, 0.3, 0.15, 0.05}: the cut is 0.25, so only 0 and 1 remain, drawn
+  // 5 : 3.
+  const std::vector<float> dist = {std::log(0.5f), std::log(0.3f), std::log(0.15f),
+                                   std::log(0.05f)};
+  SamplingParams mp = P(1.0f, 0, 1.0f, 11);
+  mp.min_p = 0.5f;
+  Sampler m(4, mp);
+  int counts[4] = {};
+  for (int i = 0; i < 8000; ++i) ++counts[m.Sample(dist)];
+  EXPECT_EQ(counts[2] + counts[3], 0);
+  EXPECT_NEAR(counts[0] / 8000.0, 0.625, 0.02);
+  // The same seed without min_p does draw 2 and 3.
+  Sampler open(4, P(1.0f, 0, 1.0f, 11));
+  int tail = 0;
+  for (int i = 0; i < 8000; ++i) tail += open.Sample(dist) >= 2;
+  EXPECT_GT(tail, 1000);
+
+  SamplingParams bad = P(1.0f);
+  bad.min_p = 1.5f;
+  EXPECT_FALSE(bad.Validate().ok());
+  bad.min_p = 0;
+  bad.logit_bias = {{1, 100.5f}};
+  EXPECT_FALSE(bad.Validate().ok());
+  bad.logit_bias.assign(kMaxLogitBiasEntries + 1, {1, 0.0f});
+  EXPECT_FALSE(bad.Validate().ok());
+  bad.logit_bias = {{1, -100.0f}};
+  EXPECT_TRUE(bad.Validate().ok());
+}
+
 TEST(SamplerTest, LogprobsAreTheRawLogSoftmaxWithSortedAlternatives) {
   // An odd vocabulary, seeded logits, and a tie at the top to check the order rule.
   constexpr int kVocab = 769;

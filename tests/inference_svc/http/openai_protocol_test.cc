@@ -44,7 +44,9 @@ TEST(OpenAiProtocolTest, ParsesAChatRequest) {
       {"presence_penalty", -0.5},
       {"frequency_penalty", 1.25},
       {"repetition_penalty", 1.1},
-      {"top_k", 40}};
+      {"top_k", 40},
+      {"min_p", 0.05},
+      {"logit_bias", {{"42", 2.5}, {"7", -100}}}};
   auto r = ParseChatCompletionRequest(body.dump());
   ASSERT_TRUE(r.ok()) << r.status();
   ASSERT_EQ(r->messages.size(), 2u);
@@ -61,6 +63,9 @@ TEST(OpenAiProtocolTest, ParsesAChatRequest) {
   EXPECT_FLOAT_EQ(*r->params.frequency_penalty, 1.25f);
   EXPECT_FLOAT_EQ(*r->params.repetition_penalty, 1.1f);
   EXPECT_EQ(r->params.top_k, 40);
+  EXPECT_FLOAT_EQ(*r->params.min_p, 0.05f);
+  EXPECT_EQ(r->params.logit_bias,
+            (std::vector<std::pair<int32_t, float>>{{7, -100.0f}, {42, 2.5f}}));
   EXPECT_TRUE(r->stream && r->include_usage);
   EXPECT_EQ(r->session, "s1");
 }
@@ -94,6 +99,17 @@ TEST(OpenAiProtocolTest, RefusesWhatWouldChangeTheAnswer) {
   EXPECT_EQ(with("stream_options", {{"include_usage", true}}).code(),
             absl::StatusCode::kInvalidArgument);  // without stream
   EXPECT_TRUE(with("tools", json::array()).ok());
+  EXPECT_TRUE(with("logit_bias", json::object()).ok());
+  EXPECT_THAT(with("logit_bias", {{"abc", 1}}).message(),
+              HasSubstr("'logit_bias' key \"abc\" is not a token id"));
+  EXPECT_THAT(with("logit_bias", {{"-3", 1}}).message(), HasSubstr("is not a token id"));
+  EXPECT_THAT(with("logit_bias", {{"5", 101}}).message(),
+              HasSubstr("'logit_bias' of token 5 must be a number in [-100, 100]"));
+  EXPECT_THAT(with("logit_bias", {{"5", "up"}}).message(), HasSubstr("must be a number"));
+  EXPECT_THAT(with("logit_bias", json::array({1})).message(), HasSubstr("must be an object"));
+  EXPECT_EQ(with("min_p", 1.5).code(), absl::StatusCode::kInvalidArgument);
+  EXPECT_EQ(with("presence_penalty", -2.5).code(), absl::StatusCode::kInvalidArgument);
+  EXPECT_EQ(with("top_k", 2.5).code(), absl::StatusCode::kInvalidArgument);
   EXPECT_TRUE(with("response_format", {{"type", "text"}}).ok());
   EXPECT_EQ(ChatError(json{{"messages", json::array()}}).code(),
             absl::StatusCode::kInvalidArgument);
@@ -256,14 +272,15 @@ TEST(OpenAiProtocolTest, RandomBodiesGetOkOrAPreciseError) {
       1e308, -1e308, 3.5, -0.0, "", "user", "system", [], [1, 2], {}, {"a": 1}, [{}], [[]],
       [{"role": "user"}], [{"role": "user", "content": [{"type": "text", "text": "a"}]}],
       [{"role": 5, "content": "x"}], {"include_usage": "yes"},
-      ["message.output_text.logprobs"]])");
+      ["message.output_text.logprobs"], {"13": -100}, {"13": 1e9}, {"x": 1}])");
   values.push_back(std::string(5000, 'x'));
   const json keys = json::parse(R"([
       "model", "messages", "prompt", "input", "max_tokens", "max_completion_tokens",
       "max_output_tokens", "temperature", "top_p", "seed", "stream", "stream_options",
       "logprobs", "top_logprobs", "n", "stop", "previous_response_id", "instructions",
       "include", "tools", "response_format", "logit_bias", "echo", "suffix", "best_of",
-      "kvfold_session", "continue_final_message"])");
+      "kvfold_session", "continue_final_message", "presence_penalty", "frequency_penalty",
+      "repetition_penalty", "top_k", "min_p"])");
   const json bases[3] = {
       {{"model", "m"}, {"messages", {{{"role", "user"}, {"content", "Hi"}}}}, {"max_tokens", 4}},
       {{"model", "m"}, {"prompt", "Once"}, {"max_tokens", 4}},

@@ -1,5 +1,6 @@
 #include "inference_svc/runtime/sampling.h"
 
+#include <gmock/gmock.h>
 #include <gtest/gtest.h>
 
 #include <limits>
@@ -44,6 +45,38 @@ TEST(SamplingTest, Validate) {
   EXPECT_EQ(ValidateSampling(p, 32, 100).code(), absl::StatusCode::kInvalidArgument);
   p.repetition_penalty = std::numeric_limits<float>::quiet_NaN();
   EXPECT_EQ(ValidateSampling(p, 32, 100).code(), absl::StatusCode::kInvalidArgument);
+}
+
+TEST(SamplingTest, LogitBiasAndMinPValidateMergeAndResolve) {
+  SamplingSpec p;
+  p.min_p = 0.1f;
+  p.logit_bias = {{0, -100.0f}, {31, 100.0f}};
+  EXPECT_TRUE(ValidateSampling(p, 32, 100).ok());
+  p.logit_bias = {{32, 1.0f}};
+  EXPECT_THAT(std::string(ValidateSampling(p, 32, 100).message()),
+              ::testing::HasSubstr("logit_bias token id 32 outside [0, 32)"));
+  p.logit_bias = {{3, 1.0f}, {3, 2.0f}};
+  EXPECT_THAT(std::string(ValidateSampling(p, 32, 100).message()),
+              ::testing::HasSubstr("names token id 3 twice"));
+  p.logit_bias = {{3, std::numeric_limits<float>::infinity()}};
+  EXPECT_EQ(ValidateSampling(p, 32, 100).code(), absl::StatusCode::kInvalidArgument);
+  p.logit_bias.clear();
+  p.min_p = -0.1f;
+  EXPECT_EQ(ValidateSampling(p, 32, 100).code(), absl::StatusCode::kInvalidArgument);
+
+  SamplingSpec defaults;
+  defaults.min_p = 0.2f;
+  defaults.logit_bias = {{5, -1.0f}};
+  SamplingSpec o;
+  o.logit_bias = {{6, 2.0f}};
+  SamplingSpec m = MergeSampling(defaults, o);
+  EXPECT_FLOAT_EQ(m.min_p, 0.2f);
+  EXPECT_EQ(m.logit_bias, (std::vector<std::pair<int32_t, float>>{{6, 2.0f}}));
+  engine::SamplingParams r = ResolveSampling(m, 17);
+  EXPECT_FLOAT_EQ(r.min_p, 0.2f);
+  EXPECT_EQ(r.logit_bias, m.logit_bias);
+  EXPECT_TRUE(r.AdjustsLogits());
+  EXPECT_FALSE(ResolveSampling(SamplingSpec(), 17).AdjustsLogits());
 }
 
 TEST(SamplingTest, PenaltiesMergeAndResolve) {
