@@ -140,6 +140,14 @@ const penalised = (await B.chat.completions.create({ ...chat, ...penalties })).c
 const again = (await A.chat.completions.create({ ...chat, ...penalties })).choices[0].message.content;
 check(penalised !== unpenalised && penalised === again,
       `penalties change the greedy answer, the same on both replicas: ${JSON.stringify(penalised)}`);
+const biased = await A.chat.completions.create({ ...chat, logit_bias: { "13": -100 }, min_p: 0.1 });
+check(biased.choices[0].message.content.length > 0, `logit_bias and min_p accepted`);
+try {
+  await A.chat.completions.create({ ...chat, logit_bias: { "100000": 1 } });
+  check(false, "a logit_bias id outside the vocabulary is refused");
+} catch (e) {
+  check(e.status === 400, `logit_bias id 100000 -> ${e.status}: ${e.error?.message ?? e.message}`);
+}
 try {
   await A.chat.completions.create({ ...chat, frequency_penalty: 2.5 });
   check(false, "frequency_penalty 2.5 is refused");
