@@ -144,10 +144,24 @@ void OpenAiFront::Completions(const Caller& caller, const HttpRequest& request,
   if (!parsed.ok()) return exchange->RespondError(parsed.status());
   if (absl::Status s = CheckModel(parsed->model); !s.ok()) return exchange->RespondError(s);
   Post([this, caller, req = std::move(*parsed), exchange]() mutable {
-    auto ids = tokenizer_->Encode(req.prompt, /*add_bos=*/true);
-    if (!ids.ok()) return exchange->RespondError(ids.status());
     TurnSpec spec = SpecFor("", req.params);
-    spec.prompt_ids = std::move(*ids);
+    if (!req.prompt_ids.empty()) {
+      // Token ids are fed as given; their text serves echo and the request log.
+      for (int32_t id : req.prompt_ids) {
+        if (id >= tokenizer_->vocab_size()) {
+          return exchange->RespondError(WithParam(
+              absl::InvalidArgumentError(absl::StrCat("prompt token id ", id, " outside [0, ",
+                                                      tokenizer_->vocab_size(), ")")),
+              "prompt"));
+        }
+      }
+      req.prompt = tokenizer_->Decode(req.prompt_ids);
+      spec.prompt_ids = std::move(req.prompt_ids);
+    } else {
+      auto ids = tokenizer_->Encode(req.prompt, /*add_bos=*/true);
+      if (!ids.ok()) return exchange->RespondError(ids.status());
+      spec.prompt_ids = std::move(*ids);
+    }
     ChatTurnOptions options =
         AnswerOptions(ChatTurnOptions::Api::kCompletion, req.stream, req.include_usage, req.params,
                       "cmpl-", port_->Model().id);

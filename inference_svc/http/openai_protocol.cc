@@ -315,12 +315,25 @@ absl::StatusOr<CompletionRequest> ParseCompletionRequest(std::string_view body) 
   CompletionRequest r;
   KVFOLD_RETURN_IF_ERROR(GetString(*j, "model", &r.model));
   const json& prompt = j->contains("prompt") ? (*j)["prompt"] : json();
-  if (prompt.is_string()) {
-    r.prompt = prompt.get<std::string>();
-  } else if (prompt.is_array() && prompt.size() == 1 && prompt[0].is_string()) {
-    r.prompt = prompt[0].get<std::string>();
+  // One prompt: a string, token ids, or a batch of one of either.
+  const json& one =
+      prompt.is_array() && prompt.size() == 1 && !prompt[0].is_number() ? prompt[0] : prompt;
+  if (one.is_string()) {
+    r.prompt = one.get<std::string>();
+  } else if (one.is_array() && !one.empty() && one[0].is_number()) {
+    for (const json& id : one) {
+      if (!id.is_number_integer() || id.get<int64_t>() < 0 || id.get<int64_t>() > INT32_MAX) {
+        return Bad("prompt", "'prompt' token ids must be integers >= 0");
+      }
+      r.prompt_ids.push_back(static_cast<int32_t>(id.get<int64_t>()));
+    }
+  } else if (prompt.is_array() && prompt.size() > 1 && !prompt[0].is_number()) {
+    return Bad("prompt", absl::StrCat("'prompt' holds ", prompt.size(),
+                                      " prompts: kvfold completes one prompt per request"));
   } else {
-    return Bad("prompt", "'prompt' must be a string (or an array of one string)");
+    return Bad("prompt",
+               "'prompt' must be a string or an array of token ids (or an array of one of "
+               "either)");
   }
   KVFOLD_RETURN_IF_ERROR(ParseParams(*j, LogprobsForm::kCompletion, &r.params));
   KVFOLD_RETURN_IF_ERROR(GetBool(*j, "stream", &r.stream));

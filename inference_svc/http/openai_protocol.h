@@ -57,7 +57,10 @@ struct ChatCompletionRequest {
 
 struct CompletionRequest {
   std::string model;
-  std::string prompt;
+  std::string prompt;  // a text prompt (BOS added when tokenized)
+  // A prompt of token ids (OpenAI's `prompt: [1, 2, 3]` or `[[1, 2, 3]]`), fed as given:
+  // no BOS. Non-empty when the request gave one; `prompt` is then empty.
+  std::vector<int32_t> prompt_ids;
   GenerationParams params;
   bool stream = false;
   bool include_usage = false;

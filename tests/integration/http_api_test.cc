@@ -10,6 +10,7 @@
 #include "gmock/gmock.h"
 #include "gtest/gtest.h"
 #include "inference_svc/tokenizer/chat_template.h"
+#include "inference_svc/tokenizer/tokenizer.h"
 #include "tests/common/prometheus_text.h"
 #include "tests/integration/http_api_fixture.h"
 
@@ -161,6 +162,42 @@ TEST_F(HttpApiTest, StopStringsAreNeverEmitted) {
   ASSERT_EQ(r.status, 200) << r.body;
   EXPECT_EQ(Body(r)["choices"][0]["message"]["content"], text.substr(0, text.find(stop)));
   EXPECT_EQ(Body(r)["choices"][0]["finish_reason"], "stop");
+}
+
+// A prompt of token ids is fed as given: the text prompt's ids (BOS included) give the text
+// prompt's answer; echo returns the ids' text.
+TEST_F(HttpApiTest, CompletionsTakeTokenIdPrompts) {
+  const std::string prompt = "Once upon a time";
+  HttpReply text =
+      Post(0, "/v1/completions",
+           {{"prompt", prompt}, {"max_tokens", 16}, {"temperature", 0}, {"echo", true}});
+  ASSERT_EQ(text.status, 200) << text.body;
+  auto tokenizer = Tokenizer::Load(std::filesystem::path(SharedModel()).parent_path().string());
+  ASSERT_TRUE(tokenizer.ok());
+  auto ids = (*tokenizer)->Encode(prompt, /*add_bos=*/true);
+  ASSERT_TRUE(ids.ok());
+  for (const json& as_sent : {json(*ids), json::array({*ids})}) {
+    HttpReply r =
+        Post(1, "/v1/completions",
+             {{"prompt", as_sent}, {"max_tokens", 16}, {"temperature", 0}, {"echo", true}});
+    ASSERT_EQ(r.status, 200) << r.body;
+    EXPECT_EQ(Body(r)["choices"][0]["text"], Body(text)["choices"][0]["text"]);
+    EXPECT_EQ(Body(r)["usage"]["prompt_tokens"], ids->size());
+  }
+  // Without BOS the ids are another prompt, and the answer follows them.
+  std::vector<int32_t> no_bos(ids->begin() + 1, ids->end());
+  HttpReply bare =
+      Post(0, "/v1/completions", {{"prompt", no_bos}, {"max_tokens", 16}, {"temperature", 0}});
+  ASSERT_EQ(bare.status, 200) << bare.body;
+  EXPECT_EQ(Body(bare)["usage"]["prompt_tokens"], no_bos.size());
+
+  HttpReply outside = Post(0, "/v1/completions", {{"prompt", {1, 512}}});
+  EXPECT_EQ(outside.status, 400) << outside.body;
+  EXPECT_EQ(Body(outside)["error"]["param"], "prompt") << outside.body;
+  EXPECT_THAT(outside.body, ::testing::HasSubstr("prompt token id 512 outside [0, 512)"));
+  HttpReply two = Post(0, "/v1/completions", {{"prompt", {{1, 2}, {1, 3}}}});
+  EXPECT_EQ(two.status, 400) << two.body;
+  EXPECT_THAT(two.body, ::testing::HasSubstr("one prompt per request"));
 }
 
 TEST_F(HttpApiTest, ErrorsUseOpenAiShapesAndStatuses) {

@@ -129,6 +129,28 @@ TEST(OpenAiProtocolTest, CompletionsAndResponsesRequests) {
   EXPECT_TRUE(c->params.logprobs);
   EXPECT_EQ(c->params.top_logprobs, 2);
   EXPECT_FALSE(ParseCompletionRequest(R"({"prompt": ["a", "b"]})").ok());
+  // Token-id prompts: a list, or a batch of one list; fed without BOS.
+  for (const char* body : {R"({"prompt": [1, 403, 407]})", R"({"prompt": [[1, 403, 407]]})"}) {
+    auto ids = ParseCompletionRequest(body);
+    ASSERT_TRUE(ids.ok()) << ids.status();
+    EXPECT_EQ(ids->prompt_ids, (std::vector<int32_t>{1, 403, 407}));
+    EXPECT_TRUE(ids->prompt.empty());
+  }
+  EXPECT_TRUE(ParseCompletionRequest(R"({"prompt": "Once"})")->prompt_ids.empty());
+  for (const auto& [body, message] : std::vector<std::pair<std::string, std::string>>{
+           {R"({"prompt": [[1, 2], [3]]})", "'prompt' holds 2 prompts"},
+           {R"({"prompt": ["a", "b"]})", "'prompt' holds 2 prompts"},
+           {R"({"prompt": [1, -2]})", "token ids must be integers >= 0"},
+           {R"({"prompt": [1, 2.5]})", "token ids must be integers >= 0"},
+           {R"({"prompt": [1, "a"]})", "token ids must be integers >= 0"},
+           {R"({"prompt": [1, 4294967296]})", "token ids must be integers >= 0"},
+           {R"({"prompt": []})", "must be a string or an array of token ids"},
+           {R"({"prompt": [[]]})", "must be a string or an array of token ids"},
+           {R"({"prompt": 5})", "must be a string or an array of token ids"},
+           {R"({"max_tokens": 5})", "must be a string or an array of token ids"}}) {
+    EXPECT_THAT(std::string(ParseCompletionRequest(body).status().message()), HasSubstr(message))
+        << body;
+  }
   EXPECT_FALSE(ParseCompletionRequest(R"({"prompt": "a", "logprobs": 6})").ok());
   EXPECT_FALSE(ParseCompletionRequest(R"({"prompt": "a", "logprobs": true})").ok());
   auto included = ParseResponsesRequest(
