@@ -159,6 +159,24 @@ try {
 const r1 = await A.responses.create({ model, input: "Once upon a time", max_output_tokens: 16,
                                       temperature: 0 });
 check(r1.id.startsWith("resp_") && r1.output_text.length > 0, `response 1 on A: ${r1.id}`);
+const streamedResponse = await B.responses.create({ model, input: "Once upon a time",
+                                                    max_output_tokens: 16, temperature: 0,
+                                                    stream: true });
+let deltas = "", types = [], lastEvent = null;
+for await (const event of streamedResponse) {
+  types.push(event.type);
+  if (event.type === "response.output_text.delta") deltas += event.delta;
+  lastEvent = event;
+}
+check(deltas === r1.output_text && types[0] === "response.created" &&
+      lastEvent.response?.id?.startsWith("resp_") && lastEvent.response.output_text === undefined,
+      `streamed response on B: ${types.length} events, ${types[0]} .. ${types.at(-1)}, ` +
+      `the unstreamed text`);
+const helper = A.responses.stream({ model, input: "Once upon a time", max_output_tokens: 16,
+                                    temperature: 0 });
+const final = await helper.finalResponse();
+check(final.output[0]?.content[0]?.text === r1.output_text && final.id.startsWith("resp_"),
+      `responses.stream() helper on A: final ${final.id}, the unstreamed text`);
 const r2 = await B.responses.create({ model, input: "Then?", previous_response_id: r1.id,
                                       max_output_tokens: 16, temperature: 0 });
 check(r2.previous_response_id === r1.id, `response 2 on B continues ${r1.id}: ${r2.id}`);

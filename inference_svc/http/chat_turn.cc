@@ -46,14 +46,22 @@ void ChatTurn::StartStreamLocked() {
   if (stream_started_) return;
   stream_started_ = true;
   exchange_->StartStream(200, "text/event-stream");
+  if (options_.api == ChatTurnOptions::Api::kResponse) {
+    exchange_->Write(ResponseStreamStart(options_.head, options_.previous_response_id, &sequence_));
+  }
 }
 
 void ChatTurn::EmitLocked(const std::string& text, std::vector<TokenLogprob> logprobs,
                           const std::string& finish_reason) {
-  if (!options_.stream) {
+  const bool response = options_.api == ChatTurnOptions::Api::kResponse;
+  if (!options_.stream || response) {
+    // A streamed response's closing events repeat the whole text.
     text_ += text;
-    for (TokenLogprob& t : logprobs) logprobs_.push_back(std::move(t));
-    return;
+    if (!options_.stream) {
+      for (TokenLogprob& t : logprobs) logprobs_.push_back(std::move(t));
+      return;
+    }
+    for (const TokenLogprob& t : logprobs) logprobs_.push_back(t);
   }
   if (text.empty() && logprobs.empty() && finish_reason.empty()) return;
   StartStreamLocked();
@@ -65,7 +73,11 @@ void ChatTurn::EmitLocked(const std::string& text, std::vector<TokenLogprob> log
       exchange_->Write(CompletionChunkEvent(options_.head, text, finish_reason, logprobs));
       break;
     case ChatTurnOptions::Api::kResponse:
-      break;  // not streamed (refused at parse time)
+      // The finish reason goes into the closing events (ResponseStreamEnd).
+      if (!text.empty() || !logprobs.empty()) {
+        exchange_->Write(ResponseTextDeltaEvent(options_.head, text, logprobs, &sequence_));
+      }
+      break;
   }
   first_chunk_ = false;
 }
@@ -112,7 +124,10 @@ void ChatTurn::OnDone(const absl::Status& status, const TurnResult& result,
     if (client_gone_) return;
     if (stream_started_) {
       exchange_->SetStatus(status);
-      exchange_->Write(absl::StrCat("data: ", ErrorJson(status), "\n\n"));
+      exchange_->Write(options_.api == ChatTurnOptions::Api::kResponse
+                           ? ResponseFailedEvent(options_.head, options_.previous_response_id,
+                                                 status, &sequence_)
+                           : absl::StrCat("data: ", ErrorJson(status), "\n\n"));
       exchange_->End();
     } else {
       exchange_->RespondError(status, retry_after_ms);
@@ -132,7 +147,14 @@ void ChatTurn::OnDone(const absl::Status& status, const TurnResult& result,
   if (options_.api == ChatTurnOptions::Api::kResponse && status.ok()) {
     answer.id = ResponseId(answer.usage.session_id, result.version);
   }
-  if (options_.stream) {
+  if (options_.stream && options_.api == ChatTurnOptions::Api::kResponse) {
+    EmitLocked(visible, {}, "");
+    StartStreamLocked();  // a turn that generated no text still streams its events
+    answer.text = text_;
+    answer.logprobs = std::move(logprobs_);
+    exchange_->Write(ResponseStreamEnd(answer, options_.previous_response_id, &sequence_));
+    exchange_->End();
+  } else if (options_.stream) {
     EmitLocked(visible, {}, "");
     EmitLocked("", {}, answer.finish_reason);
     if (options_.include_usage) {

@@ -1,6 +1,7 @@
 // ChatTurn: one generating HTTP request in flight. Receives the turn's tokens from the
 // TurnPort, detokenizes them, applies the stop strings and answers in OpenAI's format:
-// one JSON body, or server-sent events ending in "data: [DONE]". A client that goes away
+// one JSON body, or server-sent events ending in "data: [DONE]" (a response: typed events
+// ending in response.completed). A client that goes away
 // cancels the turn (nothing is committed).
 #ifndef KVFOLD_INFERENCE_SVC_HTTP_CHAT_TURN_H_
 #define KVFOLD_INFERENCE_SVC_HTTP_CHAT_TURN_H_
@@ -78,8 +79,9 @@ class ChatTurn final : public TurnObserver, public std::enable_shared_from_this<
   bool first_chunk_ = true;
   uint32_t generated_ = 0;
   uint32_t prompt_tokens_ = 0;
-  std::string text_;                    // non-streaming: the whole answer
-  std::vector<TokenLogprob> logprobs_;  // non-streaming
+  std::string text_;                    // non-streaming or a response: the whole answer
+  std::vector<TokenLogprob> logprobs_;  // non-streaming or a response
+  int sequence_ = 0;                    // a streamed response's next sequence_number
 };
 
 }  // namespace kvfold::http

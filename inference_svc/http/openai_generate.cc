@@ -219,9 +219,17 @@ void OpenAiFront::Responses(const Caller& caller, const HttpRequest& request,
     for (ChatMessage& m : req.input) messages.push_back(std::move(m));
     TurnSpec spec = SpecFor(session, req.params);
     spec.messages = std::move(messages);
-    // The id is known at the end: the session version the turn wrote.
-    ChatTurnOptions options = AnswerOptions(ChatTurnOptions::Api::kResponse, false, false,
+    // The id is the session version the turn writes, known for sure at the end. A stream
+    // names it in its first event: the version after the session's head, which the turn's
+    // commit writes (it commits only on that head; if another turn moved it first, this
+    // one fails and its stream ends in response.failed).
+    ChatTurnOptions options = AnswerOptions(ChatTurnOptions::Api::kResponse, req.stream, false,
                                             req.params, "", port_->Model().id);
+    if (req.stream) {
+      auto head = port_->HeadVersion(caller, session);
+      if (!head.ok()) return exchange->RespondError(head.status());
+      options.head.id = ResponseId(session, *head + 1);
+    }
     options.head.usage.session_id = session;
     options.previous_response_id = req.previous_response_id;
     AddStops(req.params, *chat_, &options);

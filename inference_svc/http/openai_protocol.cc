@@ -349,11 +349,7 @@ absl::StatusOr<ResponsesRequest> ParseResponsesRequest(std::string_view body) {
   KVFOLD_RETURN_IF_ERROR(GetString(*j, "model", &r.model));
   KVFOLD_RETURN_IF_ERROR(GetString(*j, "instructions", &r.instructions));
   KVFOLD_RETURN_IF_ERROR(GetString(*j, "previous_response_id", &r.previous_response_id));
-  bool stream = false;
-  KVFOLD_RETURN_IF_ERROR(GetBool(*j, "stream", &stream));
-  if (stream) {
-    return Bad("stream", "'stream' is not supported on /v1/responses; use /v1/chat/completions");
-  }
+  KVFOLD_RETURN_IF_ERROR(GetBool(*j, "stream", &r.stream));
   const json& input = j->contains("input") ? (*j)["input"] : json();
   if (input.is_string()) {
     r.input.push_back({"user", input.get<std::string>()});
@@ -446,30 +442,117 @@ std::string CompletionJson(const ChatAnswer& a) {
   return AnswerJson(a, "text_completion", choice);
 }
 
-std::string ResponseJson(const ChatAnswer& a, std::string_view previous_response_id) {
-  json text_part = {{"type", "output_text"}, {"text", a.text}, {"annotations", json::array()}};
-  if (!a.logprobs.empty()) text_part["logprobs"] = LogprobsJson(a.logprobs)["content"];
-  json message = {{"type", "message"},
-                  {"id", absl::StrCat("msg_", a.id.substr(5))},
-                  {"status", "completed"},
-                  {"role", "assistant"},
-                  {"content", {text_part}}};
+namespace {
+
+// The message item of a response: its one output_text part, `status` in_progress while
+// streaming.
+json ResponseMessage(const ChatAnswer& a, const json& content, std::string_view status) {
+  return {{"type", "message"},
+          {"id", absl::StrCat("msg_", a.id.size() > 5 ? a.id.substr(5) : a.id)},
+          {"status", std::string(status)},
+          {"role", "assistant"},
+          {"content", content}};
+}
+
+json OutputTextPart(const ChatAnswer& a) {
+  json part = {{"type", "output_text"}, {"text", a.text}, {"annotations", json::array()}};
+  if (!a.logprobs.empty()) part["logprobs"] = LogprobsJson(a.logprobs)["content"];
+  return part;
+}
+
+// The response object; `status` empty: completed or incomplete by the finish reason.
+json ResponseObject(const ChatAnswer& a, std::string_view previous_response_id, const json& output,
+                    std::string_view status = "") {
   json usage = {{"input_tokens", a.usage.prompt_tokens},
                 {"output_tokens", a.usage.completion_tokens},
                 {"total_tokens", a.usage.prompt_tokens + a.usage.completion_tokens},
                 {"kvfold", UsageJson(a.usage)["kvfold"]}};
   json incomplete = nullptr;
-  if (a.finish_reason == "length") incomplete = {{"reason", "max_output_tokens"}};
-  return JsonText({{"id", a.id},
-                   {"object", "response"},
-                   {"created_at", a.created},
-                   {"status", a.finish_reason == "length" ? "incomplete" : "completed"},
-                   {"incomplete_details", incomplete},
-                   {"model", a.model},
-                   {"previous_response_id", Nullable(previous_response_id)},
-                   {"output", {message}},
-                   {"usage", usage},
-                   {"error", nullptr}});
+  if (status.empty() && a.finish_reason == "length") incomplete = {{"reason", "max_output_tokens"}};
+  if (status.empty()) status = a.finish_reason == "length" ? "incomplete" : "completed";
+  return {{"id", a.id},
+          {"object", "response"},
+          {"created_at", a.created},
+          {"status", std::string(status)},
+          {"incomplete_details", incomplete},
+          {"model", a.model},
+          {"previous_response_id", Nullable(previous_response_id)},
+          {"output", output},
+          {"usage", status == "completed" || status == "incomplete" ? usage : json(nullptr)},
+          {"error", nullptr}};
+}
+
+// One typed event of a streamed response.
+std::string TypedEvent(std::string_view type, json body, int* sequence) {
+  body["type"] = std::string(type);
+  body["sequence_number"] = (*sequence)++;
+  return absl::StrCat("event: ", std::string(type), "\ndata: ", JsonText(body), "\n\n");
+}
+
+}  // namespace
+
+std::string ResponseJson(const ChatAnswer& a, std::string_view previous_response_id) {
+  return JsonText(ResponseObject(
+      a, previous_response_id,
+      json::array({ResponseMessage(a, json::array({OutputTextPart(a)}), "completed")})));
+}
+
+std::string ResponseStreamStart(const ChatAnswer& head, std::string_view previous_response_id,
+                                int* sequence) {
+  const json item = ResponseMessage(head, json::array(), "in_progress");
+  // One statement per event: their sequence numbers follow the order written.
+  std::string out = TypedEvent(
+      "response.created",
+      {{"response", ResponseObject(head, previous_response_id, json::array(), "in_progress")}},
+      sequence);
+  out += TypedEvent("response.output_item.added", {{"output_index", 0}, {"item", item}}, sequence);
+  out += TypedEvent(
+      "response.content_part.added",
+      {{"item_id", item["id"]},
+       {"output_index", 0},
+       {"content_index", 0},
+       {"part", {{"type", "output_text"}, {"text", ""}, {"annotations", json::array()}}}},
+      sequence);
+  return out;
+}
+
+std::string ResponseTextDeltaEvent(const ChatAnswer& head, std::string_view delta,
+                                   const std::vector<TokenLogprob>& logprobs, int* sequence) {
+  return TypedEvent(
+      "response.output_text.delta",
+      {{"item_id", ResponseMessage(head, json::array(), "")["id"]},
+       {"output_index", 0},
+       {"content_index", 0},
+       {"delta", std::string(delta)},
+       {"logprobs", logprobs.empty() ? json::array() : LogprobsJson(logprobs)["content"]}},
+      sequence);
+}
+
+std::string ResponseStreamEnd(const ChatAnswer& a, std::string_view previous_response_id,
+                              int* sequence) {
+  const json part = OutputTextPart(a);
+  const json item = ResponseMessage(a, json::array({part}), "completed");
+  const json where = {{"item_id", item["id"]}, {"output_index", 0}, {"content_index", 0}};
+  json text_done = where;
+  text_done["text"] = a.text;
+  json part_done = where;
+  part_done["part"] = part;
+  const json response = ResponseObject(a, previous_response_id, json::array({item}));
+  std::string out = TypedEvent("response.output_text.done", text_done, sequence);
+  out += TypedEvent("response.content_part.done", part_done, sequence);
+  out += TypedEvent("response.output_item.done", {{"output_index", 0}, {"item", item}}, sequence);
+  out +=
+      TypedEvent(response["status"] == "incomplete" ? "response.incomplete" : "response.completed",
+                 {{"response", response}}, sequence);
+  return out;
+}
+
+std::string ResponseFailedEvent(const ChatAnswer& head, std::string_view previous_response_id,
+                                const absl::Status& status, int* sequence) {
+  json response = ResponseObject(head, previous_response_id, json::array(), "failed");
+  response["error"] = {{"code", std::string(absl::StatusCodeToString(status.code()))},
+                       {"message", std::string(status.message())}};
+  return TypedEvent("response.failed", {{"response", response}}, sequence);
 }
 
 std::string ChatChunkEvent(const ChatAnswer& head, std::string_view delta, bool first,

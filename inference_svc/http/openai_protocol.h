@@ -73,6 +73,7 @@ struct ResponsesRequest {
   std::string instructions;        // a system message for a new chain
   std::string previous_response_id;
   GenerationParams params;
+  bool stream = false;  // OpenAI's typed events (ResponseStream*)
 };
 
 // InvalidArgument for malformed JSON, wrong types, values out of range, n != 1, and
@@ -112,6 +113,23 @@ struct ChatAnswer {
 std::string ChatCompletionJson(const ChatAnswer& answer);
 std::string CompletionJson(const ChatAnswer& answer);
 std::string ResponseJson(const ChatAnswer& answer, std::string_view previous_response_id);
+// A streamed response, as OpenAI's Responses API streams one: each function returns whole
+// server-sent events ("event: <type>\ndata: {...}\n\n") and advances *sequence (each
+// event's sequence_number). Start: response.created (status in_progress, no output),
+// response.output_item.added and response.content_part.added; then one
+// response.output_text.delta per piece of text; End: response.output_text.done,
+// response.content_part.done, response.output_item.done and response.completed (or
+// response.incomplete when max_output_tokens ended it), carrying ResponseJson's object.
+// A failure after the start ends the stream with response.failed, whose response carries
+// the error's code and message.
+std::string ResponseStreamStart(const ChatAnswer& head, std::string_view previous_response_id,
+                                int* sequence);
+std::string ResponseTextDeltaEvent(const ChatAnswer& head, std::string_view delta,
+                                   const std::vector<TokenLogprob>& logprobs, int* sequence);
+std::string ResponseStreamEnd(const ChatAnswer& answer, std::string_view previous_response_id,
+                              int* sequence);
+std::string ResponseFailedEvent(const ChatAnswer& head, std::string_view previous_response_id,
+                                const absl::Status& status, int* sequence);
 // One SSE event "data: {...}\n\n" of a streamed chat completion / completion. `first`
 // adds the assistant role; a non-empty finish_reason closes the choice.
 std::string ChatChunkEvent(const ChatAnswer& head, std::string_view delta, bool first,

@@ -280,6 +280,87 @@ TEST_F(HttpApiTest, ResponsesChainAcrossReplicasAndFork) {
   EXPECT_EQ(after.status, 200) << after.body;
 }
 
+// A streamed response: OpenAI's typed events in order, numbered from 0; the deltas add up
+// to the text the same request gives unstreamed; the id the first event names is the one
+// the last carries, and it continues like any response id.
+TEST_F(HttpApiTest, ResponsesStreamTypedEventsWithTheUnstreamedText) {
+  json request = {{"input", "Once upon a time"}, {"max_output_tokens", 12}, {"temperature", 0}};
+  HttpReply plain = Post(0, "/v1/responses", request);
+  ASSERT_EQ(plain.status, 200) << plain.body;
+  const std::string text = Body(plain)["output"][0]["content"][0]["text"];
+  ASSERT_FALSE(text.empty());
+
+  // `previous`: empty for a new chain.
+  auto stream = [&](int replica, const std::string& previous, const std::string& input) {
+    json body = request;
+    body["stream"] = true;
+    body["input"] = input;
+    if (!previous.empty()) body["previous_response_id"] = previous;
+    HttpReply r = Post(replica, "/v1/responses", body);
+    EXPECT_EQ(r.status, 200) << r.body;
+    std::vector<std::pair<std::string, json>> events;  // (event line, data)
+    size_t pos = 0;
+    while ((pos = r.body.find("event: ", pos)) != std::string::npos) {
+      const size_t nl = r.body.find('\n', pos);
+      const size_t end = r.body.find("\n\n", nl);
+      EXPECT_EQ(r.body.compare(nl + 1, 6, "data: "), 0) << r.body;
+      events.emplace_back(r.body.substr(pos + 7, nl - pos - 7),
+                          json::parse(r.body.substr(nl + 7, end - nl - 7)));
+      pos = end;
+    }
+    EXPECT_EQ(r.body.find("[DONE]"), std::string::npos);
+    return events;
+  };
+  const auto events = stream(1, "", "Once upon a time");
+  ASSERT_GE(events.size(), 8u);
+  const std::vector<std::string> opening = {"response.created", "response.output_item.added",
+                                            "response.content_part.added"};
+  const std::vector<std::string> closing = {"response.output_text.done",
+                                            "response.content_part.done",
+                                            "response.output_item.done", "response.incomplete"};
+  std::string deltas;
+  for (size_t i = 0; i < events.size(); ++i) {
+    const auto& [type, data] = events[i];
+    EXPECT_EQ(data["type"], type);
+    EXPECT_EQ(data["sequence_number"], i);
+    if (i < 3) {
+      EXPECT_EQ(type, opening[i]);
+    } else if (i >= events.size() - 4) {
+      EXPECT_EQ(type, closing[i - (events.size() - 4)]);
+    } else {
+      EXPECT_EQ(type, "response.output_text.delta");
+      deltas += data["delta"].get<std::string>();
+    }
+  }
+  EXPECT_EQ(deltas, text);
+  const json& created = events.front().second["response"];
+  const json& done = events.back().second["response"];
+  EXPECT_EQ(created["status"], "in_progress");
+  EXPECT_EQ(done["status"], "incomplete");  // max_output_tokens ended it
+  EXPECT_EQ(done["incomplete_details"]["reason"], "max_output_tokens");
+  EXPECT_EQ(done["output"][0]["content"][0]["text"], text);
+  EXPECT_EQ(events[events.size() - 4].second["text"], text);
+  EXPECT_EQ(done["usage"]["output_tokens"], 12);
+  EXPECT_EQ(created["id"], done["id"]);
+  EXPECT_EQ(events[1].second["item"]["id"], done["output"][0]["id"]);
+
+  // Continued from the streamed id, streamed again on the other replica: the predicted id
+  // holds again, and the chain answers as the same request unstreamed does.
+  const std::string id = done["id"];
+  const auto next = stream(0, id, "Then?");
+  ASSERT_GE(next.size(), 8u);
+  EXPECT_EQ(next.front().second["response"]["id"], next.back().second["response"]["id"]);
+  EXPECT_EQ(next.back().second["response"]["previous_response_id"], id);
+  HttpReply fork = Post(1, "/v1/responses",
+                        {{"input", "Then?"},
+                         {"previous_response_id", id},
+                         {"max_output_tokens", 12},
+                         {"temperature", 0}});
+  ASSERT_EQ(fork.status, 200) << fork.body;
+  EXPECT_EQ(Body(fork)["output"][0]["content"][0]["text"],
+            next.back().second["response"]["output"][0]["content"][0]["text"]);
+}
+
 TEST_F(HttpApiTest, NamedSessionContinuesWithNewMessagesOnly) {
   json turn1 = kChat;
   turn1["kvfold_session"] = "http-named-1";

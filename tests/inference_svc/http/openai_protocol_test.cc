@@ -172,7 +172,8 @@ TEST(OpenAiProtocolTest, CompletionsAndResponsesRequests) {
       R"({"input": [{"role": "user", "content": [{"type": "input_text", "text": "a"}]}]})");
   ASSERT_TRUE(list.ok()) << list.status();
   EXPECT_EQ(list->input[0].content, "a");
-  EXPECT_FALSE(ParseResponsesRequest(R"({"input": "x", "stream": true})").ok());
+  EXPECT_TRUE(ParseResponsesRequest(R"({"input": "x", "stream": true})")->stream);
+  EXPECT_FALSE(ParseResponsesRequest(R"({"input": "x"})")->stream);
 }
 
 TEST(OpenAiProtocolTest, ResponseIdsNameSessionVersions) {
@@ -214,6 +215,52 @@ TEST(OpenAiProtocolTest, AnswersAndErrors) {
   EXPECT_EQ(response["output"][0]["content"][0]["text"], "Hello");
   EXPECT_EQ(response["previous_response_id"], "resp_8_s");
   EXPECT_EQ(response["usage"]["input_tokens"], 3);
+
+  // A streamed response: typed events, numbered in the order written.
+  int sequence = 0;
+  std::vector<std::pair<std::string, json>> events;
+  auto collect = [&events](const std::string& text) {
+    size_t pos = 0;
+    while (pos < text.size()) {
+      ASSERT_EQ(text.compare(pos, 7, "event: "), 0) << text;
+      const size_t nl = text.find('\n', pos);
+      const size_t end = text.find("\n\n", nl);
+      ASSERT_EQ(text.compare(nl + 1, 6, "data: "), 0) << text;
+      events.emplace_back(text.substr(pos + 7, nl - pos - 7),
+                          json::parse(text.substr(nl + 7, end - nl - 7)));
+      pos = end + 2;
+    }
+  };
+  collect(ResponseStreamStart(a, "resp_8_s", &sequence));
+  collect(ResponseTextDeltaEvent(a, "Hel", {}, &sequence));
+  collect(ResponseTextDeltaEvent(a, "lo", {}, &sequence));
+  collect(ResponseStreamEnd(a, "resp_8_s", &sequence));
+  const std::vector<std::string> types = {
+      "response.created",           "response.output_item.added", "response.content_part.added",
+      "response.output_text.delta", "response.output_text.delta", "response.output_text.done",
+      "response.content_part.done", "response.output_item.done",  "response.completed"};
+  ASSERT_EQ(events.size(), types.size());
+  for (size_t i = 0; i < types.size(); ++i) {
+    EXPECT_EQ(events[i].first, types[i]);
+    EXPECT_EQ(events[i].second["type"], types[i]);
+    EXPECT_EQ(events[i].second["sequence_number"], i);
+  }
+  EXPECT_EQ(sequence, 9);
+  EXPECT_EQ(events[0].second["response"]["status"], "in_progress");
+  EXPECT_TRUE(events[0].second["response"]["output"].empty());
+  EXPECT_EQ(events[3].second["item_id"], "msg_9_s");
+  EXPECT_EQ(events[5].second["text"], "Hello");
+  EXPECT_EQ(events[8].second["response"], response);
+  a.finish_reason = "length";
+  EXPECT_THAT(ResponseStreamEnd(a, "", &sequence), HasSubstr("event: response.incomplete\n"));
+  const std::string failed =
+      ResponseFailedEvent(a, "", absl::AbortedError("the session moved on"), &sequence);
+  ASSERT_TRUE(failed.starts_with("event: response.failed\ndata: ")) << failed;
+  const json f = json::parse(failed.substr(failed.find("data: ") + 6));
+  EXPECT_EQ(f["response"]["status"], "failed");
+  EXPECT_EQ(f["response"]["error"]["code"], "ABORTED");
+  EXPECT_EQ(f["response"]["error"]["message"], "the session moved on");
+  EXPECT_EQ(f["sequence_number"], 13);
 
   EXPECT_EQ(HttpStatusOf(absl::StatusCode::kResourceExhausted), 429);
   EXPECT_EQ(HttpStatusOf(absl::StatusCode::kAborted), 409);
@@ -270,8 +317,7 @@ TEST(OpenAiProtocolTest, ErrorsNameTheirParam) {
   EXPECT_EQ(param_of(ParseCompletionRequest(R"({"prompt": 5})").status()), "prompt");
   EXPECT_EQ(param_of(ParseCompletionRequest(R"({"prompt": "a", "logprobs": true})").status()),
             "logprobs");
-  EXPECT_EQ(param_of(ParseResponsesRequest(R"({"input": "x", "stream": true})").status()),
-            "stream");
+  EXPECT_EQ(param_of(ParseResponsesRequest(R"({"input": "x", "stream": 1})").status()), "stream");
   EXPECT_EQ(param_of(ParseResponsesRequest(R"({"input": 1})").status()), "input");
   EXPECT_EQ(param_of(ParseResponsesRequest(R"({"input": "x", "include": "a"})").status()),
             "include");
