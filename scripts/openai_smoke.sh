@@ -85,6 +85,8 @@ const check = (ok, what) => {
 const models = await A.models.list();
 const model = models.data[0]?.id;
 check(model === "stories260K", `models.list -> ${model}`);
+const retrieved = await A.models.retrieve(model);
+check(retrieved.id === model && retrieved.object === "model", `models.retrieve -> ${retrieved.id}`);
 
 const stream = await A.chat.completions.create({
   model, stream: true, stream_options: { include_usage: true }, max_tokens: 24, temperature: 0,

@@ -2,6 +2,10 @@
 // (openai_front.h). The generating endpoints are in openai_generate.cc.
 #include "inference_svc/http/openai_front.h"
 
+#include <charconv>
+#include <optional>
+
+#include "absl/strings/ascii.h"
 #include "absl/strings/str_cat.h"
 #include "nlohmann/json.hpp"
 
@@ -106,12 +110,15 @@ void OpenAiFront::Handle(HttpRequest request, std::shared_ptr<HttpExchange> inne
     exchange->Respond(200, "text/plain; version=0.0.4", options_.metrics_text());
     return;
   }
-  const bool known = (get && path == "/v1/models") ||
+  constexpr std::string_view kModelPrefix = "/v1/models/";
+  const bool model_path = path.starts_with(kModelPrefix) && path.size() > kModelPrefix.size();
+  const bool known = (get && (path == "/v1/models" || model_path)) ||
                      (post && (path == "/v1/chat/completions" || path == "/v1/completions" ||
                                path == "/v1/responses"));
   if (!known) {
-    const bool other_method = path == "/v1/models" || path == "/v1/chat/completions" ||
-                              path == "/v1/completions" || path == "/v1/responses";
+    const bool other_method = path == "/v1/models" || model_path ||
+                              path == "/v1/chat/completions" || path == "/v1/completions" ||
+                              path == "/v1/responses";
     exchange->Respond(
         other_method ? 405 : 404, "application/json",
         ErrorJson(absl::NotFoundError(absl::StrCat("no route ", request.method, " ", path))));
@@ -120,18 +127,56 @@ void OpenAiFront::Handle(HttpRequest request, std::shared_ptr<HttpExchange> inne
   auto caller = port_->Authenticate(request.Header("Authorization"));
   if (!caller.ok()) return exchange->RespondError(caller.status());
   exchange->Annotate([&](logging::RequestRecord* r) { r->tenant = caller->tenant; });
-  if (path == "/v1/models") return Models(*caller, *exchange);
+  if (path == "/v1/models") return Models(*caller, "", *exchange);
+  if (model_path) {
+    return Models(*caller, std::string_view(path).substr(kModelPrefix.size()), *exchange);
+  }
   if (path == "/v1/chat/completions") return ChatCompletions(*caller, request, exchange);
   if (path == "/v1/completions") return Completions(*caller, request, exchange);
   return Responses(*caller, request, exchange);
 }
 
-void OpenAiFront::Models(const Caller& caller, ObservedExchange& exchange) {
+namespace {
+
+// %XX escapes of a path segment decoded; nullopt for a malformed escape.
+std::optional<std::string> PercentDecoded(std::string_view in) {
+  std::string out;
+  for (size_t i = 0; i < in.size(); ++i) {
+    if (in[i] != '%') {
+      out.push_back(in[i]);
+      continue;
+    }
+    int value = 0;
+    if (i + 2 >= in.size() || !absl::ascii_isxdigit(in[i + 1]) ||
+        !absl::ascii_isxdigit(in[i + 2])) {
+      return std::nullopt;
+    }
+    std::from_chars(in.data() + i + 1, in.data() + i + 3, value, 16);
+    out.push_back(static_cast<char>(value));
+    i += 2;
+  }
+  return out;
+}
+
+}  // namespace
+
+void OpenAiFront::Models(const Caller& caller, std::string_view id, ObservedExchange& exchange) {
   const ModelCard card = port_->Model();
   nlohmann::json model = {
       {"id", card.id}, {"object", "model"}, {"created", card.created}, {"owned_by", "kvfold"}};
-  exchange.Respond(200, "application/json",
-                   JsonText(nlohmann::json{{"object", "list"}, {"data", {model}}}));
+  if (id.empty()) {
+    exchange.Respond(200, "application/json",
+                     JsonText(nlohmann::json{{"object", "list"}, {"data", {model}}}));
+    return;
+  }
+  const std::optional<std::string> name = PercentDecoded(id);
+  if (name != card.id) {
+    return exchange.RespondError(WithParam(
+        absl::NotFoundError(absl::StrCat("the model '", name.value_or(std::string(id)),
+                                         "' does not exist; this server serves '", card.id, "'")),
+        "model"));
+  }
+  exchange.Respond(200, "application/json", JsonText(model));
 }
 
 }  // namespace kvfold::http

@@ -68,7 +68,8 @@ class OpenAiFront {
   void Post(std::function<void()> task);
   void WorkerLoop();
 
-  void Models(const Caller& caller, ObservedExchange& exchange);
+  // GET /v1/models (`id` empty: the list) or /v1/models/{id} (the served model, else 404).
+  void Models(const Caller& caller, std::string_view id, ObservedExchange& exchange);
   void ChatCompletions(const Caller& caller, const HttpRequest& request,
                        std::shared_ptr<ObservedExchange> exchange);
   void Completions(const Caller& caller, const HttpRequest& request,

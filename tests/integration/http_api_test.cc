@@ -25,6 +25,19 @@ TEST_F(HttpApiTest, ModelsHealthAndMetrics) {
   ASSERT_EQ(models.status, 200) << models.body;
   EXPECT_EQ(Body(models)["data"][0]["id"], "stories260K");
   EXPECT_EQ(Body(models)["object"], "list");
+  // One model: its id, percent-escapes decoded; another name is a 404 about `model`.
+  for (const char* path : {"/v1/models/stories260K", "/v1/models/stories260%4B"}) {
+    HttpReply one = HttpCall(port_[0], "GET", path, "", kAuth);
+    ASSERT_EQ(one.status, 200) << path << ": " << one.body;
+    EXPECT_EQ(Body(one), Body(models)["data"][0]);
+  }
+  for (const char* path : {"/v1/models/gpt-4", "/v1/models/stories260%4", "/v1/models/%zz"}) {
+    HttpReply other = HttpCall(port_[0], "GET", path, "", kAuth);
+    EXPECT_EQ(other.status, 404) << path << ": " << other.body;
+    EXPECT_EQ(Body(other)["error"]["param"], "model") << other.body;
+  }
+  EXPECT_EQ(HttpCall(port_[0], "GET", "/v1/models/stories260K", "").status, 401);
+  EXPECT_EQ(HttpCall(port_[0], "DELETE", "/v1/models/stories260K", "", kAuth).status, 405);
   // Ready once the replica's health loop has seen the store answer (about a second) and
   // its KV pool is populated; until then 503 says which.
   HttpReply health;
