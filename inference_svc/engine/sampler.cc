@@ -164,28 +164,46 @@ int32_t Sampler::Pick(std::span<const float> logits) {
   };
   size_t n = scratch_.size();
   const bool use_top_p = params_.top_p > 0.0f && params_.top_p < 1.0f;
+  // The shortest prefix of the first `sorted` candidates (in order) whose mass reaches
+  // `cut`, or `sorted` when none does; `cum` carries the mass before them.
+  auto prefix_reaching = [this](size_t from, size_t sorted, double cut, double* cum) {
+    for (size_t i = from; i < sorted; ++i) {
+      *cum += scratch_[i].first;
+      if (*cum >= cut) return i + 1;
+    }
+    return sorted;
+  };
   if (params_.top_k > 0 && static_cast<size_t>(params_.top_k) < n) {
     std::partial_sort(scratch_.begin(), scratch_.begin() + params_.top_k, scratch_.end(), by_prob);
     n = params_.top_k;
+    if (use_top_p) {
+      double k_total = 0.0;
+      for (size_t i = 0; i < n; ++i) k_total += scratch_[i].first;
+      double cum = 0.0;
+      n = prefix_reaching(0, n, params_.top_p * k_total, &cum);
+    }
   } else if (use_top_p) {
-    std::sort(scratch_.begin(), scratch_.end(), by_prob);
+    // Only the most likely candidates can make up top_p of the mass: sort a prefix that
+    // grows (x4) until it does, each round only the next candidates (the ones before stay
+    // the largest, in order), instead of the whole vocabulary (a full sort of 32,000 took
+    // ~2.3 ms a token). The prefix is the full sort's: the order is total.
+    double all = 0.0;
+    for (const auto& c : scratch_) all += c.first;
+    const double cut = params_.top_p * all;
+    double cum = 0.0;
+    size_t sorted = 0;
+    for (size_t k = std::min<size_t>(n, 64);; k = std::min(n, k * 4)) {
+      std::partial_sort(scratch_.begin() + sorted, scratch_.begin() + k, scratch_.end(), by_prob);
+      const size_t keep = prefix_reaching(sorted, k, cut, &cum);
+      if (keep < k || cum >= cut || k == n) {
+        n = keep;
+        break;
+      }
+      sorted = k;
+    }
   }
   double total = 0.0;
   for (size_t i = 0; i < n; ++i) total += scratch_[i].first;
-  if (use_top_p) {
-    double cum = 0.0;
-    size_t keep = n;
-    for (size_t i = 0; i < n; ++i) {
-      cum += scratch_[i].first;
-      if (cum >= params_.top_p * total) {
-        keep = i + 1;
-        break;
-      }
-    }
-    n = keep;
-    total = 0.0;
-    for (size_t i = 0; i < n; ++i) total += scratch_[i].first;
-  }
   const double u = rng_.Uniform() * total;
   double cum = 0.0;
   for (size_t i = 0; i < n; ++i) {

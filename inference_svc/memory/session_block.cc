@@ -24,7 +24,8 @@ v1::SamplerState SamplerStateToProto(const engine::SamplingParams& params,
   p->set_max_new_tokens(params.max_new_tokens);
   p->set_presence_penalty(params.presence_penalty);
   p->set_frequency_penalty(params.frequency_penalty);
-  p->set_repetition_penalty(params.repetition_penalty);
+  // 1 (off) is stored as unset, so a block without penalties keeps its earlier bytes.
+  p->set_repetition_penalty(params.repetition_penalty == 1.0f ? 0.0f : params.repetition_penalty);
   p->set_min_p(params.min_p);
   for (const auto& [id, bias] : params.logit_bias) (*p->mutable_logit_bias())[id] = bias;
   for (uint64_t w : rng_state) proto.add_rng_state(w);

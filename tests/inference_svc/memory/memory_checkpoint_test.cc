@@ -414,3 +414,48 @@ TEST(MemoryModeTest, EveryModeRoundTripsThroughABlock) {
 
 }  // namespace
 }  // namespace kvfold::memory
+
+namespace kvfold::memory {
+namespace {
+
+// Every sampling field survives the block's SamplerState; repetition 1 (off) is stored
+// unset, so a block without penalties has the bytes it had before they existed.
+TEST(SamplerStateTest, SamplingParamsRoundTrip) {
+  engine::SamplingParams params;
+  params.temperature = 0.7f;
+  params.top_k = 40;
+  params.top_p = 0.9f;
+  params.seed = 12;
+  params.stop_token_ids = {3, 9};
+  params.max_new_tokens = 77;
+  params.presence_penalty = -0.5f;
+  params.frequency_penalty = 1.25f;
+  params.repetition_penalty = 1.1f;
+  params.min_p = 0.05f;
+  params.logit_bias = {{2, -100.0f}, {300, 4.5f}};
+  const std::array<uint64_t, 4> rng = engine::Rng(5).state();
+  engine::SamplingParams back;
+  std::array<uint64_t, 4> rng_back;
+  ASSERT_TRUE(SamplerStateFromProto(SamplerStateToProto(params, rng), &back, &rng_back).ok());
+  EXPECT_EQ(rng_back, rng);
+  EXPECT_EQ(back.temperature, params.temperature);
+  EXPECT_EQ(back.top_k, params.top_k);
+  EXPECT_EQ(back.top_p, params.top_p);
+  EXPECT_EQ(back.seed, params.seed);
+  EXPECT_EQ(back.stop_token_ids, params.stop_token_ids);
+  EXPECT_EQ(back.max_new_tokens, params.max_new_tokens);
+  EXPECT_EQ(back.presence_penalty, params.presence_penalty);
+  EXPECT_EQ(back.frequency_penalty, params.frequency_penalty);
+  EXPECT_EQ(back.repetition_penalty, params.repetition_penalty);
+  EXPECT_EQ(back.min_p, params.min_p);
+  EXPECT_EQ(back.logit_bias, params.logit_bias);
+
+  const v1::SamplerState plain = SamplerStateToProto(engine::SamplingParams(), rng);
+  EXPECT_EQ(plain.params().repetition_penalty(), 0.0f);
+  ASSERT_TRUE(SamplerStateFromProto(plain, &back, &rng_back).ok());
+  EXPECT_EQ(back.repetition_penalty, 1.0f);
+  EXPECT_FALSE(back.AdjustsLogits());
+}
+
+}  // namespace
+}  // namespace kvfold::memory
