@@ -9,6 +9,7 @@
 //                [--batch-sizes 1,16] [--batch-rounds 3] [--batch-prompt-tokens 8]
 //                [--prefill-pieces N]
 //   bench_engine --isa-probe
+//   bench_engine --sampler-probe [--sampler-vocab 32000]
 //
 // --stories takes any model LoadModel reads (llama2.c file or HF directory, e.g. a
 // `kvfold convert --dtype q8` output).
@@ -27,7 +28,8 @@
 // --prefill-pieces adds "prefill_pieces": the time of every piece of an N-token full-mode prompt
 // fed as the scheduler feeds it, per band of context (prefill_pieces.h).
 // --isa-probe prints only what one core sustains on the kernels' instructions beside the
-// 16-row Q8 MatMul (isa_probe.h), and exits.
+// 16-row Q8 MatMul (isa_probe.h), and exits; --sampler-probe only what the sampler costs a
+// token per setting (sampler_probe.h).
 #include <immintrin.h>
 
 #include <algorithm>
@@ -54,6 +56,7 @@
 #include "tools/bench_engine/batch_decode.h"
 #include "tools/bench_engine/isa_probe.h"
 #include "tools/bench_engine/prefill_pieces.h"
+#include "tools/bench_engine/sampler_probe.h"
 #ifdef KVFOLD_HAVE_OPENBLAS
 #include <cblas.h>
 #endif
@@ -408,7 +411,19 @@ int Main(int argc, char** argv) {
   kvfold::AddSwitch(app, "--isa-probe", isa_probe,
                     "print one core's instruction throughput beside the 16-row Q8 MatMul, "
                     "and exit");
+  bool sampler_probe = false;
+  int sampler_vocab = 32000;
+  kvfold::AddSwitch(app, "--sampler-probe", sampler_probe,
+                    "print the sampler's cost per token for each setting, and exit");
+  app.add_option("--sampler-vocab", sampler_vocab, "vocabulary of --sampler-probe's logits")
+      ->check(kvfold::Positive());
   if (std::optional<int> rc = kvfold::ParseCommandLine(app, argc, argv)) return *rc;
+  if (sampler_probe) {
+    json probe = bench::SamplerProbe(sampler_vocab, 3.0f);
+    bench::AddCpu(probe);
+    std::printf("%s\n", probe.dump(2).c_str());
+    return 0;
+  }
   if (isa_probe) {
     json probe = bench::IsaProbe();
     bench::AddCpu(probe);
