@@ -173,8 +173,23 @@ int32_t Sampler::Pick(std::span<const float> logits) {
     }
     return sorted;
   };
+  // Candidates [from, k) in their final order. A few: a partial sort (one pass against a
+  // small heap); more: those that a full sort would put there (nth_element, linear), then
+  // sorted, as a heap-based partial sort is several times slower once k is a large part
+  // of the candidates.
+  auto sort_up_to = [this, &by_prob](size_t from, size_t k) {
+    const size_t rest = scratch_.size() - from;
+    if ((k - from) * 256 <= rest) {  // a few: one pass against a small heap
+      std::partial_sort(scratch_.begin() + from, scratch_.begin() + k, scratch_.end(), by_prob);
+      return;
+    }
+    if (k < scratch_.size()) {
+      std::nth_element(scratch_.begin() + from, scratch_.begin() + k, scratch_.end(), by_prob);
+    }
+    std::sort(scratch_.begin() + from, scratch_.begin() + k, by_prob);
+  };
   if (params_.top_k > 0 && static_cast<size_t>(params_.top_k) < n) {
-    std::partial_sort(scratch_.begin(), scratch_.begin() + params_.top_k, scratch_.end(), by_prob);
+    sort_up_to(0, params_.top_k);
     n = params_.top_k;
     if (use_top_p) {
       double k_total = 0.0;
@@ -184,22 +199,29 @@ int32_t Sampler::Pick(std::span<const float> logits) {
     }
   } else if (use_top_p) {
     // Only the most likely candidates can make up top_p of the mass: sort a prefix that
-    // grows (x4) until it does, each round only the next candidates (the ones before stay
-    // the largest, in order), instead of the whole vocabulary (a full sort of 32,000 took
-    // ~2.3 ms a token). The prefix is the full sort's: the order is total.
+    // grows until it does, each round only the next candidates (the ones before stay the
+    // largest, in order), instead of the whole vocabulary (a full sort of 32,000 took
+    // ~2.3 ms a token). A round grows the prefix at least x8, and at least by the
+    // candidates the missing mass needs at the prefix's smallest probability; past half of
+    // them the rest is sorted at once. The prefix is the full sort's: the order is total.
     double all = 0.0;
     for (const auto& c : scratch_) all += c.first;
     const double cut = params_.top_p * all;
     double cum = 0.0;
     size_t sorted = 0;
-    for (size_t k = std::min<size_t>(n, 64);; k = std::min(n, k * 4)) {
-      std::partial_sort(scratch_.begin() + sorted, scratch_.begin() + k, scratch_.end(), by_prob);
+    for (size_t k = std::min<size_t>(n, 64);;) {
+      sort_up_to(sorted, k);
       const size_t keep = prefix_reaching(sorted, k, cut, &cum);
       if (keep < k || cum >= cut || k == n) {
         n = keep;
         break;
       }
       sorted = k;
+      const double smallest = scratch_[k - 1].first;
+      const double missing = smallest > 0 ? (cut - cum) / smallest : static_cast<double>(n);
+      size_t next = std::max(k * 8, k + static_cast<size_t>(std::min<double>(missing, n)));
+      if (next * 2 >= n) next = n;
+      k = next;
     }
   }
   double total = 0.0;

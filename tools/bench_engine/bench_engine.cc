@@ -9,7 +9,7 @@
 //                [--batch-sizes 1,16] [--batch-rounds 3] [--batch-prompt-tokens 8]
 //                [--prefill-pieces N]
 //   bench_engine --isa-probe
-//   bench_engine --sampler-probe [--sampler-vocab 32000]
+//   bench_engine --sampler-probe [--sampler-vocab 32000] [--sampler-sigma 3]
 //
 // --stories takes any model LoadModel reads (llama2.c file or HF directory, e.g. a
 // `kvfold convert --dtype q8` output).
@@ -413,13 +413,17 @@ int Main(int argc, char** argv) {
                     "and exit");
   bool sampler_probe = false;
   int sampler_vocab = 32000;
+  double sampler_sigma = 3.0;
   kvfold::AddSwitch(app, "--sampler-probe", sampler_probe,
                     "print the sampler's cost per token for each setting, and exit");
   app.add_option("--sampler-vocab", sampler_vocab, "vocabulary of --sampler-probe's logits")
       ->check(kvfold::Positive());
+  app.add_option("--sampler-sigma", sampler_sigma,
+                 "spread of --sampler-probe's normal logits (smaller: flatter)")
+      ->check(CLI::PositiveNumber);
   if (std::optional<int> rc = kvfold::ParseCommandLine(app, argc, argv)) return *rc;
   if (sampler_probe) {
-    json probe = bench::SamplerProbe(sampler_vocab, 3.0f);
+    json probe = bench::SamplerProbe(sampler_vocab, static_cast<float>(sampler_sigma));
     bench::AddCpu(probe);
     std::printf("%s\n", probe.dump(2).c_str());
     return 0;

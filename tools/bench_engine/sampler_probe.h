@@ -1,9 +1,9 @@
 // What the sampler costs per token (engine::Sampler::Sample), one thread, per setting:
 // greedy alone, with the presence/frequency/repetition penalties and with a logit bias;
 // temperature alone, with top-k 40, with top-p 0.9 and the penalties, with min-p 0.05.
-// Logits: `vocab` draws of normal(0, sigma), 16 rows in turn (a flat distribution for
-// sigma 3, the case where top-p keeps the most candidates); 200 context ids for the
-// repetition penalty. Medians of five runs, in microseconds.
+// Logits: `vocab` draws of normal(0, sigma), 16 rows in turn (flatter as sigma shrinks:
+// top-p then keeps more candidates; a random model's logits are nearly flat); 200 context
+// ids for the repetition penalty. Medians of five runs, in microseconds.
 #ifndef KVFOLD_TOOLS_BENCH_ENGINE_SAMPLER_PROBE_H_
 #define KVFOLD_TOOLS_BENCH_ENGINE_SAMPLER_PROBE_H_
 

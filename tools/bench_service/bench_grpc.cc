@@ -36,11 +36,13 @@ bool Create(v1::InferenceService::Stub& stub, const std::string& id, v1::KvMode 
 }
 
 Turn Generate(v1::InferenceService::Stub& stub, const std::string& id,
-              const std::vector<int32_t>& prompt, int max_new, const Clock::time_point* epoch) {
+              const std::vector<int32_t>& prompt, int max_new, const Clock::time_point* epoch,
+              const v1::SamplingParams& sampling) {
   grpc::ClientContext context;
   v1::GenerateRequest request;
   request.set_session_id(id);
   for (int32_t t : prompt) request.add_prompt_token_ids(t);
+  *request.mutable_sampling() = sampling;
   request.mutable_sampling()->set_max_new_tokens(max_new);
   request.mutable_sampling()->set_ignore_eos(true);
   const auto start = Clock::now();

@@ -28,11 +28,13 @@ double ProcessCpuSeconds();
 // CreateSession; prints the error and returns false on failure.
 bool Create(v1::InferenceService::Stub& stub, const std::string& id, v1::KvMode mode);
 
-// One Generate call with `prompt` ids, `max_new` tokens (EOS ignored), streamed to the end.
+// One Generate call with `prompt` ids, `max_new` tokens (EOS ignored), streamed to the end,
+// greedy unless `sampling` says otherwise (its max_new_tokens and ignore_eos are set here).
 // With `epoch`, each token's arrival time (and the process CPU time then) is recorded too.
 Turn Generate(v1::InferenceService::Stub& stub, const std::string& id,
               const std::vector<int32_t>& prompt, int max_new,
-              const std::chrono::steady_clock::time_point* epoch = nullptr);
+              const std::chrono::steady_clock::time_point* epoch = nullptr,
+              const v1::SamplingParams& sampling = v1::SamplingParams());
 
 // `n` ids in [3, vocab), reproducible from `seed`.
 std::vector<int32_t> RandomIds(int n, int vocab, uint64_t seed);

@@ -77,6 +77,8 @@ struct Flags {
   int idle_streams = 1000;
   std::string db_dir = "/tmp/kvfold-bench-service-db";
   uint64_t kv_pool_bytes = 4ull << 30;
+  double temperature = 0;  // decode table: 0 = greedy
+  double top_p = 0;        // decode table: 0 = off
   std::string log_level = "warn";
 };
 
@@ -122,6 +124,9 @@ void AddFlags(CLI::App& app, Flags& f) {
   app.add_option("--http-rounds", f.http_rounds, "interleaved rounds of the HTTP vs gRPC rows (median)");
   app.add_option("--idle-streams", f.idle_streams, "event streams held open at once (0 = skip)");
   app.add_option("--db-dir", f.db_dir, "scratch RocksDB directory");
+  app.add_option("--temperature", f.temperature,
+                 "the decode table's sampling temperature (0 = greedy)");
+  app.add_option("--top-p", f.top_p, "the decode table's nucleus sampling (0 = off)");
   app.add_option("--kv-pool-bytes", f.kv_pool_bytes,
                  "KV pool of every replica (as the server's flag)")
       ->check(CLI::Range(uint64_t{1} << 24, uint64_t{1} << 50));
@@ -256,8 +261,12 @@ nlohmann::json DecodeRow(const Flags& flags, const std::string& store_address, i
     const auto start = Clock::now();
     for (int i = 0; i < n; ++i) {
       threads.emplace_back([&, i] {
+        kvfold::v1::SamplingParams sampling;
+        sampling.set_temperature(static_cast<float>(flags.temperature));
+        sampling.set_top_p(static_cast<float>(flags.top_p));
+        sampling.set_seed(1 + i);
         turns[i] = Generate(*r.stub, tag + std::to_string(i), RandomIds(8, *vocab, i),
-                            flags.new_tokens, &start);
+                            flags.new_tokens, &start, sampling);
       });
     }
     for (auto& t : threads) t.join();
@@ -335,6 +344,8 @@ int main(int argc, char** argv) {
   out["projector"] = flags.projector;
   out["threads"] = flags.threads;
   out["kv_dtype"] = kvfold::core::DTypeName(flags.kv_dtype);
+  out["temperature"] = flags.temperature;
+  out["top_p"] = flags.top_p;
   kvfold::bench::AddCpu(out);
 
   const bool skip = flags.skip_decode_resume;
