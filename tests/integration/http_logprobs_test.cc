@@ -9,12 +9,9 @@
 
 #include "gmock/gmock.h"
 #include "gtest/gtest.h"
-#include "inference_svc/engine/engine.h"
-#include "inference_svc/engine/session.h"
-#include "inference_svc/model/model_file.h"
 #include "inference_svc/tokenizer/tokenizer.h"
-#include "kernels/backend.h"
 #include "tests/integration/http_api_fixture.h"
+#include "tests/integration/reference_engine.h"
 
 namespace kvfold::testing {
 namespace {
@@ -29,21 +26,11 @@ constexpr double kTolerance = 2e-4;
 // log_softmax of the engine's logits at each greedy step after `prompt`: [step][vocab].
 std::vector<std::vector<double>> GreedyLogSoftmax(const std::vector<int32_t>& prompt, int steps,
                                                   std::vector<int32_t>* greedy) {
-  auto model = model::LoadModel(SharedModel());
-  EXPECT_TRUE(model.ok()) << model.status();
-  kernels::CpuBackendOptions backend_options;
-  backend_options.num_threads = 1;
-  auto backend = kernels::CreateCpuBackend(backend_options);
-  engine::EngineOptions options;
-  options.kv_pool_bytes = 16 << 20;
-  auto engine = engine::Engine::Create(*model, backend.get(), options);
-  EXPECT_TRUE(engine.ok()) << engine.status();
-  auto session = engine::CreatePlainSession(engine->get(), engine::SessionOptions());
-  EXPECT_TRUE(session.ok());
-  EXPECT_TRUE((*session)->Prefill(prompt).ok());
+  ReferenceSession session(prompt);
+  if (!session.ok()) return {};
   std::vector<std::vector<double>> out;
   for (int step = 0; step < steps; ++step) {
-    std::span<const float> logits = (*session)->Logits();
+    std::span<const float> logits = session.Logits();
     double max_logit = *std::max_element(logits.begin(), logits.end());
     double z = 0;
     for (float l : logits) z += std::exp(l - max_logit);
@@ -53,7 +40,7 @@ std::vector<std::vector<double>> GreedyLogSoftmax(const std::vector<int32_t>& pr
         static_cast<int32_t>(std::max_element(row.begin(), row.end()) - row.begin());
     greedy->push_back(next);
     out.push_back(std::move(row));
-    EXPECT_TRUE((*session)->Append(next).ok());
+    session.Append(next);
   }
   return out;
 }

@@ -11,12 +11,9 @@
 
 #include "gmock/gmock.h"
 #include "gtest/gtest.h"
-#include "inference_svc/engine/engine.h"
-#include "inference_svc/engine/session.h"
-#include "inference_svc/model/model_file.h"
 #include "inference_svc/tokenizer/tokenizer.h"
-#include "kernels/backend.h"
 #include "tests/integration/http_api_fixture.h"
+#include "tests/integration/reference_engine.h"
 
 namespace kvfold::testing {
 namespace {
@@ -41,22 +38,12 @@ struct Step {
 // generated ids (positive logits divided, negative multiplied), then frequency x count +
 // presence for generated ids.
 std::vector<Step> PenalisedGreedy(const std::vector<int32_t>& prompt, int steps, Penalties p) {
-  auto model = model::LoadModel(SharedModel());
-  EXPECT_TRUE(model.ok()) << model.status();
-  kernels::CpuBackendOptions backend_options;
-  backend_options.num_threads = 1;
-  auto backend = kernels::CreateCpuBackend(backend_options);
-  engine::EngineOptions options;
-  options.kv_pool_bytes = 16 << 20;
-  auto engine = engine::Engine::Create(*model, backend.get(), options);
-  EXPECT_TRUE(engine.ok()) << engine.status();
-  auto session = engine::CreatePlainSession(engine->get(), engine::SessionOptions());
-  EXPECT_TRUE(session.ok());
-  EXPECT_TRUE((*session)->Prefill(prompt).ok());
+  ReferenceSession session(prompt);
+  if (!session.ok()) return {};
   std::map<int32_t, int> generated;
   std::vector<Step> out;
   for (int step = 0; step < steps; ++step) {
-    std::span<const float> raw = (*session)->Logits();
+    std::span<const float> raw = session.Logits();
     std::vector<float> logits(raw.begin(), raw.end());
     for (size_t id = 0; id < logits.size(); ++id) {
       const int32_t i = static_cast<int32_t>(id);
@@ -75,7 +62,7 @@ std::vector<Step> PenalisedGreedy(const std::vector<int32_t>& prompt, int steps,
     for (float l : raw) z += std::exp(l - max_raw);
     out.push_back({next, raw[next] - max_raw - std::log(z)});
     ++generated[next];
-    EXPECT_TRUE((*session)->Append(next).ok());
+    session.Append(next);
   }
   return out;
 }
