@@ -142,8 +142,12 @@ const penalised = (await B.chat.completions.create({ ...chat, ...penalties })).c
 const again = (await A.chat.completions.create({ ...chat, ...penalties })).choices[0].message.content;
 check(penalised !== unpenalised && penalised === again,
       `penalties change the greedy answer, the same on both replicas: ${JSON.stringify(penalised)}`);
-const biased = await A.chat.completions.create({ ...chat, logit_bias: { "13": -100 }, min_p: 0.1 });
-check(biased.choices[0].message.content.length > 0, `logit_bias and min_p accepted`);
+// A bias of 100 forces one token: every generated token is it.
+const forced = await A.chat.completions.create({ ...chat, max_tokens: 8, logprobs: true,
+                                                 logit_bias: { "13": 100 }, min_p: 0.1 });
+const forcedTokens = (forced.choices[0].logprobs?.content ?? []).map((t) => t.token);
+check(forcedTokens.length === 8 && forcedTokens.every((t) => t === forcedTokens[0]),
+      `logit_bias 13 = +100 forces one token 8 times: ${JSON.stringify(forcedTokens[0])}`);
 try {
   await A.chat.completions.create({ ...chat, logit_bias: { "100000": 1 } });
   check(false, "a logit_bias id outside the vocabulary is refused");

@@ -53,15 +53,15 @@ void ChatTurn::StartStreamLocked() {
 
 void ChatTurn::EmitLocked(const std::string& text, std::vector<TokenLogprob> logprobs,
                           const std::string& finish_reason) {
-  const bool response = options_.api == ChatTurnOptions::Api::kResponse;
-  if (!options_.stream || response) {
+  if (!options_.stream) {
+    text_ += text;
+    for (TokenLogprob& t : logprobs) logprobs_.push_back(std::move(t));
+    return;
+  }
+  if (options_.api == ChatTurnOptions::Api::kResponse) {
     // A streamed response's closing events repeat the whole text.
     text_ += text;
-    if (!options_.stream) {
-      for (TokenLogprob& t : logprobs) logprobs_.push_back(std::move(t));
-      return;
-    }
-    for (const TokenLogprob& t : logprobs) logprobs_.push_back(t);
+    logprobs_.insert(logprobs_.end(), logprobs.begin(), logprobs.end());
   }
   if (text.empty() && logprobs.empty() && finish_reason.empty()) return;
   StartStreamLocked();

@@ -26,39 +26,17 @@ absl::Status ValidateSampling(const SamplingSpec& p, int vocab_size, int max_new
                                                    " exceeds the server cap ",
                                                    max_new_tokens_cap));
   }
-  for (const auto& [name, value] :
-       {std::pair<const char*, float>{"presence_penalty", p.presence_penalty},
-        {"frequency_penalty", p.frequency_penalty}}) {
-    if (!std::isfinite(value) || value < -engine::kMaxPenalty || value > engine::kMaxPenalty) {
-      return absl::InvalidArgumentError(absl::StrCat(name, " must be in [-", engine::kMaxPenalty,
-                                                     ", ", engine::kMaxPenalty, "], got ", value));
-    }
-  }
-  if (!std::isfinite(p.repetition_penalty) || p.repetition_penalty < 0) {
-    return absl::InvalidArgumentError(
-        absl::StrCat("repetition_penalty must be > 0 (or 0: not set), got ", p.repetition_penalty));
-  }
-  if (!std::isfinite(p.min_p) || p.min_p < 0 || p.min_p > 1) {
-    return absl::InvalidArgumentError(absl::StrCat("min_p must be in [0, 1], got ", p.min_p));
-  }
-  if (p.logit_bias.size() > engine::kMaxLogitBiasEntries) {
-    return absl::InvalidArgumentError(absl::StrCat("logit_bias has ", p.logit_bias.size(),
-                                                   " entries; at most ",
-                                                   engine::kMaxLogitBiasEntries));
-  }
+  // The penalties', min_p's and the bias's value ranges are the engine's own rules.
+  if (absl::Status s = ResolveSampling(p, 1).Validate(); !s.ok()) return s;
   absl::flat_hash_set<int32_t> biased;
-  for (const auto& [id, bias] : p.logit_bias) {
+  for (const auto& entry : p.logit_bias) {
+    const int32_t id = entry.first;
     if (id < 0 || id >= vocab_size) {
       return absl::InvalidArgumentError(
           absl::StrCat("logit_bias token id ", id, " outside [0, ", vocab_size, ")"));
     }
     if (!biased.insert(id).second) {
       return absl::InvalidArgumentError(absl::StrCat("logit_bias names token id ", id, " twice"));
-    }
-    if (!std::isfinite(bias) || bias < -engine::kMaxLogitBias || bias > engine::kMaxLogitBias) {
-      return absl::InvalidArgumentError(absl::StrCat("logit_bias of token ", id, " must be in [-",
-                                                     engine::kMaxLogitBias, ", ",
-                                                     engine::kMaxLogitBias, "], got ", bias));
     }
   }
   for (int32_t id : p.stop_token_ids) {
