@@ -29,6 +29,7 @@
 #include <memory>
 #include <string>
 
+#include "absl/functional/function_ref.h"
 #include "absl/status/status.h"
 #include "absl/status/statusor.h"
 #include "core/dtype.h"
@@ -146,6 +147,14 @@ class Backend {
   // straight into host memory (a MakeTensor view of it) instead of into an Allocate'd
   // buffer followed by CopyToHost. The CPU backend's are; a device's are not.
   virtual bool HostAddressable() const { return false; }
+  // Calls fn(begin, end) over disjoint ranges covering [0, n), on the host threads the
+  // backend computes with where it has them (the CPU backend's pool), else on the calling
+  // thread, and returns when all have run. For independent host work per row between ops
+  // (a decode step's token picks: docs/engine.md, "Sampling"); fn must not call the
+  // backend. Not reentrant, like the ops.
+  virtual void ParallelForHost(int64_t n, absl::FunctionRef<void(int64_t, int64_t)> fn) {
+    if (n > 0) fn(0, n);
+  }
   // Host <-> device transfers of dst.size_bytes() / src.size_bytes() bytes.
   virtual absl::Status CopyToDevice(Stream& stream, const void* host, Tensor dst) = 0;
   virtual absl::Status CopyToHost(Stream& stream, Tensor src, void* host) = 0;

@@ -1,7 +1,9 @@
 #include "inference_svc/engine/sampler.h"
 
 #include <algorithm>
+#include <array>
 #include <cmath>
+#include <cstdint>
 #include <utility>
 
 #include "absl/strings/str_cat.h"
@@ -92,7 +94,6 @@ void ComputeLogprobs(std::span<const float> logits, int32_t token, int top_n, To
 
 Sampler::Sampler(int vocab_size, const SamplingParams& params)
     : params_(params), rng_(params.seed) {
-  scratch_.reserve(vocab_size);
   if (params_.HasPenalties()) {
     generated_.assign(vocab_size, 0);
     in_context_.assign(vocab_size, 0);
@@ -141,98 +142,200 @@ int32_t Sampler::Sample(std::span<const float> logits) {
   return token;
 }
 
+namespace {
+
+// The calling thread's scratch for Pick: the candidates' keys and masses
+// (kernels::cpu::SamplingMassRow), the ids of a selection level's boundary bin, and its
+// bins. Per thread, not per sampler: a session's sampler keeps no per-token scratch, and
+// a thread allocates only the first time it samples a larger vocabulary.
+struct PickScratch {
+  static constexpr int kBins = 2048;  // the most any level uses
+  struct Bin {
+    uint64_t count = 0, mass = 0;
+  };
+  std::vector<uint32_t> keys;
+  std::vector<uint64_t> mass;
+  std::vector<int32_t> ids;
+  std::array<Bin, kBins> bins;
+};
+
+PickScratch& ScratchFor(size_t n) {
+  thread_local PickScratch scratch;
+  if (scratch.keys.size() < n) {
+    scratch.keys.resize(n);
+    scratch.mass.resize(n);
+    scratch.ids.resize(n);
+  }
+  return scratch;
+}
+
+// A prefix of the candidates in the sampler's order (key descending, then id ascending):
+// those with a key above `key`, and those with `key` up to id `last`. {0, -1} holds every
+// candidate (key 0 marks a non-candidate).
+struct Prefix {
+  uint32_t key = 0;
+  int64_t last = -1;
+  uint64_t count = 0, mass = 0;
+};
+
+// The shortest prefix at whose end stop(count, mass) holds, or every candidate when none
+// does; `stop` must stay true once true as the prefix grows. Without sorting: the keys'
+// bits 29..20 (a weight <= 1 has bit 30 clear) pick one of 1024 bins, and the bins are
+// walked from the top, counting whole bins while stop stays false; only the bin where it
+// turns is looked into, by bits 19..9, then by bits 8..0, which leaves one key, whose
+// candidates go in id order. Each level is one pass over the ids left (the first over all
+// of them; a candidate's weight is above 2^-41, so bin 0 holds only non-candidates there).
+template <typename Stop>
+Prefix SelectPrefix(PickScratch& s, int64_t n, Stop stop) {
+  Prefix p;
+  constexpr struct {
+    int shift;
+    uint32_t mask;
+  } kLevels[] = {{20, 0x3FF}, {9, 0x7FF}, {0, 0x1FF}};
+  int64_t left = -1;  // ids in s.ids[0, left); -1: every id (the first level)
+  uint32_t high = 0;  // the key bits the levels above fixed
+  for (int level = 0; level < 3; ++level) {
+    const int shift = kLevels[level].shift;
+    const uint32_t mask = kLevels[level].mask;
+    std::fill_n(s.bins.begin(), mask + 1, PickScratch::Bin{});
+    if (left < 0) {
+      // Even and odd ids into two sets of bins (the second at kBins / 2): neighbours of a
+      // flat distribution share a bin, and one set made every add wait for the last.
+      constexpr uint32_t kOdd = PickScratch::kBins / 2;
+      static_assert(0x3FF < kOdd);
+      std::fill_n(s.bins.begin() + kOdd, mask + 1, PickScratch::Bin{});
+      int64_t i = 0;
+      for (; i + 2 <= n; i += 2) {
+        PickScratch::Bin& even = s.bins[(s.keys[i] >> shift) & mask];
+        PickScratch::Bin& odd = s.bins[kOdd + ((s.keys[i + 1] >> shift) & mask)];
+        ++even.count;
+        even.mass += s.mass[i];
+        ++odd.count;
+        odd.mass += s.mass[i + 1];
+      }
+      if (i < n) {
+        PickScratch::Bin& bin = s.bins[(s.keys[i] >> shift) & mask];
+        ++bin.count;
+        bin.mass += s.mass[i];
+      }
+      for (uint32_t b = 0; b <= mask; ++b) {
+        s.bins[b].count += s.bins[kOdd + b].count;
+        s.bins[b].mass += s.bins[kOdd + b].mass;
+      }
+      s.bins[0] = {};  // the non-candidates
+    } else {
+      for (int64_t j = 0; j < left; ++j) {
+        PickScratch::Bin& bin = s.bins[(s.keys[s.ids[j]] >> shift) & mask];
+        ++bin.count;
+        bin.mass += s.mass[s.ids[j]];
+      }
+    }
+    int64_t b = mask;
+    for (; b >= 0; --b) {
+      const PickScratch::Bin& bin = s.bins[b];
+      if (bin.count > 0 && stop(p.count + bin.count, p.mass + bin.mass)) break;
+      p.count += bin.count;
+      p.mass += bin.mass;
+    }
+    if (b < 0) return {0, -1, p.count, p.mass};  // stop never holds: every candidate
+    high |= static_cast<uint32_t>(b) << shift;
+    // The ids in bin b, in id order, for the next level.
+    const uint32_t keep_mask = ~((uint32_t{1} << shift) - 1);
+    int64_t kept = 0;
+    if (left < 0) {
+      for (int64_t i = 0; i < n; ++i) {
+        s.ids[kept] = static_cast<int32_t>(i);
+        kept += (s.keys[i] & keep_mask) == high;
+      }
+    } else {
+      for (int64_t j = 0; j < left; ++j) {
+        s.ids[kept] = s.ids[j];
+        kept += (s.keys[s.ids[j]] & keep_mask) == high;
+      }
+    }
+    left = kept;
+  }
+  // One key left: its candidates in id order until stop holds.
+  for (int64_t j = 0; j < left; ++j) {
+    const int64_t i = s.ids[j];
+    ++p.count;
+    p.mass += s.mass[i];
+    if (stop(p.count, p.mass)) return {high, i, p.count, p.mass};
+  }
+  return {0, -1, p.count, p.mass};  // not reached: the bin's candidates make stop hold
+}
+
+// ceil(top_p * total), exactly: top_p = mant * 2^-shift with a 24-bit mant.
+uint64_t MassCut(float top_p, uint64_t total) {
+  int e = 0;
+  const float f = std::frexp(top_p, &e);  // top_p = f * 2^e, f in [0.5, 1)
+  const auto mant = static_cast<uint64_t>(std::ldexp(f, 24));
+  const int shift = 24 - e;
+  const unsigned __int128 product = static_cast<unsigned __int128>(mant) * total;
+  if (shift >= 127) return product > 0 ? 1 : 0;
+  const unsigned __int128 one = 1;
+  return static_cast<uint64_t>((product + (one << shift) - 1) >> shift);
+}
+
+}  // namespace
+
 int32_t Sampler::Pick(std::span<const float> logits) {
   if (params_.temperature <= 0.0f || params_.top_k == 1) return Argmax(logits);
-  const float inv_t = 1.0f / params_.temperature;
-  float max_logit = logits[0];
-  for (float l : logits) max_logit = std::max(max_logit, l);
-  scratch_.clear();
-  for (size_t i = 0; i < logits.size(); ++i) {
-    scratch_.emplace_back(std::exp((logits[i] - max_logit) * inv_t), static_cast<int32_t>(i));
+  const auto n = static_cast<int64_t>(logits.size());
+  if (n == 0) return 0;
+  const int32_t best = Argmax(logits);
+  const float max_logit = logits[best];
+  if (!std::isfinite(max_logit)) return best;
+  PickScratch& s = ScratchFor(logits.size());
+  // Integer masses (docs/engine.md, "Sampling"): the most likely token has weight 1, so
+  // min-p's cut is min_p itself.
+  const uint64_t total =
+      kernels::cpu::SamplingMassRow(logits.data(), n, max_logit, 1.0f / params_.temperature,
+                                    params_.min_p, s.keys.data(), s.mass.data());
+  Prefix keep{0, -1, 0, total};
+  if (params_.top_k > 0 && params_.top_k < n) {
+    const auto k = static_cast<uint64_t>(params_.top_k);
+    keep = SelectPrefix(s, n, [k](uint64_t count, uint64_t) { return count >= k; });
   }
-  // min-p: the most likely token has probability 1 here, so the cut is min_p itself.
-  if (params_.min_p > 0.0f) {
-    const float cut = params_.min_p;
-    scratch_.erase(
-        std::remove_if(scratch_.begin(), scratch_.end(),
-                       [cut](const std::pair<float, int32_t>& c) { return c.first < cut; }),
-        scratch_.end());
+  if (params_.top_p > 0.0f && params_.top_p < 1.0f) {
+    // The shortest prefix of the kept candidates holding top_p of their mass.
+    const uint64_t cut = MassCut(params_.top_p, keep.mass);
+    const uint64_t most = keep.key == 0 ? UINT64_MAX : keep.count;
+    keep = SelectPrefix(
+        s, n, [cut, most](uint64_t count, uint64_t mass) { return mass >= cut || count >= most; });
   }
-  // Order by probability, ties by id: a deterministic candidate list.
-  auto by_prob = [](const std::pair<float, int32_t>& a, const std::pair<float, int32_t>& b) {
-    return a.first != b.first ? a.first > b.first : a.second < b.second;
-  };
-  size_t n = scratch_.size();
-  const bool use_top_p = params_.top_p > 0.0f && params_.top_p < 1.0f;
-  // The shortest prefix of the first `sorted` candidates (in order) whose mass reaches
-  // `cut`, or `sorted` when none does; `cum` carries the mass before them.
-  auto prefix_reaching = [this](size_t from, size_t sorted, double cut, double* cum) {
-    for (size_t i = from; i < sorted; ++i) {
-      *cum += scratch_[i].first;
-      if (*cum >= cut) return i + 1;
-    }
-    return sorted;
-  };
-  // Candidates [from, k) in their final order. A few: a partial sort (one pass against a
-  // small heap); more: those that a full sort would put there (nth_element, linear), then
-  // sorted, as a heap-based partial sort is several times slower once k is a large part
-  // of the candidates.
-  auto sort_up_to = [this, &by_prob](size_t from, size_t k) {
-    const size_t rest = scratch_.size() - from;
-    if ((k - from) * 256 <= rest) {  // a few: one pass against a small heap
-      std::partial_sort(scratch_.begin() + from, scratch_.begin() + k, scratch_.end(), by_prob);
-      return;
-    }
-    if (k < scratch_.size()) {
-      std::nth_element(scratch_.begin() + from, scratch_.begin() + k, scratch_.end(), by_prob);
-    }
-    std::sort(scratch_.begin() + from, scratch_.begin() + k, by_prob);
-  };
-  if (params_.top_k > 0 && static_cast<size_t>(params_.top_k) < n) {
-    sort_up_to(0, params_.top_k);
-    n = params_.top_k;
-    if (use_top_p) {
-      double k_total = 0.0;
-      for (size_t i = 0; i < n; ++i) k_total += scratch_[i].first;
-      double cum = 0.0;
-      n = prefix_reaching(0, n, params_.top_p * k_total, &cum);
-    }
-  } else if (use_top_p) {
-    // Only the most likely candidates can make up top_p of the mass: sort a prefix that
-    // grows until it does, each round only the next candidates (the ones before stay the
-    // largest, in order), instead of the whole vocabulary (a full sort of 32,000 took
-    // ~2.3 ms a token). A round grows the prefix at least x8, and at least by the
-    // candidates the missing mass needs at the prefix's smallest probability; past half of
-    // them the rest is sorted at once. The prefix is the full sort's: the order is total.
-    double all = 0.0;
-    for (const auto& c : scratch_) all += c.first;
-    const double cut = params_.top_p * all;
-    double cum = 0.0;
-    size_t sorted = 0;
-    for (size_t k = std::min<size_t>(n, 64);;) {
-      sort_up_to(sorted, k);
-      const size_t keep = prefix_reaching(sorted, k, cut, &cum);
-      if (keep < k || cum >= cut || k == n) {
-        n = keep;
-        break;
+  // One draw over the kept mass, walked in id order: 64 ids at a time, then one by one in
+  // the chunk where the draw lands. A non-candidate's mass is 0, so keeping every
+  // candidate needs no test (and the chunk's sum is one the compiler vectorises).
+  const auto u =
+      static_cast<uint64_t>((static_cast<unsigned __int128>(rng_.Next() >> 11) * keep.mass) >> 53);
+  auto walk = [&s, n, u](auto kept_mass) -> int64_t {
+    uint64_t run = 0;
+    for (int64_t c = 0; c < n; c += 64) {
+      const int64_t end = std::min<int64_t>(n, c + 64);
+      uint64_t sum = 0;
+      for (int64_t i = c; i < end; ++i) sum += kept_mass(i);
+      if (run + sum > u) {
+        for (int64_t i = c; i < end; ++i) {
+          run += kept_mass(i);
+          if (run > u) return i;
+        }
       }
-      sorted = k;
-      const double smallest = scratch_[k - 1].first;
-      const double missing = smallest > 0 ? (cut - cum) / smallest : static_cast<double>(n);
-      size_t next = std::max(k * 8, k + static_cast<size_t>(std::min<double>(missing, n)));
-      if (next * 2 >= n) next = n;
-      k = next;
+      run += sum;
     }
-  }
-  double total = 0.0;
-  for (size_t i = 0; i < n; ++i) total += scratch_[i].first;
-  const double u = rng_.Uniform() * total;
-  double cum = 0.0;
-  for (size_t i = 0; i < n; ++i) {
-    cum += scratch_[i].first;
-    if (u < cum) return scratch_[i].second;
-  }
-  return scratch_[n - 1].second;
+    return -1;  // not reached: u < keep.mass
+  };
+  const int64_t token = keep.key == 0 ? walk([&s](int64_t i) { return s.mass[i]; })
+                                      : walk([&s, &keep](int64_t i) -> uint64_t {
+                                          // Branches: few candidates pass on a peaked distribution,
+                                          // and a masked sum was slower there.
+                                          const uint32_t key = s.keys[i];
+                                          if (key < keep.key || (key == keep.key && i > keep.last))
+                                            return 0;
+                                          return s.mass[i];
+                                        });
+  if (token >= 0) return static_cast<int32_t>(token);
+  return best;  // not reached: u < keep.mass
 }
 
 bool Sampler::IsStop(int32_t id, std::span<const int> eos_ids) const {

@@ -61,8 +61,9 @@ inline constexpr size_t kMaxLogitBiasEntries = 1024;
 
 class Sampler {
  public:
-  // Keeps scratch for `vocab_size` candidates (and, with penalties, the turn's token
-  // counts and a penalised copy of the logits): Sample() allocates nothing.
+  // With penalties keeps the turn's token counts, and with penalties or a bias a copy of
+  // the logits, for `vocab_size` ids. Sample() allocates nothing once its thread has
+  // sampled a vocabulary this large (its candidates' scratch is per thread).
   Sampler(int vocab_size, const SamplingParams& params);
 
   // Tokens the repetition penalty counts besides the generated ones (the turn's prompt).
@@ -70,9 +71,11 @@ class Sampler {
   void AddContext(std::span<const int32_t> ids);
 
   // Picks a token from logits [vocab_size]: the logit bias and the penalties (if any)
-  // first, then with temperature > 0 softmax(logits / T), min-p, top-k, top-p (smallest
-  // prefix of the sorted distribution with mass >= top_p) and one Uniform() draw; greedy
-  // otherwise. The picked token counts as generated for the penalties of later calls.
+  // first, then with temperature > 0 integer weights of softmax(logits / T), min-p,
+  // top-k, top-p (the shortest prefix, by weight then id, holding top_p of the mass) and
+  // one draw of the RNG over what is kept, in id order (docs/engine.md, "Sampling");
+  // greedy otherwise. Sampler objects may Sample on different threads at once. The
+  // picked token counts as generated for the penalties of later calls.
   int32_t Sample(std::span<const float> logits);
 
   // True when `id` ends generation: a stop id, or an EOS id unless ignore_eos.
@@ -90,7 +93,6 @@ class Sampler {
 
   SamplingParams params_;
   Rng rng_;
-  std::vector<std::pair<float, int32_t>> scratch_;  // (prob, id)
   // Only with penalties: per id, generated count and whether it is in the context; the ids
   // with either, each once (the penalties touch only those).
   std::vector<uint32_t> generated_;

@@ -266,14 +266,40 @@ void Scheduler::Admit(std::shared_ptr<TurnJob> job) {
 }
 
 void Scheduler::SampleAndEmit(Running& r) {
-  TurnJob& job = *r.job;
-  engine::Session& session = *job.live->engine_session;
+  engine::Session& session = *r.job->live->engine_session;
   const int32_t token = r.sampler->Sample(session.Logits());
+  engine::TokenLogprobs logprobs;
+  if (r.job->sampling.top_logprobs >= 0) {
+    engine::ComputeLogprobs(session.Logits(), token, r.job->sampling.top_logprobs, &logprobs);
+  }
+  Emit(r, token, logprobs);
+}
+
+void Scheduler::PickTokens() {
+  picked_.resize(pick_rows_.size());
+  picked_logprobs_.resize(pick_rows_.size());
+  // Each row's sampler and logits are its own, and Sample keeps its scratch per thread:
+  // the rows' picks run side by side on the backend's threads (one thread took 16 x a
+  // pick per step, docs/engine.md "Sampling").
+  engine_->backend().ParallelForHost(
+      static_cast<int64_t>(pick_rows_.size()), [this](int64_t begin, int64_t end) {
+        for (int64_t k = begin; k < end; ++k) {
+          Running& r = running_[pick_rows_[k]];
+          const std::span<const float> logits = r.job->live->engine_session->Logits();
+          picked_[k] = r.sampler->Sample(logits);
+          if (r.job->sampling.top_logprobs >= 0) {
+            engine::ComputeLogprobs(logits, picked_[k], r.job->sampling.top_logprobs,
+                                    &picked_logprobs_[k]);
+          }
+        }
+      });
+}
+
+void Scheduler::Emit(Running& r, int32_t token, const engine::TokenLogprobs& logprobs) {
+  TurnJob& job = *r.job;
   ++job.generated_tokens;
   if (job.generated_tokens == 1) job.ttft_ms = MsSince(job.submitted_at);
   if (job.sampling.top_logprobs >= 0) {
-    engine::TokenLogprobs logprobs;
-    engine::ComputeLogprobs(session.Logits(), token, job.sampling.top_logprobs, &logprobs);
     job.stream.PushToken(token, &logprobs);
   } else {
     job.stream.PushToken(token);
@@ -310,6 +336,7 @@ void Scheduler::DecodeStep() {
   const double batch_ms = MsSince(t0);
   decode_steps_.fetch_add(1);
   decoded_tokens_.fetch_add(batch_index_.size());
+  pick_rows_.clear();
   for (size_t b = 0; b < batch_index_.size(); ++b) {
     Running& r = running_[batch_index_[b]];
     absl::Status s = batch_status;
@@ -328,8 +355,12 @@ void Scheduler::DecodeStep() {
     if (r.stop_after_feed) {
       Complete(r);
     } else {
-      SampleAndEmit(r);
+      pick_rows_.push_back(batch_index_[b]);
     }
+  }
+  PickTokens();
+  for (size_t k = 0; k < pick_rows_.size(); ++k) {
+    Emit(running_[pick_rows_[k]], picked_[k], picked_logprobs_[k]);
   }
   // Smoothed: one slow step (a page fault, another process) does not shrink the next
   // prompt chunks to nothing.

@@ -155,7 +155,13 @@ class Scheduler {
   bool ContinuePieces(Running& r);
   void EndPrompt(Running& r);
   void DecodeStep();
+  // Picks r's token from its logits, then emits it.
   void SampleAndEmit(Running& r);
+  // The tokens (and log-probabilities when asked) of the rows pick_rows_ names, into
+  // picked_ / picked_logprobs_.
+  void PickTokens();
+  // Streams r's picked token; r feeds it next step, or stops after feeding it.
+  void Emit(Running& r, int32_t token, const engine::TokenLogprobs& logprobs);
   void Fail(Running& r, absl::Status status);
   void Complete(Running& r);
   void RefreshStats();
@@ -190,6 +196,9 @@ class Scheduler {
   std::vector<int32_t> batch_ids_;
   std::vector<size_t> batch_index_;
   engine::ForwardResult forward_scratch_;
+  std::vector<size_t> pick_rows_;  // running_ indices whose token a decode step picks
+  std::vector<int32_t> picked_;
+  std::vector<engine::TokenLogprobs> picked_logprobs_;
 
   std::atomic<uint64_t> kv_used_bytes_{0};
   std::atomic<uint64_t> kv_reserved_bytes_{0};

@@ -152,6 +152,13 @@ class CpuBackend : public Backend {
 
   std::string Name() const override { return reference_ ? "cpu-ref" : "cpu"; }
   bool HostAddressable() const override { return true; }
+  // Row by row as the pool's threads claim them (rows of the same work: guided claims).
+  void ParallelForHost(int64_t n, absl::FunctionRef<void(int64_t, int64_t)> fn) override {
+    if (n <= 0) return;
+    if (reference_ || n < 2) return fn(0, n);
+    auto body = [&fn](int64_t begin, int64_t end, int) { fn(begin, end); };
+    pool_.ParallelFor(n, 1, body);
+  }
   bool SupportsQ8Weights() const override { return true; }
 
   absl::StatusOr<std::unique_ptr<Buffer>> Allocate(size_t bytes) override {

@@ -29,6 +29,14 @@ void SiluMulRows(const float* gate, const float* up, int64_t count, float* out);
 // greater than the best so far.
 int64_t ArgmaxRow(const float* x, int64_t n);
 
+// The sampler's integer weights of a row of logits (docs/engine.md, "Sampling"): per
+// element w = exp((x[i] - max) * inv_t) (max: the row's largest logit, so w <= 1) and
+// mass[i] = w * 2^40 rounded to the nearest integer, or 0 when w < min_w or w is NaN;
+// keys[i] = w's bits where mass[i] > 0 (ordered as the weights are), else 0. Returns the
+// sum of the masses. Identical results on every ISA path.
+uint64_t SamplingMassRow(const float* x, int64_t n, float max, float inv_t, float min_w,
+                         uint32_t* keys, uint64_t* mass);
+
 }  // namespace kvfold::kernels::cpu
 
 #endif  // KVFOLD_KERNELS_CPU_ELEMENTWISE_H_

@@ -8,10 +8,13 @@
 #include <filesystem>
 #include <map>
 #include <nlohmann/json.hpp>
+#include <thread>
 
 #include "gmock/gmock.h"
 #include "gtest/gtest.h"
+#include "inference_svc/engine/sampler.h"
 #include "inference_svc/tokenizer/tokenizer.h"
+#include "tests/common/prometheus_text.h"
 #include "tests/integration/http_api_fixture.h"
 #include "tests/integration/reference_engine.h"
 
@@ -283,6 +286,78 @@ TEST_F(HttpSamplingTest, SampledTurnsStayReproducibleUnderPenalties) {
   ASSERT_EQ(a.status, 200) << a.body;
   ASSERT_EQ(b.status, 200) << b.body;
   EXPECT_EQ(Body(a)["choices"][0]["text"], Body(b)["choices"][0]["text"]);
+}
+
+// Sampled turns decoding side by side share decode steps, and the replica picks their
+// tokens on its threads in parallel: each turn's tokens are still its own seed's draws
+// over its own logits, those of an in-process engine and sampler (docs/engine.md,
+// "Sampling").
+TEST_F(HttpSamplingTest, ConcurrentSampledTurnsDrawTheirOwnSeedsTokens) {
+  constexpr int kTurns = 6, kTokens = 32;
+  auto params = [](int turn) {
+    engine::SamplingParams p;
+    p.temperature = 0.9f;
+    p.top_p = turn % 2 == 0 ? 0.9f : 1.0f;
+    p.top_k = turn % 3 == 0 ? 40 : 0;
+    p.seed = 500 + turn;
+    p.max_new_tokens = kTokens;
+    return p;
+  };
+  auto metric = [&](const std::string& name, const std::map<std::string, std::string>& labels) {
+    return ParsePrometheusText(HttpCall(port_[1], "GET", "/metrics").body).Value(name, labels);
+  };
+  const double steps_before = metric("kvfold_decode_steps_total", {});
+  const double tokens_before = metric("kvfold_inference_tokens_total", {{"kind", "generated"}});
+  std::vector<std::vector<int32_t>> got(kTurns);
+  std::vector<std::thread> threads;
+  for (int t = 0; t < kTurns; ++t) {
+    ASSERT_TRUE(Create("concurrent-" + std::to_string(t), v1::KV_MODE_FULL));
+  }
+  for (int t = 0; t < kTurns; ++t) {
+    threads.emplace_back([&, t] {
+      grpc::ClientContext context;
+      context.AddMetadata("authorization", std::string("Bearer ") + kToken);
+      context.set_deadline(std::chrono::system_clock::now() + std::chrono::seconds(60));
+      v1::GenerateRequest request;
+      request.set_session_id("concurrent-" + std::to_string(t));
+      for (int32_t id : prompt_) request.add_prompt_token_ids(id);
+      const engine::SamplingParams p = params(t);
+      v1::SamplingParams* s = request.mutable_sampling();
+      s->set_temperature(p.temperature);
+      s->set_top_p(p.top_p);
+      s->set_top_k(p.top_k);
+      s->set_seed(p.seed);
+      s->set_max_new_tokens(p.max_new_tokens);
+      auto reader = cluster_->stub(1).Generate(&context, request);
+      v1::GenerateResponse response;
+      while (reader->Read(&response)) {
+        for (int32_t id : response.delta().token_ids()) got[t].push_back(id);
+      }
+      const grpc::Status status = reader->Finish();
+      EXPECT_TRUE(status.ok()) << status.error_message();
+    });
+  }
+  for (std::thread& thread : threads) thread.join();
+  for (int t = 0; t < kTurns; ++t) {
+    ReferenceSession session(prompt_);
+    ASSERT_TRUE(session.ok());
+    engine::Sampler sampler(static_cast<int>(session.Logits().size()), params(t));
+    std::vector<int32_t> want;
+    for (int step = 0; step < kTokens; ++step) {
+      const int32_t token = sampler.Sample(session.Logits());
+      want.push_back(token);
+      const int eos[] = {2};
+      if (sampler.IsStop(token, eos)) break;
+      session.Append(token);
+    }
+    EXPECT_EQ(got[t], want) << "turn " << t;
+  }
+  // The turns did share steps: fewer steps than generated tokens.
+  const double steps = metric("kvfold_decode_steps_total", {}) - steps_before;
+  const double tokens =
+      metric("kvfold_inference_tokens_total", {{"kind", "generated"}}) - tokens_before;
+  EXPECT_GT(tokens, 0);
+  EXPECT_LT(steps, tokens);
 }
 
 TEST_F(HttpSamplingTest, OutOfRangePenaltiesAreRefused) {

@@ -5,6 +5,7 @@
 
 #include <algorithm>
 #include <atomic>
+#include <bit>
 #include <cmath>
 #include <cstdlib>
 #include <limits>
@@ -14,6 +15,7 @@
 #include "gtest/gtest.h"
 #include "inference_svc/engine/sampler.h"
 #include "inference_svc/model/random_model.h"
+#include "kernels/cpu/elementwise.h"
 
 // Counts heap allocations in this test binary. The nothrow form is replaced too, so that
 // every pointer the replaced delete frees came from malloc (std::stable_sort's buffer is a
@@ -279,56 +281,90 @@ TEST(SamplerTest, PenaltiesFollowTheirDefinitions) {
   EXPECT_FALSE(params(0, std::numeric_limits<float>::quiet_NaN(), 1).Validate().ok());
 }
 
-// Top-p by the definition: every candidate sorted (probability, then id), the shortest
-// prefix holding top_p of the whole mass (summed in id order), one draw over it.
-int32_t TopPReference(std::span<const float> logits, float temperature, float top_p, Rng& rng) {
-  float max_logit = *std::max_element(logits.begin(), logits.end());
-  std::vector<std::pair<float, int32_t>> c;
-  for (size_t i = 0; i < logits.size(); ++i) {
-    c.emplace_back(std::exp((logits[i] - max_logit) * (1.0f / temperature)),
-                   static_cast<int32_t>(i));
+// A temperature draw by the definition (docs/engine.md, "Sampling"), with a full sort: the
+// kernel's integer masses (tested apart in elementwise_test), the candidates (mass > 0)
+// sorted by weight then id, the first top_k of them, then the shortest prefix of those
+// whose mass reaches top_p of theirs (compared exactly), one draw u = floor(U * kept mass)
+// walked in id order over the kept candidates.
+int32_t DrawReference(std::span<const float> logits, const SamplingParams& p, Rng& rng) {
+  const auto n = static_cast<int64_t>(logits.size());
+  const float max_logit = *std::max_element(logits.begin(), logits.end());
+  std::vector<uint32_t> keys(n);
+  std::vector<uint64_t> mass(n);
+  kernels::cpu::SamplingMassRow(logits.data(), n, max_logit, 1.0f / p.temperature, p.min_p,
+                                keys.data(), mass.data());
+  std::vector<int64_t> order;
+  for (int64_t i = 0; i < n; ++i) {
+    if (mass[i] > 0) order.push_back(i);
   }
-  double all = 0.0;
-  for (const auto& x : c) all += x.first;
-  std::sort(c.begin(), c.end(), [](const auto& a, const auto& b) {
-    return a.first != b.first ? a.first > b.first : a.second < b.second;
+  std::sort(order.begin(), order.end(), [&](int64_t a, int64_t b) {
+    const float wa = std::bit_cast<float>(keys[a]), wb = std::bit_cast<float>(keys[b]);
+    return wa != wb ? wa > wb : a < b;
   });
-  size_t n = c.size();
-  double cum = 0.0;
-  for (size_t i = 0; i < c.size(); ++i) {
-    cum += c[i].first;
-    if (cum >= top_p * all) {
-      n = i + 1;
-      break;
+  if (p.top_k > 0 && static_cast<size_t>(p.top_k) < order.size()) order.resize(p.top_k);
+  if (p.top_p > 0.0f && p.top_p < 1.0f) {
+    unsigned __int128 all = 0;
+    for (int64_t i : order) all += mass[i];
+    // mass >= top_p * all, with top_p = mant / 2^shift.
+    int e = 0;
+    const auto mant = static_cast<unsigned __int128>(std::ldexp(std::frexp(p.top_p, &e), 24));
+    const int shift = 24 - e;
+    unsigned __int128 cum = 0;
+    for (size_t j = 0; j < order.size(); ++j) {
+      cum += mass[order[j]];
+      if ((cum << shift) >= mant * all) {
+        order.resize(j + 1);
+        break;
+      }
     }
   }
-  double total = 0.0;
-  for (size_t i = 0; i < n; ++i) total += c[i].first;
-  const double u = rng.Uniform() * total;
-  cum = 0.0;
-  for (size_t i = 0; i < n; ++i) {
-    cum += c[i].first;
-    if (u < cum) return c[i].second;
+  std::vector<bool> kept(n, false);
+  uint64_t total = 0;
+  for (int64_t i : order) {
+    kept[i] = true;
+    total += mass[i];
   }
-  return c[n - 1].second;
+  const auto u =
+      static_cast<uint64_t>((static_cast<unsigned __int128>(rng.Next() >> 11) * total) >> 53);
+  uint64_t run = 0;
+  for (int64_t i = 0; i < n; ++i) {
+    if (!kept[i]) continue;
+    run += mass[i];
+    if (run > u) return static_cast<int32_t>(i);
+  }
+  ADD_FAILURE() << "the walk ran past the kept mass";
+  return -1;
 }
 
-// The sampler sorts only as much of the vocabulary as top_p needs; its draws equal the
-// full sort's, on flat and peaked distributions, with ties, for small and large top_p.
-TEST(SamplerTest, TopPEqualsTheFullSortDefinition) {
+// The sampler selects top-k and top-p without sorting; its draws equal the definition's,
+// on flat and peaked distributions, with ties, for small and large top_p, with top_k and
+// min_p beside them.
+TEST(SamplerTest, DrawsEqualTheFullSortDefinition) {
   std::mt19937 gen(7);
-  for (float sigma : {0.3f, 3.0f, 8.0f}) {
-    for (float top_p : {0.05f, 0.5f, 0.9f, 0.999f}) {
-      std::normal_distribution<float> normal(0.0f, sigma);
+  struct Case {
+    int top_k;
+    float top_p, min_p;
+  };
+  const Case cases[] = {{0, 0.05f, 0},    {0, 0.5f, 0},     {0, 0.9f, 0},   {0, 0.999f, 0},
+                        {0, 1.0f, 0},     {40, 1.0f, 0},    {700, 0.9f, 0}, {3000, 0.5f, 0},
+                        {0, 0.9f, 0.05f}, {50, 0.95f, 0.2f}};
+  for (float sigma : {0.0f, 0.3f, 3.0f, 8.0f}) {
+    for (const Case& c : cases) {
+      std::normal_distribution<float> normal(0.0f, sigma > 0 ? sigma : 1.0f);
       std::vector<float> logits(5000);
-      for (float& l : logits) l = normal(gen);
+      for (float& l : logits) l = sigma > 0 ? normal(gen) : 1.5f;           // sigma 0: all equal
       for (size_t i = 0; i < logits.size(); i += 7) logits[i] = logits[0];  // ties
-      SamplingParams p = P(0.8f, 0, top_p, 99);
+      logits[11] = -std::numeric_limits<float>::infinity();                 // never drawn
+      SamplingParams p = P(0.8f, c.top_k, c.top_p, 99);
+      p.min_p = c.min_p;
       Sampler sampler(static_cast<int>(logits.size()), p);
       Rng reference(99);
       for (int draw = 0; draw < 40; ++draw) {
-        ASSERT_EQ(sampler.Sample(logits), TopPReference(logits, 0.8f, top_p, reference))
-            << "sigma " << sigma << " top_p " << top_p << " draw " << draw;
+        const int32_t got = sampler.Sample(logits);
+        ASSERT_EQ(got, DrawReference(logits, p, reference))
+            << "sigma " << sigma << " top_k " << c.top_k << " top_p " << c.top_p << " min_p "
+            << c.min_p << " draw " << draw;
+        ASSERT_NE(got, 11);
       }
     }
   }

@@ -2,6 +2,10 @@
 // element's (row's) result does not depend on where it sits in the call (batch
 // invariance), and both agree with the formulas computed in double. ArgmaxRow: every path
 // gives the index of a left-to-right scan.
+#include "kernels/cpu/elementwise.h"
+
+#include <algorithm>
+#include <bit>
 #include <cmath>
 #include <cstring>
 #include <limits>
@@ -10,7 +14,6 @@
 
 #include "gtest/gtest.h"
 #include "kernels/backend.h"
-#include "kernels/cpu/elementwise.h"
 #include "kernels/cpu/isa.h"
 #include "tests/kernels/cpu/cpu_test_util.h"
 
@@ -138,8 +141,9 @@ TEST(ElementwiseTest, ArgmaxRowEqualsTheScanOnEveryPath) {
       {-0.0f, 0.0f, -0.0f},  // equal zeros: the first
   };
   std::mt19937 rng(7);
-  // Sizes around the 16-lane chunks; few distinct values, so ties across lanes are common.
-  for (int n : {1, 15, 16, 17, 31, 33, 100, 32000, 32001}) {
+  // Sizes around the 16-lane vectors and the 64-element rounds; few distinct values, so
+  // ties across lanes are common.
+  for (int n : {1, 15, 16, 17, 31, 33, 63, 64, 65, 100, 129, 32000, 32001}) {
     for (int variant = 0; variant < 4; ++variant) {
       std::vector<float> x(n);
       for (float& v : x) v = static_cast<float>(static_cast<int>(rng() % 7) - 3);
@@ -163,6 +167,70 @@ TEST(ElementwiseTest, ArgmaxRowEqualsTheScanOnEveryPath) {
       const std::vector<float>& x = cases[c];
       EXPECT_EQ(cpu::ArgmaxRow(x.data(), static_cast<int64_t>(x.size())), ScanArgmax(x))
           << "case " << c << ", n " << x.size();
+    }
+  }
+}
+
+// The sampler's integer masses: identical on every path, whole vectors and a tail alike,
+// and within float exp's error of round(exp((x - max) * inv_t) * 2^40) computed in double;
+// 0 (with key 0) for NaN, -inf, weights below min_w and weights that round to 0.
+TEST(ElementwiseTest, SamplingMassRowIsIdenticalOnEveryPathAndMatchesTheFormula) {
+  const float nan = std::numeric_limits<float>::quiet_NaN();
+  const float inf = std::numeric_limits<float>::infinity();
+  for (int64_t n : {int64_t{1}, int64_t{16}, int64_t{37}, int64_t{5000}}) {
+    SCOPED_TRACE(n);
+    std::vector<float> x = Random(n, 3, 6.0f);
+    const float max = *std::max_element(x.begin(), x.end());
+    if (n > 30) {
+      x[3] = nan;
+      x[4] = -inf;
+      x[5] = max - 60.0f;  // exp(-60 / 0.7) * 2^40 < 0.5: rounds to 0
+      x[6] = max;
+      x[n - 1] = max;  // in the tail
+    }
+    for (float min_w : {0.0f, 0.05f}) {
+      std::vector<uint32_t> first_keys;
+      std::vector<uint64_t> first_mass;
+      uint64_t first_total = 0;
+      for (int i = 0; i <= static_cast<int>(cpu::CpuBestIsa()); ++i) {
+        const cpu::Isa isa = static_cast<cpu::Isa>(i);
+        SCOPED_TRACE(cpu::IsaName(isa));
+        IsaScope scope(isa);
+        std::vector<uint32_t> keys(n, 7);
+        std::vector<uint64_t> mass(n, 7);
+        const uint64_t total =
+            cpu::SamplingMassRow(x.data(), n, max, 1.0f / 0.7f, min_w, keys.data(), mass.data());
+        if (first_mass.empty()) {
+          first_keys = keys;
+          first_mass = mass;
+          first_total = total;
+        }
+        EXPECT_EQ(keys, first_keys);
+        EXPECT_EQ(mass, first_mass);
+        EXPECT_EQ(total, first_total);
+        uint64_t sum = 0;
+        for (int64_t j = 0; j < n; ++j) {
+          sum += mass[j];
+          const double w = std::exp((double{x[j]} - max) * (1.0 / 0.7));
+          if (std::isnan(x[j]) || w < min_w || w * 0x1p40 < 0.49) {
+            EXPECT_EQ(mass[j], 0u) << j;
+            EXPECT_EQ(keys[j], 0u) << j;
+            continue;
+          }
+          // exp's error grows with its argument: (x - max) * inv_t is rounded to float.
+          const double rel = 2e-7 + 1.5e-7 * std::abs(std::log(w));
+          EXPECT_NEAR(static_cast<double>(mass[j]), w * 0x1p40, rel * w * 0x1p40 + 1) << j;
+          EXPECT_EQ(mass[j] > 0, keys[j] != 0) << j;
+          if (keys[j] != 0) {
+            EXPECT_NEAR(std::bit_cast<float>(keys[j]), w, rel * w) << j;
+          }
+        }
+        EXPECT_EQ(total, sum);
+        if (n > 30) {
+          EXPECT_EQ(mass[6], uint64_t{1} << 40);  // the largest logit weighs exactly 1
+          EXPECT_EQ(keys[6], std::bit_cast<uint32_t>(1.0f));
+        }
+      }
     }
   }
 }

@@ -4,17 +4,21 @@
 // in a row (the decode loop's pattern) neither lose nor repeat work.
 // ParallelForHomes: every unit exactly once, one unit per call; a thread runs its home
 // share in ascending order and then takes a stalled thread's units from the back.
+// Backend::ParallelForHost on the CPU backends: every row exactly once, on both of a
+// 2-thread pool's threads, on the caller's thread for the reference backend.
 #include "kernels/cpu/thread_pool.h"
 
 #include <algorithm>
 #include <atomic>
 #include <chrono>
 #include <cstdint>
+#include <memory>
 #include <mutex>
 #include <thread>
 #include <vector>
 
 #include "gtest/gtest.h"
+#include "kernels/backend.h"
 
 namespace kvfold::kernels::cpu {
 namespace {
@@ -161,6 +165,46 @@ TEST(ThreadPoolTest, HomesHandAStalledThreadsTailToTheOther) {
   while (turn < other.size() && other[turn] == other[turn - 1] + 1) ++turn;
   EXPECT_EQ(turn, static_cast<size_t>(units / 2));
   for (size_t i = turn + 1; i < other.size(); ++i) EXPECT_EQ(other[i], other[i - 1] - 1) << i;
+}
+
+TEST(ThreadPoolTest, BackendHostRowsRunOnceEachAcrossThePool) {
+  for (bool reference : {false, true}) {
+    SCOPED_TRACE(reference ? "cpu-ref" : "cpu");
+    std::unique_ptr<Backend> backend = CreateCpuBackend({2, reference});
+    for (int64_t n : {0, 1, 2, 16, 33}) {
+      std::vector<std::atomic<int>> hits(n);
+      std::mutex mu;
+      std::vector<std::thread::id> threads;
+      std::atomic<int> calls{0};
+      backend->ParallelForHost(n, [&](int64_t begin, int64_t end) {
+        calls.fetch_add(1);
+        {
+          std::lock_guard<std::mutex> lock(mu);
+          threads.push_back(std::this_thread::get_id());
+        }
+        // On the pool, the first range waits (2 s at most) for a second one to start, so
+        // a second thread shows up in `threads` unless none ever claims a range.
+        if (!reference) {
+          const auto deadline = std::chrono::steady_clock::now() + std::chrono::seconds(2);
+          while (calls.load() < 2 && end < n && std::chrono::steady_clock::now() < deadline) {
+            std::this_thread::yield();
+          }
+        }
+        for (int64_t i = begin; i < end; ++i) hits[i].fetch_add(1);
+      });
+      for (int64_t i = 0; i < n; ++i) EXPECT_EQ(hits[i].load(), 1) << "n " << n << " row " << i;
+      if (n == 0) {
+        EXPECT_EQ(calls.load(), 0);
+      }
+      std::sort(threads.begin(), threads.end());
+      threads.erase(std::unique(threads.begin(), threads.end()), threads.end());
+      if (reference || n < 2) {
+        EXPECT_EQ(threads, std::vector<std::thread::id>(n > 0, std::this_thread::get_id()));
+      } else {
+        EXPECT_EQ(threads.size(), 2u) << "n " << n << ": one thread ran every row";
+      }
+    }
+  }
 }
 
 }  // namespace
