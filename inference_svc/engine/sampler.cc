@@ -64,10 +64,11 @@ int32_t Argmax(std::span<const float> logits) {
 }
 
 void ComputeLogprobs(std::span<const float> logits, int32_t token, int top_n, TokenLogprobs* out) {
-  float max_logit = logits[0];
-  for (float l : logits) max_logit = std::max(max_logit, l);
-  double sum = 0.0;
-  for (float l : logits) sum += std::exp(static_cast<double>(l) - max_logit);
+  // The largest logit (NaN only when logits[0] is), then the normaliser in vector lanes: a
+  // scalar max and double exp per logit took ~320 us a token over 32,000 logits.
+  const auto vocab = static_cast<int64_t>(logits.size());
+  const float max_logit = logits[kernels::cpu::ArgmaxRow(logits.data(), vocab)];
+  const double sum = kernels::cpu::SumExpRow(logits.data(), vocab, max_logit);
   const double log_z = max_logit + std::log(sum);
   out->logprob = static_cast<float>(logits[token] - log_z);
   // The top_n largest logits by insertion into a sorted prefix; an equal logit never

@@ -21,6 +21,9 @@ typedef int64_t L16 __attribute__((vector_size(128)));
 //    padded with zeros), reduced by the tree 16 -> 8 (i + i+8) -> 4 -> 2 -> 1.
 //  SiluMul: out = (g / (1 + exp(-g))) * up with Exp16, 16 elements at a time (the tail
 //    through a zero-padded vector, so every element takes the same operations).
+//  SumExp: Exp16(x - max) 16 elements at a time (0 where x - max < -87, is NaN or lies in
+//    the padded tail), added as doubles in 16 lane sums over j in steps of 16, then
+//    the lanes in order.
 //  SamplingMass: w = Exp16((x - max) * inv_t), 16 elements at a time (the tail through a
 //    zero-padded vector); mass = w * 2^40 rounded to an integer in double arithmetic,
 //    0 unless w >= min_w (so 0 for NaN); the total is an integer sum, whose order does not
@@ -84,6 +87,23 @@ typedef int64_t L16 __attribute__((vector_size(128)));
     const D16 scaled = __builtin_convertvector(w, D16) * 0x1p40 + 0x1p52;                    \
     return (__builtin_bit_cast(L16, scaled) - 0x4330000000000000LL) &                        \
            __builtin_convertvector(keep, L16);                                               \
+  }                                                                                          \
+  ATTR double SumExp(const float* x, int64_t n, float max) {                                 \
+    D16 sum = D16{};                                                                         \
+    V16 v;                                                                                   \
+    for (int64_t j = 0; j < n; j += 16) {                                                    \
+      const int64_t valid = n - j < 16 ? n - j : 16;                                         \
+      v = V16{} - __builtin_inff();                                                          \
+      std::memcpy(&v, x + j, static_cast<size_t>(valid) * sizeof(float));                    \
+      V16 w = v - max;                                                                       \
+      const I16 live = w >= -87.0f;                                                          \
+      Exp16(&w);                                                                             \
+      w = live ? w : V16{};                                                                  \
+      sum = sum + __builtin_convertvector(w, D16);                                           \
+    }                                                                                        \
+    double total = 0;                                                                        \
+    for (int l = 0; l < 16; ++l) total += sum[l];                                            \
+    return total;                                                                            \
   }                                                                                          \
   ATTR uint64_t SamplingMass(const float* x, int64_t n, float max, float inv_t, float min_w, \
                              uint32_t* keys, uint64_t* mass) {                               \
@@ -255,6 +275,19 @@ uint64_t SamplingMassRow(const float* x, int64_t n, float max, float inv_t, floa
       break;
   }
   return portable::SamplingMass(x, n, max, inv_t, min_w, keys, mass);
+}
+
+double SumExpRow(const float* x, int64_t n, float max) {
+  if (n <= 0) return 0;
+  switch (ActiveIsa()) {
+    case Isa::kAvx512:
+      return avx512::SumExp(x, n, max);
+    case Isa::kAvx2:
+      return avx2::SumExp(x, n, max);
+    case Isa::kPortable:
+      break;
+  }
+  return portable::SumExp(x, n, max);
 }
 
 }  // namespace kvfold::kernels::cpu

@@ -29,6 +29,11 @@ void SiluMulRows(const float* gate, const float* up, int64_t count, float* out);
 // greater than the best so far.
 int64_t ArgmaxRow(const float* x, int64_t n);
 
+// sum of exp(x[i] - max) over [0, n), as a double (exp of a float argument: relative
+// error ~1e-7 per term; 0 for terms below e^-87, for -inf and for NaN). Identical results
+// on every ISA path. For log-softmax normalisers.
+double SumExpRow(const float* x, int64_t n, float max);
+
 // The sampler's integer weights of a row of logits (docs/engine.md, "Sampling"): per
 // element w = exp((x[i] - max) * inv_t) (max: the row's largest logit, so w <= 1) and
 // mass[i] = w * 2^40 rounded to the nearest integer, or 0 when w < min_w or w is NaN;

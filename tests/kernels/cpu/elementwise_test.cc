@@ -235,5 +235,38 @@ TEST(ElementwiseTest, SamplingMassRowIsIdenticalOnEveryPathAndMatchesTheFormula)
   }
 }
 
+// The log-softmax normaliser: identical on every path and within float exp's error of the
+// sum in double; terms below e^-87, -inf and NaN add 0.
+TEST(ElementwiseTest, SumExpRowIsIdenticalOnEveryPathAndMatchesTheSum) {
+  const float inf = std::numeric_limits<float>::infinity();
+  for (int64_t n : {int64_t{1}, int64_t{16}, int64_t{37}, int64_t{32000}}) {
+    SCOPED_TRACE(n);
+    std::vector<float> x = Random(n, 5, 9.0f);
+    if (n > 30) {
+      x[2] = -inf;
+      x[3] = -200.0f;
+    }
+    const float max = *std::max_element(x.begin(), x.end());
+    double want = 0;
+    for (float v : x) want += std::exp(double{v} - max);
+    double first = 0;
+    for (int i = 0; i <= static_cast<int>(cpu::CpuBestIsa()); ++i) {
+      const cpu::Isa isa = static_cast<cpu::Isa>(i);
+      SCOPED_TRACE(cpu::IsaName(isa));
+      IsaScope scope(isa);
+      const double got = cpu::SumExpRow(x.data(), n, max);
+      if (i == 0) first = got;
+      EXPECT_EQ(std::bit_cast<uint64_t>(got), std::bit_cast<uint64_t>(first));
+      EXPECT_NEAR(got, want, 4e-7 * want);
+      if (n > 30) {
+        std::vector<float> with_nan = x;
+        with_nan[n - 1] = std::numeric_limits<float>::quiet_NaN();
+        EXPECT_EQ(cpu::SumExpRow(with_nan.data(), n - 1, max),
+                  cpu::SumExpRow(with_nan.data(), n, max));
+      }
+    }
+  }
+}
+
 }  // namespace
 }  // namespace kvfold::kernels
