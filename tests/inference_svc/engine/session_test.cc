@@ -370,6 +370,39 @@ TEST(SamplerTest, DrawsEqualTheFullSortDefinition) {
   }
 }
 
+// Settings at the edges of their ranges stay defined: a temperature so small that 1/T
+// overflows picks the largest logit; a top_p far below any token's share keeps only the
+// most likely one; min_p 1 keeps the tied largest ones; a huge temperature draws every
+// token; an all -inf row but one picks that one.
+TEST(SamplerTest, ExtremeSettingsStayDefined) {
+  const std::vector<float> logits = {0.5f, 3.0f, -1.0f, 3.0f, 2.9f, -50.0f};
+  Sampler tiny_t(6, P(1e-40f, 0, 1.0f, 3));
+  Sampler tiny_t_top_p(6, P(1e-40f, 0, 0.5f, 3));
+  Sampler tiny_p(6, P(1.0f, 0, 1e-30f, 3));
+  Sampler denormal_p(6, P(1.0f, 0, 1e-45f, 3));
+  SamplingParams ties = P(1.0f, 0, 1.0f, 3);
+  ties.min_p = 1.0f;
+  Sampler min_p_one(6, ties);
+  Sampler hot(6, P(1e30f, 0, 1.0f, 3));
+  int drawn[6] = {}, tied[6] = {};
+  for (int i = 0; i < 3000; ++i) {
+    EXPECT_EQ(tiny_t.Sample(logits), 1);
+    EXPECT_EQ(tiny_t_top_p.Sample(logits), 1);
+    EXPECT_EQ(tiny_p.Sample(logits), 1);  // 1 before 3: equal weights, lower id first
+    EXPECT_EQ(denormal_p.Sample(logits), 1);
+    ++tied[min_p_one.Sample(logits)];
+    ++drawn[hot.Sample(logits)];
+  }
+  EXPECT_EQ(tied[1] + tied[3], 3000);
+  EXPECT_GT(tied[1], 1200);
+  EXPECT_GT(tied[3], 1200);
+  for (int id = 0; id < 6; ++id) EXPECT_GT(drawn[id], 350) << id;  // ~500 each
+  const float inf = std::numeric_limits<float>::infinity();
+  Sampler one_left(4, P(0.8f, 40, 0.9f, 3));
+  for (int i = 0; i < 100; ++i)
+    EXPECT_EQ(one_left.Sample(std::vector<float>{-inf, -inf, 7.0f, -inf}), 2);
+}
+
 TEST(SamplerTest, LogitBiasAndMinP) {
   const std::vector<float> logits = {2.0f, 1.9f, 1.0f, -0.5f, -0.6f};
   SamplingParams ban = P(0.0f);
