@@ -265,13 +265,18 @@ void Scheduler::Admit(std::shared_ptr<TurnJob> job) {
   running_.push_back(std::move(r));
 }
 
-void Scheduler::SampleAndEmit(Running& r) {
-  engine::Session& session = *r.job->live->engine_session;
-  const int32_t token = r.sampler->Sample(session.Logits());
-  engine::TokenLogprobs logprobs;
+int32_t Scheduler::PickToken(Running& r, engine::TokenLogprobs* logprobs) {
+  const std::span<const float> logits = r.job->live->engine_session->Logits();
+  const int32_t token = r.sampler->Sample(logits);
   if (r.job->sampling.top_logprobs >= 0) {
-    engine::ComputeLogprobs(session.Logits(), token, r.job->sampling.top_logprobs, &logprobs);
+    engine::ComputeLogprobs(logits, token, r.job->sampling.top_logprobs, logprobs);
   }
+  return token;
+}
+
+void Scheduler::SampleAndEmit(Running& r) {
+  engine::TokenLogprobs logprobs;
+  const int32_t token = PickToken(r, &logprobs);
   Emit(r, token, logprobs);
 }
 
@@ -284,13 +289,7 @@ void Scheduler::PickTokens() {
   engine_->backend().ParallelForHost(
       static_cast<int64_t>(pick_rows_.size()), [this](int64_t begin, int64_t end) {
         for (int64_t k = begin; k < end; ++k) {
-          Running& r = running_[pick_rows_[k]];
-          const std::span<const float> logits = r.job->live->engine_session->Logits();
-          picked_[k] = r.sampler->Sample(logits);
-          if (r.job->sampling.top_logprobs >= 0) {
-            engine::ComputeLogprobs(logits, picked_[k], r.job->sampling.top_logprobs,
-                                    &picked_logprobs_[k]);
-          }
+          picked_[k] = PickToken(running_[pick_rows_[k]], &picked_logprobs_[k]);
         }
       });
 }

@@ -155,7 +155,10 @@ class Scheduler {
   bool ContinuePieces(Running& r);
   void EndPrompt(Running& r);
   void DecodeStep();
-  // Picks r's token from its logits, then emits it.
+  // r's token from its logits (and its log-probabilities, when the turn asks). Touches
+  // only r's sampler: rows may pick on different threads at once.
+  static int32_t PickToken(Running& r, engine::TokenLogprobs* logprobs);
+  // Picks r's token, then emits it.
   void SampleAndEmit(Running& r);
   // The tokens (and log-probabilities when asked) of the rows pick_rows_ names, into
   // picked_ / picked_logprobs_.
