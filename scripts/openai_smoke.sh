@@ -126,6 +126,15 @@ const cmpl = await A.completions.create({ model, prompt: "Once upon a time", max
                                           temperature: 0, logprobs: 2 });
 check(cmpl.choices[0].logprobs?.token_logprobs?.length === 4,
       `completion logprobs: ${JSON.stringify(cmpl.choices[0].logprobs?.token_logprobs)}`);
+// A scoring request (echo, logprobs, max_tokens 0): the prompt back, its first token null,
+// every later one a log-probability, nothing generated.
+const scored = await B.completions.create({ model, prompt: "Once upon a time", max_tokens: 0,
+                                            echo: true, logprobs: 1 });
+const scores = scored.choices[0].logprobs?.token_logprobs ?? [];
+check(scored.choices[0].text === "Once upon a time" && scores.length === scored.usage.prompt_tokens &&
+        scores[0] === null && scores.slice(1).every((v) => typeof v === "number" && v <= 0) &&
+        scored.usage.completion_tokens === 0,
+      `echoed prompt scored: ${JSON.stringify(scored.choices[0])}`);
 try {
   await A.chat.completions.create({ model, logprobs: true, top_logprobs: 21,
                                     messages: [{ role: "user", content: "hi" }] });

@@ -24,20 +24,28 @@ class PlainSession : public Session {
 
   absl::Status Prefill(std::span<const int32_t> token_ids) override {
     if (token_ids.empty()) return absl::InvalidArgumentError("Prefill: no tokens");
-    SequenceInput in;
-    in.cache = cache_.get();
-    in.token_ids = token_ids;
-    in.logits = RowSelect::kLast;
-    if (absl::Status s = engine_->Forward(std::span<const SequenceInput>(&in, 1), &result_);
-        !s.ok()) {
-      return s;
+    if (!row_observer()) return Feed(token_ids, RowSelect::kLast);
+    // Every row's logits, a bounded number of rows per forward (the bits do not depend on
+    // how a prompt is split: docs/contracts.md, "Bitwise rule").
+    for (size_t fed = 0; fed < token_ids.size(); fed += kObservedRows) {
+      const auto ids =
+          token_ids.subspan(fed, std::min<size_t>(kObservedRows, token_ids.size() - fed));
+      if (absl::Status s = Feed(ids, RowSelect::kAll); !s.ok()) return s;
     }
-    Record(token_ids, result_.outputs[0].logits);
     return absl::OkStatus();
   }
 
-  // In pieces (session.h): a cursor per prompt, dropped once it is fed.
+  // A decode step: never observed.
+  absl::Status Append(int32_t token_id) override {
+    return Feed(std::span<const int32_t>(&token_id, 1), RowSelect::kLast);
+  }
+
+  // In pieces (session.h): a cursor per prompt, dropped once it is fed. An observed prompt
+  // takes the default path (whole-token chunks through Prefill), which has every row's
+  // logits.
   absl::Status StartPrefill(std::span<const int32_t> token_ids) override {
+    observed_pieces_ = static_cast<bool>(row_observer());
+    if (observed_pieces_) return Session::StartPrefill(token_ids);
     if (cursor_ == nullptr) {
       auto cursor = PrefillCursor::Create(engine_);
       if (!cursor.ok()) return cursor.status();
@@ -49,6 +57,7 @@ class PlainSession : public Session {
   }
 
   absl::StatusOr<bool> ContinuePrefill(double budget_ms) override {
+    if (observed_pieces_) return Session::ContinuePrefill(budget_ms);
     if (cursor_ == nullptr || !cursor_->active()) {
       return absl::FailedPreconditionError("ContinuePrefill: no prefill started");
     }
@@ -98,7 +107,7 @@ class PlainSession : public Session {
     std::vector<int32_t> ids = st.sink_token_ids;
     ids.insert(ids.end(), st.window_token_ids.begin(), st.window_token_ids.end());
     if (!ids.empty()) {
-      if (absl::Status s = Prefill(ids); !s.ok()) {
+      if (absl::Status s = Feed(ids, RowSelect::kLast); !s.ok()) {
         cache_->Clear();
         window_ids_.clear();
         window_front_ = 0;
@@ -127,6 +136,23 @@ class PlainSession : public Session {
   }
 
  private:
+  // One forward over `ids`; the observer sees its rows when `rows` is kAll.
+  absl::Status Feed(std::span<const int32_t> ids, RowSelect rows) {
+    SequenceInput in;
+    in.cache = cache_.get();
+    in.token_ids = ids;
+    in.logits = rows;
+    if (absl::Status s = engine_->Forward(std::span<const SequenceInput>(&in, 1), &result_);
+        !s.ok()) {
+      return s;
+    }
+    const SequenceOutput& out = result_.outputs[0];
+    if (rows == RowSelect::kAll) ObserveRows(out);
+    const size_t vocab = static_cast<size_t>(engine_->config().vocab_size);
+    Record(ids, out.logits.last(vocab));
+    return absl::OkStatus();
+  }
+
   // Mirrors the cache: sink ids go to the prefix while main is empty; the main ids are
   // trimmed to the cache's resident main entries.
   void Record(std::span<const int32_t> ids, std::span<const float> logits) {
@@ -163,6 +189,7 @@ class PlainSession : public Session {
   // Declared after cache_: destroyed first, so an abandoned prompt rolls the cache back.
   std::unique_ptr<PrefillCursor> cursor_;
   std::span<const int32_t> cursor_ids_;
+  bool observed_pieces_ = false;  // the prompt in pieces runs the default path
 };
 
 }  // namespace

@@ -9,6 +9,13 @@ namespace kvfold::engine {
 
 absl::Status Session::Append(int32_t token_id) { return Prefill(std::span<const int32_t>(&token_id, 1)); }
 
+void Session::ObserveRows(const SequenceOutput& output) const {
+  const size_t vocab = output.num_logit_rows > 0 ? output.logits.size() / output.num_logit_rows : 0;
+  for (int r = 0; r < output.num_logit_rows; ++r) {
+    row_observer_(output.logits.subspan(static_cast<size_t>(r) * vocab, vocab));
+  }
+}
+
 absl::Status Session::StartPrefill(std::span<const int32_t> token_ids) {
   if (token_ids.empty()) return absl::InvalidArgumentError("StartPrefill: no tokens");
   pending_prefill_ = token_ids;

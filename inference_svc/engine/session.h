@@ -20,6 +20,7 @@
 #define KVFOLD_INFERENCE_SVC_ENGINE_SESSION_H_
 
 #include <cstdint>
+#include <functional>
 #include <memory>
 #include <span>
 #include <string>
@@ -74,6 +75,17 @@ class Session {
   virtual absl::StatusOr<bool> ContinuePrefill(double budget_ms);
   // Feeds one token (decode step).
   virtual absl::Status Append(int32_t token_id);
+
+  // Prompt rows' logits, for scoring a prompt: while an observer is set, every token that
+  // Prefill or StartPrefill / ContinuePrefill feed hands the logits after it
+  // ([vocab_size]) to the observer, in the order fed, before the call returns; the
+  // classifier then runs for every row, in forwards of at most kObservedRows rows. The
+  // rows equal the logits the same tokens fed one at a time would give, bit for bit
+  // (docs/contracts.md, "Bitwise rule"). Decode steps and ImportState never call it. An
+  // empty observer stops observing.
+  using RowLogitsObserver = std::function<void(std::span<const float> logits)>;
+  static constexpr int kObservedRows = 64;
+  void ObservePrefillRows(RowLogitsObserver observer) { row_observer_ = std::move(observer); }
   // Logits after the last fed token [vocab_size]; empty before the first token.
   virtual std::span<const float> Logits() const = 0;
 
@@ -90,7 +102,13 @@ class Session {
   virtual absl::Status PrepareAppend(int32_t token_id, SequenceInput* input) = 0;
   virtual absl::Status FinishAppend(const SequenceOutput& output) = 0;
 
+ protected:
+  const RowLogitsObserver& row_observer() const { return row_observer_; }
+  // Hands each of `output`'s logit rows to the observer.
+  void ObserveRows(const SequenceOutput& output) const;
+
  private:
+  RowLogitsObserver row_observer_;
   // The default StartPrefill's tokens, how many are fed, and the last chunk's ms per token.
   std::span<const int32_t> pending_prefill_;
   size_t pending_fed_ = 0;

@@ -86,8 +86,8 @@ void ChatTurn::OnTokens(const std::vector<int32_t>& ids,
                         const std::vector<TokenLogprobIds>& logprobs) {
   std::lock_guard<std::mutex> lock(mu_);
   if (answered_ || stop_.stopped()) return;
+  EmitEchoLocked();
   std::string text;
-  if (generated_ == 0 && !options_.echo.empty()) text = options_.echo;
   std::vector<TokenLogprob> shown;
   for (size_t i = 0; i < ids.size(); ++i) {
     ++generated_;
@@ -108,6 +108,30 @@ void ChatTurn::OnTokens(const std::vector<int32_t>& ids,
     if (options_.cancel_on_stop) CancelLocked();
   }
   EmitLocked(visible, std::move(shown), "");
+}
+
+void ChatTurn::OnPromptLogprobs(const std::vector<int32_t>& ids,
+                                const std::vector<TokenLogprobIds>& logprobs) {
+  std::lock_guard<std::mutex> lock(mu_);
+  if (!options_.logprobs || echoed_) return;
+  const size_t first = ids.size() - std::min(ids.size(), logprobs.size());
+  for (size_t i = 0; i < ids.size(); ++i) {
+    TokenLogprob& t = echo_logprobs_.emplace_back();
+    t.token = std::string(tokenizer_->TokenBytes(ids[i]));
+    t.scored = i >= first;
+    if (!t.scored) continue;
+    t.logprob = logprobs[i - first].logprob;
+    for (const auto& [id, lp] : logprobs[i - first].top) {
+      t.top.emplace_back(std::string(tokenizer_->TokenBytes(id)), lp);
+    }
+  }
+}
+
+void ChatTurn::EmitEchoLocked() {
+  if (echoed_) return;
+  echoed_ = true;
+  if (options_.echo.empty() && echo_logprobs_.empty()) return;
+  EmitLocked(options_.echo, std::move(echo_logprobs_), "");
 }
 
 void ChatTurn::OnDone(const absl::Status& status, const TurnResult& result,
@@ -134,6 +158,7 @@ void ChatTurn::OnDone(const absl::Status& status, const TurnResult& result,
     }
     return;
   }
+  EmitEchoLocked();  // a turn that generated nothing (max_tokens 0) still echoes
   std::string tail = decoder_.Flush();
   std::string visible = stop_.Push(tail);
   if (!stop_.stopped()) visible += stop_.Flush();

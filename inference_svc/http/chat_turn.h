@@ -35,7 +35,9 @@ struct ChatTurnOptions {
   // what the session holds stays a committed turn (the text after the stop string is
   // generated but not shown).
   bool cancel_on_stop = false;
-  std::string echo;  // completions' echo: the prompt text, shown first
+  // Completions' echo: the prompt text, shown first (outside the stop strings' reach),
+  // with its tokens' log-probabilities when the turn scores its prompt.
+  std::string echo;
 };
 
 class ChatTurn final : public TurnObserver, public std::enable_shared_from_this<ChatTurn> {
@@ -54,6 +56,8 @@ class ChatTurn final : public TurnObserver, public std::enable_shared_from_this<
 
   void OnTokens(const std::vector<int32_t>& ids,
                 const std::vector<TokenLogprobIds>& logprobs) override;
+  void OnPromptLogprobs(const std::vector<int32_t>& ids,
+                        const std::vector<TokenLogprobIds>& logprobs) override;
   void OnDone(const absl::Status& status, const TurnResult& result,
               int64_t retry_after_ms) override;
 
@@ -62,6 +66,8 @@ class ChatTurn final : public TurnObserver, public std::enable_shared_from_this<
   void EmitLocked(const std::string& text, std::vector<TokenLogprob> logprobs,
                   const std::string& finish_reason);
   void CancelLocked();
+  // The echo (text and prompt log-probabilities), once, before the first generated text.
+  void EmitEchoLocked();
   // The turn's outcome into the exchange's request record.
   void Record(const absl::Status& status, const TurnResult& result);
 
@@ -82,6 +88,8 @@ class ChatTurn final : public TurnObserver, public std::enable_shared_from_this<
   std::string text_;                    // non-streaming or a response: the whole answer
   std::vector<TokenLogprob> logprobs_;  // non-streaming or a response
   int sequence_ = 0;                    // a streamed response's next sequence_number
+  bool echoed_ = false;
+  std::vector<TokenLogprob> echo_logprobs_;  // the prompt's, until the echo goes out
 };
 
 }  // namespace kvfold::http

@@ -167,7 +167,12 @@ void OpenAiFront::Completions(const Caller& caller, const HttpRequest& request,
                       "cmpl-", port_->Model().id);
     options.stop = req.params.stop;
     options.cancel_on_stop = true;
-    if (req.echo) options.echo = req.prompt;
+    if (req.echo) {
+      options.echo = req.prompt;
+      // With logprobs, the echoed prompt is scored too (OpenAI's legacy layout).
+      if (req.params.logprobs) spec.prompt_logprobs = req.params.top_logprobs;
+    }
+    spec.prompt_only = req.prompt_only;
     AnnotateTurn(*exchange, spec, options_.record_prompts, req.prompt);
     StartChatTurn(port_, tokenizer_, caller, spec, std::move(options), exchange);
   });

@@ -335,10 +335,17 @@ absl::StatusOr<CompletionRequest> ParseCompletionRequest(std::string_view body) 
                "'prompt' must be a string or an array of token ids (or an array of one of "
                "either)");
   }
+  KVFOLD_RETURN_IF_ERROR(GetBool(*j, "echo", &r.echo));
+  // `max_tokens: 0` scores an echoed prompt without generating (OpenAI's legacy scoring
+  // request); without echo it stays out of range.
+  if (r.echo && j->contains("max_tokens") && (*j)["max_tokens"].is_number_integer() &&
+      (*j)["max_tokens"].get<int64_t>() == 0) {
+    r.prompt_only = true;
+    j->erase("max_tokens");
+  }
   KVFOLD_RETURN_IF_ERROR(ParseParams(*j, LogprobsForm::kCompletion, &r.params));
   KVFOLD_RETURN_IF_ERROR(GetBool(*j, "stream", &r.stream));
   KVFOLD_RETURN_IF_ERROR(ParseStreamOptions(*j, r.stream, &r.include_usage));
-  KVFOLD_RETURN_IF_ERROR(GetBool(*j, "echo", &r.echo));
   return r;
 }
 
@@ -388,6 +395,11 @@ json LegacyLogprobsJson(const std::vector<TokenLogprob>& logprobs) {
   json tokens = json::array(), values = json::array(), top = json::array();
   for (const TokenLogprob& t : logprobs) {
     tokens.push_back(t.token);
+    if (!t.scored) {
+      values.push_back(nullptr);
+      top.push_back(nullptr);
+      continue;
+    }
     values.push_back(t.logprob);
     json alternatives = json::object();
     for (const auto& [token, lp] : t.top) alternatives[token] = lp;

@@ -65,6 +65,8 @@ struct CompletionRequest {
   bool stream = false;
   bool include_usage = false;
   bool echo = false;
+  // `max_tokens: 0` with echo: the prompt alone is fed (and scored with logprobs).
+  bool prompt_only = false;
 };
 
 struct ResponsesRequest {
@@ -88,6 +90,9 @@ struct TokenLogprob {
   std::string token;  // the token's text (bytes)
   float logprob = 0;
   std::vector<std::pair<std::string, float>> top;  // most likely first
+  // False for an echoed prompt's first token on an empty session (nothing precedes it):
+  // its logprob and alternatives are null.
+  bool scored = true;
 };
 
 // kvfold's additions to usage.

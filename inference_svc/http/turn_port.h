@@ -55,6 +55,10 @@ struct TurnSpec {
   std::vector<int32_t> stop_token_ids;  // end the turn after emitting one of these
   // -1 = no log-probabilities; else also the top_logprobs most likely alternatives.
   int top_logprobs = -1;
+  // -1 = the prompt is not scored; else each prompt token that follows a token gets its
+  // log-probability and this many alternatives (TurnObserver::OnPromptLogprobs).
+  int prompt_logprobs = -1;
+  bool prompt_only = false;  // feed (and score) the prompt, generate nothing
 };
 
 // One generated token's log-probabilities under the model's raw distribution
@@ -85,6 +89,11 @@ class TurnObserver {
   // `logprobs`: one per id for a turn started with top_logprobs >= 0, else empty.
   virtual void OnTokens(const std::vector<int32_t>& ids,
                         const std::vector<TokenLogprobIds>& logprobs) = 0;
+  // A turn started with prompt_logprobs >= 0, once, before its first OnTokens (or its
+  // OnDone): the prompt's ids as fed and the log-probabilities of its scored tokens,
+  // aligned to the end of `ids` (an empty session's first token has none).
+  virtual void OnPromptLogprobs(const std::vector<int32_t>& ids,
+                                const std::vector<TokenLogprobIds>& logprobs) = 0;
   // ok: the turn is committed (result valid). Otherwise the status as the port's API
   // defines it; `retry_after_ms` > 0 with ResourceExhausted (admission).
   virtual void OnDone(const absl::Status& status, const TurnResult& result,

@@ -140,21 +140,28 @@ absl::Status MemorySession::Prefill(std::span<const int32_t> token_ids) {
   if (auto s = CheckIds(token_ids); !s.ok()) return s;
   // Step 5: a prompt takes the same path as generated tokens, in chunks that fill the
   // window up to W + C, folding in between.
+  // An observer (session.h) sees every row: forwards of at most kObservedRows rows (the
+  // folds fall where they would anyway: FoldIfFull only folds a full window).
+  const bool observed = static_cast<bool>(row_observer());
+  auto rows = [&](bool last) {
+    return observed ? RowSelect::kAll : last ? RowSelect::kLast : RowSelect::kNone;
+  };
   size_t fed = 0;
   if (sinks_.size() < static_cast<size_t>(sink_tokens_)) {
     fed = std::min(static_cast<size_t>(sink_tokens_) - sinks_.size(), token_ids.size());
     const auto ids = token_ids.first(fed);
-    if (auto s = ForwardSinks(ids, /*want_logits=*/fed == token_ids.size()); !s.ok()) return s;
+    if (auto s = ForwardSinks(ids, rows(fed == token_ids.size())); !s.ok()) return s;
     sinks_.insert(sinks_.end(), ids.begin(), ids.end());
     total_tokens_ += static_cast<int64_t>(fed);
   }
   while (fed < token_ids.size()) {
     if (auto s = FoldIfFull(); !s.ok()) return s;
     const size_t room = static_cast<size_t>(window_size_ + chunk_size_) - window_.size();
-    const size_t n = std::min(room, token_ids.size() - fed);
+    const size_t n = std::min(
+        {room, token_ids.size() - fed, observed ? size_t{kObservedRows} : token_ids.size()});
     const auto ids = token_ids.subspan(fed, n);
     const int first = static_cast<int>(window_.size());
-    if (auto s = ForwardWindow(ids, first, /*want_logits=*/fed + n == token_ids.size()); !s.ok()) {
+    if (auto s = ForwardWindow(ids, first, rows(fed + n == token_ids.size())); !s.ok()) {
       return s;
     }
     window_.insert(window_.end(), ids.begin(), ids.end());
@@ -213,11 +220,11 @@ absl::Status MemorySession::RebuildIfStale() {
   // The same three steps as ImportState, so a fold and a restore build the same cache.
   cache_->Clear();
   if (!sinks_.empty()) {
-    if (auto s = ForwardSinks(sinks_, /*want_logits=*/false); !s.ok()) return s;
+    if (auto s = ForwardSinks(sinks_, RowSelect::kNone); !s.ok()) return s;
   }
   if (auto s = ExpandMemory(); !s.ok()) return s;
   if (!window_.empty()) {
-    if (auto s = ForwardWindow(window_, 0, /*want_logits=*/false); !s.ok()) return s;
+    if (auto s = ForwardWindow(window_, 0, RowSelect::kNone); !s.ok()) return s;
   }
   cache_stale_ = false;
   return absl::OkStatus();
@@ -310,36 +317,42 @@ absl::Status MemorySession::AddMemoryKv() {
   return s;
 }
 
-absl::Status MemorySession::ForwardSinks(std::span<const int32_t> ids, bool want_logits) {
+absl::Status MemorySession::ForwardSinks(std::span<const int32_t> ids, RowSelect logits) {
   SequenceInput input;
   input.cache = cache_.get();
   input.token_ids = ids;
   input.mask = MaskKind::kCausal;  // the policy's auto_prefix_tokens place them in the prefix
-  input.logits = want_logits ? RowSelect::kLast : RowSelect::kNone;
+  input.logits = logits;
   input.hidden = RowSelect::kNone;
   const int prefix_len = cache_->prefix_len(), main_len = cache_->main_len();
   if (auto s = engine_->Forward({&input, 1}, &result_); !s.ok()) {
     cache_->Truncate(prefix_len, main_len);
     return s;
   }
-  if (want_logits) {
-    const SequenceOutput& out = result_.outputs[0];
-    if (out.num_logit_rows != 1 || out.logits.size() != logits_.size()) {
-      return absl::InternalError("MemorySession: unexpected logits shape");
-    }
-    std::copy(out.logits.begin(), out.logits.end(), logits_.begin());
-    has_logits_ = true;
+  return TakeLogits(result_.outputs[0], logits);
+}
+
+absl::Status MemorySession::TakeLogits(const SequenceOutput& out, RowSelect logits) {
+  if (logits == RowSelect::kNone) return absl::OkStatus();
+  const int rows =
+      logits == RowSelect::kAll ? static_cast<int>(out.logits.size() / logits_.size()) : 1;
+  if (out.num_logit_rows != rows || out.logits.size() != logits_.size() * rows) {
+    return absl::InternalError("MemorySession: unexpected logits shape");
   }
+  if (logits == RowSelect::kAll) ObserveRows(out);
+  const auto last = out.logits.last(logits_.size());
+  std::copy(last.begin(), last.end(), logits_.begin());
+  has_logits_ = true;
   return absl::OkStatus();
 }
 
 absl::Status MemorySession::ForwardWindow(std::span<const int32_t> ids, int first,
-                                          bool want_logits) {
+                                          RowSelect logits) {
   SequenceInput input;
   input.cache = cache_.get();
   input.token_ids = ids;
   input.mask = MaskKind::kCausal;  // positions 1 + main index (KvPolicy::Memory)
-  input.logits = want_logits ? RowSelect::kLast : RowSelect::kNone;
+  input.logits = logits;
   // Only entries that a fold may read need their hidden states.
   input.hidden = first < chunk_size_ ? RowSelect::kAll : RowSelect::kNone;
   input.hidden_layers = input_layers_;
@@ -349,13 +362,7 @@ absl::Status MemorySession::ForwardWindow(std::span<const int32_t> ids, int firs
     return s;
   }
   const SequenceOutput& out = result_.outputs[0];
-  if (want_logits) {
-    if (out.num_logit_rows != 1 || out.logits.size() != logits_.size()) {
-      return absl::InternalError("MemorySession: unexpected logits shape");
-    }
-    std::copy(out.logits.begin(), out.logits.end(), logits_.begin());
-    has_logits_ = true;
-  }
+  if (auto s = TakeLogits(out, logits); !s.ok()) return s;
   if (first < chunk_size_) KeepHidden(out, first);
   return absl::OkStatus();
 }
@@ -422,14 +429,16 @@ absl::Status MemorySession::ImportState(const engine::SessionState& state) {
   // Prefill the sinks, expand mem, prefill the window ids: the caches are exactly
   // Forward(sinks, mem, w) again.
   if (num_sinks > 0) {
-    if (auto s = ForwardSinks(state.sink_token_ids, state.window_token_ids.empty()); !s.ok()) {
+    if (auto s = ForwardSinks(state.sink_token_ids,
+                              state.window_token_ids.empty() ? RowSelect::kLast : RowSelect::kNone);
+        !s.ok()) {
       return s;
     }
   }
   memory_ = state.memory;
   if (auto s = ExpandMemory(); !s.ok()) return s;
   if (!state.window_token_ids.empty()) {
-    if (auto s = ForwardWindow(state.window_token_ids, 0, /*want_logits=*/true); !s.ok()) return s;
+    if (auto s = ForwardWindow(state.window_token_ids, 0, RowSelect::kLast); !s.ok()) return s;
   }
   sinks_ = state.sink_token_ids;
   window_ = state.window_token_ids;

@@ -116,11 +116,14 @@ class MemorySession final : public engine::Session {
   static absl::Status CheckMemoryKv(const engine::Engine& engine, const ProjectorConfig& pc);
   // The K/V of sink ids (the first S tokens: into the prefix, causal, position 0). The
   // caller keeps sinks_ in sync.
-  absl::Status ForwardSinks(std::span<const int32_t> ids, bool want_logits);
+  absl::Status ForwardSinks(std::span<const int32_t> ids, engine::RowSelect logits);
   // Step 3: appends the K/V of `ids` = window entries [first, first + n) to the cache,
-  // keeping the hidden rows of entries < C and, if `want_logits`, the last row's logits.
+  // keeping the hidden rows of entries < C and the logits `logits` selects (TakeLogits).
   // The caller keeps window_ in sync.
-  absl::Status ForwardWindow(std::span<const int32_t> ids, int first, bool want_logits);
+  absl::Status ForwardWindow(std::span<const int32_t> ids, int first, engine::RowSelect logits);
+  // The logits of a forward that selected `logits`: the last row kept as Logits(); with
+  // kAll, every row to the prompt observer first.
+  absl::Status TakeLogits(const engine::SequenceOutput& out, engine::RowSelect logits);
   // Copies hidden rows [0, num_rows) of `output` (window entries first..) into chunk_hidden_.
   void KeepHidden(const engine::SequenceOutput& output, int first);
 

@@ -79,6 +79,10 @@ class TurnStream {
   // for them (SamplingParams::top_logprobs >= 0) and for none otherwise.
   void PushToken(int32_t token, const engine::TokenLogprobs* logprobs = nullptr);
   void End(absl::Status status);
+  // The prompt's log-probabilities (TurnJob::prompt_top_logprobs), set once before the
+  // first token or the end; TakePromptLogprobs moves them out (empty before, and after).
+  void SetPromptLogprobs(std::vector<engine::TokenLogprobs> logprobs);
+  void TakePromptLogprobs(std::vector<engine::TokenLogprobs>* out);
   // Waits up to `timeout` for news; moves new tokens to *out (and, when `logprobs` is not
   // null, their log-probabilities, one per token, to *logprobs). True once the turn ended.
   bool Wait(std::chrono::milliseconds timeout, std::vector<int32_t>* out,
@@ -93,6 +97,7 @@ class TurnStream {
   std::condition_variable cv_;
   std::vector<int32_t> pending_;
   std::vector<engine::TokenLogprobs> pending_logprobs_;  // empty unless requested
+  std::vector<engine::TokenLogprobs> prompt_logprobs_;
   bool ended_ = false;
   absl::Status status_;
 };
@@ -109,6 +114,11 @@ struct TurnJob {
   std::vector<int32_t> prompt_ids;
   engine::SamplingParams sampling;  // resolved; max_new_tokens 0 = prefill only
   std::optional<uint64_t> reseed;   // set: the RNG restarts from this seed
+  // -1: the prompt is not scored. 0..kMaxTopLogprobs: each prompt token that follows a
+  // token (all of them on a session that holds tokens, all but the first on an empty one)
+  // gets its log-probability and this many alternatives, from the logits before it
+  // (engine::Session::ObservePrefillRows), streamed before the first token.
+  int prompt_top_logprobs = -1;
   int reserve_blocks = 0;           // KV blocks the turn may hold at most (kv_reservation.h)
   Clock::time_point submitted_at;
 
@@ -116,6 +126,11 @@ struct TurnJob {
   std::atomic<bool> cancelled{false};
   std::atomic<bool> admitted{false};  // set by the scheduler once the reservation is held
   TurnStream stream;
+
+  // --- scheduler-owned: the prompt's log-probabilities so far, and the prompt tokens
+  // fed while observed ---------------------------------------------------------------
+  std::vector<engine::TokenLogprobs> prompt_logprobs;
+  size_t prompt_rows_seen = 0;
 
   // --- results, valid once the stream ended OK ---------------------------------------
   engine::SessionState final_state;

@@ -36,6 +36,10 @@ bool TurnHandle::Wait(absl::Duration timeout, std::vector<int32_t>* tokens,
   return job_->stream.Wait(ToChrono(timeout), tokens, logprobs);
 }
 
+void TurnHandle::TakePromptLogprobs(std::vector<engine::TokenLogprobs>* out) {
+  job_->stream.TakePromptLogprobs(out);
+}
+
 void TurnHandle::Cancel() { job_->cancelled.store(true); }
 
 void TurnHandle::Settle() {
@@ -279,14 +283,11 @@ std::shared_ptr<LiveSession> Runtime::LiveFromCheckpoint(
   return live;
 }
 
-std::unique_ptr<TurnHandle> Runtime::Launch(const Caller& caller, const std::string& session_id,
-                                            const std::string& key, uint64_t head,
-                                            std::shared_ptr<LiveSession> live,
-                                            std::optional<engine::SessionState> restore,
-                                            std::vector<int32_t> prompt,
-                                            const engine::SamplingParams& sampling,
-                                            std::optional<uint64_t> reseed,
-                                            std::function<void()> on_progress) {
+std::unique_ptr<TurnHandle> Runtime::Launch(
+    const Caller& caller, const std::string& session_id, const std::string& key, uint64_t head,
+    std::shared_ptr<LiveSession> live, std::optional<engine::SessionState> restore,
+    std::vector<int32_t> prompt, const engine::SamplingParams& sampling,
+    std::optional<uint64_t> reseed, std::function<void()> on_progress, int prompt_top_logprobs) {
   int64_t resident = live->resident_tokens.load();
   if (restore.has_value()) {
     resident = static_cast<int64_t>(restore->window_token_ids.size() +
@@ -299,6 +300,7 @@ std::unique_ptr<TurnHandle> Runtime::Launch(const Caller& caller, const std::str
   job->prompt_ids = std::move(prompt);
   job->sampling = sampling;
   job->reseed = reseed;
+  job->prompt_top_logprobs = prompt_top_logprobs;
   const int64_t prompt_tokens = static_cast<int64_t>(job->prompt_ids.size());
   job->reserve_blocks = ReserveBlocks(live->spec, geometry_,
                                       resident + prompt_tokens + std::max(0, sampling.max_new_tokens),
@@ -367,9 +369,12 @@ absl::StatusOr<std::unique_ptr<TurnHandle>> Runtime::StartTurn(const Caller& cal
   const int vocab_size = deps_.engine->config().vocab_size;
   const int cap = options_.max_new_tokens_cap;
   if (absl::Status s = ValidateSampling(request.sampling, vocab_size, cap); !s.ok()) return s;
-  if (request.top_logprobs < -1 || request.top_logprobs > engine::kMaxTopLogprobs) {
-    return absl::InvalidArgumentError(absl::StrCat("top_logprobs ", request.top_logprobs,
-                                                   " outside [0, ", engine::kMaxTopLogprobs, "]"));
+  for (auto [name, value] : {std::pair{"top_logprobs", request.top_logprobs},
+                             std::pair{"prompt_logprobs", request.prompt_logprobs}}) {
+    if (value < -1 || value > engine::kMaxTopLogprobs) {
+      return absl::InvalidArgumentError(
+          absl::StrCat(name, " ", value, " outside [0, ", engine::kMaxTopLogprobs, "]"));
+    }
   }
   const uint64_t turn_seed = request.sampling.seed;
 
@@ -425,11 +430,13 @@ absl::StatusOr<std::unique_ptr<TurnHandle>> Runtime::StartTurn(const Caller& cal
   engine::SamplingParams sampling =
       ResolveSampling(request.sampling, options_.default_max_new_tokens);
   sampling.top_logprobs = request.top_logprobs;
+  if (request.prompt_only) sampling.max_new_tokens = 0;
   if (!request.messages.empty()) {
     for (int32_t id : deps_.chat_template->end_of_turn_ids()) sampling.stop_token_ids.push_back(id);
   }
   auto handle = Launch(caller, request.session_id, key, head, std::move(live), std::move(restore),
-                       std::move(*prompt), sampling, reseed, std::move(request.on_progress));
+                       std::move(*prompt), sampling, reseed, std::move(request.on_progress),
+                       request.prompt_logprobs);
   handle->call_start_ = call_start;
   handle->fetch_ms_ = fetch_ms;
   handle->starts_text_ = starts_text;

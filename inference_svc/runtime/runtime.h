@@ -102,6 +102,15 @@ struct TurnRequest {
   // its log-probability under the model's raw distribution and this many most likely
   // alternatives (TurnHandle::Wait). INVALID_ARGUMENT outside [-1, kMaxTopLogprobs].
   int top_logprobs = -1;
+  // -1: the prompt is not scored. 0..engine::kMaxTopLogprobs: the prompt's tokens get their
+  // log-probabilities under the raw distribution, each from the logits before it, with
+  // this many alternatives (TurnHandle::TakePromptLogprobs): every prompt token on a
+  // session that holds tokens, all but the first on an empty one. The prompt's forwards
+  // then compute every row's logits. INVALID_ARGUMENT outside [-1, kMaxTopLogprobs].
+  int prompt_logprobs = -1;
+  // Feed (and score) the prompt, generate nothing: the turn ends with kLength after its
+  // prompt, committed like any other turn.
+  bool prompt_only = false;
   // Optional: called on a runtime thread whenever tokens or the end are available. Must
   // return quickly and must not call back into the runtime.
   std::function<void()> on_progress;
@@ -133,6 +142,10 @@ class TurnHandle {
   // Returns true once the turn has ended (no more tokens; call Finish).
   bool Wait(absl::Duration timeout, std::vector<int32_t>* tokens,
             std::vector<engine::TokenLogprobs>* logprobs = nullptr);
+  // The prompt's log-probabilities (TurnRequest::prompt_logprobs), in prompt order, aligned
+  // to the prompt's end; moved out by the first call after Wait returned a token or the
+  // end, empty otherwise.
+  void TakePromptLogprobs(std::vector<engine::TokenLogprobs>* out);
   // Stops the turn; Finish() then returns CANCELLED. Safe to call more than once.
   void Cancel();
   // Waits for the end, commits the new state (compare-and-set on the head the turn started
@@ -219,14 +232,12 @@ class Runtime {
   std::shared_ptr<LiveSession> NewLive(const std::string& session_id, const SessionSpec& spec,
                                        const SamplingSpec& defaults) const;
   // Builds the job and queues it; the handle owns the claim on `key` (if any).
-  std::unique_ptr<TurnHandle> Launch(const Caller& caller, const std::string& session_id,
-                                     const std::string& key, uint64_t head,
-                                     std::shared_ptr<LiveSession> live,
-                                     std::optional<engine::SessionState> restore,
-                                     std::vector<int32_t> prompt,
-                                     const engine::SamplingParams& sampling,
-                                     std::optional<uint64_t> reseed,
-                                     std::function<void()> on_progress);
+  std::unique_ptr<TurnHandle> Launch(
+      const Caller& caller, const std::string& session_id, const std::string& key, uint64_t head,
+      std::shared_ptr<LiveSession> live, std::optional<engine::SessionState> restore,
+      std::vector<int32_t> prompt, const engine::SamplingParams& sampling,
+      std::optional<uint64_t> reseed, std::function<void()> on_progress,
+      int prompt_top_logprobs = -1);
 
   const Deps deps_;
   const RuntimeOptions options_;

@@ -47,6 +47,17 @@ void TurnStream::Notify() {
   if (on_progress_) on_progress_();
 }
 
+void TurnStream::SetPromptLogprobs(std::vector<engine::TokenLogprobs> logprobs) {
+  std::lock_guard<std::mutex> lock(mu_);
+  prompt_logprobs_ = std::move(logprobs);
+}
+
+void TurnStream::TakePromptLogprobs(std::vector<engine::TokenLogprobs>* out) {
+  std::lock_guard<std::mutex> lock(mu_);
+  *out = std::move(prompt_logprobs_);
+  prompt_logprobs_.clear();
+}
+
 bool TurnStream::Wait(std::chrono::milliseconds timeout, std::vector<int32_t>* out,
                       std::vector<engine::TokenLogprobs>* logprobs) {
   std::unique_lock<std::mutex> lock(mu_);

@@ -149,6 +149,9 @@ class Scheduler {
   // r fed the first `tokens` of PromptRest(r): moves past them (frees a finished replay).
   static void Advance(Running& r, size_t tokens);
   void PrefillChunk(Running& r, size_t take);
+  // Before r feeds PromptRest(r): the session's prompt observer scores the prompt's
+  // tokens when the turn asks (TurnJob::prompt_top_logprobs), and is off for a replay.
+  static void ObservePrompt(Running& r);
   // A long prompt's rest in pieces of bounded work under the credit: starts it, or
   // continues it while credit is left. True once the rest is fed.
   void StartPieces(Running& r, size_t tokens);

@@ -91,18 +91,43 @@ void Scheduler::Advance(Running& r, size_t tokens) {
   }
 }
 
+void Scheduler::ObservePrompt(Running& r) {
+  TurnJob& job = *r.job;
+  engine::Session& session = *job.live->engine_session;
+  const bool replay = r.replay_pos < r.replay_ids.size();
+  if (replay || job.prompt_top_logprobs < 0) return session.ObservePrefillRows(nullptr);
+  const int top = job.prompt_top_logprobs;
+  if (r.prompt_pos == 0 && job.prompt_rows_seen == 0 && !session.Logits().empty()) {
+    // The first prompt token follows the session's last token.
+    engine::ComputeLogprobs(session.Logits(), job.prompt_ids[0], top,
+                            &job.prompt_logprobs.emplace_back());
+  }
+  // Row k of the prompt holds the logits before prompt token k + 1.
+  session.ObservePrefillRows([&job, top](std::span<const float> logits) {
+    const size_t next = ++job.prompt_rows_seen;
+    if (next < job.prompt_ids.size()) {
+      engine::ComputeLogprobs(logits, job.prompt_ids[next], top,
+                              &job.prompt_logprobs.emplace_back());
+    }
+  });
+}
+
 void Scheduler::PrefillChunk(Running& r, size_t take) {
   TurnJob& job = *r.job;
   engine::Session& session = *job.live->engine_session;
   const bool replay = r.replay_pos < r.replay_ids.size();
   const int64_t resident = session.ResidentTokens();
+  ObservePrompt(r);
   const auto t0 = TurnJob::Clock::now();
   absl::Status s = session.Prefill(PromptRest(r).first(take));
   const double ms = MsSince(t0);
   (replay ? job.restore_ms : job.prefill_ms) += ms;
   if (options_.prefill_stall > 0) prefill_credit_ms_ -= ms;
   if (!s.ok()) return Fail(r, s);
-  prefill_cost_.Observe(resident, static_cast<int64_t>(take), ms);
+  // A scored prompt (every row's logits) would overstate the cost of prompt work.
+  if (replay || job.prompt_top_logprobs < 0) {
+    prefill_cost_.Observe(resident, static_cast<int64_t>(take), ms);
+  }
   r.last_ms_per_token = ms / static_cast<double>(take);
   Advance(r, take);
 }
@@ -110,6 +135,7 @@ void Scheduler::PrefillChunk(Running& r, size_t take) {
 void Scheduler::StartPieces(Running& r, size_t tokens) {
   engine::Session& session = *r.job->live->engine_session;
   r.pieces_resident = session.ResidentTokens();
+  ObservePrompt(r);
   if (absl::Status s = session.StartPrefill(PromptRest(r).first(tokens)); !s.ok()) {
     return Fail(r, s);
   }
@@ -134,7 +160,9 @@ bool Scheduler::ContinuePieces(Running& r) {
   }
   if (!*done) return false;
   r.in_pieces = false;
-  prefill_cost_.Observe(r.pieces_resident, static_cast<int64_t>(r.pieces_tokens), r.pieces_ms);
+  if (replay || job.prompt_top_logprobs < 0) {
+    prefill_cost_.Observe(r.pieces_resident, static_cast<int64_t>(r.pieces_tokens), r.pieces_ms);
+  }
   r.last_ms_per_token = r.pieces_ms / static_cast<double>(r.pieces_tokens);
   Advance(r, r.pieces_tokens);
   return true;
@@ -197,6 +225,8 @@ void Scheduler::PromptStep() {
 
 void Scheduler::EndPrompt(Running& r) {
   TurnJob& job = *r.job;
+  job.live->engine_session->ObservePrefillRows(nullptr);
+  if (job.prompt_top_logprobs >= 0) job.stream.SetPromptLogprobs(std::move(job.prompt_logprobs));
   if (job.sampling.max_new_tokens <= 0) {
     job.finish_reason = FinishReason::kLength;
     return Complete(r);

@@ -123,6 +123,18 @@ class RuntimeTurn final : public http::RunningTurn,
         again_ = false;
         ended = handle_->Wait(absl::ZeroDuration(), &tokens_, &logprobs_);
       }
+      if (!prompt_scored_ && (ended || !tokens_.empty())) {
+        // The prompt's scores arrive with its first tokens, or with the end.
+        prompt_scored_ = true;
+        std::vector<engine::TokenLogprobs> scored;
+        std::vector<int32_t> ids;
+        {
+          std::lock_guard<std::mutex> lock(mu_);
+          handle_->TakePromptLogprobs(&scored);
+          if (!scored.empty()) ids = handle_->prompt_ids();
+        }
+        if (!scored.empty()) observer_->OnPromptLogprobs(ids, ToHttp(scored));
+      }
       if (!tokens_.empty()) observer_->OnTokens(tokens_, ToHttp(logprobs_));
       if (ended) {  // draining_ stays set: nothing drains after the end
         finish_->Post([self = shared_from_this()] { self->Finish(); });
@@ -170,6 +182,7 @@ class RuntimeTurn final : public http::RunningTurn,
   bool draining_ = false;        // a Drain is queued or running (or the turn ended)
   bool again_ = false;           // a notification came during the drain
   std::vector<int32_t> tokens_;  // drain-owned
+  bool prompt_scored_ = false;   // drain-owned: the prompt's scores were handed on
   std::vector<engine::TokenLogprobs> logprobs_;  // drain-owned; empty unless requested
 };
 
@@ -279,6 +292,8 @@ absl::StatusOr<std::shared_ptr<http::RunningTurn>> RuntimeTurnPort::StartTurn(
   request.sampling.max_new_tokens = spec.max_new_tokens;
   request.sampling.stop_token_ids = spec.stop_token_ids;
   request.top_logprobs = spec.top_logprobs;
+  request.prompt_logprobs = spec.prompt_logprobs;
+  request.prompt_only = spec.prompt_only;
   // Greedy must not inherit a session's non-zero default temperature.
   if (spec.temperature <= 0) request.sampling.top_k = 1;
   std::weak_ptr<RuntimeTurn> weak = turn;

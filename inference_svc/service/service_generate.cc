@@ -49,9 +49,14 @@ grpc::Status InferenceServiceImpl::Generate(grpc::ServerContext* context,
     turn_request.messages.push_back({m.role(), m.content()});
   }
   turn_request.sampling = FromProto(request->sampling());
-  auto top_logprobs = TopLogprobsFromProto(request->logprobs(), request->top_logprobs());
+  if (request->prompt_logprobs() && !request->echo()) {
+    return ToGrpcStatus(absl::InvalidArgumentError("prompt_logprobs needs echo"));
+  }
+  auto top_logprobs = TopLogprobsFromProto(request->logprobs() || request->prompt_logprobs(),
+                                           request->top_logprobs());
   if (!top_logprobs.ok()) return ToGrpcStatus(top_logprobs.status());
-  turn_request.top_logprobs = *top_logprobs;
+  turn_request.top_logprobs = request->logprobs() ? *top_logprobs : -1;
+  turn_request.prompt_logprobs = request->prompt_logprobs() ? *top_logprobs : -1;
   auto turn = deps_.runtime->StartTurn(*caller, std::move(turn_request));
   if (!turn.ok()) {
     ReportTurn(context, turn.status());
@@ -69,7 +74,14 @@ grpc::Status InferenceServiceImpl::Generate(grpc::ServerContext* context,
     if (!echo_pending) return;
     echo_pending = false;
     v1::GenerateResponse echo;
-    for (int32_t id : (*turn)->prompt_ids()) echo.mutable_delta()->add_token_ids(id);
+    const std::vector<int32_t>& ids = (*turn)->prompt_ids();
+    for (int32_t id : ids) echo.mutable_delta()->add_token_ids(id);
+    std::vector<engine::TokenLogprobs> scored;
+    (*turn)->TakePromptLogprobs(&scored);
+    const size_t first = ids.size() - std::min(ids.size(), scored.size());
+    for (size_t i = 0; i < scored.size() && first + i < ids.size(); ++i) {
+      ToProto(ids[first + i], scored[i], echo.mutable_delta()->add_logprobs());
+    }
     if (deps_.tokenizer != nullptr) {
       echo.mutable_delta()->set_text(deps_.tokenizer->Decode((*turn)->prompt_ids()));
     }

@@ -213,5 +213,190 @@ TEST_F(HttpApiTest, GrpcGenerateCarriesLogprobsPerToken) {
   EXPECT_TRUE(none.empty());
 }
 
+// log_softmax of `logits` (double).
+std::vector<double> LogSoftmax(std::span<const float> logits) {
+  const double max_logit = *std::max_element(logits.begin(), logits.end());
+  double z = 0;
+  for (float l : logits) z += std::exp(l - max_logit);
+  std::vector<double> row(logits.size());
+  for (size_t i = 0; i < logits.size(); ++i) row[i] = logits[i] - max_logit - std::log(z);
+  return row;
+}
+
+// log_softmax before each of ids[1..] (ids fed one at a time in-process): [i - 1][vocab].
+std::vector<std::vector<double>> PromptLogSoftmax(const std::vector<int32_t>& ids) {
+  ReferenceSession session({ids[0]});
+  std::vector<std::vector<double>> out;
+  for (size_t i = 1; i < ids.size() && session.ok(); ++i) {
+    out.push_back(LogSoftmax(session.Logits()));
+    session.Append(ids[i]);
+  }
+  return out;
+}
+
+// OpenAI's legacy scoring request (echo, logprobs, max_tokens 0), as evaluation harnesses
+// send it: every prompt token after the first gets the log-probability the engine's own
+// logits give it, the first (BOS, nothing before it) null; nothing is generated.
+TEST_F(HttpApiTest, EchoedPromptIsScoredWithTheEnginesLogSoftmax) {
+  const std::string prompt = "Once upon a time there was a little girl named Lily.";
+  auto tokenizer = LoadTokenizer();
+  ASSERT_NE(tokenizer, nullptr);
+  auto ids = tokenizer->Encode(prompt, /*add_bos=*/true);
+  ASSERT_TRUE(ids.ok());
+  const auto want = PromptLogSoftmax(*ids);
+  ASSERT_EQ(want.size(), ids->size() - 1);
+
+  HttpReply r = Post(0, "/v1/completions",
+                     {{"prompt", prompt}, {"max_tokens", 0}, {"echo", true}, {"logprobs", 3}});
+  ASSERT_EQ(r.status, 200) << r.body;
+  const json choice = Body(r)["choices"][0];
+  EXPECT_EQ(choice["text"], prompt);
+  EXPECT_EQ(choice["finish_reason"], "length");
+  EXPECT_EQ(Body(r)["usage"]["completion_tokens"], 0);
+  EXPECT_EQ(Body(r)["usage"]["prompt_tokens"], ids->size());
+  const json logprobs = choice["logprobs"];
+  ASSERT_EQ(logprobs["tokens"].size(), ids->size()) << r.body;
+  EXPECT_TRUE(logprobs["token_logprobs"][0].is_null());
+  EXPECT_TRUE(logprobs["top_logprobs"][0].is_null());
+  for (size_t i = 1; i < ids->size(); ++i) {
+    EXPECT_EQ(logprobs["tokens"][i], std::string(tokenizer->TokenBytes((*ids)[i])));
+    EXPECT_NEAR(logprobs["token_logprobs"][i].get<double>(), want[i - 1][(*ids)[i]], kTolerance)
+        << i;
+    std::vector<double> sorted = want[i - 1];
+    std::sort(sorted.rbegin(), sorted.rend());
+    std::vector<double> top;
+    for (const auto& [token, lp] : logprobs["top_logprobs"][i].items()) top.push_back(lp);
+    std::sort(top.rbegin(), top.rend());
+    ASSERT_GE(top.size(), 2u) << i;  // tokens with equal text share a key
+    for (size_t k = 0; k < top.size(); ++k) EXPECT_NEAR(top[k], sorted[k], kTolerance) << i;
+  }
+
+  // max_tokens 0 is a scoring request only with echo.
+  HttpReply bad = Post(0, "/v1/completions", {{"prompt", prompt}, {"max_tokens", 0}});
+  EXPECT_EQ(bad.status, 400) << bad.body;
+  EXPECT_EQ(Body(bad)["error"]["param"], "max_tokens");
+}
+
+// Token ids in, one token generated (the harnesses' other form): the prompt's records, then
+// the generated token's; streamed or not, the same; a stop string inside the echoed prompt
+// does not cut it (stop strings apply to generated text).
+TEST_F(HttpApiTest, EchoedTokenPromptScoresThenGeneratesStreamedAndNot) {
+  auto tokenizer = LoadTokenizer();
+  ASSERT_NE(tokenizer, nullptr);
+  auto ids = tokenizer->Encode("Lily and Ben went to the park to play", /*add_bos=*/true);
+  ASSERT_TRUE(ids.ok());
+  const auto want = PromptLogSoftmax(*ids);
+  const json request = {{"prompt", *ids}, {"max_tokens", 1},  {"echo", true},
+                        {"logprobs", 1},  {"temperature", 0}, {"stop", "park"}};
+  HttpReply r = Post(1, "/v1/completions", request);
+  ASSERT_EQ(r.status, 200) << r.body;
+  const json choice = Body(r)["choices"][0];
+  const std::string text = choice["text"];
+  EXPECT_EQ(text.substr(0, tokenizer->Decode(*ids).size()), tokenizer->Decode(*ids));
+  const json logprobs = choice["logprobs"];
+  ASSERT_EQ(logprobs["token_logprobs"].size(), ids->size() + 1) << r.body;
+  for (size_t i = 1; i < ids->size(); ++i) {
+    EXPECT_NEAR(logprobs["token_logprobs"][i].get<double>(), want[i - 1][(*ids)[i]], kTolerance);
+  }
+  // The generated (greedy) token's logprob is its top alternative.
+  const double generated = logprobs["token_logprobs"][ids->size()].get<double>();
+  EXPECT_NEAR(logprobs["top_logprobs"][ids->size()].begin().value().get<double>(), generated, 1e-6);
+
+  json streamed_request = request;
+  streamed_request["stream"] = true;
+  HttpReply s = Post(0, "/v1/completions", streamed_request);
+  ASSERT_EQ(s.status, 200) << s.body;
+  std::string streamed_text;
+  json streamed = json::array();
+  for (const std::string& e : s.Events()) {
+    if (e == "[DONE]") break;
+    const json c = json::parse(e)["choices"][0];
+    streamed_text += c["text"].get<std::string>();
+    if (c["logprobs"].is_null()) continue;
+    for (const json& v : c["logprobs"]["token_logprobs"]) streamed.push_back(v);
+  }
+  EXPECT_EQ(streamed_text, text);
+  ASSERT_EQ(streamed.size(), logprobs["token_logprobs"].size()) << s.body;
+  EXPECT_TRUE(streamed[0].is_null());
+  for (size_t i = 1; i < streamed.size(); ++i) {
+    EXPECT_NEAR(streamed[i].get<double>(), logprobs["token_logprobs"][i].get<double>(), 1e-6);
+  }
+}
+
+// gRPC: prompt_logprobs scores the echoed prompt. On a session that holds tokens every
+// prompt token is scored, the first from the session's last logits, also when another
+// replica resumes the session from the store (a full-mode replay first).
+TEST_F(HttpApiTest, GrpcPromptLogprobsScoreEveryTokenOfAContinuation) {
+  auto tokenizer = LoadTokenizer();
+  ASSERT_NE(tokenizer, nullptr);
+  auto first = tokenizer->Encode("Once upon a time", /*add_bos=*/true);
+  auto second = tokenizer->Encode(" there was a dog", /*add_bos=*/false);
+  ASSERT_TRUE(first.ok() && second.ok());
+  {
+    grpc::ClientContext context;
+    context.AddMetadata("authorization", std::string("Bearer ") + kToken);
+    v1::CreateSessionRequest create;
+    create.set_session_id("grpc-prompt-scores");
+    create.mutable_config()->set_mode(v1::KV_MODE_FULL);
+    v1::Session created;
+    ASSERT_TRUE(cluster_->stub(0).CreateSession(&context, create, &created).ok());
+  }
+  auto generate = [&](int replica, const std::vector<int32_t>& prompt, bool echo,
+                      bool prompt_logprobs, int max_new_tokens, v1::GenerateResponse* echoed,
+                      std::vector<int32_t>* generated) {
+    grpc::ClientContext context;
+    context.AddMetadata("authorization", std::string("Bearer ") + kToken);
+    v1::GenerateRequest request;
+    request.set_session_id("grpc-prompt-scores");
+    for (int32_t id : prompt) request.add_prompt_token_ids(id);
+    request.mutable_sampling()->set_max_new_tokens(max_new_tokens);
+    request.mutable_sampling()->set_top_k(1);
+    request.mutable_sampling()->set_ignore_eos(true);
+    request.set_echo(echo);
+    request.set_prompt_logprobs(prompt_logprobs);
+    if (prompt_logprobs) request.set_top_logprobs(2);
+    auto reader = cluster_->stub(replica).Generate(&context, request);
+    v1::GenerateResponse response;
+    bool first_delta = true;
+    while (reader->Read(&response)) {
+      if (!response.has_delta()) continue;
+      if (first_delta && echo && echoed != nullptr) {
+        *echoed = response;
+      } else if (generated != nullptr) {
+        generated->insert(generated->end(), response.delta().token_ids().begin(),
+                          response.delta().token_ids().end());
+      }
+      first_delta = false;
+    }
+    return reader->Finish();
+  };
+  std::vector<int32_t> history = *first;
+  const grpc::Status started = generate(0, *first, false, false, 3, nullptr, &history);
+  ASSERT_TRUE(started.ok()) << started.error_message();
+  ASSERT_EQ(history.size(), first->size() + 3);
+
+  // The reference: the history, then the new prompt one token at a time.
+  ReferenceSession reference(history);
+  std::vector<std::vector<double>> want;
+  for (int32_t id : *second) {
+    want.push_back(LogSoftmax(reference.Logits()));
+    reference.Append(id);
+  }
+  v1::GenerateResponse echoed;
+  ASSERT_TRUE(generate(1, *second, true, true, 1, &echoed, nullptr).ok());
+  ASSERT_EQ(echoed.delta().token_ids_size(), static_cast<int>(second->size()));
+  ASSERT_EQ(echoed.delta().logprobs_size(), static_cast<int>(second->size()));
+  for (size_t i = 0; i < second->size(); ++i) {
+    const v1::TokenLogprob& t = echoed.delta().logprobs(static_cast<int>(i));
+    EXPECT_EQ(t.token_id(), (*second)[i]);
+    EXPECT_NEAR(t.logprob(), want[i][(*second)[i]], kTolerance) << i;
+    ASSERT_EQ(t.top_logprobs_size(), 2);
+    EXPECT_GE(t.top_logprobs(0).logprob(), t.top_logprobs(1).logprob());
+  }
+  // prompt_logprobs needs echo.
+  EXPECT_EQ(generate(0, *second, false, true, 1, nullptr, nullptr).error_code(),
+            grpc::StatusCode::INVALID_ARGUMENT);
+}
+
 }  // namespace
 }  // namespace kvfold::testing

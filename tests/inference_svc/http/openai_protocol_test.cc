@@ -188,6 +188,45 @@ TEST(OpenAiProtocolTest, ResponseIdsNameSessionVersions) {
   }
 }
 
+// `max_tokens: 0` is OpenAI's legacy scoring request: only with echo (prompt only).
+TEST(OpenAiProtocolTest, MaxTokensZeroScoresAnEchoedPromptOnly) {
+  auto scoring = ParseCompletionRequest(
+      R"({"prompt": [1, 403], "max_tokens": 0, "echo": true, "logprobs": 1})");
+  ASSERT_TRUE(scoring.ok()) << scoring.status();
+  EXPECT_TRUE(scoring->prompt_only);
+  EXPECT_FALSE(scoring->params.max_tokens.has_value());
+  EXPECT_EQ(scoring->params.top_logprobs, 1);
+  auto generating = ParseCompletionRequest(R"({"prompt": "a", "max_tokens": 2, "echo": true})");
+  ASSERT_TRUE(generating.ok());
+  EXPECT_FALSE(generating->prompt_only);
+  for (const char* body :
+       {R"({"prompt": "a", "max_tokens": 0})", R"({"prompt": "a", "max_tokens": 0, "echo": false})",
+        R"({"prompt": "a", "max_tokens": -1, "echo": true})"}) {
+    auto r = ParseCompletionRequest(body);
+    ASSERT_FALSE(r.ok()) << body;
+    EXPECT_EQ(r.status().code(), absl::StatusCode::kInvalidArgument);
+    EXPECT_EQ(json::parse(ErrorJson(r.status()))["error"]["param"], "max_tokens") << body;
+  }
+}
+
+// An echoed prompt's first token (nothing before it) has null log-probabilities in the
+// legacy layout; the others their values.
+TEST(OpenAiProtocolTest, UnscoredPromptTokenIsNullInTheLegacyLayout) {
+  ChatAnswer a;
+  a.text = "Once";
+  TokenLogprob first;
+  first.token = "<s>";
+  first.scored = false;
+  TokenLogprob second{.token = "Once", .logprob = -1.5f, .top = {{"Once", -1.5f}}};
+  a.logprobs = {first, second};
+  const json legacy = json::parse(CompletionJson(a))["choices"][0]["logprobs"];
+  EXPECT_EQ(legacy["tokens"], json({"<s>", "Once"}));
+  EXPECT_TRUE(legacy["token_logprobs"][0].is_null());
+  EXPECT_TRUE(legacy["top_logprobs"][0].is_null());
+  EXPECT_EQ(legacy["token_logprobs"][1], -1.5);
+  EXPECT_EQ(legacy["top_logprobs"][1]["Once"], -1.5);
+}
+
 TEST(OpenAiProtocolTest, AnswersAndErrors) {
   ChatAnswer a;
   a.id = "chatcmpl-1";
