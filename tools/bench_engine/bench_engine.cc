@@ -27,6 +27,8 @@
 // Forward per step, beside one (batch_decode.h), over the first --kv-dtypes cache type.
 // --prefill-pieces adds "prefill_pieces": the time of every piece of an N-token full-mode prompt
 // fed as the scheduler feeds it, per band of context (prefill_pieces.h).
+// --scoring-prefill N adds "scoring_prefill": an N-token prompt prefilled plain and scored
+// (every row's log-probabilities), alternated (scoring_prefill.h).
 // --isa-probe prints only what one core sustains on the kernels' instructions beside the
 // 16-row Q8 MatMul (isa_probe.h), and exits; --sampler-probe only what the sampler costs a
 // token per setting (sampler_probe.h).
@@ -57,6 +59,7 @@
 #include "tools/bench_engine/isa_probe.h"
 #include "tools/bench_engine/prefill_pieces.h"
 #include "tools/bench_engine/sampler_probe.h"
+#include "tools/bench_engine/scoring_prefill.h"
 #ifdef KVFOLD_HAVE_OPENBLAS
 #include <cblas.h>
 #endif
@@ -407,6 +410,13 @@ int Main(int argc, char** argv) {
       ->check(kvfold::NonNegative());
   app.add_option("--pieces-band", pieces_band, "context entries per row of the piece table")
       ->check(kvfold::Positive());
+  int scoring_prefill = 0, scoring_reps = 5;
+  app.add_option("--scoring-prefill", scoring_prefill,
+                 "prefill a full-mode prompt of this many tokens plain and scored (every row's "
+                 "log-probabilities), alternated (0 = skip)")
+      ->check(kvfold::NonNegative());
+  app.add_option("--scoring-reps", scoring_reps, "pairs of --scoring-prefill runs (median)")
+      ->check(kvfold::Positive());
   bool isa_probe = false;
   kvfold::AddSwitch(app, "--isa-probe", isa_probe,
                     "print one core's instruction throughput beside the 16-row Q8 MatMul, "
@@ -511,6 +521,20 @@ int Main(int argc, char** argv) {
       auto e = engine::Engine::Create(*m, backend.get(), eo);
       out["prefill_pieces"] = e.ok() ? bench::BenchPrefillPieces(**e, prefill_pieces, pieces_band)
                                      : json{{"error", e.status().ToString()}};
+    }
+    if (scoring_prefill > 0) {
+      engine::EngineOptions eo;
+      const absl::StatusOr<uint64_t> per_token = core::KvBytesPerToken(
+          {static_cast<uint64_t>(m->config.num_layers), static_cast<uint64_t>(m->config.kv_dim())});
+      if (per_token.ok()) {
+        eo.kv_pool_bytes =
+            std::max<size_t>(eo.kv_pool_bytes, 2 * (scoring_prefill + 256) * *per_token);
+      }
+      auto e = engine::Engine::Create(*m, backend.get(), eo);
+      out["scoring_prefill"] = e.ok()
+                                   ? bench::BenchScoringPrefill(**e, scoring_prefill, scoring_reps)
+                                   : json{{"error", e.status().ToString()}};
+      std::fprintf(stderr, "scoring prefill: %s\n", out["scoring_prefill"].dump().c_str());
     }
   } else {
     std::fprintf(stderr, "skipping stories260K: %s\n", m.status().ToString().c_str());
