@@ -9,6 +9,9 @@
 
 #include "gmock/gmock.h"
 #include "gtest/gtest.h"
+#include "inference_svc/engine/sampler.h"
+#include "inference_svc/memory/memory_session.h"
+#include "inference_svc/model/model_file.h"
 #include "inference_svc/tokenizer/tokenizer.h"
 #include "tests/integration/http_api_fixture.h"
 #include "tests/integration/reference_engine.h"
@@ -320,6 +323,55 @@ TEST_F(HttpApiTest, EchoedTokenPromptScoresThenGeneratesStreamedAndNot) {
   EXPECT_TRUE(streamed[0].is_null());
   for (size_t i = 1; i < streamed.size(); ++i) {
     EXPECT_NEAR(streamed[i].get<double>(), logprobs["token_logprobs"][i].get<double>(), 1e-6);
+  }
+}
+
+// A prompt that folds many times in memory mode (the replicas' window 16 + chunk 8), longer
+// than a whole-run prompt (256 tokens), so the scheduler feeds it in pieces after the
+// replica has decoded: every score equals, bit for bit, what the same projector and
+// model give in-process with the tokens appended one at a time.
+TEST_F(HttpApiTest, ScoredPromptThroughFoldsIsBitExact) {
+  auto tokenizer = LoadTokenizer();
+  ASSERT_NE(tokenizer, nullptr);
+  std::string prompt;
+  for (int i = 0; i < 40; ++i) prompt += "The cat sat on the mat and looked at the bird. ";
+  auto ids = tokenizer->Encode(prompt, /*add_bos=*/true);
+  ASSERT_TRUE(ids.ok());
+  ASSERT_GT(ids->size(), 300u);
+
+  auto model = model::LoadModel(SharedModel());
+  ASSERT_TRUE(model.ok()) << model.status();
+  auto projector = memory::Projector::Load(cluster_->projector_dir());
+  ASSERT_TRUE(projector.ok()) << projector.status();
+  auto backend = kernels::CreateCpuBackend({.num_threads = 1});
+  engine::EngineOptions options;
+  options.kv_pool_bytes = 16 << 20;
+  auto engine = engine::Engine::Create(*model, backend.get(), options);
+  ASSERT_TRUE(engine.ok()) << engine.status();
+  auto session =
+      memory::CreateSession(engine->get(), {.mode = core::KvMode::kMemory}, projector->get());
+  ASSERT_TRUE(session.ok()) << session.status();
+  std::vector<engine::TokenLogprobs> want(ids->size());
+  ASSERT_TRUE((*session)->Append((*ids)[0]).ok());
+  for (size_t i = 1; i < ids->size(); ++i) {
+    engine::ComputeLogprobs((*session)->Logits(), (*ids)[i], 2, &want[i]);
+    ASSERT_TRUE((*session)->Append((*ids)[i]).ok());
+  }
+
+  // A decode first: the scheduler then budgets prompt work by the decode step's time.
+  ASSERT_EQ(Post(1, "/v1/completions", {{"prompt", "Once"}, {"max_tokens", 3}}).status, 200);
+  HttpReply r = Post(1, "/v1/completions",
+                     {{"prompt", *ids}, {"max_tokens", 0}, {"echo", true}, {"logprobs", 2}});
+  ASSERT_EQ(r.status, 200) << r.body;
+  EXPECT_GT(Body(r)["usage"]["kvfold"]["tokens_folded"].get<int>(), 256) << r.body;
+  const json logprobs = Body(r)["choices"][0]["logprobs"];
+  ASSERT_EQ(logprobs["token_logprobs"].size(), ids->size());
+  for (size_t i = 1; i < ids->size(); ++i) {
+    ASSERT_EQ(logprobs["token_logprobs"][i].get<float>(), want[i].logprob) << i;
+    const json& top = logprobs["top_logprobs"][i];
+    ASSERT_EQ(top[std::string(tokenizer->TokenBytes(want[i].top_ids[0]))].get<float>(),
+              want[i].top_logprobs[0])
+        << i;
   }
 }
 

@@ -115,6 +115,8 @@ class Cluster {
   v1::InferenceService::Stub& stub(int i) { return *replicas_[i].stub; }
   const std::string& dir() const { return dir_; }
   const std::string& model_dir() const { return model_; }
+  // The replicas' random projector (written by Setup).
+  const std::string& projector_dir() const { return projector_; }
 
   grpc::Status Create(int replica, const std::string& session_id, v1::KvMode mode,
                       v1::Session* out = nullptr, uint32_t window = 0) {
