@@ -26,6 +26,16 @@ using ::testing::HasSubstr;
 // memory): equal up to float rounding.
 constexpr double kTolerance = 2e-4;
 
+// log_softmax of `logits` (double).
+std::vector<double> LogSoftmax(std::span<const float> logits) {
+  const double max_logit = *std::max_element(logits.begin(), logits.end());
+  double z = 0;
+  for (float l : logits) z += std::exp(l - max_logit);
+  std::vector<double> row(logits.size());
+  for (size_t i = 0; i < logits.size(); ++i) row[i] = logits[i] - max_logit - std::log(z);
+  return row;
+}
+
 // log_softmax of the engine's logits at each greedy step after `prompt`: [step][vocab].
 std::vector<std::vector<double>> GreedyLogSoftmax(const std::vector<int32_t>& prompt, int steps,
                                                   std::vector<int32_t>* greedy) {
@@ -33,12 +43,7 @@ std::vector<std::vector<double>> GreedyLogSoftmax(const std::vector<int32_t>& pr
   if (!session.ok()) return {};
   std::vector<std::vector<double>> out;
   for (int step = 0; step < steps; ++step) {
-    std::span<const float> logits = session.Logits();
-    double max_logit = *std::max_element(logits.begin(), logits.end());
-    double z = 0;
-    for (float l : logits) z += std::exp(l - max_logit);
-    std::vector<double> row(logits.size());
-    for (size_t i = 0; i < logits.size(); ++i) row[i] = logits[i] - max_logit - std::log(z);
+    std::vector<double> row = LogSoftmax(session.Logits());
     const int32_t next =
         static_cast<int32_t>(std::max_element(row.begin(), row.end()) - row.begin());
     greedy->push_back(next);
@@ -214,16 +219,6 @@ TEST_F(HttpApiTest, GrpcGenerateCarriesLogprobsPerToken) {
   EXPECT_EQ(generate(true, 21, &none).error_code(), grpc::StatusCode::INVALID_ARGUMENT);
   EXPECT_EQ(generate(false, 3, &none).error_code(), grpc::StatusCode::INVALID_ARGUMENT);
   EXPECT_TRUE(none.empty());
-}
-
-// log_softmax of `logits` (double).
-std::vector<double> LogSoftmax(std::span<const float> logits) {
-  const double max_logit = *std::max_element(logits.begin(), logits.end());
-  double z = 0;
-  for (float l : logits) z += std::exp(l - max_logit);
-  std::vector<double> row(logits.size());
-  for (size_t i = 0; i < logits.size(); ++i) row[i] = logits[i] - max_logit - std::log(z);
-  return row;
 }
 
 // log_softmax before each of ids[1..] (ids fed one at a time in-process): [i - 1][vocab].
