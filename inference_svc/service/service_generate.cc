@@ -52,6 +52,13 @@ grpc::Status InferenceServiceImpl::Generate(grpc::ServerContext* context,
   if (request->prompt_logprobs() && !request->echo()) {
     return ToGrpcStatus(absl::InvalidArgumentError("prompt_logprobs needs echo"));
   }
+  if (request->prompt_only() &&
+      (!request->messages().empty() ||
+       (request->prompt().empty() && request->prompt_token_ids().empty()))) {
+    return ToGrpcStatus(absl::InvalidArgumentError(
+        "prompt_only needs a prompt or prompt_token_ids (and no messages)"));
+  }
+  turn_request.prompt_only = request->prompt_only();
   auto top_logprobs = TopLogprobsFromProto(request->logprobs() || request->prompt_logprobs(),
                                            request->top_logprobs());
   if (!top_logprobs.ok()) return ToGrpcStatus(top_logprobs.status());

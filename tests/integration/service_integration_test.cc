@@ -386,5 +386,62 @@ TEST_F(ServiceIntegrationTest, ListSessionsReportsTheHeadsModeAndSizes) {
   EXPECT_NE(line.find(" 1024"), std::string::npos) << line;
 }
 
+// prompt_only feeds a prompt and commits without generating (an agent's observation): the
+// session then continues exactly as one that got the same tokens in its next prompt,
+// also when another replica fed the observation (memory mode, folding across it).
+TEST_F(ServiceIntegrationTest, PromptOnlyAdvancesTheSessionLikeAPrompt) {
+  for (const char* id : {"observed", "whole"}) {
+    ASSERT_TRUE(cluster_.Create(0, id, v1::KV_MODE_MEMORY).ok());
+    ASSERT_TRUE(cluster_.Generate(0, id, PromptFor(11, 0), kMaxNew).status.ok());
+  }
+  const std::vector<int32_t> observation = PromptFor(11, 1, 30);
+  auto prompt_only = [&](int replica, const std::vector<int32_t>& ids, int* deltas,
+                         v1::GenerateFinal* final_message) {
+    grpc::ClientContext context;
+    context.set_deadline(std::chrono::system_clock::now() + std::chrono::seconds(60));
+    v1::GenerateRequest request;
+    request.set_session_id("observed");
+    for (int32_t id : ids) request.add_prompt_token_ids(id);
+    request.set_prompt_only(true);
+    auto reader = cluster_.stub(replica).Generate(&context, request);
+    v1::GenerateResponse response;
+    while (reader->Read(&response)) {
+      if (response.has_delta()) ++*deltas;
+      if (response.has_final()) *final_message = response.final();
+    }
+    return reader->Finish();
+  };
+  v1::Session before;
+  ASSERT_TRUE(cluster_.GetSession(1, "observed", &before).ok());
+  int deltas = 0;
+  v1::GenerateFinal final_message;
+  const grpc::Status fed = prompt_only(1, observation, &deltas, &final_message);
+  ASSERT_TRUE(fed.ok()) << fed.error_message();
+  EXPECT_EQ(deltas, 0);
+  EXPECT_EQ(final_message.finish_reason(), v1::FINISH_REASON_LENGTH);
+  EXPECT_EQ(final_message.usage().generated_tokens(), 0u);
+  EXPECT_EQ(final_message.usage().prompt_tokens(), observation.size());
+  v1::Session after;
+  ASSERT_TRUE(cluster_.GetSession(0, "observed", &after).ok());
+  EXPECT_EQ(after.head_version(), before.head_version() + 1);
+  EXPECT_EQ(after.total_tokens(), before.total_tokens() + observation.size());
+  EXPECT_GT(after.tokens_folded(), before.tokens_folded());
+
+  std::vector<int32_t> combined = observation;
+  const std::vector<int32_t> next = PromptFor(11, 2);
+  combined.insert(combined.end(), next.begin(), next.end());
+  TurnResult observed = cluster_.Generate(0, "observed", next, kMaxNew);
+  TurnResult whole = cluster_.Generate(0, "whole", combined, kMaxNew);
+  ASSERT_TRUE(observed.status.ok() && whole.status.ok());
+  EXPECT_EQ(observed.tokens, whole.tokens);
+
+  // Nothing to feed: refused before anything runs.
+  EXPECT_EQ(prompt_only(0, {}, &deltas, &final_message).error_code(),
+            grpc::StatusCode::INVALID_ARGUMENT);
+  v1::Session unchanged;
+  ASSERT_TRUE(cluster_.GetSession(0, "observed", &unchanged).ok());
+  EXPECT_EQ(unchanged.head_version(), after.head_version() + 1);
+}
+
 }  // namespace
 }  // namespace kvfold::testing
