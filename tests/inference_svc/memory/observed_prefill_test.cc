@@ -1,6 +1,6 @@
-// Session::ObservePrefillRows, in every KV mode: the rows a prompt hands the observer are
-// the logits the same tokens give fed one at a time (bit for bit), one per token, in order,
-// through evictions and folds; whole and in pieces; observing changes nothing the session
+// Session::ObservePrefillRows, in every KV mode and KV element type: the rows a prompt hands the
+// observer are the logits the same tokens give fed one at a time (bit for bit), one per token, in
+// order, through evictions and folds; whole and in pieces; observing changes nothing the session
 // keeps; ImportState and decode steps are never observed.
 #include <cstring>
 #include <memory>
@@ -17,16 +17,19 @@ namespace {
 using core::KvMode;
 using Rows = std::vector<std::vector<float>>;
 
-// Mode, and whether the prompt goes in pieces (StartPrefill / ContinuePrefill).
+// Mode, whether the prompt goes in pieces (StartPrefill / ContinuePrefill), and the KV
+// cache's element type.
 struct Case {
   KvMode mode;
   bool pieces;
+  core::DType kv_dtype = core::DType::kF32;
 };
 
 class ObservedPrefillTest : public ::testing::TestWithParam<Case> {
  protected:
   void SetUp() override {
-    rig_ = testing::MakeTinyEngine(11, {.max_batch_tokens = 64, .kv_pool_bytes = 64 << 20});
+    rig_ = testing::MakeTinyEngine(
+        11, {.max_batch_tokens = 64, .kv_pool_bytes = 64 << 20, .kv_dtype = GetParam().kv_dtype});
     // Window 16 + chunk 8: a 150-token prompt folds many times.
     projector_ = testing::RandomTinyProjector(testing::TinyProjectorConfig(*rig_->engine, 4, 16, 8),
                                               5, "observed-prefill");
@@ -136,11 +139,18 @@ INSTANTIATE_TEST_SUITE_P(Modes, ObservedPrefillTest,
                                            Case{KvMode::kSink, true}, Case{KvMode::kMemory, false},
                                            Case{KvMode::kMemory, true},
                                            Case{KvMode::kMemoryOnly, false},
-                                           Case{KvMode::kMemoryOnly, true}),
+                                           Case{KvMode::kMemoryOnly, true},
+                                           Case{KvMode::kFull, true, core::DType::kF16},
+                                           Case{KvMode::kMemory, false, core::DType::kF16},
+                                           Case{KvMode::kFull, false, core::DType::kI8},
+                                           Case{KvMode::kFull, true, core::DType::kI8},
+                                           Case{KvMode::kSliding, true, core::DType::kI8},
+                                           Case{KvMode::kMemory, true, core::DType::kI8}),
                          [](const ::testing::TestParamInfo<Case>& info) {
                            std::string name(core::KvModeName(info.param.mode));
                            std::erase(name, '_');
-                           return name + (info.param.pieces ? "InPieces" : "Whole");
+                           return name + (info.param.pieces ? "InPieces" : "Whole") +
+                                  std::string(core::DTypeName(info.param.kv_dtype));
                          });
 
 }  // namespace
