@@ -92,15 +92,7 @@ void ChatTurn::OnTokens(const std::vector<int32_t>& ids,
   for (size_t i = 0; i < ids.size(); ++i) {
     ++generated_;
     text += decoder_.Push(ids[i]);
-    if (options_.logprobs && i < logprobs.size()) {
-      TokenLogprob t;
-      t.token = std::string(tokenizer_->TokenBytes(ids[i]));
-      t.logprob = logprobs[i].logprob;
-      for (const auto& [id, lp] : logprobs[i].top) {
-        t.top.emplace_back(std::string(tokenizer_->TokenBytes(id)), lp);
-      }
-      shown.push_back(std::move(t));
-    }
+    if (options_.logprobs && i < logprobs.size()) shown.push_back(Shown(ids[i], &logprobs[i]));
   }
   std::string visible = stop_.Push(text);
   if (stop_.stopped()) {
@@ -116,15 +108,20 @@ void ChatTurn::OnPromptLogprobs(const std::vector<int32_t>& ids,
   if (!options_.logprobs || echoed_) return;
   const size_t first = ids.size() - std::min(ids.size(), logprobs.size());
   for (size_t i = 0; i < ids.size(); ++i) {
-    TokenLogprob& t = echo_logprobs_.emplace_back();
-    t.token = std::string(tokenizer_->TokenBytes(ids[i]));
-    t.scored = i >= first;
-    if (!t.scored) continue;
-    t.logprob = logprobs[i - first].logprob;
-    for (const auto& [id, lp] : logprobs[i - first].top) {
-      t.top.emplace_back(std::string(tokenizer_->TokenBytes(id)), lp);
-    }
+    echo_logprobs_.push_back(Shown(ids[i], i >= first ? &logprobs[i - first] : nullptr));
   }
+}
+
+TokenLogprob ChatTurn::Shown(int32_t id, const TokenLogprobIds* logprobs) const {
+  TokenLogprob t;
+  t.token = std::string(tokenizer_->TokenBytes(id));
+  t.scored = logprobs != nullptr;
+  if (!t.scored) return t;
+  t.logprob = logprobs->logprob;
+  for (const auto& [alternative, lp] : logprobs->top) {
+    t.top.emplace_back(std::string(tokenizer_->TokenBytes(alternative)), lp);
+  }
+  return t;
 }
 
 void ChatTurn::EmitEchoLocked() {

@@ -66,6 +66,8 @@ class ChatTurn final : public TurnObserver, public std::enable_shared_from_this<
   void EmitLocked(const std::string& text, std::vector<TokenLogprob> logprobs,
                   const std::string& finish_reason);
   void CancelLocked();
+  // Token `id` as the answer shows it, with its log-probabilities (null: unscored).
+  TokenLogprob Shown(int32_t id, const TokenLogprobIds* logprobs) const;
   // The echo (text and prompt log-probabilities), once, before the first generated text.
   void EmitEchoLocked();
   // The turn's outcome into the exchange's request record.

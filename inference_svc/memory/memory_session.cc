@@ -329,14 +329,14 @@ absl::Status MemorySession::ForwardSinks(std::span<const int32_t> ids, RowSelect
     cache_->Truncate(prefix_len, main_len);
     return s;
   }
-  return TakeLogits(result_.outputs[0], logits);
+  return TakeLogits(result_.outputs[0], logits, ids.size());
 }
 
-absl::Status MemorySession::TakeLogits(const SequenceOutput& out, RowSelect logits) {
+absl::Status MemorySession::TakeLogits(const SequenceOutput& out, RowSelect logits, size_t fed) {
   if (logits == RowSelect::kNone) return absl::OkStatus();
-  const int rows =
-      logits == RowSelect::kAll ? static_cast<int>(out.logits.size() / logits_.size()) : 1;
-  if (out.num_logit_rows != rows || out.logits.size() != logits_.size() * rows) {
+  const size_t rows = logits == RowSelect::kAll ? fed : 1;
+  if (static_cast<size_t>(out.num_logit_rows) != rows ||
+      out.logits.size() != logits_.size() * rows) {
     return absl::InternalError("MemorySession: unexpected logits shape");
   }
   if (logits == RowSelect::kAll) ObserveRows(out);
@@ -362,7 +362,7 @@ absl::Status MemorySession::ForwardWindow(std::span<const int32_t> ids, int firs
     return s;
   }
   const SequenceOutput& out = result_.outputs[0];
-  if (auto s = TakeLogits(out, logits); !s.ok()) return s;
+  if (auto s = TakeLogits(out, logits, ids.size()); !s.ok()) return s;
   if (first < chunk_size_) KeepHidden(out, first);
   return absl::OkStatus();
 }

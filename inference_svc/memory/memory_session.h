@@ -121,9 +121,9 @@ class MemorySession final : public engine::Session {
   // keeping the hidden rows of entries < C and the logits `logits` selects (TakeLogits).
   // The caller keeps window_ in sync.
   absl::Status ForwardWindow(std::span<const int32_t> ids, int first, engine::RowSelect logits);
-  // The logits of a forward that selected `logits`: the last row kept as Logits(); with
-  // kAll, every row to the prompt observer first.
-  absl::Status TakeLogits(const engine::SequenceOutput& out, engine::RowSelect logits);
+  // The logits of a forward of `fed` rows that selected `logits`: the last row kept as
+  // Logits(); with kAll, every row to the prompt observer first.
+  absl::Status TakeLogits(const engine::SequenceOutput& out, engine::RowSelect logits, size_t fed);
   // Copies hidden rows [0, num_rows) of `output` (window entries first..) into chunk_hidden_.
   void KeepHidden(const engine::SequenceOutput& output, int first);
 

@@ -149,8 +149,11 @@ class Scheduler {
   // r fed the first `tokens` of PromptRest(r): moves past them (frees a finished replay).
   static void Advance(Running& r, size_t tokens);
   void PrefillChunk(Running& r, size_t take);
+  // Whether PromptRest(r) is a prompt the turn scores (TurnJob::prompt_top_logprobs; a
+  // replayed history never is).
+  static bool ScoresRest(const Running& r);
   // Before r feeds PromptRest(r): the session's prompt observer scores the prompt's
-  // tokens when the turn asks (TurnJob::prompt_top_logprobs), and is off for a replay.
+  // tokens when ScoresRest(r), and is off otherwise.
   static void ObservePrompt(Running& r);
   // A long prompt's rest in pieces of bounded work under the credit: starts it, or
   // continues it while credit is left. True once the rest is fed.

@@ -91,13 +91,16 @@ void Scheduler::Advance(Running& r, size_t tokens) {
   }
 }
 
+bool Scheduler::ScoresRest(const Running& r) {
+  return r.replay_pos >= r.replay_ids.size() && r.job->prompt_top_logprobs >= 0;
+}
+
 void Scheduler::ObservePrompt(Running& r) {
   TurnJob& job = *r.job;
   engine::Session& session = *job.live->engine_session;
-  const bool replay = r.replay_pos < r.replay_ids.size();
-  if (replay || job.prompt_top_logprobs < 0) return session.ObservePrefillRows(nullptr);
+  if (!ScoresRest(r)) return session.ObservePrefillRows(nullptr);
   const int top = job.prompt_top_logprobs;
-  if (r.prompt_pos == 0 && job.prompt_rows_seen == 0 && !session.Logits().empty()) {
+  if (r.prompt_pos == 0 && !session.Logits().empty()) {
     // The first prompt token follows the session's last token.
     engine::ComputeLogprobs(session.Logits(), job.prompt_ids[0], top,
                             &job.prompt_logprobs.emplace_back());
@@ -116,6 +119,7 @@ void Scheduler::PrefillChunk(Running& r, size_t take) {
   TurnJob& job = *r.job;
   engine::Session& session = *job.live->engine_session;
   const bool replay = r.replay_pos < r.replay_ids.size();
+  const bool scored = ScoresRest(r);
   const int64_t resident = session.ResidentTokens();
   ObservePrompt(r);
   const auto t0 = TurnJob::Clock::now();
@@ -125,9 +129,7 @@ void Scheduler::PrefillChunk(Running& r, size_t take) {
   if (options_.prefill_stall > 0) prefill_credit_ms_ -= ms;
   if (!s.ok()) return Fail(r, s);
   // A scored prompt (every row's logits) would overstate the cost of prompt work.
-  if (replay || job.prompt_top_logprobs < 0) {
-    prefill_cost_.Observe(resident, static_cast<int64_t>(take), ms);
-  }
+  if (!scored) prefill_cost_.Observe(resident, static_cast<int64_t>(take), ms);
   r.last_ms_per_token = ms / static_cast<double>(take);
   Advance(r, take);
 }
@@ -160,7 +162,7 @@ bool Scheduler::ContinuePieces(Running& r) {
   }
   if (!*done) return false;
   r.in_pieces = false;
-  if (replay || job.prompt_top_logprobs < 0) {
+  if (!ScoresRest(r)) {
     prefill_cost_.Observe(r.pieces_resident, static_cast<int64_t>(r.pieces_tokens), r.pieces_ms);
   }
   r.last_ms_per_token = r.pieces_ms / static_cast<double>(r.pieces_tokens);

@@ -10,8 +10,6 @@
 #include "gmock/gmock.h"
 #include "gtest/gtest.h"
 #include "inference_svc/engine/sampler.h"
-#include "inference_svc/memory/memory_session.h"
-#include "inference_svc/model/model_file.h"
 #include "inference_svc/tokenizer/tokenizer.h"
 #include "tests/integration/http_api_fixture.h"
 #include "tests/integration/reference_engine.h"
@@ -221,15 +219,21 @@ TEST_F(HttpApiTest, GrpcGenerateCarriesLogprobsPerToken) {
   EXPECT_TRUE(none.empty());
 }
 
-// log_softmax before each of ids[1..] (ids fed one at a time in-process): [i - 1][vocab].
-std::vector<std::vector<double>> PromptLogSoftmax(const std::vector<int32_t>& ids) {
-  ReferenceSession session({ids[0]});
+// log_softmax before each of `ids`, appended one at a time to `session`: [i][vocab].
+std::vector<std::vector<double>> LogSoftmaxBefore(ReferenceSession& session,
+                                                  std::span<const int32_t> ids) {
   std::vector<std::vector<double>> out;
-  for (size_t i = 1; i < ids.size() && session.ok(); ++i) {
+  for (size_t i = 0; i < ids.size() && session.ok(); ++i) {
     out.push_back(LogSoftmax(session.Logits()));
     session.Append(ids[i]);
   }
   return out;
+}
+
+// log_softmax before each of ids[1..] (ids fed one at a time in-process): [i - 1][vocab].
+std::vector<std::vector<double>> PromptLogSoftmax(const std::vector<int32_t>& ids) {
+  ReferenceSession session({ids[0]});
+  return LogSoftmaxBefore(session, std::span<const int32_t>(ids).subspan(1));
 }
 
 // OpenAI's legacy scoring request (echo, logprobs, max_tokens 0), as evaluation harnesses
@@ -334,23 +338,12 @@ TEST_F(HttpApiTest, ScoredPromptThroughFoldsIsBitExact) {
   ASSERT_TRUE(ids.ok());
   ASSERT_GT(ids->size(), 300u);
 
-  auto model = model::LoadModel(SharedModel());
-  ASSERT_TRUE(model.ok()) << model.status();
-  auto projector = memory::Projector::Load(cluster_->projector_dir());
-  ASSERT_TRUE(projector.ok()) << projector.status();
-  auto backend = kernels::CreateCpuBackend({.num_threads = 1});
-  engine::EngineOptions options;
-  options.kv_pool_bytes = 16 << 20;
-  auto engine = engine::Engine::Create(*model, backend.get(), options);
-  ASSERT_TRUE(engine.ok()) << engine.status();
-  auto session =
-      memory::CreateSession(engine->get(), {.mode = core::KvMode::kMemory}, projector->get());
-  ASSERT_TRUE(session.ok()) << session.status();
+  ReferenceSession reference({(*ids)[0]}, cluster_->projector_dir());
+  ASSERT_TRUE(reference.ok());
   std::vector<engine::TokenLogprobs> want(ids->size());
-  ASSERT_TRUE((*session)->Append((*ids)[0]).ok());
   for (size_t i = 1; i < ids->size(); ++i) {
-    engine::ComputeLogprobs((*session)->Logits(), (*ids)[i], 2, &want[i]);
-    ASSERT_TRUE((*session)->Append((*ids)[i]).ok());
+    engine::ComputeLogprobs(reference.Logits(), (*ids)[i], 2, &want[i]);
+    reference.Append((*ids)[i]);
   }
 
   // A decode first: the scheduler then budgets prompt work by the decode step's time.
@@ -424,11 +417,7 @@ TEST_F(HttpApiTest, GrpcPromptLogprobsScoreEveryTokenOfAContinuation) {
 
   // The reference: the history, then the new prompt one token at a time.
   ReferenceSession reference(history);
-  std::vector<std::vector<double>> want;
-  for (int32_t id : *second) {
-    want.push_back(LogSoftmax(reference.Logits()));
-    reference.Append(id);
-  }
+  const auto want = LogSoftmaxBefore(reference, *second);
   v1::GenerateResponse echoed;
   ASSERT_TRUE(generate(1, *second, true, true, 1, &echoed, nullptr).ok());
   ASSERT_EQ(echoed.delta().token_ids_size(), static_cast<int>(second->size()));

@@ -1,16 +1,19 @@
-// stories260K on an in-process CPU engine (one thread, a full-mode session), for the HTTP
-// API tests that compare a replica's answers with the engine's own logits.
+// stories260K on an in-process CPU engine (one thread; a full-mode session, or a memory-mode
+// one with a given projector), for the HTTP API tests that compare a replica's answers
+// with the engine's own logits.
 #ifndef KVFOLD_TESTS_INTEGRATION_REFERENCE_ENGINE_H_
 #define KVFOLD_TESTS_INTEGRATION_REFERENCE_ENGINE_H_
 
 #include <memory>
 #include <optional>
 #include <span>
+#include <string>
 #include <vector>
 
 #include "gtest/gtest.h"
 #include "inference_svc/engine/engine.h"
 #include "inference_svc/engine/session.h"
+#include "inference_svc/memory/memory_session.h"
 #include "inference_svc/model/model_file.h"
 #include "kernels/backend.h"
 #include "tests/integration/http_api_fixture.h"
@@ -20,7 +23,9 @@ namespace kvfold::testing {
 class ReferenceSession {
  public:
   // The shared model with `prompt` prefilled; a failure is a test failure and ok() false.
-  explicit ReferenceSession(const std::vector<int32_t>& prompt) {
+  // `projector_dir` non-empty: a memory-mode session with that projector.
+  explicit ReferenceSession(const std::vector<int32_t>& prompt,
+                            const std::string& projector_dir = "") {
     auto model = model::LoadModel(SharedModel());
     EXPECT_TRUE(model.ok()) << model.status();
     if (!model.ok()) return;
@@ -34,7 +39,17 @@ class ReferenceSession {
     EXPECT_TRUE(engine.ok()) << engine.status();
     if (!engine.ok()) return;
     engine_ = std::move(*engine);
-    auto session = engine::CreatePlainSession(engine_.get(), engine::SessionOptions());
+    absl::StatusOr<std::unique_ptr<engine::Session>> session;
+    if (projector_dir.empty()) {
+      session = engine::CreatePlainSession(engine_.get(), engine::SessionOptions());
+    } else {
+      auto projector = memory::Projector::Load(projector_dir);
+      EXPECT_TRUE(projector.ok()) << projector.status();
+      if (!projector.ok()) return;
+      projector_ = std::move(*projector);
+      session =
+          memory::CreateSession(engine_.get(), {.mode = core::KvMode::kMemory}, projector_.get());
+    }
     EXPECT_TRUE(session.ok()) << session.status();
     if (!session.ok()) return;
     session_ = std::move(*session);
@@ -58,6 +73,7 @@ class ReferenceSession {
   std::optional<model::ModelFile> model_;
   std::unique_ptr<kernels::Backend> backend_;
   std::unique_ptr<engine::Engine> engine_;
+  std::unique_ptr<memory::Projector> projector_;
   std::unique_ptr<engine::Session> session_;
 };
 

@@ -510,27 +510,24 @@ int Main(int argc, char** argv) {
       out["batch_decode"]["kv_dtype"] = core::DTypeName(eo.kv_dtype);
       std::fprintf(stderr, "batch decode: %s\n", out["batch_decode"].dump().c_str());
     }
-    if (prefill_pieces > 0) {
+    // An engine whose pool holds a `tokens`-token prompt's full-mode KV (F32, the engine's
+    // default), with room to spare.
+    auto prompt_engine = [&](int tokens) {
       engine::EngineOptions eo;
-      // The prompt's full-mode KV (F32, the engine's default), with room to spare.
       const absl::StatusOr<uint64_t> per_token = core::KvBytesPerToken(
           {static_cast<uint64_t>(m->config.num_layers), static_cast<uint64_t>(m->config.kv_dim())});
       if (per_token.ok()) {
-        eo.kv_pool_bytes = std::max<size_t>(eo.kv_pool_bytes, (prefill_pieces + 4096) * *per_token);
+        eo.kv_pool_bytes = std::max<size_t>(eo.kv_pool_bytes, (tokens + 4096) * *per_token);
       }
-      auto e = engine::Engine::Create(*m, backend.get(), eo);
+      return engine::Engine::Create(*m, backend.get(), eo);
+    };
+    if (prefill_pieces > 0) {
+      auto e = prompt_engine(prefill_pieces);
       out["prefill_pieces"] = e.ok() ? bench::BenchPrefillPieces(**e, prefill_pieces, pieces_band)
                                      : json{{"error", e.status().ToString()}};
     }
     if (scoring_prefill > 0) {
-      engine::EngineOptions eo;
-      const absl::StatusOr<uint64_t> per_token = core::KvBytesPerToken(
-          {static_cast<uint64_t>(m->config.num_layers), static_cast<uint64_t>(m->config.kv_dim())});
-      if (per_token.ok()) {
-        eo.kv_pool_bytes =
-            std::max<size_t>(eo.kv_pool_bytes, 2 * (scoring_prefill + 256) * *per_token);
-      }
-      auto e = engine::Engine::Create(*m, backend.get(), eo);
+      auto e = prompt_engine(scoring_prefill);
       out["scoring_prefill"] = e.ok()
                                    ? bench::BenchScoringPrefill(**e, scoring_prefill, scoring_reps)
                                    : json{{"error", e.status().ToString()}};

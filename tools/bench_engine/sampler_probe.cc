@@ -8,6 +8,7 @@
 #include <vector>
 
 #include "inference_svc/engine/sampler.h"
+#include "tools/bench_stats.h"
 
 namespace kvfold::bench {
 namespace {
@@ -52,8 +53,7 @@ double LogprobsUsPerToken(const std::vector<std::vector<float>>& rows, int top_n
         calls);
   }
   if (sink == 1.5) runs.push_back(0);  // keeps the results observable
-  std::sort(runs.begin(), runs.end());
-  return runs[runs.size() / 2];
+  return Median(runs);
 }
 
 }  // namespace

@@ -6,6 +6,7 @@
 
 #include "inference_svc/engine/sampler.h"
 #include "inference_svc/engine/session.h"
+#include "tools/bench_stats.h"
 
 namespace kvfold::bench {
 
@@ -35,15 +36,11 @@ nlohmann::json BenchScoringPrefill(engine::Engine& engine, int tokens, int reps)
       (observe ? scored : plain).push_back(tokens / seconds);
     }
   }
-  auto median = [](std::vector<double> v) {
-    std::sort(v.begin(), v.end());
-    return v[v.size() / 2];
-  };
   return {{"tokens", tokens},
           {"reps", reps},
-          {"plain_tok_s", median(plain)},
-          {"scored_tok_s", median(scored)},
-          {"scored_over_plain", median(scored) / median(plain)},
+          {"plain_tok_s", Median(plain)},
+          {"scored_tok_s", Median(scored)},
+          {"scored_over_plain", Median(scored) / Median(plain)},
           {"logprob_sum", checksum}};
 }
 
