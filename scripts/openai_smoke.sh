@@ -210,12 +210,29 @@ try {
 } catch (e) {
   check(e.status === 401, `wrong key -> ${e.status} ${e.error?.type ?? ""}`);
 }
+// Several choices: n seeded samples (choice i = the n = 1 answer with seed + i), and a batch
+// of prompts with each prompt's choices at i * n .. i * n + n - 1.
+const sampled = await A.chat.completions.create({ ...chat, max_tokens: 16, temperature: 1,
+                                                  seed: 5, n: 3 });
+const alone = await B.chat.completions.create({ ...chat, max_tokens: 16, temperature: 1, seed: 6 });
+check(sampled.choices.length === 3 && sampled.choices.every((c, i) => c.index === i) &&
+        sampled.choices[1].message.content === alone.choices[0].message.content &&
+        new Set(sampled.choices.map((c) => c.message.content)).size > 1,
+      `chat n = 3 seed 5: choice 1 = seed 6 alone: ${JSON.stringify(alone.choices[0].message.content)}`);
+const batch = await B.completions.create({ model, prompt: ["Once upon a time", "Lily"], n: 2,
+                                           max_tokens: 6, temperature: 0 });
+const lily = await A.completions.create({ model, prompt: "Lily", max_tokens: 6, temperature: 0 });
+check(batch.choices.length === 4 && batch.choices[3].index === 3 &&
+        batch.choices[2].text === lily.choices[0].text && batch.choices[3].text === lily.choices[0].text,
+      `completions batch of 2 prompts, n = 2: choices 2 and 3 = "Lily" alone: ` +
+      JSON.stringify(lily.choices[0].text));
 try {
-  await A.chat.completions.create({ model, n: 2, messages: [{ role: "user", content: "hi" }] });
-  check(false, "n = 2 is refused");
+  await A.chat.completions.create({ model, n: 2, kvfold_session: "smoke-one-answer",
+                                    messages: [{ role: "user", content: "hi" }] });
+  check(false, "n = 2 on a kvfold session is refused");
 } catch (e) {
   check(e.status === 400 && e.param === "n",
-        `n = 2 -> ${e.status} (param ${e.param}): ${e.error?.message ?? e.message}`);
+        `n = 2 on a kvfold session -> ${e.status} (param ${e.param}): ${e.error?.message ?? e.message}`);
 }
 console.log("openai_smoke: all checks passed");
 EOF

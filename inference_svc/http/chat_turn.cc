@@ -1,37 +1,181 @@
-// ChatTurn (chat_turn.h).
+// ChoiceSet and ChatTurn (chat_turn.h).
 #include "inference_svc/http/chat_turn.h"
 
-#include <cmath>
+#include <algorithm>
 
 #include "absl/strings/str_cat.h"
 
 namespace kvfold::http {
 
-ChatTurn::ChatTurn(ChatTurnOptions options, std::shared_ptr<ObservedExchange> exchange,
-                   const Tokenizer* tokenizer)
+ChoiceSet::ChoiceSet(ChatTurnOptions options, int count, std::shared_ptr<ObservedExchange> exchange,
+                     const Tokenizer* tokenizer)
     : options_(std::move(options)),
+      count_(count),
       exchange_(std::move(exchange)),
       tokenizer_(tokenizer),
-      decoder_(tokenizer, /*at_text_start=*/false),
-      stop_(options_.stop) {}
+      turns_(count) {}
 
-void ChatTurn::Watch() {
-  std::weak_ptr<ChatTurn> weak = weak_from_this();
+void ChoiceSet::Watch() {
+  std::weak_ptr<ChoiceSet> weak = weak_from_this();
   exchange_->OnClientGone([weak] {
-    if (auto self = weak.lock()) {
+    auto self = weak.lock();
+    if (self == nullptr) return;
+    {
       std::lock_guard<std::mutex> lock(self->mu_);
       self->client_gone_ = true;
-      self->CancelLocked();
+      self->closed_ = true;
     }
+    self->CancelChoices(-1);
   });
 }
+
+std::shared_ptr<ChatTurn> ChoiceSet::Choice(int index, std::string echo) {
+  auto turn = std::make_shared<ChatTurn>(shared_from_this(), index, std::move(echo));
+  std::lock_guard<std::mutex> lock(mu_);
+  turns_[index] = turn;
+  return turn;
+}
+
+bool ChoiceSet::closed() {
+  std::lock_guard<std::mutex> lock(mu_);
+  return closed_;
+}
+
+void ChoiceSet::CancelChoices(int except) {
+  std::vector<std::shared_ptr<ChatTurn>> turns;
+  {
+    std::lock_guard<std::mutex> lock(mu_);
+    for (int i = 0; i < count_; ++i) {
+      if (i == except) continue;
+      if (auto t = turns_[i].lock()) turns.push_back(std::move(t));
+    }
+  }
+  for (const auto& t : turns) t->Cancel();
+}
+
+void ChoiceSet::StartStreamLocked() {
+  if (stream_started_) return;
+  stream_started_ = true;
+  exchange_->StartStream(200, "text/event-stream");
+  if (options_.api == ChatTurnOptions::Api::kResponse) {
+    exchange_->Write(ResponseStreamStart(options_.head, options_.previous_response_id, &sequence_));
+  }
+}
+
+void ChoiceSet::Stream(const std::function<std::string(int* sequence)>& event) {
+  std::lock_guard<std::mutex> lock(mu_);
+  if (closed_) return;
+  StartStreamLocked();
+  std::string text = event(&sequence_);
+  if (!text.empty()) exchange_->Write(std::move(text));
+}
+
+void ChoiceSet::Record(int index, const absl::Status& status, const TurnResult& result,
+                       uint32_t prompt_tokens, uint32_t generated) {
+  std::lock_guard<std::mutex> lock(mu_);
+  if (index % options_.choices_per_prompt == 0) record_prompt_tokens_ += prompt_tokens;
+  record_generated_ += generated;
+  record_folded_ += result.tokens_folded;
+  if (!status.ok() && generated == 0) return;  // refused before any work
+  exchange_->Annotate([&](logging::RequestRecord* r) {
+    if (index == 0) {
+      if (result.version != 0) r->version = result.version;
+      r->timings_ms = result.timings_ms;
+    }
+    r->counts = {{"prompt_tokens", record_prompt_tokens_},
+                 {"generated_tokens", record_generated_},
+                 {"folded_tokens", record_folded_},
+                 {"restored_from_store", result.restored_from_store ? 1 : 0}};
+  });
+}
+
+void ChoiceSet::Fail(int index, const absl::Status& status, int64_t retry_after_ms) {
+  {
+    std::lock_guard<std::mutex> lock(mu_);
+    if (closed_) return;
+    closed_ = true;
+    if (stream_started_) {
+      exchange_->SetStatus(status);
+      exchange_->Write(options_.api == ChatTurnOptions::Api::kResponse
+                           ? ResponseFailedEvent(options_.head, options_.previous_response_id,
+                                                 status, &sequence_)
+                           : absl::StrCat("data: ", ErrorJson(status), "\n\n"));
+      exchange_->End();
+    } else {
+      exchange_->RespondError(status, retry_after_ms);
+    }
+  }
+  CancelChoices(index);
+}
+
+void ChoiceSet::Finish(ChatAnswer choice) {
+  std::lock_guard<std::mutex> lock(mu_);
+  if (closed_) return;
+  done_.push_back(std::move(choice));
+  if (static_cast<int>(done_.size()) < count_) return;
+  std::sort(done_.begin(), done_.end(),
+            [](const ChatAnswer& a, const ChatAnswer& b) { return a.index < b.index; });
+  // The first choice's session, version and replica; token counts over all choices (each
+  // prompt's tokens once).
+  TurnUsage usage = done_.front().usage;
+  usage.prompt_tokens = usage.completion_tokens = usage.tokens_folded = 0;
+  for (const ChatAnswer& c : done_) {
+    if (c.index % options_.choices_per_prompt == 0) usage.prompt_tokens += c.usage.prompt_tokens;
+    usage.completion_tokens += c.usage.completion_tokens;
+    usage.tokens_folded += c.usage.tokens_folded;
+  }
+  if (options_.stream && options_.api == ChatTurnOptions::Api::kResponse) {
+    StartStreamLocked();  // a turn that generated no text still streams its events
+    exchange_->Write(ResponseStreamEnd(done_.front(), options_.previous_response_id, &sequence_));
+    exchange_->End();
+    return;
+  }
+  if (options_.stream) {
+    StartStreamLocked();
+    if (options_.include_usage) {
+      ChatAnswer head = options_.head;
+      head.usage = usage;
+      exchange_->Write(UsageChunkEvent(head, options_.api == ChatTurnOptions::Api::kChat));
+    }
+    exchange_->Write(std::string(kDoneEvent));
+    exchange_->End();
+    return;
+  }
+  std::string body;
+  switch (options_.api) {
+    case ChatTurnOptions::Api::kChat:
+      body = ChatCompletionJson(done_, usage);
+      break;
+    case ChatTurnOptions::Api::kCompletion:
+      body = CompletionJson(done_, usage);
+      break;
+    case ChatTurnOptions::Api::kResponse:
+      body = ResponseJson(done_.front(), options_.previous_response_id);
+      break;
+  }
+  exchange_->Respond(200, "application/json", std::move(body));
+}
+
+ChatTurn::ChatTurn(std::shared_ptr<ChoiceSet> set, int index, std::string echo)
+    : set_(std::move(set)),
+      options_(set_->options()),
+      index_(index),
+      echo_(std::move(echo)),
+      tokenizer_(set_->tokenizer()),
+      decoder_(tokenizer_, /*at_text_start=*/false),
+      stop_(options_.stop) {}
 
 void ChatTurn::Attach(std::shared_ptr<RunningTurn> turn) {
   const uint32_t prompt_tokens = turn->prompt_tokens();  // before mu_: the port locks too
   std::lock_guard<std::mutex> lock(mu_);
   turn_ = std::move(turn);
   prompt_tokens_ = prompt_tokens;
-  if (client_gone_ || (stop_.stopped() && options_.cancel_on_stop)) CancelLocked();
+  if (set_->closed() || (stop_.stopped() && options_.cancel_on_stop)) CancelLocked();
+}
+
+void ChatTurn::Cancel() {
+  std::lock_guard<std::mutex> lock(mu_);
+  CancelLocked();
 }
 
 void ChatTurn::CancelLocked() {
@@ -40,15 +184,6 @@ void ChatTurn::CancelLocked() {
 
 void ChatTurn::Fail(const absl::Status& status, int64_t retry_after_ms) {
   OnDone(status, TurnResult{}, retry_after_ms);
-}
-
-void ChatTurn::StartStreamLocked() {
-  if (stream_started_) return;
-  stream_started_ = true;
-  exchange_->StartStream(200, "text/event-stream");
-  if (options_.api == ChatTurnOptions::Api::kResponse) {
-    exchange_->Write(ResponseStreamStart(options_.head, options_.previous_response_id, &sequence_));
-  }
 }
 
 void ChatTurn::EmitLocked(const std::string& text, std::vector<TokenLogprob> logprobs,
@@ -64,21 +199,22 @@ void ChatTurn::EmitLocked(const std::string& text, std::vector<TokenLogprob> log
     logprobs_.insert(logprobs_.end(), logprobs.begin(), logprobs.end());
   }
   if (text.empty() && logprobs.empty() && finish_reason.empty()) return;
-  StartStreamLocked();
-  switch (options_.api) {
-    case ChatTurnOptions::Api::kChat:
-      exchange_->Write(ChatChunkEvent(options_.head, text, first_chunk_, finish_reason, logprobs));
-      break;
-    case ChatTurnOptions::Api::kCompletion:
-      exchange_->Write(CompletionChunkEvent(options_.head, text, finish_reason, logprobs));
-      break;
-    case ChatTurnOptions::Api::kResponse:
-      // The finish reason goes into the closing events (ResponseStreamEnd).
-      if (!text.empty() || !logprobs.empty()) {
-        exchange_->Write(ResponseTextDeltaEvent(options_.head, text, logprobs, &sequence_));
-      }
-      break;
-  }
+  ChatAnswer head = options_.head;
+  head.index = index_;
+  const bool first = first_chunk_;
+  set_->Stream([&](int* sequence) -> std::string {
+    switch (options_.api) {
+      case ChatTurnOptions::Api::kChat:
+        return ChatChunkEvent(head, text, first, finish_reason, logprobs);
+      case ChatTurnOptions::Api::kCompletion:
+        return CompletionChunkEvent(head, text, finish_reason, logprobs);
+      case ChatTurnOptions::Api::kResponse:
+        // The finish reason goes into the closing events (ResponseStreamEnd).
+        if (text.empty() && logprobs.empty()) return "";
+        return ResponseTextDeltaEvent(head, text, logprobs, sequence);
+    }
+    return "";
+  });
   first_chunk_ = false;
 }
 
@@ -127,32 +263,24 @@ TokenLogprob ChatTurn::Shown(int32_t id, const TokenLogprobIds* logprobs) const 
 void ChatTurn::EmitEchoLocked() {
   if (echoed_) return;
   echoed_ = true;
-  if (options_.echo.empty() && echo_logprobs_.empty()) return;
-  EmitLocked(options_.echo, std::move(echo_logprobs_), "");
+  if (echo_.empty() && echo_logprobs_.empty()) return;
+  EmitLocked(echo_, std::move(echo_logprobs_), "");
 }
 
 void ChatTurn::OnDone(const absl::Status& status, const TurnResult& result,
                       int64_t retry_after_ms) {
-  std::lock_guard<std::mutex> lock(mu_);
+  std::unique_lock<std::mutex> lock(mu_);
   if (answered_) return;
   answered_ = true;
   const bool stopped_by_string = stop_.stopped();
   // A turn this front cancelled because of a stop string is a success with what it showed.
   const bool ok = status.ok() || (stopped_by_string && options_.cancel_on_stop &&
                                   status.code() == absl::StatusCode::kCancelled);
-  Record(status, result);
-  if (!ok || client_gone_) {
-    if (client_gone_) return;
-    if (stream_started_) {
-      exchange_->SetStatus(status);
-      exchange_->Write(options_.api == ChatTurnOptions::Api::kResponse
-                           ? ResponseFailedEvent(options_.head, options_.previous_response_id,
-                                                 status, &sequence_)
-                           : absl::StrCat("data: ", ErrorJson(status), "\n\n"));
-      exchange_->End();
-    } else {
-      exchange_->RespondError(status, retry_after_ms);
-    }
+  set_->Record(index_, status, result, status.ok() ? result.prompt_tokens : prompt_tokens_,
+               status.ok() ? result.generated_tokens : generated_);
+  if (!ok) {
+    lock.unlock();  // Fail cancels the other choices, which take their own locks
+    set_->Fail(index_, status, retry_after_ms);
     return;
   }
   EmitEchoLocked();  // a turn that generated nothing (max_tokens 0) still echoes
@@ -160,6 +288,7 @@ void ChatTurn::OnDone(const absl::Status& status, const TurnResult& result,
   std::string visible = stop_.Push(tail);
   if (!stop_.stopped()) visible += stop_.Flush();
   ChatAnswer answer = options_.head;
+  answer.index = index_;
   answer.finish_reason = stop_.stopped() ? "stop" : result.finish_reason;
   answer.usage.prompt_tokens = status.ok() ? result.prompt_tokens : prompt_tokens_;
   answer.usage.completion_tokens = status.ok() ? result.generated_tokens : generated_;
@@ -169,52 +298,13 @@ void ChatTurn::OnDone(const absl::Status& status, const TurnResult& result,
   if (options_.api == ChatTurnOptions::Api::kResponse && status.ok()) {
     answer.id = ResponseId(answer.usage.session_id, result.version);
   }
-  if (options_.stream && options_.api == ChatTurnOptions::Api::kResponse) {
-    EmitLocked(visible, {}, "");
-    StartStreamLocked();  // a turn that generated no text still streams its events
-    answer.text = text_;
-    answer.logprobs = std::move(logprobs_);
-    exchange_->Write(ResponseStreamEnd(answer, options_.previous_response_id, &sequence_));
-    exchange_->End();
-  } else if (options_.stream) {
-    EmitLocked(visible, {}, "");
+  EmitLocked(visible, {}, "");
+  if (options_.stream && options_.api != ChatTurnOptions::Api::kResponse) {
     EmitLocked("", {}, answer.finish_reason);
-    if (options_.include_usage) {
-      exchange_->Write(UsageChunkEvent(answer, options_.api == ChatTurnOptions::Api::kChat));
-    }
-    exchange_->Write(std::string(kDoneEvent));
-    exchange_->End();
-  } else {
-    answer.text = text_ + visible;
-    answer.logprobs = std::move(logprobs_);
-    std::string body;
-    switch (options_.api) {
-      case ChatTurnOptions::Api::kChat:
-        body = ChatCompletionJson(answer);
-        break;
-      case ChatTurnOptions::Api::kCompletion:
-        body = CompletionJson(answer);
-        break;
-      case ChatTurnOptions::Api::kResponse:
-        body = ResponseJson(answer, options_.previous_response_id);
-        break;
-    }
-    exchange_->Respond(200, "application/json", std::move(body));
   }
-}
-
-void ChatTurn::Record(const absl::Status& status, const TurnResult& result) {
-  const uint32_t generated = status.ok() ? result.generated_tokens : generated_;
-  const uint32_t prompt_tokens = status.ok() ? result.prompt_tokens : prompt_tokens_;
-  if (!status.ok() && generated_ == 0) return;  // refused before any work
-  exchange_->Annotate([&](logging::RequestRecord* r) {
-    if (result.version != 0) r->version = result.version;
-    r->timings_ms = result.timings_ms;
-    r->counts = {{"prompt_tokens", prompt_tokens},
-                 {"generated_tokens", generated},
-                 {"folded_tokens", result.tokens_folded},
-                 {"restored_from_store", result.restored_from_store ? 1 : 0}};
-  });
+  answer.text = std::move(text_);
+  answer.logprobs = std::move(logprobs_);
+  set_->Finish(std::move(answer));
 }
 
 }  // namespace kvfold::http

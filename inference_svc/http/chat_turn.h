@@ -1,8 +1,10 @@
-// ChatTurn: one generating HTTP request in flight. Receives the turn's tokens from the
-// TurnPort, detokenizes them, applies the stop strings and answers in OpenAI's format:
-// one JSON body, or server-sent events ending in "data: [DONE]" (a response: typed events
-// ending in response.completed). A client that goes away
-// cancels the turn (nothing is committed).
+// One generating HTTP request in flight. A ChoiceSet is the request's answer; each of its
+// choices is a ChatTurn, one turn of the TurnPort: it receives the turn's tokens,
+// detokenizes them and applies the stop strings; the set answers in OpenAI's format: one
+// JSON body with every choice once all are done, or server-sent events (each choice's
+// chunks under its index) ending in "data: [DONE]" (a response, always one choice: typed
+// events ending in response.completed). The first choice that fails answers the error and
+// cancels the others; a client that goes away cancels every turn (nothing is committed).
 #ifndef KVFOLD_INFERENCE_SVC_HTTP_CHAT_TURN_H_
 #define KVFOLD_INFERENCE_SVC_HTTP_CHAT_TURN_H_
 
@@ -35,24 +37,75 @@ struct ChatTurnOptions {
   // what the session holds stays a committed turn (the text after the stop string is
   // generated but not shown).
   bool cancel_on_stop = false;
-  // Completions' echo: the prompt text, shown first (outside the stop strings' reach),
-  // with its tokens' log-probabilities when the turn scores its prompt.
-  std::string echo;
+  // Choices per prompt (n): usage counts each prompt's tokens once.
+  int choices_per_prompt = 1;
 };
 
-class ChatTurn final : public TurnObserver, public std::enable_shared_from_this<ChatTurn> {
- public:
-  // The turn's outcome (code, version, timings, token counts) goes into the exchange's
-  // request record before the answer completes it.
-  ChatTurn(ChatTurnOptions options, std::shared_ptr<ObservedExchange> exchange,
-           const Tokenizer* tokenizer);
+class ChatTurn;
 
-  // Registers the client-gone callback; call once, before StartTurn.
+class ChoiceSet final : public std::enable_shared_from_this<ChoiceSet> {
+ public:
+  // `count` choices, ChatTurns made by Choice(0) .. Choice(count - 1). Their outcomes
+  // (codes, token counts; the first choice's version and timings) go into the exchange's
+  // request record before the answer completes it.
+  ChoiceSet(ChatTurnOptions options, int count, std::shared_ptr<ObservedExchange> exchange,
+            const Tokenizer* tokenizer);
+
+  // Registers the client-gone callback; call once, before the first StartTurn.
   void Watch();
-  // The running turn (StartTurn's result); cancels it at once if the client already left.
+  // Choice `index`'s turn observer. `echo` (completions): the prompt text, shown first
+  // (outside the stop strings' reach), with its tokens' log-probabilities when the turn
+  // scores its prompt.
+  std::shared_ptr<ChatTurn> Choice(int index, std::string echo = "");
+  // True once the answer is settled early: a choice failed or the client went away.
+  // Choices not started yet should not be.
+  bool closed();
+
+  const ChatTurnOptions& options() const { return options_; }
+  const Tokenizer* tokenizer() const { return tokenizer_; }
+
+ private:
+  friend class ChatTurn;
+  // Writes a streamed event (started at the first one) unless the answer is settled;
+  // `event` gets the response stream's sequence number to advance.
+  void Stream(const std::function<std::string(int* sequence)>& event);
+  // Choice `choice.index` is done (its text, logprobs and usage in `choice`); the answer
+  // goes out when it is the last.
+  void Finish(ChatAnswer choice);
+  // A choice failed: the first answers `status` and cancels the other choices.
+  void Fail(int index, const absl::Status& status, int64_t retry_after_ms);
+  // A choice's outcome into the request record.
+  void Record(int index, const absl::Status& status, const TurnResult& result,
+              uint32_t prompt_tokens, uint32_t generated);
+  void StartStreamLocked();
+  // Cancels every choice but `except` (-1: all); call without mu_.
+  void CancelChoices(int except);
+
+  const ChatTurnOptions options_;
+  const int count_;
+  const std::shared_ptr<ObservedExchange> exchange_;
+  const Tokenizer* const tokenizer_;
+
+  std::mutex mu_;
+  std::vector<std::weak_ptr<ChatTurn>> turns_;
+  bool closed_ = false;  // failed or client gone: nothing more is written
+  bool client_gone_ = false;
+  bool stream_started_ = false;
+  int sequence_ = 0;  // a streamed response's next sequence_number
+  std::vector<ChatAnswer> done_;
+  uint32_t record_prompt_tokens_ = 0, record_generated_ = 0, record_folded_ = 0;
+};
+
+class ChatTurn final : public TurnObserver {
+ public:
+  ChatTurn(std::shared_ptr<ChoiceSet> set, int index, std::string echo);
+
+  // The running turn (StartTurn's result); cancels it at once if the answer is settled.
   void Attach(std::shared_ptr<RunningTurn> turn);
-  // StartTurn failed: answers the error.
+  // StartTurn failed: answers the error (and cancels the other choices).
   void Fail(const absl::Status& status, int64_t retry_after_ms = 0);
+  // Abandons the turn (nothing is committed).
+  void Cancel();
 
   void OnTokens(const std::vector<int32_t>& ids,
                 const std::vector<TokenLogprobIds>& logprobs) override;
@@ -62,7 +115,6 @@ class ChatTurn final : public TurnObserver, public std::enable_shared_from_this<
               int64_t retry_after_ms) override;
 
  private:
-  void StartStreamLocked();
   void EmitLocked(const std::string& text, std::vector<TokenLogprob> logprobs,
                   const std::string& finish_reason);
   void CancelLocked();
@@ -70,26 +122,23 @@ class ChatTurn final : public TurnObserver, public std::enable_shared_from_this<
   TokenLogprob Shown(int32_t id, const TokenLogprobIds* logprobs) const;
   // The echo (text and prompt log-probabilities), once, before the first generated text.
   void EmitEchoLocked();
-  // The turn's outcome into the exchange's request record.
-  void Record(const absl::Status& status, const TurnResult& result);
 
-  const ChatTurnOptions options_;
-  const std::shared_ptr<ObservedExchange> exchange_;
+  const std::shared_ptr<ChoiceSet> set_;
+  const ChatTurnOptions& options_;  // the set's
+  const int index_;
+  const std::string echo_;
   const Tokenizer* const tokenizer_;
 
   std::mutex mu_;
   IncrementalDecoder decoder_;
   StopMatcher stop_;
   std::shared_ptr<RunningTurn> turn_;
-  bool client_gone_ = false;
-  bool stream_started_ = false;
   bool answered_ = false;
   bool first_chunk_ = true;
   uint32_t generated_ = 0;
   uint32_t prompt_tokens_ = 0;
   std::string text_;                    // non-streaming or a response: the whole answer
   std::vector<TokenLogprob> logprobs_;  // non-streaming or a response
-  int sequence_ = 0;                    // a streamed response's next sequence_number
   bool echoed_ = false;
   std::vector<TokenLogprob> echo_logprobs_;  // the prompt's, until the echo goes out
 };

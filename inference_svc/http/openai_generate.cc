@@ -15,12 +15,16 @@
 namespace kvfold::http {
 namespace {
 
-std::string RandomHex() {
+uint64_t RandomU64() {
   thread_local std::mt19937_64 rng(std::random_device{}());
+  return rng();
+}
+
+std::string RandomHex() {
   static constexpr char kHex[] = "0123456789abcdef";
   std::string out;
   for (int i = 0; i < 2; ++i) {
-    uint64_t v = rng();
+    uint64_t v = RandomU64();
     for (int k = 0; k < 16; ++k, v >>= 4) out.push_back(kHex[v & 15]);
   }
   return out;
@@ -84,27 +88,45 @@ void AnnotateTurn(ObservedExchange& exchange, const TurnSpec& spec, bool record_
   });
 }
 
-// Starts `spec` with a ChatTurn answering on `exchange`; answers the error if it fails.
-// `create_missing`: a named session that does not exist yet is created first.
-void StartChatTurn(TurnPort* port, const Tokenizer* tokenizer, const Caller& caller,
-                   const TurnSpec& spec, ChatTurnOptions options,
-                   std::shared_ptr<ObservedExchange> exchange, bool create_missing = false) {
-  auto turn = std::make_shared<ChatTurn>(std::move(options), std::move(exchange), tokenizer);
-  turn->Watch();
-  auto running = port->StartTurn(caller, spec, turn);
-  if (!running.ok() && create_missing && running.status().code() == absl::StatusCode::kNotFound) {
-    absl::Status created = port->CreateSession(caller, spec.session_id);
-    if (!created.ok() && created.code() != absl::StatusCode::kAlreadyExists) {
-      turn->Fail(created);
-      return;
+// The seed of choice `index` of an ephemeral conversation: the request's seed + index, so
+// that a seeded request is reproducible and its choices differ (choice 0 is what n = 1
+// gives); unseeded, a random one per choice (0 would mean the RNG's fixed default).
+uint64_t ChoiceSeed(const GenerationParams& p, int index) {
+  if (p.seed.has_value()) return *p.seed + static_cast<uint64_t>(index);
+  uint64_t seed = 0;
+  while (seed == 0) seed = RandomU64();
+  return seed;
+}
+
+// One choice of a request: its turn and (completions) the echoed prompt text.
+struct Choice {
+  TurnSpec spec;
+  std::string echo;
+};
+
+// Starts one turn per choice (choice i is index i of the answer), answering on `exchange`
+// through one ChoiceSet: the first failure answers the error, and choices after it are not
+// started. `create_missing`: a named session that does not exist yet is created first.
+void StartChoices(TurnPort* port, const Tokenizer* tokenizer, const Caller& caller,
+                  std::vector<Choice> choices, ChatTurnOptions options,
+                  std::shared_ptr<ObservedExchange> exchange, bool create_missing = false) {
+  auto set = std::make_shared<ChoiceSet>(std::move(options), static_cast<int>(choices.size()),
+                                         std::move(exchange), tokenizer);
+  set->Watch();
+  for (size_t i = 0; i < choices.size() && !set->closed(); ++i) {
+    const TurnSpec& spec = choices[i].spec;
+    auto turn = set->Choice(static_cast<int>(i), std::move(choices[i].echo));
+    auto running = port->StartTurn(caller, spec, turn);
+    if (!running.ok() && create_missing && running.status().code() == absl::StatusCode::kNotFound) {
+      absl::Status created = port->CreateSession(caller, spec.session_id);
+      if (!created.ok() && created.code() != absl::StatusCode::kAlreadyExists) {
+        return turn->Fail(created);
+      }
+      running = port->StartTurn(caller, spec, turn);
     }
-    running = port->StartTurn(caller, spec, turn);
+    if (!running.ok()) return turn->Fail(running.status());
+    turn->Attach(std::move(*running));
   }
-  if (!running.ok()) {
-    turn->Fail(running.status());
-    return;
-  }
-  turn->Attach(std::move(*running));
 }
 
 void AddStops(const GenerationParams& params, const ChatTemplate& chat, ChatTurnOptions* options) {
@@ -120,6 +142,14 @@ void OpenAiFront::ChatCompletions(const Caller& caller, const HttpRequest& reque
   if (!parsed.ok()) return exchange->RespondError(parsed.status());
   if (absl::Status s = CheckModel(parsed->model); !s.ok()) return exchange->RespondError(s);
   if (parsed->session.empty()) parsed->session = std::string(request.Header("X-Kvfold-Session"));
+  if (!parsed->session.empty() && parsed->params.n != 1) {
+    return exchange->RespondError(WithParam(
+        absl::InvalidArgumentError(absl::StrCat(
+            "'n' is ", parsed->params.n,
+            ": a kvfold session keeps one answer (n = 1); several choices need an ephemeral "
+            "conversation")),
+        "n"));
+  }
   Post([this, caller, req = std::move(*parsed), exchange]() mutable {
     // Without a session the conversation is ephemeral: nothing is read or stored.
     const bool ephemeral = req.session.empty();
@@ -132,9 +162,14 @@ void OpenAiFront::ChatCompletions(const Caller& caller, const HttpRequest& reque
     if (!ephemeral) options.head.usage.session_id = req.session;
     AddStops(req.params, *chat_, &options);
     options.cancel_on_stop = ephemeral;
+    options.choices_per_prompt = req.params.n;
     AnnotateTurn(*exchange, spec, options_.record_prompts);
-    StartChatTurn(port_, tokenizer_, caller, spec, std::move(options), exchange,
-                  /*create_missing=*/!ephemeral);
+    std::vector<Choice> choices(req.params.n, Choice{spec, ""});
+    if (ephemeral) {
+      for (int i = 0; i < req.params.n; ++i) choices[i].spec.seed = ChoiceSeed(req.params, i);
+    }
+    StartChoices(port_, tokenizer_, caller, std::move(choices), std::move(options), exchange,
+                 /*create_missing=*/!ephemeral);
   });
 }
 
@@ -145,36 +180,46 @@ void OpenAiFront::Completions(const Caller& caller, const HttpRequest& request,
   if (absl::Status s = CheckModel(parsed->model); !s.ok()) return exchange->RespondError(s);
   Post([this, caller, req = std::move(*parsed), exchange]() mutable {
     TurnSpec spec = SpecFor("", req.params);
-    if (!req.prompt_ids.empty()) {
-      // Token ids are fed as given; their text serves echo and the request log.
-      for (int32_t id : req.prompt_ids) {
-        if (id >= tokenizer_->vocab_size()) {
-          return exchange->RespondError(WithParam(
-              absl::InvalidArgumentError(absl::StrCat("prompt token id ", id, " outside [0, ",
-                                                      tokenizer_->vocab_size(), ")")),
-              "prompt"));
+    spec.prompt_only = req.prompt_only;
+    // With logprobs, an echoed prompt is scored too (OpenAI's legacy layout).
+    if (req.echo && req.params.logprobs) spec.prompt_logprobs = req.params.top_logprobs;
+    const int n = req.params.n;
+    std::vector<Choice> choices;
+    std::string prompts_text;
+    for (size_t p = 0; p < req.prompts.size(); ++p) {
+      CompletionPrompt& prompt = req.prompts[p];
+      if (!prompt.ids.empty()) {
+        // Token ids are fed as given; their text serves echo and the request log.
+        for (int32_t id : prompt.ids) {
+          if (id >= tokenizer_->vocab_size()) {
+            return exchange->RespondError(WithParam(
+                absl::InvalidArgumentError(absl::StrCat(
+                    req.prompts.size() > 1 ? absl::StrCat("prompt ", p, ": ") : "",
+                    "prompt token id ", id, " outside [0, ", tokenizer_->vocab_size(), ")")),
+                "prompt"));
+          }
         }
+        prompt.text = tokenizer_->Decode(prompt.ids);
+        spec.prompt_ids = std::move(prompt.ids);
+      } else {
+        auto ids = tokenizer_->Encode(prompt.text, /*add_bos=*/true);
+        if (!ids.ok()) return exchange->RespondError(ids.status());
+        spec.prompt_ids = std::move(*ids);
       }
-      req.prompt = tokenizer_->Decode(req.prompt_ids);
-      spec.prompt_ids = std::move(req.prompt_ids);
-    } else {
-      auto ids = tokenizer_->Encode(req.prompt, /*add_bos=*/true);
-      if (!ids.ok()) return exchange->RespondError(ids.status());
-      spec.prompt_ids = std::move(*ids);
+      absl::StrAppend(&prompts_text, p == 0 ? "" : "\n", prompt.text);
+      for (int i = 0; i < n; ++i) {
+        Choice& c = choices.emplace_back(Choice{spec, req.echo ? prompt.text : ""});
+        c.spec.seed = ChoiceSeed(req.params, static_cast<int>(choices.size()) - 1);
+      }
     }
     ChatTurnOptions options =
         AnswerOptions(ChatTurnOptions::Api::kCompletion, req.stream, req.include_usage, req.params,
                       "cmpl-", port_->Model().id);
     options.stop = req.params.stop;
     options.cancel_on_stop = true;
-    if (req.echo) {
-      options.echo = req.prompt;
-      // With logprobs, the echoed prompt is scored too (OpenAI's legacy layout).
-      if (req.params.logprobs) spec.prompt_logprobs = req.params.top_logprobs;
-    }
-    spec.prompt_only = req.prompt_only;
-    AnnotateTurn(*exchange, spec, options_.record_prompts, req.prompt);
-    StartChatTurn(port_, tokenizer_, caller, spec, std::move(options), exchange);
+    options.choices_per_prompt = n;
+    AnnotateTurn(*exchange, spec, options_.record_prompts, prompts_text);
+    StartChoices(port_, tokenizer_, caller, std::move(choices), std::move(options), exchange);
   });
 }
 
@@ -239,7 +284,8 @@ void OpenAiFront::Responses(const Caller& caller, const HttpRequest& request,
     options.previous_response_id = req.previous_response_id;
     AddStops(req.params, *chat_, &options);
     AnnotateTurn(*exchange, spec, options_.record_prompts);
-    StartChatTurn(port_, tokenizer_, caller, spec, std::move(options), exchange);
+    StartChoices(port_, tokenizer_, caller, {Choice{std::move(spec), ""}}, std::move(options),
+                 exchange);
   });
 }
 

@@ -160,11 +160,8 @@ absl::Status ParseSampling(const json& j, const char* max_key, GenerationParams*
   KVFOLD_RETURN_IF_ERROR(GetInt(j, "seed", INT64_MIN, INT64_MAX, &i));
   if (i.has_value()) p->seed = static_cast<uint64_t>(*i);
   i.reset();
-  KVFOLD_RETURN_IF_ERROR(GetInt(j, "n", 1, 128, &i));
-  if (i.has_value() && *i != 1) {
-    return Bad("n",
-               absl::StrCat("'n' is ", *i, ": kvfold generates one choice per request (n = 1)"));
-  }
+  KVFOLD_RETURN_IF_ERROR(GetInt(j, "n", 1, kMaxChoices, &i));
+  if (i.has_value()) p->n = static_cast<int>(*i);
   if (j.contains("stop") && !j["stop"].is_null()) {
     const json& s = j["stop"];
     if (s.is_string()) {
@@ -315,25 +312,30 @@ absl::StatusOr<CompletionRequest> ParseCompletionRequest(std::string_view body) 
   CompletionRequest r;
   KVFOLD_RETURN_IF_ERROR(GetString(*j, "model", &r.model));
   const json& prompt = j->contains("prompt") ? (*j)["prompt"] : json();
-  // One prompt: a string, token ids, or a batch of one of either.
-  const json& one =
-      prompt.is_array() && prompt.size() == 1 && !prompt[0].is_number() ? prompt[0] : prompt;
-  if (one.is_string()) {
-    r.prompt = one.get<std::string>();
-  } else if (one.is_array() && !one.empty() && one[0].is_number()) {
-    for (const json& id : one) {
+  // A prompt is a string or token ids; `prompt` is one, or an array of them (a batch).
+  auto one = [&](const json& p, CompletionPrompt* out) -> absl::Status {
+    if (p.is_string()) {
+      out->text = p.get<std::string>();
+      return absl::OkStatus();
+    }
+    if (!p.is_array() || p.empty()) {
+      return Bad("prompt",
+                 "'prompt' must be a string, an array of token ids, or an array of either");
+    }
+    for (const json& id : p) {
       if (!id.is_number_integer() || id.get<int64_t>() < 0 || id.get<int64_t>() > INT32_MAX) {
         return Bad("prompt", "'prompt' token ids must be integers >= 0");
       }
-      r.prompt_ids.push_back(static_cast<int32_t>(id.get<int64_t>()));
+      out->ids.push_back(static_cast<int32_t>(id.get<int64_t>()));
     }
-  } else if (prompt.is_array() && prompt.size() > 1 && !prompt[0].is_number()) {
-    return Bad("prompt", absl::StrCat("'prompt' holds ", prompt.size(),
-                                      " prompts: kvfold completes one prompt per request"));
+    return absl::OkStatus();
+  };
+  if (prompt.is_array() && !prompt.empty() && !prompt[0].is_number()) {
+    for (const json& p : prompt) {
+      KVFOLD_RETURN_IF_ERROR(one(p, &r.prompts.emplace_back()));
+    }
   } else {
-    return Bad("prompt",
-               "'prompt' must be a string or an array of token ids (or an array of one of "
-               "either)");
+    KVFOLD_RETURN_IF_ERROR(one(prompt, &r.prompts.emplace_back()));
   }
   KVFOLD_RETURN_IF_ERROR(GetBool(*j, "echo", &r.echo));
   // `max_tokens: 0` scores an echoed prompt without generating (OpenAI's legacy scoring
@@ -344,6 +346,12 @@ absl::StatusOr<CompletionRequest> ParseCompletionRequest(std::string_view body) 
     j->erase("max_tokens");
   }
   KVFOLD_RETURN_IF_ERROR(ParseParams(*j, LogprobsForm::kCompletion, &r.params));
+  if (r.prompts.size() * r.params.n > kMaxChoices) {
+    return Bad(r.params.n > 1 ? "n" : "prompt",
+               absl::StrCat(r.prompts.size(), " prompts x n = ", r.params.n, " is ",
+                            r.prompts.size() * r.params.n, " choices (at most ", kMaxChoices,
+                            " per request)"));
+  }
   KVFOLD_RETURN_IF_ERROR(GetBool(*j, "stream", &r.stream));
   KVFOLD_RETURN_IF_ERROR(ParseStreamOptions(*j, r.stream, &r.include_usage));
   return r;
@@ -368,6 +376,9 @@ absl::StatusOr<ResponsesRequest> ParseResponsesRequest(std::string_view body) {
     return Bad("input", "'input' must be a string or an array of messages");
   }
   KVFOLD_RETURN_IF_ERROR(ParseParams(*j, LogprobsForm::kResponse, &r.params));
+  if (r.params.n != 1) {
+    return Bad("n", absl::StrCat("'n' is ", r.params.n, ": a response has one output (n = 1)"));
+  }
   return r;
 }
 
@@ -422,14 +433,18 @@ json Nullable(std::string_view s) { return s.empty() ? json(nullptr) : json(std:
 
 std::string Event(const json& j) { return absl::StrCat("data: ", JsonText(j), "\n\n"); }
 
-// A whole (not streamed) chat or text completion: its one choice in the envelope both share.
-std::string AnswerJson(const ChatAnswer& a, const char* object, const json& choice) {
+// A whole (not streamed) chat or text completion: its choices in the envelope both share.
+std::string AnswerJson(const std::vector<ChatAnswer>& choices, const TurnUsage& usage,
+                       const char* object, json (*choice)(const ChatAnswer&)) {
+  json list = json::array();
+  for (const ChatAnswer& c : choices) list.push_back(choice(c));
+  const ChatAnswer& a = choices.front();
   return JsonText({{"id", a.id},
                    {"object", object},
                    {"created", a.created},
                    {"model", a.model},
-                   {"choices", {choice}},
-                   {"usage", UsageJson(a.usage)}});
+                   {"choices", std::move(list)},
+                   {"usage", UsageJson(usage)}});
 }
 
 }  // namespace
@@ -438,20 +453,22 @@ std::string JsonText(const nlohmann::json& j) {
   return j.dump(-1, ' ', false, json::error_handler_t::replace);
 }
 
-std::string ChatCompletionJson(const ChatAnswer& a) {
-  json choice = {{"index", 0},
-                 {"message", {{"role", "assistant"}, {"content", a.text}}},
-                 {"finish_reason", a.finish_reason},
-                 {"logprobs", a.logprobs.empty() ? json(nullptr) : LogprobsJson(a.logprobs)}};
-  return AnswerJson(a, "chat.completion", choice);
+std::string ChatCompletionJson(const std::vector<ChatAnswer>& choices, const TurnUsage& usage) {
+  return AnswerJson(choices, usage, "chat.completion", [](const ChatAnswer& a) -> json {
+    return {{"index", a.index},
+            {"message", {{"role", "assistant"}, {"content", a.text}}},
+            {"finish_reason", a.finish_reason},
+            {"logprobs", a.logprobs.empty() ? json(nullptr) : LogprobsJson(a.logprobs)}};
+  });
 }
 
-std::string CompletionJson(const ChatAnswer& a) {
-  json choice = {{"index", 0},
-                 {"text", a.text},
-                 {"finish_reason", a.finish_reason},
-                 {"logprobs", a.logprobs.empty() ? json(nullptr) : LegacyLogprobsJson(a.logprobs)}};
-  return AnswerJson(a, "text_completion", choice);
+std::string CompletionJson(const std::vector<ChatAnswer>& choices, const TurnUsage& usage) {
+  return AnswerJson(choices, usage, "text_completion", [](const ChatAnswer& a) -> json {
+    return {{"index", a.index},
+            {"text", a.text},
+            {"finish_reason", a.finish_reason},
+            {"logprobs", a.logprobs.empty() ? json(nullptr) : LegacyLogprobsJson(a.logprobs)}};
+  });
 }
 
 namespace {
@@ -573,7 +590,7 @@ std::string ChatChunkEvent(const ChatAnswer& head, std::string_view delta, bool 
   json d = json::object();
   if (first) d["role"] = "assistant";
   if (!delta.empty() || first) d["content"] = std::string(delta);
-  json choice = {{"index", 0},
+  json choice = {{"index", head.index},
                  {"delta", d},
                  {"finish_reason", Nullable(finish_reason)},
                  {"logprobs", logprobs.empty() ? json(nullptr) : LogprobsJson(logprobs)}};
@@ -587,7 +604,7 @@ std::string ChatChunkEvent(const ChatAnswer& head, std::string_view delta, bool 
 std::string CompletionChunkEvent(const ChatAnswer& head, std::string_view delta,
                                  std::string_view finish_reason,
                                  const std::vector<TokenLogprob>& logprobs) {
-  json choice = {{"index", 0},
+  json choice = {{"index", head.index},
                  {"text", std::string(delta)},
                  {"finish_reason", Nullable(finish_reason)},
                  {"logprobs", logprobs.empty() ? json(nullptr) : LegacyLogprobsJson(logprobs)}};

@@ -21,6 +21,8 @@ namespace kvfold::http {
 
 // Most alternatives per token a request may ask for (OpenAI's top_logprobs limit).
 inline constexpr int kMaxTopLogprobs = 20;
+// Most choices one request may ask for: its prompts times `n`.
+inline constexpr int kMaxChoices = 128;
 
 // Sampling and output controls shared by every generating endpoint.
 struct GenerationParams {
@@ -43,6 +45,8 @@ struct GenerationParams {
   // logprobs/top_logprobs, completions' logprobs count, responses' top_logprobs/include.
   bool logprobs = false;
   int top_logprobs = 0;  // [0, kMaxTopLogprobs]
+  // Choices per prompt, each an independent sample (OpenAI's `n`), [1, kMaxChoices].
+  int n = 1;
 };
 
 struct ChatCompletionRequest {
@@ -55,12 +59,19 @@ struct ChatCompletionRequest {
   std::string session;                  // kvfold_session (or the X-Kvfold-Session header)
 };
 
+// One prompt of a completions request.
+struct CompletionPrompt {
+  std::string text;  // a text prompt (BOS added when tokenized)
+  // A prompt of token ids (OpenAI's `prompt: [1, 2, 3]`), fed as given: no BOS. Non-empty
+  // when the request gave ids; `text` is then empty.
+  std::vector<int32_t> ids;
+};
+
 struct CompletionRequest {
   std::string model;
-  std::string prompt;  // a text prompt (BOS added when tokenized)
-  // A prompt of token ids (OpenAI's `prompt: [1, 2, 3]` or `[[1, 2, 3]]`), fed as given:
-  // no BOS. Non-empty when the request gave one; `prompt` is then empty.
-  std::vector<int32_t> prompt_ids;
+  // At least one: `prompt` as a string, token ids, or an array of either (a batch). The
+  // answer has params.n choices per prompt, prompt i's at indices i * n .. i * n + n - 1.
+  std::vector<CompletionPrompt> prompts;
   GenerationParams params;
   bool stream = false;
   bool include_usage = false;
@@ -78,9 +89,10 @@ struct ResponsesRequest {
   bool stream = false;  // OpenAI's typed events (ResponseStream*)
 };
 
-// InvalidArgument for malformed JSON, wrong types, values out of range, n != 1, and
-// unsupported features that would change the answer (tools, multiple choices, non-text
-// content parts). Unknown fields are ignored (docs/http-api.md lists the ignored ones).
+// InvalidArgument for malformed JSON, wrong types, values out of range (n: [1, 128]; a
+// completions batch's prompts x n at most kMaxChoices; responses: n = 1), and unsupported
+// features that would change the answer (tools, best_of, non-text content parts). Unknown fields
+// are ignored (docs/http-api.md lists the ignored ones).
 absl::StatusOr<ChatCompletionRequest> ParseChatCompletionRequest(std::string_view body);
 absl::StatusOr<CompletionRequest> ParseCompletionRequest(std::string_view body);
 absl::StatusOr<ResponsesRequest> ParseResponsesRequest(std::string_view body);
@@ -109,14 +121,17 @@ struct ChatAnswer {
   std::string id;  // chatcmpl-..., cmpl-..., resp_...
   std::string model;
   int64_t created = 0;  // unix seconds
+  int index = 0;        // the choice's index in the answer
   std::string text;
   std::string finish_reason;           // "stop" or "length"
   std::vector<TokenLogprob> logprobs;  // empty unless requested
   TurnUsage usage;
 };
 
-std::string ChatCompletionJson(const ChatAnswer& answer);
-std::string CompletionJson(const ChatAnswer& answer);
+// A whole chat or text completion: `choices` (at least one, in index order; the envelope's
+// id, model and created from the first) and the request's `usage`.
+std::string ChatCompletionJson(const std::vector<ChatAnswer>& choices, const TurnUsage& usage);
+std::string CompletionJson(const std::vector<ChatAnswer>& choices, const TurnUsage& usage);
 std::string ResponseJson(const ChatAnswer& answer, std::string_view previous_response_id);
 // A streamed response, as OpenAI's Responses API streams one: each function returns whole
 // server-sent events ("event: <type>\ndata: {...}\n\n") and advances *sequence (each
@@ -135,8 +150,8 @@ std::string ResponseStreamEnd(const ChatAnswer& answer, std::string_view previou
                               int* sequence);
 std::string ResponseFailedEvent(const ChatAnswer& head, std::string_view previous_response_id,
                                 const absl::Status& status, int* sequence);
-// One SSE event "data: {...}\n\n" of a streamed chat completion / completion. `first`
-// adds the assistant role; a non-empty finish_reason closes the choice.
+// One SSE event "data: {...}\n\n" of a streamed chat completion / completion, for choice
+// head.index. `first` adds the assistant role; a non-empty finish_reason closes the choice.
 std::string ChatChunkEvent(const ChatAnswer& head, std::string_view delta, bool first,
                            std::string_view finish_reason,
                            const std::vector<TokenLogprob>& logprobs);

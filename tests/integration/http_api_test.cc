@@ -208,9 +208,11 @@ TEST_F(HttpApiTest, CompletionsTakeTokenIdPrompts) {
   EXPECT_EQ(outside.status, 400) << outside.body;
   EXPECT_EQ(Body(outside)["error"]["param"], "prompt") << outside.body;
   EXPECT_THAT(outside.body, ::testing::HasSubstr("prompt token id 512 outside [0, 512)"));
-  HttpReply two = Post(0, "/v1/completions", {{"prompt", {{1, 2}, {1, 3}}}});
-  EXPECT_EQ(two.status, 400) << two.body;
-  EXPECT_THAT(two.body, ::testing::HasSubstr("one prompt per request"));
+  // In a batch, the prompt at fault is named.
+  HttpReply second = Post(0, "/v1/completions", {{"prompt", {{1, 2}, {1, 600}}}});
+  EXPECT_EQ(second.status, 400) << second.body;
+  EXPECT_EQ(Body(second)["error"]["param"], "prompt") << second.body;
+  EXPECT_THAT(second.body, ::testing::HasSubstr("prompt 1: prompt token id 600 outside"));
 }
 
 TEST_F(HttpApiTest, ErrorsUseOpenAiShapesAndStatuses) {
@@ -221,9 +223,11 @@ TEST_F(HttpApiTest, ErrorsUseOpenAiShapesAndStatuses) {
   EXPECT_EQ(bad_token.status, 401);
   json n2 = kChat;
   n2["n"] = 2;
+  n2["kvfold_session"] = "one-answer";
   HttpReply r = Post(0, "/v1/chat/completions", n2);
   EXPECT_EQ(r.status, 400);
-  EXPECT_THAT(Body(r)["error"]["message"].get<std::string>(), HasSubstr("n = 1"));
+  EXPECT_THAT(Body(r)["error"]["message"].get<std::string>(),
+              HasSubstr("a kvfold session keeps one answer (n = 1)"));
   EXPECT_EQ(Body(r)["error"]["type"], "invalid_request_error");
   EXPECT_EQ(Body(r)["error"]["param"], "n");
   HttpReply not_json = HttpCall(port_[0], "POST", "/v1/chat/completions", "{not json", kAuth);

@@ -67,9 +67,9 @@ TEST_F(HttpApiTest, HttpRequestsAreLoggedAndCountedInTheOneRegistry) {
   HttpReply ok = Post(0, "/v1/chat/completions", chat, {kAuth[0], {"traceparent", kTraceParent}});
   ASSERT_EQ(ok.status, 200) << ok.body;
   const uint64_t version = Body(ok)["usage"]["kvfold"]["version"];
-  json n2 = kChat;
-  n2["n"] = 2;
-  ASSERT_EQ(Post(0, "/v1/chat/completions", n2).status, 400);
+  json n0 = kChat;
+  n0["n"] = 0;
+  ASSERT_EQ(Post(0, "/v1/chat/completions", n0).status, 400);
   ASSERT_EQ(Post(0, "/v1/chat/completions", kChat, {}).status, 401);
   ASSERT_EQ(HttpCall(port_[0], "GET", "/health/live").status, 200);
 
@@ -103,7 +103,7 @@ TEST_F(HttpApiTest, HttpRequestsAreLoggedAndCountedInTheOneRegistry) {
   const std::vector<json> bad = LinesWith(ReplicaLog(0), "code", "INVALID_ARGUMENT");
   ASSERT_FALSE(bad.empty());
   EXPECT_EQ(bad.back()["http_status"], 400);
-  EXPECT_THAT(bad.back()["error"].get<std::string>(), HasSubstr("n = 1"));
+  EXPECT_THAT(bad.back()["error"].get<std::string>(), HasSubstr("'n' is 0"));
   const std::vector<json> unauthenticated = LinesWith(ReplicaLog(0), "code", "UNAUTHENTICATED");
   ASSERT_FALSE(unauthenticated.empty());
   EXPECT_EQ(unauthenticated.back()["level"], "warn");

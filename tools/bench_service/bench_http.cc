@@ -43,12 +43,14 @@ int64_t ProcStatus(const std::string& key) {
   return -1;
 }
 
-std::string ChatBody(const std::string& session, int max_tokens, bool stream) {
+// `n` > 1: that many choices in one ephemeral request (`session` empty).
+std::string ChatBody(const std::string& session, int max_tokens, bool stream, int n = 1) {
   json body = {{"messages", {{{"role", "user"}, {"content", "Tell me a story about a cat."}}}},
                {"max_tokens", max_tokens},
                {"temperature", 0},
                {"stream", stream}};
   if (!session.empty()) body["kvfold_session"] = session;
+  if (n > 1) body["n"] = n;
   if (stream) body["stream_options"] = {{"include_usage", true}};
   return body.dump();
 }
@@ -64,14 +66,15 @@ std::string RequestText(int port, const std::string& body) {
   return ss.str();
 }
 
-// One streamed chat completion; returns the completion tokens (usage), -1 on failure.
-int HttpStreamTurn(int port, const std::string& session, int max_tokens) {
+// One chat completion (streamed, or `n` choices in one answer); returns the completion
+// tokens (usage), -1 on failure.
+int HttpTurn(int port, const std::string& session, int max_tokens, bool stream, int n) {
   net::io_context io;
   net::ip::tcp::socket socket(io);
   beast::error_code ec;
   socket.connect({net::ip::make_address("127.0.0.1"), static_cast<unsigned short>(port)}, ec);
   if (ec) return -1;
-  const std::string request = RequestText(port, ChatBody(session, max_tokens, true));
+  const std::string request = RequestText(port, ChatBody(session, max_tokens, stream, n));
   net::write(socket, net::buffer(request), ec);
   if (ec) return -1;
   beast::flat_buffer buffer;
@@ -82,6 +85,10 @@ int HttpStreamTurn(int port, const std::string& session, int max_tokens) {
   const std::string& body = parser.get().body();
   const size_t at = body.rfind("\"completion_tokens\":");
   return at == std::string::npos ? -1 : std::atoi(body.c_str() + at + 20);
+}
+
+int HttpStreamTurn(int port, const std::string& session, int max_tokens) {
+  return HttpTurn(port, session, max_tokens, /*stream=*/true, 1);
 }
 
 // The same turn through gRPC's chat form; returns the generated tokens, -1 on failure.
@@ -148,8 +155,8 @@ json BenchHttpVsGrpc(service::InferenceServer& server, int streams, int new_toke
   auto warm = fresh("warm-");
   (void)GrpcChatTurn(*stub, warm[0], 8);
   (void)HttpStreamTurn(port, warm[1 % streams], 8);
-  std::vector<double> grpc_tok_s, http_tok_s;
-  int grpc_tokens = 0, http_tokens = 0;           // per round (the same prompts: the same counts)
+  std::vector<double> grpc_tok_s, http_tok_s, choices_tok_s;
+  int grpc_tokens = 0, http_tokens = 0, choices_tokens = 0;  // per round (the same prompts)
   for (int round = 0; round < rounds; ++round) {  // interleaved: load drifts hit both alike
     auto g = fresh("grpc-");
     grpc_tok_s.push_back(Throughput(
@@ -159,6 +166,9 @@ json BenchHttpVsGrpc(service::InferenceServer& server, int streams, int new_toke
     http_tok_s.push_back(Throughput(
         streams, [&](int i) { return HttpStreamTurn(port, h[i], new_tokens); }, &failures,
         &http_tokens));
+    choices_tok_s.push_back(Throughput(
+        1, [&](int) { return HttpTurn(port, "", new_tokens, /*stream=*/false, streams); },
+        &failures, &choices_tokens));
   }
   auto median = [](std::vector<double> v) {
     std::sort(v.begin(), v.end());
@@ -169,10 +179,14 @@ json BenchHttpVsGrpc(service::InferenceServer& server, int streams, int new_toke
               {"rounds", rounds},
               {"grpc_tok_s", median(grpc_tok_s)},
               {"http_tok_s", median(http_tok_s)},
+              {"http_n_choices_tok_s", median(choices_tok_s)},
               {"grpc_tokens_per_round", grpc_tokens},
               {"http_tokens_per_round", http_tokens},
+              {"http_n_choices_tokens_per_round", choices_tokens},
               {"failures", failures}};
   row["http_over_grpc"] = row["http_tok_s"].get<double>() / row["grpc_tok_s"].get<double>();
+  row["n_choices_over_http_streams"] =
+      row["http_n_choices_tok_s"].get<double>() / row["http_tok_s"].get<double>();
   return row;
 }
 

@@ -70,6 +70,11 @@ TEST(OpenAiProtocolTest, ParsesAChatRequest) {
   EXPECT_EQ(r->session, "s1");
 }
 
+json with_n(json j, int n) {
+  j["n"] = n;
+  return j;
+}
+
 TEST(OpenAiProtocolTest, RefusesWhatWouldChangeTheAnswer) {
   const json ok = {{"messages", {{{"role", "user"}, {"content", "x"}}}}};
   EXPECT_TRUE(ChatError(ok).ok());
@@ -78,9 +83,12 @@ TEST(OpenAiProtocolTest, RefusesWhatWouldChangeTheAnswer) {
     j[key] = std::move(value);
     return ChatError(j);
   };
-  absl::Status n = with("n", 3);
-  EXPECT_EQ(n.code(), absl::StatusCode::kInvalidArgument);
-  EXPECT_THAT(n.message(), HasSubstr("n = 1"));
+  EXPECT_EQ(ParseChatCompletionRequest(with_n(ok, 3).dump())->params.n, 3);
+  for (int bad : {0, 129}) {
+    absl::Status n = with("n", bad);
+    EXPECT_EQ(n.code(), absl::StatusCode::kInvalidArgument) << bad;
+    EXPECT_THAT(n.message(), HasSubstr("'n' is " + std::to_string(bad))) << bad;
+  }
   EXPECT_EQ(with("stop", {"a", "b", "c", "d", "e"}).code(), absl::StatusCode::kInvalidArgument);
   EXPECT_EQ(with("stop", {""}).code(), absl::StatusCode::kInvalidArgument);
   EXPECT_EQ(with("temperature", 2.5).code(), absl::StatusCode::kInvalidArgument);
@@ -125,32 +133,50 @@ TEST(OpenAiProtocolTest, RefusesWhatWouldChangeTheAnswer) {
 TEST(OpenAiProtocolTest, CompletionsAndResponsesRequests) {
   auto c = ParseCompletionRequest(R"({"prompt": ["Once"], "max_tokens": 3, "logprobs": 2})");
   ASSERT_TRUE(c.ok()) << c.status();
-  EXPECT_EQ(c->prompt, "Once");
+  ASSERT_EQ(c->prompts.size(), 1u);
+  EXPECT_EQ(c->prompts[0].text, "Once");
   EXPECT_TRUE(c->params.logprobs);
   EXPECT_EQ(c->params.top_logprobs, 2);
-  EXPECT_FALSE(ParseCompletionRequest(R"({"prompt": ["a", "b"]})").ok());
   // Token-id prompts: a list, or a batch of one list; fed without BOS.
   for (const char* body : {R"({"prompt": [1, 403, 407]})", R"({"prompt": [[1, 403, 407]]})"}) {
     auto ids = ParseCompletionRequest(body);
     ASSERT_TRUE(ids.ok()) << ids.status();
-    EXPECT_EQ(ids->prompt_ids, (std::vector<int32_t>{1, 403, 407}));
-    EXPECT_TRUE(ids->prompt.empty());
+    ASSERT_EQ(ids->prompts.size(), 1u);
+    EXPECT_EQ(ids->prompts[0].ids, (std::vector<int32_t>{1, 403, 407}));
+    EXPECT_TRUE(ids->prompts[0].text.empty());
   }
-  EXPECT_TRUE(ParseCompletionRequest(R"({"prompt": "Once"})")->prompt_ids.empty());
+  EXPECT_TRUE(ParseCompletionRequest(R"({"prompt": "Once"})")->prompts[0].ids.empty());
+  // A batch: strings and token lists, in order, n choices each.
+  auto batch = ParseCompletionRequest(R"({"prompt": ["a", [5, 6], ""], "n": 2})");
+  ASSERT_TRUE(batch.ok()) << batch.status();
+  ASSERT_EQ(batch->prompts.size(), 3u);
+  EXPECT_EQ(batch->prompts[0].text, "a");
+  EXPECT_EQ(batch->prompts[1].ids, (std::vector<int32_t>{5, 6}));
+  EXPECT_TRUE(batch->prompts[2].text.empty() && batch->prompts[2].ids.empty());
+  EXPECT_EQ(batch->params.n, 2);
+  json many = {{"prompt", std::vector<std::string>(65, "x")}, {"n", 2}};
   for (const auto& [body, message] : std::vector<std::pair<std::string, std::string>>{
-           {R"({"prompt": [[1, 2], [3]]})", "'prompt' holds 2 prompts"},
-           {R"({"prompt": ["a", "b"]})", "'prompt' holds 2 prompts"},
+           {many.dump(), "65 prompts x n = 2 is 130 choices (at most 128 per request)"},
+           {R"({"prompt": [[1, 2], [-3]]})", "token ids must be integers >= 0"},
+           {R"({"prompt": ["a", 5]})", "must be a string, an array of token ids"},
+           {R"({"prompt": ["a", []]})", "must be a string, an array of token ids"},
            {R"({"prompt": [1, -2]})", "token ids must be integers >= 0"},
            {R"({"prompt": [1, 2.5]})", "token ids must be integers >= 0"},
            {R"({"prompt": [1, "a"]})", "token ids must be integers >= 0"},
            {R"({"prompt": [1, 4294967296]})", "token ids must be integers >= 0"},
-           {R"({"prompt": []})", "must be a string or an array of token ids"},
-           {R"({"prompt": [[]]})", "must be a string or an array of token ids"},
-           {R"({"prompt": 5})", "must be a string or an array of token ids"},
-           {R"({"max_tokens": 5})", "must be a string or an array of token ids"}}) {
+           {R"({"prompt": []})", "must be a string, an array of token ids"},
+           {R"({"prompt": [[]]})", "must be a string, an array of token ids"},
+           {R"({"prompt": 5})", "must be a string, an array of token ids"},
+           {R"({"max_tokens": 5})", "must be a string, an array of token ids"}}) {
     EXPECT_THAT(std::string(ParseCompletionRequest(body).status().message()), HasSubstr(message))
         << body;
   }
+  EXPECT_EQ(json::parse(ErrorJson(ParseCompletionRequest(many.dump()).status()))["error"]["param"],
+            "n");
+  // A response has one output.
+  EXPECT_EQ(ParseResponsesRequest(R"({"input": "hi", "n": 1})")->params.n, 1);
+  EXPECT_THAT(std::string(ParseResponsesRequest(R"({"input": "hi", "n": 2})").status().message()),
+              HasSubstr("a response has one output"));
   EXPECT_FALSE(ParseCompletionRequest(R"({"prompt": "a", "logprobs": 6})").ok());
   EXPECT_FALSE(ParseCompletionRequest(R"({"prompt": "a", "logprobs": true})").ok());
   auto included = ParseResponsesRequest(
@@ -219,7 +245,7 @@ TEST(OpenAiProtocolTest, UnscoredPromptTokenIsNullInTheLegacyLayout) {
   first.scored = false;
   TokenLogprob second{.token = "Once", .logprob = -1.5f, .top = {{"Once", -1.5f}}};
   a.logprobs = {first, second};
-  const json legacy = json::parse(CompletionJson(a))["choices"][0]["logprobs"];
+  const json legacy = json::parse(CompletionJson({a}, a.usage))["choices"][0]["logprobs"];
   EXPECT_EQ(legacy["tokens"], json({"<s>", "Once"}));
   EXPECT_TRUE(legacy["token_logprobs"][0].is_null());
   EXPECT_TRUE(legacy["top_logprobs"][0].is_null());
@@ -239,15 +265,29 @@ TEST(OpenAiProtocolTest, AnswersAndErrors) {
   a.usage.tokens_folded = 1;
   a.usage.version = 9;
   a.usage.session_id = "s";
-  const json chat = json::parse(ChatCompletionJson(a));
+  const json chat = json::parse(ChatCompletionJson({a}, a.usage));
   EXPECT_EQ(chat["choices"][0]["message"]["content"], "Hello");
+  EXPECT_EQ(chat["choices"][0]["index"], 0);
   EXPECT_EQ(chat["usage"]["total_tokens"], 5);
   EXPECT_EQ(chat["usage"]["kvfold"]["tokens_folded"], 1);
   EXPECT_EQ(chat["usage"]["kvfold"]["version"], 9);
+  // Several choices: each under its index, in the order given; usage as given.
+  ChatAnswer b = a;
+  b.index = 1;
+  b.text = "Hi";
+  TurnUsage both = a.usage;
+  both.completion_tokens = 3;
+  const json two = json::parse(CompletionJson({a, b}, both));
+  ASSERT_EQ(two["choices"].size(), 2u);
+  EXPECT_EQ(two["choices"][1]["index"], 1);
+  EXPECT_EQ(two["choices"][1]["text"], "Hi");
+  EXPECT_EQ(two["usage"]["completion_tokens"], 3);
+  EXPECT_EQ(json::parse(CompletionChunkEvent(b, "x", "", {}).substr(6))["choices"][0]["index"], 1);
   const std::string event = ChatChunkEvent(a, "He", true, "", {});
   ASSERT_TRUE(event.starts_with("data: ") && event.ends_with("\n\n"));
   const json chunk = json::parse(event.substr(6));
   EXPECT_EQ(chunk["choices"][0]["delta"]["role"], "assistant");
+  EXPECT_EQ(chunk["choices"][0]["index"], 0);
   EXPECT_TRUE(chunk["choices"][0]["finish_reason"].is_null());
   a.id = ResponseId("s", 9);
   const json response = json::parse(ResponseJson(a, "resp_8_s"));
@@ -327,7 +367,7 @@ TEST(OpenAiProtocolTest, ErrorsNameTheirParam) {
        "max_completion_tokens"},
       {R"({"messages": [{"role": "user", "content": "a"}], "temperature": 3})", "temperature"},
       {R"({"messages": [{"role": "user", "content": "a"}], "top_p": 0})", "top_p"},
-      {R"({"messages": [{"role": "user", "content": "a"}], "n": 2})", "n"},
+      {R"({"messages": [{"role": "user", "content": "a"}], "n": 0})", "n"},
       {R"({"messages": [{"role": "user", "content": "a"}], "stop": ["a", 1]})", "stop"},
       {R"({"messages": [{"role": "user", "content": "a"}], "tools": [{}]})", "tools"},
       {R"({"messages": [{"role": "user", "content": "a"}], "top_logprobs": 2})", "top_logprobs"},
