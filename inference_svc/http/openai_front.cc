@@ -112,13 +112,11 @@ void OpenAiFront::Handle(HttpRequest request, std::shared_ptr<HttpExchange> inne
   }
   constexpr std::string_view kModelPrefix = "/v1/models/";
   const bool model_path = path.starts_with(kModelPrefix) && path.size() > kModelPrefix.size();
-  const bool known = (get && (path == "/v1/models" || model_path)) ||
-                     (post && (path == "/v1/chat/completions" || path == "/v1/completions" ||
-                               path == "/v1/responses"));
+  const bool post_path = path == "/v1/chat/completions" || path == "/v1/completions" ||
+                         path == "/v1/responses" || path == "/tokenize" || path == "/detokenize";
+  const bool known = (get && (path == "/v1/models" || model_path)) || (post && post_path);
   if (!known) {
-    const bool other_method = path == "/v1/models" || model_path ||
-                              path == "/v1/chat/completions" || path == "/v1/completions" ||
-                              path == "/v1/responses";
+    const bool other_method = path == "/v1/models" || model_path || post_path;
     exchange->Respond(
         other_method ? 405 : 404, "application/json",
         ErrorJson(absl::NotFoundError(absl::StrCat("no route ", request.method, " ", path))));
@@ -133,6 +131,8 @@ void OpenAiFront::Handle(HttpRequest request, std::shared_ptr<HttpExchange> inne
   }
   if (path == "/v1/chat/completions") return ChatCompletions(*caller, request, exchange);
   if (path == "/v1/completions") return Completions(*caller, request, exchange);
+  if (path == "/tokenize") return Tokenize(request, exchange);
+  if (path == "/detokenize") return Detokenize(request, *exchange);
   return Responses(*caller, request, exchange);
 }
 
@@ -159,6 +159,48 @@ std::optional<std::string> PercentDecoded(std::string_view in) {
 }
 
 }  // namespace
+
+void OpenAiFront::Tokenize(const HttpRequest& request, std::shared_ptr<ObservedExchange> exchange) {
+  auto parsed = ParseTokenizeRequest(request.body);
+  if (!parsed.ok()) return exchange->RespondError(parsed.status());
+  if (absl::Status s = CheckModel(parsed->model); !s.ok()) return exchange->RespondError(s);
+  // Tokenizing a large body takes a while: off the I/O thread.
+  Post([this, req = std::move(*parsed), exchange] {
+    absl::StatusOr<std::vector<int32_t>> ids;
+    if (req.prompt.has_value()) {
+      ids = tokenizer_->Encode(*req.prompt, req.add_special_tokens);
+    } else {
+      ChatRenderOptions render;
+      render.add_generation_prompt = req.add_generation_prompt;
+      render.continue_final_message = req.continue_final_message;
+      ids = chat_->RenderIds(req.messages, render);
+    }
+    if (!ids.ok()) return exchange->RespondError(ids.status());
+    std::vector<std::string> strs;
+    if (req.return_token_strs) {
+      for (int32_t id : *ids) strs.emplace_back(tokenizer_->TokenBytes(id));
+    }
+    exchange->Respond(200, "application/json",
+                      TokenizeJson(*ids, port_->Model().max_prompt_tokens,
+                                   req.return_token_strs ? &strs : nullptr));
+  });
+}
+
+void OpenAiFront::Detokenize(const HttpRequest& request, ObservedExchange& exchange) {
+  auto parsed = ParseDetokenizeRequest(request.body);
+  if (!parsed.ok()) return exchange.RespondError(parsed.status());
+  if (absl::Status s = CheckModel(parsed->model); !s.ok()) return exchange.RespondError(s);
+  for (int32_t id : parsed->tokens) {
+    if (id >= tokenizer_->vocab_size()) {
+      return exchange.RespondError(
+          WithParam(absl::InvalidArgumentError(absl::StrCat("token id ", id, " outside [0, ",
+                                                            tokenizer_->vocab_size(), ")")),
+                    "tokens"));
+    }
+  }
+  exchange.Respond(200, "application/json",
+                   JsonText(nlohmann::json{{"prompt", tokenizer_->Decode(parsed->tokens)}}));
+}
 
 void OpenAiFront::Models(const Caller& caller, std::string_view id, ObservedExchange& exchange) {
   const ModelCard card = port_->Model();

@@ -7,6 +7,7 @@
 //   POST /v1/completions          raw text prompt
 //   POST /v1/responses            previous_response_id continues (or forks) a stored
 //                                 session version on any replica
+//   POST /tokenize, /detokenize   vLLM's: token ids of a prompt or messages, and back
 //   GET  /health, /health/live, /health/ready, /metrics
 //
 // Requests are parsed on the I/O threads; store round trips run on a small worker pool;
@@ -76,6 +77,10 @@ class OpenAiFront {
                    std::shared_ptr<ObservedExchange> exchange);
   void Responses(const Caller& caller, const HttpRequest& request,
                  std::shared_ptr<ObservedExchange> exchange);
+  // vLLM's POST /tokenize (a prompt or messages as a turn would feed them) and
+  // /detokenize.
+  void Tokenize(const HttpRequest& request, std::shared_ptr<ObservedExchange> exchange);
+  void Detokenize(const HttpRequest& request, ObservedExchange& exchange);
   // NotFound unless `model` is empty or the served model.
   absl::Status CheckModel(const std::string& model);
 

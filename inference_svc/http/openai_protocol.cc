@@ -382,6 +382,64 @@ absl::StatusOr<ResponsesRequest> ParseResponsesRequest(std::string_view body) {
   return r;
 }
 
+absl::StatusOr<TokenizeRequest> ParseTokenizeRequest(std::string_view body) {
+  auto j = ParseObject(body);
+  if (!j.ok()) return j.status();
+  TokenizeRequest r;
+  KVFOLD_RETURN_IF_ERROR(GetString(*j, "model", &r.model));
+  const bool has_prompt = j->contains("prompt") && !(*j)["prompt"].is_null();
+  const bool has_messages = j->contains("messages") && !(*j)["messages"].is_null();
+  if (has_prompt == has_messages) {
+    return Bad(has_prompt ? "messages" : "prompt",
+               "give either 'prompt' (a string) or 'messages', not both or neither");
+  }
+  if (has_prompt) {
+    if (!(*j)["prompt"].is_string()) return Bad("prompt", "'prompt' must be a string");
+    r.prompt = (*j)["prompt"].get<std::string>();
+  } else {
+    auto messages = ParseMessages((*j)["messages"], "messages");
+    if (!messages.ok()) return messages.status();
+    r.messages = std::move(*messages);
+  }
+  KVFOLD_RETURN_IF_ERROR(GetBool(*j, "add_special_tokens", &r.add_special_tokens));
+  KVFOLD_RETURN_IF_ERROR(GetBool(*j, "continue_final_message", &r.continue_final_message));
+  const bool generation_prompt_given =
+      j->contains("add_generation_prompt") && !(*j)["add_generation_prompt"].is_null();
+  KVFOLD_RETURN_IF_ERROR(GetBool(*j, "add_generation_prompt", &r.add_generation_prompt));
+  if (r.continue_final_message) {
+    if (generation_prompt_given && r.add_generation_prompt) {
+      return Bad("add_generation_prompt",
+                 "'add_generation_prompt' and 'continue_final_message' exclude each other");
+    }
+    r.add_generation_prompt = false;
+  }
+  KVFOLD_RETURN_IF_ERROR(GetBool(*j, "return_token_strs", &r.return_token_strs));
+  return r;
+}
+
+absl::StatusOr<DetokenizeRequest> ParseDetokenizeRequest(std::string_view body) {
+  auto j = ParseObject(body);
+  if (!j.ok()) return j.status();
+  DetokenizeRequest r;
+  KVFOLD_RETURN_IF_ERROR(GetString(*j, "model", &r.model));
+  const json& tokens = j->contains("tokens") ? (*j)["tokens"] : json();
+  if (!tokens.is_array()) return Bad("tokens", "'tokens' must be an array of token ids");
+  for (const json& id : tokens) {
+    if (!id.is_number_integer() || id.get<int64_t>() < 0 || id.get<int64_t>() > INT32_MAX) {
+      return Bad("tokens", "'tokens' must be integers >= 0");
+    }
+    r.tokens.push_back(static_cast<int32_t>(id.get<int64_t>()));
+  }
+  return r;
+}
+
+std::string TokenizeJson(const std::vector<int32_t>& tokens, uint32_t max_prompt_tokens,
+                         const std::vector<std::string>* token_strs) {
+  json out = {{"count", tokens.size()}, {"max_model_len", max_prompt_tokens}, {"tokens", tokens}};
+  if (token_strs != nullptr) out["token_strs"] = *token_strs;
+  return JsonText(out);
+}
+
 namespace {
 
 json LogprobsJson(const std::vector<TokenLogprob>& logprobs) {

@@ -89,6 +89,24 @@ struct ResponsesRequest {
   bool stream = false;  // OpenAI's typed events (ResponseStream*)
 };
 
+// vLLM's POST /tokenize: a text prompt or chat messages, as a turn would feed them.
+struct TokenizeRequest {
+  std::string model;
+  // Exactly one of the two.
+  std::optional<std::string> prompt;
+  std::vector<ChatMessage> messages;
+  bool add_special_tokens = true;       // a prompt starts with BOS (messages: the template's)
+  bool add_generation_prompt = true;    // messages: the assistant's header at the end
+  bool continue_final_message = false;  // messages: the last (assistant) one left open
+  bool return_token_strs = false;       // also each token's text
+};
+
+// vLLM's POST /detokenize.
+struct DetokenizeRequest {
+  std::string model;
+  std::vector<int32_t> tokens;  // ids >= 0 (the front checks them against the vocabulary)
+};
+
 // InvalidArgument for malformed JSON, wrong types, values out of range (n: [1, 128]; a
 // completions batch's prompts x n at most kMaxChoices; responses: n = 1), and unsupported
 // features that would change the answer (tools, best_of, non-text content parts). Unknown fields
@@ -96,6 +114,13 @@ struct ResponsesRequest {
 absl::StatusOr<ChatCompletionRequest> ParseChatCompletionRequest(std::string_view body);
 absl::StatusOr<CompletionRequest> ParseCompletionRequest(std::string_view body);
 absl::StatusOr<ResponsesRequest> ParseResponsesRequest(std::string_view body);
+// Neither or both of prompt and messages, add_generation_prompt with
+// continue_final_message, ids that are not integers >= 0: InvalidArgument.
+absl::StatusOr<TokenizeRequest> ParseTokenizeRequest(std::string_view body);
+absl::StatusOr<DetokenizeRequest> ParseDetokenizeRequest(std::string_view body);
+// {"count", "max_model_len" (the replica's prompt limit), "tokens"[, "token_strs"]}.
+std::string TokenizeJson(const std::vector<int32_t>& tokens, uint32_t max_prompt_tokens,
+                         const std::vector<std::string>* token_strs);
 
 // One generated token with its log-probabilities (when requested).
 struct TokenLogprob {

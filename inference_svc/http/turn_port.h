@@ -28,6 +28,7 @@ struct Caller {
 struct ModelCard {
   std::string id;       // the served model's name
   int64_t created = 0;  // unix seconds the replica started
+  uint32_t max_prompt_tokens = 0;  // the longest prompt a turn accepts (0: not stated)
 };
 
 struct TurnSpec {

@@ -546,5 +546,38 @@ TEST(StopMatcherTest, ChunkedTextMatchesTheWholeTextReference) {
   EXPECT_LT(stopped, 4900);
 }
 
+TEST(OpenAiProtocolTest, TokenizeAndDetokenizeRequests) {
+  auto prompt = ParseTokenizeRequest(R"({"prompt": "Hi", "add_special_tokens": false})");
+  ASSERT_TRUE(prompt.ok()) << prompt.status();
+  EXPECT_EQ(prompt->prompt, "Hi");
+  EXPECT_FALSE(prompt->add_special_tokens);
+  EXPECT_FALSE(prompt->return_token_strs);
+  auto chat = ParseTokenizeRequest(
+      R"({"messages": [{"role": "assistant", "content": "A"}], "continue_final_message": true})");
+  ASSERT_TRUE(chat.ok()) << chat.status();
+  EXPECT_FALSE(chat->prompt.has_value());
+  EXPECT_EQ(chat->messages.size(), 1u);
+  EXPECT_FALSE(chat->add_generation_prompt);  // implied by continue_final_message
+  for (const char* bad : {R"({})", R"({"prompt": "a", "messages": []})", R"({"prompt": ["a"]})",
+                          R"({"prompt": "a", "return_token_strs": 1})"}) {
+    EXPECT_EQ(ParseTokenizeRequest(bad).status().code(), absl::StatusCode::kInvalidArgument) << bad;
+  }
+  auto ids = ParseDetokenizeRequest(R"({"tokens": [1, 2, 3]})");
+  ASSERT_TRUE(ids.ok()) << ids.status();
+  EXPECT_EQ(ids->tokens, (std::vector<int32_t>{1, 2, 3}));
+  EXPECT_TRUE(ParseDetokenizeRequest(R"({"tokens": []})").ok());
+  for (const char* bad : {R"({})", R"({"tokens": [1.5]})", R"({"tokens": [4294967296]})"}) {
+    EXPECT_EQ(ParseDetokenizeRequest(bad).status().code(), absl::StatusCode::kInvalidArgument)
+        << bad;
+  }
+  const std::vector<std::string> strs = {"<s>", "Hi"};
+  const json out = json::parse(TokenizeJson({1, 7}, 4096, &strs));
+  EXPECT_EQ(out["count"], 2);
+  EXPECT_EQ(out["max_model_len"], 4096);
+  EXPECT_EQ(out["tokens"], json({1, 7}));
+  EXPECT_EQ(out["token_strs"], json({"<s>", "Hi"}));
+  EXPECT_FALSE(json::parse(TokenizeJson({1}, 4096, nullptr)).contains("token_strs"));
+}
+
 }  // namespace
 }  // namespace kvfold::http
