@@ -2,14 +2,22 @@
 // (openai_front.h). The generating endpoints are in openai_generate.cc.
 #include "inference_svc/http/openai_front.h"
 
+#include <algorithm>
 #include <charconv>
 #include <optional>
 
 #include "absl/strings/ascii.h"
+#include "absl/strings/numbers.h"
 #include "absl/strings/str_cat.h"
+#include "absl/strings/str_split.h"
 #include "nlohmann/json.hpp"
 
 namespace kvfold::http {
+namespace {
+
+constexpr std::string_view kSessionsPath = "/v1/kvfold/sessions";
+
+}  // namespace
 
 absl::StatusOr<std::unique_ptr<OpenAiFront>> OpenAiFront::Start(const OpenAiFrontOptions& options,
                                                                 TurnPort* port,
@@ -114,9 +122,14 @@ void OpenAiFront::Handle(HttpRequest request, std::shared_ptr<HttpExchange> inne
   const bool model_path = path.starts_with(kModelPrefix) && path.size() > kModelPrefix.size();
   const bool post_path = path == "/v1/chat/completions" || path == "/v1/completions" ||
                          path == "/v1/responses" || path == "/tokenize" || path == "/detokenize";
-  const bool known = (get && (path == "/v1/models" || model_path)) || (post && post_path);
+  const bool sessions_path = path == kSessionsPath || (path.starts_with(kSessionsPath) &&
+                                                       path.size() > kSessionsPath.size() + 1 &&
+                                                       path[kSessionsPath.size()] == '/');
+  const bool one_session = sessions_path && path != kSessionsPath;
+  const bool known = (get && (path == "/v1/models" || model_path)) || (post && post_path) ||
+                     (sessions_path && (get || (one_session && request.method == "DELETE")));
   if (!known) {
-    const bool other_method = path == "/v1/models" || model_path || post_path;
+    const bool other_method = path == "/v1/models" || model_path || post_path || sessions_path;
     exchange->Respond(
         other_method ? 405 : 404, "application/json",
         ErrorJson(absl::NotFoundError(absl::StrCat("no route ", request.method, " ", path))));
@@ -131,6 +144,7 @@ void OpenAiFront::Handle(HttpRequest request, std::shared_ptr<HttpExchange> inne
   }
   if (path == "/v1/chat/completions") return ChatCompletions(*caller, request, exchange);
   if (path == "/v1/completions") return Completions(*caller, request, exchange);
+  if (sessions_path) return Sessions(*caller, request, exchange);
   if (path == "/tokenize") return Tokenize(request, exchange);
   if (path == "/detokenize") return Detokenize(request, *exchange);
   return Responses(*caller, request, exchange);
@@ -159,6 +173,62 @@ std::optional<std::string> PercentDecoded(std::string_view in) {
 }
 
 }  // namespace
+
+// The value of `name` in a query string ("a=1&b=x%20y"), percent-escapes and '+'
+// decoded; nullopt when absent. InvalidArgument for a malformed escape.
+absl::StatusOr<std::optional<std::string>> QueryParam(const std::string& query,
+                                                      const std::string& name) {
+  const std::vector<std::string> pairs = absl::StrSplit(query, '&', absl::SkipEmpty());
+  for (const std::string& pair : pairs) {
+    const size_t eq = pair.find('=');
+    if (pair.substr(0, eq) != name) continue;
+    std::string raw = eq == std::string::npos ? "" : pair.substr(eq + 1);
+    std::replace(raw.begin(), raw.end(), '+', ' ');
+    std::optional<std::string> value = PercentDecoded(raw);
+    if (!value.has_value()) {
+      return WithParam(absl::InvalidArgumentError(absl::StrCat("malformed escape in '", name, "'")),
+                       name);
+    }
+    return value;
+  }
+  return std::optional<std::string>();
+}
+
+void OpenAiFront::Sessions(const Caller& caller, const HttpRequest& request,
+                           std::shared_ptr<ObservedExchange> exchange) {
+  if (request.path == kSessionsPath) {
+    auto page_size = QueryParam(request.query, "page_size");
+    auto page_token = QueryParam(request.query, "page_token");
+    for (const auto* p : {&page_size, &page_token}) {
+      if (!p->ok()) return exchange->RespondError(p->status());
+    }
+    uint32_t size = 0;
+    if (page_size->has_value() && (!absl::SimpleAtoi(**page_size, &size) || size > 1000)) {
+      return exchange->RespondError(
+          WithParam(absl::InvalidArgumentError(absl::StrCat(
+                        "'page_size' is '", **page_size, "'; it must be an integer in [0, 1000]")),
+                    "page_size"));
+    }
+    return Post([this, caller, size, token = page_token->value_or(""), exchange] {
+      auto page = port_->ListSessionsJson(caller, size, token);
+      if (!page.ok()) return exchange->RespondError(page.status());
+      exchange->Respond(200, "application/json", std::move(*page));
+    });
+  }
+  const std::optional<std::string> id =
+      PercentDecoded(std::string_view(request.path).substr(kSessionsPath.size() + 1));
+  if (!id.has_value()) {
+    return exchange->RespondError(
+        WithParam(absl::InvalidArgumentError("malformed escape in the session id"), "session_id"));
+  }
+  exchange->Annotate([&](logging::RequestRecord* r) { r->session = *id; });
+  const bool remove = request.method == "DELETE";
+  Post([this, caller, id = *id, remove, exchange] {
+    auto json = remove ? port_->DeleteSessionJson(caller, id) : port_->SessionJson(caller, id);
+    if (!json.ok()) return exchange->RespondError(json.status());
+    exchange->Respond(200, "application/json", std::move(*json));
+  });
+}
 
 void OpenAiFront::Tokenize(const HttpRequest& request, std::shared_ptr<ObservedExchange> exchange) {
   auto parsed = ParseTokenizeRequest(request.body);

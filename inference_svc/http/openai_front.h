@@ -8,6 +8,8 @@
 //   POST /v1/responses            previous_response_id continues (or forks) a stored
 //                                 session version on any replica
 //   POST /tokenize, /detokenize   vLLM's: token ids of a prompt or messages, and back
+//   GET  /v1/kvfold/sessions[/{id}], DELETE /v1/kvfold/sessions/{id}
+//                                 the caller's stored sessions (the gRPC API's messages)
 //   GET  /health, /health/live, /health/ready, /metrics
 //
 // Requests are parsed on the I/O threads; store round trips run on a small worker pool;
@@ -77,6 +79,10 @@ class OpenAiFront {
                    std::shared_ptr<ObservedExchange> exchange);
   void Responses(const Caller& caller, const HttpRequest& request,
                  std::shared_ptr<ObservedExchange> exchange);
+  // kvfold's stored sessions: GET /v1/kvfold/sessions (a page: page_size, page_token),
+  // GET and DELETE /v1/kvfold/sessions/{id}.
+  void Sessions(const Caller& caller, const HttpRequest& request,
+                std::shared_ptr<ObservedExchange> exchange);
   // vLLM's POST /tokenize (a prompt or messages as a turn would feed them) and
   // /detokenize.
   void Tokenize(const HttpRequest& request, std::shared_ptr<ObservedExchange> exchange);

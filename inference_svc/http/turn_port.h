@@ -131,6 +131,17 @@ class TurnPort {
   // A new session `new_id` from version `version` of `source`. NotFound.
   virtual absl::Status ForkSession(const Caller& caller, const std::string& source,
                                    uint64_t version, const std::string& new_id) = 0;
+  // Stored sessions as the gRPC API describes them: its Session, ListSessionsResponse and
+  // DeleteSessionResponse messages in protobuf's JSON mapping, field names as in the
+  // .proto (docs/api.md). NotFound for a session the caller does not have.
+  virtual absl::StatusOr<std::string> SessionJson(const Caller& caller,
+                                                  const std::string& session_id) = 0;
+  // page_size 0 = the store's default, at most 1000; page_token from the previous page.
+  virtual absl::StatusOr<std::string> ListSessionsJson(const Caller& caller, uint32_t page_size,
+                                                       const std::string& page_token) = 0;
+  // Every version, and the replica's cached copy.
+  virtual absl::StatusOr<std::string> DeleteSessionJson(const Caller& caller,
+                                                        const std::string& session_id) = 0;
   // Starts a turn; its output goes to `observer` (which the port keeps until OnDone).
   // Errors found before the turn starts may come either as the return value or via OnDone.
   virtual absl::StatusOr<std::shared_ptr<RunningTurn>> StartTurn(

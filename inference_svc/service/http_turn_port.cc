@@ -1,6 +1,8 @@
 // RuntimeTurnPort (http_turn_port.h).
 #include "inference_svc/service/http_turn_port.h"
 
+#include <google/protobuf/util/json_util.h>
+
 #include <chrono>
 
 #include "absl/strings/str_cat.h"
@@ -265,6 +267,56 @@ absl::Status RuntimeTurnPort::ForkSession(const http::Caller& caller, const std:
   }
   auto forked = deps_.store->Fork(ToRuntime(caller).store_credential, source, version, new_id);
   return forked.ok() ? absl::OkStatus() : StoreError(forked.status());
+}
+
+namespace {
+
+// The gRPC API's message in protobuf's JSON mapping, the .proto's field names, zeros kept.
+std::string ApiJson(const google::protobuf::Message& m) {
+  std::string out;
+  google::protobuf::util::JsonPrintOptions options;
+  options.always_print_primitive_fields = true;
+  options.preserve_proto_field_names = true;
+  (void)google::protobuf::util::MessageToJsonString(m, &out, options);
+  return out;
+}
+
+}  // namespace
+
+absl::StatusOr<std::string> RuntimeTurnPort::SessionJson(const http::Caller& caller,
+                                                         const std::string& session_id) {
+  if (absl::Status s = ValidateSessionId(session_id); !s.ok()) return s;
+  v1::Session session;
+  if (absl::Status s = DescribeStoredSession(*deps_.store, ToRuntime(caller).store_credential,
+                                             session_id, deps_.kv_bytes_per_token, &session);
+      !s.ok()) {
+    return s;
+  }
+  return ApiJson(session);
+}
+
+absl::StatusOr<std::string> RuntimeTurnPort::ListSessionsJson(const http::Caller& caller,
+                                                              uint32_t page_size,
+                                                              const std::string& page_token) {
+  v1::ListSessionsResponse page;
+  if (absl::Status s = ListStoredSessions(*deps_.store, ToRuntime(caller).store_credential,
+                                          page_size, page_token, deps_.kv_bytes_per_token, &page);
+      !s.ok()) {
+    return s;
+  }
+  return ApiJson(page);
+}
+
+absl::StatusOr<std::string> RuntimeTurnPort::DeleteSessionJson(const http::Caller& caller,
+                                                               const std::string& session_id) {
+  if (absl::Status s = ValidateSessionId(session_id); !s.ok()) return s;
+  const runtime::Caller who = ToRuntime(caller);
+  auto deleted = deps_.store->Delete(who.store_credential, session_id);
+  deps_.runtime->Forget(who, session_id);
+  if (!deleted.ok()) return StoreError(deleted.status());
+  v1::DeleteSessionResponse response;
+  response.set_versions_deleted(*deleted);
+  return ApiJson(response);
 }
 
 absl::StatusOr<std::shared_ptr<http::RunningTurn>> RuntimeTurnPort::StartTurn(

@@ -48,6 +48,7 @@ struct RuntimeTurnPortDeps {
   const TokenTable* tokens = nullptr;  // null: auth off
   std::string store_token;             // the store credential of callers without a token
   http::ModelCard model;
+  uint64_t kv_bytes_per_token = 0;  // what a resident token costs the KV pool
   std::string replica;             // reported in usage
   std::function<absl::Status()> ready;  // the replica's readiness
   std::function<bool()> draining;  // true once the replica refuses new calls
@@ -72,6 +73,12 @@ class RuntimeTurnPort final : public http::TurnPort {
                                        const std::string& session_id) override;
   absl::Status ForkSession(const http::Caller& caller, const std::string& source, uint64_t version,
                            const std::string& new_id) override;
+  absl::StatusOr<std::string> SessionJson(const http::Caller& caller,
+                                          const std::string& session_id) override;
+  absl::StatusOr<std::string> ListSessionsJson(const http::Caller& caller, uint32_t page_size,
+                                               const std::string& page_token) override;
+  absl::StatusOr<std::string> DeleteSessionJson(const http::Caller& caller,
+                                                const std::string& session_id) override;
   absl::StatusOr<std::shared_ptr<http::RunningTurn>> StartTurn(
       const http::Caller& caller, const http::TurnSpec& spec,
       std::shared_ptr<http::TurnObserver> observer) override;

@@ -62,37 +62,13 @@ grpc::Status InferenceServiceImpl::CreateSession(grpc::ServerContext* context,
                                               FromProto(request->sampling()),
                                               request->system_prompt());
   if (!version.ok()) return ToGrpcStatus(version.status());
-  return ToGrpcStatus(DescribeSession(*caller, session_id, response));
+  return ToGrpcStatus(Describe(*caller, session_id, response));
 }
 
-absl::Status InferenceServiceImpl::DescribeSession(const runtime::Caller& caller,
-                                                   const std::string& session_id,
-                                                   v1::Session* out) {
-  auto info = deps_.store->GetSessionInfo(caller.store_credential, session_id);
-  if (!info.ok()) return StoreError(info.status());
-  out->Clear();
-  out->set_session_id(session_id);
-  out->set_head_version(info->head_version());
-  out->set_created_unix_ms(info->created_unix_ms());
-  out->set_updated_unix_ms(info->updated_unix_ms());
-  out->set_model_fingerprint(deps_.engine->fingerprint());
-  auto block = deps_.store->GetBlock(caller.store_credential, session_id, info->head_version(), nullptr);
-  if (!block.ok()) return StoreError(block.status());
-  const v1::MemoryBlockHeader& h = block->header;
-  out->mutable_config()->set_mode(h.kv_mode());
-  out->mutable_config()->set_window_size(h.window_size());
-  out->mutable_config()->set_sink_tokens(h.sink_tokens());
-  *out->mutable_sampling() = h.sampler_state().params();
-  out->set_total_tokens(h.total_tokens());
-  out->set_tokens_folded(h.tokens_folded());
-  const uint64_t resident = static_cast<uint64_t>(h.window_token_ids_size()) +
-                            h.sink_token_ids_size() + h.mem_slots();
-  out->set_resident_tokens(resident);
-  out->set_kv_bytes_resident(resident * kv_bytes_per_token_);
-  out->set_memory_block_bytes(h.payload_size());
-  out->set_model_fingerprint(h.model_fingerprint());
-  out->set_projector_fingerprint(h.projector_fingerprint());
-  return absl::OkStatus();
+absl::Status InferenceServiceImpl::Describe(const runtime::Caller& caller,
+                                            const std::string& session_id, v1::Session* out) {
+  return DescribeStoredSession(*deps_.store, caller.store_credential, session_id,
+                               kv_bytes_per_token_, out);
 }
 
 grpc::Status InferenceServiceImpl::GetSession(grpc::ServerContext* context,
@@ -102,7 +78,7 @@ grpc::Status InferenceServiceImpl::GetSession(grpc::ServerContext* context,
   if (!caller.ok()) return ToGrpcStatus(caller.status());
   if (absl::Status s = ValidateSessionId(request->session_id()); !s.ok()) return ToGrpcStatus(s);
   AnnotateSession(context, request->session_id());
-  return ToGrpcStatus(DescribeSession(*caller, request->session_id(), response));
+  return ToGrpcStatus(Describe(*caller, request->session_id(), response));
 }
 
 grpc::Status InferenceServiceImpl::ListSessions(grpc::ServerContext* context,
@@ -110,32 +86,9 @@ grpc::Status InferenceServiceImpl::ListSessions(grpc::ServerContext* context,
                                                 v1::ListSessionsResponse* response) {
   auto caller = Authenticate(*context);
   if (!caller.ok()) return ToGrpcStatus(caller.status());
-  if (request->page_size() > 1000) {
-    return ToGrpcStatus(absl::InvalidArgumentError("page_size must be <= 1000"));
-  }
-  auto page = deps_.store->ListSessions(caller->store_credential, request->page_size(),
-                                        request->page_token());
-  if (!page.ok()) return ToGrpcStatus(StoreError(page.status()));
-  for (const v1::SessionInfo& info : page->sessions()) {
-    v1::Session* s = response->add_sessions();
-    s->set_session_id(info.session_id());
-    s->mutable_config()->set_mode(info.kv_mode());
-    s->mutable_config()->set_window_size(info.window_size());
-    s->mutable_config()->set_sink_tokens(info.sink_tokens());
-    s->set_head_version(info.head_version());
-    s->set_total_tokens(info.total_tokens());
-    s->set_tokens_folded(info.tokens_folded());
-    s->set_resident_tokens(info.resident_tokens());
-    s->set_kv_bytes_resident(info.resident_tokens() * kv_bytes_per_token_);
-    s->set_memory_block_bytes(info.payload_size());
-    s->set_model_fingerprint(info.model_fingerprint());
-    s->set_projector_fingerprint(info.projector_fingerprint());
-    s->set_created_unix_ms(info.created_unix_ms());
-    s->set_updated_unix_ms(info.updated_unix_ms());
-  }
-  response->set_next_page_token(page->next_page_token());
-  if (page->has_usage()) *response->mutable_usage() = page->usage();
-  return grpc::Status::OK;
+  return ToGrpcStatus(ListStoredSessions(*deps_.store, caller->store_credential,
+                                         request->page_size(), request->page_token(),
+                                         kv_bytes_per_token_, response));
 }
 
 grpc::Status InferenceServiceImpl::DeleteSession(grpc::ServerContext* context,
@@ -167,7 +120,7 @@ grpc::Status InferenceServiceImpl::ForkSession(grpc::ServerContext* context,
   auto forked = deps_.store->Fork(caller->store_credential, request->source_session_id(),
                                   request->version(), new_id);
   if (!forked.ok()) return ToGrpcStatus(StoreError(forked.status()));
-  return ToGrpcStatus(DescribeSession(*caller, new_id, response));
+  return ToGrpcStatus(Describe(*caller, new_id, response));
 }
 
 grpc::Status InferenceServiceImpl::RollbackSession(grpc::ServerContext* context,
@@ -184,7 +137,7 @@ grpc::Status InferenceServiceImpl::RollbackSession(grpc::ServerContext* context,
   // The cached copy is at another version now; the next Generate restores the new head.
   deps_.runtime->Forget(*caller, request->session_id());
   if (!info.ok()) return ToGrpcStatus(StoreError(info.status()));
-  return ToGrpcStatus(DescribeSession(*caller, request->session_id(), response));
+  return ToGrpcStatus(Describe(*caller, request->session_id(), response));
 }
 
 grpc::Status InferenceServiceImpl::EstimateKvCache(grpc::ServerContext* context,

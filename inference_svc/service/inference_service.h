@@ -82,8 +82,8 @@ class InferenceServiceImpl final : public v1::InferenceService::Service {
   // The caller's local tenant and the credential forwarded to the store.
   absl::StatusOr<runtime::Caller> Authenticate(const grpc::ServerContext& context) const;
   // Fills a Session message from the store's head block.
-  absl::Status DescribeSession(const runtime::Caller& caller, const std::string& session_id,
-                               v1::Session* out);
+  absl::Status Describe(const runtime::Caller& caller, const std::string& session_id,
+                        v1::Session* out);
 
   // Observability (service_observe.cc): fields of the call's request-log line; a turn's
   // outcome into the metrics and the log line.

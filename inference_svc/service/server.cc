@@ -239,6 +239,7 @@ absl::StatusOr<std::unique_ptr<InferenceServer>> InferenceServer::Start(
     port.tokens = server->tokens_.get();
     port.store_token = c.store_token;
     port.model = http::ModelCard{model_path.filename().string(), now_s, c.max_prompt_tokens};
+    port.kv_bytes_per_token = server->engine_->pool().bytes_per_token();
     port.replica = c.replica_name.empty() ? server->address_ : c.replica_name;
     port.ready = [raw] { return raw->Readiness(); };
     port.draining = [raw] { return raw->stopping_.load(); };

@@ -1,12 +1,15 @@
 // Cross-tenant isolation of the replica's session cache: kvfold-memory with a tokens file
 // (tenants alice and bob), two kvfold-inference replicas with and without one. Both tenants
 // own a session with the same id at the same head version; a replica that cached alice's
-// copy must never continue bob's turn from it.
+// copy must never continue bob's turn from it. Over HTTP, a tenant sees, lists and deletes
+// only its own stored sessions.
 #include <gtest/gtest.h>
 
 #include <filesystem>
 #include <fstream>
+#include <nlohmann/json.hpp>
 
+#include "tests/integration/http_api_fixture.h"
 #include "tests/integration/service_cluster.h"
 
 namespace kvfold::testing {
@@ -83,6 +86,46 @@ INSTANTIATE_TEST_SUITE_P(ReplicaTokensFile, TenantIsolationTest, ::testing::Bool
                          [](const ::testing::TestParamInfo<bool>& info) {
                            return info.param ? "WithTokensFile" : "WithoutTokensFile";
                          });
+
+// Over HTTP, a tenant's stored sessions are its own: bob neither sees nor lists nor
+// deletes alice's session, and his listing holds only his. (stories260K: the HTTP API needs
+// a tokenizer; skips without it.)
+TEST(HttpTenantIsolationTest, StoredSessionsAreTheCallersOwn) {
+  if (!std::filesystem::exists(SharedModel())) {
+    GTEST_SKIP() << MissingShared("models/stories260K/stories260K.bin");
+  }
+  const std::string dir = MakeTempDir("kvfold-http-tenants-");
+  ASSERT_FALSE(dir.empty());
+  std::ofstream(dir + "/tokens") << kAlice << " alice\n" << kBob << " bob\n";
+  Cluster cluster;
+  cluster.set_store_flags({"--tokens-file=" + dir + "/tokens"});
+  std::string error;
+  ASSERT_TRUE(cluster.Setup(1, &error, {"--tokens-file=" + dir + "/tokens", "--http-port=0"},
+                            SharedModel()))
+      << error;
+  const int port = HttpPortOf(cluster.replica_process(0));
+  ASSERT_GT(port, 0) << cluster.replica_process(0).output();
+  const HttpHeaderList alice = {{"Authorization", std::string("Bearer ") + kAlice}};
+  const HttpHeaderList bob = {{"Authorization", std::string("Bearer ") + kBob}};
+  const std::string chat =
+      R"({"messages": [{"role": "user", "content": "A cat"}], "max_tokens": 4,
+          "kvfold_session": "alices"})";
+  ASSERT_EQ(HttpCall(port, "POST", "/v1/chat/completions", chat, alice).status, 200);
+  EXPECT_EQ(HttpCall(port, "GET", "/v1/kvfold/sessions/alices", "", alice).status, 200);
+  EXPECT_EQ(HttpCall(port, "GET", "/v1/kvfold/sessions/alices", "", bob).status, 404);
+  EXPECT_EQ(HttpCall(port, "DELETE", "/v1/kvfold/sessions/alices", "", bob).status, 404);
+  HttpReply bobs = HttpCall(port, "GET", "/v1/kvfold/sessions", "", bob);
+  ASSERT_EQ(bobs.status, 200) << bobs.body;
+  EXPECT_TRUE(nlohmann::json::parse(bobs.body)["sessions"].empty()) << bobs.body;
+  HttpReply alices = HttpCall(port, "GET", "/v1/kvfold/sessions", "", alice);
+  ASSERT_EQ(alices.status, 200) << alices.body;
+  EXPECT_EQ(nlohmann::json::parse(alices.body)["sessions"].size(), 1u) << alices.body;
+  HttpReply still = HttpCall(port, "GET", "/v1/kvfold/sessions/alices", "", alice);
+  ASSERT_EQ(still.status, 200) << still.body;
+  EXPECT_EQ(nlohmann::json::parse(still.body)["head_version"], "2");
+  std::error_code ec;
+  std::filesystem::remove_all(dir, ec);
+}
 
 }  // namespace
 }  // namespace kvfold::testing
