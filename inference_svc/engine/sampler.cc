@@ -4,6 +4,7 @@
 #include <array>
 #include <cmath>
 #include <cstdint>
+#include <limits>
 #include <utility>
 
 #include "absl/strings/str_cat.h"
@@ -34,6 +35,9 @@ absl::Status SamplingParams::Validate() const {
   if (!(repetition_penalty > 0.0f) || !std::isfinite(repetition_penalty)) {
     return absl::InvalidArgumentError(
         absl::StrCat("repetition_penalty must be finite and > 0, got ", repetition_penalty));
+  }
+  if (min_tokens < 0) {
+    return absl::InvalidArgumentError(absl::StrCat("min_tokens must be >= 0, got ", min_tokens));
   }
   if (!(min_p >= 0.0f && min_p <= 1.0f)) {
     return absl::InvalidArgumentError(absl::StrCat("min_p must be in [0, 1], got ", min_p));
@@ -93,14 +97,18 @@ void ComputeLogprobs(std::span<const float> logits, int32_t token, int top_n, To
   }
 }
 
-Sampler::Sampler(int vocab_size, const SamplingParams& params)
+Sampler::Sampler(int vocab_size, const SamplingParams& params, std::span<const int> eos_ids)
     : params_(params), rng_(params.seed) {
   if (params_.HasPenalties()) {
     generated_.assign(vocab_size, 0);
     in_context_.assign(vocab_size, 0);
     touched_.reserve(vocab_size);
   }
-  if (params_.AdjustsLogits()) adjusted_.resize(vocab_size);
+  if (params_.AdjustsLogits() || params_.min_tokens > 0) adjusted_.resize(vocab_size);
+  if (params_.min_tokens > 0) {
+    held_back_ = params_.stop_token_ids;
+    if (!params_.ignore_eos) held_back_.insert(held_back_.end(), eos_ids.begin(), eos_ids.end());
+  }
 }
 
 void Sampler::Note(int32_t id, bool generated) {
@@ -137,8 +145,18 @@ std::span<const float> Sampler::Adjust(std::span<const float> logits) {
 }
 
 int32_t Sampler::Sample(std::span<const float> logits) {
-  if (!params_.AdjustsLogits()) return Pick(logits);
-  const int32_t token = Pick(Adjust(logits));
+  const bool hold_back = sampled_ < params_.min_tokens && !held_back_.empty();
+  ++sampled_;
+  if (!params_.AdjustsLogits() && !hold_back) return Pick(logits);
+  std::span<const float> adjusted = Adjust(logits);
+  if (hold_back && adjusted.data() == adjusted_.data()) {
+    for (int32_t id : held_back_) {
+      if (id >= 0 && static_cast<size_t>(id) < adjusted_.size()) {
+        adjusted_[id] = -std::numeric_limits<float>::infinity();
+      }
+    }
+  }
+  const int32_t token = Pick(adjusted);
   if (params_.HasPenalties()) Note(token, /*generated=*/true);
   return token;
 }

@@ -44,6 +44,9 @@ struct SamplingParams {
   // With temperature > 0: tokens less likely than min_p times the most likely one are
   // dropped (after temperature, before top-k and top-p). [0, 1]; 0 = off.
   float min_p = 0.0f;
+  // The first min_tokens samples are never a stop id or (unless ignore_eos) an EOS id:
+  // their logits are -inf until then (vLLM's min_tokens). 0 = off; must be >= 0.
+  int min_tokens = 0;
 
   // InvalidArgument for negative temperature/top_k, top_p outside [0, 1], etc.
   absl::Status Validate() const;
@@ -61,10 +64,11 @@ inline constexpr size_t kMaxLogitBiasEntries = 1024;
 
 class Sampler {
  public:
-  // With penalties keeps the turn's token counts, and with penalties or a bias a copy of
-  // the logits, for `vocab_size` ids. Sample() allocates nothing once its thread has
-  // sampled a vocabulary this large (its candidates' scratch is per thread).
-  Sampler(int vocab_size, const SamplingParams& params);
+  // With penalties keeps the turn's token counts, and with penalties, a bias or
+  // min_tokens a copy of the logits, for `vocab_size` ids. Sample() allocates nothing once
+  // its thread has sampled a vocabulary this large (its candidates' scratch is per
+  // thread). `eos_ids`: the model's, which min_tokens holds back (with the stop ids).
+  Sampler(int vocab_size, const SamplingParams& params, std::span<const int> eos_ids = {});
 
   // Tokens the repetition penalty counts besides the generated ones (the turn's prompt).
   // Ids outside the vocabulary are skipped. A no-op without a repetition penalty.
@@ -75,7 +79,8 @@ class Sampler {
   // top-k, top-p (the shortest prefix, by weight then id, holding top_p of the mass) and
   // one draw of the RNG over what is kept, in id order (docs/engine.md, "Sampling");
   // greedy otherwise. Sampler objects may Sample on different threads at once. The
-  // picked token counts as generated for the penalties of later calls.
+  // picked token counts as generated for the penalties of later calls, and for
+  // min_tokens.
   int32_t Sample(std::span<const float> logits);
 
   // True when `id` ends generation: a stop id, or an EOS id unless ignore_eos.
@@ -99,6 +104,8 @@ class Sampler {
   std::vector<uint8_t> in_context_;
   std::vector<int32_t> touched_;
   std::vector<float> adjusted_;  // only when the logits are adjusted
+  std::vector<int32_t> held_back_;  // ids min_tokens holds back (stop ids, EOS ids)
+  int sampled_ = 0;                 // Sample calls so far
 };
 
 int32_t Argmax(std::span<const float> logits);

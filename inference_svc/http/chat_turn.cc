@@ -227,6 +227,10 @@ void ChatTurn::OnTokens(const std::vector<int32_t>& ids,
   std::vector<TokenLogprob> shown;
   for (size_t i = 0; i < ids.size(); ++i) {
     ++generated_;
+    if (std::find(options_.stop_token_ids.begin(), options_.stop_token_ids.end(), ids[i]) !=
+        options_.stop_token_ids.end()) {
+      continue;  // the turn's last token
+    }
     text += decoder_.Push(ids[i]);
     if (options_.logprobs && i < logprobs.size()) shown.push_back(Shown(ids[i], &logprobs[i]));
   }

@@ -32,6 +32,9 @@ struct ChatTurnOptions {
   ChatAnswer head;                   // id, model, created; usage.session_id for kept sessions
   std::string previous_response_id;  // kResponse
   std::vector<std::string> stop;
+  // The request's stop ids: the token that ends the turn is not shown (its text, its
+  // log-probabilities), as vLLM leaves it out.
+  std::vector<int32_t> stop_token_ids;
   // True for a conversation whose session is thrown away afterwards: a stop string
   // cancels the turn at once. False for a kept session: the turn runs to its end so that
   // what the session holds stays a committed turn (the text after the stop string is

@@ -53,6 +53,7 @@ ChatTurnOptions AnswerOptions(ChatTurnOptions::Api api, bool stream, bool includ
   options.stream = stream;
   options.include_usage = include_usage;
   options.logprobs = params.logprobs;
+  options.stop_token_ids = params.stop_token_ids;
   options.head = NewHead(id_prefix.empty() ? "" : absl::StrCat(id_prefix, RandomHex()), model);
   return options;
 }
@@ -69,6 +70,9 @@ TurnSpec SpecFor(const std::string& session_id, const GenerationParams& p) {
   spec.repetition_penalty = p.repetition_penalty.value_or(0.0f);
   spec.min_p = p.min_p.value_or(0.0f);
   spec.logit_bias = p.logit_bias;
+  spec.stop_token_ids = p.stop_token_ids;
+  spec.ignore_eos = p.ignore_eos;
+  spec.min_tokens = p.min_tokens;
   spec.max_new_tokens = p.max_tokens.value_or(0);
   spec.top_logprobs = p.logprobs ? p.top_logprobs : -1;
   return spec;

@@ -162,6 +162,26 @@ absl::Status ParseSampling(const json& j, const char* max_key, GenerationParams*
   i.reset();
   KVFOLD_RETURN_IF_ERROR(GetInt(j, "n", 1, kMaxChoices, &i));
   if (i.has_value()) p->n = static_cast<int>(*i);
+  KVFOLD_RETURN_IF_ERROR(GetBool(j, "ignore_eos", &p->ignore_eos));
+  i.reset();
+  KVFOLD_RETURN_IF_ERROR(GetInt(j, "min_tokens", 0, INT32_MAX, &i));
+  if (i.has_value()) p->min_tokens = static_cast<int>(*i);
+  if (p->max_tokens.has_value() && p->min_tokens > *p->max_tokens) {
+    return Bad("min_tokens",
+               absl::StrCat("'min_tokens' is ", p->min_tokens, "; it must be at most max_tokens (",
+                            *p->max_tokens, ")"));
+  }
+  if (j.contains("stop_token_ids") && !j["stop_token_ids"].is_null()) {
+    const json& ids = j["stop_token_ids"];
+    if (!ids.is_array())
+      return Bad("stop_token_ids", "'stop_token_ids' must be an array of token ids");
+    for (const json& id : ids) {
+      if (!id.is_number_integer() || id.get<int64_t>() < 0 || id.get<int64_t>() > INT32_MAX) {
+        return Bad("stop_token_ids", "'stop_token_ids' must be integers >= 0");
+      }
+      p->stop_token_ids.push_back(static_cast<int32_t>(id.get<int64_t>()));
+    }
+  }
   if (j.contains("stop") && !j["stop"].is_null()) {
     const json& s = j["stop"];
     if (s.is_string()) {

@@ -41,6 +41,11 @@ struct GenerationParams {
   // the ids against its vocabulary.
   std::vector<std::pair<int32_t, float>> logit_bias;
   std::vector<std::string> stop;  // at most 4 non-empty strings
+  // vLLM's: end the turn on one of these ids (its text not shown), the model's EOS ids
+  // not ending it, and no stop or EOS id among the first min_tokens tokens.
+  std::vector<int32_t> stop_token_ids;
+  bool ignore_eos = false;
+  int min_tokens = 0;
   // Log-probabilities of the generated tokens and top_logprobs alternatives each: chat's
   // logprobs/top_logprobs, completions' logprobs count, responses' top_logprobs/include.
   bool logprobs = false;

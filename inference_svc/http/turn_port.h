@@ -54,6 +54,8 @@ struct TurnSpec {
   float min_p = 0;                                    // 0 = off
   std::vector<std::pair<int32_t, float>> logit_bias;  // (token id, bias)
   std::vector<int32_t> stop_token_ids;  // end the turn after emitting one of these
+  bool ignore_eos = false;              // the model's EOS ids do not end the turn
+  int min_tokens = 0;                   // no stop or EOS id among the first min_tokens
   // -1 = no log-probabilities; else also the top_logprobs most likely alternatives.
   int top_logprobs = -1;
   // -1 = the prompt is not scored; else each prompt token that follows a token gets its

@@ -26,6 +26,12 @@ absl::Status ValidateSampling(const SamplingSpec& p, int vocab_size, int max_new
                                                    " exceeds the server cap ",
                                                    max_new_tokens_cap));
   }
+  const int min_cap = p.max_new_tokens > 0 ? p.max_new_tokens : max_new_tokens_cap;
+  if (p.min_tokens < 0 || p.min_tokens > min_cap) {
+    return absl::InvalidArgumentError(absl::StrCat(
+        "min_tokens ", p.min_tokens, " outside [0, ", min_cap, "] (",
+        p.max_new_tokens > 0 ? "max_new_tokens" : "the server's max_new_tokens cap", ")"));
+  }
   // The penalties', min_p's and the bias's value ranges are the engine's own rules.
   if (absl::Status s = ResolveSampling(p, 1).Validate(); !s.ok()) return s;
   absl::flat_hash_set<int32_t> biased;
@@ -62,6 +68,7 @@ SamplingSpec MergeSampling(const SamplingSpec& defaults, const SamplingSpec& o) 
   if (o.repetition_penalty != 0) out.repetition_penalty = o.repetition_penalty;
   if (o.min_p != 0) out.min_p = o.min_p;
   if (!o.logit_bias.empty()) out.logit_bias = o.logit_bias;
+  if (o.min_tokens != 0) out.min_tokens = o.min_tokens;
   return out;
 }
 
@@ -78,6 +85,7 @@ engine::SamplingParams ResolveSampling(const SamplingSpec& p, int default_max_ne
   s.frequency_penalty = p.frequency_penalty;
   s.repetition_penalty = p.repetition_penalty == 0 ? 1.0f : p.repetition_penalty;
   s.min_p = p.min_p;
+  s.min_tokens = p.min_tokens;
   s.logit_bias = p.logit_bias;
   return s;
 }

@@ -28,11 +28,13 @@ struct SamplingSpec {
   float repetition_penalty = 0;
   float min_p = 0;                                    // 0 = off
   std::vector<std::pair<int32_t, float>> logit_bias;  // empty = not set
+  int min_tokens = 0;                                 // 0 = off (engine::SamplingParams)
 };
 
 // temperature finite and >= 0; top_k >= 0; top_p in [0, 1]; max_new_tokens in
 // [0, max_new_tokens_cap]; stop ids in [0, vocab_size); presence and frequency penalties
-// in [-2, 2]; repetition penalty finite and >= 0; min_p in [0, 1]; logit_bias: at most
+// in [-2, 2]; repetition penalty finite and >= 0; min_p in [0, 1]; min_tokens in
+// [0, max_new_tokens] (max_new_tokens_cap when unset); logit_bias: at most
 // engine::kMaxLogitBiasEntries ids in [0, vocab_size), each once, biases in [-100, 100].
 // INVALID_ARGUMENT otherwise, the message naming the field and the value.
 absl::Status ValidateSampling(const SamplingSpec& spec, int vocab_size, int max_new_tokens_cap);

@@ -65,7 +65,7 @@ void Scheduler::StartTurn(Running& r) {
   r.folded_at_start = job.restore_state.has_value() ? job.restore_state->tokens_folded
                                                     : live.tokens_folded.load();
   r.fold_seconds_at_start = FoldSeconds(live.engine_session.get());
-  r.sampler.emplace(engine_->config().vocab_size, job.sampling);
+  r.sampler.emplace(engine_->config().vocab_size, job.sampling, engine_->config().eos_token_ids);
   r.sampler->AddContext(job.prompt_ids);
   if (job.reseed.has_value()) {
     r.sampler->rng() = engine::Rng(*job.reseed);

@@ -343,6 +343,8 @@ absl::StatusOr<std::shared_ptr<http::RunningTurn>> RuntimeTurnPort::StartTurn(
   request.sampling.logit_bias = spec.logit_bias;
   request.sampling.max_new_tokens = spec.max_new_tokens;
   request.sampling.stop_token_ids = spec.stop_token_ids;
+  request.sampling.ignore_eos = spec.ignore_eos;
+  request.sampling.min_tokens = spec.min_tokens;
   request.top_logprobs = spec.top_logprobs;
   request.prompt_logprobs = spec.prompt_logprobs;
   request.prompt_only = spec.prompt_only;

@@ -20,6 +20,7 @@ runtime::SamplingSpec FromProto(const v1::SamplingParams& p) {
   s.frequency_penalty = p.frequency_penalty();
   s.repetition_penalty = p.repetition_penalty();
   s.min_p = p.min_p();
+  s.min_tokens = static_cast<int>(std::min<uint32_t>(p.min_tokens(), INT32_MAX));
   s.logit_bias.assign(p.logit_bias().begin(), p.logit_bias().end());
   std::sort(s.logit_bias.begin(), s.logit_bias.end());  // a map's order is unspecified
   return s;
@@ -38,6 +39,7 @@ v1::SamplingParams ToProto(const runtime::SamplingSpec& s) {
   p.set_frequency_penalty(s.frequency_penalty);
   p.set_repetition_penalty(s.repetition_penalty);
   p.set_min_p(s.min_p);
+  p.set_min_tokens(static_cast<uint32_t>(s.min_tokens));
   for (const auto& [id, bias] : s.logit_bias) (*p.mutable_logit_bias())[id] = bias;
   return p;
 }

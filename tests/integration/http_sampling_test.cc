@@ -360,6 +360,95 @@ TEST_F(HttpSamplingTest, ConcurrentSampledTurnsDrawTheirOwnSeedsTokens) {
   EXPECT_LT(steps, tokens);
 }
 
+// vLLM's stopping controls: stop_token_ids end the turn (the id's text not shown),
+// ignore_eos lets EOS pass, min_tokens holds both back for its first tokens. The tokens
+// forced by a +100 bias make every outcome exact.
+TEST_F(HttpSamplingTest, StopTokenIdsIgnoreEosAndMinTokens) {
+  auto complete = [&](json extra) {
+    json body = {{"prompt", "Once upon a time"}, {"max_tokens", 8}, {"temperature", 0}};
+    body.update(extra);
+    HttpReply r = Post(0, "/v1/completions", body);
+    EXPECT_EQ(r.status, 200) << r.body;
+    return Body(r);
+  };
+  auto tokens = [](const json& b) { return b["usage"]["completion_tokens"].get<int>(); };
+  auto finish = [](const json& b) { return b["choices"][0]["finish_reason"].get<std::string>(); };
+  auto text = [](const json& b) { return b["choices"][0]["text"].get<std::string>(); };
+
+  const json forced_300 = {{"300", 100}};
+  json stopped = complete({{"logit_bias", forced_300}, {"stop_token_ids", {300}}});
+  EXPECT_EQ(tokens(stopped), 1);
+  EXPECT_EQ(finish(stopped), "stop");
+  EXPECT_EQ(text(stopped), "");  // the stop id's text is not shown
+  // Held back for 3 tokens, the picks are those of a run with 300 banned.
+  const json held =
+      complete({{"logit_bias", forced_300}, {"stop_token_ids", {300}}, {"min_tokens", 3}});
+  const json banned = complete({{"logit_bias", {{"300", -100}}}, {"max_tokens", 3}});
+  EXPECT_EQ(tokens(held), 4);
+  EXPECT_EQ(finish(held), "stop");
+  EXPECT_EQ(text(held), text(banned));
+
+  const json forced_eos = {{"2", 100}};
+  EXPECT_EQ(tokens(complete({{"logit_bias", forced_eos}})), 1);
+  const json ignoring = complete({{"logit_bias", forced_eos}, {"ignore_eos", true}});
+  EXPECT_EQ(tokens(ignoring), 8);
+  EXPECT_EQ(finish(ignoring), "length");
+  const json eos_held = complete({{"logit_bias", forced_eos}, {"min_tokens", 5}});
+  const json eos_banned = complete({{"logit_bias", {{"2", -100}}}, {"max_tokens", 5}});
+  EXPECT_EQ(tokens(eos_held), 6);
+  EXPECT_EQ(finish(eos_held), "stop");
+  EXPECT_EQ(text(eos_held), text(eos_banned));
+
+  const struct {
+    json extra;
+    const char* param;  // nullptr: checked by the replica, no param
+    const char* message;
+  } bad[] = {
+      {{{"min_tokens", 9}}, "min_tokens", "'min_tokens' is 9; it must be at most max_tokens (8)"},
+      {{{"min_tokens", -1}}, "min_tokens", "'min_tokens' is -1"},
+      {{{"stop_token_ids", "2"}}, "stop_token_ids", "must be an array of token ids"},
+      {{{"stop_token_ids", {1, -2}}}, "stop_token_ids", "integers >= 0"},
+      {{{"stop_token_ids", {600}}}, nullptr, "stop token id 600 outside [0, 512)"},
+      {{{"ignore_eos", "yes"}}, "ignore_eos", "'ignore_eos' must be a boolean"},
+  };
+  for (const auto& c : bad) {
+    json body = {{"prompt", "Once"}, {"max_tokens", 8}};
+    body.update(c.extra);
+    HttpReply r = Post(0, "/v1/completions", body);
+    EXPECT_EQ(r.status, 400) << c.extra.dump() << ": " << r.body;
+    EXPECT_THAT(Body(r)["error"]["message"].get<std::string>(), HasSubstr(c.message))
+        << c.extra.dump();
+    if (c.param != nullptr) {
+      EXPECT_EQ(Body(r)["error"]["param"], c.param) << c.extra.dump();
+    }
+  }
+
+  // gRPC: the same min_tokens through SamplingParams.
+  grpc::ClientContext create_context;
+  create_context.AddMetadata("authorization", std::string("Bearer ") + kToken);
+  v1::CreateSessionRequest create;
+  create.set_session_id("min-tokens-grpc");
+  v1::Session created;
+  ASSERT_TRUE(cluster_->stub(1).CreateSession(&create_context, create, &created).ok());
+  grpc::ClientContext context;
+  context.AddMetadata("authorization", std::string("Bearer ") + kToken);
+  v1::GenerateRequest request;
+  request.set_session_id("min-tokens-grpc");
+  request.set_prompt("Once upon a time");
+  request.mutable_sampling()->set_top_k(1);
+  request.mutable_sampling()->set_max_new_tokens(8);
+  request.mutable_sampling()->set_min_tokens(5);
+  (*request.mutable_sampling()->mutable_logit_bias())[2] = 100;
+  auto reader = cluster_->stub(1).Generate(&context, request);
+  v1::GenerateResponse response;
+  uint32_t generated = 0;
+  while (reader->Read(&response)) {
+    if (response.has_final()) generated = response.final().usage().generated_tokens();
+  }
+  ASSERT_TRUE(reader->Finish().ok());
+  EXPECT_EQ(generated, 6u);
+}
+
 TEST_F(HttpSamplingTest, OutOfRangePenaltiesAreRefused) {
   struct Case {
     const char* field;

@@ -194,6 +194,39 @@ TEST(SamplerTest, ArgmaxTakesTheFirstLargestAndSkipsNan) {
   EXPECT_EQ(Argmax(big), 17);
 }
 
+// min_tokens: the first picks are never a stop id or an EOS id (unless ignore_eos), greedy
+// or sampled; from then on they are.
+TEST(SamplerTest, MinTokensHoldsBackStopAndEosIds) {
+  const std::vector<float> logits = {1.0f, 2.0f, 3.0f, 4.0f};  // 3 most likely, then 2
+  const int eos[] = {3};
+  SamplingParams p = P(0.0f);
+  p.min_tokens = 2;
+  Sampler greedy(4, p, eos);
+  EXPECT_EQ(greedy.Sample(logits), 2);
+  EXPECT_EQ(greedy.Sample(logits), 2);
+  EXPECT_EQ(greedy.Sample(logits), 3);
+  p.stop_token_ids = {2};
+  Sampler both(4, p, eos);
+  EXPECT_EQ(both.Sample(logits), 1);
+  EXPECT_EQ(both.Sample(logits), 1);
+  EXPECT_EQ(both.Sample(logits), 3);
+  p.ignore_eos = true;  // EOS is then an ordinary token
+  Sampler ignoring(4, p, eos);
+  EXPECT_EQ(ignoring.Sample(logits), 3);
+  SamplingParams t = P(1.0f, 0, 1.0f, 7);
+  t.min_tokens = 500;
+  Sampler sampled(4, t, eos);
+  int counts[4] = {};
+  for (int i = 0; i < 500; ++i) ++counts[sampled.Sample(logits)];
+  EXPECT_EQ(counts[3], 0) << "first 500 draws";
+  EXPECT_GT(counts[0] + counts[1] + counts[2], 0);
+  int later_eos = 0;
+  for (int i = 0; i < 500; ++i) later_eos += sampled.Sample(logits) == 3;
+  EXPECT_GT(later_eos, 200);  // p(3) = 0.64 once min_tokens is behind
+  t.min_tokens = -1;
+  EXPECT_FALSE(t.Validate().ok());
+}
+
 TEST(SamplerTest, DistributionTopKTopPAndGreedy) {
   const std::vector<float> logits = {std::log(0.5f), std::log(0.3f), std::log(0.15f),
                                      std::log(0.05f)};
