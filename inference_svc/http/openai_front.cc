@@ -19,6 +19,28 @@ constexpr std::string_view kSessionsPath = "/v1/kvfold/sessions";
 
 }  // namespace
 
+std::optional<OpenAiFront::SessionRoute> OpenAiFront::RouteSession(std::string_view method,
+                                                                   std::string_view path) {
+  if (path == kSessionsPath) {
+    return SessionRoute{method == "POST" ? SessionOp::kCreate : SessionOp::kList, "",
+                        method == "GET" || method == "POST"};
+  }
+  if (!path.starts_with(kSessionsPath) || path.size() <= kSessionsPath.size() + 1 ||
+      path[kSessionsPath.size()] != '/') {
+    return std::nullopt;
+  }
+  std::string_view rest = path.substr(kSessionsPath.size() + 1);
+  for (auto [action, op] : {std::pair{std::string_view("/fork"), SessionOp::kFork},
+                            std::pair{std::string_view("/rollback"), SessionOp::kRollback}}) {
+    if (rest.size() > action.size() && rest.ends_with(action)) {
+      return SessionRoute{op, std::string(rest.substr(0, rest.size() - action.size())),
+                          method == "POST"};
+    }
+  }
+  return SessionRoute{method == "DELETE" ? SessionOp::kDelete : SessionOp::kGet, std::string(rest),
+                      method == "GET" || method == "DELETE"};
+}
+
 absl::StatusOr<std::unique_ptr<OpenAiFront>> OpenAiFront::Start(const OpenAiFrontOptions& options,
                                                                 TurnPort* port,
                                                                 const Tokenizer* tokenizer,
@@ -122,12 +144,10 @@ void OpenAiFront::Handle(HttpRequest request, std::shared_ptr<HttpExchange> inne
   const bool model_path = path.starts_with(kModelPrefix) && path.size() > kModelPrefix.size();
   const bool post_path = path == "/v1/chat/completions" || path == "/v1/completions" ||
                          path == "/v1/responses" || path == "/tokenize" || path == "/detokenize";
-  const bool sessions_path = path == kSessionsPath || (path.starts_with(kSessionsPath) &&
-                                                       path.size() > kSessionsPath.size() + 1 &&
-                                                       path[kSessionsPath.size()] == '/');
-  const bool one_session = sessions_path && path != kSessionsPath;
+  const std::optional<SessionRoute> session_route = RouteSession(request.method, path);
+  const bool sessions_path = session_route.has_value();
   const bool known = (get && (path == "/v1/models" || model_path)) || (post && post_path) ||
-                     (sessions_path && (get || (one_session && request.method == "DELETE")));
+                     (sessions_path && session_route->allowed);
   if (!known) {
     const bool other_method = path == "/v1/models" || model_path || post_path || sessions_path;
     exchange->Respond(
@@ -144,7 +164,7 @@ void OpenAiFront::Handle(HttpRequest request, std::shared_ptr<HttpExchange> inne
   }
   if (path == "/v1/chat/completions") return ChatCompletions(*caller, request, exchange);
   if (path == "/v1/completions") return Completions(*caller, request, exchange);
-  if (sessions_path) return Sessions(*caller, request, exchange);
+  if (sessions_path) return Sessions(*caller, *session_route, request, exchange);
   if (path == "/tokenize") return Tokenize(request, exchange);
   if (path == "/detokenize") return Detokenize(request, *exchange);
   return Responses(*caller, request, exchange);
@@ -194,9 +214,11 @@ absl::StatusOr<std::optional<std::string>> QueryParam(const std::string& query,
   return std::optional<std::string>();
 }
 
-void OpenAiFront::Sessions(const Caller& caller, const HttpRequest& request,
-                           std::shared_ptr<ObservedExchange> exchange) {
-  if (request.path == kSessionsPath) {
+void OpenAiFront::Sessions(const Caller& caller, const SessionRoute& route,
+                           const HttpRequest& request, std::shared_ptr<ObservedExchange> exchange) {
+  std::string body = request.body;
+  if (route.op == SessionOp::kList) {
+    // The page's fields come as query parameters.
     auto page_size = QueryParam(request.query, "page_size");
     auto page_token = QueryParam(request.query, "page_token");
     for (const auto* p : {&page_size, &page_token}) {
@@ -209,22 +231,20 @@ void OpenAiFront::Sessions(const Caller& caller, const HttpRequest& request,
                         "'page_size' is '", **page_size, "'; it must be an integer in [0, 1000]")),
                     "page_size"));
     }
-    return Post([this, caller, size, token = page_token->value_or(""), exchange] {
-      auto page = port_->ListSessionsJson(caller, size, token);
-      if (!page.ok()) return exchange->RespondError(page.status());
-      exchange->Respond(200, "application/json", std::move(*page));
-    });
+    body = JsonText(nlohmann::json{{"page_size", size}, {"page_token", page_token->value_or("")}});
   }
-  const std::optional<std::string> id =
-      PercentDecoded(std::string_view(request.path).substr(kSessionsPath.size() + 1));
-  if (!id.has_value()) {
-    return exchange->RespondError(
-        WithParam(absl::InvalidArgumentError("malformed escape in the session id"), "session_id"));
+  std::string id;
+  if (!route.raw_id.empty()) {
+    const std::optional<std::string> decoded = PercentDecoded(route.raw_id);
+    if (!decoded.has_value()) {
+      return exchange->RespondError(WithParam(
+          absl::InvalidArgumentError("malformed escape in the session id"), "session_id"));
+    }
+    id = *decoded;
+    exchange->Annotate([&](logging::RequestRecord* r) { r->session = id; });
   }
-  exchange->Annotate([&](logging::RequestRecord* r) { r->session = *id; });
-  const bool remove = request.method == "DELETE";
-  Post([this, caller, id = *id, remove, exchange] {
-    auto json = remove ? port_->DeleteSessionJson(caller, id) : port_->SessionJson(caller, id);
+  Post([this, caller, op = route.op, id, body = std::move(body), exchange] {
+    auto json = port_->SessionCall(caller, op, id, body);
     if (!json.ok()) return exchange->RespondError(json.status());
     exchange->Respond(200, "application/json", std::move(*json));
   });

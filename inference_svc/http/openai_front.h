@@ -8,8 +8,9 @@
 //   POST /v1/responses            previous_response_id continues (or forks) a stored
 //                                 session version on any replica
 //   POST /tokenize, /detokenize   vLLM's: token ids of a prompt or messages, and back
-//   GET  /v1/kvfold/sessions[/{id}], DELETE /v1/kvfold/sessions/{id}
-//                                 the caller's stored sessions (the gRPC API's messages)
+//   /v1/kvfold/sessions           the caller's stored sessions, the gRPC API's messages:
+//                                 GET lists, POST creates; GET and DELETE .../{id};
+//                                 POST .../{id}/fork and .../{id}/rollback
 //   GET  /health, /health/live, /health/ready, /metrics
 //
 // Requests are parsed on the I/O threads; store round trips run on a small worker pool;
@@ -22,6 +23,7 @@
 #include <functional>
 #include <memory>
 #include <mutex>
+#include <optional>
 #include <string>
 #include <thread>
 #include <vector>
@@ -79,9 +81,16 @@ class OpenAiFront {
                    std::shared_ptr<ObservedExchange> exchange);
   void Responses(const Caller& caller, const HttpRequest& request,
                  std::shared_ptr<ObservedExchange> exchange);
-  // kvfold's stored sessions: GET /v1/kvfold/sessions (a page: page_size, page_token),
-  // GET and DELETE /v1/kvfold/sessions/{id}.
-  void Sessions(const Caller& caller, const HttpRequest& request,
+  // kvfold's stored sessions (docs/http-api.md, "Stored sessions"): which operation a
+  // request under /v1/kvfold/sessions is, the session id as in the path (escapes not
+  // decoded), and whether its method fits; nullopt outside that path.
+  struct SessionRoute {
+    SessionOp op;
+    std::string raw_id;
+    bool allowed = false;
+  };
+  static std::optional<SessionRoute> RouteSession(std::string_view method, std::string_view path);
+  void Sessions(const Caller& caller, const SessionRoute& route, const HttpRequest& request,
                 std::shared_ptr<ObservedExchange> exchange);
   // vLLM's POST /tokenize (a prompt or messages as a turn would feed them) and
   // /detokenize.

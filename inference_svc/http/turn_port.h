@@ -112,6 +112,9 @@ class RunningTurn {
   virtual uint32_t prompt_tokens() const = 0;
 };
 
+// The stored-session operations of TurnPort::SessionCall.
+enum class SessionOp { kCreate, kGet, kList, kDelete, kFork, kRollback };
+
 class TurnPort {
  public:
   virtual ~TurnPort() = default;
@@ -133,17 +136,18 @@ class TurnPort {
   // A new session `new_id` from version `version` of `source`. NotFound.
   virtual absl::Status ForkSession(const Caller& caller, const std::string& source,
                                    uint64_t version, const std::string& new_id) = 0;
-  // Stored sessions as the gRPC API describes them: its Session, ListSessionsResponse and
-  // DeleteSessionResponse messages in protobuf's JSON mapping, field names as in the
-  // .proto (docs/api.md). NotFound for a session the caller does not have.
-  virtual absl::StatusOr<std::string> SessionJson(const Caller& caller,
-                                                  const std::string& session_id) = 0;
-  // page_size 0 = the store's default, at most 1000; page_token from the previous page.
-  virtual absl::StatusOr<std::string> ListSessionsJson(const Caller& caller, uint32_t page_size,
-                                                       const std::string& page_token) = 0;
-  // Every version, and the replica's cached copy.
-  virtual absl::StatusOr<std::string> DeleteSessionJson(const Caller& caller,
-                                                        const std::string& session_id) = 0;
+  // kvfold's stored-session operations in the gRPC API's messages, in protobuf's JSON
+  // mapping with the .proto's field names (docs/api.md): `request_json` is the operation's
+  // request (CreateSessionRequest, ListSessionsRequest, ForkSessionRequest,
+  // RollbackSessionRequest; empty = all defaults; Get and Delete take none), and
+  // `session_id` (Get, Delete, Fork's source, Rollback) stands for the request's id field,
+  // which the JSON must then leave out or repeat. The answer is the response message
+  // (Session, ListSessionsResponse, DeleteSessionResponse). InvalidArgument for JSON that
+  // is not the request message (unknown fields included); NotFound for a session the caller
+  // does not have.
+  virtual absl::StatusOr<std::string> SessionCall(const Caller& caller, SessionOp op,
+                                                  const std::string& session_id,
+                                                  const std::string& request_json) = 0;
   // Starts a turn; its output goes to `observer` (which the port keeps until OnDone).
   // Errors found before the turn starts may come either as the return value or via OnDone.
   virtual absl::StatusOr<std::shared_ptr<RunningTurn>> StartTurn(

@@ -6,6 +6,7 @@
 #include <chrono>
 
 #include "absl/strings/str_cat.h"
+#include "core/status_macros.h"
 #include "inference_svc/service/store_sessions.h"
 #include "inference_svc/service/validation.h"
 
@@ -283,40 +284,81 @@ std::string ApiJson(const google::protobuf::Message& m) {
 
 }  // namespace
 
-absl::StatusOr<std::string> RuntimeTurnPort::SessionJson(const http::Caller& caller,
-                                                         const std::string& session_id) {
-  if (absl::Status s = ValidateSessionId(session_id); !s.ok()) return s;
-  v1::Session session;
-  if (absl::Status s = DescribeStoredSession(*deps_.store, ToRuntime(caller).store_credential,
-                                             session_id, deps_.kv_bytes_per_token, &session);
-      !s.ok()) {
-    return s;
-  }
-  return ApiJson(session);
+namespace {
+
+// `json` (empty: all defaults) as `out`, strictly: unknown fields are refused.
+absl::Status FromApiJson(const std::string& json, google::protobuf::Message* out) {
+  if (json.empty()) return absl::OkStatus();
+  google::protobuf::util::JsonParseOptions options;
+  options.ignore_unknown_fields = false;
+  const auto parsed = google::protobuf::util::JsonStringToMessage(json, out, options);
+  if (parsed.ok()) return absl::OkStatus();
+  return absl::InvalidArgumentError(absl::StrCat("the body is not a ", out->GetDescriptor()->name(),
+                                                 ": ", parsed.message().as_string()));
 }
 
-absl::StatusOr<std::string> RuntimeTurnPort::ListSessionsJson(const http::Caller& caller,
-                                                              uint32_t page_size,
-                                                              const std::string& page_token) {
-  v1::ListSessionsResponse page;
-  if (absl::Status s = ListStoredSessions(*deps_.store, ToRuntime(caller).store_credential,
-                                          page_size, page_token, deps_.kv_bytes_per_token, &page);
-      !s.ok()) {
-    return s;
+// The path's session id in the request's id field, which the body may only repeat.
+absl::Status TakePathId(const std::string& path_id, std::string* field, const char* name) {
+  if (!field->empty() && *field != path_id) {
+    return absl::InvalidArgumentError(
+        absl::StrCat("'", name, "' is '", *field, "' but the path names '", path_id, "'"));
   }
-  return ApiJson(page);
+  *field = path_id;
+  return absl::OkStatus();
 }
 
-absl::StatusOr<std::string> RuntimeTurnPort::DeleteSessionJson(const http::Caller& caller,
-                                                               const std::string& session_id) {
-  if (absl::Status s = ValidateSessionId(session_id); !s.ok()) return s;
+}  // namespace
+
+absl::StatusOr<std::string> RuntimeTurnPort::SessionCall(const http::Caller& caller,
+                                                         http::SessionOp op,
+                                                         const std::string& session_id,
+                                                         const std::string& request_json) {
   const runtime::Caller who = ToRuntime(caller);
-  auto deleted = deps_.store->Delete(who.store_credential, session_id);
-  deps_.runtime->Forget(who, session_id);
-  if (!deleted.ok()) return StoreError(deleted.status());
-  v1::DeleteSessionResponse response;
-  response.set_versions_deleted(*deleted);
-  return ApiJson(response);
+  const SessionAdmin admin(deps_.runtime, deps_.store, deps_.kv_bytes_per_token);
+  switch (op) {
+    case http::SessionOp::kCreate: {
+      v1::CreateSessionRequest request;
+      v1::Session out;
+      KVFOLD_RETURN_IF_ERROR(FromApiJson(request_json, &request));
+      KVFOLD_RETURN_IF_ERROR(admin.Create(who, request, &out));
+      return ApiJson(out);
+    }
+    case http::SessionOp::kGet: {
+      v1::Session out;
+      KVFOLD_RETURN_IF_ERROR(admin.Get(who, session_id, &out));
+      return ApiJson(out);
+    }
+    case http::SessionOp::kList: {
+      v1::ListSessionsRequest request;
+      v1::ListSessionsResponse out;
+      KVFOLD_RETURN_IF_ERROR(FromApiJson(request_json, &request));
+      KVFOLD_RETURN_IF_ERROR(admin.List(who, request, &out));
+      return ApiJson(out);
+    }
+    case http::SessionOp::kDelete: {
+      v1::DeleteSessionResponse out;
+      KVFOLD_RETURN_IF_ERROR(admin.Delete(who, session_id, &out));
+      return ApiJson(out);
+    }
+    case http::SessionOp::kFork: {
+      v1::ForkSessionRequest request;
+      v1::Session out;
+      KVFOLD_RETURN_IF_ERROR(FromApiJson(request_json, &request));
+      KVFOLD_RETURN_IF_ERROR(
+          TakePathId(session_id, request.mutable_source_session_id(), "source_session_id"));
+      KVFOLD_RETURN_IF_ERROR(admin.Fork(who, request, &out));
+      return ApiJson(out);
+    }
+    case http::SessionOp::kRollback: {
+      v1::RollbackSessionRequest request;
+      v1::Session out;
+      KVFOLD_RETURN_IF_ERROR(FromApiJson(request_json, &request));
+      KVFOLD_RETURN_IF_ERROR(TakePathId(session_id, request.mutable_session_id(), "session_id"));
+      KVFOLD_RETURN_IF_ERROR(admin.Rollback(who, request, &out));
+      return ApiJson(out);
+    }
+  }
+  return absl::InvalidArgumentError("unknown session operation");
 }
 
 absl::StatusOr<std::shared_ptr<http::RunningTurn>> RuntimeTurnPort::StartTurn(

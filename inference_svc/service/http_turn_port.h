@@ -23,6 +23,7 @@
 #include "inference_svc/http/turn_port.h"
 #include "inference_svc/runtime/runtime.h"
 #include "inference_svc/service/inference_metrics.h"
+#include "inference_svc/service/session_admin.h"
 #include "inference_svc/service/store_gateway.h"
 
 namespace kvfold::service {
@@ -73,12 +74,9 @@ class RuntimeTurnPort final : public http::TurnPort {
                                        const std::string& session_id) override;
   absl::Status ForkSession(const http::Caller& caller, const std::string& source, uint64_t version,
                            const std::string& new_id) override;
-  absl::StatusOr<std::string> SessionJson(const http::Caller& caller,
-                                          const std::string& session_id) override;
-  absl::StatusOr<std::string> ListSessionsJson(const http::Caller& caller, uint32_t page_size,
-                                               const std::string& page_token) override;
-  absl::StatusOr<std::string> DeleteSessionJson(const http::Caller& caller,
-                                                const std::string& session_id) override;
+  absl::StatusOr<std::string> SessionCall(const http::Caller& caller, http::SessionOp op,
+                                          const std::string& session_id,
+                                          const std::string& request_json) override;
   absl::StatusOr<std::shared_ptr<http::RunningTurn>> StartTurn(
       const http::Caller& caller, const http::TurnSpec& spec,
       std::shared_ptr<http::TurnObserver> observer) override;

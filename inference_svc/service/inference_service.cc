@@ -6,6 +6,7 @@
 #include "common/proto_enums.h"
 #include "inference_svc/planner/planner_proto.h"
 #include "inference_svc/service/proto_convert.h"
+#include "inference_svc/service/session_admin.h"
 #include "inference_svc/service/store_sessions.h"
 #include "inference_svc/service/validation.h"
 
@@ -28,7 +29,8 @@ InferenceServiceImpl::InferenceServiceImpl(const ServiceDeps& deps)
       // What one token costs in this engine's pool, in its KV dtype (docs/contracts.md,
       // "KV bytes").
       kv_bytes_per_token_(deps.engine->pool().bytes_per_token()),
-      served_spec_(SpecOf(deps.engine->config())) {}
+      served_spec_(SpecOf(deps.engine->config())),
+      sessions_(deps.runtime, deps.store, kv_bytes_per_token_) {}
 
 absl::StatusOr<runtime::Caller> InferenceServiceImpl::Authenticate(
     const grpc::ServerContext& context) const {
@@ -52,23 +54,9 @@ grpc::Status InferenceServiceImpl::CreateSession(grpc::ServerContext* context,
                                                  v1::Session* response) {
   auto caller = Authenticate(*context);
   if (!caller.ok()) return ToGrpcStatus(caller.status());
-  const std::string session_id =
-      request->session_id().empty() ? NewSessionId() : request->session_id();
-  if (absl::Status s = ValidateSessionId(session_id); !s.ok()) return ToGrpcStatus(s);
-  AnnotateSession(context, session_id);
-  auto session_request = FromProto(request->config());
-  if (!session_request.ok()) return ToGrpcStatus(session_request.status());
-  auto version = deps_.runtime->CreateSession(*caller, session_id, *session_request,
-                                              FromProto(request->sampling()),
-                                              request->system_prompt());
-  if (!version.ok()) return ToGrpcStatus(version.status());
-  return ToGrpcStatus(Describe(*caller, session_id, response));
-}
-
-absl::Status InferenceServiceImpl::Describe(const runtime::Caller& caller,
-                                            const std::string& session_id, v1::Session* out) {
-  return DescribeStoredSession(*deps_.store, caller.store_credential, session_id,
-                               kv_bytes_per_token_, out);
+  absl::Status s = sessions_.Create(*caller, *request, response);
+  AnnotateSession(context, s.ok() ? response->session_id() : request->session_id());
+  return ToGrpcStatus(s);
 }
 
 grpc::Status InferenceServiceImpl::GetSession(grpc::ServerContext* context,
@@ -76,9 +64,8 @@ grpc::Status InferenceServiceImpl::GetSession(grpc::ServerContext* context,
                                               v1::Session* response) {
   auto caller = Authenticate(*context);
   if (!caller.ok()) return ToGrpcStatus(caller.status());
-  if (absl::Status s = ValidateSessionId(request->session_id()); !s.ok()) return ToGrpcStatus(s);
   AnnotateSession(context, request->session_id());
-  return ToGrpcStatus(Describe(*caller, request->session_id(), response));
+  return ToGrpcStatus(sessions_.Get(*caller, request->session_id(), response));
 }
 
 grpc::Status InferenceServiceImpl::ListSessions(grpc::ServerContext* context,
@@ -86,9 +73,7 @@ grpc::Status InferenceServiceImpl::ListSessions(grpc::ServerContext* context,
                                                 v1::ListSessionsResponse* response) {
   auto caller = Authenticate(*context);
   if (!caller.ok()) return ToGrpcStatus(caller.status());
-  return ToGrpcStatus(ListStoredSessions(*deps_.store, caller->store_credential,
-                                         request->page_size(), request->page_token(),
-                                         kv_bytes_per_token_, response));
+  return ToGrpcStatus(sessions_.List(*caller, *request, response));
 }
 
 grpc::Status InferenceServiceImpl::DeleteSession(grpc::ServerContext* context,
@@ -96,13 +81,8 @@ grpc::Status InferenceServiceImpl::DeleteSession(grpc::ServerContext* context,
                                                  v1::DeleteSessionResponse* response) {
   auto caller = Authenticate(*context);
   if (!caller.ok()) return ToGrpcStatus(caller.status());
-  if (absl::Status s = ValidateSessionId(request->session_id()); !s.ok()) return ToGrpcStatus(s);
   AnnotateSession(context, request->session_id());
-  auto deleted = deps_.store->Delete(caller->store_credential, request->session_id());
-  deps_.runtime->Forget(*caller, request->session_id());
-  if (!deleted.ok()) return ToGrpcStatus(StoreError(deleted.status()));
-  response->set_versions_deleted(*deleted);
-  return grpc::Status::OK;
+  return ToGrpcStatus(sessions_.Delete(*caller, request->session_id(), response));
 }
 
 grpc::Status InferenceServiceImpl::ForkSession(grpc::ServerContext* context,
@@ -110,17 +90,10 @@ grpc::Status InferenceServiceImpl::ForkSession(grpc::ServerContext* context,
                                                v1::Session* response) {
   auto caller = Authenticate(*context);
   if (!caller.ok()) return ToGrpcStatus(caller.status());
-  if (absl::Status s = ValidateSessionId(request->source_session_id()); !s.ok()) {
-    return ToGrpcStatus(s);
-  }
-  const std::string new_id =
-      request->new_session_id().empty() ? NewSessionId() : request->new_session_id();
-  if (absl::Status s = ValidateSessionId(new_id); !s.ok()) return ToGrpcStatus(s);
-  AnnotateSession(context, new_id, request->version());
-  auto forked = deps_.store->Fork(caller->store_credential, request->source_session_id(),
-                                  request->version(), new_id);
-  if (!forked.ok()) return ToGrpcStatus(StoreError(forked.status()));
-  return ToGrpcStatus(Describe(*caller, new_id, response));
+  absl::Status s = sessions_.Fork(*caller, *request, response);
+  AnnotateSession(context, s.ok() ? response->session_id() : request->new_session_id(),
+                  request->version());
+  return ToGrpcStatus(s);
 }
 
 grpc::Status InferenceServiceImpl::RollbackSession(grpc::ServerContext* context,
@@ -128,16 +101,8 @@ grpc::Status InferenceServiceImpl::RollbackSession(grpc::ServerContext* context,
                                                    v1::Session* response) {
   auto caller = Authenticate(*context);
   if (!caller.ok()) return ToGrpcStatus(caller.status());
-  if (absl::Status s = ValidateSessionId(request->session_id()); !s.ok()) return ToGrpcStatus(s);
   AnnotateSession(context, request->session_id(), request->version());
-  if (request->version() == 0) {
-    return ToGrpcStatus(absl::InvalidArgumentError("version must be >= 1"));
-  }
-  auto info = deps_.store->SetHead(caller->store_credential, request->session_id(), request->version());
-  // The cached copy is at another version now; the next Generate restores the new head.
-  deps_.runtime->Forget(*caller, request->session_id());
-  if (!info.ok()) return ToGrpcStatus(StoreError(info.status()));
-  return ToGrpcStatus(Describe(*caller, request->session_id(), response));
+  return ToGrpcStatus(sessions_.Rollback(*caller, *request, response));
 }
 
 grpc::Status InferenceServiceImpl::EstimateKvCache(grpc::ServerContext* context,

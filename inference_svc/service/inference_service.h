@@ -8,11 +8,11 @@
 #ifndef KVFOLD_INFERENCE_SVC_SERVICE_INFERENCE_SERVICE_H_
 #define KVFOLD_INFERENCE_SVC_SERVICE_INFERENCE_SERVICE_H_
 
+#include <grpcpp/server_context.h>
+
 #include <atomic>
 #include <memory>
 #include <string>
-
-#include <grpcpp/server_context.h>
 
 #include "common/auth.h"
 #include "common/grpc_request_log.h"
@@ -22,6 +22,7 @@
 #include "inference_svc/runtime/runtime.h"
 #include "inference_svc/service/inference_metrics.h"
 #include "inference_svc/service/service_config.h"
+#include "inference_svc/service/session_admin.h"
 #include "inference_svc/service/store_gateway.h"
 #include "inference_svc/tokenizer/tokenizer.h"
 #include "kvfold/v1/inference.grpc.pb.h"
@@ -81,10 +82,6 @@ class InferenceServiceImpl final : public v1::InferenceService::Service {
  private:
   // The caller's local tenant and the credential forwarded to the store.
   absl::StatusOr<runtime::Caller> Authenticate(const grpc::ServerContext& context) const;
-  // Fills a Session message from the store's head block.
-  absl::Status Describe(const runtime::Caller& caller, const std::string& session_id,
-                        v1::Session* out);
-
   // Observability (service_observe.cc): fields of the call's request-log line; a turn's
   // outcome into the metrics and the log line.
   void Annotate(const grpc::ServerContext* context,
@@ -100,6 +97,7 @@ class InferenceServiceImpl final : public v1::InferenceService::Service {
   std::string replica_name_;
   const uint64_t kv_bytes_per_token_;
   planner::ModelSpec served_spec_;
+  const SessionAdmin sessions_;
   std::atomic<bool> draining_{false};
 };
 

@@ -27,64 +27,6 @@ absl::Status StoreError(const absl::Status& status) {
   }
 }
 
-absl::Status DescribeStoredSession(StoreGateway& store, const std::string& credential,
-                                   const std::string& session_id, uint64_t kv_bytes_per_token,
-                                   v1::Session* out) {
-  auto info = store.GetSessionInfo(credential, session_id);
-  if (!info.ok()) return StoreError(info.status());
-  auto block = store.GetBlock(credential, session_id, info->head_version(), nullptr);
-  if (!block.ok()) return StoreError(block.status());
-  const v1::MemoryBlockHeader& h = block->header;
-  out->Clear();
-  out->set_session_id(session_id);
-  out->set_head_version(info->head_version());
-  out->set_created_unix_ms(info->created_unix_ms());
-  out->set_updated_unix_ms(info->updated_unix_ms());
-  out->mutable_config()->set_mode(h.kv_mode());
-  out->mutable_config()->set_window_size(h.window_size());
-  out->mutable_config()->set_sink_tokens(h.sink_tokens());
-  *out->mutable_sampling() = h.sampler_state().params();
-  out->set_total_tokens(h.total_tokens());
-  out->set_tokens_folded(h.tokens_folded());
-  const uint64_t resident =
-      static_cast<uint64_t>(h.window_token_ids_size()) + h.sink_token_ids_size() + h.mem_slots();
-  out->set_resident_tokens(resident);
-  out->set_kv_bytes_resident(resident * kv_bytes_per_token);
-  out->set_memory_block_bytes(h.payload_size());
-  out->set_model_fingerprint(h.model_fingerprint());
-  out->set_projector_fingerprint(h.projector_fingerprint());
-  return absl::OkStatus();
-}
-
-absl::Status ListStoredSessions(StoreGateway& store, const std::string& credential,
-                                uint32_t page_size, const std::string& page_token,
-                                uint64_t kv_bytes_per_token, v1::ListSessionsResponse* out) {
-  if (page_size > 1000) return absl::InvalidArgumentError("page_size must be <= 1000");
-  auto page = store.ListSessions(credential, page_size, page_token);
-  if (!page.ok()) return StoreError(page.status());
-  out->Clear();
-  for (const v1::SessionInfo& info : page->sessions()) {
-    v1::Session* s = out->add_sessions();
-    s->set_session_id(info.session_id());
-    s->mutable_config()->set_mode(info.kv_mode());
-    s->mutable_config()->set_window_size(info.window_size());
-    s->mutable_config()->set_sink_tokens(info.sink_tokens());
-    s->set_head_version(info.head_version());
-    s->set_total_tokens(info.total_tokens());
-    s->set_tokens_folded(info.tokens_folded());
-    s->set_resident_tokens(info.resident_tokens());
-    s->set_kv_bytes_resident(info.resident_tokens() * kv_bytes_per_token);
-    s->set_memory_block_bytes(info.payload_size());
-    s->set_model_fingerprint(info.model_fingerprint());
-    s->set_projector_fingerprint(info.projector_fingerprint());
-    s->set_created_unix_ms(info.created_unix_ms());
-    s->set_updated_unix_ms(info.updated_unix_ms());
-  }
-  out->set_next_page_token(page->next_page_token());
-  if (page->has_usage()) *out->mutable_usage() = page->usage();
-  return absl::OkStatus();
-}
-
 StoreSessions::StoreSessions(StoreGateway* gateway, const engine::Engine* engine,
                              const memory::Projector* projector)
     : gateway_(gateway), engine_(engine), projector_(projector) {}

@@ -15,24 +15,11 @@
 #include "inference_svc/memory/projector.h"
 #include "inference_svc/runtime/session_store.h"
 #include "inference_svc/service/store_gateway.h"
-#include "kvfold/v1/inference.pb.h"
 
 namespace kvfold::service {
 
 // `status` from a store call, safe to return to a client (see the file comment).
 absl::Status StoreError(const absl::Status& status);
-
-// The API's view of stored sessions (docs/api.md, "InferenceService"), for the gRPC service and
-// the HTTP front alike. `kv_bytes_per_token`: what one resident token costs this replica's
-// KV pool. Errors are StoreError's.
-// One session: the store's info and its head block's header.
-absl::Status DescribeStoredSession(StoreGateway& store, const std::string& credential,
-                                   const std::string& session_id, uint64_t kv_bytes_per_token,
-                                   v1::Session* out);
-// One page of the caller's sessions (page_size <= 1000, else InvalidArgument).
-absl::Status ListStoredSessions(StoreGateway& store, const std::string& credential,
-                                uint32_t page_size, const std::string& page_token,
-                                uint64_t kv_bytes_per_token, v1::ListSessionsResponse* out);
 
 class StoreSessions final : public runtime::SessionStore {
  public:

@@ -93,6 +93,8 @@ TEST_F(HttpApiTest, StoredSessionsErrors) {
       {"GET", "/v1/kvfold/sessions/no-such-session", 404, "no-such-session"},
       {"POST", "/v1/kvfold/sessions/x", 405, "no route"},
       {"DELETE", "/v1/kvfold/sessions", 405, "no route"},
+      {"GET", "/v1/kvfold/sessions/x/fork", 405, "no route"},
+      {"DELETE", "/v1/kvfold/sessions/x/rollback", 405, "no route"},
       {"GET", "/v1/kvfold/sessions/", 404, "no route"},
   };
   for (const auto& c : cases) {
@@ -102,6 +104,81 @@ TEST_F(HttpApiTest, StoredSessionsErrors) {
   }
   EXPECT_EQ(HttpCall(port_[0], "GET", "/v1/kvfold/sessions", "").status, 401);
   EXPECT_EQ(HttpCall(port_[0], "DELETE", "/v1/kvfold/sessions/x", "").status, 401);
+}
+
+// Creating (with a mode, a system prompt), forking and rolling back over HTTP: the gRPC
+// API's requests in JSON; a fork and a rollback to the same version continue alike.
+TEST_F(HttpApiTest, StoredSessionsAreCreatedForkedAndRolledBackOverHttp) {
+  auto call = [&](const char* method, const std::string& path, const json& body) {
+    return HttpCall(port_[0], method, path, body.is_null() ? "" : body.dump(), kAuth);
+  };
+  HttpReply made = call("POST", "/v1/kvfold/sessions",
+                        {{"session_id", "http-made"},
+                         {"config", {{"mode", "KV_MODE_FULL"}}},
+                         {"system_prompt", "A story about a cat."}});
+  ASSERT_EQ(made.status, 200) << made.body;
+  EXPECT_EQ(Body(made)["config"]["mode"], "KV_MODE_FULL");
+  EXPECT_EQ(Body(made)["head_version"], "1");
+  EXPECT_NE(Body(made)["total_tokens"], "0");  // the system prompt
+  EXPECT_EQ(call("POST", "/v1/kvfold/sessions", {{"session_id", "http-made"}}).status, 409);
+  HttpReply random = call("POST", "/v1/kvfold/sessions", nullptr);
+  ASSERT_EQ(random.status, 200) << random.body;
+  EXPECT_FALSE(Body(random)["session_id"].get<std::string>().empty());
+
+  json chat = kChat;
+  chat["kvfold_session"] = "http-made";
+  HttpReply first = Post(1, "/v1/chat/completions", chat);  // the other replica
+  ASSERT_EQ(first.status, 200) << first.body;
+  EXPECT_EQ(Body(first)["usage"]["kvfold"]["version"], 2);
+  EXPECT_EQ(Body(first)["usage"]["kvfold"]["tokens_folded"], 0);  // full mode, as created
+
+  HttpReply fork = call("POST", "/v1/kvfold/sessions/http-made/fork",
+                        {{"version", 1}, {"new_session_id", "http-made-fork"}});
+  ASSERT_EQ(fork.status, 200) << fork.body;
+  EXPECT_EQ(Body(fork)["session_id"], "http-made-fork");
+  EXPECT_EQ(Body(fork)["total_tokens"], Body(made)["total_tokens"]);
+  HttpReply back = call("POST", "/v1/kvfold/sessions/http-made/rollback", {{"version", 1}});
+  ASSERT_EQ(back.status, 200) << back.body;
+  EXPECT_EQ(Body(back)["head_version"], "1");
+  EXPECT_EQ(Body(back)["total_tokens"], Body(made)["total_tokens"]);
+  // Both continue from version 1: the same greedy answer as the first turn had.
+  HttpReply again = Post(0, "/v1/chat/completions", chat);
+  chat["kvfold_session"] = "http-made-fork";
+  HttpReply forked = Post(1, "/v1/chat/completions", chat);
+  ASSERT_EQ(again.status, 200) << again.body;
+  ASSERT_EQ(forked.status, 200) << forked.body;
+  EXPECT_EQ(Body(again)["choices"][0]["message"]["content"],
+            Body(first)["choices"][0]["message"]["content"]);
+  EXPECT_EQ(Body(forked)["choices"][0]["message"]["content"],
+            Body(first)["choices"][0]["message"]["content"]);
+
+  const struct {
+    std::string path;
+    json body;
+    int status;
+    const char* message;
+  } bad[] = {
+      {"/v1/kvfold/sessions",
+       {{"config", {{"mode", "KV_MODE_NOPE"}}}},
+       400,
+       "the body is not a CreateSessionRequest"},
+      {"/v1/kvfold/sessions",
+       {{"sesion_id", "typo"}},
+       400,
+       "the body is not a CreateSessionRequest"},
+      {"/v1/kvfold/sessions/http-made/fork",
+       {{"source_session_id", "other"}},
+       400,
+       "'source_session_id' is 'other' but the path names 'http-made'"},
+      {"/v1/kvfold/sessions/http-made/rollback", {{"version", 0}}, 400, "version must be >= 1"},
+      {"/v1/kvfold/sessions/http-made/rollback", {{"version", 99}}, 404, ""},
+      {"/v1/kvfold/sessions/no-such/fork", {{"version", 1}}, 404, ""},
+  };
+  for (const auto& c : bad) {
+    HttpReply r = call("POST", c.path, c.body);
+    EXPECT_EQ(r.status, c.status) << c.path << " " << c.body.dump() << ": " << r.body;
+    EXPECT_THAT(Body(r)["error"]["message"].get<std::string>(), HasSubstr(c.message)) << r.body;
+  }
 }
 
 }  // namespace
