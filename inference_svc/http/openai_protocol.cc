@@ -74,6 +74,18 @@ absl::Status GetInt(const json& j, const char* key, int64_t lo, int64_t hi,
   return absl::OkStatus();
 }
 
+// The token ids of JSON array `list` (request field `param`) appended to *out: integers
+// in [0, 2^31).
+absl::Status AppendTokenIds(const json& list, const char* param, std::vector<int32_t>* out) {
+  for (const json& id : list) {
+    if (!id.is_number_integer() || id.get<int64_t>() < 0 || id.get<int64_t>() > INT32_MAX) {
+      return Bad(param, absl::StrCat("'", param, "' token ids must be integers >= 0"));
+    }
+    out->push_back(static_cast<int32_t>(id.get<int64_t>()));
+  }
+  return absl::OkStatus();
+}
+
 // Fields that change the answer and that kvfold does not implement: refused, never ignored.
 absl::Status RefuseUnsupported(const json& j) {
   for (const char* key : {"tools", "functions", "tool_choice", "function_call", "response_format",
@@ -175,12 +187,7 @@ absl::Status ParseSampling(const json& j, const char* max_key, GenerationParams*
     const json& ids = j["stop_token_ids"];
     if (!ids.is_array())
       return Bad("stop_token_ids", "'stop_token_ids' must be an array of token ids");
-    for (const json& id : ids) {
-      if (!id.is_number_integer() || id.get<int64_t>() < 0 || id.get<int64_t>() > INT32_MAX) {
-        return Bad("stop_token_ids", "'stop_token_ids' must be integers >= 0");
-      }
-      p->stop_token_ids.push_back(static_cast<int32_t>(id.get<int64_t>()));
-    }
+    KVFOLD_RETURN_IF_ERROR(AppendTokenIds(ids, "stop_token_ids", &p->stop_token_ids));
   }
   if (j.contains("stop") && !j["stop"].is_null()) {
     const json& s = j["stop"];
@@ -342,13 +349,7 @@ absl::StatusOr<CompletionRequest> ParseCompletionRequest(std::string_view body) 
       return Bad("prompt",
                  "'prompt' must be a string, an array of token ids, or an array of either");
     }
-    for (const json& id : p) {
-      if (!id.is_number_integer() || id.get<int64_t>() < 0 || id.get<int64_t>() > INT32_MAX) {
-        return Bad("prompt", "'prompt' token ids must be integers >= 0");
-      }
-      out->ids.push_back(static_cast<int32_t>(id.get<int64_t>()));
-    }
-    return absl::OkStatus();
+    return AppendTokenIds(p, "prompt", &out->ids);
   };
   if (prompt.is_array() && !prompt.empty() && !prompt[0].is_number()) {
     for (const json& p : prompt) {
@@ -444,12 +445,7 @@ absl::StatusOr<DetokenizeRequest> ParseDetokenizeRequest(std::string_view body) 
   KVFOLD_RETURN_IF_ERROR(GetString(*j, "model", &r.model));
   const json& tokens = j->contains("tokens") ? (*j)["tokens"] : json();
   if (!tokens.is_array()) return Bad("tokens", "'tokens' must be an array of token ids");
-  for (const json& id : tokens) {
-    if (!id.is_number_integer() || id.get<int64_t>() < 0 || id.get<int64_t>() > INT32_MAX) {
-      return Bad("tokens", "'tokens' must be integers >= 0");
-    }
-    r.tokens.push_back(static_cast<int32_t>(id.get<int64_t>()));
-  }
+  KVFOLD_RETURN_IF_ERROR(AppendTokenIds(tokens, "tokens", &r.tokens));
   return r;
 }
 

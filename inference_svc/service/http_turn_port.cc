@@ -4,6 +4,7 @@
 #include <google/protobuf/util/json_util.h>
 
 #include <chrono>
+#include <type_traits>
 
 #include "absl/strings/str_cat.h"
 #include "core/status_macros.h"
@@ -315,48 +316,41 @@ absl::StatusOr<std::string> RuntimeTurnPort::SessionCall(const http::Caller& cal
                                                          const std::string& request_json) {
   const runtime::Caller who = ToRuntime(caller);
   const SessionAdmin admin(deps_.runtime, deps_.store, deps_.kv_bytes_per_token);
+  // Parses `request_json` into `request` (the path's id into its `id_field` when given),
+  // runs `call` into `response` and prints it.
+  auto serve = [&](auto request, auto response, auto id_field, const char* id_name,
+                   auto call) -> absl::StatusOr<std::string> {
+    KVFOLD_RETURN_IF_ERROR(FromApiJson(request_json, &request));
+    if constexpr (!std::is_same_v<decltype(id_field), std::nullptr_t>) {
+      KVFOLD_RETURN_IF_ERROR(TakePathId(session_id, (request.*id_field)(), id_name));
+    }
+    KVFOLD_RETURN_IF_ERROR(call(request, &response));
+    return ApiJson(response);
+  };
   switch (op) {
-    case http::SessionOp::kCreate: {
-      v1::CreateSessionRequest request;
-      v1::Session out;
-      KVFOLD_RETURN_IF_ERROR(FromApiJson(request_json, &request));
-      KVFOLD_RETURN_IF_ERROR(admin.Create(who, request, &out));
-      return ApiJson(out);
-    }
-    case http::SessionOp::kGet: {
-      v1::Session out;
-      KVFOLD_RETURN_IF_ERROR(admin.Get(who, session_id, &out));
-      return ApiJson(out);
-    }
-    case http::SessionOp::kList: {
-      v1::ListSessionsRequest request;
-      v1::ListSessionsResponse out;
-      KVFOLD_RETURN_IF_ERROR(FromApiJson(request_json, &request));
-      KVFOLD_RETURN_IF_ERROR(admin.List(who, request, &out));
-      return ApiJson(out);
-    }
-    case http::SessionOp::kDelete: {
-      v1::DeleteSessionResponse out;
-      KVFOLD_RETURN_IF_ERROR(admin.Delete(who, session_id, &out));
-      return ApiJson(out);
-    }
-    case http::SessionOp::kFork: {
-      v1::ForkSessionRequest request;
-      v1::Session out;
-      KVFOLD_RETURN_IF_ERROR(FromApiJson(request_json, &request));
-      KVFOLD_RETURN_IF_ERROR(
-          TakePathId(session_id, request.mutable_source_session_id(), "source_session_id"));
-      KVFOLD_RETURN_IF_ERROR(admin.Fork(who, request, &out));
-      return ApiJson(out);
-    }
-    case http::SessionOp::kRollback: {
-      v1::RollbackSessionRequest request;
-      v1::Session out;
-      KVFOLD_RETURN_IF_ERROR(FromApiJson(request_json, &request));
-      KVFOLD_RETURN_IF_ERROR(TakePathId(session_id, request.mutable_session_id(), "session_id"));
-      KVFOLD_RETURN_IF_ERROR(admin.Rollback(who, request, &out));
-      return ApiJson(out);
-    }
+    case http::SessionOp::kCreate:
+      return serve(v1::CreateSessionRequest(), v1::Session(), nullptr, "",
+                   [&](const auto& r, auto* out) { return admin.Create(who, r, out); });
+    case http::SessionOp::kGet:
+      return serve(v1::GetSessionRequest(), v1::Session(),
+                   &v1::GetSessionRequest::mutable_session_id, "session_id",
+                   [&](const auto& r, auto* out) { return admin.Get(who, r.session_id(), out); });
+    case http::SessionOp::kList:
+      return serve(v1::ListSessionsRequest(), v1::ListSessionsResponse(), nullptr, "",
+                   [&](const auto& r, auto* out) { return admin.List(who, r, out); });
+    case http::SessionOp::kDelete:
+      return serve(
+          v1::DeleteSessionRequest(), v1::DeleteSessionResponse(),
+          &v1::DeleteSessionRequest::mutable_session_id, "session_id",
+          [&](const auto& r, auto* out) { return admin.Delete(who, r.session_id(), out); });
+    case http::SessionOp::kFork:
+      return serve(v1::ForkSessionRequest(), v1::Session(),
+                   &v1::ForkSessionRequest::mutable_source_session_id, "source_session_id",
+                   [&](const auto& r, auto* out) { return admin.Fork(who, r, out); });
+    case http::SessionOp::kRollback:
+      return serve(v1::RollbackSessionRequest(), v1::Session(),
+                   &v1::RollbackSessionRequest::mutable_session_id, "session_id",
+                   [&](const auto& r, auto* out) { return admin.Rollback(who, r, out); });
   }
   return absl::InvalidArgumentError("unknown session operation");
 }
