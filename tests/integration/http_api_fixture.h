@@ -29,6 +29,11 @@ inline int HttpPortOf(const ServerProcess& p) {
   return at == std::string::npos ? 0 : std::atoi(p.output().c_str() + at + marker.size());
 }
 
+// `context` carrying the test tenant's bearer token.
+inline void Authorize(grpc::ClientContext* context) {
+  context->AddMetadata("authorization", std::string("Bearer ") + kToken);
+}
+
 inline nlohmann::json Body(const HttpReply& r) {
   return nlohmann::json::parse(r.body, nullptr, false);
 }
@@ -68,17 +73,24 @@ class HttpApiTest : public ::testing::Test {
     return HttpCall(port_[replica], "POST", path, body.dump(), headers);
   }
 
+  // Creates session `id` on `replica` over gRPC (mode unspecified: the replica's default).
+  grpc::Status CreateGrpcSession(int replica, const std::string& id,
+                                 v1::KvMode mode = v1::KV_MODE_UNSPECIFIED) {
+    grpc::ClientContext context;
+    Authorize(&context);
+    v1::CreateSessionRequest create;
+    create.set_session_id(id);
+    create.mutable_config()->set_mode(mode);
+    v1::Session created;
+    return cluster_->stub(replica).CreateSession(&context, create, &created);
+  }
+
   // Greedy token ids of the gRPC path for `prompt_ids` on a fresh session.
   std::vector<int32_t> GrpcGreedy(const std::string& session, const std::vector<int32_t>& ids,
                                   int max_new_tokens) {
-    grpc::ClientContext context;
-    context.AddMetadata("authorization", std::string("Bearer ") + kToken);
-    v1::CreateSessionRequest create;
-    create.set_session_id(session);
-    v1::Session created;
-    EXPECT_TRUE(cluster_->stub(0).CreateSession(&context, create, &created).ok());
+    EXPECT_TRUE(CreateGrpcSession(0, session).ok());
     grpc::ClientContext gen_context;
-    gen_context.AddMetadata("authorization", std::string("Bearer ") + kToken);
+    Authorize(&gen_context);
     v1::GenerateRequest request;
     request.set_session_id(session);
     for (int32_t id : ids) request.add_prompt_token_ids(id);

@@ -125,14 +125,9 @@ TEST_F(HttpApiTest, GrpcMessagesFormUsesTheChatTemplate) {
   auto ids = chat->RenderIds(messages, {});
   ASSERT_TRUE(ids.ok());
   const std::vector<int32_t> want = GrpcGreedy("grpc-ids-form", *ids, 10);
-  grpc::ClientContext create_context;
-  create_context.AddMetadata("authorization", std::string("Bearer ") + kToken);
-  v1::CreateSessionRequest create;
-  create.set_session_id("grpc-messages-form");
-  v1::Session created;
-  ASSERT_TRUE(cluster_->stub(1).CreateSession(&create_context, create, &created).ok());
+  ASSERT_TRUE(CreateGrpcSession(1, "grpc-messages-form").ok());
   grpc::ClientContext context;
-  context.AddMetadata("authorization", std::string("Bearer ") + kToken);
+  Authorize(&context);
   v1::GenerateRequest request;
   request.set_session_id("grpc-messages-form");
   for (const ChatMessage& m : messages) {
@@ -155,7 +150,7 @@ TEST_F(HttpApiTest, GrpcMessagesFormUsesTheChatTemplate) {
   EXPECT_EQ(prompt_tokens, ids->size());
   // A role the template refuses is INVALID_ARGUMENT.
   grpc::ClientContext bad_context;
-  bad_context.AddMetadata("authorization", std::string("Bearer ") + kToken);
+  Authorize(&bad_context);
   request.mutable_messages(0)->set_role("tool");
   auto bad = cluster_->stub(1).Generate(&bad_context, request);
   while (bad->Read(&response)) {
@@ -409,7 +404,7 @@ TEST_F(HttpApiTest, DisconnectMidStreamCancelsAndCommitsNothing) {
   v1::Session before;
   {
     grpc::ClientContext context;
-    context.AddMetadata("authorization", std::string("Bearer ") + kToken);
+    Authorize(&context);
     v1::GetSessionRequest request;
     request.set_session_id("http-disconnect");
     ASSERT_TRUE(cluster_->stub(0).GetSession(&context, request, &before).ok());

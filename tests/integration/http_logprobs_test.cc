@@ -171,19 +171,11 @@ TEST_F(HttpApiTest, GrpcGenerateCarriesLogprobsPerToken) {
   ASSERT_TRUE(ids.ok());
   std::vector<int32_t> greedy;
   const auto want = GreedyLogSoftmax(*ids, 4, &greedy);
-  {
-    grpc::ClientContext context;
-    context.AddMetadata("authorization", std::string("Bearer ") + kToken);
-    v1::CreateSessionRequest create;
-    create.set_session_id("grpc-logprobs");
-    create.mutable_config()->set_mode(v1::KV_MODE_FULL);
-    v1::Session created;
-    ASSERT_TRUE(cluster_->stub(0).CreateSession(&context, create, &created).ok());
-  }
+  ASSERT_TRUE(CreateGrpcSession(0, "grpc-logprobs", v1::KV_MODE_FULL).ok());
 
   auto generate = [&](bool logprobs, uint32_t top, std::vector<v1::TokenLogprob>* out) {
     grpc::ClientContext context;
-    context.AddMetadata("authorization", std::string("Bearer ") + kToken);
+    Authorize(&context);
     v1::GenerateRequest request;
     request.set_session_id("grpc-logprobs");
     for (int32_t id : *ids) request.add_prompt_token_ids(id);
@@ -372,20 +364,12 @@ TEST_F(HttpApiTest, GrpcPromptLogprobsScoreEveryTokenOfAContinuation) {
   auto first = tokenizer->Encode("Once upon a time", /*add_bos=*/true);
   auto second = tokenizer->Encode(" there was a dog", /*add_bos=*/false);
   ASSERT_TRUE(first.ok() && second.ok());
-  {
-    grpc::ClientContext context;
-    context.AddMetadata("authorization", std::string("Bearer ") + kToken);
-    v1::CreateSessionRequest create;
-    create.set_session_id("grpc-prompt-scores");
-    create.mutable_config()->set_mode(v1::KV_MODE_FULL);
-    v1::Session created;
-    ASSERT_TRUE(cluster_->stub(0).CreateSession(&context, create, &created).ok());
-  }
+  ASSERT_TRUE(CreateGrpcSession(0, "grpc-prompt-scores", v1::KV_MODE_FULL).ok());
   auto generate = [&](int replica, const std::vector<int32_t>& prompt, bool echo,
                       bool prompt_logprobs, int max_new_tokens, v1::GenerateResponse* echoed,
                       std::vector<int32_t>* generated) {
     grpc::ClientContext context;
-    context.AddMetadata("authorization", std::string("Bearer ") + kToken);
+    Authorize(&context);
     v1::GenerateRequest request;
     request.set_session_id("grpc-prompt-scores");
     for (int32_t id : prompt) request.add_prompt_token_ids(id);

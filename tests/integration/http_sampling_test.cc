@@ -93,13 +93,7 @@ class HttpSamplingTest : public HttpApiTest {
   }
 
   bool Create(const std::string& session, v1::KvMode mode) {
-    grpc::ClientContext context;
-    context.AddMetadata("authorization", std::string("Bearer ") + kToken);
-    v1::CreateSessionRequest request;
-    request.set_session_id(session);
-    request.mutable_config()->set_mode(mode);
-    v1::Session created;
-    const grpc::Status status = cluster_->stub(1).CreateSession(&context, request, &created);
+    const grpc::Status status = CreateGrpcSession(1, session, mode);
     EXPECT_TRUE(status.ok()) << status.error_message();
     return status.ok();
   }
@@ -108,7 +102,7 @@ class HttpSamplingTest : public HttpApiTest {
   std::vector<int32_t> Generate(int replica, const std::string& session, int max_new_tokens,
                                 Penalties p) {
     grpc::ClientContext context;
-    context.AddMetadata("authorization", std::string("Bearer ") + kToken);
+    Authorize(&context);
     context.set_deadline(std::chrono::system_clock::now() + std::chrono::seconds(60));
     v1::GenerateRequest request;
     request.set_session_id(session);
@@ -228,7 +222,7 @@ TEST_F(HttpSamplingTest, LogitBiasBansTokensAsTheEnginesLogitsBiased) {
   EXPECT_EQ(outside.status, 400) << outside.body;
   EXPECT_THAT(outside.body, HasSubstr("logit_bias token id 512 outside [0, 512)"));
   grpc::ClientContext context;
-  context.AddMetadata("authorization", std::string("Bearer ") + kToken);
+  Authorize(&context);
   v1::GenerateRequest request;
   request.set_session_id("bias-full");
   request.add_prompt_token_ids(1);
@@ -316,7 +310,7 @@ TEST_F(HttpSamplingTest, ConcurrentSampledTurnsDrawTheirOwnSeedsTokens) {
   for (int t = 0; t < kTurns; ++t) {
     threads.emplace_back([&, t] {
       grpc::ClientContext context;
-      context.AddMetadata("authorization", std::string("Bearer ") + kToken);
+      Authorize(&context);
       context.set_deadline(std::chrono::system_clock::now() + std::chrono::seconds(60));
       v1::GenerateRequest request;
       request.set_session_id("concurrent-" + std::to_string(t));
@@ -424,14 +418,9 @@ TEST_F(HttpSamplingTest, StopTokenIdsIgnoreEosAndMinTokens) {
   }
 
   // gRPC: the same min_tokens through SamplingParams.
-  grpc::ClientContext create_context;
-  create_context.AddMetadata("authorization", std::string("Bearer ") + kToken);
-  v1::CreateSessionRequest create;
-  create.set_session_id("min-tokens-grpc");
-  v1::Session created;
-  ASSERT_TRUE(cluster_->stub(1).CreateSession(&create_context, create, &created).ok());
+  ASSERT_TRUE(CreateGrpcSession(1, "min-tokens-grpc").ok());
   grpc::ClientContext context;
-  context.AddMetadata("authorization", std::string("Bearer ") + kToken);
+  Authorize(&context);
   v1::GenerateRequest request;
   request.set_session_id("min-tokens-grpc");
   request.set_prompt("Once upon a time");
@@ -471,17 +460,12 @@ TEST_F(HttpSamplingTest, OutOfRangePenaltiesAreRefused) {
     EXPECT_EQ(Body(r)["error"]["param"], c.field) << r.body;
   }
 
-  grpc::ClientContext create_context;
-  create_context.AddMetadata("authorization", std::string("Bearer ") + kToken);
-  v1::CreateSessionRequest create;
-  create.set_session_id("penalties-refused");
-  v1::Session created;
-  ASSERT_TRUE(cluster_->stub(0).CreateSession(&create_context, create, &created).ok());
+  ASSERT_TRUE(CreateGrpcSession(0, "penalties-refused").ok());
   for (auto set : {+[](v1::SamplingParams* s) { s->set_presence_penalty(-2.01f); },
                    +[](v1::SamplingParams* s) { s->set_frequency_penalty(NAN); },
                    +[](v1::SamplingParams* s) { s->set_repetition_penalty(-1); }}) {
     grpc::ClientContext context;
-    context.AddMetadata("authorization", std::string("Bearer ") + kToken);
+    Authorize(&context);
     v1::GenerateRequest request;
     request.set_session_id("penalties-refused");
     request.add_prompt_token_ids(1);

@@ -29,7 +29,7 @@ TEST_F(HttpApiTest, StoredSessionsOverHttpAreTheGrpcApisSessions) {
   const json session = Body(got);
   v1::Session grpc_session;
   grpc::ClientContext context;
-  context.AddMetadata("authorization", std::string("Bearer ") + kToken);
+  Authorize(&context);
   v1::GetSessionRequest request;
   request.set_session_id("http-admin-a");
   ASSERT_TRUE(cluster_->stub(0).GetSession(&context, request, &grpc_session).ok());
