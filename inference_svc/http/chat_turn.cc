@@ -22,7 +22,6 @@ void ChoiceSet::Watch() {
     if (self == nullptr) return;
     {
       std::lock_guard<std::mutex> lock(self->mu_);
-      self->client_gone_ = true;
       self->closed_ = true;
     }
     self->CancelChoices(-1);

@@ -92,7 +92,6 @@ class ChoiceSet final : public std::enable_shared_from_this<ChoiceSet> {
   std::mutex mu_;
   std::vector<std::weak_ptr<ChatTurn>> turns_;
   bool closed_ = false;  // failed or client gone: nothing more is written
-  bool client_gone_ = false;
   bool stream_started_ = false;
   int sequence_ = 0;  // a streamed response's next sequence_number
   std::vector<ChatAnswer> done_;

@@ -116,6 +116,18 @@ absl::Status OpenAiFront::CheckModel(const std::string& model) {
       absl::StrCat("the model '", model, "' does not exist; this server serves '", served, "'"));
 }
 
+absl::Status OpenAiFront::CheckVocabulary(const std::vector<int32_t>& ids, const std::string& what,
+                                          std::string_view param) const {
+  for (int32_t id : ids) {
+    if (id >= tokenizer_->vocab_size()) {
+      return WithParam(absl::InvalidArgumentError(absl::StrCat(
+                           what, "token id ", id, " outside [0, ", tokenizer_->vocab_size(), ")")),
+                       param);
+    }
+  }
+  return absl::OkStatus();
+}
+
 void OpenAiFront::Handle(HttpRequest request, std::shared_ptr<HttpExchange> inner) {
   const std::string& path = request.path;
   const bool get = request.method == "GET";
@@ -280,13 +292,8 @@ void OpenAiFront::Detokenize(const HttpRequest& request, ObservedExchange& excha
   auto parsed = ParseDetokenizeRequest(request.body);
   if (!parsed.ok()) return exchange.RespondError(parsed.status());
   if (absl::Status s = CheckModel(parsed->model); !s.ok()) return exchange.RespondError(s);
-  for (int32_t id : parsed->tokens) {
-    if (id >= tokenizer_->vocab_size()) {
-      return exchange.RespondError(
-          WithParam(absl::InvalidArgumentError(absl::StrCat("token id ", id, " outside [0, ",
-                                                            tokenizer_->vocab_size(), ")")),
-                    "tokens"));
-    }
+  if (absl::Status s = CheckVocabulary(parsed->tokens, "", "tokens"); !s.ok()) {
+    return exchange.RespondError(s);
   }
   exchange.Respond(200, "application/json",
                    JsonText(nlohmann::json{{"prompt", tokenizer_->Decode(parsed->tokens)}}));

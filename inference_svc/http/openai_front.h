@@ -98,6 +98,10 @@ class OpenAiFront {
   void Detokenize(const HttpRequest& request, ObservedExchange& exchange);
   // NotFound unless `model` is empty or the served model.
   absl::Status CheckModel(const std::string& model);
+  // InvalidArgument on `param` for the first id outside the tokenizer's vocabulary:
+  // "<what>token id X outside [0, V)".
+  absl::Status CheckVocabulary(const std::vector<int32_t>& ids, const std::string& what,
+                               std::string_view param) const;
 
   OpenAiFrontOptions options_;
   TurnPort* port_ = nullptr;

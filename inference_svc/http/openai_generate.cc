@@ -194,14 +194,10 @@ void OpenAiFront::Completions(const Caller& caller, const HttpRequest& request,
       CompletionPrompt& prompt = req.prompts[p];
       if (!prompt.ids.empty()) {
         // Token ids are fed as given; their text serves echo and the request log.
-        for (int32_t id : prompt.ids) {
-          if (id >= tokenizer_->vocab_size()) {
-            return exchange->RespondError(WithParam(
-                absl::InvalidArgumentError(absl::StrCat(
-                    req.prompts.size() > 1 ? absl::StrCat("prompt ", p, ": ") : "",
-                    "prompt token id ", id, " outside [0, ", tokenizer_->vocab_size(), ")")),
-                "prompt"));
-          }
+        const std::string what =
+            absl::StrCat(req.prompts.size() > 1 ? absl::StrCat("prompt ", p, ": ") : "", "prompt ");
+        if (absl::Status s = CheckVocabulary(prompt.ids, what, "prompt"); !s.ok()) {
+          return exchange->RespondError(s);
         }
         prompt.text = tokenizer_->Decode(prompt.ids);
         spec.prompt_ids = std::move(prompt.ids);

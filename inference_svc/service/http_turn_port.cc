@@ -193,7 +193,10 @@ class RuntimeTurn final : public http::RunningTurn,
 }  // namespace
 
 RuntimeTurnPort::RuntimeTurnPort(RuntimeTurnPortDeps deps, int drain_threads, int finish_threads)
-    : deps_(std::move(deps)), finish_pool_(finish_threads), drain_pool_(drain_threads) {}
+    : deps_(std::move(deps)),
+      sessions_(deps_.runtime, deps_.store, deps_.kv_bytes_per_token),
+      finish_pool_(finish_threads),
+      drain_pool_(drain_threads) {}
 
 RuntimeTurnPort::~RuntimeTurnPort() { Drain(absl::ZeroDuration()); }
 
@@ -247,11 +250,10 @@ runtime::Caller RuntimeTurnPort::ToRuntime(const http::Caller& caller) const {
 
 absl::Status RuntimeTurnPort::CreateSession(const http::Caller& caller,
                                             const std::string& session_id) {
-  if (absl::Status s = ValidateSessionId(session_id); !s.ok()) return s;
-  return deps_.runtime
-      ->CreateSession(ToRuntime(caller), session_id, runtime::SessionRequest(),
-                      runtime::SamplingSpec(), "")
-      .status();
+  if (absl::Status s = ValidateSessionId(session_id); !s.ok()) return s;  // not a random id
+  v1::CreateSessionRequest request;
+  request.set_session_id(session_id);
+  return sessions_.Create(ToRuntime(caller), request, nullptr);
 }
 
 absl::StatusOr<uint64_t> RuntimeTurnPort::HeadVersion(const http::Caller& caller,
@@ -264,11 +266,12 @@ absl::StatusOr<uint64_t> RuntimeTurnPort::HeadVersion(const http::Caller& caller
 
 absl::Status RuntimeTurnPort::ForkSession(const http::Caller& caller, const std::string& source,
                                           uint64_t version, const std::string& new_id) {
-  for (const std::string* id : {&source, &new_id}) {
-    if (absl::Status s = ValidateSessionId(*id); !s.ok()) return s;
-  }
-  auto forked = deps_.store->Fork(ToRuntime(caller).store_credential, source, version, new_id);
-  return forked.ok() ? absl::OkStatus() : StoreError(forked.status());
+  if (absl::Status s = ValidateSessionId(new_id); !s.ok()) return s;  // not a random id
+  v1::ForkSessionRequest request;
+  request.set_source_session_id(source);
+  request.set_version(version);
+  request.set_new_session_id(new_id);
+  return sessions_.Fork(ToRuntime(caller), request, nullptr);
 }
 
 namespace {
@@ -282,10 +285,6 @@ std::string ApiJson(const google::protobuf::Message& m) {
   (void)google::protobuf::util::MessageToJsonString(m, &out, options);
   return out;
 }
-
-}  // namespace
-
-namespace {
 
 // `json` (empty: all defaults) as `out`, strictly: unknown fields are refused.
 absl::Status FromApiJson(const std::string& json, google::protobuf::Message* out) {
@@ -315,7 +314,6 @@ absl::StatusOr<std::string> RuntimeTurnPort::SessionCall(const http::Caller& cal
                                                          const std::string& session_id,
                                                          const std::string& request_json) {
   const runtime::Caller who = ToRuntime(caller);
-  const SessionAdmin admin(deps_.runtime, deps_.store, deps_.kv_bytes_per_token);
   // Parses `request_json` into `request` (the path's id into its `id_field` when given),
   // runs `call` into `response` and prints it.
   auto serve = [&](auto request, auto response, auto id_field, const char* id_name,
@@ -330,27 +328,28 @@ absl::StatusOr<std::string> RuntimeTurnPort::SessionCall(const http::Caller& cal
   switch (op) {
     case http::SessionOp::kCreate:
       return serve(v1::CreateSessionRequest(), v1::Session(), nullptr, "",
-                   [&](const auto& r, auto* out) { return admin.Create(who, r, out); });
+                   [&](const auto& r, auto* out) { return sessions_.Create(who, r, out); });
     case http::SessionOp::kGet:
-      return serve(v1::GetSessionRequest(), v1::Session(),
-                   &v1::GetSessionRequest::mutable_session_id, "session_id",
-                   [&](const auto& r, auto* out) { return admin.Get(who, r.session_id(), out); });
+      return serve(
+          v1::GetSessionRequest(), v1::Session(), &v1::GetSessionRequest::mutable_session_id,
+          "session_id",
+          [&](const auto& r, auto* out) { return sessions_.Get(who, r.session_id(), out); });
     case http::SessionOp::kList:
       return serve(v1::ListSessionsRequest(), v1::ListSessionsResponse(), nullptr, "",
-                   [&](const auto& r, auto* out) { return admin.List(who, r, out); });
+                   [&](const auto& r, auto* out) { return sessions_.List(who, r, out); });
     case http::SessionOp::kDelete:
       return serve(
           v1::DeleteSessionRequest(), v1::DeleteSessionResponse(),
           &v1::DeleteSessionRequest::mutable_session_id, "session_id",
-          [&](const auto& r, auto* out) { return admin.Delete(who, r.session_id(), out); });
+          [&](const auto& r, auto* out) { return sessions_.Delete(who, r.session_id(), out); });
     case http::SessionOp::kFork:
       return serve(v1::ForkSessionRequest(), v1::Session(),
                    &v1::ForkSessionRequest::mutable_source_session_id, "source_session_id",
-                   [&](const auto& r, auto* out) { return admin.Fork(who, r, out); });
+                   [&](const auto& r, auto* out) { return sessions_.Fork(who, r, out); });
     case http::SessionOp::kRollback:
       return serve(v1::RollbackSessionRequest(), v1::Session(),
                    &v1::RollbackSessionRequest::mutable_session_id, "session_id",
-                   [&](const auto& r, auto* out) { return admin.Rollback(who, r, out); });
+                   [&](const auto& r, auto* out) { return sessions_.Rollback(who, r, out); });
   }
   return absl::InvalidArgumentError("unknown session operation");
 }

@@ -85,6 +85,7 @@ class RuntimeTurnPort final : public http::TurnPort {
   runtime::Caller ToRuntime(const http::Caller& caller) const;
 
   const RuntimeTurnPortDeps deps_;
+  const SessionAdmin sessions_;
   std::shared_ptr<std::atomic<int>> active_ = std::make_shared<std::atomic<int>>(0);
   std::mutex turns_mu_;
   std::vector<std::weak_ptr<http::RunningTurn>> turns_;

@@ -17,7 +17,7 @@ absl::Status SessionAdmin::Create(const runtime::Caller& caller,
   auto version = runtime_->CreateSession(caller, session_id, *session_request,
                                          FromProto(request.sampling()), request.system_prompt());
   if (!version.ok()) return version.status();
-  return Get(caller, session_id, out);
+  return out == nullptr ? absl::OkStatus() : Get(caller, session_id, out);
 }
 
 absl::Status SessionAdmin::Get(const runtime::Caller& caller, const std::string& session_id,
@@ -99,7 +99,7 @@ absl::Status SessionAdmin::Fork(const runtime::Caller& caller,
   auto forked =
       store_->Fork(caller.store_credential, request.source_session_id(), request.version(), new_id);
   if (!forked.ok()) return StoreError(forked.status());
-  return Get(caller, new_id, out);
+  return out == nullptr ? absl::OkStatus() : Get(caller, new_id, out);
 }
 
 absl::Status SessionAdmin::Rollback(const runtime::Caller& caller,

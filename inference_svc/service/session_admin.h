@@ -23,6 +23,8 @@ class SessionAdmin {
   SessionAdmin(runtime::Runtime* runtime, StoreGateway* store, uint64_t kv_bytes_per_token)
       : runtime_(runtime), store_(store), kv_bytes_per_token_(kv_bytes_per_token) {}
 
+  // Create and Fork describe the new session in `out` (as Get), or skip that read of its
+  // head block when `out` is null.
   // An empty session_id gets a new random one (out->session_id()). Writes version 1.
   absl::Status Create(const runtime::Caller& caller, const v1::CreateSessionRequest& request,
                       v1::Session* out) const;

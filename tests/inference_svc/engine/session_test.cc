@@ -219,7 +219,6 @@ TEST(SamplerTest, MinTokensHoldsBackStopAndEosIds) {
   int counts[4] = {};
   for (int i = 0; i < 500; ++i) ++counts[sampled.Sample(logits)];
   EXPECT_EQ(counts[3], 0) << "first 500 draws";
-  EXPECT_GT(counts[0] + counts[1] + counts[2], 0);
   int later_eos = 0;
   for (int i = 0; i < 500; ++i) later_eos += sampled.Sample(logits) == 3;
   EXPECT_GT(later_eos, 200);  // p(3) = 0.64 once min_tokens is behind
