@@ -7,6 +7,7 @@
 #include "absl/strings/str_cat.h"
 #include "common/fp16.h"
 #include "core/kv_bytes.h"
+#include "core/status_macros.h"
 #include "kernels/check.h"
 #include "kernels/quant/kv_quant.h"
 
@@ -99,8 +100,8 @@ absl::StatusOr<std::unique_ptr<BlockPool>> BlockPool::Create(kernels::Backend* b
   pool->buffer_ = std::move(*buffer);
   pool->free_.reserve(num_blocks);
   for (int b = num_blocks - 1; b >= 0; --b) pool->free_.push_back(b);
+  pool->stream_ = backend->CreateStream();
   if (int8) {
-    pool->stream_ = backend->CreateStream();
     pool->page_of_.assign(num_blocks, -1);
     pool->options_.num_pages = options.num_pages > 0 ? options.num_pages : 16;
     if (absl::Status s = pool->GrowPages(); !s.ok()) return s;
@@ -314,6 +315,37 @@ void BlockPool::FreeBlock(int32_t block) {
   free_.push_back(block);
 }
 
+absl::Status BlockPool::CopyBlocks(std::span<const int32_t> src, std::span<const int32_t> dst) {
+  KVFOLD_CHECK(src.size() == dst.size());
+  auto copy = [&](const Tensor& t, int32_t from, int32_t to) {
+    return backend_->Copy(*stream_, t.Rows(from, 1), t.Rows(to, 1));
+  };
+  for (size_t i = 0; i < src.size(); ++i) {
+    const int32_t s = src[i], d = dst[i];
+    KVFOLD_CHECK(s >= 0 && s < num_blocks_ && d >= 0 && d < num_blocks_ && s != d);
+    if (options_.dtype == core::DType::kI8 && (page_of(s) >= 0) != (page_of(d) >= 0)) {
+      return absl::FailedPreconditionError(
+          absl::StrCat("CopyBlocks: block ", s, " and block ", d, " differ in having an F32 page"));
+    }
+    for (int layer = 0; layer < num_layers_; ++layer) {
+      if (options_.dtype != core::DType::kI8) {
+        KVFOLD_RETURN_IF_ERROR(copy(k_cache(layer), s, d));
+        KVFOLD_RETURN_IF_ERROR(copy(v_cache(layer), s, d));
+        continue;
+      }
+      const kernels::KvCacheI8 c = int8_cache(layer);
+      for (const Tensor* t : {&c.k_codes, &c.v_codes, &c.k_scales, &c.v_scales}) {
+        KVFOLD_RETURN_IF_ERROR(copy(*t, s, d));
+      }
+      if (page_of(s) >= 0) {
+        KVFOLD_RETURN_IF_ERROR(copy(c.k_pages, page_of(s), page_of(d)));
+        KVFOLD_RETURN_IF_ERROR(copy(c.v_pages, page_of(s), page_of(d)));
+      }
+    }
+  }
+  return backend_->Synchronize(*stream_);
+}
+
 KvCache::KvCache(BlockPool* pool, const KvPolicy& policy) : pool_(pool), policy_(policy) {}
 
 KvCache::~KvCache() { Clear(); }
@@ -326,6 +358,43 @@ size_t KvCache::ResidentBytes() const {
   }
   return (prefix_blocks_.size() + main_blocks_.size()) * pool_->bytes_per_block() +
          pages * pool_->bytes_per_page();
+}
+
+absl::Status KvCache::CopyFrom(const KvCache& other) {
+  if (pool_ != other.pool_ || !(policy_ == other.policy_)) {
+    return absl::FailedPreconditionError(
+        "KvCache::CopyFrom: the caches do not share a pool and a placement policy");
+  }
+  if (!prefix_blocks_.empty() || !main_blocks_.empty()) {
+    return absl::FailedPreconditionError("KvCache::CopyFrom: this cache is not empty");
+  }
+  std::vector<int32_t> src = other.prefix_blocks_;
+  src.insert(src.end(), other.main_blocks_.begin(), other.main_blocks_.end());
+  if (src.size() > static_cast<size_t>(pool_->free_blocks())) {
+    return absl::ResourceExhaustedError(absl::StrCat("KV pool exhausted: copying a cache needs ",
+                                                     src.size(), " blocks, ", pool_->free_blocks(),
+                                                     " free"));
+  }
+  std::vector<int32_t> dst;
+  dst.reserve(src.size());
+  auto undo = [&](absl::Status s) {
+    for (int32_t b : dst) pool_->FreeBlock(b);
+    return s;
+  };
+  for (int32_t b : src) {
+    dst.push_back(*pool_->AllocateBlock());  // counted above: cannot fail
+    if (pool_->page_of(b) >= 0) {
+      if (absl::Status s = pool_->AttachPage(dst.back()); !s.ok()) return undo(s);
+    }
+  }
+  if (absl::Status s = pool_->CopyBlocks(src, dst); !s.ok()) return undo(s);
+  const auto split = dst.begin() + static_cast<std::ptrdiff_t>(other.prefix_blocks_.size());
+  prefix_blocks_.assign(dst.begin(), split);
+  main_blocks_.assign(split, dst.end());
+  prefix_len_ = other.prefix_len_;
+  main_len_ = other.main_len_;
+  main_front_ = other.main_front_;
+  return absl::OkStatus();
 }
 
 void KvCache::Clear() {

@@ -25,6 +25,7 @@
 #include <atomic>
 #include <cstdint>
 #include <memory>
+#include <span>
 #include <string_view>
 #include <vector>
 
@@ -54,6 +55,7 @@ struct KvPolicy {
     return {sink_tokens, 0, 1, sink_tokens, window};
   }
   static KvPolicy Memory() { return {0, 0, 0, 1, 0}; }
+  bool operator==(const KvPolicy&) const = default;
 };
 
 // The KV cache dtypes this engine stores: core::DType::kF32, kF16 and kI8 (KIVI int8
@@ -117,6 +119,10 @@ class BlockPool {
   // transparent huge pages are not available).
   absl::StatusOr<int32_t> AllocateBlock();
   void FreeBlock(int32_t block);  // also releases its page
+  // Copies every layer's K and V entries of block `src` to block `dst` (int8: the codes
+  // and scales, and the F32 page when `src` has one, which `dst` must then have too), the
+  // same bits, on the pool's stream; waits for the copies.
+  absl::Status CopyBlocks(std::span<const int32_t> src, std::span<const int32_t> dst);
 
   // Backs the memory of every block not backed yet, in the same chunks AllocateBlock
   // uses, until all are or `stop` turns true (checked between chunks); returns whether
@@ -171,6 +177,12 @@ class KvCache {
   int main_len() const { return main_len_; }
   int resident_tokens() const { return prefix_len_ + main_len_; }
   size_t ResidentBytes() const;  // blocks held x bytes per block (+ F32 pages held, int8)
+
+  // Makes this empty cache hold `other`'s entries: as many blocks, each a copy of the
+  // other's (BlockPool::CopyBlocks), the same lengths and layout. FailedPrecondition
+  // unless this cache is empty and both share a pool and a policy; ResourceExhausted
+  // (this cache still empty) when the pool has too few free blocks or pages.
+  absl::Status CopyFrom(const KvCache& other);
 
   void Clear();
   void ClearPrefix();

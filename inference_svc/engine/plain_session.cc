@@ -121,6 +121,29 @@ class PlainSession : public Session {
     return absl::OkStatus();
   }
 
+  absl::Status CopyFrom(const Session& other_session) override {
+    const auto* other = dynamic_cast<const PlainSession*>(&other_session);
+    if (other == nullptr || other->engine_ != engine_ || other->options_.mode != options_.mode ||
+        (options_.mode != KvMode::kFull && other->options_.window_size != options_.window_size) ||
+        (options_.mode == KvMode::kSink && other->options_.sink_tokens != options_.sink_tokens)) {
+      return absl::FailedPreconditionError(
+          "CopyFrom: the other session differs in kind, engine, mode or geometry");
+    }
+    if (total_ != 0 || cache_->resident_tokens() != 0) {
+      return absl::FailedPreconditionError("CopyFrom: session is not fresh");
+    }
+    if (other->PrefillInFlight()) {
+      return absl::FailedPreconditionError("CopyFrom: the other session has a prompt in flight");
+    }
+    if (absl::Status s = cache_->CopyFrom(*other->cache_); !s.ok()) return s;
+    window_ids_.assign(other->window_ids_.begin() + other->window_front_, other->window_ids_.end());
+    window_front_ = 0;
+    sink_ids_ = other->sink_ids_;
+    logits_ = other->logits_;
+    total_ = other->total_;
+    return absl::OkStatus();
+  }
+
   absl::Status PrepareAppend(int32_t token_id, SequenceInput* input) override {
     pending_id_ = token_id;
     *input = SequenceInput();
@@ -136,6 +159,11 @@ class PlainSession : public Session {
   }
 
  private:
+  // A prompt started in pieces and not fed yet (either path).
+  bool PrefillInFlight() const {
+    return (cursor_ != nullptr && cursor_->active()) || Session::PrefillInFlight();
+  }
+
   // One forward over `ids`; the observer sees its rows when `rows` is kAll.
   absl::Status Feed(std::span<const int32_t> ids, RowSelect rows) {
     SequenceInput in;

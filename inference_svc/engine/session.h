@@ -98,12 +98,26 @@ class Session {
   // state's mode/geometry do not match this session's options.
   virtual absl::Status ImportState(const SessionState& state) = 0;
 
+  // Makes this fresh session continue exactly as `other` would: the same entries (its KV
+  // blocks copied, the same bits), ids, logits and counts, without feeding a token.
+  // `other` must be a session of the same kind, mode and geometry on the same engine, with
+  // no prompt in flight (StartPrefill not yet finished); it is not changed. A runtime
+  // feeds a prompt shared by several turns once and copies it to the others. Errors:
+  // FailedPrecondition (this session holds tokens, `other` has a prompt in flight, or
+  // its kind, mode or geometry differ), ResourceExhausted (the KV pool has too few free
+  // blocks; this session stays fresh); Unimplemented where a kind has no copy.
+  virtual absl::Status CopyFrom(const Session& other) {
+    return absl::UnimplementedError("this session cannot copy another");
+  }
+
   // Batched decode hooks (see the file comment). `input` stays valid until FinishAppend.
   virtual absl::Status PrepareAppend(int32_t token_id, SequenceInput* input) = 0;
   virtual absl::Status FinishAppend(const SequenceOutput& output) = 0;
 
  protected:
   const RowLogitsObserver& row_observer() const { return row_observer_; }
+  // The default StartPrefill's tokens are not all fed yet.
+  bool PrefillInFlight() const { return pending_fed_ < pending_prefill_.size(); }
   // Hands each of `output`'s logit rows to the observer.
   void ObserveRows(const SequenceOutput& output) const;
 

@@ -215,6 +215,33 @@ absl::Status MemorySession::FinishAppend(const SequenceOutput& output) {
   return absl::OkStatus();
 }
 
+absl::Status MemorySession::CopyFrom(const engine::Session& other_session) {
+  const auto* other = dynamic_cast<const MemorySession*>(&other_session);
+  if (other == nullptr || other->engine_ != engine_ || other->projector_ != projector_ ||
+      other->mode_ != mode_ || other->fp16_memory_ != fp16_memory_) {
+    return absl::FailedPreconditionError(
+        "CopyFrom: the other session differs in kind, engine, projector or mode");
+  }
+  if (total_tokens_ != 0 || cache_->resident_tokens() != 0) {
+    return absl::FailedPreconditionError("CopyFrom: session is not fresh");
+  }
+  if (other->PrefillInFlight()) {
+    return absl::FailedPreconditionError("CopyFrom: the other session has a prompt in flight");
+  }
+  if (auto s = cache_->CopyFrom(*other->cache_); !s.ok()) return s;
+  memory_ = other->memory_;
+  sinks_ = other->sinks_;
+  window_ = other->window_;
+  chunk_hidden_ = other->chunk_hidden_;
+  logits_ = other->logits_;
+  has_logits_ = other->has_logits_;
+  cache_stale_ = other->cache_stale_;
+  total_tokens_ = other->total_tokens_;
+  tokens_folded_ = other->tokens_folded_;
+  memory_kv_ = other->memory_kv_;
+  return absl::OkStatus();
+}
+
 absl::Status MemorySession::RebuildIfStale() {
   if (!cache_stale_) return absl::OkStatus();
   // The same three steps as ImportState, so a fold and a restore build the same cache.

@@ -143,6 +143,96 @@ TEST(SessionTest, AppendBatchEqualsSingleAppends) {
   }
 }
 
+// Session::CopyFrom: a copy continues exactly as the session copied and as a fresh session
+// fed the same tokens, in every plain mode and KV dtype (an int8 copy holds sealed blocks
+// and the open block's F32 page), and the copied session is not changed by the copy's
+// steps.
+class CopyTest : public ::testing::TestWithParam<core::DType> {};
+
+TEST_P(CopyTest, CopyContinuesBitwise) {
+  Rig s = Make(false, GetParam());
+  for (KvMode mode : {KvMode::kFull, KvMode::kSliding, KvMode::kSink}) {
+    SCOPED_TRACE(KvModeName(mode));
+    SessionOptions o;
+    o.mode = mode;
+    o.window_size = 10;
+    o.sink_tokens = 3;
+    std::vector<int32_t> prompt;
+    for (int i = 0; i < 37; ++i) prompt.push_back((7 * i + 3) % s.engine->config().vocab_size);
+    auto source = *CreatePlainSession(s.engine.get(), o);
+    auto fresh = *CreatePlainSession(s.engine.get(), o);
+    ASSERT_TRUE(source->Prefill(prompt).ok());
+    ASSERT_TRUE(fresh->Prefill(prompt).ok());
+    const int free_before = s.engine->pool().free_blocks();
+    auto copy = *CreatePlainSession(s.engine.get(), o);
+    ASSERT_TRUE(copy->CopyFrom(*source).ok());
+    EXPECT_LT(s.engine->pool().free_blocks(), free_before);  // its own blocks
+    EXPECT_EQ(copy->TotalTokens(), 37);
+    EXPECT_EQ(copy->ResidentTokens(), source->ResidentTokens());
+    EXPECT_EQ(copy->KvBytesResident(), source->KvBytesResident());
+    EXPECT_EQ(Copy(copy->Logits()), Copy(fresh->Logits()));
+    auto sc = copy->ExportState(), sf = fresh->ExportState();
+    ASSERT_TRUE(sc.ok() && sf.ok());
+    EXPECT_EQ(sc->window_token_ids, sf->window_token_ids);
+    EXPECT_EQ(sc->sink_token_ids, sf->sink_token_ids);
+    // The copy steps first, then the others the same tokens.
+    std::vector<std::vector<float>> copy_logits;
+    for (int step = 0; step < 20; ++step) {
+      ASSERT_TRUE(copy->Append(11 + step).ok());
+      copy_logits.push_back(Copy(copy->Logits()));
+    }
+    for (int step = 0; step < 20; ++step) {
+      ASSERT_TRUE(source->Append(11 + step).ok());
+      ASSERT_TRUE(fresh->Append(11 + step).ok());
+      EXPECT_EQ(copy_logits[step], Copy(fresh->Logits())) << step;
+      EXPECT_EQ(Copy(source->Logits()), Copy(fresh->Logits())) << step;
+    }
+  }
+}
+
+TEST_P(CopyTest, CopyRefusesWhatItCannotCopy) {
+  Rig s = Make(false, GetParam());
+  SessionOptions full, sliding;
+  sliding.mode = KvMode::kSliding;
+  sliding.window_size = 10;
+  const std::vector<int32_t> prompt(40, 9);
+  auto source = *CreatePlainSession(s.engine.get(), full);
+  ASSERT_TRUE(source->Prefill(prompt).ok());
+  // Another mode, or geometry.
+  auto other_mode = *CreatePlainSession(s.engine.get(), sliding);
+  EXPECT_EQ(other_mode->CopyFrom(*source).code(), absl::StatusCode::kFailedPrecondition);
+  auto windowed = *CreatePlainSession(s.engine.get(), sliding);
+  ASSERT_TRUE(windowed->Prefill(prompt).ok());
+  SessionOptions wider = sliding;
+  wider.window_size = 11;
+  auto other_window = *CreatePlainSession(s.engine.get(), wider);
+  EXPECT_EQ(other_window->CopyFrom(*windowed).code(), absl::StatusCode::kFailedPrecondition);
+  // A session that holds tokens.
+  auto used = *CreatePlainSession(s.engine.get(), full);
+  ASSERT_TRUE(used->Prefill(std::vector<int32_t>{1, 2}).ok());
+  EXPECT_EQ(used->CopyFrom(*source).code(), absl::StatusCode::kFailedPrecondition);
+  EXPECT_EQ(used->TotalTokens(), 2);
+  // A source with a prompt in flight.
+  auto in_flight = *CreatePlainSession(s.engine.get(), full);
+  std::vector<int32_t> long_prompt(300, 5);
+  ASSERT_TRUE(in_flight->StartPrefill(long_prompt).ok());
+  auto target = *CreatePlainSession(s.engine.get(), full);
+  EXPECT_EQ(target->CopyFrom(*in_flight).code(), absl::StatusCode::kFailedPrecondition);
+  // A pool without room: refused whole, the target stays fresh and usable.
+  std::vector<int32_t> taken;
+  while (s.engine->pool().free_blocks() > 1) taken.push_back(*s.engine->pool().AllocateBlock());
+  EXPECT_EQ(target->CopyFrom(*source).code(), absl::StatusCode::kResourceExhausted);
+  EXPECT_EQ(target->TotalTokens(), 0);
+  EXPECT_EQ(s.engine->pool().free_blocks(), 1);
+  for (int32_t b : taken) s.engine->pool().FreeBlock(b);
+  ASSERT_TRUE(target->CopyFrom(*source).ok());
+  EXPECT_EQ(Copy(target->Logits()), Copy(source->Logits()));
+}
+
+INSTANTIATE_TEST_SUITE_P(KvDTypes, CopyTest,
+                         ::testing::Values(core::DType::kF32, core::DType::kF16, core::DType::kI8),
+                         [](const auto& info) { return std::string(core::DTypeName(info.param)); });
+
 class SteadyStateTest : public ::testing::TestWithParam<core::DType> {};
 
 TEST_P(SteadyStateTest, SteadyStateDecodeDoesNotAllocate) {

@@ -199,6 +199,60 @@ TEST_P(MemoryModeParamTest, ExportImportContinuesExactly) {
   }
 }
 
+// A copy (engine::Session::CopyFrom) mid-window, with the window full (fold pending) and
+// right after a fold continues exactly as the session copied and as a fresh session fed
+// the same tokens, and leaves the session copied unchanged.
+TEST_P(MemoryModeParamTest, CopyContinuesExactly) {
+  const KvMode mode = GetParam().mode;
+  const int window = mode == KvMode::kMemory ? 10 : GetParam().memory_only_window, chunk = 7;
+  auto f = MakeEngine(6);
+  const int sinks = GetParam().sink_tokens;
+  auto projector =
+      MakeProjector(*f->engine, 10, chunk, 1, GetParam().policy, sinks, GetParam().prefix_gap,
+                    GetParam().memory_only_window, GetParam().memory_kv);
+  const int full_at = sinks + window + chunk + chunk;
+  for (int fed : {full_at - 3, full_at, full_at + 1}) {
+    SCOPED_TRACE(::testing::Message() << "copy after " << fed << " tokens");
+    const auto ids = RandomIds(fed, f->model.config.vocab_size, 11);
+    auto source = NewSession(f->engine.get(), projector.get(), mode);
+    auto fresh = NewSession(f->engine.get(), projector.get(), mode);
+    ASSERT_TRUE(source->Prefill(ids).ok());
+    ASSERT_TRUE(fresh->Prefill(ids).ok());
+    auto copy = NewSession(f->engine.get(), projector.get(), mode);
+    ASSERT_TRUE(copy->CopyFrom(*source).ok());
+    EXPECT_EQ(copy->TotalTokens(), fed);
+    EXPECT_EQ(copy->ResidentTokens(), source->ResidentTokens());
+    EXPECT_EQ(copy->KvBytesResident(), source->KvBytesResident());
+    ASSERT_TRUE(std::equal(copy->Logits().begin(), copy->Logits().end(), fresh->Logits().begin(),
+                           fresh->Logits().end()));
+    auto sc = copy->ExportState(), sf = fresh->ExportState();
+    ASSERT_TRUE(sc.ok() && sf.ok());
+    EXPECT_EQ(sc->memory, sf->memory);
+    EXPECT_EQ(sc->window_token_ids, sf->window_token_ids);
+    EXPECT_EQ(sc->sink_token_ids, sf->sink_token_ids);
+    EXPECT_EQ(sc->tokens_folded, sf->tokens_folded);
+    // The copy first (its blocks are its own), then the source and the fresh session.
+    std::vector<std::vector<float>> l_copy, l_source, l_fresh;
+    const auto t_copy = Greedy(*copy, 3 * chunk + 2, &l_copy);  // through more folds
+    const auto t_source = Greedy(*source, 3 * chunk + 2, &l_source);
+    const auto t_fresh = Greedy(*fresh, 3 * chunk + 2, &l_fresh);
+    EXPECT_EQ(t_copy, t_fresh);
+    EXPECT_EQ(l_copy, l_fresh);
+    EXPECT_EQ(t_source, t_fresh);
+    EXPECT_EQ(l_source, l_fresh);
+    // Only a fresh session copies; the kind and the projector must match.
+    EXPECT_EQ(copy->CopyFrom(*source).code(), absl::StatusCode::kFailedPrecondition);
+    auto other_mode = NewSession(f->engine.get(), projector.get(),
+                                 mode == KvMode::kMemory ? KvMode::kMemoryOnly : KvMode::kMemory);
+    EXPECT_EQ(other_mode->CopyFrom(*source).code(), absl::StatusCode::kFailedPrecondition);
+    engine::SessionOptions full;
+    auto plain = engine::CreatePlainSession(f->engine.get(), full);
+    ASSERT_TRUE(plain.ok());
+    EXPECT_EQ((*plain)->CopyFrom(*source).code(), absl::StatusCode::kFailedPrecondition);
+    EXPECT_EQ(other_mode->TotalTokens(), 0);
+  }
+}
+
 INSTANTIATE_TEST_SUITE_P(
     Modes, MemoryModeParamTest,
     ::testing::Values(ModeAndPolicy{KvMode::kMemory, WindowPolicy::kGrowing},
