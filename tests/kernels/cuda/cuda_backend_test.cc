@@ -141,5 +141,48 @@ TEST(CudaBackendModel, Int8KvQwen2SinkWindowMatchesCpu) {
                 "int8 kv qwen2 sink(4)+window(40)", core::DType::kI8);
 }
 
+// KvCache::CopyFrom on the device (BlockPool::CopyBlocks: device-to-device copies of every
+// layer's blocks, int8 codes, scales and open pages): a copied cache continues with the
+// same logits, bit for bit, as one that fed the prompt itself.
+TEST(CudaBackendModel, CopiedCacheContinuesBitwise) {
+  KVFOLD_SKIP_WITHOUT_GPU();
+  const model::ModelFile model =
+      ::kvfold::testing::RandomTinyModel(5, ::kvfold::testing::Tiny96(false), DType::kF32);
+  std::mt19937 rng(3);
+  std::vector<int32_t> prompt(45), continuation(20);
+  for (auto& t : prompt) t = static_cast<int32_t>(rng() % model.config.vocab_size);
+  for (auto& t : continuation) t = static_cast<int32_t>(rng() % model.config.vocab_size);
+  auto gpu = kernels::CreateBackend("cuda:0", 1);
+  ASSERT_TRUE(gpu.ok()) << gpu.status();
+  for (core::DType kv_dtype : {DType::kF32, DType::kF16, DType::kI8}) {
+    SCOPED_TRACE(core::DTypeName(kv_dtype));
+    engine::EngineOptions options;
+    options.kv_pool_bytes = size_t{32} << 20;
+    options.kv_dtype = kv_dtype;
+    auto eng = engine::Engine::Create(model, gpu->get(), options);
+    ASSERT_TRUE(eng.ok()) << eng.status();
+    auto fed = (*eng)->NewCache(engine::KvPolicy::Sink(4, 30));
+    auto copied = (*eng)->NewCache(engine::KvPolicy::Sink(4, 30));
+    engine::ForwardResult result;
+    engine::SequenceInput in;
+    in.cache = fed.get();
+    in.token_ids = prompt;
+    in.logits = engine::RowSelect::kLast;
+    ASSERT_TRUE((*eng)->Forward({&in, 1}, &result).ok());
+    ASSERT_TRUE(copied->CopyFrom(*fed).ok());
+    EXPECT_EQ(copied->resident_tokens(), fed->resident_tokens());
+    for (size_t i = 0; i < continuation.size(); ++i) {
+      std::vector<std::vector<float>> logits;
+      for (engine::KvCache* cache : {copied.get(), fed.get()}) {
+        in.cache = cache;
+        in.token_ids = std::span<const int32_t>(&continuation[i], 1);
+        ASSERT_TRUE((*eng)->Forward({&in, 1}, &result).ok());
+        logits.emplace_back(result.outputs[0].logits.begin(), result.outputs[0].logits.end());
+      }
+      ASSERT_EQ(logits[0], logits[1]) << "step " << i;
+    }
+  }
+}
+
 }  // namespace
 }  // namespace kvfold
