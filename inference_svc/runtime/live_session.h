@@ -47,6 +47,7 @@ struct SessionSpec {
   core::KvMode mode = core::KvMode::kFull;
   int window_size = 0;
   int sink_tokens = 0;
+  bool operator==(const SessionSpec&) const = default;
 };
 
 struct LiveSession {
@@ -102,6 +103,18 @@ class TurnStream {
   absl::Status status_;
 };
 
+struct TurnJob;
+
+// The turns of one prompt share (runtime.h, TurnRequest::prompt_share): the first member
+// to run feeds the prompt, the others copy its session in the step its prompt is fed.
+// Scheduler thread only.
+struct PromptShare {
+  const TurnJob* feeder = nullptr;       // the member feeding the prompt; null: none yet
+  const engine::Session* fed = nullptr;  // the feeder's session, prompt fed, in that step
+  const TurnJob* fed_job = nullptr;
+  std::vector<engine::TokenLogprobs> prompt_logprobs;  // the feeder's, when it scored
+};
+
 struct TurnJob {
   using Clock = std::chrono::steady_clock;
   explicit TurnJob(std::function<void()> on_progress) : stream(std::move(on_progress)) {}
@@ -120,6 +133,8 @@ struct TurnJob {
   // (engine::Session::ObservePrefillRows), streamed before the first token.
   int prompt_top_logprobs = -1;
   int reserve_blocks = 0;           // KV blocks the turn may hold at most (kv_reservation.h)
+  // Set: an ephemeral turn whose prompt may be copied from another member of the share.
+  std::shared_ptr<PromptShare> share;
   Clock::time_point submitted_at;
 
   // --- control -----------------------------------------------------------------------

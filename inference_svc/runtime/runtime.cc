@@ -287,7 +287,8 @@ std::unique_ptr<TurnHandle> Runtime::Launch(
     const Caller& caller, const std::string& session_id, const std::string& key, uint64_t head,
     std::shared_ptr<LiveSession> live, std::optional<engine::SessionState> restore,
     std::vector<int32_t> prompt, const engine::SamplingParams& sampling,
-    std::optional<uint64_t> reseed, std::function<void()> on_progress, int prompt_top_logprobs) {
+    std::optional<uint64_t> reseed, std::function<void()> on_progress, int prompt_top_logprobs,
+    std::shared_ptr<PromptShare> share) {
   int64_t resident = live->resident_tokens.load();
   if (restore.has_value()) {
     resident = static_cast<int64_t>(restore->window_token_ids.size() +
@@ -301,6 +302,7 @@ std::unique_ptr<TurnHandle> Runtime::Launch(
   job->sampling = sampling;
   job->reseed = reseed;
   job->prompt_top_logprobs = prompt_top_logprobs;
+  if (session_id.empty()) job->share = std::move(share);
   const int64_t prompt_tokens = static_cast<int64_t>(job->prompt_ids.size());
   job->reserve_blocks = ReserveBlocks(live->spec, geometry_,
                                       resident + prompt_tokens + std::max(0, sampling.max_new_tokens),
@@ -436,7 +438,7 @@ absl::StatusOr<std::unique_ptr<TurnHandle>> Runtime::StartTurn(const Caller& cal
   }
   auto handle = Launch(caller, request.session_id, key, head, std::move(live), std::move(restore),
                        std::move(*prompt), sampling, reseed, std::move(request.on_progress),
-                       request.prompt_logprobs);
+                       request.prompt_logprobs, std::move(request.prompt_share));
   handle->call_start_ = call_start;
   handle->fetch_ms_ = fetch_ms;
   handle->starts_text_ = starts_text;

@@ -114,7 +114,16 @@ struct TurnRequest {
   // Optional: called on a runtime thread whenever tokens or the end are available. Must
   // return quickly and must not call back into the runtime.
   std::function<void()> on_progress;
+  // Ephemeral turns only (ignored with a session_id): turns given the same share (one per
+  // prompt, NewPromptShare) feed it once. The first of them to run feeds the prompt; the
+  // others wait and then copy its session, KV blocks and all, in the step the prompt is
+  // fed (engine::Session::CopyFrom: the same state as feeding it, bit for bit). A member
+  // whose prompt, geometry or prompt_logprobs differ from the feeder's feeds its own; one
+  // that runs after the feeder's prompt was copied feeds it for the members after it.
+  std::shared_ptr<PromptShare> prompt_share;
 };
+
+inline std::shared_ptr<PromptShare> NewPromptShare() { return std::make_shared<PromptShare>(); }
 
 struct TurnUsage {
   uint32_t prompt_tokens = 0;
@@ -237,7 +246,7 @@ class Runtime {
       std::shared_ptr<LiveSession> live, std::optional<engine::SessionState> restore,
       std::vector<int32_t> prompt, const engine::SamplingParams& sampling,
       std::optional<uint64_t> reseed, std::function<void()> on_progress,
-      int prompt_top_logprobs = -1);
+      int prompt_top_logprobs = -1, std::shared_ptr<PromptShare> share = nullptr);
 
   const Deps deps_;
   const RuntimeOptions options_;

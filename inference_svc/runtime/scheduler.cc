@@ -384,6 +384,10 @@ void Scheduler::DecodeStep() {
 }
 
 void Scheduler::Fail(Running& r, absl::Status status) {
+  // A feeder that fails leaves its share to the next member that asks.
+  if (r.job->share != nullptr && r.job->share->feeder == r.job.get()) {
+    r.job->share->feeder = nullptr;
+  }
   // The derived state no longer equals any stored version: drop it, the next turn
   // restores from the store.
   r.job->live->engine_session.reset();

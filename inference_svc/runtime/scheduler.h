@@ -18,6 +18,9 @@
 //      decode steps (prompt time <= prefill_stall x decode time). A long prompt
 //      therefore delays other sessions' tokens by at most about (1 + prefill_stall)x,
 //      whatever its length and context,
+//      A member of a prompt share (TurnJob::share) waits while another member feeds the
+//      prompt, and copies that member's session (engine::Session::CopyFrom) in the step
+//      the prompt is fed, instead of feeding it again,
 //   5. ONE decode step for EVERY decoding turn: with batching on, a single ragged Forward
 //      over all of them (engine::AppendBatch); with batching off, one Forward per session.
 // Every sampled token is fed back into its session, the last one too, so a finished turn's
@@ -100,6 +103,8 @@ class Scheduler {
   uint64_t decode_steps() const { return decode_steps_.load(); }
   uint64_t decoded_tokens() const { return decoded_tokens_.load(); }
   uint64_t rejected_turns() const { return rejected_turns_.load(); }
+  // Prompts a turn took as a copy of a prompt share's feeder instead of feeding them.
+  uint64_t prompt_copies() const { return prompt_copies_.load(); }
 
  private:
   enum class Phase { kStart, kPrefill, kDecode, kFinish };
@@ -159,6 +164,14 @@ class Scheduler {
   // continues it while credit is left. True once the rest is fed.
   void StartPieces(Running& r, size_t tokens);
   bool ContinuePieces(Running& r);
+  // Whether r, a member of a prompt share, waits for another member to feed the prompt
+  // (the first member to ask becomes the feeder).
+  static bool WaitsForShare(const Running& r);
+  // After the step's prompt work: every waiting member of a share whose feeder's prompt
+  // was fed in this step copies it (or, when its prompt or geometry differ, leaves the
+  // share to feed its own); then those shares have no feeder until a member asks again.
+  void CopySharedPrompts();
+  void CopyPrompt(Running& r);
   void EndPrompt(Running& r);
   void DecodeStep();
   // r's token from its logits (and its log-probabilities, when the turn asks). Touches
@@ -191,6 +204,7 @@ class Scheduler {
   // Scheduler thread only.
   std::vector<Running> running_;
   std::vector<size_t> prefill_order_;
+  std::vector<std::shared_ptr<PromptShare>> shares_fed_;  // prompts fed in this step
   // Blocks counted for each idle engine session (HeldBlocks at the end of its last turn);
   // reserved_blocks_ = these + the reservations of running turns.
   absl::flat_hash_map<const engine::Session*, int> idle_blocks_;
@@ -215,6 +229,7 @@ class Scheduler {
   std::atomic<uint64_t> decode_steps_{0};
   std::atomic<uint64_t> decoded_tokens_{0};
   std::atomic<uint64_t> rejected_turns_{0};
+  std::atomic<uint64_t> prompt_copies_{0};
   std::thread thread_;
 };
 

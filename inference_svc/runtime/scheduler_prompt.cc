@@ -177,7 +177,9 @@ void Scheduler::PromptStep() {
   prefill_order_.clear();
   bool decoding = false;
   for (size_t i = 0; i < running_.size(); ++i) {
-    if (running_[i].phase == Phase::kPrefill) prefill_order_.push_back(i);
+    if (running_[i].phase == Phase::kPrefill && !WaitsForShare(running_[i])) {
+      prefill_order_.push_back(i);
+    }
     decoding = decoding || running_[i].phase == Phase::kDecode;
   }
   if (prefill_order_.empty()) return;
@@ -223,11 +225,64 @@ void Scheduler::PromptStep() {
       if (take < left) break;  // one chunk per turn and step
     }
   }
+  CopySharedPrompts();
+}
+
+bool Scheduler::WaitsForShare(const Running& r) {
+  PromptShare* share = r.job->share.get();
+  if (share == nullptr) return false;
+  if (share->feeder == nullptr) share->feeder = r.job.get();
+  return share->feeder != r.job.get();
+}
+
+void Scheduler::CopySharedPrompts() {
+  if (shares_fed_.empty()) return;
+  for (Running& r : running_) {
+    const PromptShare* share = r.job->share.get();
+    if (r.phase == Phase::kPrefill && share != nullptr && share->fed != nullptr &&
+        share->fed_job != r.job.get()) {
+      CopyPrompt(r);
+    }
+  }
+  for (const std::shared_ptr<PromptShare>& share : shares_fed_) {
+    share->feeder = nullptr;
+    share->fed = nullptr;
+    share->fed_job = nullptr;
+    share->prompt_logprobs.clear();
+  }
+  shares_fed_.clear();
+}
+
+void Scheduler::CopyPrompt(Running& r) {
+  TurnJob& job = *r.job;
+  const std::shared_ptr<PromptShare> share = std::move(job.share);  // done with it either way
+  const TurnJob& from = *share->fed_job;
+  if (job.prompt_ids != from.prompt_ids || job.prompt_top_logprobs != from.prompt_top_logprobs ||
+      !(job.live->spec == from.live->spec) || !r.replay_ids.empty()) {
+    return;  // not the same prompt on the same kind of session: it feeds its own
+  }
+  const auto t0 = TurnJob::Clock::now();
+  absl::Status s = job.live->engine_session->CopyFrom(*share->fed);
+  job.prefill_ms += MsSince(t0);
+  if (!s.ok()) return Fail(r, s);
+  prompt_copies_.fetch_add(1);
+  r.prompt_pos = job.prompt_ids.size();
+  if (job.prompt_top_logprobs >= 0) job.prompt_logprobs = share->prompt_logprobs;
+  EndPrompt(r);
 }
 
 void Scheduler::EndPrompt(Running& r) {
   TurnJob& job = *r.job;
   job.live->engine_session->ObservePrefillRows(nullptr);
+  if (job.share != nullptr && job.share->feeder == &job) {
+    // The members waiting for this prompt copy it at the end of this step, before any
+    // decode step changes this session.
+    PromptShare& share = *job.share;
+    share.fed = job.live->engine_session.get();
+    share.fed_job = &job;
+    if (job.prompt_top_logprobs >= 0) share.prompt_logprobs = job.prompt_logprobs;
+    shares_fed_.push_back(std::move(job.share));
+  }
   if (job.prompt_top_logprobs >= 0) job.stream.SetPromptLogprobs(std::move(job.prompt_logprobs));
   if (job.sampling.max_new_tokens <= 0) {
     job.finish_reason = FinishReason::kLength;
