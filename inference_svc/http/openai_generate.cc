@@ -168,6 +168,7 @@ void OpenAiFront::ChatCompletions(const Caller& caller, const HttpRequest& reque
     options.cancel_on_stop = ephemeral;
     options.choices_per_prompt = req.params.n;
     AnnotateTurn(*exchange, spec, options_.record_prompts);
+    if (ephemeral && req.params.n > 1) spec.prompt_group = port_->GroupPrompt(req.params.n);
     std::vector<Choice> choices(req.params.n, Choice{spec, ""});
     if (ephemeral) {
       for (int i = 0; i < req.params.n; ++i) choices[i].spec.seed = ChoiceSeed(req.params, i);
@@ -207,6 +208,8 @@ void OpenAiFront::Completions(const Caller& caller, const HttpRequest& request,
         spec.prompt_ids = std::move(*ids);
       }
       absl::StrAppend(&prompts_text, p == 0 ? "" : "\n", prompt.text);
+      // The prompt's choices feed it once (the port copies the fed session to the others).
+      spec.prompt_group = n > 1 ? port_->GroupPrompt(n) : nullptr;
       for (int i = 0; i < n; ++i) {
         Choice& c = choices.emplace_back(Choice{spec, req.echo ? prompt.text : ""});
         c.spec.seed = ChoiceSeed(req.params, static_cast<int>(choices.size()) - 1);

@@ -31,6 +31,14 @@ struct ModelCard {
   uint32_t max_prompt_tokens = 0;  // the longest prompt a turn accepts (0: not stated)
 };
 
+// Turns of one prompt (the choices of a request) that the port may feed once and copy to
+// the others: made by TurnPort::GroupPrompt, given to each of those turns in
+// TurnSpec::prompt_group. Opaque to the front.
+class PromptGroup {
+ public:
+  virtual ~PromptGroup() = default;
+};
+
 struct TurnSpec {
   // Empty: an ephemeral conversation, neither read from nor written to the store.
   std::string session_id;
@@ -62,6 +70,8 @@ struct TurnSpec {
   // log-probability and this many alternatives (TurnObserver::OnPromptLogprobs).
   int prompt_logprobs = -1;
   bool prompt_only = false;  // feed (and score) the prompt, generate nothing
+  // Ephemeral turns only: turns with the same group and prompt may share its feeding.
+  std::shared_ptr<PromptGroup> prompt_group;
 };
 
 // One generated token's log-probabilities under the model's raw distribution
@@ -150,6 +160,10 @@ class TurnPort {
                                                   const std::string& request_json) = 0;
   // Starts a turn; its output goes to `observer` (which the port keeps until OnDone).
   // Errors found before the turn starts may come either as the return value or via OnDone.
+  // A group for the `turns` ephemeral turns of one prompt, all of which the front then
+  // starts (or cancels, the ones started, when one cannot start); null when the port
+  // feeds every turn's prompt itself.
+  virtual std::shared_ptr<PromptGroup> GroupPrompt(int turns) { return nullptr; }
   virtual absl::StatusOr<std::shared_ptr<RunningTurn>> StartTurn(
       const Caller& caller, const TurnSpec& spec, std::shared_ptr<TurnObserver> observer) = 0;
 };

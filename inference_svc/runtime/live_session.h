@@ -105,10 +105,13 @@ class TurnStream {
 
 struct TurnJob;
 
-// The turns of one prompt share (runtime.h, TurnRequest::prompt_share): the first member
-// to run feeds the prompt, the others copy its session in the step its prompt is fed.
-// Scheduler thread only.
+// The turns of one prompt share (runtime.h, TurnRequest::prompt_share): once every member
+// was admitted or refused, the first to run feeds the prompt and the others copy its
+// session in the step its prompt is fed. Scheduler thread only, but for `members`.
 struct PromptShare {
+  explicit PromptShare(int members) : members(members) {}
+  const int members;                     // turns that will be started with this share
+  int settled = 0;                       // of them, admitted or ended before admission
   const TurnJob* feeder = nullptr;       // the member feeding the prompt; null: none yet
   const engine::Session* fed = nullptr;  // the feeder's session, prompt fed, in that step
   const TurnJob* fed_job = nullptr;

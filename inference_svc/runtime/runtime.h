@@ -29,6 +29,7 @@
 #ifndef KVFOLD_INFERENCE_SVC_RUNTIME_RUNTIME_H_
 #define KVFOLD_INFERENCE_SVC_RUNTIME_RUNTIME_H_
 
+#include <algorithm>
 #include <functional>
 #include <memory>
 #include <optional>
@@ -114,16 +115,21 @@ struct TurnRequest {
   // Optional: called on a runtime thread whenever tokens or the end are available. Must
   // return quickly and must not call back into the runtime.
   std::function<void()> on_progress;
-  // Ephemeral turns only (ignored with a session_id): turns given the same share (one per
-  // prompt, NewPromptShare) feed it once. The first of them to run feeds the prompt; the
-  // others wait and then copy its session, KV blocks and all, in the step the prompt is
+  // Ephemeral turns only (ignored with a session_id): the turns given the same share (one
+  // per prompt, NewPromptShare) feed it once. They wait until all `members` of the share
+  // were admitted or refused (or no turn slot is left); then the first of them feeds the
+  // prompt and the others copy its session, KV blocks and all, in the step the prompt is
   // fed (engine::Session::CopyFrom: the same state as feeding it, bit for bit). A member
-  // whose prompt, geometry or prompt_logprobs differ from the feeder's feeds its own; one
-  // that runs after the feeder's prompt was copied feeds it for the members after it.
+  // whose prompt, geometry or prompt_logprobs differ from the feeder's feeds its own, as
+  // does one admitted after the copies (for the members after it). The caller starts all
+  // `members` turns, or cancels the ones it started: they wait for the others.
   std::shared_ptr<PromptShare> prompt_share;
 };
 
-inline std::shared_ptr<PromptShare> NewPromptShare() { return std::make_shared<PromptShare>(); }
+// A share for `members` (>= 1) turns of one prompt.
+inline std::shared_ptr<PromptShare> NewPromptShare(int members) {
+  return std::make_shared<PromptShare>(std::max(1, members));
+}
 
 struct TurnUsage {
   uint32_t prompt_tokens = 0;

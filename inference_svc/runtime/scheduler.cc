@@ -226,6 +226,8 @@ absl::Status Scheduler::Busy(int need_blocks) const {
 }
 
 void Scheduler::Admit(std::shared_ptr<TurnJob> job) {
+  // Admitted or ended here: either way a member of a prompt share is settled.
+  if (job->share != nullptr) ++job->share->settled;
   if (job->cancelled.load()) {
     job->stream.End(absl::CancelledError("the client cancelled the call or its deadline passed"));
     return;

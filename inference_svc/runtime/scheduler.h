@@ -164,9 +164,10 @@ class Scheduler {
   // continues it while credit is left. True once the rest is fed.
   void StartPieces(Running& r, size_t tokens);
   bool ContinuePieces(Running& r);
-  // Whether r, a member of a prompt share, waits for another member to feed the prompt
-  // (the first member to ask becomes the feeder).
-  static bool WaitsForShare(const Running& r);
+  // Whether r, a member of a prompt share, waits: for the share's other members to be
+  // admitted (while turn slots are left), or for another member to feed the prompt (the
+  // first member to ask after that becomes the feeder).
+  bool WaitsForShare(const Running& r) const;
   // After the step's prompt work: every waiting member of a share whose feeder's prompt
   // was fed in this step copies it (or, when its prompt or geometry differ, leaves the
   // share to feed its own); then those shares have no feeder until a member asks again.

@@ -228,10 +228,15 @@ void Scheduler::PromptStep() {
   CopySharedPrompts();
 }
 
-bool Scheduler::WaitsForShare(const Running& r) {
+bool Scheduler::WaitsForShare(const Running& r) const {
   PromptShare* share = r.job->share.get();
   if (share == nullptr) return false;
-  if (share->feeder == nullptr) share->feeder = r.job.get();
+  if (share->feeder == nullptr) {
+    const bool slots_left =
+        running_.size() < static_cast<size_t>(std::max(1, options_.max_active_sessions));
+    if (share->settled < share->members && slots_left) return true;
+    share->feeder = r.job.get();
+  }
   return share->feeder != r.job.get();
 }
 

@@ -354,6 +354,21 @@ absl::StatusOr<std::string> RuntimeTurnPort::SessionCall(const http::Caller& cal
   return absl::InvalidArgumentError("unknown session operation");
 }
 
+namespace {
+
+// A prompt group is a runtime prompt share (runtime::TurnRequest::prompt_share).
+class SharedPrompt final : public http::PromptGroup {
+ public:
+  explicit SharedPrompt(int turns) : share(runtime::NewPromptShare(turns)) {}
+  const std::shared_ptr<runtime::PromptShare> share;
+};
+
+}  // namespace
+
+std::shared_ptr<http::PromptGroup> RuntimeTurnPort::GroupPrompt(int turns) {
+  return std::make_shared<SharedPrompt>(turns);
+}
+
 absl::StatusOr<std::shared_ptr<http::RunningTurn>> RuntimeTurnPort::StartTurn(
     const http::Caller& caller, const http::TurnSpec& spec,
     std::shared_ptr<http::TurnObserver> observer) {
@@ -382,6 +397,9 @@ absl::StatusOr<std::shared_ptr<http::RunningTurn>> RuntimeTurnPort::StartTurn(
   request.sampling.min_tokens = spec.min_tokens;
   request.top_logprobs = spec.top_logprobs;
   request.prompt_logprobs = spec.prompt_logprobs;
+  if (const auto* group = dynamic_cast<const SharedPrompt*>(spec.prompt_group.get())) {
+    request.prompt_share = group->share;
+  }
   request.prompt_only = spec.prompt_only;
   // Greedy must not inherit a session's non-zero default temperature.
   if (spec.temperature <= 0) request.sampling.top_k = 1;

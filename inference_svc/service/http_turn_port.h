@@ -77,6 +77,7 @@ class RuntimeTurnPort final : public http::TurnPort {
   absl::StatusOr<std::string> SessionCall(const http::Caller& caller, http::SessionOp op,
                                           const std::string& session_id,
                                           const std::string& request_json) override;
+  std::shared_ptr<http::PromptGroup> GroupPrompt(int turns) override;
   absl::StatusOr<std::shared_ptr<http::RunningTurn>> StartTurn(
       const http::Caller& caller, const http::TurnSpec& spec,
       std::shared_ptr<http::TurnObserver> observer) override;

@@ -340,6 +340,10 @@ void InferenceServer::RegisterReplicaMetrics() {
                      [sched] { return static_cast<double>(sched->kv_reserved_bytes()); });
   r.AddCallbackCounter("kvfold_decode_steps_total", "Batched decode steps run.",
                        [sched] { return static_cast<double>(sched->decode_steps()); });
+  r.AddCallbackCounter("kvfold_prompt_copies_total",
+                       "Prompts a turn copied from another turn of its prompt instead of feeding "
+                       "them (the choices of one HTTP request).",
+                       [sched] { return static_cast<double>(sched->prompt_copies()); });
   const runtime::Runtime* rt = runtime_.get();
   r.AddCallbackGauge("kvfold_session_cache_bytes", "Bytes of idle sessions in the local cache.",
                      [rt] { return static_cast<double>(rt->sessions().cached_bytes()); });

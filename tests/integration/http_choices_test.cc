@@ -59,14 +59,22 @@ StreamedChoices Gather(const HttpReply& r, bool chat) {
 }
 
 // n sampled choices of one prompt: choice i is the answer of the same request with n = 1
-// and seed + i, so the choices differ and a seeded request is reproducible.
+// and seed + i, so the choices differ and a seeded request is reproducible; the prompt is
+// fed once and copied to the other choices.
 TEST_F(HttpApiTest, SampledChoicesAreTheSingleAnswersOfTheirSeeds) {
   const json base = {
       {"prompt", "Once upon a time"}, {"max_tokens", 24}, {"temperature", 1.0}, {"seed", 7}};
   json three = base;
   three["n"] = 3;
+  // The prompt is fed once: the other two choices copy the fed session.
+  auto copies = [&] {
+    return ParsePrometheusText(HttpCall(port_[0], "GET", "/metrics").body)
+        .Value("kvfold_prompt_copies_total", {});
+  };
+  const double copies_before = copies();
   HttpReply r = Post(0, "/v1/completions", three);
   ASSERT_EQ(r.status, 200) << r.body;
+  EXPECT_EQ(copies() - copies_before, 2);
   const json body = Body(r);
   ASSERT_EQ(body["choices"].size(), 3u);
   std::set<std::string> distinct;
@@ -93,8 +101,10 @@ TEST_F(HttpApiTest, SampledChoicesAreTheSingleAnswersOfTheirSeeds) {
                {"temperature", 1.0},
                {"seed", 11},
                {"n", 2}};
+  const double chat_copies_before = copies();
   HttpReply whole = Post(0, "/v1/chat/completions", chat);
   ASSERT_EQ(whole.status, 200) << whole.body;
+  EXPECT_EQ(copies() - chat_copies_before, 1);
   chat["stream"] = true;
   chat["stream_options"] = {{"include_usage", true}};
   HttpReply streamed = Post(1, "/v1/chat/completions", chat);

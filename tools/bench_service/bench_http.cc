@@ -13,6 +13,7 @@
 #include <chrono>
 #include <fstream>
 #include <functional>
+#include <optional>
 #include <sstream>
 #include <string>
 #include <thread>
@@ -55,8 +56,9 @@ std::string ChatBody(const std::string& session, int max_tokens, bool stream, in
   return body.dump();
 }
 
-std::string RequestText(int port, const std::string& body) {
-  bhttp::request<bhttp::string_body> req(bhttp::verb::post, "/v1/chat/completions", 11);
+std::string RequestText(int port, const std::string& body,
+                        const std::string& target = "/v1/chat/completions") {
+  bhttp::request<bhttp::string_body> req(bhttp::verb::post, target, 11);
   req.set(bhttp::field::host, absl::StrCat("127.0.0.1:", port));
   req.set(bhttp::field::content_type, "application/json");
   req.body() = body;
@@ -66,25 +68,45 @@ std::string RequestText(int port, const std::string& body) {
   return ss.str();
 }
 
-// One chat completion (streamed, or `n` choices in one answer); returns the completion
-// tokens (usage), -1 on failure.
-int HttpTurn(int port, const std::string& session, int max_tokens, bool stream, int n) {
+// One request's answer body when its status is 200; nullopt otherwise.
+std::optional<std::string> HttpExchange(int port, const std::string& request) {
   net::io_context io;
   net::ip::tcp::socket socket(io);
   beast::error_code ec;
   socket.connect({net::ip::make_address("127.0.0.1"), static_cast<unsigned short>(port)}, ec);
-  if (ec) return -1;
-  const std::string request = RequestText(port, ChatBody(session, max_tokens, stream, n));
+  if (ec) return std::nullopt;
   net::write(socket, net::buffer(request), ec);
-  if (ec) return -1;
+  if (ec) return std::nullopt;
   beast::flat_buffer buffer;
   bhttp::response_parser<bhttp::string_body> parser;
   parser.body_limit(64 << 20);
   bhttp::read(socket, buffer, parser, ec);
-  if (ec || parser.get().result_int() != 200) return -1;
-  const std::string& body = parser.get().body();
-  const size_t at = body.rfind("\"completion_tokens\":");
-  return at == std::string::npos ? -1 : std::atoi(body.c_str() + at + 20);
+  if (ec || parser.get().result_int() != 200) return std::nullopt;
+  return std::move(parser.get().body());
+}
+
+// The completion tokens of an answer's usage, -1 when there is none.
+int CompletionTokens(const std::optional<std::string>& body) {
+  if (!body.has_value()) return -1;
+  const size_t at = body->rfind("\"completion_tokens\":");
+  return at == std::string::npos ? -1 : std::atoi(body->c_str() + at + 20);
+}
+
+// One chat completion (streamed, or `n` choices in one answer); returns the completion
+// tokens (usage), -1 on failure.
+int HttpTurn(int port, const std::string& session, int max_tokens, bool stream, int n) {
+  return CompletionTokens(
+      HttpExchange(port, RequestText(port, ChatBody(session, max_tokens, stream, n))));
+}
+
+// One sampled completion of `prompt` (token ids) with `n` choices and `seed`; returns the
+// completion tokens, -1 on failure.
+int CompletionTurn(int port, const std::vector<int32_t>& prompt, int max_tokens, int n,
+                   uint64_t seed) {
+  const json body = {{"prompt", prompt},   {"max_tokens", max_tokens},
+                     {"temperature", 1.0}, {"ignore_eos", true},
+                     {"seed", seed},       {"n", n}};
+  return CompletionTokens(HttpExchange(port, RequestText(port, body.dump(), "/v1/completions")));
 }
 
 int HttpStreamTurn(int port, const std::string& session, int max_tokens) {
@@ -187,6 +209,45 @@ json BenchHttpVsGrpc(service::InferenceServer& server, int streams, int new_toke
   row["http_over_grpc"] = row["http_tok_s"].get<double>() / row["grpc_tok_s"].get<double>();
   row["n_choices_over_http_streams"] =
       row["http_n_choices_tok_s"].get<double>() / row["http_tok_s"].get<double>();
+  return row;
+}
+
+json BenchSharedPrompt(service::InferenceServer& server, int choices, int prompt_tokens,
+                       int new_tokens, int rounds) {
+  const int port = server.http_port();
+  const int vocab = server.engine().config().vocab_size;
+  std::vector<int32_t> prompt(prompt_tokens);
+  for (int i = 0; i < prompt_tokens; ++i) prompt[i] = 3 + (7 * i + 1) % (vocab - 3);
+  int failures = 0, tokens = 0;
+  (void)CompletionTurn(port, prompt, 4, 1, 1);  // warm-up
+  std::vector<double> one_request_s, separate_s;
+  double copies = 0;
+  for (int round = 0; round < rounds; ++round) {  // interleaved: load drifts hit both alike
+    const uint64_t copies_before = server.runtime().scheduler().prompt_copies();
+    auto start = Clock::now();
+    if (CompletionTurn(port, prompt, new_tokens, choices, 100) < 0) ++failures;
+    one_request_s.push_back(Seconds(start, Clock::now()));
+    copies += static_cast<double>(server.runtime().scheduler().prompt_copies() - copies_before);
+    start = Clock::now();
+    (void)Throughput(
+        choices, [&](int i) { return CompletionTurn(port, prompt, new_tokens, 1, 100 + i); },
+        &failures, &tokens);
+    separate_s.push_back(Seconds(start, Clock::now()));
+  }
+  auto median = [](std::vector<double> v) {
+    std::sort(v.begin(), v.end());
+    return v[v.size() / 2];
+  };
+  json row = {{"choices", choices},
+              {"prompt_tokens", prompt_tokens},
+              {"new_tokens_per_choice", new_tokens},
+              {"rounds", rounds},
+              {"one_request_s", median(one_request_s)},
+              {"separate_requests_s", median(separate_s)},
+              {"prompt_copies_per_request", copies / rounds},
+              {"failures", failures}};
+  row["separate_over_one_request"] =
+      row["separate_requests_s"].get<double>() / row["one_request_s"].get<double>();
   return row;
 }
 

@@ -7,7 +7,7 @@
 // `streams` choices (not streamed), whose choices decode as one batch. BenchIdleStreams: `streams`
 // streamed chat completions held open at once (ephemeral 512-token chats, most waiting for the
 // scheduler; clients never read), the process's thread count and RSS before and while they are
-// open.
+// open. BenchSharedPrompt: below.
 #ifndef KVFOLD_TOOLS_BENCH_SERVICE_BENCH_HTTP_H_
 #define KVFOLD_TOOLS_BENCH_SERVICE_BENCH_HTTP_H_
 
@@ -21,6 +21,12 @@ namespace kvfold::bench {
 nlohmann::json BenchHttpVsGrpc(service::InferenceServer& server, int streams, int new_tokens,
                                int rounds);
 nlohmann::json BenchIdleStreams(service::InferenceServer& server, int streams);
+// One completion of a `prompt_tokens`-token prompt with `choices` choices (sampled, a seed
+// each), whose prompt is fed once and copied to the other choices, against the same choices
+// as `choices` concurrent requests of one choice each (each feeding the prompt), interleaved
+// for `rounds` rounds: the median seconds of each and the prompt copies a request made.
+nlohmann::json BenchSharedPrompt(service::InferenceServer& server, int choices, int prompt_tokens,
+                                 int new_tokens, int rounds);
 
 }  // namespace kvfold::bench
 

@@ -74,6 +74,7 @@ struct Flags {
   int http_streams = 16;
   int http_new_tokens = 128;
   int http_rounds = 3;
+  int shared_prompt_tokens = 512;
   int idle_streams = 1000;
   std::string db_dir = "/tmp/kvfold-bench-service-db";
   uint64_t kv_pool_bytes = 4ull << 30;
@@ -122,6 +123,10 @@ void AddFlags(CLI::App& app, Flags& f) {
   app.add_option("--http-streams", f.http_streams, "concurrent streams, HTTP vs gRPC (0 = skip)");
   app.add_option("--http-new-tokens", f.http_new_tokens, "tokens per stream in the HTTP vs gRPC rows");
   app.add_option("--http-rounds", f.http_rounds, "interleaved rounds of the HTTP vs gRPC rows (median)");
+  app.add_option("--shared-prompt-tokens", f.shared_prompt_tokens,
+                 "prompt of the shared-prompt row: one request of --http-streams choices against "
+                 "as many requests (0 = skip)")
+      ->check(CLI::Range(0, 60000));
   app.add_option("--idle-streams", f.idle_streams, "event streams held open at once (0 = skip)");
   app.add_option("--db-dir", f.db_dir, "scratch RocksDB directory");
   app.add_option("--temperature", f.temperature,
@@ -455,6 +460,12 @@ int main(int argc, char** argv) {
           *h.server, flags.http_streams, flags.http_new_tokens,
           flags.http_rounds);
       std::fprintf(stderr, "http vs grpc: %s\n", out["http_vs_grpc"].dump().c_str());
+      if (flags.shared_prompt_tokens > 0) {
+        out["shared_prompt"] = kvfold::bench::BenchSharedPrompt(
+            *h.server, flags.http_streams, flags.shared_prompt_tokens, flags.http_new_tokens,
+            flags.http_rounds);
+        std::fprintf(stderr, "shared prompt: %s\n", out["shared_prompt"].dump().c_str());
+      }
     }
     if (flags.idle_streams > 0) {
       out["idle_streams"] =

@@ -2,9 +2,6 @@
 // turns that share a prompt feed it once and copy it to the others, and every turn's tokens
 // and prompt log-probabilities equal those of the same turn run alone, in every mode; a
 // member whose prompt differs feeds its own.
-#include <condition_variable>
-#include <mutex>
-
 #include "gtest/gtest.h"
 #include "inference_svc/runtime/runtime.h"
 #include "tests/testing/tiny_engine.h"
@@ -15,36 +12,6 @@ namespace {
 struct Answer {
   std::vector<int32_t> tokens;
   std::vector<engine::TokenLogprobs> prompt_logprobs;
-};
-
-// Holds the scheduler thread inside a turn's progress callback until Release(), so that the
-// turns started meanwhile are admitted together in its next step.
-class Gate {
- public:
-  std::function<void()> Callback() {
-    return [this] {
-      std::unique_lock<std::mutex> lock(mu_);
-      if (used_) return;
-      used_ = true;
-      held_ = true;
-      cv_.notify_all();
-      cv_.wait(lock, [this] { return released_; });
-    };
-  }
-  void WaitHeld() {
-    std::unique_lock<std::mutex> lock(mu_);
-    cv_.wait(lock, [this] { return held_; });
-  }
-  void Release() {
-    std::lock_guard<std::mutex> lock(mu_);
-    released_ = true;
-    cv_.notify_all();
-  }
-
- private:
-  std::mutex mu_;
-  std::condition_variable cv_;
-  bool used_ = false, held_ = false, released_ = false;
 };
 
 Answer Collect(std::unique_ptr<TurnHandle> turn) {
@@ -78,7 +45,9 @@ class PromptShareTest : public ::testing::TestWithParam<core::KvMode> {
     Runtime::Deps deps;
     deps.engine = rig_->engine.get();
     deps.projector = projector_.get();
-    runtime_ = std::make_unique<Runtime>(deps, RuntimeOptions());
+    RuntimeOptions options;
+    options.scheduler.max_active_sessions = max_active_;
+    runtime_ = std::make_unique<Runtime>(deps, options);
   }
 
   TurnRequest Request(const std::vector<int32_t>& prompt, uint64_t seed,
@@ -97,28 +66,17 @@ class PromptShareTest : public ::testing::TestWithParam<core::KvMode> {
     return r;
   }
 
-  // Starts the turns while the scheduler is held (so they run side by side), then collects.
+  // Starts the turns one after another (the share makes them wait for each other), then
+  // collects their answers.
   std::vector<Answer> RunTogether(std::vector<TurnRequest> requests) {
-    Gate gate;
-    TurnRequest hold;
-    hold.ephemeral.mode = core::KvMode::kFull;
-    hold.prompt_ids = {1, 2, 3};
-    hold.sampling.max_new_tokens = 2;
-    hold.sampling.ignore_eos = true;
-    hold.on_progress = gate.Callback();
-    auto holder = runtime_->StartTurn(caller_, std::move(hold));
-    EXPECT_TRUE(holder.ok()) << holder.status();
-    gate.WaitHeld();
     std::vector<std::unique_ptr<TurnHandle>> turns;
     for (TurnRequest& r : requests) {
       auto turn = runtime_->StartTurn(caller_, std::move(r));
       EXPECT_TRUE(turn.ok()) << turn.status();
       turns.push_back(std::move(*turn));
     }
-    gate.Release();
     std::vector<Answer> answers;
     for (auto& turn : turns) answers.push_back(Collect(std::move(turn)));
-    Collect(std::move(*holder));
     return answers;
   }
 
@@ -132,6 +90,7 @@ class PromptShareTest : public ::testing::TestWithParam<core::KvMode> {
   std::unique_ptr<testing::Rig> rig_;
   std::unique_ptr<memory::Projector> projector_;
   std::unique_ptr<Runtime> runtime_;
+  int max_active_ = 64;
   Caller caller_{"tenant", ""};
 };
 
@@ -139,7 +98,7 @@ TEST_P(PromptShareTest, SharedPromptTurnsEqualTheTurnsRunAlone) {
   const std::vector<int32_t> prompt = testing::RandomIds(57, rig_->model.config.vocab_size, 8);
   for (int prompt_logprobs : {-1, 2}) {
     SCOPED_TRACE(::testing::Message() << "prompt_logprobs " << prompt_logprobs);
-    auto share = NewPromptShare();
+    auto share = NewPromptShare(4);
     std::vector<TurnRequest> requests;
     for (uint64_t seed = 1; seed <= 4; ++seed) {
       requests.push_back(Request(prompt, seed, share, prompt_logprobs));
@@ -164,12 +123,30 @@ TEST_P(PromptShareTest, AMemberWithAnotherPromptFeedsItsOwn) {
   const std::vector<int32_t> prompt = testing::RandomIds(40, vocab, 9);
   std::vector<int32_t> other = prompt;
   other.back() = (other.back() + 1) % vocab;
-  auto share = NewPromptShare();
+  auto share = NewPromptShare(3);
   std::vector<TurnRequest> requests = {Request(prompt, 7, share, -1), Request(other, 7, share, -1),
                                        Request(prompt, 8, share, -1)};
   const uint64_t copies_before = runtime_->scheduler().prompt_copies();
   const std::vector<Answer> together = RunTogether(requests);
   EXPECT_EQ(runtime_->scheduler().prompt_copies() - copies_before, 1u);
+  for (size_t i = 0; i < together.size(); ++i) {
+    EXPECT_EQ(together[i].tokens, RunAlone(requests[i]).tokens) << "choice " << i;
+  }
+}
+
+// More members than turn slots: the admitted members stop waiting for the others (which
+// cannot be admitted before slots free up) and share the prompt among themselves; the
+// members admitted later feed it again for the ones after them.
+TEST_P(PromptShareTest, MoreMembersThanTurnSlotsStillFinish) {
+  runtime_.reset();  // again with two turn slots
+  max_active_ = 2;
+  SetUp();
+  const std::vector<int32_t> prompt = testing::RandomIds(33, rig_->model.config.vocab_size, 10);
+  auto share = NewPromptShare(5);
+  std::vector<TurnRequest> requests;
+  for (uint64_t seed = 11; seed <= 15; ++seed) requests.push_back(Request(prompt, seed, share, -1));
+  const std::vector<Answer> together = RunTogether(requests);
+  EXPECT_GE(runtime_->scheduler().prompt_copies(), 1u);
   for (size_t i = 0; i < together.size(); ++i) {
     EXPECT_EQ(together[i].tokens, RunAlone(requests[i]).tokens) << "choice " << i;
   }
