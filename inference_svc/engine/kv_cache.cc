@@ -360,7 +360,19 @@ size_t KvCache::ResidentBytes() const {
          pages * pool_->bytes_per_page();
 }
 
-absl::Status KvCache::CopyFrom(const KvCache& other) {
+absl::Status KvCache::CopyFrom(const KvCache& other) { return CopyFrom(other, other.main_len_); }
+
+absl::Status KvCache::CopyFrom(const KvCache& other, int main_len) {
+  const bool whole = main_len == other.main_len_;
+  if (!whole) {
+    const int bs = pool_->block_size();
+    if (main_len <= 0 || main_len > other.main_len_ || other.prefix_len_ != 0 ||
+        other.main_front_ != 0 || (pool_->dtype() == core::DType::kI8 && main_len % bs != 0)) {
+      return absl::FailedPreconditionError(absl::StrCat(
+          "KvCache::CopyFrom: cannot copy the first ", main_len, " of ", other.main_len_,
+          " main entries (prefix ", other.prefix_len_, ", front ", other.main_front_, ")"));
+    }
+  }
   if (pool_ != other.pool_ || !(policy_ == other.policy_)) {
     return absl::FailedPreconditionError(
         "KvCache::CopyFrom: the caches do not share a pool and a placement policy");
@@ -369,7 +381,11 @@ absl::Status KvCache::CopyFrom(const KvCache& other) {
     return absl::FailedPreconditionError("KvCache::CopyFrom: this cache is not empty");
   }
   std::vector<int32_t> src = other.prefix_blocks_;
-  src.insert(src.end(), other.main_blocks_.begin(), other.main_blocks_.end());
+  const size_t main_blocks =
+      whole ? other.main_blocks_.size()
+            : static_cast<size_t>((main_len + pool_->block_size() - 1) / pool_->block_size());
+  src.insert(src.end(), other.main_blocks_.begin(),
+             other.main_blocks_.begin() + static_cast<std::ptrdiff_t>(main_blocks));
   if (src.size() > static_cast<size_t>(pool_->free_blocks())) {
     return absl::ResourceExhaustedError(absl::StrCat("KV pool exhausted: copying a cache needs ",
                                                      src.size(), " blocks, ", pool_->free_blocks(),
@@ -392,7 +408,7 @@ absl::Status KvCache::CopyFrom(const KvCache& other) {
   prefix_blocks_.assign(dst.begin(), split);
   main_blocks_.assign(split, dst.end());
   prefix_len_ = other.prefix_len_;
-  main_len_ = other.main_len_;
+  main_len_ = main_len;
   main_front_ = other.main_front_;
   return absl::OkStatus();
 }

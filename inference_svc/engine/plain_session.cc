@@ -122,6 +122,10 @@ class PlainSession : public Session {
   }
 
   absl::Status CopyFrom(const Session& other_session) override {
+    return CopyPrefixFrom(other_session, -1);
+  }
+
+  absl::Status CopyPrefixFrom(const Session& other_session, int64_t tokens) override {
     const auto* other = dynamic_cast<const PlainSession*>(&other_session);
     if (other == nullptr || other->engine_ != engine_ || other->options_.mode != options_.mode ||
         (options_.mode != KvMode::kFull && other->options_.window_size != options_.window_size) ||
@@ -135,12 +139,25 @@ class PlainSession : public Session {
     if (other->PrefillInFlight()) {
       return absl::FailedPreconditionError("CopyFrom: the other session has a prompt in flight");
     }
-    if (absl::Status s = cache_->CopyFrom(*other->cache_); !s.ok()) return s;
-    window_ids_.assign(other->window_ids_.begin() + other->window_front_, other->window_ids_.end());
+    const bool whole = tokens < 0 || tokens == other->total_;
+    if (!whole && (options_.mode != KvMode::kFull || tokens < 1 || tokens > other->total_)) {
+      return absl::FailedPreconditionError(
+          absl::StrCat("CopyPrefixFrom: the first ", tokens, " of ", other->total_, " tokens of a ",
+                       KvModeName(options_.mode), " session cannot be copied (full mode only)"));
+    }
+    const int main_len = whole ? other->cache_->main_len() : static_cast<int>(tokens);
+    if (absl::Status s = cache_->CopyFrom(*other->cache_, main_len); !s.ok()) return s;
+    const auto first =
+        other->window_ids_.begin() + static_cast<std::ptrdiff_t>(other->window_front_);
+    window_ids_.assign(first, whole ? other->window_ids_.end() : first + main_len);
     window_front_ = 0;
     sink_ids_ = other->sink_ids_;
-    logits_ = other->logits_;
-    total_ = other->total_;
+    if (whole) {
+      logits_ = other->logits_;
+    } else {
+      logits_.clear();
+    }
+    total_ = whole ? other->total_ : tokens;
     return absl::OkStatus();
   }
 

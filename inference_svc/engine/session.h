@@ -109,6 +109,15 @@ class Session {
   virtual absl::Status CopyFrom(const Session& other) {
     return absl::UnimplementedError("this session cannot copy another");
   }
+  // CopyFrom of `other`'s first `tokens` tokens (1 <= tokens <= other.TotalTokens()): this
+  // session then continues as a session fed only those would, except that Logits() stay
+  // empty until it is fed a token when `tokens` is less than all (the logits after them
+  // were not kept). Full mode only where `tokens` is less than all (FailedPrecondition in
+  // the other modes, whose entries depend on tokens evicted or folded since, and with INT8
+  // KV unless `tokens` ends a KV block); the other errors are CopyFrom's.
+  virtual absl::Status CopyPrefixFrom(const Session& other, int64_t tokens) {
+    return absl::UnimplementedError("this session cannot copy another");
+  }
 
   // Batched decode hooks (see the file comment). `input` stays valid until FinishAppend.
   virtual absl::Status PrepareAppend(int32_t token_id, SequenceInput* input) = 0;

@@ -229,6 +229,59 @@ TEST_P(CopyTest, CopyRefusesWhatItCannotCopy) {
   EXPECT_EQ(Copy(target->Logits()), Copy(source->Logits()));
 }
 
+// A prefix of a full-mode session: its first tokens' entries, no logits until the next
+// token; fed the rest, the copy equals a session fed all of it. INT8 KV copies whole blocks
+// only; the other modes copy whole sessions only.
+TEST_P(CopyTest, PrefixCopyContinuesAsTheSessionFedThePrefix) {
+  Rig s = Make(false, GetParam());
+  const bool int8 = GetParam() == core::DType::kI8;
+  SessionOptions full;
+  std::vector<int32_t> ids;
+  for (int i = 0; i < 60; ++i) ids.push_back((5 * i + 2) % s.engine->config().vocab_size);
+  auto source = *CreatePlainSession(s.engine.get(), full);
+  ASSERT_TRUE(source->Prefill(std::span<const int32_t>(ids).first(45)).ok());
+  for (int i = 45; i < 50; ++i) ASSERT_TRUE(source->Append(ids[i]).ok());
+  const int cut = int8 ? 32 : 29;
+  auto copy = *CreatePlainSession(s.engine.get(), full);
+  ASSERT_TRUE(copy->CopyPrefixFrom(*source, cut).ok());
+  EXPECT_EQ(copy->TotalTokens(), cut);
+  EXPECT_EQ(copy->ResidentTokens(), cut);
+  EXPECT_TRUE(copy->Logits().empty());
+  ASSERT_EQ(copy->ExportState()->window_token_ids,
+            std::vector<int32_t>(ids.begin(), ids.begin() + cut));
+  auto fresh = *CreatePlainSession(s.engine.get(), full);
+  ASSERT_TRUE(fresh->Prefill(std::span<const int32_t>(ids).first(cut)).ok());
+  ASSERT_TRUE(copy->Prefill(std::span<const int32_t>(ids).subspan(cut)).ok());
+  ASSERT_TRUE(fresh->Prefill(std::span<const int32_t>(ids).subspan(cut)).ok());
+  EXPECT_EQ(Copy(copy->Logits()), Copy(fresh->Logits()));
+  for (int step = 0; step < 8; ++step) {
+    ASSERT_TRUE(copy->Append(3 + step).ok());
+    ASSERT_TRUE(fresh->Append(3 + step).ok());
+    EXPECT_EQ(Copy(copy->Logits()), Copy(fresh->Logits())) << step;
+  }
+  // All of it is CopyFrom; more than all, none, a cut inside an INT8 block and other
+  // modes are refused.
+  auto whole = *CreatePlainSession(s.engine.get(), full);
+  ASSERT_TRUE(whole->CopyPrefixFrom(*source, 50).ok());
+  EXPECT_EQ(Copy(whole->Logits()), Copy(source->Logits()));
+  auto refused = *CreatePlainSession(s.engine.get(), full);
+  EXPECT_EQ(refused->CopyPrefixFrom(*source, 51).code(), absl::StatusCode::kFailedPrecondition);
+  EXPECT_EQ(refused->CopyPrefixFrom(*source, 0).code(), absl::StatusCode::kFailedPrecondition);
+  if (int8) {
+    EXPECT_EQ(refused->CopyPrefixFrom(*source, 30).code(), absl::StatusCode::kFailedPrecondition);
+  }
+  SessionOptions sliding;
+  sliding.mode = KvMode::kSliding;
+  sliding.window_size = 64;
+  auto windowed = *CreatePlainSession(s.engine.get(), sliding);
+  ASSERT_TRUE(windowed->Prefill(ids).ok());
+  auto windowed_copy = *CreatePlainSession(s.engine.get(), sliding);
+  EXPECT_EQ(windowed_copy->CopyPrefixFrom(*windowed, 20).code(),
+            absl::StatusCode::kFailedPrecondition);
+  EXPECT_EQ(refused->TotalTokens(), 0);
+  EXPECT_EQ(windowed_copy->TotalTokens(), 0);
+}
+
 INSTANTIATE_TEST_SUITE_P(KvDTypes, CopyTest,
                          ::testing::Values(core::DType::kF32, core::DType::kF16, core::DType::kI8),
                          [](const auto& info) { return std::string(core::DTypeName(info.param)); });
