@@ -198,6 +198,8 @@ void Scheduler::Loop() {
     RefreshStats();
   }
   active_count_.store(0);
+  // The prefix cache's sessions retire here (Stop deletes them after the join).
+  prefix_cache_.clear();
 }
 
 absl::Status Scheduler::Busy(int need_blocks) const {
@@ -258,6 +260,11 @@ void Scheduler::Admit(std::shared_ptr<TurnJob> job) {
   const int64_t running_reserved = reserved_blocks_ - idle_total;
   while (running_reserved + need <= pool_blocks &&
          reserved_blocks_ - own_blocks() + need > pool_blocks) {
+    // The prefix cache's sessions go first: they only save prompt work.
+    if (DropPrefixEntry()) {
+      DrainGraveyard();
+      continue;
+    }
     std::shared_ptr<LiveSession> victim = evict_idle_ ? evict_idle_() : nullptr;
     if (victim == nullptr) break;
     victim.reset();  // the last reference: its engine session retires
@@ -311,6 +318,7 @@ void Scheduler::Emit(Running& r, int32_t token, const engine::TokenLogprobs& log
   TurnJob& job = *r.job;
   ++job.generated_tokens;
   if (job.generated_tokens == 1) job.ttft_ms = MsSince(job.submitted_at);
+  if (options_.prefix_cache_entries > 0 && job.live->session_id.empty()) r.emitted.push_back(token);
   if (job.sampling.top_logprobs >= 0) {
     job.stream.PushToken(token, &logprobs);
   } else {
@@ -423,7 +431,40 @@ void Scheduler::Complete(Running& r) {
   idle_blocks_[&session] = held;
   r.reserved_blocks = 0;
   r.phase = Phase::kFinish;
+  KeepPrefix(r);
   job.stream.End(absl::OkStatus());
+}
+
+void Scheduler::KeepPrefix(Running& r) {
+  TurnJob& job = *r.job;
+  LiveSession& live = *job.live;
+  if (options_.prefix_cache_entries <= 0 || !live.session_id.empty() ||
+      live.engine_session == nullptr) {
+    return;
+  }
+  std::vector<int32_t> ids = job.prompt_ids;
+  ids.insert(ids.end(), r.emitted.begin(), r.emitted.end());
+  // An ephemeral session fed its prompt and every token it emitted, nothing else.
+  if (static_cast<int64_t>(ids.size()) != live.engine_session->TotalTokens()) return;
+  // An entry whose ids these extend holds nothing more: this one replaces it.
+  std::erase_if(prefix_cache_, [&](const PrefixEntry& e) {
+    return e.spec == live.spec && e.ids.size() <= ids.size() &&
+           std::equal(e.ids.begin(), e.ids.end(), ids.begin());
+  });
+  while (prefix_cache_.size() >= static_cast<size_t>(options_.prefix_cache_entries)) {
+    DropPrefixEntry();
+  }
+  prefix_cache_.push_back(
+      PrefixEntry{std::move(live.engine_session), live.spec, std::move(ids), ++prefix_clock_});
+}
+
+bool Scheduler::DropPrefixEntry() {
+  if (prefix_cache_.empty()) return false;
+  auto oldest = std::min_element(
+      prefix_cache_.begin(), prefix_cache_.end(),
+      [](const PrefixEntry& a, const PrefixEntry& b) { return a.last_used < b.last_used; });
+  prefix_cache_.erase(oldest);  // its session retires: its blocks free in DrainGraveyard
+  return true;
 }
 
 void Scheduler::RefreshStats() {

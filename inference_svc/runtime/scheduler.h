@@ -21,6 +21,11 @@
 //      A member of a prompt share (TurnJob::share) waits while another member feeds the
 //      prompt, and copies that member's session (engine::Session::CopyFrom) in the step
 //      the prompt is fed, instead of feeding it again,
+//      An ephemeral turn's prompt that starts with the tokens a finished ephemeral
+//      session of the same geometry fed (the prefix cache: the last
+//      prefix_cache_entries such sessions, idle, their KV blocks counted like an idle
+//      session's and evicted first) copies that session's entries for them
+//      (engine::Session::CopyFrom / CopyPrefixFrom) and feeds only the rest,
 //   5. ONE decode step for EVERY decoding turn: with batching on, a single ragged Forward
 //      over all of them (engine::AppendBatch); with batching off, one Forward per session.
 // Every sampled token is fed back into its session, the last one too, so a finished turn's
@@ -63,6 +68,9 @@ struct SchedulerOptions {
   double prefill_stall = 1.0;
   // Turns running at once; more wait in the queue. Default: 64.
   int max_active_sessions = 64;
+  // Finished ephemeral sessions kept for their prompts' prefixes (the prefix cache, below);
+  // 0 = off. Default: 16.
+  int prefix_cache_entries = 16;
 };
 
 // The retry-after hint a RESOURCE_EXHAUSTED status from the runtime carries, if any.
@@ -105,6 +113,9 @@ class Scheduler {
   uint64_t rejected_turns() const { return rejected_turns_.load(); }
   // Prompts a turn took as a copy of a prompt share's feeder instead of feeding them.
   uint64_t prompt_copies() const { return prompt_copies_.load(); }
+  // Turns whose prompt began with a prefix cache entry's tokens, and those tokens.
+  uint64_t prefix_cache_hits() const { return prefix_cache_hits_.load(); }
+  uint64_t prefix_cache_tokens() const { return prefix_cache_tokens_.load(); }
 
  private:
   enum class Phase { kStart, kPrefill, kDecode, kFinish };
@@ -128,6 +139,15 @@ class Scheduler {
     int64_t folded_at_start = 0;
     double fold_seconds_at_start = 0;
     std::optional<engine::Sampler> sampler;
+    bool prefix_checked = false;   // the prefix cache was asked (once, before its prompt)
+    std::vector<int32_t> emitted;  // an ephemeral turn's tokens, for the prefix cache
+  };
+  // A finished ephemeral session in the prefix cache: the ids it fed, oldest first.
+  struct PrefixEntry {
+    EngineSessionPtr session;
+    SessionSpec spec;
+    std::vector<int32_t> ids;
+    uint64_t last_used = 0;
   };
 
   static double MsSince(TurnJob::Clock::time_point t);
@@ -173,6 +193,14 @@ class Scheduler {
   // share to feed its own); then those shares have no feeder until a member asks again.
   void CopySharedPrompts();
   void CopyPrompt(Running& r);
+  // Before r's first prompt work: the longest prefix of its prompt a prefix cache entry
+  // holds, copied into r's fresh session (its prompt then starts after it).
+  void ReusePrefix(Running& r);
+  // r finished OK: its ephemeral session joins the prefix cache (replacing an entry whose
+  // ids it extends; the least recently used entry goes when the cache is full).
+  void KeepPrefix(Running& r);
+  // Drops the least recently used entry (its session retires); false when none.
+  bool DropPrefixEntry();
   void EndPrompt(Running& r);
   void DecodeStep();
   // r's token from its logits (and its log-probabilities, when the turn asks). Touches
@@ -206,6 +234,8 @@ class Scheduler {
   std::vector<Running> running_;
   std::vector<size_t> prefill_order_;
   std::vector<std::shared_ptr<PromptShare>> shares_fed_;  // prompts fed in this step
+  std::vector<PrefixEntry> prefix_cache_;
+  uint64_t prefix_clock_ = 0;
   // Blocks counted for each idle engine session (HeldBlocks at the end of its last turn);
   // reserved_blocks_ = these + the reservations of running turns.
   absl::flat_hash_map<const engine::Session*, int> idle_blocks_;
@@ -231,6 +261,8 @@ class Scheduler {
   std::atomic<uint64_t> decoded_tokens_{0};
   std::atomic<uint64_t> rejected_turns_{0};
   std::atomic<uint64_t> prompt_copies_{0};
+  std::atomic<uint64_t> prefix_cache_hits_{0};
+  std::atomic<uint64_t> prefix_cache_tokens_{0};
   std::thread thread_;
 };
 

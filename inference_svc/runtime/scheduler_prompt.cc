@@ -17,6 +17,8 @@ constexpr size_t kProbeChunkTokens = 16;
 // more) runs whole at once, even into debt: a short turn's prompt, about what its own
 // decode steps cost, never queues behind a long prompt.
 constexpr double kShortPromptDecodeSteps = 8;
+// The shortest prefix worth taking from the prefix cache (a BOS alone is not).
+constexpr size_t kMinPrefixTokens = 16;
 
 }  // namespace
 
@@ -197,6 +199,7 @@ void Scheduler::PromptStep() {
   const bool contended = decoding || prefill_order_.size() > 1;
   for (size_t i : prefill_order_) {
     Running& r = running_[i];
+    if (!r.prefix_checked) ReusePrefix(r);
     // A chunk never crosses from the replayed history into the prompt.
     while (r.phase == Phase::kPrefill) {
       if (r.in_pieces) {
@@ -226,6 +229,55 @@ void Scheduler::PromptStep() {
     }
   }
   CopySharedPrompts();
+}
+
+void Scheduler::ReusePrefix(Running& r) {
+  r.prefix_checked = true;
+  TurnJob& job = *r.job;
+  engine::Session& session = *job.live->engine_session;
+  const std::vector<int32_t>& prompt = job.prompt_ids;
+  // A scored prompt needs every row's logits, so it feeds every token.
+  if (prefix_cache_.empty() || !job.live->session_id.empty() || !r.replay_ids.empty() ||
+      r.prompt_pos != 0 || job.prompt_top_logprobs >= 0 || session.TotalTokens() != 0 ||
+      prompt.size() < 2) {
+    return;
+  }
+  const bool full = job.live->spec.mode == core::KvMode::kFull;
+  const size_t block = static_cast<size_t>(engine_->pool().block_size());
+  const bool int8 = engine_->pool().dtype() == core::DType::kI8;
+  PrefixEntry* best = nullptr;
+  size_t best_tokens = 0;
+  for (PrefixEntry& entry : prefix_cache_) {
+    if (!(entry.spec == job.live->spec)) continue;
+    const size_t most = std::min(entry.ids.size(), prompt.size());
+    const size_t common = static_cast<size_t>(
+        std::mismatch(entry.ids.begin(), entry.ids.begin() + most, prompt.begin()).first -
+        entry.ids.begin());
+    size_t usable = 0;
+    if (common == entry.ids.size() && common < prompt.size()) {
+      usable = common;  // all the entry fed, in any mode
+    } else if (full) {
+      // A prefix of it, leaving at least one prompt token to feed (for the logits).
+      usable = std::min(common, prompt.size() - 1);
+      if (int8) usable -= usable % block;
+    }
+    if (usable > best_tokens) {
+      best = &entry;
+      best_tokens = usable;
+    }
+  }
+  if (best == nullptr || best_tokens < kMinPrefixTokens) return;
+  const auto t0 = TurnJob::Clock::now();
+  const absl::Status s =
+      best_tokens == best->ids.size()
+          ? session.CopyFrom(*best->session)
+          : session.CopyPrefixFrom(*best->session, static_cast<int64_t>(best_tokens));
+  job.prefill_ms += MsSince(t0);
+  if (!s.ok()) return;  // the session is still fresh: it feeds the whole prompt
+  best->last_used = ++prefix_clock_;
+  r.prompt_pos = best_tokens;
+  prefix_cache_hits_.fetch_add(1);
+  prefix_cache_tokens_.fetch_add(best_tokens);
 }
 
 bool Scheduler::WaitsForShare(const Running& r) const {

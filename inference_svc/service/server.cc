@@ -132,6 +132,7 @@ absl::StatusOr<std::unique_ptr<InferenceServer>> InferenceServer::Start(
   runtime_options.scheduler.batching = c.batching;
   runtime_options.scheduler.prefill_chunk_tokens = static_cast<int>(c.prefill_chunk_tokens);
   runtime_options.scheduler.max_active_sessions = static_cast<int>(c.max_active_sessions);
+  runtime_options.scheduler.prefix_cache_entries = static_cast<int>(c.prefix_cache_entries);
   runtime_options.scheduler.prefill_stall = c.prefill_stall;
   runtime::Runtime::Deps runtime_deps;
   runtime_deps.engine = server->engine_.get();
@@ -344,6 +345,12 @@ void InferenceServer::RegisterReplicaMetrics() {
                        "Prompts a turn copied from another turn of its prompt instead of feeding "
                        "them (the choices of one HTTP request).",
                        [sched] { return static_cast<double>(sched->prompt_copies()); });
+  r.AddCallbackCounter("kvfold_prefix_cache_hits_total",
+                       "Ephemeral prompts that began with what a prefix cache entry fed.",
+                       [sched] { return static_cast<double>(sched->prefix_cache_hits()); });
+  r.AddCallbackCounter("kvfold_prefix_cache_tokens_total",
+                       "Prompt tokens copied from the prefix cache instead of fed.",
+                       [sched] { return static_cast<double>(sched->prefix_cache_tokens()); });
   const runtime::Runtime* rt = runtime_.get();
   r.AddCallbackGauge("kvfold_session_cache_bytes", "Bytes of idle sessions in the local cache.",
                      [rt] { return static_cast<double>(rt->sessions().cached_bytes()); });

@@ -102,6 +102,10 @@ struct ServiceConfig {
   double prefill_stall = 1.0;
   // Maximum sessions decoding at once; more wait in the queue.
   uint32_t max_active_sessions = 64;
+  // Finished ephemeral sessions kept so that a later ephemeral prompt starting with what
+  // one fed copies it instead of feeding it again (docs/service.md "Prefix cache");
+  // 0 = off. Default: 16.
+  uint32_t prefix_cache_entries = 16;
   // Threads gRPC may run calls on. A call holds one while it runs, a Generate call also
   // while its turn waits in the queue; a call beyond them is RESOURCE_EXHAUSTED at once, so
   // a flood of calls cannot take the process's last threads (a container's pid limit).

@@ -117,6 +117,10 @@ void AddFlags(CLI::App& app, Flags& f) {
                  "time (0 = fixed --prefill-chunk-tokens chunks)");
   app.add_option("--max-active-sessions", c.max_active_sessions,
                  "turns running at once (more wait)");
+  app.add_option("--prefix-cache-entries", c.prefix_cache_entries,
+                 "finished ephemeral sessions kept for the prompts that start with what they "
+                 "fed (0 = off)")
+      ->check(CLI::Range(0u, 4096u));
   app.add_option("--drain-delay", c.drain_delay_s,
                  "SIGTERM: seconds to keep serving while NOT_SERVING (endpoint removal)");
   app.add_option("--drain-timeout-s", c.drain_timeout_s,

@@ -1,0 +1,175 @@
+// The prefix cache (SchedulerOptions::prefix_cache_entries) in a Runtime on a random tiny
+// model: an ephemeral prompt that starts with what a finished ephemeral session fed copies
+// that session's entries and feeds the rest, and its tokens equal the same turn on a
+// runtime without the cache, in every mode (whole entries) and for a full-mode prefix
+// (f32 and INT8 KV); a scored prompt feeds every token; entries give way to admission.
+#include "gtest/gtest.h"
+#include "inference_svc/runtime/runtime.h"
+#include "tests/testing/tiny_engine.h"
+
+namespace kvfold::runtime {
+namespace {
+
+struct Replica {
+  std::unique_ptr<testing::Rig> rig;
+  std::unique_ptr<memory::Projector> projector;
+  std::unique_ptr<Runtime> runtime;
+};
+
+Replica Start(int cache_entries, core::DType kv_dtype = core::DType::kF32,
+              size_t kv_pool_bytes = size_t{16} << 20) {
+  Replica r;
+  r.rig = testing::MakeTinyEngine(5, {.kv_pool_bytes = kv_pool_bytes, .kv_dtype = kv_dtype});
+  r.projector = testing::RandomTinyProjector(testing::TinyProjectorConfig(*r.rig->engine, 4, 12, 6),
+                                             3, "prefix-projector");
+  Runtime::Deps deps;
+  deps.engine = r.rig->engine.get();
+  deps.projector = r.projector.get();
+  RuntimeOptions options;
+  options.scheduler.prefix_cache_entries = cache_entries;
+  r.runtime = std::make_unique<Runtime>(deps, options);
+  return r;
+}
+
+struct Answer {
+  absl::Status status;
+  std::vector<int32_t> tokens;
+  std::vector<engine::TokenLogprobs> prompt_logprobs;
+};
+
+Answer RunTurn(Runtime& runtime, TurnRequest request) {
+  Answer a;
+  auto turn = runtime.StartTurn(Caller{"tenant", ""}, std::move(request));
+  if (!turn.ok()) {
+    a.status = turn.status();
+    return a;
+  }
+  while (!(*turn)->Wait(absl::Milliseconds(20), &a.tokens)) {
+  }
+  (*turn)->TakePromptLogprobs(&a.prompt_logprobs);
+  a.status = (*turn)->Finish().status();
+  return a;
+}
+
+TurnRequest Request(core::KvMode mode, std::vector<int32_t> prompt, uint64_t seed,
+                    int max_new = 10) {
+  TurnRequest r;
+  r.ephemeral.mode = mode;
+  r.ephemeral.window_size = mode == core::KvMode::kMemory ? 12 : 10;
+  r.ephemeral.sink_tokens = 2;
+  r.prompt_ids = std::move(prompt);
+  r.sampling.temperature = 1.0f;
+  r.sampling.seed = seed;
+  r.sampling.max_new_tokens = max_new;
+  r.sampling.ignore_eos = true;
+  return r;
+}
+
+std::vector<int32_t> Concat(std::vector<int32_t> a, const std::vector<int32_t>& b) {
+  a.insert(a.end(), b.begin(), b.end());
+  return a;
+}
+
+struct Case {
+  core::KvMode mode;
+  core::DType kv_dtype;
+};
+
+class PrefixCacheTest : public ::testing::TestWithParam<Case> {};
+
+TEST_P(PrefixCacheTest, PromptsStartingWithCachedTokensEqualColdTurns) {
+  const core::KvMode mode = GetParam().mode;
+  Replica cached = Start(16, GetParam().kv_dtype), cold = Start(0, GetParam().kv_dtype);
+  const int vocab = cached.rig->model.config.vocab_size;
+  const std::vector<int32_t> prompt = testing::RandomIds(40, vocab, 21);
+  const Scheduler& sched = cached.runtime->scheduler();
+
+  // A first turn: nothing cached yet.
+  const Answer first = RunTurn(*cached.runtime, Request(mode, prompt, 1));
+  ASSERT_TRUE(first.status.ok()) << first.status;
+  EXPECT_EQ(first.tokens, RunTurn(*cold.runtime, Request(mode, prompt, 1)).tokens);
+  EXPECT_EQ(sched.prefix_cache_hits(), 0u);
+
+  // Continuing what the first turn fed (its prompt and tokens): the whole entry, any mode.
+  const std::vector<int32_t> next =
+      Concat(Concat(prompt, first.tokens), testing::RandomIds(5, vocab, 22));
+  const Answer second = RunTurn(*cached.runtime, Request(mode, next, 2));
+  ASSERT_TRUE(second.status.ok()) << second.status;
+  EXPECT_EQ(second.tokens, RunTurn(*cold.runtime, Request(mode, next, 2)).tokens);
+  EXPECT_EQ(sched.prefix_cache_hits(), 1u);
+  EXPECT_EQ(sched.prefix_cache_tokens(), 50u);
+
+  // Another prompt sharing only the first 30 tokens: a prefix of an entry, full mode only
+  // (INT8 KV: the whole blocks of it, 16 tokens).
+  const std::vector<int32_t> branch = Concat(
+      std::vector<int32_t>(prompt.begin(), prompt.begin() + 30), testing::RandomIds(12, vocab, 23));
+  const Answer third = RunTurn(*cached.runtime, Request(mode, branch, 3));
+  ASSERT_TRUE(third.status.ok()) << third.status;
+  EXPECT_EQ(third.tokens, RunTurn(*cold.runtime, Request(mode, branch, 3)).tokens);
+  if (mode == core::KvMode::kFull) {
+    EXPECT_EQ(sched.prefix_cache_hits(), 2u);
+    EXPECT_EQ(sched.prefix_cache_tokens(),
+              50u + (GetParam().kv_dtype == core::DType::kI8 ? 16u : 30u));
+  } else {
+    EXPECT_EQ(sched.prefix_cache_hits(), 1u);
+  }
+
+  // The same prompt again: all but its last token come from the cache in full mode (the
+  // second turn's entry holds it all), and the answer is still the cold one.
+  const Answer again = RunTurn(*cached.runtime, Request(mode, next, 4));
+  EXPECT_EQ(again.tokens, RunTurn(*cold.runtime, Request(mode, next, 4)).tokens);
+}
+
+// A scored prompt needs every row's logits: it feeds every token, and its records and
+// tokens are the cold ones.
+TEST_P(PrefixCacheTest, AScoredPromptFeedsEveryToken) {
+  const core::KvMode mode = GetParam().mode;
+  Replica cached = Start(16, GetParam().kv_dtype), cold = Start(0, GetParam().kv_dtype);
+  const std::vector<int32_t> prompt =
+      testing::RandomIds(36, cached.rig->model.config.vocab_size, 31);
+  ASSERT_TRUE(RunTurn(*cached.runtime, Request(mode, prompt, 1)).status.ok());
+  TurnRequest scored = Request(mode, Concat(prompt, {5, 6, 7}), 2);
+  scored.prompt_logprobs = 1;
+  const Answer got = RunTurn(*cached.runtime, scored);
+  const Answer want = RunTurn(*cold.runtime, scored);
+  EXPECT_EQ(cached.runtime->scheduler().prefix_cache_hits(), 0u);
+  EXPECT_EQ(got.tokens, want.tokens);
+  ASSERT_EQ(got.prompt_logprobs.size(), want.prompt_logprobs.size());
+  for (size_t i = 0; i < got.prompt_logprobs.size(); ++i) {
+    EXPECT_EQ(got.prompt_logprobs[i].logprob, want.prompt_logprobs[i].logprob) << i;
+  }
+}
+
+INSTANTIATE_TEST_SUITE_P(Modes, PrefixCacheTest,
+                         ::testing::Values(Case{core::KvMode::kFull, core::DType::kF32},
+                                           Case{core::KvMode::kFull, core::DType::kI8},
+                                           Case{core::KvMode::kSliding, core::DType::kF32},
+                                           Case{core::KvMode::kSink, core::DType::kF32},
+                                           Case{core::KvMode::kMemory, core::DType::kF32}),
+                         [](const auto& info) {
+                           return std::string(core::KvModeName(info.param.mode)) + "_" +
+                                  std::string(core::DTypeName(info.param.kv_dtype));
+                         });
+
+// The cache's sessions hold KV blocks; a turn that needs them gets them: entries are
+// dropped before anything is refused.
+TEST(PrefixCacheEvictionTest, EntriesGiveWayToAdmission) {
+  Replica r = Start(16, core::DType::kF32, size_t{1} << 20);
+  const engine::BlockPool& pool = r.rig->engine->pool();
+  const int vocab = r.rig->model.config.vocab_size;
+  for (uint64_t i = 0; i < 6; ++i) {
+    const Answer a = RunTurn(
+        *r.runtime, Request(core::KvMode::kFull, testing::RandomIds(60, vocab, 40 + i), i + 1));
+    ASSERT_TRUE(a.status.ok()) << a.status;
+  }
+  EXPECT_LT(pool.free_blocks(), pool.num_blocks());  // the entries hold blocks
+  // A turn whose reservation needs most of the pool.
+  const int tokens = (pool.num_blocks() - 2) * pool.block_size();
+  const Answer big = RunTurn(
+      *r.runtime, Request(core::KvMode::kFull, testing::RandomIds(tokens - 8, vocab, 50), 7, 4));
+  EXPECT_TRUE(big.status.ok()) << big.status;
+  EXPECT_EQ(big.tokens.size(), 4u);
+}
+
+}  // namespace
+}  // namespace kvfold::runtime
