@@ -138,6 +138,10 @@ struct TurnJob {
   int reserve_blocks = 0;           // KV blocks the turn may hold at most (kv_reservation.h)
   // Set: an ephemeral turn whose prompt may be copied from another member of the share.
   std::shared_ptr<PromptShare> share;
+  // The caller's tenant and credential (Runtime::CacheKey of no session): an ephemeral
+  // turn reuses only prefix cache entries of the same scope, so no tenant learns what
+  // another fed (not even from how fast a prompt starts).
+  std::string cache_scope;
   Clock::time_point submitted_at;
 
   // --- control -----------------------------------------------------------------------

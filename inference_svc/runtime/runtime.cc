@@ -302,7 +302,10 @@ std::unique_ptr<TurnHandle> Runtime::Launch(
   job->sampling = sampling;
   job->reseed = reseed;
   job->prompt_top_logprobs = prompt_top_logprobs;
-  if (session_id.empty()) job->share = std::move(share);
+  if (session_id.empty()) {
+    job->share = std::move(share);
+    job->cache_scope = CacheKey(caller, "");
+  }
   const int64_t prompt_tokens = static_cast<int64_t>(job->prompt_ids.size());
   job->reserve_blocks = ReserveBlocks(live->spec, geometry_,
                                       resident + prompt_tokens + std::max(0, sampling.max_new_tokens),

@@ -448,14 +448,14 @@ void Scheduler::KeepPrefix(Running& r) {
   if (static_cast<int64_t>(ids.size()) != live.engine_session->TotalTokens()) return;
   // An entry whose ids these extend holds nothing more: this one replaces it.
   std::erase_if(prefix_cache_, [&](const PrefixEntry& e) {
-    return e.spec == live.spec && e.ids.size() <= ids.size() &&
+    return e.scope == job.cache_scope && e.spec == live.spec && e.ids.size() <= ids.size() &&
            std::equal(e.ids.begin(), e.ids.end(), ids.begin());
   });
   while (prefix_cache_.size() >= static_cast<size_t>(options_.prefix_cache_entries)) {
     DropPrefixEntry();
   }
-  prefix_cache_.push_back(
-      PrefixEntry{std::move(live.engine_session), live.spec, std::move(ids), ++prefix_clock_});
+  prefix_cache_.push_back(PrefixEntry{std::move(live.engine_session), job.cache_scope, live.spec,
+                                      std::move(ids), ++prefix_clock_});
 }
 
 bool Scheduler::DropPrefixEntry() {

@@ -22,8 +22,8 @@
 //      prompt, and copies that member's session (engine::Session::CopyFrom) in the step
 //      the prompt is fed, instead of feeding it again,
 //      An ephemeral turn's prompt that starts with the tokens a finished ephemeral
-//      session of the same geometry fed (the prefix cache: the last
-//      prefix_cache_entries such sessions, idle, their KV blocks counted like an idle
+//      session of the same caller (tenant and credential) and geometry fed (the prefix cache: the
+//      last prefix_cache_entries such sessions, idle, their KV blocks counted like an idle
 //      session's and evicted first) copies that session's entries for them
 //      (engine::Session::CopyFrom / CopyPrefixFrom) and feeds only the rest,
 //   5. ONE decode step for EVERY decoding turn: with batching on, a single ragged Forward
@@ -145,6 +145,7 @@ class Scheduler {
   // A finished ephemeral session in the prefix cache: the ids it fed, oldest first.
   struct PrefixEntry {
     EngineSessionPtr session;
+    std::string scope;  // TurnJob::cache_scope of the turn that fed it
     SessionSpec spec;
     std::vector<int32_t> ids;
     uint64_t last_used = 0;

@@ -248,7 +248,7 @@ void Scheduler::ReusePrefix(Running& r) {
   PrefixEntry* best = nullptr;
   size_t best_tokens = 0;
   for (PrefixEntry& entry : prefix_cache_) {
-    if (!(entry.spec == job.live->spec)) continue;
+    if (entry.scope != job.cache_scope || !(entry.spec == job.live->spec)) continue;
     const size_t most = std::min(entry.ids.size(), prompt.size());
     const size_t common = static_cast<size_t>(
         std::mismatch(entry.ids.begin(), entry.ids.begin() + most, prompt.begin()).first -

@@ -37,9 +37,9 @@ struct Answer {
   std::vector<engine::TokenLogprobs> prompt_logprobs;
 };
 
-Answer RunTurn(Runtime& runtime, TurnRequest request) {
+Answer RunTurn(Runtime& runtime, TurnRequest request, const Caller& caller = {"tenant", ""}) {
   Answer a;
-  auto turn = runtime.StartTurn(Caller{"tenant", ""}, std::move(request));
+  auto turn = runtime.StartTurn(caller, std::move(request));
   if (!turn.ok()) {
     a.status = turn.status();
     return a;
@@ -150,6 +150,29 @@ INSTANTIATE_TEST_SUITE_P(Modes, PrefixCacheTest,
                            return std::string(core::KvModeName(info.param.mode)) + "_" +
                                   std::string(core::DTypeName(info.param.kv_dtype));
                          });
+
+// Entries are the caller's own: another tenant (or the same tenant with another store
+// credential) feeds the same prompt itself.
+TEST(PrefixCacheScopeTest, AnotherCallersEntriesAreNotReused) {
+  Replica r = Start(16);
+  const int vocab = r.rig->model.config.vocab_size;
+  const std::vector<int32_t> prompt = testing::RandomIds(40, vocab, 60);
+  const std::vector<int32_t> longer = Concat(prompt, {4, 5, 6});
+  const Scheduler& sched = r.runtime->scheduler();
+  const Caller a{"tenant-a", "key-1"}, b{"tenant-b", "key-1"}, a2{"tenant-a", "key-2"};
+  TurnRequest fed = Request(core::KvMode::kFull, prompt, 1);
+  fed.prompt_only = true;  // the entry holds the prompt alone
+  ASSERT_TRUE(RunTurn(*r.runtime, fed, a).status.ok());
+  const Answer other = RunTurn(*r.runtime, Request(core::KvMode::kFull, longer, 2), b);
+  ASSERT_TRUE(other.status.ok()) << other.status;
+  EXPECT_EQ(sched.prefix_cache_hits(), 0u);
+  ASSERT_TRUE(RunTurn(*r.runtime, Request(core::KvMode::kFull, longer, 2), a2).status.ok());
+  EXPECT_EQ(sched.prefix_cache_hits(), 0u);
+  const Answer own = RunTurn(*r.runtime, Request(core::KvMode::kFull, longer, 2), a);
+  EXPECT_EQ(sched.prefix_cache_hits(), 1u);
+  EXPECT_EQ(sched.prefix_cache_tokens(), 40u);
+  EXPECT_EQ(own.tokens, other.tokens);
+}
 
 // The cache's sessions hold KV blocks; a turn that needs them gets them: entries are
 // dropped before anything is refused.
