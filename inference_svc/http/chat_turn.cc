@@ -117,9 +117,12 @@ void ChoiceSet::Finish(ChatAnswer choice) {
   // The first choice's session, version and replica; token counts over all choices (each
   // prompt's tokens once).
   TurnUsage usage = done_.front().usage;
-  usage.prompt_tokens = usage.completion_tokens = usage.tokens_folded = 0;
+  usage.prompt_tokens = usage.cached_tokens = usage.completion_tokens = usage.tokens_folded = 0;
   for (const ChatAnswer& c : done_) {
-    if (c.index % options_.choices_per_prompt == 0) usage.prompt_tokens += c.usage.prompt_tokens;
+    if (c.index % options_.choices_per_prompt == 0) {
+      usage.prompt_tokens += c.usage.prompt_tokens;
+      usage.cached_tokens += c.usage.cached_tokens;
+    }
     usage.completion_tokens += c.usage.completion_tokens;
     usage.tokens_folded += c.usage.tokens_folded;
   }
@@ -294,6 +297,7 @@ void ChatTurn::OnDone(const absl::Status& status, const TurnResult& result,
   answer.index = index_;
   answer.finish_reason = stop_.stopped() ? "stop" : result.finish_reason;
   answer.usage.prompt_tokens = status.ok() ? result.prompt_tokens : prompt_tokens_;
+  answer.usage.cached_tokens = status.ok() ? result.cached_prompt_tokens : 0;
   answer.usage.completion_tokens = status.ok() ? result.generated_tokens : generated_;
   answer.usage.tokens_folded = result.tokens_folded;
   answer.usage.version = status.ok() ? result.version : 0;

@@ -500,6 +500,7 @@ json UsageJson(const TurnUsage& u) {
   return {{"prompt_tokens", u.prompt_tokens},
           {"completion_tokens", u.completion_tokens},
           {"total_tokens", u.prompt_tokens + u.completion_tokens},
+          {"prompt_tokens_details", {{"cached_tokens", u.cached_tokens}}},
           {"kvfold", kvfold}};
 }
 
@@ -569,6 +570,7 @@ json ResponseObject(const ChatAnswer& a, std::string_view previous_response_id, 
   json usage = {{"input_tokens", a.usage.prompt_tokens},
                 {"output_tokens", a.usage.completion_tokens},
                 {"total_tokens", a.usage.prompt_tokens + a.usage.completion_tokens},
+                {"input_tokens_details", {{"cached_tokens", a.usage.cached_tokens}}},
                 {"kvfold", UsageJson(a.usage)["kvfold"]}};
   json incomplete = nullptr;
   if (status.empty() && a.finish_reason == "length") incomplete = {{"reason", "max_output_tokens"}};

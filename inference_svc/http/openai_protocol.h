@@ -140,6 +140,7 @@ struct TokenLogprob {
 // kvfold's additions to usage.
 struct TurnUsage {
   uint32_t prompt_tokens = 0;
+  uint32_t cached_tokens = 0;  // of prompt_tokens, from the prefix cache
   uint32_t completion_tokens = 0;
   uint32_t tokens_folded = 0;
   uint64_t version = 0;    // the store version the turn wrote (0: nothing written)

@@ -84,6 +84,7 @@ struct TokenLogprobIds {
 struct TurnResult {
   std::string finish_reason;  // "stop" or "length"
   uint32_t prompt_tokens = 0;
+  uint32_t cached_prompt_tokens = 0;  // of them, taken from the replica's prefix cache
   uint32_t generated_tokens = 0;
   uint32_t tokens_folded = 0;
   uint64_t version = 0;  // the store version written

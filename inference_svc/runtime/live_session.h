@@ -159,6 +159,7 @@ struct TurnJob {
   std::array<uint64_t, 4> final_rng_state{};
   FinishReason finish_reason = FinishReason::kNone;
   uint32_t generated_tokens = 0;
+  uint32_t cached_prompt_tokens = 0;  // prompt tokens copied from the prefix cache
   int64_t tokens_folded_in_turn = 0;
   double queue_ms = 0, restore_ms = 0, prefill_ms = 0, decode_ms = 0, ttft_ms = 0;
   double fold_ms = 0;  // part of prefill_ms/decode_ms spent folding (memory modes)

@@ -93,6 +93,7 @@ absl::StatusOr<TurnUsage> TurnHandle::Finish() {
   finished_ = true;
   usage.checkpoint_ms = MsSince(checkpoint_start);
   usage.prompt_tokens = static_cast<uint32_t>(job.prompt_ids.size());
+  usage.cached_prompt_tokens = job.cached_prompt_tokens;
   usage.generated_tokens = job.generated_tokens;
   usage.tokens_folded = job.tokens_folded_in_turn;
   usage.kv_bytes_resident = live_->kv_bytes_resident.load();

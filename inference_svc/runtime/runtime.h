@@ -133,6 +133,7 @@ inline std::shared_ptr<PromptShare> NewPromptShare(int members) {
 
 struct TurnUsage {
   uint32_t prompt_tokens = 0;
+  uint32_t cached_prompt_tokens = 0;  // of them, copied from the prefix cache (not fed)
   uint32_t generated_tokens = 0;
   int64_t tokens_folded = 0;     // in this turn
   uint64_t version = 0;          // committed store version; 0 for an ephemeral session

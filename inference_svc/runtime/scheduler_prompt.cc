@@ -276,6 +276,7 @@ void Scheduler::ReusePrefix(Running& r) {
   if (!s.ok()) return;  // the session is still fresh: it feeds the whole prompt
   best->last_used = ++prefix_clock_;
   r.prompt_pos = best_tokens;
+  job.cached_prompt_tokens = static_cast<uint32_t>(best_tokens);
   prefix_cache_hits_.fetch_add(1);
   prefix_cache_tokens_.fetch_add(best_tokens);
 }

@@ -162,6 +162,7 @@ class RuntimeTurn final : public http::RunningTurn,
       result.finish_reason =
           usage->finish_reason == runtime::FinishReason::kLength ? "length" : "stop";
       result.prompt_tokens = usage->prompt_tokens;
+      result.cached_prompt_tokens = usage->cached_prompt_tokens;
       result.generated_tokens = usage->generated_tokens;
       result.tokens_folded = static_cast<uint32_t>(usage->tokens_folded);
       result.version = usage->version;

@@ -94,6 +94,7 @@ void ToProto(int32_t token_id, const engine::TokenLogprobs& logprobs, v1::TokenL
 
 void FillUsage(const runtime::TurnUsage& u, const std::string& replica, v1::Usage* out) {
   out->set_prompt_tokens(u.prompt_tokens);
+  out->set_cached_prompt_tokens(u.cached_prompt_tokens);
   out->set_generated_tokens(u.generated_tokens);
   out->set_memory_version(u.version);
   out->set_kv_bytes_resident(u.kv_bytes_resident);
