@@ -212,25 +212,37 @@ json BenchHttpVsGrpc(service::InferenceServer& server, int streams, int new_toke
   return row;
 }
 
+// A prompt of `n` token ids for round `round` and use `salt` (< 8): a BOS, then ids whose
+// second differs from every other (round, salt)'s, so no two share more than the BOS.
+static std::vector<int32_t> RoundPrompt(service::InferenceServer& server, int round, int salt,
+                                        int n) {
+  const int vocab = server.engine().config().vocab_size;
+  std::vector<int32_t> ids = {server.engine().config().bos_token_id};
+  const int64_t key = (int64_t{round} + 1) * 8 + salt;
+  for (int i = 1; i < n; ++i)
+    ids.push_back(static_cast<int32_t>(3 + (key * 7919 + 31 * i) % (vocab - 3)));
+  return ids;
+}
+
 json BenchSharedPrompt(service::InferenceServer& server, int choices, int prompt_tokens,
                        int new_tokens, int rounds) {
   const int port = server.http_port();
-  const int vocab = server.engine().config().vocab_size;
-  std::vector<int32_t> prompt(prompt_tokens);
-  for (int i = 0; i < prompt_tokens; ++i) prompt[i] = 3 + (7 * i + 1) % (vocab - 3);
   int failures = 0, tokens = 0;
-  (void)CompletionTurn(port, prompt, 4, 1, 1);  // warm-up
+  (void)CompletionTurn(port, RoundPrompt(server, -1, 0, prompt_tokens), 4, 1, 1);  // warm-up
   std::vector<double> one_request_s, separate_s;
   double copies = 0;
   for (int round = 0; round < rounds; ++round) {  // interleaved: load drifts hit both alike
+    // Prompts no request fed before (so the prefix cache has none of them).
+    const std::vector<int32_t> shared = RoundPrompt(server, round, 0, prompt_tokens);
+    const std::vector<int32_t> separate = RoundPrompt(server, round, 1, prompt_tokens);
     const uint64_t copies_before = server.runtime().scheduler().prompt_copies();
     auto start = Clock::now();
-    if (CompletionTurn(port, prompt, new_tokens, choices, 100) < 0) ++failures;
+    if (CompletionTurn(port, shared, new_tokens, choices, 100) < 0) ++failures;
     one_request_s.push_back(Seconds(start, Clock::now()));
     copies += static_cast<double>(server.runtime().scheduler().prompt_copies() - copies_before);
     start = Clock::now();
     (void)Throughput(
-        choices, [&](int i) { return CompletionTurn(port, prompt, new_tokens, 1, 100 + i); },
+        choices, [&](int i) { return CompletionTurn(port, separate, new_tokens, 1, 100 + i); },
         &failures, &tokens);
     separate_s.push_back(Seconds(start, Clock::now()));
   }
@@ -248,6 +260,43 @@ json BenchSharedPrompt(service::InferenceServer& server, int choices, int prompt
               {"failures", failures}};
   row["separate_over_one_request"] =
       row["separate_requests_s"].get<double>() / row["one_request_s"].get<double>();
+  return row;
+}
+
+json BenchPrefixCache(service::InferenceServer& server, int prompt_tokens, int rounds) {
+  const int port = server.http_port();
+  const runtime::Scheduler& sched = server.runtime().scheduler();
+  auto prompt = [&](int r, int salt, int n) { return RoundPrompt(server, r, 2 + salt, n); };
+  auto with_tail = [](std::vector<int32_t> ids) {
+    for (int i = 0; i < 8; ++i) ids.push_back(3 + i);
+    return ids;
+  };
+  int failures = 0;
+  std::vector<double> warm_s, cold_s;
+  uint64_t cached = 0;
+  for (int round = 0; round < rounds; ++round) {  // interleaved
+    const std::vector<int32_t> seen = prompt(round, 0, prompt_tokens);
+    if (CompletionTurn(port, seen, 1, 1, 1) < 0) ++failures;  // the replica keeps it
+    const uint64_t tokens_before = sched.prefix_cache_tokens();
+    auto start = Clock::now();
+    if (CompletionTurn(port, with_tail(seen), 1, 1, 2) < 0) ++failures;
+    warm_s.push_back(Seconds(start, Clock::now()));
+    cached += sched.prefix_cache_tokens() - tokens_before;
+    start = Clock::now();
+    if (CompletionTurn(port, with_tail(prompt(round, 1, prompt_tokens)), 1, 1, 2) < 0) ++failures;
+    cold_s.push_back(Seconds(start, Clock::now()));
+  }
+  auto median = [](std::vector<double> v) {
+    std::sort(v.begin(), v.end());
+    return v[v.size() / 2];
+  };
+  json row = {{"prompt_tokens", prompt_tokens + 8},
+              {"cached_tokens_per_request", static_cast<double>(cached) / rounds},
+              {"rounds", rounds},
+              {"warm_s", median(warm_s)},
+              {"cold_s", median(cold_s)},
+              {"failures", failures}};
+  row["cold_over_warm"] = row["cold_s"].get<double>() / row["warm_s"].get<double>();
   return row;
 }
 

@@ -7,7 +7,7 @@
 // `streams` choices (not streamed), whose choices decode as one batch. BenchIdleStreams: `streams`
 // streamed chat completions held open at once (ephemeral 512-token chats, most waiting for the
 // scheduler; clients never read), the process's thread count and RSS before and while they are
-// open. BenchSharedPrompt: below.
+// open. BenchSharedPrompt and BenchPrefixCache: below.
 #ifndef KVFOLD_TOOLS_BENCH_SERVICE_BENCH_HTTP_H_
 #define KVFOLD_TOOLS_BENCH_SERVICE_BENCH_HTTP_H_
 
@@ -27,6 +27,11 @@ nlohmann::json BenchIdleStreams(service::InferenceServer& server, int streams);
 // for `rounds` rounds: the median seconds of each and the prompt copies a request made.
 nlohmann::json BenchSharedPrompt(service::InferenceServer& server, int choices, int prompt_tokens,
                                  int new_tokens, int rounds);
+// A one-token completion of a `prompt_tokens`-token prompt (token ids) plus 8 more tokens,
+// right after a request fed that prompt (the prefix cache holds it), against the same
+// request on a prompt no request fed, interleaved for `rounds` rounds: median seconds of
+// each and the prompt tokens a warm request took from the cache.
+nlohmann::json BenchPrefixCache(service::InferenceServer& server, int prompt_tokens, int rounds);
 
 }  // namespace kvfold::bench
 

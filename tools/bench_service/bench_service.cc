@@ -75,6 +75,7 @@ struct Flags {
   int http_new_tokens = 128;
   int http_rounds = 3;
   int shared_prompt_tokens = 512;
+  int prefix_cache_prompt_tokens = 1000;
   int idle_streams = 1000;
   std::string db_dir = "/tmp/kvfold-bench-service-db";
   uint64_t kv_pool_bytes = 4ull << 30;
@@ -126,6 +127,10 @@ void AddFlags(CLI::App& app, Flags& f) {
   app.add_option("--shared-prompt-tokens", f.shared_prompt_tokens,
                  "prompt of the shared-prompt row: one request of --http-streams choices against "
                  "as many requests (0 = skip)")
+      ->check(CLI::Range(0, 60000));
+  app.add_option("--prefix-cache-prompt-tokens", f.prefix_cache_prompt_tokens,
+                 "prompt of the prefix-cache row: a request after one that fed its prompt, "
+                 "against one on an unseen prompt (0 = skip)")
       ->check(CLI::Range(0, 60000));
   app.add_option("--idle-streams", f.idle_streams, "event streams held open at once (0 = skip)");
   app.add_option("--db-dir", f.db_dir, "scratch RocksDB directory");
@@ -465,6 +470,11 @@ int main(int argc, char** argv) {
             *h.server, flags.http_streams, flags.shared_prompt_tokens, flags.http_new_tokens,
             flags.http_rounds);
         std::fprintf(stderr, "shared prompt: %s\n", out["shared_prompt"].dump().c_str());
+      }
+      if (flags.prefix_cache_prompt_tokens > 0) {
+        out["prefix_cache"] = kvfold::bench::BenchPrefixCache(
+            *h.server, flags.prefix_cache_prompt_tokens, flags.http_rounds);
+        std::fprintf(stderr, "prefix cache: %s\n", out["prefix_cache"].dump().c_str());
       }
     }
     if (flags.idle_streams > 0) {
