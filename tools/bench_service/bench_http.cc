@@ -30,6 +30,12 @@ namespace beast = boost::beast;
 namespace bhttp = beast::http;
 namespace net = boost::asio;
 
+// The middle value (the upper one of an even count); `v` not empty.
+double Median(std::vector<double> v) {
+  std::sort(v.begin(), v.end());
+  return v[v.size() / 2];
+}
+
 double Seconds(Clock::time_point a, Clock::time_point b) {
   return std::chrono::duration<double>(b - a).count();
 }
@@ -192,16 +198,12 @@ json BenchHttpVsGrpc(service::InferenceServer& server, int streams, int new_toke
         1, [&](int) { return HttpTurn(port, "", new_tokens, /*stream=*/false, streams); },
         &failures, &choices_tokens));
   }
-  auto median = [](std::vector<double> v) {
-    std::sort(v.begin(), v.end());
-    return v[v.size() / 2];
-  };
   json row = {{"streams", streams},
               {"new_tokens_per_stream", new_tokens},
               {"rounds", rounds},
-              {"grpc_tok_s", median(grpc_tok_s)},
-              {"http_tok_s", median(http_tok_s)},
-              {"http_n_choices_tok_s", median(choices_tok_s)},
+              {"grpc_tok_s", Median(grpc_tok_s)},
+              {"http_tok_s", Median(http_tok_s)},
+              {"http_n_choices_tok_s", Median(choices_tok_s)},
               {"grpc_tokens_per_round", grpc_tokens},
               {"http_tokens_per_round", http_tokens},
               {"http_n_choices_tokens_per_round", choices_tokens},
@@ -246,16 +248,12 @@ json BenchSharedPrompt(service::InferenceServer& server, int choices, int prompt
         &failures, &tokens);
     separate_s.push_back(Seconds(start, Clock::now()));
   }
-  auto median = [](std::vector<double> v) {
-    std::sort(v.begin(), v.end());
-    return v[v.size() / 2];
-  };
   json row = {{"choices", choices},
               {"prompt_tokens", prompt_tokens},
               {"new_tokens_per_choice", new_tokens},
               {"rounds", rounds},
-              {"one_request_s", median(one_request_s)},
-              {"separate_requests_s", median(separate_s)},
+              {"one_request_s", Median(one_request_s)},
+              {"separate_requests_s", Median(separate_s)},
               {"prompt_copies_per_request", copies / rounds},
               {"failures", failures}};
   row["separate_over_one_request"] =
@@ -286,15 +284,11 @@ json BenchPrefixCache(service::InferenceServer& server, int prompt_tokens, int r
     if (CompletionTurn(port, with_tail(prompt(round, 1, prompt_tokens)), 1, 1, 2) < 0) ++failures;
     cold_s.push_back(Seconds(start, Clock::now()));
   }
-  auto median = [](std::vector<double> v) {
-    std::sort(v.begin(), v.end());
-    return v[v.size() / 2];
-  };
   json row = {{"prompt_tokens", prompt_tokens + 8},
               {"cached_tokens_per_request", static_cast<double>(cached) / rounds},
               {"rounds", rounds},
-              {"warm_s", median(warm_s)},
-              {"cold_s", median(cold_s)},
+              {"warm_s", Median(warm_s)},
+              {"cold_s", Median(cold_s)},
               {"failures", failures}};
   row["cold_over_warm"] = row["cold_s"].get<double>() / row["warm_s"].get<double>();
   return row;
