@@ -5,6 +5,7 @@
 
 #include "absl/strings/str_cat.h"
 #include "core/session_geometry.h"
+#include "core/status_macros.h"
 #include "inference_svc/engine/prefill_cursor.h"
 #include "inference_svc/engine/session.h"
 
@@ -121,10 +122,6 @@ class PlainSession : public Session {
     return absl::OkStatus();
   }
 
-  absl::Status CopyFrom(const Session& other_session) override {
-    return CopyPrefixFrom(other_session, -1);
-  }
-
   absl::Status CopyPrefixFrom(const Session& other_session, int64_t tokens) override {
     const auto* other = dynamic_cast<const PlainSession*>(&other_session);
     if (other == nullptr || other->engine_ != engine_ || other->options_.mode != options_.mode ||
@@ -133,14 +130,9 @@ class PlainSession : public Session {
       return absl::FailedPreconditionError(
           "CopyFrom: the other session differs in kind, engine, mode or geometry");
     }
-    if (total_ != 0 || cache_->resident_tokens() != 0) {
-      return absl::FailedPreconditionError("CopyFrom: session is not fresh");
-    }
-    if (other->PrefillInFlight()) {
-      return absl::FailedPreconditionError("CopyFrom: the other session has a prompt in flight");
-    }
-    const bool whole = tokens < 0 || tokens == other->total_;
-    if (!whole && (options_.mode != KvMode::kFull || tokens < 1 || tokens > other->total_)) {
+    KVFOLD_RETURN_IF_ERROR(CheckCopy(*other, tokens));
+    const bool whole = tokens == other->total_;
+    if (!whole && options_.mode != KvMode::kFull) {
       return absl::FailedPreconditionError(
           absl::StrCat("CopyPrefixFrom: the first ", tokens, " of ", other->total_, " tokens of a ",
                        KvModeName(options_.mode), " session cannot be copied (full mode only)"));
@@ -176,8 +168,8 @@ class PlainSession : public Session {
   }
 
  private:
-  // A prompt started in pieces and not fed yet (either path).
-  bool PrefillInFlight() const {
+  // Either path's prompt in pieces.
+  bool PrefillInFlight() const override {
     return (cursor_ != nullptr && cursor_->active()) || Session::PrefillInFlight();
   }
 

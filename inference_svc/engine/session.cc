@@ -16,6 +16,20 @@ void Session::ObserveRows(const SequenceOutput& output) const {
   }
 }
 
+absl::Status Session::CheckCopy(const Session& other, int64_t tokens) const {
+  if (TotalTokens() != 0 || ResidentTokens() != 0) {
+    return absl::FailedPreconditionError("CopyFrom: session is not fresh");
+  }
+  if (other.PrefillInFlight()) {
+    return absl::FailedPreconditionError("CopyFrom: the other session has a prompt in flight");
+  }
+  if (tokens != other.TotalTokens() && (tokens < 1 || tokens > other.TotalTokens())) {
+    return absl::FailedPreconditionError(
+        absl::StrCat("CopyPrefixFrom: ", tokens, " tokens of a session of ", other.TotalTokens()));
+  }
+  return absl::OkStatus();
+}
+
 absl::Status Session::StartPrefill(std::span<const int32_t> token_ids) {
   if (token_ids.empty()) return absl::InvalidArgumentError("StartPrefill: no tokens");
   pending_prefill_ = token_ids;

@@ -106,15 +106,13 @@ class Session {
   // FailedPrecondition (this session holds tokens, `other` has a prompt in flight, or
   // its kind, mode or geometry differ), ResourceExhausted (the KV pool has too few free
   // blocks; this session stays fresh); Unimplemented where a kind has no copy.
-  virtual absl::Status CopyFrom(const Session& other) {
-    return absl::UnimplementedError("this session cannot copy another");
-  }
-  // CopyFrom of `other`'s first `tokens` tokens (1 <= tokens <= other.TotalTokens()): this
-  // session then continues as a session fed only those would, except that Logits() stay
-  // empty until it is fed a token when `tokens` is less than all (the logits after them
-  // were not kept). Full mode only where `tokens` is less than all (FailedPrecondition in
-  // the other modes, whose entries depend on tokens evicted or folded since, and with INT8
-  // KV unless `tokens` ends a KV block); the other errors are CopyFrom's.
+  absl::Status CopyFrom(const Session& other) { return CopyPrefixFrom(other, other.TotalTokens()); }
+  // CopyFrom of `other`'s first `tokens` tokens (all of them: CopyFrom): this session then
+  // continues as a session fed only those would, except that Logits() stay empty until it
+  // is fed a token when `tokens` is less than all (the logits after them were not kept).
+  // Fewer than all only in full mode (FailedPrecondition in the other modes, whose
+  // entries depend on tokens evicted or folded since, and with INT8 KV unless `tokens`
+  // ends a KV block) and at least 1; the other errors are CopyFrom's.
   virtual absl::Status CopyPrefixFrom(const Session& other, int64_t tokens) {
     return absl::UnimplementedError("this session cannot copy another");
   }
@@ -125,8 +123,11 @@ class Session {
 
  protected:
   const RowLogitsObserver& row_observer() const { return row_observer_; }
-  // The default StartPrefill's tokens are not all fed yet.
-  bool PrefillInFlight() const { return pending_fed_ < pending_prefill_.size(); }
+  // A prompt started in pieces is not all fed yet (here: the default StartPrefill's).
+  virtual bool PrefillInFlight() const { return pending_fed_ < pending_prefill_.size(); }
+  // The checks every CopyPrefixFrom makes besides its kind's: this session is fresh,
+  // `other` has no prompt in flight, `tokens` is all of other's or in [1, all).
+  absl::Status CheckCopy(const Session& other, int64_t tokens) const;
   // Hands each of `output`'s logit rows to the observer.
   void ObserveRows(const SequenceOutput& output) const;
 

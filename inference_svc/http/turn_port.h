@@ -159,12 +159,12 @@ class TurnPort {
   virtual absl::StatusOr<std::string> SessionCall(const Caller& caller, SessionOp op,
                                                   const std::string& session_id,
                                                   const std::string& request_json) = 0;
-  // Starts a turn; its output goes to `observer` (which the port keeps until OnDone).
-  // Errors found before the turn starts may come either as the return value or via OnDone.
   // A group for the `turns` ephemeral turns of one prompt, all of which the front then
   // starts (or cancels, the ones started, when one cannot start); null when the port
   // feeds every turn's prompt itself.
   virtual std::shared_ptr<PromptGroup> GroupPrompt(int turns) { return nullptr; }
+  // Starts a turn; its output goes to `observer` (which the port keeps until OnDone).
+  // Errors found before the turn starts may come either as the return value or via OnDone.
   virtual absl::StatusOr<std::shared_ptr<RunningTurn>> StartTurn(
       const Caller& caller, const TurnSpec& spec, std::shared_ptr<TurnObserver> observer) = 0;
 };

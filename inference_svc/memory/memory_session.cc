@@ -215,18 +215,18 @@ absl::Status MemorySession::FinishAppend(const SequenceOutput& output) {
   return absl::OkStatus();
 }
 
-absl::Status MemorySession::CopyFrom(const engine::Session& other_session) {
+absl::Status MemorySession::CopyPrefixFrom(const engine::Session& other_session, int64_t tokens) {
   const auto* other = dynamic_cast<const MemorySession*>(&other_session);
   if (other == nullptr || other->engine_ != engine_ || other->projector_ != projector_ ||
       other->mode_ != mode_ || other->fp16_memory_ != fp16_memory_) {
     return absl::FailedPreconditionError(
         "CopyFrom: the other session differs in kind, engine, projector or mode");
   }
-  if (total_tokens_ != 0 || cache_->resident_tokens() != 0) {
-    return absl::FailedPreconditionError("CopyFrom: session is not fresh");
-  }
-  if (other->PrefillInFlight()) {
-    return absl::FailedPreconditionError("CopyFrom: the other session has a prompt in flight");
+  if (auto s = CheckCopy(*other, tokens); !s.ok()) return s;
+  if (tokens != other->total_tokens_) {
+    return absl::FailedPreconditionError(absl::StrCat("CopyPrefixFrom: a ", core::KvModeName(mode_),
+                                                      " session is copied whole, not its first ",
+                                                      tokens, " tokens"));
   }
   if (auto s = cache_->CopyFrom(*other->cache_); !s.ok()) return s;
   memory_ = other->memory_;

@@ -82,7 +82,8 @@ class MemorySession final : public engine::Session {
   // W, C, S, M or d differ from this session's, its window is longer than W + C, it holds
   // window ids before all S sinks, or an id is out of range.
   absl::Status ImportState(const engine::SessionState& state) override;
-  absl::Status CopyFrom(const engine::Session& other) override;
+  // Whole sessions only (their entries depend on the tokens folded before a cut).
+  absl::Status CopyPrefixFrom(const engine::Session& other, int64_t tokens) override;
   absl::Status PrepareAppend(int32_t token_id, engine::SequenceInput* input) override;
   absl::Status FinishAppend(const engine::SequenceOutput& output) override;
 

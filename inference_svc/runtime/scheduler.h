@@ -18,14 +18,14 @@
 //      decode steps (prompt time <= prefill_stall x decode time). A long prompt
 //      therefore delays other sessions' tokens by at most about (1 + prefill_stall)x,
 //      whatever its length and context,
-//      A member of a prompt share (TurnJob::share) waits while another member feeds the
-//      prompt, and copies that member's session (engine::Session::CopyFrom) in the step
-//      the prompt is fed, instead of feeding it again,
-//      An ephemeral turn's prompt that starts with the tokens a finished ephemeral
-//      session of the same caller (tenant and credential) and geometry fed (the prefix cache: the
-//      last prefix_cache_entries such sessions, idle, their KV blocks counted like an idle
-//      session's and evicted first) copies that session's entries for them
-//      (engine::Session::CopyFrom / CopyPrefixFrom) and feeds only the rest,
+//      A member of a prompt share (TurnJob::share) waits for the share's other members
+//      to be admitted, then while one of them feeds the prompt, and copies that member's
+//      session (engine::Session::CopyFrom) in the step the prompt is fed instead of
+//      feeding it again. An ephemeral turn's prompt that starts with tokens a finished
+//      ephemeral session of the same caller (tenant and credential) and geometry fed
+//      (the prefix cache: the last prefix_cache_entries such sessions, idle, their KV
+//      blocks counted like an idle session's and dropped first) copies that session's
+//      entries for them (engine::Session::CopyPrefixFrom) and feeds only the rest,
 //   5. ONE decode step for EVERY decoding turn: with batching on, a single ragged Forward
 //      over all of them (engine::AppendBatch); with batching off, one Forward per session.
 // Every sampled token is fed back into its session, the last one too, so a finished turn's

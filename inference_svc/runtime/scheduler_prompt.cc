@@ -268,10 +268,7 @@ void Scheduler::ReusePrefix(Running& r) {
   }
   if (best == nullptr || best_tokens < kMinPrefixTokens) return;
   const auto t0 = TurnJob::Clock::now();
-  const absl::Status s =
-      best_tokens == best->ids.size()
-          ? session.CopyFrom(*best->session)
-          : session.CopyPrefixFrom(*best->session, static_cast<int64_t>(best_tokens));
+  const absl::Status s = session.CopyPrefixFrom(*best->session, static_cast<int64_t>(best_tokens));
   job.prefill_ms += MsSince(t0);
   if (!s.ok()) return;  // the session is still fresh: it feeds the whole prompt
   best->last_used = ++prefix_clock_;
