@@ -1,0 +1,447 @@
+#include "inference_svc/structured/json_grammar.h"
+
+#include <algorithm>
+#include <cmath>
+#include <map>
+#include <set>
+#include <utility>
+
+#include "absl/status/status.h"
+#include "absl/strings/str_cat.h"
+#include "core/status_macros.h"
+#include "nlohmann/json.hpp"
+
+namespace kvfold::structured {
+namespace {
+
+using json = nlohmann::ordered_json;
+
+// Keywords that only annotate (JSON Schema 2020-12, "Meta-data" and "format" as an
+// annotation): read past. $defs / definitions hold schemas reached through $ref.
+const std::set<std::string>& Annotations() {
+  static const std::set<std::string> k = {
+      "title",      "description", "default",   "examples", "$schema", "$id",        "$comment",
+      "deprecated", "readOnly",    "writeOnly", "format",   "$defs",   "definitions"};
+  return k;
+}
+
+const std::set<std::string>& Assertions() {
+  static const std::set<std::string> k = {
+      "type",  "enum",     "const",    "properties", "required",  "additionalProperties",
+      "items", "minItems", "maxItems", "minLength",  "maxLength", "anyOf",
+      "oneOf", "allOf",    "$ref"};
+  return k;
+}
+
+bool TypeMatches(const json& v, const std::string& type) {
+  if (type == "string") return v.is_string();
+  if (type == "number") return v.is_number();
+  if (type == "integer") {
+    return v.is_number_integer() || (v.is_number_float() && std::isfinite(v.get<double>()) &&
+                                     std::trunc(v.get<double>()) == v.get<double>());
+  }
+  if (type == "boolean") return v.is_boolean();
+  if (type == "null") return v.is_null();
+  if (type == "object") return v.is_object();
+  if (type == "array") return v.is_array();
+  return false;
+}
+
+absl::Status Bad(const std::string& where, const std::string& what) {
+  return absl::InvalidArgumentError(
+      absl::StrCat("schema at '", where.empty() ? "/" : where, "': ", what));
+}
+
+}  // namespace
+
+Grammar::Grammar() {
+  nodes_.resize(6);
+  nodes_[kAnyValue].kind = NodeKind::kAny;
+  nodes_[kAnyObject].kind = NodeKind::kObject;
+  nodes_[kAnyObject].free_keys = true;
+  nodes_[kAnyObject].values = kAnyValue;
+  nodes_[kAnyArray].kind = NodeKind::kArray;
+  nodes_[kAnyArray].items = kAnyValue;
+  nodes_[kAnyLiteral].kind = NodeKind::kLiterals;
+  nodes_[kAnyLiteral].literals = {"true", "false", "null"};
+  nodes_[kAnyString].kind = NodeKind::kString;
+  nodes_[kAnyNumber].kind = NodeKind::kNumber;
+}
+
+std::shared_ptr<const Grammar> Grammar::JsonObject() {
+  static const std::shared_ptr<const Grammar> g = [] {
+    auto grammar = std::shared_ptr<Grammar>(new Grammar());
+    grammar->root_ = kAnyObject;
+    return grammar;
+  }();
+  return g;
+}
+
+// Compiles one schema document into a Grammar, node by node; $ref targets once each (so
+// recursive schemas become cycles in the graph, bounded at match time by kMaxDepth).
+class SchemaCompiler {
+ public:
+  explicit SchemaCompiler(const json& root) : root_(root), grammar_(new Grammar()) {}
+
+  absl::StatusOr<std::shared_ptr<const Grammar>> Run() {
+    auto root = Compile(root_, "", 0);
+    if (!root.ok()) return root.status();
+    grammar_->root_ = *root;
+    return std::shared_ptr<const Grammar>(std::move(grammar_));
+  }
+
+ private:
+  int Add(Node node) {
+    grammar_->nodes_.push_back(std::move(node));
+    return static_cast<int>(grammar_->nodes_.size()) - 1;
+  }
+
+  absl::StatusOr<int> Compile(const json& s, const std::string& where, int depth) {
+    if (depth > 64) return Bad(where, "schemas nested more than 64 deep");
+    if (s.is_boolean()) {
+      if (s.get<bool>()) return Grammar::kAnyValue;
+      return Bad(where, "the schema 'false' admits no value");
+    }
+    if (!s.is_object()) return Bad(where, "a schema must be an object or a boolean");
+    std::vector<std::string> assertions;
+    for (const auto& [key, value] : s.items()) {
+      if (Annotations().count(key)) continue;
+      if (!Assertions().count(key)) {
+        return Bad(where, absl::StrCat("keyword '", key,
+                                       "' is not supported (docs/structured-output.md)"));
+      }
+      assertions.push_back(key);
+    }
+    auto only = [&](const std::string& key) -> absl::Status {
+      for (const std::string& a : assertions) {
+        if (a != key) {
+          return Bad(where, absl::StrCat("'", key, "' cannot be combined with '", a, "'"));
+        }
+      }
+      return absl::OkStatus();
+    };
+    if (s.contains("$ref")) {
+      KVFOLD_RETURN_IF_ERROR(only("$ref"));
+      return Ref(s["$ref"], where, depth);
+    }
+    for (const char* key : {"anyOf", "oneOf"}) {
+      if (!s.contains(key)) continue;
+      KVFOLD_RETURN_IF_ERROR(only(key));
+      const json& list = s[key];
+      const std::string at = absl::StrCat(where, "/", key);
+      if (!list.is_array() || list.empty()) return Bad(at, "must be a non-empty array");
+      Node node;
+      node.kind = NodeKind::kAnyOf;
+      for (size_t i = 0; i < list.size(); ++i) {
+        auto alt = Compile(list[i], absl::StrCat(at, "/", i), depth + 1);
+        if (!alt.ok()) return alt.status();
+        node.alternatives.push_back(*alt);
+      }
+      if (std::string_view(key) == "oneOf") {
+        KVFOLD_RETURN_IF_ERROR(Disjoint(node.alternatives, at));
+      }
+      return Add(std::move(node));
+    }
+    if (s.contains("allOf")) {
+      KVFOLD_RETURN_IF_ERROR(only("allOf"));
+      const json& list = s["allOf"];
+      if (!list.is_array() || list.size() != 1) {
+        return Bad(absl::StrCat(where, "/allOf"), "only an allOf of one schema is supported");
+      }
+      return Compile(list[0], absl::StrCat(where, "/allOf/0"), depth + 1);
+    }
+
+    std::vector<std::string> types;
+    if (s.contains("type")) {
+      const json& t = s["type"];
+      if (t.is_string()) {
+        types.push_back(t.get<std::string>());
+      } else if (t.is_array() && !t.empty()) {
+        for (const json& e : t) {
+          if (!e.is_string()) return Bad(absl::StrCat(where, "/type"), "types must be strings");
+          types.push_back(e.get<std::string>());
+        }
+      } else {
+        return Bad(absl::StrCat(where, "/type"), "must be a type name or a list of them");
+      }
+      for (const std::string& t : types) {
+        if (t != "string" && t != "number" && t != "integer" && t != "boolean" && t != "null" &&
+            t != "object" && t != "array") {
+          return Bad(absl::StrCat(where, "/type"), absl::StrCat("unknown type '", t, "'"));
+        }
+      }
+    }
+
+    if (s.contains("enum") || s.contains("const")) {
+      for (const std::string& a : assertions) {
+        if (a != "enum" && a != "const" && a != "type") {
+          return Bad(where, absl::StrCat("'enum' / 'const' cannot be combined with '", a, "'"));
+        }
+      }
+      std::vector<json> values;
+      if (s.contains("const")) values.push_back(s["const"]);
+      if (s.contains("enum")) {
+        if (!s["enum"].is_array() || s["enum"].empty()) {
+          return Bad(absl::StrCat(where, "/enum"), "must be a non-empty array");
+        }
+        for (const json& v : s["enum"]) {
+          if (s.contains("const") && v != s["const"]) continue;
+          values.push_back(v);
+        }
+        if (s.contains("const")) values.resize(std::min<size_t>(values.size(), 1));
+      }
+      Node node;
+      node.kind = NodeKind::kLiterals;
+      std::set<std::string> seen;
+      for (const json& v : values) {
+        const bool typed =
+            types.empty() || std::any_of(types.begin(), types.end(),
+                                         [&](const std::string& t) { return TypeMatches(v, t); });
+        std::string text = v.dump();
+        if (typed && seen.insert(text).second) node.literals.push_back(std::move(text));
+      }
+      if (node.literals.empty()) return Bad(where, "no value of 'enum' / 'const' fits 'type'");
+      if (static_cast<int>(node.literals.size()) > kMaxLiterals) {
+        return Bad(absl::StrCat(where, "/enum"),
+                   absl::StrCat(node.literals.size(), " values; at most ", kMaxLiterals));
+      }
+      return Add(std::move(node));
+    }
+
+    if (types.empty()) {
+      // No type: the keywords present say which kind of value to write (any value of the
+      // other kinds would also be valid; writing the constrained kind is more useful).
+      auto has = [&](std::initializer_list<const char*> keys) {
+        return std::any_of(keys.begin(), keys.end(), [&](const char* k) { return s.contains(k); });
+      };
+      if (has({"properties", "required", "additionalProperties"})) types.push_back("object");
+      if (has({"items", "minItems", "maxItems"})) types.push_back("array");
+      if (has({"minLength", "maxLength"})) types.push_back("string");
+      if (types.empty()) return Grammar::kAnyValue;
+    }
+    std::vector<int> nodes;
+    bool number_done = false;
+    for (const std::string& t : types) {
+      absl::StatusOr<int> node;
+      if (t == "number" || t == "integer") {
+        // "number" admits every integer: with both, one number node.
+        if (number_done) continue;
+        const bool number = std::find(types.begin(), types.end(), "number") != types.end();
+        Node n;
+        n.kind = number ? NodeKind::kNumber : NodeKind::kInteger;
+        node = Add(std::move(n));
+        number_done = true;
+      } else if (t == "boolean" || t == "null") {
+        Node n;
+        n.kind = NodeKind::kLiterals;
+        n.literals = t == "null" ? std::vector<std::string>{"null"}
+                                 : std::vector<std::string>{"true", "false"};
+        node = Add(std::move(n));
+      } else if (t == "string") {
+        node = String(s, where);
+      } else if (t == "array") {
+        node = Array(s, where, depth);
+      } else {
+        node = Object(s, where, depth);
+      }
+      if (!node.ok()) return node.status();
+      nodes.push_back(*node);
+    }
+    if (nodes.size() == 1) return nodes[0];
+    Node any;
+    any.kind = NodeKind::kAnyOf;
+    any.alternatives = std::move(nodes);
+    return Add(std::move(any));
+  }
+
+  absl::StatusOr<int> Ref(const json& ref, const std::string& where, int depth) {
+    if (!ref.is_string() || ref.get<std::string>().empty() || ref.get<std::string>()[0] != '#') {
+      return Bad(absl::StrCat(where, "/$ref"),
+                 "only references into this schema ('#' or '#/...') are supported");
+    }
+    const std::string pointer = ref.get<std::string>().substr(1);
+    if (auto it = refs_.find(pointer); it != refs_.end()) return it->second;
+    const json* target = nullptr;
+    try {
+      target = &root_.at(json::json_pointer(pointer));
+    } catch (const json::exception&) {
+      return Bad(absl::StrCat(where, "/$ref"),
+                 absl::StrCat("'", ref.get<std::string>(), "' names nothing in the schema"));
+    }
+    // The target's node is reserved first, so a reference inside it comes back here.
+    const int slot = Add(Node{});
+    refs_[pointer] = slot;
+    auto compiled = Compile(*target, pointer, depth + 1);
+    if (!compiled.ok()) return compiled.status();
+    if (*compiled == slot) return Bad(absl::StrCat(where, "/$ref"), "refers only to itself");
+    grammar_->nodes_[slot] = grammar_->nodes_[*compiled];
+    return slot;
+  }
+
+  // oneOf admits a document that exactly one alternative admits. Alternatives of
+  // different first bytes (an object and a string, a number and null) never both admit a
+  // document; anything else is refused rather than risk a document two admit.
+  absl::Status Disjoint(const std::vector<int>& alternatives, const std::string& where) {
+    std::set<char> starts;
+    for (int alt : alternatives) {
+      std::string first;
+      if (!FirstBytes(alt, &first, 0)) {
+        return Bad(where,
+                   "oneOf alternatives must start with different characters ({, [, \", "
+                   "a digit, a literal); use anyOf");
+      }
+      for (char c : first) {
+        if (!starts.insert(c).second) {
+          return Bad(where, "oneOf alternatives may admit the same document; use anyOf");
+        }
+      }
+    }
+    return absl::OkStatus();
+  }
+
+  // The bytes a value of `node` can start with; false when that is not known.
+  bool FirstBytes(int index, std::string* out, int depth) const {
+    if (depth > 16) return false;
+    const Node& n = grammar_->nodes_[index];
+    switch (n.kind) {
+      case NodeKind::kAny:
+        return false;
+      case NodeKind::kObject:
+        *out += '{';
+        return true;
+      case NodeKind::kArray:
+        *out += '[';
+        return true;
+      case NodeKind::kString:
+        *out += '"';
+        return true;
+      case NodeKind::kNumber:
+      case NodeKind::kInteger:
+        *out += "-0123456789";
+        return true;
+      case NodeKind::kLiterals: {
+        std::set<char> firsts;
+        for (const std::string& l : n.literals) firsts.insert(l[0]);
+        if (firsts.size() != n.literals.size()) return false;
+        out->append(firsts.begin(), firsts.end());
+        return true;
+      }
+      case NodeKind::kAnyOf:
+        for (int alt : n.alternatives) {
+          if (!FirstBytes(alt, out, depth + 1)) return false;
+        }
+        return true;
+    }
+    return false;
+  }
+
+  static absl::StatusOr<int> Count(const json& s, const char* key, const std::string& where,
+                                   int fallback) {
+    if (!s.contains(key)) return fallback;
+    const json& v = s[key];
+    if (!v.is_number_integer() || v.get<int64_t>() < 0 || v.get<int64_t>() > (1 << 20)) {
+      return Bad(absl::StrCat(where, "/", key), "must be an integer in [0, 1048576]");
+    }
+    return static_cast<int>(v.get<int64_t>());
+  }
+
+  absl::StatusOr<int> String(const json& s, const std::string& where) {
+    Node n;
+    n.kind = NodeKind::kString;
+    auto min = Count(s, "minLength", where, 0);
+    if (!min.ok()) return min.status();
+    auto max = Count(s, "maxLength", where, -1);
+    if (!max.ok()) return max.status();
+    if (*max >= 0 && *min > *max) return Bad(where, "minLength is above maxLength");
+    n.min_length = *min;
+    n.max_length = *max;
+    return Add(std::move(n));
+  }
+
+  absl::StatusOr<int> Array(const json& s, const std::string& where, int depth) {
+    Node n;
+    n.kind = NodeKind::kArray;
+    n.items = Grammar::kAnyValue;
+    if (s.contains("items")) {
+      auto items = Compile(s["items"], absl::StrCat(where, "/items"), depth + 1);
+      if (!items.ok()) return items.status();
+      n.items = *items;
+    }
+    auto min = Count(s, "minItems", where, 0);
+    if (!min.ok()) return min.status();
+    auto max = Count(s, "maxItems", where, -1);
+    if (!max.ok()) return max.status();
+    if (*max >= 0 && *min > *max) return Bad(where, "minItems is above maxItems");
+    n.min_items = *min;
+    n.max_items = *max;
+    return Add(std::move(n));
+  }
+
+  absl::StatusOr<int> Object(const json& s, const std::string& where, int depth) {
+    Node n;
+    n.kind = NodeKind::kObject;
+    std::set<std::string> required;
+    if (s.contains("required")) {
+      const json& r = s["required"];
+      if (!r.is_array()) return Bad(absl::StrCat(where, "/required"), "must be an array");
+      for (const json& name : r) {
+        if (!name.is_string()) {
+          return Bad(absl::StrCat(where, "/required"), "must list property names");
+        }
+        required.insert(name.get<std::string>());
+      }
+    }
+    const json* props = s.contains("properties") ? &s["properties"] : nullptr;
+    if (props != nullptr && !props->is_object()) {
+      return Bad(absl::StrCat(where, "/properties"), "must be an object");
+    }
+    if (props == nullptr || props->empty()) {
+      // No listed properties: any keys, each value of additionalProperties (absent or
+      // true: any value; false: none, so only {}).
+      if (!required.empty()) {
+        return Bad(absl::StrCat(where, "/required"),
+                   absl::StrCat("'", *required.begin(), "' is not in 'properties'"));
+      }
+      const json extra = s.value("additionalProperties", json(true));
+      if (extra.is_boolean() && !extra.get<bool>()) return Add(std::move(n));
+      auto values = Compile(extra, absl::StrCat(where, "/additionalProperties"), depth + 1);
+      if (!values.ok()) return values.status();
+      n.free_keys = true;
+      n.values = *values;
+      return Add(std::move(n));
+    }
+    if (static_cast<int>(props->size()) > kMaxProperties) {
+      return Bad(absl::StrCat(where, "/properties"),
+                 absl::StrCat(props->size(), " properties; at most ", kMaxProperties));
+    }
+    if (s.contains("additionalProperties") && !s["additionalProperties"].is_boolean() &&
+        !s["additionalProperties"].is_object()) {
+      return Bad(absl::StrCat(where, "/additionalProperties"), "must be a schema");
+    }
+    // Listed properties: written in the schema's order; extra keys never written (valid
+    // whatever additionalProperties says).
+    for (const auto& [name, sub] : props->items()) {
+      auto value = Compile(sub, absl::StrCat(where, "/properties/", name), depth + 1);
+      if (!value.ok()) return value.status();
+      n.properties.push_back(Property{json(name).dump(), *value, required.count(name) > 0});
+      required.erase(name);
+    }
+    if (!required.empty()) {
+      return Bad(absl::StrCat(where, "/required"),
+                 absl::StrCat("'", *required.begin(), "' is not in 'properties'"));
+    }
+    return Add(std::move(n));
+  }
+
+  const json& root_;
+  std::shared_ptr<Grammar> grammar_;
+  std::map<std::string, int> refs_;
+};
+
+absl::StatusOr<std::shared_ptr<const Grammar>> Grammar::FromSchema(std::string_view schema) {
+  json root = json::parse(schema, nullptr, /*allow_exceptions=*/false);
+  if (root.is_discarded()) return absl::InvalidArgumentError("the schema is not valid JSON");
+  return SchemaCompiler(root).Run();
+}
+
+}  // namespace kvfold::structured

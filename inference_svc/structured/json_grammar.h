@@ -1,0 +1,99 @@
+// The JSON a constrained turn may write: any JSON object (OpenAI's response_format
+// `json_object`), or the documents of a JSON Schema (`json_schema`), compiled into a small
+// graph of value nodes that JsonMatcher (json_matcher.h) walks byte by byte.
+//
+// What a schema may say is a documented subset (docs/structured-output.md): every document
+// the grammar lets through is valid under the schema, and a keyword outside the subset is
+// refused, never ignored.
+#ifndef KVFOLD_INFERENCE_SVC_STRUCTURED_JSON_GRAMMAR_H_
+#define KVFOLD_INFERENCE_SVC_STRUCTURED_JSON_GRAMMAR_H_
+
+#include <cstdint>
+#include <memory>
+#include <string>
+#include <string_view>
+#include <vector>
+
+#include "absl/status/statusor.h"
+
+namespace kvfold::structured {
+
+enum class NodeKind : uint8_t {
+  kAny,       // any JSON value
+  kObject,    // an object: the listed properties, or any keys (free_keys)
+  kArray,     // an array of `items`
+  kString,    // a string of [min_length, max_length] code points
+  kNumber,    // a JSON number
+  kInteger,   // a JSON number without fraction or exponent
+  kLiterals,  // one of `literals` (enum, const, booleans, null)
+  kAnyOf,     // one of `alternatives`
+};
+
+struct Property {
+  std::string key;  // as written: a JSON string, quotes included
+  int value = 0;    // node
+  bool required = false;
+};
+
+struct Node {
+  NodeKind kind = NodeKind::kAny;
+  // kObject: the properties, written in this order (optional ones may be left out);
+  // free_keys: any string keys instead, each value a `values` node.
+  std::vector<Property> properties;
+  bool free_keys = false;
+  int values = 0;
+  // kArray.
+  int items = 0;
+  int min_items = 0;
+  int max_items = -1;  // -1: no bound
+  // kString, in code points (an escape counts as one).
+  int min_length = 0;
+  int max_length = -1;  // -1: no bound
+  // kLiterals: each a serialized JSON value; kAnyOf: nodes.
+  std::vector<std::string> literals;
+  std::vector<int> alternatives;
+};
+
+// Bounds every constrained document obeys, whatever the schema (a model held to JSON
+// cannot write forever inside one token run): whitespace runs, digits, nesting.
+inline constexpr int kMaxWhitespaceRun = 16;  // bytes of whitespace in a row
+inline constexpr int kMaxIntegerDigits = 15;  // before the point (exact in a double)
+inline constexpr int kMaxFractionDigits = 15;
+inline constexpr int kMaxExponentDigits = 2;  // 1e99 at most: no parser overflows
+inline constexpr int kMaxDepth = 32;          // nested objects and arrays
+// Most properties of one object and most values of one enum (candidate sets are 64-bit).
+inline constexpr int kMaxProperties = 64;
+inline constexpr int kMaxLiterals = 64;
+
+class Grammar {
+ public:
+  // Nodes 0..5 of every grammar: any value, an object of any keys and values, an array of
+  // any values, the literals true/false/null, any string, any number.
+  static constexpr int kAnyValue = 0;
+  static constexpr int kAnyObject = 1;
+  static constexpr int kAnyArray = 2;
+  static constexpr int kAnyLiteral = 3;
+  static constexpr int kAnyString = 4;
+  static constexpr int kAnyNumber = 5;
+
+  // Any JSON object.
+  static std::shared_ptr<const Grammar> JsonObject();
+  // The documents of `schema` (JSON text). INVALID_ARGUMENT when it is not JSON, not a
+  // schema, or uses a keyword outside the subset; the message names the keyword and
+  // where it is (a JSON pointer into the schema).
+  static absl::StatusOr<std::shared_ptr<const Grammar>> FromSchema(std::string_view schema);
+
+  const Node& node(int i) const { return nodes_[i]; }
+  int root() const { return root_; }
+  int num_nodes() const { return static_cast<int>(nodes_.size()); }
+
+ private:
+  friend class SchemaCompiler;
+  Grammar();
+  std::vector<Node> nodes_;
+  int root_ = 0;
+};
+
+}  // namespace kvfold::structured
+
+#endif  // KVFOLD_INFERENCE_SVC_STRUCTURED_JSON_GRAMMAR_H_

@@ -1,0 +1,474 @@
+#include "inference_svc/structured/json_matcher.h"
+
+#include <algorithm>
+#include <utility>
+
+namespace kvfold::structured {
+namespace {
+
+enum FrameType : uint8_t { kValue, kObject, kArray, kString, kNumber, kLiteral };
+
+// Object and array phases.
+enum : uint8_t { kOpen, kKey, kColon, kAfterValue, kComma };
+// String phases.
+enum : uint8_t { kChars, kEscape, kHex, kUtf8 };
+// Number phases; kZero, kInt, kFrac and kExpDigits may end the number.
+enum : uint8_t { kStart, kMinus, kZero, kInt, kDot, kFrac, kExp, kExpSign, kExpDigits };
+
+bool IsWs(uint8_t c) { return c == ' ' || c == '\n' || c == '\t' || c == '\r'; }
+bool IsDigit(uint8_t c) { return c >= '0' && c <= '9'; }
+bool IsHex(uint8_t c) { return IsDigit(c) || (c >= 'a' && c <= 'f') || (c >= 'A' && c <= 'F'); }
+bool NumberMayEnd(uint8_t phase) {
+  return phase == kZero || phase == kInt || phase == kFrac || phase == kExpDigits;
+}
+
+uint64_t FirstN(size_t n) { return n >= 64 ? ~uint64_t{0} : (uint64_t{1} << n) - 1; }
+
+// Containers open in s.
+int Depth(const JsonMatcher::Stack& s) {
+  int d = 0;
+  for (const JsonMatcher::Frame& f : s) d += f.type == kObject || f.type == kArray;
+  return d;
+}
+
+// Listed properties that may be written after property `last`: the next ones up to and
+// including the first required one.
+uint64_t KeyCandidates(const Node& n, int last) {
+  uint64_t c = 0;
+  for (int j = last + 1; j < static_cast<int>(n.properties.size()); ++j) {
+    c |= uint64_t{1} << j;
+    if (n.properties[j].required) break;
+  }
+  return c;
+}
+
+bool RequiredAfter(const Node& n, int last) {
+  for (int j = last + 1; j < static_cast<int>(n.properties.size()); ++j) {
+    if (n.properties[j].required) return true;
+  }
+  return false;
+}
+
+}  // namespace
+
+JsonMatcher::JsonMatcher(std::shared_ptr<const Grammar> grammar) : grammar_(std::move(grammar)) {
+  Frame root;
+  root.type = kValue;
+  root.node = grammar_->root();
+  stacks_.push_back(Stack{root});
+}
+
+void JsonMatcher::Feed(Stack s, uint8_t c, std::vector<Stack>* out) const {
+  const Grammar& g = *grammar_;
+  // Each turn of the loop hands c to the innermost frame; a frame that ends before c
+  // (a number, a literal) pops and the loop hands c to its parent.
+  while (!s.empty()) {
+    Frame& f = s.back();
+    const Node& n = g.node(f.node);
+    switch (f.type) {
+      case kValue: {
+        if (IsWs(c)) {
+          if (f.ws >= kMaxWhitespaceRun) return;
+          ++f.ws;
+          out->push_back(std::move(s));
+          return;
+        }
+        switch (n.kind) {
+          case NodeKind::kAnyOf:
+            for (int alt : n.alternatives) {
+              Stack fork = s;
+              fork.back().node = alt;
+              Feed(std::move(fork), c, out);
+            }
+            return;
+          case NodeKind::kAny:
+            if (c == '{') {
+              f.node = Grammar::kAnyObject;
+            } else if (c == '[') {
+              f.node = Grammar::kAnyArray;
+            } else if (c == '"') {
+              f.node = Grammar::kAnyString;
+            } else if (c == '-' || IsDigit(c)) {
+              f.node = Grammar::kAnyNumber;
+            } else if (c == 't' || c == 'f' || c == 'n') {
+              f.node = Grammar::kAnyLiteral;
+            } else {
+              return;
+            }
+            continue;
+          case NodeKind::kObject:
+          case NodeKind::kArray: {
+            const uint8_t open = n.kind == NodeKind::kObject ? '{' : '[';
+            if (c != open || Depth(s) >= kMaxDepth) return;
+            const int32_t node = f.node;
+            f = Frame{};
+            f.type = n.kind == NodeKind::kObject ? kObject : kArray;
+            f.phase = kOpen;
+            f.node = node;
+            f.a = n.kind == NodeKind::kObject ? -1 : 0;
+            out->push_back(std::move(s));
+            return;
+          }
+          case NodeKind::kString: {
+            if (c != '"') return;
+            const int32_t node = f.node;
+            f = Frame{};
+            f.type = kString;
+            f.phase = kChars;
+            f.node = node;
+            out->push_back(std::move(s));
+            return;
+          }
+          case NodeKind::kNumber:
+          case NodeKind::kInteger: {
+            const int32_t node = f.node;
+            f = Frame{};
+            f.type = kNumber;
+            f.phase = kStart;
+            f.node = node;
+            continue;
+          }
+          case NodeKind::kLiterals: {
+            const int32_t node = f.node;
+            f = Frame{};
+            f.type = kLiteral;
+            f.node = node;
+            f.bits = FirstN(n.literals.size());
+            continue;
+          }
+        }
+        return;
+      }
+
+      case kObject: {
+        const bool ws = IsWs(c);
+        if (ws && f.phase != kKey) {
+          if (f.ws >= kMaxWhitespaceRun) return;
+          ++f.ws;
+          out->push_back(std::move(s));
+          return;
+        }
+        f.ws = 0;
+        switch (f.phase) {
+          case kOpen:
+          case kComma:
+            if (c == '}' && f.phase == kOpen && (n.free_keys || !RequiredAfter(n, f.a))) {
+              s.pop_back();
+              out->push_back(std::move(s));
+              return;
+            }
+            if (c != '"') return;
+            if (n.free_keys) {
+              ++f.a;
+              f.phase = kColon;
+              Frame key;
+              key.type = kString;
+              key.phase = kChars;
+              key.node = Grammar::kAnyString;
+              s.push_back(key);
+            } else {
+              f.phase = kKey;
+              f.b = 1;
+              f.bits = KeyCandidates(n, f.a);
+              if (f.bits == 0) return;
+            }
+            out->push_back(std::move(s));
+            return;
+          case kKey: {
+            uint64_t next = 0;
+            int done = -1;
+            for (uint64_t m = f.bits; m != 0; m &= m - 1) {
+              const int j = __builtin_ctzll(m);
+              const std::string& key = n.properties[j].key;
+              if (static_cast<int>(key.size()) > f.b && static_cast<uint8_t>(key[f.b]) == c) {
+                next |= uint64_t{1} << j;
+                if (static_cast<int>(key.size()) == f.b + 1) done = j;
+              }
+            }
+            if (next == 0) return;
+            if (done >= 0) {
+              f.a = done;
+              f.b = 0;
+              f.bits = 0;
+              f.phase = kColon;
+            } else {
+              f.bits = next;
+              ++f.b;
+            }
+            out->push_back(std::move(s));
+            return;
+          }
+          case kColon: {
+            if (c != ':') return;
+            f.phase = kAfterValue;
+            Frame value;
+            value.type = kValue;
+            value.node = n.free_keys ? n.values : n.properties[f.a].value;
+            s.push_back(value);
+            out->push_back(std::move(s));
+            return;
+          }
+          case kAfterValue:
+            if (c == ',' && (n.free_keys || KeyCandidates(n, f.a) != 0)) {
+              f.phase = kComma;
+            } else if (c == '}' && (n.free_keys || !RequiredAfter(n, f.a))) {
+              s.pop_back();
+            } else {
+              return;
+            }
+            out->push_back(std::move(s));
+            return;
+        }
+        return;
+      }
+
+      case kArray: {
+        if (f.phase == kComma) {
+          // The next item: its own value frame takes any whitespace before it.
+          ++f.a;
+          f.phase = kAfterValue;
+          f.ws = 0;
+          Frame item;
+          item.type = kValue;
+          item.node = n.items;
+          s.push_back(item);
+          continue;
+        }
+        if (IsWs(c)) {
+          if (f.ws >= kMaxWhitespaceRun) return;
+          ++f.ws;
+          out->push_back(std::move(s));
+          return;
+        }
+        f.ws = 0;
+        if (f.phase == kOpen) {
+          if (c == ']') {
+            if (n.min_items > 0) return;
+            s.pop_back();
+            out->push_back(std::move(s));
+            return;
+          }
+          if (n.max_items == 0) return;
+          f.phase = kComma;  // the first item starts with c
+          continue;
+        }
+        // kAfterValue
+        if (c == ',' && (n.max_items < 0 || f.a < n.max_items)) {
+          f.phase = kComma;
+        } else if (c == ']' && f.a >= n.min_items) {
+          s.pop_back();
+        } else {
+          return;
+        }
+        out->push_back(std::move(s));
+        return;
+      }
+
+      case kString: {
+        switch (f.phase) {
+          case kChars: {
+            if (c == '"') {
+              if (f.a < n.min_length) return;
+              s.pop_back();
+              out->push_back(std::move(s));
+              return;
+            }
+            if (c < 0x20) return;
+            if (n.max_length >= 0 && f.a >= n.max_length) return;
+            if (c == '\\') {
+              f.phase = kEscape;
+            } else if (c >= 0x80) {
+              // A UTF-8 lead byte: how many continuation bytes, and the first one's range
+              // (no overlong forms, no surrogates, nothing above U+10FFFF).
+              uint8_t lo = 0x80, hi = 0xBF;
+              if (c >= 0xC2 && c <= 0xDF) {
+                f.aux = 1;
+              } else if (c >= 0xE0 && c <= 0xEF) {
+                f.aux = 2;
+                if (c == 0xE0) lo = 0xA0;
+                if (c == 0xED) hi = 0x9F;
+              } else if (c >= 0xF0 && c <= 0xF4) {
+                f.aux = 3;
+                if (c == 0xF0) lo = 0x90;
+                if (c == 0xF4) hi = 0x8F;
+              } else {
+                return;
+              }
+              f.phase = kUtf8;
+              f.bits = lo | (uint64_t{hi} << 8);
+            }
+            ++f.a;
+            out->push_back(std::move(s));
+            return;
+          }
+          case kUtf8: {
+            const uint8_t lo = f.bits & 0xFF, hi = (f.bits >> 8) & 0xFF;
+            if (c < lo || c > hi) return;
+            f.bits = 0x80 | (uint64_t{0xBF} << 8);
+            if (--f.aux == 0) f.phase = kChars;
+            out->push_back(std::move(s));
+            return;
+          }
+          case kEscape:
+            if (c == 'u') {
+              f.phase = kHex;
+              f.aux = 0;
+              f.bits = 0;
+            } else if (c == '"' || c == '\\' || c == '/' || c == 'b' || c == 'f' || c == 'n' ||
+                       c == 'r' || c == 't') {
+              f.phase = kChars;
+            } else {
+              return;
+            }
+            out->push_back(std::move(s));
+            return;
+          case kHex:
+            if (!IsHex(c)) return;
+            // \uD800..\uDFFF (surrogates) are refused: a lone one is not valid JSON text
+            // for strict parsers, and raw UTF-8 writes the characters they would pair to.
+            if (f.aux == 0 && (c == 'd' || c == 'D')) f.bits = 1;
+            if (f.aux == 1 && f.bits == 1 && !(c >= '0' && c <= '7')) return;
+            if (++f.aux == 4) {
+              f.phase = kChars;
+              f.bits = 0;
+            }
+            out->push_back(std::move(s));
+            return;
+        }
+        return;
+      }
+
+      case kNumber: {
+        const bool integer = n.kind == NodeKind::kInteger;
+        uint8_t next = 0xFF;
+        switch (f.phase) {
+          case kStart:
+            if (c == '-') next = kMinus;
+            [[fallthrough]];
+          case kMinus:
+            if (c == '0') next = kZero;
+            if (c >= '1' && c <= '9') next = kInt;
+            if (next == 0xFF) return;
+            f.aux = IsDigit(c) ? 1 : 0;
+            f.phase = next;
+            out->push_back(std::move(s));
+            return;
+          case kInt:
+            if (IsDigit(c) && f.aux < kMaxIntegerDigits) next = kInt;
+            [[fallthrough]];
+          case kZero:
+            if (!integer && c == '.') next = kDot;
+            if (!integer && (c == 'e' || c == 'E')) next = kExp;
+            break;
+          case kDot:
+            if (!IsDigit(c)) return;
+            next = kFrac;
+            f.aux = 0;
+            break;
+          case kFrac:
+            if (IsDigit(c) && f.aux < kMaxFractionDigits) next = kFrac;
+            if (c == 'e' || c == 'E') next = kExp;
+            break;
+          case kExp:
+            if (c == '+' || c == '-') next = kExpSign;
+            [[fallthrough]];
+          case kExpSign:
+            if (IsDigit(c)) next = kExpDigits;
+            if (next == 0xFF) return;
+            f.aux = 0;
+            break;
+          case kExpDigits:
+            if (IsDigit(c) && f.aux < kMaxExponentDigits) next = kExpDigits;
+            break;
+        }
+        if (next == 0xFF) {
+          if (!NumberMayEnd(f.phase)) return;
+          s.pop_back();  // the number ended before c
+          continue;
+        }
+        if (next != f.phase) f.aux = 0;
+        if (IsDigit(c)) ++f.aux;
+        f.phase = next;
+        out->push_back(std::move(s));
+        return;
+      }
+
+      case kLiteral: {
+        uint64_t next = 0;
+        bool complete = false;
+        for (uint64_t m = f.bits; m != 0; m &= m - 1) {
+          const int j = __builtin_ctzll(m);
+          const std::string& lit = n.literals[j];
+          if (static_cast<int>(lit.size()) == f.a) complete = true;
+          if (static_cast<int>(lit.size()) > f.a && static_cast<uint8_t>(lit[f.a]) == c) {
+            next |= uint64_t{1} << j;
+          }
+        }
+        if (next != 0) {
+          f.bits = next;
+          ++f.a;
+          out->push_back(std::move(s));
+          return;
+        }
+        if (!complete) return;
+        s.pop_back();  // the literal ended before c
+        continue;
+      }
+    }
+    return;
+  }
+}
+
+bool JsonMatcher::AdvanceInto(uint8_t byte, JsonMatcher* next) const {
+  next->grammar_ = grammar_;
+  next->stacks_.clear();
+  for (const Stack& s : stacks_) Feed(s, byte, &next->stacks_);
+  // Forks that met again (anyOf alternatives of one shape) are kept once.
+  if (next->stacks_.size() > 1) {
+    std::vector<Stack>& v = next->stacks_;
+    for (size_t i = 0; i < v.size(); ++i) {
+      for (size_t j = v.size(); j-- > i + 1;) {
+        if (v[j] == v[i]) v.erase(v.begin() + j);
+      }
+    }
+  }
+  return !next->stacks_.empty();
+}
+
+bool JsonMatcher::Advance(std::string_view bytes) {
+  JsonMatcher next(*this);
+  for (char c : bytes) {
+    if (!AdvanceInto(static_cast<uint8_t>(c), &next)) {
+      stacks_.clear();
+      return false;
+    }
+    std::swap(stacks_, next.stacks_);
+  }
+  return true;
+}
+
+bool JsonMatcher::IsComplete() const {
+  for (const Stack& s : stacks_) {
+    if (s.empty()) return true;
+    if (s.size() != 1) continue;
+    const Frame& f = s[0];
+    const Node& n = grammar_->node(f.node);
+    if (f.type == kNumber && NumberMayEnd(f.phase)) return true;
+    if (f.type == kLiteral) {
+      for (uint64_t m = f.bits; m != 0; m &= m - 1) {
+        if (static_cast<int>(n.literals[__builtin_ctzll(m)].size()) == f.a) return true;
+      }
+    }
+  }
+  return false;
+}
+
+bool JsonMatcher::CanContinue() const {
+  JsonMatcher next(grammar_);
+  for (int c = 0; c < 256; ++c) {
+    if (AdvanceInto(static_cast<uint8_t>(c), &next)) return true;
+  }
+  return false;
+}
+
+}  // namespace kvfold::structured

@@ -1,0 +1,63 @@
+// A byte-by-byte recognizer of a Grammar's documents (json_grammar.h): after every byte it
+// knows whether the bytes so far can still become a document, whether they are one, and
+// whether anything may follow. JsonConstraint (token_constraint.h) asks it which tokens
+// keep a turn on course.
+//
+// The state is a set of parse stacks (an anyOf forks one per alternative; forks die
+// at the first byte their alternative refuses), each a few frames of plain integers, so a
+// matcher is cheap to copy.
+#ifndef KVFOLD_INFERENCE_SVC_STRUCTURED_JSON_MATCHER_H_
+#define KVFOLD_INFERENCE_SVC_STRUCTURED_JSON_MATCHER_H_
+
+#include <cstdint>
+#include <memory>
+#include <string_view>
+#include <vector>
+
+#include "inference_svc/structured/json_grammar.h"
+
+namespace kvfold::structured {
+
+class JsonMatcher {
+ public:
+  explicit JsonMatcher(std::shared_ptr<const Grammar> grammar);
+
+  // Feeds `bytes`; false (and the matcher dead) as soon as a byte cannot continue any
+  // document.
+  bool Advance(std::string_view bytes);
+  // The matcher after one more byte, written into *next (its buffers reused): what
+  // Advance does, without changing this one. False when the byte kills it.
+  bool AdvanceInto(uint8_t byte, JsonMatcher* next) const;
+
+  bool dead() const { return stacks_.empty(); }
+  // The bytes so far are a whole document.
+  bool IsComplete() const;
+  // Some byte may follow (false once a document is complete and closed).
+  bool CanContinue() const;
+
+  // One parse position: a frame per open value, innermost last.
+  struct Frame {
+    uint8_t type = 0;
+    uint8_t phase = 0;
+    uint8_t ws = 0;   // whitespace bytes in a row
+    uint8_t aux = 0;  // string: bytes or hex digits left; number: digits in this part
+    int32_t node = 0;
+    int32_t a = 0;      // object: last property written; array: items; string: code points;
+                        // literal: bytes matched
+    int32_t b = 0;      // object: bytes of the key matched
+    uint64_t bits = 0;  // object: key candidates; literal: candidates; string: byte bounds
+    bool operator==(const Frame&) const = default;
+  };
+  using Stack = std::vector<Frame>;
+
+ private:
+  // Feeds `byte` to stack s (consumed); what survives is appended to *out.
+  void Feed(Stack s, uint8_t byte, std::vector<Stack>* out) const;
+
+  std::shared_ptr<const Grammar> grammar_;
+  std::vector<Stack> stacks_;
+};
+
+}  // namespace kvfold::structured
+
+#endif  // KVFOLD_INFERENCE_SVC_STRUCTURED_JSON_MATCHER_H_

@@ -1,0 +1,335 @@
+// The JSON matcher against an independent parser (nlohmann::json), the schema compiler's
+// refusals, and the token mask against trying every token on its own.
+#include "inference_svc/structured/json_matcher.h"
+
+#include <gtest/gtest.h>
+
+#include <random>
+#include <string>
+#include <vector>
+
+#include "inference_svc/structured/json_grammar.h"
+#include "inference_svc/structured/token_constraint.h"
+#include "inference_svc/tokenizer/tokenizer.h"
+#include "nlohmann/json.hpp"
+#include "tests/inference_svc/structured/random_document.h"
+#include "tests/testing/shared_dir.h"
+
+namespace kvfold::structured {
+namespace {
+
+using json = nlohmann::json;
+
+bool Complete(const std::shared_ptr<const Grammar>& g, const std::string& text) {
+  JsonMatcher m(g);
+  return m.Advance(text) && m.IsComplete();
+}
+
+std::shared_ptr<const Grammar> Schema(const std::string& schema) {
+  auto g = Grammar::FromSchema(schema);
+  EXPECT_TRUE(g.ok()) << g.status();
+  return g.ok() ? *g : Grammar::JsonObject();
+}
+
+TEST(JsonMatcherTest, ObjectsAreWholeAndTheirPrefixesOnTheWay) {
+  const auto g = Grammar::JsonObject();
+  for (const std::string doc : {
+           R"({})",
+           R"( { "a" : 1 } )",
+           R"({"a":[1,-2.5e+3,0.25,-0,true,false,null,"x\"\\\/\b\f\n\r\t\u00e9y"],"b":{}})",
+           "{\"caf\xc3\xa9\":\"\xe2\x82\xac\xf0\x9f\x98\x80\"}",
+           R"({"n":{"m":{"k":[[[]]]}}})",
+           R"({"e":1E5,"f":12.0e-07})",
+       }) {
+    SCOPED_TRACE(doc);
+    JsonMatcher m(g);
+    const std::string trimmed = doc.substr(0, doc.find_last_not_of(' ') + 1);
+    for (size_t i = 0; i < trimmed.size(); ++i) {
+      ASSERT_FALSE(m.IsComplete()) << "after " << i << " bytes";
+      ASSERT_TRUE(m.Advance(trimmed.substr(i, 1))) << "byte " << i;
+    }
+    EXPECT_TRUE(m.IsComplete());
+    EXPECT_FALSE(m.CanContinue());  // nothing follows a closed object
+    EXPECT_TRUE(json::accept(trimmed));
+  }
+}
+
+TEST(JsonMatcherTest, NotJsonOrNotAnObjectDies) {
+  const auto g = Grammar::JsonObject();
+  for (const std::string bad : {"[]",
+                                "1",
+                                "\"s\"",
+                                "true",
+                                "{,}",
+                                "{\"a\"}",
+                                "{\"a\":}",
+                                "{\"a\":1,}",
+                                "{\"a\" 1}",
+                                "{a:1}",
+                                "{\"a\":01}",
+                                "{\"a\":1.}",
+                                "{\"a\":.5}",
+                                "{\"a\":1e}",
+                                "{\"a\":-}",
+                                "{\"a\":tru}",
+                                "{\"a\":nul}",
+                                "{\"a\":\"\\x\"}",
+                                "{\"a\":\"\x01\"}",
+                                "{\"a\":\"\\ud800\"}",
+                                "{\"a\":\"\xc0\xaf\"}",
+                                "{\"a\":\"\xed\xa0\x80\"}",
+                                "{\"a\":\"\xf4\x90\x80\x80\"}",
+                                "{\"a\":\"\x80\"}",
+                                "{} ",
+                                "{}}",
+                                "{\"a\":[1 2]}",
+                                "{\"a\":[,1]}",
+                                "{\"a\":1}{"}) {
+    SCOPED_TRACE(bad);
+    EXPECT_FALSE(Complete(g, bad));
+  }
+  // The bounds every document obeys.
+  // Built by appends (GCC 12 warns on `"{" + std::string(n, c)`, a false -Wrestrict).
+  auto braced = [](size_t n) {
+    std::string s = "{";
+    s.append(n, ' ');
+    s.append("}");
+    return s;
+  };
+  EXPECT_FALSE(Complete(g, braced(kMaxWhitespaceRun + 1)));
+  EXPECT_TRUE(Complete(g, braced(kMaxWhitespaceRun)));
+  EXPECT_TRUE(Complete(g, "{\"a\":" + std::string(kMaxIntegerDigits, '7') + "}"));
+  EXPECT_FALSE(Complete(g, "{\"a\":" + std::string(kMaxIntegerDigits + 1, '7') + "}"));
+  std::string deep = "{\"a\":";
+  for (int i = 1; i < kMaxDepth; ++i) deep += "[";
+  std::string closed = deep + std::string(kMaxDepth - 1, ']') + "}";
+  EXPECT_TRUE(Complete(g, closed));
+  EXPECT_FALSE(Complete(g, deep + "[]" + std::string(kMaxDepth - 1, ']') + "}"));
+}
+
+// Random objects, written compactly with random whitespace, half of them with one byte
+// changed: the matcher finds a whole object exactly when nlohmann parses one.
+TEST(JsonMatcherTest, AgreesWithNlohmannOnMutatedDocuments) {
+  std::mt19937_64 rng(7);
+  std::function<json(int)> value = [&](int depth) -> json {
+    switch (rng() % (depth < 4 ? 8 : 5)) {
+      case 0:
+        return json(static_cast<int>(rng() % 2000) - 1000);
+      case 1:
+        return json(static_cast<double>(rng() % 10000) / 64.0);
+      case 2: {
+        static const char* const kPieces[] = {"a", "b", "\"", "\\", "\n", "\xc3\xa9"};
+        std::string text;
+        for (int n = rng() % 4; n > 0; --n) text += kPieces[rng() % 6];
+        return json(text);
+      }
+      case 3:
+        return json(rng() % 2 == 0);
+      case 4:
+        return json(nullptr);
+      case 5: {
+        json a = json::array();
+        for (int i = rng() % 3; i > 0; --i) a.push_back(value(depth + 1));
+        return a;
+      }
+      default: {
+        json o = json::object();
+        for (int i = rng() % 3; i > 0; --i) o[std::string(1, 'a' + rng() % 4)] = value(depth + 1);
+        return o;
+      }
+    }
+  };
+  const std::string alphabet = "{}[]:,\" \n-+.eE0129tfnul\\/abx\xc3\xa9\x80";
+  const auto g = Grammar::JsonObject();
+  int whole = 0, cases = 0;
+  for (int i = 0; i < 20000; ++i) {
+    json o = json::object();
+    for (int k = rng() % 4; k > 0; --k) o[std::string(1, 'k' + rng() % 3)] = value(1);
+    std::string text;
+    for (char c : o.dump()) {
+      text += c;
+      if (rng() % 8 == 0) text += std::string(1 + rng() % 3, " \n\t"[rng() % 3]);
+    }
+    if (rng() % 2 == 0 && !text.empty()) {
+      const size_t at = rng() % text.size();
+      switch (rng() % 3) {
+        case 0:
+          text.erase(at, 1);
+          break;
+        case 1:
+          text.insert(at, 1, alphabet[rng() % alphabet.size()]);
+          break;
+        default:
+          text[at] = alphabet[rng() % alphabet.size()];
+      }
+    }
+    // Trailing whitespace is JSON text but not a document kvfold writes (the turn ends
+    // at the closing brace).
+    const bool trailing = !text.empty() && std::isspace(static_cast<unsigned char>(text.back()));
+    json parsed = json::parse(text, nullptr, /*allow_exceptions=*/false);
+    const bool expect = !parsed.is_discarded() && parsed.is_object() && !trailing;
+    ASSERT_EQ(Complete(g, text), expect) << text;
+    whole += expect;
+    ++cases;
+  }
+  EXPECT_GT(whole, cases / 5);
+  EXPECT_LT(whole, cases);
+}
+
+TEST(JsonMatcherTest, RandomDocumentsParseAsObjects) {
+  std::mt19937_64 rng(11);
+  const auto g = Grammar::JsonObject();
+  for (int i = 0; i < 300; ++i) {
+    auto doc = testing::RandomDocument(g, rng);
+    ASSERT_TRUE(doc.has_value());
+    json parsed;
+    try {
+      parsed = json::parse(*doc);
+    } catch (const json::exception& e) {
+      FAIL() << e.what() << ": " << *doc;
+    }
+    EXPECT_TRUE(parsed.is_object()) << *doc;
+  }
+}
+
+TEST(JsonSchemaTest, PropertiesInOrderRequiredOnesPresent) {
+  const auto g = Schema(R"({"type":"object","properties":{
+      "name":{"type":"string","minLength":1,"maxLength":8},
+      "age":{"type":"integer"},
+      "tags":{"type":"array","items":{"enum":["a","b",3]},"minItems":1,"maxItems":2},
+      "pet":{"anyOf":[{"type":"null"},{"$ref":"#/$defs/pet"}]}},
+      "required":["name","tags"],
+      "$defs":{"pet":{"type":"object","properties":{"kind":{"const":"cat"}},
+                      "required":["kind"],"additionalProperties":false}}})");
+  EXPECT_TRUE(Complete(g, R"({"name":"x","tags":["a"]})"));
+  EXPECT_TRUE(Complete(g, R"({"name":"x","age":-3,"tags":[3,"b"],"pet":{"kind":"cat"}})"));
+  EXPECT_TRUE(Complete(g, R"({"name":"x","tags":["a"],"pet":null})"));
+  EXPECT_FALSE(Complete(g, R"({"tags":["a"],"name":"x"})"));          // out of order
+  EXPECT_FALSE(Complete(g, R"({"name":"x"})"));                       // tags required
+  EXPECT_FALSE(Complete(g, R"({"name":"","tags":["a"]})"));           // minLength
+  EXPECT_FALSE(Complete(g, R"({"name":"123456789","tags":["a"]})"));  // maxLength
+  EXPECT_FALSE(Complete(g, R"({"name":"x","age":1.5,"tags":["a"]})"));
+  EXPECT_FALSE(Complete(g, R"({"name":"x","tags":[]})"));             // minItems
+  EXPECT_FALSE(Complete(g, R"({"name":"x","tags":["a","b","a"]})"));  // maxItems
+  EXPECT_FALSE(Complete(g, R"({"name":"x","tags":["c"]})"));          // enum
+  EXPECT_FALSE(Complete(g, R"({"name":"x","tags":["a"],"pet":{}})"));
+  EXPECT_FALSE(Complete(g, R"({"name":"x","tags":["a"],"extra":1})"));
+  std::mt19937_64 rng(3);
+  for (int i = 0; i < 200; ++i) {
+    auto doc = testing::RandomDocument(g, rng);
+    ASSERT_TRUE(doc.has_value());
+    json d = json::parse(*doc);
+    ASSERT_TRUE(d.is_object());
+    EXPECT_TRUE(d.contains("name") && d["name"].is_string()) << *doc;
+    EXPECT_TRUE(d.contains("tags") && d["tags"].is_array()) << *doc;
+    if (d.contains("age")) {
+      EXPECT_TRUE(d["age"].is_number_integer()) << *doc;
+    }
+  }
+}
+
+TEST(JsonSchemaTest, RootsOfEveryKind) {
+  EXPECT_TRUE(Complete(Schema(R"({"type":"integer"})"), "-12"));
+  EXPECT_FALSE(Complete(Schema(R"({"type":"integer"})"),
+                        "-1"
+                        "2.0"));
+  EXPECT_TRUE(Complete(Schema(R"({"type":"number"})"), "2.5e3"));
+  EXPECT_TRUE(Complete(Schema(R"({"type":["string","null"]})"), "null"));
+  EXPECT_TRUE(Complete(Schema(R"({"type":["string","null"]})"), "\"n\""));
+  EXPECT_TRUE(Complete(Schema(R"({"enum":[1,10,100]})"), "10"));
+  EXPECT_TRUE(Complete(Schema(R"({"enum":[1,10,100]})"), "1"));
+  EXPECT_FALSE(Complete(Schema(R"({"enum":[1,10,100]})"), "1000"));
+  EXPECT_TRUE(Complete(Schema(R"({"type":"array","items":{"type":"boolean"}})"), "[true, false]"));
+  EXPECT_TRUE(Complete(Schema("{}"), "[1,{\"a\":null}]"));
+  EXPECT_TRUE(Complete(Schema("true"), "\"s\""));
+  // A number at the root may go on; a closed array may not.
+  JsonMatcher number(Schema(R"({"type":"number"})"));
+  ASSERT_TRUE(number.Advance("12"));
+  EXPECT_TRUE(number.IsComplete());
+  EXPECT_TRUE(number.CanContinue());
+  // A recursive schema: a tree of nodes.
+  const auto tree = Schema(R"({"$ref":"#/$defs/node","$defs":{"node":{"type":"object",
+      "properties":{"v":{"type":"integer"},"kids":{"type":"array","items":{"$ref":"#/$defs/node"}}},
+      "required":["v"]}}})");
+  EXPECT_TRUE(Complete(tree, R"({"v":1,"kids":[{"v":2},{"v":3,"kids":[]}]})"));
+  EXPECT_FALSE(Complete(tree, R"({"v":1,"kids":[{}]})"));
+}
+
+TEST(JsonSchemaTest, RefusesWhatItCannotHold) {
+  const std::vector<std::pair<std::string, std::string>> cases = {
+      {"not json", "not valid JSON"},
+      {"[1]", "must be an object or a boolean"},
+      {"false", "admits no value"},
+      {R"({"type":"string","pattern":"a+"})", "keyword 'pattern' is not supported"},
+      {R"({"type":"integer","minimum":0})", "keyword 'minimum' is not supported"},
+      {R"({"properties":{"a":{"type":"text"}}})", "/properties/a/type"},
+      {R"({"type":"object","properties":{"a":{}},"required":["b"]})", "'b' is not in"},
+      {R"({"type":"string","minLength":3,"maxLength":2})", "minLength is above maxLength"},
+      {R"({"type":"array","minItems":-1})", "/minItems"},
+      {R"({"$ref":"http://example.com/s.json"})", "only references into this schema"},
+      {R"({"$ref":"#/$defs/missing"})", "names nothing"},
+      {R"({"oneOf":[{"type":"string"},{"type":"string","maxLength":2}]})", "use anyOf"},
+      {R"({"enum":[]})", "non-empty"},
+      {R"({"type":"integer","enum":["a"]})", "no value of 'enum'"},
+      {R"({"$ref":"#","type":"object"})", "cannot be combined"},
+      {R"({"allOf":[{},{}]})", "allOf of one schema"},
+  };
+  for (const auto& [schema, message] : cases) {
+    SCOPED_TRACE(schema);
+    auto g = Grammar::FromSchema(schema);
+    ASSERT_FALSE(g.ok());
+    EXPECT_EQ(g.status().code(), absl::StatusCode::kInvalidArgument);
+    EXPECT_NE(g.status().message().find(message), std::string::npos) << g.status();
+  }
+  EXPECT_TRUE(Grammar::FromSchema(R"({"oneOf":[{"type":"string"},{"type":"null"}]})").ok());
+  EXPECT_TRUE(Grammar::FromSchema(R"({"type":"string","format":"date","title":"t"})").ok());
+}
+
+// The mask walks the vocabulary in byte order, sharing work between tokens; it must give
+// what trying each token on its own gives, at every point of a document.
+TEST(TokenConstraintTest, MaskEqualsEachTokenTriedAlone) {
+  int tried = 0;
+  for (const std::string rel :
+       {"models/stories260K/tok512.bin", "models/tokenizers/llama2_32000.bin"}) {
+    const std::string path = testing::SharedFile(rel);
+    if (path.empty()) continue;
+    auto tok = Tokenizer::Load(path);
+    ASSERT_TRUE(tok.ok()) << tok.status();
+    auto table = std::make_shared<TokenTable>(**tok);
+    const auto g = Schema(R"({"type":"object","properties":{"name":{"type":"string","maxLength":6},
+        "n":{"type":"number"},"ok":{"type":"boolean"}},"required":["name","ok"]})");
+    const std::string doc = R"({"name": "a\u00e9", "n": -1.5e2, "ok": true})";
+    const int32_t eos = (*tok)->eos_id();
+    JsonConstraint constraint(g, table, {eos});
+    std::vector<float> logits(table->vocab_size(), 0.0f), masked;
+    for (size_t i = 0; i <= doc.size(); ++i) {
+      SCOPED_TRACE(rel + " after " + doc.substr(0, i));
+      ASSERT_TRUE(constraint.Mask(logits, &masked).ok());
+      const JsonMatcher& at = constraint.matcher();
+      for (int32_t id = 0; id < table->vocab_size(); ++id) {
+        JsonMatcher alone = at;
+        const bool text = !(*tok)->IsSpecial(id) && !table->bytes(id).empty();
+        bool expect = text && alone.Advance(table->bytes(id));
+        if (id == eos) expect = at.IsComplete();
+        ASSERT_EQ(masked[id] == 0.0f, expect) << "id " << id << " '" << table->bytes(id) << "'";
+      }
+      if (i < doc.size()) {
+        JsonMatcher step = at;
+        ASSERT_TRUE(step.Advance(doc.substr(i, 1)));
+        // Feed the next byte through a token holding exactly it.
+        int32_t byte_token = -1;
+        for (int32_t id = 0; id < table->vocab_size() && byte_token < 0; ++id) {
+          if (table->bytes(id) == doc.substr(i, 1)) byte_token = id;
+        }
+        ASSERT_GE(byte_token, 0);
+        constraint.Accept(byte_token);
+      }
+    }
+    EXPECT_TRUE(constraint.Finished());
+    ++tried;
+  }
+  if (tried == 0) GTEST_SKIP() << testing::MissingShared("models/stories260K/tok512.bin");
+}
+
+}  // namespace
+}  // namespace kvfold::structured
