@@ -24,6 +24,8 @@
 #include "inference_svc/engine/sampler.h"
 #include "inference_svc/engine/session.h"
 #include "inference_svc/runtime/sampling.h"
+#include "inference_svc/structured/json_grammar.h"
+#include "inference_svc/structured/token_constraint.h"
 
 namespace kvfold::runtime {
 
@@ -136,6 +138,10 @@ struct TurnJob {
   // (engine::Session::ObservePrefillRows), streamed before the first token.
   int prompt_top_logprobs = -1;
   int reserve_blocks = 0;           // KV blocks the turn may hold at most (kv_reservation.h)
+  // Set: the document the turn's tokens are held to (TurnRequest::response_format), and
+  // the vocabulary's bytes.
+  std::shared_ptr<const structured::Grammar> grammar;
+  std::shared_ptr<const structured::TokenTable> token_table;
   // Set: an ephemeral turn whose prompt may be copied from another member of the share.
   std::shared_ptr<PromptShare> share;
   // The caller's tenant and credential (Runtime::CacheKey of no session): an ephemeral

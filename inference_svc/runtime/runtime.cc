@@ -117,6 +117,9 @@ absl::StatusOr<TurnUsage> TurnHandle::Finish() {
 
 Runtime::Runtime(const Deps& deps, const RuntimeOptions& options)
     : deps_(deps), options_(options), table_(options.session_cache_bytes) {
+  if (deps.tokenizer != nullptr) {
+    token_table_ = std::make_shared<structured::TokenTable>(*deps.tokenizer);
+  }
   const engine::EngineOptions& e = deps.engine->options();
   geometry_.block_size = e.block_size;
   geometry_.transient_tokens = std::max(1, options.scheduler.prefill_chunk_tokens);
@@ -289,7 +292,7 @@ std::unique_ptr<TurnHandle> Runtime::Launch(
     std::shared_ptr<LiveSession> live, std::optional<engine::SessionState> restore,
     std::vector<int32_t> prompt, const engine::SamplingParams& sampling,
     std::optional<uint64_t> reseed, std::function<void()> on_progress, int prompt_top_logprobs,
-    std::shared_ptr<PromptShare> share) {
+    std::shared_ptr<PromptShare> share, std::shared_ptr<const structured::Grammar> grammar) {
   int64_t resident = live->resident_tokens.load();
   if (restore.has_value()) {
     resident = static_cast<int64_t>(restore->window_token_ids.size() +
@@ -303,6 +306,10 @@ std::unique_ptr<TurnHandle> Runtime::Launch(
   job->sampling = sampling;
   job->reseed = reseed;
   job->prompt_top_logprobs = prompt_top_logprobs;
+  if (grammar != nullptr) {
+    job->grammar = std::move(grammar);
+    job->token_table = token_table_;
+  }
   if (session_id.empty()) {
     job->share = std::move(share);
     job->cache_scope = CacheKey(caller, "");
@@ -382,6 +389,28 @@ absl::StatusOr<std::unique_ptr<TurnHandle>> Runtime::StartTurn(const Caller& cal
           absl::StrCat(name, " ", value, " outside [0, ", engine::kMaxTopLogprobs, "]"));
     }
   }
+  std::shared_ptr<const structured::Grammar> grammar;
+  if (request.response_format.kind != ResponseFormat::Kind::kText) {
+    if (token_table_ == nullptr) {
+      return absl::FailedPreconditionError(
+          "this replica has no tokenizer: structured output (response_format) needs one");
+    }
+    if (request.prompt_only) {
+      return absl::InvalidArgumentError(
+          "response_format needs a turn that generates (not "
+          "prompt_only)");
+    }
+    if (request.response_format.kind == ResponseFormat::Kind::kJsonObject) {
+      grammar = structured::Grammar::JsonObject();
+    } else {
+      auto compiled = structured::Grammar::FromSchema(request.response_format.json_schema);
+      if (!compiled.ok()) {
+        return absl::InvalidArgumentError(
+            absl::StrCat("response_format: ", compiled.status().message()));
+      }
+      grammar = std::move(*compiled);
+    }
+  }
   const uint64_t turn_seed = request.sampling.seed;
 
   std::string key;
@@ -440,9 +469,10 @@ absl::StatusOr<std::unique_ptr<TurnHandle>> Runtime::StartTurn(const Caller& cal
   if (!request.messages.empty()) {
     for (int32_t id : deps_.chat_template->end_of_turn_ids()) sampling.stop_token_ids.push_back(id);
   }
-  auto handle = Launch(caller, request.session_id, key, head, std::move(live), std::move(restore),
-                       std::move(*prompt), sampling, reseed, std::move(request.on_progress),
-                       request.prompt_logprobs, std::move(request.prompt_share));
+  auto handle =
+      Launch(caller, request.session_id, key, head, std::move(live), std::move(restore),
+             std::move(*prompt), sampling, reseed, std::move(request.on_progress),
+             request.prompt_logprobs, std::move(request.prompt_share), std::move(grammar));
   handle->call_start_ = call_start;
   handle->fetch_ms_ = fetch_ms;
   handle->starts_text_ = starts_text;

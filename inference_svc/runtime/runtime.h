@@ -45,6 +45,8 @@
 #include "inference_svc/runtime/scheduler.h"
 #include "inference_svc/runtime/session_store.h"
 #include "inference_svc/runtime/session_table.h"
+#include "inference_svc/structured/json_grammar.h"
+#include "inference_svc/structured/token_constraint.h"
 #include "inference_svc/tokenizer/chat_template.h"
 #include "inference_svc/tokenizer/tokenizer.h"
 
@@ -82,6 +84,13 @@ struct SessionRequest {
   int sink_tokens = 0;
 };
 
+// What a turn's answer must be (docs/structured-output.md).
+struct ResponseFormat {
+  enum class Kind { kText, kJsonObject, kJsonSchema };
+  Kind kind = Kind::kText;
+  std::string json_schema;  // kJsonSchema: the schema, as JSON text
+};
+
 struct TurnRequest {
   // The session to continue. Empty: an ephemeral session (geometry `ephemeral`) that
   // starts empty and is neither read from nor written to the store.
@@ -112,6 +121,13 @@ struct TurnRequest {
   // Feed (and score) the prompt, generate nothing: the turn ends with kLength after its
   // prompt, committed like any other turn.
   bool prompt_only = false;
+  // Free text (kText), or a JSON document the turn's tokens are held to: a token whose
+  // bytes cannot continue the document is never picked, stop and EOS ids only once the
+  // document is whole, and the turn ends (kStop) once it is whole and nothing may follow
+  // it. Log-probabilities stay those of the raw distribution. INVALID_ARGUMENT for a
+  // schema outside the supported subset (the message says which keyword, where) or with
+  // prompt_only; FAILED_PRECONDITION on a replica without a tokenizer.
+  ResponseFormat response_format;
   // Optional: called on a runtime thread whenever tokens or the end are available. Must
   // return quickly and must not call back into the runtime.
   std::function<void()> on_progress;
@@ -253,9 +269,12 @@ class Runtime {
       std::shared_ptr<LiveSession> live, std::optional<engine::SessionState> restore,
       std::vector<int32_t> prompt, const engine::SamplingParams& sampling,
       std::optional<uint64_t> reseed, std::function<void()> on_progress,
-      int prompt_top_logprobs = -1, std::shared_ptr<PromptShare> share = nullptr);
+      int prompt_top_logprobs = -1, std::shared_ptr<PromptShare> share = nullptr,
+      std::shared_ptr<const structured::Grammar> grammar = nullptr);
 
   const Deps deps_;
+  // The tokenizer's bytes for structured output; null without a tokenizer.
+  std::shared_ptr<const structured::TokenTable> token_table_;
   const RuntimeOptions options_;
   KvGeometry geometry_;
   // Declared before the table: cached sessions are destroyed first, while the scheduler

@@ -287,7 +287,15 @@ void Scheduler::Admit(std::shared_ptr<TurnJob> job) {
 
 int32_t Scheduler::PickToken(Running& r, engine::TokenLogprobs* logprobs) {
   const std::span<const float> logits = r.job->live->engine_session->Logits();
-  const int32_t token = r.sampler->Sample(logits);
+  std::span<const float> pick_from = logits;
+  if (r.constraint.has_value()) {
+    if (absl::Status s = r.constraint->Mask(logits, &r.masked_logits); !s.ok()) {
+      r.pick_error = std::move(s);
+      return -1;
+    }
+    pick_from = r.masked_logits;
+  }
+  const int32_t token = r.sampler->Sample(pick_from);
   if (r.job->sampling.top_logprobs >= 0) {
     engine::ComputeLogprobs(logits, token, r.job->sampling.top_logprobs, logprobs);
   }
@@ -315,6 +323,7 @@ void Scheduler::PickTokens() {
 }
 
 void Scheduler::Emit(Running& r, int32_t token, const engine::TokenLogprobs& logprobs) {
+  if (token < 0) return Fail(r, std::move(r.pick_error));  // PickToken found no token
   TurnJob& job = *r.job;
   ++job.generated_tokens;
   if (job.generated_tokens == 1) job.ttft_ms = MsSince(job.submitted_at);
@@ -326,7 +335,9 @@ void Scheduler::Emit(Running& r, int32_t token, const engine::TokenLogprobs& log
   }
   r.pending_token = token;
   r.phase = Phase::kDecode;
-  if (r.sampler->IsStop(token, engine_->config().eos_token_ids)) {
+  if (r.constraint.has_value()) r.constraint->Accept(token);  // a stop id moves nothing
+  if (r.sampler->IsStop(token, engine_->config().eos_token_ids) ||
+      (r.constraint.has_value() && r.constraint->Finished())) {
     job.finish_reason = FinishReason::kStop;
     r.stop_after_feed = true;
   } else if (static_cast<int>(job.generated_tokens) >= job.sampling.max_new_tokens) {

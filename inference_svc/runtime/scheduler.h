@@ -139,6 +139,11 @@ class Scheduler {
     int64_t folded_at_start = 0;
     double fold_seconds_at_start = 0;
     std::optional<engine::Sampler> sampler;
+    // A structured turn's hold on its tokens (TurnJob::grammar), the logits it masked
+    // last, and why its last pick found no token.
+    std::optional<structured::JsonConstraint> constraint;
+    std::vector<float> masked_logits;
+    absl::Status pick_error;
     bool prefix_checked = false;   // the prefix cache was asked (once, before its prompt)
     std::vector<int32_t> emitted;  // an ephemeral turn's tokens, for the prefix cache
   };

@@ -69,6 +69,13 @@ void Scheduler::StartTurn(Running& r) {
   r.fold_seconds_at_start = FoldSeconds(live.engine_session.get());
   r.sampler.emplace(engine_->config().vocab_size, job.sampling, engine_->config().eos_token_ids);
   r.sampler->AddContext(job.prompt_ids);
+  if (job.grammar != nullptr) {
+    std::vector<int32_t> stops = job.sampling.stop_token_ids;
+    if (!job.sampling.ignore_eos) {
+      for (int id : engine_->config().eos_token_ids) stops.push_back(id);
+    }
+    r.constraint.emplace(job.grammar, job.token_table, std::move(stops));
+  }
   if (job.reseed.has_value()) {
     r.sampler->rng() = engine::Rng(*job.reseed);
   } else {

@@ -68,20 +68,25 @@ Grammar::Grammar() {
   nodes_[kAnyNumber].kind = NodeKind::kNumber;
 }
 
-std::shared_ptr<const Grammar> Grammar::JsonObject() {
-  static const std::shared_ptr<const Grammar> g = [] {
+std::shared_ptr<const Grammar> Grammar::JsonObject(bool compact) {
+  auto make = [](bool compact) {
     auto grammar = std::shared_ptr<Grammar>(new Grammar());
     grammar->root_ = kAnyObject;
-    return grammar;
-  }();
-  return g;
+    grammar->compact_ = compact;
+    return std::shared_ptr<const Grammar>(std::move(grammar));
+  };
+  static const std::shared_ptr<const Grammar> compact_object = make(true);
+  static const std::shared_ptr<const Grammar> object = make(false);
+  return compact ? compact_object : object;
 }
 
 // Compiles one schema document into a Grammar, node by node; $ref targets once each (so
 // recursive schemas become cycles in the graph, bounded at match time by kMaxDepth).
 class SchemaCompiler {
  public:
-  explicit SchemaCompiler(const json& root) : root_(root), grammar_(new Grammar()) {}
+  SchemaCompiler(const json& root, bool compact) : root_(root), grammar_(new Grammar()) {
+    grammar_->compact_ = compact;
+  }
 
   absl::StatusOr<std::shared_ptr<const Grammar>> Run() {
     auto root = Compile(root_, "", 0);
@@ -438,10 +443,11 @@ class SchemaCompiler {
   std::map<std::string, int> refs_;
 };
 
-absl::StatusOr<std::shared_ptr<const Grammar>> Grammar::FromSchema(std::string_view schema) {
+absl::StatusOr<std::shared_ptr<const Grammar>> Grammar::FromSchema(std::string_view schema,
+                                                                   bool compact) {
   json root = json::parse(schema, nullptr, /*allow_exceptions=*/false);
   if (root.is_discarded()) return absl::InvalidArgumentError("the schema is not valid JSON");
-  return SchemaCompiler(root).Run();
+  return SchemaCompiler(root, compact).Run();
 }
 
 }  // namespace kvfold::structured

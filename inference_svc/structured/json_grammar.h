@@ -56,7 +56,7 @@ struct Node {
 
 // Bounds every constrained document obeys, whatever the schema (a model held to JSON
 // cannot write forever inside one token run): whitespace runs, digits, nesting.
-inline constexpr int kMaxWhitespaceRun = 16;  // bytes of whitespace in a row
+inline constexpr int kMaxWhitespaceRun = 16;  // bytes of whitespace in a row (not compact)
 inline constexpr int kMaxIntegerDigits = 15;  // before the point (exact in a double)
 inline constexpr int kMaxFractionDigits = 15;
 inline constexpr int kMaxExponentDigits = 2;  // 1e99 at most: no parser overflows
@@ -76,22 +76,28 @@ class Grammar {
   static constexpr int kAnyString = 4;
   static constexpr int kAnyNumber = 5;
 
+  // Compact documents admit whitespace only as one space after a ':' or ',' (what
+  // `json.dumps` writes): a model held to JSON cannot spend its tokens on blank lines.
+  // Otherwise any JSON whitespace, in runs of at most kMaxWhitespaceRun bytes.
   // Any JSON object.
-  static std::shared_ptr<const Grammar> JsonObject();
+  static std::shared_ptr<const Grammar> JsonObject(bool compact = true);
   // The documents of `schema` (JSON text). INVALID_ARGUMENT when it is not JSON, not a
   // schema, or uses a keyword outside the subset; the message names the keyword and
   // where it is (a JSON pointer into the schema).
-  static absl::StatusOr<std::shared_ptr<const Grammar>> FromSchema(std::string_view schema);
+  static absl::StatusOr<std::shared_ptr<const Grammar>> FromSchema(std::string_view schema,
+                                                                   bool compact = true);
 
   const Node& node(int i) const { return nodes_[i]; }
   int root() const { return root_; }
   int num_nodes() const { return static_cast<int>(nodes_.size()); }
+  bool compact() const { return compact_; }
 
  private:
   friend class SchemaCompiler;
   Grammar();
   std::vector<Node> nodes_;
   int root_ = 0;
+  bool compact_ = true;
 };
 
 }  // namespace kvfold::structured

@@ -22,6 +22,14 @@ bool NumberMayEnd(uint8_t phase) {
   return phase == kZero || phase == kInt || phase == kFrac || phase == kExpDigits;
 }
 
+// Whether whitespace byte c may come next in frame f; `after_separator`: f's next byte
+// follows a ':' or ','.
+bool WhitespaceAllowed(const Grammar& g, const JsonMatcher::Frame& f, uint8_t c,
+                       bool after_separator) {
+  if (!g.compact()) return f.ws < kMaxWhitespaceRun;
+  return after_separator && c == ' ' && f.ws == 0;
+}
+
 uint64_t FirstN(size_t n) { return n >= 64 ? ~uint64_t{0} : (uint64_t{1} << n) - 1; }
 
 // Containers open in s.
@@ -68,7 +76,7 @@ void JsonMatcher::Feed(Stack s, uint8_t c, std::vector<Stack>* out) const {
     switch (f.type) {
       case kValue: {
         if (IsWs(c)) {
-          if (f.ws >= kMaxWhitespaceRun) return;
+          if (!WhitespaceAllowed(g, f, c, /*after_separator=*/f.aux == 1)) return;
           ++f.ws;
           out->push_back(std::move(s));
           return;
@@ -143,7 +151,7 @@ void JsonMatcher::Feed(Stack s, uint8_t c, std::vector<Stack>* out) const {
       case kObject: {
         const bool ws = IsWs(c);
         if (ws && f.phase != kKey) {
-          if (f.ws >= kMaxWhitespaceRun) return;
+          if (!WhitespaceAllowed(g, f, c, /*after_separator=*/f.phase == kComma)) return;
           ++f.ws;
           out->push_back(std::move(s));
           return;
@@ -203,6 +211,7 @@ void JsonMatcher::Feed(Stack s, uint8_t c, std::vector<Stack>* out) const {
             f.phase = kAfterValue;
             Frame value;
             value.type = kValue;
+            value.aux = 1;  // after ':'
             value.node = n.free_keys ? n.values : n.properties[f.a].value;
             s.push_back(value);
             out->push_back(std::move(s));
@@ -230,12 +239,13 @@ void JsonMatcher::Feed(Stack s, uint8_t c, std::vector<Stack>* out) const {
           f.ws = 0;
           Frame item;
           item.type = kValue;
+          item.aux = f.a > 1 ? 1 : 0;  // after ',' (the first item follows '[')
           item.node = n.items;
           s.push_back(item);
           continue;
         }
         if (IsWs(c)) {
-          if (f.ws >= kMaxWhitespaceRun) return;
+          if (!WhitespaceAllowed(g, f, c, /*after_separator=*/false)) return;
           ++f.ws;
           out->push_back(std::move(s));
           return;

@@ -40,7 +40,8 @@ class JsonMatcher {
     uint8_t type = 0;
     uint8_t phase = 0;
     uint8_t ws = 0;   // whitespace bytes in a row
-    uint8_t aux = 0;  // string: bytes or hex digits left; number: digits in this part
+    uint8_t aux = 0;  // value: 1 after ':' or ','; string: bytes or hex digits left;
+                      // number: digits in this part
     int32_t node = 0;
     int32_t a = 0;      // object: last property written; array: items; string: code points;
                         // literal: bytes matched

@@ -32,7 +32,7 @@ std::shared_ptr<const Grammar> Schema(const std::string& schema) {
 }
 
 TEST(JsonMatcherTest, ObjectsAreWholeAndTheirPrefixesOnTheWay) {
-  const auto g = Grammar::JsonObject();
+  const auto g = Grammar::JsonObject(/*compact=*/false);
   for (const std::string doc : {
            R"({})",
            R"( { "a" : 1 } )",
@@ -55,7 +55,7 @@ TEST(JsonMatcherTest, ObjectsAreWholeAndTheirPrefixesOnTheWay) {
 }
 
 TEST(JsonMatcherTest, NotJsonOrNotAnObjectDies) {
-  const auto g = Grammar::JsonObject();
+  const auto g = Grammar::JsonObject(/*compact=*/false);
   for (const std::string bad : {"[]",
                                 "1",
                                 "\"s\"",
@@ -140,7 +140,7 @@ TEST(JsonMatcherTest, AgreesWithNlohmannOnMutatedDocuments) {
     }
   };
   const std::string alphabet = "{}[]:,\" \n-+.eE0129tfnul\\/abx\xc3\xa9\x80";
-  const auto g = Grammar::JsonObject();
+  const auto g = Grammar::JsonObject(/*compact=*/false);
   int whole = 0, cases = 0;
   for (int i = 0; i < 20000; ++i) {
     json o = json::object();
@@ -178,7 +178,7 @@ TEST(JsonMatcherTest, AgreesWithNlohmannOnMutatedDocuments) {
 
 TEST(JsonMatcherTest, RandomDocumentsParseAsObjects) {
   std::mt19937_64 rng(11);
-  const auto g = Grammar::JsonObject();
+  const auto g = Grammar::JsonObject(/*compact=*/false);
   for (int i = 0; i < 300; ++i) {
     auto doc = testing::RandomDocument(g, rng);
     ASSERT_TRUE(doc.has_value());
@@ -190,6 +190,23 @@ TEST(JsonMatcherTest, RandomDocumentsParseAsObjects) {
     }
     EXPECT_TRUE(parsed.is_object()) << *doc;
   }
+}
+
+// What a model is held to: one space at most, and only after ':' or ','.
+TEST(JsonMatcherTest, CompactDocumentsSpaceOnlyAfterSeparators) {
+  const auto g = Grammar::JsonObject();
+  EXPECT_TRUE(Complete(g, R"({"a": 1, "b": [1, 2], "c":{"d":null}})"));
+  EXPECT_TRUE(Complete(g, R"({"a":[],"b":{}})"));
+  for (const std::string bad :
+       {" {}", "{ }", "{ \"a\":1}", "{\"a\" :1}", "{\"a\":  1}", "{\"a\":1 }",
+        "{\"a\":1,  \"b\":2}", "{\"a\":[ 1]}", "{\"a\":[1 ]}", "{\"a\":\n1}", "{\"a\":\t1}"}) {
+    SCOPED_TRACE(bad);
+    EXPECT_FALSE(Complete(g, bad));
+  }
+  // The same schema, not compact, admits JSON's whitespace.
+  EXPECT_TRUE(Complete(*Grammar::FromSchema(R"({"type":"object"})", /*compact=*/false),
+                       "{\n  \"a\" : [ 1 ,\t2 ]\n}"));
+  EXPECT_FALSE(Complete(Schema(R"({"type":"object"})"), "{\n  \"a\" : [ 1 ,\t2 ]\n}"));
 }
 
 TEST(JsonSchemaTest, PropertiesInOrderRequiredOnesPresent) {

@@ -1,0 +1,187 @@
+// Structured output in a Runtime on the real stories260K model and tokenizer: a turn held
+// to a JSON object or a schema writes a document an independent parser reads (the model
+// alone writes stories), in every KV mode, greedy and sampled; bad formats are refused.
+#include <memory>
+#include <string>
+#include <vector>
+
+#include "gtest/gtest.h"
+#include "inference_svc/engine/engine.h"
+#include "inference_svc/memory/projector.h"
+#include "inference_svc/model/model_file.h"
+#include "inference_svc/runtime/runtime.h"
+#include "inference_svc/tokenizer/tokenizer.h"
+#include "nlohmann/json.hpp"
+#include "tests/testing/shared_dir.h"
+
+namespace kvfold::runtime {
+namespace {
+
+using json = nlohmann::json;
+
+class StructuredTurnTest : public ::testing::Test {
+ protected:
+  void SetUp() override {
+    if (!testing::HaveStories260K()) {
+      GTEST_SKIP() << testing::MissingShared("models/stories260K");
+    }
+    auto m = model::LoadModel(testing::Stories260K() + "/stories260K.bin");
+    ASSERT_TRUE(m.ok()) << m.status();
+    model_ = std::move(*m);
+    backend_ = kernels::CreateCpuBackend({.num_threads = 2});
+    engine::EngineOptions options;
+    options.kv_pool_bytes = 32 << 20;
+    auto e = engine::Engine::Create(model_, backend_.get(), options);
+    ASSERT_TRUE(e.ok()) << e.status();
+    engine_ = std::move(*e);
+    auto tok = Tokenizer::Load(testing::Stories260K() + "/tok512.bin");
+    ASSERT_TRUE(tok.ok()) << tok.status();
+    tokenizer_ = std::move(*tok);
+    const char* src = std::getenv("KVFOLD_SOURCE_DIR");
+    auto projector =
+        memory::Projector::Load(std::string(src ? src : ".") + "/models/stories260K-projector");
+    ASSERT_TRUE(projector.ok()) << projector.status();
+    projector_ = std::move(*projector);
+    Runtime::Deps deps;
+    deps.engine = engine_.get();
+    deps.tokenizer = tokenizer_.get();
+    deps.projector = projector_.get();
+    runtime_ = std::make_unique<Runtime>(deps, RuntimeOptions());
+  }
+
+  struct Answer {
+    absl::Status status;
+    std::string text;
+    FinishReason finish = FinishReason::kNone;
+  };
+
+  Answer Run(TurnRequest request) {
+    Answer a;
+    auto turn = runtime_->StartTurn({"tenant", ""}, std::move(request));
+    if (!turn.ok()) {
+      a.status = turn.status();
+      return a;
+    }
+    std::vector<int32_t> tokens;
+    while (!(*turn)->Wait(absl::Milliseconds(20), &tokens)) {
+    }
+    auto usage = (*turn)->Finish();
+    a.status = usage.status();
+    if (usage.ok()) a.finish = usage->finish_reason;
+    a.text = tokenizer_->Decode(tokens);
+    return a;
+  }
+
+  static TurnRequest Request(core::KvMode mode, ResponseFormat format, float temperature = 0,
+                             uint64_t seed = 0) {
+    TurnRequest r;
+    r.ephemeral.mode = mode;
+    r.ephemeral.window_size = mode == core::KvMode::kMemory ? 104 : 64;  // the projector's W
+    r.ephemeral.sink_tokens = mode == core::KvMode::kSink ? 4 : 0;
+    r.prompt_text = "Once upon a time, a little girl";
+    r.sampling.temperature = temperature;
+    r.sampling.seed = seed;
+    r.sampling.max_new_tokens = 400;
+    r.response_format = std::move(format);
+    return r;
+  }
+
+  model::ModelFile model_;
+  std::unique_ptr<kernels::Backend> backend_;
+  std::unique_ptr<engine::Engine> engine_;
+  std::unique_ptr<Tokenizer> tokenizer_;
+  std::unique_ptr<memory::Projector> projector_;
+  std::unique_ptr<Runtime> runtime_;
+};
+
+json Parse(const std::string& text) {
+  return json::parse(text, nullptr, /*allow_exceptions=*/false);
+}
+
+const core::KvMode kModes[] = {core::KvMode::kFull, core::KvMode::kSliding, core::KvMode::kSink,
+                               core::KvMode::kMemory};
+
+TEST_F(StructuredTurnTest, AJsonObjectInEveryMode) {
+  const Answer free = Run(Request(core::KvMode::kFull, {}));
+  ASSERT_TRUE(free.status.ok()) << free.status;
+  EXPECT_TRUE(Parse(free.text).is_discarded()) << "the model alone writes JSON: " << free.text;
+  // A story model writes long strings: a bias on the closing quote and brace (single-byte
+  // tokens) ends the object within the token budget.
+  std::vector<std::pair<int32_t, float>> closing;
+  for (int32_t id = 0; id < tokenizer_->vocab_size(); ++id) {
+    if (tokenizer_->TokenBytes(id) == "\"") closing.emplace_back(id, 4.0f);
+    if (tokenizer_->TokenBytes(id) == "}") closing.emplace_back(id, 8.0f);
+  }
+  ASSERT_GE(closing.size(), 2u);
+  for (core::KvMode mode : kModes) {
+    SCOPED_TRACE(core::KvModeName(mode));
+    TurnRequest request = Request(mode, {ResponseFormat::Kind::kJsonObject, ""});
+    request.sampling.logit_bias = closing;
+    const Answer a = Run(std::move(request));
+    ASSERT_TRUE(a.status.ok()) << a.status;
+    EXPECT_EQ(a.finish, FinishReason::kStop) << a.text;
+    const json doc = Parse(a.text);
+    ASSERT_FALSE(doc.is_discarded()) << a.text;
+    EXPECT_TRUE(doc.is_object()) << a.text;
+  }
+}
+
+TEST_F(StructuredTurnTest, SampledDocumentsOfASchema) {
+  const std::string schema = R"({"type":"object","properties":{
+      "name":{"type":"string","minLength":1,"maxLength":12},
+      "age":{"type":"integer"},
+      "mood":{"enum":["happy","sad","sleepy"]},
+      "friends":{"type":"array","items":{"type":"string","maxLength":8},"maxItems":3}},
+      "required":["name","mood","friends"],"additionalProperties":false})";
+  for (uint64_t seed = 1; seed <= 6; ++seed) {
+    SCOPED_TRACE(seed);
+    const core::KvMode mode = kModes[seed % 4];
+    const Answer a =
+        Run(Request(mode, {.kind = ResponseFormat::Kind::kJsonSchema, .json_schema = schema},
+                    /*temperature=*/1.0f, seed));
+    ASSERT_TRUE(a.status.ok()) << a.status;
+    EXPECT_EQ(a.finish, FinishReason::kStop) << a.text;
+    const json doc = Parse(a.text);
+    ASSERT_TRUE(doc.is_object()) << a.text;
+    ASSERT_TRUE(doc.contains("name") && doc["name"].is_string()) << a.text;
+    const std::string name = doc["name"].get<std::string>();
+    EXPECT_FALSE(name.empty());
+    ASSERT_TRUE(doc.contains("mood")) << a.text;
+    EXPECT_TRUE(doc["mood"] == "happy" || doc["mood"] == "sad" || doc["mood"] == "sleepy");
+    ASSERT_TRUE(doc.contains("friends") && doc["friends"].is_array()) << a.text;
+    EXPECT_LE(doc["friends"].size(), 3u);
+    if (doc.contains("age")) {
+      EXPECT_TRUE(doc["age"].is_number_integer()) << a.text;
+    }
+    for (const auto& [key, value] : doc.items()) {
+      EXPECT_TRUE(key == "name" || key == "age" || key == "mood" || key == "friends") << key;
+    }
+  }
+}
+
+TEST_F(StructuredTurnTest, FormatsThatCannotBeHeldAreRefused) {
+  TurnRequest bad =
+      Request(core::KvMode::kFull, {.kind = ResponseFormat::Kind::kJsonSchema,
+                                    .json_schema = R"({"type":"string","pattern":"^a"})"});
+  auto turn = runtime_->StartTurn({"tenant", ""}, std::move(bad));
+  ASSERT_FALSE(turn.ok());
+  EXPECT_EQ(turn.status().code(), absl::StatusCode::kInvalidArgument);
+  EXPECT_NE(turn.status().message().find("'pattern'"), std::string::npos) << turn.status();
+
+  TurnRequest only = Request(core::KvMode::kFull, {ResponseFormat::Kind::kJsonObject, ""});
+  only.prompt_only = true;
+  EXPECT_EQ(runtime_->StartTurn({"tenant", ""}, std::move(only)).status().code(),
+            absl::StatusCode::kInvalidArgument);
+
+  Runtime::Deps deps;
+  deps.engine = engine_.get();
+  Runtime without_tokenizer(deps, RuntimeOptions());
+  TurnRequest ids = Request(core::KvMode::kFull, {ResponseFormat::Kind::kJsonObject, ""});
+  ids.prompt_text.clear();
+  ids.prompt_ids = {1, 2, 3};
+  EXPECT_EQ(without_tokenizer.StartTurn({"tenant", ""}, std::move(ids)).status().code(),
+            absl::StatusCode::kFailedPrecondition);
+}
+
+}  // namespace
+}  // namespace kvfold::runtime
