@@ -75,6 +75,8 @@ TurnSpec SpecFor(const std::string& session_id, const GenerationParams& p) {
   spec.min_tokens = p.min_tokens;
   spec.max_new_tokens = p.max_tokens.value_or(0);
   spec.top_logprobs = p.logprobs ? p.top_logprobs : -1;
+  spec.format = p.format;
+  spec.json_schema = p.json_schema;
   return spec;
 }
 

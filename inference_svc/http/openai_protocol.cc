@@ -88,14 +88,10 @@ absl::Status AppendTokenIds(const json& list, const char* param, std::vector<int
 
 // Fields that change the answer and that kvfold does not implement: refused, never ignored.
 absl::Status RefuseUnsupported(const json& j) {
-  for (const char* key : {"tools", "functions", "tool_choice", "function_call", "response_format",
-                          "suffix", "best_of"}) {
+  for (const char* key :
+       {"tools", "functions", "tool_choice", "function_call", "suffix", "best_of"}) {
     if (j.contains(key) && !j[key].is_null() && !(j[key].is_array() && j[key].empty()) &&
         !(j[key].is_object() && j[key].empty())) {
-      if (std::string(key) == "response_format" && j[key].is_object() &&
-          j[key].value("type", "") == "text") {
-        continue;
-      }
       return Bad(key, absl::StrCat("'", key, "' is not supported by kvfold"));
     }
   }
@@ -254,9 +250,60 @@ absl::Status ParseLogprobs(const json& j, LogprobsForm form, GenerationParams* p
   return absl::OkStatus();
 }
 
+// The answer's format: chat's and completions' `response_format` ({"type": "text"},
+// {"type": "json_object"}, {"type": "json_schema", "json_schema": {"name", "schema",
+// "strict"}}), or responses' `text.format` (the same, with "name" and "schema" beside
+// "type").
+absl::Status ParseFormat(const json& j, LogprobsForm form, GenerationParams* p) {
+  const bool responses = form == LogprobsForm::kResponse;
+  const char* param = responses ? "text.format" : "response_format";
+  const json* f = nullptr;
+  if (responses) {
+    if (!j.contains("text") || j["text"].is_null()) return absl::OkStatus();
+    if (!j["text"].is_object()) return Bad("text", "'text' must be an object");
+    if (j["text"].contains("format") && !j["text"]["format"].is_null()) f = &j["text"]["format"];
+  } else if (j.contains("response_format") && !j["response_format"].is_null()) {
+    f = &j["response_format"];
+  }
+  if (f == nullptr) return absl::OkStatus();
+  if (!f->is_object() || !f->contains("type") || !(*f)["type"].is_string()) {
+    return Bad(param, absl::StrCat("'", param, "' must be an object with a 'type'"));
+  }
+  const std::string type = (*f)["type"].get<std::string>();
+  if (type == "text") return absl::OkStatus();
+  if (type == "json_object") {
+    p->format = OutputFormat::kJsonObject;
+    return absl::OkStatus();
+  }
+  if (type != "json_schema") {
+    return Bad(param, absl::StrCat("'", param, ".type' is \"", absl::CHexEscape(type),
+                                   "\"; it must be text, json_object or json_schema"));
+  }
+  const json* holder = f;
+  std::string at = param;
+  if (!responses) {
+    if (!f->contains("json_schema") || !(*f)["json_schema"].is_object()) {
+      return Bad(param, "'response_format.json_schema' must be an object with a 'schema'");
+    }
+    holder = &(*f)["json_schema"];
+    at += ".json_schema";
+  }
+  if (holder->contains("name") && !(*holder)["name"].is_string()) {
+    return Bad(param, absl::StrCat("'", at, ".name' must be a string"));
+  }
+  if (!holder->contains("schema") ||
+      !((*holder)["schema"].is_object() || (*holder)["schema"].is_boolean())) {
+    return Bad(param, absl::StrCat("'", at, ".schema' must be a JSON Schema (an object)"));
+  }
+  p->format = OutputFormat::kJsonSchema;
+  p->json_schema = (*holder)["schema"].dump();
+  return absl::OkStatus();
+}
+
 absl::Status ParseParams(const json& j, LogprobsForm form, GenerationParams* p) {
   KVFOLD_RETURN_IF_ERROR(
       ParseSampling(j, form == LogprobsForm::kResponse ? "max_output_tokens" : "max_tokens", p));
+  KVFOLD_RETURN_IF_ERROR(ParseFormat(j, form, p));
   return ParseLogprobs(j, form, p);
 }
 

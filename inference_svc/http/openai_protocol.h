@@ -14,6 +14,7 @@
 
 #include "absl/status/status.h"
 #include "absl/status/statusor.h"
+#include "inference_svc/http/turn_port.h"
 #include "inference_svc/tokenizer/chat_template.h"
 #include "nlohmann/json_fwd.hpp"
 
@@ -52,6 +53,11 @@ struct GenerationParams {
   int top_logprobs = 0;  // [0, kMaxTopLogprobs]
   // Choices per prompt, each an independent sample (OpenAI's `n`), [1, kMaxChoices].
   int n = 1;
+  // OpenAI's response_format (chat, completions) or text.format (responses): free text, a
+  // JSON object, or a document of json_schema (its `schema`, as JSON text; the replica
+  // refuses a schema it cannot hold).
+  OutputFormat format = OutputFormat::kText;
+  std::string json_schema;
 };
 
 struct ChatCompletionRequest {

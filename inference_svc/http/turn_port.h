@@ -39,6 +39,10 @@ class PromptGroup {
   virtual ~PromptGroup() = default;
 };
 
+// What a turn's answer must be: free text, a JSON object, or a document of a JSON Schema
+// (docs/structured-output.md).
+enum class OutputFormat { kText, kJsonObject, kJsonSchema };
+
 struct TurnSpec {
   // Empty: an ephemeral conversation, neither read from nor written to the store.
   std::string session_id;
@@ -70,6 +74,8 @@ struct TurnSpec {
   // log-probability and this many alternatives (TurnObserver::OnPromptLogprobs).
   int prompt_logprobs = -1;
   bool prompt_only = false;  // feed (and score) the prompt, generate nothing
+  OutputFormat format = OutputFormat::kText;
+  std::string json_schema;  // kJsonSchema: the schema, as JSON text
   // Ephemeral turns only: turns with the same group and prompt may share its feeding.
   std::shared_ptr<PromptGroup> prompt_group;
 };

@@ -402,6 +402,17 @@ absl::StatusOr<std::shared_ptr<http::RunningTurn>> RuntimeTurnPort::StartTurn(
     request.prompt_share = group->share;
   }
   request.prompt_only = spec.prompt_only;
+  switch (spec.format) {
+    case http::OutputFormat::kText:
+      break;
+    case http::OutputFormat::kJsonObject:
+      request.response_format.kind = runtime::ResponseFormat::Kind::kJsonObject;
+      break;
+    case http::OutputFormat::kJsonSchema:
+      request.response_format.kind = runtime::ResponseFormat::Kind::kJsonSchema;
+      request.response_format.json_schema = spec.json_schema;
+      break;
+  }
   // Greedy must not inherit a session's non-zero default temperature.
   if (spec.temperature <= 0) request.sampling.top_k = 1;
   std::weak_ptr<RuntimeTurn> weak = turn;

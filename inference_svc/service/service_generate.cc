@@ -59,6 +59,21 @@ grpc::Status InferenceServiceImpl::Generate(grpc::ServerContext* context,
         "prompt_only needs a prompt or prompt_token_ids (and no messages)"));
   }
   turn_request.prompt_only = request->prompt_only();
+  switch (request->response_format().type()) {
+    case v1::ResponseFormat::TYPE_JSON_OBJECT:
+      turn_request.response_format.kind = runtime::ResponseFormat::Kind::kJsonObject;
+      break;
+    case v1::ResponseFormat::TYPE_JSON_SCHEMA:
+      turn_request.response_format.kind = runtime::ResponseFormat::Kind::kJsonSchema;
+      turn_request.response_format.json_schema = request->response_format().json_schema();
+      break;
+    case v1::ResponseFormat::TYPE_UNSPECIFIED:
+    case v1::ResponseFormat::TYPE_TEXT:
+      break;
+    default:
+      return ToGrpcStatus(absl::InvalidArgumentError(absl::StrCat(
+          "response_format.type ", request->response_format().type(), " is not a known type")));
+  }
   auto top_logprobs = TopLogprobsFromProto(request->logprobs() || request->prompt_logprobs(),
                                            request->top_logprobs());
   if (!top_logprobs.ok()) return ToGrpcStatus(top_logprobs.status());

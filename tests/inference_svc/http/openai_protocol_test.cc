@@ -425,7 +425,7 @@ TEST(OpenAiProtocolTest, RandomBodiesGetOkOrAPreciseError) {
       "model", "messages", "prompt", "input", "max_tokens", "max_completion_tokens",
       "max_output_tokens", "temperature", "top_p", "seed", "stream", "stream_options",
       "logprobs", "top_logprobs", "n", "stop", "previous_response_id", "instructions",
-      "include", "tools", "response_format", "logit_bias", "echo", "suffix", "best_of",
+      "include", "tools", "response_format", "text", "logit_bias", "echo", "suffix", "best_of",
       "kvfold_session", "continue_final_message", "presence_penalty", "frequency_penalty",
       "repetition_penalty", "top_k", "min_p"])");
   const json bases[3] = {
@@ -476,6 +476,50 @@ TEST(OpenAiProtocolTest, RandomBodiesGetOkOrAPreciseError) {
   // Both outcomes occur, so the loop exercised the parsers' success paths and their checks.
   EXPECT_GT(ok, 100);
   EXPECT_GT(refused, 1000);
+}
+
+TEST(OpenAiProtocolTest, ResponseFormatsOfEveryEndpoint) {
+  const json schema = {{"type", "object"}, {"properties", {{"a", {{"type", "integer"}}}}}};
+  json chat = {{"messages", {{{"role", "user"}, {"content", "Hi"}}}}};
+  chat["response_format"] = {{"type", "json_object"}};
+  auto c = ParseChatCompletionRequest(chat.dump());
+  ASSERT_TRUE(c.ok()) << c.status();
+  EXPECT_EQ(c->params.format, OutputFormat::kJsonObject);
+  chat["response_format"] = {
+      {"type", "json_schema"},
+      {"json_schema", {{"name", "n"}, {"schema", schema}, {"strict", true}}}};
+  c = ParseChatCompletionRequest(chat.dump());
+  ASSERT_TRUE(c.ok()) << c.status();
+  EXPECT_EQ(c->params.format, OutputFormat::kJsonSchema);
+  EXPECT_EQ(json::parse(c->params.json_schema), schema);
+  chat["response_format"] = {{"type", "text"}};
+  EXPECT_EQ(ParseChatCompletionRequest(chat.dump())->params.format, OutputFormat::kText);
+
+  json completion = {{"prompt", "Once"}, {"response_format", {{"type", "json_object"}}}};
+  EXPECT_EQ(ParseCompletionRequest(completion.dump())->params.format, OutputFormat::kJsonObject);
+
+  json responses = {
+      {"input", "Once"},
+      {"text", {{"format", {{"type", "json_schema"}, {"name", "n"}, {"schema", schema}}}}}};
+  auto r = ParseResponsesRequest(responses.dump());
+  ASSERT_TRUE(r.ok()) << r.status();
+  EXPECT_EQ(r->params.format, OutputFormat::kJsonSchema);
+  EXPECT_EQ(json::parse(r->params.json_schema), schema);
+
+  // Malformed formats: a 400 naming the parameter.
+  for (const json& bad : {json("json"), json{{"type", "yaml"}}, json{{"type", "json_schema"}},
+                          json{{"type", "json_schema"}, {"json_schema", {{"name", "n"}}}},
+                          json{{"type", "json_schema"}, {"json_schema", {{"schema", "x"}}}}}) {
+    SCOPED_TRACE(bad.dump());
+    chat["response_format"] = bad;
+    auto parsed = ParseChatCompletionRequest(chat.dump());
+    ASSERT_FALSE(parsed.ok());
+    EXPECT_EQ(parsed.status().code(), absl::StatusCode::kInvalidArgument);
+    EXPECT_THAT(std::string(parsed.status().message()), HasSubstr("response_format"));
+  }
+  responses["text"] = {{"format", {{"type", "json_schema"}}}};
+  EXPECT_THAT(std::string(ParseResponsesRequest(responses.dump()).status().message()),
+              HasSubstr("text.format.schema"));
 }
 
 TEST(StopMatcherTest, HoldsBackPrefixesAndNeverEmitsTheStop) {

@@ -1,0 +1,167 @@
+// Structured output through real replicas: chat, completions and responses held to a JSON
+// Schema (or any JSON object) write documents nlohmann parses and the schema admits, in
+// several choices, streamed, and on a stored session that goes on as free text; gRPC's
+// GenerateRequest.response_format does the same; a schema outside the subset is a 400 /
+// INVALID_ARGUMENT naming the keyword.
+#include <nlohmann/json.hpp>
+
+#include "gmock/gmock.h"
+#include "gtest/gtest.h"
+#include "tests/integration/http_api_fixture.h"
+
+namespace kvfold::testing {
+namespace {
+
+using json = nlohmann::json;
+using ::testing::HasSubstr;
+
+const json kPet = json::parse(R"({"type":"object","properties":{
+    "name":{"type":"string","minLength":1,"maxLength":10},
+    "kind":{"enum":["cat","dog","bird"]},
+    "age":{"type":"integer"},
+    "toys":{"type":"array","items":{"type":"string","maxLength":6},"maxItems":2}},
+    "required":["name","kind"],"additionalProperties":false})");
+
+// Whether `text` is a document of kPet.
+void ExpectPet(const std::string& text) {
+  const json doc = json::parse(text, nullptr, /*allow_exceptions=*/false);
+  ASSERT_TRUE(doc.is_object()) << text;
+  ASSERT_TRUE(doc.contains("name") && doc["name"].is_string()) << text;
+  EXPECT_GE(doc["name"].get<std::string>().size(), 1u) << text;
+  ASSERT_TRUE(doc.contains("kind")) << text;
+  EXPECT_TRUE(doc["kind"] == "cat" || doc["kind"] == "dog" || doc["kind"] == "bird") << text;
+  if (doc.contains("age")) {
+    EXPECT_TRUE(doc["age"].is_number_integer()) << text;
+  }
+  if (doc.contains("toys")) {
+    EXPECT_TRUE(doc["toys"].is_array() && doc["toys"].size() <= 2) << text;
+  }
+  for (const auto& [key, value] : doc.items()) {
+    EXPECT_TRUE(key == "name" || key == "kind" || key == "age" || key == "toys") << text;
+  }
+}
+
+json PetFormat() {
+  return {{"type", "json_schema"}, {"json_schema", {{"name", "pet"}, {"schema", kPet}}}};
+}
+
+TEST_F(HttpApiTest, ChatChoicesAreDocumentsOfTheSchema) {
+  json chat = kChat;
+  chat["max_tokens"] = 200;
+  chat["temperature"] = 1.0;
+  chat["seed"] = 3;
+  chat["n"] = 3;
+  chat["response_format"] = PetFormat();
+  HttpReply r = Post(0, "/v1/chat/completions", chat);
+  ASSERT_EQ(r.status, 200) << r.body;
+  const json body = Body(r);
+  ASSERT_EQ(body["choices"].size(), 3u);
+  for (const json& choice : body["choices"]) {
+    EXPECT_EQ(choice["finish_reason"], "stop");
+    ExpectPet(choice["message"]["content"].get<std::string>());
+  }
+
+  // Streamed: the deltas join into a document.
+  chat["n"] = 1;
+  chat["stream"] = true;
+  HttpReply s = Post(1, "/v1/chat/completions", chat);
+  ASSERT_EQ(s.status, 200) << s.body;
+  std::string joined;
+  for (const std::string& e : s.Events()) {
+    if (e == "[DONE]") continue;
+    const json chunk = json::parse(e);
+    if (!chunk["choices"].empty()) joined += chunk["choices"][0]["delta"].value("content", "");
+  }
+  ExpectPet(joined);
+}
+
+TEST_F(HttpApiTest, AStoredSessionAnswersInJsonThenGoesOnFreely) {
+  json chat = kChat;
+  chat["kvfold_session"] = "http-structured";
+  chat["max_tokens"] = 200;
+  chat["response_format"] = PetFormat();
+  HttpReply first = Post(0, "/v1/chat/completions", chat);
+  ASSERT_EQ(first.status, 200) << first.body;
+  ExpectPet(Body(first)["choices"][0]["message"]["content"].get<std::string>());
+  // The other replica continues the session as free text.
+  chat.erase("response_format");
+  chat["max_tokens"] = 8;
+  chat["messages"] = {{{"role", "user"}, {"content", "And then?"}}};
+  HttpReply second = Post(1, "/v1/chat/completions", chat);
+  ASSERT_EQ(second.status, 200) << second.body;
+  EXPECT_EQ(Body(second)["usage"]["completion_tokens"], 8);
+}
+
+TEST_F(HttpApiTest, CompletionsAndResponsesTakeTheFormatToo) {
+  const json completion = {{"prompt", "Once upon a time"},
+                           {"max_tokens", 200},
+                           {"temperature", 0},
+                           {"response_format", PetFormat()}};
+  HttpReply c = Post(0, "/v1/completions", completion);
+  ASSERT_EQ(c.status, 200) << c.body;
+  ExpectPet(Body(c)["choices"][0]["text"].get<std::string>());
+
+  const json response = {
+      {"input", "Tell me about a pet."},
+      {"max_output_tokens", 200},
+      {"temperature", 0},
+      {"text", {{"format", {{"type", "json_schema"}, {"name", "pet"}, {"schema", kPet}}}}}};
+  HttpReply r = Post(1, "/v1/responses", response);
+  ASSERT_EQ(r.status, 200) << r.body;
+  ExpectPet(Body(r)["output"][0]["content"][0]["text"].get<std::string>());
+}
+
+TEST_F(HttpApiTest, SchemasOutsideTheSubsetAreRefused) {
+  json chat = kChat;
+  chat["response_format"] = {
+      {"type", "json_schema"},
+      {"json_schema", {{"name", "x"}, {"schema", {{"type", "string"}, {"pattern", "^[a-z]+$"}}}}}};
+  HttpReply r = Post(0, "/v1/chat/completions", chat);
+  EXPECT_EQ(r.status, 400) << r.body;
+  EXPECT_THAT(r.body, HasSubstr("'pattern' is not supported"));
+  chat["response_format"] = {{"type", "xml"}};
+  r = Post(0, "/v1/chat/completions", chat);
+  EXPECT_EQ(r.status, 400) << r.body;
+  EXPECT_EQ(Body(r)["error"]["param"], "response_format");
+}
+
+TEST_F(HttpApiTest, GrpcGenerateTakesAResponseFormat) {
+  ASSERT_TRUE(CreateGrpcSession(0, "grpc-structured").ok());
+  auto generate = [&](v1::ResponseFormat format, std::string* text) {
+    grpc::ClientContext context;
+    Authorize(&context);
+    v1::GenerateRequest request;
+    request.set_session_id("grpc-structured");
+    request.set_prompt("Once upon a time");
+    request.mutable_sampling()->set_max_new_tokens(200);
+    request.mutable_sampling()->set_temperature(0);
+    *request.mutable_response_format() = std::move(format);
+    auto reader = cluster_->stub(0).Generate(&context, request);
+    v1::GenerateResponse response;
+    v1::FinishReason finish = v1::FINISH_REASON_UNSPECIFIED;
+    while (reader->Read(&response)) {
+      *text += response.delta().text();
+      if (response.has_final()) finish = response.final().finish_reason();
+    }
+    const grpc::Status status = reader->Finish();
+    if (status.ok()) {
+      EXPECT_EQ(finish, v1::FINISH_REASON_STOP);
+    }
+    return status;
+  };
+  v1::ResponseFormat format;
+  format.set_type(v1::ResponseFormat::TYPE_JSON_SCHEMA);
+  format.set_json_schema(kPet.dump());
+  std::string text;
+  ASSERT_TRUE(generate(format, &text).ok());
+  ExpectPet(text);
+
+  format.set_json_schema(R"({"type":"integer","minimum":3})");
+  text.clear();
+  const grpc::Status bad = generate(format, &text);
+  EXPECT_EQ(bad.error_code(), grpc::StatusCode::INVALID_ARGUMENT);
+  EXPECT_THAT(bad.error_message(), HasSubstr("'minimum' is not supported"));
+}
+
+}  // namespace
+}  // namespace kvfold::testing
