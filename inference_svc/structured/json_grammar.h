@@ -77,7 +77,8 @@ class Grammar {
   static constexpr int kAnyNumber = 5;
 
   // Compact documents admit whitespace only as one space after a ':' or ',' (what
-  // `json.dumps` writes): a model held to JSON cannot spend its tokens on blank lines.
+  // `json.dumps` writes) and before the document: a model held to JSON cannot spend its
+  // tokens on blank lines.
   // Otherwise any JSON whitespace, in runs of at most kMaxWhitespaceRun bytes.
   // Any JSON object.
   static std::shared_ptr<const Grammar> JsonObject(bool compact = true);

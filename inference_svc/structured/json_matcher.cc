@@ -63,6 +63,7 @@ JsonMatcher::JsonMatcher(std::shared_ptr<const Grammar> grammar) : grammar_(std:
   Frame root;
   root.type = kValue;
   root.node = grammar_->root();
+  root.aux = 1;  // one space may start a compact document (SentencePiece's word-start pieces)
   stacks_.push_back(Stack{root});
 }
 
@@ -471,6 +472,15 @@ bool JsonMatcher::IsComplete() const {
     }
   }
   return false;
+}
+
+bool JsonMatcher::InStringText(int* written, int* max_length) const {
+  if (stacks_.size() != 1 || stacks_[0].empty()) return false;
+  const Frame& f = stacks_[0].back();
+  if (f.type != kString || f.phase != kChars) return false;
+  *written = f.a;
+  *max_length = grammar_->node(f.node).max_length;
+  return true;
 }
 
 bool JsonMatcher::CanContinue() const {

@@ -34,6 +34,11 @@ class JsonMatcher {
   bool IsComplete() const;
   // Some byte may follow (false once a document is complete and closed).
   bool CanContinue() const;
+  // True when the bytes so far end inside one string's text, between characters: then
+  // any run of characters that are not '"', '\\' or control characters continues it while
+  // the string stays within its length. *written: its code points so far; *max_length:
+  // its bound (-1: none).
+  bool InStringText(int* written, int* max_length) const;
 
   // One parse position: a frame per open value, innermost last.
   struct Frame {

@@ -6,28 +6,83 @@
 
 namespace kvfold::structured {
 
+namespace {
+
+// Code points of `b` when it is whole UTF-8 characters (no overlong forms, surrogates or
+// values above U+10FFFF), none of them '"', '\\' or below U+0020; -1 otherwise.
+int32_t StringChars(std::string_view b) {
+  int32_t chars = 0;
+  for (size_t i = 0; i < b.size(); ++chars) {
+    const uint8_t c = static_cast<uint8_t>(b[i]);
+    if (c < 0x80) {
+      if (c < 0x20 || c == '"' || c == '\\') return -1;
+      ++i;
+      continue;
+    }
+    size_t more = 0;
+    uint8_t lo = 0x80, hi = 0xBF;
+    if (c >= 0xC2 && c <= 0xDF) {
+      more = 1;
+    } else if (c >= 0xE0 && c <= 0xEF) {
+      more = 2;
+      if (c == 0xE0) lo = 0xA0;
+      if (c == 0xED) hi = 0x9F;
+    } else if (c >= 0xF0 && c <= 0xF4) {
+      more = 3;
+      if (c == 0xF0) lo = 0x90;
+      if (c == 0xF4) hi = 0x8F;
+    } else {
+      return -1;
+    }
+    if (i + more >= b.size()) return -1;  // a piece of a character
+    for (size_t k = 1; k <= more; ++k) {
+      const uint8_t d = static_cast<uint8_t>(b[i + k]);
+      if (d < lo || d > hi) return -1;
+      lo = 0x80;
+      hi = 0xBF;
+    }
+    i += more + 1;
+  }
+  return chars;
+}
+
+}  // namespace
+
+TokenTable::Order TokenTable::Sorted(const std::vector<std::string>& bytes,
+                                     std::vector<int32_t> ids) {
+  Order o;
+  std::sort(ids.begin(), ids.end(), [&bytes](int32_t x, int32_t y) {
+    return bytes[x] != bytes[y] ? bytes[x] < bytes[y] : x < y;
+  });
+  o.shared.resize(ids.size());
+  for (size_t k = 1; k < ids.size(); ++k) {
+    const std::string& p = bytes[ids[k - 1]];
+    const std::string& q = bytes[ids[k]];
+    const size_t n = std::min(p.size(), q.size());
+    uint32_t i = 0;
+    while (i < n && p[i] == q[i]) ++i;
+    o.shared[k] = i;
+  }
+  o.ids = std::move(ids);
+  return o;
+}
+
 TokenTable::TokenTable(const Tokenizer& tokenizer) {
   const int32_t vocab = tokenizer.vocab_size();
   bytes_.resize(vocab);
+  string_chars_.assign(vocab, -1);
+  std::vector<int32_t> text, other;
   for (int32_t id = 0; id < vocab; ++id) {
     if (tokenizer.IsSpecial(id)) continue;
     bytes_[id] = std::string(tokenizer.TokenBytes(id));
     if (bytes_[id].empty()) continue;
-    order_.push_back(id);
+    text.push_back(id);
+    string_chars_[id] = StringChars(bytes_[id]);
+    if (string_chars_[id] < 0) other.push_back(id);
     max_bytes_ = std::max(max_bytes_, bytes_[id].size());
   }
-  std::sort(order_.begin(), order_.end(), [this](int32_t x, int32_t y) {
-    return bytes_[x] != bytes_[y] ? bytes_[x] < bytes_[y] : x < y;
-  });
-  shared_.resize(order_.size());
-  for (size_t k = 1; k < order_.size(); ++k) {
-    const std::string& p = bytes_[order_[k - 1]];
-    const std::string& q = bytes_[order_[k]];
-    const size_t n = std::min(p.size(), q.size());
-    uint32_t i = 0;
-    while (i < n && p[i] == q[i]) ++i;
-    shared_[k] = i;
-  }
+  text_ = Sorted(bytes_, std::move(text));
+  other_ = Sorted(bytes_, std::move(other));
 }
 
 JsonConstraint::JsonConstraint(std::shared_ptr<const Grammar> grammar,
@@ -35,20 +90,18 @@ JsonConstraint::JsonConstraint(std::shared_ptr<const Grammar> grammar,
                                std::vector<int32_t> stop_ids)
     : table_(std::move(table)), stop_ids_(std::move(stop_ids)), matcher_(std::move(grammar)) {}
 
-absl::Status JsonConstraint::Mask(std::span<const float> logits, std::vector<float>* masked) {
+void JsonConstraint::Walk(const TokenTable::Order& order) {
   const TokenTable& t = *table_;
-  allowed_.assign(t.bytes_.size(), 0);
-  if (after_.size() < t.max_bytes_ + 1) after_.resize(t.max_bytes_ + 1, matcher_);
   after_[0] = matcher_;
   // Ids in byte order: after_[0..valid] hold the matcher after that many bytes of the id
   // tried before; an id reuses the ones for the bytes it shares with it. dead_at: that
   // id's byte which no document admits (-1: none), so ids sharing it are skipped.
   size_t valid = 0;
   int64_t dead_at = -1;
-  for (size_t k = 0; k < t.order_.size(); ++k) {
-    const int32_t id = t.order_[k];
+  for (size_t k = 0; k < order.ids.size(); ++k) {
+    const int32_t id = order.ids[k];
     const std::string& b = t.bytes_[id];
-    const size_t shared = k == 0 ? 0 : t.shared_[k];
+    const size_t shared = k == 0 ? 0 : order.shared[k];
     if (dead_at >= 0 && static_cast<int64_t>(shared) > dead_at) continue;
     size_t d = std::min(valid, shared);
     dead_at = -1;
@@ -60,6 +113,25 @@ absl::Status JsonConstraint::Mask(std::span<const float> logits, std::vector<flo
     }
     valid = d;
     if (dead_at < 0) allowed_[id] = 1;
+  }
+}
+
+absl::Status JsonConstraint::Mask(std::span<const float> logits, std::vector<float>* masked) {
+  const TokenTable& t = *table_;
+  allowed_.assign(t.bytes_.size(), 0);
+  if (after_.size() < t.max_bytes_ + 1) after_.resize(t.max_bytes_ + 1, matcher_);
+  int written = 0, max_length = -1;
+  if (matcher_.InStringText(&written, &max_length)) {
+    // Inside a string's text: an id of plain characters continues it while the string
+    // stays within its length; only the others (quotes, escapes, pieces of characters)
+    // are walked through the matcher.
+    for (int32_t id : t.text_.ids) {
+      const int32_t chars = t.string_chars_[id];
+      if (chars >= 0 && (max_length < 0 || written + chars <= max_length)) allowed_[id] = 1;
+    }
+    Walk(t.other_);
+  } else {
+    Walk(t.text_);
   }
   if (matcher_.IsComplete()) {
     for (int32_t id : stop_ids_) {

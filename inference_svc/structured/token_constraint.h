@@ -29,9 +29,19 @@ class TokenTable {
 
  private:
   friend class JsonConstraint;
+  // Ids in byte order, and per id the first bytes it shares with the one before.
+  struct Order {
+    std::vector<int32_t> ids;
+    std::vector<uint32_t> shared;
+  };
+  static Order Sorted(const std::vector<std::string>& bytes, std::vector<int32_t> ids);
+
   std::vector<std::string> bytes_;  // [vocab_size]
-  std::vector<int32_t> order_;      // the text ids, by bytes
-  std::vector<uint32_t> shared_;    // [order_.size()]: first bytes shared with the one before
+  Order text_;                      // every text id
+  // [vocab_size]: the code points of an id whose bytes are whole UTF-8 characters, none
+  // of them '"', '\\' or a control character (text inside any string); -1 otherwise.
+  std::vector<int32_t> string_chars_;
+  Order other_;  // the text ids with string_chars_ -1
   size_t max_bytes_ = 0;
 };
 
@@ -54,6 +64,10 @@ class JsonConstraint {
   const JsonMatcher& matcher() const { return matcher_; }
 
  private:
+  // Walks `order`'s ids through the matcher, sharing the work on common first bytes;
+  // allowed_[id] = 1 for those it admits.
+  void Walk(const TokenTable::Order& order);
+
   std::shared_ptr<const TokenTable> table_;
   std::vector<int32_t> stop_ids_;
   JsonMatcher matcher_;

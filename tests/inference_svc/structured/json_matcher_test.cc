@@ -192,13 +192,14 @@ TEST(JsonMatcherTest, RandomDocumentsParseAsObjects) {
   }
 }
 
-// What a model is held to: one space at most, and only after ':' or ','.
+// What a model is held to: one space at most, and only after ':' or ',' or first.
 TEST(JsonMatcherTest, CompactDocumentsSpaceOnlyAfterSeparators) {
   const auto g = Grammar::JsonObject();
   EXPECT_TRUE(Complete(g, R"({"a": 1, "b": [1, 2], "c":{"d":null}})"));
   EXPECT_TRUE(Complete(g, R"({"a":[],"b":{}})"));
+  EXPECT_TRUE(Complete(g, " {}"));  // a word-start piece (" {") may begin it
   for (const std::string bad :
-       {" {}", "{ }", "{ \"a\":1}", "{\"a\" :1}", "{\"a\":  1}", "{\"a\":1 }",
+       {"  {}", "\n{}", "{ }", "{ \"a\":1}", "{\"a\" :1}", "{\"a\":  1}", "{\"a\":1 }",
         "{\"a\":1,  \"b\":2}", "{\"a\":[ 1]}", "{\"a\":[1 ]}", "{\"a\":\n1}", "{\"a\":\t1}"}) {
     SCOPED_TRACE(bad);
     EXPECT_FALSE(Complete(g, bad));
@@ -315,7 +316,7 @@ TEST(TokenConstraintTest, MaskEqualsEachTokenTriedAlone) {
     auto table = std::make_shared<TokenTable>(**tok);
     const auto g = Schema(R"({"type":"object","properties":{"name":{"type":"string","maxLength":6},
         "n":{"type":"number"},"ok":{"type":"boolean"}},"required":["name","ok"]})");
-    const std::string doc = R"({"name": "a\u00e9", "n": -1.5e2, "ok": true})";
+    const std::string doc = R"({"name": "a\u00e9bcd", "n": -1.5e2, "ok": true})";
     const int32_t eos = (*tok)->eos_id();
     JsonConstraint constraint(g, table, {eos});
     std::vector<float> logits(table->vocab_size(), 0.0f), masked;

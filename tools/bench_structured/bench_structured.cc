@@ -1,0 +1,103 @@
+// bench_structured: the per-token cost of structured output. For each tokenizer given, a
+// document of each format is tokenized and walked token by token as a constrained turn
+// would: JsonConstraint::Mask over the whole vocabulary, then Accept. Prints one JSON
+// object: per tokenizer and format, the tokens walked and the mask's median and maximum
+// microseconds (median over --rounds walks of each token's time).
+#include <chrono>
+#include <cstdio>
+#include <limits>
+#include <memory>
+#include <string>
+#include <vector>
+
+#include "common/command_line.h"
+#include "inference_svc/structured/json_grammar.h"
+#include "inference_svc/structured/token_constraint.h"
+#include "inference_svc/tokenizer/tokenizer.h"
+#include "nlohmann/json.hpp"
+#include "tools/bench_stats.h"
+
+namespace {
+
+using json = nlohmann::json;
+using Clock = std::chrono::steady_clock;
+
+// A schema and a document of it; the same document under json_object.
+constexpr char kSchema[] = R"({"type":"object","properties":{
+  "name":{"type":"string","maxLength":40},
+  "age":{"type":"integer"},
+  "tags":{"type":"array","items":{"type":"string"}},
+  "address":{"type":"object","properties":{"city":{"type":"string"},"zip":{"type":"string"}},
+             "required":["city"]},
+  "score":{"type":"number"},
+  "active":{"type":"boolean"}},
+  "required":["name","age","tags","active"]})";
+constexpr char kDocument[] =
+    R"({"name": "Lily and her little dog Max", "age": 7, "tags": ["park", "ball", "sunny day"], )"
+    R"("address": {"city": "Springfield", "zip": "12345"}, "score": 98.5, "active": true})";
+
+}  // namespace
+
+int main(int argc, char** argv) {
+  std::vector<std::string> tokenizers;
+  int rounds = 5;
+  CLI::App app{"Per-token cost of structured output (vocabulary mask and advance)",
+               "bench_structured"};
+  kvfold::ApplyConvention(app);
+  app.add_option("--tokenizer", tokenizers, "tokenizer files (tokenizer.bin/.model/.json)")
+      ->required();
+  app.add_option("--rounds", rounds, "walks of each document; a token's time is their median");
+  if (std::optional<int> rc = kvfold::ParseCommandLine(app, argc, argv)) return *rc;
+
+  json out = {{"benchmark", "bench_structured"}, {"rounds", rounds}, {"results", json::array()}};
+  for (const std::string& path : tokenizers) {
+    auto tok = kvfold::Tokenizer::Load(path);
+    if (!tok.ok()) {
+      std::fprintf(stderr, "bench_structured: %s\n", std::string(tok.status().message()).c_str());
+      return kvfold::kExitFailure;
+    }
+    const auto t0 = Clock::now();
+    auto table = std::make_shared<kvfold::structured::TokenTable>(**tok);
+    const double table_ms = std::chrono::duration<double, std::milli>(Clock::now() - t0).count();
+    auto ids = (*tok)->Encode(kDocument, /*add_bos=*/false);
+    if (!ids.ok()) return kvfold::kExitFailure;
+    auto schema = kvfold::structured::Grammar::FromSchema(kSchema);
+    if (!schema.ok()) return kvfold::kExitFailure;
+    for (const auto& [name, grammar] :
+         {std::pair{"json_object", kvfold::structured::Grammar::JsonObject()},
+          std::pair{"json_schema", *schema}}) {
+      std::vector<std::vector<double>> us(ids->size());
+      std::vector<float> logits(table->vocab_size(), 0.0f), masked;
+      bool whole = false;
+      for (int r = 0; r < rounds; ++r) {
+        kvfold::structured::JsonConstraint c(grammar, table, {(*tok)->eos_id()});
+        for (size_t i = 0; i < ids->size(); ++i) {
+          const auto m0 = Clock::now();
+          if (!c.Mask(logits, &masked).ok() || masked[(*ids)[i]] != 0.0f) {
+            std::fprintf(stderr, "bench_structured: token %zu of the document is masked\n", i);
+            return kvfold::kExitFailure;
+          }
+          us[i].push_back(std::chrono::duration<double, std::micro>(Clock::now() - m0).count());
+          c.Accept((*ids)[i]);
+        }
+        whole = c.Finished();
+      }
+      std::vector<double> per_token;
+      double max_us = 0;
+      for (auto& v : us) {
+        per_token.push_back(kvfold::bench::Median(v));
+        max_us = std::max(max_us, per_token.back());
+      }
+      out["results"].push_back({{"tokenizer", path},
+                                {"vocab_size", table->vocab_size()},
+                                {"table_ms", table_ms},
+                                {"format", name},
+                                {"tokens", ids->size()},
+                                {"document_whole", whole},
+                                {"mask_us_median", kvfold::bench::Median(per_token)},
+                                {"mask_us_max", max_us}});
+    }
+  }
+  std::printf("%s\n", out.dump(2).c_str());
+  return kvfold::kExitOk;
+}
