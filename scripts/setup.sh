@@ -13,7 +13,7 @@ PACKAGES=(
   libabsl-dev librocksdb-dev libgtest-dev libgmock-dev
   libsentencepiece-dev libopenblas-dev libxxhash-dev nlohmann-json3-dev libcli11-dev libssl-dev libboost-dev
   libboost-context-dev
-  python3 python3-numpy python3-torch python3-grpcio
+  python3 python3-numpy python3-torch python3-grpcio python3-jsonschema
   librados-dev libradospp-dev ceph-mon ceph-osd ceph-common
 )
 

@@ -1,0 +1,92 @@
+"""The structured-output grammar against an independent JSON Schema validator: random
+documents that the matcher admits for each schema below (json_walk writes them, byte by
+byte from what the matcher allows) must load with Python's json module and validate with
+the `jsonschema` package (Draft 2020-12). Skipped without python3-jsonschema.
+"""
+import argparse
+import json
+import os
+import subprocess
+import sys
+import tempfile
+
+from _util import skip
+
+try:
+    import jsonschema
+except ImportError as e:
+    skip(f"python3-jsonschema not available ({e})")
+
+SCHEMAS = [
+    {"type": "object"},
+    {"type": "object", "properties": {
+        "name": {"type": "string", "minLength": 2, "maxLength": 5},
+        "age": {"type": "integer"},
+        "score": {"type": "number"},
+        "ok": {"type": "boolean"},
+        "none": {"type": "null"}},
+     "required": ["name", "ok"], "additionalProperties": False},
+    {"type": "array", "items": {"enum": ["a", 1, 1.5, None, True, {"k": [1]}]},
+     "minItems": 2, "maxItems": 4},
+    {"type": ["string", "integer", "null"], "maxLength": 3},
+    {"anyOf": [{"type": "string", "minLength": 4}, {"type": "array", "maxItems": 1},
+               {"type": "object", "properties": {"x": {"const": 7}}, "required": ["x"]}]},
+    {"oneOf": [{"type": "string"}, {"type": "integer"}, {"type": "null"}]},
+    {"$ref": "#/$defs/node",
+     "$defs": {"node": {"type": "object",
+                        "properties": {"v": {"type": "integer"},
+                                       "kids": {"type": "array", "maxItems": 2,
+                                                "items": {"$ref": "#/$defs/node"}}},
+                        "required": ["v"]}}},
+    {"type": "object", "additionalProperties": {"type": "array", "items": {"type": "number"}}},
+    {"type": "object", "properties": {"tag": {"enum": ["x", "y"]}},
+     "additionalProperties": False, "title": "annotated", "description": "d"},
+    {"type": "object", "properties": {
+        "outer": {"type": "object", "properties": {
+            "inner": {"type": "array", "items": {"type": "string", "format": "date"},
+                      "minItems": 1}},
+            "required": ["inner"]}},
+     "required": ["outer"]},
+    {"allOf": [{"type": "string", "minLength": 1, "maxLength": 1}]},
+    {"definitions": {"n": {"type": "number"}},
+     "type": "array", "items": {"$ref": "#/definitions/n"}, "maxItems": 3},
+    True,
+    {},
+]
+
+
+def main():
+    ap = argparse.ArgumentParser()
+    ap.add_argument("--json-walk", required=True)
+    ap.add_argument("--documents", type=int, default=200)
+    args = ap.parse_args()
+    if not os.path.exists(args.json_walk):
+        skip(f"{args.json_walk} not built")
+    with tempfile.TemporaryDirectory() as d:
+        path = os.path.join(d, "schemas.json")
+        with open(path, "w") as f:
+            json.dump(SCHEMAS, f)
+        out = subprocess.run([args.json_walk, path, str(args.documents), "20261206"],
+                             capture_output=True, text=True, timeout=120, check=True).stdout
+    counts = [0] * len(SCHEMAS)
+    for line in out.split("\n"):  # not splitlines: documents hold U+2028 and the like
+        if not line:
+            continue
+        row = json.loads(line)
+        i = row["schema"]
+        if "error" in row:
+            sys.exit(f"schema {i} refused: {row['error']}")
+        doc = json.loads(row["document"])
+        try:
+            jsonschema.Draft202012Validator(SCHEMAS[i]).validate(doc)
+        except jsonschema.ValidationError as e:
+            sys.exit(f"schema {i}: {row['document']!r} is not valid: {e.message}")
+        counts[i] += 1
+    for i, n in enumerate(counts):
+        if n != args.documents:
+            sys.exit(f"schema {i}: {n} documents, expected {args.documents}")
+    print(f"{sum(counts)} documents of {len(SCHEMAS)} schemas valid")
+
+
+if __name__ == "__main__":
+    main()
