@@ -27,8 +27,9 @@ int main(int argc, char** argv) {
   for (size_t i = 0; i < schemas.size(); ++i) {
     auto grammar = kvfold::structured::Grammar::FromSchema(schemas[i].dump());
     if (!grammar.ok()) {
-      std::printf("%s\n",
-                  nlohmann::json{{"schema", i}, {"error", grammar.status().message()}}.dump().c_str());
+      std::printf(
+          "%s\n",
+          nlohmann::json{{"schema", i}, {"error", grammar.status().message()}}.dump().c_str());
       continue;
     }
     for (int k = 0; k < count; ++k) {
