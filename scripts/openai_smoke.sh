@@ -3,7 +3,8 @@
 # (stories260K + a projector, as scripts/demo.sh runs them), then with the `openai` npm
 # package: list models, stream a chat completion, chain three responses alternating
 # replicas via previous_response_id, fork from the first response, get log-probabilities
-# (chat, streamed chat, completions), get a 401 and 400s.
+# (chat, streamed chat, completions), structured output (response_format / text.format
+# json_schema), get a 401 and 400s.
 # Stops every process it started; exits 0 when all checks pass, 77 (skipped) when the
 # model, node or the npm package is unavailable, 1 on a failed check.
 #
@@ -233,6 +234,39 @@ try {
 } catch (e) {
   check(e.status === 400 && e.param === "n",
         `n = 2 on a kvfold session -> ${e.status} (param ${e.param}): ${e.error?.message ?? e.message}`);
+}
+// Structured output: a chat answer and a response held to a JSON Schema parse as documents
+// of it.
+const pet = { type: "object", additionalProperties: false, required: ["name", "kind"],
+              properties: { name: { type: "string", minLength: 1, maxLength: 10 },
+                            kind: { enum: ["cat", "dog"] }, age: { type: "integer" } } };
+const isPet = (text) => {
+  try {
+    const doc = JSON.parse(text);
+    return typeof doc.name === "string" && doc.name.length >= 1 && doc.name.length <= 10 &&
+      ["cat", "dog"].includes(doc.kind) && (doc.age === undefined || Number.isInteger(doc.age)) &&
+      Object.keys(doc).every((k) => ["name", "kind", "age"].includes(k));
+  } catch {
+    return false;
+  }
+};
+const structured = await A.chat.completions.create({
+  ...chat, max_tokens: 120, temperature: 1, seed: 9,
+  response_format: { type: "json_schema", json_schema: { name: "pet", schema: pet, strict: true } } });
+check(structured.choices[0].finish_reason === "stop" && isPet(structured.choices[0].message.content),
+      `chat response_format json_schema: ${structured.choices[0].message.content}`);
+const structuredResponse = await B.responses.create({
+  model, input: "Tell me about a pet.", max_output_tokens: 120, temperature: 0,
+  text: { format: { type: "json_schema", name: "pet", schema: pet, strict: true } } });
+check(isPet(structuredResponse.output_text),
+      `responses text.format json_schema: ${structuredResponse.output_text}`);
+try {
+  await A.chat.completions.create({ ...chat, response_format: { type: "json_schema",
+    json_schema: { name: "p", schema: { type: "string", pattern: "^a" } } } });
+  check(false, "a schema with 'pattern' is refused");
+} catch (e) {
+  check(e.status === 400 && /pattern/.test(e.error?.message ?? e.message),
+        `json_schema with pattern -> ${e.status}: ${e.error?.message ?? e.message}`);
 }
 console.log("openai_smoke: all checks passed");
 EOF

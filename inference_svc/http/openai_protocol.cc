@@ -254,7 +254,8 @@ absl::Status ParseLogprobs(const json& j, LogprobsForm form, GenerationParams* p
 // {"type": "json_object"}, {"type": "json_schema", "json_schema": {"name", "schema",
 // "strict"}}), or responses' `text.format` (the same, with "name" and "schema" beside
 // "type").
-absl::Status ParseFormat(const json& j, LogprobsForm form, GenerationParams* p) {
+absl::Status ParseFormat(const json& j, std::string_view body, LogprobsForm form,
+                         GenerationParams* p) {
   const bool responses = form == LogprobsForm::kResponse;
   const char* param = responses ? "text.format" : "response_format";
   const json* f = nullptr;
@@ -297,13 +298,27 @@ absl::Status ParseFormat(const json& j, LogprobsForm form, GenerationParams* p) 
   }
   p->format = OutputFormat::kJsonSchema;
   p->json_schema = (*holder)["schema"].dump();
+  // Properties are written in the schema's order, which `j` lost (its objects are sorted
+  // by key): the schema's text comes from the body read again in order.
+  const auto ordered = nlohmann::ordered_json::parse(body, nullptr, /*allow_exceptions=*/false);
+  const char* outer = responses ? "text" : "response_format";
+  const char* inner = responses ? "format" : "json_schema";
+  if (ordered.is_object() && ordered.contains(outer) && ordered.at(outer).is_object()) {
+    const auto& o = ordered.at(outer);
+    if (o.contains(inner) && o.at(inner).is_object() && o.at(inner).contains("schema")) {
+      std::string in_order = o.at(inner).at("schema").dump();
+      // The same schema (a body with a key twice may hold another one there).
+      if (json::parse(in_order) == (*holder)["schema"]) p->json_schema = std::move(in_order);
+    }
+  }
   return absl::OkStatus();
 }
 
-absl::Status ParseParams(const json& j, LogprobsForm form, GenerationParams* p) {
+absl::Status ParseParams(const json& j, std::string_view body, LogprobsForm form,
+                         GenerationParams* p) {
   KVFOLD_RETURN_IF_ERROR(
       ParseSampling(j, form == LogprobsForm::kResponse ? "max_output_tokens" : "max_tokens", p));
-  KVFOLD_RETURN_IF_ERROR(ParseFormat(j, form, p));
+  KVFOLD_RETURN_IF_ERROR(ParseFormat(j, body, form, p));
   return ParseLogprobs(j, form, p);
 }
 
@@ -372,7 +387,7 @@ absl::StatusOr<ChatCompletionRequest> ParseChatCompletionRequest(std::string_vie
   auto messages = ParseMessages((*j)["messages"], "messages");
   if (!messages.ok()) return messages.status();
   r.messages = std::move(*messages);
-  KVFOLD_RETURN_IF_ERROR(ParseParams(*j, LogprobsForm::kChat, &r.params));
+  KVFOLD_RETURN_IF_ERROR(ParseParams(*j, body, LogprobsForm::kChat, &r.params));
   KVFOLD_RETURN_IF_ERROR(GetBool(*j, "stream", &r.stream));
   KVFOLD_RETURN_IF_ERROR(ParseStreamOptions(*j, r.stream, &r.include_usage));
   KVFOLD_RETURN_IF_ERROR(GetBool(*j, "continue_final_message", &r.continue_final_message));
@@ -413,7 +428,7 @@ absl::StatusOr<CompletionRequest> ParseCompletionRequest(std::string_view body) 
     r.prompt_only = true;
     j->erase("max_tokens");
   }
-  KVFOLD_RETURN_IF_ERROR(ParseParams(*j, LogprobsForm::kCompletion, &r.params));
+  KVFOLD_RETURN_IF_ERROR(ParseParams(*j, body, LogprobsForm::kCompletion, &r.params));
   if (r.prompts.size() * r.params.n > kMaxChoices) {
     return Bad(r.params.n > 1 ? "n" : "prompt",
                absl::StrCat(r.prompts.size(), " prompts x n = ", r.params.n, " is ",
@@ -443,7 +458,7 @@ absl::StatusOr<ResponsesRequest> ParseResponsesRequest(std::string_view body) {
   } else {
     return Bad("input", "'input' must be a string or an array of messages");
   }
-  KVFOLD_RETURN_IF_ERROR(ParseParams(*j, LogprobsForm::kResponse, &r.params));
+  KVFOLD_RETURN_IF_ERROR(ParseParams(*j, body, LogprobsForm::kResponse, &r.params));
   if (r.params.n != 1) {
     return Bad("n", absl::StrCat("'n' is ", r.params.n, ": a response has one output (n = 1)"));
   }

@@ -13,9 +13,11 @@ namespace kvfold::testing {
 namespace {
 
 using json = nlohmann::json;
+// Request bodies keep their keys' order: the schema's properties are written in it.
+using ojson = nlohmann::ordered_json;
 using ::testing::HasSubstr;
 
-const json kPet = json::parse(R"({"type":"object","properties":{
+const ojson kPet = ojson::parse(R"({"type":"object","properties":{
     "name":{"type":"string","minLength":1,"maxLength":10},
     "kind":{"enum":["cat","dog","bird"]},
     "age":{"type":"integer"},
@@ -39,20 +41,24 @@ void ExpectPet(const std::string& text) {
   for (const auto& [key, value] : doc.items()) {
     EXPECT_TRUE(key == "name" || key == "kind" || key == "age" || key == "toys") << text;
   }
+  // In the schema's order (not the alphabetical one).
+  EXPECT_LT(text.find("\"name\""), text.find("\"kind\"")) << text;
 }
 
-json PetFormat() {
+ojson PetFormat() {
   return {{"type", "json_schema"}, {"json_schema", {{"name", "pet"}, {"schema", kPet}}}};
 }
 
+ojson Chat() { return ojson::parse(kChat.dump()); }
+
 TEST_F(HttpApiTest, ChatChoicesAreDocumentsOfTheSchema) {
-  json chat = kChat;
+  ojson chat = Chat();
   chat["max_tokens"] = 200;
   chat["temperature"] = 1.0;
   chat["seed"] = 3;
   chat["n"] = 3;
   chat["response_format"] = PetFormat();
-  HttpReply r = Post(0, "/v1/chat/completions", chat);
+  HttpReply r = HttpCall(port_[0], "POST", "/v1/chat/completions", chat.dump(), kAuth);
   ASSERT_EQ(r.status, 200) << r.body;
   const json body = Body(r);
   ASSERT_EQ(body["choices"].size(), 3u);
@@ -64,7 +70,7 @@ TEST_F(HttpApiTest, ChatChoicesAreDocumentsOfTheSchema) {
   // Streamed: the deltas join into a document.
   chat["n"] = 1;
   chat["stream"] = true;
-  HttpReply s = Post(1, "/v1/chat/completions", chat);
+  HttpReply s = HttpCall(port_[1], "POST", "/v1/chat/completions", chat.dump(), kAuth);
   ASSERT_EQ(s.status, 200) << s.body;
   std::string joined;
   for (const std::string& e : s.Events()) {
@@ -76,37 +82,37 @@ TEST_F(HttpApiTest, ChatChoicesAreDocumentsOfTheSchema) {
 }
 
 TEST_F(HttpApiTest, AStoredSessionAnswersInJsonThenGoesOnFreely) {
-  json chat = kChat;
+  ojson chat = Chat();
   chat["kvfold_session"] = "http-structured";
   chat["max_tokens"] = 200;
   chat["response_format"] = PetFormat();
-  HttpReply first = Post(0, "/v1/chat/completions", chat);
+  HttpReply first = HttpCall(port_[0], "POST", "/v1/chat/completions", chat.dump(), kAuth);
   ASSERT_EQ(first.status, 200) << first.body;
   ExpectPet(Body(first)["choices"][0]["message"]["content"].get<std::string>());
   // The other replica continues the session as free text.
   chat.erase("response_format");
   chat["max_tokens"] = 8;
   chat["messages"] = {{{"role", "user"}, {"content", "And then?"}}};
-  HttpReply second = Post(1, "/v1/chat/completions", chat);
+  HttpReply second = HttpCall(port_[1], "POST", "/v1/chat/completions", chat.dump(), kAuth);
   ASSERT_EQ(second.status, 200) << second.body;
   EXPECT_EQ(Body(second)["usage"]["completion_tokens"], 8);
 }
 
 TEST_F(HttpApiTest, CompletionsAndResponsesTakeTheFormatToo) {
-  const json completion = {{"prompt", "Once upon a time"},
-                           {"max_tokens", 200},
-                           {"temperature", 0},
-                           {"response_format", PetFormat()}};
-  HttpReply c = Post(0, "/v1/completions", completion);
+  const ojson completion = {{"prompt", "Once upon a time"},
+                            {"max_tokens", 200},
+                            {"temperature", 0},
+                            {"response_format", PetFormat()}};
+  HttpReply c = HttpCall(port_[0], "POST", "/v1/completions", completion.dump(), kAuth);
   ASSERT_EQ(c.status, 200) << c.body;
   ExpectPet(Body(c)["choices"][0]["text"].get<std::string>());
 
-  const json response = {
+  const ojson response = {
       {"input", "Tell me about a pet."},
       {"max_output_tokens", 200},
       {"temperature", 0},
       {"text", {{"format", {{"type", "json_schema"}, {"name", "pet"}, {"schema", kPet}}}}}};
-  HttpReply r = Post(1, "/v1/responses", response);
+  HttpReply r = HttpCall(port_[1], "POST", "/v1/responses", response.dump(), kAuth);
   ASSERT_EQ(r.status, 200) << r.body;
   ExpectPet(Body(r)["output"][0]["content"][0]["text"].get<std::string>());
 }
@@ -116,11 +122,11 @@ TEST_F(HttpApiTest, SchemasOutsideTheSubsetAreRefused) {
   chat["response_format"] = {
       {"type", "json_schema"},
       {"json_schema", {{"name", "x"}, {"schema", {{"type", "string"}, {"pattern", "^[a-z]+$"}}}}}};
-  HttpReply r = Post(0, "/v1/chat/completions", chat);
+  HttpReply r = HttpCall(port_[0], "POST", "/v1/chat/completions", chat.dump(), kAuth);
   EXPECT_EQ(r.status, 400) << r.body;
   EXPECT_THAT(r.body, HasSubstr("'pattern' is not supported"));
   chat["response_format"] = {{"type", "xml"}};
-  r = Post(0, "/v1/chat/completions", chat);
+  r = HttpCall(port_[0], "POST", "/v1/chat/completions", chat.dump(), kAuth);
   EXPECT_EQ(r.status, 400) << r.body;
   EXPECT_EQ(Body(r)["error"]["param"], "response_format");
 }

@@ -495,6 +495,13 @@ TEST(OpenAiProtocolTest, ResponseFormatsOfEveryEndpoint) {
   chat["response_format"] = {{"type", "text"}};
   EXPECT_EQ(ParseChatCompletionRequest(chat.dump())->params.format, OutputFormat::kText);
 
+  // The schema keeps the body's key order (properties are written in it).
+  auto ordered = ParseChatCompletionRequest(
+      R"({"messages":[{"role":"user","content":"Hi"}],"response_format":{"type":"json_schema",)"
+      R"("json_schema":{"name":"n","schema":{"type":"object","properties":{"z":{},"a":{}}}}}})");
+  ASSERT_TRUE(ordered.ok()) << ordered.status();
+  EXPECT_EQ(ordered->params.json_schema, R"({"type":"object","properties":{"z":{},"a":{}}})");
+
   json completion = {{"prompt", "Once"}, {"response_format", {{"type", "json_object"}}}};
   EXPECT_EQ(ParseCompletionRequest(completion.dump())->params.format, OutputFormat::kJsonObject);
 
