@@ -118,6 +118,7 @@ struct PromptShare {
   const engine::Session* fed = nullptr;  // the feeder's session, prompt fed, in that step
   const TurnJob* fed_job = nullptr;
   std::vector<engine::TokenLogprobs> prompt_logprobs;  // the feeder's, when it scored
+  bool kept = false;  // a member's session went to the prefix cache (one per share)
 };
 
 struct TurnJob {
@@ -142,8 +143,11 @@ struct TurnJob {
   // the vocabulary's bytes.
   std::shared_ptr<const structured::Grammar> grammar;
   std::shared_ptr<const structured::TokenTable> token_table;
-  // Set: an ephemeral turn whose prompt may be copied from another member of the share.
+  // Set: an ephemeral turn whose prompt may be copied from another member of the share
+  // (dropped once its prompt is fed or copied). `choices`: the same share, to the turn's
+  // end, so that the members leave one prefix cache entry.
   std::shared_ptr<PromptShare> share;
+  std::shared_ptr<PromptShare> choices;
   // The caller's tenant and credential (Runtime::CacheKey of no session): an ephemeral
   // turn reuses only prefix cache entries of the same scope, so no tenant learns what
   // another fed (not even from how fast a prompt starts).

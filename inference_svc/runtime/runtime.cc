@@ -311,7 +311,8 @@ std::unique_ptr<TurnHandle> Runtime::Launch(
     job->token_table = token_table_;
   }
   if (session_id.empty()) {
-    job->share = std::move(share);
+    job->share = share;
+    job->choices = std::move(share);
     job->cache_scope = CacheKey(caller, "");
   }
   const int64_t prompt_tokens = static_cast<int64_t>(job->prompt_ids.size());

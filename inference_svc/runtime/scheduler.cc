@@ -457,6 +457,13 @@ void Scheduler::KeepPrefix(Running& r) {
   ids.insert(ids.end(), r.emitted.begin(), r.emitted.end());
   // An ephemeral session fed its prompt and every token it emitted, nothing else.
   if (static_cast<int64_t>(ids.size()) != live.engine_session->TotalTokens()) return;
+  // The choices of one prompt share keep one entry, the first to end: the others would
+  // hold the same prompt's KV again and push other conversations' entries out (a
+  // continuation of another choice still shares the prompt with it in full mode).
+  if (job.choices != nullptr && job.choices->members > 1) {
+    if (job.choices->kept) return;
+    job.choices->kept = true;
+  }
   // An entry whose ids these extend holds nothing more: this one replaces it.
   std::erase_if(prefix_cache_, [&](const PrefixEntry& e) {
     return e.scope == job.cache_scope && e.spec == live.spec && e.ids.size() <= ids.size() &&

@@ -153,6 +153,42 @@ INSTANTIATE_TEST_SUITE_P(Modes, PrefixCacheTest,
 
 // Entries are the caller's own: another tenant (or the same tenant with another store
 // credential) feeds the same prompt itself.
+// The n choices of one prompt share leave one entry, not n: they would hold the same
+// prompt's KV n times and push other conversations' entries out of the cache.
+TEST(PrefixCacheShareTest, TheChoicesOfOneShareKeepOneEntry) {
+  Replica cached = Start(2);
+  const int vocab = cached.rig->model.config.vocab_size;
+  const Scheduler& sched = cached.runtime->scheduler();
+  const std::vector<int32_t> a = testing::RandomIds(30, vocab, 41);
+  const Answer first = RunTurn(*cached.runtime, Request(core::KvMode::kSliding, a, 1));
+  ASSERT_TRUE(first.status.ok()) << first.status;
+
+  const std::vector<int32_t> b = testing::RandomIds(30, vocab, 42);
+  auto share = NewPromptShare(3);
+  std::vector<std::unique_ptr<TurnHandle>> turns;
+  for (uint64_t seed = 2; seed <= 4; ++seed) {
+    TurnRequest r = Request(core::KvMode::kSliding, b, seed);
+    r.prompt_share = share;
+    auto turn = cached.runtime->StartTurn({"tenant", ""}, std::move(r));
+    ASSERT_TRUE(turn.ok()) << turn.status();
+    turns.push_back(std::move(*turn));
+  }
+  for (auto& turn : turns) {
+    std::vector<int32_t> tokens;
+    while (!turn->Wait(absl::Milliseconds(20), &tokens)) {
+    }
+    ASSERT_TRUE(turn->Finish().ok());
+  }
+  EXPECT_EQ(sched.prompt_copies(), 2u);
+
+  // The first conversation's entry is still there: its continuation starts from it.
+  const std::vector<int32_t> next =
+      Concat(Concat(a, first.tokens), testing::RandomIds(4, vocab, 43));
+  const uint64_t hits = sched.prefix_cache_hits();
+  ASSERT_TRUE(RunTurn(*cached.runtime, Request(core::KvMode::kSliding, next, 5)).status.ok());
+  EXPECT_EQ(sched.prefix_cache_hits() - hits, 1u);
+}
+
 TEST(PrefixCacheScopeTest, AnotherCallersEntriesAreNotReused) {
   Replica r = Start(16);
   const int vocab = r.rig->model.config.vocab_size;
