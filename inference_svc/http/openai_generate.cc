@@ -77,6 +77,7 @@ TurnSpec SpecFor(const std::string& session_id, const GenerationParams& p) {
   spec.top_logprobs = p.logprobs ? p.top_logprobs : -1;
   spec.format = p.format;
   spec.json_schema = p.json_schema;
+  spec.choices = p.choices;
   return spec;
 }
 

@@ -250,12 +250,28 @@ absl::Status ParseLogprobs(const json& j, LogprobsForm form, GenerationParams* p
   return absl::OkStatus();
 }
 
+// `schema`'s text, keys in the body's order (properties are written in the schema's
+// order, which `schema` lost: nlohmann::json sorts object keys): the body read again in
+// order, at `path`. A body holding a key twice may hold another value there: then
+// `schema`'s own text.
+std::string SchemaText(std::string_view body, std::initializer_list<const char*> path,
+                       const json& schema) {
+  const auto ordered = nlohmann::ordered_json::parse(body, nullptr, /*allow_exceptions=*/false);
+  const nlohmann::ordered_json* at = &ordered;
+  for (const char* key : path) {
+    if (!at->is_object() || !at->contains(key)) return schema.dump();
+    at = &at->at(key);
+  }
+  std::string text = at->dump();
+  return json::parse(text) == schema ? text : schema.dump();
+}
+
 // The answer's format: chat's and completions' `response_format` ({"type": "text"},
 // {"type": "json_object"}, {"type": "json_schema", "json_schema": {"name", "schema",
 // "strict"}}), or responses' `text.format` (the same, with "name" and "schema" beside
 // "type").
-absl::Status ParseFormat(const json& j, std::string_view body, LogprobsForm form,
-                         GenerationParams* p) {
+absl::Status ParseResponseFormat(const json& j, std::string_view body, LogprobsForm form,
+                                 GenerationParams* p) {
   const bool responses = form == LogprobsForm::kResponse;
   const char* param = responses ? "text.format" : "response_format";
   const json* f = nullptr;
@@ -297,21 +313,87 @@ absl::Status ParseFormat(const json& j, std::string_view body, LogprobsForm form
     return Bad(param, absl::StrCat("'", at, ".schema' must be a JSON Schema (an object)"));
   }
   p->format = OutputFormat::kJsonSchema;
-  p->json_schema = (*holder)["schema"].dump();
-  // Properties are written in the schema's order, which `j` lost (its objects are sorted
-  // by key): the schema's text comes from the body read again in order.
-  const auto ordered = nlohmann::ordered_json::parse(body, nullptr, /*allow_exceptions=*/false);
-  const char* outer = responses ? "text" : "response_format";
-  const char* inner = responses ? "format" : "json_schema";
-  if (ordered.is_object() && ordered.contains(outer) && ordered.at(outer).is_object()) {
-    const auto& o = ordered.at(outer);
-    if (o.contains(inner) && o.at(inner).is_object() && o.at(inner).contains("schema")) {
-      std::string in_order = o.at(inner).at("schema").dump();
-      // The same schema (a body with a key twice may hold another one there).
-      if (json::parse(in_order) == (*holder)["schema"]) p->json_schema = std::move(in_order);
+  p->json_schema = responses ? SchemaText(body, {"text", "format", "schema"}, (*holder)["schema"])
+                             : SchemaText(body, {"response_format", "json_schema", "schema"},
+                                          (*holder)["schema"]);
+  return absl::OkStatus();
+}
+
+// vLLM's spellings of a format: `guided_json` (a schema, or its JSON text),
+// `guided_choice` (texts), `structured_outputs` ({"json": ...} or {"choice": [...]}). One
+// way of giving a format per request.
+absl::Status ParseGuided(const json& j, std::string_view body, GenerationParams* p) {
+  auto has = [&j](const char* key) { return j.contains(key) && !j[key].is_null(); };
+  const char* given = p->format != OutputFormat::kText ? "response_format" : nullptr;
+  auto one = [&given](const char* param) -> absl::Status {
+    if (given != nullptr) {
+      return Bad(param,
+                 absl::StrCat("'", param, "' and '", given, "' both give a format; give one"));
+    }
+    given = param;
+    return absl::OkStatus();
+  };
+  auto schema = [&](const json& s, const char* param,
+                    std::initializer_list<const char*> path) -> absl::Status {
+    KVFOLD_RETURN_IF_ERROR(one(param));
+    p->format = OutputFormat::kJsonSchema;
+    if (s.is_string()) {  // the schema's JSON text, as vLLM also takes it
+      if (json::parse(s.get<std::string>(), nullptr, false).is_discarded()) {
+        return Bad(param, absl::StrCat("'", param, "' is a string but not JSON"));
+      }
+      p->json_schema = s.get<std::string>();
+    } else if (s.is_object() || s.is_boolean()) {
+      p->json_schema = SchemaText(body, path, s);
+    } else {
+      return Bad(param, absl::StrCat("'", param, "' must be a JSON Schema"));
+    }
+    return absl::OkStatus();
+  };
+  auto choice = [&](const json& c, const char* param) -> absl::Status {
+    KVFOLD_RETURN_IF_ERROR(one(param));
+    if (!c.is_array() || c.empty()) {
+      return Bad(param, absl::StrCat("'", param, "' must be a non-empty array of strings"));
+    }
+    for (const json& e : c) {
+      if (!e.is_string()) {
+        return Bad(param, absl::StrCat("'", param, "' must be a non-empty array of strings"));
+      }
+      p->choices.push_back(e.get<std::string>());
+    }
+    p->format = OutputFormat::kChoice;
+    return absl::OkStatus();
+  };
+  if (has("guided_json")) {
+    KVFOLD_RETURN_IF_ERROR(schema(j["guided_json"], "guided_json", {"guided_json"}));
+  }
+  if (has("guided_choice")) KVFOLD_RETURN_IF_ERROR(choice(j["guided_choice"], "guided_choice"));
+  for (const char* key : {"guided_regex", "guided_grammar"}) {
+    if (has(key)) return Bad(key, absl::StrCat("'", key, "' is not supported by kvfold"));
+  }
+  if (has("structured_outputs")) {
+    const json& so = j["structured_outputs"];
+    if (!so.is_object()) {
+      return Bad("structured_outputs", "'structured_outputs' must be an object");
+    }
+    for (const auto& [key, value] : so.items()) {
+      if (value.is_null()) continue;
+      if (key == "json") {
+        KVFOLD_RETURN_IF_ERROR(schema(value, "structured_outputs", {"structured_outputs", "json"}));
+      } else if (key == "choice") {
+        KVFOLD_RETURN_IF_ERROR(choice(value, "structured_outputs"));
+      } else {
+        return Bad("structured_outputs",
+                   absl::StrCat("'structured_outputs.", key, "' is not supported by kvfold"));
+      }
     }
   }
   return absl::OkStatus();
+}
+
+absl::Status ParseFormat(const json& j, std::string_view body, LogprobsForm form,
+                         GenerationParams* p) {
+  KVFOLD_RETURN_IF_ERROR(ParseResponseFormat(j, body, form, p));
+  return ParseGuided(j, body, p);
 }
 
 absl::Status ParseParams(const json& j, std::string_view body, LogprobsForm form,

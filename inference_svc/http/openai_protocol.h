@@ -53,11 +53,13 @@ struct GenerationParams {
   int top_logprobs = 0;  // [0, kMaxTopLogprobs]
   // Choices per prompt, each an independent sample (OpenAI's `n`), [1, kMaxChoices].
   int n = 1;
-  // OpenAI's response_format (chat, completions) or text.format (responses): free text, a
-  // JSON object, or a document of json_schema (its `schema`, as JSON text; the replica
-  // refuses a schema it cannot hold).
+  // OpenAI's response_format (chat, completions) or text.format (responses), or vLLM's
+  // guided_json / guided_choice / structured_outputs: free text, a JSON object, a
+  // document of json_schema (the schema, as JSON text; the replica refuses a schema it
+  // cannot hold), or exactly one of `choices`.
   OutputFormat format = OutputFormat::kText;
   std::string json_schema;
+  std::vector<std::string> choices;
 };
 
 struct ChatCompletionRequest {

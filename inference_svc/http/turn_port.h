@@ -41,7 +41,7 @@ class PromptGroup {
 
 // What a turn's answer must be: free text, a JSON object, or a document of a JSON Schema
 // (docs/structured-output.md).
-enum class OutputFormat { kText, kJsonObject, kJsonSchema };
+enum class OutputFormat { kText, kJsonObject, kJsonSchema, kChoice };
 
 struct TurnSpec {
   // Empty: an ephemeral conversation, neither read from nor written to the store.
@@ -75,7 +75,8 @@ struct TurnSpec {
   int prompt_logprobs = -1;
   bool prompt_only = false;  // feed (and score) the prompt, generate nothing
   OutputFormat format = OutputFormat::kText;
-  std::string json_schema;  // kJsonSchema: the schema, as JSON text
+  std::string json_schema;           // kJsonSchema: the schema, as JSON text
+  std::vector<std::string> choices;  // kChoice: the answer is exactly one of these texts
   // Ephemeral turns only: turns with the same group and prompt may share its feeding.
   std::shared_ptr<PromptGroup> prompt_group;
 };

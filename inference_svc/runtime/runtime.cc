@@ -404,7 +404,10 @@ absl::StatusOr<std::unique_ptr<TurnHandle>> Runtime::StartTurn(const Caller& cal
     if (request.response_format.kind == ResponseFormat::Kind::kJsonObject) {
       grammar = structured::Grammar::JsonObject();
     } else {
-      auto compiled = structured::Grammar::FromSchema(request.response_format.json_schema);
+      const ResponseFormat& f = request.response_format;
+      auto compiled = f.kind == ResponseFormat::Kind::kChoice
+                          ? structured::Grammar::Choice(f.choices)
+                          : structured::Grammar::FromSchema(f.json_schema);
       if (!compiled.ok()) {
         return absl::InvalidArgumentError(
             absl::StrCat("response_format: ", compiled.status().message()));

@@ -86,9 +86,10 @@ struct SessionRequest {
 
 // What a turn's answer must be (docs/structured-output.md).
 struct ResponseFormat {
-  enum class Kind { kText, kJsonObject, kJsonSchema };
+  enum class Kind { kText, kJsonObject, kJsonSchema, kChoice };
   Kind kind = Kind::kText;
-  std::string json_schema;  // kJsonSchema: the schema, as JSON text
+  std::string json_schema;           // kJsonSchema: the schema, as JSON text
+  std::vector<std::string> choices;  // kChoice: the answer is exactly one of these texts
 };
 
 struct TurnRequest {
@@ -121,12 +122,12 @@ struct TurnRequest {
   // Feed (and score) the prompt, generate nothing: the turn ends with kLength after its
   // prompt, committed like any other turn.
   bool prompt_only = false;
-  // Free text (kText), or a JSON document the turn's tokens are held to: a token whose
-  // bytes cannot continue the document is never picked, stop and EOS ids only once the
-  // document is whole, and the turn ends (kStop) once it is whole and nothing may follow
-  // it. Log-probabilities stay those of the raw distribution. INVALID_ARGUMENT for a
-  // schema outside the supported subset (the message says which keyword, where) or with
-  // prompt_only; FAILED_PRECONDITION on a replica without a tokenizer.
+  // Free text (kText), or a JSON document (or one of the texts of kChoice) the turn's
+  // tokens are held to: a token whose bytes cannot continue the document is never picked,
+  // stop and EOS ids only once the document is whole, and the turn ends (kStop) once it
+  // is whole and nothing may follow it. Log-probabilities stay those of the raw distribution.
+  // INVALID_ARGUMENT for a schema outside the supported subset (the message says which keyword,
+  // where) or with prompt_only; FAILED_PRECONDITION on a replica without a tokenizer.
   ResponseFormat response_format;
   // Optional: called on a runtime thread whenever tokens or the end are available. Must
   // return quickly and must not call back into the runtime.

@@ -412,6 +412,10 @@ absl::StatusOr<std::shared_ptr<http::RunningTurn>> RuntimeTurnPort::StartTurn(
       request.response_format.kind = runtime::ResponseFormat::Kind::kJsonSchema;
       request.response_format.json_schema = spec.json_schema;
       break;
+    case http::OutputFormat::kChoice:
+      request.response_format.kind = runtime::ResponseFormat::Kind::kChoice;
+      request.response_format.choices = spec.choices;
+      break;
   }
   // Greedy must not inherit a session's non-zero default temperature.
   if (spec.temperature <= 0) request.sampling.top_k = 1;

@@ -67,6 +67,11 @@ grpc::Status InferenceServiceImpl::Generate(grpc::ServerContext* context,
       turn_request.response_format.kind = runtime::ResponseFormat::Kind::kJsonSchema;
       turn_request.response_format.json_schema = request->response_format().json_schema();
       break;
+    case v1::ResponseFormat::TYPE_CHOICE:
+      turn_request.response_format.kind = runtime::ResponseFormat::Kind::kChoice;
+      turn_request.response_format.choices.assign(request->response_format().choices().begin(),
+                                                  request->response_format().choices().end());
+      break;
     case v1::ResponseFormat::TYPE_UNSPECIFIED:
     case v1::ResponseFormat::TYPE_TEXT:
       break;

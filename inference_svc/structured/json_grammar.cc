@@ -443,6 +443,29 @@ class SchemaCompiler {
   std::map<std::string, int> refs_;
 };
 
+absl::StatusOr<std::shared_ptr<const Grammar>> Grammar::Choice(
+    const std::vector<std::string>& choices) {
+  if (choices.empty() || static_cast<int>(choices.size()) > kMaxLiterals) {
+    return absl::InvalidArgumentError(
+        absl::StrCat("choices: ", choices.size(), " given; 1 to ", kMaxLiterals, " allowed"));
+  }
+  std::set<std::string> seen;
+  for (const std::string& c : choices) {
+    if (c.empty()) return absl::InvalidArgumentError("choices: a choice is empty");
+    if (!seen.insert(c).second) {
+      return absl::InvalidArgumentError(absl::StrCat("choices: \"", c, "\" is given twice"));
+    }
+  }
+  auto grammar = std::shared_ptr<Grammar>(new Grammar());
+  Node node;
+  node.kind = NodeKind::kLiterals;
+  node.literals = choices;
+  grammar->nodes_.push_back(std::move(node));
+  grammar->root_ = grammar->num_nodes() - 1;
+  grammar->leading_space_ = false;
+  return std::shared_ptr<const Grammar>(std::move(grammar));
+}
+
 absl::StatusOr<std::shared_ptr<const Grammar>> Grammar::FromSchema(std::string_view schema,
                                                                    bool compact) {
   json root = json::parse(schema, nullptr, /*allow_exceptions=*/false);

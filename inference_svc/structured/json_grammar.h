@@ -87,11 +87,18 @@ class Grammar {
   // where it is (a JSON pointer into the schema).
   static absl::StatusOr<std::shared_ptr<const Grammar>> FromSchema(std::string_view schema,
                                                                    bool compact = true);
+  // Exactly one of `choices` (raw text, not JSON; vLLM's guided_choice), nothing before
+  // or after it. INVALID_ARGUMENT for none, more than kMaxLiterals, an empty or a
+  // repeated one.
+  static absl::StatusOr<std::shared_ptr<const Grammar>> Choice(
+      const std::vector<std::string>& choices);
 
   const Node& node(int i) const { return nodes_[i]; }
   int root() const { return root_; }
   int num_nodes() const { return static_cast<int>(nodes_.size()); }
   bool compact() const { return compact_; }
+  // Whether one space may come before the document (compact JSON documents).
+  bool leading_space() const { return leading_space_; }
 
  private:
   friend class SchemaCompiler;
@@ -99,6 +106,7 @@ class Grammar {
   std::vector<Node> nodes_;
   int root_ = 0;
   bool compact_ = true;
+  bool leading_space_ = true;
 };
 
 }  // namespace kvfold::structured

@@ -63,7 +63,8 @@ JsonMatcher::JsonMatcher(std::shared_ptr<const Grammar> grammar) : grammar_(std:
   Frame root;
   root.type = kValue;
   root.node = grammar_->root();
-  root.aux = 1;  // one space may start a compact document (SentencePiece's word-start pieces)
+  // One space may start a compact document (SentencePiece's word-start pieces).
+  root.aux = grammar_->leading_space() ? 1 : 0;
   stacks_.push_back(Stack{root});
 }
 

@@ -3,6 +3,7 @@
 // several choices, streamed, and on a stored session that goes on as free text; gRPC's
 // GenerateRequest.response_format does the same; a schema outside the subset is a 400 /
 // INVALID_ARGUMENT naming the keyword.
+#include <algorithm>
 #include <nlohmann/json.hpp>
 
 #include "gmock/gmock.h"
@@ -117,6 +118,31 @@ TEST_F(HttpApiTest, CompletionsAndResponsesTakeTheFormatToo) {
   ExpectPet(Body(r)["output"][0]["content"][0]["text"].get<std::string>());
 }
 
+// vLLM's guided decoding params through a replica: guided_choice answers one of its texts
+// (chat and completions), guided_json a document of its schema.
+TEST_F(HttpApiTest, VllmGuidedChoiceAndJson) {
+  const std::vector<std::string> choices = {"a cat", "a dog", "a bird"};
+  ojson chat = Chat();
+  chat["guided_choice"] = choices;
+  chat["temperature"] = 1.0;
+  chat["seed"] = 2;
+  chat["n"] = 4;
+  HttpReply r = HttpCall(port_[0], "POST", "/v1/chat/completions", chat.dump(), kAuth);
+  ASSERT_EQ(r.status, 200) << r.body;
+  for (const json& choice : Body(r)["choices"]) {
+    const std::string text = choice["message"]["content"].get<std::string>();
+    EXPECT_NE(std::find(choices.begin(), choices.end(), text), choices.end()) << text;
+    EXPECT_EQ(choice["finish_reason"], "stop");
+  }
+  const ojson completion = {{"prompt", "Once upon a time"},
+                            {"max_tokens", 200},
+                            {"temperature", 0},
+                            {"guided_json", kPet}};
+  HttpReply c = HttpCall(port_[1], "POST", "/v1/completions", completion.dump(), kAuth);
+  ASSERT_EQ(c.status, 200) << c.body;
+  ExpectPet(Body(c)["choices"][0]["text"].get<std::string>());
+}
+
 TEST_F(HttpApiTest, SchemasOutsideTheSubsetAreRefused) {
   json chat = kChat;
   chat["response_format"] = {
@@ -161,6 +187,14 @@ TEST_F(HttpApiTest, GrpcGenerateTakesAResponseFormat) {
   std::string text;
   ASSERT_TRUE(generate(format, &text).ok());
   ExpectPet(text);
+
+  v1::ResponseFormat choice;
+  choice.set_type(v1::ResponseFormat::TYPE_CHOICE);
+  choice.add_choices("red");
+  choice.add_choices("green");
+  text.clear();
+  ASSERT_TRUE(generate(choice, &text).ok());
+  EXPECT_TRUE(text == "red" || text == "green") << text;
 
   format.set_json_schema(R"({"type":"integer","minimum":3})");
   text.clear();

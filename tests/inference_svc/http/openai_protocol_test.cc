@@ -529,6 +529,56 @@ TEST(OpenAiProtocolTest, ResponseFormatsOfEveryEndpoint) {
               HasSubstr("text.format.schema"));
 }
 
+// vLLM's spellings: guided_json (a schema or its text), guided_choice, structured_outputs.
+TEST(OpenAiProtocolTest, VllmGuidedDecodingParams) {
+  const json base = {{"messages", {{{"role", "user"}, {"content", "Hi"}}}}};
+  json body = base;
+  body["guided_json"] = {{"type", "object"}};
+  auto r = ParseChatCompletionRequest(body.dump());
+  ASSERT_TRUE(r.ok()) << r.status();
+  EXPECT_EQ(r->params.format, OutputFormat::kJsonSchema);
+  EXPECT_EQ(r->params.json_schema, R"({"type":"object"})");
+  body["guided_json"] = R"({"type": "integer"})";
+  EXPECT_EQ(ParseChatCompletionRequest(body.dump())->params.json_schema, R"({"type": "integer"})");
+  body = base;
+  body["guided_choice"] = {"yes", "no"};
+  r = ParseChatCompletionRequest(body.dump());
+  ASSERT_TRUE(r.ok()) << r.status();
+  EXPECT_EQ(r->params.format, OutputFormat::kChoice);
+  EXPECT_EQ(r->params.choices, (std::vector<std::string>{"yes", "no"}));
+  body = base;
+  body["structured_outputs"] = {{"choice", {"a"}}};
+  EXPECT_EQ(ParseChatCompletionRequest(body.dump())->params.format, OutputFormat::kChoice);
+  body["structured_outputs"] = {{"json", {{"type", "array"}}}};
+  EXPECT_EQ(ParseCompletionRequest(
+                json{{"prompt", "x"}, {"structured_outputs", body["structured_outputs"]}}.dump())
+                ->params.format,
+            OutputFormat::kJsonSchema);
+
+  const std::vector<std::pair<json, std::string>> bad = {
+      {{{"guided_json", {{"type", "object"}}}, {"guided_choice", {"a"}}}, "guided_choice"},
+      {{{"response_format", {{"type", "json_object"}}}, {"guided_json", {{"type", "object"}}}},
+       "guided_json"},
+      {{{"guided_json", "not json"}}, "guided_json"},
+      {{{"guided_json", 3}}, "guided_json"},
+      {{{"guided_choice", json::array()}}, "guided_choice"},
+      {{{"guided_choice", {1, 2}}}, "guided_choice"},
+      {{{"guided_regex", "a+"}}, "guided_regex"},
+      {{{"structured_outputs", {{"regex", "a+"}}}}, "structured_outputs"},
+      {{{"structured_outputs", {{"json", {{"type", "object"}}}, {"choice", {"a"}}}}},
+       "structured_outputs"},
+  };
+  for (const auto& [fields, param] : bad) {
+    SCOPED_TRACE(fields.dump());
+    body = base;
+    body.update(fields);
+    auto parsed = ParseChatCompletionRequest(body.dump());
+    ASSERT_FALSE(parsed.ok());
+    EXPECT_EQ(parsed.status().code(), absl::StatusCode::kInvalidArgument);
+    EXPECT_THAT(std::string(parsed.status().message()), HasSubstr(param));
+  }
+}
+
 TEST(StopMatcherTest, HoldsBackPrefixesAndNeverEmitsTheStop) {
   StopMatcher m({"END", "\nUser:"});
   std::string shown = m.Push("Hello E");

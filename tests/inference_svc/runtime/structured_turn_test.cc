@@ -1,7 +1,9 @@
 // Structured output in a Runtime on the real stories260K model and tokenizer: a turn held
 // to a JSON object or a schema writes a document an independent parser reads (the model
 // alone writes stories), in every KV mode, greedy and sampled; bad formats are refused.
+#include <algorithm>
 #include <memory>
+#include <set>
 #include <string>
 #include <vector>
 
@@ -18,6 +20,19 @@ namespace kvfold::runtime {
 namespace {
 
 using json = nlohmann::json;
+
+ResponseFormat JsonObject() {
+  ResponseFormat f;
+  f.kind = ResponseFormat::Kind::kJsonObject;
+  return f;
+}
+
+ResponseFormat SchemaFormat(std::string schema) {
+  ResponseFormat f;
+  f.kind = ResponseFormat::Kind::kJsonSchema;
+  f.json_schema = std::move(schema);
+  return f;
+}
 
 class StructuredTurnTest : public ::testing::Test {
  protected:
@@ -127,7 +142,7 @@ TEST_F(StructuredTurnTest, AJsonObjectInEveryMode) {
   int whole = 0;
   for (core::KvMode mode : kModes) {
     SCOPED_TRACE(core::KvModeName(mode));
-    TurnRequest request = Request(mode, {ResponseFormat::Kind::kJsonObject, ""});
+    TurnRequest request = Request(mode, JsonObject());
     request.sampling.logit_bias = closing;
     const Answer a = Run(std::move(request));
     ASSERT_TRUE(a.status.ok()) << a.status;
@@ -156,9 +171,8 @@ TEST_F(StructuredTurnTest, SampledDocumentsOfASchema) {
   for (uint64_t seed = 1; seed <= 6; ++seed) {
     SCOPED_TRACE(seed);
     const core::KvMode mode = kModes[seed % 4];
-    const Answer a =
-        Run(Request(mode, {.kind = ResponseFormat::Kind::kJsonSchema, .json_schema = schema},
-                    /*temperature=*/1.0f, seed));
+    const Answer a = Run(Request(mode, SchemaFormat(schema),
+                                 /*temperature=*/1.0f, seed));
     ASSERT_TRUE(a.status.ok()) << a.status;
     EXPECT_EQ(a.finish, FinishReason::kStop) << a.text;
     const json doc = Parse(a.text);
@@ -179,16 +193,32 @@ TEST_F(StructuredTurnTest, SampledDocumentsOfASchema) {
   }
 }
 
+// A choice answers exactly one of its texts, whatever the mode and the draw.
+TEST_F(StructuredTurnTest, AChoiceIsOneOfItsTexts) {
+  const std::vector<std::string> choices = {"yes", "no", "yes, and more", "maybe"};
+  std::set<std::string> seen;
+  for (uint64_t seed = 1; seed <= 8; ++seed) {
+    ResponseFormat f;
+    f.kind = ResponseFormat::Kind::kChoice;
+    f.choices = choices;
+    const Answer a = Run(Request(kModes[seed % 4], f, /*temperature=*/1.0f, seed));
+    ASSERT_TRUE(a.status.ok()) << a.status;
+    EXPECT_EQ(a.finish, FinishReason::kStop);
+    EXPECT_NE(std::find(choices.begin(), choices.end(), a.text), choices.end()) << a.text;
+    seen.insert(a.text);
+  }
+  EXPECT_GT(seen.size(), 1u);  // the draw decides, not the grammar
+}
+
 TEST_F(StructuredTurnTest, FormatsThatCannotBeHeldAreRefused) {
   TurnRequest bad =
-      Request(core::KvMode::kFull, {.kind = ResponseFormat::Kind::kJsonSchema,
-                                    .json_schema = R"({"type":"string","pattern":"^a"})"});
+      Request(core::KvMode::kFull, SchemaFormat(R"({"type":"string","pattern":"^a"})"));
   auto turn = runtime_->StartTurn({"tenant", ""}, std::move(bad));
   ASSERT_FALSE(turn.ok());
   EXPECT_EQ(turn.status().code(), absl::StatusCode::kInvalidArgument);
   EXPECT_NE(turn.status().message().find("'pattern'"), std::string::npos) << turn.status();
 
-  TurnRequest only = Request(core::KvMode::kFull, {ResponseFormat::Kind::kJsonObject, ""});
+  TurnRequest only = Request(core::KvMode::kFull, JsonObject());
   only.prompt_only = true;
   EXPECT_EQ(runtime_->StartTurn({"tenant", ""}, std::move(only)).status().code(),
             absl::StatusCode::kInvalidArgument);
@@ -196,7 +226,7 @@ TEST_F(StructuredTurnTest, FormatsThatCannotBeHeldAreRefused) {
   Runtime::Deps deps;
   deps.engine = engine_.get();
   Runtime without_tokenizer(deps, RuntimeOptions());
-  TurnRequest ids = Request(core::KvMode::kFull, {ResponseFormat::Kind::kJsonObject, ""});
+  TurnRequest ids = Request(core::KvMode::kFull, JsonObject());
   ids.prompt_text.clear();
   ids.prompt_ids = {1, 2, 3};
   EXPECT_EQ(without_tokenizer.StartTurn({"tenant", ""}, std::move(ids)).status().code(),

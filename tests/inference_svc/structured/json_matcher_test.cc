@@ -273,6 +273,29 @@ TEST(JsonSchemaTest, RootsOfEveryKind) {
   EXPECT_FALSE(Complete(tree, R"({"v":1,"kids":[{}]})"));
 }
 
+// vLLM's guided_choice: exactly one of the texts, nothing before or after.
+TEST(JsonSchemaTest, AChoiceIsExactlyOneOfItsTexts) {
+  auto g = Grammar::Choice({"yes", "yes, sure", "no"});
+  ASSERT_TRUE(g.ok()) << g.status();
+  EXPECT_TRUE(Complete(*g, "no"));
+  EXPECT_TRUE(Complete(*g, "yes, sure"));
+  EXPECT_FALSE(Complete(*g, " no"));
+  EXPECT_FALSE(Complete(*g, "no "));
+  EXPECT_FALSE(Complete(*g, "yes,"));
+  JsonMatcher yes(*g);
+  ASSERT_TRUE(yes.Advance("yes"));
+  EXPECT_TRUE(yes.IsComplete());
+  EXPECT_TRUE(yes.CanContinue());  // ", sure" may follow
+  JsonMatcher no(*g);
+  ASSERT_TRUE(no.Advance("no"));
+  EXPECT_FALSE(no.CanContinue());
+  EXPECT_EQ(Grammar::Choice({}).status().code(), absl::StatusCode::kInvalidArgument);
+  EXPECT_EQ(Grammar::Choice({"a", ""}).status().code(), absl::StatusCode::kInvalidArgument);
+  EXPECT_EQ(Grammar::Choice({"a", "a"}).status().code(), absl::StatusCode::kInvalidArgument);
+  EXPECT_EQ(Grammar::Choice(std::vector<std::string>(65, "x")).status().code(),
+            absl::StatusCode::kInvalidArgument);
+}
+
 TEST(JsonSchemaTest, RefusesWhatItCannotHold) {
   const std::vector<std::pair<std::string, std::string>> cases = {
       {"not json", "not valid JSON"},
