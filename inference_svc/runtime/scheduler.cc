@@ -289,10 +289,15 @@ int32_t Scheduler::PickToken(Running& r, engine::TokenLogprobs* logprobs) {
   const std::span<const float> logits = r.job->live->engine_session->Logits();
   std::span<const float> pick_from = logits;
   if (r.constraint.has_value()) {
-    if (absl::Status s = r.constraint->Mask(logits, &r.masked_logits); !s.ok()) {
+    const auto t0 = TurnJob::Clock::now();
+    absl::Status s = r.constraint->Mask(logits, &r.masked_logits);
+    structured_mask_ns_.fetch_add(static_cast<uint64_t>(
+        std::chrono::duration_cast<std::chrono::nanoseconds>(TurnJob::Clock::now() - t0).count()));
+    if (!s.ok()) {
       r.pick_error = std::move(s);
       return -1;
     }
+    structured_tokens_.fetch_add(1);
     pick_from = r.masked_logits;
   }
   const int32_t token = r.sampler->Sample(pick_from);

@@ -113,6 +113,9 @@ class Scheduler {
   uint64_t rejected_turns() const { return rejected_turns_.load(); }
   // Prompts a turn took as a copy of a prompt share's feeder instead of feeding them.
   uint64_t prompt_copies() const { return prompt_copies_.load(); }
+  // Tokens picked under a structured turn's mask, and the time the masks took.
+  uint64_t structured_tokens() const { return structured_tokens_.load(); }
+  double structured_mask_seconds() const { return 1e-9 * structured_mask_ns_.load(); }
   // Turns whose prompt began with a prefix cache entry's tokens, and those tokens.
   uint64_t prefix_cache_hits() const { return prefix_cache_hits_.load(); }
   uint64_t prefix_cache_tokens() const { return prefix_cache_tokens_.load(); }
@@ -211,7 +214,7 @@ class Scheduler {
   void DecodeStep();
   // r's token from its logits (and its log-probabilities, when the turn asks). Touches
   // only r's sampler: rows may pick on different threads at once.
-  static int32_t PickToken(Running& r, engine::TokenLogprobs* logprobs);
+  int32_t PickToken(Running& r, engine::TokenLogprobs* logprobs);
   // Picks r's token, then emits it.
   void SampleAndEmit(Running& r);
   // The tokens (and log-probabilities when asked) of the rows pick_rows_ names, into
@@ -267,6 +270,8 @@ class Scheduler {
   std::atomic<uint64_t> decoded_tokens_{0};
   std::atomic<uint64_t> rejected_turns_{0};
   std::atomic<uint64_t> prompt_copies_{0};
+  std::atomic<uint64_t> structured_tokens_{0};
+  std::atomic<uint64_t> structured_mask_ns_{0};
   std::atomic<uint64_t> prefix_cache_hits_{0};
   std::atomic<uint64_t> prefix_cache_tokens_{0};
   std::thread thread_;

@@ -351,6 +351,12 @@ void InferenceServer::RegisterReplicaMetrics() {
   r.AddCallbackCounter("kvfold_prefix_cache_tokens_total",
                        "Prompt tokens copied from the prefix cache instead of fed.",
                        [sched] { return static_cast<double>(sched->prefix_cache_tokens()); });
+  r.AddCallbackCounter("kvfold_structured_tokens_total",
+                       "Tokens picked under a structured output's mask (JSON, a schema, choices).",
+                       [sched] { return static_cast<double>(sched->structured_tokens()); });
+  r.AddCallbackCounter("kvfold_structured_mask_seconds_total",
+                       "Time spent masking the vocabulary for structured output.",
+                       [sched] { return sched->structured_mask_seconds(); });
   const runtime::Runtime* rt = runtime_.get();
   r.AddCallbackGauge("kvfold_session_cache_bytes", "Bytes of idle sessions in the local cache.",
                      [rt] { return static_cast<double>(rt->sessions().cached_bytes()); });

@@ -8,6 +8,7 @@
 
 #include "gmock/gmock.h"
 #include "gtest/gtest.h"
+#include "tests/common/prometheus_text.h"
 #include "tests/integration/http_api_fixture.h"
 
 namespace kvfold::testing {
@@ -127,8 +128,15 @@ TEST_F(HttpApiTest, VllmGuidedChoiceAndJson) {
   chat["temperature"] = 1.0;
   chat["seed"] = 2;
   chat["n"] = 4;
+  auto structured_tokens = [&] {
+    return ParsePrometheusText(HttpCall(port_[0], "GET", "/metrics").body)
+        .Value("kvfold_structured_tokens_total", {});
+  };
+  const double before = structured_tokens();
   HttpReply r = HttpCall(port_[0], "POST", "/v1/chat/completions", chat.dump(), kAuth);
   ASSERT_EQ(r.status, 200) << r.body;
+  // Every generated token was picked under the mask.
+  EXPECT_EQ(structured_tokens() - before, Body(r)["usage"]["completion_tokens"].get<double>());
   for (const json& choice : Body(r)["choices"]) {
     const std::string text = choice["message"]["content"].get<std::string>();
     EXPECT_NE(std::find(choices.begin(), choices.end(), text), choices.end()) << text;
