@@ -398,8 +398,7 @@ absl::StatusOr<std::unique_ptr<TurnHandle>> Runtime::StartTurn(const Caller& cal
     }
     if (request.prompt_only) {
       return absl::InvalidArgumentError(
-          "response_format needs a turn that generates (not "
-          "prompt_only)");
+          "response_format needs a turn that generates (not prompt_only)");
     }
     if (request.response_format.kind == ResponseFormat::Kind::kJsonObject) {
       grammar = structured::Grammar::JsonObject();

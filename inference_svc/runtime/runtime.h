@@ -125,9 +125,10 @@ struct TurnRequest {
   // Free text (kText), or a JSON document (or one of the texts of kChoice) the turn's
   // tokens are held to: a token whose bytes cannot continue the document is never picked,
   // stop and EOS ids only once the document is whole, and the turn ends (kStop) once it
-  // is whole and nothing may follow it. Log-probabilities stay those of the raw distribution.
-  // INVALID_ARGUMENT for a schema outside the supported subset (the message says which keyword,
-  // where) or with prompt_only; FAILED_PRECONDITION on a replica without a tokenizer.
+  // is whole and nothing may follow it (min_tokens does not hold it longer).
+  // Log-probabilities stay those of the raw distribution. INVALID_ARGUMENT for a schema
+  // outside the supported subset (the message names the keyword and where it is), bad
+  // choices or prompt_only; FAILED_PRECONDITION on a replica without a tokenizer.
   ResponseFormat response_format;
   // Optional: called on a runtime thread whenever tokens or the end are available. Must
   // return quickly and must not call back into the runtime.

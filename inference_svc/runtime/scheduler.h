@@ -212,8 +212,10 @@ class Scheduler {
   bool DropPrefixEntry();
   void EndPrompt(Running& r);
   void DecodeStep();
-  // r's token from its logits (and its log-probabilities, when the turn asks). Touches
-  // only r's sampler: rows may pick on different threads at once.
+  // r's token from its logits (and its log-probabilities, when the turn asks); -1 when a
+  // structured turn's mask leaves no token (r.pick_error says why). Touches only r's
+  // sampler and constraint, and atomic counters: rows may pick on different threads at
+  // once.
   int32_t PickToken(Running& r, engine::TokenLogprobs* logprobs);
   // Picks r's token, then emits it.
   void SampleAndEmit(Running& r);
