@@ -184,16 +184,20 @@ class SchemaCompiler {
         }
       }
       std::vector<json> values;
-      if (s.contains("const")) values.push_back(s["const"]);
       if (s.contains("enum")) {
         if (!s["enum"].is_array() || s["enum"].empty()) {
           return Bad(absl::StrCat(where, "/enum"), "must be a non-empty array");
         }
-        for (const json& v : s["enum"]) {
-          if (s.contains("const") && v != s["const"]) continue;
-          values.push_back(v);
+        values.assign(s["enum"].begin(), s["enum"].end());
+      }
+      if (s.contains("const")) {
+        // Both: the const, when the enum has it.
+        if (!values.empty() &&
+            std::find(values.begin(), values.end(), s["const"]) == values.end()) {
+          values.clear();
+        } else {
+          values = {s["const"]};
         }
-        if (s.contains("const")) values.resize(std::min<size_t>(values.size(), 1));
       }
       Node node;
       node.kind = NodeKind::kLiterals;
@@ -205,7 +209,9 @@ class SchemaCompiler {
         std::string text = v.dump();
         if (typed && seen.insert(text).second) node.literals.push_back(std::move(text));
       }
-      if (node.literals.empty()) return Bad(where, "no value of 'enum' / 'const' fits 'type'");
+      if (node.literals.empty()) {
+        return Bad(where, "no value of 'enum' / 'const' fits 'type' (and each other)");
+      }
       if (static_cast<int>(node.literals.size()) > kMaxLiterals) {
         return Bad(absl::StrCat(where, "/enum"),
                    absl::StrCat(node.literals.size(), " values; at most ", kMaxLiterals));

@@ -255,6 +255,8 @@ TEST(JsonSchemaTest, RootsOfEveryKind) {
   EXPECT_TRUE(Complete(Schema(R"({"type":["string","null"]})"), "null"));
   EXPECT_TRUE(Complete(Schema(R"({"type":["string","null"]})"), "\"n\""));
   EXPECT_TRUE(Complete(Schema(R"({"enum":[1,10,100]})"), "10"));
+  EXPECT_TRUE(Complete(Schema(R"({"enum":[1,2],"const":2})"), "2"));
+  EXPECT_FALSE(Complete(Schema(R"({"enum":[1,2],"const":2})"), "1"));
   EXPECT_TRUE(Complete(Schema(R"({"enum":[1,10,100]})"), "1"));
   EXPECT_FALSE(Complete(Schema(R"({"enum":[1,10,100]})"), "1000"));
   EXPECT_TRUE(Complete(Schema(R"({"type":"array","items":{"type":"boolean"}})"), "[true, false]"));
@@ -312,6 +314,7 @@ TEST(JsonSchemaTest, RefusesWhatItCannotHold) {
       {R"({"oneOf":[{"type":"string"},{"type":"string","maxLength":2}]})", "use anyOf"},
       {R"({"enum":[]})", "non-empty"},
       {R"({"type":"integer","enum":["a"]})", "no value of 'enum'"},
+      {R"({"enum":[1,2],"const":3})", "no value of 'enum'"},
       {R"({"$ref":"#","type":"object"})", "cannot be combined"},
       {R"({"allOf":[{},{}]})", "allOf of one schema"},
   };
