@@ -71,6 +71,7 @@ TokenTable::TokenTable(const Tokenizer& tokenizer) {
   const int32_t vocab = tokenizer.vocab_size();
   bytes_.resize(vocab);
   string_chars_.assign(vocab, -1);
+  string_text_.assign(vocab, 0);
   std::vector<int32_t> text, other;
   for (int32_t id = 0; id < vocab; ++id) {
     if (tokenizer.IsSpecial(id)) continue;
@@ -78,7 +79,12 @@ TokenTable::TokenTable(const Tokenizer& tokenizer) {
     if (bytes_[id].empty()) continue;
     text.push_back(id);
     string_chars_[id] = StringChars(bytes_[id]);
-    if (string_chars_[id] < 0) other.push_back(id);
+    if (string_chars_[id] < 0) {
+      other.push_back(id);
+    } else {
+      string_text_[id] = 1;
+      max_string_chars_ = std::max(max_string_chars_, string_chars_[id]);
+    }
     max_bytes_ = std::max(max_bytes_, bytes_[id].size());
   }
   text_ = Sorted(bytes_, std::move(text));
@@ -118,19 +124,24 @@ void JsonConstraint::Walk(const TokenTable::Order& order) {
 
 absl::Status JsonConstraint::Mask(std::span<const float> logits, std::vector<float>* masked) {
   const TokenTable& t = *table_;
-  allowed_.assign(t.bytes_.size(), 0);
   if (after_.size() < t.max_bytes_ + 1) after_.resize(t.max_bytes_ + 1, matcher_);
   int written = 0, max_length = -1;
   if (matcher_.InStringText(&written, &max_length)) {
     // Inside a string's text: an id of plain characters continues it while the string
     // stays within its length; only the others (quotes, escapes, pieces of characters)
     // are walked through the matcher.
-    for (int32_t id : t.text_.ids) {
-      const int32_t chars = t.string_chars_[id];
-      if (chars >= 0 && (max_length < 0 || written + chars <= max_length)) allowed_[id] = 1;
+    if (max_length < 0 || written + t.max_string_chars_ <= max_length) {
+      allowed_ = t.string_text_;  // room for any of them
+    } else {
+      allowed_.assign(t.bytes_.size(), 0);
+      for (int32_t id : t.text_.ids) {
+        const int32_t chars = t.string_chars_[id];
+        if (chars >= 0 && written + chars <= max_length) allowed_[id] = 1;
+      }
     }
     Walk(t.other_);
   } else {
+    allowed_.assign(t.bytes_.size(), 0);
     Walk(t.text_);
   }
   if (matcher_.IsComplete()) {

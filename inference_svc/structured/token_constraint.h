@@ -41,6 +41,8 @@ class TokenTable {
   // [vocab_size]: the code points of an id whose bytes are whole UTF-8 characters, none
   // of them '"', '\\' or a control character (text inside any string); -1 otherwise.
   std::vector<int32_t> string_chars_;
+  std::vector<uint8_t> string_text_;  // [vocab_size]: 1 where string_chars_ >= 0
+  int32_t max_string_chars_ = 0;
   Order other_;  // the text ids with string_chars_ -1
   size_t max_bytes_ = 0;
 };

@@ -107,11 +107,13 @@ int HttpTurn(int port, const std::string& session, int max_tokens, bool stream, 
 
 // One sampled completion of `prompt` (token ids) with `n` choices and `seed`; returns the
 // completion tokens, -1 on failure.
+// `format`: a response_format, or null for free text.
 int CompletionTurn(int port, const std::vector<int32_t>& prompt, int max_tokens, int n,
-                   uint64_t seed) {
-  const json body = {{"prompt", prompt},   {"max_tokens", max_tokens},
-                     {"temperature", 1.0}, {"ignore_eos", true},
-                     {"seed", seed},       {"n", n}};
+                   uint64_t seed, const json& format = nullptr) {
+  json body = {{"prompt", prompt},   {"max_tokens", max_tokens},
+               {"temperature", 1.0}, {"ignore_eos", true},
+               {"seed", seed},       {"n", n}};
+  if (!format.is_null()) body["response_format"] = format;
   return CompletionTokens(HttpExchange(port, RequestText(port, body.dump(), "/v1/completions")));
 }
 
@@ -291,6 +293,48 @@ json BenchPrefixCache(service::InferenceServer& server, int prompt_tokens, int r
               {"cold_s", Median(cold_s)},
               {"failures", failures}};
   row["cold_over_warm"] = row["cold_s"].get<double>() / row["warm_s"].get<double>();
+  return row;
+}
+
+json BenchStructured(service::InferenceServer& server, int streams, int new_tokens, int rounds) {
+  const int port = server.http_port();
+  const runtime::Scheduler& sched = server.runtime().scheduler();
+  // One long string field: the document stays open for most of the tokens.
+  const json format = {
+      {"type", "json_schema"},
+      {"json_schema",
+       {{"name", "story"},
+        {"schema",
+         {{"type", "object"},
+          {"properties", {{"title", {{"type", "string"}}}, {"story", {{"type", "string"}}}}},
+          {"required", {"title", "story"}}}}}}};
+  const std::vector<int32_t> prompt = RoundPrompt(server, 1000, 7, 16);
+  int failures = 0, free_tokens = 0, structured_tokens = 0;
+  (void)CompletionTurn(port, prompt, 4, 1, 1, format);  // warm-up
+  std::vector<double> free_tok_s, structured_tok_s, mask_us;
+  for (int round = 0; round < rounds; ++round) {  // interleaved
+    free_tok_s.push_back(Throughput(
+        streams, [&](int i) { return CompletionTurn(port, prompt, new_tokens, 1, 10 + i); },
+        &failures, &free_tokens));
+    const double mask_s = sched.structured_mask_seconds();
+    const uint64_t masked = sched.structured_tokens();
+    structured_tok_s.push_back(Throughput(
+        streams, [&](int i) { return CompletionTurn(port, prompt, new_tokens, 1, 10 + i, format); },
+        &failures, &structured_tokens));
+    mask_us.push_back(1e6 * (sched.structured_mask_seconds() - mask_s) /
+                      std::max<double>(1, static_cast<double>(sched.structured_tokens() - masked)));
+  }
+  json row = {{"streams", streams},
+              {"max_tokens_per_stream", new_tokens},
+              {"rounds", rounds},
+              {"free_tok_s", Median(free_tok_s)},
+              {"structured_tok_s", Median(structured_tok_s)},
+              {"free_tokens_per_round", free_tokens},
+              {"structured_tokens_per_round", structured_tokens},
+              {"mask_us_per_token", Median(mask_us)},
+              {"failures", failures}};
+  row["structured_over_free"] =
+      row["structured_tok_s"].get<double>() / row["free_tok_s"].get<double>();
   return row;
 }
 

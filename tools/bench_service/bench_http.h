@@ -32,6 +32,11 @@ nlohmann::json BenchSharedPrompt(service::InferenceServer& server, int choices, 
 // request on a prompt no request fed, interleaved for `rounds` rounds: median seconds of
 // each and the prompt tokens a warm request took from the cache.
 nlohmann::json BenchPrefixCache(service::InferenceServer& server, int prompt_tokens, int rounds);
+// `streams` concurrent completions of up to `new_tokens` tokens each, free against held to
+// a JSON Schema (an object of two free strings), interleaved for `rounds` rounds: median
+// tokens per second of each, and the mask's microseconds per structured token.
+nlohmann::json BenchStructured(service::InferenceServer& server, int streams, int new_tokens,
+                               int rounds);
 
 }  // namespace kvfold::bench
 

@@ -76,6 +76,7 @@ struct Flags {
   int http_rounds = 3;
   int shared_prompt_tokens = 512;
   int prefix_cache_prompt_tokens = 1000;
+  bool structured = true;
   int idle_streams = 1000;
   std::string db_dir = "/tmp/kvfold-bench-service-db";
   uint64_t kv_pool_bytes = 4ull << 30;
@@ -119,6 +120,9 @@ void AddFlags(CLI::App& app, Flags& f) {
   kvfold::AddSwitch(
       app, "--batching-off", f.batching_off,
       "decode table: also run every row with batching off (=false: batching on only)");
+  kvfold::AddSwitch(app, "--structured", f.structured,
+                    "HTTP: the structured-output row, free completions against ones held to a "
+                    "JSON Schema (=false: skip)");
   kvfold::AddSwitch(app, "--fairness-baseline", f.fairness_baseline, "also run the fairness table with fixed chunks");
   app.add_option("--prefill-stall", f.prefill_stall, "the replica's prefill_stall in the fair fairness row");
   app.add_option("--http-streams", f.http_streams, "concurrent streams, HTTP vs gRPC (0 = skip)");
@@ -475,6 +479,11 @@ int main(int argc, char** argv) {
         out["prefix_cache"] = kvfold::bench::BenchPrefixCache(
             *h.server, flags.prefix_cache_prompt_tokens, flags.http_rounds);
         std::fprintf(stderr, "prefix cache: %s\n", out["prefix_cache"].dump().c_str());
+      }
+      if (flags.structured) {
+        out["structured"] = kvfold::bench::BenchStructured(
+            *h.server, flags.http_streams, flags.http_new_tokens, flags.http_rounds);
+        std::fprintf(stderr, "structured: %s\n", out["structured"].dump().c_str());
       }
     }
     if (flags.idle_streams > 0) {
