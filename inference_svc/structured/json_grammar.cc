@@ -2,6 +2,7 @@
 
 #include <algorithm>
 #include <cmath>
+#include <functional>
 #include <map>
 #include <set>
 #include <utility>
@@ -92,6 +93,7 @@ class SchemaCompiler {
     auto root = Compile(root_, "", 0);
     if (!root.ok()) return root.status();
     grammar_->root_ = *root;
+    KVFOLD_RETURN_IF_ERROR(BoundedAlternatives());
     return std::shared_ptr<const Grammar>(std::move(grammar_));
   }
 
@@ -282,11 +284,54 @@ class SchemaCompiler {
     // The target's node is reserved first, so a reference inside it comes back here.
     const int slot = Add(Node{});
     refs_[pointer] = slot;
+    unfilled_.insert(slot);
     auto compiled = Compile(*target, pointer, depth + 1);
     if (!compiled.ok()) return compiled.status();
-    if (*compiled == slot) return Bad(absl::StrCat(where, "/$ref"), "refers only to itself");
+    // The target is itself a reference to a slot still being compiled (this one, or one
+    // that leads back here): references all the way round, no schema in between.
+    if (unfilled_.count(*compiled)) {
+      return Bad(absl::StrCat(where, "/$ref"), "references lead back to themselves");
+    }
     grammar_->nodes_[slot] = grammar_->nodes_[*compiled];
+    unfilled_.erase(slot);
     return slot;
+  }
+
+  // How many alternatives a value of each anyOf node opens at once (anyOf within anyOf
+  // counted out): refused when an anyOf leads back to itself with no object or array in
+  // between (a value of it would open alternatives forever), or when one opens more than
+  // kMaxAlternatives.
+  absl::Status BoundedAlternatives() {
+    const std::vector<Node>& nodes = grammar_->nodes_;
+    std::vector<int64_t> opens(nodes.size(), -1);  // -1: not counted; -2: being counted
+    std::function<absl::StatusOr<int64_t>(int)> count = [&](int i) -> absl::StatusOr<int64_t> {
+      if (nodes[i].kind != NodeKind::kAnyOf) return 1;
+      if (opens[i] == -2) {
+        return absl::InvalidArgumentError(
+            "schema: an anyOf / oneOf / type list leads back to itself with no object or "
+            "array in between");
+      }
+      if (opens[i] >= 0) return opens[i];
+      opens[i] = -2;
+      int64_t total = 0;
+      for (int alt : nodes[i].alternatives) {
+        auto n = count(alt);
+        if (!n.ok()) return n.status();
+        total = std::min<int64_t>(total + *n, int64_t{1} << 40);
+      }
+      opens[i] = total;
+      return total;
+    };
+    for (int i = 0; i < static_cast<int>(nodes.size()); ++i) {
+      auto n = count(i);
+      if (!n.ok()) return n.status();
+      if (*n > kMaxAlternatives) {
+        return absl::InvalidArgumentError(
+            absl::StrCat("schema: one value may be any of ", *n,
+                         " alternatives (anyOf within anyOf); at most ", kMaxAlternatives));
+      }
+    }
+    return absl::OkStatus();
   }
 
   // oneOf admits a document that exactly one alternative admits. Alternatives of
@@ -447,6 +492,7 @@ class SchemaCompiler {
   const json& root_;
   std::shared_ptr<Grammar> grammar_;
   std::map<std::string, int> refs_;
+  std::set<int> unfilled_;  // $ref slots whose target is being compiled
 };
 
 absl::StatusOr<std::shared_ptr<const Grammar>> Grammar::Choice(

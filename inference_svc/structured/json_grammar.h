@@ -64,6 +64,10 @@ inline constexpr int kMaxDepth = 32;          // nested objects and arrays
 // Most properties of one object and most values of one enum (candidate sets are 64-bit).
 inline constexpr int kMaxProperties = 64;
 inline constexpr int kMaxLiterals = 64;
+// Most alternatives one value may open at once (anyOf within anyOf counted out), and most
+// parse stacks a matcher keeps at once: a schema's ambiguity costs bounded work a byte.
+inline constexpr int kMaxAlternatives = 64;
+inline constexpr int kMaxStacks = 64;
 
 class Grammar {
  public:

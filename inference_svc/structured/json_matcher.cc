@@ -444,6 +444,9 @@ bool JsonMatcher::AdvanceInto(uint8_t byte, JsonMatcher* next) const {
       }
     }
   }
+  // Alternatives that stay alike over nested values multiply: past kMaxStacks the byte is
+  // refused (fewer documents, never a wrong one) rather than the work growing without end.
+  if (next->stacks_.size() > static_cast<size_t>(kMaxStacks)) next->stacks_.clear();
   return !next->stacks_.empty();
 }
 

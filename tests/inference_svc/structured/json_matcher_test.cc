@@ -298,6 +298,29 @@ TEST(JsonSchemaTest, AChoiceIsExactlyOneOfItsTexts) {
             absl::StatusCode::kInvalidArgument);
 }
 
+// Ambiguity costs bounded work: alternatives within alternatives are counted out at
+// compile time, and stacks that stay alike over nested arrays are capped per byte.
+TEST(JsonSchemaTest, AmbiguousSchemasCostBoundedWork) {
+  // 2 x 2 x ... (20 levels) alternatives through shared definitions: 2^20 at once.
+  std::string defs;
+  for (int i = 0; i < 20; ++i) {
+    defs += "\"a" + std::to_string(i) + "\":{\"anyOf\":[{\"$ref\":\"#/$defs/a" +
+            std::to_string(i + 1) + "\"},{\"$ref\":\"#/$defs/a" + std::to_string(i + 1) + "\"}]},";
+  }
+  defs += "\"a20\":{\"type\":\"string\"}";
+  auto wide = Grammar::FromSchema("{\"$ref\":\"#/$defs/a0\",\"$defs\":{" + defs + "}}");
+  ASSERT_FALSE(wide.ok());
+  EXPECT_NE(wide.status().message().find("alternatives"), std::string::npos) << wide.status();
+
+  // Two alike array alternatives nested: the stacks double with each '[' until the cap.
+  const auto g = Schema(
+      R"({"$ref":"#/$defs/n","$defs":{"n":{"anyOf":[{"type":"array","items":{"$ref":"#/$defs/n"}},)"
+      R"({"type":"array","items":{"$ref":"#/$defs/n"}},{"type":"null"}]}}})");
+  EXPECT_TRUE(Complete(g, "[[null]]"));
+  JsonMatcher m(g);
+  EXPECT_FALSE(m.Advance(std::string(kMaxDepth, '[')));  // 2^7 > kMaxStacks on the way
+}
+
 TEST(JsonSchemaTest, RefusesWhatItCannotHold) {
   const std::vector<std::pair<std::string, std::string>> cases = {
       {"not json", "not valid JSON"},
@@ -317,6 +340,12 @@ TEST(JsonSchemaTest, RefusesWhatItCannotHold) {
       {R"({"enum":[1,2],"const":3})", "no value of 'enum'"},
       {R"({"$ref":"#","type":"object"})", "cannot be combined"},
       {R"({"allOf":[{},{}]})", "allOf of one schema"},
+      // Schemas whose values would open alternatives forever, or too many at once.
+      {R"({"$ref":"#/$defs/a","$defs":{"a":{"$ref":"#/$defs/b"},"b":{"$ref":"#/$defs/a"}}})",
+       "lead back to themselves"},
+      {R"({"$ref":"#/$defs/a","$defs":{"a":{"anyOf":[{"$ref":"#/$defs/a"},{"type":"null"}]}}})",
+       "leads back to itself"},
+      {R"({"anyOf":[{"$ref":"#"},{"type":"string"}]})", "leads back to itself"},
   };
   for (const auto& [schema, message] : cases) {
     SCOPED_TRACE(schema);
