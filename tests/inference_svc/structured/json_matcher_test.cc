@@ -4,6 +4,7 @@
 
 #include <gtest/gtest.h>
 
+#include <functional>
 #include <random>
 #include <string>
 #include <vector>
@@ -319,6 +320,87 @@ TEST(JsonSchemaTest, AmbiguousSchemasCostBoundedWork) {
   EXPECT_TRUE(Complete(g, "[[null]]"));
   JsonMatcher m(g);
   EXPECT_FALSE(m.Advance(std::string(kMaxDepth, '[')));  // 2^7 > kMaxStacks on the way
+}
+
+// Random schemas, well formed or not, from the keywords the compiler reads and some it
+// refuses: each compiles or is refused with INVALID_ARGUMENT, never crashes or hangs, and
+// every document a compiled one lets a random walk write parses.
+TEST(JsonSchemaTest, RandomSchemasCompileOrAreRefused) {
+  std::mt19937_64 rng(2026);
+  std::function<json(int)> schema = [&](int depth) -> json {
+    auto leaf = [&]() -> json {
+      switch (rng() % 8) {
+        case 0:
+          return {{"type", "string"}, {"maxLength", static_cast<int>(rng() % 6)}};
+        case 1:
+          return {{"type", "integer"}};
+        case 2:
+          return {{"enum", {1, "a", nullptr, true}}};
+        case 3:
+          return {{"const", "k"}};
+        case 4:
+          return {{"type", {"number", "null"}}};
+        case 5:
+          return json(rng() % 2 == 0);
+        case 6:
+          return {{"$ref", "#/$defs/d"}};
+        default:
+          return {{"type", "string"}, {"minLength", static_cast<int>(rng() % 4) - 1}};
+      }
+    };
+    if (depth > 3) return leaf();
+    switch (rng() % 6) {
+      case 0: {
+        json props = json::object();
+        json required = json::array();
+        for (int i = rng() % 4; i > 0; --i) {
+          const std::string name(1, 'a' + rng() % 5);
+          props[name] = schema(depth + 1);
+          if (rng() % 2) required.push_back(name);
+        }
+        if (rng() % 8 == 0) required.push_back("zz");
+        return {{"type", "object"}, {"properties", props}, {"required", required}};
+      }
+      case 1:
+        return {{"type", "array"},
+                {"items", schema(depth + 1)},
+                {"maxItems", static_cast<int>(rng() % 4)}};
+      case 2: {
+        json alts = json::array();
+        for (int i = rng() % 4; i > 0; --i) alts.push_back(schema(depth + 1));
+        return {{rng() % 2 ? "anyOf" : "oneOf", alts}};
+      }
+      case 3:
+        return {{"allOf", {schema(depth + 1)}}};
+      case 4:
+        return {{"type", "object"}, {"additionalProperties", schema(depth + 1)}};
+      default:
+        return leaf();
+    }
+  };
+  int compiled = 0, documents = 0;
+  for (int i = 0; i < 2000; ++i) {
+    json s = schema(0);
+    if (s.is_object())
+      s["$defs"] = {{"d", rng() % 3 == 0 ? json{{"$ref", "#/$defs/d"}} : schema(2)}};
+    auto g = Grammar::FromSchema(s.dump());
+    if (!g.ok()) {
+      EXPECT_EQ(g.status().code(), absl::StatusCode::kInvalidArgument) << s.dump();
+      continue;
+    }
+    ++compiled;
+    for (int k = 0; k < 3; ++k) {
+      auto doc = testing::RandomDocument(*g, rng);
+      if (!doc.has_value()) continue;
+      ++documents;
+      EXPECT_FALSE(json::parse(*doc, nullptr, false).is_discarded()) << s.dump() << "\n" << *doc;
+    }
+    JsonMatcher m(*g);  // random bytes: no crash, whatever it decides
+    for (int b = 0; b < 64 && !m.dead(); ++b)
+      m.Advance(std::string(1, "{}[]\":,0-1.etrunl a\\"[rng() % 22]));
+  }
+  EXPECT_GT(compiled, 1000);
+  EXPECT_GT(documents, 2 * compiled);
 }
 
 TEST(JsonSchemaTest, RefusesWhatItCannotHold) {
