@@ -401,16 +401,26 @@ class SchemaCompiler {
     return static_cast<int>(v.get<int64_t>());
   }
 
+  // The [min, max] of keywords `min_key` and `max_key` (max -1: none).
+  static absl::Status Bounds(const json& s, const char* min_key, const char* max_key,
+                             const std::string& where, int* min, int* max) {
+    auto lo = Count(s, min_key, where, 0);
+    if (!lo.ok()) return lo.status();
+    auto hi = Count(s, max_key, where, -1);
+    if (!hi.ok()) return hi.status();
+    if (*hi >= 0 && *lo > *hi) {
+      return Bad(where, absl::StrCat(min_key, " is above ", max_key));
+    }
+    *min = *lo;
+    *max = *hi;
+    return absl::OkStatus();
+  }
+
   absl::StatusOr<int> String(const json& s, const std::string& where) {
     Node n;
     n.kind = NodeKind::kString;
-    auto min = Count(s, "minLength", where, 0);
-    if (!min.ok()) return min.status();
-    auto max = Count(s, "maxLength", where, -1);
-    if (!max.ok()) return max.status();
-    if (*max >= 0 && *min > *max) return Bad(where, "minLength is above maxLength");
-    n.min_length = *min;
-    n.max_length = *max;
+    KVFOLD_RETURN_IF_ERROR(
+        Bounds(s, "minLength", "maxLength", where, &n.min_length, &n.max_length));
     return Add(std::move(n));
   }
 
@@ -423,13 +433,7 @@ class SchemaCompiler {
       if (!items.ok()) return items.status();
       n.items = *items;
     }
-    auto min = Count(s, "minItems", where, 0);
-    if (!min.ok()) return min.status();
-    auto max = Count(s, "maxItems", where, -1);
-    if (!max.ok()) return max.status();
-    if (*max >= 0 && *min > *max) return Bad(where, "minItems is above maxItems");
-    n.min_items = *min;
-    n.max_items = *max;
+    KVFOLD_RETURN_IF_ERROR(Bounds(s, "minItems", "maxItems", where, &n.min_items, &n.max_items));
     return Add(std::move(n));
   }
 

@@ -3,6 +3,8 @@
 #include <algorithm>
 #include <utility>
 
+#include "common/utf8.h"
+
 namespace kvfold::structured {
 namespace {
 
@@ -292,22 +294,11 @@ void JsonMatcher::Feed(Stack s, uint8_t c, std::vector<Stack>* out) const {
             } else if (c >= 0x80) {
               // A UTF-8 lead byte: how many continuation bytes, and the first one's range
               // (no overlong forms, no surrogates, nothing above U+10FFFF).
-              uint8_t lo = 0x80, hi = 0xBF;
-              if (c >= 0xC2 && c <= 0xDF) {
-                f.aux = 1;
-              } else if (c >= 0xE0 && c <= 0xEF) {
-                f.aux = 2;
-                if (c == 0xE0) lo = 0xA0;
-                if (c == 0xED) hi = 0x9F;
-              } else if (c >= 0xF0 && c <= 0xF4) {
-                f.aux = 3;
-                if (c == 0xF0) lo = 0x90;
-                if (c == 0xF4) hi = 0x8F;
-              } else {
-                return;
-              }
+              Utf8Lead lead;
+              if (!Utf8LeadOf(c, &lead) || lead.continuation == 0) return;
+              f.aux = static_cast<uint8_t>(lead.continuation);
               f.phase = kUtf8;
-              f.bits = lo | (uint64_t{hi} << 8);
+              f.bits = lead.lo | (uint64_t{lead.hi} << 8);
             }
             ++f.a;
             out->push_back(std::move(s));

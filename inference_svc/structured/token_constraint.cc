@@ -4,6 +4,8 @@
 #include <limits>
 #include <utility>
 
+#include "common/utf8.h"
+
 namespace kvfold::structured {
 
 namespace {
@@ -19,21 +21,10 @@ int32_t StringChars(std::string_view b) {
       ++i;
       continue;
     }
-    size_t more = 0;
-    uint8_t lo = 0x80, hi = 0xBF;
-    if (c >= 0xC2 && c <= 0xDF) {
-      more = 1;
-    } else if (c >= 0xE0 && c <= 0xEF) {
-      more = 2;
-      if (c == 0xE0) lo = 0xA0;
-      if (c == 0xED) hi = 0x9F;
-    } else if (c >= 0xF0 && c <= 0xF4) {
-      more = 3;
-      if (c == 0xF0) lo = 0x90;
-      if (c == 0xF4) hi = 0x8F;
-    } else {
-      return -1;
-    }
+    Utf8Lead lead;
+    if (!Utf8LeadOf(c, &lead)) return -1;
+    const size_t more = static_cast<size_t>(lead.continuation);
+    uint8_t lo = lead.lo, hi = lead.hi;
     if (i + more >= b.size()) return -1;  // a piece of a character
     for (size_t k = 1; k <= more; ++k) {
       const uint8_t d = static_cast<uint8_t>(b[i + k]);

@@ -7,6 +7,7 @@
 
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_join.h"
+#include "common/utf8.h"
 #include "inference_svc/tokenizer/hf_tokenizer.h"
 #include "inference_svc/tokenizer/llama2c_tokenizer.h"
 #include "inference_svc/tokenizer/sentencepiece_tokenizer.h"
@@ -138,23 +139,14 @@ void DrainUtf8(std::string* pending, bool final, std::string* out) {
       continue;
     }
     // Unicode Table 3-7: well-formed sequences (no overlongs, surrogates, > U+10FFFF).
-    int need;
-    unsigned char lo = 0x80, hi = 0xBF;
-    if (c >= 0xC2 && c <= 0xDF) {
-      need = 1;
-    } else if (c >= 0xE0 && c <= 0xEF) {
-      need = 2;
-      if (c == 0xE0) lo = 0xA0;
-      if (c == 0xED) hi = 0x9F;
-    } else if (c >= 0xF0 && c <= 0xF4) {
-      need = 3;
-      if (c == 0xF0) lo = 0x90;
-      if (c == 0xF4) hi = 0x8F;
-    } else {
+    Utf8Lead lead;
+    if (!Utf8LeadOf(c, &lead)) {
       out->append(kReplacement);
       ++i;
       continue;
     }
+    const int need = lead.continuation;
+    const unsigned char lo = lead.lo, hi = lead.hi;
     int k = 0;
     bool bad = false;
     for (; k < need && i + 1 + k < n; ++k) {
