@@ -5,6 +5,7 @@
 #include <algorithm>
 #include <cstdlib>
 #include <filesystem>
+#include <fstream>
 #include <thread>
 
 #include "tests/integration/service_cluster.h"
@@ -309,6 +310,46 @@ TEST(ServiceCliTest, ChatAndSessionsCommands) {
   std::string api_text;
   ASSERT_TRUE(cluster.GenerateText(1, "api", "Once upon a time", 30, &api_text).status.ok());
   EXPECT_EQ(text, api_text + "\n");
+  // Structured answers (docs/structured-output.md): a document of a schema (given as text
+  // or @FILE), one of several texts; two forms at once, an unreadable file and a schema
+  // the replica refuses are usage errors.
+  const std::string schema = R"({"type":"object","properties":{"name":{"type":"string",)"
+                             R"("maxLength":8}},"required":["name"],"additionalProperties":false})";
+  auto [rc_doc, doc] = Capture(kvfold + " chat" + a +
+                               " --session cli-json --raw --prompt 'Once upon a time' "
+                               "--max-new-tokens 200 --json-schema '" +
+                               schema + "' 2>/dev/null");
+  ASSERT_EQ(rc_doc, 0);
+  EXPECT_LE(doc.find("{\"name\":"), 1u) << doc;
+  EXPECT_EQ(doc.substr(doc.size() - 3), "\"}\n") << doc;
+  const std::string schema_file = cluster.dir() + "/schema.json";
+  std::ofstream(schema_file) << schema;
+  auto [rc_file, from_file] = Capture(kvfold + " chat" + a +
+                                      " --session cli-json-file --raw --prompt 'Once upon a time' "
+                                      "--max-new-tokens 200 --json-schema @" +
+                                      schema_file + " 2>/dev/null");
+  ASSERT_EQ(rc_file, 0);
+  EXPECT_EQ(from_file, doc);  // greedy: the same document
+  auto [rc_choice, choice] = Capture(kvfold + " chat" + b +
+                                     " --session cli-choice --raw --prompt 'Is it a cat?' "
+                                     "--choice yes --choice no 2>/dev/null");
+  ASSERT_EQ(rc_choice, 0);
+  EXPECT_TRUE(choice == "yes\n" || choice == "no\n") << choice;
+  EXPECT_EQ(
+      Capture(kvfold + " chat" + a + " --session x --prompt x --json-object --choice a 2>/dev/null")
+          .first,
+      2);
+  EXPECT_EQ(Capture(kvfold + " chat" + a +
+                    " --session x --prompt x --json-schema @/nonexistent 2>/dev/null")
+                .first,
+            2);
+  EXPECT_EQ(
+      Capture(
+          kvfold + " chat" + a +
+          " --session cli-bad-schema --prompt x --json-schema '{\"pattern\":\"a\"}' 2>/dev/null")
+          .first,
+      2);
+  EXPECT_EQ(Capture(kvfold + " sessions show cli-bad-schema" + a + " 2>/dev/null").first, 2);
   // Interactive: one turn per stdin line, on the other replica.
   auto [rc2, two_turns] = Capture("printf 'The dog\\nThe cat\\n' | " + kvfold + " chat" + b +
                                   " --session cli --max-new-tokens 5 2>/dev/null");

@@ -9,9 +9,11 @@
 #include <memory>
 #include <string>
 #include <utility>
+#include <vector>
 
 #include "absl/strings/str_cat.h"
 #include "common/command_line.h"
+#include "common/file_util.h"
 #include "common/grpc_status.h"
 #include "inference_svc/engine/sampler.h"
 #include "tools/kvfold/cli_client.h"
@@ -39,7 +41,36 @@ struct ChatFlags {
   bool ignore_eos = false;
   bool usage = false;
   bool json = false;
+  // The answer's form (docs/structured-output.md): one of these at most.
+  bool json_object = false;
+  std::string json_schema;  // the schema's JSON text, or @FILE
+  std::vector<std::string> choices;
 };
+
+// The answer's form the flags ask for (type unspecified: free text). INVALID_ARGUMENT for
+// an unreadable @FILE; the replica checks the schema itself.
+absl::StatusOr<v1::ResponseFormat> FormatFromArgs(const ChatFlags& args) {
+  v1::ResponseFormat format;
+  if (args.json_object) format.set_type(v1::ResponseFormat::TYPE_JSON_OBJECT);
+  if (!args.json_schema.empty()) {
+    format.set_type(v1::ResponseFormat::TYPE_JSON_SCHEMA);
+    if (args.json_schema[0] == '@') {
+      auto text = ReadFileToString(args.json_schema.substr(1), "schema file");
+      if (!text.ok()) {
+        return absl::InvalidArgumentError(
+            absl::StrCat("--json-schema ", args.json_schema, ": ", text.status().message()));
+      }
+      format.set_json_schema(*text);
+    } else {
+      format.set_json_schema(args.json_schema);
+    }
+  }
+  if (!args.choices.empty()) {
+    format.set_type(v1::ResponseFormat::TYPE_CHOICE);
+    for (const std::string& c : args.choices) format.add_choices(c);
+  }
+  return format;
+}
 
 // `*is_new` tells whether the session is new (its first turn carries the system message).
 absl::Status EnsureSession(v1::InferenceService::Stub& stub, const ClientOptions& options,
@@ -127,6 +158,7 @@ absl::StatusOr<v1::SamplingParams> SamplingFromArgs(const ChatFlags& args) {
 struct TurnInput {
   bool raw = false;
   std::string system;  // sent once, then cleared
+  v1::ResponseFormat format;  // every turn's
 };
 
 absl::Status RunTurn(v1::InferenceService::Stub& stub, const ClientOptions& options,
@@ -148,6 +180,9 @@ absl::Status RunTurn(v1::InferenceService::Stub& stub, const ClientOptions& opti
     user->set_content(prompt);
   }
   *request.mutable_sampling() = sampling;
+  if (input->format.type() != v1::ResponseFormat::TYPE_UNSPECIFIED) {
+    *request.mutable_response_format() = input->format;
+  }
   auto final_message = StreamGenerate(stub, options, request, [](const v1::TokenDelta& d) {
     std::fwrite(d.text().data(), 1, d.text().size(), stdout);
     std::fflush(stdout);
@@ -186,6 +221,8 @@ int RunChat(const ChatFlags& args, bool has_prompt) {
   // The engine's own rules, checked before a session is created for a turn the replica
   // would refuse.
   if (absl::Status s = ValidateSampling(sampling); !s.ok()) return ReportError("chat", s);
+  const absl::StatusOr<v1::ResponseFormat> format = FormatFromArgs(args);
+  if (!format.ok()) return ReportError("chat", format.status());
   auto channel = MakeChannel(options);
   if (!channel.ok()) return ReportError("chat", channel.status());
   auto stub = v1::InferenceService::NewStub(*channel);
@@ -196,6 +233,7 @@ int RunChat(const ChatFlags& args, bool has_prompt) {
   }
   TurnInput input;
   input.raw = args.raw;
+  input.format = *format;
   if (created && !input.raw) input.system = args.system;
   const bool print_usage = args.usage;
   const bool json = args.json;
@@ -245,6 +283,15 @@ RunFn SetupChat(CLI::App& app) {
   AddSwitch(app, "--usage", f.usage, "print each turn's usage line to stderr");
   AddSwitch(app, "--json", f.json,
             "print each turn's final message as JSON on stdout after the text");
+  CLI::Option* object = AddSwitch(app, "--json-object", f.json_object,
+                                  "answer with a JSON object (docs/structured-output.md)");
+  CLI::Option* schema =
+      app.add_option("--json-schema", f.json_schema,
+                     "answer with a document of this JSON Schema (its text, or @FILE)");
+  CLI::Option* choice =
+      app.add_option("--choice", f.choices, "answer with exactly one of these texts (repeat it)");
+  object->excludes(schema)->excludes(choice);
+  schema->excludes(choice);
   AddClientFlags(app, f.client);
   return [flags, prompt] { return RunChat(*flags, prompt->count() > 0); };
 }
