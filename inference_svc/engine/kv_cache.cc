@@ -366,8 +366,8 @@ absl::Status KvCache::CopyFrom(const KvCache& other, int main_len) {
   const bool whole = main_len == other.main_len_;
   if (!whole) {
     const int bs = pool_->block_size();
-    if (main_len <= 0 || main_len > other.main_len_ || other.prefix_len_ != 0 ||
-        other.main_front_ != 0 || (pool_->dtype() == core::DType::kI8 && main_len % bs != 0)) {
+    if (main_len <= 0 || main_len > other.main_len_ || other.main_front_ != 0 ||
+        (pool_->dtype() == core::DType::kI8 && main_len % bs != 0)) {
       return absl::FailedPreconditionError(absl::StrCat(
           "KvCache::CopyFrom: cannot copy the first ", main_len, " of ", other.main_len_,
           " main entries (prefix ", other.prefix_len_, ", front ", other.main_front_, ")"));

@@ -183,10 +183,11 @@ class KvCache {
   // unless this cache is empty and both share a pool and a policy; ResourceExhausted
   // (this cache still empty) when the pool has too few free blocks or pages.
   absl::Status CopyFrom(const KvCache& other);
-  // Only `other`'s first `main_len` main entries (0 < main_len <= other.main_len()): the
-  // blocks that hold them. FailedPrecondition unless `other` holds main entries only, from
-  // its first block on (full mode's layout), or for an INT8 pool unless main_len is all of
-  // them or ends a block (a sealed block's codes depend on the entries after the cut).
+  // Only `other`'s first `main_len` main entries (0 < main_len <= other.main_len()), and
+  // its prefix segment whole: the blocks that hold them. FailedPrecondition unless
+  // `other`'s main entries start at its first block's first slot (nothing dropped from
+  // the front within it), or for an INT8 pool unless main_len is all of them or ends a
+  // block (a sealed block's codes depend on the entries after the cut).
   absl::Status CopyFrom(const KvCache& other, int main_len);
 
   void Clear();

@@ -132,12 +132,19 @@ class PlainSession : public Session {
     }
     KVFOLD_RETURN_IF_ERROR(CheckCopy(*other, tokens));
     const bool whole = tokens == other->total_;
-    if (!whole && options_.mode != KvMode::kFull) {
+    // A windowed session's prefix: while it has evicted nothing its cache is full mode's
+    // (sinks in their own segment, copied whole), and the first tokens' entries are those
+    // a session fed only them holds.
+    const int64_t sinks = static_cast<int64_t>(other->sink_ids_.size());
+    if (!whole && options_.mode != KvMode::kFull &&
+        (other->cache_->resident_tokens() != other->total_ || tokens <= sinks)) {
       return absl::FailedPreconditionError(
           absl::StrCat("CopyPrefixFrom: the first ", tokens, " of ", other->total_, " tokens of a ",
-                       KvModeName(options_.mode), " session cannot be copied (full mode only)"));
+                       KvModeName(options_.mode), " session that ",
+                       tokens <= sinks ? "ends among its sink tokens" : "has evicted entries",
+                       " cannot be copied"));
     }
-    const int main_len = whole ? other->cache_->main_len() : static_cast<int>(tokens);
+    const int main_len = whole ? other->cache_->main_len() : static_cast<int>(tokens - sinks);
     if (absl::Status s = cache_->CopyFrom(*other->cache_, main_len); !s.ok()) return s;
     const auto first =
         other->window_ids_.begin() + static_cast<std::ptrdiff_t>(other->window_front_);

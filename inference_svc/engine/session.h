@@ -110,9 +110,11 @@ class Session {
   // CopyFrom of `other`'s first `tokens` tokens (all of them: CopyFrom): this session then
   // continues as a session fed only those would, except that Logits() stay empty until it
   // is fed a token when `tokens` is less than all (the logits after them were not kept).
-  // Fewer than all only in full mode (FailedPrecondition in the other modes, whose
-  // entries depend on tokens evicted or folded since, and with INT8 KV unless `tokens`
-  // ends a KV block) and at least 1; the other errors are CopyFrom's.
+  // Fewer than all in full mode, and in sliding and sink modes while `other` has evicted
+  // nothing and `tokens` passes its sink tokens (FailedPrecondition otherwise, and in
+  // memory modes, whose entries depend on tokens evicted or folded since; with INT8 KV
+  // unless the cut ends a KV block of the main segment) and at least 1; the other errors
+  // are CopyFrom's.
   virtual absl::Status CopyPrefixFrom(const Session& other, int64_t tokens) {
     return absl::UnimplementedError("this session cannot copy another");
   }

@@ -249,11 +249,16 @@ void Scheduler::ReusePrefix(Running& r) {
       prompt.size() < 2) {
     return;
   }
-  const bool full = job.live->spec.mode == core::KvMode::kFull;
+  // Prefixes of entries: full mode; sliding and sink modes while the entry has evicted
+  // nothing (the copy refuses otherwise, and the next candidate is tried).
+  const core::KvMode mode = job.live->spec.mode;
+  const bool prefixes =
+      mode == core::KvMode::kFull || mode == core::KvMode::kSliding || mode == core::KvMode::kSink;
+  const size_t sinks =
+      mode == core::KvMode::kSink ? static_cast<size_t>(job.live->spec.sink_tokens) : 0;
   const size_t block = static_cast<size_t>(engine_->pool().block_size());
   const bool int8 = engine_->pool().dtype() == core::DType::kI8;
-  PrefixEntry* best = nullptr;
-  size_t best_tokens = 0;
+  std::vector<std::pair<size_t, PrefixEntry*>> candidates;  // (usable tokens, entry)
   for (PrefixEntry& entry : prefix_cache_) {
     if (entry.scope != job.cache_scope || !(entry.spec == job.live->spec)) continue;
     const size_t most = std::min(entry.ids.size(), prompt.size());
@@ -263,21 +268,28 @@ void Scheduler::ReusePrefix(Running& r) {
     size_t usable = 0;
     if (common == entry.ids.size() && common < prompt.size()) {
       usable = common;  // all the entry fed, in any mode
-    } else if (full) {
+    } else if (prefixes) {
       // A prefix of it, leaving at least one prompt token to feed (for the logits).
       usable = std::min(common, prompt.size() - 1);
-      if (int8) usable -= usable % block;
+      if (int8 && usable > sinks) usable -= (usable - sinks) % block;
     }
-    if (usable > best_tokens) {
-      best = &entry;
+    if (usable >= kMinPrefixTokens) candidates.emplace_back(usable, &entry);
+  }
+  std::stable_sort(candidates.begin(), candidates.end(),
+                   [](const auto& a, const auto& b) { return a.first > b.first; });
+  PrefixEntry* best = nullptr;
+  size_t best_tokens = 0;
+  const auto t0 = TurnJob::Clock::now();
+  for (const auto& [usable, entry] : candidates) {
+    // A refused copy leaves the session fresh.
+    if (session.CopyPrefixFrom(*entry->session, static_cast<int64_t>(usable)).ok()) {
+      best = entry;
       best_tokens = usable;
+      break;
     }
   }
-  if (best == nullptr || best_tokens < kMinPrefixTokens) return;
-  const auto t0 = TurnJob::Clock::now();
-  const absl::Status s = session.CopyPrefixFrom(*best->session, static_cast<int64_t>(best_tokens));
   job.prefill_ms += MsSince(t0);
-  if (!s.ok()) return;  // the session is still fresh: it feeds the whole prompt
+  if (best == nullptr) return;  // it feeds the whole prompt
   best->last_used = ++prefix_clock_;
   r.prompt_pos = best_tokens;
   job.cached_prompt_tokens = static_cast<uint32_t>(best_tokens);

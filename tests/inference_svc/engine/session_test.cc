@@ -270,16 +270,55 @@ TEST_P(CopyTest, PrefixCopyContinuesAsTheSessionFedThePrefix) {
   if (int8) {
     EXPECT_EQ(refused->CopyPrefixFrom(*source, 30).code(), absl::StatusCode::kFailedPrecondition);
   }
-  SessionOptions sliding;
-  sliding.mode = KvMode::kSliding;
-  sliding.window_size = 64;
-  auto windowed = *CreatePlainSession(s.engine.get(), sliding);
-  ASSERT_TRUE(windowed->Prefill(ids).ok());
-  auto windowed_copy = *CreatePlainSession(s.engine.get(), sliding);
-  EXPECT_EQ(windowed_copy->CopyPrefixFrom(*windowed, 20).code(),
-            absl::StatusCode::kFailedPrecondition);
   EXPECT_EQ(refused->TotalTokens(), 0);
-  EXPECT_EQ(windowed_copy->TotalTokens(), 0);
+}
+
+// A windowed session's prefix while it has evicted nothing (its cache is then full mode's,
+// sinks in their own segment): a copy fed the rest equals a session fed it all; once the
+// window has evicted, a prefix is refused (whole copies only).
+TEST_P(CopyTest, WindowedPrefixCopyBeforeAnyEviction) {
+  Rig s = Make(false, GetParam());
+  const bool int8 = GetParam() == core::DType::kI8;
+  std::vector<int32_t> ids;
+  for (int i = 0; i < 200; ++i) ids.push_back((3 * i + 5) % s.engine->config().vocab_size);
+  for (KvMode mode : {KvMode::kSliding, KvMode::kSink}) {
+    SCOPED_TRACE(KvModeName(mode));
+    SessionOptions o;
+    o.mode = mode;
+    o.window_size = 64;
+    o.sink_tokens = 3;
+    const int sinks = mode == KvMode::kSink ? 3 : 0;
+    auto source = *CreatePlainSession(s.engine.get(), o);
+    ASSERT_TRUE(source->Prefill(std::span<const int32_t>(ids).first(50)).ok());
+    const int cut = sinks + (int8 ? 32 : 29);  // INT8: whole blocks of the main segment
+    auto copy = *CreatePlainSession(s.engine.get(), o);
+    ASSERT_TRUE(copy->CopyPrefixFrom(*source, cut).ok());
+    EXPECT_EQ(copy->TotalTokens(), cut);
+    EXPECT_TRUE(copy->Logits().empty());
+    auto fresh = *CreatePlainSession(s.engine.get(), o);
+    ASSERT_TRUE(fresh->Prefill(std::span<const int32_t>(ids).first(cut)).ok());
+    auto sc = copy->ExportState(), sf = fresh->ExportState();
+    ASSERT_TRUE(sc.ok() && sf.ok());
+    EXPECT_EQ(sc->window_token_ids, sf->window_token_ids);
+    EXPECT_EQ(sc->sink_token_ids, sf->sink_token_ids);
+    // Fed on past the window: evictions alike, logits bit for bit.
+    ASSERT_TRUE(copy->Prefill(std::span<const int32_t>(ids).subspan(cut, 100 - cut)).ok());
+    ASSERT_TRUE(fresh->Prefill(std::span<const int32_t>(ids).subspan(cut, 100 - cut)).ok());
+    EXPECT_EQ(Copy(copy->Logits()), Copy(fresh->Logits()));
+    for (int i = 100; i < 110; ++i) {
+      ASSERT_TRUE(copy->Append(ids[i]).ok());
+      ASSERT_TRUE(fresh->Append(ids[i]).ok());
+      EXPECT_EQ(Copy(copy->Logits()), Copy(fresh->Logits())) << i;
+    }
+    // The copy has evicted: its prefixes are refused, the target stays fresh.
+    ASSERT_LT(copy->ResidentTokens(), copy->TotalTokens());
+    auto refused = *CreatePlainSession(s.engine.get(), o);
+    EXPECT_EQ(refused->CopyPrefixFrom(*copy, cut).code(), absl::StatusCode::kFailedPrecondition);
+    EXPECT_EQ(refused->TotalTokens(), 0);
+    if (sinks > 0) {  // a cut among the sinks
+      EXPECT_EQ(refused->CopyPrefixFrom(*source, 2).code(), absl::StatusCode::kFailedPrecondition);
+    }
+  }
 }
 
 INSTANTIATE_TEST_SUITE_P(KvDTypes, CopyTest,

@@ -153,6 +153,36 @@ INSTANTIATE_TEST_SUITE_P(Modes, PrefixCacheTest,
 
 // Entries are the caller's own: another tenant (or the same tenant with another store
 // credential) feeds the same prompt itself.
+// Sliding and sink entries that have evicted nothing (a window longer than what they fed)
+// give prefixes too, as full mode's do: the answer is the cold turn's.
+TEST(PrefixCacheWindowTest, AWindowedEntryThatEvictedNothingGivesItsPrefix) {
+  for (core::DType kv : {core::DType::kF32, core::DType::kI8}) {
+    for (core::KvMode mode : {core::KvMode::kSliding, core::KvMode::kSink}) {
+      SCOPED_TRACE(std::string(core::KvModeName(mode)) + " " + core::DTypeName(kv));
+      Replica cached = Start(16, kv), cold = Start(0, kv);
+      const int vocab = cached.rig->model.config.vocab_size;
+      const Scheduler& sched = cached.runtime->scheduler();
+      auto request = [&](std::vector<int32_t> prompt, uint64_t seed) {
+        TurnRequest r = Request(mode, std::move(prompt), seed);
+        r.ephemeral.window_size = 64;
+        return r;
+      };
+      const std::vector<int32_t> prompt = testing::RandomIds(40, vocab, 51);
+      ASSERT_TRUE(RunTurn(*cached.runtime, request(prompt, 1)).status.ok());
+      const std::vector<int32_t> branch =
+          Concat(std::vector<int32_t>(prompt.begin(), prompt.begin() + 30),
+                 testing::RandomIds(9, vocab, 52));
+      const Answer warm = RunTurn(*cached.runtime, request(branch, 2));
+      ASSERT_TRUE(warm.status.ok()) << warm.status;
+      EXPECT_EQ(warm.tokens, RunTurn(*cold.runtime, request(branch, 2)).tokens);
+      EXPECT_EQ(sched.prefix_cache_hits(), 1u);
+      // INT8: whole blocks of the main segment (after the sink mode's 2 sinks).
+      const uint64_t sinks = mode == core::KvMode::kSink ? 2 : 0;
+      EXPECT_EQ(sched.prefix_cache_tokens(), kv == core::DType::kI8 ? sinks + 16 : 30u);
+    }
+  }
+}
+
 // The n choices of one prompt share leave one entry, not n: they would hold the same
 // prompt's KV n times and push other conversations' entries out of the cache.
 TEST(PrefixCacheShareTest, TheChoicesOfOneShareKeepOneEntry) {
