@@ -70,7 +70,7 @@ JsonMatcher::JsonMatcher(std::shared_ptr<const Grammar> grammar) : grammar_(std:
   stacks_.push_back(Stack{root});
 }
 
-void JsonMatcher::Feed(Stack s, uint8_t c, std::vector<Stack>* out) const {
+void JsonMatcher::Feed(Stack& s, uint8_t c, std::vector<Stack>* out) const {
   const Grammar& g = *grammar_;
   // Each turn of the loop hands c to the innermost frame; a frame that ends before c
   // (a number, a literal) pops and the loop hands c to its parent.
@@ -90,7 +90,7 @@ void JsonMatcher::Feed(Stack s, uint8_t c, std::vector<Stack>* out) const {
             for (int alt : n.alternatives) {
               Stack fork = s;
               fork.back().node = alt;
-              Feed(std::move(fork), c, out);
+              Feed(fork, c, out);
             }
             return;
           case NodeKind::kAny:
@@ -424,8 +424,18 @@ void JsonMatcher::Feed(Stack s, uint8_t c, std::vector<Stack>* out) const {
 
 bool JsonMatcher::AdvanceInto(uint8_t byte, JsonMatcher* next) const {
   next->grammar_ = grammar_;
+  for (Stack& s : next->stacks_) next->spare_.push_back(std::move(s));
   next->stacks_.clear();
-  for (const Stack& s : stacks_) Feed(s, byte, &next->stacks_);
+  for (const Stack& s : stacks_) {
+    Stack buffer;
+    if (!next->spare_.empty()) {
+      buffer = std::move(next->spare_.back());
+      next->spare_.pop_back();
+    }
+    buffer.assign(s.begin(), s.end());
+    Feed(buffer, byte, &next->stacks_);
+    if (buffer.capacity() > 0) next->spare_.push_back(std::move(buffer));  // refused: kept
+  }
   // Forks that met again (anyOf alternatives of one shape) are kept once.
   if (next->stacks_.size() > 1) {
     std::vector<Stack>& v = next->stacks_;

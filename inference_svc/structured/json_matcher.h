@@ -21,6 +21,13 @@ namespace kvfold::structured {
 class JsonMatcher {
  public:
   explicit JsonMatcher(std::shared_ptr<const Grammar> grammar);
+  // A copy holds the grammar and the state, not the spare buffers.
+  JsonMatcher(const JsonMatcher& other) : grammar_(other.grammar_), stacks_(other.stacks_) {}
+  JsonMatcher& operator=(const JsonMatcher& other) {
+    grammar_ = other.grammar_;
+    stacks_ = other.stacks_;
+    return *this;
+  }
 
   // Feeds `bytes`; false (and the matcher dead) as soon as a byte cannot continue any
   // document.
@@ -57,11 +64,16 @@ class JsonMatcher {
   using Stack = std::vector<Frame>;
 
  private:
-  // Feeds `byte` to stack s (consumed); what survives is appended to *out.
-  void Feed(Stack s, uint8_t byte, std::vector<Stack>* out) const;
+  // Feeds `byte` to stack s; what survives is moved to *out (s is left as it was when the
+  // byte kills it, so its buffer can be reused).
+  void Feed(Stack& s, uint8_t byte, std::vector<Stack>* out) const;
 
   std::shared_ptr<const Grammar> grammar_;
   std::vector<Stack> stacks_;
+  // Buffers of stacks this matcher held before, for AdvanceInto to refill: a walk over a
+  // vocabulary advances matchers thousands of times a token and, once they have grown,
+  // allocates nothing (anyOf forks aside).
+  std::vector<Stack> spare_;
 };
 
 }  // namespace kvfold::structured

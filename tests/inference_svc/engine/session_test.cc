@@ -16,23 +16,7 @@
 #include "inference_svc/engine/sampler.h"
 #include "inference_svc/model/random_model.h"
 #include "kernels/cpu/elementwise.h"
-
-// Counts heap allocations in this test binary. The nothrow form is replaced too, so that
-// every pointer the replaced delete frees came from malloc (std::stable_sort's buffer is a
-// nothrow new; AddressSanitizer reports the mismatch otherwise).
-static std::atomic<int64_t> g_allocations{0};
-void* operator new(size_t size) {
-  g_allocations.fetch_add(1, std::memory_order_relaxed);
-  if (void* p = std::malloc(size ? size : 1)) return p;
-  throw std::bad_alloc();
-}
-void* operator new(size_t size, const std::nothrow_t&) noexcept {
-  g_allocations.fetch_add(1, std::memory_order_relaxed);
-  return std::malloc(size ? size : 1);
-}
-void operator delete(void* p) noexcept { std::free(p); }
-void operator delete(void* p, const std::nothrow_t&) noexcept { std::free(p); }
-void operator delete(void* p, size_t) noexcept { std::free(p); }
+#include "tests/testing/count_allocations.h"
 
 namespace kvfold::engine {
 namespace {

@@ -14,6 +14,7 @@
 #include "inference_svc/tokenizer/tokenizer.h"
 #include "nlohmann/json.hpp"
 #include "tests/inference_svc/structured/random_document.h"
+#include "tests/testing/count_allocations.h"
 #include "tests/testing/shared_dir.h"
 
 namespace kvfold::structured {
@@ -324,7 +325,8 @@ TEST(JsonSchemaTest, AmbiguousSchemasCostBoundedWork) {
 
 // Random schemas, well formed or not, from the keywords the compiler reads and some it
 // refuses: each compiles or is refused with INVALID_ARGUMENT, never crashes or hangs, and
-// every document a compiled one lets a random walk write parses.
+// every document a compiled one lets a random walk write, or finds whole among random
+// bytes, parses.
 TEST(JsonSchemaTest, RandomSchemasCompileOrAreRefused) {
   std::mt19937_64 rng(2026);
   std::function<json(int)> schema = [&](int depth) -> json {
@@ -395,10 +397,15 @@ TEST(JsonSchemaTest, RandomSchemasCompileOrAreRefused) {
       ++documents;
       EXPECT_FALSE(json::parse(*doc, nullptr, false).is_discarded()) << s.dump() << "\n" << *doc;
     }
-    JsonMatcher m(*g);  // random bytes: no crash, whatever it decides
+    // Random bytes: whatever the matcher finds whole, nlohmann parses.
+    JsonMatcher m(*g);
     const std::string bytes = "{}[]\":,0-1.etrunl a\\";
+    std::string text;
     for (int b = 0; b < 64 && !m.dead(); ++b) {
-      m.Advance(std::string(1, bytes[rng() % bytes.size()]));
+      text += bytes[rng() % bytes.size()];
+      if (m.Advance(text.substr(text.size() - 1)) && m.IsComplete()) {
+        EXPECT_FALSE(json::parse(text, nullptr, false).is_discarded()) << s.dump() << "\n" << text;
+      }
     }
   }
   EXPECT_GT(compiled, 1000);
@@ -443,7 +450,8 @@ TEST(JsonSchemaTest, RefusesWhatItCannotHold) {
 }
 
 // The mask walks the vocabulary in byte order, sharing work between tokens; it must give
-// what trying each token on its own gives, at every point of a document.
+// what trying each token on its own gives, at every point of a document, and a second
+// mask at the same point allocates nothing.
 TEST(TokenConstraintTest, MaskEqualsEachTokenTriedAlone) {
   int tried = 0;
   for (const std::string rel :
@@ -462,6 +470,10 @@ TEST(TokenConstraintTest, MaskEqualsEachTokenTriedAlone) {
     for (size_t i = 0; i <= doc.size(); ++i) {
       SCOPED_TRACE(rel + " after " + doc.substr(0, i));
       ASSERT_TRUE(constraint.Mask(logits, &masked).ok());
+      // Again at the same place: the walk reuses what the first one grew.
+      const int64_t allocations = g_allocations.load();
+      ASSERT_TRUE(constraint.Mask(logits, &masked).ok());
+      EXPECT_EQ(g_allocations.load() - allocations, 0);
       const JsonMatcher& at = constraint.matcher();
       for (int32_t id = 0; id < table->vocab_size(); ++id) {
         JsonMatcher alone = at;
