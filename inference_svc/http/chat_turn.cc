@@ -241,7 +241,56 @@ void ChatTurn::OnTokens(const std::vector<int32_t>& ids,
     shown.clear();  // the tokens of a stop string are not shown
     if (options_.cancel_on_stop) CancelLocked();
   }
-  EmitLocked(visible, std::move(shown), "");
+  EmitContentLocked(visible, std::move(shown));
+}
+
+void ChatTurn::EmitContentLocked(const std::string& text, std::vector<TokenLogprob> logprobs) {
+  if (options_.tools == nullptr || !options_.stream) {
+    EmitLocked(text, std::move(logprobs), "");
+    return;
+  }
+  tool_text_ += text;
+  unsent_logprobs_.insert(unsent_logprobs_.end(), std::make_move_iterator(logprobs.begin()),
+                          std::make_move_iterator(logprobs.end()));
+  if (options_.tools->choice != ToolChoice::kAuto || holding_) {
+    held_ += text;
+    return;
+  }
+  pending_ += text;
+  size_t shown = pending_.size();
+  if (const size_t open = pending_.find(kToolCallOpen); open != std::string::npos) {
+    holding_ = true;
+    held_ = pending_.substr(open);
+    shown = open;
+  } else {
+    // Keep the longest end of the text that may begin the tag.
+    for (size_t keep = std::min(pending_.size(), kToolCallOpen.size() - 1); keep > 0; --keep) {
+      if (kToolCallOpen.starts_with(std::string_view(pending_).substr(pending_.size() - keep))) {
+        shown = pending_.size() - keep;
+        break;
+      }
+    }
+  }
+  if (shown == 0) return;
+  EmitLocked(pending_.substr(0, shown), std::move(unsent_logprobs_), "");
+  unsent_logprobs_.clear();
+  pending_ = holding_ ? std::string() : pending_.substr(shown);
+}
+
+std::string ChatTurn::FinishToolStreamLocked(const std::string& finish_reason) {
+  ToolAnswer read = ReadToolAnswer(tool_text_, *options_.tools);
+  if (read.calls.empty()) {
+    EmitLocked(pending_ + held_, std::move(unsent_logprobs_), "");
+    return finish_reason;
+  }
+  for (ToolCallOut& call : read.calls) call.id = NewToolCallId();
+  ChatAnswer head = options_.head;
+  head.index = index_;
+  const bool first = first_chunk_;
+  std::vector<TokenLogprob> logprobs = std::move(unsent_logprobs_);
+  set_->Stream([&](int*) { return ChatToolCallsChunkEvent(head, read.calls, first, logprobs); });
+  first_chunk_ = false;
+  return "tool_calls";
 }
 
 void ChatTurn::OnPromptLogprobs(const std::vector<int32_t>& ids,
@@ -305,12 +354,24 @@ void ChatTurn::OnDone(const absl::Status& status, const TurnResult& result,
   if (options_.api == ChatTurnOptions::Api::kResponse && status.ok()) {
     answer.id = ResponseId(answer.usage.session_id, result.version);
   }
-  EmitLocked(visible, {}, "");
+  EmitContentLocked(visible, {});
+  if (options_.tools != nullptr && options_.stream) {
+    answer.finish_reason = FinishToolStreamLocked(answer.finish_reason);
+  }
   if (options_.stream && options_.api != ChatTurnOptions::Api::kResponse) {
     EmitLocked("", {}, answer.finish_reason);
   }
   answer.text = std::move(text_);
   answer.logprobs = std::move(logprobs_);
+  if (options_.tools != nullptr && !options_.stream) {
+    ToolAnswer read = ReadToolAnswer(answer.text, *options_.tools);
+    if (!read.calls.empty()) {
+      for (ToolCallOut& call : read.calls) call.id = NewToolCallId();
+      answer.text = std::move(read.content);
+      answer.tool_calls = std::move(read.calls);
+      answer.finish_reason = "tool_calls";
+    }
+  }
   set_->Finish(std::move(answer));
 }
 

@@ -42,6 +42,10 @@ struct ChatTurnOptions {
   bool cancel_on_stop = false;
   // Choices per prompt (n): usage counts each prompt's tokens once.
   int choices_per_prompt = 1;
+  // Chat with tool_choice other than none: each choice's text is read as tool calls
+  // (ReadToolAnswer). A stream holds back what may be a call (all of it for required or
+  // a named function; from the first <tool_call> on for auto) until the turn ends.
+  std::shared_ptr<const ToolSet> tools;
 };
 
 class ChatTurn;
@@ -119,6 +123,11 @@ class ChatTurn final : public TurnObserver {
  private:
   void EmitLocked(const std::string& text, std::vector<TokenLogprob> logprobs,
                   const std::string& finish_reason);
+  // Visible text of the answer: EmitLocked, or held back where it may be a tool call.
+  void EmitContentLocked(const std::string& text, std::vector<TokenLogprob> logprobs);
+  // The end of a streamed tool answer: its calls, or what was held back as content.
+  // Returns the finish reason.
+  std::string FinishToolStreamLocked(const std::string& finish_reason);
   void CancelLocked();
   // Token `id` as the answer shows it, with its log-probabilities (null: unscored).
   TokenLogprob Shown(int32_t id, const TokenLogprobIds* logprobs) const;
@@ -143,6 +152,13 @@ class ChatTurn final : public TurnObserver {
   std::vector<TokenLogprob> logprobs_;  // non-streaming or a response
   bool echoed_ = false;
   std::vector<TokenLogprob> echo_logprobs_;  // the prompt's, until the echo goes out
+  // A streamed tool answer: all its text; what is not shown yet (pending_: may start the
+  // call tag; held_: from the tag on) and those tokens' log-probabilities.
+  std::string tool_text_;
+  std::string pending_;
+  std::string held_;
+  bool holding_ = false;
+  std::vector<TokenLogprob> unsent_logprobs_;
 };
 
 }  // namespace kvfold::http

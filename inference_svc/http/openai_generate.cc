@@ -163,6 +163,9 @@ void OpenAiFront::ChatCompletions(const Caller& caller, const HttpRequest& reque
     TurnSpec spec = SpecFor(req.session, req.params);
     spec.messages = std::move(req.messages);
     spec.continue_final_message = req.continue_final_message;
+    if (req.tools.active()) {
+      for (const ToolFunction& f : req.tools.functions) spec.tools.push_back(f.rendered);
+    }
     ChatTurnOptions options =
         AnswerOptions(ChatTurnOptions::Api::kChat, req.stream, req.include_usage, req.params,
                       "chatcmpl-", port_->Model().id);
@@ -170,6 +173,7 @@ void OpenAiFront::ChatCompletions(const Caller& caller, const HttpRequest& reque
     AddStops(req.params, *chat_, &options);
     options.cancel_on_stop = ephemeral;
     options.choices_per_prompt = req.params.n;
+    if (req.tools.active()) options.tools = std::make_shared<const ToolSet>(std::move(req.tools));
     AnnotateTurn(*exchange, spec, options_.record_prompts);
     if (ephemeral && req.params.n > 1) spec.prompt_group = port_->GroupPrompt(req.params.n);
     std::vector<Choice> choices(req.params.n, Choice{spec, ""});

@@ -436,6 +436,32 @@ absl::StatusOr<std::string> ContentText(const json& content, const std::string& 
   return text;
 }
 
+// An assistant message's `tool_calls`: [{"id", "type": "function", "function": {"name",
+// "arguments": JSON text}}], the arguments as the chat template writes them.
+absl::StatusOr<std::vector<ChatToolCall>> ParseMessageToolCalls(const json& list,
+                                                                const std::string& where) {
+  if (!list.is_array()) return Bad(where, absl::StrCat(where, ".tool_calls must be an array"));
+  std::vector<ChatToolCall> calls;
+  for (size_t i = 0; i < list.size(); ++i) {
+    const std::string at = absl::StrCat(where, ".tool_calls[", i, "]");
+    const json& c = list[i];
+    const json* f = c.is_object() && c.contains("function") ? &c["function"] : nullptr;
+    if (f == nullptr || !f->is_object() || !f->contains("name") || !(*f)["name"].is_string() ||
+        !f->contains("arguments") || !(*f)["arguments"].is_string()) {
+      return Bad(where, absl::StrCat(at,
+                                     " must be {\"type\": \"function\", \"function\": "
+                                     "{\"name\": string, \"arguments\": JSON text}}"));
+    }
+    const std::string& arguments = (*f)["arguments"].get_ref<const std::string&>();
+    const auto parsed = nlohmann::ordered_json::parse(arguments, nullptr, false);
+    if (parsed.is_discarded()) {
+      return Bad(where, absl::StrCat(at, ".function.arguments is not JSON text"));
+    }
+    calls.push_back({(*f)["name"].get<std::string>(), PythonJsonText(parsed)});
+  }
+  return calls;
+}
+
 absl::StatusOr<std::vector<ChatMessage>> ParseMessages(const json& list, const char* key) {
   if (!list.is_array() || list.empty()) {
     return Bad(key, absl::StrCat("'", key, "' must be a non-empty array of messages"));
@@ -453,6 +479,15 @@ absl::StatusOr<std::vector<ChatMessage>> ParseMessages(const json& list, const c
     auto text = ContentText(m.contains("content") ? m["content"] : json(), where);
     if (!text.ok()) return text.status();
     message.content = std::move(*text);
+    if (m.contains("tool_calls") && !m["tool_calls"].is_null()) {
+      auto calls = ParseMessageToolCalls(m["tool_calls"], where);
+      if (!calls.ok()) return calls.status();
+      message.tool_calls = std::move(*calls);
+    }
+    if (m.contains("tool_call_id") && !m["tool_call_id"].is_null() &&
+        !m["tool_call_id"].is_string()) {
+      return Bad(where, absl::StrCat(where, ".tool_call_id must be a string"));
+    }
     out.push_back(std::move(message));
   }
   return out;
@@ -469,7 +504,24 @@ absl::StatusOr<ChatCompletionRequest> ParseChatCompletionRequest(std::string_vie
   auto messages = ParseMessages((*j)["messages"], "messages");
   if (!messages.ok()) return messages.status();
   r.messages = std::move(*messages);
+  if (j->contains("tools") || j->contains("tool_choice") || j->contains("parallel_tool_calls")) {
+    // Read in the body's order: the template shows each tool as the client wrote it.
+    auto tools = ParseTools(nlohmann::ordered_json::parse(body));
+    if (!tools.ok()) return tools.status();
+    r.tools = std::move(*tools);
+    j->erase("tools");
+    j->erase("tool_choice");
+  }
   KVFOLD_RETURN_IF_ERROR(ParseParams(*j, body, LogprobsForm::kChat, &r.params));
+  if (r.tools.choice == ToolChoice::kRequired || r.tools.choice == ToolChoice::kFunction) {
+    if (r.params.format != OutputFormat::kText) {
+      return Bad("tool_choice",
+                 "'tool_choice' \"required\" or a named function sets the answer's format; "
+                 "it cannot be combined with 'response_format' or guided decoding");
+    }
+    r.params.format = OutputFormat::kJsonSchema;
+    r.params.json_schema = ToolAnswerSchema(r.tools);
+  }
   KVFOLD_RETURN_IF_ERROR(GetBool(*j, "stream", &r.stream));
   KVFOLD_RETURN_IF_ERROR(ParseStreamOptions(*j, r.stream, &r.include_usage));
   KVFOLD_RETURN_IF_ERROR(GetBool(*j, "continue_final_message", &r.continue_final_message));
@@ -652,6 +704,19 @@ json Nullable(std::string_view s) { return s.empty() ? json(nullptr) : json(std:
 
 std::string Event(const json& j) { return absl::StrCat("data: ", JsonText(j), "\n\n"); }
 
+// OpenAI's tool_calls list; `indexed` (a stream's delta) gives each call its index.
+json ToolCallsJson(const std::vector<ToolCallOut>& calls, bool indexed) {
+  json list = json::array();
+  for (size_t i = 0; i < calls.size(); ++i) {
+    json call = {{"id", calls[i].id},
+                 {"type", "function"},
+                 {"function", {{"name", calls[i].name}, {"arguments", calls[i].arguments}}}};
+    if (indexed) call["index"] = i;
+    list.push_back(std::move(call));
+  }
+  return list;
+}
+
 // A whole (not streamed) chat or text completion: its choices in the envelope both share.
 std::string AnswerJson(const std::vector<ChatAnswer>& choices, const TurnUsage& usage,
                        const char* object, json (*choice)(const ChatAnswer&)) {
@@ -674,8 +739,13 @@ std::string JsonText(const nlohmann::json& j) {
 
 std::string ChatCompletionJson(const std::vector<ChatAnswer>& choices, const TurnUsage& usage) {
   return AnswerJson(choices, usage, "chat.completion", [](const ChatAnswer& a) -> json {
+    json message = {{"role", "assistant"}, {"content", a.text}};
+    if (!a.tool_calls.empty()) {
+      if (a.text.empty()) message["content"] = nullptr;
+      message["tool_calls"] = ToolCallsJson(a.tool_calls, /*indexed=*/false);
+    }
     return {{"index", a.index},
-            {"message", {{"role", "assistant"}, {"content", a.text}}},
+            {"message", std::move(message)},
             {"finish_reason", a.finish_reason},
             {"logprobs", a.logprobs.empty() ? json(nullptr) : LogprobsJson(a.logprobs)}};
   });
@@ -813,6 +883,24 @@ std::string ChatChunkEvent(const ChatAnswer& head, std::string_view delta, bool 
   json choice = {{"index", head.index},
                  {"delta", d},
                  {"finish_reason", Nullable(finish_reason)},
+                 {"logprobs", logprobs.empty() ? json(nullptr) : LogprobsJson(logprobs)}};
+  return Event({{"id", head.id},
+                {"object", "chat.completion.chunk"},
+                {"created", head.created},
+                {"model", head.model},
+                {"choices", {choice}}});
+}
+
+std::string ChatToolCallsChunkEvent(const ChatAnswer& head, const std::vector<ToolCallOut>& calls,
+                                    bool first, const std::vector<TokenLogprob>& logprobs) {
+  json d = {{"tool_calls", ToolCallsJson(calls, /*indexed=*/true)}};
+  if (first) {
+    d["role"] = "assistant";
+    d["content"] = nullptr;
+  }
+  json choice = {{"index", head.index},
+                 {"delta", d},
+                 {"finish_reason", nullptr},
                  {"logprobs", logprobs.empty() ? json(nullptr) : LogprobsJson(logprobs)}};
   return Event({{"id", head.id},
                 {"object", "chat.completion.chunk"},

@@ -14,6 +14,7 @@
 
 #include "absl/status/status.h"
 #include "absl/status/statusor.h"
+#include "inference_svc/http/tool_calls.h"
 #include "inference_svc/http/turn_port.h"
 #include "inference_svc/tokenizer/chat_template.h"
 #include "nlohmann/json_fwd.hpp"
@@ -70,6 +71,9 @@ struct ChatCompletionRequest {
   bool include_usage = false;           // stream_options.include_usage
   bool continue_final_message = false;  // the last (assistant) message is continued
   std::string session;                  // kvfold_session (or the X-Kvfold-Session header)
+  // tools / tool_choice / parallel_tool_calls. With tool_choice required or a named
+  // function, params.format is kJsonSchema with ToolAnswerSchema's schema.
+  ToolSet tools;
 };
 
 // One prompt of a completions request.
@@ -122,7 +126,8 @@ struct DetokenizeRequest {
 
 // InvalidArgument for malformed JSON, wrong types, values out of range (n: [1, 128]; a
 // completions batch's prompts x n at most kMaxChoices; responses: n = 1), and unsupported
-// features that would change the answer (tools, best_of, non-text content parts). Unknown fields
+// features that would change the answer (tools outside chat, best_of, non-text content
+// parts). Unknown fields
 // are ignored (docs/http-api.md lists the ignored ones).
 absl::StatusOr<ChatCompletionRequest> ParseChatCompletionRequest(std::string_view body);
 absl::StatusOr<CompletionRequest> ParseCompletionRequest(std::string_view body);
@@ -162,7 +167,10 @@ struct ChatAnswer {
   int64_t created = 0;  // unix seconds
   int index = 0;        // the choice's index in the answer
   std::string text;
-  std::string finish_reason;           // "stop" or "length"
+  // A chat answer read as tool calls: `text` is the content before them (null in the
+  // JSON when empty) and finish_reason is "tool_calls".
+  std::vector<ToolCallOut> tool_calls;
+  std::string finish_reason;           // "stop", "length" or "tool_calls"
   std::vector<TokenLogprob> logprobs;  // empty unless requested
   TurnUsage usage;
 };
@@ -194,6 +202,10 @@ std::string ResponseFailedEvent(const ChatAnswer& head, std::string_view previou
 std::string ChatChunkEvent(const ChatAnswer& head, std::string_view delta, bool first,
                            std::string_view finish_reason,
                            const std::vector<TokenLogprob>& logprobs);
+// A streamed chat choice's tool calls, whole (id, name and arguments in one delta each,
+// indices from 0).
+std::string ChatToolCallsChunkEvent(const ChatAnswer& head, const std::vector<ToolCallOut>& calls,
+                                    bool first, const std::vector<TokenLogprob>& logprobs);
 std::string CompletionChunkEvent(const ChatAnswer& head, std::string_view delta,
                                  std::string_view finish_reason,
                                  const std::vector<TokenLogprob>& logprobs);

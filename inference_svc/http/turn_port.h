@@ -52,6 +52,9 @@ struct TurnSpec {
   std::vector<int32_t> prompt_ids;
   std::vector<ChatMessage> messages;
   bool continue_final_message = false;  // messages: continue the last (assistant) one
+  // messages: functions the model may call, each as the template shows it
+  // (ChatRenderOptions::tools).
+  std::vector<std::string> tools;
   // Sampling: temperature 0 = greedy; top_p 0 or 1 = off; seed 0 = the session's RNG
   // continues; max_new_tokens 0 = the server default.
   float temperature = 1;

@@ -201,7 +201,13 @@ absl::StatusOr<std::vector<int32_t>> Runtime::PromptIds(const TurnRequest& reque
   // per token of the limit, runtime.h): tokenizing them first cost about a second of CPU
   // per megabyte only to refuse them for their token count.
   size_t text_bytes = request.prompt_text.size();
-  for (const ChatMessage& m : request.messages) text_bytes += m.content.size();
+  for (const ChatMessage& m : request.messages) {
+    text_bytes += m.content.size();
+    for (const ChatToolCall& call : m.tool_calls) {
+      text_bytes += call.name.size() + call.arguments.size();
+    }
+  }
+  for (const std::string& tool : request.tools) text_bytes += tool.size();
   if (text_bytes > kMaxBytesPerPromptToken * max_tokens) {
     return absl::InvalidArgumentError(
         absl::StrCat(request.messages.empty() ? "prompt is " : "messages are ", text_bytes,
@@ -222,6 +228,7 @@ absl::StatusOr<std::vector<int32_t>> Runtime::PromptIds(const TurnRequest& reque
     render.add_generation_prompt = !request.continue_final_message;
     const auto& eot = deps_.chat_template->end_of_turn_ids();
     render.previous_turn_closed = std::find(eot.begin(), eot.end(), last_token) != eot.end();
+    render.tools = request.tools;
     auto rendered = deps_.chat_template->RenderIds(request.messages, render);
     if (!rendered.ok()) return rendered.status();
     ids = std::move(*rendered);

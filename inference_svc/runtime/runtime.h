@@ -107,6 +107,9 @@ struct TurnRequest {
   std::vector<ChatMessage> messages;
   // With messages: the last (assistant) message is continued, not answered.
   bool continue_final_message = false;
+  // With messages: functions the model may call, each as the chat template shows it
+  // (ChatRenderOptions::tools; rendered where a conversation starts).
+  std::vector<std::string> tools;
   // Overrides of the session's sampling; a non-zero seed restarts the RNG.
   SamplingSpec sampling;
   // -1: no log-probabilities. 0..engine::kMaxTopLogprobs: every generated token comes with

@@ -383,6 +383,7 @@ absl::StatusOr<std::shared_ptr<http::RunningTurn>> RuntimeTurnPort::StartTurn(
   request.prompt_ids = spec.prompt_ids;
   request.messages = spec.messages;
   request.continue_final_message = spec.continue_final_message;
+  request.tools = spec.tools;
   request.sampling.temperature = spec.temperature;
   request.sampling.top_p = spec.top_p;
   request.sampling.top_k = spec.top_k;

@@ -39,9 +39,13 @@ absl::Status CheckRoles(std::span<const ChatMessage> messages, bool alternate, b
   if (messages.empty()) return Invalid("no messages");
   for (size_t i = 0; i < messages.size(); ++i) {
     const std::string& role = messages[i].role;
-    if (role != "system" && role != "user" && role != "assistant") {
+    if (role != "system" && role != "user" && role != "assistant" && role != "tool") {
       return Invalid(absl::StrCat("message ", i, " has role \"", role,
-                                  "\"; expected system, user or assistant"));
+                                  "\"; expected system, user, assistant or tool"));
+    }
+    if (!messages[i].tool_calls.empty() && role != "assistant") {
+      return Invalid(absl::StrCat("message ", i, " (", role,
+                                  ") has tool calls; only assistant messages make them"));
     }
     if (role == "system" && (i != 0 || continuation)) {
       return Invalid(absl::StrCat("message ", i,
@@ -61,6 +65,38 @@ absl::Status CheckRoles(std::span<const ChatMessage> messages, bool alternate, b
     }
   }
   return absl::OkStatus();
+}
+
+// Whether the conversation uses tools: a tool list, a tool message or a tool call.
+bool UsesTools(std::span<const ChatMessage> messages, const ChatRenderOptions& options) {
+  if (!options.tools.empty()) return true;
+  return std::any_of(messages.begin(), messages.end(), [](const ChatMessage& m) {
+    return m.role == "tool" || !m.tool_calls.empty();
+  });
+}
+
+// Qwen2.5's tool block, around one line per tool.
+constexpr char kChatMlToolsHead[] =
+    "# Tools\n\nYou may call one or more functions to assist with the user query.\n\n"
+    "You are provided with function signatures within <tools></tools> XML tags:\n<tools>";
+constexpr char kChatMlToolsTail[] =
+    "\n</tools>\n\nFor each function call, return a json object with function name and "
+    "arguments within <tool_call></tool_call> XML tags:\n<tool_call>\n{\"name\": "
+    "<function-name>, \"arguments\": <args-json-object>}\n</tool_call><|im_end|>\n";
+
+// The plain family's tool block (kvfold's own form, docs/tokenizers.md).
+std::string PlainTools(std::span<const std::string> tools) {
+  std::string out = "Tools:\n";
+  for (const std::string& tool : tools) absl::StrAppend(&out, tool, "\n");
+  out +=
+      "Call a tool with <tool_call>{\"name\": NAME, \"arguments\": ARGUMENTS}</tool_call>."
+      "\n\n";
+  return out;
+}
+
+// `call` as both tool families write it inside <tool_call> tags.
+std::string CallJson(const ChatToolCall& call) {
+  return absl::StrCat("{\"name\": \"", call.name, "\", \"arguments\": ", call.arguments, "}");
 }
 
 }  // namespace
@@ -175,9 +211,16 @@ absl::StatusOr<std::string> ChatTemplate::Render(std::span<const ChatMessage> me
       !s.ok()) {
     return s;
   }
+  if (UsesTools(messages, options) && !renders_tools()) {
+    return Invalid(absl::StrCat("this model's chat template (", std::string(name()),
+                                ") has no tool format; tools, tool messages and tool calls "
+                                "need the chatml or plain family"));
+  }
   if (options.continue_final_message) {
-    if (messages.back().role != "assistant") {
-      return Invalid("continue_final_message needs the last message to be the assistant's");
+    if (messages.back().role != "assistant" || !messages.back().tool_calls.empty()) {
+      return Invalid(
+          "continue_final_message needs the last message to be the assistant's, without tool "
+          "calls");
     }
     if (options.add_generation_prompt) {
       return Invalid("continue_final_message and add_generation_prompt exclude each other");
@@ -224,10 +267,23 @@ absl::StatusOr<std::string> ChatTemplate::Render(std::span<const ChatMessage> me
     }
   }
   const bool first_is_system = messages[0].role == "system";
+  const bool tools = !options.tools.empty() && !options.continuation;
   if (!options.continuation) {
     if (format_ == ChatFormat::kMistral || format_ == ChatFormat::kGemma) out += special_.bos;
-    if (format_ == ChatFormat::kChatMl && !first_is_system && !special_.default_system.empty()) {
+    if (format_ == ChatFormat::kChatMl && tools) {
+      // The system turn carries the tools (after the system text or the default one).
+      const std::string& system = first_is_system ? messages[0].content : special_.default_system;
+      absl::StrAppend(&out, "<|im_start|>system\n", system,
+                      first_is_system || !system.empty() ? "\n\n" : "", kChatMlToolsHead);
+      for (const std::string& tool : options.tools) absl::StrAppend(&out, "\n", tool);
+      out += kChatMlToolsTail;
+      if (first_is_system) begin = 1;
+    } else if (format_ == ChatFormat::kChatMl && !first_is_system &&
+               !special_.default_system.empty()) {
       absl::StrAppend(&out, "<|im_start|>system\n", special_.default_system, "<|im_end|>\n");
+    }
+    if (format_ == ChatFormat::kPlain && tools && !first_is_system) {
+      out += PlainTools(options.tools);
     }
   }
   for (size_t i = begin; i < messages.size(); ++i) {
@@ -246,8 +302,22 @@ absl::StatusOr<std::string> ChatTemplate::Render(std::span<const ChatMessage> me
         break;
       }
       case ChatFormat::kChatMl:
-        absl::StrAppend(&out, "<|im_start|>", m.role, "\n", open ? RStrip(content) : content);
-        if (!open) out += "<|im_end|>\n";
+        if (m.role == "tool") {
+          // A run of tool results is one user turn.
+          if (i == 0 || messages[i - 1].role != "tool") out += "<|im_start|>user";
+          absl::StrAppend(&out, "\n<tool_response>\n", content, "\n</tool_response>");
+          if (is_last || messages[i + 1].role != "tool") out += "<|im_end|>\n";
+        } else if (!m.tool_calls.empty()) {
+          out += "<|im_start|>assistant";
+          if (!content.empty()) absl::StrAppend(&out, "\n", content);
+          for (const ChatToolCall& call : m.tool_calls) {
+            absl::StrAppend(&out, "\n<tool_call>\n", CallJson(call), "\n</tool_call>");
+          }
+          out += "<|im_end|>\n";
+        } else {
+          absl::StrAppend(&out, "<|im_start|>", m.role, "\n", open ? RStrip(content) : content);
+          if (!open) out += "<|im_end|>\n";
+        }
         break;
       case ChatFormat::kLlama2:
         if (m.role == "user") {
@@ -274,6 +344,15 @@ absl::StatusOr<std::string> ChatTemplate::Render(std::span<const ChatMessage> me
       case ChatFormat::kPlain:
         if (m.role == "system") {
           absl::StrAppend(&out, content, "\n\n");
+          if (tools) out += PlainTools(options.tools);
+        } else if (m.role == "tool") {
+          absl::StrAppend(&out, "Tool: ", content, "\n");
+        } else if (!m.tool_calls.empty()) {
+          absl::StrAppend(&out, "Assistant: ", content);
+          for (const ChatToolCall& call : m.tool_calls) {
+            absl::StrAppend(&out, "<tool_call>", CallJson(call), "</tool_call>");
+          }
+          out += "\n";
         } else {
           absl::StrAppend(
               &out, m.role == "user" ? "User: " : "Assistant: ", open ? RStrip(content) : content);

@@ -13,6 +13,9 @@
 //   gemma     <bos><start_of_turn>user\nHi<end_of_turn>\n
 //   plain     BOS "System\n\nUser: Hi\nAssistant: Hello\n"  (models without a template)
 //
+// Tools (function calling) render in the chatml family as Qwen2.5's template renders them
+// and in the plain family in kvfold's own form; the other families refuse them.
+//
 // docs/tokenizers.md ("Chat templates") gives each family's rules (system messages, roles,
 // continuation).
 #ifndef KVFOLD_INFERENCE_SVC_TOKENIZER_CHAT_TEMPLATE_H_
@@ -41,9 +44,22 @@ absl::StatusOr<ChatFormat> ParseChatFormat(std::string_view name);
 // that suggests --chat-template).
 absl::StatusOr<ChatFormat> DetectChatFormat(std::string_view jinja);
 
+// A function call an assistant message made (OpenAI's `tool_calls`).
+struct ChatToolCall {
+  std::string name;
+  // The arguments as the template writes them: JSON text as Python's json.dumps writes
+  // it (the `tojson` of Hugging Face's templates).
+  std::string arguments;
+};
+
 struct ChatMessage {
-  std::string role;  // "system", "user" or "assistant"
+  ChatMessage() = default;
+  ChatMessage(std::string role, std::string content, std::vector<ChatToolCall> tool_calls = {})
+      : role(std::move(role)), content(std::move(content)), tool_calls(std::move(tool_calls)) {}
+
+  std::string role;  // "system", "user", "assistant" or "tool" (a function's result)
   std::string content;
+  std::vector<ChatToolCall> tool_calls;  // assistant messages only
 };
 
 // How a conversation ends.
@@ -60,6 +76,10 @@ struct ChatRenderOptions {
   // rest of the assistant's end-of-turn text is rendered first.
   bool continuation = false;
   bool previous_turn_closed = true;
+  // Functions the model may call, each the tool object (OpenAI's {"type": "function",
+  // "function": {...}}) as Python's json.dumps writes it. Rendered where the conversation
+  // starts (not in a continuation: the session already shows the tools it began with).
+  std::span<const std::string> tools;
 };
 
 // The special strings of a template and the token ids they stand for.
@@ -91,9 +111,10 @@ class ChatTemplate {
                                                std::string_view override_name,
                                                const Tokenizer* tokenizer);
 
-  // The text of `messages` (roles "system", "user", "assistant"; a system message only
-  // first). InvalidArgument for an unknown role, a misplaced system message, roles that do
-  // not alternate where the family requires it, or an empty conversation.
+  // The text of `messages` (roles "system", "user", "assistant", "tool"; a system message
+  // only first). InvalidArgument for an unknown role, a misplaced system message, roles
+  // that do not alternate where the family requires it, an empty conversation, or tools,
+  // tool messages or tool calls in a family without a tool format.
   absl::StatusOr<std::string> Render(std::span<const ChatMessage> messages,
                                      const ChatRenderOptions& options) const;
 
@@ -107,6 +128,10 @@ class ChatTemplate {
                                                  const ChatRenderOptions& options) const;
 
   ChatFormat format() const { return format_; }
+  // Whether the family renders tools, tool messages and tool calls (chatml, plain).
+  bool renders_tools() const {
+    return format_ == ChatFormat::kChatMl || format_ == ChatFormat::kPlain;
+  }
   std::string_view name() const { return ChatFormatName(format_); }
   // Ids that end an assistant turn (EOS, <|eot_id|>, <|im_end|>, <end_of_turn>, plus the
   // model's generation_config eos ids when loaded with ForModel).

@@ -62,14 +62,16 @@ std::string TemplateText(const json& config) {
 // when it is a literal (no Jinja expression or quote inside).
 std::string DefaultSystem(const std::string& jinja) {
   for (const std::string open : {"<|im_start|>system\n", "<|im_start|>system\\n"}) {
-    const size_t start = jinja.find(open);
-    if (start == std::string::npos) continue;
-    const size_t text = start + open.size();
-    const size_t end = jinja.find("<|im_end|>", text);
-    if (end == std::string::npos) return "";
-    std::string s = jinja.substr(text, end - text);
-    if (s.find_first_of("{}'\"") != std::string::npos) return "";
-    return s;
+    // The first system turn written as a literal (Qwen2.5's template first opens one
+    // for its tool block, whose text comes from a variable).
+    for (size_t start = jinja.find(open); start != std::string::npos;
+         start = jinja.find(open, start + 1)) {
+      const size_t text = start + open.size();
+      const size_t end = jinja.find("<|im_end|>", text);
+      if (end == std::string::npos) break;
+      std::string s = jinja.substr(text, end - text);
+      if (s.find_first_of("{}'\"") == std::string::npos) return s;
+    }
   }
   return "";
 }

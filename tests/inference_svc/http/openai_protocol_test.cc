@@ -104,6 +104,7 @@ TEST(OpenAiProtocolTest, RefusesWhatWouldChangeTheAnswer) {
   EXPECT_THAT(ChatError(too_many).message(),
               HasSubstr("'top_logprobs' is 21; it must be in [0, 20]"));
   EXPECT_EQ(with("tools", {{{"type", "function"}}}).code(), absl::StatusCode::kInvalidArgument);
+  EXPECT_EQ(with("functions", {{{"name", "f"}}}).code(), absl::StatusCode::kInvalidArgument);
   EXPECT_EQ(with("stream_options", {{"include_usage", true}}).code(),
             absl::StatusCode::kInvalidArgument);  // without stream
   EXPECT_TRUE(with("tools", json::array()).ok());
@@ -577,6 +578,208 @@ TEST(OpenAiProtocolTest, VllmGuidedDecodingParams) {
     EXPECT_EQ(parsed.status().code(), absl::StatusCode::kInvalidArgument);
     EXPECT_THAT(std::string(parsed.status().message()), HasSubstr(param));
   }
+}
+
+// Python's json.dumps(x, ensure_ascii=False) of the same value, as printed by
+// /usr/bin/python3 (escapes, number forms, separators, key order).
+TEST(ToolCallsTest, PythonJsonTextWritesWhatPythonWrites) {
+  const std::string source =
+      R"({"b": [1, 2.5, -0.0, 1e-05, 1e+22, 0.0001, 123456789012345678, true, null], )"
+      R"("a": {"s": "q\"\\ \n\t\r\b\f\u0001\u007f é 😀 </", "e": {}, "l": []}})";
+  EXPECT_EQ(
+      PythonJsonText(nlohmann::ordered_json::parse(source)),
+      "{\"b\": [1, 2.5, -0.0, 1e-05, 1e+22, 0.0001, 123456789012345678, true, null], "
+      "\"a\": {\"s\": \"q\\\"\\\\ \\n\\t\\r\\b\\f\\u0001\x7f é 😀 </\", \"e\": {}, \"l\": []}}");
+}
+
+json Tool(const std::string& name, json parameters = nullptr) {
+  json f = {{"name", name}};
+  if (!parameters.is_null()) f["parameters"] = std::move(parameters);
+  return {{"type", "function"}, {"function", f}};
+}
+
+TEST(ToolCallsTest, ParsesToolsAndChoices) {
+  const json city = {{"type", "object"},
+                     {"properties", {{"city", {{"enum", {"Paris", "Oslo"}}}}}},
+                     {"required", {"city"}}};
+  json body = {{"messages", {{{"role", "user"}, {"content", "x"}}}},
+               {"tools", {Tool("weather", city), Tool("time")}}};
+  auto r = ParseChatCompletionRequest(body.dump());
+  ASSERT_TRUE(r.ok()) << r.status();
+  EXPECT_EQ(r->tools.choice, ToolChoice::kAuto);
+  ASSERT_EQ(r->tools.functions.size(), 2u);
+  // As the body wrote it (nlohmann::json writes keys sorted), in Python's form.
+  EXPECT_EQ(r->tools.functions[1].rendered,
+            R"({"function": {"name": "time"}, "type": "function"})");
+  EXPECT_EQ(r->tools.functions[1].parameters, R"({"type":"object"})");
+  EXPECT_EQ(r->params.format, OutputFormat::kText);  // auto: free text, read afterwards
+
+  body["tool_choice"] = "required";
+  body["parallel_tool_calls"] = false;
+  r = ParseChatCompletionRequest(body.dump());
+  ASSERT_TRUE(r.ok()) << r.status();
+  EXPECT_EQ(r->params.format, OutputFormat::kJsonSchema);
+  const json schema = json::parse(r->params.json_schema);
+  EXPECT_EQ(schema["type"], "array");
+  EXPECT_EQ(schema["minItems"], 1);
+  EXPECT_EQ(schema["maxItems"], 1);
+  ASSERT_EQ(schema["items"]["anyOf"].size(), 2u);
+  EXPECT_EQ(schema["items"]["anyOf"][0]["properties"]["name"]["const"], "weather");
+  EXPECT_EQ(schema["items"]["anyOf"][0]["properties"]["arguments"], city);
+
+  body["tool_choice"] = {{"type", "function"}, {"function", {{"name", "weather"}}}};
+  r = ParseChatCompletionRequest(body.dump());
+  ASSERT_TRUE(r.ok()) << r.status();
+  EXPECT_EQ(r->tools.choice, ToolChoice::kFunction);
+  EXPECT_EQ(json::parse(r->params.json_schema), city);
+
+  body["tool_choice"] = "none";
+  r = ParseChatCompletionRequest(body.dump());
+  ASSERT_TRUE(r.ok());
+  EXPECT_FALSE(r->tools.active());
+
+  // Errors name their field.
+  auto error = [&](json b) { return ParseChatCompletionRequest(b.dump()).status(); };
+  auto with = [&](const char* key, json value) {
+    json b = body;
+    b[key] = std::move(value);
+    return error(b);
+  };
+  auto expect_bad = [](const absl::Status& s, const std::string& param, const std::string& text) {
+    EXPECT_EQ(s.code(), absl::StatusCode::kInvalidArgument) << s;
+    EXPECT_THAT(ErrorJson(s), HasSubstr("\"param\":\"" + param + "\"")) << s;
+    EXPECT_THAT(s.message(), HasSubstr(text)) << s;
+  };
+  expect_bad(with("tool_choice", {{"type", "function"}, {"function", {{"name", "nope"}}}}),
+             "tool_choice", "'nope', which is not among 'tools'");
+  expect_bad(with("tool_choice", "sometimes"), "tool_choice", "must be \"none\"");
+  expect_bad(with("tools", {Tool("a b")}), "tools", "tools[0].function.name");
+  expect_bad(with("tools", {Tool("f"), Tool("f")}), "tools", "offered twice");
+  expect_bad(with("tools", {{{"type", "retrieval"}}}), "tools", "tools[0] must be");
+  expect_bad(with("tools", {Tool("f", "object")}), "tools", "parameters must be");
+  expect_bad(with("tools", json::array_t(129, Tool("f"))), "tools", "at most 128");
+  expect_bad(with("parallel_tool_calls", "yes"), "parallel_tool_calls", "must be a boolean");
+  json no_tools = body;
+  no_tools.erase("tools");
+  no_tools["tool_choice"] = "required";
+  expect_bad(error(no_tools), "tool_choice", "needs 'tools'");
+  json both = body;
+  both["tool_choice"] = "required";
+  both["response_format"] = {{"type", "json_object"}};
+  expect_bad(error(both), "tool_choice", "cannot be combined");
+  // Tools stay chat's: completions and responses refuse them.
+  EXPECT_EQ(
+      ParseCompletionRequest(json{{"prompt", "x"}, {"tools", {Tool("f")}}}.dump()).status().code(),
+      absl::StatusCode::kInvalidArgument);
+}
+
+TEST(ToolCallsTest, ParsesToolMessagesAndCalls) {
+  const json body = {
+      {"messages",
+       {{{"role", "user"}, {"content", "Time?"}},
+        {{"role", "assistant"},
+         {"content", nullptr},
+         {"tool_calls",
+          {{{"id", "call_1"},
+            {"type", "function"},
+            {"function", {{"name", "time"}, {"arguments", R"({"zone":"CET","n":[1,2]})"}}}}}}},
+        {{"role", "tool"}, {"tool_call_id", "call_1"}, {"content", "12:00"}}}}};
+  auto r = ParseChatCompletionRequest(body.dump());
+  ASSERT_TRUE(r.ok()) << r.status();
+  ASSERT_EQ(r->messages.size(), 3u);
+  ASSERT_EQ(r->messages[1].tool_calls.size(), 1u);
+  EXPECT_EQ(r->messages[1].content, "");
+  EXPECT_EQ(r->messages[1].tool_calls[0].name, "time");
+  // The arguments as the chat template writes them (Python's json.dumps, order kept).
+  EXPECT_EQ(r->messages[1].tool_calls[0].arguments, R"({"zone": "CET", "n": [1, 2]})");
+  EXPECT_EQ(r->messages[2].role, "tool");
+  EXPECT_EQ(r->messages[2].content, "12:00");
+
+  json bad = body;
+  bad["messages"][1]["tool_calls"][0]["function"]["arguments"] = "{not json";
+  EXPECT_THAT(ParseChatCompletionRequest(bad.dump()).status().message(),
+              HasSubstr("messages[1].tool_calls[0].function.arguments is not JSON text"));
+  bad = body;
+  bad["messages"][1]["tool_calls"][0]["function"].erase("name");
+  EXPECT_EQ(ParseChatCompletionRequest(bad.dump()).status().code(),
+            absl::StatusCode::kInvalidArgument);
+  bad = body;
+  bad["messages"][2]["tool_call_id"] = 7;
+  EXPECT_THAT(ParseChatCompletionRequest(bad.dump()).status().message(),
+              HasSubstr("tool_call_id must be a string"));
+}
+
+ToolSet Set(ToolChoice choice) {
+  ToolSet set;
+  set.functions = {{"weather", "", R"({"type":"object"})"}, {"time", "", R"({"type":"object"})"}};
+  set.choice = choice;
+  if (choice == ToolChoice::kFunction) set.forced = "time";
+  return set;
+}
+
+TEST(ToolCallsTest, ReadsCallsFromTheModelsText) {
+  const ToolSet autos = Set(ToolChoice::kAuto);
+  ToolAnswer a = ReadToolAnswer(
+      "Let me look.\n<tool_call>\n{\"name\": \"weather\", \"arguments\": {\"city\": "
+      "\"Oslo\"}}\n</tool_call>\n<tool_call>{\"name\": \"time\"}</tool_call>\n",
+      autos);
+  EXPECT_EQ(a.content, "Let me look.\n");
+  ASSERT_EQ(a.calls.size(), 2u);
+  EXPECT_EQ(a.calls[0].name, "weather");
+  EXPECT_EQ(a.calls[0].arguments, R"({"city":"Oslo"})");
+  EXPECT_EQ(a.calls[1].arguments, "{}");
+  // The last block may end with the text.
+  EXPECT_EQ(
+      ReadToolAnswer("<tool_call>{\"name\": \"time\", \"arguments\": {}}", autos).calls.size(), 1u);
+  // Anything that does not read whole is content, as written.
+  for (const std::string text :
+       {"no calls here", "<tool_call>{\"name\": \"weather\", \"arguments\": {\"ci",
+        "<tool_call>{\"name\": \"unknown\", \"arguments\": {}}</tool_call>",
+        "<tool_call>{\"name\": \"time\", \"arguments\": 3}</tool_call>",
+        "<tool_call>{\"name\": \"time\"}</tool_call> and then text"}) {
+    ToolAnswer none = ReadToolAnswer(text, autos);
+    EXPECT_TRUE(none.calls.empty()) << text;
+    EXPECT_EQ(none.content, text);
+  }
+  ToolAnswer required = ReadToolAnswer(
+      R"([{"name": "time", "arguments": {"zone": "CET"}}, {"name": "weather", "arguments": {}}])",
+      Set(ToolChoice::kRequired));
+  ASSERT_EQ(required.calls.size(), 2u);
+  EXPECT_EQ(required.calls[0].arguments, R"({"zone":"CET"})");
+  EXPECT_EQ(required.content, "");
+  EXPECT_TRUE(ReadToolAnswer("[]", Set(ToolChoice::kRequired)).calls.empty());
+  ToolAnswer named = ReadToolAnswer(R"({"zone": "UTC"})", Set(ToolChoice::kFunction));
+  ASSERT_EQ(named.calls.size(), 1u);
+  EXPECT_EQ(named.calls[0].name, "time");
+  EXPECT_TRUE(ReadToolAnswer(R"({"zone": )", Set(ToolChoice::kFunction)).calls.empty());
+  EXPECT_TRUE(ReadToolAnswer("<tool_call>{\"name\": \"time\"}</tool_call>", Set(ToolChoice::kNone))
+                  .calls.empty());
+  const std::string id = NewToolCallId();
+  EXPECT_EQ(id.size(), 29u);
+  EXPECT_TRUE(id.starts_with("call_"));
+  EXPECT_NE(id, NewToolCallId());
+}
+
+TEST(ToolCallsTest, AnswersCarryToolCalls) {
+  ChatAnswer a;
+  a.id = "chatcmpl-1";
+  a.finish_reason = "tool_calls";
+  a.tool_calls = {{"call_1", "time", R"({"zone":"CET"})"}};
+  const json body = json::parse(ChatCompletionJson({a}, TurnUsage{}));
+  const json& message = body["choices"][0]["message"];
+  EXPECT_TRUE(message["content"].is_null());
+  EXPECT_EQ(message["tool_calls"][0],
+            json({{"id", "call_1"},
+                  {"type", "function"},
+                  {"function", {{"name", "time"}, {"arguments", R"({"zone":"CET"})"}}}}));
+  EXPECT_EQ(body["choices"][0]["finish_reason"], "tool_calls");
+  const std::string event = ChatToolCallsChunkEvent(a, a.tool_calls, true, {});
+  ASSERT_TRUE(event.starts_with("data: "));
+  const json chunk = json::parse(event.substr(6));
+  const json& delta = chunk["choices"][0]["delta"];
+  EXPECT_EQ(delta["role"], "assistant");
+  EXPECT_EQ(delta["tool_calls"][0]["index"], 0);
+  EXPECT_EQ(delta["tool_calls"][0]["function"]["name"], "time");
 }
 
 TEST(StopMatcherTest, HoldsBackPrefixesAndNeverEmitsTheStop) {

@@ -4,7 +4,8 @@ Hugging Face's apply_chat_template does (sandboxed environment, trim_blocks, lst
 raise_exception; continue_final_message cuts the text after the final message's stripped
 content), for the fixed conversations below, and writes
 testdata/chat_template_expected.json, which chat_template_test.cc compares kvfold's native
-renderers against.
+renderers against; and, for the templates with a tool format, conversations with tools,
+tool calls and tool results (arguments and tools as Hugging Face's `tojson` writes them).
 
     /usr/bin/python3 tests/inference_svc/tokenizer/chat_template_expected.py
 
@@ -49,16 +50,88 @@ CONVERSATIONS = {
 }
 
 
+TOOLS = [
+    {"type": "function", "function": {
+        "name": "get_weather",
+        "description": "Current weather in a city, e.g. \"Paris\".\nUnits: \u00b0C",
+        "parameters": {"type": "object", "properties": {
+            "city": {"type": "string", "enum": ["Paris", "Oslo"]},
+            "days": {"type": "integer", "minimum": 1, "maximum": 7},
+            "ratio": {"type": "number", "default": 0.5, "exclusiveMaximum": 1e-05},
+            "flags": {"type": "array", "items": {"type": "boolean"}, "default": [True, None]}},
+            "required": ["city"]}}},
+    {"type": "function", "function": {
+        "name": "get_time",
+        "parameters": {"type": "object", "properties": {"zone": {
+            "type": "string", "description": "tab\there, control \u0001, slash / and \U0001f600"}}}}},
+]
+
+
+def call(name, arguments):
+    return {"type": "function", "function": {"name": name, "arguments": arguments}}
+
+
+# Conversations with tools, rendered by the templates that have a tool format; the
+# assistant's arguments are dicts, as Hugging Face templates take them.
+TOOL_CONVERSATIONS = {
+    # name: (messages, tools)
+    "tools_single": ([{"role": "user", "content": "What is the weather in Paris?"}], TOOLS),
+    "tools_system": ([SYSTEM, {"role": "user", "content": "Weather?"}], TOOLS),
+    "tool_round_trip": ([
+        {"role": "user", "content": "Weather and time in Paris?"},
+        {"role": "assistant", "content": "", "tool_calls": [
+            call("get_weather", {"city": "Paris", "days": 2}), call("get_time", {"zone": "CET"})]},
+        {"role": "tool", "content": "18 C"},
+        {"role": "tool", "content": "12:00"},
+    ], TOOLS),
+    "tool_call_with_content": ([
+        SYSTEM,
+        {"role": "user", "content": "Weather in Oslo?"},
+        {"role": "assistant", "content": "Let me check.", "tool_calls": [
+            call("get_weather", {"city": "Oslo", "ratio": 0.25})]},
+        {"role": "tool", "content": "-3 C"},
+        {"role": "assistant", "content": "It is -3 C in Oslo."},
+        {"role": "user", "content": "Thanks!"},
+    ], TOOLS),
+    "tool_messages_without_tools": ([
+        {"role": "user", "content": "Time?"},
+        {"role": "assistant", "content": "", "tool_calls": [call("get_time", {})]},
+        {"role": "tool", "content": "12:00"},
+    ], None),
+}
+TOOL_TEMPLATES = ["qwen2_5"]
+
+
+def tojson(x, ensure_ascii=False, indent=None, separators=None, sort_keys=False):
+    """Hugging Face's tojson filter (Jinja's own escapes HTML and sorts keys)."""
+    return json.dumps(x, ensure_ascii=ensure_ascii, indent=indent, separators=separators,
+                      sort_keys=sort_keys)
+
+
+def kvfold_messages(messages):
+    """The messages as kvfold's ChatMessage holds them: arguments as tojson text."""
+    out = []
+    for m in messages:
+        k = {"role": m["role"], "content": m["content"]}
+        if "tool_calls" in m:
+            k["tool_calls"] = [{"name": c["function"]["name"],
+                                "arguments": tojson(c["function"]["arguments"])}
+                               for c in m["tool_calls"]]
+        out.append(k)
+    return out
+
+
 def raise_exception(message):
     raise TemplateError(message)
 
 
-def render(template, bos, eos, messages, add_generation_prompt, continue_final):
+def render(template, bos, eos, messages, add_generation_prompt, continue_final, tools=None):
     env = ImmutableSandboxedEnvironment(trim_blocks=True, lstrip_blocks=True)
     env.globals["raise_exception"] = raise_exception
+    env.filters["tojson"] = tojson
     text = env.from_string(template).render(
         messages=messages, add_generation_prompt=add_generation_prompt,
-        bos_token=bos or "", eos_token=eos or "")
+        bos_token=bos or "", eos_token=eos or "", tools=tools)
     if continue_final:
         final = messages[-1]["content"].strip()
         text = text[: text.rindex(final) + len(final)]
@@ -77,10 +150,19 @@ def main():
             cases[conv_name] = render(t["template"], t["bos_token"], t["eos_token"], messages,
                                       gen, cont)
         expected[name] = cases
+    tool_expected = {name: {conv: render(templates[name]["template"], None, None, messages,
+                                         True, False, tools)
+                            for conv, (messages, tools) in TOOL_CONVERSATIONS.items()}
+                     for name in TOOL_TEMPLATES}
     out = {"conversations": {k: {"messages": v[0], "add_generation_prompt": v[1],
                                  "continue_final_message": v[2]}
                              for k, v in CONVERSATIONS.items()},
-           "expected": expected}
+           "expected": expected,
+           "tools": [{"tool": t, "text": tojson(t)} for t in TOOLS],
+           "tool_conversations": {k: {"messages": kvfold_messages(v[0]),
+                                      "with_tools": v[1] is not None}
+                                  for k, v in TOOL_CONVERSATIONS.items()},
+           "tool_expected": tool_expected}
     with open(os.path.join(HERE, "testdata", "chat_template_expected.json"), "w") as f:
         json.dump(out, f, indent=1, ensure_ascii=False)
         f.write("\n")

@@ -107,7 +107,12 @@ json TestData(const std::string& name) {
 
 std::vector<ChatMessage> Messages(const json& list) {
   std::vector<ChatMessage> out;
-  for (const json& m : list) out.push_back({m["role"], m["content"]});
+  for (const json& m : list) {
+    ChatMessage& message = out.emplace_back(ChatMessage{m["role"], m["content"]});
+    for (const json& call : m.value("tool_calls", json::array())) {
+      message.tool_calls.push_back({call["name"], call["arguments"]});
+    }
+  }
   return out;
 }
 
@@ -132,7 +137,7 @@ std::vector<int32_t> ExpectedByteLevelIds(const std::string& text) {
 
 ChatFormat FamilyOf(const std::string& fixture) {
   if (fixture == "llama3") return ChatFormat::kLlama3;
-  if (fixture == "qwen2" || fixture == "chatml") return ChatFormat::kChatMl;
+  if (fixture == "qwen2" || fixture == "qwen2_5" || fixture == "chatml") return ChatFormat::kChatMl;
   if (fixture == "llama2") return ChatFormat::kLlama2;
   if (fixture == "gemma" || fixture == "gemma3") return ChatFormat::kGemma;
   return ChatFormat::kMistral;
@@ -168,7 +173,103 @@ TEST(ChatTemplateTest, RendersTheRealTemplatesLikeJinja) {
       ++checked;
     }
   }
-  EXPECT_EQ(checked, 42);
+  EXPECT_EQ(checked, 48);
+}
+
+// The tool texts of the fixture (Python's json.dumps of each tool).
+std::vector<std::string> FixtureTools(const json& data) {
+  std::vector<std::string> tools;
+  for (const json& t : data["tools"]) tools.push_back(t["text"]);
+  return tools;
+}
+
+TEST(ChatTemplateTest, RendersToolsLikeQwen25) {
+  const json templates = TestData("chat_templates.json");
+  const json data = TestData("chat_template_expected.json");
+  const json& t = templates["qwen2_5"];
+  ModelDir dir(json{{"chat_template", t["template"]}, {"eos_token", t["eos_token"]}});
+  auto tokenizer = LoadTokenizer(dir.path());
+  ASSERT_NE(tokenizer, nullptr);
+  auto chat = ChatTemplate::ForModel(dir.path(), "", tokenizer.get());
+  ASSERT_TRUE(chat.ok()) << chat.status();
+  ASSERT_TRUE(chat->renders_tools());
+  const std::vector<std::string> tools = FixtureTools(data);
+  int checked = 0;
+  for (const auto& [conversation, expected] : data["tool_expected"]["qwen2_5"].items()) {
+    const json& c = data["tool_conversations"][conversation];
+    const std::vector<ChatMessage> messages = Messages(c["messages"]);
+    ChatRenderOptions options;
+    if (c["with_tools"].get<bool>()) options.tools = tools;
+    auto text = chat->Render(messages, options);
+    ASSERT_TRUE(text.ok()) << conversation << ": " << text.status();
+    EXPECT_EQ(*text, expected.get<std::string>()) << conversation;
+    auto ids = chat->RenderIds(messages, options);
+    ASSERT_TRUE(ids.ok()) << ids.status();
+    EXPECT_EQ(*ids, ExpectedByteLevelIds(expected)) << conversation;
+    ++checked;
+  }
+  EXPECT_EQ(checked, 5);
+
+  // A session that ends with the assistant's calls (closed by <|im_end|>) continues with
+  // the results alone: the same text as the whole conversation.
+  const std::vector<ChatMessage> all =
+      Messages(data["tool_conversations"]["tool_round_trip"]["messages"]);
+  const std::span<const ChatMessage> head(all.data(), 2), rest(all.data() + 2, 2);
+  auto whole = chat->Render(all, {.tools = tools});
+  auto first = chat->Render(head, {.add_generation_prompt = false, .tools = tools});
+  // Tools given to a continuation are not shown again.
+  auto after = chat->Render(rest, {.continuation = true, .tools = tools});
+  ASSERT_TRUE(whole.ok() && first.ok() && after.ok());
+  ASSERT_TRUE(first->ends_with("<|im_end|>\n"));
+  EXPECT_EQ(first->substr(0, first->size() - 1) + *after, *whole);
+}
+
+TEST(ChatTemplateTest, PlainToolsAndFamiliesWithoutAToolFormat) {
+  ModelDir dir(json::object());
+  auto tokenizer = LoadTokenizer(dir.path());
+  ASSERT_NE(tokenizer, nullptr);
+  const std::vector<std::string> tools = {R"({"type": "function", "function": {"name": "f"}})"};
+  const std::string block =
+      "Tools:\n{\"type\": \"function\", \"function\": {\"name\": \"f\"}}\nCall a tool with "
+      "<tool_call>{\"name\": NAME, \"arguments\": ARGUMENTS}</tool_call>.\n\n";
+  auto plain = ChatTemplate::Create(ChatFormat::kPlain, tokenizer.get());
+  ASSERT_TRUE(plain.ok());
+  std::vector<ChatMessage> messages = {{"system", "Be brief."}, {"user", "Time?"}};
+  messages.push_back({"assistant", "", {{"f", R"({"zone": "CET"})"}}});
+  messages.push_back({"tool", "12:00"});
+  auto text = plain->Render(messages, {.tools = tools});
+  ASSERT_TRUE(text.ok()) << text.status();
+  EXPECT_EQ(*text, "Be brief.\n\n" + block +
+                       "User: Time?\nAssistant: <tool_call>{\"name\": \"f\", \"arguments\": "
+                       "{\"zone\": \"CET\"}}</tool_call>\nTool: 12:00\nAssistant:");
+  auto no_system = plain->Render(std::span(messages).subspan(1, 1), {.tools = tools});
+  ASSERT_TRUE(no_system.ok());
+  EXPECT_EQ(*no_system, block + "User: Time?\nAssistant:");
+
+  // The other families have no tool format: tools, tool results and calls are refused.
+  for (ChatFormat format :
+       {ChatFormat::kLlama3, ChatFormat::kLlama2, ChatFormat::kMistral, ChatFormat::kGemma}) {
+    auto chat = ChatTemplate::Create(format, tokenizer.get());
+    ASSERT_TRUE(chat.ok());
+    EXPECT_FALSE(chat->renders_tools());
+    const std::vector<ChatMessage> user = {{"user", "Time?"}};
+    auto with_tools = chat->Render(user, {.tools = tools});
+    EXPECT_EQ(with_tools.status().code(), absl::StatusCode::kInvalidArgument);
+    EXPECT_THAT(with_tools.status().message(), HasSubstr("no tool format"));
+    EXPECT_EQ(chat->Render(std::span(messages).subspan(1), {}).status().code(),
+              absl::StatusCode::kInvalidArgument);
+  }
+  // Calls only on assistant messages; an assistant message with calls is not continued.
+  auto chatml = ChatTemplate::Create(ChatFormat::kChatMl, tokenizer.get());
+  ASSERT_TRUE(chatml.ok());
+  std::vector<ChatMessage> user_call = {{"user", "x", {{"f", "{}"}}}};
+  EXPECT_EQ(chatml->Render(user_call, {}).status().code(), absl::StatusCode::kInvalidArgument);
+  EXPECT_EQ(chatml
+                ->Render(std::span(messages).subspan(1, 2),
+                         {.add_generation_prompt = false, .continue_final_message = true})
+                .status()
+                .code(),
+            absl::StatusCode::kInvalidArgument);
 }
 
 TEST(ChatTemplateTest, ContinuationEqualsTheWholeConversation) {
@@ -311,7 +412,7 @@ TEST(ChatTemplateTest, RejectsMalformedConversations) {
   auto code = [](const absl::StatusOr<std::string>& s) { return s.status().code(); };
   const auto kInvalid = absl::StatusCode::kInvalidArgument;
   EXPECT_EQ(code(chatml->Render(std::vector<ChatMessage>{}, {})), kInvalid);
-  EXPECT_EQ(code(chatml->Render(std::vector<ChatMessage>{{"tool", "x"}}, {})), kInvalid);
+  EXPECT_EQ(code(chatml->Render(std::vector<ChatMessage>{{"robot", "x"}}, {})), kInvalid);
   EXPECT_EQ(code(chatml->Render(std::vector<ChatMessage>{{"user", "a"}, {"system", "b"}}, {})),
             kInvalid);
   EXPECT_EQ(code(gemma->Render(std::vector<ChatMessage>{{"user", "a"}, {"user", "b"}}, {})),

@@ -1,0 +1,310 @@
+// Tools of a chat request and calls read from the model's text (tool_calls.h).
+#include "inference_svc/http/tool_calls.h"
+
+#include <algorithm>
+#include <random>
+
+#include "absl/strings/ascii.h"
+#include "absl/strings/str_cat.h"
+#include "absl/strings/str_format.h"
+#include "inference_svc/http/openai_protocol.h"
+
+namespace kvfold::http {
+namespace {
+
+using ojson = nlohmann::ordered_json;
+
+absl::Status Bad(std::string_view param, std::string message) {
+  return WithParam(absl::InvalidArgumentError(std::move(message)), param);
+}
+
+void AppendPythonString(std::string_view s, std::string* out) {
+  out->push_back('"');
+  for (const char ch : s) {
+    const auto c = static_cast<unsigned char>(ch);
+    switch (c) {
+      case '"':
+        *out += "\\\"";
+        break;
+      case '\\':
+        *out += "\\\\";
+        break;
+      case '\n':
+        *out += "\\n";
+        break;
+      case '\r':
+        *out += "\\r";
+        break;
+      case '\t':
+        *out += "\\t";
+        break;
+      case '\b':
+        *out += "\\b";
+        break;
+      case '\f':
+        *out += "\\f";
+        break;
+      default:
+        if (c < 0x20) {
+          absl::StrAppend(out, absl::StrFormat("\\u%04x", c));
+        } else {
+          out->push_back(ch);
+        }
+    }
+  }
+  out->push_back('"');
+}
+
+void AppendPython(const ojson& j, std::string* out) {
+  switch (j.type()) {
+    case ojson::value_t::object: {
+      out->push_back('{');
+      bool first = true;
+      for (const auto& [key, value] : j.items()) {
+        if (!first) *out += ", ";
+        first = false;
+        AppendPythonString(key, out);
+        *out += ": ";
+        AppendPython(value, out);
+      }
+      out->push_back('}');
+      break;
+    }
+    case ojson::value_t::array: {
+      out->push_back('[');
+      for (size_t i = 0; i < j.size(); ++i) {
+        if (i > 0) *out += ", ";
+        AppendPython(j[i], out);
+      }
+      out->push_back(']');
+      break;
+    }
+    case ojson::value_t::string:
+      AppendPythonString(j.get_ref<const std::string&>(), out);
+      break;
+    default:  // numbers (nlohmann and Python write the same shortest form), bools, null
+      *out += j.dump();
+  }
+}
+
+bool ValidName(const std::string& name) {
+  return !name.empty() && name.size() <= 64 && std::all_of(name.begin(), name.end(), [](char c) {
+    return absl::ascii_isalnum(static_cast<unsigned char>(c)) || c == '_' || c == '-';
+  });
+}
+
+const ToolFunction* Find(const ToolSet& tools, std::string_view name) {
+  for (const ToolFunction& f : tools.functions) {
+    if (f.name == name) return &f;
+  }
+  return nullptr;
+}
+
+absl::StatusOr<ToolFunction> ParseTool(const ojson& tool, size_t index) {
+  const std::string where = absl::StrCat("tools[", index, "]");
+  if (!tool.is_object() || !tool.contains("type") || tool["type"] != "function" ||
+      !tool.contains("function") || !tool["function"].is_object()) {
+    return Bad("tools", absl::StrCat(where,
+                                     " must be {\"type\": \"function\", \"function\": "
+                                     "{\"name\", \"description\", \"parameters\"}}"));
+  }
+  const ojson& f = tool["function"];
+  if (!f.contains("name") || !f["name"].is_string() || !ValidName(f["name"].get<std::string>())) {
+    return Bad("tools", absl::StrCat(where,
+                                     ".function.name must be 1 to 64 letters, digits, "
+                                     "'_' or '-'"));
+  }
+  if (f.contains("description") && !f["description"].is_string() && !f["description"].is_null()) {
+    return Bad("tools", absl::StrCat(where, ".function.description must be a string"));
+  }
+  if (f.contains("parameters") && !f["parameters"].is_object() && !f["parameters"].is_null()) {
+    return Bad("tools", absl::StrCat(where, ".function.parameters must be a JSON Schema object"));
+  }
+  if (f.contains("strict") && !f["strict"].is_boolean() && !f["strict"].is_null()) {
+    return Bad("tools", absl::StrCat(where, ".function.strict must be a boolean"));
+  }
+  ToolFunction out;
+  out.name = f["name"].get<std::string>();
+  out.rendered = PythonJsonText(tool);
+  out.parameters = f.contains("parameters") && f["parameters"].is_object()
+                       ? f["parameters"].dump()
+                       : std::string(R"({"type":"object"})");
+  return out;
+}
+
+// `j` (a parsed call) as a call of `tools`: {"name": a tool's name, "arguments": an
+// object}; false otherwise.
+bool ReadCall(const ojson& j, const ToolSet& tools, ToolCallOut* out) {
+  if (!j.is_object() || !j.contains("name") || !j["name"].is_string()) return false;
+  const std::string name = j["name"].get<std::string>();
+  if (Find(tools, name) == nullptr) return false;
+  const ojson arguments = j.contains("arguments") ? j["arguments"] : ojson::object();
+  if (!arguments.is_object()) return false;
+  out->name = name;
+  out->arguments = arguments.dump();
+  return true;
+}
+
+ojson ParseOrdered(std::string_view text) {
+  return ojson::parse(text.begin(), text.end(), nullptr, /*allow_exceptions=*/false);
+}
+
+std::string_view StripWhitespace(std::string_view s) {
+  while (!s.empty() && absl::ascii_isspace(static_cast<unsigned char>(s.front()))) {
+    s.remove_prefix(1);
+  }
+  while (!s.empty() && absl::ascii_isspace(static_cast<unsigned char>(s.back()))) {
+    s.remove_suffix(1);
+  }
+  return s;
+}
+
+// auto: the <tool_call> blocks after the content; false unless all of the rest reads.
+bool ReadTaggedCalls(std::string_view rest, const ToolSet& tools, std::vector<ToolCallOut>* calls) {
+  constexpr std::string_view kClose = "</tool_call>";
+  while (true) {
+    rest = StripWhitespace(rest);
+    if (rest.empty()) return !calls->empty();
+    if (!rest.starts_with(kToolCallOpen)) return false;
+    rest.remove_prefix(kToolCallOpen.size());
+    const size_t close = rest.find(kClose);
+    // The last block may end at the end of the text (models stop at the closing tag).
+    const std::string_view body = rest.substr(0, close);
+    ToolCallOut call;
+    if (!ReadCall(ParseOrdered(StripWhitespace(body)), tools, &call)) return false;
+    calls->push_back(std::move(call));
+    if (close == std::string_view::npos) return true;
+    rest.remove_prefix(close + kClose.size());
+  }
+}
+
+}  // namespace
+
+std::string NewToolCallId() {
+  thread_local std::mt19937_64 rng(std::random_device{}());
+  static constexpr char kHex[] = "0123456789abcdef";
+  std::string id = "call_";
+  for (int part = 0; part < 2; ++part) {
+    uint64_t v = rng();
+    for (int k = 0; k < 12; ++k, v >>= 4) id.push_back(kHex[v & 15]);
+  }
+  return id;
+}
+
+std::string PythonJsonText(const ojson& j) {
+  std::string out;
+  AppendPython(j, &out);
+  return out;
+}
+
+absl::StatusOr<ToolSet> ParseTools(const ojson& body) {
+  ToolSet set;
+  const bool has_tools = body.contains("tools") && !body["tools"].is_null();
+  if (has_tools) {
+    const ojson& tools = body["tools"];
+    if (!tools.is_array()) return Bad("tools", "'tools' must be an array of tools");
+    if (tools.size() > kMaxTools) {
+      return Bad("tools",
+                 absl::StrCat("'tools' has ", tools.size(), " tools; at most ", kMaxTools));
+    }
+    for (size_t i = 0; i < tools.size(); ++i) {
+      auto tool = ParseTool(tools[i], i);
+      if (!tool.ok()) return tool.status();
+      if (Find(set, tool->name) != nullptr) {
+        return Bad("tools",
+                   absl::StrCat("tools[", i, "]: function '", tool->name, "' is offered twice"));
+      }
+      set.functions.push_back(std::move(*tool));
+    }
+  }
+  if (!set.functions.empty()) set.choice = ToolChoice::kAuto;
+  if (body.contains("parallel_tool_calls") && !body["parallel_tool_calls"].is_null()) {
+    if (!body["parallel_tool_calls"].is_boolean()) {
+      return Bad("parallel_tool_calls", "'parallel_tool_calls' must be a boolean");
+    }
+    set.parallel = body["parallel_tool_calls"].get<bool>();
+  }
+  if (!body.contains("tool_choice") || body["tool_choice"].is_null()) return set;
+  const ojson& choice = body["tool_choice"];
+  if (choice == "none") {
+    set.choice = ToolChoice::kNone;
+    return set;
+  }
+  if (choice.is_string() && (choice == "auto" || choice == "required")) {
+    set.choice = choice == "auto" ? ToolChoice::kAuto : ToolChoice::kRequired;
+  } else if (choice.is_object() && choice.contains("type") && choice["type"] == "function" &&
+             choice.contains("function") && choice["function"].is_object() &&
+             choice["function"].contains("name") && choice["function"]["name"].is_string()) {
+    set.choice = ToolChoice::kFunction;
+    set.forced = choice["function"]["name"].get<std::string>();
+  } else {
+    return Bad("tool_choice",
+               "'tool_choice' must be \"none\", \"auto\", \"required\" or {\"type\": "
+               "\"function\", \"function\": {\"name\": ...}}");
+  }
+  if (set.functions.empty()) {
+    return Bad("tool_choice", "'tool_choice' other than \"none\" needs 'tools'");
+  }
+  if (set.choice == ToolChoice::kFunction && Find(set, set.forced) == nullptr) {
+    return Bad("tool_choice", absl::StrCat("'tool_choice' names function '", set.forced,
+                                           "', which is not among 'tools'"));
+  }
+  return set;
+}
+
+std::string ToolAnswerSchema(const ToolSet& tools) {
+  if (tools.choice == ToolChoice::kFunction) return Find(tools, tools.forced)->parameters;
+  if (tools.choice != ToolChoice::kRequired) return "";
+  ojson alternatives = ojson::array();
+  for (const ToolFunction& f : tools.functions) {
+    ojson call = {
+        {"type", "object"},
+        {"properties", {{"name", {{"const", f.name}}}, {"arguments", ojson::parse(f.parameters)}}},
+        {"required", {"name", "arguments"}},
+        {"additionalProperties", false}};
+    alternatives.push_back(std::move(call));
+  }
+  ojson schema = {{"type", "array"}, {"minItems", 1}};
+  if (!tools.parallel) schema["maxItems"] = 1;
+  schema["items"] =
+      alternatives.size() == 1 ? alternatives[0] : ojson{{"anyOf", std::move(alternatives)}};
+  return schema.dump();
+}
+
+ToolAnswer ReadToolAnswer(std::string_view text, const ToolSet& tools) {
+  ToolAnswer answer;
+  switch (tools.choice) {
+    case ToolChoice::kNone:
+      break;
+    case ToolChoice::kAuto: {
+      const size_t open = text.find(kToolCallOpen);
+      if (open == std::string_view::npos) break;
+      if (ReadTaggedCalls(text.substr(open), tools, &answer.calls)) {
+        answer.content = std::string(text.substr(0, open));
+        return answer;
+      }
+      answer.calls.clear();
+      break;
+    }
+    case ToolChoice::kRequired: {
+      const ojson list = ParseOrdered(text);
+      bool whole = list.is_array() && !list.empty();
+      for (size_t i = 0; whole && i < list.size(); ++i) {
+        whole = ReadCall(list[i], tools, &answer.calls.emplace_back());
+      }
+      if (whole) return answer;
+      answer.calls.clear();
+      break;
+    }
+    case ToolChoice::kFunction: {
+      const ojson arguments = ParseOrdered(text);
+      if (!arguments.is_object()) break;
+      answer.calls.push_back({"", tools.forced, arguments.dump()});
+      return answer;
+    }
+  }
+  answer.content = std::string(text);
+  return answer;
+}
+
+}  // namespace kvfold::http

@@ -1,0 +1,88 @@
+// Function calling over the chat API: a request's `tools` and `tool_choice` checked and
+// turned into what the chat template shows and what the answer must be, and the model's
+// text read back as OpenAI's `tool_calls`. No I/O. docs/tools.md has the rules.
+#ifndef KVFOLD_INFERENCE_SVC_HTTP_TOOL_CALLS_H_
+#define KVFOLD_INFERENCE_SVC_HTTP_TOOL_CALLS_H_
+
+#include <string>
+#include <string_view>
+#include <vector>
+
+#include "absl/status/statusor.h"
+#include "nlohmann/json.hpp"
+
+namespace kvfold::http {
+
+// Most tools one request may offer (OpenAI's limit).
+inline constexpr size_t kMaxTools = 128;
+
+// One function the model may call.
+struct ToolFunction {
+  std::string name;  // [A-Za-z0-9_-]{1,64}, unique in the request
+  // The tool object as the chat template shows it: Python's json.dumps of the request's
+  // {"type": "function", "function": {...}}, keys in the body's order.
+  std::string rendered;
+  // Its `parameters` JSON Schema as compact JSON (keys in the body's order);
+  // {"type": "object"} when the tool gives none.
+  std::string parameters;
+};
+
+// OpenAI's tool_choice: none (no call), auto (the model decides), required (at least one
+// call), or one named function.
+enum class ToolChoice { kNone, kAuto, kRequired, kFunction };
+
+struct ToolSet {
+  std::vector<ToolFunction> functions;
+  ToolChoice choice = ToolChoice::kNone;
+  std::string forced;    // kFunction: the function's name
+  bool parallel = true;  // parallel_tool_calls: more than one call per answer
+  bool active() const { return choice != ToolChoice::kNone; }
+};
+
+// A call as the answer reports it.
+struct ToolCallOut {
+  std::string id;  // "call_..." (made by the caller)
+  std::string name;
+  std::string arguments;  // compact JSON text of the arguments
+};
+
+// `j` as Python's json.dumps(j, ensure_ascii=False) writes it: ", " and ": " separators,
+// keys in order, non-ASCII kept, control characters escaped as \uXXXX (the `tojson` of
+// Hugging Face chat templates).
+std::string PythonJsonText(const nlohmann::ordered_json& j);
+
+// `tools`, `tool_choice` and `parallel_tool_calls` of a chat request (`body`, keys in
+// order). No tools: choice kNone. InvalidArgument naming the field for a tool that is not
+// {"type": "function", "function": {"name", "description"?, "parameters"?}}, a bad or
+// repeated name, more than kMaxTools, a tool_choice that is not "none", "auto",
+// "required" or {"type": "function", "function": {"name": one of the tools}}, or a
+// tool_choice without tools.
+absl::StatusOr<ToolSet> ParseTools(const nlohmann::ordered_json& body);
+
+// The JSON Schema the answer is held to for tool_choice required or a named function
+// (empty for none and auto): an array of at least one {"name", "arguments"} object whose
+// arguments match the named tool's parameters (one item without parallel_tool_calls), or
+// the named function's arguments object itself.
+std::string ToolAnswerSchema(const ToolSet& tools);
+
+// The model's text read as an answer of `tools`: the content before the first call and
+// the calls. auto: <tool_call>{"name": ..., "arguments": {...}}</tool_call> blocks (the
+// JSON may be surrounded by whitespace); required: the schema's array; a named function:
+// its arguments object. A text that does not read as calls of known tools whole (a
+// truncated answer, a name not offered, malformed JSON) has no calls: all of it is
+// content, as the model wrote it.
+struct ToolAnswer {
+  std::string content;
+  std::vector<ToolCallOut> calls;  // ids left empty
+};
+ToolAnswer ReadToolAnswer(std::string_view text, const ToolSet& tools);
+
+// A new call id: "call_" and 24 random hex digits.
+std::string NewToolCallId();
+
+// Where a call may begin in auto mode's text: the opening tag.
+inline constexpr std::string_view kToolCallOpen = "<tool_call>";
+
+}  // namespace kvfold::http
+
+#endif  // KVFOLD_INFERENCE_SVC_HTTP_TOOL_CALLS_H_
