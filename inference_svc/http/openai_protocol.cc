@@ -9,6 +9,7 @@
 #include "absl/strings/numbers.h"
 #include "absl/strings/str_cat.h"
 #include "core/status_macros.h"
+#include "inference_svc/structured/json_grammar.h"
 #include "nlohmann/json.hpp"
 
 namespace kvfold::http {
@@ -448,18 +449,40 @@ absl::StatusOr<std::vector<ChatToolCall>> ParseMessageToolCalls(const json& list
     const json* f = c.is_object() && c.contains("function") ? &c["function"] : nullptr;
     if (f == nullptr || !f->is_object() || !f->contains("name") || !(*f)["name"].is_string() ||
         !f->contains("arguments") || !(*f)["arguments"].is_string()) {
-      return Bad(where, absl::StrCat(at,
-                                     " must be {\"type\": \"function\", \"function\": "
-                                     "{\"name\": string, \"arguments\": JSON text}}"));
+      return Bad(at, absl::StrCat(at,
+                                  " must be {\"type\": \"function\", \"function\": "
+                                  "{\"name\": string, \"arguments\": JSON text}}"));
     }
     const std::string& arguments = (*f)["arguments"].get_ref<const std::string&>();
     const auto parsed = nlohmann::ordered_json::parse(arguments, nullptr, false);
     if (parsed.is_discarded()) {
-      return Bad(where, absl::StrCat(at, ".function.arguments is not JSON text"));
+      return Bad(absl::StrCat(at, ".function.arguments"),
+                 absl::StrCat(at, ".function.arguments is not JSON text"));
     }
     calls.push_back({(*f)["name"].get<std::string>(), PythonJsonText(parsed)});
   }
   return calls;
+}
+
+// tool_choice required or a named function holds the answer to the tools' parameters:
+// each must be a schema of the structured-output subset, and so must the answer's.
+absl::Status CheckToolSchemas(const ToolSet& tools) {
+  for (size_t i = 0; i < tools.functions.size(); ++i) {
+    const ToolFunction& f = tools.functions[i];
+    if (tools.choice == ToolChoice::kFunction && f.name != tools.forced) continue;
+    auto compiled = structured::Grammar::FromSchema(f.parameters);
+    if (!compiled.ok()) {
+      return Bad("tools",
+                 absl::StrCat("tools[", i, "].function.parameters: ", compiled.status().message(),
+                              "; with this tool_choice the arguments are held to it"));
+    }
+  }
+  auto compiled = structured::Grammar::FromSchema(ToolAnswerSchema(tools));
+  if (!compiled.ok()) {
+    return Bad("tool_choice",
+               absl::StrCat("the answer's schema of these tools: ", compiled.status().message()));
+  }
+  return absl::OkStatus();
 }
 
 absl::StatusOr<std::vector<ChatMessage>> ParseMessages(const json& list, const char* key) {
@@ -519,6 +542,7 @@ absl::StatusOr<ChatCompletionRequest> ParseChatCompletionRequest(std::string_vie
                  "'tool_choice' \"required\" or a named function sets the answer's format; "
                  "it cannot be combined with 'response_format' or guided decoding");
     }
+    KVFOLD_RETURN_IF_ERROR(CheckToolSchemas(r.tools));
     r.params.format = OutputFormat::kJsonSchema;
     r.params.json_schema = ToolAnswerSchema(r.tools);
   }

@@ -1,0 +1,243 @@
+// Function calling through real replicas (stories260K, whose plain chat family shows the
+// tools): tool_choice required and a named function answer with calls of the offered
+// tools, whole and streamed; auto reads the <tool_call> blocks the model writes (held to a
+// guided choice here, since the tiny model never writes one by itself) and streams the
+// content before them; tool results continue a stored session on the other replica and an
+// ephemeral conversation; bad tools are 400s naming the field.
+#include <nlohmann/json.hpp>
+
+#include "gmock/gmock.h"
+#include "gtest/gtest.h"
+#include "tests/integration/http_api_fixture.h"
+
+namespace kvfold::testing {
+namespace {
+
+using json = nlohmann::json;
+using ojson = nlohmann::ordered_json;
+using ::testing::HasSubstr;
+
+const ojson kTools = ojson::parse(R"([
+  {"type": "function", "function": {"name": "get_weather",
+    "description": "The weather in a city.",
+    "parameters": {"type": "object", "properties": {
+      "city": {"enum": ["Paris", "Oslo"]},
+      "days": {"type": "integer", "description": "How many days ahead."}},
+      "required": ["city"], "additionalProperties": false}}},
+  {"type": "function", "function": {"name": "get_time",
+    "parameters": {"type": "object", "properties": {"zone": {"enum": ["CET", "UTC"]}},
+      "required": ["zone"], "additionalProperties": false}}}])");
+
+ojson ToolChat() {
+  ojson chat = ojson::parse(kChat.dump());
+  chat["messages"] = {{{"role", "user"}, {"content", "What is the weather in Paris?"}}};
+  chat["tools"] = kTools;
+  chat["max_tokens"] = 120;
+  return chat;
+}
+
+// `call` is a call of one of kTools with arguments its schema admits; returns its name.
+std::string ExpectCall(const json& call) {
+  EXPECT_EQ(call["type"], "function") << call;
+  EXPECT_TRUE(call["id"].get<std::string>().starts_with("call_")) << call;
+  const std::string name = call["function"]["name"];
+  const json args = json::parse(call["function"]["arguments"].get<std::string>());
+  if (name == "get_weather") {
+    EXPECT_TRUE(args["city"] == "Paris" || args["city"] == "Oslo") << call;
+    for (const auto& [key, value] : args.items()) {
+      EXPECT_TRUE(key == "city" || key == "days") << call;
+    }
+  } else {
+    EXPECT_EQ(name, "get_time") << call;
+    EXPECT_TRUE(args["zone"] == "CET" || args["zone"] == "UTC") << call;
+  }
+  return name;
+}
+
+TEST_F(HttpApiTest, ToolChoiceRequiredAnswersWithCalls) {
+  ojson chat = ToolChat();
+  chat["tool_choice"] = "required";
+  chat["parallel_tool_calls"] = false;  // one call: the tiny model would go on adding calls
+  chat["temperature"] = 1.0;
+  chat["seed"] = 11;
+  chat["n"] = 3;
+  HttpReply r = HttpCall(port_[0], "POST", "/v1/chat/completions", chat.dump(), kAuth);
+  ASSERT_EQ(r.status, 200) << r.body;
+  const json body = Body(r);
+  ASSERT_EQ(body["choices"].size(), 3u);
+  for (const json& choice : body["choices"]) {
+    ASSERT_EQ(choice["finish_reason"], "tool_calls") << choice;
+    EXPECT_TRUE(choice["message"]["content"].is_null()) << choice;
+    ASSERT_EQ(choice["message"]["tool_calls"].size(), 1u) << choice;
+    ExpectCall(choice["message"]["tool_calls"][0]);
+  }
+
+  // With parallel calls, an answer either closes its list (calls) or runs out of tokens
+  // mid-list: then it has no calls and its text is the content, as written.
+  chat["n"] = 2;
+  chat.erase("parallel_tool_calls");
+  r = HttpCall(port_[1], "POST", "/v1/chat/completions", chat.dump(), kAuth);
+  ASSERT_EQ(r.status, 200) << r.body;
+  for (const json& choice : Body(r)["choices"]) {
+    if (choice["finish_reason"] == "tool_calls") {
+      for (const json& call : choice["message"]["tool_calls"]) ExpectCall(call);
+    } else {
+      EXPECT_EQ(choice["finish_reason"], "length") << choice;
+      EXPECT_FALSE(choice["message"].contains("tool_calls")) << choice;
+      EXPECT_THAT(choice["message"]["content"].get<std::string>(), HasSubstr("[{\"name\": "));
+    }
+  }
+
+  // Streamed: no content, one delta with the calls, then finish_reason tool_calls.
+  chat["n"] = 1;
+  chat["parallel_tool_calls"] = false;
+  chat["stream"] = true;
+  HttpReply s = HttpCall(port_[0], "POST", "/v1/chat/completions", chat.dump(), kAuth);
+  ASSERT_EQ(s.status, 200) << s.body;
+  int call_chunks = 0;
+  std::string finish;
+  for (const std::string& e : s.Events()) {
+    if (e == "[DONE]") continue;
+    const json delta = json::parse(e)["choices"][0]["delta"];
+    const json reason = json::parse(e)["choices"][0]["finish_reason"];
+    if (!reason.is_null()) finish = reason;
+    EXPECT_TRUE(!delta.contains("content") || delta["content"].is_null() || delta["content"] == "")
+        << e;
+    if (delta.contains("tool_calls")) {
+      ++call_chunks;
+      EXPECT_EQ(delta["tool_calls"][0]["index"], 0);
+      ExpectCall(delta["tool_calls"][0]);
+    }
+  }
+  EXPECT_EQ(call_chunks, 1);
+  EXPECT_EQ(finish, "tool_calls");
+}
+
+TEST_F(HttpApiTest, NamedToolChoiceCallsThatFunction) {
+  ojson chat = ToolChat();
+  chat["tool_choice"] = {{"type", "function"}, {"function", {{"name", "get_time"}}}};
+  HttpReply r = HttpCall(port_[1], "POST", "/v1/chat/completions", chat.dump(), kAuth);
+  ASSERT_EQ(r.status, 200) << r.body;
+  const json choice = Body(r)["choices"][0];
+  ASSERT_EQ(choice["finish_reason"], "tool_calls") << choice;
+  ASSERT_EQ(choice["message"]["tool_calls"].size(), 1u);
+  EXPECT_EQ(ExpectCall(choice["message"]["tool_calls"][0]), "get_time");
+}
+
+TEST_F(HttpApiTest, AutoReadsTheCallsTheModelWrites) {
+  const std::string call =
+      R"(<tool_call>{"name": "get_time", "arguments": {"zone": "UTC"}}</tool_call>)";
+  ojson chat = ToolChat();
+  chat["guided_choice"] = {"Let me see. " + call};
+  HttpReply r = HttpCall(port_[0], "POST", "/v1/chat/completions", chat.dump(), kAuth);
+  ASSERT_EQ(r.status, 200) << r.body;
+  json choice = Body(r)["choices"][0];
+  ASSERT_EQ(choice["finish_reason"], "tool_calls") << choice;
+  EXPECT_EQ(choice["message"]["content"], "Let me see. ");
+  ASSERT_EQ(choice["message"]["tool_calls"].size(), 1u);
+  EXPECT_EQ(choice["message"]["tool_calls"][0]["function"]["arguments"], R"({"zone":"UTC"})");
+
+  // Streamed: the content before the tag goes out as text, the call after it.
+  chat["stream"] = true;
+  HttpReply s = HttpCall(port_[1], "POST", "/v1/chat/completions", chat.dump(), kAuth);
+  ASSERT_EQ(s.status, 200) << s.body;
+  std::string content, finish;
+  json calls = json::array();
+  for (const std::string& e : s.Events()) {
+    if (e == "[DONE]") continue;
+    const json c = json::parse(e)["choices"][0];
+    if (c["delta"].contains("content") && c["delta"]["content"].is_string()) {
+      content += c["delta"]["content"].get<std::string>();
+    }
+    if (c["delta"].contains("tool_calls")) calls = c["delta"]["tool_calls"];
+    if (!c["finish_reason"].is_null()) finish = c["finish_reason"];
+  }
+  EXPECT_EQ(content, "Let me see. ");
+  ASSERT_EQ(calls.size(), 1u);
+  EXPECT_EQ(calls[0]["function"]["name"], "get_time");
+  EXPECT_EQ(finish, "tool_calls");
+
+  // tool_choice none: the same text is content.
+  chat["stream"] = false;
+  chat["tool_choice"] = "none";
+  r = HttpCall(port_[0], "POST", "/v1/chat/completions", chat.dump(), kAuth);
+  ASSERT_EQ(r.status, 200) << r.body;
+  choice = Body(r)["choices"][0];
+  EXPECT_EQ(choice["finish_reason"], "stop");
+  EXPECT_EQ(choice["message"]["content"], "Let me see. " + call);
+  EXPECT_FALSE(choice["message"].contains("tool_calls"));
+}
+
+TEST_F(HttpApiTest, ToolResultsContinueTheConversation) {
+  // A stored session: the call on one replica, its result on the other.
+  ojson chat = ToolChat();
+  chat["kvfold_session"] = "http-tools";
+  chat["tool_choice"] = "required";
+  chat["parallel_tool_calls"] = false;
+  HttpReply first = HttpCall(port_[0], "POST", "/v1/chat/completions", chat.dump(), kAuth);
+  ASSERT_EQ(first.status, 200) << first.body;
+  const json call = Body(first)["choices"][0]["message"]["tool_calls"][0];
+  ExpectCall(call);
+  chat.erase("tool_choice");
+  chat["max_tokens"] = 6;
+  chat["messages"] = {
+      {{"role", "tool"}, {"tool_call_id", call["id"]}, {"content", "Sunny, 21 C."}}};
+  HttpReply second = HttpCall(port_[1], "POST", "/v1/chat/completions", chat.dump(), kAuth);
+  ASSERT_EQ(second.status, 200) << second.body;
+  const json answer = Body(second);
+  EXPECT_EQ(answer["usage"]["completion_tokens"], 6);
+  EXPECT_GT(answer["usage"]["prompt_tokens"], 4);
+
+  // An ephemeral conversation sends the whole exchange back.
+  ojson again = ToolChat();
+  again["max_tokens"] = 6;
+  again["messages"].push_back(
+      {{"role", "assistant"}, {"content", nullptr}, {"tool_calls", {call}}});
+  again["messages"].push_back(
+      {{"role", "tool"}, {"tool_call_id", call["id"]}, {"content", "Sunny, 21 C."}});
+  HttpReply whole = HttpCall(port_[0], "POST", "/v1/chat/completions", again.dump(), kAuth);
+  ASSERT_EQ(whole.status, 200) << whole.body;
+  EXPECT_EQ(Body(whole)["usage"]["completion_tokens"], 6);
+}
+
+TEST_F(HttpApiTest, BadToolsAreRefusedNamingTheField) {
+  auto refused = [&](ojson body, const std::string& param, const std::string& text) {
+    HttpReply r = HttpCall(port_[0], "POST", "/v1/chat/completions", body.dump(), kAuth);
+    EXPECT_EQ(r.status, 400) << r.body;
+    const json error = Body(r)["error"];
+    EXPECT_EQ(error["param"], param) << r.body;
+    EXPECT_THAT(error["message"].get<std::string>(), HasSubstr(text)) << r.body;
+  };
+  ojson chat = ToolChat();
+  chat["tool_choice"] = {{"type", "function"}, {"function", {{"name", "get_mood"}}}};
+  refused(chat, "tool_choice", "'get_mood', which is not among 'tools'");
+  chat = ToolChat();
+  chat["tools"][0]["function"]["name"] = "get weather";
+  refused(chat, "tools", "tools[0].function.name");
+  chat = ToolChat();
+  chat["tool_choice"] = "required";
+  chat["response_format"] = {{"type", "json_object"}};
+  refused(chat, "tool_choice", "cannot be combined");
+  chat = ToolChat();
+  chat["messages"].push_back({{"role", "assistant"},
+                              {"tool_calls",
+                               {{{"id", "c"},
+                                 {"type", "function"},
+                                 {"function", {{"name", "get_time"}, {"arguments", "{zone"}}}}}}});
+  refused(chat, "messages[1].tool_calls[0].function.arguments", "arguments is not JSON text");
+  // With tool_choice required, a parameters schema outside the structured-output subset
+  // is refused; auto takes it (nothing is held to it).
+  chat = ToolChat();
+  chat["tool_choice"] = "required";
+  chat["tools"][1]["function"]["parameters"]["properties"]["zone"] = {{"pattern", "^[A-Z]+$"}};
+  refused(chat, "tools",
+          "tools[1].function.parameters: schema at '/properties/zone': keyword "
+          "'pattern' is not supported");
+  chat.erase("tool_choice");
+  chat["max_tokens"] = 4;
+  HttpReply r = HttpCall(port_[0], "POST", "/v1/chat/completions", chat.dump(), kAuth);
+  EXPECT_EQ(r.status, 200) << r.body;
+}
+
+}  // namespace
+}  // namespace kvfold::testing
