@@ -4,7 +4,7 @@
 # package: list models, stream a chat completion, chain three responses alternating
 # replicas via previous_response_id, fork from the first response, get log-probabilities
 # (chat, streamed chat, completions), structured output (response_format / text.format
-# json_schema), get a 401 and 400s.
+# json_schema), function calling (tools, streamed calls, tool results), get a 401 and 400s.
 # Stops every process it started; exits 0 when all checks pass, 77 (skipped) when the
 # model, node or the npm package is unavailable, 1 on a failed check.
 #
@@ -268,6 +268,32 @@ try {
   check(e.status === 400 && /pattern/.test(e.error?.message ?? e.message),
         `json_schema with pattern -> ${e.status}: ${e.error?.message ?? e.message}`);
 }
+
+// Function calling: a required call, the same streamed, and its result sent back.
+const tools = [{ type: "function", function: { name: "get_weather", description: "Weather in a city.",
+  parameters: { type: "object", properties: { city: { enum: ["Paris", "Oslo"] } },
+                required: ["city"], additionalProperties: false } } }];
+const toolChat = { model, max_tokens: 60, temperature: 0, tools, tool_choice: "required",
+  parallel_tool_calls: false, messages: [{ role: "user", content: "Weather in Oslo?" }] };
+const called = await A.chat.completions.create(toolChat);
+const call = called.choices[0].message.tool_calls?.[0];
+check(called.choices[0].finish_reason === "tool_calls" && call?.function.name === "get_weather" &&
+      ["Paris", "Oslo"].includes(JSON.parse(call.function.arguments).city),
+      `tool_choice required -> ${call?.function.name}(${call?.function.arguments})`);
+const toolStream = await B.chat.completions.create({ ...toolChat, stream: true });
+let streamedCall = null, toolFinish = null;
+for await (const chunk of toolStream) {
+  const c = chunk.choices[0];
+  if (c?.delta?.tool_calls) streamedCall = c.delta.tool_calls[0];
+  if (c?.finish_reason) toolFinish = c.finish_reason;
+}
+check(toolFinish === "tool_calls" && streamedCall?.function?.arguments === call.function.arguments,
+      `streamed tool call -> ${streamedCall?.function?.name}(${streamedCall?.function?.arguments})`);
+const followUp = await B.chat.completions.create({ model, max_tokens: 8, temperature: 0, tools,
+  messages: [...toolChat.messages, called.choices[0].message,
+             { role: "tool", tool_call_id: call.id, content: "Snow, -3 C." }] });
+check(followUp.usage.completion_tokens > 0 && followUp.usage.prompt_tokens > called.usage.prompt_tokens,
+      `tool result answered: ${JSON.stringify(followUp.choices[0].message.content)}`);
 console.log("openai_smoke: all checks passed");
 EOF
 (cd "$WORK/node" && timeout 300 node smoke.mjs "${HTTP[A]}" "${HTTP[B]}")
