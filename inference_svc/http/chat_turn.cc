@@ -256,6 +256,27 @@ void ChatTurn::EmitContentLocked(const std::string& text, std::vector<TokenLogpr
     held_ += text;
     return;
   }
+  if (options_.tools->style == ToolCallStyle::kJson) {
+    // Calls are the whole answer: held when it opens with '{' or a tag, else shown.
+    if (!decided_) {
+      pending_ += text;
+      const size_t first = pending_.find_first_not_of(" \t\r\n");
+      if (first == std::string::npos) return;
+      decided_ = true;
+      if (pending_[first] == '{' || pending_[first] == '<') {
+        holding_ = true;
+        held_ = std::move(pending_);
+        pending_.clear();
+        return;
+      }
+      EmitLocked(pending_, std::move(unsent_logprobs_), "");
+      pending_.clear();
+    } else {
+      EmitLocked(text, std::move(unsent_logprobs_), "");
+    }
+    unsent_logprobs_.clear();
+    return;
+  }
   pending_ += text;
   size_t shown = pending_.size();
   if (const size_t open = pending_.find(kToolCallOpen); open != std::string::npos) {

@@ -44,7 +44,8 @@ struct ChatTurnOptions {
   int choices_per_prompt = 1;
   // Chat with tool_choice other than none: each choice's text is read as tool calls
   // (ReadToolAnswer). A stream holds back what may be a call (all of it for required or
-  // a named function; from the first <tool_call> on for auto) until the turn ends.
+  // a named function; for auto from the first <tool_call> on, or in the JSON style an
+  // answer that opens with '{' or a tag) until the turn ends.
   std::shared_ptr<const ToolSet> tools;
 };
 
@@ -158,6 +159,7 @@ class ChatTurn final : public TurnObserver {
   std::string pending_;
   std::string held_;
   bool holding_ = false;
+  bool decided_ = false;  // JSON style: whether the answer opened as a call is known
   std::vector<TokenLogprob> unsent_logprobs_;
 };
 

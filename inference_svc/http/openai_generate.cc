@@ -173,7 +173,11 @@ void OpenAiFront::ChatCompletions(const Caller& caller, const HttpRequest& reque
     AddStops(req.params, *chat_, &options);
     options.cancel_on_stop = ephemeral;
     options.choices_per_prompt = req.params.n;
-    if (req.tools.active()) options.tools = std::make_shared<const ToolSet>(std::move(req.tools));
+    if (req.tools.active()) {
+      // Llama 3.1 writes a call as the whole answer; the other families in tags.
+      if (chat_->format() == ChatFormat::kLlama31) req.tools.style = ToolCallStyle::kJson;
+      options.tools = std::make_shared<const ToolSet>(std::move(req.tools));
+    }
     AnnotateTurn(*exchange, spec, options_.record_prompts);
     if (ephemeral && req.params.n > 1) spec.prompt_group = port_->GroupPrompt(req.params.n);
     std::vector<Choice> choices(req.params.n, Choice{spec, ""});

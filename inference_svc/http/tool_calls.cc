@@ -6,7 +6,6 @@
 
 #include "absl/strings/ascii.h"
 #include "absl/strings/str_cat.h"
-#include "absl/strings/str_format.h"
 #include "inference_svc/http/openai_protocol.h"
 
 namespace kvfold::http {
@@ -16,75 +15,6 @@ using ojson = nlohmann::ordered_json;
 
 absl::Status Bad(std::string_view param, std::string message) {
   return WithParam(absl::InvalidArgumentError(std::move(message)), param);
-}
-
-void AppendPythonString(std::string_view s, std::string* out) {
-  out->push_back('"');
-  for (const char ch : s) {
-    const auto c = static_cast<unsigned char>(ch);
-    switch (c) {
-      case '"':
-        *out += "\\\"";
-        break;
-      case '\\':
-        *out += "\\\\";
-        break;
-      case '\n':
-        *out += "\\n";
-        break;
-      case '\r':
-        *out += "\\r";
-        break;
-      case '\t':
-        *out += "\\t";
-        break;
-      case '\b':
-        *out += "\\b";
-        break;
-      case '\f':
-        *out += "\\f";
-        break;
-      default:
-        if (c < 0x20) {
-          absl::StrAppend(out, absl::StrFormat("\\u%04x", c));
-        } else {
-          out->push_back(ch);
-        }
-    }
-  }
-  out->push_back('"');
-}
-
-void AppendPython(const ojson& j, std::string* out) {
-  switch (j.type()) {
-    case ojson::value_t::object: {
-      out->push_back('{');
-      bool first = true;
-      for (const auto& [key, value] : j.items()) {
-        if (!first) *out += ", ";
-        first = false;
-        AppendPythonString(key, out);
-        *out += ": ";
-        AppendPython(value, out);
-      }
-      out->push_back('}');
-      break;
-    }
-    case ojson::value_t::array: {
-      out->push_back('[');
-      for (size_t i = 0; i < j.size(); ++i) {
-        if (i > 0) *out += ", ";
-        AppendPython(j[i], out);
-      }
-      out->push_back(']');
-      break;
-    }
-    case ojson::value_t::string:
-      AppendPythonString(j.get_ref<const std::string&>(), out);
-      break;
-    default:  // numbers (nlohmann and Python write the same shortest form), bools, null
-      *out += j.dump();
-  }
 }
 
 bool ValidName(const std::string& name) {
@@ -138,7 +68,8 @@ bool ReadCall(const ojson& j, const ToolSet& tools, ToolCallOut* out) {
   if (!j.is_object() || !j.contains("name") || !j["name"].is_string()) return false;
   const std::string name = j["name"].get<std::string>();
   if (Find(tools, name) == nullptr) return false;
-  const ojson arguments = j.contains("arguments") ? j["arguments"] : ojson::object();
+  const char* key = j.contains("arguments") ? "arguments" : "parameters";
+  const ojson arguments = j.contains(key) ? j[key] : ojson::object();
   if (!arguments.is_object()) return false;
   out->name = name;
   out->arguments = arguments.dump();
@@ -178,6 +109,28 @@ bool ReadTaggedCalls(std::string_view rest, const ToolSet& tools, std::vector<To
   }
 }
 
+// auto, JSON style: the whole text is one call, or several separated by ";".
+bool ReadJsonCalls(std::string_view text, const ToolSet& tools, std::vector<ToolCallOut>* calls) {
+  constexpr std::string_view kPythonTag = "<|python_tag|>";
+  text = StripWhitespace(text);
+  if (text.starts_with(kPythonTag)) text.remove_prefix(kPythonTag.size());
+  ToolCallOut call;
+  if (ReadCall(ParseOrdered(text), tools, &call)) {
+    calls->push_back(std::move(call));
+    return true;
+  }
+  while (!text.empty()) {
+    const size_t end = text.find(';');
+    if (!ReadCall(ParseOrdered(StripWhitespace(text.substr(0, end))), tools,
+                  &calls->emplace_back())) {
+      return false;
+    }
+    if (end == std::string_view::npos) break;
+    text.remove_prefix(end + 1);
+  }
+  return !calls->empty();
+}
+
 }  // namespace
 
 std::string NewToolCallId() {
@@ -189,12 +142,6 @@ std::string NewToolCallId() {
     for (int k = 0; k < 12; ++k, v >>= 4) id.push_back(kHex[v & 15]);
   }
   return id;
-}
-
-std::string PythonJsonText(const ojson& j) {
-  std::string out;
-  AppendPython(j, &out);
-  return out;
 }
 
 absl::StatusOr<ToolSet> ParseTools(const ojson& body) {
@@ -277,6 +224,11 @@ ToolAnswer ReadToolAnswer(std::string_view text, const ToolSet& tools) {
     case ToolChoice::kNone:
       break;
     case ToolChoice::kAuto: {
+      if (tools.style == ToolCallStyle::kJson) {
+        if (ReadJsonCalls(text, tools, &answer.calls)) return answer;
+        answer.calls.clear();
+        break;
+      }
       const size_t open = text.find(kToolCallOpen);
       if (open == std::string_view::npos) break;
       if (ReadTaggedCalls(text.substr(open), tools, &answer.calls)) {

@@ -9,6 +9,7 @@
 #include <vector>
 
 #include "absl/status/statusor.h"
+#include "inference_svc/tokenizer/python_json.h"
 #include "nlohmann/json.hpp"
 
 namespace kvfold::http {
@@ -31,8 +32,14 @@ struct ToolFunction {
 // call), or one named function.
 enum class ToolChoice { kNone, kAuto, kRequired, kFunction };
 
+// How the model writes calls in auto mode: <tool_call> blocks (chatml, plain), or JSON
+// objects {"name", "parameters"} as the whole answer (llama31; ";" between several, an
+// optional <|python_tag|> first).
+enum class ToolCallStyle { kTagged, kJson };
+
 struct ToolSet {
   std::vector<ToolFunction> functions;
+  ToolCallStyle style = ToolCallStyle::kTagged;
   ToolChoice choice = ToolChoice::kNone;
   std::string forced;    // kFunction: the function's name
   bool parallel = true;  // parallel_tool_calls: more than one call per answer
@@ -45,11 +52,6 @@ struct ToolCallOut {
   std::string name;
   std::string arguments;  // compact JSON text of the arguments
 };
-
-// `j` as Python's json.dumps(j, ensure_ascii=False) writes it: ", " and ": " separators,
-// keys in order, non-ASCII kept, control characters escaped as \uXXXX (the `tojson` of
-// Hugging Face chat templates).
-std::string PythonJsonText(const nlohmann::ordered_json& j);
 
 // `tools`, `tool_choice` and `parallel_tool_calls` of a chat request (`body`, keys in
 // order). No tools: choice kNone. InvalidArgument naming the field for a tool that is not
@@ -67,8 +69,9 @@ std::string ToolAnswerSchema(const ToolSet& tools);
 
 // The model's text read as an answer of `tools`: the content before the first call and
 // the calls. auto: <tool_call>{"name": ..., "arguments": {...}}</tool_call> blocks (the
-// JSON may be surrounded by whitespace); required: the schema's array; a named function:
-// its arguments object. A text that does not read as calls of known tools whole (a
+// JSON may be surrounded by whitespace), or in the JSON style the whole text as calls
+// ("parameters" or "arguments"); required: the schema's array; a named function: its
+// arguments object. A text that does not read as calls of known tools whole (a
 // truncated answer, a name not offered, malformed JSON) has no calls: all of it is
 // content, as the model wrote it.
 struct ToolAnswer {

@@ -8,11 +8,13 @@
 #include "absl/strings/ascii.h"
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_join.h"
+#include "inference_svc/tokenizer/python_json.h"
 
 namespace kvfold {
 namespace {
 
-constexpr std::string_view kNames[] = {"llama3", "chatml", "llama2", "mistral", "gemma", "plain"};
+constexpr std::string_view kNames[] = {"llama3", "chatml", "llama2", "mistral",
+                                       "gemma",  "plain",  "llama31"};
 
 // Python's str.strip() / rstrip() for the ASCII whitespace that occurs in chat text.
 // (std::string results: Debian's Abseil has its own string_view type.)
@@ -94,10 +96,25 @@ std::string PlainTools(std::span<const std::string> tools) {
   return out;
 }
 
-// `call` as both tool families write it inside <tool_call> tags.
-std::string CallJson(const ChatToolCall& call) {
-  return absl::StrCat("{\"name\": \"", call.name, "\", \"arguments\": ", call.arguments, "}");
+// `call` as the tool families write it: {"name": "f", "<key>": arguments}, the arguments
+// as Python's json.dumps writes them.
+absl::StatusOr<std::string> CallJson(const ChatToolCall& call, std::string_view key = "arguments") {
+  auto arguments = PythonJsonOf(call.arguments, -1, "a tool call's arguments");
+  if (!arguments.ok()) return Invalid(std::string(arguments.status().message()));
+  return absl::StrCat("{\"name\": \"", call.name, "\", \"", std::string(key), "\": ", *arguments,
+                      "}");
 }
+
+// Llama 3.1's system turn: always the knowledge cut-off and the template's default date
+// (Hugging Face passes no date_string), "Environment: ipython" first when tools are shown.
+constexpr char kLlama31Dates[] =
+    "Cutting Knowledge Date: December 2023\nToday Date: 26 Jul 2024\n\n";
+// Llama 3.1's tool block, at the start of the first user message.
+constexpr char kLlama31ToolsHead[] =
+    "Given the following functions, please respond with a JSON for a function call with its "
+    "proper arguments that best answers the given prompt.\n\nRespond in the format "
+    "{\"name\": function name, \"parameters\": dictionary of argument name and its value}."
+    "Do not use variables.\n\n";
 
 }  // namespace
 
@@ -116,7 +133,9 @@ absl::StatusOr<ChatFormat> ParseChatFormat(std::string_view name) {
 
 absl::StatusOr<ChatFormat> DetectChatFormat(std::string_view jinja) {
   auto has = [&](std::string_view marker) { return jinja.find(marker) != std::string::npos; };
-  if (has("<|start_header_id|>") && has("<|eot_id|>")) return ChatFormat::kLlama3;
+  if (has("<|start_header_id|>") && has("<|eot_id|>")) {
+    return has("Cutting Knowledge Date") ? ChatFormat::kLlama31 : ChatFormat::kLlama3;
+  }
   if (has("<|im_start|>") && has("<|im_end|>")) return ChatFormat::kChatMl;
   if (has("<start_of_turn>") && has("<end_of_turn>")) return ChatFormat::kGemma;
   if (has("[INST]") && has("<<SYS>>")) return ChatFormat::kLlama2;
@@ -136,6 +155,7 @@ absl::StatusOr<ChatTemplate> ChatTemplate::Create(ChatFormat format, const Token
   std::vector<std::string> markers;
   switch (format) {
     case ChatFormat::kLlama3:
+    case ChatFormat::kLlama31:
       if (special.bos.empty()) special.bos = "<|begin_of_text|>";
       markers = {special.bos, "<|start_header_id|>", "<|end_header_id|>", "<|eot_id|>"};
       break;
@@ -187,6 +207,7 @@ absl::StatusOr<ChatTemplate> ChatTemplate::Create(ChatFormat format, const Token
 std::string ChatTemplate::AssistantClose() const {
   switch (format_) {
     case ChatFormat::kLlama3:
+    case ChatFormat::kLlama31:
       return "<|eot_id|>";
     case ChatFormat::kChatMl:
       return "<|im_end|>\n";
@@ -231,6 +252,15 @@ absl::StatusOr<std::string> ChatTemplate::Render(std::span<const ChatMessage> me
     if (absl::Status s = CheckRoles(messages, true, true); !s.ok()) return s;
   }
 
+  // The tools as this family shows them.
+  std::vector<std::string> tool_texts;
+  if (!options.continuation) {
+    for (const std::string& tool : options.tools) {
+      auto text = PythonJsonOf(tool, format_ == ChatFormat::kLlama31 ? 4 : -1, "a tool");
+      if (!text.ok()) return Invalid(std::string(text.status().message()));
+      tool_texts.push_back(std::move(*text));
+    }
+  }
   std::string out;
   if (options.continuation) {
     // Close the assistant turn the session ends with: the model produced its end-of-turn
@@ -275,15 +305,30 @@ absl::StatusOr<std::string> ChatTemplate::Render(std::span<const ChatMessage> me
       const std::string& system = first_is_system ? messages[0].content : special_.default_system;
       absl::StrAppend(&out, "<|im_start|>system\n", system,
                       first_is_system || !system.empty() ? "\n\n" : "", kChatMlToolsHead);
-      for (const std::string& tool : options.tools) absl::StrAppend(&out, "\n", tool);
+      for (const std::string& tool : tool_texts) absl::StrAppend(&out, "\n", tool);
       out += kChatMlToolsTail;
       if (first_is_system) begin = 1;
     } else if (format_ == ChatFormat::kChatMl && !first_is_system &&
                !special_.default_system.empty()) {
       absl::StrAppend(&out, "<|im_start|>system\n", special_.default_system, "<|im_end|>\n");
     }
-    if (format_ == ChatFormat::kPlain && tools && !first_is_system) {
-      out += PlainTools(options.tools);
+    if (format_ == ChatFormat::kPlain && tools && !first_is_system) out += PlainTools(tool_texts);
+    if (format_ == ChatFormat::kLlama31) {
+      absl::StrAppend(&out, special_.bos, "<|start_header_id|>system<|end_header_id|>\n\n",
+                      tools ? "Environment: ipython\n" : "", kLlama31Dates,
+                      first_is_system ? Strip(messages[0].content) : "", "<|eot_id|>");
+      if (first_is_system) begin = 1;
+      if (tools) {
+        // The first message after the system one carries the tools, as a user message.
+        if (begin == messages.size()) {
+          return Invalid(
+              "Llama 3.1's template shows tools in the first user message; there is none");
+        }
+        absl::StrAppend(&out, "<|start_header_id|>user<|end_header_id|>\n\n", kLlama31ToolsHead);
+        for (const std::string& tool : tool_texts) absl::StrAppend(&out, tool, "\n\n");
+        absl::StrAppend(&out, Strip(messages[begin].content), "<|eot_id|>");
+        ++begin;
+      }
     }
   }
   for (size_t i = begin; i < messages.size(); ++i) {
@@ -294,6 +339,27 @@ absl::StatusOr<std::string> ChatTemplate::Render(std::span<const ChatMessage> me
     // Gemma writes the system text untrimmed before the trimmed first user message.
     if (i == begin && format_ != ChatFormat::kGemma) content = system_prefix + content;
     switch (format_) {
+      case ChatFormat::kLlama31:
+        if (m.role == "tool") {
+          // The result as its `tojson` writes a string: quoted.
+          absl::StrAppend(&out, "<|start_header_id|>ipython<|end_header_id|>\n\n",
+                          PythonJsonText(nlohmann::ordered_json(m.content)), "<|eot_id|>");
+        } else if (!m.tool_calls.empty()) {
+          if (m.tool_calls.size() != 1) {
+            return Invalid(absl::StrCat("message ", i, " has ", m.tool_calls.size(),
+                                        " tool calls; Llama 3.1's template takes one per "
+                                        "assistant message"));
+          }
+          auto call = CallJson(m.tool_calls[0], "parameters");
+          if (!call.ok()) return call.status();
+          absl::StrAppend(&out, "<|start_header_id|>assistant<|end_header_id|>\n\n", *call,
+                          "<|eot_id|>");
+        } else {
+          absl::StrAppend(&out, "<|start_header_id|>", m.role, "<|end_header_id|>\n\n",
+                          Strip(content));
+          if (!open) out += "<|eot_id|>";
+        }
+        break;
       case ChatFormat::kLlama3: {
         if (i == 0 && !options.continuation) out += special_.bos;
         absl::StrAppend(&out, "<|start_header_id|>", m.role, "<|end_header_id|>\n\n",
@@ -311,7 +377,9 @@ absl::StatusOr<std::string> ChatTemplate::Render(std::span<const ChatMessage> me
           out += "<|im_start|>assistant";
           if (!content.empty()) absl::StrAppend(&out, "\n", content);
           for (const ChatToolCall& call : m.tool_calls) {
-            absl::StrAppend(&out, "\n<tool_call>\n", CallJson(call), "\n</tool_call>");
+            auto text = CallJson(call);
+            if (!text.ok()) return text.status();
+            absl::StrAppend(&out, "\n<tool_call>\n", *text, "\n</tool_call>");
           }
           out += "<|im_end|>\n";
         } else {
@@ -344,13 +412,15 @@ absl::StatusOr<std::string> ChatTemplate::Render(std::span<const ChatMessage> me
       case ChatFormat::kPlain:
         if (m.role == "system") {
           absl::StrAppend(&out, content, "\n\n");
-          if (tools) out += PlainTools(options.tools);
+          if (tools) out += PlainTools(tool_texts);
         } else if (m.role == "tool") {
           absl::StrAppend(&out, "Tool: ", content, "\n");
         } else if (!m.tool_calls.empty()) {
           absl::StrAppend(&out, "Assistant: ", content);
           for (const ChatToolCall& call : m.tool_calls) {
-            absl::StrAppend(&out, "<tool_call>", CallJson(call), "</tool_call>");
+            auto text = CallJson(call);
+            if (!text.ok()) return text.status();
+            absl::StrAppend(&out, "<tool_call>", *text, "</tool_call>");
           }
           out += "\n";
         } else {
@@ -364,6 +434,7 @@ absl::StatusOr<std::string> ChatTemplate::Render(std::span<const ChatMessage> me
   if (options.add_generation_prompt) {
     switch (format_) {
       case ChatFormat::kLlama3:
+      case ChatFormat::kLlama31:
         out += "<|start_header_id|>assistant<|end_header_id|>\n\n";
         break;
       case ChatFormat::kChatMl:

@@ -7,14 +7,17 @@
 // the real templates):
 //
 //   llama3    <|begin_of_text|><|start_header_id|>user<|end_header_id|>\n\nHi<|eot_id|>
+//   llama31   llama3 after a system turn that always opens with the knowledge cut-off
+//             and date lines (Llama 3.1 / 3.2 / 3.3 instruct)
 //   chatml    <|im_start|>user\nHi<|im_end|>\n            (Qwen2, Hermes, Yi, ...)
 //   llama2    <s>[INST] <<SYS>>\nS\n<</SYS>>\n\nHi [/INST] Hello </s>
 //   mistral   <s>[INST] Hi [/INST]Hello</s>               (Mistral/Mixtral instruct)
 //   gemma     <bos><start_of_turn>user\nHi<end_of_turn>\n
 //   plain     BOS "System\n\nUser: Hi\nAssistant: Hello\n"  (models without a template)
 //
-// Tools (function calling) render in the chatml family as Qwen2.5's template renders them
-// and in the plain family in kvfold's own form; the other families refuse them.
+// Tools (function calling) render in the chatml family as Qwen2.5's template renders them,
+// in llama31 as Llama 3.1's does (in the first user message) and in the plain family in
+// kvfold's own form; the other families refuse them.
 //
 // docs/tokenizers.md ("Chat templates") gives each family's rules (system messages, roles,
 // continuation).
@@ -33,9 +36,9 @@
 
 namespace kvfold {
 
-enum class ChatFormat { kLlama3, kChatMl, kLlama2, kMistral, kGemma, kPlain };
+enum class ChatFormat { kLlama3, kChatMl, kLlama2, kMistral, kGemma, kPlain, kLlama31 };
 
-// "llama3", "chatml", "llama2", "mistral", "gemma", "plain".
+// "llama3", "chatml", "llama2", "mistral", "gemma", "plain", "llama31".
 std::string_view ChatFormatName(ChatFormat format);
 // InvalidArgument naming the accepted names.
 absl::StatusOr<ChatFormat> ParseChatFormat(std::string_view name);
@@ -47,9 +50,7 @@ absl::StatusOr<ChatFormat> DetectChatFormat(std::string_view jinja);
 // A function call an assistant message made (OpenAI's `tool_calls`).
 struct ChatToolCall {
   std::string name;
-  // The arguments as the template writes them: JSON text as Python's json.dumps writes
-  // it (the `tojson` of Hugging Face's templates).
-  std::string arguments;
+  std::string arguments;  // JSON text (the template writes it as its `tojson` does)
 };
 
 struct ChatMessage {
@@ -77,8 +78,9 @@ struct ChatRenderOptions {
   bool continuation = false;
   bool previous_turn_closed = true;
   // Functions the model may call, each the tool object (OpenAI's {"type": "function",
-  // "function": {...}}) as Python's json.dumps writes it. Rendered where the conversation
-  // starts (not in a continuation: the session already shows the tools it began with).
+  // "function": {...}}) as JSON text, shown as Python's json.dumps writes it (the `tojson`
+  // of Hugging Face templates; keys in order). Rendered where the conversation starts
+  // (not in a continuation: the session already shows the tools it began with).
   std::span<const std::string> tools;
 };
 
@@ -128,9 +130,11 @@ class ChatTemplate {
                                                  const ChatRenderOptions& options) const;
 
   ChatFormat format() const { return format_; }
-  // Whether the family renders tools, tool messages and tool calls (chatml, plain).
+  // Whether the family renders tools, tool messages and tool calls (chatml, llama31,
+  // plain).
   bool renders_tools() const {
-    return format_ == ChatFormat::kChatMl || format_ == ChatFormat::kPlain;
+    return format_ == ChatFormat::kChatMl || format_ == ChatFormat::kLlama31 ||
+           format_ == ChatFormat::kPlain;
   }
   std::string_view name() const { return ChatFormatName(format_); }
   // Ids that end an assistant turn (EOS, <|eot_id|>, <|im_end|>, <end_of_turn>, plus the

@@ -592,6 +592,18 @@ TEST(ToolCallsTest, PythonJsonTextWritesWhatPythonWrites) {
       "\"a\": {\"s\": \"q\\\"\\\\ \\n\\t\\r\\b\\f\\u0001\x7f é 😀 </\", \"e\": {}, \"l\": []}}");
 }
 
+TEST(ToolCallsTest, PythonJsonTextIndentedWritesWhatPythonWrites) {
+  const auto value =
+      nlohmann::ordered_json::parse(R"({"a": {"b": [1, {"c": "d"}], "e": {}, "f": []}, "g": "h"})");
+  // json.dumps(value, indent=4, ensure_ascii=False)
+  EXPECT_EQ(PythonJsonText(value, 4),
+            "{\n    \"a\": {\n        \"b\": [\n            1,\n            {\n                "
+            "\"c\": \"d\"\n            }\n        ],\n        \"e\": {},\n        \"f\": []\n    "
+            "},\n    \"g\": \"h\"\n}");
+  EXPECT_EQ(PythonJsonOf("[1,2]", -1, "x").value(), "[1, 2]");
+  EXPECT_EQ(PythonJsonOf("{", -1, "the tool").status().message(), "the tool is not JSON text");
+}
+
 json Tool(const std::string& name, json parameters = nullptr) {
   json f = {{"name", name}};
   if (!parameters.is_null()) f["parameters"] = std::move(parameters);
@@ -740,6 +752,24 @@ TEST(ToolCallsTest, ReadsCallsFromTheModelsText) {
     ToolAnswer none = ReadToolAnswer(text, autos);
     EXPECT_TRUE(none.calls.empty()) << text;
     EXPECT_EQ(none.content, text);
+  }
+  // Llama 3.1's style: the whole answer is the call ("parameters"), or several with ";".
+  ToolSet json_style = autos;
+  json_style.style = ToolCallStyle::kJson;
+  ToolAnswer bare =
+      ReadToolAnswer(" {\"name\": \"time\", \"parameters\": {\"zone\": \"CET\"}}", json_style);
+  ASSERT_EQ(bare.calls.size(), 1u);
+  EXPECT_EQ(bare.calls[0].arguments, R"({"zone":"CET"})");
+  EXPECT_EQ(bare.content, "");
+  EXPECT_EQ(ReadToolAnswer("<|python_tag|>{\"name\": \"time\", \"parameters\": {}}; "
+                           "{\"name\": \"weather\", \"parameters\": {}}",
+                           json_style)
+                .calls.size(),
+            2u);
+  for (const std::string text : {"It is noon.", "{\"name\": \"time\", \"parameters\": {} and",
+                                 "Sure: {\"name\": \"time\", \"parameters\": {}}"}) {
+    EXPECT_TRUE(ReadToolAnswer(text, json_style).calls.empty()) << text;
+    EXPECT_EQ(ReadToolAnswer(text, json_style).content, text);
   }
   ToolAnswer required = ReadToolAnswer(
       R"([{"name": "time", "arguments": {"zone": "CET"}}, {"name": "weather", "arguments": {}}])",

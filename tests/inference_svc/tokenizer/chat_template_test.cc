@@ -137,6 +137,7 @@ std::vector<int32_t> ExpectedByteLevelIds(const std::string& text) {
 
 ChatFormat FamilyOf(const std::string& fixture) {
   if (fixture == "llama3") return ChatFormat::kLlama3;
+  if (fixture == "llama3_1") return ChatFormat::kLlama31;
   if (fixture == "qwen2" || fixture == "qwen2_5" || fixture == "chatml") return ChatFormat::kChatMl;
   if (fixture == "llama2") return ChatFormat::kLlama2;
   if (fixture == "gemma" || fixture == "gemma3") return ChatFormat::kGemma;
@@ -173,7 +174,7 @@ TEST(ChatTemplateTest, RendersTheRealTemplatesLikeJinja) {
       ++checked;
     }
   }
-  EXPECT_EQ(checked, 48);
+  EXPECT_EQ(checked, 54);
 }
 
 // The tool texts of the fixture (Python's json.dumps of each tool).
@@ -183,33 +184,59 @@ std::vector<std::string> FixtureTools(const json& data) {
   return tools;
 }
 
-TEST(ChatTemplateTest, RendersToolsLikeQwen25) {
+// The chat template of fixture `name` (chat_templates.json), through ForModel.
+struct FixtureTemplate {
+  explicit FixtureTemplate(const json& t)
+      : dir(json{{"chat_template", t["template"]},
+                 {"bos_token", t["bos_token"]},
+                 {"eos_token", t["eos_token"]}}),
+        tokenizer(LoadTokenizer(dir.path())) {}
+  ModelDir dir;
+  std::unique_ptr<Tokenizer> tokenizer;
+};
+
+TEST(ChatTemplateTest, RendersToolsLikeQwen25AndLlama31) {
   const json templates = TestData("chat_templates.json");
   const json data = TestData("chat_template_expected.json");
-  const json& t = templates["qwen2_5"];
-  ModelDir dir(json{{"chat_template", t["template"]}, {"eos_token", t["eos_token"]}});
-  auto tokenizer = LoadTokenizer(dir.path());
-  ASSERT_NE(tokenizer, nullptr);
-  auto chat = ChatTemplate::ForModel(dir.path(), "", tokenizer.get());
-  ASSERT_TRUE(chat.ok()) << chat.status();
-  ASSERT_TRUE(chat->renders_tools());
   const std::vector<std::string> tools = FixtureTools(data);
-  int checked = 0;
-  for (const auto& [conversation, expected] : data["tool_expected"]["qwen2_5"].items()) {
-    const json& c = data["tool_conversations"][conversation];
-    const std::vector<ChatMessage> messages = Messages(c["messages"]);
-    ChatRenderOptions options;
-    if (c["with_tools"].get<bool>()) options.tools = tools;
-    auto text = chat->Render(messages, options);
-    ASSERT_TRUE(text.ok()) << conversation << ": " << text.status();
-    EXPECT_EQ(*text, expected.get<std::string>()) << conversation;
-    auto ids = chat->RenderIds(messages, options);
-    ASSERT_TRUE(ids.ok()) << ids.status();
-    EXPECT_EQ(*ids, ExpectedByteLevelIds(expected)) << conversation;
-    ++checked;
+  int checked = 0, refused = 0;
+  for (const auto& [name, cases] : data["tool_expected"].items()) {
+    FixtureTemplate fixture(templates[name]);
+    ASSERT_NE(fixture.tokenizer, nullptr);
+    auto chat = ChatTemplate::ForModel(fixture.dir.path(), "", fixture.tokenizer.get());
+    ASSERT_TRUE(chat.ok()) << chat.status();
+    ASSERT_TRUE(chat->renders_tools()) << name;
+    for (const auto& [conversation, expected] : cases.items()) {
+      const json& c = data["tool_conversations"][conversation];
+      const std::vector<ChatMessage> messages = Messages(c["messages"]);
+      ChatRenderOptions options;
+      if (c["with_tools"].get<bool>()) options.tools = tools;
+      auto text = chat->Render(messages, options);
+      if (expected.is_null()) {  // the template raises
+        EXPECT_EQ(text.status().code(), absl::StatusCode::kInvalidArgument)
+            << name << "/" << conversation;
+        ++refused;
+        continue;
+      }
+      ASSERT_TRUE(text.ok()) << name << "/" << conversation << ": " << text.status();
+      EXPECT_EQ(*text, expected.get<std::string>()) << name << "/" << conversation;
+      auto ids = chat->RenderIds(messages, options);
+      ASSERT_TRUE(ids.ok()) << ids.status();
+      EXPECT_EQ(*ids, ExpectedByteLevelIds(expected)) << name << "/" << conversation;
+      ++checked;
+    }
   }
-  EXPECT_EQ(checked, 5);
+  EXPECT_EQ(checked, 11);
+  EXPECT_EQ(refused, 1);  // Llama 3.1: two calls in one assistant message
+}
 
+TEST(ChatTemplateTest, AToolSessionContinuesAsTheWholeConversation) {
+  const json templates = TestData("chat_templates.json");
+  const json data = TestData("chat_template_expected.json");
+  const std::vector<std::string> tools = FixtureTools(data);
+  FixtureTemplate fixture(templates["qwen2_5"]);
+  auto chat = ChatTemplate::ForModel(fixture.dir.path(), "", fixture.tokenizer.get());
+  ASSERT_TRUE(chat.ok()) << chat.status();
   // A session that ends with the assistant's calls (closed by <|im_end|>) continues with
   // the results alone: the same text as the whole conversation.
   const std::vector<ChatMessage> all =
@@ -222,6 +249,19 @@ TEST(ChatTemplateTest, RendersToolsLikeQwen25) {
   ASSERT_TRUE(whole.ok() && first.ok() && after.ok());
   ASSERT_TRUE(first->ends_with("<|im_end|>\n"));
   EXPECT_EQ(first->substr(0, first->size() - 1) + *after, *whole);
+
+  // Llama 3.1: the call ends with <|eot_id|>, the result and the next turns follow.
+  FixtureTemplate llama(templates["llama3_1"]);
+  auto llama_chat = ChatTemplate::ForModel(llama.dir.path(), "", llama.tokenizer.get());
+  ASSERT_TRUE(llama_chat.ok()) << llama_chat.status();
+  const std::vector<ChatMessage> one =
+      Messages(data["tool_conversations"]["one_call_round_trip"]["messages"]);
+  const std::span<const ChatMessage> call(one.data(), 2), results(one.data() + 2, 3);
+  whole = llama_chat->Render(one, {.tools = tools});
+  first = llama_chat->Render(call, {.add_generation_prompt = false, .tools = tools});
+  after = llama_chat->Render(results, {.continuation = true, .tools = tools});
+  ASSERT_TRUE(whole.ok() && first.ok() && after.ok());
+  EXPECT_EQ(*first + *after, *whole);
 }
 
 TEST(ChatTemplateTest, PlainToolsAndFamiliesWithoutAToolFormat) {
@@ -280,8 +320,9 @@ TEST(ChatTemplateTest, ContinuationEqualsTheWholeConversation) {
   auto tokenizer = LoadTokenizer(dir.path());
   ASSERT_NE(tokenizer, nullptr);
   const std::span<const ChatMessage> head(all.data(), 2), rest(all.data() + 2, all.size() - 2);
-  for (ChatFormat format : {ChatFormat::kLlama3, ChatFormat::kChatMl, ChatFormat::kLlama2,
-                            ChatFormat::kMistral, ChatFormat::kGemma, ChatFormat::kPlain}) {
+  for (ChatFormat format :
+       {ChatFormat::kLlama3, ChatFormat::kChatMl, ChatFormat::kLlama2, ChatFormat::kMistral,
+        ChatFormat::kGemma, ChatFormat::kPlain, ChatFormat::kLlama31}) {
     SCOPED_TRACE(std::string(ChatFormatName(format)));
     auto chat = ChatTemplate::Create(format, tokenizer.get());
     ASSERT_TRUE(chat.ok()) << chat.status();
