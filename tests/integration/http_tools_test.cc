@@ -3,11 +3,17 @@
 // tools, whole and streamed; auto reads the <tool_call> blocks the model writes (held to a
 // guided choice here, since the tiny model never writes one by itself) and streams the
 // content before them; tool results continue a stored session on the other replica and an
-// ephemeral conversation; bad tools are 400s naming the field.
+// ephemeral conversation; bad tools are 400s naming the field. A replica whose model
+// directory carries a Llama 3.1 chat template renders the tools in its form and reads a
+// call written as the whole answer.
+#include <filesystem>
+#include <fstream>
 #include <nlohmann/json.hpp>
 
 #include "gmock/gmock.h"
 #include "gtest/gtest.h"
+#include "inference_svc/tokenizer/chat_template.h"
+#include "inference_svc/tokenizer/tokenizer.h"
 #include "tests/integration/http_api_fixture.h"
 
 namespace kvfold::testing {
@@ -237,6 +243,159 @@ TEST_F(HttpApiTest, BadToolsAreRefusedNamingTheField) {
   chat["max_tokens"] = 4;
   HttpReply r = HttpCall(port_[0], "POST", "/v1/chat/completions", chat.dump(), kAuth);
   EXPECT_EQ(r.status, 200) << r.body;
+}
+
+// stories260K with a byte-level tokenizer.json whose special tokens are Llama 3's, and a
+// tokenizer_config.json whose chat template is detected as Llama 3.1's: one replica.
+class HttpLlama31ToolsTest : public ::testing::Test {
+ protected:
+  static constexpr const char* kLlamaSpecials[] = {"<|begin_of_text|>", "<|start_header_id|>",
+                                                   "<|end_header_id|>", "<|eot_id|>"};
+
+  static std::string ByteLevelTokenizerJson() {
+    json vocab = json::object();
+    // GPT-2's byte-to-character map: printable bytes are themselves, the others U+0100...
+    int shifted = 0;
+    for (int b = 0; b < 256; ++b) {
+      const bool printable = (b >= 33 && b <= 126) || (b >= 161 && b <= 172) || b >= 174;
+      const int code = printable ? b : 256 + shifted++;
+      std::string ch;
+      if (code < 0x80) {
+        ch.push_back(static_cast<char>(code));
+      } else {
+        ch.push_back(static_cast<char>(0xC0 | (code >> 6)));
+        ch.push_back(static_cast<char>(0x80 | (code & 0x3F)));
+      }
+      vocab[ch] = b;
+    }
+    json added = json::array();
+    for (size_t i = 0; i < std::size(kLlamaSpecials); ++i) {
+      added.push_back({{"id", 256 + i}, {"content", kLlamaSpecials[i]}, {"special", true}});
+    }
+    return json{{"version", "1.0"},
+                {"added_tokens", added},
+                {"normalizer", nullptr},
+                {"pre_tokenizer",
+                 {{"type", "ByteLevel"}, {"add_prefix_space", false}, {"use_regex", true}}},
+                {"decoder", {{"type", "ByteLevel"}}},
+                {"model",
+                 {{"type", "BPE"},
+                  {"vocab", vocab},
+                  {"merges", json::array()},
+                  {"byte_fallback", false},
+                  {"ignore_merges", false}}}}
+        .dump();
+  }
+
+  static void SetUpTestSuite() {
+    if (!std::filesystem::exists(SharedModel())) return;
+    dir_ = new std::string(MakeTempDir("kvfold-llama31-"));
+    std::filesystem::copy_file(SharedModel(), *dir_ + "/stories260K.bin");
+    std::ofstream(*dir_ + "/tokenizer.json") << ByteLevelTokenizerJson();
+    // The markers ChatTemplate::ForModel detects Llama 3.1's template by; kvfold renders
+    // the family natively.
+    std::ofstream(*dir_ + "/tokenizer_config.json") << json{
+        {"chat_template", "{# <|start_header_id|> <|eot_id|> Cutting Knowledge Date #}"},
+        {"bos_token", "<|begin_of_text|>"},
+        {"eos_token", "<|eot_id|>"}}.dump();
+    std::ofstream(*dir_ + "/tokens") << kToken << " tenant-a\n";
+    cluster_ = new Cluster();
+    std::string error;
+    if (!cluster_->Setup(1, &error, {"--http-port=0", "--tokens-file=" + *dir_ + "/tokens"},
+                         *dir_ + "/stories260K.bin")) {
+      error_ = new std::string(error);
+    }
+  }
+  static void TearDownTestSuite() {
+    delete cluster_;
+    cluster_ = nullptr;
+    if (dir_ != nullptr) std::filesystem::remove_all(*dir_);
+    delete dir_;
+    dir_ = nullptr;
+    delete error_;
+    error_ = nullptr;
+  }
+  void SetUp() override {
+    if (cluster_ == nullptr) GTEST_SKIP() << MissingShared("models/stories260K/stories260K.bin");
+    ASSERT_EQ(error_, nullptr) << *error_;
+    port_ = HttpPortOf(cluster_->replica_process(0));
+    ASSERT_GT(port_, 0) << cluster_->replica_process(0).output();
+  }
+
+  inline static Cluster* cluster_ = nullptr;
+  inline static std::string* dir_ = nullptr;
+  inline static std::string* error_ = nullptr;
+  int port_ = 0;
+};
+
+TEST_F(HttpLlama31ToolsTest, ToolsRenderInTheFirstUserMessageAndCallsAreTheWholeAnswer) {
+  ojson chat = ToolChat();
+  chat["guided_choice"] = {R"({"name": "get_time", "parameters": {"zone": "UTC"}})"};
+  HttpReply r = HttpCall(port_, "POST", "/v1/chat/completions", chat.dump(), kAuth);
+  ASSERT_EQ(r.status, 200) << r.body;
+  json answer = Body(r);
+  json choice = answer["choices"][0];
+  ASSERT_EQ(choice["finish_reason"], "tool_calls") << choice;
+  EXPECT_TRUE(choice["message"]["content"].is_null());
+  ASSERT_EQ(choice["message"]["tool_calls"].size(), 1u);
+  EXPECT_EQ(choice["message"]["tool_calls"][0]["function"]["arguments"], R"({"zone":"UTC"})");
+
+  // The replica fed the conversation as Llama 3.1's template shows it with these tools
+  // (one id per byte of this tokenizer, one per special string).
+  auto tokenizer = Tokenizer::Load(*dir_ + "/tokenizer.json");
+  ASSERT_TRUE(tokenizer.ok()) << tokenizer.status();
+  auto llama = ChatTemplate::ForModel(*dir_, "", tokenizer->get());
+  ASSERT_TRUE(llama.ok()) << llama.status();
+  ASSERT_EQ(llama->format(), ChatFormat::kLlama31);
+  std::vector<std::string> tools;
+  for (const ojson& t : kTools) tools.push_back(t.dump());
+  auto ids = llama->RenderIds(std::vector<ChatMessage>{{"user", "What is the weather in Paris?"}},
+                              {.tools = tools});
+  ASSERT_TRUE(ids.ok()) << ids.status();
+  EXPECT_EQ(answer["usage"]["prompt_tokens"], ids->size());
+  auto text = llama->Render(std::vector<ChatMessage>{{"user", "What is the weather in Paris?"}},
+                            {.tools = tools});
+  EXPECT_THAT(*text, HasSubstr("Environment: ipython\n"));
+  EXPECT_THAT(*text, HasSubstr("{\n    \"type\": \"function\",\n    \"function\": {\n"));
+
+  // Streamed: the call is held back and sent whole; an answer that does not open as a
+  // call streams as text.
+  chat["stream"] = true;
+  HttpReply s = HttpCall(port_, "POST", "/v1/chat/completions", chat.dump(), kAuth);
+  ASSERT_EQ(s.status, 200) << s.body;
+  std::string content, finish;
+  json calls = json::array();
+  for (const std::string& e : s.Events()) {
+    if (e == "[DONE]") continue;
+    const json c = json::parse(e)["choices"][0];
+    if (c["delta"].contains("content") && c["delta"]["content"].is_string()) {
+      content += c["delta"]["content"].get<std::string>();
+    }
+    if (c["delta"].contains("tool_calls")) calls = c["delta"]["tool_calls"];
+    if (!c["finish_reason"].is_null()) finish = c["finish_reason"];
+  }
+  EXPECT_EQ(content, "");
+  ASSERT_EQ(calls.size(), 1u);
+  EXPECT_EQ(calls[0]["function"]["name"], "get_time");
+  EXPECT_EQ(finish, "tool_calls");
+
+  chat["guided_choice"] = {"It is noon, {not a call}."};
+  s = HttpCall(port_, "POST", "/v1/chat/completions", chat.dump(), kAuth);
+  ASSERT_EQ(s.status, 200) << s.body;
+  content.clear();
+  int content_chunks = 0;
+  for (const std::string& e : s.Events()) {
+    if (e == "[DONE]") continue;
+    const json c = json::parse(e)["choices"][0];
+    EXPECT_FALSE(c["delta"].contains("tool_calls")) << e;
+    if (c["delta"].contains("content") && c["delta"]["content"].is_string() &&
+        !c["delta"]["content"].get<std::string>().empty()) {
+      content += c["delta"]["content"].get<std::string>();
+      ++content_chunks;
+    }
+  }
+  EXPECT_EQ(content, "It is noon, {not a call}.");
+  EXPECT_GT(content_chunks, 1);  // streamed as it came, not held to the end
 }
 
 }  // namespace
