@@ -78,7 +78,7 @@ struct ServiceConfig {
   // Open HTTP connections at most (one more is answered 503 and closed); 0 = half the
   // process's descriptor limit, within [16, 16384] (http::DefaultMaxConnections).
   int http_max_connections = 0;
-  // Chat template family (llama3, chatml, llama2, mistral, gemma, plain); empty = detected
+  // Chat template family (llama3, llama31, chatml, llama2, mistral, gemma, plain); empty = detected
   // from the model's tokenizer_config.json (docs/tokenizers.md).
   std::string chat_template;
   // Name reported in Usage.replica; empty = the listen address.

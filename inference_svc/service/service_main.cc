@@ -101,7 +101,7 @@ void AddFlags(CLI::App& app, Flags& f) {
                  "threads that run gRPC calls (a Generate call holds one while its turn waits "
                  "or runs); a call beyond them is RESOURCE_EXHAUSTED at once");
   app.add_option("--chat-template", c.chat_template,
-                 "chat template: llama3|chatml|llama2|mistral|gemma|plain (default: detected)");
+                 "chat template: llama3|llama31|chatml|llama2|mistral|gemma|plain (default: detected)");
   app.add_option("--replica-name", c.replica_name,
                  "name reported in Usage.replica (default: address)");
   app.add_option("--max-prompt-tokens", c.max_prompt_tokens, "longest prompt accepted (tokens)");

@@ -100,7 +100,7 @@ absl::StatusOr<ChatTemplate> ChatTemplate::ForModel(const std::string& model_pat
     if (!detected.ok()) {
       return absl::FailedPreconditionError(absl::StrCat(
           (dir / "tokenizer_config.json").string(), ": ", detected.status().message(),
-          "; pass --chat-template NAME (llama3, chatml, llama2, mistral, gemma, plain)"));
+          "; pass --chat-template NAME (llama3, llama31, chatml, llama2, mistral, gemma, plain)"));
     }
     format = *detected;
   }
