@@ -151,7 +151,7 @@ TEST_F(HttpApiTest, GrpcMessagesFormUsesTheChatTemplate) {
   // A role the template refuses is INVALID_ARGUMENT.
   grpc::ClientContext bad_context;
   Authorize(&bad_context);
-  request.mutable_messages(0)->set_role("tool");
+  request.mutable_messages(0)->set_role("robot");
   auto bad = cluster_->stub(1).Generate(&bad_context, request);
   while (bad->Read(&response)) {
   }

@@ -99,7 +99,7 @@ TEST_F(HttpApiTest, TokenizeErrors) {
        400,
        "add_generation_prompt",
        "exclude each other"},
-      {"/tokenize", {{"messages", {{{"role", "tool"}, {"content", "b"}}}}}, 400, nullptr, "tool"},
+      {"/tokenize", {{"messages", {{{"role", "robot"}, {"content", "b"}}}}}, 400, nullptr, "robot"},
       {"/tokenize", {{"prompt", "a"}, {"model", "gpt-9"}}, 404, nullptr, "gpt-9"},
       {"/detokenize", {{"tokens", {1, 600}}}, 400, "tokens", "token id 600 outside [0, 512)"},
       {"/detokenize", {{"tokens", {1, -1}}}, 400, "tokens", "integers >= 0"},

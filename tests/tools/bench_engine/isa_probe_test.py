@@ -44,10 +44,12 @@ def main():
     clock = d["int_add_chain_g_s"]
     if avx512:
         # Every AVX-512 core retires at least one 512-bit FMA per cycle or so (the dependent
-        # add chain runs at one per cycle); a wrong instruction count per loop would not.
-        assert 0.5 * clock <= d["fma_zmm_g_s"] <= 4.5 * clock, d
+        # add chain runs at one per cycle on AMD cores; on an Intel Xeon model 207 it ran at
+        # 11-12 G/s beside 5.5 G/s of FMAs and 4.0 of vpdpbusd, so the lower bound is a
+        # quarter); a wrong instruction count per loop would miss by more.
+        assert 0.25 * clock <= d["fma_zmm_g_s"] <= 4.5 * clock, d
     if vnni:
-        assert 0.5 * clock <= d["vpdpbusd_zmm_g_s"] <= 4.5 * clock, d
+        assert 0.25 * clock <= d["vpdpbusd_zmm_g_s"] <= 4.5 * clock, d
         # The mix adds three instructions per eight vpdpbusd: no faster than vpdpbusd alone
         # (5 % for timing noise), and not below 8 / 11 of it even if all share one port.
         ratio = d["vpdpbusd_q8_block_g_s"] / d["vpdpbusd_zmm_g_s"]
