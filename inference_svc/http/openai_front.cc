@@ -275,6 +275,7 @@ void OpenAiFront::Tokenize(const HttpRequest& request, std::shared_ptr<ObservedE
       ChatRenderOptions render;
       render.add_generation_prompt = req.add_generation_prompt;
       render.continue_final_message = req.continue_final_message;
+      render.tools = req.tools;
       ids = chat_->RenderIds(req.messages, render);
     }
     if (!ids.ok()) return exchange->RespondError(ids.status());

@@ -637,10 +637,21 @@ absl::StatusOr<TokenizeRequest> ParseTokenizeRequest(std::string_view body) {
   if (has_prompt) {
     if (!(*j)["prompt"].is_string()) return Bad("prompt", "'prompt' must be a string");
     r.prompt = (*j)["prompt"].get<std::string>();
+    if (j->contains("tools") && !(*j)["tools"].is_null()) {
+      return Bad("tools", "'tools' goes with 'messages'");
+    }
   } else {
     auto messages = ParseMessages((*j)["messages"], "messages");
     if (!messages.ok()) return messages.status();
     r.messages = std::move(*messages);
+    if (j->contains("tools") && !(*j)["tools"].is_null()) {
+      // Shown as a chat turn with these tools shows them (tool_choice "none" shows none).
+      auto tools = ParseTools(nlohmann::ordered_json::parse(body));
+      if (!tools.ok()) return tools.status();
+      if (tools->active()) {
+        for (const ToolFunction& f : tools->functions) r.tools.push_back(f.rendered);
+      }
+    }
   }
   KVFOLD_RETURN_IF_ERROR(GetBool(*j, "add_special_tokens", &r.add_special_tokens));
   KVFOLD_RETURN_IF_ERROR(GetBool(*j, "continue_final_message", &r.continue_final_message));

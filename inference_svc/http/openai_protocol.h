@@ -112,6 +112,7 @@ struct TokenizeRequest {
   // Exactly one of the two.
   std::optional<std::string> prompt;
   std::vector<ChatMessage> messages;
+  std::vector<std::string> tools;       // messages: as a chat turn shows them (vLLM's `tools`)
   bool add_special_tokens = true;       // a prompt starts with BOS (messages: the template's)
   bool add_generation_prompt = true;    // messages: the assistant's header at the end
   bool continue_final_message = false;  // messages: the last (assistant) one left open

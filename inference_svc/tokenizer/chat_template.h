@@ -81,7 +81,7 @@ struct ChatRenderOptions {
   // "function": {...}}) as JSON text, shown as Python's json.dumps writes it (the `tojson`
   // of Hugging Face templates; keys in order). Rendered where the conversation starts
   // (not in a continuation: the session already shows the tools it began with).
-  std::span<const std::string> tools;
+  std::span<const std::string> tools = {};
 };
 
 // The special strings of a template and the token ids they stand for.

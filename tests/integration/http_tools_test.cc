@@ -206,6 +206,25 @@ TEST_F(HttpApiTest, ToolResultsContinueTheConversation) {
   EXPECT_EQ(Body(whole)["usage"]["completion_tokens"], 6);
 }
 
+TEST_F(HttpApiTest, TokenizeCountsTheToolsAChatTurnShows) {
+  ojson chat = ToolChat();
+  chat["max_tokens"] = 2;
+  HttpReply turn = HttpCall(port_[0], "POST", "/v1/chat/completions", chat.dump(), kAuth);
+  ASSERT_EQ(turn.status, 200) << turn.body;
+  const ojson tokenize = {{"messages", chat["messages"]}, {"tools", kTools}};
+  HttpReply with_tools = HttpCall(port_[1], "POST", "/tokenize", tokenize.dump(), kAuth);
+  ASSERT_EQ(with_tools.status, 200) << with_tools.body;
+  EXPECT_EQ(Body(with_tools)["count"], Body(turn)["usage"]["prompt_tokens"]);
+  ojson bare = tokenize;
+  bare.erase("tools");
+  HttpReply without = HttpCall(port_[1], "POST", "/tokenize", bare.dump(), kAuth);
+  ASSERT_EQ(without.status, 200) << without.body;
+  EXPECT_LT(Body(without)["count"].get<int>() + 50, Body(with_tools)["count"].get<int>());
+  const ojson prompt_and_tools = {{"prompt", "x"}, {"tools", kTools}};
+  HttpReply refused = HttpCall(port_[1], "POST", "/tokenize", prompt_and_tools.dump(), kAuth);
+  EXPECT_EQ(refused.status, 400) << refused.body;
+}
+
 TEST_F(HttpApiTest, BadToolsAreRefusedNamingTheField) {
   auto refused = [&](ojson body, const std::string& param, const std::string& text) {
     HttpReply r = HttpCall(port_[0], "POST", "/v1/chat/completions", body.dump(), kAuth);
