@@ -739,6 +739,20 @@ json Nullable(std::string_view s) { return s.empty() ? json(nullptr) : json(std:
 
 std::string Event(const json& j) { return absl::StrCat("data: ", JsonText(j), "\n\n"); }
 
+// One chat.completion.chunk event of choice head.index.
+std::string ChatChunk(const ChatAnswer& head, json delta, std::string_view finish_reason,
+                      const std::vector<TokenLogprob>& logprobs) {
+  json choice = {{"index", head.index},
+                 {"delta", std::move(delta)},
+                 {"finish_reason", Nullable(finish_reason)},
+                 {"logprobs", logprobs.empty() ? json(nullptr) : LogprobsJson(logprobs)}};
+  return Event({{"id", head.id},
+                {"object", "chat.completion.chunk"},
+                {"created", head.created},
+                {"model", head.model},
+                {"choices", {choice}}});
+}
+
 // OpenAI's tool_calls list; `indexed` (a stream's delta) gives each call its index.
 json ToolCallsJson(const std::vector<ToolCallOut>& calls, bool indexed) {
   json list = json::array();
@@ -915,15 +929,7 @@ std::string ChatChunkEvent(const ChatAnswer& head, std::string_view delta, bool 
   json d = json::object();
   if (first) d["role"] = "assistant";
   if (!delta.empty() || first) d["content"] = std::string(delta);
-  json choice = {{"index", head.index},
-                 {"delta", d},
-                 {"finish_reason", Nullable(finish_reason)},
-                 {"logprobs", logprobs.empty() ? json(nullptr) : LogprobsJson(logprobs)}};
-  return Event({{"id", head.id},
-                {"object", "chat.completion.chunk"},
-                {"created", head.created},
-                {"model", head.model},
-                {"choices", {choice}}});
+  return ChatChunk(head, std::move(d), finish_reason, logprobs);
 }
 
 std::string ChatToolCallsChunkEvent(const ChatAnswer& head, const std::vector<ToolCallOut>& calls,
@@ -933,15 +939,7 @@ std::string ChatToolCallsChunkEvent(const ChatAnswer& head, const std::vector<To
     d["role"] = "assistant";
     d["content"] = nullptr;
   }
-  json choice = {{"index", head.index},
-                 {"delta", d},
-                 {"finish_reason", nullptr},
-                 {"logprobs", logprobs.empty() ? json(nullptr) : LogprobsJson(logprobs)}};
-  return Event({{"id", head.id},
-                {"object", "chat.completion.chunk"},
-                {"created", head.created},
-                {"model", head.model},
-                {"choices", {choice}}});
+  return ChatChunk(head, std::move(d), "", logprobs);
 }
 
 std::string CompletionChunkEvent(const ChatAnswer& head, std::string_view delta,

@@ -60,6 +60,30 @@ std::string ExpectCall(const json& call) {
   return name;
 }
 
+// A streamed chat answer of one choice: its content joined, the calls of its tool-call
+// delta, its finish reason.
+struct Streamed {
+  std::string content, finish;
+  int content_chunks = 0;  // deltas with non-empty content
+  json calls = json::array();
+};
+
+Streamed ReadStream(const HttpReply& reply) {
+  Streamed out;
+  for (const std::string& e : reply.Events()) {
+    if (e == "[DONE]") continue;
+    const json c = json::parse(e)["choices"][0];
+    if (c["delta"].contains("content") && c["delta"]["content"].is_string()) {
+      const std::string piece = c["delta"]["content"];
+      out.content += piece;
+      out.content_chunks += piece.empty() ? 0 : 1;
+    }
+    if (c["delta"].contains("tool_calls")) out.calls = c["delta"]["tool_calls"];
+    if (!c["finish_reason"].is_null()) out.finish = c["finish_reason"];
+  }
+  return out;
+}
+
 TEST_F(HttpApiTest, ToolChoiceRequiredAnswersWithCalls) {
   ojson chat = ToolChat();
   chat["tool_choice"] = "required";
@@ -147,17 +171,10 @@ TEST_F(HttpApiTest, AutoReadsTheCallsTheModelWrites) {
   chat["stream"] = true;
   HttpReply s = HttpCall(port_[1], "POST", "/v1/chat/completions", chat.dump(), kAuth);
   ASSERT_EQ(s.status, 200) << s.body;
-  std::string content, finish;
-  json calls = json::array();
-  for (const std::string& e : s.Events()) {
-    if (e == "[DONE]") continue;
-    const json c = json::parse(e)["choices"][0];
-    if (c["delta"].contains("content") && c["delta"]["content"].is_string()) {
-      content += c["delta"]["content"].get<std::string>();
-    }
-    if (c["delta"].contains("tool_calls")) calls = c["delta"]["tool_calls"];
-    if (!c["finish_reason"].is_null()) finish = c["finish_reason"];
-  }
+  const Streamed streamed = ReadStream(s);
+  const std::string& content = streamed.content;
+  const json& calls = streamed.calls;
+  const std::string& finish = streamed.finish;
   EXPECT_EQ(content, "Let me see. ");
   ASSERT_EQ(calls.size(), 1u);
   EXPECT_EQ(calls[0]["function"]["name"], "get_time");
@@ -382,17 +399,10 @@ TEST_F(HttpLlama31ToolsTest, ToolsRenderInTheFirstUserMessageAndCallsAreTheWhole
   chat["stream"] = true;
   HttpReply s = HttpCall(port_, "POST", "/v1/chat/completions", chat.dump(), kAuth);
   ASSERT_EQ(s.status, 200) << s.body;
-  std::string content, finish;
-  json calls = json::array();
-  for (const std::string& e : s.Events()) {
-    if (e == "[DONE]") continue;
-    const json c = json::parse(e)["choices"][0];
-    if (c["delta"].contains("content") && c["delta"]["content"].is_string()) {
-      content += c["delta"]["content"].get<std::string>();
-    }
-    if (c["delta"].contains("tool_calls")) calls = c["delta"]["tool_calls"];
-    if (!c["finish_reason"].is_null()) finish = c["finish_reason"];
-  }
+  const Streamed streamed = ReadStream(s);
+  const std::string& content = streamed.content;
+  const json& calls = streamed.calls;
+  const std::string& finish = streamed.finish;
   EXPECT_EQ(content, "");
   ASSERT_EQ(calls.size(), 1u);
   EXPECT_EQ(calls[0]["function"]["name"], "get_time");
@@ -401,20 +411,11 @@ TEST_F(HttpLlama31ToolsTest, ToolsRenderInTheFirstUserMessageAndCallsAreTheWhole
   chat["guided_choice"] = {"It is noon, {not a call}."};
   s = HttpCall(port_, "POST", "/v1/chat/completions", chat.dump(), kAuth);
   ASSERT_EQ(s.status, 200) << s.body;
-  content.clear();
-  int content_chunks = 0;
-  for (const std::string& e : s.Events()) {
-    if (e == "[DONE]") continue;
-    const json c = json::parse(e)["choices"][0];
-    EXPECT_FALSE(c["delta"].contains("tool_calls")) << e;
-    if (c["delta"].contains("content") && c["delta"]["content"].is_string() &&
-        !c["delta"]["content"].get<std::string>().empty()) {
-      content += c["delta"]["content"].get<std::string>();
-      ++content_chunks;
-    }
-  }
-  EXPECT_EQ(content, "It is noon, {not a call}.");
-  EXPECT_GT(content_chunks, 1);  // streamed as it came, not held to the end
+  const Streamed free_text = ReadStream(s);
+  EXPECT_TRUE(free_text.calls.empty());
+  EXPECT_EQ(free_text.content, "It is noon, {not a call}.");
+  EXPECT_GT(free_text.content_chunks, 1);  // streamed as it came, not held to the end
+  EXPECT_EQ(free_text.finish, "stop");
 }
 
 }  // namespace

@@ -144,6 +144,19 @@ ChatFormat FamilyOf(const std::string& fixture) {
   return ChatFormat::kMistral;
 }
 
+// `chat` renders `messages` as `expected` (Jinja's text), and its ids split as
+// ExpectedByteLevelIds splits that text.
+void ExpectRendering(const ChatTemplate& chat, const std::vector<ChatMessage>& messages,
+                     const ChatRenderOptions& options, const json& expected,
+                     const std::string& label) {
+  auto text = chat.Render(messages, options);
+  ASSERT_TRUE(text.ok()) << label << ": " << text.status();
+  EXPECT_EQ(*text, expected.get<std::string>()) << label;
+  auto ids = chat.RenderIds(messages, options);
+  ASSERT_TRUE(ids.ok()) << ids.status();
+  EXPECT_EQ(*ids, ExpectedByteLevelIds(expected)) << label;
+}
+
 TEST(ChatTemplateTest, RendersTheRealTemplatesLikeJinja) {
   const json templates = TestData("chat_templates.json");
   const json data = TestData("chat_template_expected.json");
@@ -164,13 +177,7 @@ TEST(ChatTemplateTest, RendersTheRealTemplatesLikeJinja) {
       ChatRenderOptions options;
       options.add_generation_prompt = c["add_generation_prompt"];
       options.continue_final_message = c["continue_final_message"];
-      const std::vector<ChatMessage> messages = Messages(c["messages"]);
-      auto text = chat->Render(messages, options);
-      ASSERT_TRUE(text.ok()) << name << "/" << conversation << ": " << text.status();
-      EXPECT_EQ(*text, expected.get<std::string>()) << name << "/" << conversation;
-      auto ids = chat->RenderIds(messages, options);
-      ASSERT_TRUE(ids.ok()) << ids.status();
-      EXPECT_EQ(*ids, ExpectedByteLevelIds(expected)) << name << "/" << conversation;
+      ExpectRendering(*chat, Messages(c["messages"]), options, expected, name + "/" + conversation);
       ++checked;
     }
   }
@@ -218,11 +225,7 @@ TEST(ChatTemplateTest, RendersToolsLikeQwen25AndLlama31) {
         ++refused;
         continue;
       }
-      ASSERT_TRUE(text.ok()) << name << "/" << conversation << ": " << text.status();
-      EXPECT_EQ(*text, expected.get<std::string>()) << name << "/" << conversation;
-      auto ids = chat->RenderIds(messages, options);
-      ASSERT_TRUE(ids.ok()) << ids.status();
-      EXPECT_EQ(*ids, ExpectedByteLevelIds(expected)) << name << "/" << conversation;
+      ExpectRendering(*chat, messages, options, expected, name + "/" + conversation);
       ++checked;
     }
   }
