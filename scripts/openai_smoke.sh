@@ -4,7 +4,8 @@
 # package: list models, stream a chat completion, chain three responses alternating
 # replicas via previous_response_id, fork from the first response, get log-probabilities
 # (chat, streamed chat, completions), structured output (response_format / text.format
-# json_schema), function calling (tools, streamed calls, tool results), get a 401 and 400s.
+# json_schema), function calling (chat: tools, streamed calls, tool results; responses:
+# function_call items and their output), get a 401 and 400s.
 # Stops every process it started; exits 0 when all checks pass, 77 (skipped) when the
 # model, node or the npm package is unavailable, 1 on a failed check.
 #
@@ -294,6 +295,17 @@ const followUp = await B.chat.completions.create({ model, max_tokens: 8, tempera
              { role: "tool", tool_call_id: call.id, content: "Snow, -3 C." }] });
 check(followUp.usage.completion_tokens > 0 && followUp.usage.prompt_tokens > called.usage.prompt_tokens,
       `tool result answered: ${JSON.stringify(followUp.choices[0].message.content)}`);
+const responseTools = tools.map((t) => ({ type: "function", ...t.function }));
+const fnResponse = await A.responses.create({ model, input: "Weather in Oslo?", temperature: 0,
+  max_output_tokens: 60, tools: responseTools, tool_choice: "required", parallel_tool_calls: false });
+const fnCall = fnResponse.output.find((item) => item.type === "function_call");
+check(fnCall?.name === "get_weather" && ["Paris", "Oslo"].includes(JSON.parse(fnCall.arguments).city),
+      `responses function_call -> ${fnCall?.name}(${fnCall?.arguments})`);
+const fnFollowUp = await B.responses.create({ model, previous_response_id: fnResponse.id,
+  max_output_tokens: 8, temperature: 0, tools: responseTools,
+  input: [{ type: "function_call_output", call_id: fnCall.call_id, output: "Snow, -3 C." }] });
+check(fnFollowUp.previous_response_id === fnResponse.id && fnFollowUp.usage.output_tokens > 0,
+      `function_call_output continues ${fnResponse.id}: ${JSON.stringify(fnFollowUp.output_text)}`);
 console.log("openai_smoke: all checks passed");
 EOF
 (cd "$WORK/node" && timeout 300 node smoke.mjs "${HTTP[A]}" "${HTTP[B]}")

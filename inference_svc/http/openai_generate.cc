@@ -136,6 +136,14 @@ void StartChoices(TurnPort* port, const Tokenizer* tokenizer, const Caller& call
   }
 }
 
+// The tools an answer is read for (null: none); Llama 3.1 writes a call as the whole
+// answer, the other families in tags.
+std::shared_ptr<const ToolSet> ToolsOfAnswer(ToolSet tools, const ChatTemplate& chat) {
+  if (!tools.active()) return nullptr;
+  if (chat.format() == ChatFormat::kLlama31) tools.style = ToolCallStyle::kJson;
+  return std::make_shared<const ToolSet>(std::move(tools));
+}
+
 void AddStops(const GenerationParams& params, const ChatTemplate& chat, ChatTurnOptions* options) {
   options->stop = params.stop;
   for (const std::string& s : chat.stop_strings()) options->stop.push_back(s);
@@ -173,11 +181,7 @@ void OpenAiFront::ChatCompletions(const Caller& caller, const HttpRequest& reque
     AddStops(req.params, *chat_, &options);
     options.cancel_on_stop = ephemeral;
     options.choices_per_prompt = req.params.n;
-    if (req.tools.active()) {
-      // Llama 3.1 writes a call as the whole answer; the other families in tags.
-      if (chat_->format() == ChatFormat::kLlama31) req.tools.style = ToolCallStyle::kJson;
-      options.tools = std::make_shared<const ToolSet>(std::move(req.tools));
-    }
+    options.tools = ToolsOfAnswer(std::move(req.tools), *chat_);
     AnnotateTurn(*exchange, spec, options_.record_prompts);
     if (ephemeral && req.params.n > 1) spec.prompt_group = port_->GroupPrompt(req.params.n);
     std::vector<Choice> choices(req.params.n, Choice{spec, ""});
@@ -283,6 +287,9 @@ void OpenAiFront::Responses(const Caller& caller, const HttpRequest& request,
     for (ChatMessage& m : req.input) messages.push_back(std::move(m));
     TurnSpec spec = SpecFor(session, req.params);
     spec.messages = std::move(messages);
+    if (req.tools.active()) {
+      for (const ToolFunction& f : req.tools.functions) spec.tools.push_back(f.rendered);
+    }
     // The id is the session version the turn writes, known for sure at the end. A stream
     // names it in its first event: the version after the session's head, which the turn's
     // commit writes (it commits only on that head; if another turn moved it first, this
@@ -296,6 +303,7 @@ void OpenAiFront::Responses(const Caller& caller, const HttpRequest& request,
     }
     options.head.usage.session_id = session;
     options.previous_response_id = req.previous_response_id;
+    options.tools = ToolsOfAnswer(std::move(req.tools), *chat_);
     AddStops(req.params, *chat_, &options);
     AnnotateTurn(*exchange, spec, options_.record_prompts);
     StartChoices(port_, tokenizer_, caller, {Choice{std::move(spec), ""}}, std::move(options),

@@ -10,6 +10,7 @@
 #include "absl/strings/str_cat.h"
 #include "core/status_macros.h"
 #include "inference_svc/structured/json_grammar.h"
+#include "inference_svc/tokenizer/python_json.h"
 #include "nlohmann/json.hpp"
 
 namespace kvfold::http {
@@ -485,33 +486,55 @@ absl::Status CheckToolSchemas(const ToolSet& tools) {
   return absl::OkStatus();
 }
 
+// tool_choice required or a named function: the answer held to ToolAnswerSchema (not
+// beside another format).
+absl::Status HoldToTools(const ToolSet& tools, GenerationParams* p) {
+  if (tools.choice != ToolChoice::kRequired && tools.choice != ToolChoice::kFunction) {
+    return absl::OkStatus();
+  }
+  if (p->format != OutputFormat::kText) {
+    return Bad("tool_choice",
+               "'tool_choice' \"required\" or a named function sets the answer's format; it "
+               "cannot be combined with 'response_format', 'text.format' or guided decoding");
+  }
+  KVFOLD_RETURN_IF_ERROR(CheckToolSchemas(tools));
+  p->format = OutputFormat::kJsonSchema;
+  p->json_schema = ToolAnswerSchema(tools);
+  return absl::OkStatus();
+}
+
+// Message `m` of a request (`where` names it in errors: "messages[2]").
+absl::StatusOr<ChatMessage> ParseMessage(const json& m, const std::string& where) {
+  if (!m.is_object() || !m.contains("role") || !m["role"].is_string()) {
+    return Bad(where, absl::StrCat(where, " must be an object with a string 'role'"));
+  }
+  ChatMessage message;
+  message.role = m["role"].get<std::string>();
+  if (message.role == "developer") message.role = "system";  // OpenAI's newer name
+  auto text = ContentText(m.contains("content") ? m["content"] : json(), where);
+  if (!text.ok()) return text.status();
+  message.content = std::move(*text);
+  if (m.contains("tool_calls") && !m["tool_calls"].is_null()) {
+    auto calls = ParseMessageToolCalls(m["tool_calls"], where);
+    if (!calls.ok()) return calls.status();
+    message.tool_calls = std::move(*calls);
+  }
+  if (m.contains("tool_call_id") && !m["tool_call_id"].is_null() &&
+      !m["tool_call_id"].is_string()) {
+    return Bad(where, absl::StrCat(where, ".tool_call_id must be a string"));
+  }
+  return message;
+}
+
 absl::StatusOr<std::vector<ChatMessage>> ParseMessages(const json& list, const char* key) {
   if (!list.is_array() || list.empty()) {
     return Bad(key, absl::StrCat("'", key, "' must be a non-empty array of messages"));
   }
   std::vector<ChatMessage> out;
   for (size_t i = 0; i < list.size(); ++i) {
-    const std::string where = absl::StrCat(key, "[", i, "]");
-    const json& m = list[i];
-    if (!m.is_object() || !m.contains("role") || !m["role"].is_string()) {
-      return Bad(where, absl::StrCat(where, " must be an object with a string 'role'"));
-    }
-    ChatMessage message;
-    message.role = m["role"].get<std::string>();
-    if (message.role == "developer") message.role = "system";  // OpenAI's newer name
-    auto text = ContentText(m.contains("content") ? m["content"] : json(), where);
-    if (!text.ok()) return text.status();
-    message.content = std::move(*text);
-    if (m.contains("tool_calls") && !m["tool_calls"].is_null()) {
-      auto calls = ParseMessageToolCalls(m["tool_calls"], where);
-      if (!calls.ok()) return calls.status();
-      message.tool_calls = std::move(*calls);
-    }
-    if (m.contains("tool_call_id") && !m["tool_call_id"].is_null() &&
-        !m["tool_call_id"].is_string()) {
-      return Bad(where, absl::StrCat(where, ".tool_call_id must be a string"));
-    }
-    out.push_back(std::move(message));
+    auto message = ParseMessage(list[i], absl::StrCat(key, "[", i, "]"));
+    if (!message.ok()) return message.status();
+    out.push_back(std::move(*message));
   }
   return out;
 }
@@ -536,16 +559,7 @@ absl::StatusOr<ChatCompletionRequest> ParseChatCompletionRequest(std::string_vie
     j->erase("tool_choice");
   }
   KVFOLD_RETURN_IF_ERROR(ParseParams(*j, body, LogprobsForm::kChat, &r.params));
-  if (r.tools.choice == ToolChoice::kRequired || r.tools.choice == ToolChoice::kFunction) {
-    if (r.params.format != OutputFormat::kText) {
-      return Bad("tool_choice",
-                 "'tool_choice' \"required\" or a named function sets the answer's format; "
-                 "it cannot be combined with 'response_format' or guided decoding");
-    }
-    KVFOLD_RETURN_IF_ERROR(CheckToolSchemas(r.tools));
-    r.params.format = OutputFormat::kJsonSchema;
-    r.params.json_schema = ToolAnswerSchema(r.tools);
-  }
+  KVFOLD_RETURN_IF_ERROR(HoldToTools(r.tools, &r.params));
   KVFOLD_RETURN_IF_ERROR(GetBool(*j, "stream", &r.stream));
   KVFOLD_RETURN_IF_ERROR(ParseStreamOptions(*j, r.stream, &r.include_usage));
   KVFOLD_RETURN_IF_ERROR(GetBool(*j, "continue_final_message", &r.continue_final_message));
@@ -598,6 +612,84 @@ absl::StatusOr<CompletionRequest> ParseCompletionRequest(std::string_view body) 
   return r;
 }
 
+// The Responses API's tools and tool_choice in chat's form ({"type": "function",
+// "function": {...}}, {"type": "function", "function": {"name"}}), keys in the body's
+// order, for ParseTools.
+absl::StatusOr<nlohmann::ordered_json> ChatFormTools(std::string_view body) {
+  using ojson = nlohmann::ordered_json;
+  const ojson j = ojson::parse(body);
+  ojson out = ojson::object();
+  if (j.contains("tools") && j["tools"].is_array()) {
+    ojson tools = ojson::array();
+    for (size_t i = 0; i < j["tools"].size(); ++i) {
+      const ojson& t = j["tools"][i];
+      if (!t.is_object() || t.value("type", "") != "function") {
+        return Bad("tools", absl::StrCat("tools[", i,
+                                         "]: only {\"type\": \"function\", \"name\", "
+                                         "\"parameters\"} tools are supported"));
+      }
+      ojson function = ojson::object();
+      for (const auto& [key, value] : t.items()) {
+        if (key != "type") function[key] = value;
+      }
+      tools.push_back({{"type", "function"}, {"function", std::move(function)}});
+    }
+    out["tools"] = std::move(tools);
+  } else if (j.contains("tools")) {
+    out["tools"] = j["tools"];
+  }
+  if (j.contains("tool_choice")) {
+    const ojson& choice = j["tool_choice"];
+    out["tool_choice"] =
+        choice.is_object() && choice.contains("name")
+            ? ojson{{"type", choice.value("type", "")}, {"function", {{"name", choice["name"]}}}}
+            : choice;
+  }
+  if (j.contains("parallel_tool_calls")) out["parallel_tool_calls"] = j["parallel_tool_calls"];
+  return out;
+}
+
+// A Responses input: a string (one user message) or items: messages, function_call
+// (the assistant's call; consecutive calls are one assistant message) and
+// function_call_output (a tool message).
+absl::StatusOr<std::vector<ChatMessage>> ParseResponseInput(const json& input) {
+  if (input.is_string()) return std::vector<ChatMessage>{{"user", input.get<std::string>()}};
+  if (!input.is_array()) return Bad("input", "'input' must be a string or an array of items");
+  std::vector<ChatMessage> out;
+  for (size_t i = 0; i < input.size(); ++i) {
+    const json& item = input[i];
+    const std::string where = absl::StrCat("input[", i, "]");
+    const std::string type = item.is_object() ? item.value("type", "") : "";
+    if (type == "function_call") {
+      if (!item.contains("name") || !item["name"].is_string() || !item.contains("arguments") ||
+          !item["arguments"].is_string()) {
+        return Bad(where, absl::StrCat(where,
+                                       ": a function_call needs string 'name' and "
+                                       "'arguments' (JSON text)"));
+      }
+      auto arguments =
+          PythonJsonOf(item["arguments"].get<std::string>(), -1, absl::StrCat(where, ".arguments"));
+      if (!arguments.ok())
+        return Bad(absl::StrCat(where, ".arguments"), std::string(arguments.status().message()));
+      if (out.empty() || out.back().role != "assistant" || out.back().tool_calls.empty()) {
+        out.push_back({"assistant", ""});
+      }
+      out.back().tool_calls.push_back({item["name"].get<std::string>(), *arguments});
+    } else if (type == "function_call_output") {
+      if (!item.contains("output") || !item["output"].is_string()) {
+        return Bad(where, absl::StrCat(where, ": a function_call_output needs a string 'output'"));
+      }
+      out.push_back({"tool", item["output"].get<std::string>()});
+    } else {
+      auto message = ParseMessage(item, where);
+      if (!message.ok()) return message.status();
+      out.push_back(std::move(*message));
+    }
+  }
+  if (out.empty()) return Bad("input", "'input' must not be empty");
+  return out;
+}
+
 absl::StatusOr<ResponsesRequest> ParseResponsesRequest(std::string_view body) {
   auto j = ParseObject(body);
   if (!j.ok()) return j.status();
@@ -606,20 +698,28 @@ absl::StatusOr<ResponsesRequest> ParseResponsesRequest(std::string_view body) {
   KVFOLD_RETURN_IF_ERROR(GetString(*j, "instructions", &r.instructions));
   KVFOLD_RETURN_IF_ERROR(GetString(*j, "previous_response_id", &r.previous_response_id));
   KVFOLD_RETURN_IF_ERROR(GetBool(*j, "stream", &r.stream));
-  const json& input = j->contains("input") ? (*j)["input"] : json();
-  if (input.is_string()) {
-    r.input.push_back({"user", input.get<std::string>()});
-  } else if (input.is_array()) {
-    auto messages = ParseMessages(input, "input");
-    if (!messages.ok()) return messages.status();
-    r.input = std::move(*messages);
-  } else {
-    return Bad("input", "'input' must be a string or an array of messages");
+  auto input = ParseResponseInput(j->contains("input") ? (*j)["input"] : json());
+  if (!input.ok()) return input.status();
+  r.input = std::move(*input);
+  if (j->contains("tools") || j->contains("tool_choice") || j->contains("parallel_tool_calls")) {
+    auto chat_form = ChatFormTools(body);
+    if (!chat_form.ok()) return chat_form.status();
+    auto tools = ParseTools(*chat_form);
+    if (!tools.ok()) return tools.status();
+    r.tools = std::move(*tools);
+    j->erase("tools");
+    j->erase("tool_choice");
+    if (r.tools.active() && r.stream) {
+      return Bad("stream",
+                 "a streamed response with tools is not supported: use 'stream': false, or "
+                 "chat completions, which stream tool calls");
+    }
   }
   KVFOLD_RETURN_IF_ERROR(ParseParams(*j, body, LogprobsForm::kResponse, &r.params));
   if (r.params.n != 1) {
     return Bad("n", absl::StrCat("'n' is ", r.params.n, ": a response has one output (n = 1)"));
   }
+  KVFOLD_RETURN_IF_ERROR(HoldToTools(r.tools, &r.params));
   return r;
 }
 
@@ -860,9 +960,21 @@ std::string TypedEvent(std::string_view type, json body, int* sequence) {
 }  // namespace
 
 std::string ResponseJson(const ChatAnswer& a, std::string_view previous_response_id) {
-  return JsonText(ResponseObject(
-      a, previous_response_id,
-      json::array({ResponseMessage(a, json::array({OutputTextPart(a)}), "completed")})));
+  json output = json::array();
+  // An answer of calls alone has no message item.
+  if (a.tool_calls.empty() || !a.text.empty()) {
+    output.push_back(ResponseMessage(a, json::array({OutputTextPart(a)}), "completed"));
+  }
+  for (const ToolCallOut& call : a.tool_calls) {
+    output.push_back(
+        {{"type", "function_call"},
+         {"id", absl::StrCat("fc_", call.id.substr(std::min<size_t>(5, call.id.size())))},
+         {"call_id", call.id},
+         {"name", call.name},
+         {"arguments", call.arguments},
+         {"status", "completed"}});
+  }
+  return JsonText(ResponseObject(a, previous_response_id, output));
 }
 
 std::string ResponseStreamStart(const ChatAnswer& head, std::string_view previous_response_id,

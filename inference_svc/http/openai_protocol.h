@@ -104,6 +104,10 @@ struct ResponsesRequest {
   std::string previous_response_id;
   GenerationParams params;
   bool stream = false;  // OpenAI's typed events (ResponseStream*)
+  // Function tools ({"type": "function", "name", "parameters"}) and tool_choice in the
+  // Responses form, held as chat's; input items function_call / function_call_output
+  // become an assistant's tool calls / tool messages. Not with stream.
+  ToolSet tools;
 };
 
 // vLLM's POST /tokenize: a text prompt or chat messages, as a turn would feed them.

@@ -223,6 +223,46 @@ TEST_F(HttpApiTest, ToolResultsContinueTheConversation) {
   EXPECT_EQ(Body(whole)["usage"]["completion_tokens"], 6);
 }
 
+TEST_F(HttpApiTest, ResponsesCallFunctionsAndTakeTheirOutput) {
+  ojson request = {{"model", "stories260K"},    {"input", "What is the weather in Oslo?"},
+                   {"max_output_tokens", 120},  {"temperature", 0},
+                   {"tool_choice", "required"}, {"parallel_tool_calls", false},
+                   {"tools", ojson::array()}};
+  for (const ojson& t : kTools) {  // the Responses form: the function's fields flat
+    ojson flat = {{"type", "function"}};
+    for (const auto& [key, value] : t["function"].items()) flat[key] = value;
+    request["tools"].push_back(flat);
+  }
+  HttpReply r = HttpCall(port_[0], "POST", "/v1/responses", request.dump(), kAuth);
+  ASSERT_EQ(r.status, 200) << r.body;
+  const json first = Body(r);
+  ASSERT_EQ(first["output"].size(), 1u) << first;
+  const json& item = first["output"][0];
+  ASSERT_EQ(item["type"], "function_call") << first;
+  ExpectCall({{"id", item["call_id"]},
+              {"type", "function"},
+              {"function", {{"name", item["name"]}, {"arguments", item["arguments"]}}}});
+
+  // The output of the call continues the chain, on the other replica.
+  ojson next = {{"model", "stories260K"},
+                {"previous_response_id", first["id"]},
+                {"max_output_tokens", 6},
+                {"tools", request["tools"]},
+                {"input",
+                 {{{"type", "function_call_output"},
+                   {"call_id", item["call_id"]},
+                   {"output", "Snow, -3 C."}}}}};
+  HttpReply second = HttpCall(port_[1], "POST", "/v1/responses", next.dump(), kAuth);
+  ASSERT_EQ(second.status, 200) << second.body;
+  const json answer = Body(second);
+  EXPECT_EQ(answer["previous_response_id"], first["id"]);
+  EXPECT_EQ(answer["usage"]["output_tokens"], 6);
+
+  request["stream"] = true;
+  HttpReply streamed = HttpCall(port_[0], "POST", "/v1/responses", request.dump(), kAuth);
+  EXPECT_EQ(streamed.status, 400) << streamed.body;
+}
+
 TEST_F(HttpApiTest, TokenizeCountsTheToolsAChatTurnShows) {
   ojson chat = ToolChat();
   chat["max_tokens"] = 2;

@@ -790,6 +790,67 @@ TEST(ToolCallsTest, ReadsCallsFromTheModelsText) {
   EXPECT_NE(id, NewToolCallId());
 }
 
+TEST(ToolCallsTest, ResponsesTakeFunctionToolsAndCallItems) {
+  const json body = {
+      {"input",
+       {{{"role", "user"}, {"content", "Time?"}},
+        {{"type", "function_call"},
+         {"call_id", "call_1"},
+         {"name", "time"},
+         {"arguments", R"({"zone":"CET"})"}},
+        {{"type", "function_call"}, {"call_id", "call_2"}, {"name", "time"}, {"arguments", "{}"}},
+        {{"type", "function_call_output"}, {"call_id", "call_1"}, {"output", "12:00"}}}},
+      {"tools", {{{"type", "function"}, {"name", "time"}, {"parameters", {{"type", "object"}}}}}},
+      {"tool_choice", {{"type", "function"}, {"name", "time"}}}};
+  auto r = ParseResponsesRequest(body.dump());
+  ASSERT_TRUE(r.ok()) << r.status();
+  ASSERT_EQ(r->input.size(), 3u);
+  EXPECT_EQ(r->input[1].role, "assistant");
+  ASSERT_EQ(r->input[1].tool_calls.size(), 2u);  // consecutive calls: one message
+  EXPECT_EQ(r->input[1].tool_calls[0].arguments, R"({"zone": "CET"})");
+  EXPECT_EQ(r->input[2].role, "tool");
+  EXPECT_EQ(r->input[2].content, "12:00");
+  EXPECT_EQ(r->tools.choice, ToolChoice::kFunction);
+  EXPECT_EQ(
+      r->tools.functions[0].rendered,
+      R"({"type": "function", "function": {"name": "time", "parameters": {"type": "object"}}})");
+  EXPECT_EQ(r->params.format, OutputFormat::kJsonSchema);
+
+  auto error = [&](json b) { return ParseResponsesRequest(b.dump()).status(); };
+  json streamed = body;
+  streamed["stream"] = true;
+  EXPECT_THAT(ErrorJson(error(streamed)), HasSubstr("\"param\":\"stream\""));
+  json search = body;
+  search["tools"] = {{{"type", "web_search"}}};
+  EXPECT_THAT(error(search).message(), HasSubstr("only {\"type\": \"function\""));
+  json bad_call = body;
+  bad_call["input"][1]["arguments"] = "{x";
+  EXPECT_THAT(ErrorJson(error(bad_call)), HasSubstr("\"param\":\"input[1].arguments\""));
+  json bad_output = body;
+  bad_output["input"][3].erase("output");
+  EXPECT_THAT(error(bad_output).message(), HasSubstr("input[3]: a function_call_output needs"));
+  json bad_message = body;
+  bad_message["input"][0].erase("role");
+  EXPECT_THAT(error(bad_message).message(), HasSubstr("input[0] must be an object"));
+
+  // The answer: function_call items, no message item when there is no text.
+  ChatAnswer a;
+  a.id = "resp_1_s";
+  a.finish_reason = "tool_calls";
+  a.tool_calls = {{"call_abc", "time", R"({"zone":"UTC"})"}};
+  json out = json::parse(ResponseJson(a, ""));
+  ASSERT_EQ(out["output"].size(), 1u);
+  EXPECT_EQ(out["output"][0]["type"], "function_call");
+  EXPECT_EQ(out["output"][0]["call_id"], "call_abc");
+  EXPECT_EQ(out["output"][0]["id"], "fc_abc");
+  EXPECT_EQ(out["output"][0]["arguments"], R"({"zone":"UTC"})");
+  EXPECT_EQ(out["status"], "completed");
+  a.text = "Checking.";
+  out = json::parse(ResponseJson(a, ""));
+  ASSERT_EQ(out["output"].size(), 2u);
+  EXPECT_EQ(out["output"][0]["type"], "message");
+}
+
 TEST(ToolCallsTest, AnswersCarryToolCalls) {
   ChatAnswer a;
   a.id = "chatcmpl-1";
