@@ -34,6 +34,14 @@ absl::StatusOr<json> ParseObject(std::string_view body) {
   return j;
 }
 
+// `j[key]` when `j` is an object whose `key` is a string; "" otherwise (json::value would
+// throw on a value of another type).
+template <typename Json>
+std::string StringField(const Json& j, const char* key) {
+  if (!j.is_object() || !j.contains(key) || !j[key].is_string()) return "";
+  return j[key].template get<std::string>();
+}
+
 // Optional typed fields: absent or null leaves *out alone.
 absl::Status GetString(const json& j, const char* key, std::string* out) {
   if (!j.contains(key) || j[key].is_null()) return absl::OkStatus();
@@ -427,7 +435,7 @@ absl::StatusOr<std::string> ContentText(const json& content, const std::string& 
   }
   std::string text;
   for (const json& part : content) {
-    const std::string type = part.is_object() ? part.value("type", "") : "";
+    const std::string type = StringField(part, "type");
     if ((type != "text" && type != "input_text" && type != "output_text") ||
         !part.contains("text") || !part["text"].is_string()) {
       return Bad(absl::StrCat(where, ".content"),
@@ -623,7 +631,7 @@ absl::StatusOr<nlohmann::ordered_json> ChatFormTools(std::string_view body) {
     ojson tools = ojson::array();
     for (size_t i = 0; i < j["tools"].size(); ++i) {
       const ojson& t = j["tools"][i];
-      if (!t.is_object() || t.value("type", "") != "function") {
+      if (StringField(t, "type") != "function") {
         return Bad("tools", absl::StrCat("tools[", i,
                                          "]: only {\"type\": \"function\", \"name\", "
                                          "\"parameters\"} tools are supported"));
@@ -642,7 +650,7 @@ absl::StatusOr<nlohmann::ordered_json> ChatFormTools(std::string_view body) {
     const ojson& choice = j["tool_choice"];
     out["tool_choice"] =
         choice.is_object() && choice.contains("name")
-            ? ojson{{"type", choice.value("type", "")}, {"function", {{"name", choice["name"]}}}}
+            ? ojson{{"type", StringField(choice, "type")}, {"function", {{"name", choice["name"]}}}}
             : choice;
   }
   if (j.contains("parallel_tool_calls")) out["parallel_tool_calls"] = j["parallel_tool_calls"];
@@ -659,7 +667,7 @@ absl::StatusOr<std::vector<ChatMessage>> ParseResponseInput(const json& input) {
   for (size_t i = 0; i < input.size(); ++i) {
     const json& item = input[i];
     const std::string where = absl::StrCat("input[", i, "]");
-    const std::string type = item.is_object() ? item.value("type", "") : "";
+    const std::string type = StringField(item, "type");
     if (type == "function_call") {
       if (!item.contains("name") || !item["name"].is_string() || !item.contains("arguments") ||
           !item["arguments"].is_string()) {

@@ -420,13 +420,27 @@ TEST(OpenAiProtocolTest, RandomBodiesGetOkOrAPreciseError) {
       1e308, -1e308, 3.5, -0.0, "", "user", "system", [], [1, 2], {}, {"a": 1}, [{}], [[]],
       [{"role": "user"}], [{"role": "user", "content": [{"type": "text", "text": "a"}]}],
       [{"role": 5, "content": "x"}], {"include_usage": "yes"},
-      ["message.output_text.logprobs"], {"13": -100}, {"13": 1e9}, {"x": 1}])");
+      ["message.output_text.logprobs"], {"13": -100}, {"13": 1e9}, {"x": 1},
+      [{"role": "user", "content": [{"type": 7}]}], [{"type": 3}], "required", "auto",
+      {"type": "function", "function": {"name": "f"}}, {"type": 1, "name": "f"},
+      {"type": "function", "name": "g"},
+      [{"type": "function", "function": {"name": "f", "parameters": {"type": "object"}}}],
+      [{"type": "function", "function": {"name": "f"}}, {"type": "function", "function": 3}],
+      [{"type": "function", "name": "f", "parameters": {"type": "object"}}],
+      [{"role": "assistant", "tool_calls": [{"function": {"name": "f", "arguments": "{}"}}]},
+       {"role": "tool", "content": "x"}],
+      [{"role": "assistant", "tool_calls": [{"function": {"name": 1, "arguments": 2}}]}],
+      [{"type": "function_call", "name": "f", "arguments": "{"},
+       {"type": "function_call_output", "output": 3}],
+      [{"type": "function_call", "call_id": "c", "name": "f", "arguments": "{}"},
+       {"type": "function_call_output", "call_id": "c", "output": "ok"}]])");
   values.push_back(std::string(5000, 'x'));
   const json keys = json::parse(R"([
       "model", "messages", "prompt", "input", "max_tokens", "max_completion_tokens",
       "max_output_tokens", "temperature", "top_p", "seed", "stream", "stream_options",
       "logprobs", "top_logprobs", "n", "stop", "previous_response_id", "instructions",
-      "include", "tools", "response_format", "text", "logit_bias", "echo", "suffix", "best_of",
+      "include", "tools", "tool_choice", "parallel_tool_calls", "response_format", "text",
+      "logit_bias", "echo", "suffix", "best_of",
       "kvfold_session", "continue_final_message", "presence_penalty", "frequency_penalty",
       "repetition_penalty", "top_k", "min_p"])");
   const json bases[3] = {
