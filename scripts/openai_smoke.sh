@@ -306,6 +306,17 @@ const fnFollowUp = await B.responses.create({ model, previous_response_id: fnRes
   input: [{ type: "function_call_output", call_id: fnCall.call_id, output: "Snow, -3 C." }] });
 check(fnFollowUp.previous_response_id === fnResponse.id && fnFollowUp.usage.output_tokens > 0,
       `function_call_output continues ${fnResponse.id}: ${JSON.stringify(fnFollowUp.output_text)}`);
+const fnStream = await B.responses.create({ model, input: "Weather in Oslo?", temperature: 0,
+  max_output_tokens: 60, tools: responseTools, tool_choice: "required", parallel_tool_calls: false,
+  stream: true });
+let fnArgsDone = null, fnCompleted = null;
+for await (const event of fnStream) {
+  if (event.type === "response.function_call_arguments.done") fnArgsDone = event.arguments;
+  if (event.type === "response.completed") fnCompleted = event.response;
+}
+const streamedFn = fnCompleted?.output.find((item) => item.type === "function_call");
+check(streamedFn?.arguments === fnCall.arguments && fnArgsDone === fnCall.arguments,
+      `streamed responses function_call -> ${streamedFn?.name}(${streamedFn?.arguments})`);
 console.log("openai_smoke: all checks passed");
 EOF
 (cd "$WORK/node" && timeout 300 node smoke.mjs "${HTTP[A]}" "${HTTP[B]}")

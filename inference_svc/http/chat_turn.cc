@@ -298,20 +298,25 @@ void ChatTurn::EmitContentLocked(const std::string& text, std::vector<TokenLogpr
   pending_ = holding_ ? std::string() : pending_.substr(shown);
 }
 
-std::string ChatTurn::FinishToolStreamLocked(const std::string& finish_reason) {
+void ChatTurn::FinishToolStreamLocked(ChatAnswer* answer) {
   ToolAnswer read = ReadToolAnswer(tool_text_, *options_.tools);
   if (read.calls.empty()) {
     EmitLocked(pending_ + held_, std::move(unsent_logprobs_), "");
-    return finish_reason;
+    return;
   }
   for (ToolCallOut& call : read.calls) call.id = NewToolCallId();
+  answer->finish_reason = "tool_calls";
+  if (options_.api == ChatTurnOptions::Api::kResponse) {
+    // A response's closing events carry the calls (ResponseStreamEnd).
+    answer->tool_calls = std::move(read.calls);
+    return;
+  }
   ChatAnswer head = options_.head;
   head.index = index_;
   const bool first = first_chunk_;
   std::vector<TokenLogprob> logprobs = std::move(unsent_logprobs_);
   set_->Stream([&](int*) { return ChatToolCallsChunkEvent(head, read.calls, first, logprobs); });
   first_chunk_ = false;
-  return "tool_calls";
 }
 
 void ChatTurn::OnPromptLogprobs(const std::vector<int32_t>& ids,
@@ -376,9 +381,7 @@ void ChatTurn::OnDone(const absl::Status& status, const TurnResult& result,
     answer.id = ResponseId(answer.usage.session_id, result.version);
   }
   EmitContentLocked(visible, {});
-  if (options_.tools != nullptr && options_.stream) {
-    answer.finish_reason = FinishToolStreamLocked(answer.finish_reason);
-  }
+  if (options_.tools != nullptr && options_.stream) FinishToolStreamLocked(&answer);
   if (options_.stream && options_.api != ChatTurnOptions::Api::kResponse) {
     EmitLocked("", {}, answer.finish_reason);
   }

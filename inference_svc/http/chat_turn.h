@@ -126,9 +126,10 @@ class ChatTurn final : public TurnObserver {
                   const std::string& finish_reason);
   // Visible text of the answer: EmitLocked, or held back where it may be a tool call.
   void EmitContentLocked(const std::string& text, std::vector<TokenLogprob> logprobs);
-  // The end of a streamed tool answer: its calls, or what was held back as content.
-  // Returns the finish reason.
-  std::string FinishToolStreamLocked(const std::string& finish_reason);
+  // The end of a streamed tool answer: what was held back goes out as content, or its
+  // calls do (a chat delta; a response's closing events, from answer->tool_calls) and
+  // answer->finish_reason becomes "tool_calls".
+  void FinishToolStreamLocked(ChatAnswer* answer);
   void CancelLocked();
   // Token `id` as the answer shows it, with its log-probabilities (null: unscored).
   TokenLogprob Shown(int32_t id, const TokenLogprobIds* logprobs) const;

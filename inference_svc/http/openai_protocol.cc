@@ -717,11 +717,6 @@ absl::StatusOr<ResponsesRequest> ParseResponsesRequest(std::string_view body) {
     r.tools = std::move(*tools);
     j->erase("tools");
     j->erase("tool_choice");
-    if (r.tools.active() && r.stream) {
-      return Bad("stream",
-                 "a streamed response with tools is not supported: use 'stream': false, or "
-                 "chat completions, which stream tool calls");
-    }
   }
   KVFOLD_RETURN_IF_ERROR(ParseParams(*j, body, LogprobsForm::kResponse, &r.params));
   if (r.params.n != 1) {
@@ -958,6 +953,17 @@ json ResponseObject(const ChatAnswer& a, std::string_view previous_response_id, 
           {"error", nullptr}};
 }
 
+// A call of a response as its function_call output item; `done` false: in progress, no
+// arguments yet (a stream's item announcement).
+json FunctionCallItem(const ToolCallOut& call, bool done) {
+  return {{"type", "function_call"},
+          {"id", absl::StrCat("fc_", call.id.substr(std::min<size_t>(5, call.id.size())))},
+          {"call_id", call.id},
+          {"name", call.name},
+          {"arguments", done ? call.arguments : ""},
+          {"status", done ? "completed" : "in_progress"}};
+}
+
 // One typed event of a streamed response.
 std::string TypedEvent(std::string_view type, json body, int* sequence) {
   body["type"] = std::string(type);
@@ -973,15 +979,7 @@ std::string ResponseJson(const ChatAnswer& a, std::string_view previous_response
   if (a.tool_calls.empty() || !a.text.empty()) {
     output.push_back(ResponseMessage(a, json::array({OutputTextPart(a)}), "completed"));
   }
-  for (const ToolCallOut& call : a.tool_calls) {
-    output.push_back(
-        {{"type", "function_call"},
-         {"id", absl::StrCat("fc_", call.id.substr(std::min<size_t>(5, call.id.size())))},
-         {"call_id", call.id},
-         {"name", call.name},
-         {"arguments", call.arguments},
-         {"status", "completed"}});
-  }
+  for (const ToolCallOut& call : a.tool_calls) output.push_back(FunctionCallItem(call, true));
   return JsonText(ResponseObject(a, previous_response_id, output));
 }
 
@@ -1025,10 +1023,28 @@ std::string ResponseStreamEnd(const ChatAnswer& a, std::string_view previous_res
   text_done["text"] = a.text;
   json part_done = where;
   part_done["part"] = part;
-  const json response = ResponseObject(a, previous_response_id, json::array({item}));
+  json output = json::array({item});
   std::string out = TypedEvent("response.output_text.done", text_done, sequence);
   out += TypedEvent("response.content_part.done", part_done, sequence);
   out += TypedEvent("response.output_item.done", {{"output_index", 0}, {"item", item}}, sequence);
+  // The calls after the message, each announced, its arguments whole, and done.
+  for (const ToolCallOut& call : a.tool_calls) {
+    const int index = static_cast<int>(output.size());
+    const json done = FunctionCallItem(call, true);
+    const json at = {{"item_id", done["id"]}, {"output_index", index}};
+    out += TypedEvent("response.output_item.added",
+                      {{"output_index", index}, {"item", FunctionCallItem(call, false)}}, sequence);
+    json delta = at;
+    delta["delta"] = call.arguments;
+    out += TypedEvent("response.function_call_arguments.delta", delta, sequence);
+    json arguments_done = at;
+    arguments_done["arguments"] = call.arguments;
+    out += TypedEvent("response.function_call_arguments.done", arguments_done, sequence);
+    out += TypedEvent("response.output_item.done", {{"output_index", index}, {"item", done}},
+                      sequence);
+    output.push_back(done);
+  }
+  const json response = ResponseObject(a, previous_response_id, output);
   out +=
       TypedEvent(response["status"] == "incomplete" ? "response.incomplete" : "response.completed",
                  {{"response", response}}, sequence);

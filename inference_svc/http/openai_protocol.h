@@ -106,7 +106,7 @@ struct ResponsesRequest {
   bool stream = false;  // OpenAI's typed events (ResponseStream*)
   // Function tools ({"type": "function", "name", "parameters"}) and tool_choice in the
   // Responses form, held as chat's; input items function_call / function_call_output
-  // become an assistant's tool calls / tool messages. Not with stream.
+  // become an assistant's tool calls / tool messages.
   ToolSet tools;
 };
 
@@ -190,7 +190,10 @@ std::string ResponseJson(const ChatAnswer& answer, std::string_view previous_res
 // event's sequence_number). Start: response.created (status in_progress, no output),
 // response.output_item.added and response.content_part.added; then one
 // response.output_text.delta per piece of text; End: response.output_text.done,
-// response.content_part.done, response.output_item.done and response.completed (or
+// response.content_part.done, response.output_item.done, for each tool call
+// response.output_item.added, response.function_call_arguments.delta (the arguments
+// whole), response.function_call_arguments.done and response.output_item.done (items 1..,
+// after the message item, which stays even when empty), and response.completed (or
 // response.incomplete when max_output_tokens ended it), carrying ResponseJson's object.
 // A failure after the start ends the stream with response.failed, whose response carries
 // the error's code and message.

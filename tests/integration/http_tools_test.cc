@@ -258,9 +258,24 @@ TEST_F(HttpApiTest, ResponsesCallFunctionsAndTakeTheirOutput) {
   EXPECT_EQ(answer["previous_response_id"], first["id"]);
   EXPECT_EQ(answer["usage"]["output_tokens"], 6);
 
+  // Streamed: the call comes as a function_call item after the (empty) message item.
   request["stream"] = true;
-  HttpReply streamed = HttpCall(port_[0], "POST", "/v1/responses", request.dump(), kAuth);
-  EXPECT_EQ(streamed.status, 400) << streamed.body;
+  HttpReply streamed = HttpCall(port_[1], "POST", "/v1/responses", request.dump(), kAuth);
+  ASSERT_EQ(streamed.status, 200) << streamed.body;
+  json completed, arguments_done;
+  for (const std::string& e : streamed.Events()) {
+    const json event = json::parse(e);
+    EXPECT_NE(event["type"], "response.output_text.delta") << e;  // the call is held back
+    if (event["type"] == "response.completed") completed = event["response"];
+    if (event["type"] == "response.function_call_arguments.done") arguments_done = event;
+  }
+  ASSERT_EQ(completed["output"].size(), 2u) << streamed.body;
+  const json& call = completed["output"][1];
+  ASSERT_EQ(call["type"], "function_call");
+  EXPECT_EQ(arguments_done["arguments"], call["arguments"]);
+  ExpectCall({{"id", call["call_id"]},
+              {"type", "function"},
+              {"function", {{"name", call["name"]}, {"arguments", call["arguments"]}}}});
 }
 
 TEST_F(HttpApiTest, TokenizeCountsTheToolsAChatTurnShows) {

@@ -831,9 +831,6 @@ TEST(ToolCallsTest, ResponsesTakeFunctionToolsAndCallItems) {
   EXPECT_EQ(r->params.format, OutputFormat::kJsonSchema);
 
   auto error = [&](json b) { return ParseResponsesRequest(b.dump()).status(); };
-  json streamed = body;
-  streamed["stream"] = true;
-  EXPECT_THAT(ErrorJson(error(streamed)), HasSubstr("\"param\":\"stream\""));
   json search = body;
   search["tools"] = {{{"type", "web_search"}}};
   EXPECT_THAT(error(search).message(), HasSubstr("only {\"type\": \"function\""));
@@ -863,6 +860,30 @@ TEST(ToolCallsTest, ResponsesTakeFunctionToolsAndCallItems) {
   out = json::parse(ResponseJson(a, ""));
   ASSERT_EQ(out["output"].size(), 2u);
   EXPECT_EQ(out["output"][0]["type"], "message");
+
+  // Streamed: after the message item, each call announced, its arguments, done.
+  int sequence = 5;
+  const std::string end = ResponseStreamEnd(a, "", &sequence);
+  std::vector<json> events;
+  for (size_t pos = 0; (pos = end.find("data: ", pos)) != std::string::npos;) {
+    const size_t stop = end.find("\n\n", pos);
+    events.push_back(json::parse(end.substr(pos + 6, stop - pos - 6)));
+    pos = stop;
+  }
+  std::vector<std::string> types;
+  for (const json& e : events) types.push_back(e["type"]);
+  EXPECT_THAT(types,
+              ::testing::ElementsAre("response.output_text.done", "response.content_part.done",
+                                     "response.output_item.done", "response.output_item.added",
+                                     "response.function_call_arguments.delta",
+                                     "response.function_call_arguments.done",
+                                     "response.output_item.done", "response.completed"));
+  EXPECT_EQ(events[3]["output_index"], 1);
+  EXPECT_EQ(events[3]["item"]["status"], "in_progress");
+  EXPECT_EQ(events[5]["arguments"], R"({"zone":"UTC"})");
+  EXPECT_EQ(events[6]["item"], out["output"][1]);
+  EXPECT_EQ(events[7]["response"]["output"], out["output"]);
+  EXPECT_EQ(events[7]["sequence_number"], 12);
 }
 
 TEST(ToolCallsTest, AnswersCarryToolCalls) {
