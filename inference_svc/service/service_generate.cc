@@ -46,8 +46,15 @@ grpc::Status InferenceServiceImpl::Generate(grpc::ServerContext* context,
   turn_request.prompt_ids.assign(request->prompt_token_ids().begin(),
                                  request->prompt_token_ids().end());
   for (const v1::ChatMessage& m : request->messages()) {
-    turn_request.messages.push_back({m.role(), m.content()});
+    ChatMessage& message = turn_request.messages.emplace_back(m.role(), m.content());
+    for (const v1::ToolCall& call : m.tool_calls()) {
+      message.tool_calls.push_back({call.name(), call.arguments()});
+    }
   }
+  if (!request->tools().empty() && request->messages().empty()) {
+    return ToGrpcStatus(absl::InvalidArgumentError("tools go with messages"));
+  }
+  turn_request.tools.assign(request->tools().begin(), request->tools().end());
   turn_request.sampling = FromProto(request->sampling());
   if (request->prompt_logprobs() && !request->echo()) {
     return ToGrpcStatus(absl::InvalidArgumentError("prompt_logprobs needs echo"));

@@ -297,6 +297,57 @@ TEST_F(HttpApiTest, TokenizeCountsTheToolsAChatTurnShows) {
   EXPECT_EQ(refused.status, 400) << refused.body;
 }
 
+TEST_F(HttpApiTest, GrpcMessagesCarryToolsCallsAndResults) {
+  // The same conversation over HTTP's /tokenize and gRPC's Generate: the same prompt.
+  const ojson messages = {
+      {{"role", "user"}, {"content", "Time in Paris?"}},
+      {{"role", "assistant"},
+       {"content", ""},
+       {"tool_calls",
+        {{{"id", "c1"},
+          {"type", "function"},
+          {"function", {{"name", "get_time"}, {"arguments", R"({"zone":"CET"})"}}}}}}},
+      {{"role", "tool"}, {"tool_call_id", "c1"}, {"content", "12:00"}}};
+  HttpReply tokenized = HttpCall(port_[0], "POST", "/tokenize",
+                                 ojson{{"messages", messages}, {"tools", kTools}}.dump(), kAuth);
+  ASSERT_EQ(tokenized.status, 200) << tokenized.body;
+
+  auto generate = [&](const std::string& session, const std::string& arguments,
+                      uint32_t* prompt_tokens) {
+    EXPECT_TRUE(CreateGrpcSession(1, session).ok());
+    grpc::ClientContext context;
+    Authorize(&context);
+    v1::GenerateRequest request;
+    request.set_session_id(session);
+    request.mutable_sampling()->set_max_new_tokens(2);
+    for (const ojson& t : kTools) request.add_tools(t.dump());
+    v1::ChatMessage* user = request.add_messages();
+    user->set_role("user");
+    user->set_content("Time in Paris?");
+    v1::ChatMessage* assistant = request.add_messages();
+    assistant->set_role("assistant");
+    v1::ToolCall* call = assistant->add_tool_calls();
+    call->set_name("get_time");
+    call->set_arguments(arguments);
+    v1::ChatMessage* result = request.add_messages();
+    result->set_role("tool");
+    result->set_content("12:00");
+    auto reader = cluster_->stub(1).Generate(&context, request);
+    v1::GenerateResponse response;
+    while (reader->Read(&response)) {
+      if (response.has_final()) *prompt_tokens = response.final().usage().prompt_tokens();
+    }
+    return reader->Finish();
+  };
+  uint32_t prompt_tokens = 0;
+  grpc::Status ok = generate("grpc-tools", R"({"zone":"CET"})", &prompt_tokens);
+  ASSERT_TRUE(ok.ok()) << ok.error_message();
+  EXPECT_EQ(prompt_tokens, Body(tokenized)["count"]);
+  grpc::Status bad = generate("grpc-tools-bad", "{zone", &prompt_tokens);
+  EXPECT_EQ(bad.error_code(), grpc::StatusCode::INVALID_ARGUMENT);
+  EXPECT_THAT(bad.error_message(), HasSubstr("arguments is not JSON text"));
+}
+
 TEST_F(HttpApiTest, BadToolsAreRefusedNamingTheField) {
   auto refused = [&](ojson body, const std::string& param, const std::string& text) {
     HttpReply r = HttpCall(port_[0], "POST", "/v1/chat/completions", body.dump(), kAuth);
