@@ -137,7 +137,9 @@ TEST_F(HttpApiTest, VllmGuidedChoiceAndJson) {
   ASSERT_EQ(r.status, 200) << r.body;
   // Every generated token was picked under the mask.
   EXPECT_EQ(structured_tokens() - before, Body(r)["usage"]["completion_tokens"].get<double>());
-  for (const json& choice : Body(r)["choices"]) {
+  // The body outlives the loop (a temporary's member would not).
+  const json answers = Body(r)["choices"];
+  for (const json& choice : answers) {
     const std::string text = choice["message"]["content"].get<std::string>();
     EXPECT_NE(std::find(choices.begin(), choices.end(), text), choices.end()) << text;
     EXPECT_EQ(choice["finish_reason"], "stop");

@@ -108,7 +108,9 @@ TEST_F(HttpApiTest, ToolChoiceRequiredAnswersWithCalls) {
   chat.erase("parallel_tool_calls");
   r = HttpCall(port_[1], "POST", "/v1/chat/completions", chat.dump(), kAuth);
   ASSERT_EQ(r.status, 200) << r.body;
-  for (const json& choice : Body(r)["choices"]) {
+  // The body outlives the loop (a temporary's member would not).
+  const json choices = Body(r)["choices"];
+  for (const json& choice : choices) {
     if (choice["finish_reason"] == "tool_calls") {
       for (const json& call : choice["message"]["tool_calls"]) ExpectCall(call);
     } else {
