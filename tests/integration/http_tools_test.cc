@@ -14,6 +14,7 @@
 #include "gtest/gtest.h"
 #include "inference_svc/tokenizer/chat_template.h"
 #include "inference_svc/tokenizer/tokenizer.h"
+#include "tests/inference_svc/tokenizer/test_util.h"
 #include "tests/integration/http_api_fixture.h"
 
 namespace kvfold::testing {
@@ -398,20 +399,7 @@ class HttpLlama31ToolsTest : public ::testing::Test {
 
   static std::string ByteLevelTokenizerJson() {
     json vocab = json::object();
-    // GPT-2's byte-to-character map: printable bytes are themselves, the others U+0100...
-    int shifted = 0;
-    for (int b = 0; b < 256; ++b) {
-      const bool printable = (b >= 33 && b <= 126) || (b >= 161 && b <= 172) || b >= 174;
-      const int code = printable ? b : 256 + shifted++;
-      std::string ch;
-      if (code < 0x80) {
-        ch.push_back(static_cast<char>(code));
-      } else {
-        ch.push_back(static_cast<char>(0xC0 | (code >> 6)));
-        ch.push_back(static_cast<char>(0x80 | (code & 0x3F)));
-      }
-      vocab[ch] = b;
-    }
+    for (int b = 0; b < 256; ++b) vocab[ByteChar(b)] = b;  // GPT-2's byte characters
     json added = json::array();
     for (size_t i = 0; i < std::size(kLlamaSpecials); ++i) {
       added.push_back({{"id", 256 + i}, {"content", kLlamaSpecials[i]}, {"special", true}});
