@@ -1,5 +1,7 @@
 #include "common/rng.h"
 
+#include <random>
+
 namespace kvfold {
 
 uint64_t SplitMix64(uint64_t& state) {
@@ -33,5 +35,22 @@ uint64_t Rng::Next() {
 }
 
 double Rng::Uniform() { return static_cast<double>(Next() >> 11) * 0x1.0p-53; }
+
+uint64_t RandomWord() {
+  thread_local std::mt19937_64 generator(std::random_device{}());
+  return generator();
+}
+
+std::string RandomHex(int digits) {
+  static constexpr char kHex[] = "0123456789abcdef";
+  std::string out;
+  out.reserve(static_cast<size_t>(digits));
+  uint64_t bits = 0;
+  for (int i = 0; i < digits; ++i, bits >>= 4) {
+    if (i % 16 == 0) bits = RandomWord();
+    out.push_back(kHex[bits & 15]);
+  }
+  return out;
+}
 
 }  // namespace kvfold

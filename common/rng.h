@@ -7,6 +7,7 @@
 
 #include <array>
 #include <cstdint>
+#include <string>
 
 namespace kvfold {
 
@@ -26,6 +27,15 @@ class Rng {
  private:
   std::array<uint64_t, 4> s_;
 };
+
+// A word from a per-thread generator seeded by std::random_device: for what must differ
+// between processes and runs (ids that must not collide, an unseeded request's seed).
+// Not reproducible; samplers use Rng.
+uint64_t RandomWord();
+
+// `digits` lowercase hex digits of RandomWord: the random part of session, response and
+// tool-call ids.
+std::string RandomHex(int digits);
 
 }  // namespace kvfold
 

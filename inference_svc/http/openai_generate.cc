@@ -6,29 +6,17 @@
 // session already holds a conversation.
 #include <algorithm>
 #include <chrono>
-#include <random>
 
 #include "absl/strings/str_cat.h"
+#include "common/rng.h"
 #include "inference_svc/http/chat_turn.h"
 #include "inference_svc/http/openai_front.h"
 
 namespace kvfold::http {
 namespace {
 
-uint64_t RandomU64() {
-  thread_local std::mt19937_64 rng(std::random_device{}());
-  return rng();
-}
-
-std::string RandomHex() {
-  static constexpr char kHex[] = "0123456789abcdef";
-  std::string out;
-  for (int i = 0; i < 2; ++i) {
-    uint64_t v = RandomU64();
-    for (int k = 0; k < 16; ++k, v >>= 4) out.push_back(kHex[v & 15]);
-  }
-  return out;
-}
+// The random part of the ids this front makes.
+std::string RandomHex() { return kvfold::RandomHex(32); }
 
 int64_t NowSeconds() {
   return std::chrono::duration_cast<std::chrono::seconds>(
@@ -101,7 +89,7 @@ void AnnotateTurn(ObservedExchange& exchange, const TurnSpec& spec, bool record_
 uint64_t ChoiceSeed(const GenerationParams& p, int index) {
   if (p.seed.has_value()) return *p.seed + static_cast<uint64_t>(index);
   uint64_t seed = 0;
-  while (seed == 0) seed = RandomU64();
+  while (seed == 0) seed = RandomWord();
   return seed;
 }
 
@@ -136,11 +124,10 @@ void StartChoices(TurnPort* port, const Tokenizer* tokenizer, const Caller& call
   }
 }
 
-// The tools an answer is read for (null: none); Llama 3.1 writes a call as the whole
-// answer, the other families in tags.
+// The tools an answer is read for (null: none), in the way the model's family writes calls.
 std::shared_ptr<const ToolSet> ToolsOfAnswer(ToolSet tools, const ChatTemplate& chat) {
   if (!tools.active()) return nullptr;
-  if (chat.format() == ChatFormat::kLlama31) tools.style = ToolCallStyle::kJson;
+  tools.style = ToolCallStyleOf(chat.format());
   return std::make_shared<const ToolSet>(std::move(tools));
 }
 

@@ -473,27 +473,6 @@ absl::StatusOr<std::vector<ChatToolCall>> ParseMessageToolCalls(const json& list
   return calls;
 }
 
-// tool_choice required or a named function holds the answer to the tools' parameters:
-// each must be a schema of the structured-output subset, and so must the answer's.
-absl::Status CheckToolSchemas(const ToolSet& tools) {
-  for (size_t i = 0; i < tools.functions.size(); ++i) {
-    const ToolFunction& f = tools.functions[i];
-    if (tools.choice == ToolChoice::kFunction && f.name != tools.forced) continue;
-    auto compiled = structured::Grammar::FromSchema(f.parameters);
-    if (!compiled.ok()) {
-      return Bad("tools",
-                 absl::StrCat("tools[", i, "].function.parameters: ", compiled.status().message(),
-                              "; with this tool_choice the arguments are held to it"));
-    }
-  }
-  auto compiled = structured::Grammar::FromSchema(ToolAnswerSchema(tools));
-  if (!compiled.ok()) {
-    return Bad("tool_choice",
-               absl::StrCat("the answer's schema of these tools: ", compiled.status().message()));
-  }
-  return absl::OkStatus();
-}
-
 // tool_choice required or a named function: the answer held to ToolAnswerSchema (not
 // beside another format).
 absl::Status HoldToTools(const ToolSet& tools, GenerationParams* p) {

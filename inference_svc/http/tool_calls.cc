@@ -2,11 +2,12 @@
 #include "inference_svc/http/tool_calls.h"
 
 #include <algorithm>
-#include <random>
 
 #include "absl/strings/ascii.h"
 #include "absl/strings/str_cat.h"
+#include "common/rng.h"
 #include "inference_svc/http/openai_protocol.h"
+#include "inference_svc/structured/json_grammar.h"
 
 namespace kvfold::http {
 namespace {
@@ -133,16 +134,30 @@ bool ReadJsonCalls(std::string_view text, const ToolSet& tools, std::vector<Tool
 
 }  // namespace
 
-std::string NewToolCallId() {
-  thread_local std::mt19937_64 rng(std::random_device{}());
-  static constexpr char kHex[] = "0123456789abcdef";
-  std::string id = "call_";
-  for (int part = 0; part < 2; ++part) {
-    uint64_t v = rng();
-    for (int k = 0; k < 12; ++k, v >>= 4) id.push_back(kHex[v & 15]);
+absl::Status CheckToolSchemas(const ToolSet& tools) {
+  for (size_t i = 0; i < tools.functions.size(); ++i) {
+    const ToolFunction& f = tools.functions[i];
+    if (tools.choice == ToolChoice::kFunction && f.name != tools.forced) continue;
+    auto compiled = structured::Grammar::FromSchema(f.parameters);
+    if (!compiled.ok()) {
+      return Bad("tools",
+                 absl::StrCat("tools[", i, "].function.parameters: ", compiled.status().message(),
+                              "; with this tool_choice the arguments are held to it"));
+    }
   }
-  return id;
+  auto compiled = structured::Grammar::FromSchema(ToolAnswerSchema(tools));
+  if (!compiled.ok()) {
+    return Bad("tool_choice",
+               absl::StrCat("the answer's schema of these tools: ", compiled.status().message()));
+  }
+  return absl::OkStatus();
 }
+
+ToolCallStyle ToolCallStyleOf(ChatFormat format) {
+  return format == ChatFormat::kLlama31 ? ToolCallStyle::kJson : ToolCallStyle::kTagged;
+}
+
+std::string NewToolCallId() { return "call_" + RandomHex(24); }
 
 absl::StatusOr<ToolSet> ParseTools(const ojson& body) {
   ToolSet set;

@@ -9,6 +9,7 @@
 #include <vector>
 
 #include "absl/status/statusor.h"
+#include "inference_svc/tokenizer/chat_template.h"
 #include "inference_svc/tokenizer/python_json.h"
 #include "nlohmann/json.hpp"
 
@@ -67,6 +68,12 @@ absl::StatusOr<ToolSet> ParseTools(const nlohmann::ordered_json& body);
 // the named function's arguments object itself.
 std::string ToolAnswerSchema(const ToolSet& tools);
 
+// tool_choice required or a named function holds the answer to ToolAnswerSchema: each
+// tool it names must have parameters of the structured-output subset
+// (docs/structured-output.md), and so must the answer's schema; InvalidArgument with
+// param "tools" or "tool_choice" otherwise.
+absl::Status CheckToolSchemas(const ToolSet& tools);
+
 // The model's text read as an answer of `tools`: the content before the first call and
 // the calls. auto: <tool_call>{"name": ..., "arguments": {...}}</tool_call> blocks (the
 // JSON may be surrounded by whitespace), or in the JSON style the whole text as calls
@@ -79,6 +86,10 @@ struct ToolAnswer {
   std::vector<ToolCallOut> calls;  // ids left empty
 };
 ToolAnswer ReadToolAnswer(std::string_view text, const ToolSet& tools);
+
+// How a model of this chat family writes calls in auto mode: Llama 3.1's as the whole
+// answer (kJson), the others in <tool_call> tags.
+ToolCallStyle ToolCallStyleOf(ChatFormat format);
 
 // A new call id: "call_" and 24 random hex digits.
 std::string NewToolCallId();

@@ -24,6 +24,7 @@
 #include "inference_svc/service/service_config.h"
 #include "inference_svc/service/session_admin.h"
 #include "inference_svc/service/store_gateway.h"
+#include "inference_svc/tokenizer/chat_template.h"
 #include "inference_svc/tokenizer/tokenizer.h"
 #include "kvfold/v1/inference.grpc.pb.h"
 
@@ -35,6 +36,7 @@ struct ServiceDeps {
   const ServiceConfig* config = nullptr;
   engine::Engine* engine = nullptr;
   const Tokenizer* tokenizer = nullptr;
+  const ChatTemplate* chat_template = nullptr;  // with tokenizer: how calls are written
   const memory::Projector* projector = nullptr;
   std::string projector_fingerprint;
   runtime::Runtime* runtime = nullptr;

@@ -160,6 +160,7 @@ absl::StatusOr<std::unique_ptr<InferenceServer>> InferenceServer::Start(
   deps.config = &server->config_;
   deps.engine = server->engine_.get();
   deps.tokenizer = server->tokenizer_.get();
+  deps.chat_template = server->chat_template_.get();
   deps.projector = server->projector_.get();
   deps.projector_fingerprint = server->projector_ ? server->projector_->fingerprint() : "";
   deps.runtime = server->runtime_.get();

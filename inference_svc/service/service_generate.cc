@@ -6,6 +6,7 @@
 
 #include "absl/strings/str_cat.h"
 #include "common/grpc_status.h"
+#include "inference_svc/http/tool_calls.h"
 #include "inference_svc/service/inference_service.h"
 #include "inference_svc/service/proto_convert.h"
 #include "inference_svc/service/validation.h"
@@ -26,6 +27,51 @@ grpc::Status Reply(const absl::Status& status, grpc::ServerContext* context) {
     context->AddTrailingMetadata("retry-after-ms", std::to_string(ms));
   }
   return ToGrpcStatus(status);
+}
+
+// The request's tools and tool_choice read as the HTTP front reads OpenAI's (ParseTools),
+// so both APIs take, refuse and answer tools alike.
+absl::StatusOr<http::ToolSet> ToolsOf(const v1::GenerateRequest& request) {
+  using ojson = nlohmann::ordered_json;
+  ojson body = ojson::object();
+  if (!request.tools().empty()) {
+    ojson& tools = body["tools"] = ojson::array();
+    for (int i = 0; i < request.tools_size(); ++i) {
+      ojson tool = ojson::parse(request.tools(i), nullptr, /*allow_exceptions=*/false);
+      if (tool.is_discarded()) {
+        return absl::InvalidArgumentError(absl::StrCat("tools[", i, "] is not JSON text"));
+      }
+      tools.push_back(std::move(tool));
+    }
+  }
+  const v1::ToolChoice& choice = request.tool_choice();
+  if (!choice.function().empty() && choice.mode() != v1::ToolChoice::MODE_FUNCTION) {
+    return absl::InvalidArgumentError("tool_choice.function goes with MODE_FUNCTION");
+  }
+  switch (choice.mode()) {
+    case v1::ToolChoice::MODE_UNSPECIFIED:
+      break;
+    case v1::ToolChoice::MODE_NONE:
+      body["tool_choice"] = "none";
+      break;
+    case v1::ToolChoice::MODE_AUTO:
+      body["tool_choice"] = "auto";
+      break;
+    case v1::ToolChoice::MODE_REQUIRED:
+      body["tool_choice"] = "required";
+      break;
+    case v1::ToolChoice::MODE_FUNCTION:
+      if (choice.function().empty()) {
+        return absl::InvalidArgumentError("tool_choice MODE_FUNCTION needs tool_choice.function");
+      }
+      body["tool_choice"] = {{"type", "function"}, {"function", {{"name", choice.function()}}}};
+      break;
+    default:
+      return absl::InvalidArgumentError(
+          absl::StrCat("tool_choice.mode ", choice.mode(), " is not a known mode"));
+  }
+  if (choice.single_call()) body["parallel_tool_calls"] = false;
+  return http::ParseTools(body);
 }
 
 }  // namespace
@@ -86,6 +132,21 @@ grpc::Status InferenceServiceImpl::Generate(grpc::ServerContext* context,
       return ToGrpcStatus(absl::InvalidArgumentError(absl::StrCat(
           "response_format.type ", request->response_format().type(), " is not a known type")));
   }
+  absl::StatusOr<http::ToolSet> tools = ToolsOf(*request);
+  if (!tools.ok()) return ToGrpcStatus(tools.status());
+  if (deps_.chat_template != nullptr)
+    tools->style = http::ToolCallStyleOf(deps_.chat_template->format());
+  if (tools->choice == http::ToolChoice::kRequired ||
+      tools->choice == http::ToolChoice::kFunction) {
+    if (turn_request.response_format.kind != runtime::ResponseFormat::Kind::kText) {
+      return ToGrpcStatus(absl::InvalidArgumentError(
+          "tool_choice MODE_REQUIRED or MODE_FUNCTION sets the answer's format; it cannot be "
+          "combined with response_format"));
+    }
+    if (absl::Status s = http::CheckToolSchemas(*tools); !s.ok()) return ToGrpcStatus(s);
+    turn_request.response_format.kind = runtime::ResponseFormat::Kind::kJsonSchema;
+    turn_request.response_format.json_schema = http::ToolAnswerSchema(*tools);
+  }
   auto top_logprobs = TopLogprobsFromProto(request->logprobs() || request->prompt_logprobs(),
                                            request->top_logprobs());
   if (!top_logprobs.ok()) return ToGrpcStatus(top_logprobs.status());
@@ -121,6 +182,8 @@ grpc::Status InferenceServiceImpl::Generate(grpc::ServerContext* context,
     }
     writer->Write(echo);
   };
+  // The answer's text, read for calls when the turn ends.
+  std::string answer_text;
   bool client_gone = false;
   bool ended = false;
   std::vector<int32_t> tokens;
@@ -139,6 +202,7 @@ grpc::Status InferenceServiceImpl::Generate(grpc::ServerContext* context,
       response.mutable_delta()->add_token_ids(id);
       if (decoder.has_value()) response.mutable_delta()->mutable_text()->append(decoder->Push(id));
     }
+    if (tools->active()) answer_text += response.delta().text();
     for (size_t i = 0; i < logprobs.size() && i < tokens.size(); ++i) {
       ToProto(tokens[i], logprobs[i], response.mutable_delta()->add_logprobs());
     }
@@ -159,6 +223,7 @@ grpc::Status InferenceServiceImpl::Generate(grpc::ServerContext* context,
   v1::GenerateResponse final_response;
   if (decoder.has_value()) {
     std::string tail = decoder->Flush();
+    answer_text += tail;
     if (!tail.empty()) {
       v1::GenerateResponse delta;
       delta.mutable_delta()->set_text(tail);
@@ -167,6 +232,19 @@ grpc::Status InferenceServiceImpl::Generate(grpc::ServerContext* context,
   }
   v1::GenerateFinal* final_message = final_response.mutable_final();
   final_message->set_finish_reason(ToProto(usage->finish_reason));
+  if (tools->active()) {
+    http::ToolAnswer read = http::ReadToolAnswer(answer_text, *tools);
+    if (!read.calls.empty()) {
+      final_message->set_finish_reason(v1::FINISH_REASON_TOOL_CALLS);
+      final_message->set_content(std::move(read.content));
+      for (const http::ToolCallOut& call : read.calls) {
+        v1::ToolCall* out = final_message->add_tool_calls();
+        out->set_id(http::NewToolCallId());
+        out->set_name(call.name);
+        out->set_arguments(call.arguments);
+      }
+    }
+  }
   FillUsage(*usage, replica_name_, final_message->mutable_usage());
   writer->Write(final_response);
   return grpc::Status::OK;

@@ -3,6 +3,9 @@
 #include <gtest/gtest.h>
 
 #include <cstdint>
+#include <set>
+#include <string>
+#include <thread>
 
 namespace kvfold {
 namespace {
@@ -42,6 +45,28 @@ TEST(RngTest, SavedStateResumesTheSameDraws) {
   Rng b;
   b.set_state(a.state());
   for (int i = 0; i < 100; ++i) EXPECT_EQ(a.Next(), b.Next());
+}
+
+TEST(RngTest, RandomHexGivesDistinctHexIdsOnEveryThread) {
+  std::set<std::string> seen;
+  for (int digits : {1, 15, 16, 17, 24, 32, 40}) {
+    const std::string id = RandomHex(digits);
+    ASSERT_EQ(id.size(), static_cast<size_t>(digits));
+    EXPECT_EQ(id.find_first_not_of("0123456789abcdef"), std::string::npos) << id;
+  }
+  for (int i = 0; i < 1000; ++i) seen.insert(RandomHex(24));
+  std::string other;
+  std::thread([&] { other = RandomHex(24); }).join();
+  seen.insert(other);
+  EXPECT_EQ(seen.size(), 1001u);  // 96 random bits each: a repeat would be a broken generator
+  // Every digit value appears in every position of a 16-digit word over many draws (a
+  // word's nibbles all used, none stuck).
+  std::set<std::pair<int, char>> positions;
+  for (int i = 0; i < 2000; ++i) {
+    const std::string id = RandomHex(16);
+    for (int k = 0; k < 16; ++k) positions.insert({k, id[k]});
+  }
+  EXPECT_EQ(positions.size(), 16u * 16u);
 }
 
 }  // namespace

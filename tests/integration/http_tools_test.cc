@@ -351,6 +351,165 @@ TEST_F(HttpApiTest, GrpcMessagesCarryToolsCallsAndResults) {
   EXPECT_THAT(bad.error_message(), HasSubstr("arguments is not JSON text"));
 }
 
+// A gRPC chat turn with kTools on a new session: the deltas' text joined and the final
+// message.
+struct GrpcAnswer {
+  grpc::Status status;
+  std::string text;
+  v1::GenerateFinal final;
+};
+
+GrpcAnswer GrpcToolTurn(v1::InferenceService::Stub& stub, const std::string& session,
+                        v1::GenerateRequest request) {
+  GrpcAnswer answer;
+  {
+    grpc::ClientContext context;
+    Authorize(&context);
+    v1::CreateSessionRequest create;
+    create.set_session_id(session);
+    v1::Session created;
+    answer.status = stub.CreateSession(&context, create, &created);
+    if (!answer.status.ok()) return answer;
+  }
+  grpc::ClientContext context;
+  Authorize(&context);
+  request.set_session_id(session);
+  if (request.tools().empty()) {
+    for (const ojson& t : kTools) request.add_tools(t.dump());
+  }
+  if (request.messages().empty()) {
+    v1::ChatMessage* user = request.add_messages();
+    user->set_role("user");
+    user->set_content("What is the weather in Paris?");
+  }
+  if (request.sampling().max_new_tokens() == 0) request.mutable_sampling()->set_max_new_tokens(120);
+  request.mutable_sampling()->set_top_k(1);  // greedy
+  auto reader = stub.Generate(&context, request);
+  v1::GenerateResponse response;
+  while (reader->Read(&response)) {
+    answer.text += response.delta().text();
+    if (response.has_final()) answer.final = response.final();
+  }
+  answer.status = reader->Finish();
+  return answer;
+}
+
+TEST_F(HttpApiTest, GrpcAnswersCarryTheCallsTheyMake) {
+  // tool_choice required, one call: the same call as the HTTP API's greedy answer.
+  v1::GenerateRequest request;
+  request.mutable_tool_choice()->set_mode(v1::ToolChoice::MODE_REQUIRED);
+  request.mutable_tool_choice()->set_single_call(true);
+  GrpcAnswer required = GrpcToolTurn(cluster_->stub(0), "grpc-required", request);
+  ASSERT_TRUE(required.status.ok()) << required.status.error_message();
+  EXPECT_EQ(required.final.finish_reason(), v1::FINISH_REASON_TOOL_CALLS);
+  EXPECT_EQ(required.final.content(), "");
+  ASSERT_EQ(required.final.tool_calls_size(), 1) << required.text;
+  const v1::ToolCall& call = required.final.tool_calls(0);
+  ExpectCall({{"id", call.id()},
+              {"type", "function"},
+              {"function", {{"name", call.name()}, {"arguments", call.arguments()}}}});
+  EXPECT_THAT(required.text, HasSubstr(call.name()));  // the deltas carried the text
+  ojson chat = ToolChat();
+  chat["tool_choice"] = "required";
+  chat["parallel_tool_calls"] = false;
+  HttpReply http = HttpCall(port_[1], "POST", "/v1/chat/completions", chat.dump(), kAuth);
+  ASSERT_EQ(http.status, 200) << http.body;
+  const json http_call = Body(http)["choices"][0]["message"]["tool_calls"][0];
+  EXPECT_EQ(http_call["function"]["name"], call.name());
+  EXPECT_EQ(http_call["function"]["arguments"], call.arguments());
+  EXPECT_EQ(Body(http)["usage"]["prompt_tokens"], required.final.usage().prompt_tokens());
+
+  // A named function.
+  request.mutable_tool_choice()->set_mode(v1::ToolChoice::MODE_FUNCTION);
+  request.mutable_tool_choice()->set_function("get_time");
+  GrpcAnswer named = GrpcToolTurn(cluster_->stub(1), "grpc-named", request);
+  ASSERT_TRUE(named.status.ok()) << named.status.error_message();
+  ASSERT_EQ(named.final.tool_calls_size(), 1) << named.text;
+  EXPECT_EQ(named.final.tool_calls(0).name(), "get_time");
+  EXPECT_TRUE(named.final.tool_calls(0).id().starts_with("call_"));
+  EXPECT_NE(named.final.tool_calls(0).id(), call.id());
+
+  // Unset (auto): the calls the model writes are read, the text before them is the
+  // content; MODE_NONE leaves the same text as text.
+  const std::string written =
+      R"(Let me see. <tool_call>{"name": "get_time", "arguments": {"zone": "UTC"}}</tool_call>)";
+  v1::GenerateRequest automatic;
+  automatic.mutable_response_format()->set_type(v1::ResponseFormat::TYPE_CHOICE);
+  automatic.mutable_response_format()->add_choices(written);
+  GrpcAnswer read = GrpcToolTurn(cluster_->stub(0), "grpc-auto", automatic);
+  ASSERT_TRUE(read.status.ok()) << read.status.error_message();
+  EXPECT_EQ(read.text, written);
+  EXPECT_EQ(read.final.finish_reason(), v1::FINISH_REASON_TOOL_CALLS);
+  EXPECT_EQ(read.final.content(), "Let me see. ");
+  ASSERT_EQ(read.final.tool_calls_size(), 1);
+  EXPECT_EQ(read.final.tool_calls(0).name(), "get_time");
+  EXPECT_EQ(read.final.tool_calls(0).arguments(), R"({"zone":"UTC"})");
+  automatic.mutable_tool_choice()->set_mode(v1::ToolChoice::MODE_NONE);
+  GrpcAnswer none = GrpcToolTurn(cluster_->stub(1), "grpc-none", automatic);
+  ASSERT_TRUE(none.status.ok()) << none.status.error_message();
+  EXPECT_EQ(none.text, written);
+  EXPECT_EQ(none.final.finish_reason(), v1::FINISH_REASON_STOP);
+  EXPECT_EQ(none.final.tool_calls_size(), 0);
+  EXPECT_EQ(none.final.content(), "");
+}
+
+TEST_F(HttpApiTest, GrpcToolChoicesAreChecked) {
+  auto refused = [&](const std::string& session, v1::GenerateRequest request,
+                     const std::string& text) {
+    GrpcAnswer a = GrpcToolTurn(cluster_->stub(0), session, std::move(request));
+    EXPECT_EQ(a.status.error_code(), grpc::StatusCode::INVALID_ARGUMENT) << session;
+    EXPECT_THAT(a.status.error_message(), HasSubstr(text)) << session;
+  };
+  v1::GenerateRequest request;
+  request.mutable_tool_choice()->set_mode(v1::ToolChoice::MODE_FUNCTION);
+  request.mutable_tool_choice()->set_function("get_mood");
+  refused("grpc-bad-1", request, "'get_mood', which is not among 'tools'");
+  request.mutable_tool_choice()->set_mode(v1::ToolChoice::MODE_AUTO);
+  refused("grpc-bad-2", request, "tool_choice.function goes with MODE_FUNCTION");
+  request.mutable_tool_choice()->set_function("");
+  request.mutable_tool_choice()->set_mode(v1::ToolChoice::MODE_FUNCTION);
+  refused("grpc-bad-3", request, "needs tool_choice.function");
+  request.mutable_tool_choice()->set_mode(static_cast<v1::ToolChoice::Mode>(9));
+  refused("grpc-bad-4", request, "not a known mode");
+  request.mutable_tool_choice()->set_mode(v1::ToolChoice::MODE_REQUIRED);
+  request.mutable_response_format()->set_type(v1::ResponseFormat::TYPE_JSON_OBJECT);
+  refused("grpc-bad-5", request, "cannot be combined with response_format");
+  request.clear_response_format();
+  request.add_tools("{\"type\": \"function\"");
+  refused("grpc-bad-6", request, "tools[0] is not JSON text");
+  request.clear_tools();
+  request.add_tools(R"({"type": "function", "function": {"name": "a b"}})");
+  refused("grpc-bad-7", request, "tools[0].function.name");
+  request.clear_tools();
+  request.add_tools(kTools[0].dump());
+  request.add_tools(kTools[0].dump());
+  refused("grpc-bad-8", request, "offered twice");
+  // With tool_choice required a parameters schema outside the structured subset is
+  // refused.
+  request.clear_tools();
+  ojson pattern = kTools[1];
+  pattern["function"]["parameters"]["properties"]["zone"] = {{"pattern", "^[A-Z]+$"}};
+  request.add_tools(pattern.dump());
+  refused("grpc-bad-9", request, "keyword 'pattern' is not supported");
+  // A choice other than none needs tools.
+  v1::GenerateRequest bare;
+  bare.mutable_tool_choice()->set_mode(v1::ToolChoice::MODE_REQUIRED);
+  v1::ChatMessage* user = bare.add_messages();
+  user->set_role("user");
+  user->set_content("Hi");
+  grpc::ClientContext context;
+  Authorize(&context);
+  ASSERT_TRUE(CreateGrpcSession(0, "grpc-bad-10").ok());
+  bare.set_session_id("grpc-bad-10");
+  auto reader = cluster_->stub(0).Generate(&context, bare);
+  v1::GenerateResponse response;
+  while (reader->Read(&response)) {
+  }
+  grpc::Status status = reader->Finish();
+  EXPECT_EQ(status.error_code(), grpc::StatusCode::INVALID_ARGUMENT);
+  EXPECT_THAT(status.error_message(), HasSubstr("needs 'tools'"));
+}
+
 TEST_F(HttpApiTest, BadToolsAreRefusedNamingTheField) {
   auto refused = [&](ojson body, const std::string& param, const std::string& text) {
     HttpReply r = HttpCall(port_[0], "POST", "/v1/chat/completions", body.dump(), kAuth);
@@ -512,6 +671,18 @@ TEST_F(HttpLlama31ToolsTest, ToolsRenderInTheFirstUserMessageAndCallsAreTheWhole
   EXPECT_EQ(free_text.content, "It is noon, {not a call}.");
   EXPECT_GT(free_text.content_chunks, 1);  // streamed as it came, not held to the end
   EXPECT_EQ(free_text.finish, "stop");
+
+  // gRPC reads the whole answer as a call in this family too.
+  v1::GenerateRequest request;
+  request.mutable_response_format()->set_type(v1::ResponseFormat::TYPE_CHOICE);
+  request.mutable_response_format()->add_choices(
+      R"({"name": "get_time", "parameters": {"zone": "UTC"}})");
+  GrpcAnswer grpc_call = GrpcToolTurn(cluster_->stub(0), "llama31-grpc", request);
+  ASSERT_TRUE(grpc_call.status.ok()) << grpc_call.status.error_message();
+  EXPECT_EQ(grpc_call.final.finish_reason(), v1::FINISH_REASON_TOOL_CALLS);
+  ASSERT_EQ(grpc_call.final.tool_calls_size(), 1);
+  EXPECT_EQ(grpc_call.final.tool_calls(0).arguments(), R"({"zone":"UTC"})");
+  EXPECT_EQ(grpc_call.final.usage().prompt_tokens(), ids->size());
 }
 
 }  // namespace
