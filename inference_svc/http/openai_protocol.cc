@@ -8,6 +8,7 @@
 #include "absl/strings/escaping.h"
 #include "absl/strings/numbers.h"
 #include "absl/strings/str_cat.h"
+#include "common/json_depth.h"
 #include "core/status_macros.h"
 #include "inference_svc/structured/json_grammar.h"
 #include "inference_svc/tokenizer/python_json.h"
@@ -28,6 +29,12 @@ absl::Status Bad(std::string_view param, const std::string& message) {
 }
 
 absl::StatusOr<json> ParseObject(std::string_view body) {
+  // What reads a body walks its JSON recursively (copies, dumps, the renderers): nesting
+  // beyond any request's need is refused before it is parsed (common/json_depth.h).
+  if (!JsonDepthWithin(body)) {
+    return Bad("", absl::StrCat("the request body nests arrays and objects deeper than ",
+                                kMaxJsonDepth, " levels"));
+  }
   json j = json::parse(body.begin(), body.end(), nullptr, /*allow_exceptions=*/false);
   if (j.is_discarded()) return Bad("", "the request body is not valid JSON");
   if (!j.is_object()) return Bad("", "the request body must be a JSON object");
@@ -348,6 +355,10 @@ absl::Status ParseGuided(const json& j, std::string_view body, GenerationParams*
     KVFOLD_RETURN_IF_ERROR(one(param));
     p->format = OutputFormat::kJsonSchema;
     if (s.is_string()) {  // the schema's JSON text, as vLLM also takes it
+      if (!JsonDepthWithin(s.get_ref<const std::string&>())) {
+        return Bad(param, absl::StrCat("'", param, "' nests arrays and objects deeper than ",
+                                       kMaxJsonDepth, " levels"));
+      }
       if (json::parse(s.get<std::string>(), nullptr, false).is_discarded()) {
         return Bad(param, absl::StrCat("'", param, "' is a string but not JSON"));
       }
@@ -463,6 +474,11 @@ absl::StatusOr<std::vector<ChatToolCall>> ParseMessageToolCalls(const json& list
                                   "{\"name\": string, \"arguments\": JSON text}}"));
     }
     const std::string& arguments = (*f)["arguments"].get_ref<const std::string&>();
+    if (!JsonDepthWithin(arguments)) {
+      return Bad(absl::StrCat(at, ".function.arguments"),
+                 absl::StrCat(at, ".function.arguments nests arrays and objects deeper than ",
+                              kMaxJsonDepth, " levels"));
+    }
     const auto parsed = nlohmann::ordered_json::parse(arguments, nullptr, false);
     if (parsed.is_discarded()) {
       return Bad(absl::StrCat(at, ".function.arguments"),

@@ -5,6 +5,7 @@
 
 #include "absl/strings/ascii.h"
 #include "absl/strings/str_cat.h"
+#include "common/json_depth.h"
 #include "common/rng.h"
 #include "inference_svc/http/openai_protocol.h"
 #include "inference_svc/structured/json_grammar.h"
@@ -77,7 +78,10 @@ bool ReadCall(const ojson& j, const ToolSet& tools, ToolCallOut* out) {
   return true;
 }
 
+// The model's text parsed; too deep to walk (a call's arguments are dumped) reads as no
+// JSON at all.
 ojson ParseOrdered(std::string_view text) {
+  if (!JsonDepthWithin(text)) return ojson(ojson::value_t::discarded);
   return ojson::parse(text.begin(), text.end(), nullptr, /*allow_exceptions=*/false);
 }
 

@@ -6,6 +6,7 @@
 
 #include "absl/strings/str_cat.h"
 #include "common/grpc_status.h"
+#include "common/json_depth.h"
 #include "inference_svc/http/tool_calls.h"
 #include "inference_svc/service/inference_service.h"
 #include "inference_svc/service/proto_convert.h"
@@ -37,9 +38,11 @@ absl::StatusOr<http::ToolSet> ToolsOf(const v1::GenerateRequest& request) {
   if (!request.tools().empty()) {
     ojson& tools = body["tools"] = ojson::array();
     for (int i = 0; i < request.tools_size(); ++i) {
+      const std::string what = absl::StrCat("tools[", i, "]");
+      if (absl::Status s = CheckJsonDepth(request.tools(i), what); !s.ok()) return s;
       ojson tool = ojson::parse(request.tools(i), nullptr, /*allow_exceptions=*/false);
       if (tool.is_discarded()) {
-        return absl::InvalidArgumentError(absl::StrCat("tools[", i, "] is not JSON text"));
+        return absl::InvalidArgumentError(absl::StrCat(what, " is not JSON text"));
       }
       tools.push_back(std::move(tool));
     }

@@ -9,6 +9,7 @@
 
 #include "absl/status/status.h"
 #include "absl/strings/str_cat.h"
+#include "common/json_depth.h"
 #include "core/status_macros.h"
 #include "nlohmann/json.hpp"
 
@@ -524,6 +525,8 @@ absl::StatusOr<std::shared_ptr<const Grammar>> Grammar::Choice(
 
 absl::StatusOr<std::shared_ptr<const Grammar>> Grammar::FromSchema(std::string_view schema,
                                                                    bool compact) {
+  // The compiler recurses per level of the schema.
+  if (absl::Status s = CheckJsonDepth(schema, "the schema"); !s.ok()) return s;
   json root = json::parse(schema, nullptr, /*allow_exceptions=*/false);
   if (root.is_discarded()) return absl::InvalidArgumentError("the schema is not valid JSON");
   return SchemaCompiler(root, compact).Run();

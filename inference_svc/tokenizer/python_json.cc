@@ -3,6 +3,7 @@
 
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_format.h"
+#include "common/json_depth.h"
 
 namespace kvfold {
 namespace {
@@ -93,6 +94,8 @@ std::string PythonJsonText(const ojson& value, int indent) {
 
 absl::StatusOr<std::string> PythonJsonOf(std::string_view json_text, int indent,
                                          std::string_view what) {
+  // The rendering recurses per level.
+  if (absl::Status s = CheckJsonDepth(json_text, what); !s.ok()) return s;
   const ojson value = ojson::parse(json_text.begin(), json_text.end(), nullptr,
                                    /*allow_exceptions=*/false);
   if (value.is_discarded()) {

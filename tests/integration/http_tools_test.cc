@@ -510,6 +510,60 @@ TEST_F(HttpApiTest, GrpcToolChoicesAreChecked) {
   EXPECT_THAT(status.error_message(), HasSubstr("needs 'tools'"));
 }
 
+// JSON nested a million levels deep in a body, in a tool, in a call's arguments or in a
+// schema is a precise refusal on both APIs, and the replica serves on (it overflowed the
+// stack of the thread that walked it).
+TEST_F(HttpApiTest, DeeplyNestedJsonIsRefusedAndTheReplicaServesOn) {
+  const std::string deep = std::string(1 << 20, '[') + std::string(1 << 20, ']');
+  ojson chat = ToolChat();
+  const std::string body = chat.dump();
+  const std::string nested_body =
+      body.substr(0, body.size() - 1) + R"(, "metadata": )" + deep + "}";
+  HttpReply r = HttpCall(port_[0], "POST", "/v1/chat/completions", nested_body, kAuth);
+  EXPECT_EQ(r.status, 400) << r.body.substr(0, 300);
+  EXPECT_THAT(r.body, HasSubstr("nests arrays and objects deeper than 100 levels"));
+  chat["messages"].push_back({{"role", "assistant"},
+                              {"tool_calls",
+                               {{{"id", "c"},
+                                 {"type", "function"},
+                                 {"function", {{"name", "get_time"}, {"arguments", deep}}}}}}});
+  r = HttpCall(port_[0], "POST", "/v1/chat/completions", chat.dump(), kAuth);
+  EXPECT_EQ(r.status, 400) << r.body.substr(0, 300);
+  EXPECT_EQ(Body(r)["error"]["param"], "messages[1].tool_calls[0].function.arguments");
+
+  v1::GenerateRequest request;
+  request.add_tools(deep);
+  GrpcAnswer tools = GrpcToolTurn(cluster_->stub(1), "grpc-deep-tools", request);
+  EXPECT_EQ(tools.status.error_code(), grpc::StatusCode::INVALID_ARGUMENT);
+  EXPECT_EQ(tools.status.error_message(),
+            "tools[0] nests arrays and objects deeper than 100 levels");
+  v1::GenerateRequest call;
+  v1::ChatMessage* user = call.add_messages();
+  user->set_role("user");
+  user->set_content("Time?");
+  v1::ChatMessage* assistant = call.add_messages();
+  assistant->set_role("assistant");
+  v1::ToolCall* made = assistant->add_tool_calls();
+  made->set_name("get_time");
+  // Within the prompt's byte limit (2 MB would be refused for its size first).
+  made->set_arguments(std::string(300000, '[') + std::string(300000, ']'));
+  GrpcAnswer arguments = GrpcToolTurn(cluster_->stub(1), "grpc-deep-arguments", call);
+  EXPECT_EQ(arguments.status.error_code(), grpc::StatusCode::INVALID_ARGUMENT);
+  EXPECT_THAT(arguments.status.error_message(), HasSubstr("nests arrays and objects deeper"));
+  v1::GenerateRequest schema;
+  schema.mutable_response_format()->set_type(v1::ResponseFormat::TYPE_JSON_SCHEMA);
+  schema.mutable_response_format()->set_json_schema(R"({"x": )" + deep + "}");
+  GrpcAnswer compiled = GrpcToolTurn(cluster_->stub(1), "grpc-deep-schema", schema);
+  EXPECT_EQ(compiled.status.error_code(), grpc::StatusCode::INVALID_ARGUMENT);
+  EXPECT_THAT(compiled.status.error_message(), HasSubstr("the schema nests arrays and objects"));
+
+  // Both replicas answer on.
+  for (int replica : {0, 1}) {
+    HttpReply after = HttpCall(port_[replica], "POST", "/v1/chat/completions", kChat.dump(), kAuth);
+    EXPECT_EQ(after.status, 200) << after.body;
+  }
+}
+
 TEST_F(HttpApiTest, BadToolsAreRefusedNamingTheField) {
   auto refused = [&](ojson body, const std::string& param, const std::string& text) {
     HttpReply r = HttpCall(port_[0], "POST", "/v1/chat/completions", body.dump(), kAuth);

@@ -7,9 +7,13 @@
 #include <string>
 #include <vector>
 
+#include "common/json_depth.h"
 #include "gmock/gmock.h"
 #include "gtest/gtest.h"
 #include "inference_svc/http/stop_matcher.h"
+#include "inference_svc/http/tool_calls.h"
+#include "inference_svc/structured/json_grammar.h"
+#include "inference_svc/tokenizer/python_json.h"
 
 namespace kvfold::http {
 namespace {
@@ -906,6 +910,75 @@ TEST(ToolCallsTest, AnswersCarryToolCalls) {
   EXPECT_EQ(delta["role"], "assistant");
   EXPECT_EQ(delta["tool_calls"][0]["index"], 0);
   EXPECT_EQ(delta["tool_calls"][0]["function"]["name"], "time");
+}
+
+// JSON nested deeper than kMaxJsonDepth, anywhere a request carries JSON (the body; a
+// call's arguments and a schema given as text; the model's own text read for calls), is
+// refused or read as no JSON before anything walks it recursively: nested a million
+// levels it overflowed the stack of the thread that rendered, dumped or compiled it.
+TEST(OpenAiProtocolTest, DeeplyNestedJsonIsRefusedBeforeItIsWalked) {
+  auto nest = [](int levels, const std::string& inner) {
+    return std::string(levels, '[') + inner + std::string(levels, ']');
+  };
+  const std::string deep = nest(1 << 20, "1");
+  const std::string chat = R"({"messages": [{"role": "user", "content": "hi"}], )";
+  const std::string tool = R"({"type": "function", "function": {"name": "f"}})";
+  const auto refused = [](const absl::Status& s, const std::string& text) {
+    EXPECT_EQ(s.code(), absl::StatusCode::kInvalidArgument) << s;
+    EXPECT_THAT(std::string(s.message()), HasSubstr(text));
+  };
+  const std::string body_text = "the request body nests arrays and objects deeper than 100";
+  // The body: in tools' parameters, in a schema, in an ignored field, for every endpoint.
+  refused(
+      ParseChatCompletionRequest(chat + R"("tools": [{"type": "function", "function": {"name": "f",
+                 "parameters": {"type": "object", "x": )" +
+                                 deep + "}}}]}")
+          .status(),
+      body_text);
+  refused(ParseChatCompletionRequest(chat + R"("response_format": {"type": "json_schema",
+              "json_schema": {"name": "a", "schema": {"x": )" +
+                                     deep + "}}}}")
+              .status(),
+          body_text);
+  refused(ParseChatCompletionRequest(chat + R"("metadata": )" + deep + "}").status(), body_text);
+  refused(ParseCompletionRequest(R"({"prompt": "a", "x": )" + deep + "}").status(), body_text);
+  refused(ParseResponsesRequest(R"({"input": "a", "x": )" + deep + "}").status(), body_text);
+  refused(ParseTokenizeRequest(R"({"prompt": "a", "x": )" + deep + "}").status(), body_text);
+  refused(ParseDetokenizeRequest(R"({"tokens": [1], "x": )" + deep + "}").status(), body_text);
+  // JSON text inside strings: a call's arguments, a schema as text.
+  const std::string arguments = json(deep).dump();
+  auto r = ParseChatCompletionRequest(
+      R"({"messages": [{"role": "user", "content": "hi"},
+        {"role": "assistant", "tool_calls": [{"id": "c", "type": "function",
+         "function": {"name": "f", "arguments": )" +
+      arguments + "}}]}], \"tools\": [" + tool + "]}");
+  refused(r.status(), "nests arrays and objects deeper than 100 levels");
+  EXPECT_EQ(std::string(r.status().message()).find("messages[1].tool_calls[0].function.arguments"),
+            0u)
+      << r.status();
+  refused(
+      ParseChatCompletionRequest(chat + R"("guided_json": )" + json(deep).dump() + "}").status(),
+      "'guided_json' nests arrays and objects deeper than 100 levels");
+  // At the limit the same forms are taken (the body's object is the first level).
+  const std::string at_limit = nest(kMaxJsonDepth - 1, "1");
+  EXPECT_TRUE(ParseChatCompletionRequest(chat + R"("metadata": )" + at_limit + "}").ok());
+  EXPECT_FALSE(ParseChatCompletionRequest(chat + R"("metadata": [)" + at_limit + "]}").ok());
+  // The model's text: a call too deep to walk is no call, and the text stays content.
+  auto tools = ParseTools(nlohmann::ordered_json::parse("{\"tools\": [" + tool + "]}"));
+  ASSERT_TRUE(tools.ok()) << tools.status();
+  const std::string text =
+      R"(<tool_call>{"name": "f", "arguments": {"a": )" + deep + "}}</tool_call>";
+  ToolAnswer answer = ReadToolAnswer(text, *tools);
+  EXPECT_TRUE(answer.calls.empty());
+  EXPECT_EQ(answer.content, text);
+  const std::string shallow = R"(<tool_call>{"name": "f", "arguments": {"a": )" +
+                              nest(kMaxJsonDepth - 3, "1") + "}}</tool_call>";
+  EXPECT_EQ(ReadToolAnswer(shallow, *tools).calls.size(), 1u);
+  // What renders tool JSON text and what compiles schemas refuse it too.
+  refused(PythonJsonOf(deep, -1, "a tool").status(),
+          "a tool nests arrays and objects deeper than 100 levels");
+  refused(structured::Grammar::FromSchema(R"({"x": )" + deep + "}").status(),
+          "the schema nests arrays and objects deeper than 100 levels");
 }
 
 TEST(StopMatcherTest, HoldsBackPrefixesAndNeverEmitsTheStop) {
