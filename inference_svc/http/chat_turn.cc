@@ -256,14 +256,17 @@ void ChatTurn::EmitContentLocked(const std::string& text, std::vector<TokenLogpr
     held_ += text;
     return;
   }
-  if (options_.tools->style == ToolCallStyle::kJson) {
-    // Calls are the whole answer: held when it opens with '{' or a tag, else shown.
+  if (options_.tools->style != ToolCallStyle::kTagged) {
+    // Calls are the whole answer: held when it opens as they do (Llama 3.1: '{' or a tag;
+    // Mistral: the list's '['), else shown.
+    const bool mistral = options_.tools->style == ToolCallStyle::kMistral;
     if (!decided_) {
       pending_ += text;
       const size_t first = pending_.find_first_not_of(" \t\r\n");
       if (first == std::string::npos) return;
       decided_ = true;
-      if (pending_[first] == '{' || pending_[first] == '<') {
+      const char c = pending_[first];
+      if (mistral ? c == '[' : (c == '{' || c == '<')) {
         holding_ = true;
         held_ = std::move(pending_);
         pending_.clear();
@@ -304,7 +307,7 @@ void ChatTurn::FinishToolStreamLocked(ChatAnswer* answer) {
     EmitLocked(pending_ + held_, std::move(unsent_logprobs_), "");
     return;
   }
-  for (ToolCallOut& call : read.calls) call.id = NewToolCallId();
+  for (ToolCallOut& call : read.calls) call.id = NewToolCallId(options_.tools->style);
   answer->finish_reason = "tool_calls";
   if (options_.api == ChatTurnOptions::Api::kResponse) {
     // A response's closing events carry the calls (ResponseStreamEnd).
@@ -390,7 +393,7 @@ void ChatTurn::OnDone(const absl::Status& status, const TurnResult& result,
   if (options_.tools != nullptr && !options_.stream) {
     ToolAnswer read = ReadToolAnswer(answer.text, *options_.tools);
     if (!read.calls.empty()) {
-      for (ToolCallOut& call : read.calls) call.id = NewToolCallId();
+      for (ToolCallOut& call : read.calls) call.id = NewToolCallId(options_.tools->style);
       answer.text = std::move(read.content);
       answer.tool_calls = std::move(read.calls);
       answer.finish_reason = "tool_calls";

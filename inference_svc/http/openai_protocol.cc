@@ -484,7 +484,11 @@ absl::StatusOr<std::vector<ChatToolCall>> ParseMessageToolCalls(const json& list
       return Bad(absl::StrCat(at, ".function.arguments"),
                  absl::StrCat(at, ".function.arguments is not JSON text"));
     }
-    calls.push_back({(*f)["name"].get<std::string>(), PythonJsonText(parsed)});
+    if (c.contains("id") && !c["id"].is_null() && !c["id"].is_string()) {
+      return Bad(at, absl::StrCat(at, ".id must be a string"));
+    }
+    calls.push_back({(*f)["name"].get<std::string>(), PythonJsonText(parsed),
+                     c.contains("id") && c["id"].is_string() ? c["id"].get<std::string>() : ""});
   }
   return calls;
 }
@@ -525,6 +529,9 @@ absl::StatusOr<ChatMessage> ParseMessage(const json& m, const std::string& where
   if (m.contains("tool_call_id") && !m["tool_call_id"].is_null() &&
       !m["tool_call_id"].is_string()) {
     return Bad(where, absl::StrCat(where, ".tool_call_id must be a string"));
+  }
+  if (m.contains("tool_call_id") && m["tool_call_id"].is_string()) {
+    message.tool_call_id = m["tool_call_id"].get<std::string>();
   }
   return message;
 }
@@ -677,12 +684,14 @@ absl::StatusOr<std::vector<ChatMessage>> ParseResponseInput(const json& input) {
       if (out.empty() || out.back().role != "assistant" || out.back().tool_calls.empty()) {
         out.push_back({"assistant", ""});
       }
-      out.back().tool_calls.push_back({item["name"].get<std::string>(), *arguments});
+      out.back().tool_calls.push_back(
+          {item["name"].get<std::string>(), *arguments, StringField(item, "call_id")});
     } else if (type == "function_call_output") {
       if (!item.contains("output") || !item["output"].is_string()) {
         return Bad(where, absl::StrCat(where, ": a function_call_output needs a string 'output'"));
       }
       out.push_back({"tool", item["output"].get<std::string>()});
+      out.back().tool_call_id = StringField(item, "call_id");
     } else {
       auto message = ParseMessage(item, where);
       if (!message.ok()) return message.status();

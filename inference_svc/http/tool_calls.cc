@@ -114,6 +114,20 @@ bool ReadTaggedCalls(std::string_view rest, const ToolSet& tools, std::vector<To
   }
 }
 
+// The whole text as a non-empty JSON array of calls (required's answer; Mistral's after
+// the [TOOL_CALLS] text, should the tokenizer have shown it).
+bool ReadCallList(std::string_view text, const ToolSet& tools, std::vector<ToolCallOut>* calls) {
+  constexpr std::string_view kMistralCalls = "[TOOL_CALLS]";
+  text = StripWhitespace(text);
+  if (text.starts_with(kMistralCalls)) text.remove_prefix(kMistralCalls.size());
+  const ojson list = ParseOrdered(text);
+  if (!list.is_array() || list.empty()) return false;
+  for (const ojson& call : list) {
+    if (!ReadCall(call, tools, &calls->emplace_back())) return false;
+  }
+  return true;
+}
+
 // auto, JSON style: the whole text is one call, or several separated by ";".
 bool ReadJsonCalls(std::string_view text, const ToolSet& tools, std::vector<ToolCallOut>* calls) {
   constexpr std::string_view kPythonTag = "<|python_tag|>";
@@ -158,10 +172,19 @@ absl::Status CheckToolSchemas(const ToolSet& tools) {
 }
 
 ToolCallStyle ToolCallStyleOf(ChatFormat format) {
-  return format == ChatFormat::kLlama31 ? ToolCallStyle::kJson : ToolCallStyle::kTagged;
+  switch (format) {
+    case ChatFormat::kLlama31:
+      return ToolCallStyle::kJson;
+    case ChatFormat::kMistralV3:
+      return ToolCallStyle::kMistral;
+    default:
+      return ToolCallStyle::kTagged;
+  }
 }
 
-std::string NewToolCallId() { return "call_" + RandomHex(24); }
+std::string NewToolCallId(ToolCallStyle style) {
+  return style == ToolCallStyle::kMistral ? RandomHex(9) : "call_" + RandomHex(24);
+}
 
 absl::StatusOr<ToolSet> ParseTools(const ojson& body) {
   ToolSet set;
@@ -248,6 +271,11 @@ ToolAnswer ReadToolAnswer(std::string_view text, const ToolSet& tools) {
         answer.calls.clear();
         break;
       }
+      if (tools.style == ToolCallStyle::kMistral) {
+        if (ReadCallList(text, tools, &answer.calls)) return answer;
+        answer.calls.clear();
+        break;
+      }
       const size_t open = text.find(kToolCallOpen);
       if (open == std::string_view::npos) break;
       if (ReadTaggedCalls(text.substr(open), tools, &answer.calls)) {
@@ -257,16 +285,10 @@ ToolAnswer ReadToolAnswer(std::string_view text, const ToolSet& tools) {
       answer.calls.clear();
       break;
     }
-    case ToolChoice::kRequired: {
-      const ojson list = ParseOrdered(text);
-      bool whole = list.is_array() && !list.empty();
-      for (size_t i = 0; whole && i < list.size(); ++i) {
-        whole = ReadCall(list[i], tools, &answer.calls.emplace_back());
-      }
-      if (whole) return answer;
+    case ToolChoice::kRequired:
+      if (ReadCallList(text, tools, &answer.calls)) return answer;
       answer.calls.clear();
       break;
-    }
     case ToolChoice::kFunction: {
       const ojson arguments = ParseOrdered(text);
       if (!arguments.is_object()) break;

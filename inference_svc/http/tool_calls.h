@@ -33,10 +33,12 @@ struct ToolFunction {
 // call), or one named function.
 enum class ToolChoice { kNone, kAuto, kRequired, kFunction };
 
-// How the model writes calls in auto mode: <tool_call> blocks (chatml, plain), or JSON
+// How the model writes calls in auto mode: <tool_call> blocks (chatml, plain), JSON
 // objects {"name", "parameters"} as the whole answer (llama31; ";" between several, an
-// optional <|python_tag|> first).
-enum class ToolCallStyle { kTagged, kJson };
+// optional <|python_tag|> first), or a JSON array of {"name", "arguments"} as the whole
+// answer after the [TOOL_CALLS] control token, which decoding drops (mistral_v3; its
+// call ids have 9 characters).
+enum class ToolCallStyle { kTagged, kJson, kMistral };
 
 struct ToolSet {
   std::vector<ToolFunction> functions;
@@ -87,12 +89,13 @@ struct ToolAnswer {
 };
 ToolAnswer ReadToolAnswer(std::string_view text, const ToolSet& tools);
 
-// How a model of this chat family writes calls in auto mode: Llama 3.1's as the whole
-// answer (kJson), the others in <tool_call> tags.
+// How a model of this chat family writes calls in auto mode: Llama 3.1's and Mistral
+// v0.3's as the whole answer (kJson, kMistral), the others in <tool_call> tags.
 ToolCallStyle ToolCallStyleOf(ChatFormat format);
 
-// A new call id: "call_" and 24 random hex digits.
-std::string NewToolCallId();
+// A new call id: "call_" and 24 random hex digits; for kMistral 9 random hex digits (the
+// length Mistral's template requires).
+std::string NewToolCallId(ToolCallStyle style);
 
 // Where a call may begin in auto mode's text: the opening tag.
 inline constexpr std::string_view kToolCallOpen = "<tool_call>";

@@ -97,8 +97,9 @@ grpc::Status InferenceServiceImpl::Generate(grpc::ServerContext* context,
   for (const v1::ChatMessage& m : request->messages()) {
     ChatMessage& message = turn_request.messages.emplace_back(m.role(), m.content());
     for (const v1::ToolCall& call : m.tool_calls()) {
-      message.tool_calls.push_back({call.name(), call.arguments()});
+      message.tool_calls.push_back({call.name(), call.arguments(), call.id()});
     }
+    message.tool_call_id = m.tool_call_id();
   }
   if (!request->tools().empty() && request->messages().empty()) {
     return ToGrpcStatus(absl::InvalidArgumentError("tools go with messages"));
@@ -242,7 +243,7 @@ grpc::Status InferenceServiceImpl::Generate(grpc::ServerContext* context,
       final_message->set_content(std::move(read.content));
       for (const http::ToolCallOut& call : read.calls) {
         v1::ToolCall* out = final_message->add_tool_calls();
-        out->set_id(http::NewToolCallId());
+        out->set_id(http::NewToolCallId(tools->style));
         out->set_name(call.name);
         out->set_arguments(call.arguments);
       }

@@ -79,7 +79,14 @@ void JsonMatcher::Feed(Stack& s, uint8_t c, std::vector<Stack>* out) const {
     const Node& n = g.node(f.node);
     switch (f.type) {
       case kValue: {
-        if (IsWs(c)) {
+        // Whitespace before a value is JSON's, except as the first byte of a literal
+        // (a raw choice may begin with a space; no JSON literal does).
+        const bool literal_byte =
+            n.kind == NodeKind::kLiterals &&
+            std::any_of(n.literals.begin(), n.literals.end(), [c](const std::string& l) {
+              return !l.empty() && static_cast<uint8_t>(l[0]) == c;
+            });
+        if (IsWs(c) && !literal_byte) {
           if (!WhitespaceAllowed(g, f, c, /*after_separator=*/f.aux == 1)) return;
           ++f.ws;
           out->push_back(std::move(s));

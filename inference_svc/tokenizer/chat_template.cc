@@ -8,13 +8,14 @@
 #include "absl/strings/ascii.h"
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_join.h"
+#include "common/json_depth.h"
 #include "inference_svc/tokenizer/python_json.h"
 
 namespace kvfold {
 namespace {
 
-constexpr std::string_view kNames[] = {"llama3", "chatml", "llama2", "mistral",
-                                       "gemma",  "plain",  "llama31"};
+constexpr std::string_view kNames[] = {"llama3", "chatml", "llama2",  "mistral",
+                                       "gemma",  "plain",  "llama31", "mistral_v3"};
 
 // Python's str.strip() / rstrip() for the ASCII whitespace that occurs in chat text.
 // (std::string results: Debian's Abseil has its own string_view type.)
@@ -138,6 +139,7 @@ absl::StatusOr<ChatFormat> DetectChatFormat(std::string_view jinja) {
   }
   if (has("<|im_start|>") && has("<|im_end|>")) return ChatFormat::kChatMl;
   if (has("<start_of_turn>") && has("<end_of_turn>")) return ChatFormat::kGemma;
+  if (has("[INST]") && has("[AVAILABLE_TOOLS]")) return ChatFormat::kMistralV3;
   if (has("[INST]") && has("<<SYS>>")) return ChatFormat::kLlama2;
   if (has("[INST]")) return ChatFormat::kMistral;
   return absl::NotFoundError(
@@ -171,6 +173,14 @@ absl::StatusOr<ChatTemplate> ChatTemplate::Create(ChatFormat format, const Token
     case ChatFormat::kGemma:
       if (special.bos.empty()) special.bos = "<bos>";
       markers = {special.bos, "<start_of_turn>", "<end_of_turn>"};
+      break;
+    case ChatFormat::kMistralV3:
+      // Control tokens of Mistral's v3 tokenizer.
+      if (special.bos.empty()) special.bos = "<s>";
+      if (special.eos.empty()) special.eos = "</s>";
+      markers = {special.bos,    special.eos,         "[INST]",
+                 "[/INST]",      "[AVAILABLE_TOOLS]", "[/AVAILABLE_TOOLS]",
+                 "[TOOL_CALLS]", "[TOOL_RESULTS]",    "[/TOOL_RESULTS]"};
       break;
     case ChatFormat::kPlain:
       break;
@@ -215,6 +225,8 @@ std::string ChatTemplate::AssistantClose() const {
       return absl::StrCat(" ", special_.eos);
     case ChatFormat::kMistral:
       return absl::StrCat(special_.eos, special_.space_after_eos ? " " : "");
+    case ChatFormat::kMistralV3:
+      return special_.eos;
     case ChatFormat::kGemma:
       return "<end_of_turn>\n";
     case ChatFormat::kPlain:
@@ -250,6 +262,12 @@ absl::StatusOr<std::string> ChatTemplate::Render(std::span<const ChatMessage> me
   if (options.continuation && alternate) {
     // The session ends after an assistant turn: the new messages start with a user one.
     if (absl::Status s = CheckRoles(messages, true, true); !s.ok()) return s;
+  }
+  if (format_ == ChatFormat::kMistralV3) {
+    std::string out;
+    if (options.continuation && !options.previous_turn_closed) out = AssistantClose();
+    if (!options.continuation) out = special_.bos;
+    return RenderMistralV3(messages, options, std::move(out));
   }
 
   // The tools as this family shows them.
@@ -409,6 +427,8 @@ absl::StatusOr<std::string> ChatTemplate::Render(std::span<const ChatMessage> me
                         i == begin ? system_prefix : "", Strip(content));
         if (!open) out += "<end_of_turn>\n";
         break;
+      case ChatFormat::kMistralV3:  // RenderMistralV3
+        break;
       case ChatFormat::kPlain:
         if (m.role == "system") {
           absl::StrAppend(&out, content, "\n\n");
@@ -448,7 +468,121 @@ absl::StatusOr<std::string> ChatTemplate::Render(std::span<const ChatMessage> me
         break;
       case ChatFormat::kLlama2:
       case ChatFormat::kMistral:
+      case ChatFormat::kMistralV3:
         break;  // "[/INST]" already asks for the answer
+    }
+  }
+  return out;
+}
+
+namespace {
+
+// A call's or a result's id as Mistral v0.3's template takes it: 9 characters. A longer id
+// (another server's "call_...") gives its last 9, as vLLM passes them to Mistral models.
+absl::StatusOr<std::string> MistralId(const std::string& id, size_t message) {
+  if (id.size() > 9) return id.substr(id.size() - 9);
+  if (id.size() < 9) {
+    return Invalid(absl::StrCat("message ", message,
+                                ": Mistral v0.3's template needs tool call ids of 9 "
+                                "characters; got \"",
+                                id, "\""));
+  }
+  return id;
+}
+
+// Mistral v0.3's [AVAILABLE_TOOLS] block: each tool's function fields but "return",
+// strings written raw between quotes (the template does not escape them), other values
+// as its `tojson` writes them.
+absl::StatusOr<std::string> MistralTools(std::span<const std::string> tools) {
+  std::string out = "[AVAILABLE_TOOLS] [";
+  for (size_t t = 0; t < tools.size(); ++t) {
+    if (absl::Status s = CheckJsonDepth(tools[t], "a tool"); !s.ok())
+      return Invalid(std::string(s.message()));
+    const nlohmann::ordered_json tool =
+        nlohmann::ordered_json::parse(tools[t], nullptr, /*allow_exceptions=*/false);
+    if (!tool.is_object() || !tool.contains("function") || !tool["function"].is_object()) {
+      return Invalid("a tool must be {\"type\": \"function\", \"function\": {...}}");
+    }
+    out += "{\"type\": \"function\", \"function\": {";
+    bool first = true;
+    for (const auto& [key, value] : tool["function"].items()) {
+      if (key == "return") continue;
+      if (!first) out += ", ";
+      first = false;
+      if (value.is_string()) {
+        absl::StrAppend(&out, "\"", key, "\": \"", value.get<std::string>(), "\"");
+      } else {
+        absl::StrAppend(&out, "\"", key, "\": ", PythonJsonText(value));
+      }
+    }
+    out += t + 1 < tools.size() ? "}}, " : "}}]";
+  }
+  out += "[/AVAILABLE_TOOLS]";
+  return out;
+}
+
+}  // namespace
+
+// Mistral v0.3's template, line by line: an optional system message rides on the last
+// user message when that is the conversation's last message (otherwise it is not shown);
+// the tools come before the last user message (each user message equal to it, as the
+// template compares them); an assistant message with calls is the calls alone.
+absl::StatusOr<std::string> ChatTemplate::RenderMistralV3(std::span<const ChatMessage> messages,
+                                                          const ChatRenderOptions& options,
+                                                          std::string out) const {
+  const size_t begin = messages[0].role == "system" ? 1 : 0;
+  // User and assistant messages alternate from a user one, tool results and calls aside.
+  size_t plain = 0;
+  for (size_t i = begin; i < messages.size(); ++i) {
+    const ChatMessage& m = messages[i];
+    if (m.role == "tool" || !m.tool_calls.empty()) continue;
+    if ((m.role == "user") != (plain % 2 == 0)) {
+      return Invalid(
+          absl::StrCat("this model's template needs user and assistant messages to "
+                       "alternate (tool calls and results aside), starting with "
+                       "user; message ",
+                       i, " is ", m.role));
+    }
+    ++plain;
+  }
+  const ChatMessage* last_user = nullptr;
+  for (size_t i = begin; i < messages.size(); ++i) {
+    if (messages[i].role == "user") last_user = &messages[i];
+  }
+  std::string tools;
+  if (!options.tools.empty() && !options.continuation) {
+    auto block = MistralTools(options.tools);
+    if (!block.ok()) return block.status();
+    tools = std::move(*block);
+  }
+  for (size_t i = begin; i < messages.size(); ++i) {
+    const ChatMessage& m = messages[i];
+    const bool is_last = i + 1 == messages.size();
+    if (m.role == "user") {
+      if (!tools.empty() && m.content == last_user->content) out += tools;
+      out += "[INST] ";
+      if (is_last && begin == 1) absl::StrAppend(&out, messages[0].content, "\n\n");
+      absl::StrAppend(&out, m.content, "[/INST]");
+    } else if (!m.tool_calls.empty()) {
+      out += "[TOOL_CALLS] [";
+      for (size_t c = 0; c < m.tool_calls.size(); ++c) {
+        auto call = CallJson(m.tool_calls[c]);
+        if (!call.ok()) return call.status();
+        auto id = MistralId(m.tool_calls[c].id, i);
+        if (!id.ok()) return id.status();
+        call->pop_back();  // the template's out[:-1]
+        absl::StrAppend(&out, *call, ", \"id\": \"", *id, "\"}",
+                        c + 1 < m.tool_calls.size() ? ", " : "]");
+      }
+      out += special_.eos;
+    } else if (m.role == "assistant") {
+      absl::StrAppend(&out, " ", Strip(m.content));
+      if (!(is_last && options.continue_final_message)) out += special_.eos;
+    } else {  // tool
+      auto id = MistralId(m.tool_call_id, i);
+      if (!id.ok()) return id.status();
+      absl::StrAppend(&out, "[TOOL_RESULTS] {\"content\": ", m.content, ", \"call_id\": \"", *id,
+                      "\"}[/TOOL_RESULTS]");
     }
   }
   return out;

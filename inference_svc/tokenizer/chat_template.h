@@ -12,12 +12,16 @@
 //   chatml    <|im_start|>user\nHi<|im_end|>\n            (Qwen2, Hermes, Yi, ...)
 //   llama2    <s>[INST] <<SYS>>\nS\n<</SYS>>\n\nHi [/INST] Hello </s>
 //   mistral   <s>[INST] Hi [/INST]Hello</s>               (Mistral/Mixtral instruct)
+//   mistral_v3 <s>[INST] Hi[/INST] Hello</s>              (Mistral 7B v0.3, Nemo: the
+//             system message on the last user message, tools before it)
 //   gemma     <bos><start_of_turn>user\nHi<end_of_turn>\n
 //   plain     BOS "System\n\nUser: Hi\nAssistant: Hello\n"  (models without a template)
 //
 // Tools (function calling) render in the chatml family as Qwen2.5's template renders them,
-// in llama31 as Llama 3.1's does (in the first user message) and in the plain family in
-// kvfold's own form; the other families refuse them.
+// in llama31 as Llama 3.1's does (in the first user message), in mistral_v3 as Mistral 7B
+// v0.3's does ([AVAILABLE_TOOLS] before the last user message, calls and results with
+// their 9-character ids) and in the plain family in kvfold's own form; the other families
+// refuse them.
 //
 // docs/tokenizers.md ("Chat templates") gives each family's rules (system messages, roles,
 // continuation).
@@ -36,9 +40,9 @@
 
 namespace kvfold {
 
-enum class ChatFormat { kLlama3, kChatMl, kLlama2, kMistral, kGemma, kPlain, kLlama31 };
+enum class ChatFormat { kLlama3, kChatMl, kLlama2, kMistral, kGemma, kPlain, kLlama31, kMistralV3 };
 
-// "llama3", "chatml", "llama2", "mistral", "gemma", "plain", "llama31".
+// "llama3", "chatml", "llama2", "mistral", "gemma", "plain", "llama31", "mistral_v3".
 std::string_view ChatFormatName(ChatFormat format);
 // InvalidArgument naming the accepted names.
 absl::StatusOr<ChatFormat> ParseChatFormat(std::string_view name);
@@ -51,6 +55,7 @@ absl::StatusOr<ChatFormat> DetectChatFormat(std::string_view jinja);
 struct ChatToolCall {
   std::string name;
   std::string arguments;  // JSON text (the template writes it as its `tojson` does)
+  std::string id = "";    // the call's id; mistral_v3 writes it (its last 9 characters)
 };
 
 struct ChatMessage {
@@ -61,6 +66,7 @@ struct ChatMessage {
   std::string role;  // "system", "user", "assistant" or "tool" (a function's result)
   std::string content;
   std::vector<ChatToolCall> tool_calls;  // assistant messages only
+  std::string tool_call_id = "";         // tool messages: the call answered (mistral_v3)
 };
 
 // How a conversation ends.
@@ -131,10 +137,10 @@ class ChatTemplate {
 
   ChatFormat format() const { return format_; }
   // Whether the family renders tools, tool messages and tool calls (chatml, llama31,
-  // plain).
+  // mistral_v3, plain).
   bool renders_tools() const {
     return format_ == ChatFormat::kChatMl || format_ == ChatFormat::kLlama31 ||
-           format_ == ChatFormat::kPlain;
+           format_ == ChatFormat::kMistralV3 || format_ == ChatFormat::kPlain;
   }
   std::string_view name() const { return ChatFormatName(format_); }
   // Ids that end an assistant turn (EOS, <|eot_id|>, <|im_end|>, <end_of_turn>, plus the
@@ -148,6 +154,10 @@ class ChatTemplate {
   ChatTemplate() = default;
   // The text after an assistant message's content that closes its turn.
   std::string AssistantClose() const;
+  // Render for mistral_v3 (`out` holds what precedes the messages).
+  absl::StatusOr<std::string> RenderMistralV3(std::span<const ChatMessage> messages,
+                                              const ChatRenderOptions& options,
+                                              std::string out) const;
 
   ChatFormat format_ = ChatFormat::kPlain;
   const Tokenizer* tokenizer_ = nullptr;

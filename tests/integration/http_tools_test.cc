@@ -603,19 +603,20 @@ TEST_F(HttpApiTest, BadToolsAreRefusedNamingTheField) {
   EXPECT_EQ(r.status, 200) << r.body;
 }
 
-// stories260K with a byte-level tokenizer.json whose special tokens are Llama 3's, and a
-// tokenizer_config.json whose chat template is detected as Llama 3.1's: one replica.
-class HttpLlama31ToolsTest : public ::testing::Test {
+// One replica of stories260K whose model directory holds a byte-level tokenizer.json with
+// a chat family's special tokens and a tokenizer_config.json whose chat template is
+// detected as that family's (kvfold renders the families natively, so the markers that
+// detection reads are all the template needs). `Family` gives kSpecials, kTemplate, kBos
+// and kEos.
+template <class Family>
+class FamilyReplicaTest : public ::testing::Test {
  protected:
-  static constexpr const char* kLlamaSpecials[] = {"<|begin_of_text|>", "<|start_header_id|>",
-                                                   "<|end_header_id|>", "<|eot_id|>"};
-
   static std::string ByteLevelTokenizerJson() {
     json vocab = json::object();
     for (int b = 0; b < 256; ++b) vocab[ByteChar(b)] = b;  // GPT-2's byte characters
     json added = json::array();
-    for (size_t i = 0; i < std::size(kLlamaSpecials); ++i) {
-      added.push_back({{"id", 256 + i}, {"content", kLlamaSpecials[i]}, {"special", true}});
+    for (size_t i = 0; i < std::size(Family::kSpecials); ++i) {
+      added.push_back({{"id", 256 + i}, {"content", Family::kSpecials[i]}, {"special", true}});
     }
     return json{{"version", "1.0"},
                 {"added_tokens", added},
@@ -634,15 +635,13 @@ class HttpLlama31ToolsTest : public ::testing::Test {
 
   static void SetUpTestSuite() {
     if (!std::filesystem::exists(SharedModel())) return;
-    dir_ = new std::string(MakeTempDir("kvfold-llama31-"));
+    dir_ = new std::string(MakeTempDir("kvfold-family-"));
     std::filesystem::copy_file(SharedModel(), *dir_ + "/stories260K.bin");
     std::ofstream(*dir_ + "/tokenizer.json") << ByteLevelTokenizerJson();
-    // The markers ChatTemplate::ForModel detects Llama 3.1's template by; kvfold renders
-    // the family natively.
     std::ofstream(*dir_ + "/tokenizer_config.json") << json{
-        {"chat_template", "{# <|start_header_id|> <|eot_id|> Cutting Knowledge Date #}"},
-        {"bos_token", "<|begin_of_text|>"},
-        {"eos_token", "<|eot_id|>"}}.dump();
+        {"chat_template", Family::kTemplate},
+        {"bos_token", Family::kBos},
+        {"eos_token", Family::kEos}}.dump();
     std::ofstream(*dir_ + "/tokens") << kToken << " tenant-a\n";
     cluster_ = new Cluster();
     std::string error;
@@ -667,11 +666,49 @@ class HttpLlama31ToolsTest : public ::testing::Test {
     ASSERT_GT(port_, 0) << cluster_->replica_process(0).output();
   }
 
+  // The chat template the replica renders with.
+  static ChatTemplate Template(std::unique_ptr<Tokenizer>* tokenizer) {
+    auto loaded = Tokenizer::Load(*dir_ + "/tokenizer.json");
+    EXPECT_TRUE(loaded.ok()) << loaded.status();
+    *tokenizer = std::move(*loaded);
+    auto chat = ChatTemplate::ForModel(*dir_, "", tokenizer->get());
+    EXPECT_TRUE(chat.ok()) << chat.status();
+    return std::move(*chat);
+  }
+
   inline static Cluster* cluster_ = nullptr;
   inline static std::string* dir_ = nullptr;
   inline static std::string* error_ = nullptr;
   int port_ = 0;
 };
+
+// Llama 3's special tokens and a template detected as Llama 3.1's.
+struct Llama31Family {
+  static constexpr const char* kSpecials[] = {"<|begin_of_text|>", "<|start_header_id|>",
+                                              "<|end_header_id|>", "<|eot_id|>"};
+  static constexpr const char* kTemplate =
+      "{# <|start_header_id|> <|eot_id|> Cutting Knowledge Date #}";
+  static constexpr const char* kBos = "<|begin_of_text|>";
+  static constexpr const char* kEos = "<|eot_id|>";
+};
+using HttpLlama31ToolsTest = FamilyReplicaTest<Llama31Family>;
+
+// Mistral's v3 control tokens and a template detected as Mistral 7B v0.3's.
+struct MistralV3Family {
+  static constexpr const char* kSpecials[] = {"<s>",
+                                              "</s>",
+                                              "[INST]",
+                                              "[/INST]",
+                                              "[AVAILABLE_TOOLS]",
+                                              "[/AVAILABLE_TOOLS]",
+                                              "[TOOL_CALLS]",
+                                              "[TOOL_RESULTS]",
+                                              "[/TOOL_RESULTS]"};
+  static constexpr const char* kTemplate = "{# [INST] [AVAILABLE_TOOLS] #}";
+  static constexpr const char* kBos = "<s>";
+  static constexpr const char* kEos = "</s>";
+};
+using HttpMistralV3ToolsTest = FamilyReplicaTest<MistralV3Family>;
 
 TEST_F(HttpLlama31ToolsTest, ToolsRenderInTheFirstUserMessageAndCallsAreTheWholeAnswer) {
   ojson chat = ToolChat();
@@ -687,19 +724,17 @@ TEST_F(HttpLlama31ToolsTest, ToolsRenderInTheFirstUserMessageAndCallsAreTheWhole
 
   // The replica fed the conversation as Llama 3.1's template shows it with these tools
   // (one id per byte of this tokenizer, one per special string).
-  auto tokenizer = Tokenizer::Load(*dir_ + "/tokenizer.json");
-  ASSERT_TRUE(tokenizer.ok()) << tokenizer.status();
-  auto llama = ChatTemplate::ForModel(*dir_, "", tokenizer->get());
-  ASSERT_TRUE(llama.ok()) << llama.status();
-  ASSERT_EQ(llama->format(), ChatFormat::kLlama31);
+  std::unique_ptr<Tokenizer> tokenizer;
+  const ChatTemplate llama = Template(&tokenizer);
+  ASSERT_EQ(llama.format(), ChatFormat::kLlama31);
   std::vector<std::string> tools;
   for (const ojson& t : kTools) tools.push_back(t.dump());
-  auto ids = llama->RenderIds(std::vector<ChatMessage>{{"user", "What is the weather in Paris?"}},
-                              {.tools = tools});
+  auto ids = llama.RenderIds(std::vector<ChatMessage>{{"user", "What is the weather in Paris?"}},
+                             {.tools = tools});
   ASSERT_TRUE(ids.ok()) << ids.status();
   EXPECT_EQ(answer["usage"]["prompt_tokens"], ids->size());
-  auto text = llama->Render(std::vector<ChatMessage>{{"user", "What is the weather in Paris?"}},
-                            {.tools = tools});
+  auto text = llama.Render(std::vector<ChatMessage>{{"user", "What is the weather in Paris?"}},
+                           {.tools = tools});
   EXPECT_THAT(*text, HasSubstr("Environment: ipython\n"));
   EXPECT_THAT(*text, HasSubstr("{\n    \"type\": \"function\",\n    \"function\": {\n"));
 
@@ -737,6 +772,120 @@ TEST_F(HttpLlama31ToolsTest, ToolsRenderInTheFirstUserMessageAndCallsAreTheWhole
   ASSERT_EQ(grpc_call.final.tool_calls_size(), 1);
   EXPECT_EQ(grpc_call.final.tool_calls(0).arguments(), R"({"zone":"UTC"})");
   EXPECT_EQ(grpc_call.final.usage().prompt_tokens(), ids->size());
+}
+
+TEST_F(HttpMistralV3ToolsTest, CallsAreAListWithNineCharacterIdsAndTheirResultsContinue) {
+  ojson chat = ToolChat();
+  const std::string written = R"( [{"name": "get_time", "arguments": {"zone": "UTC"}}])";
+  chat["guided_choice"] = {written};
+  HttpReply r = HttpCall(port_, "POST", "/v1/chat/completions", chat.dump(), kAuth);
+  ASSERT_EQ(r.status, 200) << r.body;
+  const json answer = Body(r);
+  const json choice = answer["choices"][0];
+  ASSERT_EQ(choice["finish_reason"], "tool_calls") << choice;
+  EXPECT_TRUE(choice["message"]["content"].is_null());
+  ASSERT_EQ(choice["message"]["tool_calls"].size(), 1u);
+  const json call = choice["message"]["tool_calls"][0];
+  EXPECT_EQ(call["function"]["arguments"], R"({"zone":"UTC"})");
+  const std::string id = call["id"];
+  EXPECT_EQ(id.size(), 9u) << id;  // what Mistral's template takes back
+
+  // The replica fed the tools as Mistral v0.3's template shows them, before the user's
+  // message.
+  std::unique_ptr<Tokenizer> tokenizer;
+  const ChatTemplate mistral = Template(&tokenizer);
+  ASSERT_EQ(mistral.format(), ChatFormat::kMistralV3);
+  std::vector<std::string> tools;
+  for (const ojson& t : kTools) tools.push_back(t.dump());
+  const std::vector<ChatMessage> asked = {{"user", "What is the weather in Paris?"}};
+  auto ids = mistral.RenderIds(asked, {.tools = tools});
+  ASSERT_TRUE(ids.ok()) << ids.status();
+  EXPECT_EQ(answer["usage"]["prompt_tokens"], ids->size());
+  auto text = mistral.Render(asked, {.tools = tools});
+  EXPECT_TRUE(
+      text->starts_with("<s>[AVAILABLE_TOOLS] [{\"type\": \"function\", \"function\": "
+                        "{\"name\": \"get_weather\", \"description\": "))
+      << *text;
+  EXPECT_TRUE(text->ends_with("[/AVAILABLE_TOOLS][INST] What is the weather in Paris?[/INST]"));
+
+  // The call and its result sent back: the ids render; another server's longer id gives
+  // its last 9 characters; a shorter one is a 400.
+  ojson next = ToolChat();
+  next.erase("guided_choice");
+  next["max_tokens"] = 4;
+  auto with_ids = [&](const std::string& call_id) {
+    ojson body = next;
+    ojson made = call;
+    made["id"] = call_id;
+    body["messages"].push_back(
+        {{"role", "assistant"}, {"content", nullptr}, {"tool_calls", {made}}});
+    body["messages"].push_back(
+        {{"role", "tool"}, {"tool_call_id", call_id}, {"content", "{\"time\": \"12:00\"}"}});
+    return HttpCall(port_, "POST", "/v1/chat/completions", body.dump(), kAuth);
+  };
+  HttpReply back = with_ids(id);
+  ASSERT_EQ(back.status, 200) << back.body;
+  std::vector<ChatMessage> round = asked;
+  round.push_back({"assistant", "", {{"get_time", R"({"zone": "UTC"})", id}}});
+  round.push_back({"tool", "{\"time\": \"12:00\"}"});
+  round.back().tool_call_id = id;
+  auto round_ids = mistral.RenderIds(round, {.tools = tools});
+  ASSERT_TRUE(round_ids.ok()) << round_ids.status();
+  EXPECT_EQ(Body(back)["usage"]["prompt_tokens"], round_ids->size());
+  HttpReply longer = with_ids("call_0123456789abcdef" + id);
+  ASSERT_EQ(longer.status, 200) << longer.body;
+  EXPECT_EQ(Body(longer)["usage"]["prompt_tokens"], round_ids->size());
+  HttpReply shorter = with_ids("c1");
+  EXPECT_EQ(shorter.status, 400) << shorter.body;
+  EXPECT_THAT(shorter.body, HasSubstr("ids of 9 characters"));
+
+  // Streamed: the list is held back and sent as calls; free text streams as it comes.
+  chat["stream"] = true;
+  HttpReply s = HttpCall(port_, "POST", "/v1/chat/completions", chat.dump(), kAuth);
+  ASSERT_EQ(s.status, 200) << s.body;
+  const Streamed streamed = ReadStream(s);
+  EXPECT_EQ(streamed.content, "");
+  ASSERT_EQ(streamed.calls.size(), 1u);
+  EXPECT_EQ(streamed.calls[0]["function"]["name"], "get_time");
+  EXPECT_EQ(streamed.calls[0]["id"].get<std::string>().size(), 9u);
+  EXPECT_EQ(streamed.finish, "tool_calls");
+  chat["guided_choice"] = {"It is noon {not a call}."};
+  s = HttpCall(port_, "POST", "/v1/chat/completions", chat.dump(), kAuth);
+  ASSERT_EQ(s.status, 200) << s.body;
+  const Streamed free_text = ReadStream(s);
+  EXPECT_TRUE(free_text.calls.empty());
+  EXPECT_EQ(free_text.content, "It is noon {not a call}.");
+  EXPECT_GT(free_text.content_chunks, 1);
+
+  // gRPC reads the same list as a call with a 9-character id.
+  v1::GenerateRequest request;
+  request.mutable_response_format()->set_type(v1::ResponseFormat::TYPE_CHOICE);
+  request.mutable_response_format()->add_choices(written);
+  GrpcAnswer grpc_call = GrpcToolTurn(cluster_->stub(0), "mistral-grpc", request);
+  ASSERT_TRUE(grpc_call.status.ok()) << grpc_call.status.error_message();
+  EXPECT_EQ(grpc_call.final.finish_reason(), v1::FINISH_REASON_TOOL_CALLS);
+  ASSERT_EQ(grpc_call.final.tool_calls_size(), 1);
+  EXPECT_EQ(grpc_call.final.tool_calls(0).id().size(), 9u);
+  EXPECT_EQ(grpc_call.final.usage().prompt_tokens(), ids->size());
+  // And takes the call back with its id, and the result with tool_call_id.
+  v1::GenerateRequest result;
+  result.mutable_sampling()->set_max_new_tokens(2);
+  v1::ChatMessage* user = result.add_messages();
+  user->set_role("user");
+  user->set_content("What is the weather in Paris?");
+  v1::ChatMessage* assistant = result.add_messages();
+  assistant->set_role("assistant");
+  *assistant->add_tool_calls() = grpc_call.final.tool_calls(0);
+  v1::ChatMessage* tool = result.add_messages();
+  tool->set_role("tool");
+  tool->set_content("{\"time\": \"12:00\"}");
+  tool->set_tool_call_id(grpc_call.final.tool_calls(0).id());
+  GrpcAnswer continued = GrpcToolTurn(cluster_->stub(0), "mistral-grpc-result", result);
+  ASSERT_TRUE(continued.status.ok()) << continued.status.error_message();
+  tool->set_tool_call_id("");
+  GrpcAnswer missing = GrpcToolTurn(cluster_->stub(0), "mistral-grpc-no-id", result);
+  EXPECT_EQ(missing.status.error_code(), grpc::StatusCode::INVALID_ARGUMENT);
+  EXPECT_THAT(missing.status.error_message(), HasSubstr("ids of 9 characters"));
 }
 
 }  // namespace

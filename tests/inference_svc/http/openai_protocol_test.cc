@@ -724,6 +724,13 @@ TEST(ToolCallsTest, ParsesToolMessagesAndCalls) {
   EXPECT_EQ(r->messages[1].tool_calls[0].arguments, R"({"zone": "CET", "n": [1, 2]})");
   EXPECT_EQ(r->messages[2].role, "tool");
   EXPECT_EQ(r->messages[2].content, "12:00");
+  // The ids travel with them (Mistral's template writes them).
+  EXPECT_EQ(r->messages[1].tool_calls[0].id, "call_1");
+  EXPECT_EQ(r->messages[2].tool_call_id, "call_1");
+  json bad_id = body;
+  bad_id["messages"][1]["tool_calls"][0]["id"] = 7;
+  EXPECT_THAT(ParseChatCompletionRequest(bad_id.dump()).status().message(),
+              HasSubstr("messages[1].tool_calls[0].id must be a string"));
 
   json bad = body;
   bad["messages"][1]["tool_calls"][0]["function"]["arguments"] = "{not json";
@@ -789,6 +796,27 @@ TEST(ToolCallsTest, ReadsCallsFromTheModelsText) {
     EXPECT_TRUE(ReadToolAnswer(text, json_style).calls.empty()) << text;
     EXPECT_EQ(ReadToolAnswer(text, json_style).content, text);
   }
+  // Mistral v0.3's: a list of calls as the whole answer (its [TOOL_CALLS] token decodes to
+  // nothing; its text, if shown, is skipped), the ids it may write ignored.
+  ToolSet mistral = autos;
+  mistral.style = ToolCallStyle::kMistral;
+  for (
+      const std::string text :
+      {R"( [{"name": "time", "arguments": {"zone": "CET"}}, {"name": "weather", "arguments": {}}])",
+       R"([TOOL_CALLS] [{"name": "time", "arguments": {"zone": "CET"}, "id": "a1b2c3d4e"},)"
+       R"( {"name": "weather", "arguments": {}}])"}) {
+    ToolAnswer list = ReadToolAnswer(text, mistral);
+    ASSERT_EQ(list.calls.size(), 2u) << text;
+    EXPECT_EQ(list.calls[0].arguments, R"({"zone":"CET"})");
+    EXPECT_EQ(list.calls[1].name, "weather");
+    EXPECT_EQ(list.content, "");
+  }
+  for (const std::string text : {"[1] It is noon.", "[]", R"({"name": "time", "arguments": {}})",
+                                 R"(Sure: [{"name": "time", "arguments": {}}])",
+                                 R"([{"name": "time", "arguments": {}}, {"name": "moon"}])"}) {
+    EXPECT_TRUE(ReadToolAnswer(text, mistral).calls.empty()) << text;
+    EXPECT_EQ(ReadToolAnswer(text, mistral).content, text);
+  }
   ToolAnswer required = ReadToolAnswer(
       R"([{"name": "time", "arguments": {"zone": "CET"}}, {"name": "weather", "arguments": {}}])",
       Set(ToolChoice::kRequired));
@@ -802,10 +830,13 @@ TEST(ToolCallsTest, ReadsCallsFromTheModelsText) {
   EXPECT_TRUE(ReadToolAnswer(R"({"zone": )", Set(ToolChoice::kFunction)).calls.empty());
   EXPECT_TRUE(ReadToolAnswer("<tool_call>{\"name\": \"time\"}</tool_call>", Set(ToolChoice::kNone))
                   .calls.empty());
-  const std::string id = NewToolCallId();
+  const std::string id = NewToolCallId(ToolCallStyle::kTagged);
   EXPECT_EQ(id.size(), 29u);
   EXPECT_TRUE(id.starts_with("call_"));
-  EXPECT_NE(id, NewToolCallId());
+  EXPECT_NE(id, NewToolCallId(ToolCallStyle::kJson));
+  const std::string short_id = NewToolCallId(ToolCallStyle::kMistral);
+  EXPECT_EQ(short_id.size(), 9u);  // Mistral's template refuses any other length
+  EXPECT_EQ(short_id.find_first_not_of("0123456789abcdef"), std::string::npos);
 }
 
 TEST(ToolCallsTest, ResponsesTakeFunctionToolsAndCallItems) {
@@ -828,6 +859,8 @@ TEST(ToolCallsTest, ResponsesTakeFunctionToolsAndCallItems) {
   EXPECT_EQ(r->input[1].tool_calls[0].arguments, R"({"zone": "CET"})");
   EXPECT_EQ(r->input[2].role, "tool");
   EXPECT_EQ(r->input[2].content, "12:00");
+  EXPECT_EQ(r->input[1].tool_calls[1].id, "call_2");
+  EXPECT_EQ(r->input[2].tool_call_id, "call_1");
   EXPECT_EQ(r->tools.choice, ToolChoice::kFunction);
   EXPECT_EQ(
       r->tools.functions[0].rendered,

@@ -298,6 +298,21 @@ TEST(JsonSchemaTest, AChoiceIsExactlyOneOfItsTexts) {
   EXPECT_EQ(Grammar::Choice({"a", "a"}).status().code(), absl::StatusCode::kInvalidArgument);
   EXPECT_EQ(Grammar::Choice(std::vector<std::string>(65, "x")).status().code(),
             absl::StatusCode::kInvalidArgument);
+  // A text may begin with whitespace (a model's answer after "[/INST]" often does): the
+  // whitespace is the text's, not JSON's, so it must be there and no more of it.
+  auto spaced = Grammar::Choice({" [1]", "\n two", "three"});
+  ASSERT_TRUE(spaced.ok()) << spaced.status();
+  EXPECT_TRUE(Complete(*spaced, " [1]"));
+  EXPECT_TRUE(Complete(*spaced, "\n two"));
+  EXPECT_TRUE(Complete(*spaced, "three"));
+  EXPECT_FALSE(Complete(*spaced, "[1]"));
+  EXPECT_FALSE(Complete(*spaced, "  [1]"));
+  EXPECT_FALSE(Complete(*spaced, " three"));
+  // JSON literals (an enum's values) still take JSON's whitespace before them.
+  const auto colours = Schema(R"({"type":"object","properties":{"c":{"enum":["red",1]}},
+      "required":["c"],"additionalProperties":false})");
+  EXPECT_TRUE(Complete(colours, R"({"c": "red"})"));
+  EXPECT_TRUE(Complete(colours, R"({"c": 1})"));
 }
 
 // Ambiguity costs bounded work: alternatives within alternatives are counted out at

@@ -67,8 +67,12 @@ TOOLS = [
 ]
 
 
-def call(name, arguments):
-    return {"type": "function", "function": {"name": name, "arguments": arguments}}
+def call(name, arguments, call_id):
+    return {"id": call_id, "type": "function", "function": {"name": name, "arguments": arguments}}
+
+
+def result(content, call_id):
+    return {"role": "tool", "tool_call_id": call_id, "content": content}
 
 
 # Conversations with tools, rendered by the templates that have a tool format; the
@@ -80,33 +84,43 @@ TOOL_CONVERSATIONS = {
     "tool_round_trip": ([
         {"role": "user", "content": "Weather and time in Paris?"},
         {"role": "assistant", "content": "", "tool_calls": [
-            call("get_weather", {"city": "Paris", "days": 2}), call("get_time", {"zone": "CET"})]},
-        {"role": "tool", "content": "18 C"},
-        {"role": "tool", "content": "12:00"},
+            call("get_weather", {"city": "Paris", "days": 2}, "a1b2c3d4e"),
+            call("get_time", {"zone": "CET"}, "f5g6h7i8j")]},
+        result("18 C", "a1b2c3d4e"),
+        result("12:00", "f5g6h7i8j"),
     ], TOOLS),
     "tool_call_with_content": ([
         SYSTEM,
         {"role": "user", "content": "Weather in Oslo?"},
         {"role": "assistant", "content": "Let me check.", "tool_calls": [
-            call("get_weather", {"city": "Oslo", "ratio": 0.25})]},
-        {"role": "tool", "content": "-3 C"},
+            call("get_weather", {"city": "Oslo", "ratio": 0.25}, "k9l8m7n6o")]},
+        result("-3 C", "k9l8m7n6o"),
         {"role": "assistant", "content": "It is -3 C in Oslo."},
         {"role": "user", "content": "Thanks!"},
     ], TOOLS),
     "tool_messages_without_tools": ([
         {"role": "user", "content": "Time?"},
-        {"role": "assistant", "content": "", "tool_calls": [call("get_time", {})]},
-        {"role": "tool", "content": "12:00"},
+        {"role": "assistant", "content": "", "tool_calls": [call("get_time", {}, "p1q2r3s4t")]},
+        result("12:00", "p1q2r3s4t"),
     ], None),
     "one_call_round_trip": ([
         {"role": "user", "content": " Time in Paris? "},
-        {"role": "assistant", "content": "", "tool_calls": [call("get_time", {"zone": "CET"})]},
-        {"role": "tool", "content": "12:00 \"noon\""},
+        {"role": "assistant", "content": "", "tool_calls": [
+            call("get_time", {"zone": "CET"}, "u5v6w7x8y")]},
+        result("12:00 \"noon\"", "u5v6w7x8y"),
         {"role": "assistant", "content": "It is noon."},
         {"role": "user", "content": "And in Oslo?"},
     ], TOOLS),
+    # Mistral v0.3 writes the ids (9 characters) and the result's content raw.
+    "tool_result_json": ([
+        SYSTEM,
+        {"role": "user", "content": "Time in Oslo?"},
+        {"role": "assistant", "content": "", "tool_calls": [
+            call("get_time", {"zone": "CET"}, "z9y8x7w6v")]},
+        result("{\"time\": \"12:00\"}", "z9y8x7w6v"),
+    ], TOOLS),
 }
-TOOL_TEMPLATES = ["qwen2_5", "llama3_1"]
+TOOL_TEMPLATES = ["qwen2_5", "llama3_1", "mistral_v3"]
 
 
 def tojson(x, ensure_ascii=False, indent=None, separators=None, sort_keys=False):
@@ -122,8 +136,11 @@ def kvfold_messages(messages):
         k = {"role": m["role"], "content": m["content"]}
         if "tool_calls" in m:
             k["tool_calls"] = [{"name": c["function"]["name"],
-                                "arguments": tojson(c["function"]["arguments"])}
+                                "arguments": tojson(c["function"]["arguments"]),
+                                "id": c["id"]}
                                for c in m["tool_calls"]]
+        if "tool_call_id" in m:
+            k["tool_call_id"] = m["tool_call_id"]
         out.append(k)
     return out
 

@@ -39,7 +39,14 @@ const std::vector<std::string> kSpecials = {"<|begin_of_text|>",
                                             "<bos>",
                                             "<eos>",
                                             "<start_of_turn>",
-                                            "<end_of_turn>"};
+                                            "<end_of_turn>",
+                                            "[INST]",
+                                            "[/INST]",
+                                            "[AVAILABLE_TOOLS]",
+                                            "[/AVAILABLE_TOOLS]",
+                                            "[TOOL_CALLS]",
+                                            "[TOOL_RESULTS]",
+                                            "[/TOOL_RESULTS]"};
 
 int32_t SpecialId(const std::string& text) {
   const auto it = std::find(kSpecials.begin(), kSpecials.end(), text);
@@ -110,8 +117,9 @@ std::vector<ChatMessage> Messages(const json& list) {
   for (const json& m : list) {
     ChatMessage& message = out.emplace_back(ChatMessage{m["role"], m["content"]});
     for (const json& call : m.value("tool_calls", json::array())) {
-      message.tool_calls.push_back({call["name"], call["arguments"]});
+      message.tool_calls.push_back({call["name"], call["arguments"], call.value("id", "")});
     }
+    message.tool_call_id = m.value("tool_call_id", "");
   }
   return out;
 }
@@ -141,6 +149,7 @@ ChatFormat FamilyOf(const std::string& fixture) {
   if (fixture == "qwen2" || fixture == "qwen2_5" || fixture == "chatml") return ChatFormat::kChatMl;
   if (fixture == "llama2") return ChatFormat::kLlama2;
   if (fixture == "gemma" || fixture == "gemma3") return ChatFormat::kGemma;
+  if (fixture == "mistral_v3") return ChatFormat::kMistralV3;
   return ChatFormat::kMistral;
 }
 
@@ -181,7 +190,7 @@ TEST(ChatTemplateTest, RendersTheRealTemplatesLikeJinja) {
       ++checked;
     }
   }
-  EXPECT_EQ(checked, 54);
+  EXPECT_EQ(checked, 60);
 }
 
 // The tool texts of the fixture (Python's json.dumps of each tool).
@@ -229,7 +238,7 @@ TEST(ChatTemplateTest, RendersToolsLikeQwen25AndLlama31) {
       ++checked;
     }
   }
-  EXPECT_EQ(checked, 11);
+  EXPECT_EQ(checked, 20);
   EXPECT_EQ(refused, 1);  // Llama 3.1: two calls in one assistant message
 }
 
@@ -265,6 +274,58 @@ TEST(ChatTemplateTest, AToolSessionContinuesAsTheWholeConversation) {
   after = llama_chat->Render(results, {.continuation = true, .tools = tools});
   ASSERT_TRUE(whole.ok() && first.ok() && after.ok());
   EXPECT_EQ(*first + *after, *whole);
+}
+
+// Mistral v0.3: a session that ends with the calls (closed by </s>) continues with the
+// results as the whole conversation renders them when the tools sit before the only user
+// message; ids longer than 9 characters give their last 9, shorter ones are refused.
+TEST(ChatTemplateTest, MistralV3SessionsAndCallIds) {
+  const json templates = TestData("chat_templates.json");
+  const json data = TestData("chat_template_expected.json");
+  const std::vector<std::string> tools = FixtureTools(data);
+  FixtureTemplate fixture(templates["mistral_v3"]);
+  auto chat = ChatTemplate::ForModel(fixture.dir.path(), "", fixture.tokenizer.get());
+  ASSERT_TRUE(chat.ok()) << chat.status();
+  ASSERT_EQ(chat->format(), ChatFormat::kMistralV3);
+  ASSERT_EQ(chat->name(), "mistral_v3");
+  const std::vector<ChatMessage> all =
+      Messages(data["tool_conversations"]["tool_round_trip"]["messages"]);
+  const std::span<const ChatMessage> head(all.data(), 2), rest(all.data() + 2, 2);
+  auto whole = chat->Render(all, {.tools = tools});
+  auto first = chat->Render(head, {.add_generation_prompt = false, .tools = tools});
+  auto after = chat->Render(rest, {.continuation = true, .tools = tools});
+  ASSERT_TRUE(whole.ok() && first.ok() && after.ok());
+  ASSERT_TRUE(first->ends_with("]</s>")) << *first;
+  EXPECT_EQ(*first + *after, *whole);
+  EXPECT_TRUE(after->starts_with("[TOOL_RESULTS] {\"content\": 18 C, \"call_id\": \"a1b2c3d4e\"}"));
+  // A turn the model left open (no </s> produced) is closed first.
+  auto open = chat->Render(rest, {.continuation = true, .previous_turn_closed = false});
+  ASSERT_TRUE(open.ok());
+  EXPECT_EQ(*open, "</s>" + *after);
+
+  std::vector<ChatMessage> long_ids = all;
+  long_ids[1].tool_calls[0].id = "call_0123456789abca1b2c3d4e";
+  long_ids[2].tool_call_id = "call_0123456789abca1b2c3d4e";
+  auto truncated = chat->Render(long_ids, {.tools = tools});
+  ASSERT_TRUE(truncated.ok()) << truncated.status();
+  EXPECT_EQ(*truncated, *whole);
+  std::vector<ChatMessage> short_id = all;
+  short_id[3].tool_call_id = "f5g6";
+  auto refused = chat->Render(short_id, {.tools = tools});
+  EXPECT_EQ(refused.status().code(), absl::StatusCode::kInvalidArgument);
+  EXPECT_THAT(std::string(refused.status().message()), HasSubstr("ids of 9 characters"));
+  // Plain user and assistant messages still alternate, calls and results aside.
+  std::vector<ChatMessage> twice = all;
+  twice.push_back({"tool", "x"});
+  twice.push_back({"assistant", "Done."});
+  twice.push_back({"assistant", "Again."});
+  twice[4].tool_call_id = "a1b2c3d4e";
+  refused = chat->Render(twice, {});
+  EXPECT_THAT(std::string(refused.status().message()), HasSubstr("alternate"));
+  // A tool that is not a function object is refused, not rendered half.
+  const std::vector<std::string> bad_tool = {R"({"type": "function"})"};
+  refused = chat->Render(head, {.tools = bad_tool});
+  EXPECT_EQ(refused.status().code(), absl::StatusCode::kInvalidArgument);
 }
 
 TEST(ChatTemplateTest, PlainToolsAndFamiliesWithoutAToolFormat) {
