@@ -606,7 +606,7 @@ TEST_F(HttpApiTest, BadToolsAreRefusedNamingTheField) {
 // One replica of stories260K whose model directory holds a byte-level tokenizer.json with
 // a chat family's special tokens and a tokenizer_config.json whose chat template is
 // detected as that family's (kvfold renders the families natively, so the markers that
-// detection reads are all the template needs). `Family` gives kSpecials, kTemplate, kBos
+// detection reads are all the template needs). `Family` gives Specials(), kTemplate, kBos
 // and kEos.
 template <class Family>
 class FamilyReplicaTest : public ::testing::Test {
@@ -615,8 +615,9 @@ class FamilyReplicaTest : public ::testing::Test {
     json vocab = json::object();
     for (int b = 0; b < 256; ++b) vocab[ByteChar(b)] = b;  // GPT-2's byte characters
     json added = json::array();
-    for (size_t i = 0; i < std::size(Family::kSpecials); ++i) {
-      added.push_back({{"id", 256 + i}, {"content", Family::kSpecials[i]}, {"special", true}});
+    const std::vector<std::string> specials = Family::Specials();
+    for (size_t i = 0; i < specials.size(); ++i) {
+      added.push_back({{"id", 256 + i}, {"content", specials[i]}, {"special", true}});
     }
     return json{{"version", "1.0"},
                 {"added_tokens", added},
@@ -684,8 +685,9 @@ class FamilyReplicaTest : public ::testing::Test {
 
 // Llama 3's special tokens and a template detected as Llama 3.1's.
 struct Llama31Family {
-  static constexpr const char* kSpecials[] = {"<|begin_of_text|>", "<|start_header_id|>",
-                                              "<|end_header_id|>", "<|eot_id|>"};
+  static std::vector<std::string> Specials() {
+    return {"<|begin_of_text|>", "<|start_header_id|>", "<|end_header_id|>", "<|eot_id|>"};
+  }
   static constexpr const char* kTemplate =
       "{# <|start_header_id|> <|eot_id|> Cutting Knowledge Date #}";
   static constexpr const char* kBos = "<|begin_of_text|>";
@@ -695,15 +697,11 @@ using HttpLlama31ToolsTest = FamilyReplicaTest<Llama31Family>;
 
 // Mistral's v3 control tokens and a template detected as Mistral 7B v0.3's.
 struct MistralV3Family {
-  static constexpr const char* kSpecials[] = {"<s>",
-                                              "</s>",
-                                              "[INST]",
-                                              "[/INST]",
-                                              "[AVAILABLE_TOOLS]",
-                                              "[/AVAILABLE_TOOLS]",
-                                              "[TOOL_CALLS]",
-                                              "[TOOL_RESULTS]",
-                                              "[/TOOL_RESULTS]"};
+  static std::vector<std::string> Specials() {
+    std::vector<std::string> all = {"<s>", "</s>"};
+    all.insert(all.end(), kMistralV3Controls.begin(), kMistralV3Controls.end());
+    return all;
+  }
   static constexpr const char* kTemplate = "{# [INST] [AVAILABLE_TOOLS] #}";
   static constexpr const char* kBos = "<s>";
   static constexpr const char* kEos = "</s>";

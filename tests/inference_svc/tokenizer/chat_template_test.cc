@@ -28,25 +28,23 @@ using ::testing::HasSubstr;
 
 // Every special string of the families, as added tokens 256.. of a byte-level vocabulary
 // without merges: each other byte is exactly one id (its value).
-const std::vector<std::string> kSpecials = {"<|begin_of_text|>",
-                                            "<|start_header_id|>",
-                                            "<|end_header_id|>",
-                                            "<|eot_id|>",
-                                            "<|im_start|>",
-                                            "<|im_end|>",
-                                            "<s>",
-                                            "</s>",
-                                            "<bos>",
-                                            "<eos>",
-                                            "<start_of_turn>",
-                                            "<end_of_turn>",
-                                            "[INST]",
-                                            "[/INST]",
-                                            "[AVAILABLE_TOOLS]",
-                                            "[/AVAILABLE_TOOLS]",
-                                            "[TOOL_CALLS]",
-                                            "[TOOL_RESULTS]",
-                                            "[/TOOL_RESULTS]"};
+// Every special string of the families, then Mistral v3's control tokens.
+const std::vector<std::string> kSpecials = [] {
+  std::vector<std::string> all = {"<|begin_of_text|>",
+                                  "<|start_header_id|>",
+                                  "<|end_header_id|>",
+                                  "<|eot_id|>",
+                                  "<|im_start|>",
+                                  "<|im_end|>",
+                                  "<s>",
+                                  "</s>",
+                                  "<bos>",
+                                  "<eos>",
+                                  "<start_of_turn>",
+                                  "<end_of_turn>"};
+  all.insert(all.end(), testing::kMistralV3Controls.begin(), testing::kMistralV3Controls.end());
+  return all;
+}();
 
 int32_t SpecialId(const std::string& text) {
   const auto it = std::find(kSpecials.begin(), kSpecials.end(), text);

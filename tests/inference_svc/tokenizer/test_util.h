@@ -40,6 +40,12 @@ inline std::vector<std::string> FirstStories(const std::string& text, size_t cou
   return stories;
 }
 
+// The control tokens of Mistral's v3 tokenizer that the mistral_v3 chat family writes
+// (besides <s> and </s>): a test tokenizer's special tokens.
+inline const std::vector<std::string> kMistralV3Controls = {
+    "[INST]",       "[/INST]",        "[AVAILABLE_TOOLS]", "[/AVAILABLE_TOOLS]",
+    "[TOOL_CALLS]", "[TOOL_RESULTS]", "[/TOOL_RESULTS]"};
+
 // GPT-2's bytes_to_unicode, written independently of the library's table.
 inline std::string ByteChar(int b) {
   std::vector<int> bs;
