@@ -139,6 +139,14 @@ absl::StatusOr<ChatFormat> DetectChatFormat(std::string_view jinja) {
   }
   if (has("<|im_start|>") && has("<|im_end|>")) return ChatFormat::kChatMl;
   if (has("<start_of_turn>") && has("<end_of_turn>")) return ChatFormat::kGemma;
+  if (has("[SYSTEM_PROMPT]")) {
+    // Mistral Small 3 and later (tokenizer v7+): a system turn of its own, not mistral_v3's
+    // system message on the last user message; rendering it as either Mistral family
+    // would feed the model a prompt it was not trained on.
+    return absl::NotFoundError(
+        "the chat template has [SYSTEM_PROMPT] turns (Mistral Small 3 and later), which "
+        "none of kvfold's families renders");
+  }
   if (has("[INST]") && has("[AVAILABLE_TOOLS]")) return ChatFormat::kMistralV3;
   if (has("[INST]") && has("<<SYS>>")) return ChatFormat::kLlama2;
   if (has("[INST]")) return ChatFormat::kMistral;

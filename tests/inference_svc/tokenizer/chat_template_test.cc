@@ -485,6 +485,14 @@ TEST(ChatTemplateTest, DetectionOverrideAndStopIds) {
   EXPECT_EQ(forced->format(), ChatFormat::kGemma);
   EXPECT_EQ(ChatTemplate::ForModel(unknown.path(), "jinja", tokenizer.get()).status().code(),
             absl::StatusCode::kInvalidArgument);
+  // Mistral's later templates have [INST] and [AVAILABLE_TOOLS] too, and a system turn of
+  // their own: refused, not rendered as mistral_v3 or mistral.
+  ModelDir small3(json{
+      {"chat_template", "[SYSTEM_PROMPT]{{ system }}[/SYSTEM_PROMPT][AVAILABLE_TOOLS] [INST]"}});
+  refused = ChatTemplate::ForModel(small3.path(), "", tokenizer.get());
+  EXPECT_EQ(refused.status().code(), absl::StatusCode::kFailedPrecondition);
+  EXPECT_THAT(refused.status().message(), HasSubstr("[SYSTEM_PROMPT]"));
+  EXPECT_THAT(refused.status().message(), HasSubstr("--chat-template"));
 
   // A list-form chat_template ("default" entry) and generation_config's eos ids.
   ModelDir llama3(json{{"chat_template",
