@@ -307,7 +307,6 @@ void ChatTurn::FinishToolStreamLocked(ChatAnswer* answer) {
     EmitLocked(pending_ + held_, std::move(unsent_logprobs_), "");
     return;
   }
-  for (ToolCallOut& call : read.calls) call.id = NewToolCallId(options_.tools->style);
   answer->finish_reason = "tool_calls";
   if (options_.api == ChatTurnOptions::Api::kResponse) {
     // A response's closing events carry the calls (ResponseStreamEnd).
@@ -393,7 +392,6 @@ void ChatTurn::OnDone(const absl::Status& status, const TurnResult& result,
   if (options_.tools != nullptr && !options_.stream) {
     ToolAnswer read = ReadToolAnswer(answer.text, *options_.tools);
     if (!read.calls.empty()) {
-      for (ToolCallOut& call : read.calls) call.id = NewToolCallId(options_.tools->style);
       answer.text = std::move(read.content);
       answer.tool_calls = std::move(read.calls);
       answer.finish_reason = "tool_calls";

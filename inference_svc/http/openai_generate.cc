@@ -158,9 +158,7 @@ void OpenAiFront::ChatCompletions(const Caller& caller, const HttpRequest& reque
     TurnSpec spec = SpecFor(req.session, req.params);
     spec.messages = std::move(req.messages);
     spec.continue_final_message = req.continue_final_message;
-    if (req.tools.active()) {
-      for (const ToolFunction& f : req.tools.functions) spec.tools.push_back(f.rendered);
-    }
+    spec.tools = req.tools.Shown();
     ChatTurnOptions options =
         AnswerOptions(ChatTurnOptions::Api::kChat, req.stream, req.include_usage, req.params,
                       "chatcmpl-", port_->Model().id);
@@ -274,9 +272,7 @@ void OpenAiFront::Responses(const Caller& caller, const HttpRequest& request,
     for (ChatMessage& m : req.input) messages.push_back(std::move(m));
     TurnSpec spec = SpecFor(session, req.params);
     spec.messages = std::move(messages);
-    if (req.tools.active()) {
-      for (const ToolFunction& f : req.tools.functions) spec.tools.push_back(f.rendered);
-    }
+    spec.tools = req.tools.Shown();
     // The id is the session version the turn writes, known for sure at the end. A stream
     // names it in its first event: the version after the session's head, which the turn's
     // commit writes (it commits only on that head; if another turn moved it first, this

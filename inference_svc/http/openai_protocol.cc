@@ -31,9 +31,8 @@ absl::Status Bad(std::string_view param, const std::string& message) {
 absl::StatusOr<json> ParseObject(std::string_view body) {
   // What reads a body walks its JSON recursively (copies, dumps, the renderers): nesting
   // beyond any request's need is refused before it is parsed (common/json_depth.h).
-  if (!JsonDepthWithin(body)) {
-    return Bad("", absl::StrCat("the request body nests arrays and objects deeper than ",
-                                kMaxJsonDepth, " levels"));
+  if (absl::Status s = CheckJsonDepth(body, "the request body"); !s.ok()) {
+    return Bad("", std::string(s.message()));
   }
   json j = json::parse(body.begin(), body.end(), nullptr, /*allow_exceptions=*/false);
   if (j.is_discarded()) return Bad("", "the request body is not valid JSON");
@@ -355,9 +354,10 @@ absl::Status ParseGuided(const json& j, std::string_view body, GenerationParams*
     KVFOLD_RETURN_IF_ERROR(one(param));
     p->format = OutputFormat::kJsonSchema;
     if (s.is_string()) {  // the schema's JSON text, as vLLM also takes it
-      if (!JsonDepthWithin(s.get_ref<const std::string&>())) {
-        return Bad(param, absl::StrCat("'", param, "' nests arrays and objects deeper than ",
-                                       kMaxJsonDepth, " levels"));
+      if (absl::Status deep =
+              CheckJsonDepth(s.get_ref<const std::string&>(), absl::StrCat("'", param, "'"));
+          !deep.ok()) {
+        return Bad(param, std::string(deep.message()));
       }
       if (json::parse(s.get<std::string>(), nullptr, false).is_discarded()) {
         return Bad(param, absl::StrCat("'", param, "' is a string but not JSON"));
@@ -473,22 +473,14 @@ absl::StatusOr<std::vector<ChatToolCall>> ParseMessageToolCalls(const json& list
                                   " must be {\"type\": \"function\", \"function\": "
                                   "{\"name\": string, \"arguments\": JSON text}}"));
     }
-    const std::string& arguments = (*f)["arguments"].get_ref<const std::string&>();
-    if (!JsonDepthWithin(arguments)) {
-      return Bad(absl::StrCat(at, ".function.arguments"),
-                 absl::StrCat(at, ".function.arguments nests arrays and objects deeper than ",
-                              kMaxJsonDepth, " levels"));
-    }
-    const auto parsed = nlohmann::ordered_json::parse(arguments, nullptr, false);
-    if (parsed.is_discarded()) {
-      return Bad(absl::StrCat(at, ".function.arguments"),
-                 absl::StrCat(at, ".function.arguments is not JSON text"));
-    }
+    // The arguments as the chat template writes them (Python's json.dumps, order kept).
+    const std::string param = absl::StrCat(at, ".function.arguments");
+    auto arguments = PythonJsonOf((*f)["arguments"].get_ref<const std::string&>(), -1, param);
+    if (!arguments.ok()) return Bad(param, std::string(arguments.status().message()));
     if (c.contains("id") && !c["id"].is_null() && !c["id"].is_string()) {
       return Bad(at, absl::StrCat(at, ".id must be a string"));
     }
-    calls.push_back({(*f)["name"].get<std::string>(), PythonJsonText(parsed),
-                     c.contains("id") && c["id"].is_string() ? c["id"].get<std::string>() : ""});
+    calls.push_back({(*f)["name"].get<std::string>(), std::move(*arguments), StringField(c, "id")});
   }
   return calls;
 }
@@ -504,9 +496,8 @@ absl::Status HoldToTools(const ToolSet& tools, GenerationParams* p) {
                "'tool_choice' \"required\" or a named function sets the answer's format; it "
                "cannot be combined with 'response_format', 'text.format' or guided decoding");
   }
-  KVFOLD_RETURN_IF_ERROR(CheckToolSchemas(tools));
+  KVFOLD_ASSIGN_OR_RETURN(p->json_schema, HeldAnswerSchema(tools));
   p->format = OutputFormat::kJsonSchema;
-  p->json_schema = ToolAnswerSchema(tools);
   return absl::OkStatus();
 }
 
@@ -530,9 +521,7 @@ absl::StatusOr<ChatMessage> ParseMessage(const json& m, const std::string& where
       !m["tool_call_id"].is_string()) {
     return Bad(where, absl::StrCat(where, ".tool_call_id must be a string"));
   }
-  if (m.contains("tool_call_id") && m["tool_call_id"].is_string()) {
-    message.tool_call_id = m["tool_call_id"].get<std::string>();
-  }
+  message.tool_call_id = StringField(m, "tool_call_id");
   return message;
 }
 
@@ -755,9 +744,7 @@ absl::StatusOr<TokenizeRequest> ParseTokenizeRequest(std::string_view body) {
       // Shown as a chat turn with these tools shows them (tool_choice "none" shows none).
       auto tools = ParseTools(nlohmann::ordered_json::parse(body));
       if (!tools.ok()) return tools.status();
-      if (tools->active()) {
-        for (const ToolFunction& f : tools->functions) r.tools.push_back(f.rendered);
-      }
+      r.tools = tools->Shown();
     }
   }
   KVFOLD_RETURN_IF_ERROR(GetBool(*j, "add_special_tokens", &r.add_special_tokens));

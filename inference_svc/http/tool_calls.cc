@@ -152,7 +152,8 @@ bool ReadJsonCalls(std::string_view text, const ToolSet& tools, std::vector<Tool
 
 }  // namespace
 
-absl::Status CheckToolSchemas(const ToolSet& tools) {
+absl::StatusOr<std::string> HeldAnswerSchema(const ToolSet& tools) {
+  if (tools.choice != ToolChoice::kRequired && tools.choice != ToolChoice::kFunction) return "";
   for (size_t i = 0; i < tools.functions.size(); ++i) {
     const ToolFunction& f = tools.functions[i];
     if (tools.choice == ToolChoice::kFunction && f.name != tools.forced) continue;
@@ -163,12 +164,13 @@ absl::Status CheckToolSchemas(const ToolSet& tools) {
                               "; with this tool_choice the arguments are held to it"));
     }
   }
-  auto compiled = structured::Grammar::FromSchema(ToolAnswerSchema(tools));
+  std::string schema = ToolAnswerSchema(tools);
+  auto compiled = structured::Grammar::FromSchema(schema);
   if (!compiled.ok()) {
     return Bad("tool_choice",
                absl::StrCat("the answer's schema of these tools: ", compiled.status().message()));
   }
-  return absl::OkStatus();
+  return schema;
 }
 
 ToolCallStyle ToolCallStyleOf(ChatFormat format) {
@@ -260,43 +262,49 @@ std::string ToolAnswerSchema(const ToolSet& tools) {
   return schema.dump();
 }
 
-ToolAnswer ReadToolAnswer(std::string_view text, const ToolSet& tools) {
-  ToolAnswer answer;
+namespace {
+
+// The calls `text` makes whole (and in answer->content the text before them); false when
+// it makes none.
+bool ReadCalls(std::string_view text, const ToolSet& tools, ToolAnswer* answer) {
   switch (tools.choice) {
     case ToolChoice::kNone:
-      break;
-    case ToolChoice::kAuto: {
-      if (tools.style == ToolCallStyle::kJson) {
-        if (ReadJsonCalls(text, tools, &answer.calls)) return answer;
-        answer.calls.clear();
-        break;
+      return false;
+    case ToolChoice::kAuto:
+      switch (tools.style) {
+        case ToolCallStyle::kJson:
+          return ReadJsonCalls(text, tools, &answer->calls);
+        case ToolCallStyle::kMistral:
+          return ReadCallList(text, tools, &answer->calls);
+        case ToolCallStyle::kTagged: {
+          const size_t open = text.find(kToolCallOpen);
+          if (open == std::string_view::npos ||
+              !ReadTaggedCalls(text.substr(open), tools, &answer->calls)) {
+            return false;
+          }
+          answer->content = std::string(text.substr(0, open));
+          return true;
+        }
       }
-      if (tools.style == ToolCallStyle::kMistral) {
-        if (ReadCallList(text, tools, &answer.calls)) return answer;
-        answer.calls.clear();
-        break;
-      }
-      const size_t open = text.find(kToolCallOpen);
-      if (open == std::string_view::npos) break;
-      if (ReadTaggedCalls(text.substr(open), tools, &answer.calls)) {
-        answer.content = std::string(text.substr(0, open));
-        return answer;
-      }
-      answer.calls.clear();
-      break;
-    }
+      return false;
     case ToolChoice::kRequired:
-      if (ReadCallList(text, tools, &answer.calls)) return answer;
-      answer.calls.clear();
-      break;
+      return ReadCallList(text, tools, &answer->calls);
     case ToolChoice::kFunction: {
       const ojson arguments = ParseOrdered(text);
-      if (!arguments.is_object()) break;
-      answer.calls.push_back({"", tools.forced, arguments.dump()});
-      return answer;
+      if (!arguments.is_object()) return false;
+      answer->calls.push_back({"", tools.forced, arguments.dump()});
+      return true;
     }
   }
-  answer.content = std::string(text);
+  return false;
+}
+
+}  // namespace
+
+ToolAnswer ReadToolAnswer(std::string_view text, const ToolSet& tools) {
+  ToolAnswer answer;
+  if (!ReadCalls(text, tools, &answer)) return ToolAnswer{std::string(text), {}};
+  for (ToolCallOut& call : answer.calls) call.id = NewToolCallId(tools.style);
   return answer;
 }
 

@@ -47,11 +47,19 @@ struct ToolSet {
   std::string forced;    // kFunction: the function's name
   bool parallel = true;  // parallel_tool_calls: more than one call per answer
   bool active() const { return choice != ToolChoice::kNone; }
+  // The tool texts a chat turn shows (ChatRenderOptions::tools): none with tool_choice none.
+  std::vector<std::string> Shown() const {
+    std::vector<std::string> texts;
+    if (active()) {
+      for (const ToolFunction& f : functions) texts.push_back(f.rendered);
+    }
+    return texts;
+  }
 };
 
 // A call as the answer reports it.
 struct ToolCallOut {
-  std::string id;  // "call_..." (made by the caller)
+  std::string id;  // NewToolCallId
   std::string name;
   std::string arguments;  // compact JSON text of the arguments
 };
@@ -70,11 +78,11 @@ absl::StatusOr<ToolSet> ParseTools(const nlohmann::ordered_json& body);
 // the named function's arguments object itself.
 std::string ToolAnswerSchema(const ToolSet& tools);
 
-// tool_choice required or a named function holds the answer to ToolAnswerSchema: each
-// tool it names must have parameters of the structured-output subset
-// (docs/structured-output.md), and so must the answer's schema; InvalidArgument with
-// param "tools" or "tool_choice" otherwise.
-absl::Status CheckToolSchemas(const ToolSet& tools);
+// The schema the answer is held to: ToolAnswerSchema for tool_choice required or a named
+// function, "" otherwise. Each tool it names must have parameters of the
+// structured-output subset (docs/structured-output.md), and so must the answer's schema;
+// InvalidArgument with param "tools" or "tool_choice" otherwise.
+absl::StatusOr<std::string> HeldAnswerSchema(const ToolSet& tools);
 
 // The model's text read as an answer of `tools`: the content before the first call and
 // the calls. auto: <tool_call>{"name": ..., "arguments": {...}}</tool_call> blocks (the
@@ -85,7 +93,7 @@ absl::Status CheckToolSchemas(const ToolSet& tools);
 // content, as the model wrote it.
 struct ToolAnswer {
   std::string content;
-  std::vector<ToolCallOut> calls;  // ids left empty
+  std::vector<ToolCallOut> calls;  // each with a new id (NewToolCallId of tools.style)
 };
 ToolAnswer ReadToolAnswer(std::string_view text, const ToolSet& tools);
 

@@ -147,9 +147,10 @@ grpc::Status InferenceServiceImpl::Generate(grpc::ServerContext* context,
           "tool_choice MODE_REQUIRED or MODE_FUNCTION sets the answer's format; it cannot be "
           "combined with response_format"));
     }
-    if (absl::Status s = http::CheckToolSchemas(*tools); !s.ok()) return ToGrpcStatus(s);
+    absl::StatusOr<std::string> schema = http::HeldAnswerSchema(*tools);
+    if (!schema.ok()) return ToGrpcStatus(schema.status());
     turn_request.response_format.kind = runtime::ResponseFormat::Kind::kJsonSchema;
-    turn_request.response_format.json_schema = http::ToolAnswerSchema(*tools);
+    turn_request.response_format.json_schema = std::move(*schema);
   }
   auto top_logprobs = TopLogprobsFromProto(request->logprobs() || request->prompt_logprobs(),
                                            request->top_logprobs());
@@ -243,7 +244,7 @@ grpc::Status InferenceServiceImpl::Generate(grpc::ServerContext* context,
       final_message->set_content(std::move(read.content));
       for (const http::ToolCallOut& call : read.calls) {
         v1::ToolCall* out = final_message->add_tool_calls();
-        out->set_id(http::NewToolCallId(tools->style));
+        out->set_id(call.id);
         out->set_name(call.name);
         out->set_arguments(call.arguments);
       }

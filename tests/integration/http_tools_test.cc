@@ -880,6 +880,8 @@ TEST_F(HttpMistralV3ToolsTest, CallsAreAListWithNineCharacterIdsAndTheirResultsC
   tool->set_tool_call_id(grpc_call.final.tool_calls(0).id());
   GrpcAnswer continued = GrpcToolTurn(cluster_->stub(0), "mistral-grpc-result", result);
   ASSERT_TRUE(continued.status.ok()) << continued.status.error_message();
+  // The same conversation as over HTTP above (ids of the same length): the same prompt.
+  EXPECT_EQ(continued.final.usage().prompt_tokens(), round_ids->size());
   tool->set_tool_call_id("");
   GrpcAnswer missing = GrpcToolTurn(cluster_->stub(0), "mistral-grpc-no-id", result);
   EXPECT_EQ(missing.status.error_code(), grpc::StatusCode::INVALID_ARGUMENT);

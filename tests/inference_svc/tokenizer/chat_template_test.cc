@@ -204,9 +204,11 @@ struct FixtureTemplate {
       : dir(json{{"chat_template", t["template"]},
                  {"bos_token", t["bos_token"]},
                  {"eos_token", t["eos_token"]}}),
-        tokenizer(LoadTokenizer(dir.path())) {}
+        tokenizer(LoadTokenizer(dir.path())),
+        chat(ChatTemplate::ForModel(dir.path(), "", tokenizer.get())) {}
   ModelDir dir;
   std::unique_ptr<Tokenizer> tokenizer;
+  absl::StatusOr<ChatTemplate> chat;
 };
 
 TEST(ChatTemplateTest, RendersToolsLikeQwen25AndLlama31) {
@@ -217,7 +219,7 @@ TEST(ChatTemplateTest, RendersToolsLikeQwen25AndLlama31) {
   for (const auto& [name, cases] : data["tool_expected"].items()) {
     FixtureTemplate fixture(templates[name]);
     ASSERT_NE(fixture.tokenizer, nullptr);
-    auto chat = ChatTemplate::ForModel(fixture.dir.path(), "", fixture.tokenizer.get());
+    const auto& chat = fixture.chat;
     ASSERT_TRUE(chat.ok()) << chat.status();
     ASSERT_TRUE(chat->renders_tools()) << name;
     for (const auto& [conversation, expected] : cases.items()) {
@@ -245,7 +247,7 @@ TEST(ChatTemplateTest, AToolSessionContinuesAsTheWholeConversation) {
   const json data = TestData("chat_template_expected.json");
   const std::vector<std::string> tools = FixtureTools(data);
   FixtureTemplate fixture(templates["qwen2_5"]);
-  auto chat = ChatTemplate::ForModel(fixture.dir.path(), "", fixture.tokenizer.get());
+  const auto& chat = fixture.chat;
   ASSERT_TRUE(chat.ok()) << chat.status();
   // A session that ends with the assistant's calls (closed by <|im_end|>) continues with
   // the results alone: the same text as the whole conversation.
@@ -262,7 +264,7 @@ TEST(ChatTemplateTest, AToolSessionContinuesAsTheWholeConversation) {
 
   // Llama 3.1: the call ends with <|eot_id|>, the result and the next turns follow.
   FixtureTemplate llama(templates["llama3_1"]);
-  auto llama_chat = ChatTemplate::ForModel(llama.dir.path(), "", llama.tokenizer.get());
+  const auto& llama_chat = llama.chat;
   ASSERT_TRUE(llama_chat.ok()) << llama_chat.status();
   const std::vector<ChatMessage> one =
       Messages(data["tool_conversations"]["one_call_round_trip"]["messages"]);
@@ -282,7 +284,7 @@ TEST(ChatTemplateTest, MistralV3SessionsAndCallIds) {
   const json data = TestData("chat_template_expected.json");
   const std::vector<std::string> tools = FixtureTools(data);
   FixtureTemplate fixture(templates["mistral_v3"]);
-  auto chat = ChatTemplate::ForModel(fixture.dir.path(), "", fixture.tokenizer.get());
+  const auto& chat = fixture.chat;
   ASSERT_TRUE(chat.ok()) << chat.status();
   ASSERT_EQ(chat->format(), ChatFormat::kMistralV3);
   ASSERT_EQ(chat->name(), "mistral_v3");
