@@ -104,7 +104,6 @@ grpc::Status InferenceServiceImpl::Generate(grpc::ServerContext* context,
   if (!request->tools().empty() && request->messages().empty()) {
     return ToGrpcStatus(absl::InvalidArgumentError("tools go with messages"));
   }
-  turn_request.tools.assign(request->tools().begin(), request->tools().end());
   turn_request.sampling = FromProto(request->sampling());
   if (request->prompt_logprobs() && !request->echo()) {
     return ToGrpcStatus(absl::InvalidArgumentError("prompt_logprobs needs echo"));
@@ -138,6 +137,7 @@ grpc::Status InferenceServiceImpl::Generate(grpc::ServerContext* context,
   }
   absl::StatusOr<http::ToolSet> tools = ToolsOf(*request);
   if (!tools.ok()) return ToGrpcStatus(tools.status());
+  turn_request.tools = tools->Shown();  // as over HTTP: none with MODE_NONE
   if (deps_.chat_template != nullptr)
     tools->style = http::ToolCallStyleOf(deps_.chat_template->format());
   if (tools->choice == http::ToolChoice::kRequired ||

@@ -451,6 +451,12 @@ TEST_F(HttpApiTest, GrpcAnswersCarryTheCallsTheyMake) {
   EXPECT_EQ(none.final.finish_reason(), v1::FINISH_REASON_STOP);
   EXPECT_EQ(none.final.tool_calls_size(), 0);
   EXPECT_EQ(none.final.content(), "");
+  // MODE_NONE shows no tools, as tool_choice "none" does over HTTP.
+  HttpReply bare = HttpCall(port_[0], "POST", "/tokenize",
+                            ojson{{"messages", ToolChat()["messages"]}}.dump(), kAuth);
+  ASSERT_EQ(bare.status, 200) << bare.body;
+  EXPECT_EQ(none.final.usage().prompt_tokens(), Body(bare)["count"]);
+  EXPECT_GT(read.final.usage().prompt_tokens(), none.final.usage().prompt_tokens() + 50);
 }
 
 TEST_F(HttpApiTest, GrpcToolChoicesAreChecked) {
