@@ -21,57 +21,12 @@ namespace {
 
 namespace fs = std::filesystem;
 using json = nlohmann::json;
-using ::kvfold::testing::ByteChar;
+using ::kvfold::testing::ByteLevelTokenizerJson;
+using ::kvfold::testing::ChatSpecialId;
+using ::kvfold::testing::kChatSpecials;
 using ::kvfold::testing::ReadAll;
 using ::kvfold::testing::SharedFile;
 using ::testing::HasSubstr;
-
-// Every special string of the families, as added tokens 256.. of a byte-level vocabulary
-// without merges: each other byte is exactly one id (its value).
-// Every special string of the families, then Mistral v3's control tokens.
-const std::vector<std::string> kSpecials = [] {
-  std::vector<std::string> all = {"<|begin_of_text|>",
-                                  "<|start_header_id|>",
-                                  "<|end_header_id|>",
-                                  "<|eot_id|>",
-                                  "<|im_start|>",
-                                  "<|im_end|>",
-                                  "<s>",
-                                  "</s>",
-                                  "<bos>",
-                                  "<eos>",
-                                  "<start_of_turn>",
-                                  "<end_of_turn>"};
-  all.insert(all.end(), testing::kMistralV3Controls.begin(), testing::kMistralV3Controls.end());
-  return all;
-}();
-
-int32_t SpecialId(const std::string& text) {
-  const auto it = std::find(kSpecials.begin(), kSpecials.end(), text);
-  return it == kSpecials.end() ? -1 : static_cast<int32_t>(256 + (it - kSpecials.begin()));
-}
-
-std::string ByteLevelTokenizerJson() {
-  json vocab = json::object();
-  for (int b = 0; b < 256; ++b) vocab[ByteChar(b)] = b;
-  json added = json::array();
-  for (const std::string& s : kSpecials) {
-    added.push_back({{"id", SpecialId(s)}, {"content", s}, {"special", true}});
-  }
-  json model = {{"type", "BPE"},
-                {"vocab", vocab},
-                {"merges", json::array()},
-                {"byte_fallback", false},
-                {"ignore_merges", false}};
-  return json{
-      {"version", "1.0"},
-      {"added_tokens", added},
-      {"normalizer", nullptr},
-      {"pre_tokenizer", {{"type", "ByteLevel"}, {"add_prefix_space", false}, {"use_regex", true}}},
-      {"decoder", {{"type", "ByteLevel"}}},
-      {"model", model}}
-      .dump();
-}
 
 // A model directory with tokenizer.json and the given tokenizer_config.json (and
 // generation_config.json when non-null). Removed with the fixture.
@@ -128,9 +83,9 @@ std::vector<int32_t> ExpectedByteLevelIds(const std::string& text) {
   std::vector<int32_t> ids;
   for (size_t i = 0; i < text.size();) {
     bool matched = false;
-    for (const std::string& s : kSpecials) {
+    for (const std::string& s : kChatSpecials) {
       if (text.compare(i, s.size(), s) == 0) {
-        ids.push_back(SpecialId(s));
+        ids.push_back(ChatSpecialId(s));
         i += s.size();
         matched = true;
         break;
@@ -502,11 +457,11 @@ TEST(ChatTemplateTest, DetectionOverrideAndStopIds) {
                          {{"name", "default"}, {"template", "<|start_header_id|> <|eot_id|>"}}}},
                        {"bos_token", "<|begin_of_text|>"},
                        {"eos_token", {{"content", "<|eot_id|>"}}}},
-                  json{{"eos_token_id", {SpecialId("<|eot_id|>"), 42}}});
+                  json{{"eos_token_id", {ChatSpecialId("<|eot_id|>"), 42}}});
   auto chat = ChatTemplate::ForModel(llama3.path(), "", tokenizer.get());
   ASSERT_TRUE(chat.ok()) << chat.status();
   EXPECT_EQ(chat->format(), ChatFormat::kLlama3);
-  EXPECT_THAT(chat->end_of_turn_ids(), ::testing::Contains(SpecialId("<|eot_id|>")));
+  EXPECT_THAT(chat->end_of_turn_ids(), ::testing::Contains(ChatSpecialId("<|eot_id|>")));
   EXPECT_THAT(chat->end_of_turn_ids(), ::testing::Contains(42));
 
   ModelDir broken(json::object());

@@ -11,6 +11,7 @@
 #include <string>
 #include <vector>
 
+#include "nlohmann/json.hpp"
 #include "tests/testing/shared_dir.h"
 
 namespace kvfold::testing {
@@ -66,6 +67,57 @@ inline std::string ByteChar(int b) {
     out.push_back(static_cast<char>(0x80 | (cp & 0x3F)));
   }
   return out;
+}
+
+// Every special string of the chat families, then Mistral v3's control tokens: the added
+// tokens 256.. of ByteLevelTokenizerJson.
+inline const std::vector<std::string> kChatSpecials = [] {
+  std::vector<std::string> all = {"<|begin_of_text|>",
+                                  "<|start_header_id|>",
+                                  "<|end_header_id|>",
+                                  "<|eot_id|>",
+                                  "<|im_start|>",
+                                  "<|im_end|>",
+                                  "<s>",
+                                  "</s>",
+                                  "<bos>",
+                                  "<eos>",
+                                  "<start_of_turn>",
+                                  "<end_of_turn>"};
+  all.insert(all.end(), kMistralV3Controls.begin(), kMistralV3Controls.end());
+  return all;
+}();
+
+// The id of special string `text` in ByteLevelTokenizerJson's vocabulary, -1 if none.
+inline int32_t ChatSpecialId(const std::string& text) {
+  const auto it = std::find(kChatSpecials.begin(), kChatSpecials.end(), text);
+  return it == kChatSpecials.end() ? -1 : static_cast<int32_t>(256 + (it - kChatSpecials.begin()));
+}
+
+// A tokenizer.json of a byte-level vocabulary without merges (each byte exactly one id,
+// its value) with kChatSpecials as special added tokens 256..: every chat family's
+// special strings are one token each.
+inline std::string ByteLevelTokenizerJson() {
+  using json = nlohmann::json;
+  json vocab = json::object();
+  for (int b = 0; b < 256; ++b) vocab[ByteChar(b)] = b;
+  json added = json::array();
+  for (const std::string& s : kChatSpecials) {
+    added.push_back({{"id", ChatSpecialId(s)}, {"content", s}, {"special", true}});
+  }
+  json model = {{"type", "BPE"},
+                {"vocab", vocab},
+                {"merges", json::array()},
+                {"byte_fallback", false},
+                {"ignore_merges", false}};
+  return json{
+      {"version", "1.0"},
+      {"added_tokens", added},
+      {"normalizer", nullptr},
+      {"pre_tokenizer", {{"type", "ByteLevel"}, {"add_prefix_space", false}, {"use_regex", true}}},
+      {"decoder", {{"type", "ByteLevel"}}},
+      {"model", model}}
+      .dump();
 }
 
 }  // namespace kvfold::testing
