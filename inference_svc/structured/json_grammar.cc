@@ -28,10 +28,25 @@ const std::set<std::string>& Annotations() {
 }
 
 const std::set<std::string>& Assertions() {
-  static const std::set<std::string> k = {
-      "type",  "enum",     "const",    "properties", "required",  "additionalProperties",
-      "items", "minItems", "maxItems", "minLength",  "maxLength", "anyOf",
-      "oneOf", "allOf",    "$ref"};
+  static const std::set<std::string> k = {"type",
+                                          "enum",
+                                          "const",
+                                          "properties",
+                                          "required",
+                                          "additionalProperties",
+                                          "items",
+                                          "minItems",
+                                          "maxItems",
+                                          "minLength",
+                                          "maxLength",
+                                          "anyOf",
+                                          "oneOf",
+                                          "allOf",
+                                          "$ref",
+                                          "minimum",
+                                          "maximum",
+                                          "exclusiveMinimum",
+                                          "exclusiveMaximum"};
   return k;
 }
 
@@ -231,6 +246,9 @@ class SchemaCompiler {
       if (has({"properties", "required", "additionalProperties"})) types.push_back("object");
       if (has({"items", "minItems", "maxItems"})) types.push_back("array");
       if (has({"minLength", "maxLength"})) types.push_back("string");
+      if (has({"minimum", "maximum", "exclusiveMinimum", "exclusiveMaximum"})) {
+        types.push_back("number");
+      }
       if (types.empty()) return Grammar::kAnyValue;
     }
     std::vector<int> nodes;
@@ -243,6 +261,7 @@ class SchemaCompiler {
         const bool number = std::find(types.begin(), types.end(), "number") != types.end();
         Node n;
         n.kind = number ? NodeKind::kNumber : NodeKind::kInteger;
+        KVFOLD_RETURN_IF_ERROR(NumberBounds(s, where, &n));
         node = Add(std::move(n));
         number_done = true;
       } else if (t == "boolean" || t == "null") {
@@ -414,6 +433,80 @@ class SchemaCompiler {
     }
     *min = *lo;
     *max = *hi;
+    return absl::OkStatus();
+  }
+
+  // minimum, maximum, exclusiveMinimum, exclusiveMaximum (a number, or as in draft 4 a
+  // boolean that makes minimum / maximum exclusive) into the bounds of number node *n:
+  // the tighter keyword at each end. An integer's bounds round inwards to integers; a
+  // number's must be integers (then a bound compares the written decimal exactly as it
+  // compares the double a parser reads of it, kMaxBoundedDigits digits at most). Refused
+  // when no value of at most 15 digits lies between them.
+  static absl::Status NumberBounds(const json& s, const std::string& where, Node* n) {
+    struct End {
+      bool set = false;
+      double value = 0;
+      bool exclusive = false;
+    };
+    End lo, hi;
+    struct Keyword {
+      const char* key;
+      bool lower, exclusive;
+    };
+    for (const Keyword& k :
+         {Keyword{"minimum", true, false}, Keyword{"exclusiveMinimum", true, true},
+          Keyword{"maximum", false, false}, Keyword{"exclusiveMaximum", false, true}}) {
+      if (!s.contains(k.key)) continue;
+      const json& v = s[k.key];
+      const std::string at = absl::StrCat(where, "/", k.key);
+      End& end = k.lower ? lo : hi;
+      if (k.exclusive && v.is_boolean()) {  // draft 4: minimum / maximum comes first
+        if (!end.set) {
+          return Bad(at, absl::StrCat("a boolean needs '", k.lower ? "minimum" : "maximum", "'"));
+        }
+        end.exclusive = end.exclusive || v.get<bool>();
+        continue;
+      }
+      if (!v.is_number() || !std::isfinite(v.get<double>())) {
+        return Bad(at, "must be a finite number");
+      }
+      const double x = v.get<double>();
+      if (n->kind == NodeKind::kNumber && std::trunc(x) != x) {
+        return Bad(at, absl::StrCat("a bound of a 'number' must be an integer here (", v.dump(),
+                                    "); an 'integer' takes any bound"));
+      }
+      if (!end.set || (k.lower ? x > end.value : x < end.value)) {
+        end = End{true, x, k.exclusive};
+      } else if (x == end.value) {
+        end.exclusive = end.exclusive || k.exclusive;
+      }
+    }
+    if (!lo.set && !hi.set) return absl::OkStatus();
+    const double far = static_cast<double>(kMaxBoundMagnitude);
+    n->bounded = true;
+    n->min_value = -kMaxBoundMagnitude;
+    n->max_value = kMaxBoundMagnitude;
+    const bool integer = n->kind == NodeKind::kInteger;
+    if (lo.set && lo.value >= -far) {
+      // An integer above x: floor(x) + 1; at least x: ceil(x).
+      const double v = std::min(
+          integer ? (lo.exclusive ? std::floor(lo.value) + 1 : std::ceil(lo.value)) : lo.value,
+          far + 1);
+      n->min_value = static_cast<int64_t>(v);
+      n->min_exclusive = !integer && lo.exclusive;
+    }
+    if (hi.set && hi.value <= far) {
+      const double v = std::max(
+          integer ? (hi.exclusive ? std::ceil(hi.value) - 1 : std::floor(hi.value)) : hi.value,
+          -far - 1);
+      n->max_value = static_cast<int64_t>(v);
+      n->max_exclusive = !integer && hi.exclusive;
+    }
+    const bool some = n->min_value < n->max_value ||
+                      (n->min_value == n->max_value && !n->min_exclusive && !n->max_exclusive);
+    if (!some || n->min_value > kMaxBoundMagnitude || n->max_value < -kMaxBoundMagnitude) {
+      return Bad(where, "no value of at most 15 digits lies between the bounds");
+    }
     return absl::OkStatus();
   }
 

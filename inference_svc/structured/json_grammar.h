@@ -49,6 +49,17 @@ struct Node {
   // kString, in code points (an escape counts as one).
   int min_length = 0;
   int max_length = -1;  // -1: no bound
+  // kNumber, kInteger with minimum / maximum / exclusiveMinimum / exclusiveMaximum
+  // (`bounded`): the value lies in [min_value, max_value], an end left out when its
+  // flag is set. Integer bounds of magnitude at most kMaxBoundMagnitude (a farther one
+  // is that far: no value of 15 digits reaches past it); a bounded number is written with at most
+  // kMaxBoundedDigits digits and no exponent, so a bound decides it exactly as it
+  // decides the double a parser reads (docs/structured-output.md, "Numeric bounds").
+  bool bounded = false;
+  int64_t min_value = 0;
+  int64_t max_value = 0;
+  bool min_exclusive = false;
+  bool max_exclusive = false;
   // kLiterals: each a serialized JSON value; kAnyOf: nodes.
   std::vector<std::string> literals;
   std::vector<int> alternatives;
@@ -61,6 +72,9 @@ inline constexpr int kMaxIntegerDigits = 15;  // before the point (exact in a do
 inline constexpr int kMaxFractionDigits = 15;
 inline constexpr int kMaxExponentDigits = 2;  // 1e99 at most: no parser overflows
 inline constexpr int kMaxDepth = 32;          // nested objects and arrays
+// A bounded number's digits, integer and fraction parts together, and the farthest bound.
+inline constexpr int kMaxBoundedDigits = 15;
+inline constexpr int64_t kMaxBoundMagnitude = 999'999'999'999'999;  // 10^15 - 1
 // Most properties of one object and most values of one enum (candidate sets are 64-bit).
 inline constexpr int kMaxProperties = 64;
 inline constexpr int kMaxLiterals = 64;

@@ -24,6 +24,65 @@ bool NumberMayEnd(uint8_t phase) {
   return phase == kZero || phase == kInt || phase == kFrac || phase == kExpDigits;
 }
 
+// A bounded number's frame (Node::bounded): ws 1 when it is negative, bits its integer
+// part, a that part's digits, b 1 once a fraction digit is not 0. With integer bounds
+// and 0 < f < 1, p + f lies within them exactly when the integer p does within
+// [min, max - 1]: so whether some value of integer part p in [lo, hi] and a fraction
+// that is 0 (zero_ok) or not (part_ok) lies within the node's bounds is a question about
+// integer intervals.
+bool SomeValueWithin(const Node& n, bool negative, int64_t lo, int64_t hi, bool zero_ok,
+                     bool part_ok) {
+  auto meets = [&](int64_t from, int64_t to) { return std::max(lo, from) <= std::min(hi, to); };
+  const int64_t min_in = n.min_value + (n.min_exclusive ? 1 : 0);
+  const int64_t max_in = n.max_value - (n.max_exclusive ? 1 : 0);
+  if (!negative) {
+    // p itself: min_in <= p <= max_in; p + f: min <= p <= max - 1.
+    return (zero_ok && meets(min_in, max_in)) || (part_ok && meets(n.min_value, n.max_value - 1));
+  }
+  // -p: -max_in <= p <= -min_in; -(p + f): -max <= p <= -min - 1.
+  return (zero_ok && meets(-max_in, -min_in)) || (part_ok && meets(-n.max_value, -n.min_value - 1));
+}
+
+// Whether some way to go on from frame f (a number of bounded node n) ends in bounds.
+bool NumberReachable(const Node& n, const JsonMatcher::Frame& f) {
+  const bool negative = f.ws == 1;
+  const bool fractions = n.kind == NodeKind::kNumber;
+  switch (f.phase) {
+    case kMinus:
+      return SomeValueWithin(n, true, 0, kMaxBoundMagnitude, true, fractions);
+    case kZero:
+      return SomeValueWithin(n, negative, 0, 0, true, fractions);
+    case kInt: {
+      // p itself, or k more digits: [p 10^k, (p + 1) 10^k - 1]; a fraction digit needs one
+      // digit left.
+      const int64_t p = static_cast<int64_t>(f.bits);
+      int64_t scale = 1;
+      for (int k = 0; f.a + k <= kMaxBoundedDigits; ++k, scale *= 10) {
+        const bool part = fractions && f.a + k < kMaxBoundedDigits;
+        if (SomeValueWithin(n, negative, p * scale, (p + 1) * scale - 1, true, part)) return true;
+      }
+      return false;
+    }
+    case kDot:
+    case kFrac: {
+      // A fraction still all 0 may stay 0; it is (or may become) more than 0 when a
+      // digit is not 0 or another may come.
+      const int64_t p = static_cast<int64_t>(f.bits);
+      const int written = f.phase == kFrac ? f.aux : 0;
+      const bool more = f.a + written < kMaxBoundedDigits;
+      return SomeValueWithin(n, negative, p, p, f.b == 0, f.b == 1 || more);
+    }
+    default:
+      return true;
+  }
+}
+
+// Whether the bounded number of frame f, ended here, lies in n's bounds.
+bool NumberInBounds(const Node& n, const JsonMatcher::Frame& f) {
+  const int64_t p = static_cast<int64_t>(f.bits);
+  return SomeValueWithin(n, f.ws == 1, p, p, f.b == 0, f.b == 1);
+}
+
 // Whether whitespace byte c may come next in frame f; `after_separator`: f's next byte
 // follows a ':' or ','.
 bool WhitespaceAllowed(const Grammar& g, const JsonMatcher::Frame& f, uint8_t c,
@@ -350,6 +409,10 @@ void JsonMatcher::Feed(Stack& s, uint8_t c, std::vector<Stack>* out) const {
 
       case kNumber: {
         const bool integer = n.kind == NodeKind::kInteger;
+        // A bounded number has no exponent and kMaxBoundedDigits digits in all.
+        const bool exponent = !n.bounded;
+        const bool more_digits =
+            !n.bounded || f.a + (f.phase == kFrac ? f.aux : 0) < kMaxBoundedDigits;
         uint8_t next = 0xFF;
         switch (f.phase) {
           case kStart:
@@ -358,26 +421,21 @@ void JsonMatcher::Feed(Stack& s, uint8_t c, std::vector<Stack>* out) const {
           case kMinus:
             if (c == '0') next = kZero;
             if (c >= '1' && c <= '9') next = kInt;
-            if (next == 0xFF) return;
-            f.aux = IsDigit(c) ? 1 : 0;
-            f.phase = next;
-            out->push_back(std::move(s));
-            return;
+            break;
           case kInt:
             if (IsDigit(c) && f.aux < kMaxIntegerDigits) next = kInt;
             [[fallthrough]];
           case kZero:
-            if (!integer && c == '.') next = kDot;
-            if (!integer && (c == 'e' || c == 'E')) next = kExp;
+            if (!integer && c == '.' && more_digits) next = kDot;
+            if (!integer && exponent && (c == 'e' || c == 'E')) next = kExp;
             break;
           case kDot:
             if (!IsDigit(c)) return;
             next = kFrac;
-            f.aux = 0;
             break;
           case kFrac:
-            if (IsDigit(c) && f.aux < kMaxFractionDigits) next = kFrac;
-            if (c == 'e' || c == 'E') next = kExp;
+            if (IsDigit(c) && f.aux < kMaxFractionDigits && more_digits) next = kFrac;
+            if (exponent && (c == 'e' || c == 'E')) next = kExp;
             break;
           case kExp:
             if (c == '+' || c == '-') next = kExpSign;
@@ -385,7 +443,6 @@ void JsonMatcher::Feed(Stack& s, uint8_t c, std::vector<Stack>* out) const {
           case kExpSign:
             if (IsDigit(c)) next = kExpDigits;
             if (next == 0xFF) return;
-            f.aux = 0;
             break;
           case kExpDigits:
             if (IsDigit(c) && f.aux < kMaxExponentDigits) next = kExpDigits;
@@ -393,12 +450,23 @@ void JsonMatcher::Feed(Stack& s, uint8_t c, std::vector<Stack>* out) const {
         }
         if (next == 0xFF) {
           if (!NumberMayEnd(f.phase)) return;
+          if (n.bounded && !NumberInBounds(n, f)) return;
           s.pop_back();  // the number ended before c
           continue;
         }
         if (next != f.phase) f.aux = 0;
         if (IsDigit(c)) ++f.aux;
+        if (n.bounded) {
+          // The sign, the integer part and its digits, whether a fraction digit is not 0.
+          if (c == '-' && next == kMinus) f.ws = 1;
+          if (next == kInt || next == kZero) {
+            f.bits = f.bits * 10 + (c - '0');
+            f.a = f.aux;
+          }
+          if (next == kFrac && c != '0') f.b = 1;
+        }
         f.phase = next;
+        if (n.bounded && !NumberReachable(n, f)) return;
         out->push_back(std::move(s));
         return;
       }
@@ -476,7 +544,9 @@ bool JsonMatcher::IsComplete() const {
     if (s.size() != 1) continue;
     const Frame& f = s[0];
     const Node& n = grammar_->node(f.node);
-    if (f.type == kNumber && NumberMayEnd(f.phase)) return true;
+    if (f.type == kNumber && NumberMayEnd(f.phase) && (!n.bounded || NumberInBounds(n, f))) {
+      return true;
+    }
     if (f.type == kLiteral) {
       for (uint64_t m = f.bits; m != 0; m &= m - 1) {
         if (static_cast<int>(n.literals[__builtin_ctzll(m)].size()) == f.a) return true;

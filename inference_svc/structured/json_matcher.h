@@ -51,14 +51,16 @@ class JsonMatcher {
   struct Frame {
     uint8_t type = 0;
     uint8_t phase = 0;
-    uint8_t ws = 0;   // whitespace bytes in a row
+    uint8_t ws = 0;   // whitespace bytes in a row; bounded number: 1 when negative
     uint8_t aux = 0;  // value: 1 after ':' or ','; string: bytes or hex digits left;
                       // number: digits in this part
     int32_t node = 0;
     int32_t a = 0;      // object: last property written; array: items; string: code points;
-                        // literal: bytes matched
-    int32_t b = 0;      // object: bytes of the key matched
-    uint64_t bits = 0;  // object: key candidates; literal: candidates; string: byte bounds
+                        // literal: bytes matched; bounded number: integer digits
+    int32_t b = 0;      // object: bytes of the key matched; bounded number: 1 once a
+                        // fraction digit is not 0
+    uint64_t bits = 0;  // object: key candidates; literal: candidates; string: byte bounds;
+                        // bounded number: its integer part
     bool operator==(const Frame&) const = default;
   };
   using Stack = std::vector<Frame>;

@@ -206,11 +206,20 @@ TEST_F(HttpApiTest, GrpcGenerateTakesAResponseFormat) {
   ASSERT_TRUE(generate(choice, &text).ok());
   EXPECT_TRUE(text == "red" || text == "green") << text;
 
-  format.set_json_schema(R"({"type":"integer","minimum":3})");
+  // Numeric bounds hold the answer to [3, 9].
+  format.set_json_schema(R"({"type":"integer","minimum":3,"exclusiveMaximum":10})");
+  text.clear();
+  ASSERT_TRUE(generate(format, &text).ok());
+  const json value = json::parse(text, nullptr, false);
+  ASSERT_TRUE(value.is_number_integer()) << text;
+  EXPECT_GE(value.get<int>(), 3);
+  EXPECT_LE(value.get<int>(), 9);
+
+  format.set_json_schema(R"({"type":"integer","multipleOf":3})");
   text.clear();
   const grpc::Status bad = generate(format, &text);
   EXPECT_EQ(bad.error_code(), grpc::StatusCode::INVALID_ARGUMENT);
-  EXPECT_THAT(bad.error_message(), HasSubstr("'minimum' is not supported"));
+  EXPECT_THAT(bad.error_message(), HasSubstr("'multipleOf' is not supported"));
 }
 
 }  // namespace

@@ -20,6 +20,14 @@ except ImportError as e:
 SCHEMAS = [
     {"type": "object"},
     {"type": "object", "properties": {
+        "days": {"type": "integer", "minimum": 1, "maximum": 14},
+        "offset": {"type": "integer", "exclusiveMinimum": -3.5, "exclusiveMaximum": 40},
+        "ratio": {"type": "number", "minimum": 0, "maximum": 1},
+        "delta": {"type": "number", "exclusiveMinimum": -2, "exclusiveMaximum": 0},
+        "far": {"type": "number", "minimum": -1e300, "maximum": 1e300},
+        "low": {"maximum": -7}},
+     "required": ["days", "offset", "ratio", "delta", "far", "low"]},
+    {"type": "object", "properties": {
         "name": {"type": "string", "minLength": 2, "maxLength": 5},
         "age": {"type": "integer"},
         "score": {"type": "number"},

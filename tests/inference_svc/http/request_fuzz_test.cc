@@ -10,6 +10,7 @@
 #include <cstdio>
 #include <filesystem>
 #include <fstream>
+#include <iterator>
 #include <map>
 #include <nlohmann/json.hpp>
 #include <random>
@@ -36,7 +37,8 @@ const json kSchema = {
     {"type", "object"},
     {"properties",
      {{"city", {{"type", "string"}, {"maxLength", 12}}},
-      {"days", {{"type", "integer"}}},
+      {"days", {{"type", "integer"}, {"minimum", 1}, {"maximum", 14}}},
+      {"temp", {{"type", "number"}, {"exclusiveMinimum", -90}, {"exclusiveMaximum", 60}}},
       {"units", {{"enum", {"c", "f"}}}},
       {"tags", {{"type", "array"}, {"items", {{"type", "string"}}}, {"maxItems", 3}}},
       {"when", {{"anyOf", {{{"type", "null"}}, {{"type", "number"}}}}}},
@@ -235,11 +237,12 @@ std::string Mutate(const json& seed, std::mt19937_64& rng) {
         break;
       default:  // a key the schema and parser readers know, with an odd value
         if (node->is_object()) {
-          static const char* kKeys[] = {"type",     "items",    "enum",       "minItems",
-                                        "maxItems", "required", "minLength",  "maxLength",
-                                        "anyOf",    "const",    "properties", "name",
-                                        "role",     "content",  "arguments",  "tool_calls"};
-          (*node)[kKeys[rng() % 16]] = OddValue(rng);
+          static const char* kKeys[] = {
+              "type",      "items",   "enum",      "minItems",         "maxItems",
+              "required",  "minimum", "maximum",   "exclusiveMinimum", "exclusiveMaximum",
+              "minLength", "anyOf",   "const",     "properties",       "name",
+              "role",      "content", "arguments", "tool_calls",       "maxLength"};
+          (*node)[kKeys[rng() % std::size(kKeys)]] = OddValue(rng);
         }
     }
   }

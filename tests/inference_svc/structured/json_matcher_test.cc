@@ -4,7 +4,9 @@
 
 #include <gtest/gtest.h>
 
+#include <cstdlib>
 #include <functional>
+#include <limits>
 #include <random>
 #include <string>
 #include <vector>
@@ -433,7 +435,13 @@ TEST(JsonSchemaTest, RefusesWhatItCannotHold) {
       {"[1]", "must be an object or a boolean"},
       {"false", "admits no value"},
       {R"({"type":"string","pattern":"a+"})", "keyword 'pattern' is not supported"},
-      {R"({"type":"integer","minimum":0})", "keyword 'minimum' is not supported"},
+      {R"({"type":"integer","multipleOf":2})", "keyword 'multipleOf' is not supported"},
+      {R"({"type":"number","minimum":0.5})", "must be an integer here"},
+      {R"({"type":"integer","minimum":3,"exclusiveMaximum":3})", "no value of at most 15"},
+      {R"({"type":"number","exclusiveMinimum":2,"maximum":2})", "no value of at most 15"},
+      {R"({"type":"integer","minimum":1e16})", "no value of at most 15"},
+      {R"({"type":"integer","exclusiveMaximum":true})", "a boolean needs 'maximum'"},
+      {R"({"type":"integer","maximum":"3"})", "/maximum"},
       {R"({"properties":{"a":{"type":"text"}}})", "/properties/a/type"},
       {R"({"type":"object","properties":{"a":{}},"required":["b"]})", "'b' is not in"},
       {R"({"type":"string","minLength":3,"maxLength":2})", "minLength is above maxLength"},
@@ -462,6 +470,93 @@ TEST(JsonSchemaTest, RefusesWhatItCannotHold) {
   }
   EXPECT_TRUE(Grammar::FromSchema(R"({"oneOf":[{"type":"string"},{"type":"null"}]})").ok());
   EXPECT_TRUE(Grammar::FromSchema(R"({"type":"string","format":"date","title":"t"})").ok());
+}
+
+// Whether some bytes (at most `depth`) take m to a whole document: a depth-first search
+// over the bytes a number may hold, of at most *budget matchers (a matcher with dead ends
+// would make it exponential).
+bool Completable(const JsonMatcher& m, int depth, int* budget) {
+  if (m.IsComplete()) return true;
+  if (depth == 0 || --*budget < 0) return false;
+  JsonMatcher next = m;
+  for (char c : std::string("0123456789.-")) {
+    if (m.AdvanceInto(static_cast<uint8_t>(c), &next) && Completable(next, depth - 1, budget)) {
+      return true;
+    }
+  }
+  return false;
+}
+
+// Numeric bounds against the doubles a parser reads: every integer in a wide range and
+// decimals around the bounds are whole documents exactly when their double lies within
+// the schema's bounds (integers: without a fraction), every prefix the matcher keeps
+// alive can still end in bounds, and random documents lie within them.
+TEST(JsonSchemaTest, NumericBoundsHoldExactly) {
+  struct Case {
+    std::string schema;
+    bool integer;
+    double lo, hi;
+    bool lo_open, hi_open;
+  };
+  const double inf = std::numeric_limits<double>::infinity();
+  const std::vector<Case> cases = {
+      {R"({"type":"integer","minimum":-12,"maximum":305})", true, -12, 305, false, false},
+      {R"({"type":"integer","exclusiveMinimum":-12.5,"exclusiveMaximum":0})", true, -12.5, 0, true,
+       true},
+      {R"({"type":"integer","minimum":7})", true, 7, inf, false, false},
+      {R"({"type":"integer","maximum":-3,"minimum":-1e300})", true, -inf, -3, false, false},
+      {R"({"type":"integer","minimum":0,"exclusiveMinimum":true,"maximum":10})", true, 0, 10, true,
+       false},
+      {R"({"type":"integer","minimum":42,"maximum":42})", true, 42, 42, false, false},
+      {R"({"type":"number","minimum":0,"maximum":1})", false, 0, 1, false, false},
+      {R"({"type":"number","exclusiveMinimum":-2,"exclusiveMaximum":3})", false, -2, 3, true, true},
+      {R"({"type":"number","minimum":-100,"exclusiveMinimum":-5,"maximum":250})", false, -5, 250,
+       true, false},
+      {R"({"maximum":-1})", false, -inf, -1, false, false},
+      {R"({"type":["number","null"],"exclusiveMaximum":0})", false, -inf, 0, false, true},
+  };
+  std::vector<std::string> texts = {"-0", "0", "-0.0", "0.000", "-", "1e2", "-1E1", "00", "01"};
+  for (int i = -1100; i <= 1100; ++i) texts.push_back(std::to_string(i));
+  for (int i = -30; i <= 30; ++i) {
+    for (const char* f : {".0", ".5", ".05", ".9999", ".000", ".00001"}) {
+      texts.push_back((i == 0 ? "-0" : std::to_string(i)) + f);
+      if (i == 0) texts.push_back(std::string("0") + f);
+    }
+  }
+  std::mt19937_64 rng(17);
+  for (const Case& c : cases) {
+    SCOPED_TRACE(c.schema);
+    const auto g = Schema(c.schema);
+    for (const std::string& text : texts) {
+      const bool number = text.find_first_of("e.E") == std::string::npos || !c.integer;
+      char* end = nullptr;
+      const double x = std::strtod(text.c_str(), &end);
+      const bool json_number = !json::parse(text, nullptr, false).is_discarded() &&
+                               text.find_first_of("eE") == std::string::npos;
+      const bool within = (c.lo_open ? x > c.lo : x >= c.lo) && (c.hi_open ? x < c.hi : x <= c.hi);
+      EXPECT_EQ(Complete(g, text), json_number && number && within) << text;
+      // Each prefix alive goes on to a value in bounds.
+      JsonMatcher m(g);
+      for (char ch : text) {
+        if (!m.Advance(std::string(1, ch))) break;
+        int budget = 2000;
+        ASSERT_TRUE(Completable(m, kMaxBoundedDigits + 2, &budget)) << "after a prefix of " << text;
+      }
+    }
+    for (int i = 0; i < 300; ++i) {
+      const auto doc = testing::RandomDocument(g, rng);
+      ASSERT_TRUE(doc.has_value()) << "a random walk found no way to end";
+      if (doc->find("null") != std::string::npos) continue;  // (a space may lead)
+      const double x = std::strtod(doc->c_str(), nullptr);
+      EXPECT_TRUE((c.lo_open ? x > c.lo : x >= c.lo) && (c.hi_open ? x < c.hi : x <= c.hi)) << *doc;
+    }
+  }
+  // Bounds apply inside documents, and past 15 digits no value is written.
+  const auto g = Schema(R"({"type":"object","properties":{"n":{"type":"number","minimum":1}}})");
+  EXPECT_TRUE(Complete(g, R"({"n":1.5})"));
+  EXPECT_FALSE(Complete(g, R"({"n":0.5})"));
+  EXPECT_TRUE(Complete(g, R"({"n":12345678901234.5})"));
+  EXPECT_FALSE(Complete(g, R"({"n":12345678901234.56})"));
 }
 
 // The mask walks the vocabulary in byte order, sharing work between tokens; it must give
