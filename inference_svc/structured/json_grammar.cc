@@ -28,25 +28,14 @@ const std::set<std::string>& Annotations() {
 }
 
 const std::set<std::string>& Assertions() {
-  static const std::set<std::string> k = {"type",
-                                          "enum",
-                                          "const",
-                                          "properties",
-                                          "required",
-                                          "additionalProperties",
-                                          "items",
-                                          "minItems",
-                                          "maxItems",
-                                          "minLength",
-                                          "maxLength",
-                                          "anyOf",
-                                          "oneOf",
-                                          "allOf",
-                                          "$ref",
-                                          "minimum",
-                                          "maximum",
-                                          "exclusiveMinimum",
-                                          "exclusiveMaximum"};
+  // clang-format off
+  static const std::set<std::string> k = {
+      "type", "enum", "const", "anyOf", "oneOf", "allOf", "$ref",                  // any value
+      "properties", "required", "additionalProperties",                            // objects
+      "items", "prefixItems", "additionalItems", "minItems", "maxItems",           // arrays
+      "minLength", "maxLength",                                                    // strings
+      "minimum", "maximum", "exclusiveMinimum", "exclusiveMaximum"};               // numbers
+  // clang-format on
   return k;
 }
 
@@ -244,7 +233,9 @@ class SchemaCompiler {
         return std::any_of(keys.begin(), keys.end(), [&](const char* k) { return s.contains(k); });
       };
       if (has({"properties", "required", "additionalProperties"})) types.push_back("object");
-      if (has({"items", "minItems", "maxItems"})) types.push_back("array");
+      if (has({"items", "minItems", "maxItems", "prefixItems", "additionalItems"})) {
+        types.push_back("array");
+      }
       if (has({"minLength", "maxLength"})) types.push_back("string");
       if (has({"minimum", "maximum", "exclusiveMinimum", "exclusiveMaximum"})) {
         types.push_back("number");
@@ -518,16 +509,50 @@ class SchemaCompiler {
     return Add(std::move(n));
   }
 
+  // An array: its places (prefixItems, or `items` as a list in drafts 4-2019) and the
+  // schema of every later item (`items` after prefixItems, `additionalItems` after a
+  // list; `false`: no later item), then minItems / maxItems.
   absl::StatusOr<int> Array(const json& s, const std::string& where, int depth) {
     Node n;
     n.kind = NodeKind::kArray;
     n.items = Grammar::kAnyValue;
-    if (s.contains("items")) {
-      auto items = Compile(s["items"], absl::StrCat(where, "/items"), depth + 1);
-      if (!items.ok()) return items.status();
-      n.items = *items;
+    const bool list = s.contains("items") && s["items"].is_array();
+    if (s.contains("prefixItems") && list) {
+      return Bad(where, "'prefixItems' and an 'items' list cannot be combined");
+    }
+    const char* places = list ? "items" : "prefixItems";
+    const char* rest = list ? "additionalItems" : "items";
+    if (s.contains(places)) {
+      const json& p = s[places];
+      if (!p.is_array())
+        return Bad(absl::StrCat(where, "/", places), "must be an array of schemas");
+      if (p.size() > static_cast<size_t>(kMaxProperties)) {
+        return Bad(absl::StrCat(where, "/", places),
+                   absl::StrCat(p.size(), " places; at most ", kMaxProperties));
+      }
+      for (size_t i = 0; i < p.size(); ++i) {
+        auto item = Compile(p[i], absl::StrCat(where, "/", places, "/", i), depth + 1);
+        if (!item.ok()) return item.status();
+        n.prefix_items.push_back(*item);
+      }
+    }
+    if (!list && s.contains("additionalItems")) {
+      return Bad(absl::StrCat(where, "/additionalItems"), "goes with 'items' as a list");
     }
     KVFOLD_RETURN_IF_ERROR(Bounds(s, "minItems", "maxItems", where, &n.min_items, &n.max_items));
+    if (s.contains(rest)) {
+      if (s[rest].is_boolean() && !s[rest].get<bool>()) {
+        const int places_count = static_cast<int>(n.prefix_items.size());
+        n.max_items = n.max_items < 0 ? places_count : std::min(n.max_items, places_count);
+        if (n.min_items > n.max_items) {
+          return Bad(where, "minItems is above the places with no later item");
+        }
+      } else {
+        auto items = Compile(s[rest], absl::StrCat(where, "/", rest), depth + 1);
+        if (!items.ok()) return items.status();
+        n.items = *items;
+      }
+    }
     return Add(std::move(n));
   }
 

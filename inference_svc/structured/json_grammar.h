@@ -42,7 +42,9 @@ struct Node {
   std::vector<Property> properties;
   bool free_keys = false;
   int values = 0;
-  // kArray.
+  // kArray: item i is of node prefix_items[i] (a tuple's places: prefixItems, or the
+  // draft 4-2019 `items` list), every later one of `items`.
+  std::vector<int> prefix_items;
   int items = 0;
   int min_items = 0;
   int max_items = -1;  // -1: no bound

@@ -310,7 +310,8 @@ void JsonMatcher::Feed(Stack& s, uint8_t c, std::vector<Stack>* out) const {
           Frame item;
           item.type = kValue;
           item.aux = f.a > 1 ? 1 : 0;  // after ',' (the first item follows '[')
-          item.node = n.items;
+          item.node =
+              f.a <= static_cast<int>(n.prefix_items.size()) ? n.prefix_items[f.a - 1] : n.items;
           s.push_back(item);
           continue;
         }

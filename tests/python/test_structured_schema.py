@@ -19,6 +19,12 @@ except ImportError as e:
 
 SCHEMAS = [
     {"type": "object"},
+    {"type": "array", "prefixItems": [{"type": "integer", "minimum": 0},
+                                      {"type": "string", "maxLength": 3},
+                                      {"enum": ["a", None]}],
+     "items": {"type": "boolean"}, "maxItems": 5},
+    {"type": "array", "prefixItems": [{"type": "number"}, {"type": "number"}],
+     "minItems": 2, "items": False},
     {"type": "object", "properties": {
         "days": {"type": "integer", "minimum": 1, "maximum": 14},
         "offset": {"type": "integer", "exclusiveMinimum": -3.5, "exclusiveMaximum": 40},

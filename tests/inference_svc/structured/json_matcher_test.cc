@@ -472,6 +472,42 @@ TEST(JsonSchemaTest, RefusesWhatItCannotHold) {
   EXPECT_TRUE(Grammar::FromSchema(R"({"type":"string","format":"date","title":"t"})").ok());
 }
 
+// Tuples: prefixItems (and the older `items` list) fix each place's schema, `items` /
+// `additionalItems` the rest.
+TEST(JsonSchemaTest, TuplesHoldEachPlace) {
+  const auto pair =
+      Schema(R"({"type":"array","prefixItems":[{"type":"integer"},{"type":"string"}],)"
+             R"("minItems":2,"items":false})");
+  EXPECT_TRUE(Complete(pair, R"([1, "a"])"));
+  EXPECT_FALSE(Complete(pair, R"(["a", 1])"));
+  EXPECT_FALSE(Complete(pair, R"([1])"));
+  EXPECT_FALSE(Complete(pair, R"([1, "a", 2])"));
+  const auto rest = Schema(R"({"prefixItems":[{"const":"x"}],"items":{"type":"boolean"}})");
+  EXPECT_TRUE(Complete(rest, R"([])"));
+  EXPECT_TRUE(Complete(rest, R"(["x"])"));
+  EXPECT_TRUE(Complete(rest, R"(["x", true, false])"));
+  EXPECT_FALSE(Complete(rest, R"(["x", "x"])"));
+  EXPECT_FALSE(Complete(rest, R"([true])"));
+  const auto old =
+      Schema(R"({"items":[{"type":"null"},{"type":"number"}],"additionalItems":false})");
+  EXPECT_TRUE(Complete(old, R"([null, 2.5])"));
+  EXPECT_TRUE(Complete(old, R"([null])"));
+  EXPECT_FALSE(Complete(old, R"([null, 2.5, 3])"));
+  const auto none = Schema(R"({"type":"array","items":false})");
+  EXPECT_TRUE(Complete(none, "[]"));
+  EXPECT_FALSE(Complete(none, "[1]"));
+  for (const auto& [schema, message] : std::vector<std::pair<std::string, std::string>>{
+           {R"({"prefixItems":{"type":"string"}})", "must be an array of schemas"},
+           {R"({"prefixItems":[{}],"items":[{}]})", "cannot be combined"},
+           {R"({"prefixItems":[{}],"additionalItems":false})", "goes with 'items' as a list"},
+           {R"({"prefixItems":[{}],"minItems":2,"items":false})", "minItems is above"},
+           {R"({"prefixItems":[{"pattern":"a"}]})", "/prefixItems/0"}}) {
+    auto g = Grammar::FromSchema(schema);
+    ASSERT_FALSE(g.ok()) << schema;
+    EXPECT_NE(g.status().message().find(message), std::string::npos) << g.status();
+  }
+}
+
 // Whether some bytes (at most `depth`) take m to a whole document: a depth-first search
 // over the bytes a number may hold, of at most *budget matchers (a matcher with dead ends
 // would make it exponential).
