@@ -33,7 +33,7 @@ const std::set<std::string>& Assertions() {
       "type", "enum", "const", "anyOf", "oneOf", "allOf", "$ref",                  // any value
       "properties", "required", "additionalProperties",                            // objects
       "items", "prefixItems", "additionalItems", "minItems", "maxItems",           // arrays
-      "minLength", "maxLength",                                                    // strings
+      "minLength", "maxLength", "pattern",                                         // strings
       "minimum", "maximum", "exclusiveMinimum", "exclusiveMaximum"};               // numbers
   // clang-format on
   return k;
@@ -236,7 +236,7 @@ class SchemaCompiler {
       if (has({"items", "minItems", "maxItems", "prefixItems", "additionalItems"})) {
         types.push_back("array");
       }
-      if (has({"minLength", "maxLength"})) types.push_back("string");
+      if (has({"minLength", "maxLength", "pattern"})) types.push_back("string");
       if (has({"minimum", "maximum", "exclusiveMinimum", "exclusiveMaximum"})) {
         types.push_back("number");
       }
@@ -506,6 +506,19 @@ class SchemaCompiler {
     n.kind = NodeKind::kString;
     KVFOLD_RETURN_IF_ERROR(
         Bounds(s, "minLength", "maxLength", where, &n.min_length, &n.max_length));
+    if (s.contains("pattern")) {
+      const std::string at = absl::StrCat(where, "/pattern");
+      if (!s["pattern"].is_string()) return Bad(at, "must be a string");
+      // A length bound could cut every way to a match short: not held together.
+      if (s.contains("minLength") || s.contains("maxLength")) {
+        return Bad(at,
+                   "'pattern' with 'minLength' / 'maxLength' is not supported (write the "
+                   "length into the pattern, e.g. {1,8})");
+      }
+      auto pattern = Pattern::Compile(s["pattern"].get<std::string>());
+      if (!pattern.ok()) return Bad(at, std::string(pattern.status().message()));
+      n.pattern = std::make_shared<const Pattern>(std::move(*pattern));
+    }
     return Add(std::move(n));
   }
 

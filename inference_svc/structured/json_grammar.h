@@ -15,6 +15,7 @@
 #include <vector>
 
 #include "absl/status/statusor.h"
+#include "inference_svc/structured/json_pattern.h"
 
 namespace kvfold::structured {
 
@@ -51,6 +52,8 @@ struct Node {
   // kString, in code points (an escape counts as one).
   int min_length = 0;
   int max_length = -1;  // -1: no bound
+  // kString: the characters match `pattern` (json_pattern.h); null: any.
+  std::shared_ptr<const Pattern> pattern;
   // kNumber, kInteger with minimum / maximum / exclusiveMinimum / exclusiveMaximum
   // (`bounded`): the value lies in [min_value, max_value], an end left out when its
   // flag is set. Integer bounds of magnitude at most kMaxBoundMagnitude (a farther one

@@ -24,6 +24,42 @@ bool NumberMayEnd(uint8_t phase) {
   return phase == kZero || phase == kInt || phase == kFrac || phase == kExpDigits;
 }
 
+// The code points a UTF-8 character may still become: v its bits so far, `left`
+// continuation bytes to come, the next one in [lo, hi] and any after it in 0x80..0xBF.
+std::pair<uint32_t, uint32_t> Utf8Span(int32_t v, int left, uint8_t lo, uint8_t hi) {
+  const uint32_t bits = static_cast<uint32_t>(v);
+  if (left == 0) return {bits, bits};
+  const int rest = 6 * (left - 1);
+  return {(bits << 6 | (lo & 0x3Fu)) << rest,
+          ((bits << 6 | (hi & 0x3Fu)) << rest) | ((1u << rest) - 1)};
+}
+
+// The character a one-letter JSON escape (\n, \", ...) writes; -1 for none.
+int EscapedChar(uint8_t c) {
+  switch (c) {
+    case '"':
+      return '"';
+    case '\\':
+      return '\\';
+    case '/':
+      return '/';
+    case 'b':
+      return '\b';
+    case 'f':
+      return '\f';
+    case 'n':
+      return '\n';
+    case 'r':
+      return '\r';
+    case 't':
+      return '\t';
+    default:
+      return -1;
+  }
+}
+
+int HexValue(uint8_t c) { return IsDigit(c) ? c - '0' : (c | 0x20) - 'a' + 10; }
+
 // A bounded number's frame (Node::bounded): ws 1 when it is negative, bits its integer
 // part, a that part's digits, b 1 once a fraction digit is not 0. With integer bounds
 // and 0 < f < 1, p + f lies within them exactly when the integer p does within
@@ -194,6 +230,7 @@ void JsonMatcher::Feed(Stack& s, uint8_t c, std::vector<Stack>* out) const {
             f.type = kString;
             f.phase = kChars;
             f.node = node;
+            if (n.pattern != nullptr) f.pattern = Pattern::kStart;
             out->push_back(std::move(s));
             return;
           }
@@ -346,10 +383,27 @@ void JsonMatcher::Feed(Stack& s, uint8_t c, std::vector<Stack>* out) const {
       }
 
       case kString: {
+        const Pattern* pattern = n.pattern.get();
+        // With a pattern: the automaton takes each whole character (code point cp)...
+        auto take = [&](uint32_t cp) {
+          if (pattern == nullptr) return true;
+          f.pattern = pattern->Step(f.pattern, cp);
+          return f.pattern != 0;
+        };
+        // ... and a character's first bytes only while some code point they may still
+        // become, in [lo, hi] (surrogates aside), can follow.
+        auto may = [&](uint32_t lo, uint32_t hi) {
+          if (pattern == nullptr) return true;
+          const uint32_t below = std::min<uint32_t>(hi, 0xD7FF),
+                         above = std::max<uint32_t>(lo, 0xE000);
+          return (lo <= below && pattern->AnyIn(f.pattern, lo, below)) ||
+                 (above <= hi && pattern->AnyIn(f.pattern, above, hi));
+        };
         switch (f.phase) {
           case kChars: {
             if (c == '"') {
               if (f.a < n.min_length) return;
+              if (pattern != nullptr && !pattern->Accepts(f.pattern)) return;
               s.pop_back();
               out->push_back(std::move(s));
               return;
@@ -357,15 +411,21 @@ void JsonMatcher::Feed(Stack& s, uint8_t c, std::vector<Stack>* out) const {
             if (c < 0x20) return;
             if (n.max_length >= 0 && f.a >= n.max_length) return;
             if (c == '\\') {
+              if (!may(0, 0xFFFF)) return;  // what an escape can write
               f.phase = kEscape;
             } else if (c >= 0x80) {
               // A UTF-8 lead byte: how many continuation bytes, and the first one's range
               // (no overlong forms, no surrogates, nothing above U+10FFFF).
               Utf8Lead lead;
               if (!Utf8LeadOf(c, &lead) || lead.continuation == 0) return;
+              f.b = c & (0x3F >> lead.continuation);
+              const auto [lo, hi] = Utf8Span(f.b, lead.continuation, lead.lo, lead.hi);
+              if (!may(lo, hi)) return;
               f.aux = static_cast<uint8_t>(lead.continuation);
               f.phase = kUtf8;
               f.bits = lead.lo | (uint64_t{lead.hi} << 8);
+            } else if (!take(c)) {
+              return;
             }
             ++f.a;
             out->push_back(std::move(s));
@@ -375,7 +435,14 @@ void JsonMatcher::Feed(Stack& s, uint8_t c, std::vector<Stack>* out) const {
             const uint8_t lo = f.bits & 0xFF, hi = (f.bits >> 8) & 0xFF;
             if (c < lo || c > hi) return;
             f.bits = 0x80 | (uint64_t{0xBF} << 8);
-            if (--f.aux == 0) f.phase = kChars;
+            f.b = f.b << 6 | (c & 0x3F);
+            if (--f.aux == 0) {
+              f.phase = kChars;
+              if (!take(static_cast<uint32_t>(f.b))) return;
+            } else {
+              const auto [first, last] = Utf8Span(f.b, f.aux, 0x80, 0xBF);
+              if (!may(first, last)) return;
+            }
             out->push_back(std::move(s));
             return;
           }
@@ -384,9 +451,10 @@ void JsonMatcher::Feed(Stack& s, uint8_t c, std::vector<Stack>* out) const {
               f.phase = kHex;
               f.aux = 0;
               f.bits = 0;
-            } else if (c == '"' || c == '\\' || c == '/' || c == 'b' || c == 'f' || c == 'n' ||
-                       c == 'r' || c == 't') {
+              f.b = 0;
+            } else if (const int cp = EscapedChar(c); cp >= 0) {
               f.phase = kChars;
+              if (!take(static_cast<uint32_t>(cp))) return;
             } else {
               return;
             }
@@ -398,9 +466,15 @@ void JsonMatcher::Feed(Stack& s, uint8_t c, std::vector<Stack>* out) const {
             // for strict parsers, and raw UTF-8 writes the characters they would pair to.
             if (f.aux == 0 && (c == 'd' || c == 'D')) f.bits = 1;
             if (f.aux == 1 && f.bits == 1 && !(c >= '0' && c <= '7')) return;
+            f.b = f.b * 16 + HexValue(c);
             if (++f.aux == 4) {
               f.phase = kChars;
               f.bits = 0;
+              if (!take(static_cast<uint32_t>(f.b))) return;
+            } else {
+              const int rest = 4 * (4 - f.aux);
+              const uint32_t v = static_cast<uint32_t>(f.b);
+              if (!may(v << rest, ((v + 1) << rest) - 1)) return;
             }
             out->push_back(std::move(s));
             return;
@@ -561,6 +635,8 @@ bool JsonMatcher::InStringText(int* written, int* max_length) const {
   if (stacks_.size() != 1 || stacks_[0].empty()) return false;
   const Frame& f = stacks_[0].back();
   if (f.type != kString || f.phase != kChars) return false;
+  // A pattern's automaton takes each character.
+  if (grammar_->node(f.node).pattern != nullptr) return false;
   *written = f.a;
   *max_length = grammar_->node(f.node).max_length;
   return true;

@@ -58,9 +58,11 @@ class JsonMatcher {
     int32_t a = 0;      // object: last property written; array: items; string: code points;
                         // literal: bytes matched; bounded number: integer digits
     int32_t b = 0;      // object: bytes of the key matched; bounded number: 1 once a
-                        // fraction digit is not 0
+                        // fraction digit is not 0; string with a pattern: the code point
+                        // so far of a character being written
     uint64_t bits = 0;  // object: key candidates; literal: candidates; string: byte bounds;
                         // bounded number: its integer part
+    uint64_t pattern = 0;  // string with a pattern: the automaton's state (Pattern)
     bool operator==(const Frame&) const = default;
   };
   using Stack = std::vector<Frame>;

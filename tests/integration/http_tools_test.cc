@@ -493,10 +493,10 @@ TEST_F(HttpApiTest, GrpcToolChoicesAreChecked) {
   // With tool_choice required a parameters schema outside the structured subset is
   // refused.
   request.clear_tools();
-  ojson pattern = kTools[1];
-  pattern["function"]["parameters"]["properties"]["zone"] = {{"pattern", "^[A-Z]+$"}};
-  request.add_tools(pattern.dump());
-  refused("grpc-bad-9", request, "keyword 'pattern' is not supported");
+  ojson outside = kTools[1];
+  outside["function"]["parameters"]["properties"]["zone"] = {{"multipleOf", 2}};
+  request.add_tools(outside.dump());
+  refused("grpc-bad-9", request, "keyword 'multipleOf' is not supported");
   // A choice other than none needs tools.
   v1::GenerateRequest bare;
   bare.mutable_tool_choice()->set_mode(v1::ToolChoice::MODE_REQUIRED);
@@ -599,10 +599,10 @@ TEST_F(HttpApiTest, BadToolsAreRefusedNamingTheField) {
   // is refused; auto takes it (nothing is held to it).
   chat = ToolChat();
   chat["tool_choice"] = "required";
-  chat["tools"][1]["function"]["parameters"]["properties"]["zone"] = {{"pattern", "^[A-Z]+$"}};
+  chat["tools"][1]["function"]["parameters"]["properties"]["zone"] = {{"multipleOf", 2}};
   refused(chat, "tools",
           "tools[1].function.parameters: schema at '/properties/zone': keyword "
-          "'pattern' is not supported");
+          "'multipleOf' is not supported");
   chat.erase("tool_choice");
   chat["max_tokens"] = 4;
   HttpReply r = HttpCall(port_[0], "POST", "/v1/chat/completions", chat.dump(), kAuth);

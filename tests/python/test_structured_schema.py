@@ -19,6 +19,15 @@ except ImportError as e:
 
 SCHEMAS = [
     {"type": "object"},
+    {"type": "object", "properties": {
+        "date": {"type": "string", "pattern": "^\\d{4}-\\d{2}-\\d{2}$"},
+        "id": {"type": "string", "pattern": "^[0-9a-f]{8}-[0-9a-f]{4}$"},
+        "word": {"type": "string", "pattern": "^\\w+(\\s\\w+)?$"},
+        "not_space": {"type": "string", "pattern": "^\\S\\S?$"},
+        "other": {"type": "string", "pattern": "^[^a-z\\d]{1,3}$"},
+        "any": {"type": "string", "pattern": "^.{2}$"},
+        "prefix": {"type": "string", "pattern": "^(ab|c)"}},
+     "required": ["date", "id", "word", "not_space", "other", "any"]},
     {"type": "array", "prefixItems": [{"type": "integer", "minimum": 0},
                                       {"type": "string", "maxLength": 3},
                                       {"enum": ["a", None]}],

@@ -238,10 +238,11 @@ std::string Mutate(const json& seed, std::mt19937_64& rng) {
       default:  // a key the schema and parser readers know, with an odd value
         if (node->is_object()) {
           static const char* kKeys[] = {
-              "type",      "items",   "enum",      "minItems",         "maxItems",
-              "required",  "minimum", "maximum",   "exclusiveMinimum", "exclusiveMaximum",
-              "minLength", "anyOf",   "const",     "properties",       "name",
-              "role",      "content", "arguments", "tool_calls",       "maxLength"};
+              "type",      "items",      "enum",      "minItems",         "maxItems",
+              "required",  "minimum",    "maximum",   "exclusiveMinimum", "exclusiveMaximum",
+              "minLength", "anyOf",      "const",     "properties",       "name",
+              "role",      "content",    "arguments", "tool_calls",       "maxLength",
+              "pattern",   "prefixItems"};
           (*node)[kKeys[rng() % std::size(kKeys)]] = OddValue(rng);
         }
     }

@@ -3,6 +3,7 @@
 // alone writes stories), in every KV mode, greedy and sampled; bad formats are refused.
 #include <algorithm>
 #include <memory>
+#include <regex>
 #include <set>
 #include <string>
 #include <vector>
@@ -193,6 +194,36 @@ TEST_F(StructuredTurnTest, SampledDocumentsOfASchema) {
   }
 }
 
+// Patterns, numeric bounds and tuples hold sampled answers of the real model in every mode.
+TEST_F(StructuredTurnTest, PatternsBoundsAndTuples) {
+  const std::string schema = R"({"type":"object","properties":{
+      "code":{"type":"string","pattern":"^[A-Z]{2}-\\d{3}$"},
+      "score":{"type":"integer","minimum":1,"maximum":5},
+      "ratio":{"type":"number","minimum":0,"exclusiveMaximum":1},
+      "pair":{"type":"array","prefixItems":[{"type":"boolean"},
+                                             {"type":"string","pattern":"^[a-z]{1,4}$"}],
+              "items":false,"minItems":2}},
+      "required":["code","score","ratio","pair"],"additionalProperties":false})";
+  const std::regex code("^[A-Z]{2}-[0-9]{3}$"), word("^[a-z]{1,4}$");
+  for (uint64_t seed = 1; seed <= 4; ++seed) {
+    SCOPED_TRACE(seed);
+    const Answer a =
+        Run(Request(kModes[seed % 4], SchemaFormat(schema), /*temperature=*/1.0f, seed));
+    ASSERT_TRUE(a.status.ok()) << a.status;
+    EXPECT_EQ(a.finish, FinishReason::kStop) << a.text;
+    const json doc = Parse(a.text);
+    ASSERT_TRUE(doc.is_object()) << a.text;
+    EXPECT_TRUE(std::regex_search(doc.value("code", ""), code)) << a.text;
+    ASSERT_TRUE(doc["score"].is_number_integer()) << a.text;
+    EXPECT_TRUE(doc["score"].get<int>() >= 1 && doc["score"].get<int>() <= 5) << a.text;
+    ASSERT_TRUE(doc["ratio"].is_number()) << a.text;
+    EXPECT_TRUE(doc["ratio"].get<double>() >= 0 && doc["ratio"].get<double>() < 1) << a.text;
+    ASSERT_TRUE(doc["pair"].is_array() && doc["pair"].size() == 2) << a.text;
+    EXPECT_TRUE(doc["pair"][0].is_boolean()) << a.text;
+    EXPECT_TRUE(std::regex_search(doc["pair"][1].get<std::string>(), word)) << a.text;
+  }
+}
+
 // A choice answers exactly one of its texts, whatever the mode and the draw.
 TEST_F(StructuredTurnTest, AChoiceIsOneOfItsTexts) {
   const std::vector<std::string> choices = {"yes", "no", "yes, and more", "maybe"};
@@ -212,11 +243,11 @@ TEST_F(StructuredTurnTest, AChoiceIsOneOfItsTexts) {
 
 TEST_F(StructuredTurnTest, FormatsThatCannotBeHeldAreRefused) {
   TurnRequest bad =
-      Request(core::KvMode::kFull, SchemaFormat(R"({"type":"string","pattern":"^a"})"));
+      Request(core::KvMode::kFull, SchemaFormat(R"({"type":"string","pattern":"a\\b"})"));
   auto turn = runtime_->StartTurn({"tenant", ""}, std::move(bad));
   ASSERT_FALSE(turn.ok());
   EXPECT_EQ(turn.status().code(), absl::StatusCode::kInvalidArgument);
-  EXPECT_NE(turn.status().message().find("'pattern'"), std::string::npos) << turn.status();
+  EXPECT_NE(turn.status().message().find("word boundary"), std::string::npos) << turn.status();
 
   TurnRequest only = Request(core::KvMode::kFull, JsonObject());
   only.prompt_only = true;

@@ -6,8 +6,10 @@
 
 #include <cstdlib>
 #include <functional>
+#include <iterator>
 #include <limits>
 #include <random>
+#include <regex>
 #include <string>
 #include <vector>
 
@@ -434,7 +436,18 @@ TEST(JsonSchemaTest, RefusesWhatItCannotHold) {
       {"not json", "not valid JSON"},
       {"[1]", "must be an object or a boolean"},
       {"false", "admits no value"},
-      {R"({"type":"string","pattern":"a+"})", "keyword 'pattern' is not supported"},
+      {R"({"type":"string","pattern":"(?=a)b"})", "a lookaround"},
+      {R"({"type":"string","pattern":"(a)\\1"})", "the escape \\1"},
+      {R"({"type":"string","pattern":"a^b"})", "other than at the start / end of a top-level"},
+      {R"({"type":"string","pattern":"(^a)b"})", "other than at the start / end of a top-level"},
+      {R"({"type":"string","pattern":"[]a]"})", "starts with ']'"},
+      {R"({"type":"string","pattern":"a{2"})", "no quantifier"},
+      {R"({"type":"string","pattern":"a**"})", "a quantifier of a quantifier"},
+      {R"({"type":"string","pattern":"[a-z]{64}"})", "more than 63 character positions"},
+      {R"({"type":"string","pattern":"[^\\s\\S]"})", "matches no character"},
+      {R"({"type":"string","pattern":"a","maxLength":3})", "with 'minLength' / 'maxLength'"},
+      {R"({"type":"string","pattern":3})", "/pattern"},
+      {R"({"type":"array","uniqueItems":true})", "keyword 'uniqueItems' is not supported"},
       {R"({"type":"integer","multipleOf":2})", "keyword 'multipleOf' is not supported"},
       {R"({"type":"number","minimum":0.5})", "must be an integer here"},
       {R"({"type":"integer","minimum":3,"exclusiveMaximum":3})", "no value of at most 15"},
@@ -501,11 +514,147 @@ TEST(JsonSchemaTest, TuplesHoldEachPlace) {
            {R"({"prefixItems":[{}],"items":[{}]})", "cannot be combined"},
            {R"({"prefixItems":[{}],"additionalItems":false})", "goes with 'items' as a list"},
            {R"({"prefixItems":[{}],"minItems":2,"items":false})", "minItems is above"},
-           {R"({"prefixItems":[{"pattern":"a"}]})", "/prefixItems/0"}}) {
+           {R"({"prefixItems":[{"not":{}}]})", "/prefixItems/0"}}) {
     auto g = Grammar::FromSchema(schema);
     ASSERT_FALSE(g.ok()) << schema;
     EXPECT_NE(g.status().message().find(message), std::string::npos) << g.status();
   }
+}
+
+// Patterns against std::regex's ECMAScript search (ASCII strings): every string of up to
+// four characters of a small alphabet is a whole document exactly when the pattern
+// matches it somewhere (or whole, anchored); escapes are taken as the characters they
+// write; random walks (escapes and UTF-8 bytes among them) never reach a dead end and
+// write what the pattern matches.
+TEST(JsonSchemaTest, PatternsMatchAsEcmaScriptSearches) {
+  const std::vector<std::string> patterns = {"^[a-z]+$",
+                                             "ab",
+                                             "^a?b*$",
+                                             "^(ab|b0)+$",
+                                             "0$",
+                                             "^\\d{2,3}$",
+                                             "^[^a\\d]{1,2}$",
+                                             "^(?:a|b)-\\w$",
+                                             "^\\.?[-_]{0,2}$",
+                                             "^.{3}$",
+                                             "^\\s*Z\\S?$",
+                                             "a|0",
+                                             "^[0-9a-f]{2}-?$",
+                                             "^a|b$",
+                                             "a$|^0-",
+                                             "^(a(b)?)*$",
+                                             "^\\x41?[\\u0061-b]$",
+                                             "^[\\w.]{2}[^\\W_]?$"};
+  const std::string alphabet = "ab01-_ .Z\"";
+  std::vector<std::string> strings = {""};
+  for (size_t len = 1, begin = 0; len <= 4; ++len) {
+    const size_t end = strings.size();
+    for (size_t i = begin; i < end; ++i) {
+      for (char ch : alphabet) strings.push_back(strings[i] + ch);
+    }
+    begin = end;
+  }
+  for (const std::string& pattern : patterns) {
+    SCOPED_TRACE(pattern);
+    const auto g = Schema(json{{"type", "string"}, {"pattern", pattern}}.dump());
+    const std::regex re(pattern, std::regex::ECMAScript);
+    for (const std::string& text : strings) {
+      const std::string doc = json(text).dump();
+      ASSERT_EQ(Complete(g, doc), std::regex_search(text, re)) << doc;
+    }
+    // The same characters escaped, and a non-ASCII one through each of its bytes.
+    EXPECT_EQ(Complete(g, "\"\\u0061\\u0062\""), std::regex_search("ab", re));
+    EXPECT_EQ(Complete(g, "\"\\\"\""), std::regex_search("\"", re));
+    // Random walks (of a pattern anchored at its start, with no top-level alternative:
+    // random bytes seldom write what an unanchored one looks for).
+    int depth = 0;
+    bool alternatives = false;
+    for (char ch : pattern) {
+      depth += ch == '(' ? 1 : ch == ')' ? -1 : 0;
+      alternatives = alternatives || (ch == '|' && depth == 0);
+    }
+    std::mt19937_64 rng(5);
+    for (int i = 0; i < 200 && pattern.front() == '^' && !alternatives; ++i) {
+      const auto doc = testing::RandomDocument(g, rng);
+      ASSERT_TRUE(doc.has_value()) << "a random walk found no way to end";
+      const std::string text = json::parse(*doc).get<std::string>();
+      if (std::all_of(text.begin(), text.end(), [](char ch) { return ch > 0; })) {
+        EXPECT_TRUE(std::regex_search(text, re)) << *doc;
+      }
+    }
+  }
+}
+
+// Random patterns: each compiles or is refused with a message, and one std::regex also
+// takes matches exactly the strings std::regex finds it in (every string of up to three
+// characters of a small alphabet).
+TEST(JsonSchemaTest, RandomPatternsAgreeWithStdRegex) {
+  const std::string pieces[] = {"a",   "b",   "0",    "-",    ".",      "\\d",   "\\w",
+                                "\\s", "\\D", "[ab]", "[^a]", "[a-z0]", "(",     ")",
+                                "|",   "*",   "+",    "?",    "{2}",    "{1,2}", "{0,}",
+                                "(?:", "^",   "$",    "\\.",  "[",      "]",     "\\"};
+  const std::string alphabet = "ab0- .";
+  std::vector<std::string> strings = {""};
+  for (size_t len = 1, begin = 0; len <= 3; ++len) {
+    const size_t end = strings.size();
+    for (size_t i = begin; i < end; ++i) {
+      for (char ch : alphabet) strings.push_back(strings[i] + ch);
+    }
+    begin = end;
+  }
+  std::mt19937_64 rng(11);
+  int compared = 0;
+  for (int i = 0; i < 3000; ++i) {
+    std::string pattern;
+    for (int k = 0, n = 1 + static_cast<int>(rng() % 7); k < n; ++k) {
+      pattern += pieces[rng() % std::size(pieces)];
+    }
+    SCOPED_TRACE(pattern);
+    auto g = Grammar::FromSchema(json{{"type", "string"}, {"pattern", pattern}}.dump());
+    if (!g.ok()) {
+      EXPECT_EQ(g.status().code(), absl::StatusCode::kInvalidArgument);
+      EXPECT_NE(g.status().message().find("pattern"), std::string::npos) << g.status();
+      continue;
+    }
+    std::regex re;
+    try {
+      re = std::regex(pattern, std::regex::ECMAScript);
+    } catch (const std::regex_error&) {
+      continue;
+    }
+    ++compared;
+    for (const std::string& text : strings) {
+      ASSERT_EQ(Complete(*g, json(text).dump()), std::regex_search(text, re)) << text;
+    }
+  }
+  EXPECT_GT(compared, 500);
+}
+
+// Characters past ASCII are code points to a pattern, raw or escaped; the shorthands keep
+// to what ECMA-262 and Python both count.
+TEST(JsonSchemaTest, PatternsTakeCodePoints) {
+  auto complete = [](const std::string& pattern, const std::string& doc) {
+    return Complete(Schema(json{{"type", "string"}, {"pattern", pattern}}.dump()), doc);
+  };
+  EXPECT_TRUE(complete("^.$", "\"\xC3\xA9\""));  // é, one character
+  EXPECT_FALSE(complete("^.$", "\"\xC3\xA9\xC3\xA9\""));
+  EXPECT_TRUE(complete("^\xC3\xA9+$", "\"\xC3\xA9\\u00e9\""));
+  EXPECT_TRUE(complete("^[\xC3\xA0-\xC3\xBF]$", "\"\xC3\xA9\""));
+  EXPECT_TRUE(complete("^[^a]$", "\"\xF0\x9F\x98\x80\""));  // U+1F600
+  EXPECT_FALSE(complete("^\\w$", "\"\xC3\xA9\""));          // a word character to Python only
+  EXPECT_FALSE(complete("^\\W$", "\"\xC3\xA9\""));
+  EXPECT_FALSE(complete("^[^\\d]$", "\"\xC3\xA9\""));
+  EXPECT_FALSE(complete("^\\S$", "\"\xC2\xA0\""));  // no-break space: a space to both
+  EXPECT_FALSE(complete("^.$", "\"\\u2028\""));     // a line terminator to ECMA-262
+  EXPECT_TRUE(complete("^a\\nb$", "\"a\\nb\""));
+  // A character's first byte only when what it may become can follow: a lead byte of
+  // U+0080..U+07FF against [a-z].
+  JsonMatcher m(Schema(R"({"type":"string","pattern":"^[a-z]$"})"));
+  EXPECT_TRUE(m.Advance("\""));
+  JsonMatcher next = m;
+  EXPECT_FALSE(m.AdvanceInto(0xC3, &next));
+  EXPECT_FALSE(m.AdvanceInto('\\', &next) && next.Advance("u0") && next.Advance("1"));
+  EXPECT_TRUE(m.AdvanceInto('\\', &next) && next.Advance("u006") && next.Advance("1\""));
 }
 
 // Whether some bytes (at most `depth`) take m to a whole document: a depth-first search

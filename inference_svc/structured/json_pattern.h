@@ -1,0 +1,62 @@
+// A JSON Schema `pattern` (an ECMA-262 regular expression) as a position automaton over
+// code points, for the matcher to hold a string's characters to it one at a time.
+//
+// The automaton is Glushkov's: one position per character class of the expression (a
+// quantifier's copies each their own), so a state is a set of positions, one 64-bit word,
+// with no epsilon moves. JSON Schema matches a pattern anywhere in the string: a pattern
+// (a top-level alternative of it) that does not start with ^ (end with $) may have any
+// characters before (after) its match. Every position of the automaton lies on a path to acceptance
+// and no class is empty, so a state that is not empty can always be completed: holding each
+// character to a non-empty next state never leads a string into a dead end.
+//
+// Character shorthands are read so that a string the automaton accepts matches under
+// both ECMA-262 and Python's `re` (which Python's `jsonschema` uses): \d, \w and \s in
+// a positive class are their ASCII members, which both count; \D, \W, \S and negated
+// classes leave out the members either one counts (\D, \W: every non-ASCII character),
+// and `.` leaves out every line terminator of either (\n, \r, U+2028, U+2029).
+#ifndef KVFOLD_INFERENCE_SVC_STRUCTURED_JSON_PATTERN_H_
+#define KVFOLD_INFERENCE_SVC_STRUCTURED_JSON_PATTERN_H_
+
+#include <cstdint>
+#include <string_view>
+#include <utility>
+#include <vector>
+
+#include "absl/status/statusor.h"
+
+namespace kvfold::structured {
+
+// Most positions (character classes after quantifiers are expanded) of one pattern.
+inline constexpr int kMaxPatternPositions = 63;
+
+class Pattern {
+ public:
+  // InvalidArgument naming what is outside the subset: backreferences, lookaround, word
+  // boundaries, flags, ^ / $ other than at a top-level alternative's start / end, more than
+  // kMaxPatternPositions positions, a '{' that is no quantifier, an empty class.
+  static absl::StatusOr<Pattern> Compile(std::string_view source);
+
+  // The state before any character.
+  static constexpr uint64_t kStart = uint64_t{1} << 63;
+  // The state after code point c from state s; 0 when c cannot follow.
+  uint64_t Step(uint64_t s, uint32_t c) const;
+  // Whether some code point in [lo, hi] can follow s.
+  bool AnyIn(uint64_t s, uint32_t lo, uint32_t hi) const;
+  // Whether the characters that led to s are a whole match.
+  bool Accepts(uint64_t s) const { return (s & last_) != 0 || ((s & kStart) != 0 && nullable_); }
+
+  // A class: sorted, disjoint, inclusive code point ranges.
+  using Ranges = std::vector<std::pair<uint32_t, uint32_t>>;
+
+ private:
+  uint64_t Next(uint64_t s) const;  // the positions that may follow s
+
+  std::vector<Ranges> classes_;  // per position
+  std::vector<uint64_t> follow_;
+  uint64_t first_ = 0, last_ = 0;
+  bool nullable_ = false;
+};
+
+}  // namespace kvfold::structured
+
+#endif  // KVFOLD_INFERENCE_SVC_STRUCTURED_JSON_PATTERN_H_
