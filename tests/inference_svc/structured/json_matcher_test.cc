@@ -521,6 +521,19 @@ TEST(JsonSchemaTest, TuplesHoldEachPlace) {
   }
 }
 
+// Every string of up to max_length characters of `alphabet`, shortest first.
+std::vector<std::string> AllStrings(const std::string& alphabet, size_t max_length) {
+  std::vector<std::string> strings = {""};
+  for (size_t length = 1, begin = 0; length <= max_length; ++length) {
+    const size_t end = strings.size();
+    for (size_t i = begin; i < end; ++i) {
+      for (char ch : alphabet) strings.push_back(strings[i] + ch);
+    }
+    begin = end;
+  }
+  return strings;
+}
+
 // Patterns against std::regex's ECMAScript search (ASCII strings): every string of up to
 // four characters of a small alphabet is a whole document exactly when the pattern
 // matches it somewhere (or whole, anchored); escapes are taken as the characters they
@@ -545,15 +558,7 @@ TEST(JsonSchemaTest, PatternsMatchAsEcmaScriptSearches) {
                                              "^(a(b)?)*$",
                                              "^\\x41?[\\u0061-b]$",
                                              "^[\\w.]{2}[^\\W_]?$"};
-  const std::string alphabet = "ab01-_ .Z\"";
-  std::vector<std::string> strings = {""};
-  for (size_t len = 1, begin = 0; len <= 4; ++len) {
-    const size_t end = strings.size();
-    for (size_t i = begin; i < end; ++i) {
-      for (char ch : alphabet) strings.push_back(strings[i] + ch);
-    }
-    begin = end;
-  }
+  const std::vector<std::string> strings = AllStrings("ab01-_ .Z\"", 4);
   for (const std::string& pattern : patterns) {
     SCOPED_TRACE(pattern);
     const auto g = Schema(json{{"type", "string"}, {"pattern", pattern}}.dump());
@@ -593,15 +598,7 @@ TEST(JsonSchemaTest, RandomPatternsAgreeWithStdRegex) {
                                 "\\s", "\\D", "[ab]", "[^a]", "[a-z0]", "(",     ")",
                                 "|",   "*",   "+",    "?",    "{2}",    "{1,2}", "{0,}",
                                 "(?:", "^",   "$",    "\\.",  "[",      "]",     "\\"};
-  const std::string alphabet = "ab0- .";
-  std::vector<std::string> strings = {""};
-  for (size_t len = 1, begin = 0; len <= 3; ++len) {
-    const size_t end = strings.size();
-    for (size_t i = begin; i < end; ++i) {
-      for (char ch : alphabet) strings.push_back(strings[i] + ch);
-    }
-    begin = end;
-  }
+  const std::vector<std::string> strings = AllStrings("ab0- .", 3);
   std::mt19937_64 rng(11);
   int compared = 0;
   for (int i = 0; i < 3000; ++i) {
