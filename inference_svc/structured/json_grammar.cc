@@ -509,13 +509,7 @@ class SchemaCompiler {
     if (s.contains("pattern")) {
       const std::string at = absl::StrCat(where, "/pattern");
       if (!s["pattern"].is_string()) return Bad(at, "must be a string");
-      // A length bound could cut every way to a match short: not held together.
-      if (s.contains("minLength") || s.contains("maxLength")) {
-        return Bad(at,
-                   "'pattern' with 'minLength' / 'maxLength' is not supported (write the "
-                   "length into the pattern, e.g. {1,8})");
-      }
-      auto pattern = Pattern::Compile(s["pattern"].get<std::string>());
+      auto pattern = Pattern::Compile(s["pattern"].get<std::string>(), n.min_length, n.max_length);
       if (!pattern.ok()) return Bad(at, std::string(pattern.status().message()));
       n.pattern = std::make_shared<const Pattern>(std::move(*pattern));
     }

@@ -385,19 +385,20 @@ void JsonMatcher::Feed(Stack& s, uint8_t c, std::vector<Stack>* out) const {
       case kString: {
         const Pattern* pattern = n.pattern.get();
         // With a pattern: the automaton takes each whole character (code point cp)...
-        auto take = [&](uint32_t cp) {
+        // (`written`: the string's characters with this one, as the length bounds count.)
+        auto take = [&](uint32_t cp, int written) {
           if (pattern == nullptr) return true;
-          f.pattern = pattern->Step(f.pattern, cp);
+          f.pattern = pattern->Step(f.pattern, cp, written);
           return f.pattern != 0;
         };
         // ... and a character's first bytes only while some code point they may still
         // become, in [lo, hi] (surrogates aside), can follow.
-        auto may = [&](uint32_t lo, uint32_t hi) {
+        auto may = [&](uint32_t lo, uint32_t hi, int written) {
           if (pattern == nullptr) return true;
           const uint32_t below = std::min<uint32_t>(hi, 0xD7FF),
                          above = std::max<uint32_t>(lo, 0xE000);
-          return (lo <= below && pattern->AnyIn(f.pattern, lo, below)) ||
-                 (above <= hi && pattern->AnyIn(f.pattern, above, hi));
+          return (lo <= below && pattern->AnyIn(f.pattern, lo, below, written)) ||
+                 (above <= hi && pattern->AnyIn(f.pattern, above, hi, written));
         };
         switch (f.phase) {
           case kChars: {
@@ -411,7 +412,7 @@ void JsonMatcher::Feed(Stack& s, uint8_t c, std::vector<Stack>* out) const {
             if (c < 0x20) return;
             if (n.max_length >= 0 && f.a >= n.max_length) return;
             if (c == '\\') {
-              if (!may(0, 0xFFFF)) return;  // what an escape can write
+              if (!may(0, 0xFFFF, f.a + 1)) return;  // what an escape can write
               f.phase = kEscape;
             } else if (c >= 0x80) {
               // A UTF-8 lead byte: how many continuation bytes, and the first one's range
@@ -420,11 +421,11 @@ void JsonMatcher::Feed(Stack& s, uint8_t c, std::vector<Stack>* out) const {
               if (!Utf8LeadOf(c, &lead) || lead.continuation == 0) return;
               f.b = c & (0x3F >> lead.continuation);
               const auto [lo, hi] = Utf8Span(f.b, lead.continuation, lead.lo, lead.hi);
-              if (!may(lo, hi)) return;
+              if (!may(lo, hi, f.a + 1)) return;
               f.aux = static_cast<uint8_t>(lead.continuation);
               f.phase = kUtf8;
               f.bits = lead.lo | (uint64_t{lead.hi} << 8);
-            } else if (!take(c)) {
+            } else if (!take(c, f.a + 1)) {
               return;
             }
             ++f.a;
@@ -438,10 +439,10 @@ void JsonMatcher::Feed(Stack& s, uint8_t c, std::vector<Stack>* out) const {
             f.b = f.b << 6 | (c & 0x3F);
             if (--f.aux == 0) {
               f.phase = kChars;
-              if (!take(static_cast<uint32_t>(f.b))) return;
+              if (!take(static_cast<uint32_t>(f.b), f.a)) return;
             } else {
               const auto [first, last] = Utf8Span(f.b, f.aux, 0x80, 0xBF);
-              if (!may(first, last)) return;
+              if (!may(first, last, f.a)) return;
             }
             out->push_back(std::move(s));
             return;
@@ -454,7 +455,7 @@ void JsonMatcher::Feed(Stack& s, uint8_t c, std::vector<Stack>* out) const {
               f.b = 0;
             } else if (const int cp = EscapedChar(c); cp >= 0) {
               f.phase = kChars;
-              if (!take(static_cast<uint32_t>(cp))) return;
+              if (!take(static_cast<uint32_t>(cp), f.a)) return;
             } else {
               return;
             }
@@ -470,11 +471,11 @@ void JsonMatcher::Feed(Stack& s, uint8_t c, std::vector<Stack>* out) const {
             if (++f.aux == 4) {
               f.phase = kChars;
               f.bits = 0;
-              if (!take(static_cast<uint32_t>(f.b))) return;
+              if (!take(static_cast<uint32_t>(f.b), f.a)) return;
             } else {
               const int rest = 4 * (4 - f.aux);
               const uint32_t v = static_cast<uint32_t>(f.b);
-              if (!may(v << rest, ((v + 1) << rest) - 1)) return;
+              if (!may(v << rest, ((v + 1) << rest) - 1, f.a)) return;
             }
             out->push_back(std::move(s));
             return;

@@ -6,6 +6,7 @@
 #include <string>
 
 #include "absl/strings/str_cat.h"
+#include "core/status_macros.h"
 
 namespace kvfold::structured {
 namespace {
@@ -429,7 +430,12 @@ struct Info {
 
 }  // namespace
 
-absl::StatusOr<Pattern> Pattern::Compile(std::string_view source) {
+absl::StatusOr<Pattern> Pattern::Compile(std::string_view source, int min_length, int max_length) {
+  if (min_length > kMaxPatternLength || max_length > kMaxPatternLength) {
+    return absl::InvalidArgumentError(absl::StrCat("pattern: minLength / maxLength over ",
+                                                   kMaxPatternLength,
+                                                   " together with a pattern is not supported"));
+  }
   auto re = Parser(source).Whole();
   if (!re.ok()) return re.status();
   if (re->Leaves() > kMaxPatternPositions) {
@@ -490,7 +496,50 @@ absl::StatusOr<Pattern> Pattern::Compile(std::string_view source) {
   p.first_ = top.first;
   p.last_ = top.last;
   p.nullable_ = top.nullable;
+  if (min_length > 0 || max_length >= 0) {
+    KVFOLD_RETURN_IF_ERROR(p.HoldLengths(min_length, max_length));
+  }
   return p;
+}
+
+absl::Status Pattern::HoldLengths(int min_length, int max_length) {
+  max_length_ = max_length;
+  // ends[l]: the positions from which a match ends after exactly l more characters. A
+  // path of 63 or more characters repeats a position, so a position with unboundedly
+  // long matches has one in every window of 64 lengths past its shortest.
+  const int horizon = (max_length >= 0 ? max_length : min_length) + 64;
+  std::vector<uint64_t> ends(horizon + 1);
+  ends[0] = last_;
+  for (int l = 1; l <= horizon; ++l) {
+    for (size_t q = 0; q < follow_.size(); ++q) {
+      if (follow_[q] & ends[l - 1]) ends[l] |= uint64_t{1} << q;
+    }
+  }
+  // Allowed(w): a match may still end after l more characters, l in [min - w, max - w]
+  // (no maximum: [min - w, min - w + 63], which holds one of each position's lengths if
+  // it has any that long).
+  const int table = max_length >= 0 ? max_length + 1 : min_length;
+  allowed_.assign(table, 0);
+  for (int w = 1; w < table; ++w) {
+    const int from = std::max(0, min_length - w);
+    const int to = max_length >= 0 ? max_length - w : from + 63;
+    for (int l = from; l <= to; ++l) allowed_[w] |= ends[l];
+  }
+  // The empty string, or a first character that leads somewhere.
+  const bool empty = nullable_ && min_length == 0;
+  if (!empty && (first_ & Allowed(1)) == 0) {
+    return absl::InvalidArgumentError(absl::StrCat(
+        "pattern: no match has a length in [", min_length, ", ",
+        max_length >= 0 ? absl::StrCat(max_length) : std::string("any"), "] characters"));
+  }
+  return absl::OkStatus();
+}
+
+uint64_t Pattern::Allowed(int written) const {
+  if (written < static_cast<int>(allowed_.size())) return allowed_[written];
+  // Past the table: with a maximum, past it (no character may come); else the minimum
+  // is met.
+  return max_length_ >= 0 ? 0 : ~kStart;
 }
 
 uint64_t Pattern::Next(uint64_t s) const {
@@ -499,17 +548,17 @@ uint64_t Pattern::Next(uint64_t s) const {
   return next;
 }
 
-uint64_t Pattern::Step(uint64_t s, uint32_t c) const {
+uint64_t Pattern::Step(uint64_t s, uint32_t c, int written) const {
   uint64_t out = 0;
-  for (uint64_t m = Next(s); m != 0; m &= m - 1) {
+  for (uint64_t m = Next(s) & Allowed(written); m != 0; m &= m - 1) {
     const int q = __builtin_ctzll(m);
     if (Intersects(classes_[q], c, c)) out |= uint64_t{1} << q;
   }
   return out;
 }
 
-bool Pattern::AnyIn(uint64_t s, uint32_t lo, uint32_t hi) const {
-  for (uint64_t m = Next(s); m != 0; m &= m - 1) {
+bool Pattern::AnyIn(uint64_t s, uint32_t lo, uint32_t hi, int written) const {
+  for (uint64_t m = Next(s) & Allowed(written); m != 0; m &= m - 1) {
     if (Intersects(classes_[__builtin_ctzll(m)], lo, hi)) return true;
   }
   return false;

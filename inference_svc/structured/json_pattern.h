@@ -28,20 +28,28 @@ namespace kvfold::structured {
 
 // Most positions (character classes after quantifiers are expanded) of one pattern.
 inline constexpr int kMaxPatternPositions = 63;
+// Most minLength / maxLength held together with a pattern.
+inline constexpr int kMaxPatternLength = 1024;
 
 class Pattern {
  public:
   // InvalidArgument naming what is outside the subset: backreferences, lookaround, word
   // boundaries, flags, ^ / $ other than at a top-level alternative's start / end, more than
   // kMaxPatternPositions positions, a '{' that is no quantifier, an empty class.
-  static absl::StatusOr<Pattern> Compile(std::string_view source);
+  // With minLength / maxLength (max_length -1: none, both at most kMaxPatternLength):
+  // the string's characters must also number within them, and Step / AnyIn keep only
+  // positions from which a match of such a length can still be reached, so the length
+  // bounds add no dead end either. Refused when no match has such a length.
+  static absl::StatusOr<Pattern> Compile(std::string_view source, int min_length = 0,
+                                         int max_length = -1);
 
   // The state before any character.
   static constexpr uint64_t kStart = uint64_t{1} << 63;
-  // The state after code point c from state s; 0 when c cannot follow.
-  uint64_t Step(uint64_t s, uint32_t c) const;
-  // Whether some code point in [lo, hi] can follow s.
-  bool AnyIn(uint64_t s, uint32_t lo, uint32_t hi) const;
+  // The state after code point c, the string's `written`-th character, from state s; 0
+  // when c cannot follow.
+  uint64_t Step(uint64_t s, uint32_t c, int written) const;
+  // Whether some code point in [lo, hi] can follow s as the `written`-th character.
+  bool AnyIn(uint64_t s, uint32_t lo, uint32_t hi, int written) const;
   // Whether the characters that led to s are a whole match.
   bool Accepts(uint64_t s) const { return (s & last_) != 0 || ((s & kStart) != 0 && nullable_); }
 
@@ -50,11 +58,19 @@ class Pattern {
 
  private:
   uint64_t Next(uint64_t s) const;  // the positions that may follow s
+  // The positions a `written`-th character may take: those from which a match whose
+  // length is within the bounds can still be reached.
+  uint64_t Allowed(int written) const;
+  absl::Status HoldLengths(int min_length, int max_length);  // fills allowed_
 
   std::vector<Ranges> classes_;  // per position
   std::vector<uint64_t> follow_;
   uint64_t first_ = 0, last_ = 0;
   bool nullable_ = false;
+  // Allowed(w) for w < allowed_.size(); every position past it (a length bound met,
+  // or none given).
+  std::vector<uint64_t> allowed_;
+  int max_length_ = -1;
 };
 
 }  // namespace kvfold::structured

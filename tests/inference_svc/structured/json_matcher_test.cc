@@ -445,7 +445,9 @@ TEST(JsonSchemaTest, RefusesWhatItCannotHold) {
       {R"({"type":"string","pattern":"a**"})", "a quantifier of a quantifier"},
       {R"({"type":"string","pattern":"[a-z]{64}"})", "more than 63 character positions"},
       {R"({"type":"string","pattern":"[^\\s\\S]"})", "matches no character"},
-      {R"({"type":"string","pattern":"a","maxLength":3})", "with 'minLength' / 'maxLength'"},
+      {R"({"type":"string","pattern":"^a{3}$","maxLength":2})", "no match has a length in [0, 2]"},
+      {R"({"type":"string","pattern":"^(ab)+$","minLength":3,"maxLength":3})", "no match has a"},
+      {R"({"type":"string","pattern":"a","maxLength":2000})", "over 1024 together with a pattern"},
       {R"({"type":"string","pattern":3})", "/pattern"},
       {R"({"type":"array","uniqueItems":true})", "keyword 'uniqueItems' is not supported"},
       {R"({"type":"integer","multipleOf":2})", "keyword 'multipleOf' is not supported"},
@@ -590,9 +592,9 @@ TEST(JsonSchemaTest, PatternsMatchAsEcmaScriptSearches) {
   }
 }
 
-// Random patterns: each compiles or is refused with a message, and one std::regex also
-// takes matches exactly the strings std::regex finds it in (every string of up to three
-// characters of a small alphabet).
+// Random patterns (every third with length bounds): each compiles or is refused with a
+// message, and one std::regex also takes matches exactly the strings std::regex finds it
+// in, within the bounds (every string of up to three characters of a small alphabet).
 TEST(JsonSchemaTest, RandomPatternsAgreeWithStdRegex) {
   const std::string pieces[] = {"a",   "b",   "0",    "-",    ".",      "\\d",   "\\w",
                                 "\\s", "\\D", "[ab]", "[^a]", "[a-z0]", "(",     ")",
@@ -606,25 +608,82 @@ TEST(JsonSchemaTest, RandomPatternsAgreeWithStdRegex) {
     for (int k = 0, n = 1 + static_cast<int>(rng() % 7); k < n; ++k) {
       pattern += pieces[rng() % std::size(pieces)];
     }
-    SCOPED_TRACE(pattern);
-    auto g = Grammar::FromSchema(json{{"type", "string"}, {"pattern", pattern}}.dump());
-    if (!g.ok()) {
-      EXPECT_EQ(g.status().code(), absl::StatusCode::kInvalidArgument);
-      EXPECT_NE(g.status().message().find("pattern"), std::string::npos) << g.status();
-      continue;
-    }
+    // Every third one with length bounds too.
+    json schema = {{"type", "string"}, {"pattern", pattern}};
+    const int lo = i % 3 == 0 ? static_cast<int>(rng() % 3) : 0;
+    const int hi = i % 3 == 0 && rng() % 2 ? lo + static_cast<int>(rng() % 3) : -1;
+    if (lo > 0) schema["minLength"] = lo;
+    if (hi >= 0) schema["maxLength"] = hi;
+    SCOPED_TRACE(schema.dump());
     std::regex re;
+    bool regex_ok = true;
     try {
       re = std::regex(pattern, std::regex::ECMAScript);
     } catch (const std::regex_error&) {
+      regex_ok = false;
+    }
+    auto fits = [&](const std::string& text) {
+      const int n = static_cast<int>(text.size());
+      return std::regex_search(text, re) && n >= lo && (hi < 0 || n <= hi);
+    };
+    auto g = Grammar::FromSchema(schema.dump());
+    if (!g.ok()) {
+      EXPECT_EQ(g.status().code(), absl::StatusCode::kInvalidArgument);
+      EXPECT_NE(g.status().message().find("pattern"), std::string::npos) << g.status();
+      // Bounds refused as unmet: no short string meets them either.
+      if (regex_ok && g.status().message().find("no match has a length") != std::string::npos) {
+        EXPECT_TRUE(std::none_of(strings.begin(), strings.end(), fits));
+      }
       continue;
     }
+    if (!regex_ok) continue;
     ++compared;
     for (const std::string& text : strings) {
-      ASSERT_EQ(Complete(*g, json(text).dump()), std::regex_search(text, re)) << text;
+      ASSERT_EQ(Complete(*g, json(text).dump()), fits(text)) << text;
     }
   }
   EXPECT_GT(compared, 500);
+}
+
+// minLength / maxLength with a pattern: whole documents exactly when both hold (every
+// string of up to five characters), random walks never stuck (the length bounds steer an
+// unanchored pattern into its match in time), and bounds no match meets refused.
+TEST(JsonSchemaTest, PatternsWithLengthBounds) {
+  const std::vector<std::string> strings = AllStrings("ab0-", 5);
+  int refused = 0;
+  for (const std::string pattern : {"ab", "^(ab)*$", "^a?b*$", "[ab]0", "^.{2,}$", "^\\d+-?$"}) {
+    for (const auto& [lo, hi] :
+         std::vector<std::pair<int, int>>{{0, 3}, {2, 4}, {3, -1}, {1, 1}, {4, 4}}) {
+      json schema = {{"type", "string"}, {"pattern", pattern}, {"minLength", lo}};
+      if (hi >= 0) schema["maxLength"] = hi;
+      SCOPED_TRACE(schema.dump());
+      const std::regex re(pattern, std::regex::ECMAScript);
+      auto fits = [&](const std::string& text) {
+        const int n = static_cast<int>(text.size());
+        return std::regex_search(text, re) && n >= lo && (hi < 0 || n <= hi);
+      };
+      auto g = Grammar::FromSchema(schema.dump());
+      if (!g.ok()) {
+        ++refused;
+        EXPECT_NE(g.status().message().find("no match has a length"), std::string::npos);
+        EXPECT_TRUE(std::none_of(strings.begin(), strings.end(), fits));
+        continue;
+      }
+      for (const std::string& text : strings) {
+        ASSERT_EQ(Complete(*g, json(text).dump()), fits(text)) << text;
+      }
+      std::mt19937_64 rng(3);
+      for (int i = 0; i < 100 && hi >= 0; ++i) {
+        const auto doc = testing::RandomDocument(*g, rng);
+        ASSERT_TRUE(doc.has_value()) << "a random walk found no way to end";
+        const std::string text = json::parse(*doc).get<std::string>();
+        if (std::all_of(text.begin(), text.end(), [](char ch) { return ch > 0; })) {
+          EXPECT_TRUE(fits(text)) << *doc;
+        }
+      }
+    }
+  }
+  EXPECT_GE(refused, 3);  // e.g. ^(ab)*$ of length 1, and [ab]0 of length 1
 }
 
 // Characters past ASCII are code points to a pattern, raw or escaped; the shorthands keep
