@@ -53,6 +53,25 @@ bool TypeMatches(const json& v, const std::string& type) {
   return false;
 }
 
+// The strings of a `format` whose values have a fixed shape, as a pattern; "" for any
+// other format (an annotation, read past). A date's day is at most its month's length in
+// a common year (February 29 is left out), so every date written is a valid one.
+std::string FormatPattern(const std::string& format) {
+  const std::string date =
+      "\\d{4}-((0[1-9]|1[0-2])-(0[1-9]|1\\d|2[0-8])|(0[13-9]|1[0-2])-(29|30)|(0[13578]|1[02])-31)";
+  const std::string time =
+      "([01]\\d|2[0-3]):[0-5]\\d:[0-5]\\d(\\.\\d{1,6})?(Z|[+-]([01]\\d|2[0-3]):[0-5]\\d)";
+  const std::string octet = "(25[0-5]|2[0-4]\\d|1\\d\\d|[1-9]?\\d)";
+  if (format == "date") return "^" + date + "$";
+  if (format == "time") return "^" + time + "$";
+  if (format == "date-time") return "^" + date + "T" + time + "$";
+  if (format == "uuid") {
+    return "^[0-9a-fA-F]{8}-[0-9a-fA-F]{4}-[0-9a-fA-F]{4}-[0-9a-fA-F]{4}-[0-9a-fA-F]{12}$";
+  }
+  if (format == "ipv4") return "^" + octet + "(\\." + octet + "){3}$";
+  return "";
+}
+
 absl::Status Bad(const std::string& where, const std::string& what) {
   return absl::InvalidArgumentError(
       absl::StrCat("schema at '", where.empty() ? "/" : where, "': ", what));
@@ -506,10 +525,18 @@ class SchemaCompiler {
     n.kind = NodeKind::kString;
     KVFOLD_RETURN_IF_ERROR(
         Bounds(s, "minLength", "maxLength", where, &n.min_length, &n.max_length));
+    // A pattern, or for a format with a fixed shape its pattern.
+    std::string source;
+    std::string at = absl::StrCat(where, "/pattern");
     if (s.contains("pattern")) {
-      const std::string at = absl::StrCat(where, "/pattern");
       if (!s["pattern"].is_string()) return Bad(at, "must be a string");
-      auto pattern = Pattern::Compile(s["pattern"].get<std::string>(), n.min_length, n.max_length);
+      source = s["pattern"].get<std::string>();
+    } else if (s.contains("format") && s["format"].is_string()) {
+      source = FormatPattern(s["format"].get<std::string>());
+      at = absl::StrCat(where, "/format");
+    }
+    if (!source.empty()) {
+      auto pattern = Pattern::Compile(source, n.min_length, n.max_length);
       if (!pattern.ok()) return Bad(at, std::string(pattern.status().message()));
       n.pattern = std::make_shared<const Pattern>(std::move(*pattern));
     }

@@ -1,14 +1,19 @@
 """The structured-output grammar against an independent JSON Schema validator: random
 documents that the matcher admits for each schema below (json_walk writes them, byte by
 byte from what the matcher allows) must load with Python's json module and validate with
-the `jsonschema` package (Draft 2020-12). Skipped without python3-jsonschema.
+the `jsonschema` package (Draft 2020-12), and strings of the formats kvfold holds parse
+with Python's own date, time, uuid and ipaddress parsers. Skipped without
+python3-jsonschema.
 """
 import argparse
+import datetime
+import ipaddress
 import json
 import os
 import subprocess
 import sys
 import tempfile
+import uuid
 
 from _util import skip
 
@@ -74,9 +79,44 @@ SCHEMAS = [
     {"allOf": [{"type": "string", "minLength": 1, "maxLength": 1}]},
     {"definitions": {"n": {"type": "number"}},
      "type": "array", "items": {"$ref": "#/definitions/n"}, "maxItems": 3},
+    {"type": "object", "properties": {
+        "day": {"type": "string", "format": "date"},
+        "at": {"type": "string", "format": "time"},
+        "when": {"type": "string", "format": "date-time"},
+        "id": {"type": "string", "format": "uuid"},
+        "ip": {"type": "string", "format": "ipv4"},
+        "mail": {"type": "string", "format": "email", "maxLength": 3}},
+     "required": ["day", "at", "when", "id", "ip"]},
     True,
     {},
 ]
+
+# Formats whose values have a fixed shape, each checked by Python's own parser (the
+# validator checks formats only with optional packages).
+FORMATS = {
+    "date": datetime.date.fromisoformat,
+    "time": datetime.time.fromisoformat,
+    "date-time": datetime.datetime.fromisoformat,
+    "uuid": uuid.UUID,
+    "ipv4": ipaddress.IPv4Address,
+}
+
+
+def check_formats(schema, doc, where):
+    """Raises ValueError where a string of a checked format does not parse."""
+    if not isinstance(schema, dict):
+        return
+    if isinstance(doc, str) and schema.get("format") in FORMATS:
+        try:
+            FORMATS[schema["format"]](doc)
+        except ValueError as e:
+            raise ValueError(f"{where}: {doc!r} is no {schema['format']}: {e}")
+    if isinstance(doc, dict):
+        for k, v in doc.items():
+            check_formats(schema.get("properties", {}).get(k), v, f"{where}/{k}")
+    if isinstance(doc, list):
+        for j, v in enumerate(doc):
+            check_formats(schema.get("items"), v, f"{where}/{j}")
 
 
 def main():
@@ -105,6 +145,10 @@ def main():
             jsonschema.Draft202012Validator(SCHEMAS[i]).validate(doc)
         except jsonschema.ValidationError as e:
             sys.exit(f"schema {i}: {row['document']!r} is not valid: {e.message}")
+        try:
+            check_formats(SCHEMAS[i], doc, "")
+        except ValueError as e:
+            sys.exit(f"schema {i}: {e}")
         counts[i] += 1
     for i, n in enumerate(counts):
         if n != args.documents:

@@ -686,6 +686,32 @@ TEST(JsonSchemaTest, PatternsWithLengthBounds) {
   EXPECT_GE(refused, 3);  // e.g. ^(ab)*$ of length 1, and [ab]0 of length 1
 }
 
+// Formats with a fixed shape hold the string to it; other formats annotate.
+TEST(JsonSchemaTest, FormatsWithAFixedShape) {
+  auto complete = [](const std::string& format, const std::string& text) {
+    return Complete(Schema(json{{"type", "string"}, {"format", format}}.dump()), json(text).dump());
+  };
+  EXPECT_TRUE(complete("date", "2024-02-28"));
+  EXPECT_TRUE(complete("date", "1999-12-31"));
+  EXPECT_FALSE(complete("date", "2024-02-29"));  // a leap day: left out
+  EXPECT_FALSE(complete("date", "2024-04-31"));
+  EXPECT_FALSE(complete("date", "2024-13-01"));
+  EXPECT_FALSE(complete("date", "24-01-01"));
+  EXPECT_TRUE(complete("time", "23:59:59.123456+05:30"));
+  EXPECT_TRUE(complete("time", "00:00:00Z"));
+  EXPECT_FALSE(complete("time", "24:00:00Z"));
+  EXPECT_FALSE(complete("time", "12:30:00"));  // RFC 3339's full-time has an offset
+  EXPECT_TRUE(complete("date-time", "2026-12-06T15:04:05Z"));
+  EXPECT_FALSE(complete("date-time", "2026-12-06 15:04:05Z"));
+  EXPECT_TRUE(complete("uuid", "123e4567-e89b-12d3-A456-426614174000"));
+  EXPECT_FALSE(complete("uuid", "123e4567e89b12d3a456426614174000"));
+  EXPECT_TRUE(complete("ipv4", "255.255.0.9"));
+  EXPECT_FALSE(complete("ipv4", "256.1.1.1"));
+  EXPECT_FALSE(complete("ipv4", "01.1.1.1"));
+  EXPECT_TRUE(complete("email", "not an address"));  // an annotation
+  EXPECT_TRUE(Complete(Schema(R"({"type":"string","format":"date","pattern":"^x$"})"), R"("x")"));
+}
+
 // Characters past ASCII are code points to a pattern, raw or escaped; the shorthands keep
 // to what ECMA-262 and Python both count.
 TEST(JsonSchemaTest, PatternsTakeCodePoints) {
