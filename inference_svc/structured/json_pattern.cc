@@ -14,6 +14,8 @@ namespace {
 using Ranges = Pattern::Ranges;
 
 constexpr uint32_t kMaxCodePoint = 0x10FFFF;
+constexpr size_t kMaxPatternBytes = 4096;
+constexpr int kMaxGroupDepth = 32;
 
 // Sorted and merged.
 Ranges Normalized(Ranges r) {
@@ -364,6 +366,7 @@ class Parser {
     const char c = s_[i_];
     switch (c) {
       case '(': {
+        if (depth_ >= kMaxGroupDepth) return Bad("groups nested more than 32 deep");
         ++i_;
         if (At('?')) {
           ++i_;
@@ -435,6 +438,11 @@ absl::StatusOr<Pattern> Pattern::Compile(std::string_view source, int min_length
     return absl::InvalidArgumentError(absl::StrCat("pattern: minLength / maxLength over ",
                                                    kMaxPatternLength,
                                                    " together with a pattern is not supported"));
+  }
+  // Bounded work and memory whatever a request sends: 63 positions need no more text.
+  if (source.size() > kMaxPatternBytes) {
+    return absl::InvalidArgumentError(
+        absl::StrCat("pattern: over ", kMaxPatternBytes, " bytes is not supported"));
   }
   auto re = Parser(source).Whole();
   if (!re.ok()) return re.status();

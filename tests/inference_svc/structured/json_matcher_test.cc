@@ -448,6 +448,8 @@ TEST(JsonSchemaTest, RefusesWhatItCannotHold) {
       {R"({"type":"string","pattern":"^a{3}$","maxLength":2})", "no match has a length in [0, 2]"},
       {R"({"type":"string","pattern":"^(ab)+$","minLength":3,"maxLength":3})", "no match has a"},
       {R"({"type":"string","pattern":"a","maxLength":2000})", "over 1024 together with a pattern"},
+      {json{{"pattern", std::string(4000, '(')}}.dump(), "groups nested more than 32 deep"},
+      {json{{"pattern", std::string(5000, 'a')}}.dump(), "over 4096 bytes"},
       {R"({"type":"string","pattern":3})", "/pattern"},
       {R"({"type":"array","uniqueItems":true})", "keyword 'uniqueItems' is not supported"},
       {R"({"type":"integer","multipleOf":2})", "keyword 'multipleOf' is not supported"},
