@@ -504,6 +504,22 @@ absl::StatusOr<Pattern> Pattern::Compile(std::string_view source, int min_length
   p.first_ = top.first;
   p.last_ = top.last;
   p.nullable_ = top.nullable;
+  p.next_by_byte_.assign(8, {});
+  for (int k = 0; k < 8; ++k) {
+    for (int b = 1; b < 256; ++b) {
+      // The set bits of b but its lowest, then the lowest.
+      const int bit = 8 * k + __builtin_ctz(b);
+      const uint64_t one = bit == 63                                  ? p.first_
+                           : bit < static_cast<int>(p.follow_.size()) ? p.follow_[bit]
+                                                                      : 0;
+      p.next_by_byte_[k][b] = p.next_by_byte_[k][b & (b - 1)] | one;
+    }
+  }
+  for (uint32_t c = 0; c < 128; ++c) {
+    for (size_t q = 0; q < p.classes_.size(); ++q) {
+      if (Intersects(p.classes_[q], c, c)) p.ascii_[c] |= uint64_t{1} << q;
+    }
+  }
   if (min_length > 0 || max_length >= 0) {
     KVFOLD_RETURN_IF_ERROR(p.HoldLengths(min_length, max_length));
   }
@@ -551,12 +567,13 @@ uint64_t Pattern::Allowed(int written) const {
 }
 
 uint64_t Pattern::Next(uint64_t s) const {
-  uint64_t next = (s & kStart) ? first_ : 0;
-  for (uint64_t m = s & ~kStart; m != 0; m &= m - 1) next |= follow_[__builtin_ctzll(m)];
+  uint64_t next = 0;
+  for (int k = 0; k < 8 && s != 0; ++k, s >>= 8) next |= next_by_byte_[k][s & 0xFF];
   return next;
 }
 
 uint64_t Pattern::Step(uint64_t s, uint32_t c, int written) const {
+  if (c < 128) return Next(s) & Allowed(written) & ascii_[c];
   uint64_t out = 0;
   for (uint64_t m = Next(s) & Allowed(written); m != 0; m &= m - 1) {
     const int q = __builtin_ctzll(m);

@@ -17,6 +17,7 @@
 #ifndef KVFOLD_INFERENCE_SVC_STRUCTURED_JSON_PATTERN_H_
 #define KVFOLD_INFERENCE_SVC_STRUCTURED_JSON_PATTERN_H_
 
+#include <array>
 #include <cstdint>
 #include <string_view>
 #include <utility>
@@ -65,6 +66,12 @@ class Pattern {
 
   std::vector<Ranges> classes_;  // per position
   std::vector<uint64_t> follow_;
+  // Tables that make a step a few lookups (a vocabulary walk steps a pattern hundreds of
+  // thousands of times a token): next_by_byte_[k][b], the positions that may follow the
+  // set bits b of a state's byte k (bit 63, the start, leads to first_); ascii_[c], the
+  // positions whose class holds ASCII character c.
+  std::vector<std::array<uint64_t, 256>> next_by_byte_;
+  std::array<uint64_t, 128> ascii_{};
   uint64_t first_ = 0, last_ = 0;
   bool nullable_ = false;
   // Allowed(w) for w < allowed_.size(); every position past it (a length bound met,

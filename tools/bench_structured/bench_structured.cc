@@ -32,6 +32,18 @@ constexpr char kSchema[] = R"({"type":"object","properties":{
   "score":{"type":"number"},
   "active":{"type":"boolean"}},
   "required":["name","age","tags","active"]})";
+// The same shape with its strings held to patterns and its numbers to bounds: strings
+// whose tokens are walked one by one (no string fast path).
+constexpr char kPatternSchema[] = R"({"type":"object","properties":{
+  "name":{"type":"string","pattern":"^[A-Za-z ]{1,40}$"},
+  "age":{"type":"integer","minimum":0,"maximum":120},
+  "tags":{"type":"array","items":{"type":"string","pattern":"^[a-z ]+$"}},
+  "address":{"type":"object","properties":{"city":{"type":"string","pattern":"^[A-Z][a-z]+$"},
+             "zip":{"type":"string","pattern":"^\\d{5}$"}},
+             "required":["city"]},
+  "score":{"type":"number","minimum":0,"maximum":100},
+  "active":{"type":"boolean"}},
+  "required":["name","age","tags","active"]})";
 constexpr char kDocument[] =
     R"({"name": "Lily and her little dog Max", "age": 7, "tags": ["park", "ball", "sunny day"], )"
     R"("address": {"city": "Springfield", "zip": "12345"}, "score": 98.5, "active": true})";
@@ -62,10 +74,11 @@ int main(int argc, char** argv) {
     auto ids = (*tok)->Encode(kDocument, /*add_bos=*/false);
     if (!ids.ok()) return kvfold::kExitFailure;
     auto schema = kvfold::structured::Grammar::FromSchema(kSchema);
-    if (!schema.ok()) return kvfold::kExitFailure;
+    auto patterns = kvfold::structured::Grammar::FromSchema(kPatternSchema);
+    if (!schema.ok() || !patterns.ok()) return kvfold::kExitFailure;
     for (const auto& [name, grammar] :
          {std::pair{"json_object", kvfold::structured::Grammar::JsonObject()},
-          std::pair{"json_schema", *schema}}) {
+          std::pair{"json_schema", *schema}, std::pair{"json_schema_patterns", *patterns}}) {
       std::vector<std::vector<double>> us(ids->size());
       std::vector<float> logits(table->vocab_size(), 0.0f), masked;
       bool whole = false;
