@@ -383,18 +383,18 @@ void JsonMatcher::Feed(Stack& s, uint8_t c, std::vector<Stack>* out) const {
       }
 
       case kString: {
-        const Pattern* pattern = n.pattern.get();
-        // With a pattern: the automaton takes each whole character (code point cp)...
+        // With a pattern (and only then: f.b, the code point being written, is kept for
+        // it), the automaton takes each whole character cp...
         // (`written`: the string's characters with this one, as the length bounds count.)
+        const Pattern* pattern = n.pattern.get();
         auto take = [&](uint32_t cp, int written) {
-          if (pattern == nullptr) return true;
           f.pattern = pattern->Step(f.pattern, cp, written);
           return f.pattern != 0;
         };
         // ... and a character's first bytes only while some code point they may still
         // become, in [lo, hi] (surrogates aside), can follow.
-        auto may = [&](uint32_t lo, uint32_t hi, int written) {
-          if (pattern == nullptr) return true;
+        auto may = [&](std::pair<uint32_t, uint32_t> span, int written) {
+          const auto [lo, hi] = span;
           const uint32_t below = std::min<uint32_t>(hi, 0xD7FF),
                          above = std::max<uint32_t>(lo, 0xE000);
           return (lo <= below && pattern->AnyIn(f.pattern, lo, below, written)) ||
@@ -412,20 +412,22 @@ void JsonMatcher::Feed(Stack& s, uint8_t c, std::vector<Stack>* out) const {
             if (c < 0x20) return;
             if (n.max_length >= 0 && f.a >= n.max_length) return;
             if (c == '\\') {
-              if (!may(0, 0xFFFF, f.a + 1)) return;  // what an escape can write
+              if (pattern != nullptr && !may({0, 0xFFFF}, f.a + 1))
+                return;  // what an escape writes
               f.phase = kEscape;
             } else if (c >= 0x80) {
               // A UTF-8 lead byte: how many continuation bytes, and the first one's range
               // (no overlong forms, no surrogates, nothing above U+10FFFF).
               Utf8Lead lead;
               if (!Utf8LeadOf(c, &lead) || lead.continuation == 0) return;
-              f.b = c & (0x3F >> lead.continuation);
-              const auto [lo, hi] = Utf8Span(f.b, lead.continuation, lead.lo, lead.hi);
-              if (!may(lo, hi, f.a + 1)) return;
+              if (pattern != nullptr) {
+                f.b = c & (0x3F >> lead.continuation);
+                if (!may(Utf8Span(f.b, lead.continuation, lead.lo, lead.hi), f.a + 1)) return;
+              }
               f.aux = static_cast<uint8_t>(lead.continuation);
               f.phase = kUtf8;
               f.bits = lead.lo | (uint64_t{lead.hi} << 8);
-            } else if (!take(c, f.a + 1)) {
+            } else if (pattern != nullptr && !take(c, f.a + 1)) {
               return;
             }
             ++f.a;
@@ -436,13 +438,13 @@ void JsonMatcher::Feed(Stack& s, uint8_t c, std::vector<Stack>* out) const {
             const uint8_t lo = f.bits & 0xFF, hi = (f.bits >> 8) & 0xFF;
             if (c < lo || c > hi) return;
             f.bits = 0x80 | (uint64_t{0xBF} << 8);
-            f.b = f.b << 6 | (c & 0x3F);
-            if (--f.aux == 0) {
-              f.phase = kChars;
-              if (!take(static_cast<uint32_t>(f.b), f.a)) return;
-            } else {
-              const auto [first, last] = Utf8Span(f.b, f.aux, 0x80, 0xBF);
-              if (!may(first, last, f.a)) return;
+            if (--f.aux == 0) f.phase = kChars;
+            if (pattern != nullptr) {
+              f.b = f.b << 6 | (c & 0x3F);
+              if (f.aux == 0 ? !take(static_cast<uint32_t>(f.b), f.a)
+                             : !may(Utf8Span(f.b, f.aux, 0x80, 0xBF), f.a)) {
+                return;
+              }
             }
             out->push_back(std::move(s));
             return;
@@ -455,7 +457,7 @@ void JsonMatcher::Feed(Stack& s, uint8_t c, std::vector<Stack>* out) const {
               f.b = 0;
             } else if (const int cp = EscapedChar(c); cp >= 0) {
               f.phase = kChars;
-              if (!take(static_cast<uint32_t>(cp), f.a)) return;
+              if (pattern != nullptr && !take(static_cast<uint32_t>(cp), f.a)) return;
             } else {
               return;
             }
@@ -467,15 +469,18 @@ void JsonMatcher::Feed(Stack& s, uint8_t c, std::vector<Stack>* out) const {
             // for strict parsers, and raw UTF-8 writes the characters they would pair to.
             if (f.aux == 0 && (c == 'd' || c == 'D')) f.bits = 1;
             if (f.aux == 1 && f.bits == 1 && !(c >= '0' && c <= '7')) return;
-            f.b = f.b * 16 + HexValue(c);
             if (++f.aux == 4) {
               f.phase = kChars;
               f.bits = 0;
-              if (!take(static_cast<uint32_t>(f.b), f.a)) return;
-            } else {
+            }
+            if (pattern != nullptr) {
+              f.b = f.b * 16 + HexValue(c);
+              // The code points the digits so far may still become.
               const int rest = 4 * (4 - f.aux);
               const uint32_t v = static_cast<uint32_t>(f.b);
-              if (!may(v << rest, ((v + 1) << rest) - 1, f.a)) return;
+              if (f.aux == 4 ? !take(v, f.a) : !may({v << rest, ((v + 1) << rest) - 1}, f.a)) {
+                return;
+              }
             }
             out->push_back(std::move(s));
             return;

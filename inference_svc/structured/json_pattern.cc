@@ -48,6 +48,9 @@ Ranges Complement(const Ranges& r) {
   return out;
 }
 
+// r less the surrogates, which are no characters of a JSON string.
+Ranges WithoutSurrogates(const Ranges& r) { return Complement(Complement(r)); }
+
 bool Intersects(const Ranges& r, uint32_t lo, uint32_t hi) {
   // The first range ending at or after lo.
   auto it = std::lower_bound(
@@ -357,7 +360,7 @@ class Parser {
     }
     ++i_;  // ']'
     // Surrogates are no characters of a JSON string.
-    Ranges chars = negated ? Complement(members) : Complement(Complement(members));
+    Ranges chars = negated ? Complement(members) : WithoutSurrogates(members);
     if (chars.empty()) return Bad("a class that matches no character");
     return Class(std::move(chars));
   }
