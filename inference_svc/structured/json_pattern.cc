@@ -6,6 +6,7 @@
 #include <string>
 
 #include "absl/strings/str_cat.h"
+#include "common/utf8.h"
 #include "core/status_macros.h"
 
 namespace kvfold::structured {
@@ -231,16 +232,10 @@ class Parser {
     return seq.size() == 1 ? std::move(seq[0]) : Node(Re::kCat, std::move(seq));
   }
 
-  // One UTF-8 character of the pattern.
-  absl::StatusOr<uint32_t> Char() {
-    const uint8_t c = static_cast<uint8_t>(s_[i_]);
-    int more = c < 0x80 ? 0 : c >= 0xF0 ? 3 : c >= 0xE0 ? 2 : 1;
-    uint32_t cp = more == 0 ? c : c & (0x3F >> more);
-    ++i_;
-    for (; more > 0; --more) {
-      if (i_ >= s_.size()) return Bad("a cut UTF-8 character");
-      cp = cp << 6 | (static_cast<uint8_t>(s_[i_++]) & 0x3F);
-    }
+  // One character of the pattern (a JSON string's: valid UTF-8, no surrogates).
+  uint32_t Char() {
+    uint32_t cp = 0;
+    i_ += DecodeUtf8(s_, i_, &cp);
     return cp;
   }
 
@@ -315,6 +310,17 @@ class Parser {
     return Ranges{{cp, cp}};
   }
 
+  // A character or an escape inside a class (*single: one character, not a shorthand).
+  absl::StatusOr<Ranges> ClassMember(bool negated, bool* single) {
+    *single = true;
+    if (!At('\\')) {
+      const uint32_t cp = Char();
+      return Ranges{{cp, cp}};
+    }
+    ++i_;
+    return Escape(/*in_class=*/true, /*wide=*/negated, single);
+  }
+
   absl::StatusOr<Re> CharClass() {
     ++i_;  // '['
     const bool negated = At('^');
@@ -328,29 +334,13 @@ class Parser {
         return Bad("a POSIX class or a nested set");
       }
       bool single = true;
-      absl::StatusOr<Ranges> item;
-      if (At('\\')) {
-        ++i_;
-        item = Escape(/*in_class=*/true, /*wide=*/negated, &single);
-      } else {
-        auto cp = Char();
-        if (!cp.ok()) return cp.status();
-        item = Ranges{{*cp, *cp}};
-      }
+      auto item = ClassMember(negated, &single);
       if (!item.ok()) return item.status();
       // A range a-b (a '-' before ']' is itself).
       if (At('-') && i_ + 1 < s_.size() && s_[i_ + 1] != ']') {
         ++i_;
         bool end_single = true;
-        absl::StatusOr<Ranges> end;
-        if (At('\\')) {
-          ++i_;
-          end = Escape(true, negated, &end_single);
-        } else {
-          auto cp = Char();
-          if (!cp.ok()) return cp.status();
-          end = Ranges{{*cp, *cp}};
-        }
+        auto end = ClassMember(negated, &end_single);
         if (!end.ok()) return end.status();
         if (!single || !end_single) return Bad("a range with a shorthand end");
         if ((*end)[0].first < (*item)[0].first) return Bad("a range out of order");
@@ -416,10 +406,8 @@ class Parser {
       case '{':
         return Bad("a '{' that is no quantifier {n}, {n,} or {n,m}");
       default: {
-        auto cp = Char();
-        if (!cp.ok()) return cp.status();
-        if (*cp >= 0xD800 && *cp <= 0xDFFF) return Bad("a surrogate");
-        return Class({{*cp, *cp}});
+        const uint32_t cp = Char();
+        return Class({{cp, cp}});
       }
     }
   }

@@ -8,6 +8,10 @@
 #include <string>
 #include <string_view>
 
+#include "common/utf8.h"
+
+#include "common/utf8.h"
+
 namespace kvfold::tokenizer_internal {
 
 struct CodepointRange {
@@ -54,49 +58,8 @@ inline bool IsWhitespace(uint32_t cp) {
          cp == 0x202F || cp == 0x205F || cp == 0x3000;
 }
 
-// Decodes one codepoint at s[pos]; returns its byte length (>= 1). Invalid or truncated
-// sequences decode as U+FFFD of length 1.
-inline size_t DecodeUtf8(std::string_view s, size_t pos, uint32_t* cp) {
-  const unsigned char c = static_cast<unsigned char>(s[pos]);
-  if (c < 0x80) {
-    *cp = c;
-    return 1;
-  }
-  int need;
-  uint32_t value;
-  if (c >= 0xC2 && c <= 0xDF) {
-    need = 1;
-    value = c & 0x1F;
-  } else if (c >= 0xE0 && c <= 0xEF) {
-    need = 2;
-    value = c & 0x0F;
-  } else if (c >= 0xF0 && c <= 0xF4) {
-    need = 3;
-    value = c & 0x07;
-  } else {
-    *cp = 0xFFFD;
-    return 1;
-  }
-  if (pos + need >= s.size()) {
-    *cp = 0xFFFD;
-    return 1;
-  }
-  for (int k = 1; k <= need; ++k) {
-    const unsigned char b = static_cast<unsigned char>(s[pos + k]);
-    if ((b & 0xC0) != 0x80) {
-      *cp = 0xFFFD;
-      return 1;
-    }
-    value = (value << 6) | (b & 0x3F);
-  }
-  const bool overlong = (need == 2 && value < 0x800) || (need == 3 && value < 0x10000);
-  if (overlong || (value >= 0xD800 && value <= 0xDFFF) || value > 0x10FFFF) {
-    *cp = 0xFFFD;
-    return 1;
-  }
-  *cp = value;
-  return need + 1;
-}
+// Decodes one codepoint at s[pos] (common/utf8.h).
+using ::kvfold::DecodeUtf8;
 
 inline void AppendUtf8(uint32_t cp, std::string* out) {
   if (cp < 0x80) {
