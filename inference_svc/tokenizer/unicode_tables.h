@@ -10,8 +10,6 @@
 
 #include "common/utf8.h"
 
-#include "common/utf8.h"
-
 namespace kvfold::tokenizer_internal {
 
 struct CodepointRange {
