@@ -276,6 +276,13 @@ void ExpectRefusal(const absl::Status& s, const std::string& what, const std::st
   EXPECT_TRUE(http >= 400 && http < 500) << what << ": " << s;
 }
 
+// Whether the parser took the body; a refusal must be precise.
+template <class T>
+bool Parsed(const absl::StatusOr<T>& r, const std::string& what, const std::string& body) {
+  if (!r.ok()) ExpectRefusal(r.status(), what, body);
+  return r.ok();
+}
+
 // Every chat family over one byte-level tokenizer with all their special strings.
 class RequestFuzzTest : public ::testing::Test {
  protected:
@@ -389,10 +396,7 @@ class RequestFuzzTest : public ::testing::Test {
   static bool Feed(const std::string& endpoint, const std::string& body, std::mt19937_64& rng) {
     if (endpoint == "chat") {
       auto r = ParseChatCompletionRequest(body);
-      if (!r.ok()) {
-        ExpectRefusal(r.status(), "chat", body);
-        return false;
-      }
+      if (!Parsed(r, "chat", body)) return false;
       WalkFormat(r->params, rng, body);
       if (r->tools.active()) {
         auto held = HeldAnswerSchema(r->tools);
@@ -402,10 +406,7 @@ class RequestFuzzTest : public ::testing::Test {
       RenderAll(r->messages, r->tools.Shown(), r->continue_final_message, body);
     } else if (endpoint == "completions") {
       auto r = ParseCompletionRequest(body);
-      if (!r.ok()) {
-        ExpectRefusal(r.status(), "completions", body);
-        return false;
-      }
+      if (!Parsed(r, "completions", body)) return false;
       WalkFormat(r->params, rng, body);
       for (const CompletionPrompt& p : r->prompts) {
         if (!p.text.empty()) {
@@ -414,10 +415,7 @@ class RequestFuzzTest : public ::testing::Test {
       }
     } else if (endpoint == "responses") {
       auto r = ParseResponsesRequest(body);
-      if (!r.ok()) {
-        ExpectRefusal(r.status(), "responses", body);
-        return false;
-      }
+      if (!Parsed(r, "responses", body)) return false;
       WalkFormat(r->params, rng, body);
       std::vector<ChatMessage> messages = r->input;
       if (!r->instructions.empty())
@@ -425,10 +423,7 @@ class RequestFuzzTest : public ::testing::Test {
       RenderAll(messages, r->tools.Shown(), false, body);
     } else if (endpoint == "tokenize") {
       auto r = ParseTokenizeRequest(body);
-      if (!r.ok()) {
-        ExpectRefusal(r.status(), "tokenize", body);
-        return false;
-      }
+      if (!Parsed(r, "tokenize", body)) return false;
       if (r->prompt.has_value()) {
         EXPECT_TRUE(tokenizer_->Encode(*r->prompt, r->add_special_tokens).ok()) << body;
       } else {
@@ -436,10 +431,7 @@ class RequestFuzzTest : public ::testing::Test {
       }
     } else {
       auto r = ParseDetokenizeRequest(body);
-      if (!r.ok()) {
-        ExpectRefusal(r.status(), "detokenize", body);
-        return false;
-      }
+      if (!Parsed(r, "detokenize", body)) return false;
       for (int32_t id : r->tokens) EXPECT_GE(id, 0);
     }
     return true;
