@@ -261,25 +261,28 @@ const structuredResponse = await B.responses.create({
   text: { format: { type: "json_schema", name: "pet", schema: pet, strict: true } } });
 check(isPet(structuredResponse.output_text),
       `responses text.format json_schema: ${structuredResponse.output_text}`);
-// A pattern and numeric bounds, checked with JavaScript's own RegExp (ECMA-262, the
-// dialect JSON Schema names).
-const ticket = { type: "object", additionalProperties: false, required: ["code", "seats"],
+// A pattern, numeric bounds and a multiple, the pattern checked with JavaScript's own
+// RegExp (ECMA-262, the dialect JSON Schema names).
+const ticket = { type: "object", additionalProperties: false, required: ["code", "seats", "fare"],
                  properties: { code: { type: "string", pattern: "^[A-Z]{2}\\d{2,4}$" },
-                               seats: { type: "integer", minimum: 1, maximum: 9 } } };
+                               seats: { type: "integer", minimum: 1, maximum: 9 },
+                               fare: { type: "integer", multipleOf: 5, minimum: 5, maximum: 95 } } };
 const ticketAnswer = await A.chat.completions.create({
   ...chat, max_tokens: 60, temperature: 1, seed: 4,
   response_format: { type: "json_schema", json_schema: { name: "ticket", schema: ticket } } });
 const ticketDoc = JSON.parse(ticketAnswer.choices[0].message.content);
 check(new RegExp(ticket.properties.code.pattern).test(ticketDoc.code) &&
-      Number.isInteger(ticketDoc.seats) && ticketDoc.seats >= 1 && ticketDoc.seats <= 9,
-      `json_schema with a pattern and bounds: ${ticketAnswer.choices[0].message.content}`);
+      Number.isInteger(ticketDoc.seats) && ticketDoc.seats >= 1 && ticketDoc.seats <= 9 &&
+      Number.isInteger(ticketDoc.fare) && ticketDoc.fare % 5 === 0 && ticketDoc.fare >= 5 &&
+      ticketDoc.fare <= 95,
+      `json_schema with a pattern, bounds and a multiple: ${ticketAnswer.choices[0].message.content}`);
 try {
   await A.chat.completions.create({ ...chat, response_format: { type: "json_schema",
-    json_schema: { name: "p", schema: { type: "integer", multipleOf: 3 } } } });
-  check(false, "a schema with 'multipleOf' is refused");
+    json_schema: { name: "p", schema: { type: "array", uniqueItems: true } } } });
+  check(false, "a schema with 'uniqueItems' is refused");
 } catch (e) {
-  check(e.status === 400 && /multipleOf/.test(e.error?.message ?? e.message),
-        `json_schema with multipleOf -> ${e.status}: ${e.error?.message ?? e.message}`);
+  check(e.status === 400 && /uniqueItems/.test(e.error?.message ?? e.message),
+        `json_schema with uniqueItems -> ${e.status}: ${e.error?.message ?? e.message}`);
 }
 
 // Function calling: a required call, the same streamed, and its result sent back.

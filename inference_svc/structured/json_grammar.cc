@@ -34,7 +34,7 @@ const std::set<std::string>& Assertions() {
       "properties", "required", "additionalProperties",                            // objects
       "items", "prefixItems", "additionalItems", "minItems", "maxItems",           // arrays
       "minLength", "maxLength", "pattern",                                         // strings
-      "minimum", "maximum", "exclusiveMinimum", "exclusiveMaximum"};               // numbers
+      "minimum", "maximum", "exclusiveMinimum", "exclusiveMaximum", "multipleOf"}; // numbers
   // clang-format on
   return k;
 }
@@ -53,23 +53,46 @@ bool TypeMatches(const json& v, const std::string& type) {
   return false;
 }
 
-// The strings of a `format` whose values have a fixed shape, as a pattern; "" for any
-// other format (an annotation, read past). A date's day is at most its month's length in
-// a common year (February 29 is left out), so every date written is a valid one.
-std::string FormatPattern(const std::string& format) {
+// The shape of a `format`'s strings: a pattern, and a most code points when the format
+// bounds its length (-1: none).
+struct FormatShape {
+  std::string pattern;  // "": any string (the format only annotates)
+  int max_length = -1;
+};
+
+// The strings of a `format` whose values have a fixed shape; no pattern for any other
+// format (an annotation, read past). Each shape is a subset of what the format's RFC
+// admits, so every value written parses as one: a date's day is at most its month's
+// length in a common year (February 29 is left out); a host name's labels are at most
+// 22 characters (the RFC's 63 would take more positions than a pattern holds: a label
+// is one position a character); an IPv6 address is written in full (eight groups, no
+// `::`); an e-mail address is a dot-atom at a host name of two labels or more.
+FormatShape FormatPattern(const std::string& format) {
   const std::string date =
       "\\d{4}-((0[1-9]|1[0-2])-(0[1-9]|1\\d|2[0-8])|(0[13-9]|1[0-2])-(29|30)|(0[13578]|1[02])-31)";
   const std::string time =
       "([01]\\d|2[0-3]):[0-5]\\d:[0-5]\\d(\\.\\d{1,6})?(Z|[+-]([01]\\d|2[0-3]):[0-5]\\d)";
   const std::string octet = "(25[0-5]|2[0-4]\\d|1\\d\\d|[1-9]?\\d)";
-  if (format == "date") return "^" + date + "$";
-  if (format == "time") return "^" + time + "$";
-  if (format == "date-time") return "^" + date + "T" + time + "$";
+  const std::string label = "[A-Za-z0-9]([A-Za-z0-9-]{0,20}[A-Za-z0-9])?";
+  const std::string hex = "[0-9a-fA-F]{1,4}";
+  // RFC 3339 appendix A: years, months, days, then a time part; or a time part; or weeks.
+  const std::string clock = "T(\\d+H(\\d+M(\\d+S)?)?|\\d+M(\\d+S)?|\\d+S)";
+  if (format == "date") return {"^" + date + "$"};
+  if (format == "time") return {"^" + time + "$"};
+  if (format == "date-time") return {"^" + date + "T" + time + "$"};
   if (format == "uuid") {
-    return "^[0-9a-fA-F]{8}-[0-9a-fA-F]{4}-[0-9a-fA-F]{4}-[0-9a-fA-F]{4}-[0-9a-fA-F]{12}$";
+    return {"^[0-9a-fA-F]{8}-[0-9a-fA-F]{4}-[0-9a-fA-F]{4}-[0-9a-fA-F]{4}-[0-9a-fA-F]{12}$"};
   }
-  if (format == "ipv4") return "^" + octet + "(\\." + octet + "){3}$";
-  return "";
+  if (format == "ipv4") return {"^" + octet + "(\\." + octet + "){3}$"};
+  if (format == "ipv6") return {"^" + hex + "(:" + hex + "){7}$"};
+  if (format == "hostname") return {"^" + label + "(\\." + label + ")*$", 253};
+  if (format == "email") {
+    return {"^[A-Za-z0-9_+-]+(\\.[A-Za-z0-9_+-]+)*@" + label + "(\\." + label + ")+$", 254};
+  }
+  if (format == "duration") {
+    return {"^P((\\d+Y(\\d+M(\\d+D)?)?|\\d+M(\\d+D)?|\\d+D)(" + clock + ")?|" + clock + "|\\d+W)$"};
+  }
+  return {};
 }
 
 absl::Status Bad(const std::string& where, const std::string& what) {
@@ -256,7 +279,7 @@ class SchemaCompiler {
         types.push_back("array");
       }
       if (has({"minLength", "maxLength", "pattern"})) types.push_back("string");
-      if (has({"minimum", "maximum", "exclusiveMinimum", "exclusiveMaximum"})) {
+      if (has({"minimum", "maximum", "exclusiveMinimum", "exclusiveMaximum", "multipleOf"})) {
         types.push_back("number");
       }
       if (types.empty()) return Grammar::kAnyValue;
@@ -450,8 +473,10 @@ class SchemaCompiler {
   // boolean that makes minimum / maximum exclusive) into the bounds of number node *n:
   // the tighter keyword at each end. An integer's bounds round inwards to integers; a
   // number's must be integers (then a bound compares the written decimal exactly as it
-  // compares the double a parser reads of it, kMaxBoundedDigits digits at most). Refused
-  // when no value of at most 15 digits lies between them.
+  // compares the double a parser reads of it, kMaxBoundedDigits digits at most). With
+  // `multipleOf` (a positive integer: a fraction's multiples are ones validators disagree
+  // on) the value is a multiple of it, written as an integer. Refused when no value of at
+  // most 15 digits lies between the bounds.
   static absl::Status NumberBounds(const json& s, const std::string& where, Node* n) {
     struct End {
       bool set = false;
@@ -491,8 +516,24 @@ class SchemaCompiler {
         end.exclusive = end.exclusive || k.exclusive;
       }
     }
-    if (!lo.set && !hi.set) return absl::OkStatus();
     const double far = static_cast<double>(kMaxBoundMagnitude);
+    int64_t multiple = 0;
+    if (s.contains("multipleOf")) {
+      const json& v = s["multipleOf"];
+      const std::string at = absl::StrCat(where, "/multipleOf");
+      if (!v.is_number() || !std::isfinite(v.get<double>()) || v.get<double>() <= 0) {
+        return Bad(at, "must be a number above 0");
+      }
+      const double x = v.get<double>();
+      if (std::trunc(x) != x) {
+        return Bad(at, absl::StrCat("must be an integer here (", v.dump(),
+                                    "): validators divide by a fraction such as 0.01 in "
+                                    "floating point and disagree on its multiples"));
+      }
+      // Past the farthest bound only 0 is a multiple, as of kMaxBoundMagnitude + 1.
+      multiple = x > far ? kMaxBoundMagnitude + 1 : static_cast<int64_t>(x);
+    }
+    if (!lo.set && !hi.set && multiple == 0) return absl::OkStatus();
     n->bounded = true;
     n->min_value = -kMaxBoundMagnitude;
     n->max_value = kMaxBoundMagnitude;
@@ -511,6 +552,18 @@ class SchemaCompiler {
           -far - 1);
       n->max_value = static_cast<int64_t>(v);
       n->max_exclusive = !integer && hi.exclusive;
+    }
+    n->multiple_of = multiple;
+    if (multiple != 0) {
+      // Integers only: the multiples between the ends (each in or out as flagged).
+      const int64_t from = n->min_value + (n->min_exclusive ? 1 : 0);
+      const int64_t to = n->max_value - (n->max_exclusive ? 1 : 0);
+      if (!MultipleWithin(std::max(from, -kMaxBoundMagnitude), std::min(to, kMaxBoundMagnitude),
+                          multiple)) {
+        return Bad(where, absl::StrCat("no multiple of ", multiple,
+                                       " of at most 15 digits lies between the bounds"));
+      }
+      return absl::OkStatus();
     }
     const bool some = n->min_value < n->max_value ||
                       (n->min_value == n->max_value && !n->min_exclusive && !n->max_exclusive);
@@ -532,8 +585,17 @@ class SchemaCompiler {
       if (!s["pattern"].is_string()) return Bad(at, "must be a string");
       source = s["pattern"].get<std::string>();
     } else if (s.contains("format") && s["format"].is_string()) {
-      source = FormatPattern(s["format"].get<std::string>());
+      const FormatShape shape = FormatPattern(s["format"].get<std::string>());
+      source = shape.pattern;
       at = absl::StrCat(where, "/format");
+      if (shape.max_length >= 0) {
+        n.max_length =
+            n.max_length < 0 ? shape.max_length : std::min(n.max_length, shape.max_length);
+        if (n.min_length > n.max_length) {
+          return Bad(where, absl::StrCat("minLength is above the format's most characters (",
+                                         shape.max_length, ")"));
+        }
+      }
     }
     if (!source.empty()) {
       auto pattern = Pattern::Compile(source, n.min_length, n.max_length);

@@ -54,8 +54,8 @@ struct Node {
   int max_length = -1;  // -1: no bound
   // kString: the characters match `pattern` (json_pattern.h); null: any.
   std::shared_ptr<const Pattern> pattern;
-  // kNumber, kInteger with minimum / maximum / exclusiveMinimum / exclusiveMaximum
-  // (`bounded`): the value lies in [min_value, max_value], an end left out when its
+  // kNumber, kInteger with minimum / maximum / exclusiveMinimum / exclusiveMaximum or
+  // multipleOf (`bounded`): the value lies in [min_value, max_value], an end left out when its
   // flag is set. Integer bounds of magnitude at most kMaxBoundMagnitude (a farther one
   // is that far: no value of 15 digits reaches past it); a bounded number is written with at most
   // kMaxBoundedDigits digits and no exponent, so a bound decides it exactly as it
@@ -65,6 +65,9 @@ struct Node {
   int64_t max_value = 0;
   bool min_exclusive = false;
   bool max_exclusive = false;
+  // kNumber, kInteger with `multipleOf` (bounded then too): the value is a multiple of this
+  // integer, written as an integer (0: any value).
+  int64_t multiple_of = 0;
   // kLiterals: each a serialized JSON value; kAnyOf: nodes.
   std::vector<std::string> literals;
   std::vector<int> alternatives;
@@ -80,6 +83,14 @@ inline constexpr int kMaxDepth = 32;          // nested objects and arrays
 // A bounded number's digits, integer and fraction parts together, and the farthest bound.
 inline constexpr int kMaxBoundedDigits = 15;
 inline constexpr int64_t kMaxBoundMagnitude = 999'999'999'999'999;  // 10^15 - 1
+
+// Whether some multiple of m lies in [lo, hi] (m > 0; |lo|, |hi|, m at most about 10^15).
+inline bool MultipleWithin(int64_t lo, int64_t hi, int64_t m) {
+  if (lo > hi) return false;
+  int64_t q = lo / m;  // towards zero: then up to the first multiple at or above lo
+  if (q * m < lo) ++q;
+  return q * m <= hi;
+}
 // Most properties of one object and most values of one enum (candidate sets are 64-bit).
 inline constexpr int kMaxProperties = 64;
 inline constexpr int kMaxLiterals = 64;

@@ -65,10 +65,14 @@ int HexValue(uint8_t c) { return IsDigit(c) ? c - '0' : (c | 0x20) - 'a' + 10; }
 // and 0 < f < 1, p + f lies within them exactly when the integer p does within
 // [min, max - 1]: so whether some value of integer part p in [lo, hi] and a fraction
 // that is 0 (zero_ok) or not (part_ok) lies within the node's bounds is a question about
-// integer intervals.
+// integer intervals. With multipleOf the value is an integer p, a multiple of it.
 bool SomeValueWithin(const Node& n, bool negative, int64_t lo, int64_t hi, bool zero_ok,
                      bool part_ok) {
-  auto meets = [&](int64_t from, int64_t to) { return std::max(lo, from) <= std::min(hi, to); };
+  auto meets = [&](int64_t from, int64_t to) {
+    return n.multiple_of != 0 ? MultipleWithin(std::max(lo, from), std::min(hi, to), n.multiple_of)
+                              : std::max(lo, from) <= std::min(hi, to);
+  };
+  if (n.multiple_of != 0) part_ok = false;
   const int64_t min_in = n.min_value + (n.min_exclusive ? 1 : 0);
   const int64_t max_in = n.max_value - (n.max_exclusive ? 1 : 0);
   if (!negative) {
@@ -82,7 +86,7 @@ bool SomeValueWithin(const Node& n, bool negative, int64_t lo, int64_t hi, bool 
 // Whether some way to go on from frame f (a number of bounded node n) ends in bounds.
 bool NumberReachable(const Node& n, const JsonMatcher::Frame& f) {
   const bool negative = f.ws == 1;
-  const bool fractions = n.kind == NodeKind::kNumber;
+  const bool fractions = n.kind == NodeKind::kNumber && n.multiple_of == 0;
   switch (f.phase) {
     case kMinus:
       return SomeValueWithin(n, true, 0, kMaxBoundMagnitude, true, fractions);
@@ -489,7 +493,7 @@ void JsonMatcher::Feed(Stack& s, uint8_t c, std::vector<Stack>* out) const {
       }
 
       case kNumber: {
-        const bool integer = n.kind == NodeKind::kInteger;
+        const bool integer = n.kind == NodeKind::kInteger || n.multiple_of != 0;
         // A bounded number has no exponent and kMaxBoundedDigits digits in all.
         const bool exponent = !n.bounded;
         const bool more_digits =

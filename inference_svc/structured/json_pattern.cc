@@ -90,9 +90,9 @@ Ranges Shorthand(char c, bool wide) {
   }
 }
 
-// A parsed expression; quantifiers are expanded into copies, stars and options.
+// A parsed expression; quantifiers are expanded into copies, stars, pluses and options.
 struct Re {
-  enum Kind { kEmpty, kClass, kCat, kAlt, kStar, kOpt } kind = kEmpty;
+  enum Kind { kEmpty, kClass, kCat, kAlt, kStar, kPlus, kOpt } kind = kEmpty;
   Ranges ranges;
   std::vector<Re> kids;
   int Leaves() const {
@@ -216,15 +216,16 @@ class Parser {
     }
     if (At('?')) ++i_;  // lazy: the same strings
     if (At('*') || At('+') || At('?') || At('{')) return Bad("a quantifier of a quantifier");
-    // lo copies, then hi - lo optional ones (or a star).
-    const int copies = std::max(lo, hi < 0 ? lo + 1 : hi);
+    // lo copies, then hi - lo optional ones; unbounded, lo - 1 copies and a plus (the
+    // last copy repeats: its positions once) or for lo 0 a star.
+    const int copies = hi < 0 ? std::max(lo, 1) : hi;
     if (static_cast<int64_t>(atom->Leaves()) * copies > kMaxPatternPositions) {
       return Bad(absl::StrCat("more than ", kMaxPatternPositions, " character positions"));
     }
     std::vector<Re> seq;
-    for (int k = 0; k < lo; ++k) seq.push_back(*atom);
+    for (int k = 0; k < lo - (hi < 0 ? 1 : 0); ++k) seq.push_back(*atom);
     if (hi < 0) {
-      seq.push_back(Node(Re::kStar, {*atom}));
+      seq.push_back(Node(lo > 0 ? Re::kPlus : Re::kStar, {*atom}));
     } else {
       for (int k = lo; k < hi; ++k) seq.push_back(Node(Re::kOpt, {*atom}));
     }
@@ -478,14 +479,15 @@ absl::StatusOr<Pattern> Pattern::Compile(std::string_view source, int min_length
         }
         break;
       case Re::kStar:
+      case Re::kPlus:
       case Re::kOpt: {
         info = walk(r.kids[0]);
-        if (r.kind == Re::kStar) {
+        if (r.kind != Re::kOpt) {  // a repeat: its first positions follow its last
           for (size_t q = 0; q < p.follow_.size(); ++q) {
             if (info.last >> q & 1) p.follow_[q] |= info.first;
           }
         }
-        info.nullable = true;
+        info.nullable = info.nullable || r.kind != Re::kPlus;
         break;
       }
     }

@@ -2,7 +2,8 @@
 // code points, for the matcher to hold a string's characters to it one at a time.
 //
 // The automaton is Glushkov's: one position per character class of the expression (a
-// quantifier's copies each their own), so a state is a set of positions, one 64-bit word,
+// quantifier's copies each their own: `x{2,4}` is four, `x{2,}` two, the second
+// repeating), so a state is a set of positions, one 64-bit word,
 // with no epsilon moves. JSON Schema matches a pattern anywhere in the string: a pattern
 // (a top-level alternative of it) that does not start with ^ (end with $) may have any
 // characters before (after) its match. Every position of the automaton lies on a path to acceptance

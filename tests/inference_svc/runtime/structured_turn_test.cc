@@ -224,6 +224,36 @@ TEST_F(StructuredTurnTest, PatternsBoundsAndTuples) {
   }
 }
 
+// multipleOf and the formats with a shape hold what the real model writes.
+TEST_F(StructuredTurnTest, MultiplesAndFormats) {
+  const std::string schema = R"({"type":"object","properties":{
+      "step":{"type":"integer","multipleOf":25,"minimum":0,"maximum":200},
+      "host":{"type":"string","format":"hostname","maxLength":12},
+      "span":{"type":"string","format":"duration","maxLength":8},
+      "ip":{"type":"string","format":"ipv6"}},
+      "required":["step","host","span","ip"],"additionalProperties":false})";
+  const std::regex host(
+      "^[A-Za-z0-9]([A-Za-z0-9-]*[A-Za-z0-9])?(\\.[A-Za-z0-9]([A-Za-z0-9-]*[A-Za-z0-9])?)*$");
+  const std::regex span("^P(\\d+[YMWD]|T\\d+[HMS])");
+  const std::regex ip("^[0-9a-fA-F]{1,4}(:[0-9a-fA-F]{1,4}){7}$");
+  for (uint64_t seed = 1; seed <= 4; ++seed) {
+    SCOPED_TRACE(seed);
+    const Answer a =
+        Run(Request(kModes[seed % 4], SchemaFormat(schema), /*temperature=*/1.0f, seed));
+    ASSERT_TRUE(a.status.ok()) << a.status;
+    EXPECT_EQ(a.finish, FinishReason::kStop) << a.text;
+    const json doc = Parse(a.text);
+    ASSERT_TRUE(doc.is_object()) << a.text;
+    ASSERT_TRUE(doc["step"].is_number_integer()) << a.text;
+    const int step = doc["step"].get<int>();
+    EXPECT_TRUE(step >= 0 && step <= 200 && step % 25 == 0) << a.text;
+    const std::string h = doc.value("host", ""), d = doc.value("span", "");
+    EXPECT_TRUE(std::regex_search(h, host) && h.size() <= 12) << a.text;
+    EXPECT_TRUE(std::regex_search(d, span) && d.size() <= 8) << a.text;
+    EXPECT_TRUE(std::regex_search(doc.value("ip", ""), ip)) << a.text;
+  }
+}
+
 // A choice answers exactly one of its texts, whatever the mode and the draw.
 TEST_F(StructuredTurnTest, AChoiceIsOneOfItsTexts) {
   const std::vector<std::string> choices = {"yes", "no", "yes, and more", "maybe"};

@@ -452,7 +452,13 @@ TEST(JsonSchemaTest, RefusesWhatItCannotHold) {
       {json{{"pattern", std::string(5000, 'a')}}.dump(), "over 4096 bytes"},
       {R"({"type":"string","pattern":3})", "/pattern"},
       {R"({"type":"array","uniqueItems":true})", "keyword 'uniqueItems' is not supported"},
-      {R"({"type":"integer","multipleOf":2})", "keyword 'multipleOf' is not supported"},
+      {R"({"type":"string","format":"hostname","minLength":300})",
+       "minLength is above the format's most characters (253)"},
+      {R"({"type":"integer","multipleOf":0.5})", "must be an integer here (0.5)"},
+      {R"({"type":"number","multipleOf":0})", "/multipleOf': must be a number above 0"},
+      {R"({"type":"integer","multipleOf":"3"})", "/multipleOf': must be a number above 0"},
+      {R"({"type":"integer","multipleOf":7,"minimum":1,"maximum":6})", "no multiple of 7"},
+      {R"({"type":"integer","multipleOf":1e300,"minimum":1})", "no multiple of 1000000000000000"},
       {R"({"type":"number","minimum":0.5})", "must be an integer here"},
       {R"({"type":"integer","minimum":3,"exclusiveMaximum":3})", "no value of at most 15"},
       {R"({"type":"number","exclusiveMinimum":2,"maximum":2})", "no value of at most 15"},
@@ -598,10 +604,10 @@ TEST(JsonSchemaTest, PatternsMatchAsEcmaScriptSearches) {
 // message, and one std::regex also takes matches exactly the strings std::regex finds it
 // in, within the bounds (every string of up to three characters of a small alphabet).
 TEST(JsonSchemaTest, RandomPatternsAgreeWithStdRegex) {
-  const std::string pieces[] = {"a",   "b",   "0",    "-",    ".",      "\\d",   "\\w",
-                                "\\s", "\\D", "[ab]", "[^a]", "[a-z0]", "(",     ")",
-                                "|",   "*",   "+",    "?",    "{2}",    "{1,2}", "{0,}",
-                                "(?:", "^",   "$",    "\\.",  "[",      "]",     "\\"};
+  const std::string pieces[] = {"a",   "b",    "0",    "-",      ".",    "\\d",  "\\w", "\\s",
+                                "\\D", "[ab]", "[^a]", "[a-z0]", "(",    ")",    "|",   "*",
+                                "+",   "?",    "{2}",  "{1,2}",  "{0,}", "{2,}", "(?:", "^",
+                                "$",   "\\.",  "[",    "]",      "\\"};
   const std::vector<std::string> strings = AllStrings("ab0- .", 3);
   std::mt19937_64 rng(11);
   int compared = 0;
@@ -710,7 +716,41 @@ TEST(JsonSchemaTest, FormatsWithAFixedShape) {
   EXPECT_TRUE(complete("ipv4", "255.255.0.9"));
   EXPECT_FALSE(complete("ipv4", "256.1.1.1"));
   EXPECT_FALSE(complete("ipv4", "01.1.1.1"));
-  EXPECT_TRUE(complete("email", "not an address"));  // an annotation
+  EXPECT_TRUE(complete("ipv6", "2001:db8:0:0:0:0:0:1"));
+  EXPECT_TRUE(complete("ipv6", "FFFF:ffff:0:1234:abcd:0:0:9"));
+  EXPECT_FALSE(complete("ipv6", "2001:db8::1"));  // written in full only
+  EXPECT_FALSE(complete("ipv6", "2001:db8:0:0:0:0:0:12345"));
+  EXPECT_TRUE(complete("hostname", "api-7.example.com"));
+  EXPECT_TRUE(complete("hostname", "localhost"));
+  EXPECT_FALSE(complete("hostname", "-a.example"));
+  EXPECT_FALSE(complete("hostname", "a-.example"));
+  EXPECT_FALSE(complete("hostname", "a..example"));
+  EXPECT_FALSE(complete("hostname", std::string(23, 'a')));  // labels of 22 at most
+  EXPECT_TRUE(complete("email", "jane.doe+tag@mail.example.org"));
+  EXPECT_FALSE(complete("email", "jane@localhost"));  // two labels or more
+  EXPECT_FALSE(complete("email", "jane..doe@example.org"));
+  EXPECT_FALSE(complete("email", ".jane@example.org"));
+  EXPECT_FALSE(complete("email", "not an address"));
+  EXPECT_TRUE(complete("duration", "P3Y6M4DT12H30M5S"));
+  EXPECT_TRUE(complete("duration", "PT36H"));
+  EXPECT_TRUE(complete("duration", "P1M"));
+  EXPECT_TRUE(complete("duration", "P2W"));
+  EXPECT_TRUE(complete("duration", "P1DT1S"));
+  EXPECT_FALSE(complete("duration", "P"));
+  EXPECT_FALSE(complete("duration", "PT"));
+  EXPECT_FALSE(complete("duration", "P1D2Y"));   // years, months, days in that order
+  EXPECT_FALSE(complete("duration", "P1Y2W"));   // weeks stand alone
+  EXPECT_FALSE(complete("duration", "PT1H1S"));  // RFC 3339: no minute skipped
+  EXPECT_TRUE(complete("uri", "not a uri"));     // an annotation
+  // A host name is at most 253 characters, with or without maxLength.
+  std::string long_host(22, 'a');
+  for (int i = 0; i < 11; ++i) long_host += "." + std::string(21, 'b');
+  ASSERT_EQ(long_host.size(), 264u);
+  EXPECT_FALSE(complete("hostname", long_host));
+  EXPECT_TRUE(complete("hostname", long_host.substr(0, 253)));
+  EXPECT_FALSE(complete("hostname", long_host.substr(0, 254)));
+  EXPECT_FALSE(
+      Complete(Schema(R"({"type":"string","format":"hostname","maxLength":5})"), R"("abcdef")"));
   EXPECT_TRUE(Complete(Schema(R"({"type":"string","format":"date","pattern":"^x$"})"), R"("x")"));
 }
 
@@ -826,6 +866,64 @@ TEST(JsonSchemaTest, NumericBoundsHoldExactly) {
   EXPECT_FALSE(Complete(g, R"({"n":0.5})"));
   EXPECT_TRUE(Complete(g, R"({"n":12345678901234.5})"));
   EXPECT_FALSE(Complete(g, R"({"n":12345678901234.56})"));
+}
+
+// multipleOf (an integer) writes integers that are its multiples, within the bounds beside
+// it, and every prefix alive still reaches one.
+TEST(JsonSchemaTest, MultiplesHoldExactly) {
+  struct Case {
+    std::string schema;
+    int64_t multiple, lo, hi;
+  };
+  const int64_t far = kMaxBoundMagnitude;
+  const std::vector<Case> cases = {
+      {R"({"type":"integer","multipleOf":3})", 3, -far, far},
+      {R"({"type":"integer","multipleOf":7,"minimum":10,"maximum":100})", 7, 10, 100},
+      {R"({"type":"number","multipleOf":5,"exclusiveMaximum":0})", 5, -far, -1},
+      {R"({"type":"number","multipleOf":1,"minimum":-3,"maximum":3})", 1, -3, 3},
+      {R"({"multipleOf":1000,"minimum":-2500,"exclusiveMaximum":2001})", 1000, -2500, 2000},
+      {R"({"type":"integer","multipleOf":250.0,"exclusiveMinimum":999})", 250, 1000, far},
+      {R"({"type":"integer","multipleOf":1e300})", far + 1, -far, far},
+  };
+  std::vector<std::string> texts = {"-0",
+                                    "0",
+                                    "-0.0",
+                                    "0.0",
+                                    "1e3",
+                                    "-",
+                                    "00",
+                                    "03",
+                                    "3.",
+                                    "999999999999999",
+                                    "-999999999999999",
+                                    "1000000000000000"};
+  for (int i = -3100; i <= 3100; ++i) texts.push_back(std::to_string(i));
+  for (int i = -20; i <= 20; i += 3) texts.push_back(std::to_string(i) + ".5");
+  std::mt19937_64 rng(23);
+  for (const Case& c : cases) {
+    SCOPED_TRACE(c.schema);
+    const auto g = Schema(c.schema);
+    for (const std::string& text : texts) {
+      const bool integral = !json::parse(text, nullptr, false).is_discarded() &&
+                            text.find_first_of(".eE") == std::string::npos;
+      const int64_t v = integral ? std::stoll(text) : 0;
+      EXPECT_EQ(Complete(g, text), integral && v >= c.lo && v <= c.hi && v % c.multiple == 0)
+          << text;
+      JsonMatcher m(g);
+      for (char ch : text) {
+        if (!m.Advance(std::string(1, ch))) break;
+        int budget = 4000;
+        ASSERT_TRUE(Completable(m, kMaxBoundedDigits + 2, &budget)) << "after a prefix of " << text;
+      }
+    }
+    for (int i = 0; i < 300; ++i) {
+      const auto doc = testing::RandomDocument(g, rng);
+      ASSERT_TRUE(doc.has_value()) << "a random walk found no way to end";
+      ASSERT_EQ(doc->find_first_of(".eE"), std::string::npos) << *doc;
+      const int64_t v = std::stoll(*doc);
+      EXPECT_TRUE(v >= c.lo && v <= c.hi && v % c.multiple == 0) << *doc;
+    }
+  }
 }
 
 // The mask walks the vocabulary in byte order, sharing work between tokens; it must give
