@@ -278,11 +278,11 @@ check(new RegExp(ticket.properties.code.pattern).test(ticketDoc.code) &&
       `json_schema with a pattern, bounds and a multiple: ${ticketAnswer.choices[0].message.content}`);
 try {
   await A.chat.completions.create({ ...chat, response_format: { type: "json_schema",
-    json_schema: { name: "p", schema: { type: "array", uniqueItems: true } } } });
-  check(false, "a schema with 'uniqueItems' is refused");
+    json_schema: { name: "p", schema: { type: "array", contains: { type: "integer" } } } } });
+  check(false, "a schema with 'contains' is refused");
 } catch (e) {
-  check(e.status === 400 && /uniqueItems/.test(e.error?.message ?? e.message),
-        `json_schema with uniqueItems -> ${e.status}: ${e.error?.message ?? e.message}`);
+  check(e.status === 400 && /contains/.test(e.error?.message ?? e.message),
+        `json_schema with contains -> ${e.status}: ${e.error?.message ?? e.message}`);
 }
 
 // Function calling: a required call, the same streamed, and its result sent back.

@@ -33,6 +33,7 @@ const std::set<std::string>& Assertions() {
       "type", "enum", "const", "anyOf", "oneOf", "allOf", "$ref",                  // any value
       "properties", "required", "additionalProperties",                            // objects
       "items", "prefixItems", "additionalItems", "minItems", "maxItems",           // arrays
+      "uniqueItems",
       "minLength", "maxLength", "pattern",                                         // strings
       "minimum", "maximum", "exclusiveMinimum", "exclusiveMaximum", "multipleOf"}; // numbers
   // clang-format on
@@ -275,7 +276,7 @@ class SchemaCompiler {
         return std::any_of(keys.begin(), keys.end(), [&](const char* k) { return s.contains(k); });
       };
       if (has({"properties", "required", "additionalProperties"})) types.push_back("object");
-      if (has({"items", "minItems", "maxItems", "prefixItems", "additionalItems"})) {
+      if (has({"items", "minItems", "maxItems", "prefixItems", "additionalItems", "uniqueItems"})) {
         types.push_back("array");
       }
       if (has({"minLength", "maxLength", "pattern"})) types.push_back("string");
@@ -649,7 +650,48 @@ class SchemaCompiler {
         n.items = *items;
       }
     }
+    if (s.contains("uniqueItems")) {
+      const std::string at = absl::StrCat(where, "/uniqueItems");
+      if (!s["uniqueItems"].is_boolean()) return Bad(at, "must be a boolean");
+      if (s["uniqueItems"].get<bool>()) KVFOLD_RETURN_IF_ERROR(UniqueItems(where, &n));
+    }
     return Add(std::move(n));
+  }
+
+  // uniqueItems of array node *n: held where every item is one of a list of values
+  // (`enum`, `const`, `boolean`, `null`), each then written at most once; a matcher
+  // cannot compare items of other kinds as they stream, so those are refused.
+  absl::Status UniqueItems(const std::string& where, Node* n) {
+    const std::string at = absl::StrCat(where, "/uniqueItems");
+    if (n->max_items == 0) return absl::OkStatus();  // no item at all
+    if (!n->prefix_items.empty()) return Bad(at, "is not supported beside tuple places");
+    if (unfilled_.count(n->items) || grammar_->nodes_[n->items].kind != NodeKind::kLiterals) {
+      return Bad(at,
+                 "is supported where the items are 'enum' / 'const' values, booleans or null "
+                 "(each written at most once); not for items of other kinds");
+    }
+    const std::vector<std::string>& literals = grammar_->nodes_[n->items].literals;
+    // JSON Schema compares values, not texts: 1 and 1.0, or {"a":1,"b":2} and
+    // {"b":2,"a":1}, are one value, which the matcher would write twice.
+    std::vector<nlohmann::json> values;
+    for (const std::string& l : literals) {
+      const nlohmann::json v = nlohmann::json::parse(l);
+      for (size_t j = 0; j < values.size(); ++j) {
+        if (values[j] == v) {
+          return Bad(at, absl::StrCat("the items' values ", literals[j], " and ", l,
+                                      " are one value to JSON Schema"));
+        }
+      }
+      values.push_back(v);
+    }
+    const int count = static_cast<int>(literals.size());
+    if (n->min_items > count) {
+      return Bad(where,
+                 absl::StrCat("minItems is above the ", count, " distinct values of the items"));
+    }
+    n->max_items = n->max_items < 0 ? count : std::min(n->max_items, count);
+    n->unique_items = true;
+    return absl::OkStatus();
   }
 
   absl::StatusOr<int> Object(const json& s, const std::string& where, int depth) {

@@ -49,6 +49,9 @@ struct Node {
   int items = 0;
   int min_items = 0;
   int max_items = -1;  // -1: no bound
+  // uniqueItems: every item is of a kLiterals `items` node, each literal at most once
+  // (max_items at most their count).
+  bool unique_items = false;
   // kString, in code points (an escape counts as one).
   int min_length = 0;
   int max_length = -1;  // -1: no bound

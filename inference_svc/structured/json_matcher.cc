@@ -248,11 +248,13 @@ void JsonMatcher::Feed(Stack& s, uint8_t c, std::vector<Stack>* out) const {
             continue;
           }
           case NodeKind::kLiterals: {
+            // An item of a uniqueItems array: only the literals not written yet.
+            const uint64_t allowed = f.b == 1 ? f.bits : FirstN(n.literals.size());
             const int32_t node = f.node;
             f = Frame{};
             f.type = kLiteral;
             f.node = node;
-            f.bits = FirstN(n.literals.size());
+            f.bits = allowed;
             continue;
           }
         }
@@ -353,6 +355,10 @@ void JsonMatcher::Feed(Stack& s, uint8_t c, std::vector<Stack>* out) const {
           item.aux = f.a > 1 ? 1 : 0;  // after ',' (the first item follows '[')
           item.node =
               f.a <= static_cast<int>(n.prefix_items.size()) ? n.prefix_items[f.a - 1] : n.items;
+          if (n.unique_items) {
+            item.b = 1;
+            item.bits = FirstN(g.node(n.items).literals.size()) & ~f.bits;
+          }
           s.push_back(item);
           continue;
         }
@@ -558,11 +564,11 @@ void JsonMatcher::Feed(Stack& s, uint8_t c, std::vector<Stack>* out) const {
 
       case kLiteral: {
         uint64_t next = 0;
-        bool complete = false;
+        int complete = -1;
         for (uint64_t m = f.bits; m != 0; m &= m - 1) {
           const int j = __builtin_ctzll(m);
           const std::string& lit = n.literals[j];
-          if (static_cast<int>(lit.size()) == f.a) complete = true;
+          if (static_cast<int>(lit.size()) == f.a) complete = j;
           if (static_cast<int>(lit.size()) > f.a && static_cast<uint8_t>(lit[f.a]) == c) {
             next |= uint64_t{1} << j;
           }
@@ -573,8 +579,11 @@ void JsonMatcher::Feed(Stack& s, uint8_t c, std::vector<Stack>* out) const {
           out->push_back(std::move(s));
           return;
         }
-        if (!complete) return;
+        if (complete < 0) return;
         s.pop_back();  // the literal ended before c
+        if (!s.empty() && s.back().type == kArray && g.node(s.back().node).unique_items) {
+          s.back().bits |= uint64_t{1} << complete;  // written: not again in this array
+        }
         continue;
       }
     }

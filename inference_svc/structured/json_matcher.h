@@ -59,9 +59,11 @@ class JsonMatcher {
                         // literal: bytes matched; bounded number: integer digits
     int32_t b = 0;      // object: bytes of the key matched; bounded number: 1 once a
                         // fraction digit is not 0; string with a pattern: the code point
-                        // so far of a character being written
+                        // so far of a character being written; value: 1 when `bits`
+                        // holds the literals it may be (an item of a uniqueItems array)
     uint64_t bits = 0;  // object: key candidates; literal: candidates; string: byte bounds;
-                        // bounded number: its integer part
+                        // bounded number: its integer part; array with uniqueItems: the
+                        // literals written; value: see b
     uint64_t pattern = 0;  // string with a pattern: the automaton's state (Pattern)
     bool operator==(const Frame&) const = default;
   };

@@ -157,10 +157,11 @@ TEST_F(HttpApiTest, SchemasOutsideTheSubsetAreRefused) {
   json chat = kChat;
   chat["response_format"] = {
       {"type", "json_schema"},
-      {"json_schema", {{"name", "x"}, {"schema", {{"type", "array"}, {"uniqueItems", true}}}}}};
+      {"json_schema",
+       {{"name", "x"}, {"schema", {{"type", "array"}, {"contains", {{"type", "integer"}}}}}}}};
   HttpReply r = HttpCall(port_[0], "POST", "/v1/chat/completions", chat.dump(), kAuth);
   EXPECT_EQ(r.status, 400) << r.body;
-  EXPECT_THAT(r.body, HasSubstr("'uniqueItems' is not supported"));
+  EXPECT_THAT(r.body, HasSubstr("'contains' is not supported"));
   chat["response_format"] = {{"type", "xml"}};
   r = HttpCall(port_[0], "POST", "/v1/chat/completions", chat.dump(), kAuth);
   EXPECT_EQ(r.status, 400) << r.body;
@@ -215,11 +216,11 @@ TEST_F(HttpApiTest, GrpcGenerateTakesAResponseFormat) {
   EXPECT_GE(value.get<int>(), 3);
   EXPECT_LE(value.get<int>(), 9);
 
-  format.set_json_schema(R"({"type":"array","uniqueItems":true})");
+  format.set_json_schema(R"({"type":"array","contains":{"type":"integer"}})");
   text.clear();
   const grpc::Status bad = generate(format, &text);
   EXPECT_EQ(bad.error_code(), grpc::StatusCode::INVALID_ARGUMENT);
-  EXPECT_THAT(bad.error_message(), HasSubstr("'uniqueItems' is not supported"));
+  EXPECT_THAT(bad.error_message(), HasSubstr("'contains' is not supported"));
 }
 
 }  // namespace

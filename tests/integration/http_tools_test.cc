@@ -494,9 +494,9 @@ TEST_F(HttpApiTest, GrpcToolChoicesAreChecked) {
   // refused.
   request.clear_tools();
   ojson outside = kTools[1];
-  outside["function"]["parameters"]["properties"]["zone"] = {{"uniqueItems", true}};
+  outside["function"]["parameters"]["properties"]["zone"] = {{"contains", {{"type", "integer"}}}};
   request.add_tools(outside.dump());
-  refused("grpc-bad-9", request, "keyword 'uniqueItems' is not supported");
+  refused("grpc-bad-9", request, "keyword 'contains' is not supported");
   // A choice other than none needs tools.
   v1::GenerateRequest bare;
   bare.mutable_tool_choice()->set_mode(v1::ToolChoice::MODE_REQUIRED);
@@ -599,10 +599,11 @@ TEST_F(HttpApiTest, BadToolsAreRefusedNamingTheField) {
   // is refused; auto takes it (nothing is held to it).
   chat = ToolChat();
   chat["tool_choice"] = "required";
-  chat["tools"][1]["function"]["parameters"]["properties"]["zone"] = {{"uniqueItems", true}};
+  chat["tools"][1]["function"]["parameters"]["properties"]["zone"] = {
+      {"contains", {{"type", "integer"}}}};
   refused(chat, "tools",
           "tools[1].function.parameters: schema at '/properties/zone': keyword "
-          "'uniqueItems' is not supported");
+          "'contains' is not supported");
   chat.erase("tool_choice");
   chat["max_tokens"] = 4;
   HttpReply r = HttpCall(port_[0], "POST", "/v1/chat/completions", chat.dump(), kAuth);

@@ -97,8 +97,11 @@ SCHEMAS = [
         "step": {"type": "integer", "multipleOf": 7},
         "even": {"type": "integer", "multipleOf": 2, "minimum": -9, "exclusiveMaximum": 9},
         "round": {"type": "number", "multipleOf": 1000, "maximum": 0},
-        "whole": {"multipleOf": 1, "minimum": 0, "maximum": 3}},
-     "required": ["step", "even", "round", "whole"]},
+        "whole": {"multipleOf": 1, "minimum": 0, "maximum": 3},
+        "tags": {"type": "array", "items": {"enum": ["a", "ab", 1, 10, 1.5, None, [1], {"k": 1}]},
+                 "uniqueItems": True, "minItems": 1},
+        "flags": {"items": {"type": "boolean"}, "uniqueItems": True}},
+     "required": ["step", "even", "round", "whole", "tags", "flags"]},
     True,
     {},
 ]

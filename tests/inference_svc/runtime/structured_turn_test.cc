@@ -224,14 +224,15 @@ TEST_F(StructuredTurnTest, PatternsBoundsAndTuples) {
   }
 }
 
-// multipleOf and the formats with a shape hold what the real model writes.
-TEST_F(StructuredTurnTest, MultiplesAndFormats) {
+// multipleOf, the formats with a shape and uniqueItems hold what the real model writes.
+TEST_F(StructuredTurnTest, MultiplesFormatsAndSets) {
   const std::string schema = R"({"type":"object","properties":{
       "step":{"type":"integer","multipleOf":25,"minimum":0,"maximum":200},
       "host":{"type":"string","format":"hostname","maxLength":12},
       "span":{"type":"string","format":"duration","maxLength":8},
-      "ip":{"type":"string","format":"ipv6"}},
-      "required":["step","host","span","ip"],"additionalProperties":false})";
+      "ip":{"type":"string","format":"ipv6"},
+      "tags":{"type":"array","items":{"enum":["red","green","blue"]},"uniqueItems":true}},
+      "required":["step","host","span","ip","tags"],"additionalProperties":false})";
   const std::regex host(
       "^[A-Za-z0-9]([A-Za-z0-9-]*[A-Za-z0-9])?(\\.[A-Za-z0-9]([A-Za-z0-9-]*[A-Za-z0-9])?)*$");
   const std::regex span("^P(\\d+[YMWD]|T\\d+[HMS])");
@@ -251,6 +252,12 @@ TEST_F(StructuredTurnTest, MultiplesAndFormats) {
     EXPECT_TRUE(std::regex_search(h, host) && h.size() <= 12) << a.text;
     EXPECT_TRUE(std::regex_search(d, span) && d.size() <= 8) << a.text;
     EXPECT_TRUE(std::regex_search(doc.value("ip", ""), ip)) << a.text;
+    ASSERT_TRUE(doc["tags"].is_array()) << a.text;
+    const std::set<json> tags(doc["tags"].begin(), doc["tags"].end());
+    EXPECT_EQ(tags.size(), doc["tags"].size()) << a.text;
+    for (const json& t : tags) {
+      EXPECT_TRUE(t == "red" || t == "green" || t == "blue") << a.text;
+    }
   }
 }
 

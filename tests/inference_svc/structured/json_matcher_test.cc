@@ -10,6 +10,7 @@
 #include <limits>
 #include <random>
 #include <regex>
+#include <set>
 #include <string>
 #include <vector>
 
@@ -451,7 +452,16 @@ TEST(JsonSchemaTest, RefusesWhatItCannotHold) {
       {json{{"pattern", std::string(4000, '(')}}.dump(), "groups nested more than 32 deep"},
       {json{{"pattern", std::string(5000, 'a')}}.dump(), "over 4096 bytes"},
       {R"({"type":"string","pattern":3})", "/pattern"},
-      {R"({"type":"array","uniqueItems":true})", "keyword 'uniqueItems' is not supported"},
+      {R"({"type":"array","contains":{}})", "keyword 'contains' is not supported"},
+      {R"({"type":"array","uniqueItems":true})", "/uniqueItems': is supported where the items"},
+      {R"({"items":{"type":"string"},"uniqueItems":true})", "not for items of other kinds"},
+      {R"({"prefixItems":[{"const":1}],"items":{"const":2},"uniqueItems":true})",
+       "beside tuple places"},
+      {R"({"items":{"enum":[1,2,1.0]},"uniqueItems":true})", "values 1 and 1.0 are one value"},
+      {R"({"items":{"enum":[{"a":1,"b":2},{"b":2,"a":1}]},"uniqueItems":true})", "are one value"},
+      {R"({"items":{"type":"boolean"},"uniqueItems":true,"minItems":3})",
+       "minItems is above the 2 distinct values"},
+      {R"({"type":"array","uniqueItems":"yes"})", "/uniqueItems': must be a boolean"},
       {R"({"type":"string","format":"hostname","minLength":300})",
        "minLength is above the format's most characters (253)"},
       {R"({"type":"integer","multipleOf":0.5})", "must be an integer here (0.5)"},
@@ -866,6 +876,70 @@ TEST(JsonSchemaTest, NumericBoundsHoldExactly) {
   EXPECT_FALSE(Complete(g, R"({"n":0.5})"));
   EXPECT_TRUE(Complete(g, R"({"n":12345678901234.5})"));
   EXPECT_FALSE(Complete(g, R"({"n":12345678901234.56})"));
+}
+
+// uniqueItems over items of listed values writes each value at most once: every array of
+// up to four items of the values (and of one that is not) is whole exactly when its items
+// are distinct and within the bounds, and random walks never write a value twice.
+TEST(JsonSchemaTest, UniqueItemsOfListedValues) {
+  struct Case {
+    std::string schema;
+    int min_items, max_items;
+  };
+  const std::vector<Case> cases = {
+      {R"({"type":"array","items":{"enum":["a","ab",1,10,null]},"uniqueItems":true})", 0, 5},
+      {R"({"items":{"enum":["a","ab",1,10,null]},"uniqueItems":true,"minItems":2,"maxItems":3})", 2,
+       3},
+      {R"({"type":"array","items":{"enum":["a","ab",1,10,null]},"uniqueItems":false})", 0, 99},
+  };
+  const std::vector<std::string> values = {R"("a")", R"("ab")", "1", "10", "null", "true"};
+  std::vector<std::vector<int>> arrays = {{}};
+  for (size_t len = 1; len <= 4; ++len) {
+    for (size_t i = 0, n = arrays.size(); i < n; ++i) {
+      if (arrays[i].size() != len - 1) continue;
+      for (int v = 0; v < static_cast<int>(values.size()); ++v) {
+        arrays.push_back(arrays[i]);
+        arrays.back().push_back(v);
+      }
+    }
+  }
+  std::mt19937_64 rng(31);
+  for (const Case& c : cases) {
+    SCOPED_TRACE(c.schema);
+    const bool unique = c.schema.find("\"uniqueItems\":true") != std::string::npos;
+    const auto g = Schema(c.schema);
+    for (const std::vector<int>& a : arrays) {
+      std::string text = "[";
+      for (size_t i = 0; i < a.size(); ++i) text += (i ? "," : "") + values[a[i]];
+      text += "]";
+      const std::set<int> distinct(a.begin(), a.end());
+      const int n = static_cast<int>(a.size());
+      const bool fits = !distinct.count(5) && (!unique || distinct.size() == a.size()) &&
+                        n >= c.min_items && n <= c.max_items;
+      EXPECT_EQ(Complete(g, text), fits) << text;
+    }
+    for (int i = 0; i < 300; ++i) {
+      const auto doc = testing::RandomDocument(g, rng);
+      ASSERT_TRUE(doc.has_value()) << "a random walk found no way to end";
+      const json items = json::parse(*doc);
+      ASSERT_TRUE(items.is_array()) << *doc;
+      const int n = static_cast<int>(items.size());
+      EXPECT_TRUE(n >= c.min_items && n <= c.max_items) << *doc;
+      for (int j = 0; unique && j < n; ++j) {
+        for (int k = j + 1; k < n; ++k) EXPECT_NE(items[j], items[k]) << *doc;
+      }
+    }
+  }
+  // Inside objects, each array its own: a value written in one may be written in the next.
+  const auto g = Schema(R"({"type":"array","items":{"type":"array","items":{"type":"boolean"},
+                            "uniqueItems":true}})");
+  EXPECT_TRUE(Complete(g, "[[true,false],[false,true],[]]"));
+  EXPECT_FALSE(Complete(g, "[[true,false],[false,false]]"));
+  JsonMatcher m(g);
+  EXPECT_TRUE(m.Advance("[[true, "));
+  EXPECT_FALSE(JsonMatcher(m).Advance("t"));
+  EXPECT_TRUE(m.Advance("false"));
+  EXPECT_FALSE(JsonMatcher(m).Advance(","));  // no value left to write
 }
 
 // multipleOf (an integer) writes integers that are its multiples, within the bounds beside
