@@ -754,7 +754,7 @@ TEST(JsonSchemaTest, FormatsWithAFixedShape) {
   EXPECT_TRUE(complete("uri", "not a uri"));     // an annotation
   // A host name is at most 253 characters, with or without maxLength.
   std::string long_host(22, 'a');
-  for (int i = 0; i < 11; ++i) long_host += "." + std::string(21, 'b');
+  for (int i = 0; i < 11; ++i) long_host.append(1, '.').append(21, 'b');
   ASSERT_EQ(long_host.size(), 264u);
   EXPECT_FALSE(complete("hostname", long_host));
   EXPECT_TRUE(complete("hostname", long_host.substr(0, 253)));
