@@ -140,7 +140,7 @@ std::vector<std::pair<std::string, json>> Seeds() {
 
 // Values that break assumptions: extremes, wrong types, deep or wide structures, odd text.
 json OddValue(std::mt19937_64& rng) {
-  switch (rng() % 22) {
+  switch (rng() % 25) {
     case 0:
       return nullptr;
     case 1:
@@ -190,6 +190,12 @@ json OddValue(std::mt19937_64& rng) {
       return {{"type", "string"}, {"pattern", "a+"}};
     case 20:
       return {{"$ref", "#"}};
+    case 21:
+      return rng() % 2 ? "hostname" : "duration";
+    case 22:
+      return {{"items", {{"enum", {1, 1.0, "a"}}}}, {"uniqueItems", true}};
+    case 23:
+      return {{"type", "integer"}, {"multipleOf", 7}, {"maximum", 6}};
     default:
       return {{"anyOf", {{{"type", "string"}}, {{"type", "integer"}}}}};
   }
@@ -238,11 +244,11 @@ std::string Mutate(const json& seed, std::mt19937_64& rng) {
       default:  // a key the schema and parser readers know, with an odd value
         if (node->is_object()) {
           static const char* kKeys[] = {
-              "type",      "items",      "enum",      "minItems",         "maxItems",
-              "required",  "minimum",    "maximum",   "exclusiveMinimum", "exclusiveMaximum",
-              "minLength", "anyOf",      "const",     "properties",       "name",
-              "role",      "content",    "arguments", "tool_calls",       "maxLength",
-              "pattern",   "prefixItems"};
+              "type",      "items",       "enum",       "minItems",         "maxItems",
+              "required",  "minimum",     "maximum",    "exclusiveMinimum", "exclusiveMaximum",
+              "minLength", "anyOf",       "const",      "properties",       "name",
+              "role",      "content",     "arguments",  "tool_calls",       "maxLength",
+              "pattern",   "prefixItems", "multipleOf", "uniqueItems",      "format"};
           (*node)[kKeys[rng() % std::size(kKeys)]] = OddValue(rng);
         }
     }
