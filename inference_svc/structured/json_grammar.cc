@@ -34,6 +34,7 @@ const std::set<std::string>& Assertions() {
       "properties", "required", "additionalProperties",                            // objects
       "items", "prefixItems", "additionalItems", "minItems", "maxItems",           // arrays
       "uniqueItems",
+      "propertyNames", "minProperties", "maxProperties",                           // maps
       "minLength", "maxLength", "pattern",                                         // strings
       "minimum", "maximum", "exclusiveMinimum", "exclusiveMaximum", "multipleOf"}; // numbers
   // clang-format on
@@ -275,11 +276,14 @@ class SchemaCompiler {
       auto has = [&](std::initializer_list<const char*> keys) {
         return std::any_of(keys.begin(), keys.end(), [&](const char* k) { return s.contains(k); });
       };
-      if (has({"properties", "required", "additionalProperties"})) types.push_back("object");
+      if (has({"properties", "required", "additionalProperties", "propertyNames", "minProperties",
+               "maxProperties"})) {
+        types.push_back("object");
+      }
       if (has({"items", "minItems", "maxItems", "prefixItems", "additionalItems", "uniqueItems"})) {
         types.push_back("array");
       }
-      if (has({"minLength", "maxLength", "pattern"})) types.push_back("string");
+      if (has({"minLength", "maxLength", "pattern", "format"})) types.push_back("string");
       if (has({"minimum", "maximum", "exclusiveMinimum", "exclusiveMaximum", "multipleOf"})) {
         types.push_back("number");
       }
@@ -720,12 +724,27 @@ class SchemaCompiler {
                    absl::StrCat("'", *required.begin(), "' is not in 'properties'"));
       }
       const json extra = s.value("additionalProperties", json(true));
-      if (extra.is_boolean() && !extra.get<bool>()) return Add(std::move(n));
+      if (extra.is_boolean() && !extra.get<bool>()) {
+        int lo = 0, hi = -1;
+        KVFOLD_RETURN_IF_ERROR(Bounds(s, "minProperties", "maxProperties", where, &lo, &hi));
+        if (lo > 0) {
+          return Bad(absl::StrCat(where, "/minProperties"),
+                     "is above 0 where no key may be written");
+        }
+        return Add(std::move(n));
+      }
       auto values = Compile(extra, absl::StrCat(where, "/additionalProperties"), depth + 1);
       if (!values.ok()) return values.status();
       n.free_keys = true;
       n.values = *values;
+      KVFOLD_RETURN_IF_ERROR(MapKeys(s, where, depth, &n));
       return Add(std::move(n));
+    }
+    for (const char* key : {"propertyNames", "minProperties", "maxProperties"}) {
+      if (s.contains(key)) {
+        return Bad(absl::StrCat(where, "/", key),
+                   "is supported for maps (no 'properties'; keys of 'additionalProperties')");
+      }
     }
     if (static_cast<int>(props->size()) > kMaxProperties) {
       return Bad(absl::StrCat(where, "/properties"),
@@ -748,6 +767,50 @@ class SchemaCompiler {
                  absl::StrCat("'", *required.begin(), "' is not in 'properties'"));
     }
     return Add(std::move(n));
+  }
+
+  // A map's keys (free_keys node *n): propertyNames, a schema of strings (its node a
+  // kString: pattern, lengths, format; or a kLiterals of strings, each key then written
+  // at most once), and minProperties / maxProperties. minProperties needs listed keys:
+  // other keys could repeat, and a parser keeps one of each, so the keys written would
+  // overcount the object's.
+  absl::Status MapKeys(const json& s, const std::string& where, int depth, Node* n) {
+    KVFOLD_RETURN_IF_ERROR(
+        Bounds(s, "minProperties", "maxProperties", where, &n->min_properties, &n->max_properties));
+    if (s.contains("propertyNames")) {
+      const std::string at = absl::StrCat(where, "/propertyNames");
+      auto keys = Compile(s["propertyNames"], at, depth + 1);
+      if (!keys.ok()) return keys.status();
+      if (*keys != Grammar::kAnyValue) {
+        const Node& k = grammar_->nodes_[*keys];
+        const bool strings = !unfilled_.count(*keys) &&
+                             (k.kind == NodeKind::kString ||
+                              (k.kind == NodeKind::kLiterals &&
+                               std::all_of(k.literals.begin(), k.literals.end(),
+                                           [](const std::string& l) { return l[0] == '"'; })));
+        if (!strings) {
+          return Bad(at,
+                     "must be a schema of strings: type string (with pattern, lengths or "
+                     "format), or enum / const of strings");
+        }
+        n->keys = *keys;
+        if (k.kind == NodeKind::kLiterals) {
+          const int count = static_cast<int>(k.literals.size());
+          if (n->min_properties > count) {
+            return Bad(where, absl::StrCat("minProperties is above the ", count,
+                                           " keys of 'propertyNames'"));
+          }
+          n->max_properties = n->max_properties < 0 ? count : std::min(n->max_properties, count);
+        }
+      }
+    }
+    const bool listed = n->keys >= 0 && grammar_->nodes_[n->keys].kind == NodeKind::kLiterals;
+    if (n->min_properties > 0 && !listed) {
+      return Bad(absl::StrCat(where, "/minProperties"),
+                 "is supported where 'propertyNames' lists the keys (enum / const): other "
+                 "keys could repeat, and a parser keeps one of each");
+    }
+    return absl::OkStatus();
   }
 
   const json& root_;

@@ -39,10 +39,16 @@ struct Property {
 struct Node {
   NodeKind kind = NodeKind::kAny;
   // kObject: the properties, written in this order (optional ones may be left out);
-  // free_keys: any string keys instead, each value a `values` node.
+  // free_keys: string keys instead (a map), each value a `values` node.
   std::vector<Property> properties;
   bool free_keys = false;
   int values = 0;
+  // free_keys: each key of node `keys` (-1: any string; propertyNames: a kString node, or
+  // a kLiterals node of strings, each key then written at most once), and between
+  // min_properties and max_properties of them (-1: no bound).
+  int keys = -1;
+  int min_properties = 0;
+  int max_properties = -1;
   // kArray: item i is of node prefix_items[i] (a tuple's places: prefixItems, or the
   // draft 4-2019 `items` list), every later one of `items`.
   std::vector<int> prefix_items;

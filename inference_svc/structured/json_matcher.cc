@@ -273,19 +273,31 @@ void JsonMatcher::Feed(Stack& s, uint8_t c, std::vector<Stack>* out) const {
         switch (f.phase) {
           case kOpen:
           case kComma:
-            if (c == '}' && f.phase == kOpen && (n.free_keys || !RequiredAfter(n, f.a))) {
+            if (c == '}' && f.phase == kOpen &&
+                (n.free_keys ? n.min_properties == 0 : !RequiredAfter(n, f.a))) {
               s.pop_back();
               out->push_back(std::move(s));
               return;
             }
             if (c != '"') return;
             if (n.free_keys) {
+              // A map's key (f.a: keys before it - 1): a string, of propertyNames' node
+              // when given; listed keys not written yet (f.bits), past their quote.
+              if (n.max_properties == 0) return;
               ++f.a;
               f.phase = kColon;
               Frame key;
-              key.type = kString;
-              key.phase = kChars;
-              key.node = Grammar::kAnyString;
+              key.node = n.keys < 0 ? Grammar::kAnyString : n.keys;
+              const Node& k = g.node(key.node);
+              if (k.kind == NodeKind::kLiterals) {
+                key.type = kLiteral;
+                key.a = 1;
+                key.bits = FirstN(k.literals.size()) & ~f.bits;
+              } else {
+                key.type = kString;
+                key.phase = kChars;
+                if (k.pattern != nullptr) key.pattern = Pattern::kStart;
+              }
               s.push_back(key);
             } else {
               f.phase = kKey;
@@ -331,9 +343,12 @@ void JsonMatcher::Feed(Stack& s, uint8_t c, std::vector<Stack>* out) const {
             return;
           }
           case kAfterValue:
-            if (c == ',' && (n.free_keys || KeyCandidates(n, f.a) != 0)) {
+            // A map: f.a + 1 keys written.
+            if (c == ',' && (n.free_keys ? n.max_properties < 0 || f.a + 1 < n.max_properties
+                                         : KeyCandidates(n, f.a) != 0)) {
               f.phase = kComma;
-            } else if (c == '}' && (n.free_keys || !RequiredAfter(n, f.a))) {
+            } else if (c == '}' &&
+                       (n.free_keys ? f.a + 1 >= n.min_properties : !RequiredAfter(n, f.a))) {
               s.pop_back();
             } else {
               return;
@@ -581,8 +596,11 @@ void JsonMatcher::Feed(Stack& s, uint8_t c, std::vector<Stack>* out) const {
         }
         if (complete < 0) return;
         s.pop_back();  // the literal ended before c
-        if (!s.empty() && s.back().type == kArray && g.node(s.back().node).unique_items) {
-          s.back().bits |= uint64_t{1} << complete;  // written: not again in this array
+        // An item of a uniqueItems array, or a listed key of a map: written, so not again
+        // in this array or object.
+        if (!s.empty() && ((s.back().type == kArray && g.node(s.back().node).unique_items) ||
+                           (s.back().type == kObject && s.back().phase == kColon))) {
+          s.back().bits |= uint64_t{1} << complete;
         }
         continue;
       }

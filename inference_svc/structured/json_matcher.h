@@ -62,8 +62,8 @@ class JsonMatcher {
                         // so far of a character being written; value: 1 when `bits`
                         // holds the literals it may be (an item of a uniqueItems array)
     uint64_t bits = 0;  // object: key candidates; literal: candidates; string: byte bounds;
-                        // bounded number: its integer part; array with uniqueItems: the
-                        // literals written; value: see b
+                        // bounded number: its integer part; array with uniqueItems, map
+                        // with listed keys: the literals written; value: see b
     uint64_t pattern = 0;  // string with a pattern: the automaton's state (Pattern)
     bool operator==(const Frame&) const = default;
   };

@@ -102,6 +102,14 @@ SCHEMAS = [
                  "uniqueItems": True, "minItems": 1},
         "flags": {"items": {"type": "boolean"}, "uniqueItems": True}},
      "required": ["step", "even", "round", "whole", "tags", "flags"]},
+    {"type": "object", "properties": {
+        "scores": {"type": "object", "propertyNames": {"enum": ["math", "art", "pe"]},
+                   "additionalProperties": {"type": "integer", "minimum": 0, "maximum": 100},
+                   "minProperties": 2},
+        "labels": {"propertyNames": {"pattern": "^[a-z]{1,8}$"}, "maxProperties": 3,
+                   "additionalProperties": {"type": "string", "maxLength": 4}},
+        "days": {"propertyNames": {"format": "date"}, "additionalProperties": {"type": "boolean"}}},
+     "required": ["scores", "labels", "days"]},
     True,
     {},
 ]

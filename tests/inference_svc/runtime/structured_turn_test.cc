@@ -224,15 +224,18 @@ TEST_F(StructuredTurnTest, PatternsBoundsAndTuples) {
   }
 }
 
-// multipleOf, the formats with a shape and uniqueItems hold what the real model writes.
-TEST_F(StructuredTurnTest, MultiplesFormatsAndSets) {
+// multipleOf, the formats with a shape, uniqueItems and a map's listed keys hold what the
+// real model writes.
+TEST_F(StructuredTurnTest, MultiplesFormatsSetsAndMaps) {
   const std::string schema = R"({"type":"object","properties":{
       "step":{"type":"integer","multipleOf":25,"minimum":0,"maximum":200},
       "host":{"type":"string","format":"hostname","maxLength":12},
       "span":{"type":"string","format":"duration","maxLength":8},
       "ip":{"type":"string","format":"ipv6"},
-      "tags":{"type":"array","items":{"enum":["red","green","blue"]},"uniqueItems":true}},
-      "required":["step","host","span","ip","tags"],"additionalProperties":false})";
+      "tags":{"type":"array","items":{"enum":["red","green","blue"]},"uniqueItems":true},
+      "marks":{"propertyNames":{"enum":["x","y"]},"minProperties":1,
+               "additionalProperties":{"type":"integer","minimum":0,"maximum":9}}},
+      "required":["step","host","span","ip","tags","marks"],"additionalProperties":false})";
   const std::regex host(
       "^[A-Za-z0-9]([A-Za-z0-9-]*[A-Za-z0-9])?(\\.[A-Za-z0-9]([A-Za-z0-9-]*[A-Za-z0-9])?)*$");
   const std::regex span("^P(\\d+[YMWD]|T\\d+[HMS])");
@@ -257,6 +260,20 @@ TEST_F(StructuredTurnTest, MultiplesFormatsAndSets) {
     EXPECT_EQ(tags.size(), doc["tags"].size()) << a.text;
     for (const json& t : tags) {
       EXPECT_TRUE(t == "red" || t == "green" || t == "blue") << a.text;
+    }
+    // Each key of the map once (a parser would keep the last of a repeated one).
+    std::multiset<std::string> keys;
+    [[maybe_unused]] const json read =
+        json::parse(a.text, [&](int depth, json::parse_event_t event, json& key) {
+          if (depth == 2 && event == json::parse_event_t::key) keys.insert(key.get<std::string>());
+          return true;
+        });
+    ASSERT_TRUE(doc["marks"].is_object()) << a.text;
+    EXPECT_GE(doc["marks"].size(), 1u) << a.text;
+    for (const auto& [k, v] : doc["marks"].items()) {
+      EXPECT_TRUE(k == "x" || k == "y") << a.text;
+      EXPECT_EQ(keys.count(k), 1u) << a.text;
+      EXPECT_TRUE(v.is_number_integer() && v.get<int>() >= 0 && v.get<int>() <= 9) << a.text;
     }
   }
 }

@@ -462,6 +462,14 @@ TEST(JsonSchemaTest, RefusesWhatItCannotHold) {
       {R"({"items":{"type":"boolean"},"uniqueItems":true,"minItems":3})",
        "minItems is above the 2 distinct values"},
       {R"({"type":"array","uniqueItems":"yes"})", "/uniqueItems': must be a boolean"},
+      {R"({"type":"object","minProperties":1})", "where 'propertyNames' lists the keys"},
+      {R"({"propertyNames":{"type":"integer"}})", "/propertyNames': must be a schema of strings"},
+      {R"({"propertyNames":{"enum":["a",1]}})", "must be a schema of strings"},
+      {R"({"properties":{"a":{}},"maxProperties":1})", "/maxProperties': is supported for maps"},
+      {R"({"propertyNames":{"enum":["a","b"]},"minProperties":3})",
+       "minProperties is above the 2 keys"},
+      {R"({"additionalProperties":false,"minProperties":1})", "where no key may be written"},
+      {R"({"type":"object","maxProperties":-1})", "/maxProperties"},
       {R"({"type":"string","format":"hostname","minLength":300})",
        "minLength is above the format's most characters (253)"},
       {R"({"type":"integer","multipleOf":0.5})", "must be an integer here (0.5)"},
@@ -940,6 +948,87 @@ TEST(JsonSchemaTest, UniqueItemsOfListedValues) {
   EXPECT_FALSE(JsonMatcher(m).Advance("t"));
   EXPECT_TRUE(m.Advance("false"));
   EXPECT_FALSE(JsonMatcher(m).Advance(","));  // no value left to write
+}
+
+// A map's keys held to propertyNames (listed keys each at most once) and their count to
+// minProperties / maxProperties: every object of up to three keys of five is whole exactly
+// when its keys fit, and random walks write only such objects.
+TEST(JsonSchemaTest, MapKeysAndTheirCount) {
+  struct Case {
+    std::string schema;
+    std::function<bool(const std::string&)> key_ok;
+    bool distinct;
+    int min_keys, max_keys;
+  };
+  auto in = [](std::set<std::string> keys) {
+    return [keys](const std::string& k) { return keys.count(k) > 0; };
+  };
+  auto lower = [](const std::string& k) {
+    return !k.empty() && k.size() <= 2 &&
+           std::all_of(k.begin(), k.end(), [](char c) { return c >= 'a' && c <= 'z'; });
+  };
+  auto any = [](const std::string&) { return true; };
+  const std::vector<Case> cases = {
+      {R"({"additionalProperties":{"type":"integer"},"propertyNames":{"enum":["a","b","ab"]}})",
+       in({"a", "b", "ab"}), true, 0, 3},
+      {R"({"type":"object","propertyNames":{"enum":["a","b","ab"]},"minProperties":1,
+           "maxProperties":2})",
+       in({"a", "b", "ab"}), true, 1, 2},
+      {R"({"propertyNames":{"const":"ab"}})", in({"ab"}), true, 0, 1},
+      {R"({"type":"object","propertyNames":{"pattern":"^[a-z]+$","maxLength":2}})", lower, false, 0,
+       99},
+      {R"({"type":"object","maxProperties":2})", any, false, 0, 2},
+  };
+  const std::vector<std::string> keys = {"a", "b", "ab", "abc", "B"};
+  std::vector<std::vector<int>> objects = {{}};
+  for (size_t len = 1; len <= 3; ++len) {
+    for (size_t i = 0, n = objects.size(); i < n; ++i) {
+      if (objects[i].size() != len - 1) continue;
+      for (int k = 0; k < static_cast<int>(keys.size()); ++k) {
+        objects.push_back(objects[i]);
+        objects.back().push_back(k);
+      }
+    }
+  }
+  std::mt19937_64 rng(37);
+  for (const Case& c : cases) {
+    SCOPED_TRACE(c.schema);
+    const auto g = Schema(c.schema);
+    for (const std::vector<int>& o : objects) {
+      std::string text = "{";
+      bool keys_ok = true;
+      for (size_t i = 0; i < o.size(); ++i) {
+        text += (i ? ",\"" : "\"") + keys[o[i]] + "\":1";
+        keys_ok = keys_ok && c.key_ok(keys[o[i]]);
+      }
+      text += "}";
+      const int n = static_cast<int>(o.size());
+      const bool distinct = std::set<int>(o.begin(), o.end()).size() == o.size();
+      const bool fits = keys_ok && (!c.distinct || distinct) && n >= c.min_keys && n <= c.max_keys;
+      EXPECT_EQ(Complete(g, text), fits) << text;
+    }
+    for (int i = 0; i < 200; ++i) {
+      const auto doc = testing::RandomDocument(g, rng);
+      ASSERT_TRUE(doc.has_value()) << "a random walk found no way to end";
+      const json parsed = json::parse(*doc);
+      ASSERT_TRUE(parsed.is_object()) << *doc;
+      int n = 0;
+      for (const auto& [k, v] : parsed.items()) {
+        EXPECT_TRUE(c.key_ok(k)) << *doc;
+        ++n;
+      }
+      if (c.distinct) {
+        EXPECT_TRUE(n >= c.min_keys && n <= c.max_keys) << *doc;
+      }
+      EXPECT_LE(n, c.max_keys) << *doc;
+    }
+  }
+  // Keys of a format (a schema of only a format writes strings); listed keys with a space.
+  EXPECT_TRUE(Complete(Schema(R"({"propertyNames":{"format":"date"}})"), R"({"2026-12-06":0})"));
+  EXPECT_FALSE(Complete(Schema(R"({"propertyNames":{"format":"date"}})"), R"({"2026-13-06":0})"));
+  const auto listed = Schema(R"({"propertyNames":{"enum":["a","b"]}})");
+  EXPECT_TRUE(Complete(listed, R"({"a": 1, "b": 2})"));
+  EXPECT_FALSE(Complete(listed, R"({"a": 1, "a": 2})"));
 }
 
 // multipleOf (an integer) writes integers that are its multiples, within the bounds beside
