@@ -19,11 +19,13 @@ namespace {
 using json = nlohmann::ordered_json;
 
 // Keywords that only annotate (JSON Schema 2020-12, "Meta-data" and "format" as an
-// annotation): read past. $defs / definitions hold schemas reached through $ref.
+// annotation; OpenAPI's `discriminator`, which Pydantic writes beside a oneOf and
+// validators read past): read past. $defs / definitions hold schemas reached through $ref.
 const std::set<std::string>& Annotations() {
-  static const std::set<std::string> k = {
-      "title",      "description", "default",   "examples", "$schema", "$id",        "$comment",
-      "deprecated", "readOnly",    "writeOnly", "format",   "$defs",   "definitions"};
+  static const std::set<std::string> k = {"title",       "description",  "default",  "examples",
+                                          "$schema",     "$id",          "$comment", "deprecated",
+                                          "readOnly",    "writeOnly",    "format",   "$defs",
+                                          "definitions", "discriminator"};
   return k;
 }
 
@@ -394,15 +396,22 @@ class SchemaCompiler {
 
   // oneOf admits a document that exactly one alternative admits. Alternatives of
   // different first bytes (an object and a string, a number and null) never both admit a
-  // document; anything else is refused rather than risk a document two admit.
+  // document, nor do objects told apart by a discriminating property (Discriminated);
+  // anything else is refused rather than risk a document two admit.
   absl::Status Disjoint(const std::vector<int>& alternatives, const std::string& where) {
     std::set<char> starts;
+    std::vector<int> objects;
     for (int alt : alternatives) {
       std::string first;
       if (!FirstBytes(alt, &first, 0)) {
         return Bad(where,
                    "oneOf alternatives must start with different characters ({, [, \", "
-                   "a digit, a literal); use anyOf");
+                   "a digit, a literal) or be objects with a discriminating property; use "
+                   "anyOf");
+      }
+      if (!unfilled_.count(alt) && grammar_->nodes_[alt].kind == NodeKind::kObject) {
+        objects.push_back(alt);
+        continue;
       }
       for (char c : first) {
         if (!starts.insert(c).second) {
@@ -410,7 +419,51 @@ class SchemaCompiler {
         }
       }
     }
-    return absl::OkStatus();
+    if (!objects.empty() && starts.count('{')) {
+      return Bad(where, "oneOf alternatives may admit the same document; use anyOf");
+    }
+    return objects.size() > 1 ? Discriminated(objects, where) : absl::OkStatus();
+  }
+
+  // Objects of a oneOf: told apart when one property (Pydantic's discriminator) is
+  // required by every one and listed values (`const` / `enum`) no two of them share. A
+  // document of one carries its own value there, which every other refuses.
+  absl::Status Discriminated(const std::vector<int>& objects, const std::string& where) {
+    // The literal values of `key` in object node `index`, or nullptr where it is not a
+    // required property of listed values.
+    auto values = [&](int index, const std::string& key) -> const std::vector<std::string>* {
+      for (const Property& p : grammar_->nodes_[index].properties) {
+        if (p.key != key) continue;
+        const bool listed = p.required && !unfilled_.count(p.value) &&
+                            grammar_->nodes_[p.value].kind == NodeKind::kLiterals;
+        return listed ? &grammar_->nodes_[p.value].literals : nullptr;
+      }
+      return nullptr;
+    };
+    for (const Property& candidate : grammar_->nodes_[objects[0]].properties) {
+      std::vector<nlohmann::json> seen;
+      bool apart = true;
+      for (size_t o = 0; o < objects.size() && apart; ++o) {
+        const std::vector<std::string>* literals = values(objects[o], candidate.key);
+        if (literals == nullptr) {
+          apart = false;
+          break;
+        }
+        // JSON Schema compares values: 1 and 1.0 are one.
+        std::vector<nlohmann::json> own;
+        for (const std::string& l : *literals) {
+          const nlohmann::json v = nlohmann::json::parse(l);
+          if (std::find(seen.begin(), seen.end(), v) != seen.end()) apart = false;
+          own.push_back(v);
+        }
+        seen.insert(seen.end(), own.begin(), own.end());
+      }
+      if (apart) return absl::OkStatus();
+    }
+    return Bad(where,
+               "oneOf alternatives that are objects need a property every one requires, "
+               "with 'const' / 'enum' values no two of them share (a discriminator); use "
+               "anyOf");
   }
 
   // The bytes a value of `node` can start with; false when that is not known.

@@ -110,6 +110,20 @@ SCHEMAS = [
                    "additionalProperties": {"type": "string", "maxLength": 4}},
         "days": {"propertyNames": {"format": "date"}, "additionalProperties": {"type": "boolean"}}},
      "required": ["scores", "labels", "days"]},
+    # A discriminated union as Pydantic writes it (Union[Cat, Dog], Field(discriminator=...)):
+    # the validator checks that each document is exactly one alternative's.
+    {"$defs": {
+        "Cat": {"type": "object", "title": "Cat", "required": ["pet_type", "lives"],
+                "properties": {"pet_type": {"const": "cat", "title": "Pet Type", "type": "string"},
+                               "lives": {"type": "integer", "minimum": 1, "maximum": 9}}},
+        "Dog": {"type": "object", "title": "Dog", "required": ["pet_type"],
+                "properties": {"name": {"type": "string", "maxLength": 6},
+                               "pet_type": {"enum": ["dog", 1, None]}}}},
+     "type": "object", "required": ["pets"],
+     "properties": {"pets": {"type": "array", "maxItems": 4, "items": {
+         "oneOf": [{"$ref": "#/$defs/Cat"}, {"$ref": "#/$defs/Dog"}, {"type": "string"}],
+         "discriminator": {"propertyName": "pet_type",
+                           "mapping": {"cat": "#/$defs/Cat", "dog": "#/$defs/Dog"}}}}}},
     True,
     {},
 ]

@@ -224,9 +224,9 @@ TEST_F(StructuredTurnTest, PatternsBoundsAndTuples) {
   }
 }
 
-// multipleOf, the formats with a shape, uniqueItems and a map's listed keys hold what the
-// real model writes.
-TEST_F(StructuredTurnTest, MultiplesFormatsSetsAndMaps) {
+// multipleOf, the formats with a shape, uniqueItems, a map's listed keys and a
+// discriminated oneOf hold what the real model writes.
+TEST_F(StructuredTurnTest, MultiplesFormatsSetsMapsAndUnions) {
   const std::string schema = R"({"type":"object","properties":{
       "step":{"type":"integer","multipleOf":25,"minimum":0,"maximum":200},
       "host":{"type":"string","format":"hostname","maxLength":12},
@@ -234,8 +234,14 @@ TEST_F(StructuredTurnTest, MultiplesFormatsSetsAndMaps) {
       "ip":{"type":"string","format":"ipv6"},
       "tags":{"type":"array","items":{"enum":["red","green","blue"]},"uniqueItems":true},
       "marks":{"propertyNames":{"enum":["x","y"]},"minProperties":1,
-               "additionalProperties":{"type":"integer","minimum":0,"maximum":9}}},
-      "required":["step","host","span","ip","tags","marks"],"additionalProperties":false})";
+               "additionalProperties":{"type":"integer","minimum":0,"maximum":9}},
+      "pet":{"oneOf":[
+          {"type":"object","properties":{"kind":{"const":"cat"},"lives":{"type":"integer"}},
+           "required":["kind","lives"],"additionalProperties":false},
+          {"type":"object","properties":{"kind":{"const":"dog"}},"required":["kind"],
+           "additionalProperties":false}],
+        "discriminator":{"propertyName":"kind"}}},
+      "required":["step","host","span","ip","tags","marks","pet"],"additionalProperties":false})";
   const std::regex host(
       "^[A-Za-z0-9]([A-Za-z0-9-]*[A-Za-z0-9])?(\\.[A-Za-z0-9]([A-Za-z0-9-]*[A-Za-z0-9])?)*$");
   const std::regex span("^P(\\d+[YMWD]|T\\d+[HMS])");
@@ -275,6 +281,10 @@ TEST_F(StructuredTurnTest, MultiplesFormatsSetsAndMaps) {
       EXPECT_EQ(keys.count(k), 1u) << a.text;
       EXPECT_TRUE(v.is_number_integer() && v.get<int>() >= 0 && v.get<int>() <= 9) << a.text;
     }
+    const json& pet = doc["pet"];
+    EXPECT_TRUE((pet == json{{"kind", "dog"}}) ||
+                (pet.size() == 2 && pet["kind"] == "cat" && pet["lives"].is_number_integer()))
+        << a.text;
   }
 }
 

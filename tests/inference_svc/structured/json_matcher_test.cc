@@ -490,6 +490,18 @@ TEST(JsonSchemaTest, RefusesWhatItCannotHold) {
       {R"({"$ref":"http://example.com/s.json"})", "only references into this schema"},
       {R"({"$ref":"#/$defs/missing"})", "names nothing"},
       {R"({"oneOf":[{"type":"string"},{"type":"string","maxLength":2}]})", "use anyOf"},
+      {R"({"oneOf":[{"properties":{"a":{}}},{"properties":{"b":{}}}]})",
+       "need a property every one requires"},
+      {R"({"oneOf":[{"properties":{"k":{"const":1}},"required":["k"]},
+                    {"properties":{"k":{"enum":[2,1.0]}},"required":["k"]}]})",
+       "need a property every one requires"},
+      {R"({"oneOf":[{"properties":{"k":{"const":1}},"required":["k"]},
+                    {"properties":{"k":{"const":2}}}]})",
+       "need a property every one requires"},
+      {R"({"oneOf":[{"properties":{"k":{"const":1}},"required":["k"]},
+                    {"properties":{"k":{"const":2}},"required":["k"]},
+                    {"anyOf":[{"type":"object"},{"type":"null"}]}]})",
+       "may admit the same document"},
       {R"({"enum":[]})", "non-empty"},
       {R"({"type":"integer","enum":["a"]})", "no value of 'enum'"},
       {R"({"enum":[1,2],"const":3})", "no value of 'enum'"},
@@ -948,6 +960,47 @@ TEST(JsonSchemaTest, UniqueItemsOfListedValues) {
   EXPECT_FALSE(JsonMatcher(m).Advance("t"));
   EXPECT_TRUE(m.Advance("false"));
   EXPECT_FALSE(JsonMatcher(m).Advance(","));  // no value left to write
+}
+
+// A oneOf of objects told apart by a discriminating property (as Pydantic writes a
+// discriminated union): each document is one alternative's, and no other's.
+TEST(JsonSchemaTest, DiscriminatedObjectsOfAOneOf) {
+  const auto g = Schema(R"({
+    "$defs": {
+      "Cat": {"type": "object", "title": "Cat", "required": ["pet_type", "meows"],
+              "properties": {"pet_type": {"const": "cat", "type": "string"},
+                             "meows": {"type": "integer", "minimum": 0, "maximum": 9}}},
+      "Dog": {"type": "object", "required": ["barks", "pet_type"],
+              "properties": {"barks": {"type": "number", "minimum": 0, "maximum": 9},
+                             "pet_type": {"enum": ["dog", "puppy"]}}}},
+    "type": "object", "required": ["pet"],
+    "properties": {"pet": {
+      "oneOf": [{"$ref": "#/$defs/Cat"}, {"$ref": "#/$defs/Dog"}, {"type": "null"}],
+      "discriminator": {"propertyName": "pet_type",
+                        "mapping": {"cat": "#/$defs/Cat", "dog": "#/$defs/Dog"}}}}})");
+  EXPECT_TRUE(Complete(g, R"({"pet":{"pet_type":"cat","meows":3}})"));
+  EXPECT_TRUE(Complete(g, R"({"pet":{"barks":1.5,"pet_type":"puppy"}})"));
+  EXPECT_TRUE(Complete(g, R"({"pet":null})"));
+  EXPECT_FALSE(Complete(g, R"({"pet":{"pet_type":"dog","meows":3}})"));
+  EXPECT_FALSE(Complete(g, R"({"pet":{"barks":1,"pet_type":"cat"}})"));
+  std::mt19937_64 rng(41);
+  int cats = 0, dogs = 0;
+  for (int i = 0; i < 300; ++i) {
+    const auto doc = testing::RandomDocument(g, rng);
+    ASSERT_TRUE(doc.has_value()) << "a random walk found no way to end";
+    const json pet = json::parse(*doc)["pet"];
+    if (pet.is_null()) continue;
+    const std::string type = pet["pet_type"];
+    if (type == "cat") {
+      ++cats;
+      EXPECT_TRUE(pet.contains("meows") && !pet.contains("barks")) << *doc;
+    } else {
+      ++dogs;
+      EXPECT_TRUE((type == "dog" || type == "puppy") && pet.contains("barks")) << *doc;
+    }
+  }
+  EXPECT_GT(cats, 0);
+  EXPECT_GT(dogs, 0);
 }
 
 // A map's keys held to propertyNames (listed keys each at most once) and their count to
