@@ -57,7 +57,7 @@ bool TypeMatches(const json& v, const std::string& type) {
   return false;
 }
 
-// The shape of a `format`'s strings: a pattern, and a most code points when the format
+// The shape of a `format`'s strings: a pattern, and their most code points when the format
 // bounds its length (-1: none).
 struct FormatShape {
   std::string pattern;  // "": any string (the format only annotates)

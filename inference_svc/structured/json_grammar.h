@@ -100,6 +100,7 @@ inline bool MultipleWithin(int64_t lo, int64_t hi, int64_t m) {
   if (q * m < lo) ++q;
   return q * m <= hi;
 }
+
 // Most properties of one object and most values of one enum (candidate sets are 64-bit).
 inline constexpr int kMaxProperties = 64;
 inline constexpr int kMaxLiterals = 64;

@@ -281,8 +281,8 @@ void JsonMatcher::Feed(Stack& s, uint8_t c, std::vector<Stack>* out) const {
             }
             if (c != '"') return;
             if (n.free_keys) {
-              // A map's key (f.a: keys before it - 1): a string, of propertyNames' node
-              // when given; listed keys not written yet (f.bits), past their quote.
+              // A map's key (f.a + 1: the keys before it): a string, of propertyNames'
+              // node when given; then listed keys not written yet (f.bits), past their quote.
               if (n.max_properties == 0) return;
               ++f.a;
               f.phase = kColon;
