@@ -27,6 +27,9 @@ inline std::optional<std::string> RandomDocument(
   std::string out;
   std::vector<uint8_t> admitted, preferred;
   auto pick = [&](const std::vector<uint8_t>& from) { return from[rng() % from.size()]; };
+  // Whether the bytes so far end inside a string (a key or a value) and after a backslash:
+  // there '}' and ']' are characters, and only '"' closes.
+  bool in_string = false, escaped = false;
   while (out.size() < max_bytes) {
     if (m.IsComplete() && (!m.CanContinue() || out.size() > soft_bytes || rng() % 4 == 0)) {
       return out;
@@ -38,15 +41,18 @@ inline std::optional<std::string> RandomDocument(
     if (admitted.empty()) return std::nullopt;
     uint8_t c = 0;
     if (out.size() > soft_bytes) {
-      // Close what is open: quotes and brackets first, then anything but a comma or
-      // whitespace, then anything.
+      // Close what is open: inside a string its quote, else any character but a
+      // backslash; outside, brackets first, then anything but a comma or whitespace;
+      // then anything.
       preferred.clear();
       for (uint8_t a : admitted) {
-        if (a == '"' || a == '}' || a == ']') preferred.push_back(a);
+        if (in_string ? a == '"' : a == '}' || a == ']') preferred.push_back(a);
       }
       if (preferred.empty()) {
         for (uint8_t a : admitted) {
-          if (a != ',' && a != ' ' && a != '\n' && a != '\t' && a != '\r') preferred.push_back(a);
+          const bool lengthens =
+              in_string ? a == '\\' : a == ',' || a == ' ' || a == '\n' || a == '\t' || a == '\r';
+          if (!lengthens) preferred.push_back(a);
         }
       }
       c = pick(preferred.empty() ? admitted : preferred);
@@ -55,6 +61,13 @@ inline std::optional<std::string> RandomDocument(
     }
     m.Advance(std::string_view(reinterpret_cast<const char*>(&c), 1));
     out.push_back(static_cast<char>(c));
+    if (in_string) {
+      const bool was_escaped = escaped;
+      escaped = !was_escaped && c == '\\';
+      in_string = was_escaped || c != '"';
+    } else {
+      in_string = c == '"';
+    }
   }
   return std::nullopt;
 }
