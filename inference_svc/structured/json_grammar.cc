@@ -285,7 +285,11 @@ class SchemaCompiler {
       if (has({"items", "minItems", "maxItems", "prefixItems", "additionalItems", "uniqueItems"})) {
         types.push_back("array");
       }
-      if (has({"minLength", "maxLength", "pattern", "format"})) types.push_back("string");
+      // A format held to a shape (FormatPattern) names strings; another one (OpenAPI's
+      // "int64", say) annotates and names nothing.
+      const bool shaped = s.contains("format") && s["format"].is_string() &&
+                          !FormatPattern(s["format"].get<std::string>()).pattern.empty();
+      if (has({"minLength", "maxLength", "pattern"}) || shaped) types.push_back("string");
       if (has({"minimum", "maximum", "exclusiveMinimum", "exclusiveMaximum", "multipleOf"})) {
         types.push_back("number");
       }

@@ -772,6 +772,10 @@ TEST(JsonSchemaTest, FormatsWithAFixedShape) {
   EXPECT_FALSE(complete("duration", "P1Y2W"));   // weeks stand alone
   EXPECT_FALSE(complete("duration", "PT1H1S"));  // RFC 3339: no minute skipped
   EXPECT_TRUE(complete("uri", "not a uri"));     // an annotation
+  // Without a type, a format held to a shape writes a string; another one any value.
+  EXPECT_FALSE(Complete(Schema(R"({"format":"date"})"), "7"));
+  EXPECT_TRUE(Complete(Schema(R"({"format":"date"})"), R"("2026-12-06")"));
+  EXPECT_TRUE(Complete(Schema(R"({"format":"int64"})"), "7"));
   // A host name is at most 253 characters, with or without maxLength.
   std::string long_host(22, 'a');
   for (int i = 0; i < 11; ++i) long_host.append(1, '.').append(21, 'b');
