@@ -59,13 +59,16 @@ class Generator:
     def maybe(self, p=0.5):
         return self.rng.random() < p
 
-    def k_string(self, depth):
-        s = {"type": "string"}
+    def counts(self, s, low_key, high_key, low, spread):
+        """Sometimes a lower count up to `low`, sometimes an upper one at most `spread` above."""
         if self.maybe():
-            s["minLength"] = self.rng.randint(0, 3)
+            s[low_key] = self.rng.randint(0, low)
         if self.maybe():
-            s["maxLength"] = s.get("minLength", 0) + self.rng.randint(0, 6)
+            s[high_key] = s.get(low_key, 0) + self.rng.randint(0, spread)
         return s
+
+    def k_string(self, depth):
+        return self.counts({"type": "string"}, "minLength", "maxLength", 3, 6)
 
     def k_pattern(self, depth):
         s = {"type": "string", "pattern": self.rng.choice(PATTERNS)}
@@ -151,12 +154,8 @@ class Generator:
         return s
 
     def k_array(self, depth):
-        s = {"type": "array", "items": self.node(depth + 1)}
-        if self.maybe():
-            s["minItems"] = self.rng.randint(0, 2)
-        if self.maybe():
-            s["maxItems"] = s.get("minItems", 0) + self.rng.randint(0, 3)
-        return s
+        return self.counts({"type": "array", "items": self.node(depth + 1)}, "minItems",
+                           "maxItems", 2, 3)
 
     def k_set(self, depth):
         items = self.rng.choice([{"enum": self.values(1, 5)}, {"type": "boolean"},

@@ -35,6 +35,9 @@ ResponseFormat SchemaFormat(std::string schema) {
   return f;
 }
 
+const core::KvMode kModes[] = {core::KvMode::kFull, core::KvMode::kSliding, core::KvMode::kSink,
+                               core::KvMode::kMemory};
+
 class StructuredTurnTest : public ::testing::Test {
  protected:
   void SetUp() override {
@@ -102,6 +105,15 @@ class StructuredTurnTest : public ::testing::Test {
     return r;
   }
 
+  // A sampled answer held to JSON Schema `schema`, in mode kModes[seed % 4]; a turn that
+  // fails or does not stop is reported here.
+  Answer Sampled(const std::string& schema, uint64_t seed) {
+    Answer a = Run(Request(kModes[seed % 4], SchemaFormat(schema), /*temperature=*/1.0f, seed));
+    EXPECT_TRUE(a.status.ok()) << a.status;
+    EXPECT_EQ(a.finish, FinishReason::kStop) << a.text;
+    return a;
+  }
+
   model::ModelFile model_;
   std::unique_ptr<kernels::Backend> backend_;
   std::unique_ptr<engine::Engine> engine_;
@@ -124,9 +136,6 @@ size_t ParseErrorAt(const std::string& text) {
   }
   return 0;
 }
-
-const core::KvMode kModes[] = {core::KvMode::kFull, core::KvMode::kSliding, core::KvMode::kSink,
-                               core::KvMode::kMemory};
 
 TEST_F(StructuredTurnTest, AJsonObjectInEveryMode) {
   const Answer free = Run(Request(core::KvMode::kFull, {}));
@@ -207,10 +216,7 @@ TEST_F(StructuredTurnTest, PatternsBoundsAndTuples) {
   const std::regex code("^[A-Z]{2}-[0-9]{3}$"), word("^[a-z]{1,4}$");
   for (uint64_t seed = 1; seed <= 4; ++seed) {
     SCOPED_TRACE(seed);
-    const Answer a =
-        Run(Request(kModes[seed % 4], SchemaFormat(schema), /*temperature=*/1.0f, seed));
-    ASSERT_TRUE(a.status.ok()) << a.status;
-    EXPECT_EQ(a.finish, FinishReason::kStop) << a.text;
+    const Answer a = Sampled(schema, seed);
     const json doc = Parse(a.text);
     ASSERT_TRUE(doc.is_object()) << a.text;
     EXPECT_TRUE(std::regex_search(doc.value("code", ""), code)) << a.text;
@@ -248,10 +254,7 @@ TEST_F(StructuredTurnTest, MultiplesFormatsSetsMapsAndUnions) {
   const std::regex ip("^[0-9a-fA-F]{1,4}(:[0-9a-fA-F]{1,4}){7}$");
   for (uint64_t seed = 1; seed <= 4; ++seed) {
     SCOPED_TRACE(seed);
-    const Answer a =
-        Run(Request(kModes[seed % 4], SchemaFormat(schema), /*temperature=*/1.0f, seed));
-    ASSERT_TRUE(a.status.ok()) << a.status;
-    EXPECT_EQ(a.finish, FinishReason::kStop) << a.text;
+    const Answer a = Sampled(schema, seed);
     const json doc = Parse(a.text);
     ASSERT_TRUE(doc.is_object()) << a.text;
     ASSERT_TRUE(doc["step"].is_number_integer()) << a.text;

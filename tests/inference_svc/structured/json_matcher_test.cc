@@ -902,6 +902,20 @@ TEST(JsonSchemaTest, NumericBoundsHoldExactly) {
   EXPECT_FALSE(Complete(g, R"({"n":12345678901234.56})"));
 }
 
+// Every sequence of at most `longest` symbols of `symbols` (0 .. symbols - 1), the empty
+// one first.
+std::vector<std::vector<int>> Sequences(size_t symbols, size_t longest) {
+  std::vector<std::vector<int>> all = {{}};
+  for (size_t i = 0; i < all.size(); ++i) {
+    if (all[i].size() == longest) continue;
+    for (int v = 0; v < static_cast<int>(symbols); ++v) {
+      all.push_back(all[i]);
+      all.back().push_back(v);
+    }
+  }
+  return all;
+}
+
 // uniqueItems over items of listed values writes each value at most once: every array of
 // up to four items of the values (and of one that is not) is whole exactly when its items
 // are distinct and within the bounds, and random walks never write a value twice.
@@ -917,16 +931,7 @@ TEST(JsonSchemaTest, UniqueItemsOfListedValues) {
       {R"({"type":"array","items":{"enum":["a","ab",1,10,null]},"uniqueItems":false})", 0, 99},
   };
   const std::vector<std::string> values = {R"("a")", R"("ab")", "1", "10", "null", "true"};
-  std::vector<std::vector<int>> arrays = {{}};
-  for (size_t len = 1; len <= 4; ++len) {
-    for (size_t i = 0, n = arrays.size(); i < n; ++i) {
-      if (arrays[i].size() != len - 1) continue;
-      for (int v = 0; v < static_cast<int>(values.size()); ++v) {
-        arrays.push_back(arrays[i]);
-        arrays.back().push_back(v);
-      }
-    }
-  }
+  const std::vector<std::vector<int>> arrays = Sequences(values.size(), 4);
   std::mt19937_64 rng(31);
   for (const Case& c : cases) {
     SCOPED_TRACE(c.schema);
@@ -1037,16 +1042,7 @@ TEST(JsonSchemaTest, MapKeysAndTheirCount) {
       {R"({"type":"object","maxProperties":2})", any, false, 0, 2},
   };
   const std::vector<std::string> keys = {"a", "b", "ab", "abc", "B"};
-  std::vector<std::vector<int>> objects = {{}};
-  for (size_t len = 1; len <= 3; ++len) {
-    for (size_t i = 0, n = objects.size(); i < n; ++i) {
-      if (objects[i].size() != len - 1) continue;
-      for (int k = 0; k < static_cast<int>(keys.size()); ++k) {
-        objects.push_back(objects[i]);
-        objects.back().push_back(k);
-      }
-    }
-  }
+  const std::vector<std::vector<int>> objects = Sequences(keys.size(), 3);
   std::mt19937_64 rng(37);
   for (const Case& c : cases) {
     SCOPED_TRACE(c.schema);
