@@ -830,6 +830,18 @@ bool Completable(const JsonMatcher& m, int depth, int* budget) {
   return false;
 }
 
+// Each prefix of number `text` the matcher keeps alive goes on to a whole document: found
+// by Completable with at most `budget` matchers per prefix.
+void ExpectPrefixesComplete(const std::shared_ptr<const Grammar>& g, const std::string& text,
+                            int budget) {
+  JsonMatcher m(g);
+  for (char ch : text) {
+    if (!m.Advance(std::string(1, ch))) break;
+    int left = budget;
+    EXPECT_TRUE(Completable(m, kMaxBoundedDigits + 2, &left)) << "after a prefix of " << text;
+  }
+}
+
 // Numeric bounds against the doubles a parser reads: every integer in a wide range and
 // decimals around the bounds are whole documents exactly when their double lies within
 // the schema's bounds (integers: without a fraction), every prefix the matcher keeps
@@ -878,13 +890,7 @@ TEST(JsonSchemaTest, NumericBoundsHoldExactly) {
                                text.find_first_of("eE") == std::string::npos;
       const bool within = (c.lo_open ? x > c.lo : x >= c.lo) && (c.hi_open ? x < c.hi : x <= c.hi);
       EXPECT_EQ(Complete(g, text), json_number && number && within) << text;
-      // Each prefix alive goes on to a value in bounds.
-      JsonMatcher m(g);
-      for (char ch : text) {
-        if (!m.Advance(std::string(1, ch))) break;
-        int budget = 2000;
-        ASSERT_TRUE(Completable(m, kMaxBoundedDigits + 2, &budget)) << "after a prefix of " << text;
-      }
+      ExpectPrefixesComplete(g, text, 2000);
     }
     for (int i = 0; i < 300; ++i) {
       const auto doc = testing::RandomDocument(g, rng);
@@ -1125,12 +1131,7 @@ TEST(JsonSchemaTest, MultiplesHoldExactly) {
       const int64_t v = integral ? std::stoll(text) : 0;
       EXPECT_EQ(Complete(g, text), integral && v >= c.lo && v <= c.hi && v % c.multiple == 0)
           << text;
-      JsonMatcher m(g);
-      for (char ch : text) {
-        if (!m.Advance(std::string(1, ch))) break;
-        int budget = 4000;
-        ASSERT_TRUE(Completable(m, kMaxBoundedDigits + 2, &budget)) << "after a prefix of " << text;
-      }
+      ExpectPrefixesComplete(g, text, 4000);
     }
     for (int i = 0; i < 300; ++i) {
       const auto doc = testing::RandomDocument(g, rng);
