@@ -66,14 +66,16 @@ struct FormatShape {
 
 // The strings of a `format` whose values have a fixed shape; no pattern for any other
 // format (an annotation, read past). Each shape is a subset of what the format's RFC
-// admits, so every value written parses as one: a date's day is at most its month's
-// length in a common year (February 29 is left out); a host name's labels are at most
+// admits, so every value written parses as one: a date's year is 1000 to 9999 (Python,
+// among others, reads no year 0) and its day at most its month's length in a common year
+// (February 29 is left out); a host name's labels are at most
 // 22 characters (the RFC's 63 would take more positions than a pattern holds: a label
 // is one position a character); an IPv6 address is written in full (eight groups, no
 // `::`); an e-mail address is a dot-atom at a host name of two labels or more.
 FormatShape FormatPattern(const std::string& format) {
   const std::string date =
-      "\\d{4}-((0[1-9]|1[0-2])-(0[1-9]|1\\d|2[0-8])|(0[13-9]|1[0-2])-(29|30)|(0[13578]|1[02])-31)";
+      "[1-9]\\d{3}-((0[1-9]|1[0-2])-(0[1-9]|1\\d|2[0-8])|(0[13-9]|1[0-2])-(29|30)|(0[13578]|1[02])-"
+      "31)";
   const std::string time =
       "([01]\\d|2[0-3]):[0-5]\\d:[0-5]\\d(\\.\\d{1,6})?(Z|[+-]([01]\\d|2[0-3]):[0-5]\\d)";
   const std::string octet = "(25[0-5]|2[0-4]\\d|1\\d\\d|[1-9]?\\d)";
@@ -97,6 +99,13 @@ FormatShape FormatPattern(const std::string& format) {
     return {"^P((\\d+Y(\\d+M(\\d+D)?)?|\\d+M(\\d+D)?|\\d+D)(" + clock + ")?|" + clock + "|\\d+W)$"};
   }
   return {};
+}
+
+// A list of more than kMaxLiterals values is matched by runs (Node::ranged): sorted.
+void RangeIfLong(Node* n) {
+  if (static_cast<int>(n->literals.size()) <= kMaxLiterals) return;
+  std::sort(n->literals.begin(), n->literals.end());
+  n->ranged = true;
 }
 
 absl::Status Bad(const std::string& where, const std::string& what) {
@@ -265,10 +274,11 @@ class SchemaCompiler {
       if (node.literals.empty()) {
         return Bad(where, "no value of 'enum' / 'const' fits 'type' (and each other)");
       }
-      if (static_cast<int>(node.literals.size()) > kMaxLiterals) {
+      if (static_cast<int>(node.literals.size()) > kMaxValues) {
         return Bad(absl::StrCat(where, "/enum"),
-                   absl::StrCat(node.literals.size(), " values; at most ", kMaxLiterals));
+                   absl::StrCat(node.literals.size(), " values; at most ", kMaxValues));
       }
+      RangeIfLong(&node);
       return Add(std::move(node));
     }
 
@@ -445,7 +455,8 @@ class SchemaCompiler {
       return nullptr;
     };
     for (const Property& candidate : grammar_->nodes_[objects[0]].properties) {
-      std::vector<nlohmann::json> seen;
+      // JSON Schema compares values: 1 and 1.0 are one (and one to nlohmann's ordering).
+      std::set<nlohmann::json> seen;
       bool apart = true;
       for (size_t o = 0; o < objects.size() && apart; ++o) {
         const std::vector<std::string>* literals = values(objects[o], candidate.key);
@@ -453,14 +464,9 @@ class SchemaCompiler {
           apart = false;
           break;
         }
-        // JSON Schema compares values: 1 and 1.0 are one.
-        std::vector<nlohmann::json> own;
-        for (const std::string& l : *literals) {
-          const nlohmann::json v = nlohmann::json::parse(l);
-          if (std::find(seen.begin(), seen.end(), v) != seen.end()) apart = false;
-          own.push_back(v);
-        }
-        seen.insert(seen.end(), own.begin(), own.end());
+        std::set<nlohmann::json> own;
+        for (const std::string& l : *literals) own.insert(nlohmann::json::parse(l));
+        for (const nlohmann::json& v : own) apart = apart && seen.insert(v).second;
       }
       if (apart) return absl::OkStatus();
     }
@@ -726,10 +732,11 @@ class SchemaCompiler {
     const std::string at = absl::StrCat(where, "/uniqueItems");
     if (n->max_items == 0) return absl::OkStatus();  // no item at all
     if (!n->prefix_items.empty()) return Bad(at, "is not supported beside tuple places");
-    if (unfilled_.count(n->items) || grammar_->nodes_[n->items].kind != NodeKind::kLiterals) {
-      return Bad(at,
-                 "is supported where the items are 'enum' / 'const' values, booleans or null "
-                 "(each written at most once); not for items of other kinds");
+    if (unfilled_.count(n->items) || grammar_->nodes_[n->items].kind != NodeKind::kLiterals ||
+        grammar_->nodes_[n->items].ranged) {
+      return Bad(at, absl::StrCat("is supported where the items are at most ", kMaxLiterals,
+                                  " 'enum' / 'const' values, booleans or null (each written "
+                                  "at most once); not for items of other kinds"));
     }
     const std::vector<std::string>& literals = grammar_->nodes_[n->items].literals;
     // JSON Schema compares values, not texts: 1 and 1.0, or {"a":1,"b":2} and
@@ -842,13 +849,13 @@ class SchemaCompiler {
         const Node& k = grammar_->nodes_[*keys];
         const bool strings = !unfilled_.count(*keys) &&
                              (k.kind == NodeKind::kString ||
-                              (k.kind == NodeKind::kLiterals &&
+                              (k.kind == NodeKind::kLiterals && !k.ranged &&
                                std::all_of(k.literals.begin(), k.literals.end(),
                                            [](const std::string& l) { return l[0] == '"'; })));
         if (!strings) {
-          return Bad(at,
-                     "must be a schema of strings: type string (with pattern, lengths or "
-                     "format), or enum / const of strings");
+          return Bad(at, absl::StrCat("must be a schema of strings: type string (with pattern, "
+                                      "lengths or format), or enum / const of at most ",
+                                      kMaxLiterals, " strings"));
         }
         n->keys = *keys;
         if (k.kind == NodeKind::kLiterals) {
@@ -878,9 +885,9 @@ class SchemaCompiler {
 
 absl::StatusOr<std::shared_ptr<const Grammar>> Grammar::Choice(
     const std::vector<std::string>& choices) {
-  if (choices.empty() || static_cast<int>(choices.size()) > kMaxLiterals) {
+  if (choices.empty() || static_cast<int>(choices.size()) > kMaxValues) {
     return absl::InvalidArgumentError(
-        absl::StrCat("choices: ", choices.size(), " given; 1 to ", kMaxLiterals, " allowed"));
+        absl::StrCat("choices: ", choices.size(), " given; 1 to ", kMaxValues, " allowed"));
   }
   std::set<std::string> seen;
   for (const std::string& c : choices) {
@@ -893,6 +900,7 @@ absl::StatusOr<std::shared_ptr<const Grammar>> Grammar::Choice(
   Node node;
   node.kind = NodeKind::kLiterals;
   node.literals = choices;
+  RangeIfLong(&node);
   grammar->nodes_.push_back(std::move(node));
   grammar->root_ = grammar->num_nodes() - 1;
   grammar->leading_space_ = false;

@@ -8,10 +8,12 @@
 #ifndef KVFOLD_INFERENCE_SVC_STRUCTURED_JSON_GRAMMAR_H_
 #define KVFOLD_INFERENCE_SVC_STRUCTURED_JSON_GRAMMAR_H_
 
+#include <algorithm>
 #include <cstdint>
 #include <memory>
 #include <string>
 #include <string_view>
+#include <utility>
 #include <vector>
 
 #include "absl/status/statusor.h"
@@ -77,8 +79,11 @@ struct Node {
   // kNumber, kInteger with `multipleOf` (bounded then too): the value is a multiple of this
   // integer, written as an integer (0: any value).
   int64_t multiple_of = 0;
-  // kLiterals: each a serialized JSON value; kAnyOf: nodes.
+  // kLiterals: each a serialized JSON value (a raw text for a choice); kAnyOf: nodes.
+  // More than kMaxLiterals (`ranged`): sorted by their bytes, so the literals that share
+  // a prefix are a run, and a match keeps the run's ends instead of a set of candidates.
   std::vector<std::string> literals;
+  bool ranged = false;
   std::vector<int> alternatives;
 };
 
@@ -101,9 +106,28 @@ inline bool MultipleWithin(int64_t lo, int64_t hi, int64_t m) {
   return q * m <= hi;
 }
 
-// Most properties of one object and most values of one enum (candidate sets are 64-bit).
+// Most properties of one object, and most values of a list whose members are a set of
+// candidates (a 64-bit word: uniqueItems' items, a map's listed keys); a longer list of
+// values (an enum, a choice) is matched by runs, up to kMaxValues.
 inline constexpr int kMaxProperties = 64;
 inline constexpr int kMaxLiterals = 64;
+inline constexpr int kMaxValues = 4096;
+
+// Literals [lo, hi) of a ranged node, sorted by their bytes: the run of those longer than
+// `at` bytes whose byte `at` is c.
+inline std::pair<uint32_t, uint32_t> NarrowRun(const std::vector<std::string>& literals,
+                                               uint32_t lo, uint32_t hi, size_t at, uint8_t c) {
+  auto byte = [at](const std::string& l) {
+    return l.size() > at ? static_cast<int>(static_cast<uint8_t>(l[at])) : -1;
+  };
+  const auto begin = literals.begin() + lo, end = literals.begin() + hi;
+  const auto first =
+      std::partition_point(begin, end, [&](const std::string& l) { return byte(l) < c; });
+  const auto last =
+      std::partition_point(first, end, [&](const std::string& l) { return byte(l) <= c; });
+  return {static_cast<uint32_t>(first - literals.begin()),
+          static_cast<uint32_t>(last - literals.begin())};
+}
 // Most alternatives one value may open at once (anyOf within anyOf counted out), and most
 // parse stacks a matcher keeps at once: a schema's ambiguity costs bounded work a byte.
 inline constexpr int kMaxAlternatives = 64;
@@ -132,8 +156,8 @@ class Grammar {
   static absl::StatusOr<std::shared_ptr<const Grammar>> FromSchema(std::string_view schema,
                                                                    bool compact = true);
   // Exactly one of `choices` (raw text, not JSON; vLLM's guided_choice), nothing before
-  // or after it. INVALID_ARGUMENT for none, more than kMaxLiterals, an empty or a
-  // repeated one.
+  // or after it. INVALID_ARGUMENT for none, more than kMaxValues, an empty or a repeated
+  // one.
   static absl::StatusOr<std::shared_ptr<const Grammar>> Choice(
       const std::vector<std::string>& choices);
 

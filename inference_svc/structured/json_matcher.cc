@@ -151,6 +151,17 @@ uint64_t KeyCandidates(const Node& n, int last) {
   return c;
 }
 
+// Whether some literal of n starts with byte c.
+bool LiteralStartsWith(const Node& n, uint8_t c) {
+  if (n.ranged) {
+    const auto [from, to] = NarrowRun(n.literals, 0, n.literals.size(), 0, c);
+    return from < to;
+  }
+  return std::any_of(n.literals.begin(), n.literals.end(), [c](const std::string& l) {
+    return !l.empty() && static_cast<uint8_t>(l[0]) == c;
+  });
+}
+
 bool RequiredAfter(const Node& n, int last) {
   for (int j = last + 1; j < static_cast<int>(n.properties.size()); ++j) {
     if (n.properties[j].required) return true;
@@ -180,11 +191,7 @@ void JsonMatcher::Feed(Stack& s, uint8_t c, std::vector<Stack>* out) const {
       case kValue: {
         // Whitespace before a value is JSON's, except as the first byte of a literal
         // (a raw choice may begin with a space; no JSON literal does).
-        const bool literal_byte =
-            n.kind == NodeKind::kLiterals &&
-            std::any_of(n.literals.begin(), n.literals.end(), [c](const std::string& l) {
-              return !l.empty() && static_cast<uint8_t>(l[0]) == c;
-            });
+        const bool literal_byte = n.kind == NodeKind::kLiterals && LiteralStartsWith(n, c);
         if (IsWs(c) && !literal_byte) {
           if (!WhitespaceAllowed(g, f, c, /*after_separator=*/f.aux == 1)) return;
           ++f.ws;
@@ -248,8 +255,11 @@ void JsonMatcher::Feed(Stack& s, uint8_t c, std::vector<Stack>* out) const {
             continue;
           }
           case NodeKind::kLiterals: {
-            // An item of a uniqueItems array: only the literals not written yet.
-            const uint64_t allowed = f.b == 1 ? f.bits : FirstN(n.literals.size());
+            // An item of a uniqueItems array: only the literals not written yet. A ranged
+            // node's candidates: the run [0, size), its ends in bits' halves.
+            const uint64_t allowed = n.ranged   ? uint64_t{n.literals.size()} << 32
+                                     : f.b == 1 ? f.bits
+                                                : FirstN(n.literals.size());
             const int32_t node = f.node;
             f = Frame{};
             f.type = kLiteral;
@@ -578,6 +588,22 @@ void JsonMatcher::Feed(Stack& s, uint8_t c, std::vector<Stack>* out) const {
       }
 
       case kLiteral: {
+        if (n.ranged) {
+          // The run of candidates that share the f.a bytes so far: one of exactly f.a
+          // bytes sorts first; c narrows the rest to those with c next.
+          uint32_t lo = static_cast<uint32_t>(f.bits), hi = static_cast<uint32_t>(f.bits >> 32);
+          const bool whole = lo < hi && n.literals[lo].size() == static_cast<size_t>(f.a);
+          const auto [from, to] = NarrowRun(n.literals, lo + (whole ? 1 : 0), hi, f.a, c);
+          if (from < to) {
+            f.bits = uint64_t{from} | uint64_t{to} << 32;
+            ++f.a;
+            out->push_back(std::move(s));
+            return;
+          }
+          if (!whole) return;
+          s.pop_back();  // the literal ended before c
+          continue;
+        }
         uint64_t next = 0;
         int complete = -1;
         for (uint64_t m = f.bits; m != 0; m &= m - 1) {
@@ -659,7 +685,10 @@ bool JsonMatcher::IsComplete() const {
     if (f.type == kNumber && NumberMayEnd(f.phase) && (!n.bounded || NumberInBounds(n, f))) {
       return true;
     }
-    if (f.type == kLiteral) {
+    if (f.type == kLiteral && n.ranged) {
+      const uint32_t lo = static_cast<uint32_t>(f.bits), hi = static_cast<uint32_t>(f.bits >> 32);
+      if (lo < hi && n.literals[lo].size() == static_cast<size_t>(f.a)) return true;
+    } else if (f.type == kLiteral) {
       for (uint64_t m = f.bits; m != 0; m &= m - 1) {
         if (static_cast<int>(n.literals[__builtin_ctzll(m)].size()) == f.a) return true;
       }

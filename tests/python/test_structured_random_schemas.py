@@ -1,8 +1,8 @@
 """Random schemas of the whole structured-output subset against an independent validator:
 a seeded generator nests every supported keyword in random combinations (objects,
 maps with propertyNames and counts, arrays, tuples, sets, strings with lengths,
-patterns and formats, numbers with bounds and multiples, enums, anyOf, oneOf by kind and
-by discriminator, type lists, $ref and recursion). Each schema the compiler takes gets
+patterns and formats, numbers with bounds and multiples, enums short and long, anyOf,
+oneOf by kind and by discriminator, type lists, $ref and recursion). Each schema the compiler takes gets
 random documents from json_walk (walked byte by byte through the matcher), and each
 document must load with Python's json module and validate with the `jsonschema`
 package (Draft 2020-12, the format checks of _formats.py). A schema it refuses must
@@ -49,8 +49,8 @@ class Generator:
 
     def node(self, depth):
         rng = self.rng
-        leaves = ["string", "pattern", "format", "integer", "number", "enum", "const",
-                  "boolean", "null", "any", "typelist"]
+        leaves = ["string", "pattern", "format", "integer", "number", "enum", "long_enum",
+                  "const", "boolean", "null", "any", "typelist"]
         inner = ["object", "object", "map", "array", "set", "tuple", "anyOf", "oneOf_kinds",
                  "oneOf_objects", "ref", "recursive"]
         kind = rng.choice(leaves + (inner if depth < 3 else []))
@@ -107,6 +107,11 @@ class Generator:
 
     def k_enum(self, depth):
         return {"enum": self.values()}
+
+    def k_long_enum(self, depth):
+        # Past 64 values an enum is matched by runs of its sorted values.
+        pool = [f"s{i}" for i in range(300)] + list(range(0, 3000, 7)) + ["é", "", None]
+        return {"enum": self.rng.sample(pool, self.rng.randint(65, 400))}
 
     def k_const(self, depth):
         return {"const": self.rng.choice(VALUES)}

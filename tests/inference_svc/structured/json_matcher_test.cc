@@ -14,6 +14,7 @@
 #include <string>
 #include <vector>
 
+#include "absl/strings/str_cat.h"
 #include "inference_svc/structured/json_grammar.h"
 #include "inference_svc/structured/token_constraint.h"
 #include "inference_svc/tokenizer/tokenizer.h"
@@ -30,6 +31,13 @@ using json = nlohmann::json;
 bool Complete(const std::shared_ptr<const Grammar>& g, const std::string& text) {
   JsonMatcher m(g);
   return m.Advance(text) && m.IsComplete();
+}
+
+// [0, 1, ..., n - 1].
+json Integers(int n) {
+  json v = json::array();
+  for (int i = 0; i < n; ++i) v.push_back(i);
+  return v;
 }
 
 std::shared_ptr<const Grammar> Schema(const std::string& schema) {
@@ -453,6 +461,10 @@ TEST(JsonSchemaTest, RefusesWhatItCannotHold) {
       {json{{"pattern", std::string(5000, 'a')}}.dump(), "over 4096 bytes"},
       {R"({"type":"string","pattern":3})", "/pattern"},
       {R"({"type":"array","contains":{}})", "keyword 'contains' is not supported"},
+      {json{{"enum", Integers(4097)}}.dump(), "4097 values; at most 4096"},
+      {json{{"items", {{"enum", Integers(65)}}}, {"uniqueItems", true}}.dump(),
+       "items are at most 64 'enum'"},
+      {json{{"propertyNames", {{"enum", Integers(65)}}}}.dump(), "at most 64 strings"},
       {R"({"type":"array","uniqueItems":true})", "/uniqueItems': is supported where the items"},
       {R"({"items":{"type":"string"},"uniqueItems":true})", "not for items of other kinds"},
       {R"({"prefixItems":[{"const":1}],"items":{"const":2},"uniqueItems":true})",
@@ -740,6 +752,8 @@ TEST(JsonSchemaTest, FormatsWithAFixedShape) {
       {"date", "2024-04-31", false},
       {"date", "2024-13-01", false},
       {"date", "24-01-01", false},
+      {"date", "0000-11-01", false},  // no year 0 (Python reads none)
+      {"date", "0999-11-01", false},
       {"time", "23:59:59.123456+05:30", true},
       {"time", "00:00:00Z", true},
       {"time", "24:00:00Z", false},
@@ -927,6 +941,52 @@ std::vector<std::vector<int>> Sequences(size_t symbols, size_t longest) {
     }
   }
   return all;
+}
+
+// An enum or a choice of more than 64 values is matched by runs of its sorted values:
+// every value is written whole, nothing else is, and values that are prefixes of others
+// ("7", "70", "700") stay apart.
+TEST(JsonSchemaTest, LongListsOfValuesByRuns) {
+  json values = json::array();
+  for (int i = 0; i < 1000; ++i) values.push_back(absl::StrCat("v", i));
+  for (int i = 0; i < 1000; i += 7) values.push_back(i);
+  values.push_back("Z\u00fcrich");
+  values.push_back(nullptr);
+  values.push_back(json{{"k", {1, 2}}});
+  const auto g = Schema(json{{"enum", values}}.dump());
+  std::set<std::string> texts;
+  for (const json& v : values) {
+    texts.insert(v.dump());
+    EXPECT_TRUE(Complete(g, v.dump())) << v.dump();
+  }
+  for (const std::string other : {R"("v1000")", R"("v")", R"("v01")", "1", "-7", "7.0",
+                                  R"("Zurich")", "true", R"({"k":[1]})", "\"v1\"x"}) {
+    EXPECT_FALSE(Complete(g, other)) << other;
+  }
+  JsonMatcher m(g);
+  ASSERT_TRUE(m.Advance("70"));
+  EXPECT_TRUE(m.IsComplete());                // 70 is a value
+  EXPECT_TRUE(JsonMatcher(m).Advance("0"));   // and so is 700
+  EXPECT_FALSE(JsonMatcher(m).Advance("1"));  // 701 is not
+  std::mt19937_64 rng(43);
+  std::set<std::string> seen;
+  for (int i = 0; i < 400; ++i) {
+    const auto doc = testing::RandomDocument(g, rng);
+    ASSERT_TRUE(doc.has_value()) << "a random walk found no way to end";
+    const std::string text = doc->substr(doc->find_first_not_of(' '));
+    EXPECT_TRUE(texts.count(text)) << text;
+    seen.insert(text);
+  }
+  EXPECT_GT(seen.size(), 100u);
+  // Raw choices alike, a choice that is a prefix of another included.
+  std::vector<std::string> choices = {"yes", "yes, and more", "yes!"};
+  for (int i = 0; i < 200; ++i) choices.push_back(absl::StrCat("option ", i));
+  auto choice = Grammar::Choice(choices);
+  ASSERT_TRUE(choice.ok()) << choice.status();
+  for (const std::string& c : choices) EXPECT_TRUE(Complete(*choice, c)) << c;
+  EXPECT_FALSE(Complete(*choice, "yes,"));
+  EXPECT_FALSE(Complete(*choice, "option 200"));
+  EXPECT_FALSE(Complete(*choice, " yes"));
 }
 
 // uniqueItems over items of listed values writes each value at most once: every array of
@@ -1162,9 +1222,14 @@ TEST(TokenConstraintTest, MaskEqualsEachTokenTriedAlone) {
     auto tok = Tokenizer::Load(path);
     ASSERT_TRUE(tok.ok()) << tok.status();
     auto table = std::make_shared<TokenTable>(**tok);
-    const auto g = Schema(R"({"type":"object","properties":{"name":{"type":"string","maxLength":6},
-        "n":{"type":"number"},"ok":{"type":"boolean"}},"required":["name","ok"]})");
-    const std::string doc = R"({"name": "a\u00e9bcd", "n": -1.5e2, "ok": true})";
+    // With an enum long enough to be matched by runs (Node::ranged).
+    json cities = json::array();
+    for (int i = 0; i < 100; ++i) cities.push_back(absl::StrCat("c", i));
+    const auto g = Schema(absl::StrCat(
+        R"({"type":"object","properties":{"name":{"type":"string","maxLength":6},
+        "n":{"type":"number"},"ok":{"type":"boolean"},"city":{"enum":)",
+        cities.dump(), R"(}},"required":["name","ok"]})"));
+    const std::string doc = R"({"name": "a\u00e9bcd", "n": -1.5e2, "ok": true, "city": "c42"})";
     const int32_t eos = (*tok)->eos_id();
     JsonConstraint constraint(g, table, {eos});
     std::vector<float> logits(table->vocab_size(), 0.0f), masked;
