@@ -10,6 +10,7 @@
 #include <string>
 #include <vector>
 
+#include "absl/strings/str_cat.h"
 #include "common/command_line.h"
 #include "inference_svc/structured/json_grammar.h"
 #include "inference_svc/structured/token_constraint.h"
@@ -44,6 +45,18 @@ constexpr char kPatternSchema[] = R"({"type":"object","properties":{
   "score":{"type":"number","minimum":0,"maximum":100},
   "active":{"type":"boolean"}},
   "required":["name","age","tags","active"]})";
+// kSchema with the city one of kMaxValues names (a long enum, matched by runs of its
+// sorted values): "Springfield", the document's, and "Town 1" ... "Town 4095".
+std::string LongEnumSchema() {
+  std::string schema = kSchema;
+  json cities = json::array({"Springfield"});
+  for (int i = 1; i < kvfold::structured::kMaxValues; ++i) {
+    cities.push_back(absl::StrCat("Town ", i));
+  }
+  const std::string city = R"("city":{"type":"string"})";
+  return schema.replace(schema.find(city), city.size(),
+                        absl::StrCat(R"("city":{"enum":)", cities.dump(), "}"));
+}
 constexpr char kDocument[] =
     R"({"name": "Lily and her little dog Max", "age": 7, "tags": ["park", "ball", "sunny day"], )"
     R"("address": {"city": "Springfield", "zip": "12345"}, "score": 98.5, "active": true})";
@@ -75,10 +88,12 @@ int main(int argc, char** argv) {
     if (!ids.ok()) return kvfold::kExitFailure;
     auto schema = kvfold::structured::Grammar::FromSchema(kSchema);
     auto patterns = kvfold::structured::Grammar::FromSchema(kPatternSchema);
-    if (!schema.ok() || !patterns.ok()) return kvfold::kExitFailure;
+    auto long_enum = kvfold::structured::Grammar::FromSchema(LongEnumSchema());
+    if (!schema.ok() || !patterns.ok() || !long_enum.ok()) return kvfold::kExitFailure;
     for (const auto& [name, grammar] :
          {std::pair{"json_object", kvfold::structured::Grammar::JsonObject()},
-          std::pair{"json_schema", *schema}, std::pair{"json_schema_patterns", *patterns}}) {
+          std::pair{"json_schema", *schema}, std::pair{"json_schema_patterns", *patterns},
+          std::pair{"json_schema_long_enum", *long_enum}}) {
       std::vector<std::vector<double>> us(ids->size());
       std::vector<float> logits(table->vocab_size(), 0.0f), masked;
       bool whole = false;
