@@ -8,6 +8,7 @@
 #include <string>
 #include <vector>
 
+#include "absl/strings/str_cat.h"
 #include "gtest/gtest.h"
 #include "inference_svc/engine/engine.h"
 #include "inference_svc/memory/projector.h"
@@ -292,20 +293,25 @@ TEST_F(StructuredTurnTest, MultiplesFormatsSetsMapsAndUnions) {
 }
 
 // A choice answers exactly one of its texts, whatever the mode and the draw.
+// (A list of more than 64 choices is matched by runs of its sorted texts.)
 TEST_F(StructuredTurnTest, AChoiceIsOneOfItsTexts) {
-  const std::vector<std::string> choices = {"yes", "no", "yes, and more", "maybe"};
-  std::set<std::string> seen;
-  for (uint64_t seed = 1; seed <= 8; ++seed) {
-    ResponseFormat f;
-    f.kind = ResponseFormat::Kind::kChoice;
-    f.choices = choices;
-    const Answer a = Run(Request(kModes[seed % 4], f, /*temperature=*/1.0f, seed));
-    ASSERT_TRUE(a.status.ok()) << a.status;
-    EXPECT_EQ(a.finish, FinishReason::kStop);
-    EXPECT_NE(std::find(choices.begin(), choices.end(), a.text), choices.end()) << a.text;
-    seen.insert(a.text);
+  std::vector<std::string> long_list = {"yes", "no", "yes, and more"};
+  for (int i = 0; i < 300; ++i) long_list.push_back(absl::StrCat("the ", i, "th"));
+  for (const std::vector<std::string>& choices :
+       {std::vector<std::string>{"yes", "no", "yes, and more", "maybe"}, long_list}) {
+    std::set<std::string> seen;
+    for (uint64_t seed = 1; seed <= 8; ++seed) {
+      ResponseFormat f;
+      f.kind = ResponseFormat::Kind::kChoice;
+      f.choices = choices;
+      const Answer a = Run(Request(kModes[seed % 4], f, /*temperature=*/1.0f, seed));
+      ASSERT_TRUE(a.status.ok()) << a.status;
+      EXPECT_EQ(a.finish, FinishReason::kStop);
+      EXPECT_NE(std::find(choices.begin(), choices.end(), a.text), choices.end()) << a.text;
+      seen.insert(a.text);
+    }
+    EXPECT_GT(seen.size(), 1u);  // the draw decides, not the grammar
   }
-  EXPECT_GT(seen.size(), 1u);  // the draw decides, not the grammar
 }
 
 TEST_F(StructuredTurnTest, FormatsThatCannotBeHeldAreRefused) {
