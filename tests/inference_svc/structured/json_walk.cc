@@ -2,7 +2,7 @@
 // Reads a JSON array of schemas from the file given, writes one JSON line per document:
 // {"schema": <index>, "document": "<the document's text>"}. A schema the compiler refuses
 // gets one line {"schema": <index>, "error": "<message>"}. Exit 1 when a walk ends with no
-// byte admitted before its document is whole.
+// byte admitted before its document is whole, or passes 8 KiB (the message says which).
 #include <cstdio>
 #include <fstream>
 #include <random>
@@ -33,9 +33,12 @@ int main(int argc, char** argv) {
       continue;
     }
     for (int k = 0; k < count; ++k) {
-      auto doc = kvfold::testing::RandomDocument(*grammar, rng);
+      bool too_long = false;
+      auto doc = kvfold::testing::RandomDocument(*grammar, rng, 48, 8192, &too_long);
       if (!doc.has_value()) {
-        std::fprintf(stderr, "json_walk: schema %zu: a walk found no byte to go on with\n", i);
+        std::fprintf(stderr, "json_walk: schema %zu: %s\n", i,
+                     too_long ? "a walk passed 8192 bytes before its document was whole"
+                              : "a walk found no byte to go on with (a dead end)");
         return 1;
       }
       // The document's bytes are UTF-8 (the matcher admits nothing else).

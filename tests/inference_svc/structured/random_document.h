@@ -17,11 +17,11 @@
 
 namespace kvfold::testing {
 
-// nullopt when the matcher admitted no byte before the document was whole, or the
-// document passed `max_bytes`.
+// nullopt when the matcher admitted no byte before the document was whole (a dead end),
+// or the document passed `max_bytes` (then *too_long, when given, is set).
 inline std::optional<std::string> RandomDocument(
     const std::shared_ptr<const structured::Grammar>& grammar, std::mt19937_64& rng,
-    size_t soft_bytes = 48, size_t max_bytes = 8192) {
+    size_t soft_bytes = 48, size_t max_bytes = 8192, bool* too_long = nullptr) {
   structured::JsonMatcher m(grammar);
   structured::JsonMatcher next(grammar);
   std::string out;
@@ -69,6 +69,7 @@ inline std::optional<std::string> RandomDocument(
       in_string = c == '"';
     }
   }
+  if (too_long != nullptr) *too_long = true;
   return std::nullopt;
 }
 
