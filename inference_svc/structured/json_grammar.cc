@@ -413,6 +413,10 @@ class SchemaCompiler {
   // document, nor do objects told apart by a discriminating property (Discriminated);
   // anything else is refused rather than risk a document two admit.
   absl::Status Disjoint(const std::vector<int>& alternatives, const std::string& where) {
+    if (static_cast<int>(alternatives.size()) > kMaxAlternatives) {
+      return Bad(where, absl::StrCat("oneOf of ", alternatives.size(), " alternatives; at most ",
+                                     kMaxAlternatives));
+    }
     std::set<char> starts;
     std::vector<int> objects;
     for (int alt : alternatives) {
@@ -443,30 +447,45 @@ class SchemaCompiler {
   // required by every one and listed values (`const` / `enum`) no two of them share. A
   // document of one carries its own value there, which every other refuses.
   absl::Status Discriminated(const std::vector<int>& objects, const std::string& where) {
-    // The literal values of `key` in object node `index`, or nullptr where it is not a
-    // required property of listed values.
-    auto values = [&](int index, const std::string& key) -> const std::vector<std::string>* {
+    // The value node of required property `key` of object node `index` when it lists
+    // values; -1 otherwise.
+    auto listed = [&](int index, const std::string& key) {
       for (const Property& p : grammar_->nodes_[index].properties) {
         if (p.key != key) continue;
-        const bool listed = p.required && !unfilled_.count(p.value) &&
+        const bool values = p.required && !unfilled_.count(p.value) &&
                             grammar_->nodes_[p.value].kind == NodeKind::kLiterals;
-        return listed ? &grammar_->nodes_[p.value].literals : nullptr;
+        return values ? p.value : -1;
       }
-      return nullptr;
+      return -1;
     };
+    // A value node's values, read once (objects may share nodes through $ref); JSON
+    // Schema compares values: 1 and 1.0 are one (and one to nlohmann's ordering).
+    std::map<int, std::set<nlohmann::json>> read;
+    int64_t compared = 0;  // bounded: a small schema of shared $refs could ask for billions
     for (const Property& candidate : grammar_->nodes_[objects[0]].properties) {
-      // JSON Schema compares values: 1 and 1.0 are one (and one to nlohmann's ordering).
-      std::set<nlohmann::json> seen;
+      std::set<int> nodes;  // a node two objects list shares its values with itself
       bool apart = true;
-      for (size_t o = 0; o < objects.size() && apart; ++o) {
-        const std::vector<std::string>* literals = values(objects[o], candidate.key);
-        if (literals == nullptr) {
+      for (int o : objects) {
+        const int node = listed(o, candidate.key);
+        if (node < 0 || !nodes.insert(node).second) {
           apart = false;
           break;
         }
-        std::set<nlohmann::json> own;
-        for (const std::string& l : *literals) own.insert(nlohmann::json::parse(l));
-        for (const nlohmann::json& v : own) apart = apart && seen.insert(v).second;
+      }
+      std::set<nlohmann::json> seen;
+      for (auto it = nodes.begin(); apart && it != nodes.end(); ++it) {
+        auto [values, fresh] = read.try_emplace(*it);
+        if (fresh) {
+          for (const std::string& l : grammar_->nodes_[*it].literals) {
+            values->second.insert(nlohmann::json::parse(l));
+          }
+        }
+        compared += static_cast<int64_t>(values->second.size());
+        if (compared > kMaxDiscriminatorValues) {
+          return Bad(where, absl::StrCat("oneOf: more than ", kMaxDiscriminatorValues,
+                                         " values to compare to tell its objects apart"));
+        }
+        for (const nlohmann::json& v : values->second) apart = apart && seen.insert(v).second;
       }
       if (apart) return absl::OkStatus();
     }

@@ -132,6 +132,8 @@ inline std::pair<uint32_t, uint32_t> NarrowRun(const std::vector<std::string>& l
 // parse stacks a matcher keeps at once: a schema's ambiguity costs bounded work a byte.
 inline constexpr int kMaxAlternatives = 64;
 inline constexpr int kMaxStacks = 64;
+// Most values a oneOf's discriminator check compares, over all candidate properties.
+inline constexpr int64_t kMaxDiscriminatorValues = int64_t{1} << 20;
 
 class Grammar {
  public:

@@ -465,6 +465,8 @@ TEST(JsonSchemaTest, RefusesWhatItCannotHold) {
       {json{{"items", {{"enum", Integers(65)}}}, {"uniqueItems", true}}.dump(),
        "items are at most 64 'enum'"},
       {json{{"propertyNames", {{"enum", Integers(65)}}}}.dump(), "at most 64 strings"},
+      {json{{"oneOf", std::vector<json>(65, {{"type", "null"}})}}.dump(),
+       "oneOf of 65 alternatives; at most 64"},
       {R"({"type":"array","uniqueItems":true})", "/uniqueItems': is supported where the items"},
       {R"({"items":{"type":"string"},"uniqueItems":true})", "not for items of other kinds"},
       {R"({"prefixItems":[{"const":1}],"items":{"const":2},"uniqueItems":true})",
@@ -1083,6 +1085,33 @@ TEST(JsonSchemaTest, DiscriminatedObjectsOfAOneOf) {
   }
   EXPECT_GT(cats, 0);
   EXPECT_GT(dogs, 0);
+}
+
+// Telling a oneOf's objects apart is bounded work: 17 objects whose 16 keys each list
+// 4,096 values, the last object's the same as the first's, would compare 16 x 17 x 4,096
+// values; the check stops past kMaxDiscriminatorValues and refuses.
+TEST(JsonSchemaTest, DiscriminatorWorkIsBounded) {
+  json schema = {{"oneOf", json::array()}, {"$defs", json::object()}};
+  for (int i = 0; i < 17; ++i) {
+    json values = json::array();
+    for (int v = 0; v < 4096; ++v) values.push_back((i % 16) * 4096 + v);
+    const std::string name = absl::StrCat("E", i);
+    schema["$defs"][name] = {{"enum", values}};
+    json object = {{"type", "object"}, {"required", json::array()}};
+    for (int k = 0; k < 16; ++k) {
+      object["properties"][absl::StrCat("k", k)] = {{"$ref", "#/$defs/" + name}};
+      object["required"].push_back(absl::StrCat("k", k));
+    }
+    schema["oneOf"].push_back(object);
+  }
+  auto g = Grammar::FromSchema(schema.dump());
+  ASSERT_FALSE(g.ok());
+  EXPECT_NE(g.status().message().find("values to compare to tell its objects apart"),
+            std::string::npos)
+      << g.status();
+  // The same objects with distinct values: told apart by the first key.
+  for (int v = 0; v < 4096; ++v) schema["$defs"]["E16"]["enum"][v] = 16 * 4096 + v;
+  EXPECT_TRUE(Grammar::FromSchema(schema.dump()).ok());
 }
 
 // A map's keys held to propertyNames (listed keys each at most once) and their count to
