@@ -410,15 +410,19 @@ class SchemaCompiler {
 
   // oneOf admits a document that exactly one alternative admits. Alternatives of
   // different first bytes (an object and a string, a number and null) never both admit a
-  // document, nor do objects told apart by a discriminating property (Discriminated);
-  // anything else is refused rather than risk a document two admit.
+  // document, nor do lists of values no two of which share a value (`const`s, `enum`s:
+  // a form's labelled choices), nor objects told apart by a discriminating property
+  // (Discriminated); anything else is refused rather than risk a document two admit.
   absl::Status Disjoint(const std::vector<int>& alternatives, const std::string& where) {
     if (static_cast<int>(alternatives.size()) > kMaxAlternatives) {
       return Bad(where, absl::StrCat("oneOf of ", alternatives.size(), " alternatives; at most ",
                                      kMaxAlternatives));
     }
-    std::set<char> starts;
+    const absl::Status overlap =
+        Bad(where, "oneOf alternatives may admit the same document; use anyOf");
+    std::set<char> starts, literal_starts;
     std::vector<int> objects;
+    std::set<nlohmann::json> values;  // of the lists of values; 1 and 1.0 are one
     for (int alt : alternatives) {
       std::string first;
       if (!FirstBytes(alt, &first, 0)) {
@@ -427,18 +431,27 @@ class SchemaCompiler {
                    "a digit, a literal) or be objects with a discriminating property; use "
                    "anyOf");
       }
-      if (!unfilled_.count(alt) && grammar_->nodes_[alt].kind == NodeKind::kObject) {
+      const Node* n = unfilled_.count(alt) ? nullptr : &grammar_->nodes_[alt];
+      if (n != nullptr && n->kind == NodeKind::kObject) {
         objects.push_back(alt);
         continue;
       }
-      for (char c : first) {
-        if (!starts.insert(c).second) {
-          return Bad(where, "oneOf alternatives may admit the same document; use anyOf");
+      if (n != nullptr && n->kind == NodeKind::kLiterals) {
+        std::set<nlohmann::json> own;
+        for (const std::string& l : n->literals) own.insert(nlohmann::json::parse(l));
+        for (const nlohmann::json& v : own) {
+          if (!values.insert(v).second) return overlap;
         }
+        literal_starts.insert(first.begin(), first.end());
+        continue;
+      }
+      for (char c : std::set<char>(first.begin(), first.end())) {
+        if (!starts.insert(c).second) return overlap;
       }
     }
-    if (!objects.empty() && starts.count('{')) {
-      return Bad(where, "oneOf alternatives may admit the same document; use anyOf");
+    if (!objects.empty() && !starts.insert('{').second) return overlap;
+    for (char c : literal_starts) {
+      if (starts.count(c)) return overlap;
     }
     return objects.size() > 1 ? Discriminated(objects, where) : absl::OkStatus();
   }
@@ -518,7 +531,6 @@ class SchemaCompiler {
       case NodeKind::kLiterals: {
         std::set<char> firsts;
         for (const std::string& l : n.literals) firsts.insert(l[0]);
-        if (firsts.size() != n.literals.size()) return false;
         out->append(firsts.begin(), firsts.end());
         return true;
       }

@@ -1,12 +1,12 @@
 """Random schemas of the whole structured-output subset against an independent validator:
-a seeded generator nests every supported keyword in random combinations (objects,
-maps with propertyNames and counts, arrays, tuples, sets, strings with lengths,
-patterns and formats, numbers with bounds and multiples, enums short and long, anyOf,
-oneOf by kind and by discriminator, type lists, $ref and recursion). Each schema the compiler takes gets
-random documents from json_walk (walked byte by byte through the matcher), and each
-document must load with Python's json module and validate with the `jsonschema`
-package (Draft 2020-12, the format checks of _formats.py). A schema it refuses must
-say why; most must be taken. Skipped without python3-jsonschema.
+a seeded generator nests every supported keyword in random combinations (objects, maps
+with propertyNames and counts, arrays, tuples, sets, strings with lengths, patterns and
+formats, numbers with bounds and multiples, enums short and long, anyOf, oneOf by kind,
+by values and by discriminator, type lists, $ref and recursion). Each schema the compiler
+takes gets random documents from json_walk (walked byte by byte through the matcher), and
+each document must load with Python's json module and validate with the `jsonschema`
+package (Draft 2020-12, the format checks of _formats.py). A schema it refuses must say
+why; most must be taken. Skipped without python3-jsonschema.
 """
 import argparse
 import json
@@ -52,7 +52,7 @@ class Generator:
         leaves = ["string", "pattern", "format", "integer", "number", "enum", "long_enum",
                   "const", "boolean", "null", "any", "typelist"]
         inner = ["object", "object", "map", "array", "set", "tuple", "anyOf", "oneOf_kinds",
-                 "oneOf_objects", "ref", "recursive"]
+                 "oneOf_values", "oneOf_objects", "ref", "recursive"]
         kind = rng.choice(leaves + (inner if depth < 3 else []))
         return getattr(self, "k_" + kind)(depth)
 
@@ -187,6 +187,20 @@ class Generator:
         pool = [self.k_string, self.k_integer, self.k_null, self.k_boolean, self.k_array,
                 self.k_object]
         return {"oneOf": [f(depth + 1) for f in self.rng.sample(pool, self.rng.randint(2, 4))]}
+
+    def k_oneOf_values(self, depth):
+        # Lists of values no two share, beside one alternative of another kind.
+        values = self.rng.sample(VALUES, self.rng.randint(2, 6))
+        alts, i = [], 0
+        while i < len(values):
+            n = self.rng.randint(1, 2)
+            part = values[i:i + n]
+            alts.append({"const": part[0], "title": "one"} if len(part) == 1 else {"enum": part})
+            i += n
+        if self.maybe():
+            alts.append(self.rng.choice([{"type": "integer", "minimum": 100},
+                                         {"type": "string", "pattern": "^x"}]))
+        return {"oneOf": alts}
 
     def k_oneOf_objects(self, depth):
         tags = self.rng.sample(["cat", "dog", 1, None, "bird"], self.rng.randint(2, 3))

@@ -122,6 +122,11 @@ SCHEMAS = [
          "oneOf": [{"$ref": "#/$defs/Cat"}, {"$ref": "#/$defs/Dog"}, {"type": "string"}],
          "discriminator": {"propertyName": "pet_type",
                            "mapping": {"cat": "#/$defs/Cat", "dog": "#/$defs/Dog"}}}}}},
+    # Labelled choices as forms write them: exactly one alternative each.
+    {"type": "array", "maxItems": 4, "items": {"oneOf": [
+        {"const": "red", "title": "Red"}, {"const": "green", "title": "Green"},
+        {"enum": [1, 2.5, None]}, {"type": "boolean"},
+        {"type": "array", "items": {"type": "integer"}, "maxItems": 2}]}},
     True,
     {},
 ]

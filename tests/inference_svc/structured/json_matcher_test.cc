@@ -504,6 +504,10 @@ TEST(JsonSchemaTest, RefusesWhatItCannotHold) {
       {R"({"$ref":"http://example.com/s.json"})", "only references into this schema"},
       {R"({"$ref":"#/$defs/missing"})", "names nothing"},
       {R"({"oneOf":[{"type":"string"},{"type":"string","maxLength":2}]})", "use anyOf"},
+      {R"({"oneOf":[{"const":"a"},{"enum":["b","a"]}]})", "may admit the same document"},
+      {R"({"oneOf":[{"const":1},{"const":1.0}]})", "may admit the same document"},
+      {R"({"oneOf":[{"const":"a"},{"type":"string"}]})", "may admit the same document"},
+      {R"({"oneOf":[{"const":{"k":1}},{"type":"object"}]})", "may admit the same document"},
       {R"({"oneOf":[{"properties":{"a":{}}},{"properties":{"b":{}}}]})",
        "need a property every one requires"},
       {R"({"oneOf":[{"properties":{"k":{"const":1}},"required":["k"]},
@@ -1085,6 +1089,19 @@ TEST(JsonSchemaTest, DiscriminatedObjectsOfAOneOf) {
   }
   EXPECT_GT(cats, 0);
   EXPECT_GT(dogs, 0);
+}
+
+// A oneOf of lists of values no two share (a form's labelled choices) is as their anyOf.
+TEST(JsonSchemaTest, OneOfOfDistinctValues) {
+  const auto g = Schema(R"({"oneOf":[{"const":"a","title":"A"},{"const":"b","title":"B"},
+                                     {"enum":[1,"c",null]},{"type":"array"}]})");
+  for (const std::string text : {R"("a")", R"("b")", "1", R"("c")", "null", "[]", "[1]"}) {
+    EXPECT_TRUE(Complete(g, text)) << text;
+  }
+  for (const std::string text : {R"("d")", "2", "true", "{}"}) {
+    EXPECT_FALSE(Complete(g, text)) << text;
+  }
+  EXPECT_TRUE(Complete(Schema(R"({"oneOf":[{"enum":["a","b"]},{"type":"null"}]})"), "null"));
 }
 
 // Telling a oneOf's objects apart is bounded work: 17 objects whose 16 keys each list
