@@ -1,0 +1,287 @@
+// Patterns and formats: the position automaton against std::regex and Python-compatible
+// readings, length bounds beside a pattern, code points, and the formats held to shapes.
+#include <gtest/gtest.h>
+
+#include <algorithm>
+#include <iterator>
+#include <random>
+#include <regex>
+#include <string>
+#include <vector>
+
+#include "inference_svc/structured/json_grammar.h"
+#include "inference_svc/structured/json_matcher.h"
+#include "nlohmann/json.hpp"
+#include "tests/inference_svc/structured/matcher_testing.h"
+#include "tests/inference_svc/structured/random_document.h"
+
+namespace kvfold::structured {
+namespace {
+
+using json = nlohmann::json;
+
+// Every string of up to max_length characters of `alphabet`, shortest first.
+std::vector<std::string> AllStrings(const std::string& alphabet, size_t max_length) {
+  std::vector<std::string> strings = {""};
+  for (size_t length = 1, begin = 0; length <= max_length; ++length) {
+    const size_t end = strings.size();
+    for (size_t i = begin; i < end; ++i) {
+      for (char ch : alphabet) strings.push_back(strings[i] + ch);
+    }
+    begin = end;
+  }
+  return strings;
+}
+
+// Patterns against std::regex's ECMAScript search (ASCII strings): every string of up to
+// four characters of a small alphabet is a whole document exactly when the pattern
+// matches it somewhere (or whole, anchored); escapes are taken as the characters they
+// write; random walks (escapes and UTF-8 bytes among them) never reach a dead end and
+// write what the pattern matches.
+TEST(JsonSchemaTest, PatternsMatchAsEcmaScriptSearches) {
+  const std::vector<std::string> patterns = {"^[a-z]+$",
+                                             "ab",
+                                             "^a?b*$",
+                                             "^(ab|b0)+$",
+                                             "0$",
+                                             "^\\d{2,3}$",
+                                             "^[^a\\d]{1,2}$",
+                                             "^(?:a|b)-\\w$",
+                                             "^\\.?[-_]{0,2}$",
+                                             "^.{3}$",
+                                             "^\\s*Z\\S?$",
+                                             "a|0",
+                                             "^[0-9a-f]{2}-?$",
+                                             "^a|b$",
+                                             "a$|^0-",
+                                             "^(a(b)?)*$",
+                                             "^\\x41?[\\u0061-b]$",
+                                             "^[\\w.]{2}[^\\W_]?$"};
+  const std::vector<std::string> strings = AllStrings("ab01-_ .Z\"", 4);
+  for (const std::string& pattern : patterns) {
+    SCOPED_TRACE(pattern);
+    const auto g = Schema(json{{"type", "string"}, {"pattern", pattern}}.dump());
+    const std::regex re(pattern, std::regex::ECMAScript);
+    for (const std::string& text : strings) {
+      const std::string doc = json(text).dump();
+      ASSERT_EQ(Complete(g, doc), std::regex_search(text, re)) << doc;
+    }
+    // The same characters escaped, and a non-ASCII one through each of its bytes.
+    EXPECT_EQ(Complete(g, "\"\\u0061\\u0062\""), std::regex_search("ab", re));
+    EXPECT_EQ(Complete(g, "\"\\\"\""), std::regex_search("\"", re));
+    // Random walks (of a pattern anchored at its start, with no top-level alternative:
+    // random bytes seldom write what an unanchored one looks for).
+    int depth = 0;
+    bool alternatives = false;
+    for (char ch : pattern) {
+      depth += ch == '(' ? 1 : ch == ')' ? -1 : 0;
+      alternatives = alternatives || (ch == '|' && depth == 0);
+    }
+    std::mt19937_64 rng(5);
+    for (int i = 0; i < 200 && pattern.front() == '^' && !alternatives; ++i) {
+      const auto doc = testing::RandomDocument(g, rng);
+      ASSERT_TRUE(doc.has_value()) << "a random walk found no way to end";
+      const std::string text = json::parse(*doc).get<std::string>();
+      if (std::all_of(text.begin(), text.end(), [](char ch) { return ch > 0; })) {
+        EXPECT_TRUE(std::regex_search(text, re)) << *doc;
+      }
+    }
+  }
+}
+
+// Random patterns (every third with length bounds): each compiles or is refused with a
+// message, and one std::regex also takes matches exactly the strings std::regex finds it
+// in, within the bounds (every string of up to three characters of a small alphabet).
+TEST(JsonSchemaTest, RandomPatternsAgreeWithStdRegex) {
+  const std::string pieces[] = {"a",   "b",    "0",    "-",      ".",    "\\d",  "\\w", "\\s",
+                                "\\D", "[ab]", "[^a]", "[a-z0]", "(",    ")",    "|",   "*",
+                                "+",   "?",    "{2}",  "{1,2}",  "{0,}", "{2,}", "(?:", "^",
+                                "$",   "\\.",  "[",    "]",      "\\"};
+  const std::vector<std::string> strings = AllStrings("ab0- .", 3);
+  std::mt19937_64 rng(11);
+  int compared = 0;
+  for (int i = 0; i < 3000; ++i) {
+    std::string pattern;
+    for (int k = 0, n = 1 + static_cast<int>(rng() % 7); k < n; ++k) {
+      pattern += pieces[rng() % std::size(pieces)];
+    }
+    // Every third one with length bounds too.
+    json schema = {{"type", "string"}, {"pattern", pattern}};
+    const int lo = i % 3 == 0 ? static_cast<int>(rng() % 3) : 0;
+    const int hi = i % 3 == 0 && rng() % 2 ? lo + static_cast<int>(rng() % 3) : -1;
+    if (lo > 0) schema["minLength"] = lo;
+    if (hi >= 0) schema["maxLength"] = hi;
+    SCOPED_TRACE(schema.dump());
+    std::regex re;
+    bool regex_ok = true;
+    try {
+      re = std::regex(pattern, std::regex::ECMAScript);
+    } catch (const std::regex_error&) {
+      regex_ok = false;
+    }
+    auto fits = [&](const std::string& text) {
+      const int n = static_cast<int>(text.size());
+      return std::regex_search(text, re) && n >= lo && (hi < 0 || n <= hi);
+    };
+    auto g = Grammar::FromSchema(schema.dump());
+    if (!g.ok()) {
+      EXPECT_EQ(g.status().code(), absl::StatusCode::kInvalidArgument);
+      EXPECT_NE(g.status().message().find("pattern"), std::string::npos) << g.status();
+      // Bounds refused as unmet: no short string meets them either.
+      if (regex_ok && g.status().message().find("no match has a length") != std::string::npos) {
+        EXPECT_TRUE(std::none_of(strings.begin(), strings.end(), fits));
+      }
+      continue;
+    }
+    if (!regex_ok) continue;
+    ++compared;
+    for (const std::string& text : strings) {
+      ASSERT_EQ(Complete(*g, json(text).dump()), fits(text)) << text;
+    }
+  }
+  EXPECT_GT(compared, 500);
+}
+
+// minLength / maxLength with a pattern: whole documents exactly when both hold (every
+// string of up to five characters), random walks never stuck (the length bounds steer an
+// unanchored pattern into its match in time), and bounds no match meets refused.
+TEST(JsonSchemaTest, PatternsWithLengthBounds) {
+  const std::vector<std::string> strings = AllStrings("ab0-", 5);
+  int refused = 0;
+  for (const std::string pattern : {"ab", "^(ab)*$", "^a?b*$", "[ab]0", "^.{2,}$", "^\\d+-?$"}) {
+    for (const auto& [lo, hi] :
+         std::vector<std::pair<int, int>>{{0, 3}, {2, 4}, {3, -1}, {1, 1}, {4, 4}}) {
+      json schema = {{"type", "string"}, {"pattern", pattern}, {"minLength", lo}};
+      if (hi >= 0) schema["maxLength"] = hi;
+      SCOPED_TRACE(schema.dump());
+      const std::regex re(pattern, std::regex::ECMAScript);
+      auto fits = [&](const std::string& text) {
+        const int n = static_cast<int>(text.size());
+        return std::regex_search(text, re) && n >= lo && (hi < 0 || n <= hi);
+      };
+      auto g = Grammar::FromSchema(schema.dump());
+      if (!g.ok()) {
+        ++refused;
+        EXPECT_NE(g.status().message().find("no match has a length"), std::string::npos);
+        EXPECT_TRUE(std::none_of(strings.begin(), strings.end(), fits));
+        continue;
+      }
+      for (const std::string& text : strings) {
+        ASSERT_EQ(Complete(*g, json(text).dump()), fits(text)) << text;
+      }
+      std::mt19937_64 rng(3);
+      for (int i = 0; i < 100 && hi >= 0; ++i) {
+        const auto doc = testing::RandomDocument(*g, rng);
+        ASSERT_TRUE(doc.has_value()) << "a random walk found no way to end";
+        const std::string text = json::parse(*doc).get<std::string>();
+        if (std::all_of(text.begin(), text.end(), [](char ch) { return ch > 0; })) {
+          EXPECT_TRUE(fits(text)) << *doc;
+        }
+      }
+    }
+  }
+  EXPECT_GE(refused, 3);  // e.g. ^(ab)*$ of length 1, and [ab]0 of length 1
+}
+
+// Formats with a fixed shape hold the string to it; other formats annotate.
+TEST(JsonSchemaTest, FormatsWithAFixedShape) {
+  auto complete = [](const std::string& format, const std::string& text) {
+    return Complete(Schema(json{{"type", "string"}, {"format", format}}.dump()), json(text).dump());
+  };
+  struct Case {
+    std::string format, text;
+    bool written;
+  };
+  const std::vector<Case> cases = {
+      {"date", "2024-02-28", true},
+      {"date", "1999-12-31", true},
+      {"date", "2024-02-29", false},  // a leap day: left out
+      {"date", "2024-04-31", false},
+      {"date", "2024-13-01", false},
+      {"date", "24-01-01", false},
+      {"date", "0000-11-01", false},  // no year 0 (Python reads none)
+      {"date", "0999-11-01", false},
+      {"time", "23:59:59.123456+05:30", true},
+      {"time", "00:00:00Z", true},
+      {"time", "24:00:00Z", false},
+      {"time", "12:30:00", false},  // RFC 3339's full-time has an offset
+      {"date-time", "2026-12-06T15:04:05Z", true},
+      {"date-time", "2026-12-06 15:04:05Z", false},
+      {"uuid", "123e4567-e89b-12d3-A456-426614174000", true},
+      {"uuid", "123e4567e89b12d3a456426614174000", false},
+      {"ipv4", "255.255.0.9", true},
+      {"ipv4", "256.1.1.1", false},
+      {"ipv4", "01.1.1.1", false},
+      {"ipv6", "2001:db8:0:0:0:0:0:1", true},
+      {"ipv6", "FFFF:ffff:0:1234:abcd:0:0:9", true},
+      {"ipv6", "2001:db8::1", false},  // written in full only
+      {"ipv6", "2001:db8:0:0:0:0:0:12345", false},
+      {"hostname", "api-7.example.com", true},
+      {"hostname", "localhost", true},
+      {"hostname", "-a.example", false},
+      {"hostname", "a-.example", false},
+      {"hostname", "a..example", false},
+      {"hostname", std::string(23, 'a'), false},  // labels of 22 at most
+      {"email", "jane.doe+tag@mail.example.org", true},
+      {"email", "jane@localhost", false},  // two labels or more
+      {"email", "jane..doe@example.org", false},
+      {"email", ".jane@example.org", false},
+      {"email", "not an address", false},
+      {"duration", "P3Y6M4DT12H30M5S", true},
+      {"duration", "PT36H", true},
+      {"duration", "P1M", true},
+      {"duration", "P2W", true},
+      {"duration", "P1DT1S", true},
+      {"duration", "P", false},
+      {"duration", "PT", false},
+      {"duration", "P1D2Y", false},   // years, months, days in that order
+      {"duration", "P1Y2W", false},   // weeks stand alone
+      {"duration", "PT1H1S", false},  // RFC 3339: no minute skipped
+      {"uri", "not a uri", true},     // an annotation
+  };
+  for (const Case& c : cases) EXPECT_EQ(complete(c.format, c.text), c.written) << c.text;
+  // Without a type, a format held to a shape writes a string; another one any value.
+  EXPECT_FALSE(Complete(Schema(R"({"format":"date"})"), "7"));
+  EXPECT_TRUE(Complete(Schema(R"({"format":"date"})"), R"("2026-12-06")"));
+  EXPECT_TRUE(Complete(Schema(R"({"format":"int64"})"), "7"));
+  // A host name is at most 253 characters, with or without maxLength.
+  std::string long_host(22, 'a');
+  for (int i = 0; i < 11; ++i) long_host.append(1, '.').append(21, 'b');
+  ASSERT_EQ(long_host.size(), 264u);
+  EXPECT_FALSE(complete("hostname", long_host));
+  EXPECT_TRUE(complete("hostname", long_host.substr(0, 253)));
+  EXPECT_FALSE(complete("hostname", long_host.substr(0, 254)));
+  EXPECT_FALSE(
+      Complete(Schema(R"({"type":"string","format":"hostname","maxLength":5})"), R"("abcdef")"));
+  EXPECT_TRUE(Complete(Schema(R"({"type":"string","format":"date","pattern":"^x$"})"), R"("x")"));
+}
+
+// Characters past ASCII are code points to a pattern, raw or escaped; the shorthands keep
+// to what ECMA-262 and Python both count.
+TEST(JsonSchemaTest, PatternsTakeCodePoints) {
+  auto complete = [](const std::string& pattern, const std::string& doc) {
+    return Complete(Schema(json{{"type", "string"}, {"pattern", pattern}}.dump()), doc);
+  };
+  EXPECT_TRUE(complete("^.$", "\"\xC3\xA9\""));  // é, one character
+  EXPECT_FALSE(complete("^.$", "\"\xC3\xA9\xC3\xA9\""));
+  EXPECT_TRUE(complete("^\xC3\xA9+$", "\"\xC3\xA9\\u00e9\""));
+  EXPECT_TRUE(complete("^[\xC3\xA0-\xC3\xBF]$", "\"\xC3\xA9\""));
+  EXPECT_TRUE(complete("^[^a]$", "\"\xF0\x9F\x98\x80\""));  // U+1F600
+  EXPECT_FALSE(complete("^\\w$", "\"\xC3\xA9\""));          // a word character to Python only
+  EXPECT_FALSE(complete("^\\W$", "\"\xC3\xA9\""));
+  EXPECT_FALSE(complete("^[^\\d]$", "\"\xC3\xA9\""));
+  EXPECT_FALSE(complete("^\\S$", "\"\xC2\xA0\""));  // no-break space: a space to both
+  EXPECT_FALSE(complete("^.$", "\"\\u2028\""));     // a line terminator to ECMA-262
+  EXPECT_TRUE(complete("^a\\nb$", "\"a\\nb\""));
+  // A character's first byte only when what it may become can follow: a lead byte of
+  // U+0080..U+07FF against [a-z].
+  JsonMatcher m(Schema(R"({"type":"string","pattern":"^[a-z]$"})"));
+  EXPECT_TRUE(m.Advance("\""));
+  JsonMatcher next = m;
+  EXPECT_FALSE(m.AdvanceInto(0xC3, &next));
+  EXPECT_FALSE(m.AdvanceInto('\\', &next) && next.Advance("u0") && next.Advance("1"));
+  EXPECT_TRUE(m.AdvanceInto('\\', &next) && next.Advance("u006") && next.Advance("1\""));
+}
+
+}  // namespace
+}  // namespace kvfold::structured

@@ -1,0 +1,478 @@
+// Values held exactly: tuples, numeric bounds and multiples, lists of values short and
+// long, sets (uniqueItems), maps' keys and counts, and oneOfs told apart by values or by a
+// discriminating property.
+#include <gtest/gtest.h>
+
+#include <algorithm>
+#include <cstdlib>
+#include <functional>
+#include <limits>
+#include <random>
+#include <set>
+#include <string>
+#include <vector>
+
+#include "absl/strings/str_cat.h"
+#include "inference_svc/structured/json_grammar.h"
+#include "inference_svc/structured/json_matcher.h"
+#include "nlohmann/json.hpp"
+#include "tests/inference_svc/structured/matcher_testing.h"
+#include "tests/inference_svc/structured/random_document.h"
+
+namespace kvfold::structured {
+namespace {
+
+using json = nlohmann::json;
+
+// Tuples: prefixItems (and the older `items` list) fix each place's schema, `items` /
+// `additionalItems` the rest.
+TEST(JsonSchemaTest, TuplesHoldEachPlace) {
+  const auto pair =
+      Schema(R"({"type":"array","prefixItems":[{"type":"integer"},{"type":"string"}],)"
+             R"("minItems":2,"items":false})");
+  EXPECT_TRUE(Complete(pair, R"([1, "a"])"));
+  EXPECT_FALSE(Complete(pair, R"(["a", 1])"));
+  EXPECT_FALSE(Complete(pair, R"([1])"));
+  EXPECT_FALSE(Complete(pair, R"([1, "a", 2])"));
+  const auto rest = Schema(R"({"prefixItems":[{"const":"x"}],"items":{"type":"boolean"}})");
+  EXPECT_TRUE(Complete(rest, R"([])"));
+  EXPECT_TRUE(Complete(rest, R"(["x"])"));
+  EXPECT_TRUE(Complete(rest, R"(["x", true, false])"));
+  EXPECT_FALSE(Complete(rest, R"(["x", "x"])"));
+  EXPECT_FALSE(Complete(rest, R"([true])"));
+  const auto old =
+      Schema(R"({"items":[{"type":"null"},{"type":"number"}],"additionalItems":false})");
+  EXPECT_TRUE(Complete(old, R"([null, 2.5])"));
+  EXPECT_TRUE(Complete(old, R"([null])"));
+  EXPECT_FALSE(Complete(old, R"([null, 2.5, 3])"));
+  const auto none = Schema(R"({"type":"array","items":false})");
+  EXPECT_TRUE(Complete(none, "[]"));
+  EXPECT_FALSE(Complete(none, "[1]"));
+  for (const auto& [schema, message] : std::vector<std::pair<std::string, std::string>>{
+           {R"({"prefixItems":{"type":"string"}})", "must be an array of schemas"},
+           {R"({"prefixItems":[{}],"items":[{}]})", "cannot be combined"},
+           {R"({"prefixItems":[{}],"additionalItems":false})", "goes with 'items' as a list"},
+           {R"({"prefixItems":[{}],"minItems":2,"items":false})", "minItems is above"},
+           {R"({"prefixItems":[{"not":{}}]})", "/prefixItems/0"}}) {
+    auto g = Grammar::FromSchema(schema);
+    ASSERT_FALSE(g.ok()) << schema;
+    EXPECT_NE(g.status().message().find(message), std::string::npos) << g.status();
+  }
+}
+
+// Whether some bytes (at most `depth`) take m to a whole document: a depth-first search
+// over the bytes a number may hold, of at most *budget matchers (a matcher with dead ends
+// would make it exponential).
+bool Completable(const JsonMatcher& m, int depth, int* budget) {
+  if (m.IsComplete()) return true;
+  if (depth == 0 || --*budget < 0) return false;
+  JsonMatcher next = m;
+  for (char c : std::string("0123456789.-")) {
+    if (m.AdvanceInto(static_cast<uint8_t>(c), &next) && Completable(next, depth - 1, budget)) {
+      return true;
+    }
+  }
+  return false;
+}
+
+// Each prefix of number `text` the matcher keeps alive goes on to a whole document: found
+// by Completable with at most `budget` matchers per prefix.
+void ExpectPrefixesComplete(const std::shared_ptr<const Grammar>& g, const std::string& text,
+                            int budget) {
+  JsonMatcher m(g);
+  for (char ch : text) {
+    if (!m.Advance(std::string(1, ch))) break;
+    int left = budget;
+    EXPECT_TRUE(Completable(m, kMaxBoundedDigits + 2, &left)) << "after a prefix of " << text;
+  }
+}
+
+// Numeric bounds against the doubles a parser reads: every integer in a wide range and
+// decimals around the bounds are whole documents exactly when their double lies within
+// the schema's bounds (integers: without a fraction), every prefix the matcher keeps
+// alive can still end in bounds, and random documents lie within them.
+TEST(JsonSchemaTest, NumericBoundsHoldExactly) {
+  struct Case {
+    std::string schema;
+    bool integer;
+    double lo, hi;
+    bool lo_open, hi_open;
+  };
+  const double inf = std::numeric_limits<double>::infinity();
+  const std::vector<Case> cases = {
+      {R"({"type":"integer","minimum":-12,"maximum":305})", true, -12, 305, false, false},
+      {R"({"type":"integer","exclusiveMinimum":-12.5,"exclusiveMaximum":0})", true, -12.5, 0, true,
+       true},
+      {R"({"type":"integer","minimum":7})", true, 7, inf, false, false},
+      {R"({"type":"integer","maximum":-3,"minimum":-1e300})", true, -inf, -3, false, false},
+      {R"({"type":"integer","minimum":0,"exclusiveMinimum":true,"maximum":10})", true, 0, 10, true,
+       false},
+      {R"({"type":"integer","minimum":42,"maximum":42})", true, 42, 42, false, false},
+      {R"({"type":"number","minimum":0,"maximum":1})", false, 0, 1, false, false},
+      {R"({"type":"number","exclusiveMinimum":-2,"exclusiveMaximum":3})", false, -2, 3, true, true},
+      {R"({"type":"number","minimum":-100,"exclusiveMinimum":-5,"maximum":250})", false, -5, 250,
+       true, false},
+      {R"({"maximum":-1})", false, -inf, -1, false, false},
+      {R"({"type":["number","null"],"exclusiveMaximum":0})", false, -inf, 0, false, true},
+  };
+  std::vector<std::string> texts = {"-0", "0", "-0.0", "0.000", "-", "1e2", "-1E1", "00", "01"};
+  for (int i = -1100; i <= 1100; ++i) texts.push_back(std::to_string(i));
+  for (int i = -30; i <= 30; ++i) {
+    for (const char* f : {".0", ".5", ".05", ".9999", ".000", ".00001"}) {
+      texts.push_back((i == 0 ? "-0" : std::to_string(i)) + f);
+      if (i == 0) texts.push_back(std::string("0") + f);
+    }
+  }
+  std::mt19937_64 rng(17);
+  for (const Case& c : cases) {
+    SCOPED_TRACE(c.schema);
+    const auto g = Schema(c.schema);
+    for (const std::string& text : texts) {
+      const bool number = text.find_first_of("e.E") == std::string::npos || !c.integer;
+      char* end = nullptr;
+      const double x = std::strtod(text.c_str(), &end);
+      const bool json_number = !json::parse(text, nullptr, false).is_discarded() &&
+                               text.find_first_of("eE") == std::string::npos;
+      const bool within = (c.lo_open ? x > c.lo : x >= c.lo) && (c.hi_open ? x < c.hi : x <= c.hi);
+      EXPECT_EQ(Complete(g, text), json_number && number && within) << text;
+      ExpectPrefixesComplete(g, text, 2000);
+    }
+    for (int i = 0; i < 300; ++i) {
+      const auto doc = testing::RandomDocument(g, rng);
+      ASSERT_TRUE(doc.has_value()) << "a random walk found no way to end";
+      if (doc->find("null") != std::string::npos) continue;  // (a space may lead)
+      const double x = std::strtod(doc->c_str(), nullptr);
+      EXPECT_TRUE((c.lo_open ? x > c.lo : x >= c.lo) && (c.hi_open ? x < c.hi : x <= c.hi)) << *doc;
+    }
+  }
+  // Bounds apply inside documents, and past 15 digits no value is written.
+  const auto g = Schema(R"({"type":"object","properties":{"n":{"type":"number","minimum":1}}})");
+  EXPECT_TRUE(Complete(g, R"({"n":1.5})"));
+  EXPECT_FALSE(Complete(g, R"({"n":0.5})"));
+  EXPECT_TRUE(Complete(g, R"({"n":12345678901234.5})"));
+  EXPECT_FALSE(Complete(g, R"({"n":12345678901234.56})"));
+}
+
+// Every sequence of at most `longest` symbols of `symbols` (0 .. symbols - 1), the empty
+// one first.
+std::vector<std::vector<int>> Sequences(size_t symbols, size_t longest) {
+  std::vector<std::vector<int>> all = {{}};
+  for (size_t i = 0; i < all.size(); ++i) {
+    if (all[i].size() == longest) continue;
+    for (int v = 0; v < static_cast<int>(symbols); ++v) {
+      all.push_back(all[i]);
+      all.back().push_back(v);
+    }
+  }
+  return all;
+}
+
+// An enum or a choice of more than 64 values is matched by runs of its sorted values:
+// every value is written whole, nothing else is, and values that are prefixes of others
+// ("7", "70", "700") stay apart.
+TEST(JsonSchemaTest, LongListsOfValuesByRuns) {
+  json values = json::array();
+  for (int i = 0; i < 1000; ++i) values.push_back(absl::StrCat("v", i));
+  for (int i = 0; i < 1000; i += 7) values.push_back(i);
+  values.push_back("Z\u00fcrich");
+  values.push_back(nullptr);
+  values.push_back(json{{"k", {1, 2}}});
+  const auto g = Schema(json{{"enum", values}}.dump());
+  std::set<std::string> texts;
+  for (const json& v : values) {
+    texts.insert(v.dump());
+    EXPECT_TRUE(Complete(g, v.dump())) << v.dump();
+  }
+  for (const std::string other : {R"("v1000")", R"("v")", R"("v01")", "1", "-7", "7.0",
+                                  R"("Zurich")", "true", R"({"k":[1]})", "\"v1\"x"}) {
+    EXPECT_FALSE(Complete(g, other)) << other;
+  }
+  JsonMatcher m(g);
+  ASSERT_TRUE(m.Advance("70"));
+  EXPECT_TRUE(m.IsComplete());                // 70 is a value
+  EXPECT_TRUE(JsonMatcher(m).Advance("0"));   // and so is 700
+  EXPECT_FALSE(JsonMatcher(m).Advance("1"));  // 701 is not
+  std::mt19937_64 rng(43);
+  std::set<std::string> seen;
+  for (int i = 0; i < 400; ++i) {
+    const auto doc = testing::RandomDocument(g, rng);
+    ASSERT_TRUE(doc.has_value()) << "a random walk found no way to end";
+    const std::string text = doc->substr(doc->find_first_not_of(' '));
+    EXPECT_TRUE(texts.count(text)) << text;
+    seen.insert(text);
+  }
+  EXPECT_GT(seen.size(), 100u);
+  // Raw choices alike, a choice that is a prefix of another included.
+  std::vector<std::string> choices = {"yes", "yes, and more", "yes!"};
+  for (int i = 0; i < 200; ++i) choices.push_back(absl::StrCat("option ", i));
+  auto choice = Grammar::Choice(choices);
+  ASSERT_TRUE(choice.ok()) << choice.status();
+  for (const std::string& c : choices) EXPECT_TRUE(Complete(*choice, c)) << c;
+  EXPECT_FALSE(Complete(*choice, "yes,"));
+  EXPECT_FALSE(Complete(*choice, "option 200"));
+  EXPECT_FALSE(Complete(*choice, " yes"));
+}
+
+// uniqueItems over items of listed values writes each value at most once: every array of
+// up to four items of the values (and of one that is not) is whole exactly when its items
+// are distinct and within the bounds, and random walks never write a value twice.
+TEST(JsonSchemaTest, UniqueItemsOfListedValues) {
+  struct Case {
+    std::string schema;
+    int min_items, max_items;
+  };
+  const std::vector<Case> cases = {
+      {R"({"type":"array","items":{"enum":["a","ab",1,10,null]},"uniqueItems":true})", 0, 5},
+      {R"({"items":{"enum":["a","ab",1,10,null]},"uniqueItems":true,"minItems":2,"maxItems":3})", 2,
+       3},
+      {R"({"type":"array","items":{"enum":["a","ab",1,10,null]},"uniqueItems":false})", 0, 99},
+  };
+  const std::vector<std::string> values = {R"("a")", R"("ab")", "1", "10", "null", "true"};
+  const std::vector<std::vector<int>> arrays = Sequences(values.size(), 4);
+  std::mt19937_64 rng(31);
+  for (const Case& c : cases) {
+    SCOPED_TRACE(c.schema);
+    const bool unique = c.schema.find("\"uniqueItems\":true") != std::string::npos;
+    const auto g = Schema(c.schema);
+    for (const std::vector<int>& a : arrays) {
+      std::string text = "[";
+      for (size_t i = 0; i < a.size(); ++i) text += (i ? "," : "") + values[a[i]];
+      text += "]";
+      const std::set<int> distinct(a.begin(), a.end());
+      const int n = static_cast<int>(a.size());
+      const bool fits = !distinct.count(5) && (!unique || distinct.size() == a.size()) &&
+                        n >= c.min_items && n <= c.max_items;
+      EXPECT_EQ(Complete(g, text), fits) << text;
+    }
+    for (int i = 0; i < 300; ++i) {
+      const auto doc = testing::RandomDocument(g, rng);
+      ASSERT_TRUE(doc.has_value()) << "a random walk found no way to end";
+      const json items = json::parse(*doc);
+      ASSERT_TRUE(items.is_array()) << *doc;
+      const int n = static_cast<int>(items.size());
+      EXPECT_TRUE(n >= c.min_items && n <= c.max_items) << *doc;
+      for (int j = 0; unique && j < n; ++j) {
+        for (int k = j + 1; k < n; ++k) EXPECT_NE(items[j], items[k]) << *doc;
+      }
+    }
+  }
+  // Inside objects, each array its own: a value written in one may be written in the next.
+  const auto g = Schema(R"({"type":"array","items":{"type":"array","items":{"type":"boolean"},
+                            "uniqueItems":true}})");
+  EXPECT_TRUE(Complete(g, "[[true,false],[false,true],[]]"));
+  EXPECT_FALSE(Complete(g, "[[true,false],[false,false]]"));
+  JsonMatcher m(g);
+  EXPECT_TRUE(m.Advance("[[true, "));
+  EXPECT_FALSE(JsonMatcher(m).Advance("t"));
+  EXPECT_TRUE(m.Advance("false"));
+  EXPECT_FALSE(JsonMatcher(m).Advance(","));  // no value left to write
+}
+
+// A oneOf of objects told apart by a discriminating property (as Pydantic writes a
+// discriminated union): each document is one alternative's, and no other's.
+TEST(JsonSchemaTest, DiscriminatedObjectsOfAOneOf) {
+  const auto g = Schema(R"({
+    "$defs": {
+      "Cat": {"type": "object", "title": "Cat", "required": ["pet_type", "meows"],
+              "properties": {"pet_type": {"const": "cat", "type": "string"},
+                             "meows": {"type": "integer", "minimum": 0, "maximum": 9}}},
+      "Dog": {"type": "object", "required": ["barks", "pet_type"],
+              "properties": {"barks": {"type": "number", "minimum": 0, "maximum": 9},
+                             "pet_type": {"enum": ["dog", "puppy"]}}}},
+    "type": "object", "required": ["pet"],
+    "properties": {"pet": {
+      "oneOf": [{"$ref": "#/$defs/Cat"}, {"$ref": "#/$defs/Dog"}, {"type": "null"}],
+      "discriminator": {"propertyName": "pet_type",
+                        "mapping": {"cat": "#/$defs/Cat", "dog": "#/$defs/Dog"}}}}})");
+  EXPECT_TRUE(Complete(g, R"({"pet":{"pet_type":"cat","meows":3}})"));
+  EXPECT_TRUE(Complete(g, R"({"pet":{"barks":1.5,"pet_type":"puppy"}})"));
+  EXPECT_TRUE(Complete(g, R"({"pet":null})"));
+  EXPECT_FALSE(Complete(g, R"({"pet":{"pet_type":"dog","meows":3}})"));
+  EXPECT_FALSE(Complete(g, R"({"pet":{"barks":1,"pet_type":"cat"}})"));
+  std::mt19937_64 rng(41);
+  int cats = 0, dogs = 0;
+  for (int i = 0; i < 300; ++i) {
+    const auto doc = testing::RandomDocument(g, rng);
+    ASSERT_TRUE(doc.has_value()) << "a random walk found no way to end";
+    const json pet = json::parse(*doc)["pet"];
+    if (pet.is_null()) continue;
+    const std::string type = pet["pet_type"];
+    if (type == "cat") {
+      ++cats;
+      EXPECT_TRUE(pet.contains("meows") && !pet.contains("barks")) << *doc;
+    } else {
+      ++dogs;
+      EXPECT_TRUE((type == "dog" || type == "puppy") && pet.contains("barks")) << *doc;
+    }
+  }
+  EXPECT_GT(cats, 0);
+  EXPECT_GT(dogs, 0);
+}
+
+// A oneOf of lists of values no two share (a form's labelled choices) is as their anyOf.
+TEST(JsonSchemaTest, OneOfOfDistinctValues) {
+  const auto g = Schema(R"({"oneOf":[{"const":"a","title":"A"},{"const":"b","title":"B"},
+                                     {"enum":[1,"c",null]},{"type":"array"}]})");
+  for (const std::string text : {R"("a")", R"("b")", "1", R"("c")", "null", "[]", "[1]"}) {
+    EXPECT_TRUE(Complete(g, text)) << text;
+  }
+  for (const std::string text : {R"("d")", "2", "true", "{}"}) {
+    EXPECT_FALSE(Complete(g, text)) << text;
+  }
+  EXPECT_TRUE(Complete(Schema(R"({"oneOf":[{"enum":["a","b"]},{"type":"null"}]})"), "null"));
+}
+
+// Telling a oneOf's objects apart is bounded work: 17 objects whose 16 keys each list
+// 4,096 values, the last object's the same as the first's, would compare 16 x 17 x 4,096
+// values; the check stops past kMaxDiscriminatorValues and refuses.
+TEST(JsonSchemaTest, DiscriminatorWorkIsBounded) {
+  json schema = {{"oneOf", json::array()}, {"$defs", json::object()}};
+  for (int i = 0; i < 17; ++i) {
+    json values = json::array();
+    for (int v = 0; v < 4096; ++v) values.push_back((i % 16) * 4096 + v);
+    const std::string name = absl::StrCat("E", i);
+    schema["$defs"][name] = {{"enum", values}};
+    json object = {{"type", "object"}, {"required", json::array()}};
+    for (int k = 0; k < 16; ++k) {
+      object["properties"][absl::StrCat("k", k)] = {{"$ref", "#/$defs/" + name}};
+      object["required"].push_back(absl::StrCat("k", k));
+    }
+    schema["oneOf"].push_back(object);
+  }
+  auto g = Grammar::FromSchema(schema.dump());
+  ASSERT_FALSE(g.ok());
+  EXPECT_NE(g.status().message().find("values to compare to tell its objects apart"),
+            std::string::npos)
+      << g.status();
+  // The same objects with distinct values: told apart by the first key.
+  for (int v = 0; v < 4096; ++v) schema["$defs"]["E16"]["enum"][v] = 16 * 4096 + v;
+  EXPECT_TRUE(Grammar::FromSchema(schema.dump()).ok());
+}
+
+// A map's keys held to propertyNames (listed keys each at most once) and their count to
+// minProperties / maxProperties: every object of up to three keys of five is whole exactly
+// when its keys fit, and random walks write only such objects.
+TEST(JsonSchemaTest, MapKeysAndTheirCount) {
+  struct Case {
+    std::string schema;
+    std::function<bool(const std::string&)> key_ok;
+    bool distinct;
+    int min_keys, max_keys;
+  };
+  auto in = [](std::set<std::string> keys) {
+    return [keys](const std::string& k) { return keys.count(k) > 0; };
+  };
+  auto lower = [](const std::string& k) {
+    return !k.empty() && k.size() <= 2 &&
+           std::all_of(k.begin(), k.end(), [](char c) { return c >= 'a' && c <= 'z'; });
+  };
+  auto any = [](const std::string&) { return true; };
+  const std::vector<Case> cases = {
+      {R"({"additionalProperties":{"type":"integer"},"propertyNames":{"enum":["a","b","ab"]}})",
+       in({"a", "b", "ab"}), true, 0, 3},
+      {R"({"type":"object","propertyNames":{"enum":["a","b","ab"]},"minProperties":1,
+           "maxProperties":2})",
+       in({"a", "b", "ab"}), true, 1, 2},
+      {R"({"propertyNames":{"const":"ab"}})", in({"ab"}), true, 0, 1},
+      {R"({"type":"object","propertyNames":{"pattern":"^[a-z]+$","maxLength":2}})", lower, false, 0,
+       99},
+      {R"({"type":"object","maxProperties":2})", any, false, 0, 2},
+  };
+  const std::vector<std::string> keys = {"a", "b", "ab", "abc", "B"};
+  const std::vector<std::vector<int>> objects = Sequences(keys.size(), 3);
+  std::mt19937_64 rng(37);
+  for (const Case& c : cases) {
+    SCOPED_TRACE(c.schema);
+    const auto g = Schema(c.schema);
+    for (const std::vector<int>& o : objects) {
+      std::string text = "{";
+      bool keys_ok = true;
+      for (size_t i = 0; i < o.size(); ++i) {
+        text += (i ? ",\"" : "\"") + keys[o[i]] + "\":1";
+        keys_ok = keys_ok && c.key_ok(keys[o[i]]);
+      }
+      text += "}";
+      const int n = static_cast<int>(o.size());
+      const bool distinct = std::set<int>(o.begin(), o.end()).size() == o.size();
+      const bool fits = keys_ok && (!c.distinct || distinct) && n >= c.min_keys && n <= c.max_keys;
+      EXPECT_EQ(Complete(g, text), fits) << text;
+    }
+    for (int i = 0; i < 200; ++i) {
+      const auto doc = testing::RandomDocument(g, rng);
+      ASSERT_TRUE(doc.has_value()) << "a random walk found no way to end";
+      const json parsed = json::parse(*doc);
+      ASSERT_TRUE(parsed.is_object()) << *doc;
+      int n = 0;
+      for (const auto& [k, v] : parsed.items()) {
+        EXPECT_TRUE(c.key_ok(k)) << *doc;
+        ++n;
+      }
+      if (c.distinct) {
+        EXPECT_TRUE(n >= c.min_keys && n <= c.max_keys) << *doc;
+      }
+      EXPECT_LE(n, c.max_keys) << *doc;
+    }
+  }
+  // Keys of a format (a schema of only a format writes strings); listed keys with a space.
+  EXPECT_TRUE(Complete(Schema(R"({"propertyNames":{"format":"date"}})"), R"({"2026-12-06":0})"));
+  EXPECT_FALSE(Complete(Schema(R"({"propertyNames":{"format":"date"}})"), R"({"2026-13-06":0})"));
+  const auto listed = Schema(R"({"propertyNames":{"enum":["a","b"]}})");
+  EXPECT_TRUE(Complete(listed, R"({"a": 1, "b": 2})"));
+  EXPECT_FALSE(Complete(listed, R"({"a": 1, "a": 2})"));
+}
+
+// multipleOf (an integer) writes integers that are its multiples, within the bounds beside
+// it, and every prefix alive still reaches one.
+TEST(JsonSchemaTest, MultiplesHoldExactly) {
+  struct Case {
+    std::string schema;
+    int64_t multiple, lo, hi;
+  };
+  const int64_t far = kMaxBoundMagnitude;
+  const std::vector<Case> cases = {
+      {R"({"type":"integer","multipleOf":3})", 3, -far, far},
+      {R"({"type":"integer","multipleOf":7,"minimum":10,"maximum":100})", 7, 10, 100},
+      {R"({"type":"number","multipleOf":5,"exclusiveMaximum":0})", 5, -far, -1},
+      {R"({"type":"number","multipleOf":1,"minimum":-3,"maximum":3})", 1, -3, 3},
+      {R"({"multipleOf":1000,"minimum":-2500,"exclusiveMaximum":2001})", 1000, -2500, 2000},
+      {R"({"type":"integer","multipleOf":250.0,"exclusiveMinimum":999})", 250, 1000, far},
+      {R"({"type":"integer","multipleOf":1e300})", far + 1, -far, far},
+  };
+  std::vector<std::string> texts = {"-0",
+                                    "0",
+                                    "-0.0",
+                                    "0.0",
+                                    "1e3",
+                                    "-",
+                                    "00",
+                                    "03",
+                                    "3.",
+                                    "999999999999999",
+                                    "-999999999999999",
+                                    "1000000000000000"};
+  for (int i = -3100; i <= 3100; ++i) texts.push_back(std::to_string(i));
+  for (int i = -20; i <= 20; i += 3) texts.push_back(std::to_string(i) + ".5");
+  std::mt19937_64 rng(23);
+  for (const Case& c : cases) {
+    SCOPED_TRACE(c.schema);
+    const auto g = Schema(c.schema);
+    for (const std::string& text : texts) {
+      const bool integral = !json::parse(text, nullptr, false).is_discarded() &&
+                            text.find_first_of(".eE") == std::string::npos;
+      const int64_t v = integral ? std::stoll(text) : 0;
+      EXPECT_EQ(Complete(g, text), integral && v >= c.lo && v <= c.hi && v % c.multiple == 0)
+          << text;
+      ExpectPrefixesComplete(g, text, 4000);
+    }
+    for (int i = 0; i < 300; ++i) {
+      const auto doc = testing::RandomDocument(g, rng);
+      ASSERT_TRUE(doc.has_value()) << "a random walk found no way to end";
+      ASSERT_EQ(doc->find_first_of(".eE"), std::string::npos) << *doc;
+      const int64_t v = std::stoll(*doc);
+      EXPECT_TRUE(v >= c.lo && v <= c.hi && v % c.multiple == 0) << *doc;
+    }
+  }
+}
+
+}  // namespace
+}  // namespace kvfold::structured
