@@ -101,6 +101,14 @@ FormatShape FormatPattern(const std::string& format) {
   return {};
 }
 
+// The values of a literals node as JSON Schema compares them: 1 and 1.0 are one (and one
+// to nlohmann's ordering).
+std::set<nlohmann::json> ValuesOf(const Node& n) {
+  std::set<nlohmann::json> values;
+  for (const std::string& l : n.literals) values.insert(nlohmann::json::parse(l));
+  return values;
+}
+
 // A list of more than kMaxLiterals values is matched by runs (Node::ranged): sorted.
 void RangeIfLong(Node* n) {
   if (static_cast<int>(n->literals.size()) <= kMaxLiterals) return;
@@ -422,7 +430,7 @@ class SchemaCompiler {
         Bad(where, "oneOf alternatives may admit the same document; use anyOf");
     std::set<char> starts, literal_starts;
     std::vector<int> objects;
-    std::set<nlohmann::json> values;  // of the lists of values; 1 and 1.0 are one
+    std::set<nlohmann::json> values;  // of the lists of values (ValuesOf)
     for (int alt : alternatives) {
       std::string first;
       if (!FirstBytes(alt, &first, 0)) {
@@ -437,9 +445,7 @@ class SchemaCompiler {
         continue;
       }
       if (n != nullptr && n->kind == NodeKind::kLiterals) {
-        std::set<nlohmann::json> own;
-        for (const std::string& l : n->literals) own.insert(nlohmann::json::parse(l));
-        for (const nlohmann::json& v : own) {
+        for (const nlohmann::json& v : ValuesOf(*n)) {
           if (!values.insert(v).second) return overlap;
         }
         literal_starts.insert(first.begin(), first.end());
@@ -471,8 +477,7 @@ class SchemaCompiler {
       }
       return -1;
     };
-    // A value node's values, read once (objects may share nodes through $ref); JSON
-    // Schema compares values: 1 and 1.0 are one (and one to nlohmann's ordering).
+    // A value node's values (ValuesOf), read once: objects may share nodes through $ref.
     std::map<int, std::set<nlohmann::json>> read;
     int64_t compared = 0;  // bounded: a small schema of shared $refs could ask for billions
     for (const Property& candidate : grammar_->nodes_[objects[0]].properties) {
@@ -488,11 +493,7 @@ class SchemaCompiler {
       std::set<nlohmann::json> seen;
       for (auto it = nodes.begin(); apart && it != nodes.end(); ++it) {
         auto [values, fresh] = read.try_emplace(*it);
-        if (fresh) {
-          for (const std::string& l : grammar_->nodes_[*it].literals) {
-            values->second.insert(nlohmann::json::parse(l));
-          }
-        }
+        if (fresh) values->second = ValuesOf(grammar_->nodes_[*it]);
         compared += static_cast<int64_t>(values->second.size());
         if (compared > kMaxDiscriminatorValues) {
           return Bad(where, absl::StrCat("oneOf: more than ", kMaxDiscriminatorValues,

@@ -162,6 +162,13 @@ bool LiteralStartsWith(const Node& n, uint8_t c) {
   });
 }
 
+// Value frame *v of a literals node offers only the literals not in `written` (an item of
+// a uniqueItems array, a map's listed key); the kLiterals case of a value reads it.
+void OfferUnwritten(const Grammar& g, uint64_t written, JsonMatcher::Frame* v) {
+  v->b = 1;
+  v->bits = FirstN(g.node(v->node).literals.size()) & ~written;
+}
+
 bool RequiredAfter(const Node& n, int last) {
   for (int j = last + 1; j < static_cast<int>(n.properties.size()); ++j) {
     if (n.properties[j].required) return true;
@@ -255,7 +262,7 @@ void JsonMatcher::Feed(Stack& s, uint8_t c, std::vector<Stack>* out) const {
             continue;
           }
           case NodeKind::kLiterals: {
-            // An item of a uniqueItems array: only the literals not written yet. A ranged
+            // Only the literals not written yet where OfferUnwritten set them. A ranged
             // node's candidates: the run [0, size), its ends in bits' halves.
             const uint64_t allowed = n.ranged   ? uint64_t{n.literals.size()} << 32
                                      : f.b == 1 ? f.bits
@@ -291,24 +298,18 @@ void JsonMatcher::Feed(Stack& s, uint8_t c, std::vector<Stack>* out) const {
             }
             if (c != '"') return;
             if (n.free_keys) {
-              // A map's key (f.a + 1: the keys before it): a string, of propertyNames'
-              // node when given; then listed keys not written yet (f.bits), past their quote.
+              // A map's key (f.a + 1: the keys before it): a value of propertyNames' node
+              // (any string without it), whose frame takes the quote; of listed keys, those
+              // not written yet (f.bits).
               if (n.max_properties == 0) return;
               ++f.a;
               f.phase = kColon;
               Frame key;
+              key.type = kValue;
               key.node = n.keys < 0 ? Grammar::kAnyString : n.keys;
-              const Node& k = g.node(key.node);
-              if (k.kind == NodeKind::kLiterals) {
-                key.type = kLiteral;
-                key.a = 1;
-                key.bits = FirstN(k.literals.size()) & ~f.bits;
-              } else {
-                key.type = kString;
-                key.phase = kChars;
-                if (k.pattern != nullptr) key.pattern = Pattern::kStart;
-              }
+              if (g.node(key.node).kind == NodeKind::kLiterals) OfferUnwritten(g, f.bits, &key);
               s.push_back(key);
+              continue;
             } else {
               f.phase = kKey;
               f.b = 1;
@@ -380,10 +381,7 @@ void JsonMatcher::Feed(Stack& s, uint8_t c, std::vector<Stack>* out) const {
           item.aux = f.a > 1 ? 1 : 0;  // after ',' (the first item follows '[')
           item.node =
               f.a <= static_cast<int>(n.prefix_items.size()) ? n.prefix_items[f.a - 1] : n.items;
-          if (n.unique_items) {
-            item.b = 1;
-            item.bits = FirstN(g.node(n.items).literals.size()) & ~f.bits;
-          }
+          if (n.unique_items) OfferUnwritten(g, f.bits, &item);
           s.push_back(item);
           continue;
         }

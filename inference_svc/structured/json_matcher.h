@@ -60,7 +60,7 @@ class JsonMatcher {
     int32_t b = 0;      // object: bytes of the key matched; bounded number: 1 once a
                         // fraction digit is not 0; string with a pattern: the code point
                         // so far of a character being written; value: 1 when `bits`
-                        // holds the literals it may be (an item of a uniqueItems array)
+                        // holds the literals it may be (OfferUnwritten)
     uint64_t bits = 0;  // object: key candidates; literal: candidates; string: byte bounds;
                         // bounded number: its integer part; array with uniqueItems, map
                         // with listed keys: the literals written; value: see b
