@@ -26,7 +26,10 @@ except ImportError as e:
 from _formats import format_checker
 
 PATTERNS = ["^[a-z]+$", "^\\d{2,4}$", "^[A-Z][a-z]*( [a-z]+)?$", "x", "^(ab|c)+$",
-            "^[^\\s]{1,3}$", "\\d", "^.{0,4}$", "^[0-9a-f]{4}-[0-9a-f]{2}$"]
+            "^[^\\s]{1,3}$", "\\d", "^.{0,4}$", "^[0-9a-f]{4}-[0-9a-f]{2}$",
+            "^(?!^[-+.]*$)[+-]?0*\\d*\\.?\\d*$",
+            "^(?!^[-+.]*$)[+-]?0*(?:\\d{0,3}|(?=[\\d.]{1,5}0*$)\\d{0,2}\\.\\d{0,2}0*$)",
+            "^(?=.*\\d)(?!.*\\s)\\w{2,6}$", "^(?!xy)[xyz]{1,3}(x$|z)"]
 FORMATS = ["date", "time", "date-time", "duration", "uuid", "ipv4", "ipv6", "hostname",
            "email", "uri"]
 VALUES = [1, 2.5, -3, "a", "b", "ab", None, True, False, [1], {"k": 1}, [], {}]

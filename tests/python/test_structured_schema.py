@@ -127,6 +127,21 @@ SCHEMAS = [
         {"const": "red", "title": "Red"}, {"const": "green", "title": "Green"},
         {"enum": [1, 2.5, None]}, {"type": "boolean"},
         {"type": "array", "items": {"type": "integer"}, "maxItems": 2}]}},
+    # Decimals as Pydantic writes them: a bare Decimal (a number or a string held to a
+    # pattern with a negative lookahead), and condecimal(max_digits=7, decimal_places=2)
+    # (a positive lookahead inside an alternative, '$' inside a group).
+    {"type": "object", "title": "Invoice", "required": ["total", "unit", "discount"],
+     "properties": {
+         "total": {"anyOf": [{"type": "number"},
+                             {"type": "string", "pattern": "^(?!^[-+.]*$)[+-]?0*\\d*\\.?\\d*$"}],
+                   "title": "Total"},
+         "unit": {"type": "string", "maxLength": 12,
+                  "pattern": "^(?!^[-+.]*$)[+-]?0*(?:\\d{0,7}|(?=[\\d.]{1,8}0*$)"
+                             "\\d{0,5}\\.\\d{0,2}0*$)"},
+         "discount": {"anyOf": [{"type": "string",
+                                 "pattern": "^(?!^[-+.]*$)[+-]?0*\\d*\\.?\\d*$"},
+                                {"type": "null"}]},
+         "code": {"type": "string", "pattern": "^(?=.*\\d)(?!.*--)[a-z\\d-]{3,8}$"}}},
     True,
     {},
 ]

@@ -3,6 +3,7 @@
 #include <gtest/gtest.h>
 
 #include <algorithm>
+#include <cstdio>
 #include <iterator>
 #include <random>
 #include <regex>
@@ -31,6 +32,17 @@ std::vector<std::string> AllStrings(const std::string& alphabet, size_t max_leng
     begin = end;
   }
   return strings;
+}
+
+// Whether random walks of a pattern's strings end in time: it is anchored at its start and
+// has no top-level alternative (random bytes seldom write what an unanchored one looks for).
+bool Walkable(const std::string& pattern) {
+  int depth = 0;
+  for (char ch : pattern) {
+    depth += ch == '(' ? 1 : ch == ')' ? -1 : 0;
+    if (ch == '|' && depth == 0) return false;
+  }
+  return pattern.front() == '^';
 }
 
 // Patterns against std::regex's ECMAScript search (ASCII strings): every string of up to
@@ -69,16 +81,8 @@ TEST(JsonSchemaTest, PatternsMatchAsEcmaScriptSearches) {
     // The same characters escaped, and a non-ASCII one through each of its bytes.
     EXPECT_EQ(Complete(g, "\"\\u0061\\u0062\""), std::regex_search("ab", re));
     EXPECT_EQ(Complete(g, "\"\\\"\""), std::regex_search("\"", re));
-    // Random walks (of a pattern anchored at its start, with no top-level alternative:
-    // random bytes seldom write what an unanchored one looks for).
-    int depth = 0;
-    bool alternatives = false;
-    for (char ch : pattern) {
-      depth += ch == '(' ? 1 : ch == ')' ? -1 : 0;
-      alternatives = alternatives || (ch == '|' && depth == 0);
-    }
     std::mt19937_64 rng(5);
-    for (int i = 0; i < 200 && pattern.front() == '^' && !alternatives; ++i) {
+    for (int i = 0; i < 200 && Walkable(pattern); ++i) {
       const auto doc = testing::RandomDocument(g, rng);
       ASSERT_TRUE(doc.has_value()) << "a random walk found no way to end";
       const std::string text = json::parse(*doc).get<std::string>();
@@ -93,17 +97,30 @@ TEST(JsonSchemaTest, PatternsMatchAsEcmaScriptSearches) {
 // message, and one std::regex also takes matches exactly the strings std::regex finds it
 // in, within the bounds (every string of up to three characters of a small alphabet).
 TEST(JsonSchemaTest, RandomPatternsAgreeWithStdRegex) {
-  const std::string pieces[] = {"a",   "b",    "0",    "-",      ".",    "\\d",  "\\w", "\\s",
-                                "\\D", "[ab]", "[^a]", "[a-z0]", "(",    ")",    "|",   "*",
-                                "+",   "?",    "{2}",  "{1,2}",  "{0,}", "{2,}", "(?:", "^",
-                                "$",   "\\.",  "[",    "]",      "\\"};
+  const std::string pieces[] = {"(",   ")",     "|",   "(?:",  "^",    "[",     "]", "\\",
+                                "(?=", "(?!",   "$",   "\\.",  "{2}",  "{0,}",  "*", "+",
+                                "?",   "{1,2}", "a",   "b",    "0",    "-",     ".", "\\d",
+                                "\\w", "\\s",   "\\D", "[ab]", "[^a]", "[a-z0]"};
   const std::vector<std::string> strings = AllStrings("ab0- .", 3);
   std::mt19937_64 rng(11);
-  int compared = 0;
-  for (int i = 0; i < 3000; ++i) {
-    std::string pattern;
-    for (int k = 0, n = 1 + static_cast<int>(rng() % 7); k < n; ++k) {
-      pattern += pieces[rng() % std::size(pieces)];
+  auto draw = [&](size_t pieces_from, int most) {
+    std::string text;
+    for (int k = 0, n = 1 + static_cast<int>(rng() % most); k < n; ++k) {
+      text += pieces[pieces_from + rng() % (std::size(pieces) - pieces_from)];
+    }
+    return text;
+  };
+  int compared = 0, looked = 0;  // and of them with lookaheads
+  for (int i = 0; i < 6000; ++i) {
+    // Pieces at random; past 3,000, pieces of classes and quantifiers around a lookahead of
+    // them, which random parentheses seldom close.
+    std::string pattern = draw(0, 7);
+    if (i >= 3000) {
+      const size_t simple = 19;  // the last of `pieces`, from "\\.": quantifiers, classes
+      pattern = std::string(rng() % 2 ? "^" : "") + draw(std::size(pieces) - simple, 2) +
+                (rng() % 2 ? "(?=" : "(?!") + (rng() % 5 == 0 ? "^" : "") +
+                draw(std::size(pieces) - simple, 3) + (rng() % 2 ? "$)" : ")") +
+                draw(std::size(pieces) - simple, 3);
     }
     // Every third one with length bounds too.
     json schema = {{"type", "string"}, {"pattern", pattern}};
@@ -127,19 +144,24 @@ TEST(JsonSchemaTest, RandomPatternsAgreeWithStdRegex) {
     if (!g.ok()) {
       EXPECT_EQ(g.status().code(), absl::StatusCode::kInvalidArgument);
       EXPECT_NE(g.status().message().find("pattern"), std::string::npos) << g.status();
-      // Bounds refused as unmet: no short string meets them either.
-      if (regex_ok && g.status().message().find("no match has a length") != std::string::npos) {
+      // Bounds refused as unmet, or a pattern refused as matching nothing: no short
+      // string fits either.
+      if (regex_ok && (g.status().message().find("no match has a length") != std::string::npos ||
+                       g.status().message().find("no string matches") != std::string::npos)) {
         EXPECT_TRUE(std::none_of(strings.begin(), strings.end(), fits));
       }
       continue;
     }
     if (!regex_ok) continue;
     ++compared;
+    looked += pattern.find("(?=") != std::string::npos || pattern.find("(?!") != std::string::npos;
     for (const std::string& text : strings) {
       ASSERT_EQ(Complete(*g, json(text).dump()), fits(text)) << text;
     }
   }
   EXPECT_GT(compared, 500);
+  EXPECT_GT(looked, 50);
+  std::printf("%d patterns compared, %d with lookaheads\n", compared, looked);
 }
 
 // minLength / maxLength with a pattern: whole documents exactly when both hold (every
@@ -148,7 +170,8 @@ TEST(JsonSchemaTest, RandomPatternsAgreeWithStdRegex) {
 TEST(JsonSchemaTest, PatternsWithLengthBounds) {
   const std::vector<std::string> strings = AllStrings("ab0-", 5);
   int refused = 0;
-  for (const std::string pattern : {"ab", "^(ab)*$", "^a?b*$", "[ab]0", "^.{2,}$", "^\\d+-?$"}) {
+  for (const std::string pattern : {"ab", "^(ab)*$", "^a?b*$", "[ab]0", "^.{2,}$", "^\\d+-?$",
+                                    "^(?=.*0)(?!b)[ab0-]*$", "a(?!b)", "(?=0)0|a$-"}) {
     for (const auto& [lo, hi] :
          std::vector<std::pair<int, int>>{{0, 3}, {2, 4}, {3, -1}, {1, 1}, {4, 4}}) {
       json schema = {{"type", "string"}, {"pattern", pattern}, {"minLength", lo}};
@@ -181,6 +204,74 @@ TEST(JsonSchemaTest, PatternsWithLengthBounds) {
     }
   }
   EXPECT_GE(refused, 3);  // e.g. ^(ab)*$ of length 1, and [ab]0 of length 1
+}
+
+// Lookaheads, and '$' inside a pattern, against std::regex's ECMAScript search: every
+// string of up to four characters of a small alphabet is a whole document exactly when
+// the pattern matches it; random walks never reach a dead end and write what it matches.
+// Among them Pydantic's patterns for a Decimal (as it writes them for a bare Decimal and,
+// with smaller digit counts, for max_digits / decimal_places); its pattern for 5 digits
+// with 12 decimals compiles too and its walks write decimals.
+TEST(JsonSchemaTest, LookaheadsMatchAsEcmaScriptSearches) {
+  const std::string decimal = "^(?!^[-+.]*$)[+-]?0*\\d*\\.?\\d*$";
+  const std::vector<std::string> patterns = {
+      decimal,
+      "^(?!^[-+.]*$)[+-]?0*(?:\\d{0,2}|(?=[\\d.]{1,3}0*$)\\d{0,2}\\.\\d{0,1}0*$)",
+      "^(?=.*a)(?=.*0).{0,4}$",
+      "^(?!.*--)[a0-]+$",
+      "^(?!a|-)..$",
+      "(?=a0)a",
+      "^(a|0$)-?",
+      "^(?!0+$)\\d{1,3}$",
+      "^(?=(a|-)*$).(?!-)",
+      "a(?!0)|^-(?=.$)",
+      "^(?!.$)(?!..$)[^a]*$"};
+  const std::vector<std::string> strings = AllStrings("+-.019a", 4);
+  for (const std::string& pattern : patterns) {
+    SCOPED_TRACE(pattern);
+    const auto g = Schema(json{{"type", "string"}, {"pattern", pattern}}.dump());
+    const std::regex re(pattern, std::regex::ECMAScript);
+    for (const std::string& text : strings) {
+      ASSERT_EQ(Complete(g, json(text).dump()), std::regex_search(text, re)) << text;
+    }
+    std::mt19937_64 rng(7);
+    for (int i = 0; i < 200 && Walkable(pattern); ++i) {
+      const auto doc = testing::RandomDocument(g, rng);
+      ASSERT_TRUE(doc.has_value()) << "a random walk found no way to end";
+      const std::string text = json::parse(*doc).get<std::string>();
+      if (std::all_of(text.begin(), text.end(), [](char ch) { return ch > 0; })) {
+        EXPECT_TRUE(std::regex_search(text, re)) << *doc;
+      }
+    }
+  }
+  const std::string pydantic =
+      "^(?!^[-+.]*$)[+-]?0*(?:\\d{0,5}|(?=[\\d.]{1,18}0*$)\\d{0,5}\\.\\d{0,12}0*$)";
+  const auto g = Schema(json{{"type", "string"}, {"pattern", pydantic}, {"maxLength", 24}}.dump());
+  const std::regex re(pydantic, std::regex::ECMAScript);
+  EXPECT_TRUE(Complete(g, "\"-00012345.123456789012\""));
+  EXPECT_FALSE(Complete(g, "\"+.\""));
+  std::mt19937_64 rng(9);
+  for (int i = 0; i < 200; ++i) {
+    const auto doc = testing::RandomDocument(g, rng);
+    ASSERT_TRUE(doc.has_value()) << "a random walk found no way to end";
+    const std::string text = json::parse(*doc).get<std::string>();
+    if (std::all_of(text.begin(), text.end(), [](char ch) { return ch > 0; })) {
+      EXPECT_TRUE(std::regex_search(text, re)) << *doc;
+    }
+  }
+  // Where the engines differ, a negative lookahead keeps out what either matches: Python's
+  // '$' before a final line feed, its '\d' of other scripts, its '.' of '\r'.
+  auto complete = [](const std::string& pattern, const std::string& doc) {
+    return Complete(Schema(json{{"type", "string"}, {"pattern", pattern}}.dump()), doc);
+  };
+  EXPECT_FALSE(complete("^(?!a$)[a\\n]*$", "\"a\\n\""));
+  EXPECT_TRUE(complete("^(?!a$)[a\\n]*$", "\"a\\na\""));
+  EXPECT_FALSE(complete("^(?!\\d).$", "\"\xD9\xA1\""));  // U+0661, a digit to Python
+  EXPECT_TRUE(complete("^(?!\\d).$", "\"a\""));
+  EXPECT_FALSE(complete("^(?!.)\\r?$", "\"\\r\""));
+  EXPECT_TRUE(complete("^(?!.)\\r?$", "\"\""));
+  // A positive lookahead holds to what both match.
+  EXPECT_FALSE(complete("^(?=\\d).$", "\"\xD9\xA1\""));
 }
 
 // Formats with a fixed shape hold the string to it; other formats annotate.
