@@ -262,19 +262,23 @@ const structuredResponse = await B.responses.create({
 check(isPet(structuredResponse.output_text),
       `responses text.format json_schema: ${structuredResponse.output_text}`);
 // A pattern, numeric bounds and a multiple, the pattern checked with JavaScript's own
-// RegExp (ECMA-262, the dialect JSON Schema names).
-const ticket = { type: "object", additionalProperties: false, required: ["code", "seats", "fare"],
+// RegExp (ECMA-262, the dialect JSON Schema names); and a price under Pydantic's pattern
+// for a Decimal (a negative lookahead).
+const ticket = { type: "object", additionalProperties: false,
+                 required: ["code", "seats", "fare", "price"],
                  properties: { code: { type: "string", pattern: "^[A-Z]{2}\\d{2,4}$" },
                                seats: { type: "integer", minimum: 1, maximum: 9 },
-                               fare: { type: "integer", multipleOf: 5, minimum: 5, maximum: 95 } } };
+                               fare: { type: "integer", multipleOf: 5, minimum: 5, maximum: 95 },
+                               price: { type: "string", maxLength: 8, pattern:
+                                 "^(?!^[-+.]*$)[+-]?0*\\d*\\.?\\d*$" } } };
 const ticketAnswer = await A.chat.completions.create({
-  ...chat, max_tokens: 60, temperature: 1, seed: 4,
+  ...chat, max_tokens: 90, temperature: 1, seed: 4,
   response_format: { type: "json_schema", json_schema: { name: "ticket", schema: ticket } } });
 const ticketDoc = JSON.parse(ticketAnswer.choices[0].message.content);
 check(new RegExp(ticket.properties.code.pattern).test(ticketDoc.code) &&
       Number.isInteger(ticketDoc.seats) && ticketDoc.seats >= 1 && ticketDoc.seats <= 9 &&
       Number.isInteger(ticketDoc.fare) && ticketDoc.fare % 5 === 0 && ticketDoc.fare >= 5 &&
-      ticketDoc.fare <= 95,
+      ticketDoc.fare <= 95 && new RegExp(ticket.properties.price.pattern).test(ticketDoc.price),
       `json_schema with a pattern, bounds and a multiple: ${ticketAnswer.choices[0].message.content}`);
 try {
   await A.chat.completions.create({ ...chat, response_format: { type: "json_schema",

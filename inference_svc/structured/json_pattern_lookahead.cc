@@ -25,7 +25,6 @@
 namespace kvfold::structured {
 namespace {
 
-constexpr int kBefore = 63;                     // a thread's position before any character
 constexpr uint64_t kDischarged = ~uint64_t{0};  // a negative body that can match no more
 constexpr uint32_t kLastCodePoint = 0x10FFFF;
 constexpr size_t kMaxAtoms = 256;
@@ -34,12 +33,82 @@ constexpr size_t kMaxAtoms = 256;
 constexpr int64_t kMaxThreadSteps = int64_t{1} << 21;
 constexpr int64_t kMaxLengthCells = int64_t{1} << 25;
 
+// Per lookahead: 0 not passed, kDischarged, or its body's state.
+using Owed = std::array<uint64_t, kMaxLookaheads>;
+
+// Threads that owe the same, at a set of positions (bit 63: before any character).
 struct Thread {
-  int position = kBefore;
-  std::array<uint64_t, kMaxLookaheads> owed{};  // per lookahead: 0 not passed
+  Owed owed{};
+  uint64_t positions = 0;
   auto operator<=>(const Thread&) const = default;
 };
-using Threads = std::vector<Thread>;  // sorted, distinct
+using Threads = std::vector<Thread>;  // sorted, each `owed` once
+
+// The canonical form of a set of threads, fewer where that keeps what they match: threads
+// that owe the same are one (their positions together); threads at the same positions
+// that owe the same but for one positive lookahead are one whose body state is the union
+// of theirs (a body matches from a union of its states where it matches from either; not
+// passed, it owes nothing); and of two such threads differing in a negative lookahead,
+// one whose body state holds the other's is dropped (whatever it lets end, the other lets
+// end too).
+// `negative`: bit i for a negative lookahead i, of `count`.
+void Simplify(size_t count, uint32_t negative, Threads* threads) {
+  auto merge_owing_the_same = [threads] {
+    std::sort(threads->begin(), threads->end());
+    Threads out;
+    for (const Thread& t : *threads) {
+      if (!out.empty() && out.back().owed == t.owed) {
+        out.back().positions |= t.positions;
+      } else {
+        out.push_back(t);
+      }
+    }
+    *threads = std::move(out);
+  };
+  merge_owing_the_same();
+  for (bool fewer = true; fewer;) {
+    fewer = false;
+    for (size_t i = 0; i < count && threads->size() > 1; ++i) {
+      // Sorted by the positions and what is owed but lookahead i, then by that.
+      auto key = [i](const Thread& t) {
+        Owed rest = t.owed;
+        rest[i] = 0;
+        return std::make_pair(t.positions, rest);
+      };
+      std::sort(threads->begin(), threads->end(), [&](const Thread& a, const Thread& b) {
+        const auto ka = key(a), kb = key(b);
+        return ka != kb ? ka < kb : a.owed[i] < b.owed[i];
+      });
+      // Not passed, or discharged: owes nothing (an empty body state).
+      auto bits = [i](const Thread& t) { return t.owed[i] == kDischarged ? 0 : t.owed[i]; };
+      Threads out;
+      const Threads& in = *threads;
+      for (size_t a = 0, b = 0; a < in.size(); a = b) {
+        for (b = a + 1; b < in.size() && key(in[b]) == key(in[a]);) ++b;
+        if (!(negative >> i & 1)) {
+          Thread one = in[a];
+          for (size_t j = a + 1; j < b; ++j) {
+            const uint64_t u = one.owed[i], v = in[j].owed[i];
+            one.owed[i] = u == 0 || v == 0 ? 0 : u | v;
+          }
+          out.push_back(one);
+          continue;
+        }
+        for (size_t j = a; j < b; ++j) {
+          bool held = false;  // another thread's body state within this one's
+          for (size_t o = a; o < b && !held; ++o) {
+            held = o != j && (bits(in[o]) & ~bits(in[j])) == 0 &&
+                   (bits(in[o]) != bits(in[j]) || o < j);
+          }
+          if (!held) out.push_back(in[j]);
+        }
+      }
+      fewer = fewer || out.size() < threads->size();
+      *threads = std::move(out);
+      merge_owing_the_same();
+    }
+  }
+}
 
 absl::Status Refused(const std::string& what) {
   return absl::InvalidArgumentError(absl::StrCat("pattern: ", what));
@@ -107,71 +176,103 @@ absl::Status Pattern::Determinize(const std::vector<Lookahead>& looks) {
         std::upper_bound(atom_start_.begin(), atom_start_.end(), c) - atom_start_.begin() - 1);
   }
 
+  // Per atom, the positions whose class holds it.
+  std::vector<uint64_t> holds(atoms, 0);
+  for (size_t k = 0; k < atoms; ++k) {
+    for (size_t q = 0; q < classes_.size(); ++q) {
+      if (regex::Intersects(classes_[q], atom_start_[k], atom_start_[k]))
+        holds[k] |= uint64_t{1} << q;
+    }
+  }
+  uint64_t look_positions = 0;
+  uint32_t negative = 0;
+  for (size_t i = 0; i < looks.size(); ++i) {
+    look_positions |= uint64_t{1} << looks[i].position;
+    negative |= looks[i].negative ? uint32_t{1} << i : 0;
+  }
+
+  // Per lookahead, the positions of its body from which every continuation matches:
+  // those of a last repeat of any character (the tail of a body that does not end with $),
+  // and last positions that such a repeat follows.
+  std::vector<uint64_t> anything(looks.size(), 0);
+  for (size_t i = 0; i < looks.size(); ++i) {
+    const Pattern& body = *looks[i].body;
+    uint64_t loops = 0;
+    for (size_t q = 0; q < body.classes_.size(); ++q) {
+      const uint64_t bit = uint64_t{1} << q;
+      const Ranges& r = body.classes_[q];
+      const bool every = r.size() == 2 && r[0] == std::make_pair(uint32_t{0}, uint32_t{0xD7FF}) &&
+                         r[1] == std::make_pair(uint32_t{0xE000}, kLastCodePoint);
+      if (every && (body.follow_[q] & bit) != 0 && (body.last_ & bit) != 0) loops |= bit;
+    }
+    anything[i] = loops;
+    for (size_t q = 0; q < body.classes_.size(); ++q) {
+      if ((body.last_ >> q & 1) != 0 && (body.follow_[q] & loops) != 0) {
+        anything[i] |= uint64_t{1} << q;
+      }
+    }
+  }
+
   int64_t steps = 0;
-  // The threads code point c leads to from a thread at `position` that owes `owed`,
-  // through the lookaheads that follow it, into *out.
-  std::function<void(uint64_t, const std::array<uint64_t, kMaxLookaheads>&, uint32_t, Threads*)>
-      follow = [&](uint64_t next, const std::array<uint64_t, kMaxLookaheads>& owed, uint32_t c,
-                   Threads* out) {
-        for (; next != 0; next &= next - 1) {
-          const int q = __builtin_ctzll(next);
-          ++steps;
-          if (is_look(q)) {
-            auto passed = owed;
-            passed[look_at[q]] = kStart;
-            follow(follow_[q], passed, c, out);
-            continue;
-          }
-          if (!regex::Intersects(classes_[q], c, c)) continue;
-          Thread t{q, owed};
-          bool alive = true;
-          for (size_t i = 0; i < looks.size() && alive; ++i) {
-            if (t.owed[i] == 0 || t.owed[i] == kDischarged) continue;
-            t.owed[i] = looks[i].body->Step(t.owed[i], c, 0);
-            if (t.owed[i] == 0) {
-              alive = looks[i].negative;
-              t.owed[i] = kDischarged;
-            }
-          }
-          if (alive) out->push_back(t);
-        }
-      };
-  auto next_of = [&](int position) { return position == kBefore ? first_ : follow_[position]; };
-  // Whether the string may end with a thread at `position` that owes `owed`: there, or
-  // past lookaheads that follow it.
-  std::function<bool(int, const std::array<uint64_t, kMaxLookaheads>&)> ends =
-      [&](int position, const std::array<uint64_t, kMaxLookaheads>& owed) {
-        bool whole = position == kBefore ? nullable_ : (last_ >> position & 1) != 0;
-        for (size_t i = 0; i < looks.size() && whole; ++i) {
-          const uint64_t s = owed[i];
-          if (s == 0 || s == kDischarged) continue;
-          whole = looks[i].body->Accepts(s) != looks[i].negative;
-        }
-        if (whole) return true;
-        for (uint64_t m = next_of(position); m != 0; m &= m - 1) {
+  // Into *out, the threads that atom k leads to from the candidate positions `next` of
+  // threads that owe `owed`: those whose class holds it, and past each lookahead among
+  // the candidates, what follows it, owing that lookahead too.
+  std::function<void(uint64_t, const Owed&, size_t, Threads*)> spread =
+      [&](uint64_t next, const Owed& owed, size_t k, Threads* out) {
+        ++steps;
+        for (uint64_t m = next & look_positions; m != 0; m &= m - 1) {
           const int q = __builtin_ctzll(m);
-          if (!is_look(q)) continue;
-          auto passed = owed;
+          Owed passed = owed;
           passed[look_at[q]] = kStart;
-          if (ends(q, passed)) return true;
+          spread(follow_[q], passed, k, out);
         }
-        return false;
+        const uint64_t taken = next & holds[k];
+        if (taken == 0) return;
+        Thread t{owed, taken};
+        for (size_t i = 0; i < looks.size(); ++i) {
+          if (t.owed[i] == 0 || t.owed[i] == kDischarged) continue;
+          t.owed[i] = looks[i].body->Step(t.owed[i], atom_start_[k], 0);
+          if (t.owed[i] == 0) {  // the body can match no more
+            if (!looks[i].negative) return;
+            t.owed[i] = kDischarged;
+          } else if ((t.owed[i] & anything[i]) != 0) {  // the body matches whatever follows
+            if (looks[i].negative) return;
+            t.owed[i] = 0;
+          }
+        }
+        out->push_back(t);
       };
+  // Whether the string may end with threads at `positions` that owe `owed`: there, or
+  // past lookaheads that follow them.
+  std::function<bool(uint64_t, const Owed&)> ends = [&](uint64_t positions, const Owed& owed) {
+    bool whole = (positions & last_) != 0 || ((positions & kStart) != 0 && nullable_);
+    for (size_t i = 0; i < looks.size() && whole; ++i) {
+      if (owed[i] == 0 || owed[i] == kDischarged) continue;
+      whole = looks[i].body->Accepts(owed[i]) != looks[i].negative;
+    }
+    if (whole) return true;
+    for (uint64_t m = Next(positions) & look_positions; m != 0; m &= m - 1) {
+      const int q = __builtin_ctzll(m);
+      Owed passed = owed;
+      passed[look_at[q]] = kStart;
+      if (ends(uint64_t{1} << q, passed)) return true;
+    }
+    return false;
+  };
 
   std::map<Threads, int32_t> ids;
-  std::vector<Threads> states = {Threads{Thread{}}};
+  std::vector<Threads> states = {Threads{Thread{Owed{}, kStart}}};
   ids[states[0]] = 0;
   next_state_.clear();
   for (size_t d = 0; d < states.size(); ++d) {
     const Threads threads = states[d];
     for (size_t k = 0; k < atoms; ++k) {
       Threads out;
-      for (const Thread& t : threads) follow(next_of(t.position), t.owed, atom_start_[k], &out);
+      for (const Thread& t : threads) spread(Next(t.positions), t.owed, k, &out);
       if (steps > kMaxThreadSteps) {
         return Refused("its lookaheads take too much work to compile; not supported");
       }
-      std::sort(out.begin(), out.end());
-      out.erase(std::unique(out.begin(), out.end()), out.end());
+      Simplify(looks.size(), negative, &out);
       if (out.empty()) {
         next_state_.push_back(-1);
         continue;
@@ -190,7 +291,7 @@ absl::Status Pattern::Determinize(const std::vector<Lookahead>& looks) {
   accepting_.assign(states.size(), 0);
   for (size_t d = 0; d < states.size(); ++d) {
     for (const Thread& t : states[d]) {
-      if (ends(t.position, t.owed)) {
+      if (ends(t.positions, t.owed)) {
         accepting_[d] = 1;
         break;
       }

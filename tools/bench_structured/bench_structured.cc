@@ -45,6 +45,19 @@ constexpr char kPatternSchema[] = R"({"type":"object","properties":{
   "score":{"type":"number","minimum":0,"maximum":100},
   "active":{"type":"boolean"}},
   "required":["name","age","tags","active"]})";
+// kPatternSchema with lookaheads in its patterns (each a deterministic automaton) and the
+// score a number or a decimal in a string under Pydantic's pattern for a Decimal.
+constexpr char kLookaheadSchema[] = R"j({"type":"object","properties":{
+  "name":{"type":"string","pattern":"^(?=.*[a-z])(?!.*  )[A-Za-z ]{1,40}$"},
+  "age":{"type":"integer","minimum":0,"maximum":120},
+  "tags":{"type":"array","items":{"type":"string","pattern":"^(?! )[a-z ]+$"}},
+  "address":{"type":"object","properties":{"city":{"type":"string","pattern":"^(?=[A-Z])[A-Za-z]+$"},
+             "zip":{"type":"string","pattern":"^(?!0{5})\\d{5}$"}},
+             "required":["city"]},
+  "score":{"anyOf":[{"type":"number","minimum":0,"maximum":100},
+                    {"type":"string","pattern":"^(?!^[-+.]*$)[+-]?0*\\d*\\.?\\d*$"}]},
+  "active":{"type":"boolean"}},
+  "required":["name","age","tags","active"]})j";
 // kSchema with the city one of kMaxValues names (a long enum, matched by runs of its
 // sorted values): "Springfield", the document's, and "Town 1" ... "Town 4095".
 std::string LongEnumSchema() {
@@ -89,11 +102,15 @@ int main(int argc, char** argv) {
     auto schema = kvfold::structured::Grammar::FromSchema(kSchema);
     auto patterns = kvfold::structured::Grammar::FromSchema(kPatternSchema);
     auto long_enum = kvfold::structured::Grammar::FromSchema(LongEnumSchema());
-    if (!schema.ok() || !patterns.ok() || !long_enum.ok()) return kvfold::kExitFailure;
+    auto lookaheads = kvfold::structured::Grammar::FromSchema(kLookaheadSchema);
+    if (!schema.ok() || !patterns.ok() || !long_enum.ok() || !lookaheads.ok()) {
+      return kvfold::kExitFailure;
+    }
     for (const auto& [name, grammar] :
          {std::pair{"json_object", kvfold::structured::Grammar::JsonObject()},
           std::pair{"json_schema", *schema}, std::pair{"json_schema_patterns", *patterns},
-          std::pair{"json_schema_long_enum", *long_enum}}) {
+          std::pair{"json_schema_long_enum", *long_enum},
+          std::pair{"json_schema_lookaheads", *lookaheads}}) {
       std::vector<std::vector<double>> us(ids->size());
       std::vector<float> logits(table->vocab_size(), 0.0f), masked;
       bool whole = false;

@@ -292,6 +292,41 @@ TEST_F(StructuredTurnTest, MultiplesFormatsSetsMapsAndUnions) {
   }
 }
 
+// Patterns with lookaheads hold what the real model writes: Pydantic's for a Decimal (bare,
+// and with max_digits / decimal_places) and a code that must hold a digit and a letter.
+// (The bare one is capped in length here: the tiny model goes on writing digits. The other
+// is Pydantic's as written, which takes any text after its first alternative's digits.)
+TEST_F(StructuredTurnTest, DecimalsAndOtherLookaheads) {
+  const std::string decimal = "^(?!^[-+.]*$)[+-]?0*\\d*\\.?\\d*$";
+  const std::string money =
+      "^(?!^[-+.]*$)[+-]?0*(?:\\d{0,5}|(?=[\\d.]{1,8}0*$)\\d{0,5}\\.\\d{0,2}0*$)";
+  const std::string code = "^(?=.*\\d)(?=.*[a-z])(?!.*\\s)[a-z0-9]{2,6}$";
+  const json schema = {
+      {"type", "object"},
+      {"properties",
+       {{"total",
+         {{"anyOf",
+           {{{"type", "number"}}, {{"type", "string"}, {"pattern", decimal}, {"maxLength", 12}}}}}},
+        {"price", {{"type", "string"}, {"pattern", money}, {"maxLength", 10}}},
+        {"code", {{"type", "string"}, {"pattern", code}}}}},
+      {"required", {"total", "price", "code"}},
+      {"additionalProperties", false}};
+  const std::regex decimal_re(decimal), money_re(money), code_re(code);
+  for (uint64_t seed = 1; seed <= 4; ++seed) {
+    SCOPED_TRACE(seed);
+    const Answer a = Sampled(schema.dump(), seed);
+    const json doc = Parse(a.text);
+    ASSERT_TRUE(doc.is_object()) << a.text;
+    EXPECT_TRUE(doc["total"].is_number() ||
+                (doc["total"].is_string() &&
+                 std::regex_search(doc["total"].get<std::string>(), decimal_re)))
+        << a.text;
+    ASSERT_TRUE(doc["price"].is_string() && doc["code"].is_string()) << a.text;
+    EXPECT_TRUE(std::regex_search(doc["price"].get<std::string>(), money_re)) << a.text;
+    EXPECT_TRUE(std::regex_search(doc["code"].get<std::string>(), code_re)) << a.text;
+  }
+}
+
 // A choice answers exactly one of its texts, whatever the mode and the draw.
 // (A list of more than 64 choices is matched by runs of its sorted texts.)
 TEST_F(StructuredTurnTest, AChoiceIsOneOfItsTexts) {

@@ -435,6 +435,7 @@ TEST(JsonSchemaTest, RefusesWhatItCannotHold) {
       {R"j({"type":"string","pattern":"(?!^b)"})j", "'^' in a lookahead that does not stand"},
       {R"j({"type":"string","pattern":"^(?!a$b)"})j", "'$' inside a lookahead other than"},
       {R"j({"type":"string","pattern":"$$$$$$$$$a"})j", "more than 8 lookaheads"},
+      {R"j({"type":"string","pattern":"^(?=.*a.{11}$)"})j", "make more than 2048 states"},
       {R"j({"type":"string","pattern":"^(?=[^a]{0,2}$)a+$"})j", "no string matches it"},
       {R"j({"type":"string","pattern":"^(?!\\d)\\d","maxLength":3})j", "no string matches it"},
       {R"j({"type":"string","pattern":"^(?=.{3}$)a+$","maxLength":2})j",
@@ -548,14 +549,18 @@ TEST(TokenConstraintTest, MaskEqualsEachTokenTriedAlone) {
     auto tok = Tokenizer::Load(path);
     ASSERT_TRUE(tok.ok()) << tok.status();
     auto table = std::make_shared<TokenTable>(**tok);
-    // With an enum long enough to be matched by runs (Node::ranged).
+    // With an enum long enough to be matched by runs (Node::ranged), and a pattern with
+    // lookaheads (a deterministic automaton: Pydantic's for a Decimal).
     json cities = json::array();
     for (int i = 0; i < 100; ++i) cities.push_back(absl::StrCat("c", i));
     const auto g = Schema(absl::StrCat(
         R"({"type":"object","properties":{"name":{"type":"string","maxLength":6},
         "n":{"type":"number"},"ok":{"type":"boolean"},"city":{"enum":)",
-        cities.dump(), R"(}},"required":["name","ok"]})"));
-    const std::string doc = R"({"name": "a\u00e9bcd", "n": -1.5e2, "ok": true, "city": "c42"})";
+        cities.dump(),
+        R"j(},"price":{"type":"string","pattern":"^(?!^[-+.]*$)[+-]?0*\\d*\\.?\\d*$"}},
+        "required":["name","ok"]})j"));
+    const std::string doc =
+        R"({"name": "a\u00e9bcd", "n": -1.5e2, "ok": true, "city": "c42", "price": "-012.50"})";
     const int32_t eos = (*tok)->eos_id();
     JsonConstraint constraint(g, table, {eos});
     std::vector<float> logits(table->vocab_size(), 0.0f), masked;

@@ -225,7 +225,8 @@ TEST(JsonSchemaTest, LookaheadsMatchAsEcmaScriptSearches) {
       "^(?!0+$)\\d{1,3}$",
       "^(?=(a|-)*$).(?!-)",
       "a(?!0)|^-(?=.$)",
-      "^(?!.$)(?!..$)[^a]*$"};
+      "^(?!.$)(?!..$)[^a]*$",
+      "^(?=.*\\d)(?=.*a)(?!.*-).{2,4}$"};
   const std::vector<std::string> strings = AllStrings("+-.019a", 4);
   for (const std::string& pattern : patterns) {
     SCOPED_TRACE(pattern);
@@ -257,6 +258,18 @@ TEST(JsonSchemaTest, LookaheadsMatchAsEcmaScriptSearches) {
     const std::string text = json::parse(*doc).get<std::string>();
     if (std::all_of(text.begin(), text.end(), [](char ch) { return ch > 0; })) {
       EXPECT_TRUE(std::regex_search(text, re)) << *doc;
+    }
+  }
+  // A password rule: compiled within its bounds, its walks meet it.
+  const std::string password = "^(?=.*\\d)(?=.*[a-z])(?=.*[A-Z])(?!.*\\s).{8,32}$";
+  const auto pg = Schema(json{{"type", "string"}, {"pattern", password}}.dump());
+  const std::regex password_re(password, std::regex::ECMAScript);
+  for (int i = 0; i < 100; ++i) {
+    const auto doc = testing::RandomDocument(pg, rng);
+    ASSERT_TRUE(doc.has_value()) << "a random walk found no way to end";
+    const std::string text = json::parse(*doc).get<std::string>();
+    if (std::all_of(text.begin(), text.end(), [](char ch) { return ch > 0; })) {
+      EXPECT_TRUE(std::regex_search(text, password_re)) << *doc;
     }
   }
   // Where the engines differ, a negative lookahead keeps out what either matches: Python's
