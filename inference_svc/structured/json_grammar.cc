@@ -21,11 +21,16 @@ using json = nlohmann::ordered_json;
 // Keywords that only annotate (JSON Schema 2020-12, "Meta-data" and "format" as an
 // annotation; OpenAPI's `discriminator`, which Pydantic writes beside a oneOf and
 // validators read past): read past. $defs / definitions hold schemas reached through $ref.
+// Keywords that assert nothing a document must meet. The content keywords are annotations in
+// Draft 2020-12; OpenAPI's `nullable` admits null beside the schema's type, which JSON Schema
+// validators do not read: holding the schema without it writes what both readings admit.
 const std::set<std::string>& Annotations() {
-  static const std::set<std::string> k = {"title",       "description",  "default",  "examples",
-                                          "$schema",     "$id",          "$comment", "deprecated",
-                                          "readOnly",    "writeOnly",    "format",   "$defs",
-                                          "definitions", "discriminator"};
+  static const std::set<std::string> k = {
+      "title",         "description",   "default",         "examples",
+      "$schema",       "$id",           "$comment",        "deprecated",
+      "readOnly",      "writeOnly",     "format",          "$defs",
+      "definitions",   "discriminator", "contentEncoding", "contentMediaType",
+      "contentSchema", "nullable",      "example",         "externalDocs"};
   return k;
 }
 
@@ -33,9 +38,9 @@ const std::set<std::string>& Assertions() {
   // clang-format off
   static const std::set<std::string> k = {
       "type", "enum", "const", "anyOf", "oneOf", "allOf", "$ref",                  // any value
-      "properties", "required", "additionalProperties",                            // objects
+      "properties", "required", "additionalProperties", "unevaluatedProperties",   // objects
       "items", "prefixItems", "additionalItems", "minItems", "maxItems",           // arrays
-      "uniqueItems",
+      "uniqueItems", "unevaluatedItems",
       "propertyNames", "minProperties", "maxProperties",                           // maps
       "minLength", "maxLength", "pattern",                                         // strings
       "minimum", "maximum", "exclusiveMinimum", "exclusiveMaximum", "multipleOf"}; // numbers
@@ -171,6 +176,35 @@ class SchemaCompiler {
     return static_cast<int>(grammar_->nodes_.size()) - 1;
   }
 
+  // `unevaluatedProperties` / `unevaluatedItems` where no in-place applicator evaluates
+  // anything beside the schema's own keywords: what they constrain is what
+  // `additionalProperties` / the items past the listed places would, so s with them in
+  // those keywords' place (or dropped where those keywords are given: nothing is left
+  // unevaluated).
+  static absl::StatusOr<json> WithoutUnevaluated(const json& s, const std::string& where) {
+    for (const char* applicator :
+         {"allOf", "anyOf", "oneOf", "$ref", "not", "if", "then", "else", "dependentSchemas"}) {
+      if (s.contains(applicator)) {
+        return Bad(where, absl::StrCat("'unevaluatedProperties' / 'unevaluatedItems' beside '",
+                                       applicator, "' is not supported"));
+      }
+    }
+    json out = s;
+    if (s.contains("unevaluatedProperties")) {
+      if (!s.contains("additionalProperties")) {
+        out["additionalProperties"] = s["unevaluatedProperties"];
+      }
+      out.erase("unevaluatedProperties");
+    }
+    if (s.contains("unevaluatedItems")) {
+      const bool list = s.contains("items") && s["items"].is_array();  // Draft 7's tuples
+      const char* rest = list ? "additionalItems" : "items";
+      if (!s.contains(rest)) out[rest] = s["unevaluatedItems"];
+      out.erase("unevaluatedItems");
+    }
+    return out;
+  }
+
   absl::StatusOr<int> Compile(const json& s, const std::string& where, int depth) {
     if (depth > 64) return Bad(where, "schemas nested more than 64 deep");
     if (s.is_boolean()) {
@@ -178,6 +212,11 @@ class SchemaCompiler {
       return Bad(where, "the schema 'false' admits no value");
     }
     if (!s.is_object()) return Bad(where, "a schema must be an object or a boolean");
+    if (s.contains("unevaluatedProperties") || s.contains("unevaluatedItems")) {
+      auto plain = WithoutUnevaluated(s, where);
+      if (!plain.ok()) return plain.status();
+      return Compile(*plain, where, depth);
+    }
     std::vector<std::string> assertions;
     for (const auto& [key, value] : s.items()) {
       if (Annotations().count(key)) continue;

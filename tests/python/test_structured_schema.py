@@ -142,6 +142,15 @@ SCHEMAS = [
                                  "pattern": "^(?!^[-+.]*$)[+-]?0*\\d*\\.?\\d*$"},
                                 {"type": "null"}]},
          "code": {"type": "string", "pattern": "^(?=.*\\d)(?!.*--)[a-z\\d-]{3,8}$"}}},
+    # unevaluatedProperties / unevaluatedItems with no applicator beside them; annotations
+    # of Draft 2020-12 (contentEncoding) and OpenAPI (nullable: no null is written).
+    {"type": "object", "required": ["id", "pair"], "unevaluatedProperties": False,
+     "properties": {
+         "id": {"type": "integer"},
+         "note": {"type": "string", "nullable": True, "maxLength": 5},
+         "blob": {"type": "string", "contentEncoding": "base64", "maxLength": 8},
+         "pair": {"type": "array", "prefixItems": [{"type": "boolean"}, {"type": "integer"}],
+                  "unevaluatedItems": False}}},
     True,
     {},
 ]

@@ -474,5 +474,45 @@ TEST(JsonSchemaTest, MultiplesHoldExactly) {
   }
 }
 
+// unevaluatedProperties / unevaluatedItems with no in-place applicator beside them hold what
+// additionalProperties / the items past the places would; annotations of Draft 2020-12
+// (contentEncoding, ...) and OpenAPI (nullable, example) are read past, nullable writing
+// what both readings admit (no null).
+TEST(JsonSchemaTest, UnevaluatedKeywordsAndAnnotations) {
+  const auto closed = Schema(
+      R"({"type":"object","properties":{"a":{"type":"integer"}},"unevaluatedProperties":false})");
+  EXPECT_TRUE(Complete(closed, R"({"a":1})"));
+  EXPECT_FALSE(Complete(closed, R"({"a":1,"b":2})"));
+  // A map (no properties): its values of the schema.
+  const auto typed = Schema(R"({"type":"object","unevaluatedProperties":{"type":"integer"}})");
+  EXPECT_TRUE(Complete(typed, R"({"a":1,"b":2})"));
+  EXPECT_FALSE(Complete(typed, R"({"b":"x"})"));
+  // Beside additionalProperties nothing is left unevaluated: its map, not {}.
+  const auto beside = Schema(
+      R"({"type":"object","additionalProperties":{"type":"string"},"unevaluatedProperties":false})");
+  EXPECT_TRUE(Complete(beside, R"({"b":"x"})"));
+  const auto tuple =
+      Schema(R"({"type":"array","prefixItems":[{"type":"string"}],"unevaluatedItems":false})");
+  EXPECT_TRUE(Complete(tuple, R"(["x"])"));
+  EXPECT_FALSE(Complete(tuple, R"(["x",1])"));
+  const auto draft7 = Schema(
+      R"({"type":"array","items":[{"type":"string"}],"unevaluatedItems":{"type":"integer"}})");
+  EXPECT_TRUE(Complete(draft7, R"(["x",1,2])"));
+  EXPECT_FALSE(Complete(draft7, R"(["x","y"])"));
+  for (const char* refused :
+       {R"({"allOf":[{"properties":{"a":{}}}],"unevaluatedProperties":false})",
+        R"({"$ref":"#/$defs/A","unevaluatedItems":false,"$defs":{"A":{}}})"}) {
+    auto g = Grammar::FromSchema(refused);
+    ASSERT_FALSE(g.ok()) << refused;
+    EXPECT_NE(g.status().message().find("beside '"), std::string::npos) << g.status();
+  }
+  const auto annotated = Schema(
+      R"({"type":"object","properties":{"n":{"type":"string","nullable":true,"example":"x"},
+          "blob":{"type":"string","contentEncoding":"base64","contentMediaType":"image/png"}},
+          "required":["n"],"externalDocs":{"url":"https://example.com"}})");
+  EXPECT_TRUE(Complete(annotated, R"({"n":"x","blob":"aGk="})"));
+  EXPECT_FALSE(Complete(annotated, R"({"n":null})"));
+}
+
 }  // namespace
 }  // namespace kvfold::structured
