@@ -11,120 +11,22 @@
 #include "absl/strings/str_cat.h"
 #include "common/json_depth.h"
 #include "core/status_macros.h"
+#include "inference_svc/structured/json_schema_keywords.h"
 #include "nlohmann/json.hpp"
 
 namespace kvfold::structured {
 namespace {
 
-using json = nlohmann::ordered_json;
-
-// Keywords that only annotate (JSON Schema 2020-12, "Meta-data" and "format" as an
-// annotation; OpenAPI's `discriminator`, which Pydantic writes beside a oneOf and
-// validators read past): read past. $defs / definitions hold schemas reached through $ref.
-// Keywords that assert nothing a document must meet. The content keywords are annotations in
-// Draft 2020-12; OpenAPI's `nullable` admits null beside the schema's type, which JSON Schema
-// validators do not read: holding the schema without it writes what both readings admit.
-const std::set<std::string>& Annotations() {
-  static const std::set<std::string> k = {
-      "title",         "description",   "default",         "examples",
-      "$schema",       "$id",           "$comment",        "deprecated",
-      "readOnly",      "writeOnly",     "format",          "$defs",
-      "definitions",   "discriminator", "contentEncoding", "contentMediaType",
-      "contentSchema", "nullable",      "example",         "externalDocs"};
-  return k;
-}
-
-const std::set<std::string>& Assertions() {
-  // clang-format off
-  static const std::set<std::string> k = {
-      "type", "enum", "const", "anyOf", "oneOf", "allOf", "$ref",                  // any value
-      "properties", "required", "additionalProperties", "unevaluatedProperties",   // objects
-      "items", "prefixItems", "additionalItems", "minItems", "maxItems",           // arrays
-      "uniqueItems", "unevaluatedItems",
-      "propertyNames", "minProperties", "maxProperties",                           // maps
-      "minLength", "maxLength", "pattern",                                         // strings
-      "minimum", "maximum", "exclusiveMinimum", "exclusiveMaximum", "multipleOf"}; // numbers
-  // clang-format on
-  return k;
-}
-
-bool TypeMatches(const json& v, const std::string& type) {
-  if (type == "string") return v.is_string();
-  if (type == "number") return v.is_number();
-  if (type == "integer") {
-    return v.is_number_integer() || (v.is_number_float() && std::isfinite(v.get<double>()) &&
-                                     std::trunc(v.get<double>()) == v.get<double>());
-  }
-  if (type == "boolean") return v.is_boolean();
-  if (type == "null") return v.is_null();
-  if (type == "object") return v.is_object();
-  if (type == "array") return v.is_array();
-  return false;
-}
-
-// The shape of a `format`'s strings: a pattern, and their most code points when the format
-// bounds its length (-1: none).
-struct FormatShape {
-  std::string pattern;  // "": any string (the format only annotates)
-  int max_length = -1;
-};
-
-// The strings of a `format` whose values have a fixed shape; no pattern for any other
-// format (an annotation, read past). Each shape is a subset of what the format's RFC
-// admits, so every value written parses as one: a date's year is 1000 to 9999 (Python,
-// among others, reads no year 0) and its day at most its month's length in a common year
-// (February 29 is left out); a host name's labels are at most
-// 22 characters (the RFC's 63 would take more positions than a pattern holds: a label
-// is one position a character); an IPv6 address is written in full (eight groups, no
-// `::`); an e-mail address is a dot-atom at a host name of two labels or more.
-FormatShape FormatPattern(const std::string& format) {
-  const std::string date =
-      "[1-9]\\d{3}-((0[1-9]|1[0-2])-(0[1-9]|1\\d|2[0-8])|(0[13-9]|1[0-2])-(29|30)|(0[13578]|1[02])-"
-      "31)";
-  const std::string time =
-      "([01]\\d|2[0-3]):[0-5]\\d:[0-5]\\d(\\.\\d{1,6})?(Z|[+-]([01]\\d|2[0-3]):[0-5]\\d)";
-  const std::string octet = "(25[0-5]|2[0-4]\\d|1\\d\\d|[1-9]?\\d)";
-  const std::string label = "[A-Za-z0-9]([A-Za-z0-9-]{0,20}[A-Za-z0-9])?";
-  const std::string hex = "[0-9a-fA-F]{1,4}";
-  // RFC 3339 appendix A: years, months, days, then a time part; or a time part; or weeks.
-  const std::string clock = "T(\\d+H(\\d+M(\\d+S)?)?|\\d+M(\\d+S)?|\\d+S)";
-  if (format == "date") return {"^" + date + "$"};
-  if (format == "time") return {"^" + time + "$"};
-  if (format == "date-time") return {"^" + date + "T" + time + "$"};
-  if (format == "uuid") {
-    return {"^[0-9a-fA-F]{8}-[0-9a-fA-F]{4}-[0-9a-fA-F]{4}-[0-9a-fA-F]{4}-[0-9a-fA-F]{12}$"};
-  }
-  if (format == "ipv4") return {"^" + octet + "(\\." + octet + "){3}$"};
-  if (format == "ipv6") return {"^" + hex + "(:" + hex + "){7}$"};
-  if (format == "hostname") return {"^" + label + "(\\." + label + ")*$", 253};
-  if (format == "email") {
-    return {"^[A-Za-z0-9_+-]+(\\.[A-Za-z0-9_+-]+)*@" + label + "(\\." + label + ")+$", 254};
-  }
-  if (format == "duration") {
-    return {"^P((\\d+Y(\\d+M(\\d+D)?)?|\\d+M(\\d+D)?|\\d+D)(" + clock + ")?|" + clock + "|\\d+W)$"};
-  }
-  return {};
-}
-
-// The values of a literals node as JSON Schema compares them: 1 and 1.0 are one (and one
-// to nlohmann's ordering).
-std::set<nlohmann::json> ValuesOf(const Node& n) {
-  std::set<nlohmann::json> values;
-  for (const std::string& l : n.literals) values.insert(nlohmann::json::parse(l));
-  return values;
-}
-
-// A list of more than kMaxLiterals values is matched by runs (Node::ranged): sorted.
-void RangeIfLong(Node* n) {
-  if (static_cast<int>(n->literals.size()) <= kMaxLiterals) return;
-  std::sort(n->literals.begin(), n->literals.end());
-  n->ranged = true;
-}
-
-absl::Status Bad(const std::string& where, const std::string& what) {
-  return absl::InvalidArgumentError(
-      absl::StrCat("schema at '", where.empty() ? "/" : where, "': ", what));
-}
+using schema::Annotations;
+using schema::Assertions;
+using schema::Bad;
+using schema::Bounds;
+using schema::FormatPattern;
+using schema::FormatShape;
+using schema::json;
+using schema::RangeIfLong;
+using schema::TypeMatches;
+using schema::ValuesOf;
 
 }  // namespace
 
@@ -158,8 +60,10 @@ std::shared_ptr<const Grammar> Grammar::JsonObject(bool compact) {
 // recursive schemas become cycles in the graph, bounded at match time by kMaxDepth).
 class SchemaCompiler {
  public:
-  SchemaCompiler(const json& root, bool compact) : root_(root), grammar_(new Grammar()) {
+  SchemaCompiler(const json& root, bool compact, bool lenient)
+      : root_(root), grammar_(new Grammar()) {
     grammar_->compact_ = compact;
+    leniency_.lenient = lenient;
   }
 
   absl::StatusOr<std::shared_ptr<const Grammar>> Run() {
@@ -167,6 +71,7 @@ class SchemaCompiler {
     if (!root.ok()) return root.status();
     grammar_->root_ = *root;
     KVFOLD_RETURN_IF_ERROR(BoundedAlternatives());
+    grammar_->skipped_ = std::move(leniency_.skipped);
     return std::shared_ptr<const Grammar>(std::move(grammar_));
   }
 
@@ -180,14 +85,20 @@ class SchemaCompiler {
   // anything beside the schema's own keywords: what they constrain is what
   // `additionalProperties` / the items past the listed places would, so s with them in
   // those keywords' place (or dropped where those keywords are given: nothing is left
-  // unevaluated).
-  static absl::StatusOr<json> WithoutUnevaluated(const json& s, const std::string& where) {
+  // unevaluated). Leniently, beside an applicator, they are read past.
+  absl::StatusOr<json> WithoutUnevaluated(const json& s, const std::string& where) {
     for (const char* applicator :
          {"allOf", "anyOf", "oneOf", "$ref", "not", "if", "then", "else", "dependentSchemas"}) {
-      if (s.contains(applicator)) {
-        return Bad(where, absl::StrCat("'unevaluatedProperties' / 'unevaluatedItems' beside '",
-                                       applicator, "' is not supported"));
+      if (!s.contains(applicator)) continue;
+      if (leniency_.Skip(where, absl::StrCat("unevaluatedProperties / unevaluatedItems beside ",
+                                             applicator))) {
+        json out = s;
+        out.erase("unevaluatedProperties");
+        out.erase("unevaluatedItems");
+        return out;
       }
+      return Bad(where, absl::StrCat("'unevaluatedProperties' / 'unevaluatedItems' beside '",
+                                     applicator, "' is not supported"));
     }
     json out = s;
     if (s.contains("unevaluatedProperties")) {
@@ -221,6 +132,7 @@ class SchemaCompiler {
     for (const auto& [key, value] : s.items()) {
       if (Annotations().count(key)) continue;
       if (!Assertions().count(key)) {
+        if (leniency_.Skip(where, key)) continue;
         return Bad(where, absl::StrCat("keyword '", key,
                                        "' is not supported (docs/structured-output.md)"));
       }
@@ -228,7 +140,7 @@ class SchemaCompiler {
     }
     auto only = [&](const std::string& key) -> absl::Status {
       for (const std::string& a : assertions) {
-        if (a != key) {
+        if (a != key && !leniency_.Skip(where, absl::StrCat(a, " beside ", key))) {
           return Bad(where, absl::StrCat("'", key, "' cannot be combined with '", a, "'"));
         }
       }
@@ -252,14 +164,20 @@ class SchemaCompiler {
         node.alternatives.push_back(*alt);
       }
       if (std::string_view(key) == "oneOf") {
-        KVFOLD_RETURN_IF_ERROR(Disjoint(node.alternatives, at));
+        // Leniently, alternatives that may overlap are held as anyOf's.
+        if (absl::Status disjoint = Disjoint(node.alternatives, at);
+            !disjoint.ok() && !leniency_.Skip(where, "oneOf (held as anyOf)")) {
+          return disjoint;
+        }
       }
       return Add(std::move(node));
     }
     if (s.contains("allOf")) {
       KVFOLD_RETURN_IF_ERROR(only("allOf"));
       const json& list = s["allOf"];
-      if (!list.is_array() || list.size() != 1) {
+      if (!list.is_array() || list.empty())
+        return Bad(absl::StrCat(where, "/allOf"), "must be a non-empty array");
+      if (list.size() != 1 && !leniency_.Skip(where, "allOf after its first schema")) {
         return Bad(absl::StrCat(where, "/allOf"), "only an allOf of one schema is supported");
       }
       return Compile(list[0], absl::StrCat(where, "/allOf/0"), depth + 1);
@@ -288,7 +206,8 @@ class SchemaCompiler {
 
     if (s.contains("enum") || s.contains("const")) {
       for (const std::string& a : assertions) {
-        if (a != "enum" && a != "const" && a != "type") {
+        if (a != "enum" && a != "const" && a != "type" &&
+            !leniency_.Skip(where, absl::StrCat(a, " beside enum / const"))) {
           return Bad(where, absl::StrCat("'enum' / 'const' cannot be combined with '", a, "'"));
         }
       }
@@ -362,7 +281,7 @@ class SchemaCompiler {
         const bool number = std::find(types.begin(), types.end(), "number") != types.end();
         Node n;
         n.kind = number ? NodeKind::kNumber : NodeKind::kInteger;
-        KVFOLD_RETURN_IF_ERROR(NumberBounds(s, where, &n));
+        KVFOLD_RETURN_IF_ERROR(schema::NumberBounds(s, where, &leniency_, &n));
         node = Add(std::move(n));
         number_done = true;
       } else if (t == "boolean" || t == "null") {
@@ -583,135 +502,6 @@ class SchemaCompiler {
     return false;
   }
 
-  static absl::StatusOr<int> Count(const json& s, const char* key, const std::string& where,
-                                   int fallback) {
-    if (!s.contains(key)) return fallback;
-    const json& v = s[key];
-    if (!v.is_number_integer() || v.get<int64_t>() < 0 || v.get<int64_t>() > (1 << 20)) {
-      return Bad(absl::StrCat(where, "/", key), "must be an integer in [0, 1048576]");
-    }
-    return static_cast<int>(v.get<int64_t>());
-  }
-
-  // The [min, max] of keywords `min_key` and `max_key` (max -1: none).
-  static absl::Status Bounds(const json& s, const char* min_key, const char* max_key,
-                             const std::string& where, int* min, int* max) {
-    auto lo = Count(s, min_key, where, 0);
-    if (!lo.ok()) return lo.status();
-    auto hi = Count(s, max_key, where, -1);
-    if (!hi.ok()) return hi.status();
-    if (*hi >= 0 && *lo > *hi) {
-      return Bad(where, absl::StrCat(min_key, " is above ", max_key));
-    }
-    *min = *lo;
-    *max = *hi;
-    return absl::OkStatus();
-  }
-
-  // minimum, maximum, exclusiveMinimum, exclusiveMaximum (a number, or as in draft 4 a
-  // boolean that makes minimum / maximum exclusive) into the bounds of number node *n:
-  // the tighter keyword at each end. An integer's bounds round inwards to integers; a
-  // number's must be integers (then a bound compares the written decimal exactly as it
-  // compares the double a parser reads of it, kMaxBoundedDigits digits at most). With
-  // `multipleOf` (a positive integer: a fraction's multiples are ones validators disagree
-  // on) the value is a multiple of it, written as an integer. Refused when no value of at
-  // most 15 digits lies between the bounds.
-  static absl::Status NumberBounds(const json& s, const std::string& where, Node* n) {
-    struct End {
-      bool set = false;
-      double value = 0;
-      bool exclusive = false;
-    };
-    End lo, hi;
-    struct Keyword {
-      const char* key;
-      bool lower, exclusive;
-    };
-    for (const Keyword& k :
-         {Keyword{"minimum", true, false}, Keyword{"exclusiveMinimum", true, true},
-          Keyword{"maximum", false, false}, Keyword{"exclusiveMaximum", false, true}}) {
-      if (!s.contains(k.key)) continue;
-      const json& v = s[k.key];
-      const std::string at = absl::StrCat(where, "/", k.key);
-      End& end = k.lower ? lo : hi;
-      if (k.exclusive && v.is_boolean()) {  // draft 4: minimum / maximum comes first
-        if (!end.set) {
-          return Bad(at, absl::StrCat("a boolean needs '", k.lower ? "minimum" : "maximum", "'"));
-        }
-        end.exclusive = end.exclusive || v.get<bool>();
-        continue;
-      }
-      if (!v.is_number() || !std::isfinite(v.get<double>())) {
-        return Bad(at, "must be a finite number");
-      }
-      const double x = v.get<double>();
-      if (n->kind == NodeKind::kNumber && std::trunc(x) != x) {
-        return Bad(at, absl::StrCat("a bound of a 'number' must be an integer here (", v.dump(),
-                                    "); an 'integer' takes any bound"));
-      }
-      if (!end.set || (k.lower ? x > end.value : x < end.value)) {
-        end = End{true, x, k.exclusive};
-      } else if (x == end.value) {
-        end.exclusive = end.exclusive || k.exclusive;
-      }
-    }
-    const double far = static_cast<double>(kMaxBoundMagnitude);
-    int64_t multiple = 0;
-    if (s.contains("multipleOf")) {
-      const json& v = s["multipleOf"];
-      const std::string at = absl::StrCat(where, "/multipleOf");
-      if (!v.is_number() || !std::isfinite(v.get<double>()) || v.get<double>() <= 0) {
-        return Bad(at, "must be a number above 0");
-      }
-      const double x = v.get<double>();
-      if (std::trunc(x) != x) {
-        return Bad(at, absl::StrCat("must be an integer here (", v.dump(),
-                                    "): validators divide by a fraction such as 0.01 in "
-                                    "floating point and disagree on its multiples"));
-      }
-      // Past the farthest bound only 0 is a multiple, as of kMaxBoundMagnitude + 1.
-      multiple = x > far ? kMaxBoundMagnitude + 1 : static_cast<int64_t>(x);
-    }
-    if (!lo.set && !hi.set && multiple == 0) return absl::OkStatus();
-    n->bounded = true;
-    n->min_value = -kMaxBoundMagnitude;
-    n->max_value = kMaxBoundMagnitude;
-    const bool integer = n->kind == NodeKind::kInteger;
-    if (lo.set && lo.value >= -far) {
-      // An integer above x: floor(x) + 1; at least x: ceil(x).
-      const double v = std::min(
-          integer ? (lo.exclusive ? std::floor(lo.value) + 1 : std::ceil(lo.value)) : lo.value,
-          far + 1);
-      n->min_value = static_cast<int64_t>(v);
-      n->min_exclusive = !integer && lo.exclusive;
-    }
-    if (hi.set && hi.value <= far) {
-      const double v = std::max(
-          integer ? (hi.exclusive ? std::ceil(hi.value) - 1 : std::floor(hi.value)) : hi.value,
-          -far - 1);
-      n->max_value = static_cast<int64_t>(v);
-      n->max_exclusive = !integer && hi.exclusive;
-    }
-    n->multiple_of = multiple;
-    if (multiple != 0) {
-      // Integers only: the multiples between the ends (each in or out as flagged).
-      const int64_t from = n->min_value + (n->min_exclusive ? 1 : 0);
-      const int64_t to = n->max_value - (n->max_exclusive ? 1 : 0);
-      if (!MultipleWithin(std::max(from, -kMaxBoundMagnitude), std::min(to, kMaxBoundMagnitude),
-                          multiple)) {
-        return Bad(where, absl::StrCat("no multiple of ", multiple,
-                                       " of at most 15 digits lies between the bounds"));
-      }
-      return absl::OkStatus();
-    }
-    const bool some = n->min_value < n->max_value ||
-                      (n->min_value == n->max_value && !n->min_exclusive && !n->max_exclusive);
-    if (!some || n->min_value > kMaxBoundMagnitude || n->max_value < -kMaxBoundMagnitude) {
-      return Bad(where, "no value of at most 15 digits lies between the bounds");
-    }
-    return absl::OkStatus();
-  }
-
   absl::StatusOr<int> String(const json& s, const std::string& where) {
     Node n;
     n.kind = NodeKind::kString;
@@ -738,7 +528,14 @@ class SchemaCompiler {
     }
     if (!source.empty()) {
       auto pattern = Pattern::Compile(source, n.min_length, n.max_length);
-      if (!pattern.ok()) return Bad(at, std::string(pattern.status().message()));
+      if (!pattern.ok()) {
+        // Leniently, the string is held to its lengths alone.
+        if (leniency_.Skip(where, s.contains("pattern") ? "pattern" : "format")) {
+          n.max_length = s.contains("maxLength") ? s["maxLength"].get<int>() : -1;
+          return Add(std::move(n));
+        }
+        return Bad(at, std::string(pattern.status().message()));
+      }
       n.pattern = std::make_shared<const Pattern>(std::move(*pattern));
     }
     return Add(std::move(n));
@@ -791,7 +588,14 @@ class SchemaCompiler {
     if (s.contains("uniqueItems")) {
       const std::string at = absl::StrCat(where, "/uniqueItems");
       if (!s["uniqueItems"].is_boolean()) return Bad(at, "must be a boolean");
-      if (s["uniqueItems"].get<bool>()) KVFOLD_RETURN_IF_ERROR(UniqueItems(where, &n));
+      if (s["uniqueItems"].get<bool>()) {
+        Node held = n;
+        if (absl::Status unique = UniqueItems(where, &held); unique.ok()) {
+          n = std::move(held);
+        } else if (!leniency_.Skip(where, "uniqueItems")) {
+          return unique;
+        }
+      }
     }
     return Add(std::move(n));
   }
@@ -876,7 +680,7 @@ class SchemaCompiler {
       return Add(std::move(n));
     }
     for (const char* key : {"propertyNames", "minProperties", "maxProperties"}) {
-      if (s.contains(key)) {
+      if (s.contains(key) && !leniency_.Skip(where, key)) {
         return Bad(absl::StrCat(where, "/", key),
                    "is supported for maps (no 'properties'; keys of 'additionalProperties')");
       }
@@ -923,6 +727,7 @@ class SchemaCompiler {
                               (k.kind == NodeKind::kLiterals && !k.ranged &&
                                std::all_of(k.literals.begin(), k.literals.end(),
                                            [](const std::string& l) { return l[0] == '"'; })));
+        if (!strings && leniency_.Skip(where, "propertyNames")) return absl::OkStatus();
         if (!strings) {
           return Bad(at, absl::StrCat("must be a schema of strings: type string (with pattern, "
                                       "lengths or format), or enum / const of at most ",
@@ -941,6 +746,10 @@ class SchemaCompiler {
     }
     const bool listed = n->keys >= 0 && grammar_->nodes_[n->keys].kind == NodeKind::kLiterals;
     if (n->min_properties > 0 && !listed) {
+      if (leniency_.Skip(where, "minProperties")) {
+        n->min_properties = 0;
+        return absl::OkStatus();
+      }
       return Bad(absl::StrCat(where, "/minProperties"),
                  "is supported where 'propertyNames' lists the keys (enum / const): other "
                  "keys could repeat, and a parser keeps one of each");
@@ -952,6 +761,7 @@ class SchemaCompiler {
   std::shared_ptr<Grammar> grammar_;
   std::map<std::string, int> refs_;
   std::set<int> unfilled_;  // $ref slots whose target is being compiled
+  schema::Leniency leniency_;
 };
 
 absl::StatusOr<std::shared_ptr<const Grammar>> Grammar::Choice(
@@ -979,12 +789,12 @@ absl::StatusOr<std::shared_ptr<const Grammar>> Grammar::Choice(
 }
 
 absl::StatusOr<std::shared_ptr<const Grammar>> Grammar::FromSchema(std::string_view schema,
-                                                                   bool compact) {
+                                                                   bool compact, bool lenient) {
   // The compiler recurses per level of the schema.
   if (absl::Status s = CheckJsonDepth(schema, "the schema"); !s.ok()) return s;
   json root = json::parse(schema, nullptr, /*allow_exceptions=*/false);
   if (root.is_discarded()) return absl::InvalidArgumentError("the schema is not valid JSON");
-  return SchemaCompiler(root, compact).Run();
+  return SchemaCompiler(root, compact, lenient).Run();
 }
 
 }  // namespace kvfold::structured

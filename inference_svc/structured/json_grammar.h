@@ -154,9 +154,12 @@ class Grammar {
   static std::shared_ptr<const Grammar> JsonObject(bool compact = true);
   // The documents of `schema` (JSON text). INVALID_ARGUMENT when it is not JSON, not a
   // schema, or uses a keyword outside the subset; the message names the keyword and
-  // where it is (a JSON pointer into the schema).
+  // where it is (a JSON pointer into the schema). `lenient`: a keyword the subset cannot
+  // hold (docs/structured-output.md, "Lenient schemas") is read past instead, and named in
+  // skipped(); what is not a schema is refused all the same.
   static absl::StatusOr<std::shared_ptr<const Grammar>> FromSchema(std::string_view schema,
-                                                                   bool compact = true);
+                                                                   bool compact = true,
+                                                                   bool lenient = false);
   // Exactly one of `choices` (raw text, not JSON; vLLM's guided_choice), nothing before
   // or after it. INVALID_ARGUMENT for none, more than kMaxValues, an empty or a repeated
   // one.
@@ -165,6 +168,9 @@ class Grammar {
 
   const Node& node(int i) const { return nodes_[i]; }
   int root() const { return root_; }
+  // With FromSchema(..., lenient): the keywords read past, each with where it is
+  // ("uniqueItems at '/tags'"), in the order met; empty when all are held.
+  const std::vector<std::string>& skipped() const { return skipped_; }
   int num_nodes() const { return static_cast<int>(nodes_.size()); }
   bool compact() const { return compact_; }
   // Whether one space may come before the document (compact JSON documents).
@@ -176,6 +182,7 @@ class Grammar {
   std::vector<Node> nodes_;
   int root_ = 0;
   bool compact_ = true;
+  std::vector<std::string> skipped_;
   bool leading_space_ = true;
 };
 

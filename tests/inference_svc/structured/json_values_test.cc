@@ -514,5 +514,69 @@ TEST(JsonSchemaTest, UnevaluatedKeywordsAndAnnotations) {
   EXPECT_FALSE(Complete(annotated, R"({"n":null})"));
 }
 
+// Lenient: what the subset cannot hold is read past and named, with where it is, in the
+// order met; the rest holds as strictly. The same schema is refused when strict, and what
+// is no schema is refused leniently too.
+TEST(JsonSchemaTest, LenientSchemasHoldTheRestAndNameWhatTheySkip) {
+  const std::string schema = R"j({"type":"object","properties":{
+      "tags":{"type":"array","items":{"type":"string","maxLength":3},"uniqueItems":true,
+              "contains":{"const":"a"}},
+      "price":{"type":"number","multipleOf":0.01,"maximum":9.5,"minimum":0},
+      "code":{"type":"string","pattern":"(?<=a)b","maxLength":4},
+      "pick":{"oneOf":[{"type":"integer"},{"type":"number"}]},
+      "both":{"allOf":[{"type":"integer","maximum":5},{"minimum":3}]},
+      "color":{"enum":["red","green"],"minLength":4},
+      "x":{"not":{"type":"null"}}},
+    "required":["tags","price","code","pick","both","color"],
+    "propertyNames":{"maxLength":5}})j";
+  auto strict = Grammar::FromSchema(schema);
+  ASSERT_FALSE(strict.ok());
+  auto g = Grammar::FromSchema(schema, /*compact=*/true, /*lenient=*/true);
+  ASSERT_TRUE(g.ok()) << g.status();
+  EXPECT_EQ((*g)->skipped(),
+            (std::vector<std::string>{
+                "propertyNames at '/'", "contains at '/properties/tags'",
+                "uniqueItems at '/properties/tags'", "maximum at '/properties/price'",
+                "multipleOf at '/properties/price'", "pattern at '/properties/code'",
+                "oneOf (held as anyOf) at '/properties/pick'",
+                "allOf after its first schema at '/properties/both'",
+                "minLength beside enum / const at '/properties/color'", "not at '/properties/x'"}));
+  // What is held still is.
+  EXPECT_TRUE(Complete(*g, R"({"tags":["ab","ab"],"price":12.5,"code":"zz","pick":1.5,)"
+                           R"("both":4,"color":"red"})"));
+  EXPECT_FALSE(Complete(*g, R"({"tags":["abcd"],"price":1,"code":"z","pick":1,"both":4,)"
+                            R"("color":"red"})"));  // an item past maxLength
+  EXPECT_FALSE(Complete(*g, R"({"tags":[],"price":-1,"code":"z","pick":1,"both":4,)"
+                            R"("color":"red"})"));  // under minimum
+  EXPECT_FALSE(Complete(*g, R"({"tags":[],"price":1,"code":"zzzzz","pick":1,"both":4,)"
+                            R"("color":"red"})"));  // code past maxLength
+  EXPECT_FALSE(Complete(*g, R"({"tags":[],"price":1,"code":"z","pick":1,"both":6,)"
+                            R"("color":"red"})"));  // the first allOf schema's maximum
+  EXPECT_FALSE(Complete(*g, R"({"tags":[],"price":1,"code":"z","pick":1,"both":4,)"
+                            R"("color":"blue"})"));
+  std::mt19937_64 rng(31);
+  for (int i = 0; i < 200; ++i) {
+    const auto doc = testing::RandomDocument(*g, rng);
+    ASSERT_TRUE(doc.has_value()) << "a random walk found no way to end";
+    const json v = json::parse(*doc);
+    for (const json& t : v["tags"]) {
+      const std::string text = t.get<std::string>();  // code points: no continuation bytes
+      EXPECT_LE(std::count_if(text.begin(), text.end(), [](char c) { return (c & 0xC0) != 0x80; }),
+                3)
+          << *doc;
+    }
+    EXPECT_GE(v["price"].get<double>(), 0) << *doc;
+    EXPECT_TRUE(v["both"].is_number_integer() && v["both"].get<int64_t>() <= 5) << *doc;
+  }
+  // Held whole, nothing is skipped; not a schema, refused either way.
+  auto whole = Grammar::FromSchema(R"({"type":"string","maxLength":2})", true, true);
+  ASSERT_TRUE(whole.ok());
+  EXPECT_TRUE((*whole)->skipped().empty());
+  for (const char* bad : {R"({"type":"strin"})", R"({"minLength":-1})", R"({"enum":[]})",
+                          R"({"type":"integer","minimum":5,"maximum":1})", "[1]"}) {
+    EXPECT_FALSE(Grammar::FromSchema(bad, true, true).ok()) << bad;
+  }
+}
+
 }  // namespace
 }  // namespace kvfold::structured
