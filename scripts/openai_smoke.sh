@@ -288,6 +288,19 @@ try {
   check(e.status === 400 && /contains/.test(e.error?.message ?? e.message),
         `json_schema with contains -> ${e.status}: ${e.error?.message ?? e.message}`);
 }
+// strict: false reads past what cannot be held and names it in a header; the rest holds.
+const digits = { type: "array", items: { type: "integer", minimum: 0, maximum: 9 }, minItems: 1,
+                 maxItems: 3, contains: { const: 3 } };
+const { data: lenient, response: lenientResponse } = await A.chat.completions.create({
+  ...chat, max_tokens: 40, temperature: 1, seed: 3,
+  response_format: { type: "json_schema", json_schema: { name: "digits", schema: digits, strict: false } },
+}).withResponse();
+const lenientDoc = JSON.parse(lenient.choices[0].message.content);
+check(lenientResponse.headers.get("x-kvfold-schema-skipped") === `["contains at '/'"]` &&
+      Array.isArray(lenientDoc) && lenientDoc.length >= 1 && lenientDoc.length <= 3 &&
+      lenientDoc.every((d) => Number.isInteger(d) && d >= 0 && d <= 9),
+      `strict: false -> ${lenient.choices[0].message.content}, skipped ` +
+      `${lenientResponse.headers.get("x-kvfold-schema-skipped")}`);
 
 // Function calling: a required call, the same streamed, and its result sent back.
 const tools = [{ type: "function", function: { name: "get_weather", description: "Weather in a city.",

@@ -55,7 +55,7 @@ void ChoiceSet::CancelChoices(int except) {
 void ChoiceSet::StartStreamLocked() {
   if (stream_started_) return;
   stream_started_ = true;
-  exchange_->StartStream(200, "text/event-stream");
+  exchange_->StartStream(200, "text/event-stream", options_.headers);
   if (options_.api == ChatTurnOptions::Api::kResponse) {
     exchange_->Write(ResponseStreamStart(options_.head, options_.previous_response_id, &sequence_));
   }
@@ -155,7 +155,7 @@ void ChoiceSet::Finish(ChatAnswer choice) {
       body = ResponseJson(done_.front(), options_.previous_response_id);
       break;
   }
-  exchange_->Respond(200, "application/json", std::move(body));
+  exchange_->Respond(200, "application/json", std::move(body), options_.headers);
 }
 
 ChatTurn::ChatTurn(std::shared_ptr<ChoiceSet> set, int index, std::string echo)

@@ -47,6 +47,8 @@ struct ChatTurnOptions {
   // a named function; for auto from the first <tool_call> on, or in the JSON style an
   // answer that opens with '{' or a tag) until the turn ends.
   std::shared_ptr<const ToolSet> tools;
+  // Sent with the answer, streamed or not (X-Kvfold-Schema-Skipped).
+  HttpHeaders headers;
 };
 
 class ChatTurn;

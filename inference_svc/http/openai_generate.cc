@@ -11,6 +11,8 @@
 #include "common/rng.h"
 #include "inference_svc/http/chat_turn.h"
 #include "inference_svc/http/openai_front.h"
+#include "inference_svc/structured/json_grammar.h"
+#include "nlohmann/json.hpp"
 
 namespace kvfold::http {
 namespace {
@@ -43,6 +45,16 @@ ChatTurnOptions AnswerOptions(ChatTurnOptions::Api api, bool stream, bool includ
   options.logprobs = params.logprobs;
   options.stop_token_ids = params.stop_token_ids;
   options.head = NewHead(id_prefix.empty() ? "" : absl::StrCat(id_prefix, RandomHex()), model);
+  if (params.format == OutputFormat::kJsonSchema && params.lenient_schema) {
+    // What the replica's compile of the same schema reads past (the header is sent before
+    // the turn starts, with a stream's first event).
+    auto grammar = structured::Grammar::FromSchema(params.json_schema, true, /*lenient=*/true);
+    if (grammar.ok() && !(*grammar)->skipped().empty()) {
+      options.headers.emplace_back(
+          "X-Kvfold-Schema-Skipped",
+          nlohmann::json((*grammar)->skipped()).dump(-1, ' ', /*ensure_ascii=*/true));
+    }
+  }
   return options;
 }
 
@@ -65,6 +77,7 @@ TurnSpec SpecFor(const std::string& session_id, const GenerationParams& p) {
   spec.top_logprobs = p.logprobs ? p.top_logprobs : -1;
   spec.format = p.format;
   spec.json_schema = p.json_schema;
+  spec.lenient_schema = p.lenient_schema;
   spec.choices = p.choices;
   return spec;
 }

@@ -324,6 +324,13 @@ absl::Status ParseResponseFormat(const json& j, std::string_view body, LogprobsF
   if (holder->contains("name") && !(*holder)["name"].is_string()) {
     return Bad(param, absl::StrCat("'", at, ".name' must be a string"));
   }
+  if (holder->contains("strict") && !(*holder)["strict"].is_boolean() &&
+      !(*holder)["strict"].is_null()) {
+    return Bad(param, absl::StrCat("'", at, ".strict' must be a boolean"));
+  }
+  // Only an explicit false: without `strict` a schema is held whole or refused.
+  p->lenient_schema = holder->contains("strict") && (*holder)["strict"].is_boolean() &&
+                      !(*holder)["strict"].get<bool>();
   if (!holder->contains("schema") ||
       !((*holder)["schema"].is_object() || (*holder)["schema"].is_boolean())) {
     return Bad(param, absl::StrCat("'", at, ".schema' must be a JSON Schema (an object)"));

@@ -60,6 +60,9 @@ struct GenerationParams {
   // cannot hold), or exactly one of `choices`.
   OutputFormat format = OutputFormat::kText;
   std::string json_schema;
+  // `strict: false` given with the json_schema: what the subset cannot hold is read past
+  // and named in the X-Kvfold-Schema-Skipped header (docs/structured-output.md).
+  bool lenient_schema = false;
   std::vector<std::string> choices;
 };
 

@@ -79,6 +79,7 @@ struct TurnSpec {
   bool prompt_only = false;  // feed (and score) the prompt, generate nothing
   OutputFormat format = OutputFormat::kText;
   std::string json_schema;           // kJsonSchema: the schema, as JSON text
+  bool lenient_schema = false;       // kJsonSchema: read past what cannot be held
   std::vector<std::string> choices;  // kChoice: the answer is exactly one of these texts
   // Ephemeral turns only: turns with the same group and prompt may share its feeding.
   std::shared_ptr<PromptGroup> prompt_group;

@@ -99,6 +99,7 @@ absl::StatusOr<TurnUsage> TurnHandle::Finish() {
   usage.kv_bytes_resident = live_->kv_bytes_resident.load();
   usage.restored_from_store = restored_;
   usage.finish_reason = job.finish_reason;
+  if (job.grammar != nullptr) usage.schema_skipped = job.grammar->skipped();
   usage.queue_ms = job.queue_ms;
   usage.restore_ms = fetch_ms_ + job.restore_ms;
   usage.prefill_ms = job.prefill_ms;
@@ -411,9 +412,10 @@ absl::StatusOr<std::unique_ptr<TurnHandle>> Runtime::StartTurn(const Caller& cal
       grammar = structured::Grammar::JsonObject();
     } else {
       const ResponseFormat& f = request.response_format;
-      auto compiled = f.kind == ResponseFormat::Kind::kChoice
-                          ? structured::Grammar::Choice(f.choices)
-                          : structured::Grammar::FromSchema(f.json_schema);
+      auto compiled =
+          f.kind == ResponseFormat::Kind::kChoice
+              ? structured::Grammar::Choice(f.choices)
+              : structured::Grammar::FromSchema(f.json_schema, /*compact=*/true, f.lenient);
       if (!compiled.ok()) {
         return absl::InvalidArgumentError(
             absl::StrCat("response_format: ", compiled.status().message()));

@@ -90,6 +90,9 @@ struct ResponseFormat {
   Kind kind = Kind::kText;
   std::string json_schema;           // kJsonSchema: the schema, as JSON text
   std::vector<std::string> choices;  // kChoice: the answer is exactly one of these texts
+  // kJsonSchema: keywords outside the supported subset are read past (and named in
+  // TurnUsage::schema_skipped) instead of refusing the turn (Grammar::FromSchema).
+  bool lenient = false;
 };
 
 struct TurnRequest {
@@ -163,6 +166,8 @@ struct TurnUsage {
   FinishReason finish_reason = FinishReason::kNone;
   double queue_ms = 0, restore_ms = 0, prefill_ms = 0, decode_ms = 0, fold_ms = 0;
   double checkpoint_ms = 0, ttft_ms = 0, total_ms = 0;
+  // A lenient response_format: the schema's keywords read past, each with where it is.
+  std::vector<std::string> schema_skipped;
 };
 
 class Runtime;

@@ -122,6 +122,7 @@ grpc::Status InferenceServiceImpl::Generate(grpc::ServerContext* context,
     case v1::ResponseFormat::TYPE_JSON_SCHEMA:
       turn_request.response_format.kind = runtime::ResponseFormat::Kind::kJsonSchema;
       turn_request.response_format.json_schema = request->response_format().json_schema();
+      turn_request.response_format.lenient = request->response_format().lenient();
       break;
     case v1::ResponseFormat::TYPE_CHOICE:
       turn_request.response_format.kind = runtime::ResponseFormat::Kind::kChoice;
@@ -249,6 +250,9 @@ grpc::Status InferenceServiceImpl::Generate(grpc::ServerContext* context,
         out->set_arguments(call.arguments);
       }
     }
+  }
+  for (const std::string& skipped : usage->schema_skipped) {
+    final_message->add_schema_skipped(skipped);
   }
   FillUsage(*usage, replica_name_, final_message->mutable_usage());
   writer->Write(final_response);

@@ -168,8 +168,83 @@ TEST_F(HttpApiTest, SchemasOutsideTheSubsetAreRefused) {
   EXPECT_EQ(Body(r)["error"]["param"], "response_format");
 }
 
+// `strict: false`: what the subset cannot hold is read past, named in a header, and the
+// rest holds (chat, streamed chat, responses); strict true or absent: refused.
+TEST_F(HttpApiTest, LenientSchemasHoldTheRestAndNameWhatTheySkip) {
+  const ojson digits = ojson::parse(R"({"type":"array","items":{"type":"integer","minimum":0,
+      "maximum":9},"minItems":1,"maxItems":3,"contains":{"const":3}})");
+  auto expect_digits = [](const std::string& text) {
+    const json doc = json::parse(text, nullptr, /*allow_exceptions=*/false);
+    ASSERT_TRUE(doc.is_array() && !doc.empty() && doc.size() <= 3) << "[" << text << "]";
+    for (const json& d : doc) {
+      EXPECT_TRUE(d.is_number_integer() && d.get<int>() >= 0 && d.get<int>() <= 9) << text;
+    }
+  };
+  const std::string skipped = R"(["contains at '/'"])";
+  ojson chat = Chat();
+  chat["max_tokens"] = 40;
+  chat["response_format"] = {
+      {"type", "json_schema"},
+      {"json_schema", {{"name", "digits"}, {"schema", digits}, {"strict", false}}}};
+  HttpReply r = HttpCall(port_[0], "POST", "/v1/chat/completions", chat.dump(), kAuth);
+  ASSERT_EQ(r.status, 200) << r.body;
+  EXPECT_EQ(r.Header("X-Kvfold-Schema-Skipped"), skipped);
+  {
+    SCOPED_TRACE(r.body);
+    expect_digits(Body(r)["choices"][0]["message"]["content"].get<std::string>());
+  }
+  chat["stream"] = true;
+  r = HttpCall(port_[1], "POST", "/v1/chat/completions", chat.dump(), kAuth);
+  ASSERT_EQ(r.status, 200) << r.body;
+  EXPECT_EQ(r.Header("X-Kvfold-Schema-Skipped"), skipped);
+  std::string streamed;
+  for (const std::string& e : r.Events()) {
+    if (e == "[DONE]") continue;
+    const json chunk = json::parse(e);
+    if (!chunk["choices"].empty()) streamed += chunk["choices"][0]["delta"].value("content", "");
+  }
+  {
+    SCOPED_TRACE(r.body);
+    expect_digits(streamed);
+  }
+  chat.erase("stream");
+  chat["response_format"]["json_schema"]["strict"] = true;
+  r = HttpCall(port_[0], "POST", "/v1/chat/completions", chat.dump(), kAuth);
+  EXPECT_EQ(r.status, 400) << r.body;
+  EXPECT_THAT(r.body, HasSubstr("'contains' is not supported"));
+  EXPECT_EQ(r.Header("X-Kvfold-Schema-Skipped"), "");
+  chat["response_format"]["json_schema"]["strict"] = "no";
+  r = HttpCall(port_[0], "POST", "/v1/chat/completions", chat.dump(), kAuth);
+  EXPECT_EQ(r.status, 400) << r.body;
+  EXPECT_THAT(r.body, HasSubstr("strict' must be a boolean"));
+  // A schema held whole sends no header.
+  chat["response_format"]["json_schema"]["strict"] = false;
+  chat["response_format"]["json_schema"]["schema"] = kPet;
+  r = HttpCall(port_[0], "POST", "/v1/chat/completions", chat.dump(), kAuth);
+  ASSERT_EQ(r.status, 200) << r.body;
+  EXPECT_EQ(r.Header("X-Kvfold-Schema-Skipped"), "");
+  ojson response = {
+      {"model", ""},
+      {"input", "Tell me some digits."},
+      {"max_output_tokens", 40},
+      {"text",
+       {{"format",
+         {{"type", "json_schema"}, {"name", "digits"}, {"schema", digits}, {"strict", false}}}}}};
+  r = HttpCall(port_[1], "POST", "/v1/responses", response.dump(), kAuth);
+  ASSERT_EQ(r.status, 200) << r.body;
+  EXPECT_EQ(r.Header("X-Kvfold-Schema-Skipped"), skipped);
+  std::string text;
+  const json answer = Body(r);
+  for (const json& item : answer["output"]) {
+    for (const json& part : item.value("content", json::array())) text += part.value("text", "");
+  }
+  SCOPED_TRACE(r.body);
+  expect_digits(text);
+}
+
 TEST_F(HttpApiTest, GrpcGenerateTakesAResponseFormat) {
   ASSERT_TRUE(CreateGrpcSession(0, "grpc-structured").ok());
+  v1::GenerateFinal last_final;
   auto generate = [&](v1::ResponseFormat format, std::string* text) {
     grpc::ClientContext context;
     Authorize(&context);
@@ -184,7 +259,10 @@ TEST_F(HttpApiTest, GrpcGenerateTakesAResponseFormat) {
     v1::FinishReason finish = v1::FINISH_REASON_UNSPECIFIED;
     while (reader->Read(&response)) {
       *text += response.delta().text();
-      if (response.has_final()) finish = response.final().finish_reason();
+      if (response.has_final()) {
+        finish = response.final().finish_reason();
+        last_final = response.final();
+      }
     }
     const grpc::Status status = reader->Finish();
     if (status.ok()) {
@@ -221,6 +299,20 @@ TEST_F(HttpApiTest, GrpcGenerateTakesAResponseFormat) {
   const grpc::Status bad = generate(format, &text);
   EXPECT_EQ(bad.error_code(), grpc::StatusCode::INVALID_ARGUMENT);
   EXPECT_THAT(bad.error_message(), HasSubstr("'contains' is not supported"));
+
+  // Lenient: held but for `contains`, which GenerateFinal names.
+  format.set_json_schema(
+      R"({"type":"array","items":{"type":"integer","minimum":0,"maximum":9},"maxItems":3,)"
+      R"("contains":{"const":3}})");
+  format.set_lenient(true);
+  text.clear();
+  ASSERT_TRUE(generate(format, &text).ok());
+  EXPECT_EQ(last_final.schema_skipped_size(), 1);
+  if (last_final.schema_skipped_size() == 1) {
+    EXPECT_EQ(last_final.schema_skipped(0), "contains at '/'");
+  }
+  const json digits = json::parse(text, nullptr, false);
+  ASSERT_TRUE(digits.is_array() && digits.size() <= 3) << text;
 }
 
 }  // namespace
