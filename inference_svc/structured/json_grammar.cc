@@ -536,6 +536,14 @@ class SchemaCompiler {
         }
         return Bad(at, std::string(pattern.status().message()));
       }
+      // The schema's patterns are bounded together: a schema of many short patterns would
+      // otherwise ask for hundreds of times its size.
+      pattern_bytes_ += pattern->MemoryBytes();
+      if (pattern_bytes_ > kMaxSchemaPatternBytes) {
+        return Bad(where,
+                   absl::StrCat("the schema's patterns and formats take more than ",
+                                kMaxSchemaPatternBytes >> 20, " MiB compiled; not supported"));
+      }
       n.pattern = std::make_shared<const Pattern>(std::move(*pattern));
     }
     return Add(std::move(n));
@@ -762,6 +770,7 @@ class SchemaCompiler {
   std::map<std::string, int> refs_;
   std::set<int> unfilled_;  // $ref slots whose target is being compiled
   schema::Leniency leniency_;
+  size_t pattern_bytes_ = 0;  // MemoryBytes of the patterns compiled so far
 };
 
 absl::StatusOr<std::shared_ptr<const Grammar>> Grammar::Choice(

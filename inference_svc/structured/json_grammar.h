@@ -112,6 +112,10 @@ inline bool MultipleWithin(int64_t lo, int64_t hi, int64_t m) {
 inline constexpr int kMaxProperties = 64;
 inline constexpr int kMaxLiterals = 64;
 inline constexpr int kMaxValues = 4096;
+// The most memory a schema's compiled patterns (and formats) take together: a pattern's
+// tables are a few KiB, so a schema of many short patterns would otherwise take hundreds
+// of times its size (Pattern::MemoryBytes).
+inline constexpr size_t kMaxSchemaPatternBytes = size_t{64} << 20;
 
 // Literals [lo, hi) of a ranged node, sorted by their bytes: the run of those longer than
 // `at` bytes whose byte `at` is c.

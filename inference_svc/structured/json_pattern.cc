@@ -137,14 +137,13 @@ absl::StatusOr<Pattern> Pattern::Positions(const Re& re, std::vector<Lookahead>*
   p.first_ = top.first;
   p.last_ = top.last;
   p.nullable_ = top.nullable;
-  p.next_by_byte_.assign(8, {});
-  for (int k = 0; k < 8; ++k) {
+  // A table per byte of positions there are (2 KiB each), the start bit apart (Next).
+  p.next_by_byte_.assign((p.follow_.size() + 7) / 8, {});
+  for (size_t k = 0; k < p.next_by_byte_.size(); ++k) {
     for (int b = 1; b < 256; ++b) {
       // The set bits of b but its lowest, then the lowest.
-      const int bit = 8 * k + __builtin_ctz(b);
-      const uint64_t one = bit == 63                                  ? p.first_
-                           : bit < static_cast<int>(p.follow_.size()) ? p.follow_[bit]
-                                                                      : 0;
+      const size_t bit = 8 * k + __builtin_ctz(b);
+      const uint64_t one = bit < p.follow_.size() ? p.follow_[bit] : 0;
       p.next_by_byte_[k][b] = p.next_by_byte_[k][b & (b - 1)] | one;
     }
   }
@@ -197,9 +196,22 @@ uint64_t Pattern::Allowed(int written) const {
 }
 
 uint64_t Pattern::Next(uint64_t s) const {
-  uint64_t next = 0;
-  for (int k = 0; k < 8 && s != 0; ++k, s >>= 8) next |= next_by_byte_[k][s & 0xFF];
+  uint64_t next = (s & kStart) != 0 ? first_ : 0;
+  s &= ~kStart;
+  for (size_t k = 0; k < next_by_byte_.size() && s != 0; ++k, s >>= 8) {
+    next |= next_by_byte_[k][s & 0xFF];
+  }
   return next;
+}
+
+size_t Pattern::MemoryBytes() const {
+  size_t bytes = sizeof(Pattern) + next_by_byte_.size() * sizeof(next_by_byte_[0]) +
+                 follow_.size() * sizeof(uint64_t) + allowed_.size() * sizeof(uint64_t) +
+                 next_state_.size() * sizeof(int32_t) + accepting_.size() +
+                 atom_start_.size() * sizeof(uint32_t);
+  for (const Ranges& r : classes_) bytes += r.size() * sizeof(r[0]);
+  for (const auto& row : allowed_states_) bytes += row.size() * sizeof(uint64_t);
+  return bytes;
 }
 
 uint64_t Pattern::Step(uint64_t s, uint32_t c, int written) const {

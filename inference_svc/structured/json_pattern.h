@@ -69,6 +69,8 @@ class Pattern {
   uint64_t Step(uint64_t s, uint32_t c, int written) const;
   // Whether some code point in [lo, hi] can follow s as the `written`-th character.
   bool AnyIn(uint64_t s, uint32_t lo, uint32_t hi, int written) const;
+  // The bytes its tables take (a schema's patterns are bounded together).
+  size_t MemoryBytes() const;
   // Whether the characters that led to s are a whole match.
   bool Accepts(uint64_t s) const {
     if (!accepting_.empty()) return accepting_[s == kStart ? 0 : s - 1] != 0;
@@ -105,8 +107,8 @@ class Pattern {
   std::vector<uint64_t> follow_;
   // Tables that make a step a few lookups (a vocabulary walk steps a pattern hundreds of
   // thousands of times a token): next_by_byte_[k][b], the positions that may follow the
-  // set bits b of a state's byte k (bit 63, the start, leads to first_); ascii_[c], the
-  // positions whose class holds ASCII character c.
+  // set bits b of a state's byte k, for the bytes that hold positions (bit 63, the start,
+  // leads to first_); ascii_[c], the positions whose class holds ASCII character c.
   std::vector<std::array<uint64_t, 256>> next_by_byte_;
   std::array<uint64_t, 128> ascii_{};
   uint64_t first_ = 0, last_ = 0;

@@ -419,6 +419,22 @@ TEST(JsonSchemaTest, RandomSchemasCompileOrAreRefused) {
   EXPECT_GT(documents, 2 * compiled);
 }
 
+// A schema's patterns are bounded together: 40 x 40 x 40 short patterns (a 1.4 MB schema)
+// would take over 1 GB of tables; refused past kMaxSchemaPatternBytes.
+TEST(JsonSchemaTest, ASchemasPatternsAreBoundedTogether) {
+  auto level = [](const std::string& inner) {
+    std::string s = R"({"type":"object","properties":{)";
+    for (int i = 0; i < 40; ++i) absl::StrAppend(&s, i ? "," : "", "\"p", i, "\":", inner);
+    return s + "}}";
+  };
+  auto g = Grammar::FromSchema(level(level(level(R"({"pattern":"a"})"))));
+  ASSERT_FALSE(g.ok());
+  EXPECT_NE(g.status().message().find("patterns and formats take more than 64 MiB"),
+            std::string::npos)
+      << g.status();
+  EXPECT_TRUE(Grammar::FromSchema(level(level(R"({"pattern":"a"})"))).ok());
+}
+
 TEST(JsonSchemaTest, RefusesWhatItCannotHold) {
   const std::vector<std::pair<std::string, std::string>> cases = {
       {"not json", "not valid JSON"},
