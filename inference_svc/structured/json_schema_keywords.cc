@@ -63,7 +63,10 @@ bool TypeMatches(const json& v, const std::string& type) {
 // (February 29 is left out); a host name's labels are at most
 // 22 characters (the RFC's 63 would take more positions than a pattern holds: a label
 // is one position a character); an IPv6 address is written in full (eight groups, no
-// `::`); an e-mail address is a dot-atom at a host name of two labels or more.
+// `::`); an e-mail address is a dot-atom at a host name of two labels or more; a URI is
+// http or https at a host name of labels of at most 20 characters, a port below 10000,
+// then a path, a query and a fragment without percent-escapes, 1024 characters at most (a
+// pattern's longest length bound: Pydantic's HttpUrl asks for 2083).
 FormatShape FormatPattern(const std::string& format) {
   const std::string date =
       "[1-9]\\d{3}-((0[1-9]|1[0-2])-(0[1-9]|1\\d|2[0-8])|(0[13-9]|1[0-2])-(29|30)|(0[13578]|1[02])-"
@@ -89,6 +92,16 @@ FormatShape FormatPattern(const std::string& format) {
   }
   if (format == "duration") {
     return {"^P((\\d+Y(\\d+M(\\d+D)?)?|\\d+M(\\d+D)?|\\d+D)(" + clock + ")?|" + clock + "|\\d+W)$"};
+  }
+  if (format == "uri") {
+    // RFC 3986's characters of a path segment (unreserved, sub-delims, ':' and '@'; no
+    // percent-escapes), '/' and '?' too in a query or fragment.
+    const std::string segment = "[A-Za-z0-9._~!$&'()*+,;=:@-]";
+    const std::string tail = "[A-Za-z0-9._~!$&'()*+,;=:@/?-]";
+    const std::string host_label = "[A-Za-z0-9]([A-Za-z0-9-]{0,18}[A-Za-z0-9])?";
+    return {"^https?://" + host_label + "(\\." + host_label + ")*(:[1-9]\\d{0,3})?(/" + segment +
+                "*)*(\\?" + tail + "*)?(#" + tail + "*)?$",
+            kMaxPatternLength};
   }
   return {};
 }

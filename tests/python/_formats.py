@@ -1,11 +1,13 @@
 """Format checks for the structured-output tests: every format kvfold holds to a shape,
-each read by Python's own parser where it has one (date, time, uuid, ipaddress, e-mail)
-and otherwise checked against its RFC here (host names, durations), as a
+each read by Python's own parser where it has one (date, time, uuid, ipaddress, e-mail,
+URLs) and otherwise checked against its RFC here (host names, durations), as a
 jsonschema.FormatChecker that applies them wherever a schema names a format.
 """
 import datetime
 import email.headerregistry
 import ipaddress
+import string
+import urllib.parse
 import uuid
 
 import jsonschema
@@ -31,6 +33,42 @@ def check_email(text):
     if address.addr_spec != text or "." not in address.domain:
         raise ValueError(f"read as {address.addr_spec!r}")
     check_hostname(address.domain)
+
+
+# RFC 3986: a path segment's characters (pchar: unreserved, sub-delims, ':', '@'), and a
+# query's or fragment's (pchar, '/', '?'); percent-escapes of two hex digits too.
+_PCHAR = set(string.ascii_letters + string.digits + "-._~" + "!$&'()*+,;=" + ":@")
+_QCHAR = _PCHAR | set("/?")
+
+
+def _check_chars(part, allowed, what):
+    i = 0
+    while i < len(part):
+        if part[i] == "%" and all(c in string.hexdigits for c in part[i + 1:i + 3]) \
+                and len(part[i + 1:i + 3]) == 2:
+            i += 3
+        elif part[i] in allowed:
+            i += 1
+        else:
+            raise ValueError(f"{part[i]!r} in the {what}")
+
+
+def check_uri(text):
+    """An RFC 3986 URI as urllib splits it, of the http(s) scheme: a host name (RFC 1123),
+    a port in 1-65535, and a path, query and fragment of the RFC's characters."""
+    parts = urllib.parse.urlsplit(text)
+    if parts.scheme not in ("http", "https") or not parts.hostname:
+        raise ValueError(f"scheme {parts.scheme!r}, host {parts.hostname!r}")
+    check_hostname(parts.hostname)
+    if parts.port is not None and not 1 <= parts.port <= 65535:  # .port raises past 65535
+        raise ValueError(f"port {parts.port}")
+    # (urllib gives the host name in lower case.)
+    if parts.netloc.lower() != parts.hostname + ("" if parts.port is None else f":{parts.port}"):
+        raise ValueError(f"netloc {parts.netloc!r}")
+    for segment in parts.path.split("/"):
+        _check_chars(segment, _PCHAR, "path")
+    _check_chars(parts.query, _QCHAR, "query")
+    _check_chars(parts.fragment, _QCHAR, "fragment")
 
 
 def check_duration(text):
@@ -74,6 +112,7 @@ FORMATS = {
     "hostname": check_hostname,
     "email": check_email,
     "duration": check_duration,
+    "uri": check_uri,
 }
 
 

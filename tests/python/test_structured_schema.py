@@ -89,8 +89,9 @@ SCHEMAS = [
         "host": {"type": "string", "format": "hostname"},
         "mail": {"type": "string", "format": "email"},
         "span": {"type": "string", "format": "duration"},
-        "link": {"type": "string", "format": "uri", "maxLength": 3}},
-     "required": ["day", "at", "when", "id", "ip", "ip6", "host", "mail", "span"]},
+        "link": {"type": "string", "format": "uri", "minLength": 1, "maxLength": 2083},
+        "other": {"type": "string", "format": "uri-reference", "maxLength": 3}},
+     "required": ["day", "at", "when", "id", "ip", "ip6", "host", "mail", "span", "link"]},
     {"type": "object", "properties": {
         "step": {"type": "integer", "multipleOf": 7},
         "even": {"type": "integer", "multipleOf": 2, "minimum": -9, "exclusiveMaximum": 9},

@@ -293,7 +293,8 @@ TEST_F(StructuredTurnTest, MultiplesFormatsSetsMapsAndUnions) {
 }
 
 // Patterns with lookaheads hold what the real model writes: Pydantic's for a Decimal (bare,
-// and with max_digits / decimal_places) and a code that must hold a digit and a letter.
+// and with max_digits / decimal_places) and a code that must hold a digit and a letter;
+// and a `uri` (its shape is a pattern too).
 // (The bare one is capped in length here: the tiny model goes on writing digits. The other
 // is Pydantic's as written, which takes any text after its first alternative's digits.)
 TEST_F(StructuredTurnTest, DecimalsAndOtherLookaheads) {
@@ -308,10 +309,12 @@ TEST_F(StructuredTurnTest, DecimalsAndOtherLookaheads) {
          {{"anyOf",
            {{{"type", "number"}}, {{"type", "string"}, {"pattern", decimal}, {"maxLength", 12}}}}}},
         {"price", {{"type", "string"}, {"pattern", money}, {"maxLength", 10}}},
-        {"code", {{"type", "string"}, {"pattern", code}}}}},
-      {"required", {"total", "price", "code"}},
+        {"code", {{"type", "string"}, {"pattern", code}}},
+        {"site", {{"type", "string"}, {"format", "uri"}, {"maxLength", 40}}}}},
+      {"required", {"total", "price", "code", "site"}},
       {"additionalProperties", false}};
   const std::regex decimal_re(decimal), money_re(money), code_re(code);
+  const std::regex site_re("^https?://[A-Za-z0-9]([A-Za-z0-9.-]*[A-Za-z0-9])?(:[0-9]+)?([/?#]|$)");
   for (uint64_t seed = 1; seed <= 4; ++seed) {
     SCOPED_TRACE(seed);
     const Answer a = Sampled(schema.dump(), seed);
@@ -324,6 +327,8 @@ TEST_F(StructuredTurnTest, DecimalsAndOtherLookaheads) {
     ASSERT_TRUE(doc["price"].is_string() && doc["code"].is_string()) << a.text;
     EXPECT_TRUE(std::regex_search(doc["price"].get<std::string>(), money_re)) << a.text;
     EXPECT_TRUE(std::regex_search(doc["code"].get<std::string>(), code_re)) << a.text;
+    ASSERT_TRUE(doc["site"].is_string()) << a.text;
+    EXPECT_TRUE(std::regex_search(doc["site"].get<std::string>(), site_re)) << a.text;
   }
 }
 

@@ -341,7 +341,17 @@ TEST(JsonSchemaTest, FormatsWithAFixedShape) {
       {"duration", "P1D2Y", false},   // years, months, days in that order
       {"duration", "P1Y2W", false},   // weeks stand alone
       {"duration", "PT1H1S", false},  // RFC 3339: no minute skipped
-      {"uri", "not a uri", true},     // an annotation
+      {"uri", "https://api.example.com:8443/v1/items;x=1?q=a+b&r=(2)#top", true},
+      {"uri", "http://localhost", true},
+      {"uri", "http://a.b/c/d/", true},
+      {"uri", "not a uri", false},
+      {"uri", "ftp://example.com", false},  // http and https only
+      {"uri", "https://exa mple.com", false},
+      {"uri", "https://-a.example", false},
+      {"uri", "https://example.com:0", false},
+      {"uri", "https://example.com/%20", false},  // no percent-escapes
+      {"uri", "https://example.com/a b", false},
+      {"uri-reference", "not a uri", true},  // an annotation
   };
   for (const Case& c : cases) EXPECT_EQ(complete(c.format, c.text), c.written) << c.text;
   // Without a type, a format held to a shape writes a string; another one any value.
@@ -358,6 +368,10 @@ TEST(JsonSchemaTest, FormatsWithAFixedShape) {
   EXPECT_FALSE(
       Complete(Schema(R"({"type":"string","format":"hostname","maxLength":5})"), R"("abcdef")"));
   EXPECT_TRUE(Complete(Schema(R"({"type":"string","format":"date","pattern":"^x$"})"), R"("x")"));
+  // Pydantic's HttpUrl: maxLength 2083 beside the shape, held to 1024 characters.
+  const auto url = Schema(R"({"type":"string","format":"uri","minLength":1,"maxLength":2083})");
+  EXPECT_TRUE(Complete(url, json("https://e.io/" + std::string(1011, 'a')).dump()));
+  EXPECT_FALSE(Complete(url, json("https://e.io/" + std::string(1012, 'a')).dump()));
 }
 
 // Characters past ASCII are code points to a pattern, raw or escaped; the shorthands keep
