@@ -45,6 +45,20 @@ bool Walkable(const std::string& pattern) {
   return pattern.front() == '^';
 }
 
+// Random walks of g's documents (`walks` of them) never meet a dead end, and each string
+// they write (but those holding a NUL, which std::regex stops at) is one `re` finds.
+void ExpectWalksMatch(const std::shared_ptr<const Grammar>& g, const std::regex& re,
+                      std::mt19937_64& rng, int walks) {
+  for (int i = 0; i < walks; ++i) {
+    const auto doc = testing::RandomDocument(g, rng);
+    ASSERT_TRUE(doc.has_value()) << "a random walk found no way to end";
+    const std::string text = json::parse(*doc).get<std::string>();
+    if (std::all_of(text.begin(), text.end(), [](char ch) { return ch > 0; })) {
+      EXPECT_TRUE(std::regex_search(text, re)) << *doc;
+    }
+  }
+}
+
 // Patterns against std::regex's ECMAScript search (ASCII strings): every string of up to
 // four characters of a small alphabet is a whole document exactly when the pattern
 // matches it somewhere (or whole, anchored); escapes are taken as the characters they
@@ -82,14 +96,7 @@ TEST(JsonSchemaTest, PatternsMatchAsEcmaScriptSearches) {
     EXPECT_EQ(Complete(g, "\"\\u0061\\u0062\""), std::regex_search("ab", re));
     EXPECT_EQ(Complete(g, "\"\\\"\""), std::regex_search("\"", re));
     std::mt19937_64 rng(5);
-    for (int i = 0; i < 200 && Walkable(pattern); ++i) {
-      const auto doc = testing::RandomDocument(g, rng);
-      ASSERT_TRUE(doc.has_value()) << "a random walk found no way to end";
-      const std::string text = json::parse(*doc).get<std::string>();
-      if (std::all_of(text.begin(), text.end(), [](char ch) { return ch > 0; })) {
-        EXPECT_TRUE(std::regex_search(text, re)) << *doc;
-      }
-    }
+    if (Walkable(pattern)) ExpectWalksMatch(g, re, rng, 200);
   }
 }
 
@@ -236,14 +243,7 @@ TEST(JsonSchemaTest, LookaheadsMatchAsEcmaScriptSearches) {
       ASSERT_EQ(Complete(g, json(text).dump()), std::regex_search(text, re)) << text;
     }
     std::mt19937_64 rng(7);
-    for (int i = 0; i < 200 && Walkable(pattern); ++i) {
-      const auto doc = testing::RandomDocument(g, rng);
-      ASSERT_TRUE(doc.has_value()) << "a random walk found no way to end";
-      const std::string text = json::parse(*doc).get<std::string>();
-      if (std::all_of(text.begin(), text.end(), [](char ch) { return ch > 0; })) {
-        EXPECT_TRUE(std::regex_search(text, re)) << *doc;
-      }
-    }
+    if (Walkable(pattern)) ExpectWalksMatch(g, re, rng, 200);
   }
   const std::string pydantic =
       "^(?!^[-+.]*$)[+-]?0*(?:\\d{0,5}|(?=[\\d.]{1,18}0*$)\\d{0,5}\\.\\d{0,12}0*$)";
@@ -252,26 +252,12 @@ TEST(JsonSchemaTest, LookaheadsMatchAsEcmaScriptSearches) {
   EXPECT_TRUE(Complete(g, "\"-00012345.123456789012\""));
   EXPECT_FALSE(Complete(g, "\"+.\""));
   std::mt19937_64 rng(9);
-  for (int i = 0; i < 200; ++i) {
-    const auto doc = testing::RandomDocument(g, rng);
-    ASSERT_TRUE(doc.has_value()) << "a random walk found no way to end";
-    const std::string text = json::parse(*doc).get<std::string>();
-    if (std::all_of(text.begin(), text.end(), [](char ch) { return ch > 0; })) {
-      EXPECT_TRUE(std::regex_search(text, re)) << *doc;
-    }
-  }
+  ExpectWalksMatch(g, re, rng, 200);
   // A password rule: compiled within its bounds, its walks meet it.
   const std::string password = "^(?=.*\\d)(?=.*[a-z])(?=.*[A-Z])(?!.*\\s).{8,32}$";
   const auto pg = Schema(json{{"type", "string"}, {"pattern", password}}.dump());
   const std::regex password_re(password, std::regex::ECMAScript);
-  for (int i = 0; i < 100; ++i) {
-    const auto doc = testing::RandomDocument(pg, rng);
-    ASSERT_TRUE(doc.has_value()) << "a random walk found no way to end";
-    const std::string text = json::parse(*doc).get<std::string>();
-    if (std::all_of(text.begin(), text.end(), [](char ch) { return ch > 0; })) {
-      EXPECT_TRUE(std::regex_search(text, password_re)) << *doc;
-    }
-  }
+  ExpectWalksMatch(pg, password_re, rng, 100);
   // Where the engines differ, a negative lookahead keeps out what either matches: Python's
   // '$' before a final line feed, its '\d' of other scripts, its '.' of '\r'.
   auto complete = [](const std::string& pattern, const std::string& doc) {
