@@ -71,7 +71,7 @@ class SchemaCompiler {
     if (!root.ok()) return root.status();
     grammar_->root_ = *root;
     KVFOLD_RETURN_IF_ERROR(BoundedAlternatives());
-    grammar_->skipped_ = std::move(leniency_.skipped);
+    grammar_->skipped_ = leniency_.Skipped();
     return std::shared_ptr<const Grammar>(std::move(grammar_));
   }
 

@@ -14,8 +14,23 @@ absl::Status Bad(const std::string& where, const std::string& what) {
 
 bool Leniency::Skip(const std::string& where, const std::string& keyword) {
   if (!lenient) return false;
-  skipped.push_back(absl::StrCat(keyword, " at '", where.empty() ? "/" : where, "'"));
+  if (++count_ <= kMaxSkipped) {
+    std::string named = absl::StrCat(keyword, " at '", where.empty() ? "/" : where, "'");
+    if (named.size() > kMaxSkippedChars) {
+      // Cut on a UTF-8 character's start.
+      size_t cut = kMaxSkippedChars - 3;
+      while (cut > 0 && (static_cast<uint8_t>(named[cut]) & 0xC0) == 0x80) --cut;
+      named = absl::StrCat(named.substr(0, cut), "...");
+    }
+    skipped_.push_back(std::move(named));
+  }
   return true;
+}
+
+std::vector<std::string> Leniency::Skipped() const {
+  std::vector<std::string> out = skipped_;
+  if (count_ > kMaxSkipped) out.push_back(absl::StrCat("and ", count_ - kMaxSkipped, " more"));
+  return out;
 }
 
 const std::set<std::string>& Annotations() {

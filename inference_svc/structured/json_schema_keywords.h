@@ -25,11 +25,21 @@ absl::Status Bad(const std::string& where, const std::string& what);
 // refused (Bad). Lenient: the keyword is read past as if absent, and named, with where it
 // is, in `skipped` ("uniqueItems at '/tags'"), for the caller to report.
 struct Leniency {
+  // At most this many are named, each in at most kMaxSkippedChars bytes (the names go into
+  // an HTTP header); past them one last entry counts the rest.
+  static constexpr int kMaxSkipped = 16;
+  static constexpr size_t kMaxSkippedChars = 160;
+
   bool lenient = false;
-  std::vector<std::string> skipped;
   // Lenient: records `keyword` at `where` and returns true (go on without it); strict:
   // false (refuse).
   bool Skip(const std::string& where, const std::string& keyword);
+  // What was recorded, in the order met.
+  std::vector<std::string> Skipped() const;
+
+ private:
+  std::vector<std::string> skipped_;
+  int count_ = 0;
 };
 
 // Keywords that only annotate (JSON Schema 2020-12's meta-data, `format` as an annotation,

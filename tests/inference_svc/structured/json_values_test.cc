@@ -568,6 +568,16 @@ TEST(JsonSchemaTest, LenientSchemasHoldTheRestAndNameWhatTheySkip) {
     EXPECT_GE(v["price"].get<double>(), 0) << *doc;
     EXPECT_TRUE(v["both"].is_number_integer() && v["both"].get<int64_t>() <= 5) << *doc;
   }
+  // Named at most 16 times (they go into a header), each in at most 160 bytes.
+  json many = {{"type", "object"}, {"properties", json::object()}};
+  for (int i = 0; i < 40; ++i) {
+    many["properties"][absl::StrCat(std::string(i == 0 ? 300 : 1, 'k'), i)] = {{"not", {}}};
+  }
+  auto capped = Grammar::FromSchema(many.dump(), true, true);
+  ASSERT_TRUE(capped.ok()) << capped.status();
+  ASSERT_EQ((*capped)->skipped().size(), 17u);
+  EXPECT_EQ((*capped)->skipped().back(), "and 24 more");
+  for (const std::string& named : (*capped)->skipped()) EXPECT_LE(named.size(), 160u) << named;
   // Held whole, nothing is skipped; not a schema, refused either way.
   auto whole = Grammar::FromSchema(R"({"type":"string","maxLength":2})", true, true);
   ASSERT_TRUE(whole.ok());
