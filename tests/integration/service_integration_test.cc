@@ -349,6 +349,17 @@ TEST(ServiceCliTest, ChatAndSessionsCommands) {
           .first,
       2);
   EXPECT_EQ(Capture(kvfold + " sessions show cli-bad-schema" + a + " 2>/dev/null").first, 2);
+  // --lenient-schema: held but for what the subset cannot hold, named on stderr.
+  auto [rc_lenient, lenient] =
+      Capture(kvfold + " chat" + a +
+              " --session cli-lenient --raw --prompt 'Once upon a time' --max-new-tokens 200 "
+              "--json-schema '{\"type\":\"array\",\"items\":{\"enum\":[1,2]},\"maxItems\":2,"
+              "\"contains\":{\"const\":2}}' --lenient-schema 2>&1");
+  ASSERT_EQ(rc_lenient, 0) << lenient;
+  EXPECT_NE(lenient.find("[schema] not held: contains at '/'"), std::string::npos) << lenient;
+  EXPECT_EQ(
+      Capture(kvfold + " chat" + a + " --session x --prompt x --lenient-schema 2>/dev/null").first,
+      2);  // without --json-schema
   // Interactive: one turn per stdin line, on the other replica.
   auto [rc2, two_turns] = Capture("printf 'The dog\\nThe cat\\n' | " + kvfold + " chat" + b +
                                   " --session cli --max-new-tokens 5 2>/dev/null");

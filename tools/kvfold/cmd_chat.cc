@@ -44,6 +44,7 @@ struct ChatFlags {
   // The answer's form (docs/structured-output.md): one of these at most.
   bool json_object = false;
   std::string json_schema;  // the schema's JSON text, or @FILE
+  bool lenient_schema = false;  // read past what the schema subset cannot hold
   std::vector<std::string> choices;
 };
 
@@ -64,6 +65,7 @@ absl::StatusOr<v1::ResponseFormat> FormatFromArgs(const ChatFlags& args) {
     } else {
       format.set_json_schema(args.json_schema);
     }
+    format.set_lenient(args.lenient_schema);
   }
   if (!args.choices.empty()) {
     format.set_type(v1::ResponseFormat::TYPE_CHOICE);
@@ -190,6 +192,9 @@ absl::Status RunTurn(v1::InferenceService::Stub& stub, const ClientOptions& opti
   std::printf("\n");
   if (!final_message.ok()) return final_message.status();
   for (const auto& w : final_message->warnings()) std::fprintf(stderr, "[warning] %s\n", w.c_str());
+  for (const auto& s : final_message->schema_skipped()) {
+    std::fprintf(stderr, "[schema] not held: %s\n", s.c_str());
+  }
   const v1::Usage& u = final_message->usage();
   if (print_usage) {
     std::fprintf(stderr,
@@ -288,6 +293,10 @@ RunFn SetupChat(CLI::App& app) {
   CLI::Option* schema =
       app.add_option("--json-schema", f.json_schema,
                      "answer with a document of this JSON Schema (its text, or @FILE)");
+  AddSwitch(app, "--lenient-schema", f.lenient_schema,
+            "with --json-schema: read past what the supported subset cannot hold, named on "
+            "stderr, instead of refusing the schema")
+      ->needs(schema);
   CLI::Option* choice =
       app.add_option("--choice", f.choices, "answer with exactly one of these texts (repeat it)");
   object->excludes(schema)->excludes(choice);
