@@ -515,15 +515,19 @@ class SchemaCompiler {
       source = s["pattern"].get<std::string>();
     } else if (s.contains("format") && s["format"].is_string()) {
       const FormatShape shape = FormatPattern(s["format"].get<std::string>());
-      source = shape.pattern;
       at = absl::StrCat(where, "/format");
-      if (shape.max_length >= 0) {
-        n.max_length =
-            n.max_length < 0 ? shape.max_length : std::min(n.max_length, shape.max_length);
-        if (n.min_length > n.max_length) {
+      const int held = shape.max_length < 0 || n.max_length < 0
+                           ? std::max(n.max_length, shape.max_length)
+                           : std::min(n.max_length, shape.max_length);
+      if (n.min_length > held && held >= 0) {
+        // Leniently, the string is held to its own lengths.
+        if (!leniency_.Skip(where, "format")) {
           return Bad(where, absl::StrCat("minLength is above the format's most characters (",
                                          shape.max_length, ")"));
         }
+      } else {
+        source = shape.pattern;
+        n.max_length = held;
       }
     }
     if (!source.empty()) {

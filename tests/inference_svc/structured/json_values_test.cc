@@ -578,6 +578,15 @@ TEST(JsonSchemaTest, LenientSchemasHoldTheRestAndNameWhatTheySkip) {
   ASSERT_EQ((*capped)->skipped().size(), 17u);
   EXPECT_EQ((*capped)->skipped().back(), "and 24 more");
   for (const std::string& named : (*capped)->skipped()) EXPECT_LE(named.size(), 160u) << named;
+  // A format whose shape is shorter than minLength: strictly refused, leniently the string
+  // keeps its lengths.
+  const std::string long_email = R"({"type":"string","format":"email","minLength":300})";
+  EXPECT_FALSE(Grammar::FromSchema(long_email).ok());
+  auto email = Grammar::FromSchema(long_email, true, true);
+  ASSERT_TRUE(email.ok()) << email.status();
+  EXPECT_EQ((*email)->skipped(), std::vector<std::string>{"format at '/'"});
+  EXPECT_TRUE(Complete(*email, json(std::string(300, 'x')).dump()));
+  EXPECT_FALSE(Complete(*email, json(std::string(299, 'x')).dump()));
   // Held whole, nothing is skipped; not a schema, refused either way.
   auto whole = Grammar::FromSchema(R"({"type":"string","maxLength":2})", true, true);
   ASSERT_TRUE(whole.ok());
