@@ -8,6 +8,7 @@
 #include <limits>
 #include <memory>
 #include <string>
+#include <utility>
 #include <vector>
 
 #include "absl/strings/str_cat.h"
@@ -47,17 +48,23 @@ constexpr char kPatternSchema[] = R"({"type":"object","properties":{
   "required":["name","age","tags","active"]})";
 // kPatternSchema with lookaheads in its patterns (each a deterministic automaton) and the
 // score a number or a decimal in a string under Pydantic's pattern for a Decimal.
-constexpr char kLookaheadSchema[] = R"j({"type":"object","properties":{
-  "name":{"type":"string","pattern":"^(?=.*[a-z])(?!.*  )[A-Za-z ]{1,40}$"},
-  "age":{"type":"integer","minimum":0,"maximum":120},
-  "tags":{"type":"array","items":{"type":"string","pattern":"^(?! )[a-z ]+$"}},
-  "address":{"type":"object","properties":{"city":{"type":"string","pattern":"^(?=[A-Z])[A-Za-z]+$"},
-             "zip":{"type":"string","pattern":"^(?!0{5})\\d{5}$"}},
-             "required":["city"]},
-  "score":{"anyOf":[{"type":"number","minimum":0,"maximum":100},
-                    {"type":"string","pattern":"^(?!^[-+.]*$)[+-]?0*\\d*\\.?\\d*$"}]},
-  "active":{"type":"boolean"}},
-  "required":["name","age","tags","active"]})j";
+std::string LookaheadSchema() {
+  std::string schema = kPatternSchema;
+  const std::pair<std::string, std::string> edits[] = {
+      {R"("^[A-Za-z ]{1,40}$")", R"("^(?=.*[a-z])(?!.*  )[A-Za-z ]{1,40}$")"},
+      {R"("^[a-z ]+$")", R"("^(?! )[a-z ]+$")"},
+      {R"("^[A-Z][a-z]+$")", R"("^(?=[A-Z])[A-Za-z]+$")"},
+      {R"("^\\d{5}$")", R"j("^(?!0{5})\\d{5}$")j"},
+      {R"("score":{"type":"number","minimum":0,"maximum":100})",
+       R"j("score":{"anyOf":[{"type":"number","minimum":0,"maximum":100},)j"
+       R"j({"type":"string","pattern":"^(?!^[-+.]*$)[+-]?0*\\d*\\.?\\d*$"}]})j"}};
+  for (const auto& [from, to] : edits) {
+    const size_t at = schema.find(from);
+    if (at == std::string::npos) return "";  // FromSchema refuses it: the bench fails
+    schema.replace(at, from.size(), to);
+  }
+  return schema;
+}
 // kSchema with the city one of kMaxValues names (a long enum, matched by runs of its
 // sorted values): "Springfield", the document's, and "Town 1" ... "Town 4095".
 std::string LongEnumSchema() {
@@ -102,7 +109,7 @@ int main(int argc, char** argv) {
     auto schema = kvfold::structured::Grammar::FromSchema(kSchema);
     auto patterns = kvfold::structured::Grammar::FromSchema(kPatternSchema);
     auto long_enum = kvfold::structured::Grammar::FromSchema(LongEnumSchema());
-    auto lookaheads = kvfold::structured::Grammar::FromSchema(kLookaheadSchema);
+    auto lookaheads = kvfold::structured::Grammar::FromSchema(LookaheadSchema());
     if (!schema.ok() || !patterns.ok() || !long_enum.ok() || !lookaheads.ok()) {
       return kvfold::kExitFailure;
     }
