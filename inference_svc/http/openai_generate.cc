@@ -34,10 +34,11 @@ ChatAnswer NewHead(std::string id, std::string model) {
   return head;
 }
 
-// The answer's shape: which API, streamed or not, and its id (`id_prefix` + random).
+// The answer's shape: which API, streamed or not, and its id (`id_prefix` + random); the
+// keywords the turns' schema reads past (`spec`, SpecFor's) in a header.
 ChatTurnOptions AnswerOptions(ChatTurnOptions::Api api, bool stream, bool include_usage,
-                              const GenerationParams& params, const std::string& id_prefix,
-                              const std::string& model) {
+                              const GenerationParams& params, const TurnSpec& spec,
+                              const std::string& id_prefix, const std::string& model) {
   ChatTurnOptions options;
   options.api = api;
   options.stream = stream;
@@ -45,15 +46,10 @@ ChatTurnOptions AnswerOptions(ChatTurnOptions::Api api, bool stream, bool includ
   options.logprobs = params.logprobs;
   options.stop_token_ids = params.stop_token_ids;
   options.head = NewHead(id_prefix.empty() ? "" : absl::StrCat(id_prefix, RandomHex()), model);
-  if (params.format == OutputFormat::kJsonSchema && params.lenient_schema) {
-    // What the replica's compile of the same schema reads past (the header is sent before
-    // the turn starts, with a stream's first event).
-    auto grammar = structured::Grammar::FromSchema(params.json_schema, true, /*lenient=*/true);
-    if (grammar.ok() && !(*grammar)->skipped().empty()) {
-      options.headers.emplace_back(
-          "X-Kvfold-Schema-Skipped",
-          nlohmann::json((*grammar)->skipped()).dump(-1, ' ', /*ensure_ascii=*/true));
-    }
+  if (spec.grammar != nullptr && !spec.grammar->skipped().empty()) {
+    options.headers.emplace_back(
+        "X-Kvfold-Schema-Skipped",
+        nlohmann::json(spec.grammar->skipped()).dump(-1, ' ', /*ensure_ascii=*/true));
   }
   return options;
 }
@@ -78,6 +74,13 @@ TurnSpec SpecFor(const std::string& session_id, const GenerationParams& p) {
   spec.format = p.format;
   spec.json_schema = p.json_schema;
   spec.lenient_schema = p.lenient_schema;
+  if (p.format == OutputFormat::kJsonSchema && p.lenient_schema) {
+    // Compiled here once, for the header (what it reads past is known before the turns
+    // start and a stream's first event goes out) and for every choice's turn. A schema
+    // that is not one is left to the replica, which refuses it.
+    auto grammar = structured::Grammar::FromSchema(p.json_schema, true, /*lenient=*/true);
+    if (grammar.ok()) spec.grammar = std::move(*grammar);
+  }
   spec.choices = p.choices;
   return spec;
 }
@@ -173,7 +176,7 @@ void OpenAiFront::ChatCompletions(const Caller& caller, const HttpRequest& reque
     spec.continue_final_message = req.continue_final_message;
     spec.tools = req.tools.Shown();
     ChatTurnOptions options =
-        AnswerOptions(ChatTurnOptions::Api::kChat, req.stream, req.include_usage, req.params,
+        AnswerOptions(ChatTurnOptions::Api::kChat, req.stream, req.include_usage, req.params, spec,
                       "chatcmpl-", port_->Model().id);
     if (!ephemeral) options.head.usage.session_id = req.session;
     AddStops(req.params, *chat_, &options);
@@ -230,7 +233,7 @@ void OpenAiFront::Completions(const Caller& caller, const HttpRequest& request,
     }
     ChatTurnOptions options =
         AnswerOptions(ChatTurnOptions::Api::kCompletion, req.stream, req.include_usage, req.params,
-                      "cmpl-", port_->Model().id);
+                      spec, "cmpl-", port_->Model().id);
     options.stop = req.params.stop;
     options.cancel_on_stop = true;
     options.choices_per_prompt = n;
@@ -291,7 +294,7 @@ void OpenAiFront::Responses(const Caller& caller, const HttpRequest& request,
     // commit writes (it commits only on that head; if another turn moved it first, this
     // one fails and its stream ends in response.failed).
     ChatTurnOptions options = AnswerOptions(ChatTurnOptions::Api::kResponse, req.stream, false,
-                                            req.params, "", port_->Model().id);
+                                            req.params, spec, "", port_->Model().id);
     if (req.stream) {
       auto head = port_->HeadVersion(caller, session);
       if (!head.ok()) return exchange->RespondError(head.status());

@@ -15,6 +15,7 @@
 
 #include "absl/status/status.h"
 #include "absl/status/statusor.h"
+#include "inference_svc/structured/json_grammar.h"
 #include "inference_svc/tokenizer/chat_template.h"
 
 namespace kvfold::http {
@@ -80,6 +81,9 @@ struct TurnSpec {
   OutputFormat format = OutputFormat::kText;
   std::string json_schema;           // kJsonSchema: the schema, as JSON text
   bool lenient_schema = false;       // kJsonSchema: read past what cannot be held
+  // kJsonSchema: the schema compiled by the front (a lenient one, shared by a request's
+  // choices); null: the replica compiles json_schema.
+  std::shared_ptr<const structured::Grammar> grammar;
   std::vector<std::string> choices;  // kChoice: the answer is exactly one of these texts
   // Ephemeral turns only: turns with the same group and prompt may share its feeding.
   std::shared_ptr<PromptGroup> prompt_group;

@@ -410,6 +410,8 @@ absl::StatusOr<std::unique_ptr<TurnHandle>> Runtime::StartTurn(const Caller& cal
     }
     if (request.response_format.kind == ResponseFormat::Kind::kJsonObject) {
       grammar = structured::Grammar::JsonObject();
+    } else if (request.response_format.grammar != nullptr) {
+      grammar = request.response_format.grammar;
     } else {
       const ResponseFormat& f = request.response_format;
       auto compiled =

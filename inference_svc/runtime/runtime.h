@@ -93,6 +93,8 @@ struct ResponseFormat {
   // kJsonSchema: keywords outside the supported subset are read past (and named in
   // TurnUsage::schema_skipped) instead of refusing the turn (Grammar::FromSchema).
   bool lenient = false;
+  // kJsonSchema: json_schema already compiled (with `lenient`) by the caller; used as is.
+  std::shared_ptr<const structured::Grammar> grammar;
 };
 
 struct TurnRequest {

@@ -413,6 +413,7 @@ absl::StatusOr<std::shared_ptr<http::RunningTurn>> RuntimeTurnPort::StartTurn(
       request.response_format.kind = runtime::ResponseFormat::Kind::kJsonSchema;
       request.response_format.json_schema = spec.json_schema;
       request.response_format.lenient = spec.lenient_schema;
+      request.response_format.grammar = spec.grammar;
       break;
     case http::OutputFormat::kChoice:
       request.response_format.kind = runtime::ResponseFormat::Kind::kChoice;
