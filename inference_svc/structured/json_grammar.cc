@@ -507,8 +507,10 @@ class SchemaCompiler {
     n.kind = NodeKind::kString;
     KVFOLD_RETURN_IF_ERROR(
         Bounds(s, "minLength", "maxLength", where, &n.min_length, &n.max_length));
-    // A pattern, or for a format with a fixed shape its pattern.
+    // A pattern, or for a format with a fixed shape its pattern, and the most characters
+    // it is held to (a format's shape may lower maxLength).
     std::string source;
+    int max_length = n.max_length;
     std::string at = absl::StrCat(where, "/pattern");
     if (s.contains("pattern")) {
       if (!s["pattern"].is_string()) return Bad(at, "must be a string");
@@ -516,10 +518,11 @@ class SchemaCompiler {
     } else if (s.contains("format") && s["format"].is_string()) {
       const FormatShape shape = FormatPattern(s["format"].get<std::string>());
       at = absl::StrCat(where, "/format");
-      const int held = shape.max_length < 0 || n.max_length < 0
-                           ? std::max(n.max_length, shape.max_length)
-                           : std::min(n.max_length, shape.max_length);
-      if (n.min_length > held && held >= 0) {
+      int held = n.max_length;
+      if (shape.max_length >= 0) {
+        held = held < 0 ? shape.max_length : std::min(held, shape.max_length);
+      }
+      if (held >= 0 && n.min_length > held) {
         // Leniently, the string is held to its own lengths.
         if (!leniency_.Skip(where, "format")) {
           return Bad(where, absl::StrCat("minLength is above the format's most characters (",
@@ -527,15 +530,14 @@ class SchemaCompiler {
         }
       } else {
         source = shape.pattern;
-        n.max_length = held;
+        max_length = held;
       }
     }
     if (!source.empty()) {
-      auto pattern = Pattern::Compile(source, n.min_length, n.max_length);
+      auto pattern = Pattern::Compile(source, n.min_length, max_length);
       if (!pattern.ok()) {
-        // Leniently, the string is held to its lengths alone.
+        // Leniently, the string is held to its own lengths alone.
         if (leniency_.Skip(where, s.contains("pattern") ? "pattern" : "format")) {
-          n.max_length = s.contains("maxLength") ? s["maxLength"].get<int>() : -1;
           return Add(std::move(n));
         }
         return Bad(at, std::string(pattern.status().message()));
@@ -548,6 +550,7 @@ class SchemaCompiler {
                    absl::StrCat("the schema's patterns and formats take more than ",
                                 kMaxSchemaPatternBytes >> 20, " MiB compiled; not supported"));
       }
+      n.max_length = max_length;
       n.pattern = std::make_shared<const Pattern>(std::move(*pattern));
     }
     return Add(std::move(n));

@@ -48,20 +48,7 @@ Ranges Complement(const Ranges& r) {
 // r less the surrogates, which are no characters of a JSON string.
 Ranges WithoutSurrogates(const Ranges& r) { return Complement(Complement(r)); }
 
-}  // namespace
-
-bool Intersects(const Ranges& r, uint32_t lo, uint32_t hi) {
-  // The first range ending at or after lo.
-  auto it = std::lower_bound(
-      r.begin(), r.end(), lo,
-      [](const std::pair<uint32_t, uint32_t>& x, uint32_t v) { return x.second < v; });
-  return it != r.end() && it->first <= hi;
-}
-
 // The shorthands as ECMA-262 and Python's `re` both read them, narrow (what both count as
-
-namespace {
-
 // members) and wide (what either does).
 Ranges Digits() { return {{'0', '9'}}; }
 Ranges Word() { return {{'0', '9'}, {'A', 'Z'}, {'_', '_'}, {'a', 'z'}}; }
@@ -479,5 +466,13 @@ int Re::Leaves() const {
 }
 
 absl::StatusOr<Re> Parse(std::string_view source) { return Parser(source).Whole(); }
+
+bool Intersects(const Ranges& r, uint32_t lo, uint32_t hi) {
+  // The first range ending at or after lo.
+  auto it = std::lower_bound(
+      r.begin(), r.end(), lo,
+      [](const std::pair<uint32_t, uint32_t>& x, uint32_t v) { return x.second < v; });
+  return it != r.end() && it->first <= hi;
+}
 
 }  // namespace kvfold::structured::regex

@@ -163,7 +163,8 @@ absl::Status Bounds(const json& s, const char* min_key, const char* max_key,
 // compares the double a parser reads of it, kMaxBoundedDigits digits at most). With
 // `multipleOf` (a positive integer: a fraction's multiples are ones validators disagree
 // on) the value is a multiple of it, written as an integer. Refused when no value of at
-// most 15 digits lies between the bounds.
+// most 15 digits lies between the bounds. A number's fractional bound and a fractional
+// multipleOf are refused, or read past by a lenient *leniency.
 absl::Status NumberBounds(const json& s, const std::string& where, Leniency* leniency, Node* n) {
   struct End {
     bool set = false;

@@ -72,7 +72,8 @@ absl::StatusOr<int> Count(const json& s, const char* key, const std::string& whe
 // The [min, max] of keywords `min_key` and `max_key` (max -1: none).
 absl::Status Bounds(const json& s, const char* min_key, const char* max_key,
                     const std::string& where, int* min, int* max);
-// The numeric keywords of s into the bounds of number node *n (json_schema_keywords.cc).
+// The numeric keywords of s into the bounds of number node *n; what cannot be held goes
+// through *leniency (json_schema_keywords.cc).
 absl::Status NumberBounds(const json& s, const std::string& where, Leniency* leniency, Node* n);
 
 }  // namespace kvfold::structured::schema

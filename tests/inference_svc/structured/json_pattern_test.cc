@@ -4,6 +4,7 @@
 
 #include <algorithm>
 #include <cstdio>
+#include <functional>
 #include <iterator>
 #include <random>
 #include <regex>
@@ -43,6 +44,21 @@ bool Walkable(const std::string& pattern) {
     if (ch == '|' && depth == 0) return false;
   }
   return pattern.front() == '^';
+}
+
+// The grammar of strings held to `pattern`.
+std::shared_ptr<const Grammar> PatternSchema(const std::string& pattern) {
+  return Schema(json{{"type", "string"}, {"pattern", pattern}}.dump());
+}
+
+// Each of `strings`, written as a JSON string, is a whole document of g exactly when it fits.
+void ExpectDocumentsExactly(const std::shared_ptr<const Grammar>& g,
+                            const std::vector<std::string>& strings,
+                            const std::function<bool(const std::string&)>& fits) {
+  for (const std::string& text : strings) {
+    const std::string doc = json(text).dump();
+    ASSERT_EQ(Complete(g, doc), fits(text)) << doc;
+  }
 }
 
 // Random walks of g's documents (`walks` of them) never meet a dead end, and each string
@@ -86,12 +102,10 @@ TEST(JsonSchemaTest, PatternsMatchAsEcmaScriptSearches) {
   const std::vector<std::string> strings = AllStrings("ab01-_ .Z\"", 4);
   for (const std::string& pattern : patterns) {
     SCOPED_TRACE(pattern);
-    const auto g = Schema(json{{"type", "string"}, {"pattern", pattern}}.dump());
+    const auto g = PatternSchema(pattern);
     const std::regex re(pattern, std::regex::ECMAScript);
-    for (const std::string& text : strings) {
-      const std::string doc = json(text).dump();
-      ASSERT_EQ(Complete(g, doc), std::regex_search(text, re)) << doc;
-    }
+    ExpectDocumentsExactly(g, strings,
+                           [&](const std::string& t) { return std::regex_search(t, re); });
     // The same characters escaped, and a non-ASCII one through each of its bytes.
     EXPECT_EQ(Complete(g, "\"\\u0061\\u0062\""), std::regex_search("ab", re));
     EXPECT_EQ(Complete(g, "\"\\\"\""), std::regex_search("\"", re));
@@ -162,9 +176,7 @@ TEST(JsonSchemaTest, RandomPatternsAgreeWithStdRegex) {
     if (!regex_ok) continue;
     ++compared;
     looked += pattern.find("(?=") != std::string::npos || pattern.find("(?!") != std::string::npos;
-    for (const std::string& text : strings) {
-      ASSERT_EQ(Complete(*g, json(text).dump()), fits(text)) << text;
-    }
+    ExpectDocumentsExactly(*g, strings, fits);
   }
   EXPECT_GT(compared, 500);
   EXPECT_GT(looked, 50);
@@ -196,9 +208,7 @@ TEST(JsonSchemaTest, PatternsWithLengthBounds) {
         EXPECT_TRUE(std::none_of(strings.begin(), strings.end(), fits));
         continue;
       }
-      for (const std::string& text : strings) {
-        ASSERT_EQ(Complete(*g, json(text).dump()), fits(text)) << text;
-      }
+      ExpectDocumentsExactly(*g, strings, fits);
       std::mt19937_64 rng(3);
       for (int i = 0; i < 100 && hi >= 0; ++i) {
         const auto doc = testing::RandomDocument(*g, rng);
@@ -237,11 +247,10 @@ TEST(JsonSchemaTest, LookaheadsMatchAsEcmaScriptSearches) {
   const std::vector<std::string> strings = AllStrings("+-.019a", 4);
   for (const std::string& pattern : patterns) {
     SCOPED_TRACE(pattern);
-    const auto g = Schema(json{{"type", "string"}, {"pattern", pattern}}.dump());
+    const auto g = PatternSchema(pattern);
     const std::regex re(pattern, std::regex::ECMAScript);
-    for (const std::string& text : strings) {
-      ASSERT_EQ(Complete(g, json(text).dump()), std::regex_search(text, re)) << text;
-    }
+    ExpectDocumentsExactly(g, strings,
+                           [&](const std::string& t) { return std::regex_search(t, re); });
     std::mt19937_64 rng(7);
     if (Walkable(pattern)) ExpectWalksMatch(g, re, rng, 200);
   }
@@ -255,13 +264,13 @@ TEST(JsonSchemaTest, LookaheadsMatchAsEcmaScriptSearches) {
   ExpectWalksMatch(g, re, rng, 200);
   // A password rule: compiled within its bounds, its walks meet it.
   const std::string password = "^(?=.*\\d)(?=.*[a-z])(?=.*[A-Z])(?!.*\\s).{8,32}$";
-  const auto pg = Schema(json{{"type", "string"}, {"pattern", password}}.dump());
+  const auto pg = PatternSchema(password);
   const std::regex password_re(password, std::regex::ECMAScript);
   ExpectWalksMatch(pg, password_re, rng, 100);
   // Where the engines differ, a negative lookahead keeps out what either matches: Python's
   // '$' before a final line feed, its '\d' of other scripts, its '.' of '\r'.
   auto complete = [](const std::string& pattern, const std::string& doc) {
-    return Complete(Schema(json{{"type", "string"}, {"pattern", pattern}}.dump()), doc);
+    return Complete(PatternSchema(pattern), doc);
   };
   EXPECT_FALSE(complete("^(?!a$)[a\\n]*$", "\"a\\n\""));
   EXPECT_TRUE(complete("^(?!a$)[a\\n]*$", "\"a\\na\""));
@@ -364,7 +373,7 @@ TEST(JsonSchemaTest, FormatsWithAFixedShape) {
 // to what ECMA-262 and Python both count.
 TEST(JsonSchemaTest, PatternsTakeCodePoints) {
   auto complete = [](const std::string& pattern, const std::string& doc) {
-    return Complete(Schema(json{{"type", "string"}, {"pattern", pattern}}.dump()), doc);
+    return Complete(PatternSchema(pattern), doc);
   };
   EXPECT_TRUE(complete("^.$", "\"\xC3\xA9\""));  // é, one character
   EXPECT_FALSE(complete("^.$", "\"\xC3\xA9\xC3\xA9\""));
