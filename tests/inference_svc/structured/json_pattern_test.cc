@@ -75,6 +75,21 @@ void ExpectWalksMatch(const std::shared_ptr<const Grammar>& g, const std::regex&
   }
 }
 
+// `pattern` against std::regex's ECMAScript search: each of `strings` is a whole document
+// exactly where the regex finds a match, and 200 random walks (of a Walkable pattern,
+// seeded with `seed`) match. Returns the pattern's grammar.
+std::shared_ptr<const Grammar> ExpectAsStdRegex(const std::string& pattern,
+                                                const std::vector<std::string>& strings,
+                                                uint64_t seed) {
+  const auto g = PatternSchema(pattern);
+  const std::regex re(pattern, std::regex::ECMAScript);
+  ExpectDocumentsExactly(g, strings,
+                         [&](const std::string& t) { return std::regex_search(t, re); });
+  std::mt19937_64 rng(seed);
+  if (Walkable(pattern)) ExpectWalksMatch(g, re, rng, 200);
+  return g;
+}
+
 // Patterns against std::regex's ECMAScript search (ASCII strings): every string of up to
 // four characters of a small alphabet is a whole document exactly when the pattern
 // matches it somewhere (or whole, anchored); escapes are taken as the characters they
@@ -102,15 +117,11 @@ TEST(JsonSchemaTest, PatternsMatchAsEcmaScriptSearches) {
   const std::vector<std::string> strings = AllStrings("ab01-_ .Z\"", 4);
   for (const std::string& pattern : patterns) {
     SCOPED_TRACE(pattern);
-    const auto g = PatternSchema(pattern);
-    const std::regex re(pattern, std::regex::ECMAScript);
-    ExpectDocumentsExactly(g, strings,
-                           [&](const std::string& t) { return std::regex_search(t, re); });
+    const auto g = ExpectAsStdRegex(pattern, strings, 5);
     // The same characters escaped, and a non-ASCII one through each of its bytes.
+    const std::regex re(pattern, std::regex::ECMAScript);
     EXPECT_EQ(Complete(g, "\"\\u0061\\u0062\""), std::regex_search("ab", re));
     EXPECT_EQ(Complete(g, "\"\\\"\""), std::regex_search("\"", re));
-    std::mt19937_64 rng(5);
-    if (Walkable(pattern)) ExpectWalksMatch(g, re, rng, 200);
   }
 }
 
@@ -247,12 +258,7 @@ TEST(JsonSchemaTest, LookaheadsMatchAsEcmaScriptSearches) {
   const std::vector<std::string> strings = AllStrings("+-.019a", 4);
   for (const std::string& pattern : patterns) {
     SCOPED_TRACE(pattern);
-    const auto g = PatternSchema(pattern);
-    const std::regex re(pattern, std::regex::ECMAScript);
-    ExpectDocumentsExactly(g, strings,
-                           [&](const std::string& t) { return std::regex_search(t, re); });
-    std::mt19937_64 rng(7);
-    if (Walkable(pattern)) ExpectWalksMatch(g, re, rng, 200);
+    ExpectAsStdRegex(pattern, strings, 7);
   }
   const std::string pydantic =
       "^(?!^[-+.]*$)[+-]?0*(?:\\d{0,5}|(?=[\\d.]{1,18}0*$)\\d{0,5}\\.\\d{0,12}0*$)";
