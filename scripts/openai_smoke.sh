@@ -349,6 +349,28 @@ for await (const event of fnStream) {
 const streamedFn = fnCompleted?.output.find((item) => item.type === "function_call");
 check(streamedFn?.arguments === fnCall.arguments && fnArgsDone === fnCall.arguments,
       `streamed responses function_call -> ${streamedFn?.name}(${streamedFn?.arguments})`);
+// A tool with $defs (as Pydantic writes nested models) beside one with strict: false whose
+// uniqueItems the subset reads past, held together; the header names what was read past.
+const defsTools = [
+  { type: "function", function: { name: "book", parameters: { type: "object",
+    properties: { city: { $ref: "#/$defs/City" } }, required: ["city"], additionalProperties: false,
+    $defs: { City: { enum: ["Paris", "Oslo"] } } } } },
+  { type: "function", function: { name: "tag_day", strict: false, parameters: { type: "object",
+    properties: { tags: { type: "array", items: { type: "string", maxLength: 4 }, maxItems: 2,
+                          uniqueItems: true } },
+    required: ["tags"], additionalProperties: false } } }];
+const { data: defsCalled, response: defsResponse } =
+  await A.chat.completions.create({ ...toolChat, max_tokens: 160, tools: defsTools }).withResponse();
+const defsCall = defsCalled.choices[0].message.tool_calls?.[0];
+const defsArgs = defsCall ? JSON.parse(defsCall.function.arguments) : {};
+check(defsCalled.choices[0].finish_reason === "tool_calls" &&
+      (defsCall.function.name === "book" ? ["Paris", "Oslo"].includes(defsArgs.city)
+        : Array.isArray(defsArgs.tags) && defsArgs.tags.length <= 2) &&
+      defsResponse.headers.get("x-kvfold-schema-skipped") ===
+        JSON.stringify(["uniqueItems at '/properties/tags' in tools[1].function.parameters"]),
+      `$defs and strict: false tools -> ${defsCall?.function.name}(${defsCall?.function.arguments}) ` +
+      `${defsCalled.choices[0].finish_reason} ${JSON.stringify(defsCalled.choices[0].message.content)}, ` +
+      `skipped ${defsResponse.headers.get("x-kvfold-schema-skipped")}`);
 console.log("openai_smoke: all checks passed");
 EOF
 (cd "$WORK/node" && timeout 300 node smoke.mjs "${HTTP[A]}" "${HTTP[B]}")

@@ -74,7 +74,8 @@ TurnSpec SpecFor(const std::string& session_id, const GenerationParams& p) {
   spec.format = p.format;
   spec.json_schema = p.json_schema;
   spec.lenient_schema = p.lenient_schema;
-  if (p.format == OutputFormat::kJsonSchema && p.lenient_schema) {
+  spec.grammar = p.grammar;
+  if (p.format == OutputFormat::kJsonSchema && p.lenient_schema && spec.grammar == nullptr) {
     // Compiled here once, for the header (what it reads past is known before the turns
     // start and a stream's first event goes out) and for every choice's turn. A schema
     // that is not one is left to the replica, which refuses it.

@@ -503,7 +503,9 @@ absl::Status HoldToTools(const ToolSet& tools, GenerationParams* p) {
                "'tool_choice' \"required\" or a named function sets the answer's format; it "
                "cannot be combined with 'response_format', 'text.format' or guided decoding");
   }
-  KVFOLD_ASSIGN_OR_RETURN(p->json_schema, HeldAnswerSchema(tools));
+  KVFOLD_ASSIGN_OR_RETURN(HeldAnswer held, HeldAnswerSchema(tools));
+  p->json_schema = std::move(held.schema);
+  p->grammar = std::move(held.grammar);
   p->format = OutputFormat::kJsonSchema;
   return absl::OkStatus();
 }

@@ -6,6 +6,7 @@
 #define KVFOLD_INFERENCE_SVC_HTTP_OPENAI_PROTOCOL_H_
 
 #include <cstdint>
+#include <memory>
 #include <optional>
 #include <string>
 #include <string_view>
@@ -63,6 +64,9 @@ struct GenerationParams {
   // `strict: false` given with the json_schema: what the subset cannot hold is read past
   // and named in the X-Kvfold-Schema-Skipped header (docs/structured-output.md).
   bool lenient_schema = false;
+  // kJsonSchema: json_schema already compiled (tools' answers, HeldAnswerSchema, with
+  // each lenient tool read leniently); null: compiled from json_schema.
+  std::shared_ptr<const structured::Grammar> grammar;
   std::vector<std::string> choices;
 };
 

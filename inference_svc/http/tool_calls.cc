@@ -61,6 +61,7 @@ absl::StatusOr<ToolFunction> ParseTool(const ojson& tool, size_t index) {
   out.parameters = f.contains("parameters") && f["parameters"].is_object()
                        ? f["parameters"].dump()
                        : std::string(R"({"type":"object"})");
+  out.lenient = f.contains("strict") && f["strict"].is_boolean() && !f["strict"].get<bool>();
   return out;
 }
 
@@ -150,27 +151,74 @@ bool ReadJsonCalls(std::string_view text, const ToolSet& tools, std::vector<Tool
   return !calls->empty();
 }
 
+// Where tool i's arguments schema sits in ToolAnswerSchema's document (a JSON pointer).
+std::string ArgumentsPointer(const ToolSet& tools, size_t i) {
+  if (tools.choice == ToolChoice::kFunction) return "";
+  return tools.functions.size() == 1 ? "/items/properties/arguments"
+                                     : absl::StrCat("/items/anyOf/", i, "/properties/arguments");
+}
+
+// Rewrites the references into its own document ("#", "#/...") of schema *s, which is
+// placed at JSON pointer `base` of another document, to point where their targets now
+// are. Only keywords that hold schemas are walked (an `enum` or `default` value with a
+// "$ref" member is data). Other references are left for the compiler to refuse.
+void RebaseReferences(const std::string& base, ojson* s) {
+  if (!s->is_object()) return;
+  for (auto& [key, value] : s->items()) {
+    if (key == "$ref") {
+      if (value.is_string() && value.get_ref<const std::string&>().starts_with('#')) {
+        value = absl::StrCat("#", base, value.get_ref<const std::string&>().substr(1));
+      }
+    } else if (key == "properties" || key == "patternProperties" || key == "$defs" ||
+               key == "definitions" || key == "dependentSchemas") {
+      if (!value.is_object()) continue;
+      for (auto& [name, schema] : value.items()) RebaseReferences(base, &schema);
+    } else if (key == "items" || key == "prefixItems" || key == "anyOf" || key == "oneOf" ||
+               key == "allOf") {
+      if (value.is_array()) {
+        for (ojson& schema : value) RebaseReferences(base, &schema);
+      } else {
+        RebaseReferences(base, &value);
+      }
+    } else if (key == "additionalProperties" || key == "additionalItems" || key == "not" ||
+               key == "if" || key == "then" || key == "else" || key == "contains" ||
+               key == "propertyNames" || key == "unevaluatedProperties" ||
+               key == "unevaluatedItems") {
+      RebaseReferences(base, &value);
+    }
+  }
+}
+
 }  // namespace
 
-absl::StatusOr<std::string> HeldAnswerSchema(const ToolSet& tools) {
-  if (tools.choice != ToolChoice::kRequired && tools.choice != ToolChoice::kFunction) return "";
+absl::StatusOr<HeldAnswer> HeldAnswerSchema(const ToolSet& tools) {
+  if (tools.choice != ToolChoice::kRequired && tools.choice != ToolChoice::kFunction) {
+    return HeldAnswer{};
+  }
+  std::vector<structured::LenientScope> lenient;
   for (size_t i = 0; i < tools.functions.size(); ++i) {
     const ToolFunction& f = tools.functions[i];
     if (tools.choice == ToolChoice::kFunction && f.name != tools.forced) continue;
-    auto compiled = structured::Grammar::FromSchema(f.parameters);
+    auto compiled = structured::Grammar::FromSchema(f.parameters, /*compact=*/true, f.lenient);
     if (!compiled.ok()) {
       return Bad("tools",
                  absl::StrCat("tools[", i, "].function.parameters: ", compiled.status().message(),
                               "; with this tool_choice the arguments are held to it"));
     }
+    if (f.lenient) {
+      lenient.push_back({.pointer = ArgumentsPointer(tools, i),
+                         .label = absl::StrCat("tools[", i, "].function.parameters")});
+    }
   }
-  std::string schema = ToolAnswerSchema(tools);
-  auto compiled = structured::Grammar::FromSchema(schema);
+  HeldAnswer held{.schema = ToolAnswerSchema(tools)};
+  auto compiled =
+      structured::Grammar::FromSchema(held.schema, /*compact=*/true, std::move(lenient));
   if (!compiled.ok()) {
     return Bad("tool_choice",
                absl::StrCat("the answer's schema of these tools: ", compiled.status().message()));
   }
-  return schema;
+  held.grammar = std::move(*compiled);
+  return held;
 }
 
 ToolCallStyle ToolCallStyleOf(ChatFormat format) {
@@ -247,10 +295,13 @@ std::string ToolAnswerSchema(const ToolSet& tools) {
   if (tools.choice == ToolChoice::kFunction) return Find(tools, tools.forced)->parameters;
   if (tools.choice != ToolChoice::kRequired) return "";
   ojson alternatives = ojson::array();
-  for (const ToolFunction& f : tools.functions) {
+  for (size_t i = 0; i < tools.functions.size(); ++i) {
+    const ToolFunction& f = tools.functions[i];
+    ojson arguments = ojson::parse(f.parameters);
+    RebaseReferences(ArgumentsPointer(tools, i), &arguments);
     ojson call = {
         {"type", "object"},
-        {"properties", {{"name", {{"const", f.name}}}, {"arguments", ojson::parse(f.parameters)}}},
+        {"properties", {{"name", {{"const", f.name}}}, {"arguments", std::move(arguments)}}},
         {"required", {"name", "arguments"}},
         {"additionalProperties", false}};
     alternatives.push_back(std::move(call));

@@ -4,11 +4,13 @@
 #ifndef KVFOLD_INFERENCE_SVC_HTTP_TOOL_CALLS_H_
 #define KVFOLD_INFERENCE_SVC_HTTP_TOOL_CALLS_H_
 
+#include <memory>
 #include <string>
 #include <string_view>
 #include <vector>
 
 #include "absl/status/statusor.h"
+#include "inference_svc/structured/json_grammar.h"
 #include "inference_svc/tokenizer/chat_template.h"
 #include "inference_svc/tokenizer/python_json.h"
 #include "nlohmann/json.hpp"
@@ -27,6 +29,9 @@ struct ToolFunction {
   // Its `parameters` JSON Schema as compact JSON (keys in the body's order);
   // {"type": "object"} when the tool gives none.
   std::string parameters;
+  // `strict: false` given: where the answer is held to the parameters, what the
+  // structured-output subset cannot hold is read past and named (a lenient schema).
+  bool lenient = false;
 };
 
 // OpenAI's tool_choice: none (no call), auto (the model decides), required (at least one
@@ -75,14 +80,23 @@ absl::StatusOr<ToolSet> ParseTools(const nlohmann::ordered_json& body);
 // The JSON Schema the answer is held to for tool_choice required or a named function
 // (empty for none and auto): an array of at least one {"name", "arguments"} object whose
 // arguments match the named tool's parameters (one item without parallel_tool_calls), or
-// the named function's arguments object itself.
+// the named function's arguments object itself. A tool's references into its own
+// parameters ("#/$defs/...", "#") are rewritten to where the parameters sit in it.
 std::string ToolAnswerSchema(const ToolSet& tools);
 
-// The schema the answer is held to: ToolAnswerSchema for tool_choice required or a named
-// function, "" otherwise. Each tool it names must have parameters of the
-// structured-output subset (docs/structured-output.md), and so must the answer's schema;
-// InvalidArgument with param "tools" or "tool_choice" otherwise.
-absl::StatusOr<std::string> HeldAnswerSchema(const ToolSet& tools);
+// The answer's schema (ToolAnswerSchema) and its grammar, compiled with each lenient
+// tool's parameters read leniently (what is read past is named "... in
+// tools[i].function.parameters").
+struct HeldAnswer {
+  std::string schema;
+  std::shared_ptr<const structured::Grammar> grammar;
+};
+
+// The answer held for tool_choice required or a named function; an empty schema and no
+// grammar otherwise. Each tool it names must have parameters of the structured-output
+// subset (docs/structured-output.md; a lenient tool's only need to be a schema), and so
+// must the answer's schema; InvalidArgument with param "tools" or "tool_choice" otherwise.
+absl::StatusOr<HeldAnswer> HeldAnswerSchema(const ToolSet& tools);
 
 // The model's text read as an answer of `tools`: the content before the first call and
 // the calls. auto: <tool_call>{"name": ..., "arguments": {...}}</tool_call> blocks (the

@@ -148,10 +148,11 @@ grpc::Status InferenceServiceImpl::Generate(grpc::ServerContext* context,
           "tool_choice MODE_REQUIRED or MODE_FUNCTION sets the answer's format; it cannot be "
           "combined with response_format"));
     }
-    absl::StatusOr<std::string> schema = http::HeldAnswerSchema(*tools);
-    if (!schema.ok()) return ToGrpcStatus(schema.status());
+    absl::StatusOr<http::HeldAnswer> held = http::HeldAnswerSchema(*tools);
+    if (!held.ok()) return ToGrpcStatus(held.status());
     turn_request.response_format.kind = runtime::ResponseFormat::Kind::kJsonSchema;
-    turn_request.response_format.json_schema = std::move(*schema);
+    turn_request.response_format.json_schema = std::move(held->schema);
+    turn_request.response_format.grammar = std::move(held->grammar);
   }
   auto top_logprobs = TopLogprobsFromProto(request->logprobs() || request->prompt_logprobs(),
                                            request->top_logprobs());

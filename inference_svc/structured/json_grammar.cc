@@ -60,10 +60,10 @@ std::shared_ptr<const Grammar> Grammar::JsonObject(bool compact) {
 // recursive schemas become cycles in the graph, bounded at match time by kMaxDepth).
 class SchemaCompiler {
  public:
-  SchemaCompiler(const json& root, bool compact, bool lenient)
+  SchemaCompiler(const json& root, bool compact, std::vector<LenientScope> lenient_scopes)
       : root_(root), grammar_(new Grammar()) {
     grammar_->compact_ = compact;
-    leniency_.lenient = lenient;
+    leniency_.scopes = std::move(lenient_scopes);
   }
 
   absl::StatusOr<std::shared_ptr<const Grammar>> Run() {
@@ -806,11 +806,18 @@ absl::StatusOr<std::shared_ptr<const Grammar>> Grammar::Choice(
 
 absl::StatusOr<std::shared_ptr<const Grammar>> Grammar::FromSchema(std::string_view schema,
                                                                    bool compact, bool lenient) {
+  std::vector<LenientScope> scopes;
+  if (lenient) scopes.push_back({});
+  return FromSchema(schema, compact, std::move(scopes));
+}
+
+absl::StatusOr<std::shared_ptr<const Grammar>> Grammar::FromSchema(
+    std::string_view schema, bool compact, std::vector<LenientScope> scopes) {
   // The compiler recurses per level of the schema.
   if (absl::Status s = CheckJsonDepth(schema, "the schema"); !s.ok()) return s;
   json root = json::parse(schema, nullptr, /*allow_exceptions=*/false);
   if (root.is_discarded()) return absl::InvalidArgumentError("the schema is not valid JSON");
-  return SchemaCompiler(root, compact, lenient).Run();
+  return SchemaCompiler(root, compact, std::move(scopes)).Run();
 }
 
 }  // namespace kvfold::structured

@@ -139,6 +139,14 @@ inline constexpr int kMaxStacks = 64;
 // Most values a oneOf's discriminator check compares, over all candidate properties.
 inline constexpr int64_t kMaxDiscriminatorValues = int64_t{1} << 20;
 
+// A part of a schema read leniently: the subschema at JSON pointer `pointer` ("" = the
+// whole schema) and all it holds, $ref targets by where they are. What is read past there
+// is named relative to `pointer`, followed by " in " and `label` when one is given.
+struct LenientScope {
+  std::string pointer;
+  std::string label;
+};
+
 class Grammar {
  public:
   // Nodes 0..5 of every grammar: any value, an object of any keys and values, an array of
@@ -164,6 +172,9 @@ class Grammar {
   static absl::StatusOr<std::shared_ptr<const Grammar>> FromSchema(std::string_view schema,
                                                                    bool compact = true,
                                                                    bool lenient = false);
+  // The same, lenient only in `scopes` (a tool whose `strict` is false among strict ones).
+  static absl::StatusOr<std::shared_ptr<const Grammar>> FromSchema(
+      std::string_view schema, bool compact, std::vector<LenientScope> scopes);
   // Exactly one of `choices` (raw text, not JSON; vLLM's guided_choice), nothing before
   // or after it. INVALID_ARGUMENT for none, more than kMaxValues, an empty or a repeated
   // one.

@@ -13,9 +13,17 @@ absl::Status Bad(const std::string& where, const std::string& what) {
 }
 
 bool Leniency::Skip(const std::string& where, const std::string& keyword) {
-  if (!lenient) return false;
+  // Scopes are JSON pointers: "/a" holds "/a" and "/a/b", not "/ab".
+  const auto in = [&](const LenientScope& scope) {
+    return where.starts_with(scope.pointer) &&
+           (where.size() == scope.pointer.size() || where[scope.pointer.size()] == '/');
+  };
+  const auto scope = std::find_if(scopes.begin(), scopes.end(), in);
+  if (scope == scopes.end()) return false;
   if (++count_ <= kMaxSkipped) {
-    std::string named = absl::StrCat(keyword, " at '", where.empty() ? "/" : where, "'");
+    const std::string inner = where.substr(scope->pointer.size());
+    std::string named = absl::StrCat(keyword, " at '", inner.empty() ? "/" : inner, "'",
+                                     scope->label.empty() ? "" : " in ", scope->label);
     if (named.size() > kMaxSkippedChars) {
       // Cut on a UTF-8 character's start.
       size_t cut = kMaxSkippedChars - 3;

@@ -21,18 +21,19 @@ using json = nlohmann::ordered_json;
 // InvalidArgument "schema at 'where': what" ('/' for the root).
 absl::Status Bad(const std::string& where, const std::string& what);
 
-// What a schema asks that this subset cannot hold. Strict (the default): the schema is
-// refused (Bad). Lenient: the keyword is read past as if absent, and named, with where it
-// is, in `skipped` ("uniqueItems at '/tags'"), for the caller to report.
+// What a schema asks that this subset cannot hold. Strict (the default, and outside every
+// scope): the schema is refused (Bad). Within a lenient scope: the keyword is read past as
+// if absent, and named, with where it is in the scope, in `skipped` ("uniqueItems at
+// '/tags'", "... in tools[1]" with the scope's label), for the caller to report.
 struct Leniency {
   // At most this many are named, each in at most kMaxSkippedChars bytes (the names go into
   // an HTTP header); past them one last entry counts the rest.
   static constexpr int kMaxSkipped = 16;
   static constexpr size_t kMaxSkippedChars = 160;
 
-  bool lenient = false;
-  // Lenient: records `keyword` at `where` and returns true (go on without it); strict:
-  // false (refuse).
+  std::vector<LenientScope> scopes;  // one with pointer "": the whole schema
+  // Lenient (`where` in a scope): records `keyword` at `where` and returns true (go on without it);
+  // strict: false (refuse).
   bool Skip(const std::string& where, const std::string& keyword);
   // What was recorded, in the order met.
   std::vector<std::string> Skipped() const;

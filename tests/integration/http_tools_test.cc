@@ -516,6 +516,91 @@ TEST_F(HttpApiTest, GrpcToolChoicesAreChecked) {
   EXPECT_THAT(status.error_message(), HasSubstr("needs 'tools'"));
 }
 
+// A tool with `strict: false` whose parameters hold what the structured subset cannot:
+// under tool_choice required its parameters are held leniently (the rest exactly), what
+// is read past is named in X-Kvfold-Schema-Skipped (HTTP) and GenerateFinal.schema_skipped
+// (gRPC); without `strict: false` the request is refused.
+TEST_F(HttpApiTest, LenientToolsAreHeldWhereTheyCanBe) {
+  const ojson tag = ojson::parse(R"j({"type": "function", "function": {"name": "tag_day",
+      "strict": false, "parameters": {"type": "object", "properties": {
+        "tags": {"type": "array", "items": {"type": "string", "maxLength": 8}, "maxItems": 3,
+                 "uniqueItems": true, "contains": {"const": "sun"}}},
+      "required": ["tags"], "additionalProperties": false}}})j");
+  const std::vector<std::string> skipped = {
+      "contains at '/properties/tags' in tools[2].function.parameters",
+      "uniqueItems at '/properties/tags' in tools[2].function.parameters"};
+  const auto expect_calls = [](const json& calls) {
+    for (const json& call : calls) {
+      if (call["function"]["name"] != "tag_day") {
+        ExpectCall(call);
+        continue;
+      }
+      const json args = json::parse(call["function"]["arguments"].get<std::string>());
+      ASSERT_TRUE(args["tags"].is_array()) << call;
+      EXPECT_LE(args["tags"].size(), 3u) << call;
+      EXPECT_EQ(args.size(), 1u) << call;
+      for (const json& t : args["tags"]) {
+        const std::string text = t.get<std::string>();
+        EXPECT_LE(
+            std::count_if(text.begin(), text.end(), [](char c) { return (c & 0xC0) != 0x80; }), 8)
+            << call;
+      }
+    }
+  };
+  ojson chat = ToolChat();
+  chat["tools"].push_back(tag);
+  chat["tool_choice"] = "required";
+  chat["parallel_tool_calls"] = false;
+  chat["temperature"] = 1.0;
+  chat["seed"] = 5;
+  chat["n"] = 4;
+  HttpReply r = HttpCall(port_[0], "POST", "/v1/chat/completions", chat.dump(), kAuth);
+  ASSERT_EQ(r.status, 200) << r.body;
+  EXPECT_EQ(json::parse(r.Header("X-Kvfold-Schema-Skipped")), json(skipped));
+  const json choices = Body(r)["choices"];
+  for (const json& choice : choices) {
+    ASSERT_EQ(choice["finish_reason"], "tool_calls") << choice;
+    expect_calls(choice["message"]["tool_calls"]);
+  }
+  // Named, the lenient function's arguments are the whole answer.
+  chat["tool_choice"] = {{"type", "function"}, {"function", {{"name", "tag_day"}}}};
+  chat["n"] = 1;
+  chat["stream"] = true;
+  HttpReply s = HttpCall(port_[1], "POST", "/v1/chat/completions", chat.dump(), kAuth);
+  ASSERT_EQ(s.status, 200) << s.body;
+  EXPECT_EQ(json::parse(s.Header("X-Kvfold-Schema-Skipped")), json(skipped));
+  const Streamed streamed = ReadStream(s);
+  EXPECT_EQ(streamed.finish, "tool_calls") << s.body;
+  ASSERT_EQ(streamed.calls.size(), 1u) << s.body;
+  expect_calls(streamed.calls);
+  // Strict tools in the same request send no header.
+  chat.erase("stream");
+  chat["tool_choice"] = {{"type", "function"}, {"function", {{"name", "get_time"}}}};
+  r = HttpCall(port_[0], "POST", "/v1/chat/completions", chat.dump(), kAuth);
+  ASSERT_EQ(r.status, 200) << r.body;
+  EXPECT_EQ(r.Header("X-Kvfold-Schema-Skipped"), "");
+  // Without `strict: false`, refused naming the tool.
+  chat["tools"][2]["function"].erase("strict");
+  chat["tool_choice"] = "required";
+  r = HttpCall(port_[0], "POST", "/v1/chat/completions", chat.dump(), kAuth);
+  ASSERT_EQ(r.status, 400) << r.body;
+  EXPECT_EQ(Body(r)["error"]["param"], "tools");
+  EXPECT_THAT(r.body, HasSubstr("tools[2].function.parameters"));
+
+  // gRPC: the same tools, MODE_REQUIRED.
+  v1::GenerateRequest request;
+  for (const ojson& t : kTools) request.add_tools(t.dump());
+  request.add_tools(tag.dump());
+  request.mutable_tool_choice()->set_mode(v1::ToolChoice::MODE_REQUIRED);
+  request.mutable_tool_choice()->set_single_call(true);
+  GrpcAnswer a = GrpcToolTurn(cluster_->stub(1), "grpc-lenient-tools", request);
+  ASSERT_TRUE(a.status.ok()) << a.status.error_message();
+  EXPECT_EQ(
+      std::vector<std::string>(a.final.schema_skipped().begin(), a.final.schema_skipped().end()),
+      skipped);
+  EXPECT_EQ(a.final.finish_reason(), v1::FINISH_REASON_TOOL_CALLS) << a.text;
+}
+
 // JSON nested a million levels deep in a body, in a tool, in a call's arguments or in a
 // schema is a precise refusal on both APIs, and the replica serves on (it overflowed the
 // stack of the thread that walked it).

@@ -13,6 +13,7 @@
 #include "inference_svc/http/stop_matcher.h"
 #include "inference_svc/http/tool_calls.h"
 #include "inference_svc/structured/json_grammar.h"
+#include "inference_svc/structured/json_matcher.h"
 #include "inference_svc/tokenizer/python_json.h"
 
 namespace kvfold::http {
@@ -701,6 +702,108 @@ TEST(ToolCallsTest, ParsesToolsAndChoices) {
   EXPECT_EQ(
       ParseCompletionRequest(json{{"prompt", "x"}, {"tools", {Tool("f")}}}.dump()).status().code(),
       absl::StatusCode::kInvalidArgument);
+}
+
+// Whether the answer held for `r`'s tools takes `text` whole.
+bool Holds(const ChatCompletionRequest& r, std::string_view text) {
+  if (r.params.grammar == nullptr) return false;
+  structured::JsonMatcher m(r.params.grammar);
+  return m.Advance(text) && m.IsComplete();
+}
+
+TEST(ToolCallsTest, ReferencesAndLenientToolsInTheHeldAnswer) {
+  // Tools whose parameters refer into themselves ($defs of the same name, the root), held
+  // together under tool_choice required: each reference keeps its tool's target.
+  const json item_n =
+      json::parse(R"j({"type":"object","properties":{"item":{"$ref":"#/$defs/Item"}},
+      "required":["item"],"additionalProperties":false,
+      "$defs":{"Item":{"type":"object","properties":{"n":{"type":"integer"}},
+               "required":["n"],"additionalProperties":false}}})j");
+  const json item_x = json::parse(R"j({"type":"object","properties":{"item":{"$ref":"#/$defs/Item"},
+      "note":{"const":{"$ref":"#/$defs/Item"}}},
+      "required":["item"],"additionalProperties":false,"$defs":{"Item":{"enum":["x"]}}})j");
+  const json tree = json::parse(R"j({"type":"object","properties":{
+      "child":{"anyOf":[{"$ref":"#"},{"type":"null"}]}},"required":["child"],
+      "additionalProperties":false})j");
+  json body = {{"messages", {{{"role", "user"}, {"content", "x"}}}},
+               {"tools", {Tool("a", item_n), Tool("b", item_x), Tool("c", tree)}},
+               {"tool_choice", "required"}};
+  auto r = ParseChatCompletionRequest(body.dump());
+  ASSERT_TRUE(r.ok()) << r.status();
+  const json schema = json::parse(r->params.json_schema);
+  EXPECT_EQ(schema["items"]["anyOf"][1]["properties"]["arguments"]["properties"]["item"]["$ref"],
+            "#/items/anyOf/1/properties/arguments/$defs/Item");
+  // A "$ref" member of a value is data, as written.
+  EXPECT_EQ(schema["items"]["anyOf"][1]["properties"]["arguments"]["properties"]["note"]["const"],
+            item_x["properties"]["note"]["const"]);
+  EXPECT_TRUE(r->params.grammar->skipped().empty());
+  EXPECT_TRUE(Holds(*r, R"([{"name":"a","arguments":{"item":{"n":1}}}])"));
+  EXPECT_TRUE(Holds(*r, R"([{"name":"b","arguments":{"item":"x"}}])"));
+  EXPECT_TRUE(Holds(*r, R"([{"name":"c","arguments":{"child":{"child":null}}}])"));
+  EXPECT_FALSE(Holds(*r, R"([{"name":"a","arguments":{"item":"x"}}])"));
+  EXPECT_FALSE(Holds(*r, R"([{"name":"b","arguments":{"item":{"n":1}}}])"));
+  EXPECT_FALSE(Holds(*r, R"([{"name":"c","arguments":{"child":{"item":"x"}}}])"));
+  body["tools"] = {Tool("c", tree)};  // one tool: the items are its call
+  r = ParseChatCompletionRequest(body.dump());
+  ASSERT_TRUE(r.ok()) << r.status();
+  EXPECT_TRUE(Holds(*r, R"([{"name":"c","arguments":{"child":{"child":{"child":null}}}}])"));
+  EXPECT_FALSE(Holds(*r, R"([{"name":"c","arguments":{"child":{"child":1}}}])"));
+
+  // `strict: false`: what the subset cannot hold is read past in that tool's parameters
+  // only, and named with the tool; the rest is held.
+  const json tags = json::parse(R"j({"type":"object","properties":{
+      "tags":{"type":"array","items":{"type":"string","maxLength":3},"uniqueItems":true}},
+      "required":["tags"],"additionalProperties":false})j");
+  json loose = Tool("tag", tags);
+  loose["function"]["strict"] = false;
+  body["tools"] = {Tool("a", item_n), loose};
+  r = ParseChatCompletionRequest(body.dump());
+  ASSERT_TRUE(r.ok()) << r.status();
+  EXPECT_EQ(r->params.grammar->skipped(),
+            std::vector<std::string>{
+                "uniqueItems at '/properties/tags' in tools[1].function.parameters"});
+  EXPECT_TRUE(Holds(*r, R"([{"name":"tag","arguments":{"tags":["ab","ab"]}}])"));
+  EXPECT_FALSE(Holds(*r, R"([{"name":"tag","arguments":{"tags":["abcd"]}}])"));
+  EXPECT_FALSE(Holds(*r, R"([{"name":"a","arguments":{"tags":[]}}])"));
+  body["tool_choice"] = {{"type", "function"}, {"function", {{"name", "tag"}}}};
+  r = ParseChatCompletionRequest(body.dump());
+  ASSERT_TRUE(r.ok()) << r.status();
+  EXPECT_EQ(r->params.grammar->skipped(),
+            std::vector<std::string>{
+                "uniqueItems at '/properties/tags' in tools[1].function.parameters"});
+  EXPECT_TRUE(Holds(*r, R"({"tags":["ab","ab"]})"));
+  // Strict (true or not given), or a lenient tool's parameters elsewhere strict, refuse it.
+  for (const json& strict : {json(true), json()}) {
+    json held = Tool("tag", tags);
+    if (!strict.is_null()) held["function"]["strict"] = strict;
+    body["tools"] = {Tool("a", item_n), held};
+    const absl::Status s = ChatError(body);
+    EXPECT_EQ(s.code(), absl::StatusCode::kInvalidArgument) << s;
+    EXPECT_THAT(
+        std::string(s.message()),
+        HasSubstr("tools[1].function.parameters: schema at '/properties/tags/uniqueItems'"));
+  }
+  json loose_a = Tool("a", tags);
+  loose_a["function"]["strict"] = false;
+  body["tools"] = {loose_a, Tool("tag", tags)};
+  body["tool_choice"] = "required";
+  EXPECT_THAT(std::string(ChatError(body).message()), HasSubstr("tools[1].function.parameters"));
+  // What is not a schema is refused however lenient.
+  body["tools"] = {Tool("a", item_n), loose};
+  body["tools"][1]["function"]["parameters"]["properties"]["tags"]["minItems"] = -1;
+  EXPECT_THAT(std::string(ChatError(body).message()), HasSubstr("tools[1].function.parameters"));
+
+  // The Responses API's tools carry `strict` beside the name.
+  const json responses = {
+      {"input", "x"},
+      {"tools", {{{"type", "function"}, {"name", "tag"}, {"strict", false}, {"parameters", tags}}}},
+      {"tool_choice", "required"}};
+  auto rr = ParseResponsesRequest(responses.dump());
+  ASSERT_TRUE(rr.ok()) << rr.status();
+  ASSERT_NE(rr->params.grammar, nullptr);
+  EXPECT_EQ(rr->params.grammar->skipped(),
+            std::vector<std::string>{
+                "uniqueItems at '/properties/tags' in tools[0].function.parameters"});
 }
 
 TEST(ToolCallsTest, ParsesToolMessagesAndCalls) {

@@ -334,8 +334,10 @@ class RequestFuzzTest : public ::testing::Test {
   // document of it and over random bytes.
   static void WalkFormat(const GenerationParams& p, std::mt19937_64& rng, const std::string& body) {
     absl::StatusOr<std::shared_ptr<const structured::Grammar>> grammar;
-    if (p.format == OutputFormat::kJsonSchema) {
-      grammar = structured::Grammar::FromSchema(p.json_schema, rng() % 2 == 0);
+    if (p.grammar != nullptr) {
+      grammar = p.grammar;  // as served: tools' answers, compiled when the request was read
+    } else if (p.format == OutputFormat::kJsonSchema) {
+      grammar = structured::Grammar::FromSchema(p.json_schema, rng() % 2 == 0, p.lenient_schema);
     } else if (p.format == OutputFormat::kChoice) {
       grammar = structured::Grammar::Choice(p.choices);
     } else if (p.format == OutputFormat::kJsonObject) {

@@ -1,6 +1,7 @@
 // Values held exactly: tuples, numeric bounds and multiples, lists of values short and
 // long, sets (uniqueItems), maps' keys and counts, and oneOfs told apart by values or by a
 // discriminating property.
+#include <gmock/gmock.h>
 #include <gtest/gtest.h>
 
 #include <algorithm>
@@ -13,6 +14,7 @@
 #include <vector>
 
 #include "absl/strings/str_cat.h"
+#include "absl/strings/str_join.h"
 #include "inference_svc/structured/json_grammar.h"
 #include "inference_svc/structured/json_matcher.h"
 #include "nlohmann/json.hpp"
@@ -23,6 +25,7 @@ namespace kvfold::structured {
 namespace {
 
 using json = nlohmann::json;
+using ::testing::HasSubstr;
 
 // Tuples: prefixItems (and the older `items` list) fix each place's schema, `items` /
 // `additionalItems` the rest.
@@ -595,6 +598,45 @@ TEST(JsonSchemaTest, LenientSchemasHoldTheRestAndNameWhatTheySkip) {
                           R"({"type":"integer","minimum":5,"maximum":1})", "[1]"}) {
     EXPECT_FALSE(Grammar::FromSchema(bad, true, true).ok()) << bad;
   }
+}
+
+TEST(JsonSchemaTest, LenientScopesReadPastOnlyWithinThem) {
+  // Two subschemas alike but for where they are; only the scopes given are lenient, and a
+  // reference's target is read as where it is.
+  const std::string schema = R"j({"type":"object","properties":{
+      "a":{"type":"array","items":{"type":"string"},"uniqueItems":true},
+      "ab":{"type":"array","items":{"$ref":"#/properties/ab/$defs/tag"},"uniqueItems":true,
+            "$defs":{"tag":{"type":"string","maxLength":2,"not":{"const":""}}}},
+      "c":{"$ref":"#/$defs/loose"}},
+    "$defs":{"loose":{"type":"integer","not":{"const":0}}}})j";
+  const auto skipped = [&](std::vector<LenientScope> scopes) -> absl::StatusOr<std::string> {
+    auto g = Grammar::FromSchema(schema, true, std::move(scopes));
+    if (!g.ok()) return g.status();
+    return absl::StrJoin((*g)->skipped(), "; ");
+  };
+  // "/properties/a" is not a prefix of "/properties/ab" as JSON pointers.
+  auto only_a = skipped({{.pointer = "/properties/a"}});
+  ASSERT_FALSE(only_a.ok());
+  EXPECT_THAT(std::string(only_a.status().message()), HasSubstr("'/properties/ab/"));
+  auto ab = skipped({{.pointer = "/properties/ab", .label = "the tags"}});
+  ASSERT_FALSE(ab.ok());
+  EXPECT_THAT(std::string(ab.status().message()), HasSubstr("'/properties/a/uniqueItems'"));
+  auto all = skipped({{.pointer = "/properties/ab", .label = "the tags"},
+                      {.pointer = "/properties/a"},
+                      {.pointer = "/$defs/loose", .label = "loose"}});
+  ASSERT_TRUE(all.ok()) << all.status();
+  EXPECT_EQ(*all,
+            "uniqueItems at '/'; not at '/$defs/tag' in the tags; uniqueItems at '/' in the "
+            "tags; not at '/' in loose");
+  // One scope of the whole schema is the lenient schema.
+  auto whole = Grammar::FromSchema(schema, true, /*lenient=*/true);
+  ASSERT_TRUE(whole.ok()) << whole.status();
+  EXPECT_EQ(absl::StrJoin((*whole)->skipped(), "; "),
+            "uniqueItems at '/properties/a'; not at '/properties/ab/$defs/tag'; uniqueItems at "
+            "'/properties/ab'; not at '/$defs/loose'");
+  auto held = Grammar::FromSchema(schema, true, std::vector<LenientScope>{{.pointer = ""}});
+  ASSERT_TRUE(held.ok());
+  EXPECT_EQ((*held)->skipped(), (*whole)->skipped());
 }
 
 }  // namespace
