@@ -51,6 +51,15 @@ const json kTool = {
     {"function",
      {{"name", "get_weather"}, {"description", "Weather in a city"}, {"parameters", kSchema}}}};
 
+// A function whose parameters refer into themselves and hold what only `strict: false`
+// lets through.
+const json kLenientTool = json::parse(R"j({"type": "function", "function": {"name": "tag",
+    "strict": false, "parameters": {"type": "object", "properties": {
+      "tags": {"type": "array", "items": {"$ref": "#/$defs/Tag"}, "uniqueItems": true,
+               "contains": {"const": "a"}},
+      "next": {"anyOf": [{"$ref": "#"}, {"type": "null"}]}},
+    "$defs": {"Tag": {"type": "string", "maxLength": 4, "not": {"const": ""}}}}}})j");
+
 std::vector<std::pair<std::string, json>> Seeds() {
   const json messages = {
       {{"role", "system"}, {"content", "Be brief."}},
@@ -91,6 +100,11 @@ std::vector<std::pair<std::string, json>> Seeds() {
         {"messages", {{{"role", "user"}, {"content", "Call it"}}}},
         {"tools", {kTool}},
         {"tool_choice", {{"type", "function"}, {"function", {{"name", "get_weather"}}}}}}},
+      {"chat",
+       {{"model", "m"},
+        {"messages", {{{"role", "user"}, {"content", "Tag it"}}}},
+        {"tools", {kTool, kLenientTool}},
+        {"tool_choice", "required"}}},
       {"chat",
        {{"model", "m"},
         {"messages",
