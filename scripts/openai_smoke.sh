@@ -4,8 +4,9 @@
 # package: list models, stream a chat completion, chain three responses alternating
 # replicas via previous_response_id, fork from the first response, get log-probabilities
 # (chat, streamed chat, completions), structured output (response_format / text.format
-# json_schema), function calling (chat: tools, streamed calls, tool results; responses:
-# function_call items and their output), get a 401 and 400s.
+# json_schema), function calling (chat: tools, streamed calls, tool results, $defs and
+# strict: false tools, the deprecated functions form; responses: function_call items and
+# their output), get a 401 and 400s.
 # Stops every process it started; exits 0 when all checks pass, 77 (skipped) when the
 # model, node or the npm package is unavailable, 1 on a failed check.
 #
@@ -371,6 +372,14 @@ check(defsCalled.choices[0].finish_reason === "tool_calls" &&
       `$defs and strict: false tools -> ${defsCall?.function.name}(${defsCall?.function.arguments}) ` +
       `${defsCalled.choices[0].finish_reason} ${JSON.stringify(defsCalled.choices[0].message.content)}, ` +
       `skipped ${defsResponse.headers.get("x-kvfold-schema-skipped")}`);
+// The deprecated functions form: the call comes back as message.function_call.
+const legacy = await A.chat.completions.create({ model, max_tokens: 60, temperature: 0,
+  functions: tools.map((t) => t.function), function_call: { name: "get_weather" },
+  messages: [{ role: "user", content: "Weather in Oslo?" }] });
+const legacyCall = legacy.choices[0].message.function_call;
+check(legacy.choices[0].finish_reason === "function_call" && legacyCall?.name === "get_weather" &&
+      ["Paris", "Oslo"].includes(JSON.parse(legacyCall.arguments).city),
+      `functions (deprecated) -> ${legacyCall?.name}(${legacyCall?.arguments})`);
 console.log("openai_smoke: all checks passed");
 EOF
 (cd "$WORK/node" && timeout 300 node smoke.mjs "${HTTP[A]}" "${HTTP[B]}")

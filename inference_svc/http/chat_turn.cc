@@ -6,6 +6,14 @@
 #include "absl/strings/str_cat.h"
 
 namespace kvfold::http {
+namespace {
+
+// The finish reason of an answer read as calls of `tools`.
+std::string CallsFinish(const ToolSet& tools) {
+  return tools.legacy ? std::string(kFunctionCallFinish) : "tool_calls";
+}
+
+}  // namespace
 
 ChoiceSet::ChoiceSet(ChatTurnOptions options, int count, std::shared_ptr<ObservedExchange> exchange,
                      const Tokenizer* tokenizer)
@@ -307,7 +315,7 @@ void ChatTurn::FinishToolStreamLocked(ChatAnswer* answer) {
     EmitLocked(pending_ + held_, std::move(unsent_logprobs_), "");
     return;
   }
-  answer->finish_reason = "tool_calls";
+  answer->finish_reason = CallsFinish(*options_.tools);
   if (options_.api == ChatTurnOptions::Api::kResponse) {
     // A response's closing events carry the calls (ResponseStreamEnd).
     answer->tool_calls = std::move(read.calls);
@@ -317,7 +325,9 @@ void ChatTurn::FinishToolStreamLocked(ChatAnswer* answer) {
   head.index = index_;
   const bool first = first_chunk_;
   std::vector<TokenLogprob> logprobs = std::move(unsent_logprobs_);
-  set_->Stream([&](int*) { return ChatToolCallsChunkEvent(head, read.calls, first, logprobs); });
+  set_->Stream([&](int*) {
+    return ChatToolCallsChunkEvent(head, read.calls, first, logprobs, options_.tools->legacy);
+  });
   first_chunk_ = false;
 }
 
@@ -394,7 +404,7 @@ void ChatTurn::OnDone(const absl::Status& status, const TurnResult& result,
     if (!read.calls.empty()) {
       answer.text = std::move(read.content);
       answer.tool_calls = std::move(read.calls);
-      answer.finish_reason = "tool_calls";
+      answer.finish_reason = CallsFinish(*options_.tools);
     }
   }
   set_->Finish(std::move(answer));

@@ -3,6 +3,7 @@
 
 #include <algorithm>
 #include <cmath>
+#include <map>
 
 #include "absl/strings/cord.h"
 #include "absl/strings/escaping.h"
@@ -464,6 +465,16 @@ absl::StatusOr<std::string> ContentText(const json& content, const std::string& 
   return text;
 }
 
+// A call's function `f` ({"name": string, "arguments": JSON text}, checked by the caller;
+// `at` names it), its arguments as the chat template writes them (Python's json.dumps,
+// order kept).
+absl::StatusOr<ChatToolCall> CallOf(const json& f, const std::string& at, std::string id) {
+  const std::string param = absl::StrCat(at, ".arguments");
+  auto arguments = PythonJsonOf(f["arguments"].get_ref<const std::string&>(), -1, param);
+  if (!arguments.ok()) return Bad(param, std::string(arguments.status().message()));
+  return ChatToolCall{f["name"].get<std::string>(), std::move(*arguments), std::move(id)};
+}
+
 // An assistant message's `tool_calls`: [{"id", "type": "function", "function": {"name",
 // "arguments": JSON text}}], the arguments as the chat template writes them.
 absl::StatusOr<std::vector<ChatToolCall>> ParseMessageToolCalls(const json& list,
@@ -480,16 +491,25 @@ absl::StatusOr<std::vector<ChatToolCall>> ParseMessageToolCalls(const json& list
                                   " must be {\"type\": \"function\", \"function\": "
                                   "{\"name\": string, \"arguments\": JSON text}}"));
     }
-    // The arguments as the chat template writes them (Python's json.dumps, order kept).
-    const std::string param = absl::StrCat(at, ".function.arguments");
-    auto arguments = PythonJsonOf((*f)["arguments"].get_ref<const std::string&>(), -1, param);
-    if (!arguments.ok()) return Bad(param, std::string(arguments.status().message()));
     if (c.contains("id") && !c["id"].is_null() && !c["id"].is_string()) {
       return Bad(at, absl::StrCat(at, ".id must be a string"));
     }
-    calls.push_back({(*f)["name"].get<std::string>(), std::move(*arguments), StringField(c, "id")});
+    auto call = CallOf(*f, absl::StrCat(at, ".function"), StringField(c, "id"));
+    if (!call.ok()) return call.status();
+    calls.push_back(std::move(*call));
   }
   return calls;
+}
+
+// The deprecated form of an assistant's call, `function_call`: {"name": string,
+// "arguments": JSON text}.
+absl::StatusOr<ChatToolCall> ParseMessageFunctionCall(const json& f, const std::string& where) {
+  const std::string at = absl::StrCat(where, ".function_call");
+  if (!f.is_object() || !f.contains("name") || !f["name"].is_string() || !f.contains("arguments") ||
+      !f["arguments"].is_string()) {
+    return Bad(at, absl::StrCat(at, " must be {\"name\": string, \"arguments\": JSON text}"));
+  }
+  return CallOf(f, at, "");
 }
 
 // tool_choice required or a named function: the answer held to ToolAnswerSchema (not
@@ -534,14 +554,49 @@ absl::StatusOr<ChatMessage> ParseMessage(const json& m, const std::string& where
   return message;
 }
 
+// Chat's deprecated function calling in message `m` (parsed into *message): an
+// assistant's `function_call` becomes its one call, with a made-up id ("call_0001", ...:
+// the form names none), and a `function` message a tool message answering the latest call
+// of its `name` in the request; *latest_call maps names to those ids.
+absl::Status ReadLegacyFunctionCalling(const json& m, const std::string& where, int* calls_made,
+                                       std::map<std::string, std::string>* latest_call,
+                                       ChatMessage* message) {
+  if (m.contains("function_call") && !m["function_call"].is_null()) {
+    if (message->role != "assistant" || !message->tool_calls.empty()) {
+      const std::string at = absl::StrCat(where, ".function_call");
+      return Bad(at, absl::StrCat(at, " goes in an assistant message without tool_calls"));
+    }
+    auto call = ParseMessageFunctionCall(m["function_call"], where);
+    if (!call.ok()) return call.status();
+    call->id = absl::StrCat("call_", absl::Dec(++*calls_made, absl::kZeroPad4));
+    (*latest_call)[call->name] = call->id;
+    message->tool_calls.push_back(std::move(*call));
+  }
+  if (message->role != "function") return absl::OkStatus();
+  if (!m.contains("name") || !m["name"].is_string()) {
+    return Bad(where, absl::StrCat(where, " (role function) needs the function's 'name'"));
+  }
+  // None in the request (a stored session's later turn answers a call of an earlier one):
+  // no id, which a template that shows ids refuses.
+  const auto call = latest_call->find(m["name"].get_ref<const std::string&>());
+  message->role = "tool";
+  message->tool_call_id = call == latest_call->end() ? "" : call->second;
+  return absl::OkStatus();
+}
+
 absl::StatusOr<std::vector<ChatMessage>> ParseMessages(const json& list, const char* key) {
   if (!list.is_array() || list.empty()) {
     return Bad(key, absl::StrCat("'", key, "' must be a non-empty array of messages"));
   }
   std::vector<ChatMessage> out;
+  int calls_made = 0;
+  std::map<std::string, std::string> latest_call;
   for (size_t i = 0; i < list.size(); ++i) {
-    auto message = ParseMessage(list[i], absl::StrCat(key, "[", i, "]"));
+    const std::string where = absl::StrCat(key, "[", i, "]");
+    auto message = ParseMessage(list[i], where);
     if (!message.ok()) return message.status();
+    KVFOLD_RETURN_IF_ERROR(
+        ReadLegacyFunctionCalling(list[i], where, &calls_made, &latest_call, &*message));
     out.push_back(std::move(*message));
   }
   return out;
@@ -558,13 +613,13 @@ absl::StatusOr<ChatCompletionRequest> ParseChatCompletionRequest(std::string_vie
   auto messages = ParseMessages((*j)["messages"], "messages");
   if (!messages.ok()) return messages.status();
   r.messages = std::move(*messages);
-  if (j->contains("tools") || j->contains("tool_choice") || j->contains("parallel_tool_calls")) {
+  if (j->contains("tools") || j->contains("tool_choice") || j->contains("parallel_tool_calls") ||
+      j->contains("functions") || j->contains("function_call")) {
     // Read in the body's order: the template shows each tool as the client wrote it.
     auto tools = ParseTools(nlohmann::ordered_json::parse(body));
     if (!tools.ok()) return tools.status();
     r.tools = std::move(*tools);
-    j->erase("tools");
-    j->erase("tool_choice");
+    for (const char* key : {"tools", "tool_choice", "functions", "function_call"}) j->erase(key);
   }
   KVFOLD_RETURN_IF_ERROR(ParseParams(*j, body, LogprobsForm::kChat, &r.params));
   KVFOLD_RETURN_IF_ERROR(HoldToTools(r.tools, &r.params));
@@ -749,7 +804,8 @@ absl::StatusOr<TokenizeRequest> ParseTokenizeRequest(std::string_view body) {
     auto messages = ParseMessages((*j)["messages"], "messages");
     if (!messages.ok()) return messages.status();
     r.messages = std::move(*messages);
-    if (j->contains("tools") && !(*j)["tools"].is_null()) {
+    if ((j->contains("tools") && !(*j)["tools"].is_null()) ||
+        (j->contains("functions") && !(*j)["functions"].is_null())) {
       // Shown as a chat turn with these tools shows them (tool_choice "none" shows none).
       auto tools = ParseTools(nlohmann::ordered_json::parse(body));
       if (!tools.ok()) return tools.status();
@@ -856,6 +912,11 @@ std::string ChatChunk(const ChatAnswer& head, json delta, std::string_view finis
                 {"choices", {choice}}});
 }
 
+// The deprecated form's one call: {"name", "arguments"}.
+json FunctionCallJson(const ToolCallOut& call) {
+  return {{"name", call.name}, {"arguments", call.arguments}};
+}
+
 // OpenAI's tool_calls list; `indexed` (a stream's delta) gives each call its index.
 json ToolCallsJson(const std::vector<ToolCallOut>& calls, bool indexed) {
   json list = json::array();
@@ -894,7 +955,11 @@ std::string ChatCompletionJson(const std::vector<ChatAnswer>& choices, const Tur
     json message = {{"role", "assistant"}, {"content", a.text}};
     if (!a.tool_calls.empty()) {
       if (a.text.empty()) message["content"] = nullptr;
-      message["tool_calls"] = ToolCallsJson(a.tool_calls, /*indexed=*/false);
+      if (a.finish_reason == kFunctionCallFinish) {
+        message["function_call"] = FunctionCallJson(a.tool_calls.front());
+      } else {
+        message["tool_calls"] = ToolCallsJson(a.tool_calls, /*indexed=*/false);
+      }
     }
     return {{"index", a.index},
             {"message", std::move(message)},
@@ -1069,8 +1134,10 @@ std::string ChatChunkEvent(const ChatAnswer& head, std::string_view delta, bool 
 }
 
 std::string ChatToolCallsChunkEvent(const ChatAnswer& head, const std::vector<ToolCallOut>& calls,
-                                    bool first, const std::vector<TokenLogprob>& logprobs) {
-  json d = {{"tool_calls", ToolCallsJson(calls, /*indexed=*/true)}};
+                                    bool first, const std::vector<TokenLogprob>& logprobs,
+                                    bool function_call) {
+  json d = function_call ? json{{"function_call", FunctionCallJson(calls.front())}}
+                         : json{{"tool_calls", ToolCallsJson(calls, /*indexed=*/true)}};
   if (first) {
     d["role"] = "assistant";
     d["content"] = nullptr;

@@ -173,6 +173,9 @@ struct TurnUsage {
   std::string replica;
 };
 
+// The finish reason of an answer that calls a function of the deprecated `functions`.
+inline constexpr std::string_view kFunctionCallFinish = "function_call";
+
 struct ChatAnswer {
   std::string id;  // chatcmpl-..., cmpl-..., resp_...
   std::string model;
@@ -180,9 +183,10 @@ struct ChatAnswer {
   int index = 0;        // the choice's index in the answer
   std::string text;
   // A chat answer read as tool calls: `text` is the content before them (null in the
-  // JSON when empty) and finish_reason is "tool_calls".
+  // JSON when empty) and finish_reason is "tool_calls", or kFunctionCallFinish for the
+  // deprecated `functions` (its one call goes out as `message.function_call`).
   std::vector<ToolCallOut> tool_calls;
-  std::string finish_reason;           // "stop", "length" or "tool_calls"
+  std::string finish_reason;           // "stop", "length", "tool_calls" or "function_call"
   std::vector<TokenLogprob> logprobs;  // empty unless requested
   TurnUsage usage;
 };
@@ -218,9 +222,11 @@ std::string ChatChunkEvent(const ChatAnswer& head, std::string_view delta, bool 
                            std::string_view finish_reason,
                            const std::vector<TokenLogprob>& logprobs);
 // A streamed chat choice's tool calls, whole (id, name and arguments in one delta each,
-// indices from 0).
+// indices from 0); `function_call`: the deprecated form's one call, {"function_call":
+// {"name", "arguments"}}.
 std::string ChatToolCallsChunkEvent(const ChatAnswer& head, const std::vector<ToolCallOut>& calls,
-                                    bool first, const std::vector<TokenLogprob>& logprobs);
+                                    bool first, const std::vector<TokenLogprob>& logprobs,
+                                    bool function_call = false);
 std::string CompletionChunkEvent(const ChatAnswer& head, std::string_view delta,
                                  std::string_view finish_reason,
                                  const std::vector<TokenLogprob>& logprobs);

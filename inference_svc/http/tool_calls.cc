@@ -32,28 +32,21 @@ const ToolFunction* Find(const ToolSet& tools, std::string_view name) {
   return nullptr;
 }
 
-absl::StatusOr<ToolFunction> ParseTool(const ojson& tool, size_t index) {
-  const std::string where = absl::StrCat("tools[", index, "]");
-  if (!tool.is_object() || !tool.contains("type") || tool["type"] != "function" ||
-      !tool.contains("function") || !tool["function"].is_object()) {
-    return Bad("tools", absl::StrCat(where,
-                                     " must be {\"type\": \"function\", \"function\": "
-                                     "{\"name\", \"description\", \"parameters\"}}"));
-  }
-  const ojson& f = tool["function"];
+// Function object `f` of a tool (`where` names it: "tools[0].function", or "functions[0]"
+// in the deprecated form, whose errors go to `param`); `tool` is what the template shows.
+absl::StatusOr<ToolFunction> ParseFunction(const ojson& f, const ojson& tool,
+                                           const std::string& where, std::string_view param) {
   if (!f.contains("name") || !f["name"].is_string() || !ValidName(f["name"].get<std::string>())) {
-    return Bad("tools", absl::StrCat(where,
-                                     ".function.name must be 1 to 64 letters, digits, "
-                                     "'_' or '-'"));
+    return Bad(param, absl::StrCat(where, ".name must be 1 to 64 letters, digits, '_' or '-'"));
   }
   if (f.contains("description") && !f["description"].is_string() && !f["description"].is_null()) {
-    return Bad("tools", absl::StrCat(where, ".function.description must be a string"));
+    return Bad(param, absl::StrCat(where, ".description must be a string"));
   }
   if (f.contains("parameters") && !f["parameters"].is_object() && !f["parameters"].is_null()) {
-    return Bad("tools", absl::StrCat(where, ".function.parameters must be a JSON Schema object"));
+    return Bad(param, absl::StrCat(where, ".parameters must be a JSON Schema object"));
   }
   if (f.contains("strict") && !f["strict"].is_boolean() && !f["strict"].is_null()) {
-    return Bad("tools", absl::StrCat(where, ".function.strict must be a boolean"));
+    return Bad(param, absl::StrCat(where, ".strict must be a boolean"));
   }
   ToolFunction out;
   out.name = f["name"].get<std::string>();
@@ -63,6 +56,88 @@ absl::StatusOr<ToolFunction> ParseTool(const ojson& tool, size_t index) {
                        : std::string(R"({"type":"object"})");
   out.lenient = f.contains("strict") && f["strict"].is_boolean() && !f["strict"].get<bool>();
   return out;
+}
+
+absl::StatusOr<ToolFunction> ParseTool(const ojson& tool, size_t index) {
+  const std::string where = absl::StrCat("tools[", index, "]");
+  if (!tool.is_object() || !tool.contains("type") || tool["type"] != "function" ||
+      !tool.contains("function") || !tool["function"].is_object()) {
+    return Bad("tools", absl::StrCat(where,
+                                     " must be {\"type\": \"function\", \"function\": "
+                                     "{\"name\", \"description\", \"parameters\"}}"));
+  }
+  return ParseFunction(tool["function"], tool, absl::StrCat(where, ".function"), "tools");
+}
+
+bool Given(const ojson& body, const char* key) {
+  return body.contains(key) && !body[key].is_null();
+}
+
+// OpenAI's deprecated form of tools: `functions` (the function objects) and
+// `function_call` ("none", "auto" or {"name"}); one call at most.
+absl::StatusOr<ToolSet> ParseLegacyFunctions(const ojson& body) {
+  for (const char* key : {"tools", "tool_choice", "parallel_tool_calls"}) {
+    if (Given(body, key)) {
+      return Bad("functions", absl::StrCat("'functions' / 'function_call' (the deprecated form of "
+                                           "tools) cannot be combined with '",
+                                           key, "'"));
+    }
+  }
+  ToolSet set;
+  set.legacy = true;
+  set.parallel = false;
+  if (Given(body, "functions")) {
+    const ojson& functions = body["functions"];
+    if (!functions.is_array()) return Bad("functions", "'functions' must be an array of functions");
+    if (functions.size() > kMaxTools) {
+      return Bad("functions", absl::StrCat("'functions' has ", functions.size(),
+                                           " functions; at most ", kMaxTools));
+    }
+    for (size_t i = 0; i < functions.size(); ++i) {
+      const std::string where = absl::StrCat("functions[", i, "]");
+      if (!functions[i].is_object()) {
+        return Bad("functions",
+                   absl::StrCat(where, " must be {\"name\", \"description\", \"parameters\"}"));
+      }
+      // Shown as the tool it stands for.
+      const ojson tool = {{"type", "function"}, {"function", functions[i]}};
+      auto f = ParseFunction(functions[i], tool, where, "functions");
+      if (!f.ok()) return f.status();
+      if (Find(set, f->name) != nullptr) {
+        return Bad("functions", absl::StrCat(where, ": function '", f->name, "' is offered twice"));
+      }
+      set.functions.push_back(std::move(*f));
+    }
+  }
+  if (!set.functions.empty()) set.choice = ToolChoice::kAuto;
+  if (!Given(body, "function_call")) return set;
+  const ojson& choice = body["function_call"];
+  if (choice == "none") {
+    set.choice = ToolChoice::kNone;
+    return set;
+  }
+  if (choice == "auto") {
+    set.choice = ToolChoice::kAuto;
+  } else if (choice.is_object() && choice.contains("name") && choice["name"].is_string()) {
+    set.choice = ToolChoice::kFunction;
+    set.forced = choice["name"].get<std::string>();
+  } else {
+    return Bad("function_call", "'function_call' must be \"none\", \"auto\" or {\"name\": ...}");
+  }
+  if (set.functions.empty()) {
+    return Bad("function_call", "'function_call' other than \"none\" needs 'functions'");
+  }
+  if (set.choice == ToolChoice::kFunction && Find(set, set.forced) == nullptr) {
+    return Bad("function_call", absl::StrCat("'function_call' names function '", set.forced,
+                                             "', which is not among 'functions'"));
+  }
+  return set;
+}
+
+// What errors call tool i's parameters.
+std::string ParametersName(const ToolSet& tools, size_t i) {
+  return tools.legacy ? absl::StrCat("functions[", i, "].parameters")
+                      : absl::StrCat("tools[", i, "].function.parameters");
 }
 
 // `j` (a parsed call) as a call of `tools`: {"name": a tool's name, "arguments": an
@@ -201,20 +276,19 @@ absl::StatusOr<HeldAnswer> HeldAnswerSchema(const ToolSet& tools) {
     if (tools.choice == ToolChoice::kFunction && f.name != tools.forced) continue;
     auto compiled = structured::Grammar::FromSchema(f.parameters, /*compact=*/true, f.lenient);
     if (!compiled.ok()) {
-      return Bad("tools",
-                 absl::StrCat("tools[", i, "].function.parameters: ", compiled.status().message(),
+      return Bad(tools.legacy ? "functions" : "tools",
+                 absl::StrCat(ParametersName(tools, i), ": ", compiled.status().message(),
                               "; with this tool_choice the arguments are held to it"));
     }
     if (f.lenient) {
-      lenient.push_back({.pointer = ArgumentsPointer(tools, i),
-                         .label = absl::StrCat("tools[", i, "].function.parameters")});
+      lenient.push_back({.pointer = ArgumentsPointer(tools, i), .label = ParametersName(tools, i)});
     }
   }
   HeldAnswer held{.schema = ToolAnswerSchema(tools)};
   auto compiled =
       structured::Grammar::FromSchema(held.schema, /*compact=*/true, std::move(lenient));
   if (!compiled.ok()) {
-    return Bad("tool_choice",
+    return Bad(tools.legacy ? "function_call" : "tool_choice",
                absl::StrCat("the answer's schema of these tools: ", compiled.status().message()));
   }
   held.grammar = std::move(*compiled);
@@ -237,6 +311,7 @@ std::string NewToolCallId(ToolCallStyle style) {
 }
 
 absl::StatusOr<ToolSet> ParseTools(const ojson& body) {
+  if (Given(body, "functions") || Given(body, "function_call")) return ParseLegacyFunctions(body);
   ToolSet set;
   const bool has_tools = body.contains("tools") && !body["tools"].is_null();
   if (has_tools) {
@@ -354,7 +429,10 @@ bool ReadCalls(std::string_view text, const ToolSet& tools, ToolAnswer* answer) 
 
 ToolAnswer ReadToolAnswer(std::string_view text, const ToolSet& tools) {
   ToolAnswer answer;
-  if (!ReadCalls(text, tools, &answer)) return ToolAnswer{std::string(text), {}};
+  // The deprecated form answers with one function_call.
+  if (!ReadCalls(text, tools, &answer) || (tools.legacy && answer.calls.size() > 1)) {
+    return ToolAnswer{std::string(text), {}};
+  }
   for (ToolCallOut& call : answer.calls) call.id = NewToolCallId(tools.style);
   return answer;
 }

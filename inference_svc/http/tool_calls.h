@@ -51,6 +51,9 @@ struct ToolSet {
   ToolChoice choice = ToolChoice::kNone;
   std::string forced;    // kFunction: the function's name
   bool parallel = true;  // parallel_tool_calls: more than one call per answer
+  // The request used OpenAI's deprecated `functions` / `function_call`: one call at most,
+  // answered as `function_call` (finish_reason "function_call").
+  bool legacy = false;
   bool active() const { return choice != ToolChoice::kNone; }
   // The tool texts a chat turn shows (ChatRenderOptions::tools): none with tool_choice none.
   std::vector<std::string> Shown() const {
@@ -74,7 +77,10 @@ struct ToolCallOut {
 // {"type": "function", "function": {"name", "description"?, "parameters"?}}, a bad or
 // repeated name, more than kMaxTools, a tool_choice that is not "none", "auto",
 // "required" or {"type": "function", "function": {"name": one of the tools}}, or a
-// tool_choice without tools.
+// tool_choice without tools. The deprecated `functions` (function objects) and
+// `function_call` ("none", "auto", {"name"}) are read the same way into a `legacy` set
+// (errors name `functions` / `function_call`); beside `tools`, `tool_choice` or
+// `parallel_tool_calls` they are refused.
 absl::StatusOr<ToolSet> ParseTools(const nlohmann::ordered_json& body);
 
 // The JSON Schema the answer is held to for tool_choice required or a named function

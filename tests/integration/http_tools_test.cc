@@ -226,6 +226,79 @@ TEST_F(HttpApiTest, ToolResultsContinueTheConversation) {
   EXPECT_EQ(Body(whole)["usage"]["completion_tokens"], 6);
 }
 
+// OpenAI's deprecated `functions` / `function_call`: a named function's call answered as
+// `message.function_call` (finish_reason "function_call"), whole and streamed, and its
+// result sent back as a `function` message, in a stored session on the other replica and
+// in an ephemeral conversation.
+TEST_F(HttpApiTest, DeprecatedFunctionsCallAndTakeResults) {
+  ojson chat = ToolChat();
+  chat.erase("tools");
+  chat["functions"] = ojson::array();
+  for (const ojson& t : kTools) chat["functions"].push_back(t["function"]);
+  chat["function_call"] = {{"name", "get_weather"}};
+  chat["kvfold_session"] = "http-functions";
+  HttpReply r = HttpCall(port_[0], "POST", "/v1/chat/completions", chat.dump(), kAuth);
+  ASSERT_EQ(r.status, 200) << r.body;
+  const json choice = Body(r)["choices"][0];
+  ASSERT_EQ(choice["finish_reason"], "function_call") << choice;
+  EXPECT_TRUE(choice["message"]["content"].is_null()) << choice;
+  EXPECT_FALSE(choice["message"].contains("tool_calls")) << choice;
+  const json call = choice["message"]["function_call"];
+  ASSERT_EQ(call["name"], "get_weather") << choice;
+  ExpectCall({{"type", "function"}, {"id", "call_x"}, {"function", call}});
+
+  // The result, on the other replica: the session holds the call.
+  chat.erase("function_call");
+  chat["max_tokens"] = 6;
+  chat["messages"] = {{{"role", "function"}, {"name", "get_weather"}, {"content", "Sunny."}}};
+  HttpReply result = HttpCall(port_[1], "POST", "/v1/chat/completions", chat.dump(), kAuth);
+  ASSERT_EQ(result.status, 200) << result.body;
+  EXPECT_EQ(Body(result)["usage"]["completion_tokens"], 6);
+  EXPECT_EQ(Body(result)["choices"][0]["finish_reason"], "length");
+
+  // Ephemeral and streamed: the whole exchange renders as the tools' form renders it.
+  ojson again = ToolChat();
+  again.erase("tools");
+  again["functions"] = chat["functions"];
+  again["function_call"] = {{"name", "get_time"}};
+  again["stream"] = true;
+  HttpReply s = HttpCall(port_[1], "POST", "/v1/chat/completions", again.dump(), kAuth);
+  ASSERT_EQ(s.status, 200) << s.body;
+  json streamed_call;
+  std::string finish;
+  for (const std::string& e : s.Events()) {
+    if (e == "[DONE]") continue;
+    const json c = json::parse(e)["choices"][0];
+    EXPECT_FALSE(c["delta"].contains("tool_calls")) << e;
+    if (c["delta"].contains("function_call")) streamed_call = c["delta"]["function_call"];
+    if (!c["finish_reason"].is_null()) finish = c["finish_reason"];
+  }
+  EXPECT_EQ(finish, "function_call");
+  ASSERT_EQ(streamed_call["name"], "get_time") << s.body;
+  ExpectCall({{"type", "function"}, {"id", "call_x"}, {"function", streamed_call}});
+  again.erase("stream");
+  again.erase("function_call");
+  again["max_tokens"] = 6;
+  again["messages"].push_back(
+      {{"role", "assistant"}, {"content", nullptr}, {"function_call", streamed_call}});
+  again["messages"].push_back({{"role", "function"}, {"name", "get_time"}, {"content", "12:00"}});
+  HttpReply whole = HttpCall(port_[0], "POST", "/v1/chat/completions", again.dump(), kAuth);
+  ASSERT_EQ(whole.status, 200) << whole.body;
+  EXPECT_EQ(Body(whole)["usage"]["completion_tokens"], 6);
+  // The same conversation in the tools' form feeds the same prompt.
+  ojson as_tools = ToolChat();
+  as_tools["max_tokens"] = 6;
+  as_tools["messages"].push_back(
+      {{"role", "assistant"},
+       {"content", nullptr},
+       {"tool_calls", {{{"id", "call_1"}, {"type", "function"}, {"function", streamed_call}}}}});
+  as_tools["messages"].push_back(
+      {{"role", "tool"}, {"tool_call_id", "call_1"}, {"content", "12:00"}});
+  HttpReply tools_form = HttpCall(port_[0], "POST", "/v1/chat/completions", as_tools.dump(), kAuth);
+  ASSERT_EQ(tools_form.status, 200) << tools_form.body;
+  EXPECT_EQ(Body(tools_form)["usage"]["prompt_tokens"], Body(whole)["usage"]["prompt_tokens"]);
+}
+
 TEST_F(HttpApiTest, ResponsesCallFunctionsAndTakeTheirOutput) {
   ojson request = {{"model", "stories260K"},    {"input", "What is the weather in Oslo?"},
                    {"max_output_tokens", 120},  {"temperature", 0},

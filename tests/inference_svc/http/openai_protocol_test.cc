@@ -109,7 +109,7 @@ TEST(OpenAiProtocolTest, RefusesWhatWouldChangeTheAnswer) {
   EXPECT_THAT(ChatError(too_many).message(),
               HasSubstr("'top_logprobs' is 21; it must be in [0, 20]"));
   EXPECT_EQ(with("tools", {{{"type", "function"}}}).code(), absl::StatusCode::kInvalidArgument);
-  EXPECT_EQ(with("functions", {{{"name", "f"}}}).code(), absl::StatusCode::kInvalidArgument);
+  EXPECT_EQ(with("functions", {{{"name", "f g"}}}).code(), absl::StatusCode::kInvalidArgument);
   EXPECT_EQ(with("stream_options", {{"include_usage", true}}).code(),
             absl::StatusCode::kInvalidArgument);  // without stream
   EXPECT_TRUE(with("tools", json::array()).ok());
@@ -1046,6 +1046,151 @@ TEST(ToolCallsTest, AnswersCarryToolCalls) {
   EXPECT_EQ(delta["role"], "assistant");
   EXPECT_EQ(delta["tool_calls"][0]["index"], 0);
   EXPECT_EQ(delta["tool_calls"][0]["function"]["name"], "time");
+}
+
+// OpenAI's deprecated `functions` / `function_call` and `function` messages, read as tools
+// with one call at most; the answer's call goes out as `function_call`.
+TEST(ToolCallsTest, DeprecatedFunctionsAreReadAsTools) {
+  const json city = {{"type", "object"},
+                     {"properties", {{"city", {{"enum", {"Paris", "Oslo"}}}}}},
+                     {"required", {"city"}}};
+  const json weather = {{"name", "weather"}, {"parameters", city}};
+  json body = {{"messages", {{{"role", "user"}, {"content", "x"}}}},
+               {"functions", {weather, {{"name", "time"}}}}};
+  auto r = ParseChatCompletionRequest(body.dump());
+  ASSERT_TRUE(r.ok()) << r.status();
+  EXPECT_TRUE(r->tools.legacy);
+  EXPECT_FALSE(r->tools.parallel);
+  EXPECT_EQ(r->tools.choice, ToolChoice::kAuto);
+  ASSERT_EQ(r->tools.functions.size(), 2u);
+  // Shown as the tool each stands for.
+  EXPECT_EQ(r->tools.functions[1].rendered,
+            R"({"type": "function", "function": {"name": "time"}})");
+  EXPECT_EQ(r->params.format, OutputFormat::kText);
+  body["function_call"] = {{"name", "weather"}};
+  r = ParseChatCompletionRequest(body.dump());
+  ASSERT_TRUE(r.ok()) << r.status();
+  EXPECT_EQ(r->tools.choice, ToolChoice::kFunction);
+  EXPECT_EQ(json::parse(r->params.json_schema), city);
+  body["function_call"] = "none";
+  r = ParseChatCompletionRequest(body.dump());
+  ASSERT_TRUE(r.ok()) << r.status();
+  EXPECT_FALSE(r->tools.active());
+
+  const auto expect_bad = [](json b, const std::string& param, const std::string& text) {
+    const absl::Status s = ChatError(b);
+    EXPECT_EQ(s.code(), absl::StatusCode::kInvalidArgument) << b;
+    EXPECT_THAT(ErrorJson(s), HasSubstr("\"param\":\"" + param + "\"")) << s;
+    EXPECT_THAT(std::string(s.message()), HasSubstr(text)) << b;
+  };
+  const auto with = [&](const char* key, json value) {
+    json b = body;
+    b[key] = std::move(value);
+    return b;
+  };
+  expect_bad(with("tools", {Tool("t")}), "functions", "cannot be combined with 'tools'");
+  expect_bad(with("parallel_tool_calls", true), "functions",
+             "cannot be combined with 'parallel_tool_calls'");
+  expect_bad(with("function_call", "required"), "function_call", "must be \"none\", \"auto\"");
+  expect_bad(with("function_call", {{"name", "nope"}}), "function_call",
+             "'nope', which is not among 'functions'");
+  expect_bad(with("functions", "weather"), "functions", "must be an array");
+  expect_bad(with("functions", {weather, weather}), "functions", "offered twice");
+  expect_bad(with("functions", {1}), "functions", "functions[0] must be");
+  expect_bad(with("functions", {{{"name", "a b"}}}), "functions", "functions[0].name must be");
+  json no_functions = body;
+  no_functions.erase("functions");
+  no_functions["function_call"] = "auto";
+  expect_bad(no_functions, "function_call", "needs 'functions'");
+  // A named function's parameters are held (leniently with strict: false), named as
+  // functions[i].parameters.
+  const json tags = json::parse(R"j({"name": "tag", "parameters": {"type": "object",
+      "properties": {"tags": {"type": "array", "items": {"type": "string"}, "uniqueItems": true}}}})j");
+  json named = with("functions", {tags});
+  named["function_call"] = {{"name", "tag"}};
+  expect_bad(named, "functions",
+             "functions[0].parameters: schema at '/properties/tags/uniqueItems'");
+  named["functions"][0]["strict"] = false;
+  r = ParseChatCompletionRequest(named.dump());
+  ASSERT_TRUE(r.ok()) << r.status();
+  EXPECT_EQ(
+      r->params.grammar->skipped(),
+      std::vector<std::string>{"uniqueItems at '/properties/tags' in functions[0].parameters"});
+  // Completions refuse them still.
+  EXPECT_EQ(ParseCompletionRequest(json{{"prompt", "x"}, {"functions", {weather}}}.dump())
+                .status()
+                .code(),
+            absl::StatusCode::kInvalidArgument);
+
+  // Messages: an assistant's function_call and the function's result, linked by name.
+  const json conversation = {
+      {"messages",
+       {{{"role", "user"}, {"content", "Weather and time?"}},
+        {{"role", "assistant"},
+         {"content", nullptr},
+         {"function_call", {{"name", "weather"}, {"arguments", R"({"city":"Oslo"})"}}}},
+        {{"role", "function"}, {"name", "weather"}, {"content", "snow"}},
+        {{"role", "assistant"},
+         {"content", "And the time:"},
+         {"function_call", {{"name", "time"}, {"arguments", "{}"}}}},
+        {{"role", "function"}, {"name", "time"}, {"content", "12:00"}}}},
+      {"functions", {weather, {{"name", "time"}}}}};
+  r = ParseChatCompletionRequest(conversation.dump());
+  ASSERT_TRUE(r.ok()) << r.status();
+  ASSERT_EQ(r->messages.size(), 5u);
+  ASSERT_EQ(r->messages[1].tool_calls.size(), 1u);
+  EXPECT_EQ(r->messages[1].tool_calls[0].name, "weather");
+  EXPECT_EQ(r->messages[1].tool_calls[0].arguments, R"({"city": "Oslo"})");
+  EXPECT_EQ(r->messages[1].tool_calls[0].id, "call_0001");
+  EXPECT_EQ(r->messages[2].role, "tool");
+  EXPECT_EQ(r->messages[2].tool_call_id, "call_0001");
+  EXPECT_EQ(r->messages[3].content, "And the time:");
+  EXPECT_EQ(r->messages[4].tool_call_id, "call_0002");
+  const auto bad_message = [&](size_t i, json m, const std::string& param,
+                               const std::string& text) {
+    json b = conversation;
+    b["messages"][i] = std::move(m);
+    expect_bad(b, param, text);
+  };
+  // A result whose call is not in the request (a stored session's earlier turn): no id.
+  json later = conversation;
+  later["messages"] = {{{"role", "function"}, {"name", "time"}, {"content", "12:00"}}};
+  r = ParseChatCompletionRequest(later.dump());
+  ASSERT_TRUE(r.ok()) << r.status();
+  EXPECT_EQ(r->messages[0].role, "tool");
+  EXPECT_EQ(r->messages[0].tool_call_id, "");
+  bad_message(2, {{"role", "function"}, {"content", "x"}}, "messages[2]",
+              "needs the function's 'name'");
+  bad_message(0, {{"role", "user"}, {"content", "x"}, {"function_call", {{"name", "time"}}}},
+              "messages[0].function_call", "goes in an assistant message");
+  bad_message(1, {{"role", "assistant"}, {"function_call", {{"name", "time"}, {"arguments", "{"}}}},
+              "messages[1].function_call.arguments", "");
+  bad_message(1, {{"role", "assistant"}, {"function_call", {{"name", "time"}}}},
+              "messages[1].function_call", "must be {\"name\": string");
+
+  // The model's answer: one call at most, as function_call.
+  ToolSet set = Set(ToolChoice::kAuto);
+  set.legacy = true;
+  const std::string one = "<tool_call>{\"name\": \"time\", \"arguments\": {}}</tool_call>";
+  EXPECT_EQ(ReadToolAnswer(one, set).calls.size(), 1u);
+  EXPECT_TRUE(ReadToolAnswer(one + one, set).calls.empty());
+  EXPECT_EQ(ReadToolAnswer(one + one, set).content, one + one);
+  ChatAnswer a;
+  a.id = "chatcmpl-1";
+  a.finish_reason = kFunctionCallFinish;
+  a.tool_calls = {{"call_1", "time", R"({"zone":"CET"})"}};
+  const json answer = json::parse(ChatCompletionJson({a}, TurnUsage{}));
+  const json& message = answer["choices"][0]["message"];
+  EXPECT_TRUE(message["content"].is_null());
+  EXPECT_FALSE(message.contains("tool_calls"));
+  EXPECT_EQ(message["function_call"], json({{"name", "time"}, {"arguments", R"({"zone":"CET"})"}}));
+  EXPECT_EQ(answer["choices"][0]["finish_reason"], "function_call");
+  const std::string event =
+      ChatToolCallsChunkEvent(a, a.tool_calls, true, {}, /*function_call=*/true);
+  ASSERT_TRUE(event.starts_with("data: "));
+  const json delta = json::parse(event.substr(6))["choices"][0]["delta"];
+  EXPECT_FALSE(delta.contains("tool_calls"));
+  EXPECT_EQ(delta["function_call"], json({{"name", "time"}, {"arguments", R"({"zone":"CET"})"}}));
 }
 
 // JSON nested deeper than kMaxJsonDepth, anywhere a request carries JSON (the body; a
