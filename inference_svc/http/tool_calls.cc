@@ -7,6 +7,7 @@
 #include "absl/strings/str_cat.h"
 #include "common/json_depth.h"
 #include "common/rng.h"
+#include "core/status_macros.h"
 #include "inference_svc/http/openai_protocol.h"
 #include "inference_svc/structured/json_grammar.h"
 
@@ -73,6 +74,20 @@ bool Given(const ojson& body, const char* key) {
   return body.contains(key) && !body[key].is_null();
 }
 
+// A choice (`choice_key`) other than none needs functions (`tools_key`), and a named one
+// one of them.
+absl::Status CheckChoice(const ToolSet& set, const char* choice_key, const char* tools_key) {
+  if (set.functions.empty()) {
+    return Bad(choice_key,
+               absl::StrCat("'", choice_key, "' other than \"none\" needs '", tools_key, "'"));
+  }
+  if (set.choice == ToolChoice::kFunction && Find(set, set.forced) == nullptr) {
+    return Bad(choice_key, absl::StrCat("'", choice_key, "' names function '", set.forced,
+                                        "', which is not among '", tools_key, "'"));
+  }
+  return absl::OkStatus();
+}
+
 // OpenAI's deprecated form of tools: `functions` (the function objects) and
 // `function_call` ("none", "auto" or {"name"}); one call at most.
 absl::StatusOr<ToolSet> ParseLegacyFunctions(const ojson& body) {
@@ -124,13 +139,7 @@ absl::StatusOr<ToolSet> ParseLegacyFunctions(const ojson& body) {
   } else {
     return Bad("function_call", "'function_call' must be \"none\", \"auto\" or {\"name\": ...}");
   }
-  if (set.functions.empty()) {
-    return Bad("function_call", "'function_call' other than \"none\" needs 'functions'");
-  }
-  if (set.choice == ToolChoice::kFunction && Find(set, set.forced) == nullptr) {
-    return Bad("function_call", absl::StrCat("'function_call' names function '", set.forced,
-                                             "', which is not among 'functions'"));
-  }
+  KVFOLD_RETURN_IF_ERROR(CheckChoice(set, "function_call", "functions"));
   return set;
 }
 
@@ -356,13 +365,7 @@ absl::StatusOr<ToolSet> ParseTools(const ojson& body) {
                "'tool_choice' must be \"none\", \"auto\", \"required\" or {\"type\": "
                "\"function\", \"function\": {\"name\": ...}}");
   }
-  if (set.functions.empty()) {
-    return Bad("tool_choice", "'tool_choice' other than \"none\" needs 'tools'");
-  }
-  if (set.choice == ToolChoice::kFunction && Find(set, set.forced) == nullptr) {
-    return Bad("tool_choice", absl::StrCat("'tool_choice' names function '", set.forced,
-                                           "', which is not among 'tools'"));
-  }
+  KVFOLD_RETURN_IF_ERROR(CheckChoice(set, "tool_choice", "tools"));
   return set;
 }
 
