@@ -518,6 +518,11 @@ absl::Status HoldToTools(const ToolSet& tools, GenerationParams* p) {
   if (tools.choice != ToolChoice::kRequired && tools.choice != ToolChoice::kFunction) {
     return absl::OkStatus();
   }
+  if (p->format != OutputFormat::kText && tools.legacy) {
+    return Bad("function_call",
+               "'function_call' naming a function sets the answer's format; it cannot be "
+               "combined with 'response_format' or guided decoding");
+  }
   if (p->format != OutputFormat::kText) {
     return Bad("tool_choice",
                "'tool_choice' \"required\" or a named function sets the answer's format; it "

@@ -1110,6 +1110,9 @@ TEST(ToolCallsTest, DeprecatedFunctionsAreReadAsTools) {
   named["function_call"] = {{"name", "tag"}};
   expect_bad(named, "functions",
              "functions[0].parameters: schema at '/properties/tags/uniqueItems'");
+  json formatted = with("function_call", {{"name", "weather"}});
+  formatted["response_format"] = {{"type", "json_object"}};
+  expect_bad(formatted, "function_call", "cannot be combined with 'response_format'");
   named["functions"][0]["strict"] = false;
   r = ParseChatCompletionRequest(named.dump());
   ASSERT_TRUE(r.ok()) << r.status();
