@@ -351,14 +351,14 @@ const streamedFn = fnCompleted?.output.find((item) => item.type === "function_ca
 check(streamedFn?.arguments === fnCall.arguments && fnArgsDone === fnCall.arguments,
       `streamed responses function_call -> ${streamedFn?.name}(${streamedFn?.arguments})`);
 // A tool with $defs (as Pydantic writes nested models) beside one with strict: false whose
-// uniqueItems the subset reads past, held together; the header names what was read past.
+// `not` the subset reads past, held together; the header names what was read past.
 const defsTools = [
   { type: "function", function: { name: "book", parameters: { type: "object",
     properties: { city: { $ref: "#/$defs/City" } }, required: ["city"], additionalProperties: false,
     $defs: { City: { enum: ["Paris", "Oslo"] } } } } },
   { type: "function", function: { name: "tag_day", strict: false, parameters: { type: "object",
-    properties: { tags: { type: "array", items: { type: "string", maxLength: 4 }, maxItems: 2,
-                          uniqueItems: true } },
+    properties: { tags: { type: "array", items: { type: "string", maxLength: 4, not: { const: "" } },
+                          maxItems: 2, uniqueItems: true } },
     required: ["tags"], additionalProperties: false } } }];
 const { data: defsCalled, response: defsResponse } =
   await A.chat.completions.create({ ...toolChat, max_tokens: 160, tools: defsTools }).withResponse();
@@ -366,9 +366,10 @@ const defsCall = defsCalled.choices[0].message.tool_calls?.[0];
 const defsArgs = defsCall ? JSON.parse(defsCall.function.arguments) : {};
 check(defsCalled.choices[0].finish_reason === "tool_calls" &&
       (defsCall.function.name === "book" ? ["Paris", "Oslo"].includes(defsArgs.city)
-        : Array.isArray(defsArgs.tags) && defsArgs.tags.length <= 2) &&
+        : Array.isArray(defsArgs.tags) && defsArgs.tags.length <= 2 &&
+          new Set(defsArgs.tags).size === defsArgs.tags.length) &&
       defsResponse.headers.get("x-kvfold-schema-skipped") ===
-        JSON.stringify(["uniqueItems at '/properties/tags' in tools[1].function.parameters"]),
+        JSON.stringify(["not at '/properties/tags/items' in tools[1].function.parameters"]),
       `$defs and strict: false tools -> ${defsCall?.function.name}(${defsCall?.function.arguments}) ` +
       `${defsCalled.choices[0].finish_reason} ${JSON.stringify(defsCalled.choices[0].message.content)}, ` +
       `skipped ${defsResponse.headers.get("x-kvfold-schema-skipped")}`);

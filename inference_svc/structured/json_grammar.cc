@@ -616,17 +616,32 @@ class SchemaCompiler {
   }
 
   // uniqueItems of array node *n: held where every item is one of a list of values
-  // (`enum`, `const`, `boolean`, `null`), each then written at most once; a matcher
-  // cannot compare items of other kinds as they stream, so those are refused.
+  // (`enum`, `const`, `boolean`, `null`), each then written at most once, or a string
+  // without a pattern (the matcher keeps a hash of each item written, json_matcher.cc); a
+  // matcher cannot compare items of other kinds as they stream, so those are refused.
   absl::Status UniqueItems(const std::string& where, Node* n) {
     const std::string at = absl::StrCat(where, "/uniqueItems");
     if (n->max_items == 0) return absl::OkStatus();  // no item at all
     if (!n->prefix_items.empty()) return Bad(at, "is not supported beside tuple places");
-    if (unfilled_.count(n->items) || grammar_->nodes_[n->items].kind != NodeKind::kLiterals ||
+    const bool known = unfilled_.count(n->items) == 0;
+    if (known && grammar_->nodes_[n->items].kind == NodeKind::kString &&
+        grammar_->nodes_[n->items].pattern == nullptr) {
+      // Strings of at least one character are more than any answer writes; of none,
+      // there is one.
+      if (grammar_->nodes_[n->items].max_length == 0) {
+        if (n->min_items > 1)
+          return Bad(where, "minItems is above the 1 distinct value of the items");
+        n->max_items = n->max_items < 0 ? 1 : std::min(n->max_items, 1);
+      }
+      n->unique_items = true;
+      return absl::OkStatus();
+    }
+    if (!known || grammar_->nodes_[n->items].kind != NodeKind::kLiterals ||
         grammar_->nodes_[n->items].ranged) {
       return Bad(at, absl::StrCat("is supported where the items are at most ", kMaxLiterals,
                                   " 'enum' / 'const' values, booleans or null (each written "
-                                  "at most once); not for items of other kinds"));
+                                  "at most once), or strings without a pattern or format; not "
+                                  "for items of other kinds"));
     }
     const std::vector<std::string>& literals = grammar_->nodes_[n->items].literals;
     // JSON Schema compares values, not texts: 1 and 1.0, or {"a":1,"b":2} and

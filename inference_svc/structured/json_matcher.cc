@@ -8,7 +8,9 @@
 namespace kvfold::structured {
 namespace {
 
-enum FrameType : uint8_t { kValue, kObject, kArray, kString, kNumber, kLiteral };
+// kSeen: a value an array with uniqueItems over strings holds, as its hash (`bits`); these
+// frames lie right below their array's frame and go with it.
+enum FrameType : uint8_t { kValue, kObject, kArray, kString, kNumber, kLiteral, kSeen };
 
 // Object and array phases.
 enum : uint8_t { kOpen, kKey, kColon, kAfterValue, kComma };
@@ -32,6 +34,36 @@ std::pair<uint32_t, uint32_t> Utf8Span(int32_t v, int left, uint8_t lo, uint8_t 
   const int rest = 6 * (left - 1);
   return {(bits << 6 | (lo & 0x3Fu)) << rest,
           ((bits << 6 | (hi & 0x3Fu)) << rest) | ((1u << rest) - 1)};
+}
+
+// A string item of an array with uniqueItems carries the hash of its characters so far
+// (its code points, however escaped: "a" and "\u0061" hash alike) in the frame's
+// `pattern`, never 0 (0: no hash). A fixed function, so every replica masks alike.
+constexpr uint64_t kHashStart = 0x9E3779B97F4A7C15ull;
+uint64_t HashStep(uint64_t h, uint32_t cp) {
+  h ^= cp + 0x632BE59BD9B4E019ull;
+  h = (h ^ (h >> 30)) * 0xBF58476D1CE4E5B9ull;
+  h = (h ^ (h >> 27)) * 0x94D049BB133111EBull;
+  return (h ^ (h >> 31)) | 1;
+}
+
+// The index of the array frame of stack s whose item is s.back() (a string being written),
+// when that array holds its string items unique; -1 otherwise.
+int UniqueStringsArray(const Grammar& g, const JsonMatcher::Stack& s) {
+  if (s.size() < 2) return -1;
+  const JsonMatcher::Frame& parent = s[s.size() - 2];
+  return parent.type == kArray && g.node(parent.node).unique_items &&
+                 g.node(g.node(parent.node).items).kind == NodeKind::kString
+             ? static_cast<int>(s.size()) - 2
+             : -1;
+}
+
+// Whether the array at s[array] holds an item of hash h.
+bool Seen(const JsonMatcher::Stack& s, int array, uint64_t h) {
+  for (int i = array - 1; i >= 0 && s[i].type == kSeen; --i) {
+    if (s[i].bits == h) return true;
+  }
+  return false;
 }
 
 // The character a one-letter JSON escape (\n, \", ...) writes; -1 for none.
@@ -249,6 +281,7 @@ void JsonMatcher::Feed(Stack& s, uint8_t c, std::vector<Stack>* out) const {
             f.phase = kChars;
             f.node = node;
             if (n.pattern != nullptr) f.pattern = Pattern::kStart;
+            if (UniqueStringsArray(g, s) >= 0) f.pattern = kHashStart;
             out->push_back(std::move(s));
             return;
           }
@@ -408,6 +441,7 @@ void JsonMatcher::Feed(Stack& s, uint8_t c, std::vector<Stack>* out) const {
           f.phase = kComma;
         } else if (c == ']' && f.a >= n.min_items) {
           s.pop_back();
+          while (!s.empty() && s.back().type == kSeen) s.pop_back();  // its items' hashes
         } else {
           return;
         }
@@ -419,14 +453,24 @@ void JsonMatcher::Feed(Stack& s, uint8_t c, std::vector<Stack>* out) const {
         // With a pattern (and only then: f.b, the code point being written, is kept for
         // it), the automaton takes each whole character cp...
         // (`written`: the string's characters with this one, as the length bounds count.)
+        // An item of an array with uniqueItems (`hashed`) takes each whole character into
+        // its hash; a character that fills it to maxLength may not make it an item the array
+        // holds (nothing could follow it but the closing quote, which that item refuses).
         const Pattern* pattern = n.pattern.get();
+        const bool hashed = pattern == nullptr && f.pattern != 0;
+        const bool code_points = pattern != nullptr || hashed;
         auto take = [&](uint32_t cp, int written) {
+          if (hashed) {
+            f.pattern = HashStep(f.pattern, cp);
+            return written != n.max_length || !Seen(s, UniqueStringsArray(g, s), f.pattern);
+          }
           f.pattern = pattern->Step(f.pattern, cp, written);
           return f.pattern != 0;
         };
         // ... and a character's first bytes only while some code point they may still
         // become, in [lo, hi] (surrogates aside), can follow.
         auto may = [&](std::pair<uint32_t, uint32_t> span, int written) {
+          if (hashed) return true;
           const auto [lo, hi] = span;
           const uint32_t below = std::min<uint32_t>(hi, 0xD7FF),
                          above = std::max<uint32_t>(lo, 0xE000);
@@ -438,29 +482,39 @@ void JsonMatcher::Feed(Stack& s, uint8_t c, std::vector<Stack>* out) const {
             if (c == '"') {
               if (f.a < n.min_length) return;
               if (pattern != nullptr && !pattern->Accepts(f.pattern)) return;
-              s.pop_back();
+              if (hashed) {
+                const int array = UniqueStringsArray(g, s);
+                if (Seen(s, array, f.pattern)) return;
+                // Held from now on, below the array's frame.
+                Frame seen;
+                seen.type = kSeen;
+                seen.bits = f.pattern;
+                s.pop_back();
+                s.insert(s.begin() + array, seen);
+              } else {
+                s.pop_back();
+              }
               out->push_back(std::move(s));
               return;
             }
             if (c < 0x20) return;
             if (n.max_length >= 0 && f.a >= n.max_length) return;
             if (c == '\\') {
-              if (pattern != nullptr && !may({0, 0xFFFF}, f.a + 1))
-                return;  // what an escape writes
+              if (code_points && !may({0, 0xFFFF}, f.a + 1)) return;  // what an escape writes
               f.phase = kEscape;
             } else if (c >= 0x80) {
               // A UTF-8 lead byte: how many continuation bytes, and the first one's range
               // (no overlong forms, no surrogates, nothing above U+10FFFF).
               Utf8Lead lead;
               if (!Utf8LeadOf(c, &lead) || lead.continuation == 0) return;
-              if (pattern != nullptr) {
+              if (code_points) {
                 f.b = c & (0x3F >> lead.continuation);
                 if (!may(Utf8Span(f.b, lead.continuation, lead.lo, lead.hi), f.a + 1)) return;
               }
               f.aux = static_cast<uint8_t>(lead.continuation);
               f.phase = kUtf8;
               f.bits = lead.lo | (uint64_t{lead.hi} << 8);
-            } else if (pattern != nullptr && !take(c, f.a + 1)) {
+            } else if (code_points && !take(c, f.a + 1)) {
               return;
             }
             ++f.a;
@@ -472,7 +526,7 @@ void JsonMatcher::Feed(Stack& s, uint8_t c, std::vector<Stack>* out) const {
             if (c < lo || c > hi) return;
             f.bits = 0x80 | (uint64_t{0xBF} << 8);
             if (--f.aux == 0) f.phase = kChars;
-            if (pattern != nullptr) {
+            if (code_points) {
               f.b = f.b << 6 | (c & 0x3F);
               if (f.aux == 0 ? !take(static_cast<uint32_t>(f.b), f.a)
                              : !may(Utf8Span(f.b, f.aux, 0x80, 0xBF), f.a)) {
@@ -490,7 +544,7 @@ void JsonMatcher::Feed(Stack& s, uint8_t c, std::vector<Stack>* out) const {
               f.b = 0;
             } else if (const int cp = EscapedChar(c); cp >= 0) {
               f.phase = kChars;
-              if (pattern != nullptr && !take(static_cast<uint32_t>(cp), f.a)) return;
+              if (code_points && !take(static_cast<uint32_t>(cp), f.a)) return;
             } else {
               return;
             }
@@ -506,7 +560,7 @@ void JsonMatcher::Feed(Stack& s, uint8_t c, std::vector<Stack>* out) const {
               f.phase = kChars;
               f.bits = 0;
             }
-            if (pattern != nullptr) {
+            if (code_points) {
               f.b = f.b * 16 + HexValue(c);
               // The code points the digits so far may still become.
               const int rest = 4 * (4 - f.aux);
@@ -699,8 +753,10 @@ bool JsonMatcher::InStringText(int* written, int* max_length) const {
   if (stacks_.size() != 1 || stacks_[0].empty()) return false;
   const Frame& f = stacks_[0].back();
   if (f.type != kString || f.phase != kChars) return false;
-  // A pattern's automaton takes each character.
+  // A pattern's automaton takes each character; so does a unique item's hash when the
+  // last character is checked against the items written.
   if (grammar_->node(f.node).pattern != nullptr) return false;
+  if (f.pattern != 0 && grammar_->node(f.node).max_length >= 0) return false;
   *written = f.a;
   *max_length = grammar_->node(f.node).max_length;
   return true;

@@ -99,8 +99,11 @@ SCHEMAS = [
         "whole": {"multipleOf": 1, "minimum": 0, "maximum": 3},
         "tags": {"type": "array", "items": {"enum": ["a", "ab", 1, 10, 1.5, None, [1], {"k": 1}]},
                  "uniqueItems": True, "minItems": 1},
-        "flags": {"items": {"type": "boolean"}, "uniqueItems": True}},
-     "required": ["step", "even", "round", "whole", "tags", "flags"]},
+        "flags": {"items": {"type": "boolean"}, "uniqueItems": True},
+        "letters": {"items": {"type": "string", "maxLength": 1}, "uniqueItems": True,
+                    "minItems": 2},
+        "words": {"type": "array", "items": {"type": "string"}, "uniqueItems": True}},
+     "required": ["step", "even", "round", "whole", "tags", "flags", "letters", "words"]},
     {"type": "object", "properties": {
         "scores": {"type": "object", "propertyNames": {"enum": ["math", "art", "pe"]},
                    "additionalProperties": {"type": "integer", "minimum": 0, "maximum": 100},

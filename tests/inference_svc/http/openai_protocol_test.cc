@@ -752,26 +752,26 @@ TEST(ToolCallsTest, ReferencesAndLenientToolsInTheHeldAnswer) {
   // `strict: false`: what the subset cannot hold is read past in that tool's parameters
   // only, and named with the tool; the rest is held.
   const json tags = json::parse(R"j({"type":"object","properties":{
-      "tags":{"type":"array","items":{"type":"string","maxLength":3},"uniqueItems":true}},
-      "required":["tags"],"additionalProperties":false})j");
+      "ids":{"type":"array","items":{"type":"integer","maximum":99},"uniqueItems":true}},
+      "required":["ids"],"additionalProperties":false})j");
   json loose = Tool("tag", tags);
   loose["function"]["strict"] = false;
   body["tools"] = {Tool("a", item_n), loose};
   r = ParseChatCompletionRequest(body.dump());
   ASSERT_TRUE(r.ok()) << r.status();
-  EXPECT_EQ(r->params.grammar->skipped(),
-            std::vector<std::string>{
-                "uniqueItems at '/properties/tags' in tools[1].function.parameters"});
-  EXPECT_TRUE(Holds(*r, R"([{"name":"tag","arguments":{"tags":["ab","ab"]}}])"));
-  EXPECT_FALSE(Holds(*r, R"([{"name":"tag","arguments":{"tags":["abcd"]}}])"));
-  EXPECT_FALSE(Holds(*r, R"([{"name":"a","arguments":{"tags":[]}}])"));
+  EXPECT_EQ(
+      r->params.grammar->skipped(),
+      std::vector<std::string>{"uniqueItems at '/properties/ids' in tools[1].function.parameters"});
+  EXPECT_TRUE(Holds(*r, R"([{"name":"tag","arguments":{"ids":[7,7]}}])"));
+  EXPECT_FALSE(Holds(*r, R"([{"name":"tag","arguments":{"ids":[100]}}])"));
+  EXPECT_FALSE(Holds(*r, R"([{"name":"a","arguments":{"ids":[]}}])"));
   body["tool_choice"] = {{"type", "function"}, {"function", {{"name", "tag"}}}};
   r = ParseChatCompletionRequest(body.dump());
   ASSERT_TRUE(r.ok()) << r.status();
-  EXPECT_EQ(r->params.grammar->skipped(),
-            std::vector<std::string>{
-                "uniqueItems at '/properties/tags' in tools[1].function.parameters"});
-  EXPECT_TRUE(Holds(*r, R"({"tags":["ab","ab"]})"));
+  EXPECT_EQ(
+      r->params.grammar->skipped(),
+      std::vector<std::string>{"uniqueItems at '/properties/ids' in tools[1].function.parameters"});
+  EXPECT_TRUE(Holds(*r, R"({"ids":[7,7]})"));
   // Strict (true or not given), or a lenient tool's parameters elsewhere strict, refuse it.
   for (const json& strict : {json(true), json()}) {
     json held = Tool("tag", tags);
@@ -779,9 +779,8 @@ TEST(ToolCallsTest, ReferencesAndLenientToolsInTheHeldAnswer) {
     body["tools"] = {Tool("a", item_n), held};
     const absl::Status s = ChatError(body);
     EXPECT_EQ(s.code(), absl::StatusCode::kInvalidArgument) << s;
-    EXPECT_THAT(
-        std::string(s.message()),
-        HasSubstr("tools[1].function.parameters: schema at '/properties/tags/uniqueItems'"));
+    EXPECT_THAT(std::string(s.message()),
+                HasSubstr("tools[1].function.parameters: schema at '/properties/ids/uniqueItems'"));
   }
   json loose_a = Tool("a", tags);
   loose_a["function"]["strict"] = false;
@@ -790,7 +789,7 @@ TEST(ToolCallsTest, ReferencesAndLenientToolsInTheHeldAnswer) {
   EXPECT_THAT(std::string(ChatError(body).message()), HasSubstr("tools[1].function.parameters"));
   // What is not a schema is refused however lenient.
   body["tools"] = {Tool("a", item_n), loose};
-  body["tools"][1]["function"]["parameters"]["properties"]["tags"]["minItems"] = -1;
+  body["tools"][1]["function"]["parameters"]["properties"]["ids"]["minItems"] = -1;
   EXPECT_THAT(std::string(ChatError(body).message()), HasSubstr("tools[1].function.parameters"));
 
   // The Responses API's tools carry `strict` beside the name.
@@ -801,9 +800,9 @@ TEST(ToolCallsTest, ReferencesAndLenientToolsInTheHeldAnswer) {
   auto rr = ParseResponsesRequest(responses.dump());
   ASSERT_TRUE(rr.ok()) << rr.status();
   ASSERT_NE(rr->params.grammar, nullptr);
-  EXPECT_EQ(rr->params.grammar->skipped(),
-            std::vector<std::string>{
-                "uniqueItems at '/properties/tags' in tools[0].function.parameters"});
+  EXPECT_EQ(
+      rr->params.grammar->skipped(),
+      std::vector<std::string>{"uniqueItems at '/properties/ids' in tools[0].function.parameters"});
 }
 
 TEST(ToolCallsTest, ParsesToolMessagesAndCalls) {
@@ -1105,7 +1104,7 @@ TEST(ToolCallsTest, DeprecatedFunctionsAreReadAsTools) {
   // A named function's parameters are held (leniently with strict: false), named as
   // functions[i].parameters.
   const json tags = json::parse(R"j({"name": "tag", "parameters": {"type": "object",
-      "properties": {"tags": {"type": "array", "items": {"type": "string"}, "uniqueItems": true}}}})j");
+      "properties": {"tags": {"type": "array", "items": {"type": "integer"}, "uniqueItems": true}}}})j");
   json named = with("functions", {tags});
   named["function_call"] = {{"name", "tag"}};
   expect_bad(named, "functions",

@@ -231,8 +231,8 @@ TEST_F(StructuredTurnTest, PatternsBoundsAndTuples) {
   }
 }
 
-// multipleOf, the formats with a shape, uniqueItems, a map's listed keys and a
-// discriminated oneOf hold what the real model writes.
+// multipleOf, the formats with a shape, uniqueItems (of listed values and of strings), a
+// map's listed keys and a discriminated oneOf hold what the real model writes.
 TEST_F(StructuredTurnTest, MultiplesFormatsSetsMapsAndUnions) {
   const std::string schema = R"({"type":"object","properties":{
       "step":{"type":"integer","multipleOf":25,"minimum":0,"maximum":200},
@@ -240,6 +240,8 @@ TEST_F(StructuredTurnTest, MultiplesFormatsSetsMapsAndUnions) {
       "span":{"type":"string","format":"duration","maxLength":8},
       "ip":{"type":"string","format":"ipv6"},
       "tags":{"type":"array","items":{"enum":["red","green","blue"]},"uniqueItems":true},
+      "words":{"type":"array","items":{"type":"string","maxLength":2},"uniqueItems":true,
+               "minItems":3,"maxItems":5},
       "marks":{"propertyNames":{"enum":["x","y"]},"minProperties":1,
                "additionalProperties":{"type":"integer","minimum":0,"maximum":9}},
       "pet":{"oneOf":[
@@ -248,7 +250,8 @@ TEST_F(StructuredTurnTest, MultiplesFormatsSetsMapsAndUnions) {
           {"type":"object","properties":{"kind":{"const":"dog"}},"required":["kind"],
            "additionalProperties":false}],
         "discriminator":{"propertyName":"kind"}}},
-      "required":["step","host","span","ip","tags","marks","pet"],"additionalProperties":false})";
+      "required":["step","host","span","ip","tags","words","marks","pet"],
+      "additionalProperties":false})";
   const std::regex host(
       "^[A-Za-z0-9]([A-Za-z0-9-]*[A-Za-z0-9])?(\\.[A-Za-z0-9]([A-Za-z0-9-]*[A-Za-z0-9])?)*$");
   const std::regex span("^P(\\d+[YMWD]|T\\d+[HMS])");
@@ -271,6 +274,10 @@ TEST_F(StructuredTurnTest, MultiplesFormatsSetsMapsAndUnions) {
     for (const json& t : tags) {
       EXPECT_TRUE(t == "red" || t == "green" || t == "blue") << a.text;
     }
+    ASSERT_TRUE(doc["words"].is_array()) << a.text;
+    const std::set<json> words(doc["words"].begin(), doc["words"].end());
+    EXPECT_EQ(words.size(), doc["words"].size()) << a.text;  // a set of strings
+    EXPECT_TRUE(words.size() >= 3 && words.size() <= 5) << a.text;
     // Each key of the map once (a parser would keep the last of a repeated one).
     std::multiset<std::string> keys;
     [[maybe_unused]] const json read =

@@ -478,7 +478,13 @@ TEST(JsonSchemaTest, RefusesWhatItCannotHold) {
       {json{{"oneOf", std::vector<json>(65, {{"type", "null"}})}}.dump(),
        "oneOf of 65 alternatives; at most 64"},
       {R"({"type":"array","uniqueItems":true})", "/uniqueItems': is supported where the items"},
-      {R"({"items":{"type":"string"},"uniqueItems":true})", "not for items of other kinds"},
+      {R"({"items":{"type":"integer"},"uniqueItems":true})", "not for items of other kinds"},
+      {R"({"items":{"type":"string","pattern":"^a+$"},"uniqueItems":true})",
+       "not for items of other kinds"},
+      {R"({"items":{"type":"string","format":"email"},"uniqueItems":true})",
+       "not for items of other kinds"},
+      {R"({"items":{"type":"string","maxLength":0},"uniqueItems":true,"minItems":2})",
+       "minItems is above the 1 distinct value"},
       {R"({"prefixItems":[{"const":1}],"items":{"const":2},"uniqueItems":true})",
        "beside tuple places"},
       {R"({"items":{"enum":[1,2,1.0]},"uniqueItems":true})", "values 1 and 1.0 are one value"},
@@ -573,10 +579,14 @@ TEST(TokenConstraintTest, MaskEqualsEachTokenTriedAlone) {
         R"({"type":"object","properties":{"name":{"type":"string","maxLength":6},
         "n":{"type":"number"},"ok":{"type":"boolean"},"city":{"enum":)",
         cities.dump(),
-        R"j(},"price":{"type":"string","pattern":"^(?!^[-+.]*$)[+-]?0*\\d*\\.?\\d*$"}},
+        R"j(},"price":{"type":"string","pattern":"^(?!^[-+.]*$)[+-]?0*\\d*\\.?\\d*$"},
+        "tags":{"type":"array","items":{"type":"string","maxLength":2},"uniqueItems":true},
+        "names":{"type":"array","items":{"type":"string"},"uniqueItems":true}},
         "required":["name","ok"]})j"));
+    // Unique strings: "a" after "ab" may not take "b" (it would be full and written).
     const std::string doc =
-        R"({"name": "a\u00e9bcd", "n": -1.5e2, "ok": true, "city": "c42", "price": "-012.50"})";
+        R"({"name": "a\u00e9bcd", "n": -1.5e2, "ok": true, "city": "c42", "price": "-012.50", )"
+        R"("tags": ["ab", "a", "b\u0061"], "names": ["x", "xy", "y"]})";
     const int32_t eos = (*tok)->eos_id();
     JsonConstraint constraint(g, table, {eos});
     std::vector<float> logits(table->vocab_size(), 0.0f), masked;

@@ -271,6 +271,82 @@ TEST(JsonSchemaTest, UniqueItemsOfListedValues) {
   EXPECT_FALSE(JsonMatcher(m).Advance(","));  // no value left to write
 }
 
+// uniqueItems over strings without a pattern (Pydantic's `set[str]`): every array of up to
+// three items from texts that are seven spellings of five values (escapes are the
+// characters they write) is whole exactly when its values are distinct and within the
+// lengths; random walks write each value once and never find a dead end, even where a
+// string's last character would make it one written before.
+TEST(JsonSchemaTest, UniqueStrings) {
+  struct Case {
+    std::string schema;
+    int max_length, max_items;
+  };
+  const std::vector<Case> cases = {
+      {R"({"type":"array","items":{"type":"string"},"uniqueItems":true})", 99, 99},
+      {R"({"type":"array","items":{"type":"string","maxLength":1},"uniqueItems":true})", 1, 99},
+      {R"({"items":{"type":"string","maxLength":2,"minLength":1},"uniqueItems":true,
+           "maxItems":2})",
+       2, 2},
+  };
+  const std::vector<std::string> texts = {R"("")",       R"("a")", R"("b")",      R"("ab")",
+                                          R"("\u0061")", R"("é")", R"("\u00e9b")"};
+  const std::vector<std::vector<int>> arrays = Sequences(texts.size(), 3);
+  std::mt19937_64 rng(7);
+  for (const Case& c : cases) {
+    SCOPED_TRACE(c.schema);
+    const auto g = Schema(c.schema);
+    const int min_length = c.schema.find("minLength") != std::string::npos ? 1 : 0;
+    for (const std::vector<int>& a : arrays) {
+      std::string text = "[";
+      std::set<std::string> values;
+      bool lengths = true;
+      for (size_t i = 0; i < a.size(); ++i) {
+        text += (i ? "," : "") + texts[a[i]];
+        const std::string v = json::parse(texts[a[i]]).get<std::string>();
+        values.insert(v);
+        const int64_t cps =
+            std::count_if(v.begin(), v.end(), [](char ch) { return (ch & 0xC0) != 0x80; });
+        lengths = lengths && cps >= min_length && cps <= c.max_length;
+      }
+      text += "]";
+      const bool fits =
+          lengths && values.size() == a.size() && static_cast<int>(a.size()) <= c.max_items;
+      EXPECT_EQ(Complete(g, text), fits) << text;
+    }
+    for (int i = 0; i < 300; ++i) {
+      const auto doc = testing::RandomDocument(g, rng);
+      ASSERT_TRUE(doc.has_value()) << "a random walk found no way to end";
+      const json items = json::parse(*doc);
+      const std::set<json> distinct(items.begin(), items.end());
+      EXPECT_EQ(distinct.size(), items.size()) << *doc;
+    }
+  }
+  // The character that would fill a string to maxLength as one written before is refused,
+  // however it is spelled; another is taken.
+  const auto one = Schema(R"({"items":{"type":"string","maxLength":2},"uniqueItems":true})");
+  JsonMatcher m(one);
+  ASSERT_TRUE(m.Advance(R"(["ab", "é", "a)"));
+  EXPECT_FALSE(JsonMatcher(m).Advance("b"));
+  EXPECT_FALSE(JsonMatcher(m).Advance(R"(\u0062)"));
+  EXPECT_TRUE(JsonMatcher(m).Advance(R"(\u0063)"));
+  EXPECT_TRUE(JsonMatcher(m).Advance(R"(")"));  // "a" is new
+  ASSERT_TRUE(m.Advance("\", "));
+  EXPECT_FALSE(JsonMatcher(m).Advance(R"("\u00e9")"));
+  EXPECT_FALSE(JsonMatcher(m).Advance(R"("a")"));
+  EXPECT_TRUE(JsonMatcher(m).Advance(R"("ba"])"));
+  // Each array its own; a nested array's items are not its parent's.
+  const auto nested = Schema(R"({"type":"array","items":{"type":"array",
+      "items":{"type":"string"},"uniqueItems":true}})");
+  EXPECT_TRUE(Complete(nested, R"([["a","b"],["b","a"],[]])"));
+  EXPECT_FALSE(Complete(nested, R"([["a","b"],["c","c"]])"));
+  // Strings of no character: one value, so one item at most.
+  const auto empty = Schema(R"({"items":{"type":"string","maxLength":0},"uniqueItems":true})");
+  EXPECT_TRUE(Complete(empty, R"([""])"));
+  JsonMatcher after(empty);
+  ASSERT_TRUE(after.Advance(R"(["")"));
+  EXPECT_FALSE(JsonMatcher(after).Advance(","));
+}
+
 // A oneOf of objects told apart by a discriminating property (as Pydantic writes a
 // discriminated union): each document is one alternative's, and no other's.
 TEST(JsonSchemaTest, DiscriminatedObjectsOfAOneOf) {
@@ -524,6 +600,7 @@ TEST(JsonSchemaTest, LenientSchemasHoldTheRestAndNameWhatTheySkip) {
   const std::string schema = R"j({"type":"object","properties":{
       "tags":{"type":"array","items":{"type":"string","maxLength":3},"uniqueItems":true,
               "contains":{"const":"a"}},
+      "counts":{"type":"array","items":{"type":"integer"},"uniqueItems":true},
       "price":{"type":"number","multipleOf":0.01,"maximum":9.5,"minimum":0},
       "code":{"type":"string","pattern":"(?<=a)b","maxLength":4},
       "pick":{"oneOf":[{"type":"integer"},{"type":"number"}]},
@@ -539,14 +616,16 @@ TEST(JsonSchemaTest, LenientSchemasHoldTheRestAndNameWhatTheySkip) {
   EXPECT_EQ((*g)->skipped(),
             (std::vector<std::string>{
                 "propertyNames at '/'", "contains at '/properties/tags'",
-                "uniqueItems at '/properties/tags'", "maximum at '/properties/price'",
+                "uniqueItems at '/properties/counts'", "maximum at '/properties/price'",
                 "multipleOf at '/properties/price'", "pattern at '/properties/code'",
                 "oneOf (held as anyOf) at '/properties/pick'",
                 "allOf after its first schema at '/properties/both'",
                 "minLength beside enum / const at '/properties/color'", "not at '/properties/x'"}));
-  // What is held still is.
-  EXPECT_TRUE(Complete(*g, R"({"tags":["ab","ab"],"price":12.5,"code":"zz","pick":1.5,)"
-                           R"("both":4,"color":"red"})"));
+  // What is held still is (the tags' uniqueItems too).
+  EXPECT_TRUE(Complete(*g, R"({"tags":["ab","ba"],"counts":[1,1],"price":12.5,"code":"zz",)"
+                           R"("pick":1.5,"both":4,"color":"red"})"));
+  EXPECT_FALSE(Complete(*g, R"({"tags":["ab","ab"],"price":12.5,"code":"zz","pick":1.5,)"
+                            R"("both":4,"color":"red"})"));
   EXPECT_FALSE(Complete(*g, R"({"tags":["abcd"],"price":1,"code":"z","pick":1,"both":4,)"
                             R"("color":"red"})"));  // an item past maxLength
   EXPECT_FALSE(Complete(*g, R"({"tags":[],"price":-1,"code":"z","pick":1,"both":4,)"
@@ -604,8 +683,8 @@ TEST(JsonSchemaTest, LenientScopesReadPastOnlyWithinThem) {
   // Two subschemas alike but for where they are; only the scopes given are lenient, and a
   // reference's target is read as where it is.
   const std::string schema = R"j({"type":"object","properties":{
-      "a":{"type":"array","items":{"type":"string"},"uniqueItems":true},
-      "ab":{"type":"array","items":{"$ref":"#/properties/ab/$defs/tag"},"uniqueItems":true,
+      "a":{"type":"array","items":{"type":"string"},"contains":{"const":"x"}},
+      "ab":{"type":"array","items":{"$ref":"#/properties/ab/$defs/tag"},"contains":{"const":"x"},
             "$defs":{"tag":{"type":"string","maxLength":2,"not":{"const":""}}}},
       "c":{"$ref":"#/$defs/loose"}},
     "$defs":{"loose":{"type":"integer","not":{"const":0}}}})j";
@@ -617,23 +696,24 @@ TEST(JsonSchemaTest, LenientScopesReadPastOnlyWithinThem) {
   // "/properties/a" is not a prefix of "/properties/ab" as JSON pointers.
   auto only_a = skipped({{.pointer = "/properties/a"}});
   ASSERT_FALSE(only_a.ok());
-  EXPECT_THAT(std::string(only_a.status().message()), HasSubstr("'/properties/ab/"));
+  EXPECT_THAT(std::string(only_a.status().message()),
+              HasSubstr("'/properties/ab': keyword 'contains'"));
   auto ab = skipped({{.pointer = "/properties/ab", .label = "the tags"}});
   ASSERT_FALSE(ab.ok());
-  EXPECT_THAT(std::string(ab.status().message()), HasSubstr("'/properties/a/uniqueItems'"));
+  EXPECT_THAT(std::string(ab.status().message()), HasSubstr("'/properties/a': keyword 'contains'"));
   auto all = skipped({{.pointer = "/properties/ab", .label = "the tags"},
                       {.pointer = "/properties/a"},
                       {.pointer = "/$defs/loose", .label = "loose"}});
   ASSERT_TRUE(all.ok()) << all.status();
   EXPECT_EQ(*all,
-            "uniqueItems at '/'; not at '/$defs/tag' in the tags; uniqueItems at '/' in the "
-            "tags; not at '/' in loose");
+            "contains at '/'; contains at '/' in the tags; not at '/$defs/tag' in the tags; "
+            "not at '/' in loose");
   // One scope of the whole schema is the lenient schema.
   auto whole = Grammar::FromSchema(schema, true, /*lenient=*/true);
   ASSERT_TRUE(whole.ok()) << whole.status();
   EXPECT_EQ(absl::StrJoin((*whole)->skipped(), "; "),
-            "uniqueItems at '/properties/a'; not at '/properties/ab/$defs/tag'; uniqueItems at "
-            "'/properties/ab'; not at '/$defs/loose'");
+            "contains at '/properties/a'; contains at '/properties/ab'; not at "
+            "'/properties/ab/$defs/tag'; not at '/$defs/loose'");
   auto held = Grammar::FromSchema(schema, true, std::vector<LenientScope>{{.pointer = ""}});
   ASSERT_TRUE(held.ok());
   EXPECT_EQ((*held)->skipped(), (*whole)->skipped());
