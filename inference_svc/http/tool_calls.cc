@@ -293,7 +293,8 @@ absl::StatusOr<HeldAnswer> HeldAnswerSchema(const ToolSet& tools) {
       lenient.push_back({.pointer = ArgumentsPointer(tools, i), .label = ParametersName(tools, i)});
     }
   }
-  HeldAnswer held{.schema = ToolAnswerSchema(tools)};
+  HeldAnswer held;
+  held.schema = ToolAnswerSchema(tools);
   auto compiled =
       structured::Grammar::FromSchema(held.schema, /*compact=*/true, std::move(lenient));
   if (!compiled.ok()) {

@@ -77,6 +77,15 @@ std::string LongEnumSchema() {
   return schema.replace(schema.find(city), city.size(),
                         absl::StrCat(R"("city":{"enum":)", cities.dump(), "}"));
 }
+// kSchema with its tags a set of strings (uniqueItems; bounded, so every token of a tag
+// is walked: a character that fills one is checked against the tags before it).
+std::string SetSchema() {
+  std::string schema = kSchema;
+  const std::string tags = R"("tags":{"type":"array","items":{"type":"string"}})";
+  return schema.replace(
+      schema.find(tags), tags.size(),
+      R"("tags":{"type":"array","items":{"type":"string","maxLength":12},"uniqueItems":true})");
+}
 constexpr char kDocument[] =
     R"({"name": "Lily and her little dog Max", "age": 7, "tags": ["park", "ball", "sunny day"], )"
     R"("address": {"city": "Springfield", "zip": "12345"}, "score": 98.5, "active": true})";
@@ -110,14 +119,15 @@ int main(int argc, char** argv) {
     auto patterns = kvfold::structured::Grammar::FromSchema(kPatternSchema);
     auto long_enum = kvfold::structured::Grammar::FromSchema(LongEnumSchema());
     auto lookaheads = kvfold::structured::Grammar::FromSchema(LookaheadSchema());
-    if (!schema.ok() || !patterns.ok() || !long_enum.ok() || !lookaheads.ok()) {
+    auto sets = kvfold::structured::Grammar::FromSchema(SetSchema());
+    if (!schema.ok() || !patterns.ok() || !long_enum.ok() || !lookaheads.ok() || !sets.ok()) {
       return kvfold::kExitFailure;
     }
     for (const auto& [name, grammar] :
          {std::pair{"json_object", kvfold::structured::Grammar::JsonObject()},
           std::pair{"json_schema", *schema}, std::pair{"json_schema_patterns", *patterns},
           std::pair{"json_schema_long_enum", *long_enum},
-          std::pair{"json_schema_lookaheads", *lookaheads}}) {
+          std::pair{"json_schema_lookaheads", *lookaheads}, std::pair{"json_schema_sets", *sets}}) {
       std::vector<std::vector<double>> us(ids->size());
       std::vector<float> logits(table->vocab_size(), 0.0f), masked;
       bool whole = false;

@@ -694,7 +694,7 @@ TEST(JsonSchemaTest, LenientScopesReadPastOnlyWithinThem) {
     return absl::StrJoin((*g)->skipped(), "; ");
   };
   // "/properties/a" is not a prefix of "/properties/ab" as JSON pointers.
-  auto only_a = skipped({{.pointer = "/properties/a"}});
+  auto only_a = skipped({{.pointer = "/properties/a", .label = ""}});
   ASSERT_FALSE(only_a.ok());
   EXPECT_THAT(std::string(only_a.status().message()),
               HasSubstr("'/properties/ab': keyword 'contains'"));
@@ -702,7 +702,7 @@ TEST(JsonSchemaTest, LenientScopesReadPastOnlyWithinThem) {
   ASSERT_FALSE(ab.ok());
   EXPECT_THAT(std::string(ab.status().message()), HasSubstr("'/properties/a': keyword 'contains'"));
   auto all = skipped({{.pointer = "/properties/ab", .label = "the tags"},
-                      {.pointer = "/properties/a"},
+                      {.pointer = "/properties/a", .label = ""},
                       {.pointer = "/$defs/loose", .label = "loose"}});
   ASSERT_TRUE(all.ok()) << all.status();
   EXPECT_EQ(*all,
@@ -714,7 +714,8 @@ TEST(JsonSchemaTest, LenientScopesReadPastOnlyWithinThem) {
   EXPECT_EQ(absl::StrJoin((*whole)->skipped(), "; "),
             "contains at '/properties/a'; contains at '/properties/ab'; not at "
             "'/properties/ab/$defs/tag'; not at '/$defs/loose'");
-  auto held = Grammar::FromSchema(schema, true, std::vector<LenientScope>{{.pointer = ""}});
+  auto held =
+      Grammar::FromSchema(schema, true, std::vector<LenientScope>{{.pointer = "", .label = ""}});
   ASSERT_TRUE(held.ok());
   EXPECT_EQ((*held)->skipped(), (*whole)->skipped());
 }
