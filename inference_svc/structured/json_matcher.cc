@@ -749,16 +749,17 @@ bool JsonMatcher::IsComplete() const {
   return false;
 }
 
-bool JsonMatcher::InStringText(int* written, int* max_length) const {
+bool JsonMatcher::InStringText(int* written, int* max_length, bool* last_checked) const {
   if (stacks_.size() != 1 || stacks_[0].empty()) return false;
   const Frame& f = stacks_[0].back();
   if (f.type != kString || f.phase != kChars) return false;
-  // A pattern's automaton takes each character; so does a unique item's hash when the
-  // last character is checked against the items written.
+  // A pattern's automaton takes each character.
   if (grammar_->node(f.node).pattern != nullptr) return false;
-  if (f.pattern != 0 && grammar_->node(f.node).max_length >= 0) return false;
   *written = f.a;
   *max_length = grammar_->node(f.node).max_length;
+  // An item of a set of strings: a character that fills it is checked against the items
+  // written (the hash in f.pattern).
+  *last_checked = f.pattern != 0 && *max_length >= 0;
   return true;
 }
 

@@ -44,8 +44,9 @@ class JsonMatcher {
   // True when the bytes so far end inside one string's text, between characters: then
   // any run of characters that are not '"', '\\' or control characters continues it while
   // the string stays within its length. *written: its code points so far; *max_length:
-  // its bound (-1: none).
-  bool InStringText(int* written, int* max_length) const;
+  // its bound (-1: none). *last_checked: a run that fills the string to max_length must be
+  // walked (an item of an array with uniqueItems may not become one written before).
+  bool InStringText(int* written, int* max_length, bool* last_checked) const;
 
   // One parse position: a frame per open value, innermost last.
   struct Frame {

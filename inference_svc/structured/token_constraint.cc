@@ -117,7 +117,9 @@ absl::Status JsonConstraint::Mask(std::span<const float> logits, std::vector<flo
   const TokenTable& t = *table_;
   if (after_.size() < t.max_bytes_ + 1) after_.resize(t.max_bytes_ + 1, matcher_);
   int written = 0, max_length = -1;
-  if (matcher_.InStringText(&written, &max_length)) {
+  bool last_checked = false;
+  if (matcher_.InStringText(&written, &max_length, &last_checked) &&
+      (!last_checked || written + t.max_string_chars_ < max_length)) {
     // Inside a string's text: an id of plain characters continues it while the string
     // stays within its length; only the others (quotes, escapes, pieces of characters)
     // are walked through the matcher.

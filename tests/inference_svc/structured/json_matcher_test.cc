@@ -581,12 +581,13 @@ TEST(TokenConstraintTest, MaskEqualsEachTokenTriedAlone) {
         cities.dump(),
         R"j(},"price":{"type":"string","pattern":"^(?!^[-+.]*$)[+-]?0*\\d*\\.?\\d*$"},
         "tags":{"type":"array","items":{"type":"string","maxLength":2},"uniqueItems":true},
-        "names":{"type":"array","items":{"type":"string"},"uniqueItems":true}},
+        "names":{"type":"array","items":{"type":"string","maxLength":30},"uniqueItems":true}},
         "required":["name","ok"]})j"));
-    // Unique strings: "a" after "ab" may not take "b" (it would be full and written).
+    // Unique strings: "a" after "ab" may not take "b" (it would be full and written); a
+    // longer bound admits plain tokens whole until one could fill the string.
     const std::string doc =
         R"({"name": "a\u00e9bcd", "n": -1.5e2, "ok": true, "city": "c42", "price": "-012.50", )"
-        R"("tags": ["ab", "a", "b\u0061"], "names": ["x", "xy", "y"]})";
+        R"("tags": ["ab", "a", "b\u0061"], "names": ["x", "xy", "the names of the little dogs"]})";
     const int32_t eos = (*tok)->eos_id();
     JsonConstraint constraint(g, table, {eos});
     std::vector<float> logits(table->vocab_size(), 0.0f), masked;
