@@ -617,15 +617,23 @@ class SchemaCompiler {
 
   // uniqueItems of array node *n: held where every item is one of a list of values
   // (`enum`, `const`, `boolean`, `null`), each then written at most once, or a string
-  // without a pattern (the matcher keeps a hash of each item written, json_matcher.cc); a
-  // matcher cannot compare items of other kinds as they stream, so those are refused.
+  // without a pattern, or an integer without bounds or multiples (the matcher keeps a hash
+  // of each item written, json_matcher.cc); a matcher cannot compare items of other kinds
+  // as they stream (a number's 1 and 1.0 are one value), so those are refused.
   absl::Status UniqueItems(const std::string& where, Node* n) {
     const std::string at = absl::StrCat(where, "/uniqueItems");
     if (n->max_items == 0) return absl::OkStatus();  // no item at all
     if (!n->prefix_items.empty()) return Bad(at, "is not supported beside tuple places");
     const bool known = unfilled_.count(n->items) == 0;
-    if (known && grammar_->nodes_[n->items].kind == NodeKind::kString &&
-        grammar_->nodes_[n->items].pattern == nullptr) {
+    const Node* items = known ? &grammar_->nodes_[n->items] : nullptr;
+    // Integers without bounds or multiples: no two texts of one value but 0 and -0, which
+    // the matcher reads as one.
+    if (items != nullptr && items->kind == NodeKind::kInteger && !items->bounded &&
+        items->multiple_of == 0) {
+      n->unique_items = true;
+      return absl::OkStatus();
+    }
+    if (items != nullptr && items->kind == NodeKind::kString && items->pattern == nullptr) {
       // Strings of at least one character are more than any answer writes; of none,
       // there is one.
       if (grammar_->nodes_[n->items].max_length == 0) {
@@ -640,8 +648,9 @@ class SchemaCompiler {
         grammar_->nodes_[n->items].ranged) {
       return Bad(at, absl::StrCat("is supported where the items are at most ", kMaxLiterals,
                                   " 'enum' / 'const' values, booleans or null (each written "
-                                  "at most once), or strings without a pattern or format; not "
-                                  "for items of other kinds"));
+                                  "at most once), strings without a pattern or format, or "
+                                  "integers without bounds or multiples; not for items of "
+                                  "other kinds"));
     }
     const std::vector<std::string>& literals = grammar_->nodes_[n->items].literals;
     // JSON Schema compares values, not texts: 1 and 1.0, or {"a":1,"b":2} and

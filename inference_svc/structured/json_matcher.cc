@@ -8,8 +8,8 @@
 namespace kvfold::structured {
 namespace {
 
-// kSeen: a value an array with uniqueItems over strings holds, as its hash (`bits`); these
-// frames lie right below their array's frame and go with it.
+// kSeen: a value an array with uniqueItems over strings or integers holds, as its hash
+// (`bits`); these frames lie right below their array's frame and go with it.
 enum FrameType : uint8_t { kValue, kObject, kArray, kString, kNumber, kLiteral, kSeen };
 
 // Object and array phases.
@@ -38,7 +38,8 @@ std::pair<uint32_t, uint32_t> Utf8Span(int32_t v, int left, uint8_t lo, uint8_t 
 
 // A string item of an array with uniqueItems carries the hash of its characters so far
 // (its code points, however escaped: "a" and "\u0061" hash alike) in the frame's
-// `pattern`, never 0 (0: no hash). A fixed function, so every replica masks alike.
+// `pattern`, never 0 (0: no hash); an integer item the hash of its digits (its sign in
+// `ws`). A fixed function, so every replica masks alike.
 constexpr uint64_t kHashStart = 0x9E3779B97F4A7C15ull;
 uint64_t HashStep(uint64_t h, uint32_t cp) {
   h ^= cp + 0x632BE59BD9B4E019ull;
@@ -47,15 +48,21 @@ uint64_t HashStep(uint64_t h, uint32_t cp) {
   return (h ^ (h >> 31)) | 1;
 }
 
-// The index of the array frame of stack s whose item is s.back() (a string being written),
-// when that array holds its string items unique; -1 otherwise.
-int UniqueStringsArray(const Grammar& g, const JsonMatcher::Stack& s) {
+// The index of the array frame of stack s whose item is s.back() (a string or an integer
+// being written), when that array holds such items unique by hash; -1 otherwise.
+int UniqueItemsArray(const Grammar& g, const JsonMatcher::Stack& s) {
   if (s.size() < 2) return -1;
   const JsonMatcher::Frame& parent = s[s.size() - 2];
-  return parent.type == kArray && g.node(parent.node).unique_items &&
-                 g.node(g.node(parent.node).items).kind == NodeKind::kString
-             ? static_cast<int>(s.size()) - 2
-             : -1;
+  if (parent.type != kArray || !g.node(parent.node).unique_items) return -1;
+  const NodeKind items = g.node(g.node(parent.node).items).kind;
+  return items == NodeKind::kString || items == NodeKind::kInteger ? static_cast<int>(s.size()) - 2
+                                                                   : -1;
+}
+
+// The hash of a whole integer item (number frame f): its digits, then its sign unless it
+// is 0 (-0 and 0 are one value).
+uint64_t IntegerHash(const JsonMatcher::Frame& f, uint8_t phase) {
+  return phase == kZero ? HashStep(kHashStart, '0') : f.ws ? HashStep(f.pattern, '-') : f.pattern;
 }
 
 // Whether the array at s[array] holds an item of hash h.
@@ -64,6 +71,19 @@ bool Seen(const JsonMatcher::Stack& s, int array, uint64_t h) {
     if (s[i].bits == h) return true;
   }
   return false;
+}
+
+// The item s.back() (a string or an integer of hash h) is whole: false when the array
+// holds it already; otherwise it is popped and its hash held below the array's frame.
+bool EndUniqueItem(const Grammar& g, JsonMatcher::Stack& s, uint64_t h) {
+  const int array = UniqueItemsArray(g, s);
+  if (Seen(s, array, h)) return false;
+  JsonMatcher::Frame seen;
+  seen.type = kSeen;
+  seen.bits = h;
+  s.pop_back();
+  s.insert(s.begin() + array, seen);
+  return true;
 }
 
 // The character a one-letter JSON escape (\n, \", ...) writes; -1 for none.
@@ -281,7 +301,7 @@ void JsonMatcher::Feed(Stack& s, uint8_t c, std::vector<Stack>* out) const {
             f.phase = kChars;
             f.node = node;
             if (n.pattern != nullptr) f.pattern = Pattern::kStart;
-            if (UniqueStringsArray(g, s) >= 0) f.pattern = kHashStart;
+            if (UniqueItemsArray(g, s) >= 0) f.pattern = kHashStart;
             out->push_back(std::move(s));
             return;
           }
@@ -292,6 +312,7 @@ void JsonMatcher::Feed(Stack& s, uint8_t c, std::vector<Stack>* out) const {
             f.type = kNumber;
             f.phase = kStart;
             f.node = node;
+            if (UniqueItemsArray(g, s) >= 0) f.pattern = kHashStart;
             continue;
           }
           case NodeKind::kLiterals: {
@@ -462,7 +483,7 @@ void JsonMatcher::Feed(Stack& s, uint8_t c, std::vector<Stack>* out) const {
         auto take = [&](uint32_t cp, int written) {
           if (hashed) {
             f.pattern = HashStep(f.pattern, cp);
-            return written != n.max_length || !Seen(s, UniqueStringsArray(g, s), f.pattern);
+            return written != n.max_length || !Seen(s, UniqueItemsArray(g, s), f.pattern);
           }
           f.pattern = pattern->Step(f.pattern, cp, written);
           return f.pattern != 0;
@@ -483,14 +504,7 @@ void JsonMatcher::Feed(Stack& s, uint8_t c, std::vector<Stack>* out) const {
               if (f.a < n.min_length) return;
               if (pattern != nullptr && !pattern->Accepts(f.pattern)) return;
               if (hashed) {
-                const int array = UniqueStringsArray(g, s);
-                if (Seen(s, array, f.pattern)) return;
-                // Held from now on, below the array's frame.
-                Frame seen;
-                seen.type = kSeen;
-                seen.bits = f.pattern;
-                s.pop_back();
-                s.insert(s.begin() + array, seen);
+                if (!EndUniqueItem(g, s, f.pattern)) return;  // held from now on
               } else {
                 s.pop_back();
               }
@@ -616,14 +630,30 @@ void JsonMatcher::Feed(Stack& s, uint8_t c, std::vector<Stack>* out) const {
             if (IsDigit(c) && f.aux < kMaxExponentDigits) next = kExpDigits;
             break;
         }
+        // An integer item of an array with uniqueItems (`hashed`, never bounded) takes its
+        // digits and sign into its hash; a digit after which no other may come (a 0, the
+        // kMaxIntegerDigits-th) may not make it an item the array holds.
+        const bool hashed = f.pattern != 0;
         if (next == 0xFF) {
           if (!NumberMayEnd(f.phase)) return;
           if (n.bounded && !NumberInBounds(n, f)) return;
-          s.pop_back();  // the number ended before c
+          if (hashed) {
+            if (!EndUniqueItem(g, s, IntegerHash(f, f.phase))) return;
+          } else {
+            s.pop_back();  // the number ended before c
+          }
           continue;
         }
         if (next != f.phase) f.aux = 0;
         if (IsDigit(c)) ++f.aux;
+        if (hashed) {
+          if (c == '-') f.ws = 1;
+          if (IsDigit(c)) f.pattern = HashStep(f.pattern, c);
+          if ((next == kZero || f.aux == kMaxIntegerDigits) &&
+              Seen(s, UniqueItemsArray(g, s), IntegerHash(f, next))) {
+            return;
+          }
+        }
         if (n.bounded) {
           // The sign, the integer part and its digits, whether a fraction digit is not 0.
           if (c == '-' && next == kMinus) f.ws = 1;

@@ -169,7 +169,8 @@ class Generator:
         items = self.rng.choice([{"enum": self.values(1, 5)}, {"type": "boolean"},
                                  {"type": "string", "enum": ["a", "b", "c"]},
                                  {"type": "string"},
-                                 {"type": "string", "maxLength": self.rng.randint(0, 2)}])
+                                 {"type": "string", "maxLength": self.rng.randint(0, 2)},
+                                 {"type": "integer"}])
         s = {"type": "array", "items": items, "uniqueItems": True}
         if self.maybe():
             s["maxItems"] = self.rng.randint(0, 4)

@@ -102,8 +102,10 @@ SCHEMAS = [
         "flags": {"items": {"type": "boolean"}, "uniqueItems": True},
         "letters": {"items": {"type": "string", "maxLength": 1}, "uniqueItems": True,
                     "minItems": 2},
-        "words": {"type": "array", "items": {"type": "string"}, "uniqueItems": True}},
-     "required": ["step", "even", "round", "whole", "tags", "flags", "letters", "words"]},
+        "words": {"type": "array", "items": {"type": "string"}, "uniqueItems": True},
+        "ids": {"type": "array", "items": {"type": "integer"}, "uniqueItems": True,
+                "minItems": 3}},
+     "required": ["step", "even", "round", "whole", "tags", "flags", "letters", "words", "ids"]},
     {"type": "object", "properties": {
         "scores": {"type": "object", "propertyNames": {"enum": ["math", "art", "pe"]},
                    "additionalProperties": {"type": "integer", "minimum": 0, "maximum": 100},

@@ -1104,7 +1104,7 @@ TEST(ToolCallsTest, DeprecatedFunctionsAreReadAsTools) {
   // A named function's parameters are held (leniently with strict: false), named as
   // functions[i].parameters.
   const json tags = json::parse(R"j({"name": "tag", "parameters": {"type": "object",
-      "properties": {"tags": {"type": "array", "items": {"type": "integer"}, "uniqueItems": true}}}})j");
+      "properties": {"tags": {"type": "array", "items": {"type": "number"}, "uniqueItems": true}}}})j");
   json named = with("functions", {tags});
   named["function_call"] = {{"name", "tag"}};
   expect_bad(named, "functions",

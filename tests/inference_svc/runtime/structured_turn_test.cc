@@ -231,7 +231,7 @@ TEST_F(StructuredTurnTest, PatternsBoundsAndTuples) {
   }
 }
 
-// multipleOf, the formats with a shape, uniqueItems (of listed values and of strings), a
+// multipleOf, the formats with a shape, uniqueItems (of listed values, strings, integers), a
 // map's listed keys and a discriminated oneOf hold what the real model writes.
 TEST_F(StructuredTurnTest, MultiplesFormatsSetsMapsAndUnions) {
   const std::string schema = R"({"type":"object","properties":{
@@ -242,6 +242,8 @@ TEST_F(StructuredTurnTest, MultiplesFormatsSetsMapsAndUnions) {
       "tags":{"type":"array","items":{"enum":["red","green","blue"]},"uniqueItems":true},
       "words":{"type":"array","items":{"type":"string","maxLength":2},"uniqueItems":true,
                "minItems":3,"maxItems":5},
+      "ids":{"type":"array","items":{"type":"integer"},"uniqueItems":true,"minItems":2,
+             "maxItems":4},
       "marks":{"propertyNames":{"enum":["x","y"]},"minProperties":1,
                "additionalProperties":{"type":"integer","minimum":0,"maximum":9}},
       "pet":{"oneOf":[
@@ -250,7 +252,7 @@ TEST_F(StructuredTurnTest, MultiplesFormatsSetsMapsAndUnions) {
           {"type":"object","properties":{"kind":{"const":"dog"}},"required":["kind"],
            "additionalProperties":false}],
         "discriminator":{"propertyName":"kind"}}},
-      "required":["step","host","span","ip","tags","words","marks","pet"],
+      "required":["step","host","span","ip","tags","words","ids","marks","pet"],
       "additionalProperties":false})";
   const std::regex host(
       "^[A-Za-z0-9]([A-Za-z0-9-]*[A-Za-z0-9])?(\\.[A-Za-z0-9]([A-Za-z0-9-]*[A-Za-z0-9])?)*$");
@@ -278,6 +280,10 @@ TEST_F(StructuredTurnTest, MultiplesFormatsSetsMapsAndUnions) {
     const std::set<json> words(doc["words"].begin(), doc["words"].end());
     EXPECT_EQ(words.size(), doc["words"].size()) << a.text;  // a set of strings
     EXPECT_TRUE(words.size() >= 3 && words.size() <= 5) << a.text;
+    ASSERT_TRUE(doc["ids"].is_array()) << a.text;
+    std::set<int64_t> ids;
+    for (const json& id : doc["ids"]) ids.insert(id.get<int64_t>());
+    EXPECT_EQ(ids.size(), doc["ids"].size()) << a.text;  // a set of integers
     // Each key of the map once (a parser would keep the last of a repeated one).
     std::multiset<std::string> keys;
     [[maybe_unused]] const json read =

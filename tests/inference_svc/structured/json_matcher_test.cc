@@ -478,7 +478,11 @@ TEST(JsonSchemaTest, RefusesWhatItCannotHold) {
       {json{{"oneOf", std::vector<json>(65, {{"type", "null"}})}}.dump(),
        "oneOf of 65 alternatives; at most 64"},
       {R"({"type":"array","uniqueItems":true})", "/uniqueItems': is supported where the items"},
-      {R"({"items":{"type":"integer"},"uniqueItems":true})", "not for items of other kinds"},
+      {R"({"items":{"type":"number"},"uniqueItems":true})", "not for items of other kinds"},
+      {R"({"items":{"type":"integer","minimum":0},"uniqueItems":true})",
+       "not for items of other kinds"},
+      {R"({"items":{"type":"integer","multipleOf":2},"uniqueItems":true})",
+       "not for items of other kinds"},
       {R"({"items":{"type":"string","pattern":"^a+$"},"uniqueItems":true})",
        "not for items of other kinds"},
       {R"({"items":{"type":"string","format":"email"},"uniqueItems":true})",
@@ -581,13 +585,14 @@ TEST(TokenConstraintTest, MaskEqualsEachTokenTriedAlone) {
         cities.dump(),
         R"j(},"price":{"type":"string","pattern":"^(?!^[-+.]*$)[+-]?0*\\d*\\.?\\d*$"},
         "tags":{"type":"array","items":{"type":"string","maxLength":2},"uniqueItems":true},
-        "names":{"type":"array","items":{"type":"string","maxLength":30},"uniqueItems":true}},
+        "names":{"type":"array","items":{"type":"string","maxLength":30},"uniqueItems":true},
+        "ids":{"type":"array","items":{"type":"integer"},"uniqueItems":true}},
         "required":["name","ok"]})j"));
     // Unique strings: "a" after "ab" may not take "b" (it would be full and written); a
     // longer bound admits plain tokens whole until one could fill the string.
     const std::string doc =
         R"({"name": "a\u00e9bcd", "n": -1.5e2, "ok": true, "city": "c42", "price": "-012.50", )"
-        R"("tags": ["ab", "a", "b\u0061"], "names": ["x", "xy", "the names of the little dogs"]})";
+        R"("tags": ["ab", "a", "b\u0061"], "names": ["x", "xy", "the names of the little dogs"], "ids": [0, 3, 30, -3]})";
     const int32_t eos = (*tok)->eos_id();
     JsonConstraint constraint(g, table, {eos});
     std::vector<float> logits(table->vocab_size(), 0.0f), masked;

@@ -347,6 +347,44 @@ TEST(JsonSchemaTest, UniqueStrings) {
   EXPECT_FALSE(JsonMatcher(after).Advance(","));
 }
 
+// uniqueItems over integers without bounds (Pydantic's `set[int]`): every array of up to
+// three items from six spellings of five values (0 and -0 are one) is whole exactly when
+// its values are distinct; a digit after which none may follow (a 0, the fifteenth) may
+// not repeat an item; random walks write each value once and never find a dead end.
+TEST(JsonSchemaTest, UniqueIntegers) {
+  const auto g = Schema(R"({"type":"array","items":{"type":"integer"},"uniqueItems":true})");
+  const std::vector<std::string> texts = {"0", "-0", "1", "-1", "10", "-10"};
+  for (const std::vector<int>& a : Sequences(texts.size(), 3)) {
+    std::string text = "[";
+    std::set<int64_t> values;
+    for (size_t i = 0; i < a.size(); ++i) {
+      text += (i ? "," : "") + texts[a[i]];
+      values.insert(std::stoll(texts[a[i]]));
+    }
+    text += "]";
+    EXPECT_EQ(Complete(g, text), values.size() == a.size()) << text;
+  }
+  JsonMatcher m(g);
+  ASSERT_TRUE(m.Advance("[0, 123456789012345, 12345678901234, "));
+  EXPECT_FALSE(JsonMatcher(m).Advance("0"));
+  EXPECT_FALSE(JsonMatcher(m).Advance("-0"));
+  EXPECT_TRUE(JsonMatcher(m).Advance("-1"));
+  EXPECT_FALSE(JsonMatcher(m).Advance("123456789012345"));
+  EXPECT_TRUE(JsonMatcher(m).Advance("123456789012346"));
+  EXPECT_TRUE(JsonMatcher(m).Advance("-123456789012345]"));
+  EXPECT_FALSE(JsonMatcher(m).Advance("12345678901234]"));
+  EXPECT_TRUE(JsonMatcher(m).Advance("1234567890123]"));
+  std::mt19937_64 rng(5);
+  for (int i = 0; i < 300; ++i) {
+    const auto doc = testing::RandomDocument(g, rng);
+    ASSERT_TRUE(doc.has_value()) << "a random walk found no way to end";
+    const json items = json::parse(*doc);
+    std::set<int64_t> values;
+    for (const json& v : items) values.insert(v.get<int64_t>());
+    EXPECT_EQ(values.size(), items.size()) << *doc;
+  }
+}
+
 // A oneOf of objects told apart by a discriminating property (as Pydantic writes a
 // discriminated union): each document is one alternative's, and no other's.
 TEST(JsonSchemaTest, DiscriminatedObjectsOfAOneOf) {
@@ -600,7 +638,7 @@ TEST(JsonSchemaTest, LenientSchemasHoldTheRestAndNameWhatTheySkip) {
   const std::string schema = R"j({"type":"object","properties":{
       "tags":{"type":"array","items":{"type":"string","maxLength":3},"uniqueItems":true,
               "contains":{"const":"a"}},
-      "counts":{"type":"array","items":{"type":"integer"},"uniqueItems":true},
+      "counts":{"type":"array","items":{"type":"number"},"uniqueItems":true},
       "price":{"type":"number","multipleOf":0.01,"maximum":9.5,"minimum":0},
       "code":{"type":"string","pattern":"(?<=a)b","maxLength":4},
       "pick":{"oneOf":[{"type":"integer"},{"type":"number"}]},
