@@ -1000,6 +1000,23 @@ TEST_F(HttpMistralV3ToolsTest, CallsAreAListWithNineCharacterIdsAndTheirResultsC
   HttpReply longer = with_ids("call_0123456789abcdef" + id);
   ASSERT_EQ(longer.status, 200) << longer.body;
   EXPECT_EQ(Body(longer)["usage"]["prompt_tokens"], round_ids->size());
+  // The same exchange in the deprecated form names no ids: the call renders with a made-up
+  // one of nine characters, and its result with the same.
+  ojson legacy = next;
+  legacy.erase("tools");
+  legacy["functions"] = ojson::array();
+  for (const ojson& t : kTools) legacy["functions"].push_back(t["function"]);
+  legacy["messages"].push_back(
+      {{"role", "assistant"}, {"content", nullptr}, {"function_call", call["function"]}});
+  legacy["messages"].push_back(
+      {{"role", "function"}, {"name", "get_time"}, {"content", "{\"time\": \"12:00\"}"}});
+  HttpReply old_form = HttpCall(port_, "POST", "/v1/chat/completions", legacy.dump(), kAuth);
+  ASSERT_EQ(old_form.status, 200) << old_form.body;
+  round[1].tool_calls[0].id = "call_0001";
+  round[2].tool_call_id = "call_0001";
+  auto legacy_ids = mistral.RenderIds(round, {.tools = tools});
+  ASSERT_TRUE(legacy_ids.ok()) << legacy_ids.status();
+  EXPECT_EQ(Body(old_form)["usage"]["prompt_tokens"], legacy_ids->size());
   HttpReply shorter = with_ids("c1");
   EXPECT_EQ(shorter.status, 400) << shorter.body;
   EXPECT_THAT(shorter.body, HasSubstr("ids of 9 characters"));
