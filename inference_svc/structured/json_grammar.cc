@@ -618,7 +618,8 @@ class SchemaCompiler {
   // uniqueItems of array node *n: held where every item is one of a list of values
   // (`enum`, `const`, `boolean`, `null`), each then written at most once, or a string
   // without a pattern, or an integer without bounds or multiples (the matcher keeps a hash
-  // of each item written, json_matcher.cc); a matcher cannot compare items of other kinds
+  // of each string, the value of each integer written, json_matcher.cc); a matcher cannot
+  // compare items of other kinds
   // as they stream (a number's 1 and 1.0 are one value), so those are refused.
   absl::Status UniqueItems(const std::string& where, Node* n) {
     const std::string at = absl::StrCat(where, "/uniqueItems");

@@ -8,8 +8,9 @@
 namespace kvfold::structured {
 namespace {
 
-// kSeen: a value an array with uniqueItems over strings or integers holds, as its hash
-// (`bits`); these frames lie right below their array's frame and go with it.
+// kSeen: a value an array with uniqueItems over strings or integers holds (`bits`: a
+// string's hash, an integer's value); these frames lie right below their array's frame and
+// go with it.
 enum FrameType : uint8_t { kValue, kObject, kArray, kString, kNumber, kLiteral, kSeen };
 
 // Object and array phases.
@@ -38,8 +39,9 @@ std::pair<uint32_t, uint32_t> Utf8Span(int32_t v, int left, uint8_t lo, uint8_t 
 
 // A string item of an array with uniqueItems carries the hash of its characters so far
 // (its code points, however escaped: "a" and "\u0061" hash alike) in the frame's
-// `pattern`, never 0 (0: no hash); an integer item the hash of its digits (its sign in
-// `ws`). A fixed function, so every replica masks alike.
+// `pattern`, never 0 (0: no hash). A fixed function, so every replica masks alike. An
+// integer item (`pattern` 1) carries its magnitude so far in `bits` and its sign in `ws`:
+// its value, compared exactly.
 constexpr uint64_t kHashStart = 0x9E3779B97F4A7C15ull;
 uint64_t HashStep(uint64_t h, uint32_t cp) {
   h ^= cp + 0x632BE59BD9B4E019ull;
@@ -59,10 +61,11 @@ int UniqueItemsArray(const Grammar& g, const JsonMatcher::Stack& s) {
                                                                    : -1;
 }
 
-// The hash of a whole integer item (number frame f): its digits, then its sign unless it
-// is 0 (-0 and 0 are one value).
-uint64_t IntegerHash(const JsonMatcher::Frame& f, uint8_t phase) {
-  return phase == kZero ? HashStep(kHashStart, '0') : f.ws ? HashStep(f.pattern, '-') : f.pattern;
+// The value of a whole integer item (number frame f) as a kSeen frame holds it: -0 and 0
+// are one.
+uint64_t IntegerKey(const JsonMatcher::Frame& f) {
+  const int64_t magnitude = static_cast<int64_t>(f.bits);
+  return static_cast<uint64_t>(f.ws ? -magnitude : magnitude);
 }
 
 // Whether the array at s[array] holds an item of hash h.
@@ -73,8 +76,8 @@ bool Seen(const JsonMatcher::Stack& s, int array, uint64_t h) {
   return false;
 }
 
-// The item s.back() (a string or an integer of hash h) is whole: false when the array
-// holds it already; otherwise it is popped and its hash held below the array's frame.
+// The item s.back() (a string of hash h, an integer of value h) is whole: false when the
+// array holds it already; otherwise it is popped and h held below the array's frame.
 bool EndUniqueItem(const Grammar& g, JsonMatcher::Stack& s, uint64_t h) {
   const int array = UniqueItemsArray(g, s);
   if (Seen(s, array, h)) return false;
@@ -312,7 +315,7 @@ void JsonMatcher::Feed(Stack& s, uint8_t c, std::vector<Stack>* out) const {
             f.type = kNumber;
             f.phase = kStart;
             f.node = node;
-            if (UniqueItemsArray(g, s) >= 0) f.pattern = kHashStart;
+            if (UniqueItemsArray(g, s) >= 0) f.pattern = 1;  // its value is kept
             continue;
           }
           case NodeKind::kLiterals: {
@@ -630,15 +633,15 @@ void JsonMatcher::Feed(Stack& s, uint8_t c, std::vector<Stack>* out) const {
             if (IsDigit(c) && f.aux < kMaxExponentDigits) next = kExpDigits;
             break;
         }
-        // An integer item of an array with uniqueItems (`hashed`, never bounded) takes its
-        // digits and sign into its hash; a digit after which no other may come (a 0, the
-        // kMaxIntegerDigits-th) may not make it an item the array holds.
-        const bool hashed = f.pattern != 0;
+        // An integer item of an array with uniqueItems (`kept`, never bounded) keeps its
+        // value; a digit after which no other may come (a 0, the kMaxIntegerDigits-th) may
+        // not make it an item the array holds.
+        const bool kept = f.pattern != 0;
         if (next == 0xFF) {
           if (!NumberMayEnd(f.phase)) return;
           if (n.bounded && !NumberInBounds(n, f)) return;
-          if (hashed) {
-            if (!EndUniqueItem(g, s, IntegerHash(f, f.phase))) return;
+          if (kept) {
+            if (!EndUniqueItem(g, s, IntegerKey(f))) return;
           } else {
             s.pop_back();  // the number ended before c
           }
@@ -646,11 +649,11 @@ void JsonMatcher::Feed(Stack& s, uint8_t c, std::vector<Stack>* out) const {
         }
         if (next != f.phase) f.aux = 0;
         if (IsDigit(c)) ++f.aux;
-        if (hashed) {
+        if (kept) {
           if (c == '-') f.ws = 1;
-          if (IsDigit(c)) f.pattern = HashStep(f.pattern, c);
+          if (IsDigit(c)) f.bits = f.bits * 10 + (c - '0');
           if ((next == kZero || f.aux == kMaxIntegerDigits) &&
-              Seen(s, UniqueItemsArray(g, s), IntegerHash(f, next))) {
+              Seen(s, UniqueItemsArray(g, s), IntegerKey(f))) {
             return;
           }
         }
