@@ -1118,6 +1118,12 @@ TEST(ToolCallsTest, DeprecatedFunctionsAreReadAsTools) {
   EXPECT_EQ(
       r->params.grammar->skipped(),
       std::vector<std::string>{"uniqueItems at '/properties/tags' in functions[0].parameters"});
+  // /tokenize counts the functions a chat turn shows.
+  auto tokenize = ParseTokenizeRequest(
+      json{{"messages", {{{"role", "user"}, {"content", "x"}}}}, {"functions", {weather}}}.dump());
+  ASSERT_TRUE(tokenize.ok()) << tokenize.status();
+  ASSERT_EQ(tokenize->tools.size(), 1u);
+  EXPECT_THAT(tokenize->tools[0], HasSubstr("\"name\": \"weather\""));
   // Completions refuse them still.
   EXPECT_EQ(ParseCompletionRequest(json{{"prompt", "x"}, {"functions", {weather}}}.dump())
                 .status()
