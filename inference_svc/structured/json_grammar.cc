@@ -3,6 +3,7 @@
 #include <algorithm>
 #include <cmath>
 #include <functional>
+#include <limits>
 #include <map>
 #include <set>
 #include <utility>
@@ -617,9 +618,9 @@ class SchemaCompiler {
 
   // uniqueItems of array node *n: held where every item is one of a list of values
   // (`enum`, `const`, `boolean`, `null`), each then written at most once, or a string
-  // without a pattern, or an integer without bounds or multiples (the matcher keeps a hash
-  // of each string, the value of each integer written, json_matcher.cc); a matcher cannot
-  // compare items of other kinds
+  // without a pattern, or an integer without multiples (the matcher keeps a hash of each
+  // string, the value of each integer written, json_matcher.cc); a matcher cannot compare
+  // items of other kinds
   // as they stream (a number's 1 and 1.0 are one value), so those are refused.
   absl::Status UniqueItems(const std::string& where, Node* n) {
     const std::string at = absl::StrCat(where, "/uniqueItems");
@@ -627,10 +628,21 @@ class SchemaCompiler {
     if (!n->prefix_items.empty()) return Bad(at, "is not supported beside tuple places");
     const bool known = unfilled_.count(n->items) == 0;
     const Node* items = known ? &grammar_->nodes_[n->items] : nullptr;
-    // Integers without bounds or multiples: no two texts of one value but 0 and -0, which
-    // the matcher reads as one.
-    if (items != nullptr && items->kind == NodeKind::kInteger && !items->bounded &&
-        items->multiple_of == 0) {
+    // Integers without multiples: no two texts of one value but 0 and -0, which the
+    // matcher reads as one; between bounds, at most as many items as values.
+    if (items != nullptr && items->kind == NodeKind::kInteger && items->multiple_of == 0) {
+      if (items->bounded) {
+        const int64_t count = std::min(items->max_value, kMaxBoundMagnitude) -
+                              std::max(items->min_value, -kMaxBoundMagnitude) + 1;
+        if (n->min_items > count) {
+          return Bad(where, absl::StrCat("minItems is above the ", count,
+                                         " distinct values of the items"));
+        }
+        if (count <= std::numeric_limits<int>::max()) {
+          n->max_items =
+              n->max_items < 0 ? static_cast<int>(count) : std::min<int64_t>(n->max_items, count);
+        }
+      }
       n->unique_items = true;
       return absl::OkStatus();
     }
@@ -650,8 +662,8 @@ class SchemaCompiler {
       return Bad(at, absl::StrCat("is supported where the items are at most ", kMaxLiterals,
                                   " 'enum' / 'const' values, booleans or null (each written "
                                   "at most once), strings without a pattern or format, or "
-                                  "integers without bounds or multiples; not for items of "
-                                  "other kinds"));
+                                  "integers without multipleOf; not for items of other "
+                                  "kinds"));
     }
     const std::vector<std::string>& literals = grammar_->nodes_[n->items].literals;
     // JSON Schema compares values, not texts: 1 and 1.0, or {"a":1,"b":2} and

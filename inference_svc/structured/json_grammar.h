@@ -59,8 +59,9 @@ struct Node {
   int max_items = -1;  // -1: no bound
   // uniqueItems: every item is of a kLiterals `items` node, each literal at most once
   // (max_items at most their count), or of a kString node without a pattern or a kInteger
-  // node without bounds or multiples, each value at most once (strings compared by hash,
-  // integers by value; json_matcher.cc).
+  // node without multiples (bounded: max_items at most the values between the bounds),
+  // each value at most once (strings compared by hash, integers by value;
+  // json_matcher.cc).
   bool unique_items = false;
   // kString, in code points (an escape counts as one).
   int min_length = 0;

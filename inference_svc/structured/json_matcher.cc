@@ -68,6 +68,45 @@ uint64_t IntegerKey(const JsonMatcher::Frame& f) {
   return static_cast<uint64_t>(f.ws ? -magnitude : magnitude);
 }
 
+// Whether an integer item of bounded node n, from frame f (a number just past a sign or a
+// digit), may still become a value in n's bounds that the array at s[array] does not hold:
+// those values against the held ones among them, interval by interval of the magnitudes it
+// may reach (its digits so far, then k more).
+bool UnheldReachable(const Node& n, const JsonMatcher::Stack& s, int array,
+                     const JsonMatcher::Frame& f) {
+  const bool negative = f.ws == 1;
+  const int64_t lo = n.min_value, hi = n.max_value;  // integers: inclusive
+  // The values of magnitudes [from, to] with f's sign, within the bounds, and how many of
+  // them the array holds.
+  auto unheld = [&](int64_t from, int64_t to) {
+    const int64_t v0 = negative ? std::max(-to, lo) : std::max(from, lo);
+    const int64_t v1 = negative ? std::min(-from, hi) : std::min(to, hi);
+    if (v0 > v1) return false;
+    int64_t held = 0;
+    for (int i = array - 1; i >= 0 && s[i].type == kSeen; --i) {
+      const int64_t v = static_cast<int64_t>(s[i].bits);
+      held += v >= v0 && v <= v1;
+    }
+    return held < v1 - v0 + 1;
+  };
+  switch (f.phase) {
+    case kMinus:
+      return unheld(0, kMaxBoundMagnitude);
+    case kZero:
+      return unheld(0, 0);
+    case kInt: {
+      const int64_t p = static_cast<int64_t>(f.bits);
+      int64_t scale = 1;
+      for (int k = 0; f.a + k <= kMaxBoundedDigits; ++k, scale *= 10) {
+        if (unheld(p * scale, (p + 1) * scale - 1)) return true;
+      }
+      return false;
+    }
+    default:
+      return true;
+  }
+}
+
 // Whether the array at s[array] holds an item of hash h.
 bool Seen(const JsonMatcher::Stack& s, int array, uint64_t h) {
   for (int i = array - 1; i >= 0 && s[i].type == kSeen; --i) {
@@ -633,9 +672,9 @@ void JsonMatcher::Feed(Stack& s, uint8_t c, std::vector<Stack>* out) const {
             if (IsDigit(c) && f.aux < kMaxExponentDigits) next = kExpDigits;
             break;
         }
-        // An integer item of an array with uniqueItems (`kept`, never bounded) keeps its
-        // value; a digit after which no other may come (a 0, the kMaxIntegerDigits-th) may
-        // not make it an item the array holds.
+        // An integer item of an array with uniqueItems (`kept`) keeps its value (bounded:
+        // as any bounded number does); unbounded, a digit after which no other may come (a
+        // 0, the kMaxIntegerDigits-th) may not make it an item the array holds.
         const bool kept = f.pattern != 0;
         if (next == 0xFF) {
           if (!NumberMayEnd(f.phase)) return;
@@ -649,7 +688,7 @@ void JsonMatcher::Feed(Stack& s, uint8_t c, std::vector<Stack>* out) const {
         }
         if (next != f.phase) f.aux = 0;
         if (IsDigit(c)) ++f.aux;
-        if (kept) {
+        if (kept && !n.bounded) {
           if (c == '-') f.ws = 1;
           if (IsDigit(c)) f.bits = f.bits * 10 + (c - '0');
           if ((next == kZero || f.aux == kMaxIntegerDigits) &&
@@ -668,6 +707,9 @@ void JsonMatcher::Feed(Stack& s, uint8_t c, std::vector<Stack>* out) const {
         }
         f.phase = next;
         if (n.bounded && !NumberReachable(n, f)) return;
+        // A bounded integer item (its value in bits and ws, as any bounded number's) may
+        // not head only for values the array holds.
+        if (kept && n.bounded && !UnheldReachable(n, s, UniqueItemsArray(g, s), f)) return;
         out->push_back(std::move(s));
         return;
       }

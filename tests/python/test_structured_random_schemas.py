@@ -170,7 +170,9 @@ class Generator:
                                  {"type": "string", "enum": ["a", "b", "c"]},
                                  {"type": "string"},
                                  {"type": "string", "maxLength": self.rng.randint(0, 2)},
-                                 {"type": "integer"}])
+                                 {"type": "integer"},
+                                 {"type": "integer", "minimum": self.rng.randint(-3, 3),
+                                  "maximum": self.rng.randint(3, 12)}])
         s = {"type": "array", "items": items, "uniqueItems": True}
         if self.maybe():
             s["maxItems"] = self.rng.randint(0, 4)

@@ -104,8 +104,11 @@ SCHEMAS = [
                     "minItems": 2},
         "words": {"type": "array", "items": {"type": "string"}, "uniqueItems": True},
         "ids": {"type": "array", "items": {"type": "integer"}, "uniqueItems": True,
-                "minItems": 3}},
-     "required": ["step", "even", "round", "whole", "tags", "flags", "letters", "words", "ids"]},
+                "minItems": 3},
+        "ranks": {"type": "array", "items": {"type": "integer", "minimum": -1, "maximum": 3},
+                  "uniqueItems": True, "minItems": 4}},
+     "required": ["step", "even", "round", "whole", "tags", "flags", "letters", "words", "ids",
+                  "ranks"]},
     {"type": "object", "properties": {
         "scores": {"type": "object", "propertyNames": {"enum": ["math", "art", "pe"]},
                    "additionalProperties": {"type": "integer", "minimum": 0, "maximum": 100},

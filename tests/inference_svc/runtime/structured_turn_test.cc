@@ -244,6 +244,8 @@ TEST_F(StructuredTurnTest, MultiplesFormatsSetsMapsAndUnions) {
                "minItems":3,"maxItems":5},
       "ids":{"type":"array","items":{"type":"integer"},"uniqueItems":true,"minItems":2,
              "maxItems":4},
+      "ranks":{"type":"array","items":{"type":"integer","minimum":1,"maximum":4},
+               "uniqueItems":true,"minItems":4},
       "marks":{"propertyNames":{"enum":["x","y"]},"minProperties":1,
                "additionalProperties":{"type":"integer","minimum":0,"maximum":9}},
       "pet":{"oneOf":[
@@ -252,7 +254,7 @@ TEST_F(StructuredTurnTest, MultiplesFormatsSetsMapsAndUnions) {
           {"type":"object","properties":{"kind":{"const":"dog"}},"required":["kind"],
            "additionalProperties":false}],
         "discriminator":{"propertyName":"kind"}}},
-      "required":["step","host","span","ip","tags","words","ids","marks","pet"],
+      "required":["step","host","span","ip","tags","words","ids","ranks","marks","pet"],
       "additionalProperties":false})";
   const std::regex host(
       "^[A-Za-z0-9]([A-Za-z0-9-]*[A-Za-z0-9])?(\\.[A-Za-z0-9]([A-Za-z0-9-]*[A-Za-z0-9])?)*$");
@@ -284,6 +286,11 @@ TEST_F(StructuredTurnTest, MultiplesFormatsSetsMapsAndUnions) {
     std::set<int64_t> ids;
     for (const json& id : doc["ids"]) ids.insert(id.get<int64_t>());
     EXPECT_EQ(ids.size(), doc["ids"].size()) << a.text;  // a set of integers
+    // Four distinct values of four: the last one is the one left.
+    std::set<int64_t> ranks;
+    for (const json& r : doc["ranks"]) ranks.insert(r.get<int64_t>());
+    EXPECT_EQ(ranks, (std::set<int64_t>{1, 2, 3, 4})) << a.text;
+    EXPECT_EQ(doc["ranks"].size(), 4u) << a.text;
     // Each key of the map once (a parser would keep the last of a repeated one).
     std::multiset<std::string> keys;
     [[maybe_unused]] const json read =

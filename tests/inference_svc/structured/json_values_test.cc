@@ -347,10 +347,12 @@ TEST(JsonSchemaTest, UniqueStrings) {
   EXPECT_FALSE(JsonMatcher(after).Advance(","));
 }
 
-// uniqueItems over integers without bounds (Pydantic's `set[int]`): every array of up to
-// three items from six spellings of five values (0 and -0 are one) is whole exactly when
-// its values are distinct; a digit after which none may follow (a 0, the fifteenth) may
-// not repeat an item; random walks write each value once and never find a dead end.
+// uniqueItems over integers (Pydantic's `set[int]`, with bounds `set[conint(...)]`):
+// every array of up to three items from six spellings of five values (0 and -0 are one)
+// is whole exactly when its values are distinct (and, bounded, within the bounds and at
+// most as many as the values); a digit after which none may follow (a 0, the fifteenth)
+// may not repeat an item, nor a sign or digit that leads only to values written; random
+// walks write each value once and never find a dead end.
 TEST(JsonSchemaTest, UniqueIntegers) {
   const auto g = Schema(R"({"type":"array","items":{"type":"integer"},"uniqueItems":true})");
   const std::vector<std::string> texts = {"0", "-0", "1", "-1", "10", "-10"};
@@ -374,7 +376,71 @@ TEST(JsonSchemaTest, UniqueIntegers) {
   EXPECT_TRUE(JsonMatcher(m).Advance("-123456789012345]"));
   EXPECT_FALSE(JsonMatcher(m).Advance("12345678901234]"));
   EXPECT_TRUE(JsonMatcher(m).Advance("1234567890123]"));
+  // Between bounds: as many items as values at most, and a sign or digit that could only
+  // lead to values written is refused.
+  struct Bounded {
+    std::string schema;
+    int64_t lo, hi;
+    int max_items;
+  };
+  const std::vector<Bounded> bounded = {
+      {R"({"items":{"type":"integer","minimum":-2,"maximum":12},"uniqueItems":true})", -2, 12, 15},
+      {R"({"items":{"type":"integer","minimum":0,"maximum":2},"uniqueItems":true})", 0, 2, 3},
+      {R"({"items":{"type":"integer","exclusiveMinimum":9,"maximum":12},"uniqueItems":true,
+           "maxItems":2})",
+       10, 12, 2},
+      {R"({"items":{"type":"integer","maximum":-5},"uniqueItems":true})", -kMaxBoundMagnitude, -5,
+       99},
+  };
+  const std::vector<std::string> more = {"0", "-0", "1", "-1", "10", "-10", "12", "13", "2"};
   std::mt19937_64 rng(5);
+  for (const Bounded& b : bounded) {
+    SCOPED_TRACE(b.schema);
+    const auto held = Schema(b.schema);
+    for (const std::vector<int>& a : Sequences(more.size(), 3)) {
+      std::string text = "[";
+      std::set<int64_t> values;
+      bool within = true;
+      for (size_t i = 0; i < a.size(); ++i) {
+        text += (i ? "," : "") + more[a[i]];
+        const int64_t v = std::stoll(more[a[i]]);
+        values.insert(v);
+        within = within && v >= b.lo && v <= b.hi;
+      }
+      text += "]";
+      const bool fits =
+          within && values.size() == a.size() && static_cast<int>(a.size()) <= b.max_items;
+      EXPECT_EQ(Complete(held, text), fits) << text;
+    }
+    for (int i = 0; i < 300; ++i) {
+      const auto doc = testing::RandomDocument(held, rng);
+      ASSERT_TRUE(doc.has_value()) << "a random walk found no way to end";
+      const json items = json::parse(*doc);
+      std::set<int64_t> values;
+      for (const json& v : items) {
+        values.insert(v.get<int64_t>());
+        EXPECT_TRUE(v.get<int64_t>() >= b.lo && v.get<int64_t>() <= b.hi) << *doc;
+      }
+      EXPECT_EQ(values.size(), items.size()) << *doc;
+      EXPECT_LE(static_cast<int>(items.size()), b.max_items) << *doc;
+    }
+  }
+  const auto three = Schema(R"({"items":{"type":"integer","minimum":0,"maximum":2},
+                                "uniqueItems":true})");
+  JsonMatcher last(three);
+  ASSERT_TRUE(last.Advance("[0, 1, "));
+  EXPECT_FALSE(JsonMatcher(last).Advance("0"));
+  EXPECT_FALSE(JsonMatcher(last).Advance("-"));  // -0 is 0
+  EXPECT_FALSE(JsonMatcher(last).Advance("1"));
+  EXPECT_TRUE(JsonMatcher(last).Advance("2]"));
+  EXPECT_FALSE(JsonMatcher(last).Advance("2,"));  // no value left
+  const auto teens = Schema(R"({"items":{"type":"integer","minimum":10,"maximum":12},
+                                "uniqueItems":true})");
+  JsonMatcher t(teens);
+  ASSERT_TRUE(t.Advance("[10, 12, 1"));
+  EXPECT_FALSE(JsonMatcher(t).Advance("0"));
+  EXPECT_FALSE(JsonMatcher(t).Advance("2"));
+  EXPECT_TRUE(JsonMatcher(t).Advance("1]"));
   for (int i = 0; i < 300; ++i) {
     const auto doc = testing::RandomDocument(g, rng);
     ASSERT_TRUE(doc.has_value()) << "a random walk found no way to end";
