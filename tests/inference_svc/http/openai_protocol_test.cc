@@ -752,7 +752,7 @@ TEST(ToolCallsTest, ReferencesAndLenientToolsInTheHeldAnswer) {
   // `strict: false`: what the subset cannot hold is read past in that tool's parameters
   // only, and named with the tool; the rest is held.
   const json tags = json::parse(R"j({"type":"object","properties":{
-      "ids":{"type":"array","items":{"type":"integer","maximum":99},"uniqueItems":true}},
+      "ids":{"type":"array","items":{"type":"number","maximum":99},"uniqueItems":true}},
       "required":["ids"],"additionalProperties":false})j");
   json loose = Tool("tag", tags);
   loose["function"]["strict"] = false;
