@@ -92,6 +92,9 @@ STORE="$(wait_line "$WORK/memory.out" $! "listening on ")"
 
 declare -A ADDR PID
 start_replica() {
+  # Emptied here, before the fork: a restarted replica's wait must not read the address
+  # its previous run wrote (the child truncates the file only once it runs).
+  : > "$WORK/$1.out"
   "$INFERENCE_BIN" --model "$MODEL" --tokenizer "$TOKENIZER" --projector "$PROJECTOR" \
     --memory-store "$STORE" --listen 127.0.0.1:0 --threads 1 --replica-name "$1" \
     --default-mode memory --insecure-no-auth > "$WORK/$1.out" 2> "$WORK/$1.log" &
