@@ -70,8 +70,43 @@ absl::StatusOr<ToolFunction> ParseTool(const ojson& tool, size_t index) {
   return ParseFunction(tool["function"], tool, absl::StrCat(where, ".function"), "tools");
 }
 
+// An item of the deprecated `functions`: a function object, shown as the tool it stands
+// for.
+absl::StatusOr<ToolFunction> ParseLegacyFunction(const ojson& function, size_t index) {
+  const std::string where = absl::StrCat("functions[", index, "]");
+  if (!function.is_object()) {
+    return Bad("functions",
+               absl::StrCat(where, " must be {\"name\", \"description\", \"parameters\"}"));
+  }
+  const ojson tool = {{"type", "function"}, {"function", function}};
+  return ParseFunction(function, tool, where, "functions");
+}
+
 bool Given(const ojson& body, const char* key) {
   return body.contains(key) && !body[key].is_null();
+}
+
+// The list `key` of body ("tools", or the deprecated "functions"), at most kMaxTools, each
+// item read by `parse` and its name unique, into set->functions.
+absl::Status ParseFunctionList(const ojson& body, const char* key,
+                               absl::StatusOr<ToolFunction> (*parse)(const ojson&, size_t),
+                               ToolSet* set) {
+  if (!Given(body, key)) return absl::OkStatus();
+  const ojson& list = body[key];
+  if (!list.is_array()) return Bad(key, absl::StrCat("'", key, "' must be an array of ", key));
+  if (list.size() > kMaxTools) {
+    return Bad(key,
+               absl::StrCat("'", key, "' has ", list.size(), " ", key, "; at most ", kMaxTools));
+  }
+  for (size_t i = 0; i < list.size(); ++i) {
+    auto f = parse(list[i], i);
+    if (!f.ok()) return f.status();
+    if (Find(*set, f->name) != nullptr) {
+      return Bad(key, absl::StrCat(key, "[", i, "]: function '", f->name, "' is offered twice"));
+    }
+    set->functions.push_back(std::move(*f));
+  }
+  return absl::OkStatus();
 }
 
 // A choice (`choice_key`) other than none needs functions (`tools_key`), and a named one
@@ -101,29 +136,7 @@ absl::StatusOr<ToolSet> ParseLegacyFunctions(const ojson& body) {
   ToolSet set;
   set.legacy = true;
   set.parallel = false;
-  if (Given(body, "functions")) {
-    const ojson& functions = body["functions"];
-    if (!functions.is_array()) return Bad("functions", "'functions' must be an array of functions");
-    if (functions.size() > kMaxTools) {
-      return Bad("functions", absl::StrCat("'functions' has ", functions.size(),
-                                           " functions; at most ", kMaxTools));
-    }
-    for (size_t i = 0; i < functions.size(); ++i) {
-      const std::string where = absl::StrCat("functions[", i, "]");
-      if (!functions[i].is_object()) {
-        return Bad("functions",
-                   absl::StrCat(where, " must be {\"name\", \"description\", \"parameters\"}"));
-      }
-      // Shown as the tool it stands for.
-      const ojson tool = {{"type", "function"}, {"function", functions[i]}};
-      auto f = ParseFunction(functions[i], tool, where, "functions");
-      if (!f.ok()) return f.status();
-      if (Find(set, f->name) != nullptr) {
-        return Bad("functions", absl::StrCat(where, ": function '", f->name, "' is offered twice"));
-      }
-      set.functions.push_back(std::move(*f));
-    }
-  }
+  KVFOLD_RETURN_IF_ERROR(ParseFunctionList(body, "functions", ParseLegacyFunction, &set));
   if (!set.functions.empty()) set.choice = ToolChoice::kAuto;
   if (!Given(body, "function_call")) return set;
   const ojson& choice = body["function_call"];
@@ -323,24 +336,7 @@ std::string NewToolCallId(ToolCallStyle style) {
 absl::StatusOr<ToolSet> ParseTools(const ojson& body) {
   if (Given(body, "functions") || Given(body, "function_call")) return ParseLegacyFunctions(body);
   ToolSet set;
-  const bool has_tools = body.contains("tools") && !body["tools"].is_null();
-  if (has_tools) {
-    const ojson& tools = body["tools"];
-    if (!tools.is_array()) return Bad("tools", "'tools' must be an array of tools");
-    if (tools.size() > kMaxTools) {
-      return Bad("tools",
-                 absl::StrCat("'tools' has ", tools.size(), " tools; at most ", kMaxTools));
-    }
-    for (size_t i = 0; i < tools.size(); ++i) {
-      auto tool = ParseTool(tools[i], i);
-      if (!tool.ok()) return tool.status();
-      if (Find(set, tool->name) != nullptr) {
-        return Bad("tools",
-                   absl::StrCat("tools[", i, "]: function '", tool->name, "' is offered twice"));
-      }
-      set.functions.push_back(std::move(*tool));
-    }
-  }
+  KVFOLD_RETURN_IF_ERROR(ParseFunctionList(body, "tools", ParseTool, &set));
   if (!set.functions.empty()) set.choice = ToolChoice::kAuto;
   if (body.contains("parallel_tool_calls") && !body["parallel_tool_calls"].is_null()) {
     if (!body["parallel_tool_calls"].is_boolean()) {
