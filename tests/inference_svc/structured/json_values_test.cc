@@ -271,6 +271,22 @@ TEST(JsonSchemaTest, UniqueItemsOfListedValues) {
   EXPECT_FALSE(JsonMatcher(m).Advance(","));  // no value left to write
 }
 
+// 300 random walks of g, an array schema: each ends (no dead end) and its items are
+// distinct values to JSON Schema (0 and -0 are one); each array also goes to `check`.
+void ExpectWalksOfDistinctItems(
+    const std::shared_ptr<const Grammar>& g, std::mt19937_64& rng,
+    const std::function<void(const json& items, const std::string& doc)>& check = nullptr) {
+  for (int i = 0; i < 300; ++i) {
+    const auto doc = testing::RandomDocument(g, rng);
+    ASSERT_TRUE(doc.has_value()) << "a random walk found no way to end";
+    const json items = json::parse(*doc);
+    ASSERT_TRUE(items.is_array()) << *doc;
+    const std::set<json> distinct(items.begin(), items.end());
+    EXPECT_EQ(distinct.size(), items.size()) << *doc;
+    if (check) check(items, *doc);
+  }
+}
+
 // uniqueItems over strings without a pattern (Pydantic's `set[str]`): every array of up to
 // three items from texts that are seven spellings of five values (escapes are the
 // characters they write) is whole exactly when its values are distinct and within the
@@ -313,13 +329,7 @@ TEST(JsonSchemaTest, UniqueStrings) {
           lengths && values.size() == a.size() && static_cast<int>(a.size()) <= c.max_items;
       EXPECT_EQ(Complete(g, text), fits) << text;
     }
-    for (int i = 0; i < 300; ++i) {
-      const auto doc = testing::RandomDocument(g, rng);
-      ASSERT_TRUE(doc.has_value()) << "a random walk found no way to end";
-      const json items = json::parse(*doc);
-      const std::set<json> distinct(items.begin(), items.end());
-      EXPECT_EQ(distinct.size(), items.size()) << *doc;
-    }
+    ExpectWalksOfDistinctItems(g, rng);
   }
   // The character that would fill a string to maxLength as one written before is refused,
   // however it is spelled; another is taken.
@@ -412,18 +422,12 @@ TEST(JsonSchemaTest, UniqueIntegers) {
           within && values.size() == a.size() && static_cast<int>(a.size()) <= b.max_items;
       EXPECT_EQ(Complete(held, text), fits) << text;
     }
-    for (int i = 0; i < 300; ++i) {
-      const auto doc = testing::RandomDocument(held, rng);
-      ASSERT_TRUE(doc.has_value()) << "a random walk found no way to end";
-      const json items = json::parse(*doc);
-      std::set<int64_t> values;
+    ExpectWalksOfDistinctItems(held, rng, [&](const json& items, const std::string& doc) {
       for (const json& v : items) {
-        values.insert(v.get<int64_t>());
-        EXPECT_TRUE(v.get<int64_t>() >= b.lo && v.get<int64_t>() <= b.hi) << *doc;
+        EXPECT_TRUE(v.get<int64_t>() >= b.lo && v.get<int64_t>() <= b.hi) << doc;
       }
-      EXPECT_EQ(values.size(), items.size()) << *doc;
-      EXPECT_LE(static_cast<int>(items.size()), b.max_items) << *doc;
-    }
+      EXPECT_LE(static_cast<int>(items.size()), b.max_items) << doc;
+    });
   }
   const auto three = Schema(R"({"items":{"type":"integer","minimum":0,"maximum":2},
                                 "uniqueItems":true})");
@@ -441,14 +445,7 @@ TEST(JsonSchemaTest, UniqueIntegers) {
   EXPECT_FALSE(JsonMatcher(t).Advance("0"));
   EXPECT_FALSE(JsonMatcher(t).Advance("2"));
   EXPECT_TRUE(JsonMatcher(t).Advance("1]"));
-  for (int i = 0; i < 300; ++i) {
-    const auto doc = testing::RandomDocument(g, rng);
-    ASSERT_TRUE(doc.has_value()) << "a random walk found no way to end";
-    const json items = json::parse(*doc);
-    std::set<int64_t> values;
-    for (const json& v : items) values.insert(v.get<int64_t>());
-    EXPECT_EQ(values.size(), items.size()) << *doc;
-  }
+  ExpectWalksOfDistinctItems(g, rng);
 }
 
 // A oneOf of objects told apart by a discriminating property (as Pydantic writes a
