@@ -205,6 +205,23 @@ const fork = await B.responses.create({ model, input: "Then?", previous_response
                                         max_output_tokens: 16, temperature: 0 });
 check(fork.id !== r2.id && fork.output_text === r2.output_text,
       `fork from ${r1.id} on B: ${fork.id} (same greedy answer as response 2)`);
+const kept = await A.responses.retrieve(r2.id);  // the client adds output_text to created ones only
+check(kept.id === r2.id && kept.output[0]?.content[0]?.text === r2.output_text &&
+      kept.previous_response_id === r1.id && kept.usage.output_tokens === r2.usage.output_tokens,
+      `responses.retrieve(${r2.id}) on A: the response as created on B`);
+const inputItems = [];
+for await (const item of A.responses.inputItems.list(r1.id, { limit: 1, order: "asc" })) {
+  inputItems.push(item);
+}
+check(inputItems.length === 1 && inputItems[0].type === "message" &&
+      inputItems[0].content[0].text === "Once upon a time",
+      `responses.inputItems.list(${r1.id}): ${JSON.stringify(inputItems)}`);
+try {
+  await A.responses.retrieve("resp_1_no-such-session");
+  check(false, "an unknown response is refused");
+} catch (e) {
+  check(e.status === 404, `responses.retrieve of an unknown id -> ${e.status}`);
+}
 
 const wrong = new OpenAI({ baseURL: `http://${a}/v1`, apiKey: "sk-wrong", maxRetries: 0 });
 try {

@@ -360,6 +360,39 @@ void ChatTurn::EmitEchoLocked() {
   EmitLocked(echo_, std::move(echo_logprobs_), "");
 }
 
+void ChatTurn::CompleteLocked() {
+  if (completed_.has_value()) return;
+  EmitEchoLocked();  // a turn that generated nothing (max_tokens 0) still echoes
+  std::string tail = decoder_.Flush();
+  std::string visible = stop_.Push(tail);
+  if (!stop_.stopped()) visible += stop_.Flush();
+  ChatAnswer answer = options_.head;
+  answer.index = index_;
+  if (stop_.stopped()) answer.finish_reason = "stop";
+  EmitContentLocked(visible, {});
+  if (options_.tools != nullptr && options_.stream) FinishToolStreamLocked(&answer);
+  answer.text = std::move(text_);
+  answer.logprobs = std::move(logprobs_);
+  if (options_.tools != nullptr && !options_.stream) {
+    ToolAnswer read = ReadToolAnswer(answer.text, *options_.tools);
+    if (!read.calls.empty()) {
+      answer.text = std::move(read.content);
+      answer.tool_calls = std::move(read.calls);
+      answer.finish_reason = CallsFinish(*options_.tools);
+    }
+  }
+  completed_ = std::move(answer);
+}
+
+std::optional<std::string> ChatTurn::CommitRecord() {
+  std::lock_guard<std::mutex> lock(mu_);
+  if (!options_.keep_record || answered_) return std::nullopt;
+  CompleteLocked();
+  return StoredResponseJson({.answer = *completed_,
+                             .previous_response_id = options_.previous_response_id,
+                             .input_items = options_.input_items});
+}
+
 void ChatTurn::OnDone(const absl::Status& status, const TurnResult& result,
                       int64_t retry_after_ms) {
   std::unique_lock<std::mutex> lock(mu_);
@@ -376,13 +409,10 @@ void ChatTurn::OnDone(const absl::Status& status, const TurnResult& result,
     set_->Fail(index_, status, retry_after_ms);
     return;
   }
-  EmitEchoLocked();  // a turn that generated nothing (max_tokens 0) still echoes
-  std::string tail = decoder_.Flush();
-  std::string visible = stop_.Push(tail);
-  if (!stop_.stopped()) visible += stop_.Flush();
-  ChatAnswer answer = options_.head;
-  answer.index = index_;
-  answer.finish_reason = stop_.stopped() ? "stop" : result.finish_reason;
+  CompleteLocked();
+  ChatAnswer answer = std::move(*completed_);
+  completed_.reset();
+  if (answer.finish_reason.empty()) answer.finish_reason = result.finish_reason;
   answer.usage.prompt_tokens = status.ok() ? result.prompt_tokens : prompt_tokens_;
   answer.usage.cached_tokens = status.ok() ? result.cached_prompt_tokens : 0;
   answer.usage.completion_tokens = status.ok() ? result.generated_tokens : generated_;
@@ -392,20 +422,8 @@ void ChatTurn::OnDone(const absl::Status& status, const TurnResult& result,
   if (options_.api == ChatTurnOptions::Api::kResponse && status.ok()) {
     answer.id = ResponseId(answer.usage.session_id, result.version);
   }
-  EmitContentLocked(visible, {});
-  if (options_.tools != nullptr && options_.stream) FinishToolStreamLocked(&answer);
   if (options_.stream && options_.api != ChatTurnOptions::Api::kResponse) {
     EmitLocked("", {}, answer.finish_reason);
-  }
-  answer.text = std::move(text_);
-  answer.logprobs = std::move(logprobs_);
-  if (options_.tools != nullptr && !options_.stream) {
-    ToolAnswer read = ReadToolAnswer(answer.text, *options_.tools);
-    if (!read.calls.empty()) {
-      answer.text = std::move(read.content);
-      answer.tool_calls = std::move(read.calls);
-      answer.finish_reason = CallsFinish(*options_.tools);
-    }
   }
   set_->Finish(std::move(answer));
 }

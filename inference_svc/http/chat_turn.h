@@ -49,6 +49,10 @@ struct ChatTurnOptions {
   std::shared_ptr<const ToolSet> tools;
   // Sent with the answer, streamed or not (X-Kvfold-Schema-Skipped).
   HttpHeaders headers;
+  // kResponse: keep the answer with the version the turn writes (CommitRecord gives
+  // StoredResponseJson, with these input items: ResponsesRequest::input_items).
+  bool keep_record = false;
+  std::string input_items;
 };
 
 class ChatTurn;
@@ -122,8 +126,15 @@ class ChatTurn final : public TurnObserver {
                         const std::vector<TokenLogprobIds>& logprobs) override;
   void OnDone(const absl::Status& status, const TurnResult& result,
               int64_t retry_after_ms) override;
+  // With options.keep_record: completes the answer (CompleteLocked) and returns its record.
+  std::optional<std::string> CommitRecord() override;
 
  private:
+  // The end of the answer, once: the decoder's and the stop matcher's tails shown, a tool
+  // answer read; into completed_ with the finish reason this front sets ("stop" for a stop
+  // string, the calls' reason; else empty: the turn's). Runs at CommitRecord (so that the
+  // record is the answer sent) or at OnDone.
+  void CompleteLocked();
   void EmitLocked(const std::string& text, std::vector<TokenLogprob> logprobs,
                   const std::string& finish_reason);
   // Visible text of the answer: EmitLocked, or held back where it may be a tool call.
@@ -164,6 +175,7 @@ class ChatTurn final : public TurnObserver {
   bool holding_ = false;
   bool decided_ = false;  // JSON style: whether the answer opened as a call is known
   std::vector<TokenLogprob> unsent_logprobs_;
+  std::optional<ChatAnswer> completed_;  // CompleteLocked's answer, until OnDone
 };
 
 }  // namespace kvfold::http

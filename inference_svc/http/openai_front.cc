@@ -158,10 +158,21 @@ void OpenAiFront::Handle(HttpRequest request, std::shared_ptr<HttpExchange> inne
                          path == "/v1/responses" || path == "/tokenize" || path == "/detokenize";
   const std::optional<SessionRoute> session_route = RouteSession(request.method, path);
   const bool sessions_path = session_route.has_value();
-  const bool known = (get && (path == "/v1/models" || model_path)) || (post && post_path) ||
-                     (sessions_path && session_route->allowed);
+  constexpr std::string_view kResponsePrefix = "/v1/responses/";
+  constexpr std::string_view kInputItems = "/input_items";
+  std::string_view response_id;
+  bool input_items = false;
+  if (path.starts_with(kResponsePrefix)) {
+    response_id = std::string_view(path).substr(kResponsePrefix.size());
+    input_items = response_id.ends_with(kInputItems);
+    if (input_items) response_id.remove_suffix(kInputItems.size());
+  }
+  const bool response_path = !response_id.empty() && response_id.find('/') == std::string::npos;
+  const bool known = (get && (path == "/v1/models" || model_path || response_path)) ||
+                     (post && post_path) || (sessions_path && session_route->allowed);
   if (!known) {
-    const bool other_method = path == "/v1/models" || model_path || post_path || sessions_path;
+    const bool other_method =
+        path == "/v1/models" || model_path || post_path || sessions_path || response_path;
     exchange->Respond(
         other_method ? 405 : 404, "application/json",
         ErrorJson(absl::NotFoundError(absl::StrCat("no route ", request.method, " ", path))));
@@ -179,51 +190,58 @@ void OpenAiFront::Handle(HttpRequest request, std::shared_ptr<HttpExchange> inne
   if (sessions_path) return Sessions(*caller, *session_route, request, exchange);
   if (path == "/tokenize") return Tokenize(request, exchange);
   if (path == "/detokenize") return Detokenize(request, *exchange);
+  if (response_path) {
+    return StoredResponse(*caller, std::string(response_id), input_items, request, exchange);
+  }
   return Responses(*caller, request, exchange);
 }
 
-namespace {
-
-// %XX escapes of a path segment decoded; nullopt for a malformed escape.
-std::optional<std::string> PercentDecoded(std::string_view in) {
-  std::string out;
-  for (size_t i = 0; i < in.size(); ++i) {
-    if (in[i] != '%') {
-      out.push_back(in[i]);
-      continue;
-    }
-    int value = 0;
-    if (i + 2 >= in.size() || !absl::ascii_isxdigit(in[i + 1]) ||
-        !absl::ascii_isxdigit(in[i + 2])) {
-      return std::nullopt;
-    }
-    std::from_chars(in.data() + i + 1, in.data() + i + 3, value, 16);
-    out.push_back(static_cast<char>(value));
-    i += 2;
+void OpenAiFront::StoredResponse(const Caller& caller, const std::string& raw_id, bool items,
+                                 const HttpRequest& request,
+                                 std::shared_ptr<ObservedExchange> exchange) {
+  const std::optional<std::string> id = PercentDecoded(raw_id);
+  if (!id.has_value()) {
+    return exchange->RespondError(
+        absl::InvalidArgumentError("malformed escape in the response id"));
   }
-  return out;
-}
-
-}  // namespace
-
-// The value of `name` in a query string ("a=1&b=x%20y"), percent-escapes and '+'
-// decoded; nullopt when absent. InvalidArgument for a malformed escape.
-absl::StatusOr<std::optional<std::string>> QueryParam(const std::string& query,
-                                                      const std::string& name) {
-  const std::vector<std::string> pairs = absl::StrSplit(query, '&', absl::SkipEmpty());
-  for (const std::string& pair : pairs) {
-    const size_t eq = pair.find('=');
-    if (pair.substr(0, eq) != name) continue;
-    std::string raw = eq == std::string::npos ? "" : pair.substr(eq + 1);
-    std::replace(raw.begin(), raw.end(), '+', ' ');
-    std::optional<std::string> value = PercentDecoded(raw);
-    if (!value.has_value()) {
-      return WithParam(absl::InvalidArgumentError(absl::StrCat("malformed escape in '", name, "'")),
-                       name);
+  auto version = ParseResponseId(*id);
+  if (!version.ok()) return exchange->RespondError(version.status());
+  exchange->Annotate([&](logging::RequestRecord* r) { r->session = version->first; });
+  Post([this, caller, id = *id, at = *version, items, query = request.query, exchange] {
+    const auto& [session, version] = at;
+    auto turn = port_->StoredTurnOf(caller, session, version);
+    if (!turn.ok()) {
+      // Another tenant's, removed, or written without a record (not by this API, or with
+      // store: false): OpenAI's 404 for each.
+      return exchange->RespondError(
+          turn.status().code() == absl::StatusCode::kNotFound
+              ? absl::NotFoundError(absl::StrCat("response '", id, "' not found"))
+              : turn.status());
     }
-    return value;
-  }
-  return std::optional<std::string>();
+    auto stored = ParseStoredResponse(turn->front_record);
+    if (!stored.ok()) return exchange->RespondError(stored.status());
+    if (items) {
+      if (stored->input_items.empty()) {
+        return exchange->RespondError(absl::NotFoundError(
+            absl::StrCat("the input items of response '", id, "' were not kept (over ",
+                         kMaxKeptInputBytes, " bytes)")));
+      }
+      auto page = InputItemsPage(stored->input_items, query);
+      if (!page.ok()) return exchange->RespondError(page.status());
+      return exchange->Respond(200, "application/json", std::move(*page));
+    }
+    ChatAnswer& answer = stored->answer;
+    answer.id = id;
+    if (answer.finish_reason.empty()) answer.finish_reason = turn->finish_reason;
+    answer.usage = {.prompt_tokens = turn->prompt_tokens,
+                    .cached_tokens = turn->cached_prompt_tokens,
+                    .completion_tokens = turn->generated_tokens,
+                    .tokens_folded = turn->tokens_folded,
+                    .version = version,
+                    .session_id = session,
+                    .replica = turn->replica};
+    exchange->Respond(200, "application/json", ResponseJson(answer, stored->previous_response_id));
+  });
 }
 
 void OpenAiFront::Sessions(const Caller& caller, const SessionRoute& route,

@@ -7,6 +7,8 @@
 //   POST /v1/completions          raw text prompt
 //   POST /v1/responses            previous_response_id continues (or forks) a stored
 //                                 session version on any replica
+//   GET  /v1/responses/{id}[/input_items]
+//                                 a stored response, as created, and its input items
 //   POST /tokenize, /detokenize   vLLM's: token ids of a prompt or messages, and back
 //   /v1/kvfold/sessions           the caller's stored sessions, the gRPC API's messages:
 //                                 GET lists, POST creates; GET and DELETE .../{id};
@@ -81,6 +83,10 @@ class OpenAiFront {
                    std::shared_ptr<ObservedExchange> exchange);
   void Responses(const Caller& caller, const HttpRequest& request,
                  std::shared_ptr<ObservedExchange> exchange);
+  // GET /v1/responses/{id} (`raw_id` as in the path) and, with `items`, .../input_items:
+  // the record kept with the response's version.
+  void StoredResponse(const Caller& caller, const std::string& raw_id, bool items,
+                      const HttpRequest& request, std::shared_ptr<ObservedExchange> exchange);
   // kvfold's stored sessions (docs/http-api.md, "Stored sessions"): which operation a
   // request under /v1/kvfold/sessions is, the session id as in the path (escapes not
   // decoded), and whether its method fits; nullopt outside that path.

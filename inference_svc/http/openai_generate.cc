@@ -303,6 +303,8 @@ void OpenAiFront::Responses(const Caller& caller, const HttpRequest& request,
     }
     options.head.usage.session_id = session;
     options.previous_response_id = req.previous_response_id;
+    options.keep_record = req.store;
+    if (req.input_items.size() <= kMaxKeptInputBytes) options.input_items = req.input_items;
     options.tools = ToolsOfAnswer(std::move(req.tools), *chat_);
     AddStops(req.params, *chat_, &options);
     AnnotateTurn(*exchange, spec, options_.record_prompts);

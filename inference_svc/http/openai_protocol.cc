@@ -2,13 +2,16 @@
 #include "inference_svc/http/openai_protocol.h"
 
 #include <algorithm>
+#include <charconv>
 #include <cmath>
 #include <map>
 
+#include "absl/strings/ascii.h"
 #include "absl/strings/cord.h"
 #include "absl/strings/escaping.h"
 #include "absl/strings/numbers.h"
 #include "absl/strings/str_cat.h"
+#include "absl/strings/str_split.h"
 #include "common/json_depth.h"
 #include "core/status_macros.h"
 #include "inference_svc/structured/json_grammar.h"
@@ -760,6 +763,36 @@ absl::StatusOr<std::vector<ChatMessage>> ParseResponseInput(const json& input) {
   return out;
 }
 
+// A valid `input` as OpenAI lists it (ResponsesRequest::input_items).
+json InputItemsOf(const json& input) {
+  auto text_part = [](const std::string& role, const json& text) {
+    return json::array(
+        {{{"type", role == "assistant" ? "output_text" : "input_text"}, {"text", text}}});
+  };
+  json items = json::array();
+  if (input.is_string()) {
+    items.push_back({{"type", "message"}, {"role", "user"}, {"content", text_part("user", input)}});
+  } else {
+    for (const json& item : input) {
+      json out = item;
+      const std::string type = StringField(item, "type");
+      if (type.empty() || type == "message") {
+        out["type"] = "message";
+        if (out.contains("content") && out["content"].is_string()) {
+          out["content"] = text_part(StringField(item, "role"), out["content"]);
+        }
+      }
+      items.push_back(std::move(out));
+    }
+  }
+  for (size_t i = 0; i < items.size(); ++i) {
+    if (!items[i].contains("id") || !items[i]["id"].is_string()) {
+      items[i]["id"] = absl::StrCat("item_", i);
+    }
+  }
+  return items;
+}
+
 absl::StatusOr<ResponsesRequest> ParseResponsesRequest(std::string_view body) {
   auto j = ParseObject(body);
   if (!j.ok()) return j.status();
@@ -768,9 +801,11 @@ absl::StatusOr<ResponsesRequest> ParseResponsesRequest(std::string_view body) {
   KVFOLD_RETURN_IF_ERROR(GetString(*j, "instructions", &r.instructions));
   KVFOLD_RETURN_IF_ERROR(GetString(*j, "previous_response_id", &r.previous_response_id));
   KVFOLD_RETURN_IF_ERROR(GetBool(*j, "stream", &r.stream));
+  KVFOLD_RETURN_IF_ERROR(GetBool(*j, "store", &r.store));
   auto input = ParseResponseInput(j->contains("input") ? (*j)["input"] : json());
   if (!input.ok()) return input.status();
   r.input = std::move(*input);
+  r.input_items = JsonText(InputItemsOf((*j)["input"]));
   if (j->contains("tools") || j->contains("tool_choice") || j->contains("parallel_tool_calls")) {
     auto chat_form = ChatFormTools(body);
     if (!chat_form.ok()) return chat_form.status();
@@ -1251,6 +1286,144 @@ std::string ErrorJson(const absl::Status& status) {
                      {"code", code ? json(code) : json(nullptr)}}}});
 }
 
+std::string StoredResponseJson(const StoredResponse& response) {
+  const ChatAnswer& a = response.answer;
+  json calls = json::array();
+  for (const ToolCallOut& call : a.tool_calls) {
+    calls.push_back({{"id", call.id}, {"name", call.name}, {"arguments", call.arguments}});
+  }
+  json items = nullptr;
+  if (!response.input_items.empty() && response.input_items.size() <= kMaxKeptInputBytes) {
+    items = json::parse(response.input_items, nullptr, false);
+    if (!items.is_array()) items = nullptr;
+  }
+  return JsonText({{"model", a.model},
+                   {"created", a.created},
+                   {"previous_response_id", response.previous_response_id},
+                   {"text", a.text},
+                   {"tool_calls", std::move(calls)},
+                   {"finish_reason", a.finish_reason},
+                   {"input_items", std::move(items)}});
+}
+
+absl::StatusOr<StoredResponse> ParseStoredResponse(std::string_view text) {
+  const json j = json::parse(text, nullptr, false);
+  const auto bad = absl::DataLossError("the stored response is not a response record");
+  if (!j.is_object()) return bad;
+  for (const char* key : {"model", "previous_response_id", "text", "finish_reason"}) {
+    if (!j.contains(key) || !j[key].is_string()) return bad;
+  }
+  if (!j.contains("created") || !j["created"].is_number_integer() || !j.contains("tool_calls") ||
+      !j["tool_calls"].is_array() || !j.contains("input_items") ||
+      !(j["input_items"].is_array() || j["input_items"].is_null())) {
+    return bad;
+  }
+  StoredResponse out;
+  ChatAnswer& a = out.answer;
+  a.model = j["model"].get<std::string>();
+  a.created = j["created"].get<int64_t>();
+  a.text = j["text"].get<std::string>();
+  a.finish_reason = j["finish_reason"].get<std::string>();
+  for (const json& call : j["tool_calls"]) {
+    if (!call.is_object()) return bad;
+    for (const char* key : {"id", "name", "arguments"}) {
+      if (!call.contains(key) || !call[key].is_string()) return bad;
+    }
+    a.tool_calls.push_back({call["id"].get<std::string>(), call["name"].get<std::string>(),
+                            call["arguments"].get<std::string>()});
+  }
+  out.previous_response_id = j["previous_response_id"].get<std::string>();
+  if (j["input_items"].is_array()) out.input_items = JsonText(j["input_items"]);
+  return out;
+}
+
+absl::StatusOr<std::string> InputItemsPage(std::string_view items_text, const std::string& query) {
+  std::optional<std::string> params[4];
+  const char* names[4] = {"limit", "order", "after", "before"};
+  for (int i = 0; i < 4; ++i) {
+    auto value = QueryParam(query, names[i]);
+    if (!value.ok()) return value.status();
+    params[i] = std::move(*value);
+  }
+  const auto& [limit_text, order, after, before] = params;
+  int limit = 20;
+  if (limit_text.has_value() &&
+      (!absl::SimpleAtoi(*limit_text, &limit) || limit < 1 || limit > 100)) {
+    return Bad("limit",
+               absl::StrCat("'limit' is '", *limit_text, "'; it must be an integer in [1, 100]"));
+  }
+  if (order.has_value() && *order != "asc" && *order != "desc") {
+    return Bad("order", absl::StrCat("'order' is '", *order, "'; it must be 'asc' or 'desc'"));
+  }
+  json items = json::parse(items_text, nullptr, false);
+  if (!items.is_array()) return absl::DataLossError("the stored input items are not a list");
+  if (order.value_or("desc") == "desc") std::reverse(items.begin(), items.end());
+  // The items between the cursors, in the page's order.
+  size_t begin = 0, end = items.size();
+  auto find = [&](const std::string& id, const char* name) -> absl::StatusOr<size_t> {
+    for (size_t i = 0; i < items.size(); ++i) {
+      if (items[i]["id"] == id) return i;
+    }
+    return Bad(name, absl::StrCat("'", name, "' is '", id, "', which is no item of this response"));
+  };
+  if (after.has_value()) {
+    auto at = find(*after, "after");
+    if (!at.ok()) return at.status();
+    begin = *at + 1;
+  }
+  if (before.has_value()) {
+    auto at = find(*before, "before");
+    if (!at.ok()) return at.status();
+    end = *at;
+  }
+  json data = json::array();
+  for (size_t i = begin; i < end && data.size() < static_cast<size_t>(limit); ++i) {
+    data.push_back(items[i]);
+  }
+  const bool more = begin < end && end - begin > data.size();
+  return JsonText({{"object", "list"},
+                   {"data", data},
+                   {"first_id", data.empty() ? json(nullptr) : data.front()["id"]},
+                   {"last_id", data.empty() ? json(nullptr) : data.back()["id"]},
+                   {"has_more", more}});
+}
+
+std::optional<std::string> PercentDecoded(std::string_view in) {
+  std::string out;
+  for (size_t i = 0; i < in.size(); ++i) {
+    if (in[i] != '%') {
+      out.push_back(in[i]);
+      continue;
+    }
+    int value = 0;
+    if (i + 2 >= in.size() || !absl::ascii_isxdigit(in[i + 1]) ||
+        !absl::ascii_isxdigit(in[i + 2])) {
+      return std::nullopt;
+    }
+    std::from_chars(in.data() + i + 1, in.data() + i + 3, value, 16);
+    out.push_back(static_cast<char>(value));
+    i += 2;
+  }
+  return out;
+}
+
+absl::StatusOr<std::optional<std::string>> QueryParam(const std::string& query,
+                                                      const std::string& name) {
+  const std::vector<std::string> pairs = absl::StrSplit(query, '&', absl::SkipEmpty());
+  for (const std::string& pair : pairs) {
+    const size_t eq = pair.find('=');
+    if (pair.substr(0, eq) != name) continue;
+    std::string raw = eq == std::string::npos ? "" : pair.substr(eq + 1);
+    std::replace(raw.begin(), raw.end(), '+', ' ');
+    std::optional<std::string> value = PercentDecoded(raw);
+    if (!value.has_value()) {
+      return WithParam(absl::InvalidArgumentError(absl::StrCat("malformed escape in '", name, "'")),
+                       name);
+    }
+    return value;
+  }
+  return std::optional<std::string>();
+}
 
 std::string ResponseId(std::string_view session_id, uint64_t version) {
   return absl::StrCat("resp_", version, "_", std::string(session_id));

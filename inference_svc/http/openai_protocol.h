@@ -115,6 +115,14 @@ struct ResponsesRequest {
   // Responses form, held as chat's; input items function_call / function_call_output
   // become an assistant's tool calls / tool messages.
   ToolSet tools;
+  // `store` (default true): false keeps no record of the response with its version (GET
+  // /v1/responses/{id} then answers 404), though previous_response_id still continues it.
+  bool store = true;
+  // The input as OpenAI lists a response's input items (GET .../input_items), a JSON
+  // array's text: a string input is one user message; messages get their content as parts
+  // (`input_text`, an assistant's `output_text`); function_call / function_call_output
+  // items stay as given; each item without a string `id` gets "item_<index>".
+  std::string input_items;
 };
 
 // vLLM's POST /tokenize: a text prompt or chat messages, as a turn would feed them.
@@ -248,6 +256,35 @@ std::string ErrorJson(const absl::Status& status);
 // `status` naming the request field it is about, for ErrorJson's "param" (the parsers
 // below name theirs; callers name the fields they check themselves).
 absl::Status WithParam(absl::Status status, std::string_view param);
+
+// A response as its version keeps it (docs/http-api.md, "Stored responses"): `answer`'s
+// model, created, text, tool_calls and finish_reason when the front set it ("stop" for a
+// stop string, "tool_calls"; empty: the turn's own), the previous_response_id, and the
+// input items (ResponsesRequest::input_items; empty: not kept). Input items whose text is
+// over kMaxKeptInputBytes are not kept.
+inline constexpr size_t kMaxKeptInputBytes = 4u << 20;
+struct StoredResponse {
+  ChatAnswer answer;
+  std::string previous_response_id;
+  std::string input_items;
+};
+std::string StoredResponseJson(const StoredResponse& response);
+// DataLoss for text that StoredResponseJson did not write.
+absl::StatusOr<StoredResponse> ParseStoredResponse(std::string_view text);
+// One page of a response's input items (`items`, ResponsesRequest::input_items), as
+// OpenAI's GET /v1/responses/{id}/input_items answers: {"object": "list", "data",
+// "first_id", "last_id", "has_more"}. `query`: `limit` (1..100, default 20), `order`
+// ("asc" or "desc", the default: the last item first), `after` / `before` (an item id:
+// the page starts after it / ends before it, in that order). InvalidArgument naming the
+// parameter for a bad value or an id that is not an item.
+absl::StatusOr<std::string> InputItemsPage(std::string_view items, const std::string& query);
+
+// %XX escapes of a path segment decoded; nullopt for a malformed escape.
+std::optional<std::string> PercentDecoded(std::string_view in);
+// The value of `name` in a query string ("a=1&b=x%20y"), percent-escapes and '+'
+// decoded; nullopt when absent. InvalidArgument for a malformed escape.
+absl::StatusOr<std::optional<std::string>> QueryParam(const std::string& query,
+                                                      const std::string& name);
 
 // Response ids name a stored session version: "resp_<version>_<session_id>".
 std::string ResponseId(std::string_view session_id, uint64_t version);

@@ -8,6 +8,7 @@
 #include <cstdint>
 #include <functional>
 #include <memory>
+#include <optional>
 #include <string>
 #include <string_view>
 #include <utility>
@@ -127,6 +128,23 @@ class TurnObserver {
   // defines it; `retry_after_ms` > 0 with ResourceExhausted (admission).
   virtual void OnDone(const absl::Status& status, const TurnResult& result,
                       int64_t retry_after_ms) = 0;
+  // A turn of a stored session, once, after its last OnTokens and before it commits: the
+  // observer's record of the answer, kept with the version the turn writes
+  // (TurnPort::StoredTurnOf reads it back); nullopt keeps none. The default keeps none.
+  virtual std::optional<std::string> CommitRecord() { return std::nullopt; }
+};
+
+// A stored version's record of the turn that wrote it (TurnObserver::CommitRecord's text
+// and the port's counts of that turn).
+struct StoredTurn {
+  std::string front_record;
+  uint32_t prompt_tokens = 0;
+  uint32_t cached_prompt_tokens = 0;
+  uint32_t generated_tokens = 0;
+  uint32_t tokens_folded = 0;
+  std::string finish_reason;  // "stop" or "length"
+  std::string replica;
+  int64_t created_unix_ms = 0;  // when the version was written
 };
 
 class RunningTurn {
@@ -162,6 +180,11 @@ class TurnPort {
   // A new session `new_id` from version `version` of `source`. NotFound.
   virtual absl::Status ForkSession(const Caller& caller, const std::string& source,
                                    uint64_t version, const std::string& new_id) = 0;
+  // The record kept with version `version` of the caller's session `session_id`. NotFound
+  // for a session or version the caller does not have, or a version written without one.
+  virtual absl::StatusOr<StoredTurn> StoredTurnOf(const Caller& caller,
+                                                  const std::string& session_id,
+                                                  uint64_t version) = 0;
   // kvfold's stored-session operations in the gRPC API's messages, in protobuf's JSON
   // mapping with the .proto's field names (docs/api.md): `request_json` is the operation's
   // request (CreateSessionRequest, ListSessionsRequest, ForkSessionRequest,

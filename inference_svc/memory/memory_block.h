@@ -21,8 +21,6 @@
 
 namespace kvfold::memory {
 
-inline constexpr uint32_t kMemoryBlockFormatVersion = core::kBlockFormatVersion;
-
 struct MemoryBlock {
   v1::MemoryBlockHeader header;
   std::string payload;  // header.payload_size bytes
@@ -37,8 +35,9 @@ int PayloadElementBytes(v1::Dtype dtype);
 // InvalidArgument for other dtypes.
 absl::StatusOr<std::string> EncodeMemoryPayload(std::span<const float> memory, v1::Dtype dtype);
 
-// Sets format_version, payload_size and checksum of `block->header` from its other fields
-// and `block->payload` (call after filling everything else).
+// Sets format_version (2 with a turn record, else 1), payload_size and checksum of
+// `block->header` from its other fields and `block->payload` (call after filling
+// everything else).
 void SealMemoryBlock(MemoryBlock* block);
 
 // What the reader's side requires of a block.
@@ -56,7 +55,8 @@ struct BlockExpectations {
 //   DATA_LOSS            checksum mismatch, or payload length != header.payload_size
 //   FAILED_PRECONDITION  unsupported format_version; other model (fingerprint or
 //                        hidden_size); memory mode block of another projector or M
-//   INVALID_ARGUMENT     internally inconsistent header (payload_size != M x d x dtype,
+//   INVALID_ARGUMENT     internally inconsistent header (a format_version that disagrees
+//                        with the turn record, payload_size != M x d x dtype,
 //                        unknown dtype or mode, window longer than the mode allows,
 //                        token counts that do not add up, negative or out-of-vocab ids,
 //                        non-finite memory values)

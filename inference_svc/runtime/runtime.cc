@@ -55,7 +55,7 @@ void TurnHandle::Settle() {
   runtime_->table_.Release(key_);
 }
 
-absl::StatusOr<TurnUsage> TurnHandle::Finish() {
+absl::StatusOr<TurnUsage> TurnHandle::Finish(std::optional<TurnRecord> record) {
   if (finished_) return absl::FailedPreconditionError("Finish was called already");
   std::vector<int32_t> ignored;
   while (!job_->stream.Wait(std::chrono::milliseconds(100), &ignored)) ignored.clear();
@@ -72,6 +72,14 @@ absl::StatusOr<TurnUsage> TurnHandle::Finish() {
     checkpoint.state = std::move(job.final_state);
     checkpoint.sampling = live_->sampling;
     checkpoint.rng_state = job.final_rng_state;
+    if (record.has_value()) {
+      record->prompt_tokens = static_cast<uint32_t>(job.prompt_ids.size());
+      record->cached_prompt_tokens = job.cached_prompt_tokens;
+      record->generated_tokens = job.generated_tokens;
+      record->tokens_folded = static_cast<uint32_t>(job.tokens_folded_in_turn);
+      record->finish_reason = job.finish_reason == FinishReason::kLength ? "length" : "stop";
+      checkpoint.turn = std::move(record);
+    }
     absl::StatusOr<uint64_t> version =
         runtime_->deps_.store->Commit(caller_, session_id_, head_, checkpoint);
     if (!version.ok() && head_ == 0 && version.status().code() == absl::StatusCode::kAborted) {

@@ -193,8 +193,10 @@ class TurnHandle {
   // Stops the turn; Finish() then returns CANCELLED. Safe to call more than once.
   void Cancel();
   // Waits for the end, commits the new state (compare-and-set on the head the turn started
-  // from) and returns the usage, or the turn's error. Call once.
-  absl::StatusOr<TurnUsage> Finish();
+  // from) and returns the usage, or the turn's error. Call once. `record`: the front's own
+  // record of the turn and the replica's name, kept with the version (TurnRecord; the
+  // runtime fills in the counts and the finish reason); nullopt keeps none.
+  absl::StatusOr<TurnUsage> Finish(std::optional<TurnRecord> record = std::nullopt);
 
   // The prompt as fed (after tokenization / the BOS default).
   const std::vector<int32_t>& prompt_ids() const { return job_->prompt_ids; }

@@ -7,6 +7,7 @@
 
 #include <array>
 #include <cstdint>
+#include <optional>
 #include <string>
 
 #include "absl/status/statusor.h"
@@ -23,12 +24,28 @@ struct Caller {
   std::string store_credential;
 };
 
+// What the turn that wrote a version produced (MemoryBlockHeader.turn), kept for an API
+// that shows the turn again. Not part of the session state: a checkpoint restores alike
+// with or without it.
+struct TurnRecord {
+  std::string front_record;  // the front's own record of the turn, opaque here
+  uint32_t prompt_tokens = 0;
+  uint32_t cached_prompt_tokens = 0;
+  uint32_t generated_tokens = 0;
+  uint32_t tokens_folded = 0;
+  std::string finish_reason;    // "stop" or "length"
+  std::string replica;          // the replica that ran the turn
+  int64_t created_unix_ms = 0;  // read back: when the version was written
+};
+
 // A session's durable state: the engine state plus the sampler (the session's default
-// sampling and the RNG words, so a resumed session draws what the uninterrupted one would).
+// sampling and the RNG words, so a resumed session draws what the uninterrupted one would),
+// and the record of the turn that wrote it, if its front kept one.
 struct Checkpoint {
   engine::SessionState state;
   SamplingSpec sampling;
   std::array<uint64_t, 4> rng_state{};
+  std::optional<TurnRecord> turn;
 };
 
 class SessionStore {

@@ -7,6 +7,7 @@
 #include <type_traits>
 
 #include "absl/strings/str_cat.h"
+#include "common/block_checksum.h"
 #include "core/status_macros.h"
 #include "inference_svc/service/store_sessions.h"
 #include "inference_svc/service/validation.h"
@@ -154,7 +155,13 @@ class RuntimeTurn final : public http::RunningTurn,
 
   void Finish() {
     // Only this task consumes the handle now; Cancel is an atomic store inside it.
-    absl::StatusOr<runtime::TurnUsage> usage = handle_->Finish();
+    std::optional<runtime::TurnRecord> record;
+    if (std::optional<std::string> front = observer_->CommitRecord(); front.has_value()) {
+      record.emplace();
+      record->front_record = std::move(*front);
+      record->replica = replica_;
+    }
+    absl::StatusOr<runtime::TurnUsage> usage = handle_->Finish(std::move(record));
     if (metrics_ != nullptr) metrics_->TurnFinished(usage);
     http::TurnResult result;
     int64_t retry_after_ms = 0;
@@ -273,6 +280,33 @@ absl::Status RuntimeTurnPort::ForkSession(const http::Caller& caller, const std:
   request.set_version(version);
   request.set_new_session_id(new_id);
   return sessions_.Fork(ToRuntime(caller), request, nullptr);
+}
+
+absl::StatusOr<http::StoredTurn> RuntimeTurnPort::StoredTurnOf(const http::Caller& caller,
+                                                               const std::string& session_id,
+                                                               uint64_t version) {
+  if (absl::Status s = ValidateSessionId(session_id); !s.ok()) return s;
+  if (version == 0) return absl::NotFoundError("version 0 does not exist");
+  auto block =
+      deps_.store->GetBlock(ToRuntime(caller).store_credential, session_id, version, nullptr);
+  if (!block.ok()) return StoreError(block.status());
+  if (BlockChecksum(block->header, block->payload) != block->header.checksum()) {
+    return absl::DataLossError(
+        absl::StrCat("version ", version, " of session ", session_id, ": checksum mismatch"));
+  }
+  if (!block->header.has_turn()) {
+    return absl::NotFoundError(absl::StrCat("version ", version, " of session ", session_id,
+                                            " keeps no record of its turn"));
+  }
+  const runtime::TurnRecord t = TurnRecordOf(block->header);
+  return http::StoredTurn{.front_record = t.front_record,
+                          .prompt_tokens = t.prompt_tokens,
+                          .cached_prompt_tokens = t.cached_prompt_tokens,
+                          .generated_tokens = t.generated_tokens,
+                          .tokens_folded = t.tokens_folded,
+                          .finish_reason = t.finish_reason,
+                          .replica = t.replica,
+                          .created_unix_ms = t.created_unix_ms};
 }
 
 namespace {

@@ -74,6 +74,9 @@ class RuntimeTurnPort final : public http::TurnPort {
                                        const std::string& session_id) override;
   absl::Status ForkSession(const http::Caller& caller, const std::string& source, uint64_t version,
                            const std::string& new_id) override;
+  absl::StatusOr<http::StoredTurn> StoredTurnOf(const http::Caller& caller,
+                                                const std::string& session_id,
+                                                uint64_t version) override;
   absl::StatusOr<std::string> SessionCall(const http::Caller& caller, http::SessionOp op,
                                           const std::string& session_id,
                                           const std::string& request_json) override;

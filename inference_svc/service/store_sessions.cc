@@ -27,6 +27,20 @@ absl::Status StoreError(const absl::Status& status) {
   }
 }
 
+runtime::TurnRecord TurnRecordOf(const v1::MemoryBlockHeader& header) {
+  const v1::TurnRecord& t = header.turn();
+  runtime::TurnRecord out;
+  out.front_record = t.front_record();
+  out.prompt_tokens = t.prompt_tokens();
+  out.cached_prompt_tokens = t.cached_prompt_tokens();
+  out.generated_tokens = t.generated_tokens();
+  out.tokens_folded = t.tokens_folded();
+  out.finish_reason = t.finish_reason();
+  out.replica = t.replica();
+  out.created_unix_ms = header.created_unix_ms();
+  return out;
+}
+
 StoreSessions::StoreSessions(StoreGateway* gateway, const engine::Engine* engine,
                              const memory::Projector* projector)
     : gateway_(gateway), engine_(engine), projector_(projector) {}
@@ -54,6 +68,7 @@ absl::StatusOr<runtime::Checkpoint> StoreSessions::Load(const runtime::Caller& c
   if (h.sampler_state().rng_state_size() == 4) {
     for (int i = 0; i < 4; ++i) checkpoint.rng_state[i] = h.sampler_state().rng_state(i);
   }
+  if (h.has_turn()) checkpoint.turn = TurnRecordOf(h);
   return checkpoint;
 }
 
@@ -67,6 +82,18 @@ absl::StatusOr<uint64_t> StoreSessions::Commit(const runtime::Caller& caller,
   auto block = memory::ExportSessionBlock(checkpoint.state,
                                          memory::IdentityFor(*engine_, projector_), sampler);
   if (!block.ok()) return block.status();
+  if (checkpoint.turn.has_value()) {
+    const runtime::TurnRecord& t = *checkpoint.turn;
+    v1::TurnRecord* out = block->header.mutable_turn();
+    out->set_front_record(t.front_record);
+    out->set_prompt_tokens(t.prompt_tokens);
+    out->set_cached_prompt_tokens(t.cached_prompt_tokens);
+    out->set_generated_tokens(t.generated_tokens);
+    out->set_tokens_folded(t.tokens_folded);
+    out->set_finish_reason(t.finish_reason);
+    out->set_replica(t.replica);
+    memory::SealMemoryBlock(&*block);  // format 2, the checksum over the record too
+  }
   auto version = gateway_->PutBlock(caller.store_credential, session_id, expected_head, *block);
   if (!version.ok()) return StoreError(version.status());
   return *version;

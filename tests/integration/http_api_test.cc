@@ -292,6 +292,150 @@ TEST_F(HttpApiTest, ResponsesChainAcrossReplicasAndFork) {
   EXPECT_EQ(after.status, 200) << after.body;
 }
 
+// A stored response reads back as it was created, from either replica: GET
+// /v1/responses/{id} gives the same object (text, status, usage, chain), its input items
+// list pages as OpenAI's do; `store: false` keeps none, and a version that chat wrote is
+// no response.
+TEST_F(HttpApiTest, ResponsesReadBackAsCreatedWithTheirInputItems) {
+  auto get = [&](int replica, const std::string& path) {
+    return HttpCall(port_[replica], "GET", path, "", kAuth);
+  };
+  json request = {{"model", "stories260K"},
+                  {"instructions", "Tell a short story."},
+                  {"input",
+                   {{{"role", "user"}, {"content", "Once upon a time"}},
+                    {{"type", "message"},
+                     {"role", "user"},
+                     {"content", {{{"type", "input_text"}, {"text", "there was a cat"}}}}}}},
+                  {"max_output_tokens", 8},
+                  {"temperature", 0}};
+  HttpReply r1 = Post(0, "/v1/responses", request);
+  ASSERT_EQ(r1.status, 200) << r1.body;
+  const json first = Body(r1);
+  const std::string id1 = first["id"];
+  EXPECT_EQ(first["status"], "incomplete");  // the token limit: the runtime's finish reason
+  for (int replica : {0, 1}) {
+    HttpReply again = get(replica, "/v1/responses/" + id1);
+    ASSERT_EQ(again.status, 200) << again.body;
+    EXPECT_EQ(Body(again), first);
+  }
+
+  // Input items: newest first by default, the string content as a part, ids given.
+  HttpReply items = get(1, "/v1/responses/" + id1 + "/input_items");
+  ASSERT_EQ(items.status, 200) << items.body;
+  const json list = Body(items);
+  EXPECT_EQ(list["object"], "list");
+  ASSERT_EQ(list["data"].size(), 2u) << list;
+  EXPECT_EQ(list["data"][0]["id"], "item_1");
+  EXPECT_EQ(list["data"][0]["content"][0]["text"], "there was a cat");
+  EXPECT_EQ(list["data"][1],
+            json({{"id", "item_0"},
+                  {"type", "message"},
+                  {"role", "user"},
+                  {"content", {{{"type", "input_text"}, {"text", "Once upon a time"}}}}}));
+  EXPECT_EQ(list["first_id"], "item_1");
+  EXPECT_EQ(list["last_id"], "item_0");
+  EXPECT_EQ(list["has_more"], false);
+  // Pages: one item, then the one after it; ascending order; before a cursor.
+  const json page1 = Body(get(0, "/v1/responses/" + id1 + "/input_items?limit=1"));
+  ASSERT_EQ(page1["data"].size(), 1u) << page1;
+  EXPECT_EQ(page1["has_more"], true);
+  const json page2 = Body(get(0, "/v1/responses/" + id1 + "/input_items?limit=1&after=" +
+                                     page1["last_id"].get<std::string>()));
+  ASSERT_EQ(page2["data"].size(), 1u) << page2;
+  EXPECT_EQ(page2["data"][0], list["data"][1]);
+  EXPECT_EQ(page2["has_more"], false);
+  const json asc = Body(get(0, "/v1/responses/" + id1 + "/input_items?order=asc"));
+  ASSERT_EQ(asc["data"].size(), 2u) << asc;
+  EXPECT_EQ(asc["data"][0], list["data"][1]);
+  const json before = Body(get(0, "/v1/responses/" + id1 + "/input_items?before=item_0"));
+  ASSERT_EQ(before["data"].size(), 1u) << before;
+  EXPECT_EQ(before["data"][0]["id"], "item_1");
+  for (const auto& [query, param] :
+       std::vector<std::pair<std::string, std::string>>{{"limit=0", "limit"},
+                                                        {"limit=101", "limit"},
+                                                        {"limit=x", "limit"},
+                                                        {"order=up", "order"},
+                                                        {"after=item_9", "after"},
+                                                        {"before=%zz", "before"}}) {
+    HttpReply bad = get(0, "/v1/responses/" + id1 + "/input_items?" + query);
+    EXPECT_EQ(bad.status, 400) << query << ": " << bad.body;
+    EXPECT_EQ(Body(bad)["error"]["param"], param) << query << ": " << bad.body;
+  }
+
+  // The chain's next response, created on the other replica, reads back alike; its input
+  // items are its own input.
+  HttpReply r2 = Post(1, "/v1/responses",
+                      {{"input", "And then?"},
+                       {"previous_response_id", id1},
+                       {"max_output_tokens", 6},
+                       {"temperature", 0}});
+  ASSERT_EQ(r2.status, 200) << r2.body;
+  const std::string id2 = Body(r2)["id"];
+  HttpReply again2 = get(0, "/v1/responses/" + id2);
+  ASSERT_EQ(again2.status, 200) << again2.body;
+  EXPECT_EQ(Body(again2), Body(r2));
+  EXPECT_EQ(Body(again2)["previous_response_id"], id1);
+  const json items2 = Body(get(0, "/v1/responses/" + id2 + "/input_items"));
+  ASSERT_EQ(items2["data"].size(), 1u) << items2;
+  EXPECT_EQ(items2["data"][0]["content"][0]["text"], "And then?");
+
+  // Streamed: the completed event's response is what reads back.
+  json streamed = request;
+  streamed["stream"] = true;
+  HttpReply s = Post(1, "/v1/responses", streamed);
+  ASSERT_EQ(s.status, 200) << s.body;
+  json completed;
+  for (const std::string& e : s.Events()) {
+    const json event = json::parse(e);
+    if (event["type"] == "response.incomplete" || event["type"] == "response.completed") {
+      completed = event["response"];
+    }
+  }
+  ASSERT_TRUE(completed.is_object()) << s.body;
+  HttpReply again3 = get(0, "/v1/responses/" + completed["id"].get<std::string>());
+  ASSERT_EQ(again3.status, 200) << again3.body;
+  EXPECT_EQ(Body(again3), completed);
+
+  // store: false keeps no record, yet the chain continues from it.
+  json unstored = request;
+  unstored["store"] = false;
+  HttpReply r3 = Post(0, "/v1/responses", unstored);
+  ASSERT_EQ(r3.status, 200) << r3.body;
+  const std::string id3 = Body(r3)["id"];
+  for (const std::string& path :
+       {"/v1/responses/" + id3, "/v1/responses/" + id3 + "/input_items"}) {
+    HttpReply gone = get(0, path);
+    EXPECT_EQ(gone.status, 404) << path << ": " << gone.body;
+    EXPECT_THAT(Body(gone)["error"]["message"].get<std::string>(), HasSubstr(id3));
+  }
+  EXPECT_EQ(Post(1, "/v1/responses",
+                 {{"input", "More."}, {"previous_response_id", id3}, {"max_output_tokens", 2}})
+                .status,
+            200);
+  unstored["store"] = "no";
+  HttpReply bad_store = Post(0, "/v1/responses", unstored);
+  EXPECT_EQ(bad_store.status, 400);
+  EXPECT_EQ(Body(bad_store)["error"]["param"], "store");
+
+  // A version chat wrote is no response; nor are ids of no version, or of no such form.
+  json chat = kChat;
+  chat["kvfold_session"] = "chat-not-a-response";
+  ASSERT_EQ(Post(0, "/v1/chat/completions", chat).status, 200);
+  for (const char* path :
+       {"/v1/responses/resp_2_chat-not-a-response", "/v1/responses/resp_9_chat-not-a-response",
+        "/v1/responses/resp_1_no-such-session", "/v1/responses/resp_x",
+        "/v1/responses/chatcmpl-1/input_items"}) {
+    HttpReply none = get(0, path);
+    EXPECT_EQ(none.status, 404) << path << ": " << none.body;
+  }
+  EXPECT_EQ(get(0, "/v1/responses/resp_%zz").status, 400);
+  EXPECT_EQ(HttpCall(port_[0], "GET", "/v1/responses/" + id1, "").status, 401);
+  EXPECT_EQ(HttpCall(port_[0], "DELETE", "/v1/responses/" + id1, "", kAuth).status, 405);
+  EXPECT_EQ(HttpCall(port_[0], "POST", "/v1/responses/" + id1, "{}", kAuth).status, 405);
+  EXPECT_EQ(get(0, "/v1/responses/" + id1 + "/other").status, 404);
+}
+
 // A streamed response: OpenAI's typed events in order, numbered from 0; the deltas add up
 // to the text the same request gives unstreamed; the id the first event names is the one
 // the last carries, and it continues like any response id.

@@ -319,6 +319,11 @@ TEST_F(HttpApiTest, ResponsesCallFunctionsAndTakeTheirOutput) {
   ExpectCall({{"id", item["call_id"]},
               {"type", "function"},
               {"function", {{"name", item["name"]}, {"arguments", item["arguments"]}}}});
+  // It reads back as created, the call's id with it.
+  HttpReply kept =
+      HttpCall(port_[1], "GET", "/v1/responses/" + first["id"].get<std::string>(), "", kAuth);
+  ASSERT_EQ(kept.status, 200) << kept.body;
+  EXPECT_EQ(Body(kept), first);
 
   // The output of the call continues the chain, on the other replica.
   ojson next = {{"model", "stories260K"},
@@ -334,6 +339,14 @@ TEST_F(HttpApiTest, ResponsesCallFunctionsAndTakeTheirOutput) {
   const json answer = Body(second);
   EXPECT_EQ(answer["previous_response_id"], first["id"]);
   EXPECT_EQ(answer["usage"]["output_tokens"], 6);
+  // Its input item is the call's output, as given, with an id.
+  HttpReply items =
+      HttpCall(port_[0], "GET", "/v1/responses/" + answer["id"].get<std::string>() + "/input_items",
+               "", kAuth);
+  ASSERT_EQ(items.status, 200) << items.body;
+  ojson item0 = next["input"][0];
+  item0["id"] = "item_0";
+  EXPECT_EQ(Body(items)["data"], json::array({json::parse(item0.dump())}));
 
   // Streamed: the call comes as a function_call item after the (empty) message item.
   request["stream"] = true;
@@ -353,6 +366,13 @@ TEST_F(HttpApiTest, ResponsesCallFunctionsAndTakeTheirOutput) {
   ExpectCall({{"id", call["call_id"]},
               {"type", "function"},
               {"function", {{"name", call["name"]}, {"arguments", call["arguments"]}}}});
+  // Read back, it is the unstreamed form: the call alone, no empty message item.
+  HttpReply streamed_kept =
+      HttpCall(port_[0], "GET", "/v1/responses/" + completed["id"].get<std::string>(), "", kAuth);
+  ASSERT_EQ(streamed_kept.status, 200) << streamed_kept.body;
+  json unstreamed_form = completed;
+  unstreamed_form["output"].erase(0);
+  EXPECT_EQ(Body(streamed_kept), unstreamed_form);
 }
 
 TEST_F(HttpApiTest, TokenizeCountsTheToolsAChatTurnShows) {

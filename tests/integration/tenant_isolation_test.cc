@@ -120,6 +120,17 @@ TEST(HttpTenantIsolationTest, StoredSessionsAreTheCallersOwn) {
   HttpReply alices = HttpCall(port, "GET", "/v1/kvfold/sessions", "", alice);
   ASSERT_EQ(alices.status, 200) << alices.body;
   EXPECT_EQ(nlohmann::json::parse(alices.body)["sessions"].size(), 1u) << alices.body;
+  // A stored response is alice's alone too: bob gets 404 for it and its input items.
+  HttpReply response = HttpCall(port, "POST", "/v1/responses",
+                                R"({"input": "A dog", "max_output_tokens": 3})", alice);
+  ASSERT_EQ(response.status, 200) << response.body;
+  const std::string path =
+      "/v1/responses/" + nlohmann::json::parse(response.body)["id"].get<std::string>();
+  for (const std::string& p : {path, path + "/input_items"}) {
+    EXPECT_EQ(HttpCall(port, "GET", p, "", alice).status, 200) << p;
+    HttpReply denied = HttpCall(port, "GET", p, "", bob);
+    EXPECT_EQ(denied.status, 404) << p << ": " << denied.body;
+  }
   HttpReply still = HttpCall(port, "GET", "/v1/kvfold/sessions/alices", "", alice);
   ASSERT_EQ(still.status, 200) << still.body;
   EXPECT_EQ(nlohmann::json::parse(still.body)["head_version"], "2");

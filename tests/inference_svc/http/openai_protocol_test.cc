@@ -1371,5 +1371,83 @@ TEST(OpenAiProtocolTest, TokenizeAndDetokenizeRequests) {
   EXPECT_FALSE(json::parse(TokenizeJson({1}, 4096, nullptr)).contains("token_strs"));
 }
 
+// What a response's version keeps reads back as written; input items list OpenAI's way
+// (string content as parts, ids given); a record of another shape is DATA_LOSS.
+TEST(OpenAiProtocolTest, StoredResponsesRoundTripAndBadRecordsAreDataLoss) {
+  auto request = ParseResponsesRequest(
+      R"({"input": [{"role": "user", "content": "hi"},
+                    {"role": "assistant", "content": "hello", "id": "mine"},
+                    {"type": "function_call_output", "call_id": "c1", "output": "42"}]})");
+  ASSERT_TRUE(request.ok()) << request.status();
+  EXPECT_TRUE(request->store);
+  EXPECT_EQ(json::parse(request->input_items), json::parse(R"([
+    {"id": "item_0", "type": "message", "role": "user",
+     "content": [{"type": "input_text", "text": "hi"}]},
+    {"id": "mine", "type": "message", "role": "assistant",
+     "content": [{"type": "output_text", "text": "hello"}]},
+    {"id": "item_2", "type": "function_call_output", "call_id": "c1", "output": "42"}])"));
+  EXPECT_FALSE(ParseResponsesRequest(R"({"input": "hi", "store": false})")->store);
+
+  StoredResponse kept;
+  kept.answer.model = "m";
+  kept.answer.created = 1700000000;
+  kept.answer.text = "caf\xc3\xa9";
+  kept.answer.tool_calls = {{"call_1", "get_weather", R"({"city":"Oslo"})"}};
+  kept.answer.finish_reason = "tool_calls";
+  kept.previous_response_id = "resp_1_s";
+  kept.input_items = request->input_items;
+  auto back = ParseStoredResponse(StoredResponseJson(kept));
+  ASSERT_TRUE(back.ok()) << back.status();
+  EXPECT_EQ(back->answer.model, "m");
+  EXPECT_EQ(back->answer.created, 1700000000);
+  EXPECT_EQ(back->answer.text, kept.answer.text);
+  ASSERT_EQ(back->answer.tool_calls.size(), 1u);
+  EXPECT_EQ(back->answer.tool_calls[0].id, "call_1");
+  EXPECT_EQ(back->answer.tool_calls[0].arguments, R"({"city":"Oslo"})");
+  EXPECT_EQ(back->answer.finish_reason, "tool_calls");
+  EXPECT_EQ(back->previous_response_id, "resp_1_s");
+  EXPECT_EQ(json::parse(back->input_items), json::parse(kept.input_items));
+  // Input items over the limit are not kept; the response is.
+  kept.input_items = "[\"" + std::string(kMaxKeptInputBytes, 'x') + "\"]";
+  back = ParseStoredResponse(StoredResponseJson(kept));
+  ASSERT_TRUE(back.ok()) << back.status();
+  EXPECT_TRUE(back->input_items.empty());
+  for (const char* bad : {"", "[]", "{}", R"({"model": 1})",
+                          R"({"model": "m", "created": 1, "previous_response_id": "", "text": "",
+                              "finish_reason": "", "tool_calls": [{}], "input_items": null})",
+                          R"({"model": "m", "created": 1, "previous_response_id": "", "text": "",
+                              "finish_reason": "", "tool_calls": [], "input_items": 3})"}) {
+    EXPECT_EQ(ParseStoredResponse(bad).status().code(), absl::StatusCode::kDataLoss) << bad;
+  }
+  EXPECT_TRUE(ParseStoredResponse(
+                  R"({"model": "m", "created": 1, "previous_response_id": "", "text": "",
+                      "finish_reason": "", "tool_calls": [], "input_items": null})")
+                  .ok());
+}
+
+TEST(OpenAiProtocolTest, InputItemsPageBetweenCursors) {
+  const std::string items = R"([{"id": "a"}, {"id": "b"}, {"id": "c"}])";
+  auto ids = [&](const std::string& query) {
+    auto page = InputItemsPage(items, query);
+    EXPECT_TRUE(page.ok()) << query << ": " << page.status();
+    std::string out;
+    const json j = json::parse(page.value_or("{}"));
+    for (const json& item : j["data"]) out += item["id"].get<std::string>();
+    return out + (j["has_more"] == true ? "+" : "");
+  };
+  EXPECT_EQ(ids(""), "cba");
+  EXPECT_EQ(ids("order=asc"), "abc");
+  EXPECT_EQ(ids("limit=2"), "cb+");
+  EXPECT_EQ(ids("limit=2&after=b"), "a");
+  EXPECT_EQ(ids("order=asc&after=a&before=c"), "b");
+  EXPECT_EQ(ids("order=asc&after=c"), "");
+  EXPECT_EQ(ids("order=asc&after=c&before=a"), "");  // an empty range
+  EXPECT_EQ(ids("limit=1&before=a"), "c+");
+  const json empty = json::parse(InputItemsPage(items, "order=asc&after=c").value());
+  EXPECT_TRUE(empty["first_id"].is_null());
+  EXPECT_EQ(empty["has_more"], false);
+  EXPECT_EQ(InputItemsPage("{}", "").status().code(), absl::StatusCode::kDataLoss);
+}
+
 }  // namespace
 }  // namespace kvfold::http

@@ -144,10 +144,36 @@ TEST(MemoryBlockTest, MismatchesAreFailedPrecondition) {
   e.projector_fingerprint.clear();  // a replica without a projector
   EXPECT_EQ(ValidateMemoryBlock(block.header, block.payload, e).code(), StatusCode::kFailedPrecondition);
   MemoryBlock future = block;
-  future.header.set_format_version(2);
+  future.header.set_format_version(3);
+  future.header.set_checksum(0);
   future.header.set_checksum(BlockChecksum(future.header, future.payload));
   EXPECT_EQ(ValidateMemoryBlock(future.header, future.payload, Expect()).code(),
             StatusCode::kFailedPrecondition);
+}
+
+// A turn record makes the block format 2 (a reader of format 1 alone refuses it by its
+// version); the record is covered by the checksum, and a version that disagrees with it
+// is an inconsistent block.
+TEST(MemoryBlockTest, ATurnRecordMakesFormatTwoUnderTheChecksum) {
+  MemoryBlock block = MakeBlock(v1::DTYPE_FP16);
+  block.header.mutable_turn()->set_front_record(R"({"text":"Once"})");
+  block.header.mutable_turn()->set_generated_tokens(3);
+  SealMemoryBlock(&block);
+  EXPECT_EQ(block.header.format_version(), 2u);
+  EXPECT_TRUE(ValidateMemoryBlock(block.header, block.payload, Expect()).ok());
+  MemoryBlock changed = block;
+  changed.header.mutable_turn()->set_generated_tokens(4);
+  EXPECT_EQ(ValidateMemoryBlock(changed.header, changed.payload, Expect()).code(),
+            StatusCode::kDataLoss);
+  for (uint32_t version : {1u, 2u}) {
+    MemoryBlock other = version == 1 ? block : MakeBlock(v1::DTYPE_FP16);
+    other.header.set_format_version(version == 1 ? 1 : 2);  // 1 with a record, 2 without
+    other.header.set_checksum(0);
+    other.header.set_checksum(BlockChecksum(other.header, other.payload));
+    const absl::Status s = ValidateMemoryBlock(other.header, other.payload, Expect());
+    EXPECT_EQ(s.code(), StatusCode::kInvalidArgument) << version;
+    EXPECT_NE(s.message().find("turn record"), std::string_view::npos) << s;
+  }
 }
 
 // Blocks whose checksum is right but whose content does not add up (a buggy writer).
