@@ -191,14 +191,14 @@ void OpenAiFront::Handle(HttpRequest request, std::shared_ptr<HttpExchange> inne
   if (path == "/tokenize") return Tokenize(request, exchange);
   if (path == "/detokenize") return Detokenize(request, *exchange);
   if (response_path) {
-    return StoredResponse(*caller, std::string(response_id), input_items, request, exchange);
+    return ReadBackResponse(*caller, std::string(response_id), input_items, request, exchange);
   }
   return Responses(*caller, request, exchange);
 }
 
-void OpenAiFront::StoredResponse(const Caller& caller, const std::string& raw_id, bool items,
-                                 const HttpRequest& request,
-                                 std::shared_ptr<ObservedExchange> exchange) {
+void OpenAiFront::ReadBackResponse(const Caller& caller, const std::string& raw_id, bool items,
+                                   const HttpRequest& request,
+                                   std::shared_ptr<ObservedExchange> exchange) {
   const std::optional<std::string> id = PercentDecoded(raw_id);
   if (!id.has_value()) {
     return exchange->RespondError(

@@ -85,8 +85,8 @@ class OpenAiFront {
                  std::shared_ptr<ObservedExchange> exchange);
   // GET /v1/responses/{id} (`raw_id` as in the path) and, with `items`, .../input_items:
   // the record kept with the response's version.
-  void StoredResponse(const Caller& caller, const std::string& raw_id, bool items,
-                      const HttpRequest& request, std::shared_ptr<ObservedExchange> exchange);
+  void ReadBackResponse(const Caller& caller, const std::string& raw_id, bool items,
+                        const HttpRequest& request, std::shared_ptr<ObservedExchange> exchange);
   // kvfold's stored sessions (docs/http-api.md, "Stored sessions"): which operation a
   // request under /v1/kvfold/sessions is, the session id as in the path (escapes not
   // decoded), and whether its method fits; nullopt outside that path.
