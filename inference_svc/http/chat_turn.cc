@@ -65,7 +65,7 @@ void ChoiceSet::StartStreamLocked() {
   stream_started_ = true;
   exchange_->StartStream(200, "text/event-stream", options_.headers);
   if (options_.api == ChatTurnOptions::Api::kResponse) {
-    exchange_->Write(ResponseStreamStart(options_.head, options_.previous_response_id, &sequence_));
+    exchange_->Write(ResponseStreamStart(options_.head, options_.response_echo, &sequence_));
   }
 }
 
@@ -103,10 +103,10 @@ void ChoiceSet::Fail(int index, const absl::Status& status, int64_t retry_after_
     closed_ = true;
     if (stream_started_) {
       exchange_->SetStatus(status);
-      exchange_->Write(options_.api == ChatTurnOptions::Api::kResponse
-                           ? ResponseFailedEvent(options_.head, options_.previous_response_id,
-                                                 status, &sequence_)
-                           : absl::StrCat("data: ", ErrorJson(status), "\n\n"));
+      exchange_->Write(
+          options_.api == ChatTurnOptions::Api::kResponse
+              ? ResponseFailedEvent(options_.head, options_.response_echo, status, &sequence_)
+              : absl::StrCat("data: ", ErrorJson(status), "\n\n"));
       exchange_->End();
     } else {
       exchange_->RespondError(status, retry_after_ms);
@@ -136,7 +136,7 @@ void ChoiceSet::Finish(ChatAnswer choice) {
   }
   if (options_.stream && options_.api == ChatTurnOptions::Api::kResponse) {
     StartStreamLocked();  // a turn that generated no text still streams its events
-    exchange_->Write(ResponseStreamEnd(done_.front(), options_.previous_response_id, &sequence_));
+    exchange_->Write(ResponseStreamEnd(done_.front(), options_.response_echo, &sequence_));
     exchange_->End();
     return;
   }
@@ -160,7 +160,7 @@ void ChoiceSet::Finish(ChatAnswer choice) {
       body = CompletionJson(done_, usage);
       break;
     case ChatTurnOptions::Api::kResponse:
-      body = ResponseJson(done_.front(), options_.previous_response_id);
+      body = ResponseJson(done_.front(), options_.response_echo);
       break;
   }
   exchange_->Respond(200, "application/json", std::move(body), options_.headers);
@@ -388,9 +388,8 @@ std::optional<std::string> ChatTurn::CommitRecord() {
   std::lock_guard<std::mutex> lock(mu_);
   if (!options_.keep_record || answered_) return std::nullopt;
   CompleteLocked();
-  return StoredResponseJson({.answer = *completed_,
-                             .previous_response_id = options_.previous_response_id,
-                             .input_items = options_.input_items});
+  return StoredResponseJson(
+      {.answer = *completed_, .echo = options_.response_echo, .input_items = options_.input_items});
 }
 
 void ChatTurn::OnDone(const absl::Status& status, const TurnResult& result,

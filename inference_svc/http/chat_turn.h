@@ -30,7 +30,7 @@ struct ChatTurnOptions {
   bool include_usage = false;
   bool logprobs = false;
   ChatAnswer head;                   // id, model, created; usage.session_id for kept sessions
-  std::string previous_response_id;  // kResponse
+  std::string response_echo;         // kResponse: ResponsesRequest::echo
   std::vector<std::string> stop;
   // The request's stop ids: the token that ends the turn is not shown (its text, its
   // log-probabilities), as vLLM leaves it out.

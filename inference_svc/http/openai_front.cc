@@ -240,7 +240,7 @@ void OpenAiFront::ReadBackResponse(const Caller& caller, const std::string& raw_
                     .version = version,
                     .session_id = session,
                     .replica = turn->replica};
-    exchange->Respond(200, "application/json", ResponseJson(answer, stored->previous_response_id));
+    exchange->Respond(200, "application/json", ResponseJson(answer, stored->echo));
   });
 }
 

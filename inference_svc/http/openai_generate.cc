@@ -302,7 +302,7 @@ void OpenAiFront::Responses(const Caller& caller, const HttpRequest& request,
       options.head.id = ResponseId(session, *head + 1);
     }
     options.head.usage.session_id = session;
-    options.previous_response_id = req.previous_response_id;
+    options.response_echo = req.echo;
     options.keep_record = req.store;
     if (req.input_items.size() <= kMaxKeptInputBytes) options.input_items = req.input_items;
     options.tools = ToolsOfAnswer(std::move(req.tools), *chat_);

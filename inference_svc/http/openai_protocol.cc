@@ -28,6 +28,9 @@ using json = nlohmann::json;
 // error.param); empty for errors about the body as a whole.
 constexpr char kParamPayload[] = "kvfold/openai-error-param";
 
+// A string, or null when empty.
+json Nullable(std::string_view s) { return s.empty() ? json(nullptr) : json(std::string(s)); }
+
 absl::Status Bad(std::string_view param, const std::string& message) {
   return WithParam(absl::InvalidArgumentError(message), param);
 }
@@ -763,6 +766,52 @@ absl::StatusOr<std::vector<ChatMessage>> ParseResponseInput(const json& input) {
   return out;
 }
 
+// OpenAI's `metadata`: at most 16 string values, keys of at most 64 characters and values
+// of at most 512.
+absl::Status CheckMetadata(const json& metadata) {
+  if (!metadata.is_object()) return Bad("metadata", "'metadata' must be an object of strings");
+  if (metadata.size() > 16) {
+    return Bad("metadata",
+               absl::StrCat("'metadata' has ", metadata.size(), " keys; at most 16 are allowed"));
+  }
+  for (const auto& [key, value] : metadata.items()) {
+    if (key.size() > 64) {
+      return Bad("metadata",
+                 absl::StrCat("'metadata' key '", key.substr(0, 64), "...' is over 64 characters"));
+    }
+    if (!value.is_string() || value.get<std::string>().size() > 512) {
+      return Bad("metadata",
+                 absl::StrCat("'metadata.", key, "' must be a string of at most 512 characters"));
+    }
+  }
+  return absl::OkStatus();
+}
+
+// The request's fields a response object repeats (ResponsesRequest::echo), as given where
+// given, else OpenAI's defaults. Call after the fields it reads were checked, but for
+// metadata, checked here.
+absl::StatusOr<json> ResponseEchoOf(const json& j, const ResponsesRequest& r) {
+  auto given = [&](const char* key, json otherwise) {
+    return j.contains(key) && !j[key].is_null() ? j[key] : otherwise;
+  };
+  json metadata = given("metadata", json::object());
+  KVFOLD_RETURN_IF_ERROR(CheckMetadata(metadata));
+  json text = given("text", json::object());
+  if (!text.is_object()) text = json::object();
+  if (!text.contains("format") || text["format"].is_null()) text["format"] = {{"type", "text"}};
+  return json{{"previous_response_id", Nullable(r.previous_response_id)},
+              {"instructions", Nullable(r.instructions)},
+              {"metadata", std::move(metadata)},
+              {"max_output_tokens", given("max_output_tokens", nullptr)},
+              {"temperature", given("temperature", 1)},
+              {"top_p", given("top_p", 1)},
+              {"tools", given("tools", json::array())},
+              {"tool_choice", given("tool_choice", "auto")},
+              {"parallel_tool_calls", given("parallel_tool_calls", true)},
+              {"text", std::move(text)},
+              {"store", r.store}};
+}
+
 // A valid `input` as OpenAI lists it (ResponsesRequest::input_items).
 json InputItemsOf(const json& input) {
   auto text_part = [](const std::string& role, const json& text) {
@@ -802,6 +851,8 @@ absl::StatusOr<ResponsesRequest> ParseResponsesRequest(std::string_view body) {
   KVFOLD_RETURN_IF_ERROR(GetString(*j, "previous_response_id", &r.previous_response_id));
   KVFOLD_RETURN_IF_ERROR(GetBool(*j, "stream", &r.stream));
   KVFOLD_RETURN_IF_ERROR(GetBool(*j, "store", &r.store));
+  auto echo = ResponseEchoOf(*j, r);
+  if (!echo.ok()) return echo.status();
   auto input = ParseResponseInput(j->contains("input") ? (*j)["input"] : json());
   if (!input.ok()) return input.status();
   r.input = std::move(*input);
@@ -820,6 +871,7 @@ absl::StatusOr<ResponsesRequest> ParseResponsesRequest(std::string_view body) {
     return Bad("n", absl::StrCat("'n' is ", r.params.n, ": a response has one output (n = 1)"));
   }
   KVFOLD_RETURN_IF_ERROR(HoldToTools(r.tools, &r.params));
+  r.echo = JsonText(*echo);
   return r;
 }
 
@@ -934,8 +986,6 @@ json UsageJson(const TurnUsage& u) {
           {"kvfold", kvfold}};
 }
 
-json Nullable(std::string_view s) { return s.empty() ? json(nullptr) : json(std::string(s)); }
-
 std::string Event(const json& j) { return absl::StrCat("data: ", JsonText(j), "\n\n"); }
 
 // One chat.completion.chunk event of choice head.index.
@@ -1036,26 +1086,35 @@ json OutputTextPart(const ChatAnswer& a) {
 }
 
 // The response object; `status` empty: completed or incomplete by the finish reason.
-json ResponseObject(const ChatAnswer& a, std::string_view previous_response_id, const json& output,
+// `echo`: ResponsesRequest::echo (empty: none), its fields set on the object.
+json ResponseObject(const ChatAnswer& a, std::string_view echo, const json& output,
                     std::string_view status = "") {
   json usage = {{"input_tokens", a.usage.prompt_tokens},
                 {"output_tokens", a.usage.completion_tokens},
                 {"total_tokens", a.usage.prompt_tokens + a.usage.completion_tokens},
                 {"input_tokens_details", {{"cached_tokens", a.usage.cached_tokens}}},
+                {"output_tokens_details", {{"reasoning_tokens", 0}}},
                 {"kvfold", UsageJson(a.usage)["kvfold"]}};
   json incomplete = nullptr;
   if (status.empty() && a.finish_reason == "length") incomplete = {{"reason", "max_output_tokens"}};
   if (status.empty()) status = a.finish_reason == "length" ? "incomplete" : "completed";
-  return {{"id", a.id},
-          {"object", "response"},
-          {"created_at", a.created},
-          {"status", std::string(status)},
-          {"incomplete_details", incomplete},
-          {"model", a.model},
-          {"previous_response_id", Nullable(previous_response_id)},
-          {"output", output},
-          {"usage", status == "completed" || status == "incomplete" ? usage : json(nullptr)},
-          {"error", nullptr}};
+  json object = {{"id", a.id},
+                 {"object", "response"},
+                 {"created_at", a.created},
+                 {"status", std::string(status)},
+                 {"incomplete_details", incomplete},
+                 {"model", a.model},
+                 {"previous_response_id", nullptr},
+                 {"output", output},
+                 {"usage", status == "completed" || status == "incomplete" ? usage : json(nullptr)},
+                 {"error", nullptr}};
+  if (!echo.empty()) {
+    const json fields = json::parse(echo, nullptr, false);
+    if (fields.is_object()) {
+      for (const auto& [key, value] : fields.items()) object[key] = value;
+    }
+  }
+  return object;
 }
 
 // A call of a response as its function_call output item; `done` false: in progress, no
@@ -1078,23 +1137,21 @@ std::string TypedEvent(std::string_view type, json body, int* sequence) {
 
 }  // namespace
 
-std::string ResponseJson(const ChatAnswer& a, std::string_view previous_response_id) {
+std::string ResponseJson(const ChatAnswer& a, std::string_view echo) {
   json output = json::array();
   // An answer of calls alone has no message item.
   if (a.tool_calls.empty() || !a.text.empty()) {
     output.push_back(ResponseMessage(a, json::array({OutputTextPart(a)}), "completed"));
   }
   for (const ToolCallOut& call : a.tool_calls) output.push_back(FunctionCallItem(call, true));
-  return JsonText(ResponseObject(a, previous_response_id, output));
+  return JsonText(ResponseObject(a, echo, output));
 }
 
-std::string ResponseStreamStart(const ChatAnswer& head, std::string_view previous_response_id,
-                                int* sequence) {
+std::string ResponseStreamStart(const ChatAnswer& head, std::string_view echo, int* sequence) {
   const json item = ResponseMessage(head, json::array(), "in_progress");
   // One statement per event: their sequence numbers follow the order written.
   std::string out = TypedEvent(
-      "response.created",
-      {{"response", ResponseObject(head, previous_response_id, json::array(), "in_progress")}},
+      "response.created", {{"response", ResponseObject(head, echo, json::array(), "in_progress")}},
       sequence);
   out += TypedEvent("response.output_item.added", {{"output_index", 0}, {"item", item}}, sequence);
   out += TypedEvent(
@@ -1119,8 +1176,7 @@ std::string ResponseTextDeltaEvent(const ChatAnswer& head, std::string_view delt
       sequence);
 }
 
-std::string ResponseStreamEnd(const ChatAnswer& a, std::string_view previous_response_id,
-                              int* sequence) {
+std::string ResponseStreamEnd(const ChatAnswer& a, std::string_view echo, int* sequence) {
   const json part = OutputTextPart(a);
   const json item = ResponseMessage(a, json::array({part}), "completed");
   const json where = {{"item_id", item["id"]}, {"output_index", 0}, {"content_index", 0}};
@@ -1149,16 +1205,16 @@ std::string ResponseStreamEnd(const ChatAnswer& a, std::string_view previous_res
                       sequence);
     output.push_back(done);
   }
-  const json response = ResponseObject(a, previous_response_id, output);
+  const json response = ResponseObject(a, echo, output);
   out +=
       TypedEvent(response["status"] == "incomplete" ? "response.incomplete" : "response.completed",
                  {{"response", response}}, sequence);
   return out;
 }
 
-std::string ResponseFailedEvent(const ChatAnswer& head, std::string_view previous_response_id,
+std::string ResponseFailedEvent(const ChatAnswer& head, std::string_view echo,
                                 const absl::Status& status, int* sequence) {
-  json response = ResponseObject(head, previous_response_id, json::array(), "failed");
+  json response = ResponseObject(head, echo, json::array(), "failed");
   response["error"] = {{"code", std::string(absl::StatusCodeToString(status.code()))},
                        {"message", std::string(status.message())}};
   return TypedEvent("response.failed", {{"response", response}}, sequence);
@@ -1292,6 +1348,8 @@ std::string StoredResponseJson(const StoredResponse& response) {
   for (const ToolCallOut& call : a.tool_calls) {
     calls.push_back({{"id", call.id}, {"name", call.name}, {"arguments", call.arguments}});
   }
+  json echo = response.echo.empty() ? json::object() : json::parse(response.echo, nullptr, false);
+  if (!echo.is_object()) echo = json::object();
   json items = nullptr;
   if (!response.input_items.empty() && response.input_items.size() <= kMaxKeptInputBytes) {
     items = json::parse(response.input_items, nullptr, false);
@@ -1299,7 +1357,7 @@ std::string StoredResponseJson(const StoredResponse& response) {
   }
   return JsonText({{"model", a.model},
                    {"created", a.created},
-                   {"previous_response_id", response.previous_response_id},
+                   {"echo", echo},
                    {"text", a.text},
                    {"tool_calls", std::move(calls)},
                    {"finish_reason", a.finish_reason},
@@ -1310,9 +1368,10 @@ absl::StatusOr<StoredResponse> ParseStoredResponse(std::string_view text) {
   const json j = json::parse(text, nullptr, false);
   const auto bad = absl::DataLossError("the stored response is not a response record");
   if (!j.is_object()) return bad;
-  for (const char* key : {"model", "previous_response_id", "text", "finish_reason"}) {
+  for (const char* key : {"model", "text", "finish_reason"}) {
     if (!j.contains(key) || !j[key].is_string()) return bad;
   }
+  if (!j.contains("echo") || !j["echo"].is_object()) return bad;
   if (!j.contains("created") || !j["created"].is_number_integer() || !j.contains("tool_calls") ||
       !j["tool_calls"].is_array() || !j.contains("input_items") ||
       !(j["input_items"].is_array() || j["input_items"].is_null())) {
@@ -1332,7 +1391,7 @@ absl::StatusOr<StoredResponse> ParseStoredResponse(std::string_view text) {
     a.tool_calls.push_back({call["id"].get<std::string>(), call["name"].get<std::string>(),
                             call["arguments"].get<std::string>()});
   }
-  out.previous_response_id = j["previous_response_id"].get<std::string>();
+  out.echo = JsonText(j["echo"]);
   if (j["input_items"].is_array()) out.input_items = JsonText(j["input_items"]);
   return out;
 }

@@ -123,6 +123,12 @@ struct ResponsesRequest {
   // (`input_text`, an assistant's `output_text`); function_call / function_call_output
   // items stay as given; each item without a string `id` gets "item_<index>".
   std::string input_items;
+  // The request's fields a response object repeats, a JSON object's text:
+  // previous_response_id, instructions, metadata (checked: at most 16 strings, keys of at
+  // most 64 characters, values of at most 512), max_output_tokens, temperature, top_p,
+  // tools, tool_choice, parallel_tool_calls, text and store, as given, else OpenAI's
+  // defaults (null, {}, 1, [], "auto", true, {"format": {"type": "text"}}).
+  std::string echo;
 };
 
 // vLLM's POST /tokenize: a text prompt or chat messages, as a turn would feed them.
@@ -203,7 +209,8 @@ struct ChatAnswer {
 // id, model and created from the first) and the request's `usage`.
 std::string ChatCompletionJson(const std::vector<ChatAnswer>& choices, const TurnUsage& usage);
 std::string CompletionJson(const std::vector<ChatAnswer>& choices, const TurnUsage& usage);
-std::string ResponseJson(const ChatAnswer& answer, std::string_view previous_response_id);
+// `echo` (ResponsesRequest::echo; empty: none) is set on each response object below.
+std::string ResponseJson(const ChatAnswer& answer, std::string_view echo);
 // A streamed response, as OpenAI's Responses API streams one: each function returns whole
 // server-sent events ("event: <type>\ndata: {...}\n\n") and advances *sequence (each
 // event's sequence_number). Start: response.created (status in_progress, no output),
@@ -216,13 +223,11 @@ std::string ResponseJson(const ChatAnswer& answer, std::string_view previous_res
 // response.incomplete when max_output_tokens ended it), carrying ResponseJson's object.
 // A failure after the start ends the stream with response.failed, whose response carries
 // the error's code and message.
-std::string ResponseStreamStart(const ChatAnswer& head, std::string_view previous_response_id,
-                                int* sequence);
+std::string ResponseStreamStart(const ChatAnswer& head, std::string_view echo, int* sequence);
 std::string ResponseTextDeltaEvent(const ChatAnswer& head, std::string_view delta,
                                    const std::vector<TokenLogprob>& logprobs, int* sequence);
-std::string ResponseStreamEnd(const ChatAnswer& answer, std::string_view previous_response_id,
-                              int* sequence);
-std::string ResponseFailedEvent(const ChatAnswer& head, std::string_view previous_response_id,
+std::string ResponseStreamEnd(const ChatAnswer& answer, std::string_view echo, int* sequence);
+std::string ResponseFailedEvent(const ChatAnswer& head, std::string_view echo,
                                 const absl::Status& status, int* sequence);
 // One SSE event "data: {...}\n\n" of a streamed chat completion / completion, for choice
 // head.index. `first` adds the assistant role; a non-empty finish_reason closes the choice.
@@ -259,13 +264,13 @@ absl::Status WithParam(absl::Status status, std::string_view param);
 
 // A response as its version keeps it (docs/http-api.md, "Stored responses"): `answer`'s
 // model, created, text, tool_calls and finish_reason when the front set it ("stop" for a
-// stop string, "tool_calls"; empty: the turn's own), the previous_response_id, and the
-// input items (ResponsesRequest::input_items; empty: not kept). Input items whose text is
-// over kMaxKeptInputBytes are not kept.
+// stop string, "tool_calls"; empty: the turn's own), the request's echo
+// (ResponsesRequest::echo), and the input items (ResponsesRequest::input_items; empty: not
+// kept). Input items whose text is over kMaxKeptInputBytes are not kept.
 inline constexpr size_t kMaxKeptInputBytes = 4u << 20;
 struct StoredResponse {
   ChatAnswer answer;
-  std::string previous_response_id;
+  std::string echo;
   std::string input_items;
 };
 std::string StoredResponseJson(const StoredResponse& response);

@@ -308,12 +308,19 @@ TEST_F(HttpApiTest, ResponsesReadBackAsCreatedWithTheirInputItems) {
                      {"role", "user"},
                      {"content", {{{"type", "input_text"}, {"text", "there was a cat"}}}}}}},
                   {"max_output_tokens", 8},
-                  {"temperature", 0}};
+                  {"temperature", 0},
+                  {"metadata", {{"agent", "a1"}}}};
   HttpReply r1 = Post(0, "/v1/responses", request);
   ASSERT_EQ(r1.status, 200) << r1.body;
   const json first = Body(r1);
   const std::string id1 = first["id"];
   EXPECT_EQ(first["status"], "incomplete");  // the token limit: the runtime's finish reason
+  // The request's fields, repeated as OpenAI's objects repeat them.
+  EXPECT_EQ(first["instructions"], "Tell a short story.");
+  EXPECT_EQ(first["metadata"], json({{"agent", "a1"}}));
+  EXPECT_EQ(first["max_output_tokens"], 8);
+  EXPECT_EQ(first["temperature"], 0);
+  EXPECT_EQ(first["store"], true);
   for (int replica : {0, 1}) {
     HttpReply again = get(replica, "/v1/responses/" + id1);
     ASSERT_EQ(again.status, 200) << again.body;

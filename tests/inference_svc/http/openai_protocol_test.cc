@@ -296,7 +296,7 @@ TEST(OpenAiProtocolTest, AnswersAndErrors) {
   EXPECT_EQ(chunk["choices"][0]["index"], 0);
   EXPECT_TRUE(chunk["choices"][0]["finish_reason"].is_null());
   a.id = ResponseId("s", 9);
-  const json response = json::parse(ResponseJson(a, "resp_8_s"));
+  const json response = json::parse(ResponseJson(a, R"({"previous_response_id": "resp_8_s"})"));
   EXPECT_EQ(response["output"][0]["content"][0]["text"], "Hello");
   EXPECT_EQ(response["previous_response_id"], "resp_8_s");
   EXPECT_EQ(response["usage"]["input_tokens"], 3);
@@ -316,10 +316,10 @@ TEST(OpenAiProtocolTest, AnswersAndErrors) {
       pos = end + 2;
     }
   };
-  collect(ResponseStreamStart(a, "resp_8_s", &sequence));
+  collect(ResponseStreamStart(a, R"({"previous_response_id": "resp_8_s"})", &sequence));
   collect(ResponseTextDeltaEvent(a, "Hel", {}, &sequence));
   collect(ResponseTextDeltaEvent(a, "lo", {}, &sequence));
-  collect(ResponseStreamEnd(a, "resp_8_s", &sequence));
+  collect(ResponseStreamEnd(a, R"({"previous_response_id": "resp_8_s"})", &sequence));
   const std::vector<std::string> types = {
       "response.created",           "response.output_item.added", "response.content_part.added",
       "response.output_text.delta", "response.output_text.delta", "response.output_text.done",
@@ -1394,7 +1394,7 @@ TEST(OpenAiProtocolTest, StoredResponsesRoundTripAndBadRecordsAreDataLoss) {
   kept.answer.text = "caf\xc3\xa9";
   kept.answer.tool_calls = {{"call_1", "get_weather", R"({"city":"Oslo"})"}};
   kept.answer.finish_reason = "tool_calls";
-  kept.previous_response_id = "resp_1_s";
+  kept.echo = R"({"previous_response_id":"resp_1_s","metadata":{"k":"v"}})";
   kept.input_items = request->input_items;
   auto back = ParseStoredResponse(StoredResponseJson(kept));
   ASSERT_TRUE(back.ok()) << back.status();
@@ -1405,7 +1405,7 @@ TEST(OpenAiProtocolTest, StoredResponsesRoundTripAndBadRecordsAreDataLoss) {
   EXPECT_EQ(back->answer.tool_calls[0].id, "call_1");
   EXPECT_EQ(back->answer.tool_calls[0].arguments, R"({"city":"Oslo"})");
   EXPECT_EQ(back->answer.finish_reason, "tool_calls");
-  EXPECT_EQ(back->previous_response_id, "resp_1_s");
+  EXPECT_EQ(json::parse(back->echo), json::parse(kept.echo));
   EXPECT_EQ(json::parse(back->input_items), json::parse(kept.input_items));
   // Input items over the limit are not kept; the response is.
   kept.input_items = "[\"" + std::string(kMaxKeptInputBytes, 'x') + "\"]";
@@ -1413,15 +1413,67 @@ TEST(OpenAiProtocolTest, StoredResponsesRoundTripAndBadRecordsAreDataLoss) {
   ASSERT_TRUE(back.ok()) << back.status();
   EXPECT_TRUE(back->input_items.empty());
   for (const char* bad : {"", "[]", "{}", R"({"model": 1})",
-                          R"({"model": "m", "created": 1, "previous_response_id": "", "text": "",
+                          R"({"model": "m", "created": 1, "echo": {}, "text": "",
                               "finish_reason": "", "tool_calls": [{}], "input_items": null})",
-                          R"({"model": "m", "created": 1, "previous_response_id": "", "text": "",
+                          R"({"model": "m", "created": 1, "echo": {}, "text": "",
                               "finish_reason": "", "tool_calls": [], "input_items": 3})"}) {
     EXPECT_EQ(ParseStoredResponse(bad).status().code(), absl::StatusCode::kDataLoss) << bad;
   }
   EXPECT_TRUE(ParseStoredResponse(
-                  R"({"model": "m", "created": 1, "previous_response_id": "", "text": "",
+                  R"({"model": "m", "created": 1, "echo": {}, "text": "",
                       "finish_reason": "", "tool_calls": [], "input_items": null})")
+                  .ok());
+}
+
+// A response object repeats its request's fields, as given or OpenAI's defaults; metadata
+// is checked as OpenAI checks it.
+TEST(OpenAiProtocolTest, ResponsesRepeatTheirRequestsFields) {
+  auto bare = ParseResponsesRequest(R"({"input": "hi"})");
+  ASSERT_TRUE(bare.ok()) << bare.status();
+  EXPECT_EQ(json::parse(bare->echo), json::parse(R"({
+    "previous_response_id": null, "instructions": null, "metadata": {},
+    "max_output_tokens": null, "temperature": 1, "top_p": 1, "tools": [],
+    "tool_choice": "auto", "parallel_tool_calls": true,
+    "text": {"format": {"type": "text"}}, "store": true})"));
+  auto given = ParseResponsesRequest(
+      R"({"input": "hi", "instructions": "be brief", "previous_response_id": "resp_2_s",
+          "metadata": {"user": "u1"}, "max_output_tokens": 9, "temperature": 0.7, "top_p": 0.9,
+          "store": false, "text": {"format": {"type": "json_object"}},
+          "tools": [{"type": "function", "name": "f", "parameters": {"type": "object"}}],
+          "tool_choice": "none", "parallel_tool_calls": false})");
+  ASSERT_TRUE(given.ok()) << given.status();
+  const json echo = json::parse(given->echo);
+  EXPECT_EQ(echo["instructions"], "be brief");
+  EXPECT_EQ(echo["previous_response_id"], "resp_2_s");
+  EXPECT_EQ(echo["metadata"], json({{"user", "u1"}}));
+  EXPECT_EQ(echo["max_output_tokens"], 9);
+  EXPECT_EQ(echo["temperature"], 0.7);
+  EXPECT_EQ(echo["top_p"], 0.9);
+  EXPECT_EQ(echo["store"], false);
+  EXPECT_EQ(echo["text"]["format"]["type"], "json_object");
+  EXPECT_EQ(echo["tools"][0]["name"], "f");
+  EXPECT_EQ(echo["tool_choice"], "none");
+  EXPECT_EQ(echo["parallel_tool_calls"], false);
+  ChatAnswer a;
+  a.id = "resp_3_s";
+  a.finish_reason = "stop";
+  const json object = json::parse(ResponseJson(a, given->echo));
+  for (const auto& [key, value] : echo.items()) EXPECT_EQ(object[key], value) << key;
+  EXPECT_EQ(object["usage"]["output_tokens_details"]["reasoning_tokens"], 0);
+
+  std::string many = "{";
+  for (int i = 0; i < 17; ++i) many += absl::StrCat(i ? "," : "", "\"k", i, "\": \"v\"");
+  many += "}";
+  for (const std::string& metadata : {std::string("[]"), std::string(R"({"k": 1})"), many,
+                                      R"({")" + std::string(65, 'k') + R"(": "v"})",
+                                      R"({"k": ")" + std::string(513, 'v') + R"("})"}) {
+    auto bad = ParseResponsesRequest(R"({"input": "hi", "metadata": )" + metadata + "}");
+    ASSERT_FALSE(bad.ok()) << metadata;
+    EXPECT_EQ(bad.status().code(), absl::StatusCode::kInvalidArgument);
+    EXPECT_THAT(ErrorJson(bad.status()), HasSubstr(R"("param":"metadata")")) << bad.status();
+  }
+  EXPECT_TRUE(ParseResponsesRequest(R"({"input": "hi", "metadata": {")" + std::string(64, 'k') +
+                                    R"(": ")" + std::string(512, 'v') + R"("}})")
                   .ok());
 }
 

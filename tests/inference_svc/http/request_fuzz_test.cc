@@ -456,13 +456,12 @@ class RequestFuzzTest : public ::testing::Test {
       RenderAll(messages, r->tools.Shown(), false, body);
       // What the version would keep reads back, and its input items page under any query
       // or are refused precisely.
-      StoredResponse kept{.answer = {},
-                          .previous_response_id = r->previous_response_id,
-                          .input_items = r->input_items};
+      StoredResponse kept{.answer = {}, .echo = r->echo, .input_items = r->input_items};
       auto back = ParseStoredResponse(StoredResponseJson(kept));
       EXPECT_TRUE(back.ok()) << back.status() << "\nbody: " << body.substr(0, 600);
       if (back.ok() && r->input_items.size() <= kMaxKeptInputBytes) {
         EXPECT_EQ(back->input_items, r->input_items) << body.substr(0, 600);
+        EXPECT_EQ(back->echo, r->echo) << body.substr(0, 600);
         static const char* const kQueries[] = {"",        "limit=1",          "limit=0&order=asc",
                                                "order=x", "after=item_0",     "before=item_1",
                                                "after=%", "limit=99999999999"};
