@@ -156,13 +156,15 @@ absl::Status ValidateMemoryBlock(const v1::MemoryBlockHeader& h, std::string_vie
     return absl::DataLossError(absl::StrCat("memory block: payload is ", payload.size(),
                                             " bytes, header says ", h.payload_size()));
   }
-  if (BlockChecksum(h, payload) != h.checksum()) {
-    return absl::DataLossError("memory block: checksum mismatch");
-  }
+  // A format this reader does not know is refused by its version, before the checksum,
+  // which a later format may compute over fields this reader cannot see.
   if (h.format_version() != core::kBlockFormatVersion &&
       h.format_version() != core::kBlockFormatVersionWithTurn) {
     return absl::FailedPreconditionError(
         absl::StrCat("memory block: unsupported format_version ", h.format_version()));
+  }
+  if (BlockChecksum(h, payload) != h.checksum()) {
+    return absl::DataLossError("memory block: checksum mismatch");
   }
   if (auto s = core::CheckBlockFormatVersion(h.format_version(), h.has_turn(),
                                              "memory block: format_version");

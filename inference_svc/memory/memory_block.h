@@ -53,8 +53,9 @@ struct BlockExpectations {
 
 // Checks a received block completely before anything uses it:
 //   DATA_LOSS            checksum mismatch, or payload length != header.payload_size
-//   FAILED_PRECONDITION  unsupported format_version; other model (fingerprint or
-//                        hidden_size); memory mode block of another projector or M
+//   FAILED_PRECONDITION  unsupported format_version (checked before the checksum); other
+//                        model (fingerprint or hidden_size); memory mode block of
+//                        another projector or M
 //   INVALID_ARGUMENT     internally inconsistent header (a format_version that disagrees
 //                        with the turn record, payload_size != M x d x dtype,
 //                        unknown dtype or mode, window longer than the mode allows,
