@@ -1,6 +1,7 @@
 // The memory block checksum, computed identically by writers (inference_svc) and by the
 // store (memory_svc): XXH3-64 over the header's deterministic protobuf serialization with
-// `checksum` cleared, followed by the payload bytes. See docs/memory-block.md.
+// `checksum` and `turn` cleared, followed by the payload bytes; and the turn record's own
+// checksum. See docs/memory-block.md.
 #ifndef KVFOLD_COMMON_BLOCK_CHECKSUM_H_
 #define KVFOLD_COMMON_BLOCK_CHECKSUM_H_
 
@@ -13,7 +14,9 @@
 
 namespace kvfold {
 
-// The header bytes that enter the checksum (checksum field set to 0, deterministic).
+// The header bytes that enter the checksum (checksum field set to 0, the turn record and
+// unknown fields left out, deterministic). The turn record stays outside so that a reader
+// built before it (which drops it as an unknown field) computes the same checksum.
 std::string CanonicalHeaderBytes(const v1::MemoryBlockHeader& header);
 
 // Streaming form: construct with the header, Update() with payload chunks in order.
@@ -28,6 +31,12 @@ class BlockChecksummer {
 };
 
 uint64_t BlockChecksum(const v1::MemoryBlockHeader& header, std::string_view payload);
+
+// XXH3-64 over the turn record's deterministic serialization with its `checksum` set to 0
+// (unknown fields left out).
+uint64_t TurnRecordChecksum(const v1::TurnRecord& turn);
+// True when the header carries no turn record or one whose checksum matches.
+bool TurnRecordIntact(const v1::MemoryBlockHeader& header);
 
 }  // namespace kvfold
 

@@ -22,18 +22,4 @@ absl::StatusOr<uint64_t> BlockPayloadBytes(uint64_t mem_slots, uint64_t hidden_s
   return static_cast<uint64_t>(total);
 }
 
-absl::Status CheckBlockFormatVersion(uint32_t version, bool has_turn_record, const char* where) {
-  if (version != kBlockFormatVersion && version != kBlockFormatVersionWithTurn) {
-    return absl::InvalidArgumentError(absl::StrCat(where, " ", version, " is not supported (",
-                                                   kBlockFormatVersion, " or ",
-                                                   kBlockFormatVersionWithTurn, " is)"));
-  }
-  if (version != BlockFormatVersionFor(has_turn_record)) {
-    return absl::InvalidArgumentError(
-        absl::StrCat(where, " ", version, has_turn_record ? " with" : " without",
-                     " a turn record (", BlockFormatVersionFor(has_turn_record), " is)"));
-  }
-  return absl::OkStatus();
-}
-
 }  // namespace kvfold::core

@@ -5,26 +5,13 @@
 
 #include <cstdint>
 
-#include "absl/status/status.h"
 #include "absl/status/statusor.h"
 #include "core/dtype.h"
 
 namespace kvfold::core {
 
-// MemoryBlockHeader.format_version of a block without a turn record, and of one with it
-// (format 1 plus MemoryBlockHeader.turn: a reader of format 1 alone refuses it by its
-// version, where the new field would otherwise fail its checksum).
+// MemoryBlockHeader.format_version of every block written today.
 inline constexpr uint32_t kBlockFormatVersion = 1;
-inline constexpr uint32_t kBlockFormatVersionWithTurn = 2;
-
-// The version a block of this content is written with.
-constexpr uint32_t BlockFormatVersionFor(bool has_turn_record) {
-  return has_turn_record ? kBlockFormatVersionWithTurn : kBlockFormatVersion;
-}
-
-// InvalidArgument for a version other than 1 or 2, or one that disagrees with whether
-// the block carries a turn record; `where` prefixes the message ("header.format_version").
-absl::Status CheckBlockFormatVersion(uint32_t version, bool has_turn_record, const char* where);
 
 // A payload is mem_slots x hidden_size values of f16 or f32, nothing else.
 constexpr bool IsBlockPayloadDType(DType dtype) {

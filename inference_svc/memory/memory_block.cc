@@ -144,7 +144,10 @@ absl::StatusOr<std::string> EncodeMemoryPayload(std::span<const float> memory, v
 }
 
 void SealMemoryBlock(MemoryBlock* block) {
-  block->header.set_format_version(core::BlockFormatVersionFor(block->header.has_turn()));
+  block->header.set_format_version(kMemoryBlockFormatVersion);
+  if (block->header.has_turn()) {
+    block->header.mutable_turn()->set_checksum(TurnRecordChecksum(block->header.turn()));
+  }
   block->header.set_payload_size(block->payload.size());
   block->header.set_checksum(0);
   block->header.set_checksum(BlockChecksum(block->header, block->payload));
@@ -158,18 +161,15 @@ absl::Status ValidateMemoryBlock(const v1::MemoryBlockHeader& h, std::string_vie
   }
   // A format this reader does not know is refused by its version, before the checksum,
   // which a later format may compute over fields this reader cannot see.
-  if (h.format_version() != core::kBlockFormatVersion &&
-      h.format_version() != core::kBlockFormatVersionWithTurn) {
+  if (h.format_version() != kMemoryBlockFormatVersion) {
     return absl::FailedPreconditionError(
         absl::StrCat("memory block: unsupported format_version ", h.format_version()));
   }
   if (BlockChecksum(h, payload) != h.checksum()) {
     return absl::DataLossError("memory block: checksum mismatch");
   }
-  if (auto s = core::CheckBlockFormatVersion(h.format_version(), h.has_turn(),
-                                             "memory block: format_version");
-      !s.ok()) {
-    return s;
+  if (!TurnRecordIntact(h)) {
+    return absl::DataLossError("memory block: the turn record fails its checksum");
   }
   if (h.model_fingerprint() != expected.model_fingerprint) {
     return absl::FailedPreconditionError(absl::StrCat("memory block: made for model ",

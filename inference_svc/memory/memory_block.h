@@ -21,6 +21,8 @@
 
 namespace kvfold::memory {
 
+inline constexpr uint32_t kMemoryBlockFormatVersion = core::kBlockFormatVersion;
+
 struct MemoryBlock {
   v1::MemoryBlockHeader header;
   std::string payload;  // header.payload_size bytes
@@ -35,9 +37,9 @@ int PayloadElementBytes(v1::Dtype dtype);
 // InvalidArgument for other dtypes.
 absl::StatusOr<std::string> EncodeMemoryPayload(std::span<const float> memory, v1::Dtype dtype);
 
-// Sets format_version (2 with a turn record, else 1), payload_size and checksum of
-// `block->header` from its other fields and `block->payload` (call after filling
-// everything else).
+// Sets format_version, payload_size and checksum of `block->header` (and the turn record's
+// checksum, when it has one) from its other fields and `block->payload` (call after
+// filling everything else).
 void SealMemoryBlock(MemoryBlock* block);
 
 // What the reader's side requires of a block.
@@ -52,12 +54,12 @@ struct BlockExpectations {
 };
 
 // Checks a received block completely before anything uses it:
-//   DATA_LOSS            checksum mismatch, or payload length != header.payload_size
+//   DATA_LOSS            checksum mismatch (the block's or its turn record's), or payload
+//                        length != header.payload_size
 //   FAILED_PRECONDITION  unsupported format_version (checked before the checksum); other
 //                        model (fingerprint or hidden_size); memory mode block of
 //                        another projector or M
-//   INVALID_ARGUMENT     internally inconsistent header (a format_version that disagrees
-//                        with the turn record, payload_size != M x d x dtype,
+//   INVALID_ARGUMENT     internally inconsistent header (payload_size != M x d x dtype,
 //                        unknown dtype or mode, window longer than the mode allows,
 //                        token counts that do not add up, negative or out-of-vocab ids,
 //                        non-finite memory values)

@@ -290,7 +290,8 @@ absl::StatusOr<http::StoredTurn> RuntimeTurnPort::StoredTurnOf(const http::Calle
   auto block =
       deps_.store->GetBlock(ToRuntime(caller).store_credential, session_id, version, nullptr);
   if (!block.ok()) return StoreError(block.status());
-  if (BlockChecksum(block->header, block->payload) != block->header.checksum()) {
+  if (BlockChecksum(block->header, block->payload) != block->header.checksum() ||
+      !TurnRecordIntact(block->header)) {
     return absl::DataLossError(
         absl::StrCat("version ", version, " of session ", session_id, ": checksum mismatch"));
   }

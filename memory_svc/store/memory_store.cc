@@ -105,6 +105,9 @@ absl::StatusOr<v1::PutBlockResponse> MemoryStore::Put(absl::string_view tenant,
     return absl::DataLossError(absl::StrCat("block checksum mismatch: header says ",
                                             header.checksum(), ", data hashes to ", checksum));
   }
+  if (!TurnRecordIntact(header)) {
+    return absl::DataLossError("header.turn fails its checksum");
+  }
   KVFOLD_STORE_OPEN_OR_RETURN();
   StoreBackend& backend = *impl_->backend;
   for (int attempt = 0; attempt < kMaxCommitAttempts; ++attempt) {
@@ -172,7 +175,8 @@ absl::StatusOr<StoredBlock> MemoryStore::Get(absl::string_view tenant, absl::str
                                             r.version, " (latest ", r.meta.latest_version, ")"));
   }
   if (r.payload.size() != r.record->header.payload_size() ||
-      BlockChecksum(r.record->header, r.payload) != r.record->header.checksum()) {
+      BlockChecksum(r.record->header, r.payload) != r.record->header.checksum() ||
+      !TurnRecordIntact(r.record->header)) {
     return absl::DataLossError(absl::StrCat("session '", session_id, "' version ", r.version,
                                             ": stored block fails its checksum"));
   }

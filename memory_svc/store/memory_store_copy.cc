@@ -53,7 +53,8 @@ absl::Status MemoryStore::ImportSession(absl::string_view tenant, const SessionE
       return s;
     }
     if (block.payload.size() != block.header.payload_size() ||
-        BlockChecksum(block.header, block.payload) != block.header.checksum()) {
+        BlockChecksum(block.header, block.payload) != block.header.checksum() ||
+        !TurnRecordIntact(block.header)) {
       return absl::DataLossError(
           absl::StrCat("session '", session_id, "' version ", v, " fails its checksum"));
     }

@@ -33,10 +33,10 @@ absl::Status ExpectedPayloadBytes(const v1::MemoryBlockHeader& header, uint64_t*
 }
 
 absl::Status ValidateBlockHeader(const v1::MemoryBlockHeader& header, uint64_t max_block_bytes) {
-  if (absl::Status s = core::CheckBlockFormatVersion(header.format_version(), header.has_turn(),
-                                                     "header.format_version");
-      !s.ok()) {
-    return s;
+  if (header.format_version() != core::kBlockFormatVersion) {
+    return absl::InvalidArgumentError(absl::StrCat("header.format_version ",
+                                                   header.format_version(), " is not supported (",
+                                                   core::kBlockFormatVersion, " is)"));
   }
   uint64_t expected = 0;
   if (absl::Status s = ExpectedPayloadBytes(header, &expected); !s.ok()) return s;

@@ -26,8 +26,7 @@ absl::Status ValidateVersion(uint64_t version, absl::string_view field);
 absl::Status ExpectedPayloadBytes(const v1::MemoryBlockHeader& header, uint64_t* bytes);
 
 // Checks a header before any payload arrives:
-//   INVALID_ARGUMENT   format_version other than 1 (no turn record) or 2 (with one:
-//                      core::CheckBlockFormatVersion), a payload dtype other than FP16/FP32,
+//   INVALID_ARGUMENT   format_version != 1, a payload dtype other than FP16/FP32,
 //                      payload_size != mem_slots * hidden_size * dtype size
 //   RESOURCE_EXHAUSTED serialized header size + payload_size > max_block_bytes
 absl::Status ValidateBlockHeader(const v1::MemoryBlockHeader& header, uint64_t max_block_bytes);

@@ -64,6 +64,24 @@ class StoreTest : public ::testing::TestWithParam<std::string> {
   std::unique_ptr<MemoryStore> store_;
 };
 
+// A block's turn record is kept with the version and read back whole; one whose record
+// fails its own checksum is refused as DATA_LOSS, the block's checksum being right.
+TEST_P(StoreTest, TurnRecordsAreKeptAndCheckedByTheirOwnChecksum) {
+  TestBlock b = MakeBlock(11);
+  v1::TurnRecord* turn = b.header.mutable_turn();
+  turn->set_front_record(R"({"text":"a"})");
+  turn->set_generated_tokens(5);
+  turn->set_checksum(TurnRecordChecksum(*turn));
+  EXPECT_EQ(b.header.checksum(), BlockChecksum(b.header, b.payload));  // outside the block's
+  EXPECT_EQ(PutOk("s", 0, b), 1u);
+  ExpectBlock("s", 1, b);
+  TestBlock bad = b;
+  bad.header.mutable_turn()->set_generated_tokens(6);
+  absl::StatusOr<v1::PutBlockResponse> r =
+      store_->Put("t1", "s", 1, bad.header, bad.payload, false);
+  EXPECT_EQ(r.status().code(), absl::StatusCode::kDataLoss) << r.status();
+}
+
 TEST_P(StoreTest, PutGetRoundTripAndHead) {
   const TestBlock b1 = MakeBlock(1), b2 = MakeBlock(2, 96, 4096, v1::DTYPE_FP32),
                   b3 = MakeBlock(3, 5, 33, v1::DTYPE_FP16);

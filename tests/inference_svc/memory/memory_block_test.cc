@@ -156,29 +156,32 @@ TEST(MemoryBlockTest, MismatchesAreFailedPrecondition) {
             StatusCode::kFailedPrecondition);
 }
 
-// A turn record makes the block format 2 (a reader of format 1 alone refuses it by its
-// version); the record is covered by the checksum, and a version that disagrees with it
-// is an inconsistent block.
-TEST(MemoryBlockTest, ATurnRecordMakesFormatTwoUnderTheChecksum) {
+// A turn record has its own checksum and stays outside the block's, so the block verifies
+// as a reader that predates the field (and drops it as unknown) sees it; a changed record
+// fails its own checksum.
+TEST(MemoryBlockTest, ATurnRecordHasItsOwnChecksumOutsideTheBlocks) {
   MemoryBlock block = MakeBlock(v1::DTYPE_FP16);
+  const uint64_t without = block.header.checksum();
   block.header.mutable_turn()->set_front_record(R"({"text":"Once"})");
   block.header.mutable_turn()->set_generated_tokens(3);
   SealMemoryBlock(&block);
-  EXPECT_EQ(block.header.format_version(), 2u);
+  EXPECT_EQ(block.header.format_version(), 1u);
+  EXPECT_EQ(block.header.checksum(), without);
+  EXPECT_NE(block.header.turn().checksum(), 0u);
   EXPECT_TRUE(ValidateMemoryBlock(block.header, block.payload, Expect()).ok());
+  MemoryBlock old_reader = block;
+  old_reader.header.clear_turn();
+  EXPECT_TRUE(ValidateMemoryBlock(old_reader.header, old_reader.payload, Expect()).ok());
   MemoryBlock changed = block;
   changed.header.mutable_turn()->set_generated_tokens(4);
-  EXPECT_EQ(ValidateMemoryBlock(changed.header, changed.payload, Expect()).code(),
-            StatusCode::kDataLoss);
-  for (uint32_t version : {1u, 2u}) {
-    MemoryBlock other = version == 1 ? block : MakeBlock(v1::DTYPE_FP16);
-    other.header.set_format_version(version == 1 ? 1 : 2);  // 1 with a record, 2 without
-    other.header.set_checksum(0);
-    other.header.set_checksum(BlockChecksum(other.header, other.payload));
-    const absl::Status s = ValidateMemoryBlock(other.header, other.payload, Expect());
-    EXPECT_EQ(s.code(), StatusCode::kInvalidArgument) << version;
-    EXPECT_NE(s.message().find("turn record"), std::string_view::npos) << s;
-  }
+  const absl::Status s = ValidateMemoryBlock(changed.header, changed.payload, Expect());
+  EXPECT_EQ(s.code(), StatusCode::kDataLoss);
+  EXPECT_NE(s.message().find("turn record"), std::string_view::npos) << s;
+  // Through the file form too.
+  auto parsed = ParseMemoryBlock(SerializeMemoryBlock(block));
+  ASSERT_TRUE(parsed.ok()) << parsed.status();
+  EXPECT_EQ(parsed->header.turn().front_record(), R"({"text":"Once"})");
+  EXPECT_TRUE(ValidateMemoryBlock(parsed->header, parsed->payload, Expect()).ok());
 }
 
 // Blocks whose checksum is right but whose content does not add up (a buggy writer).
