@@ -766,6 +766,12 @@ absl::StatusOr<std::vector<ChatMessage>> ParseResponseInput(const json& input) {
   return out;
 }
 
+// Code points of UTF-8 text (its bytes that do not continue a character).
+size_t CodePoints(std::string_view s) {
+  return static_cast<size_t>(
+      std::count_if(s.begin(), s.end(), [](char c) { return (c & 0xC0) != 0x80; }));
+}
+
 // OpenAI's `metadata`: at most 16 string values, keys of at most 64 characters and values
 // of at most 512.
 absl::Status CheckMetadata(const json& metadata) {
@@ -775,11 +781,10 @@ absl::Status CheckMetadata(const json& metadata) {
                absl::StrCat("'metadata' has ", metadata.size(), " keys; at most 16 are allowed"));
   }
   for (const auto& [key, value] : metadata.items()) {
-    if (key.size() > 64) {
-      return Bad("metadata",
-                 absl::StrCat("'metadata' key '", key.substr(0, 64), "...' is over 64 characters"));
+    if (CodePoints(key) > 64) {
+      return Bad("metadata", absl::StrCat("a 'metadata' key is over 64 characters: '", key, "'"));
     }
-    if (!value.is_string() || value.get<std::string>().size() > 512) {
+    if (!value.is_string() || CodePoints(value.get<std::string>()) > 512) {
       return Bad("metadata",
                  absl::StrCat("'metadata.", key, "' must be a string of at most 512 characters"));
     }

@@ -1475,6 +1475,14 @@ TEST(OpenAiProtocolTest, ResponsesRepeatTheirRequestsFields) {
   EXPECT_TRUE(ParseResponsesRequest(R"({"input": "hi", "metadata": {")" + std::string(64, 'k') +
                                     R"(": ")" + std::string(512, 'v') + R"("}})")
                   .ok());
+  // Characters, not bytes: 64 two-byte characters are a key OpenAI takes.
+  std::string wide_key;
+  for (int i = 0; i < 64; ++i) wide_key += "\xc3\xa9";
+  EXPECT_TRUE(
+      ParseResponsesRequest(R"({"input": "hi", "metadata": {")" + wide_key + R"(": "v"}})").ok());
+  EXPECT_FALSE(ParseResponsesRequest(R"({"input": "hi", "metadata": {")" + wide_key + "\xc3\xa9" +
+                                     R"(": "v"}})")
+                   .ok());
 }
 
 TEST(OpenAiProtocolTest, InputItemsPageBetweenCursors) {
