@@ -33,14 +33,14 @@ struct TurnRecord {
   uint32_t cached_prompt_tokens = 0;
   uint32_t generated_tokens = 0;
   uint32_t tokens_folded = 0;
-  std::string finish_reason;    // "stop" or "length"
-  std::string replica;          // the replica that ran the turn
-  int64_t created_unix_ms = 0;  // read back: when the version was written
+  std::string finish_reason;  // "stop" or "length"
+  std::string replica;        // the replica that ran the turn
 };
 
 // A session's durable state: the engine state plus the sampler (the session's default
-// sampling and the RNG words, so a resumed session draws what the uninterrupted one would),
-// and the record of the turn that wrote it, if its front kept one.
+// sampling and the RNG words, so a resumed session draws what the uninterrupted one would).
+// `turn`: the record of the turn that writes it, kept with the version when its front
+// keeps one (Commit); Load leaves it empty (a restore does not need it).
 struct Checkpoint {
   engine::SessionState state;
   SamplingSpec sampling;

@@ -299,15 +299,15 @@ absl::StatusOr<http::StoredTurn> RuntimeTurnPort::StoredTurnOf(const http::Calle
     return absl::NotFoundError(absl::StrCat("version ", version, " of session ", session_id,
                                             " keeps no record of its turn"));
   }
-  const runtime::TurnRecord t = TurnRecordOf(block->header);
-  return http::StoredTurn{.front_record = t.front_record,
-                          .prompt_tokens = t.prompt_tokens,
-                          .cached_prompt_tokens = t.cached_prompt_tokens,
-                          .generated_tokens = t.generated_tokens,
-                          .tokens_folded = t.tokens_folded,
-                          .finish_reason = t.finish_reason,
-                          .replica = t.replica,
-                          .created_unix_ms = t.created_unix_ms};
+  const v1::TurnRecord& t = block->header.turn();
+  return http::StoredTurn{.front_record = t.front_record(),
+                          .prompt_tokens = t.prompt_tokens(),
+                          .cached_prompt_tokens = t.cached_prompt_tokens(),
+                          .generated_tokens = t.generated_tokens(),
+                          .tokens_folded = t.tokens_folded(),
+                          .finish_reason = t.finish_reason(),
+                          .replica = t.replica(),
+                          .created_unix_ms = block->header.created_unix_ms()};
 }
 
 namespace {

@@ -27,20 +27,6 @@ absl::Status StoreError(const absl::Status& status) {
   }
 }
 
-runtime::TurnRecord TurnRecordOf(const v1::MemoryBlockHeader& header) {
-  const v1::TurnRecord& t = header.turn();
-  runtime::TurnRecord out;
-  out.front_record = t.front_record();
-  out.prompt_tokens = t.prompt_tokens();
-  out.cached_prompt_tokens = t.cached_prompt_tokens();
-  out.generated_tokens = t.generated_tokens();
-  out.tokens_folded = t.tokens_folded();
-  out.finish_reason = t.finish_reason();
-  out.replica = t.replica();
-  out.created_unix_ms = header.created_unix_ms();
-  return out;
-}
-
 StoreSessions::StoreSessions(StoreGateway* gateway, const engine::Engine* engine,
                              const memory::Projector* projector)
     : gateway_(gateway), engine_(engine), projector_(projector) {}
@@ -68,7 +54,6 @@ absl::StatusOr<runtime::Checkpoint> StoreSessions::Load(const runtime::Caller& c
   if (h.sampler_state().rng_state_size() == 4) {
     for (int i = 0; i < 4; ++i) checkpoint.rng_state[i] = h.sampler_state().rng_state(i);
   }
-  if (h.has_turn()) checkpoint.turn = TurnRecordOf(h);
   return checkpoint;
 }
 

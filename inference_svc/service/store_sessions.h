@@ -21,10 +21,6 @@ namespace kvfold::service {
 // `status` from a store call, safe to return to a client (see the file comment).
 absl::Status StoreError(const absl::Status& status);
 
-// The turn record a block's header carries (MemoryBlockHeader.turn), with the time the
-// version was written.
-runtime::TurnRecord TurnRecordOf(const v1::MemoryBlockHeader& header);
-
 class StoreSessions final : public runtime::SessionStore {
  public:
   // All must outlive this object; projector may be null (no memory modes).
