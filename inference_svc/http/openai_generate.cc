@@ -304,7 +304,7 @@ void OpenAiFront::Responses(const Caller& caller, const HttpRequest& request,
     options.head.usage.session_id = session;
     options.response_echo = req.echo;
     options.keep_record = req.store;
-    if (req.input_items.size() <= kMaxKeptInputBytes) options.input_items = req.input_items;
+    options.input_items = std::move(req.input_items);  // StoredResponseJson drops it if too large
     options.tools = ToolsOfAnswer(std::move(req.tools), *chat_);
     AddStops(req.params, *chat_, &options);
     AnnotateTurn(*exchange, spec, options_.record_prompts);

@@ -144,7 +144,6 @@ struct StoredTurn {
   uint32_t tokens_folded = 0;
   std::string finish_reason;  // "stop" or "length"
   std::string replica;
-  int64_t created_unix_ms = 0;  // when the version was written
 };
 
 class RunningTurn {

@@ -306,8 +306,7 @@ absl::StatusOr<http::StoredTurn> RuntimeTurnPort::StoredTurnOf(const http::Calle
                           .generated_tokens = t.generated_tokens(),
                           .tokens_folded = t.tokens_folded(),
                           .finish_reason = t.finish_reason(),
-                          .replica = t.replica(),
-                          .created_unix_ms = block->header.created_unix_ms()};
+                          .replica = t.replica()};
 }
 
 namespace {
