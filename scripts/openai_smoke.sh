@@ -6,7 +6,7 @@
 # (chat, streamed chat, completions), structured output (response_format / text.format
 # json_schema), function calling (chat: tools, streamed calls, tool results, $defs and
 # strict: false tools, the deprecated functions form; responses: function_call items and
-# their output), get a 401 and 400s.
+# their output), count input tokens, get a 401 and 400s.
 # Stops every process it started; exits 0 when all checks pass, 77 (skipped) when the
 # model, node or the npm package is unavailable, 1 on a failed check.
 #
@@ -52,7 +52,7 @@ trap cleanup EXIT INT TERM
 # The official client, in a scratch folder.
 mkdir -p "$WORK/node"
 (cd "$WORK/node" && npm init -y > /dev/null &&
-  timeout 300 npm install --silent --no-audit --no-fund openai@4 > "$WORK/npm.log" 2>&1) ||
+  timeout 300 npm install --silent --no-audit --no-fund openai@7 > "$WORK/npm.log" 2>&1) ||
   skip "npm install openai failed (registry unreachable?): $(tail -3 "$WORK/npm.log" 2>/dev/null)"
 
 . "$ROOT/scripts/lib/wait_line.sh"
@@ -72,7 +72,10 @@ for r in A B; do
   wait_line "$WORK/$r.out" $! "listening on " > /dev/null
   HTTP[$r]="$(wait_line "$WORK/$r.out" $! "http api on ")"
 done
-echo "openai_smoke: store $STORE, replica A http://${HTTP[A]}, replica B http://${HTTP[B]}"
+CLIENT_VERSION="$(cd "$WORK/node" &&
+  node -p 'JSON.parse(require("fs").readFileSync("node_modules/openai/package.json")).version')"
+echo "openai_smoke: store $STORE, replica A http://${HTTP[A]}, replica B http://${HTTP[B]}," \
+  "openai $CLIENT_VERSION"
 
 cat > "$WORK/node/smoke.mjs" <<'EOF'
 import OpenAI from "openai";
@@ -216,6 +219,21 @@ for await (const item of A.responses.inputItems.list(r1.id, { limit: 1, order: "
 check(inputItems.length === 1 && inputItems[0].type === "message" &&
       inputItems[0].content[0].text === "Once upon a time",
       `responses.inputItems.list(${r1.id}): ${JSON.stringify(inputItems)}`);
+const counted = await B.responses.inputTokens.count({ model, input: "The end?",
+                                                      previous_response_id: r2.id });
+const countedFirst = await A.responses.inputTokens.count({ model, input: "Once upon a time" });
+check(counted.object === "response.input_tokens" &&
+        counted.input_tokens === r3.usage.input_tokens &&
+        countedFirst.input_tokens === r1.usage.input_tokens,
+      `responses.inputTokens.count: ${countedFirst.input_tokens} and ${counted.input_tokens}, ` +
+      `the usage.input_tokens of responses 1 and 3`);
+try {
+  await A.responses.create({ model, input: "x", conversation: "conv_1" });
+  check(false, "a conversation is refused");
+} catch (e) {
+  check(e.status === 400 && e.param === "conversation",
+        `responses.create with a conversation -> ${e.status} (param ${e.param})`);
+}
 try {
   await A.responses.retrieve("resp_1_no-such-session");
   check(false, "an unknown response is refused");

@@ -153,9 +153,11 @@ void OpenAiFront::Handle(HttpRequest request, std::shared_ptr<HttpExchange> inne
     return;
   }
   constexpr std::string_view kModelPrefix = "/v1/models/";
+  constexpr std::string_view kInputTokensPath = "/v1/responses/input_tokens";
   const bool model_path = path.starts_with(kModelPrefix) && path.size() > kModelPrefix.size();
   const bool post_path = path == "/v1/chat/completions" || path == "/v1/completions" ||
-                         path == "/v1/responses" || path == "/tokenize" || path == "/detokenize";
+                         path == "/v1/responses" || path == kInputTokensPath ||
+                         path == "/tokenize" || path == "/detokenize";
   const std::optional<SessionRoute> session_route = RouteSession(request.method, path);
   const bool sessions_path = session_route.has_value();
   constexpr std::string_view kResponsePrefix = "/v1/responses/";
@@ -167,7 +169,8 @@ void OpenAiFront::Handle(HttpRequest request, std::shared_ptr<HttpExchange> inne
     input_items = response_id.ends_with(kInputItems);
     if (input_items) response_id.remove_suffix(kInputItems.size());
   }
-  const bool response_path = !response_id.empty() && response_id.find('/') == std::string::npos;
+  const bool response_path = !response_id.empty() && response_id.find('/') == std::string::npos &&
+                             path != kInputTokensPath;
   const bool known = (get && (path == "/v1/models" || model_path || response_path)) ||
                      (post && post_path) || (sessions_path && session_route->allowed);
   if (!known) {
@@ -188,6 +191,7 @@ void OpenAiFront::Handle(HttpRequest request, std::shared_ptr<HttpExchange> inne
   if (path == "/v1/chat/completions") return ChatCompletions(*caller, request, exchange);
   if (path == "/v1/completions") return Completions(*caller, request, exchange);
   if (sessions_path) return Sessions(*caller, *session_route, request, exchange);
+  if (path == kInputTokensPath) return InputTokens(*caller, request, exchange);
   if (path == "/tokenize") return Tokenize(request, exchange);
   if (path == "/detokenize") return Detokenize(request, *exchange);
   if (response_path) {

@@ -83,6 +83,19 @@ class OpenAiFront {
                    std::shared_ptr<ObservedExchange> exchange);
   void Responses(const Caller& caller, const HttpRequest& request,
                  std::shared_ptr<ObservedExchange> exchange);
+  // POST /v1/responses/input_tokens: the tokens a create of the same fields would feed.
+  void InputTokens(const Caller& caller, const HttpRequest& request,
+                   std::shared_ptr<ObservedExchange> exchange);
+  // The version a previous_response_id names and its session's head: InvalidArgument for
+  // an id that is not a response id, NotFound (on previous_response_id) when the session or
+  // version is not the caller's or is ahead of the head.
+  struct ChainPoint {
+    std::string session;
+    uint64_t version = 0;
+    uint64_t head = 0;
+  };
+  absl::StatusOr<ChainPoint> FindChainPoint(const Caller& caller,
+                                            const std::string& previous_response_id);
   // GET /v1/responses/{id} (`raw_id` as in the path) and, with `items`, .../input_items:
   // the record kept with the response's version.
   void ReadBackResponse(const Caller& caller, const std::string& raw_id, bool items,

@@ -246,49 +246,71 @@ void OpenAiFront::Completions(const Caller& caller, const HttpRequest& request,
 // A response continues the session version its previous_response_id names: at the head
 // the session itself advances; from an older version a fork of that version does, so
 // every response id stays valid and continuing from one never rewrites history.
+absl::StatusOr<OpenAiFront::ChainPoint> OpenAiFront::FindChainPoint(
+    const Caller& caller, const std::string& previous_response_id) {
+  auto id = ParseResponseId(previous_response_id);
+  if (!id.ok()) return WithParam(id.status(), "previous_response_id");
+  const absl::Status gone = WithParam(
+      absl::NotFoundError(absl::StrCat("response '", previous_response_id, "' not found")),
+      "previous_response_id");
+  ChainPoint point{.session = id->first, .version = id->second, .head = 0};
+  auto head = port_->HeadVersion(caller, point.session);
+  if (!head.ok()) return head.status().code() == absl::StatusCode::kNotFound ? gone : head.status();
+  if (point.version > *head) return gone;
+  point.head = *head;
+  return point;
+}
+
+namespace {
+
+// What a response's turn is given: a new chain starts with its instructions as the system
+// message; a continuation gets the new input alone.
+std::vector<ChatMessage> ResponseMessages(ResponsesRequest& req, bool new_chain) {
+  std::vector<ChatMessage> messages;
+  if (new_chain && !req.instructions.empty()) messages.push_back({"system", req.instructions});
+  for (ChatMessage& m : req.input) messages.push_back(std::move(m));
+  return messages;
+}
+
+}  // namespace
+
 void OpenAiFront::Responses(const Caller& caller, const HttpRequest& request,
                             std::shared_ptr<ObservedExchange> exchange) {
   auto parsed = ParseResponsesRequest(request.body);
   if (!parsed.ok()) return exchange->RespondError(parsed.status());
   if (absl::Status s = CheckModel(parsed->model); !s.ok()) return exchange->RespondError(s);
-  std::optional<std::pair<std::string, uint64_t>> previous;
   if (!parsed->previous_response_id.empty()) {
-    auto id = ParseResponseId(parsed->previous_response_id);
-    if (!id.ok()) return exchange->RespondError(WithParam(id.status(), "previous_response_id"));
-    previous = *id;
+    if (auto id = ParseResponseId(parsed->previous_response_id); !id.ok()) {
+      return exchange->RespondError(WithParam(id.status(), "previous_response_id"));
+    }
   }
-  Post([this, caller, req = std::move(*parsed), previous, exchange]() mutable {
+  Post([this, caller, req = std::move(*parsed), exchange]() mutable {
     std::string session;
-    std::vector<ChatMessage> messages;
-    const absl::Status gone = WithParam(
-        absl::NotFoundError(absl::StrCat("response '", req.previous_response_id, "' not found")),
-        "previous_response_id");
-    if (!previous.has_value()) {
+    const bool new_chain = req.previous_response_id.empty();
+    if (new_chain) {
       session = absl::StrCat("resp-", RandomHex());
       if (absl::Status s = port_->CreateSession(caller, session); !s.ok()) {
         return exchange->RespondError(s);
       }
-      if (!req.instructions.empty()) messages.push_back({"system", req.instructions});
     } else {
-      const auto& [source, version] = *previous;
-      auto head = port_->HeadVersion(caller, source);
-      if (!head.ok()) {
-        return exchange->RespondError(
-            head.status().code() == absl::StatusCode::kNotFound ? gone : head.status());
-      }
-      if (version > *head) return exchange->RespondError(gone);
-      session = source;
-      if (version < *head) {
+      auto point = FindChainPoint(caller, req.previous_response_id);
+      if (!point.ok()) return exchange->RespondError(point.status());
+      session = point->session;
+      if (point->version < point->head) {
         session = absl::StrCat("resp-", RandomHex());
-        absl::Status s = port_->ForkSession(caller, source, version, session);
+        absl::Status s = port_->ForkSession(caller, point->session, point->version, session);
         if (!s.ok()) {
-          return exchange->RespondError(s.code() == absl::StatusCode::kNotFound ? gone : s);
+          return exchange->RespondError(
+              s.code() == absl::StatusCode::kNotFound
+                  ? WithParam(absl::NotFoundError(absl::StrCat(
+                                  "response '", req.previous_response_id, "' not found")),
+                              "previous_response_id")
+                  : s);
         }
       }
     }
-    for (ChatMessage& m : req.input) messages.push_back(std::move(m));
     TurnSpec spec = SpecFor(session, req.params);
-    spec.messages = std::move(messages);
+    spec.messages = ResponseMessages(req, new_chain);
     spec.tools = req.tools.Shown();
     // The id is the session version the turn writes, known for sure at the end. A stream
     // names it in its first event: the version after the session's head, which the turn's
@@ -310,6 +332,36 @@ void OpenAiFront::Responses(const Caller& caller, const HttpRequest& request,
     AnnotateTurn(*exchange, spec, options_.record_prompts);
     StartChoices(port_, tokenizer_, caller, {Choice{std::move(spec), ""}}, std::move(options),
                  exchange);
+  });
+}
+
+void OpenAiFront::InputTokens(const Caller& caller, const HttpRequest& request,
+                              std::shared_ptr<ObservedExchange> exchange) {
+  auto parsed = ParseInputTokensRequest(request.body);
+  if (!parsed.ok()) return exchange->RespondError(parsed.status());
+  if (absl::Status s = CheckModel(parsed->model); !s.ok()) return exchange->RespondError(s);
+  // Rendered as the replica renders the create's turn (Runtime::PromptIds): a new chain
+  // as a whole conversation, a continuation against where the version it continues ends
+  // (a fork of an older version continues that version).
+  Post([this, caller, req = std::move(*parsed), exchange]() mutable {
+    const bool new_chain = req.previous_response_id.empty();
+    SessionTail tail;
+    if (!new_chain) {
+      auto point = FindChainPoint(caller, req.previous_response_id);
+      if (!point.ok()) return exchange->RespondError(point.status());
+      auto found = port_->TailOf(caller, point->session, point->version);
+      if (!found.ok()) return exchange->RespondError(found.status());
+      tail = *found;
+    }
+    const std::vector<std::string> tools = req.tools.Shown();
+    ChatRenderOptions render;
+    render.continuation = tail.total_tokens > 0;
+    const auto& eot = chat_->end_of_turn_ids();
+    render.previous_turn_closed = std::find(eot.begin(), eot.end(), tail.last_token) != eot.end();
+    render.tools = tools;
+    auto ids = chat_->RenderIds(ResponseMessages(req, new_chain), render);
+    if (!ids.ok()) return exchange->RespondError(ids.status());
+    exchange->Respond(200, "application/json", InputTokensJson(ids->size()));
   });
 }
 

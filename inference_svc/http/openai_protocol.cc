@@ -2,6 +2,7 @@
 #include "inference_svc/http/openai_protocol.h"
 
 #include <algorithm>
+#include <array>
 #include <charconv>
 #include <cmath>
 #include <map>
@@ -116,6 +117,53 @@ absl::Status RefuseUnsupported(const json& j) {
     if (j.contains(key) && !j[key].is_null() && !(j[key].is_array() && j[key].empty()) &&
         !(j[key].is_object() && j[key].empty())) {
       return Bad(key, absl::StrCat("'", key, "' is not supported by kvfold"));
+    }
+  }
+  return absl::OkStatus();
+}
+
+bool Given(const json& j, const char* key) { return j.contains(key) && !j[key].is_null(); }
+
+// Chat completions' fields for what kvfold does not produce (audio, predicted outputs, web
+// search): refused, never ignored. `modalities` may only ask for text.
+absl::Status RefuseUnsupportedChat(const json& j) {
+  for (const char* key : {"audio", "prediction", "web_search_options"}) {
+    if (Given(j, key)) return Bad(key, absl::StrCat("'", key, "' is not supported by kvfold"));
+  }
+  if (Given(j, "modalities")) {
+    const json& m = j["modalities"];
+    if (!m.is_array()) return Bad("modalities", "'modalities' must be an array of strings");
+    for (const json& e : m) {
+      if (!e.is_string()) return Bad("modalities", "'modalities' must be an array of strings");
+      if (e.get<std::string>() != "text") {
+        return Bad("modalities", absl::StrCat("modality '", e.get<std::string>(),
+                                              "' is not supported by kvfold (only \"text\")"));
+      }
+    }
+  }
+  return absl::OkStatus();
+}
+
+// The Responses API's fields that would change what a response is and that kvfold does not
+// implement: refused, never ignored. `truncation` may be either of its values: a kvfold
+// session never drops input items (a turn's new input over the replica's prompt limit is a
+// 400 either way; the session's history is folded or slid, by its mode, not truncated).
+absl::Status RefuseUnsupportedResponse(const json& j) {
+  if (Given(j, "conversation")) {
+    return Bad("conversation",
+               "'conversation' is not supported by kvfold: continue a response with "
+               "'previous_response_id' (every response is a stored session version)");
+  }
+  if (Given(j, "background") && !(j["background"].is_boolean() && !j["background"].get<bool>())) {
+    return Bad("background", "'background' responses are not supported by kvfold");
+  }
+  if (Given(j, "prompt")) {
+    return Bad("prompt", "'prompt' (a stored prompt template) is not supported by kvfold");
+  }
+  if (Given(j, "truncation")) {
+    const json& t = j["truncation"];
+    if (!t.is_string() || (t.get<std::string>() != "auto" && t.get<std::string>() != "disabled")) {
+      return Bad("truncation", "'truncation' must be \"auto\" or \"disabled\"");
     }
   }
   return absl::OkStatus();
@@ -620,6 +668,7 @@ absl::StatusOr<ChatCompletionRequest> ParseChatCompletionRequest(std::string_vie
   if (!j.ok()) return j.status();
   ChatCompletionRequest r;
   KVFOLD_RETURN_IF_ERROR(GetString(*j, "model", &r.model));
+  KVFOLD_RETURN_IF_ERROR(RefuseUnsupportedChat(*j));
   if (!j->contains("messages")) return Bad("messages", "'messages' is required");
   auto messages = ParseMessages((*j)["messages"], "messages");
   if (!messages.ok()) return messages.status();
@@ -852,6 +901,7 @@ absl::StatusOr<ResponsesRequest> ParseResponsesRequest(std::string_view body) {
   if (!j.ok()) return j.status();
   ResponsesRequest r;
   KVFOLD_RETURN_IF_ERROR(GetString(*j, "model", &r.model));
+  KVFOLD_RETURN_IF_ERROR(RefuseUnsupportedResponse(*j));
   KVFOLD_RETURN_IF_ERROR(GetString(*j, "instructions", &r.instructions));
   KVFOLD_RETURN_IF_ERROR(GetString(*j, "previous_response_id", &r.previous_response_id));
   KVFOLD_RETURN_IF_ERROR(GetBool(*j, "stream", &r.stream));
@@ -878,6 +928,25 @@ absl::StatusOr<ResponsesRequest> ParseResponsesRequest(std::string_view body) {
   KVFOLD_RETURN_IF_ERROR(HoldToTools(r.tools, &r.params));
   r.echo = JsonText(*echo);
   return r;
+}
+
+absl::StatusOr<ResponsesRequest> ParseInputTokensRequest(std::string_view body) {
+  auto j = ParseObject(body);
+  if (!j.ok()) return j.status();
+  static constexpr std::array<std::string_view, 11> kFields = {
+      "model",        "input",     "instructions", "previous_response_id",
+      "conversation", "tools",     "tool_choice",  "parallel_tool_calls",
+      "text",         "reasoning", "truncation"};
+  for (const auto& [key, value] : j->items()) {
+    if (std::find(kFields.begin(), kFields.end(), key) == kFields.end()) {
+      return Bad(key, absl::StrCat("'", key, "' is not a field of an input token count"));
+    }
+  }
+  return ParseResponsesRequest(body);
+}
+
+std::string InputTokensJson(size_t count) {
+  return JsonText(json{{"object", "response.input_tokens"}, {"input_tokens", count}});
 }
 
 absl::StatusOr<TokenizeRequest> ParseTokenizeRequest(std::string_view body) {

@@ -153,11 +153,19 @@ struct DetokenizeRequest {
 // InvalidArgument for malformed JSON, wrong types, values out of range (n: [1, 128]; a
 // completions batch's prompts x n at most kMaxChoices; responses: n = 1), and unsupported
 // features that would change the answer (tools outside chat, best_of, non-text content
-// parts). Unknown fields
-// are ignored (docs/http-api.md lists the ignored ones).
+// parts, chat's audio / prediction / web search / non-text modalities, the Responses API's
+// conversation, background, prompt templates). Unknown fields are ignored
+// (docs/http-api.md lists the refused and the ignored ones).
 absl::StatusOr<ChatCompletionRequest> ParseChatCompletionRequest(std::string_view body);
 absl::StatusOr<CompletionRequest> ParseCompletionRequest(std::string_view body);
 absl::StatusOr<ResponsesRequest> ParseResponsesRequest(std::string_view body);
+// OpenAI's POST /v1/responses/input_tokens: the fields of a create that decide its input
+// (model, input, instructions, previous_response_id, tools, tool_choice,
+// parallel_tool_calls, text, reasoning, truncation), checked as a create checks them; any
+// other field is a 400 naming it.
+absl::StatusOr<ResponsesRequest> ParseInputTokensRequest(std::string_view body);
+// {"object": "response.input_tokens", "input_tokens": count}.
+std::string InputTokensJson(size_t count);
 // Neither or both of prompt and messages, add_generation_prompt with
 // continue_final_message, ids that are not integers >= 0: InvalidArgument.
 absl::StatusOr<TokenizeRequest> ParseTokenizeRequest(std::string_view body);

@@ -146,6 +146,13 @@ struct StoredTurn {
   std::string replica;
 };
 
+// Where a stored version's tokens end: what a chat continuation of that version renders
+// against (ChatRenderOptions::continuation and previous_turn_closed).
+struct SessionTail {
+  uint64_t total_tokens = 0;
+  int32_t last_token = -1;  // -1: the version holds no token in its window
+};
+
 class RunningTurn {
  public:
   virtual ~RunningTurn() = default;
@@ -184,6 +191,10 @@ class TurnPort {
   virtual absl::StatusOr<StoredTurn> StoredTurnOf(const Caller& caller,
                                                   const std::string& session_id,
                                                   uint64_t version) = 0;
+  // Where version `version` of the caller's session `session_id` ends. NotFound for a
+  // session or version the caller does not have.
+  virtual absl::StatusOr<SessionTail> TailOf(const Caller& caller, const std::string& session_id,
+                                             uint64_t version) = 0;
   // kvfold's stored-session operations in the gRPC API's messages, in protobuf's JSON
   // mapping with the .proto's field names (docs/api.md): `request_json` is the operation's
   // request (CreateSessionRequest, ListSessionsRequest, ForkSessionRequest,

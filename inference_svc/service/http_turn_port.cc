@@ -282,9 +282,9 @@ absl::Status RuntimeTurnPort::ForkSession(const http::Caller& caller, const std:
   return sessions_.Fork(ToRuntime(caller), request, nullptr);
 }
 
-absl::StatusOr<http::StoredTurn> RuntimeTurnPort::StoredTurnOf(const http::Caller& caller,
-                                                               const std::string& session_id,
-                                                               uint64_t version) {
+absl::StatusOr<memory::MemoryBlock> RuntimeTurnPort::VerifiedBlock(const http::Caller& caller,
+                                                                   const std::string& session_id,
+                                                                   uint64_t version) {
   if (absl::Status s = ValidateSessionId(session_id); !s.ok()) return s;
   if (version == 0) return absl::NotFoundError("version 0 does not exist");
   auto block =
@@ -295,6 +295,14 @@ absl::StatusOr<http::StoredTurn> RuntimeTurnPort::StoredTurnOf(const http::Calle
     return absl::DataLossError(
         absl::StrCat("version ", version, " of session ", session_id, ": checksum mismatch"));
   }
+  return block;
+}
+
+absl::StatusOr<http::StoredTurn> RuntimeTurnPort::StoredTurnOf(const http::Caller& caller,
+                                                               const std::string& session_id,
+                                                               uint64_t version) {
+  auto block = VerifiedBlock(caller, session_id, version);
+  if (!block.ok()) return block.status();
   if (!block->header.has_turn()) {
     return absl::NotFoundError(absl::StrCat("version ", version, " of session ", session_id,
                                             " keeps no record of its turn"));
@@ -307,6 +315,18 @@ absl::StatusOr<http::StoredTurn> RuntimeTurnPort::StoredTurnOf(const http::Calle
                           .tokens_folded = t.tokens_folded(),
                           .finish_reason = t.finish_reason(),
                           .replica = t.replica()};
+}
+
+// The runtime restores a version with the same last token (Runtime::LiveFromCheckpoint), so a
+// turn that continues it renders as this tail says.
+absl::StatusOr<http::SessionTail> RuntimeTurnPort::TailOf(const http::Caller& caller,
+                                                          const std::string& session_id,
+                                                          uint64_t version) {
+  auto block = VerifiedBlock(caller, session_id, version);
+  if (!block.ok()) return block.status();
+  const auto& window = block->header.window_token_ids();
+  return http::SessionTail{.total_tokens = block->header.total_tokens(),
+                           .last_token = window.empty() ? -1 : window[window.size() - 1]};
 }
 
 namespace {

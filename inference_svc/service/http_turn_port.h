@@ -77,6 +77,9 @@ class RuntimeTurnPort final : public http::TurnPort {
   absl::StatusOr<http::StoredTurn> StoredTurnOf(const http::Caller& caller,
                                                 const std::string& session_id,
                                                 uint64_t version) override;
+  absl::StatusOr<http::SessionTail> TailOf(const http::Caller& caller,
+                                           const std::string& session_id,
+                                           uint64_t version) override;
   absl::StatusOr<std::string> SessionCall(const http::Caller& caller, http::SessionOp op,
                                           const std::string& session_id,
                                           const std::string& request_json) override;
@@ -87,6 +90,11 @@ class RuntimeTurnPort final : public http::TurnPort {
 
  private:
   runtime::Caller ToRuntime(const http::Caller& caller) const;
+  // Version `version` of the caller's session, its block checksum and turn record
+  // verified (DataLoss otherwise).
+  absl::StatusOr<memory::MemoryBlock> VerifiedBlock(const http::Caller& caller,
+                                                    const std::string& session_id,
+                                                    uint64_t version);
 
   const RuntimeTurnPortDeps deps_;
   const SessionAdmin sessions_;

@@ -292,6 +292,88 @@ TEST_F(HttpApiTest, ResponsesChainAcrossReplicasAndFork) {
   EXPECT_EQ(after.status, 200) << after.body;
 }
 
+// POST /v1/responses/input_tokens counts what the create of the same fields feeds (its
+// usage.input_tokens), on either replica: a new chain (instructions, tools), a
+// continuation of a response the token limit cut (the assistant's turn closed first), of
+// one the model ended itself, and of an older response (a fork). Errors name their field.
+TEST_F(HttpApiTest, ResponsesCountTheInputTokensTheirTurnsFeed) {
+  auto count = [&](int replica, const json& fields) {
+    HttpReply r = Post(replica, "/v1/responses/input_tokens", fields);
+    EXPECT_EQ(r.status, 200) << r.body;
+    const json body = Body(r);
+    EXPECT_EQ(body["object"], "response.input_tokens") << body;
+    return body.value("input_tokens", -1);
+  };
+  auto create = [&](int replica, json fields, int max_output_tokens) {
+    fields["max_output_tokens"] = max_output_tokens;
+    fields["temperature"] = 0;
+    HttpReply r = Post(replica, "/v1/responses", fields);
+    EXPECT_EQ(r.status, 200) << r.body;
+    return Body(r);
+  };
+  const json tool = {{"type", "function"},
+                     {"name", "get_weather"},
+                     {"parameters",
+                      {{"type", "object"},
+                       {"properties", {{"city", {{"type", "string"}}}}},
+                       {"required", {"city"}}}}};
+  const json first = {{"model", "stories260K"},
+                      {"instructions", "Tell a short story."},
+                      {"input", "Once upon a time"}};
+  json with_tools = first;
+  with_tools["tools"] = {tool};
+  with_tools["tool_choice"] = "auto";
+  const int first_count = count(1, first), tools_count = count(0, with_tools);
+  EXPECT_GT(tools_count, first_count);  // the template shows the tool
+  const json r1 = create(0, first, 8);
+  EXPECT_EQ(r1["usage"]["input_tokens"], first_count) << r1;
+  EXPECT_EQ(create(1, with_tools, 4)["usage"]["input_tokens"], tools_count);
+  EXPECT_EQ(count(0, {{"input", "Once upon a time"}}),
+            count(1, {{"input", {{{"role", "user"}, {"content", "Once upon a time"}}}}}));
+
+  // Continuations: r1 was cut by its limit (status incomplete), so its continuation closes
+  // the assistant's turn first; a long answer ends with the model's end-of-turn.
+  ASSERT_EQ(r1["status"], "incomplete");
+  const std::string id1 = r1["id"];
+  const json next = {{"previous_response_id", id1}, {"input", "And then?"}};
+  const int next_count = count(1, next);
+  // The end-of-turn id (stories260K's template ends a turn with EOS, id 2) made certain.
+  json next_ended = next;
+  next_ended["logit_bias"] = {{"2", 100}};
+  const json r2 = create(1, next_ended, 4);
+  EXPECT_EQ(r2["usage"]["input_tokens"], next_count) << r2;
+  const json after_r2 = {{"previous_response_id", r2["id"]}, {"input", "And then?"}};
+  const int after_count = count(0, after_r2);
+  EXPECT_EQ(create(0, after_r2, 4)["usage"]["input_tokens"], after_count);
+  // Whether r2 ended itself decides the continuation's rendering: the counts differ.
+  EXPECT_EQ(r2["status"], "completed") << r2;
+  if (r2["status"] == "completed") EXPECT_LT(after_count, next_count);
+  // An older response: the create forks it; the count continues that version.
+  EXPECT_EQ(count(0, next), next_count);
+  EXPECT_EQ(create(0, next, 4)["usage"]["input_tokens"], next_count);
+
+  // Errors.
+  auto error = [&](int status, const json& fields, const char* param) {
+    HttpReply r = Post(0, "/v1/responses/input_tokens", fields);
+    EXPECT_EQ(r.status, status) << fields << ": " << r.body;
+    EXPECT_EQ(Body(r)["error"]["param"], param == nullptr ? json() : json(param)) << r.body;
+  };
+  error(404, {{"previous_response_id", "resp_1_no-such-session"}, {"input", "x"}},
+        "previous_response_id");
+  error(404,
+        {{"previous_response_id",
+          "resp_99_" + r1["usage"]["kvfold"]["session_id"].get<std::string>()},
+         {"input", "x"}},
+        "previous_response_id");
+  error(404, {{"previous_response_id", "not-a-response"}, {"input", "x"}}, "previous_response_id");
+  error(400, {{"input", "x"}, {"stream", true}}, "stream");
+  error(400, {{"input", "x"}, {"conversation", "conv_1"}}, "conversation");
+  error(400, {{"input", 3}}, "input");
+  error(404, {{"input", "x"}, {"model", "gpt-4o"}}, nullptr);
+  EXPECT_EQ(HttpCall(port_[0], "GET", "/v1/responses/input_tokens", "", kAuth).status, 405);
+  EXPECT_EQ(Post(0, "/v1/responses/input_tokens", {{"input", "x"}}, {}).status, 401);
+}
+
 // A stored response reads back as it was created, from either replica: GET
 // /v1/responses/{id} gives the same object (text, status, usage, chain), its input items
 // list pages as OpenAI's do; `store: false` keeps none, and a version that chat wrote is

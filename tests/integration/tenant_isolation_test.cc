@@ -9,6 +9,7 @@
 #include <fstream>
 #include <nlohmann/json.hpp>
 
+#include "absl/strings/str_cat.h"
 #include "tests/integration/http_api_fixture.h"
 #include "tests/integration/service_cluster.h"
 
@@ -131,6 +132,13 @@ TEST(HttpTenantIsolationTest, StoredSessionsAreTheCallersOwn) {
     HttpReply denied = HttpCall(port, "GET", p, "", bob);
     EXPECT_EQ(denied.status, 404) << p << ": " << denied.body;
   }
+  // Counting input against alice's response: hers to count, bob's a 404.
+  const std::string count =
+      absl::StrCat(R"({"input": "A cat", "previous_response_id": ")",
+                   nlohmann::json::parse(response.body)["id"].get<std::string>(), R"("})");
+  EXPECT_EQ(HttpCall(port, "POST", "/v1/responses/input_tokens", count, alice).status, 200);
+  HttpReply uncounted = HttpCall(port, "POST", "/v1/responses/input_tokens", count, bob);
+  EXPECT_EQ(uncounted.status, 404) << uncounted.body;
   HttpReply still = HttpCall(port, "GET", "/v1/kvfold/sessions/alices", "", alice);
   ASSERT_EQ(still.status, 200) << still.body;
   EXPECT_EQ(nlohmann::json::parse(still.body)["head_version"], "2");

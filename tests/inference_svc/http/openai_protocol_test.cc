@@ -7,6 +7,7 @@
 #include <string>
 #include <vector>
 
+#include "absl/strings/str_cat.h"
 #include "common/json_depth.h"
 #include "gmock/gmock.h"
 #include "gtest/gtest.h"
@@ -21,6 +22,11 @@ namespace {
 
 using json = nlohmann::json;
 using ::testing::HasSubstr;
+
+// The `param` of the error JSON a status becomes (null when it names none).
+json ParamOf(const absl::Status& status) {
+  return json::parse(ErrorJson(status))["error"]["param"];
+}
 
 absl::Status ChatError(const json& body) {
   return ParseChatCompletionRequest(body.dump()).status();
@@ -134,6 +140,80 @@ TEST(OpenAiProtocolTest, RefusesWhatWouldChangeTheAnswer) {
   EXPECT_EQ(ParseChatCompletionRequest("[1,2]").status().code(),
             absl::StatusCode::kInvalidArgument);
   EXPECT_EQ(ParseChatCompletionRequest("{").status().code(), absl::StatusCode::kInvalidArgument);
+}
+
+// Fields for what kvfold does not produce (audio, predicted outputs, web search, stored
+// conversations and prompts, background runs) are refused with a 400 naming them, never
+// ignored; the values that ask for nothing are accepted.
+TEST(OpenAiProtocolTest, RefusesFeaturesItDoesNotHaveInsteadOfIgnoringThem) {
+  const json chat = {{"messages", {{{"role", "user"}, {"content", "x"}}}}};
+  auto chat_with = [&](const char* key, json value) {
+    json j = chat;
+    j[key] = std::move(value);
+    return ParseChatCompletionRequest(j.dump()).status();
+  };
+  for (const char* key : {"audio", "prediction", "web_search_options"}) {
+    const absl::Status s = chat_with(key, json::object());
+    EXPECT_EQ(s.code(), absl::StatusCode::kInvalidArgument) << key;
+    EXPECT_THAT(s.message(), HasSubstr(absl::StrCat("'", key, "' is not supported by kvfold")));
+    EXPECT_EQ(ParamOf(s), key);
+    EXPECT_TRUE(chat_with(key, nullptr).ok()) << key;
+  }
+  EXPECT_TRUE(chat_with("modalities", {"text"}).ok());
+  EXPECT_TRUE(chat_with("modalities", json::array()).ok());
+  EXPECT_THAT(chat_with("modalities", {"text", "audio"}).message(),
+              HasSubstr("modality 'audio' is not supported by kvfold"));
+  EXPECT_THAT(chat_with("modalities", "text").message(), HasSubstr("must be an array"));
+
+  const json response = {{"input", "x"}};
+  auto response_with = [&](const char* key, json value) {
+    json j = response;
+    j[key] = std::move(value);
+    return ParseResponsesRequest(j.dump()).status();
+  };
+  for (const json& conversation : {json("conv_1"), json{{"id", "conv_1"}}}) {
+    const absl::Status s = response_with("conversation", conversation);
+    EXPECT_EQ(ParamOf(s), "conversation");
+    EXPECT_THAT(s.message(), HasSubstr("continue a response with 'previous_response_id'"));
+  }
+  EXPECT_EQ(ParamOf(response_with("background", true)), "background");
+  EXPECT_EQ(ParamOf(response_with("background", "yes")), "background");
+  EXPECT_TRUE(response_with("background", false).ok());
+  EXPECT_EQ(ParamOf(response_with("prompt", {{"id", "pmpt_1"}})), "prompt");
+  EXPECT_TRUE(response_with("truncation", "auto").ok());
+  EXPECT_TRUE(response_with("truncation", "disabled").ok());
+  EXPECT_THAT(response_with("truncation", "middle").message(),
+              HasSubstr("'truncation' must be \"auto\" or \"disabled\""));
+  EXPECT_TRUE(response_with("conversation", nullptr).ok());
+}
+
+// An input token count takes the fields of a create that decide its input, checked as a
+// create checks them, and nothing else.
+TEST(OpenAiProtocolTest, InputTokenCountsTakeTheFieldsThatDecideTheInput) {
+  auto r = ParseInputTokensRequest(
+      R"({"model": "m", "input": [{"role": "user", "content": "hi"}], "instructions": "be",
+          "previous_response_id": "resp_2_s", "truncation": "auto", "reasoning": null,
+          "tools": [{"type": "function", "name": "f", "parameters": {"type": "object"}}],
+          "tool_choice": "auto", "parallel_tool_calls": true,
+          "text": {"format": {"type": "text"}}})");
+  ASSERT_TRUE(r.ok()) << r.status();
+  EXPECT_EQ(r->model, "m");
+  ASSERT_EQ(r->input.size(), 1u);
+  EXPECT_EQ(r->input[0].content, "hi");
+  EXPECT_EQ(r->instructions, "be");
+  EXPECT_EQ(r->previous_response_id, "resp_2_s");
+  EXPECT_EQ(r->tools.Shown().size(), 1u);
+  for (const char* key : {"stream", "max_output_tokens", "store", "temperature", "metadata"}) {
+    const absl::Status s = ParseInputTokensRequest(json{{"input", "x"}, {key, 1}}.dump()).status();
+    EXPECT_EQ(ParamOf(s), key);
+    EXPECT_THAT(s.message(), HasSubstr("is not a field of an input token count")) << key;
+  }
+  EXPECT_EQ(ParamOf(ParseInputTokensRequest(R"({"input": 3})").status()), "input");
+  EXPECT_EQ(ParamOf(ParseInputTokensRequest(R"({"input": "x", "conversation": "c"})").status()),
+            "conversation");
+  EXPECT_EQ(ParseInputTokensRequest("[]").status().code(), absl::StatusCode::kInvalidArgument);
+  EXPECT_EQ(json::parse(InputTokensJson(17)),
+            (json{{"object", "response.input_tokens"}, {"input_tokens", 17}}));
 }
 
 TEST(OpenAiProtocolTest, CompletionsAndResponsesRequests) {
@@ -360,9 +440,7 @@ TEST(OpenAiProtocolTest, AnswersAndErrors) {
 // OpenAI's error.param names the request field a 400 is about (null for the body as a
 // whole and for errors that are not about one field).
 TEST(OpenAiProtocolTest, ErrorsNameTheirParam) {
-  auto param_of = [](const absl::Status& status) {
-    return json::parse(ErrorJson(status))["error"]["param"];
-  };
+  auto param_of = ParamOf;
   const struct {
     const char* body;
     const char* param;  // nullptr: JSON null
