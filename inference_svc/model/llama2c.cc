@@ -6,28 +6,9 @@
 
 #include "absl/strings/str_cat.h"
 #include "inference_svc/model/model_file.h"
+#include "inference_svc/model/rotary_rows.h"
 
 namespace kvfold::model {
-namespace {
-
-// HF convert_llama_weights_to_hf permute: llama2.c keeps rotary pairs interleaved
-// (2i, 2i+1) within each head; HF rotate_half pairs (i, i + head_dim/2).
-// new row (h, p, i) = old row (h, 2i + p).
-std::shared_ptr<std::vector<float>> PermuteRows(const float* w, int heads, int head_dim,
-                                                int cols) {
-  auto out = std::make_shared<std::vector<float>>(static_cast<size_t>(heads) * head_dim * cols);
-  const int half = head_dim / 2;
-  for (int h = 0; h < heads; ++h)
-    for (int p = 0; p < 2; ++p)
-      for (int i = 0; i < half; ++i) {
-        const float* src = w + static_cast<size_t>(h * head_dim + 2 * i + p) * cols;
-        float* dst = out->data() + static_cast<size_t>(h * head_dim + p * half + i) * cols;
-        std::memcpy(dst, src, cols * sizeof(float));
-      }
-  return out;
-}
-
-}  // namespace
 
 absl::StatusOr<ModelFile> ParseLlama2c(std::shared_ptr<const std::string> bytes) {
   const std::string& b = *bytes;
@@ -79,7 +60,7 @@ absl::StatusOr<ModelFile> ParseLlama2c(std::shared_ptr<const std::string> bytes)
   m.config = c;
   m.source_format = "llama2c";
   const float* p = reinterpret_cast<const float*>(b.data() + 28);
-  auto add = [&](const std::string& name, std::vector<int64_t> shape, const float* data,
+  auto add = [&](const std::string& name, std::vector<int64_t> shape, const void* data,
                  std::shared_ptr<const void> keep) {
     HostTensor t;
     t.dtype = DType::kF32;
@@ -115,9 +96,9 @@ absl::StatusOr<ModelFile> ParseLlama2c(std::shared_ptr<const std::string> bytes)
   for (int64_t l = 0; l < L; ++l) {
     const int li = static_cast<int>(l);
     add(LayerTensorName(li, "input_layernorm.weight"), {d}, rms_att + l * d, bytes);
-    auto q = PermuteRows(wq + l * d * d, c.num_heads, c.head_dim, c.hidden_size);
+    auto q = PermuteRotaryRows(wq + l * d * d, c.num_heads, c.head_dim, c.hidden_size * 4);
     add(LayerTensorName(li, "self_attn.q_proj.weight"), {d, d}, q->data(), q);
-    auto k = PermuteRows(wk + l * kv * d, c.num_kv_heads, c.head_dim, c.hidden_size);
+    auto k = PermuteRotaryRows(wk + l * kv * d, c.num_kv_heads, c.head_dim, c.hidden_size * 4);
     add(LayerTensorName(li, "self_attn.k_proj.weight"), {kv, d}, k->data(), k);
     add(LayerTensorName(li, "self_attn.v_proj.weight"), {kv, d}, wv + l * kv * d, bytes);
     add(LayerTensorName(li, "self_attn.o_proj.weight"), {d, d}, wo + l * d * d, bytes);

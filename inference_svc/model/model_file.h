@@ -4,13 +4,15 @@
 // malformed input - truncated files, bad JSON, shape/dtype mismatches, missing tensors -
 // NotFound when a path does not exist, Unimplemented for unknown architectures; they
 // never crash on bad input):
-//   LoadModel(path)         a file (llama2.c checkpoint) or a directory: Hugging Face when
-//                           it has config.json, else the one llama2.c checkpoint in it
-//                           (*.bin other than tokenizer.bin / tok*.bin)
+//   LoadModel(path)         a file (a GGUF file by its magic, else a llama2.c checkpoint)
+//                           or a directory: Hugging Face when it has config.json, else
+//                           the one llama2.c checkpoint in it (*.bin other than
+//                           tokenizer.bin / tok*.bin)
 //   LoadHfDirectory(dir)    config.json + model.safetensors | model.safetensors.index.json
 //   LoadLlama2c(file)       llama2.c "version 0" checkpoint (7 x int32 header, fp32)
+//   LoadGguf(file)          llama.cpp GGUF, architecture llama; F32/F16/BF16/Q8_0 tensors
 // Tensor names are HF names, e.g. "model.layers.3.self_attn.q_proj.weight". llama2.c
-// wq/wk rows are permuted to the HF rotate_half convention on load.
+// and GGUF q/k rows are permuted to the HF rotate_half convention on load.
 #ifndef KVFOLD_INFERENCE_SVC_MODEL_MODEL_FILE_H_
 #define KVFOLD_INFERENCE_SVC_MODEL_MODEL_FILE_H_
 
@@ -18,6 +20,7 @@
 #include <map>
 #include <memory>
 #include <string>
+#include <string_view>
 #include <vector>
 
 #include "absl/status/statusor.h"
@@ -43,7 +46,7 @@ struct ModelFile {
   ModelConfig config;
   std::map<std::string, HostTensor> tensors;  // sorted by HF name
   std::string source_path;
-  std::string source_format;  // "hf" or "llama2c"
+  std::string source_format;  // "hf", "llama2c" or "gguf"
 
   // The tensor `name` checked against `shape`; InvalidArgument when missing or mismatched.
   absl::StatusOr<const HostTensor*> Get(const std::string& name,
@@ -55,9 +58,16 @@ struct ModelFile {
 absl::StatusOr<ModelFile> LoadModel(const std::string& path);
 absl::StatusOr<ModelFile> LoadHfDirectory(const std::string& dir);
 absl::StatusOr<ModelFile> LoadLlama2c(const std::string& file);
+absl::StatusOr<ModelFile> LoadGguf(const std::string& file);
 
 // Parses a llama2.c checkpoint held in memory (used by LoadLlama2c and the fuzz target).
 absl::StatusOr<ModelFile> ParseLlama2c(std::shared_ptr<const std::string> bytes);
+// Parses a GGUF model held in `bytes` (which `keepalive` owns; tensors point into them or
+// own their repacked copies). `what` names the file in messages. Unimplemented for other
+// architectures, tensor types and RoPE variants (docs/model-format.md, "GGUF").
+absl::StatusOr<ModelFile> ParseGgufModel(std::string_view bytes,
+                                         std::shared_ptr<const void> keepalive,
+                                         std::string_view what);
 
 // HF tensor names.
 std::string LayerTensorName(int layer, const char* suffix);  // "model.layers.N.<suffix>"

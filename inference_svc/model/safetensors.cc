@@ -1,10 +1,5 @@
 #include "inference_svc/model/safetensors.h"
 
-#include <fcntl.h>
-#include <sys/mman.h>
-#include <sys/stat.h>
-#include <unistd.h>
-
 #include <algorithm>
 #include <cstring>
 #include <limits>
@@ -12,20 +7,13 @@
 #include <vector>
 
 #include "absl/strings/str_cat.h"
+#include "common/mapped_file.h"
 #include "nlohmann/json.hpp"
 
 namespace kvfold::model {
 namespace {
 
 using nlohmann::json;
-
-struct MmapRegion {
-  void* addr = nullptr;
-  size_t size = 0;
-  ~MmapRegion() {
-    if (addr != nullptr && addr != MAP_FAILED) munmap(addr, size);
-  }
-};
 
 absl::Status Bad(const std::string& what, const std::string& msg) {
   return absl::InvalidArgumentError(absl::StrCat(what, ": ", msg));
@@ -118,24 +106,9 @@ absl::StatusOr<std::map<std::string, HostTensor>> ParseSafetensors(
 }
 
 absl::StatusOr<std::map<std::string, HostTensor>> LoadSafetensorsFile(const std::string& path) {
-  const int fd = open(path.c_str(), O_RDONLY | O_CLOEXEC);
-  if (fd < 0) return absl::NotFoundError(absl::StrCat("cannot open ", path, ": ", strerror(errno)));
-  struct stat st;
-  if (fstat(fd, &st) != 0) {
-    close(fd);
-    return absl::InternalError(absl::StrCat("cannot stat ", path));
-  }
-  auto region = std::make_shared<MmapRegion>();
-  region->size = static_cast<size_t>(st.st_size);
-  if (region->size > 0) {
-    region->addr = mmap(nullptr, region->size, PROT_READ, MAP_PRIVATE, fd, 0);
-  }
-  close(fd);
-  if (region->size > 0 && region->addr == MAP_FAILED) {
-    return absl::InternalError(absl::StrCat("cannot mmap ", path));
-  }
-  std::string_view bytes(static_cast<const char*>(region->addr), region->size);
-  return ParseSafetensors(bytes, region, path);
+  auto mapped = MapReadOnly(path);
+  if (!mapped.ok()) return mapped.status();
+  return ParseSafetensors(mapped->bytes, mapped->keepalive, path);
 }
 
 std::string SerializeSafetensors(const std::map<std::string, HostTensor>& tensors) {

@@ -52,7 +52,8 @@ struct Flags {
 void AddFlags(CLI::App& app, Flags& f) {
   kvfold::service::ServiceConfig& c = f.config;
   kvfold::AddConfigFileFlag(app);
-  app.add_option("--model", c.model_path, "model directory (HF safetensors) or llama2.c checkpoint")
+  app.add_option("--model", c.model_path,
+                 "model directory (HF safetensors), GGUF file or llama2.c checkpoint")
       ->required();
   app.add_option("--tokenizer", c.tokenizer_path,
                  "tokenizer file (default: found next to the model)");

@@ -111,9 +111,10 @@ class ChatTemplate {
 
   // The template of a model directory (or a model file: its directory is used). Reads
   // `chat_template`, `bos_token`, `eos_token` of tokenizer_config.json and
-  // `eos_token_id` of generation_config.json. `override_name` non-empty selects that
-  // family whatever the files say. No chat_template at all gives `plain`. A template of
-  // an unknown family is FailedPrecondition ("... pass --chat-template NAME").
+  // `eos_token_id` of generation_config.json; a GGUF model file gives the first three
+  // itself (`tokenizer.chat_template`, the tokens of its BOS and EOS ids). `override_name`
+  // non-empty selects that family whatever the files say. No chat_template at all gives `plain`. A
+  // template of an unknown family is FailedPrecondition ("... pass --chat-template NAME").
   // InvalidArgument for malformed JSON.
   static absl::StatusOr<ChatTemplate> ForModel(const std::string& model_path,
                                                std::string_view override_name,

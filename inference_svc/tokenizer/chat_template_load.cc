@@ -1,12 +1,14 @@
 // ChatTemplate::ForModel: the chat template of a model directory, from
 // tokenizer_config.json (chat_template, bos_token, eos_token) and generation_config.json
-// (eos_token_id). See chat_template.h.
+// (eos_token_id), or of a GGUF model file, from its metadata. See chat_template.h.
 #include <algorithm>
 #include <filesystem>
 #include <fstream>
 #include <sstream>
 
 #include "absl/strings/str_cat.h"
+#include "common/gguf.h"
+#include "common/mapped_file.h"
 #include "inference_svc/tokenizer/chat_template.h"
 #include "nlohmann/json.hpp"
 
@@ -76,6 +78,38 @@ std::string DefaultSystem(const std::string& jinja) {
   return "";
 }
 
+// A GGUF model file's template and special strings (tokenizer.chat_template and the
+// tokens of tokenizer.ggml.bos_token_id / eos_token_id) in tokenizer_config.json's form;
+// null for a file that is not GGUF.
+absl::StatusOr<json> GgufTokenizerConfig(const std::string& path) {
+  {
+    std::ifstream in(path, std::ios::binary);
+    char magic[4] = {};
+    if (!in.read(magic, sizeof(magic)) || !gguf::HasMagic(std::string_view(magic, 4))) {
+      return json(nullptr);
+    }
+  }
+  auto mapped = MapReadOnly(path);
+  if (!mapped.ok()) return mapped.status();
+  auto file = gguf::Parse(mapped->bytes, path);
+  if (!file.ok()) return file.status();
+  json config = json::object();
+  if (const gguf::Value* t = file->Find("tokenizer.chat_template");
+      t != nullptr && t->type == gguf::ValueType::kString) {
+    config["chat_template"] = t->string;
+  }
+  const gguf::Value* tokens = file->Find("tokenizer.ggml.tokens");
+  for (auto [key, name] : {std::pair{"tokenizer.ggml.bos_token_id", "bos_token"},
+                           std::pair{"tokenizer.ggml.eos_token_id", "eos_token"}}) {
+    const gguf::Value* id = file->Find(key);
+    if (tokens != nullptr && id != nullptr && id->is_integer() && id->integer >= 0 &&
+        static_cast<size_t>(id->integer) < tokens->strings.size()) {
+      config[name] = tokens->strings[id->integer];
+    }
+  }
+  return config;
+}
+
 }  // namespace
 
 absl::StatusOr<ChatTemplate> ChatTemplate::ForModel(const std::string& model_path,
@@ -84,7 +118,10 @@ absl::StatusOr<ChatTemplate> ChatTemplate::ForModel(const std::string& model_pat
   std::error_code ec;
   fs::path dir(model_path);
   if (!fs::is_directory(dir, ec)) dir = dir.parent_path();
-  auto config = ReadJsonIfPresent(dir / "tokenizer_config.json");
+  auto config = fs::is_regular_file(model_path, ec) ? GgufTokenizerConfig(model_path)
+                                                    : absl::StatusOr<json>(json(nullptr));
+  if (!config.ok()) return config.status();
+  if (config->is_null()) config = ReadJsonIfPresent(dir / "tokenizer_config.json");
   if (!config.ok()) return config.status();
   auto generation = ReadJsonIfPresent(dir / "generation_config.json");
   if (!generation.ok()) return generation.status();

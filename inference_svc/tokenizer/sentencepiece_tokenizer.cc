@@ -20,6 +20,13 @@ absl::StatusOr<std::unique_ptr<SentencePieceTokenizer>> SentencePieceTokenizer::
     const std::string& bytes) {
   auto model = tokenizer_internal::ParseSentencePieceModel(bytes);
   if (!model.ok()) return model.status();
+  return FromModel(*std::move(model));
+}
+
+absl::StatusOr<std::unique_ptr<SentencePieceTokenizer>> SentencePieceTokenizer::FromModel(
+    tokenizer_internal::SentencePieceModelProto model_proto) {
+  const auto* model = &model_proto;
+  if (model->pieces.empty()) return absl::InvalidArgumentError("SentencePiece model: no pieces");
   if (model->model_type != M::kBpe) {
     return absl::UnimplementedError(absl::StrCat(
         "SentencePiece model: model_type ", model->model_type,
@@ -31,7 +38,7 @@ absl::StatusOr<std::unique_ptr<SentencePieceTokenizer>> SentencePieceTokenizer::
         "' needs a precompiled charsmap, which kvfold does not implement (identity only)"));
   }
   auto tok = std::unique_ptr<SentencePieceTokenizer>(new SentencePieceTokenizer());
-  tok->model_ = std::move(*model);
+  tok->model_ = std::move(model_proto);
   const M& m = tok->model_;
   const int32_t n = static_cast<int32_t>(m.pieces.size());
   std::fill(std::begin(tok->byte_ids_), std::end(tok->byte_ids_), -1);

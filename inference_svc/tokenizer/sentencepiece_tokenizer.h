@@ -26,6 +26,10 @@ class SentencePieceTokenizer : public Tokenizer {
   // nmt_nfkc): kvfold implements the BPE + identity normalization of the Llama family.
   static absl::StatusOr<std::unique_ptr<SentencePieceTokenizer>> Parse(
       const std::string& bytes);
+  // The same from a model already read (a ModelProto's fields, or a GGUF file's llama
+  // vocabulary: gguf_vocab.h).
+  static absl::StatusOr<std::unique_ptr<SentencePieceTokenizer>> FromModel(
+      tokenizer_internal::SentencePieceModelProto model);
 
   // libsentencepiece's Encode, with bos_id() prepended when add_bos and the model has a
   // BOS piece. Never fails on any byte string (invalid UTF-8 becomes U+FFFD first, as in

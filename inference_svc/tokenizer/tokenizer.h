@@ -27,9 +27,9 @@ class Tokenizer {
  public:
   virtual ~Tokenizer() = default;
 
-  // Loads a tokenizer file, choosing the format by extension (.bin llama2.c, .model
-  // SentencePiece, .json HF) and, for other names, by content. A directory is resolved
-  // with FindNextToModel.
+  // Loads a tokenizer file: a GGUF model's vocabulary (by the file's magic), else the
+  // format by extension (.bin llama2.c, .model SentencePiece, .json HF) and, for other
+  // names, by content. A directory is resolved with FindNextToModel.
   // Returns NotFound when the path does not exist, InvalidArgument when the file is
   // malformed (truncated, bad JSON, inconsistent vocabulary; the message says what and
   // where), Unimplemented for a valid tokenizer.json using features kvfold does not
@@ -37,7 +37,8 @@ class Tokenizer {
   static absl::StatusOr<std::unique_ptr<Tokenizer>> Load(const std::string& path);
 
   // Finds the tokenizer that belongs to a model: `model_path` is a model directory or a
-  // model file (then its directory is searched). Looks, in this order, for tokenizer.json,
+  // model file (then its directory is searched). A GGUF model file whose vocabulary kvfold
+  // reads is its own tokenizer; otherwise looks, in this order, for tokenizer.json,
   // tokenizer.model, tokenizer.bin, then tok*.bin (alphabetically first).
   // Returns the file path, or NotFound listing what was looked for.
   static absl::StatusOr<std::string> FindNextToModel(const std::string& model_path);

@@ -86,7 +86,8 @@ struct Flags {
 };
 
 void AddFlags(CLI::App& app, Flags& f) {
-  app.add_option("--model", f.model, "model path (HF directory or llama2.c .bin); required")
+  app.add_option("--model", f.model,
+                 "model path (HF directory, GGUF file or llama2.c .bin); required")
       ->required();
   app.add_option("--projector", f.projector, "projector directory (memory mode); empty = full mode");
   app.add_option("--sessions", f.sessions, "concurrent sessions for the decode table");

@@ -10,7 +10,8 @@
 namespace kvfold::cli {
 
 void AddEngineFlags(CLI::App& app, EngineFlags& flags) {
-  app.add_option("--model", flags.model, "model: HF directory or llama2.c checkpoint")->required();
+  app.add_option("--model", flags.model, "model: HF directory, GGUF file or llama2.c checkpoint")
+      ->required();
   app.add_option("--projector", flags.projector,
                  "projector directory for the memory modes ('auto': the installed one made for "
                  "this model)");

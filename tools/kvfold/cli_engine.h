@@ -18,7 +18,7 @@ namespace kvfold::cli {
 
 // The flags the engine commands share (generate, logits, eval add them with AddEngineFlags).
 struct EngineFlags {
-  std::string model;      // --model: HF directory or llama2.c checkpoint
+  std::string model;      // --model: HF directory, GGUF file or llama2.c checkpoint
   std::string projector;  // --projector DIR (memory modes); empty = none
   std::string backend = "cpu";
   int threads = 0;  // 0 = the CPUs this process may use

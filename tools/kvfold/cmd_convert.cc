@@ -77,8 +77,8 @@ RunFn SetupConvert(CLI::App& app) {
   auto flags = std::make_shared<ConvertFlags>();
   ConvertFlags& f = *flags;
   CLI::Option* llama2c = app.add_option("--llama2c", f.llama2c, "llama2.c checkpoint");
-  CLI::Option* model =
-      app.add_option("--model", f.model, "any model kvfold reads (HF directory or llama2.c file)");
+  CLI::Option* model = app.add_option(
+      "--model", f.model, "any model kvfold reads (HF directory, GGUF file or llama2.c file)");
   CLI::Option_group* source_group = app.add_option_group("source");
   source_group->add_options(llama2c, model);
   source_group->require_option(1);
@@ -93,6 +93,6 @@ RunFn SetupConvert(CLI::App& app) {
 }  // namespace kvfold::cli
 
 KVFOLD_REGISTER_COMMAND(convert,
-                        "llama2.c checkpoint or model -> HF safetensors directory "
+                        "llama2.c checkpoint, GGUF file or model -> HF safetensors directory "
                         "(f32/f16/bf16/q8)",
                         kvfold::cli::SetupConvert);

@@ -1,5 +1,5 @@
-// `kvfold info --model PATH [--json]`: config and fingerprint of a model (HF directory or
-// llama2.c checkpoint). The fingerprint is what projectors and memory blocks record.
+// `kvfold info --model PATH [--json]`: config and fingerprint of a model (HF directory,
+// GGUF file or llama2.c checkpoint). The fingerprint is what projectors and memory blocks record.
 #include <cstdio>
 #include <memory>
 
@@ -65,7 +65,8 @@ int RunInfo(const InfoFlags& flags) {
 RunFn SetupInfo(CLI::App& app) {
   auto flags = std::make_shared<InfoFlags>();
   app.footer("Prints the model's config and fingerprint (sha256 over config + tensors).");
-  app.add_option("--model", flags->model, "HF directory or llama2.c checkpoint")->required();
+  app.add_option("--model", flags->model, "HF directory, GGUF file or llama2.c checkpoint")
+      ->required();
   AddSwitch(app, "--json", flags->json, "JSON instead of text");
   return [flags] { return RunInfo(*flags); };
 }

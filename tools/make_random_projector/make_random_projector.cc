@@ -36,7 +36,8 @@ struct Flags {
 };
 
 void AddFlags(CLI::App& app, Flags& f) {
-  app.add_option("--model", f.model, "model path (HF directory or llama2.c .bin)")->required();
+  app.add_option("--model", f.model, "model path (HF directory, GGUF file or llama2.c .bin)")
+      ->required();
   app.add_option("--out", f.out, "output directory")->required();
   app.add_option("--mem-slots", f.mem_slots, "M: memory vectors");
   app.add_option("--window", f.window, "W: window tokens kept after a fold");

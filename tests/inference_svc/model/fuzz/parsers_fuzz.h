@@ -34,6 +34,15 @@ inline void FuzzLlama2c(const uint8_t* data, size_t size) {
   if (m.ok()) (void)m->ValidateTensors();
 }
 
+inline void FuzzGguf(const uint8_t* data, size_t size) {
+  auto bytes = std::make_shared<const std::string>(reinterpret_cast<const char*>(data), size);
+  auto m = model::ParseGgufModel(*bytes, bytes, "fuzz");
+  if (m.ok()) {
+    (void)m->ValidateTensors();
+    (void)model::Fingerprint(*m);  // reads every tensor's bytes
+  }
+}
+
 }  // namespace kvfold::fuzz
 
 #endif  // KVFOLD_TESTS_INFERENCE_SVC_MODEL_FUZZ_PARSERS_FUZZ_H_

@@ -1,0 +1,273 @@
+// llama.cpp's GGUF model files, architecture "llama": the config from the metadata, the
+// tensors under their HF names (docs/model-format.md, "GGUF"). F32, F16 and BF16 tensors
+// point into the mapped file; Q8_0 ones are repacked into kvfold's Q8 rows (the same
+// numbers: an fp16 scale per 32 int8 codes); q/k rows, which GGUF keeps in interleaved
+// rotary order, are permuted to rotate_half as a llama2.c checkpoint's are.
+#include <cstring>
+#include <utility>
+
+#include "absl/strings/numbers.h"
+#include "absl/strings/str_cat.h"
+#include "absl/strings/str_split.h"
+#include "common/gguf.h"
+#include "common/mapped_file.h"
+#include "inference_svc/model/model_file.h"
+#include "inference_svc/model/rotary_rows.h"
+
+namespace kvfold::model {
+namespace {
+
+using gguf::TensorType;
+
+// Reads the config fields of `file` whose architecture is `arch`.
+class ConfigReader {
+ public:
+  ConfigReader(const gguf::File& file, std::string arch, std::string what)
+      : file_(file), arch_(std::move(arch)), what_(std::move(what)) {}
+
+  // `<arch>.<key>`: a positive integer (`fallback` when absent and given).
+  absl::StatusOr<int> Int(const std::string& key, std::optional<int> fallback = std::nullopt) {
+    const std::string name = absl::StrCat(arch_, ".", key);
+    const gguf::Value* v = file_.Find(name);
+    if (v == nullptr) {
+      if (fallback.has_value()) return *fallback;
+      return absl::InvalidArgumentError(absl::StrCat(what_, ": GGUF metadata lacks ", name));
+    }
+    if (!v->is_integer() || v->integer <= 0 || v->integer > (1 << 30)) {
+      return absl::InvalidArgumentError(
+          absl::StrCat(what_, ": GGUF ", name, " must be a positive integer"));
+    }
+    return static_cast<int>(v->integer);
+  }
+
+  // `key` (the whole name) as a number; `fallback` when absent.
+  absl::StatusOr<double> Number(const std::string& key, double fallback) {
+    const gguf::Value* v = file_.Find(key);
+    if (v == nullptr) return fallback;
+    if (!v->is_number()) {
+      return absl::InvalidArgumentError(absl::StrCat(what_, ": GGUF ", key, " must be a number"));
+    }
+    return v->number;
+  }
+
+ private:
+  const gguf::File& file_;
+  std::string arch_;
+  std::string what_;
+};
+
+absl::StatusOr<ModelConfig> ConfigOf(const gguf::File& file, const std::string& what) {
+  const gguf::Value* arch = file.Find("general.architecture");
+  if (arch == nullptr || arch->type != gguf::ValueType::kString) {
+    return absl::InvalidArgumentError(
+        absl::StrCat(what, ": GGUF metadata lacks general.architecture"));
+  }
+  if (arch->string != "llama") {
+    return absl::UnimplementedError(
+        absl::StrCat(what, ": GGUF architecture '", arch->string, "' (kvfold reads \"llama\")"));
+  }
+  const std::string a = arch->string;
+  ConfigReader r(file, a, what);
+  ModelConfig c;
+  c.architecture = "LlamaForCausalLM";
+  c.model_type = "llama";
+  auto read = [&](const char* key, int* out, std::optional<int> fallback) -> absl::Status {
+    auto v = r.Int(key, fallback);
+    if (!v.ok()) return v.status();
+    *out = *v;
+    return absl::OkStatus();
+  };
+  for (auto [key, out] :
+       {std::pair{"embedding_length", &c.hidden_size},
+        std::pair{"feed_forward_length", &c.intermediate_size},
+        std::pair{"block_count", &c.num_layers}, std::pair{"attention.head_count", &c.num_heads}}) {
+    if (absl::Status s = read(key, out, std::nullopt); !s.ok()) return s;
+  }
+  if (absl::Status s = read("attention.head_count_kv", &c.num_kv_heads, c.num_heads); !s.ok()) {
+    return s;
+  }
+  if (absl::Status s = read("context_length", &c.max_position_embeddings, 2048); !s.ok()) return s;
+  if (c.hidden_size % c.num_heads != 0) {
+    return absl::InvalidArgumentError(absl::StrCat(what, ": GGUF embedding_length ", c.hidden_size,
+                                                   " is not a multiple of head_count ",
+                                                   c.num_heads));
+  }
+  if (absl::Status s = read("attention.key_length", &c.head_dim, c.hidden_size / c.num_heads);
+      !s.ok()) {
+    return s;
+  }
+  int value_length = 0;
+  if (absl::Status s = read("attention.value_length", &value_length, c.head_dim); !s.ok()) return s;
+  if (value_length != c.head_dim) {
+    return absl::UnimplementedError(absl::StrCat(what, ": GGUF key_length ", c.head_dim,
+                                                 " differs from value_length ", value_length));
+  }
+  auto eps = r.Number(absl::StrCat(a, ".attention.layer_norm_rms_epsilon"), 1e-5);
+  if (!eps.ok()) return eps.status();
+  auto theta = r.Number(absl::StrCat(a, ".rope.freq_base"), 10000.0);
+  if (!theta.ok()) return theta.status();
+  c.rms_norm_eps = static_cast<float>(*eps);
+  c.rope_theta = static_cast<float>(*theta);
+  if (const gguf::Value* s = file.Find(absl::StrCat(a, ".rope.scaling.type")); s != nullptr) {
+    if (s->type != gguf::ValueType::kString) {
+      return absl::InvalidArgumentError(
+          absl::StrCat(what, ": GGUF ", a, ".rope.scaling.type must be a string"));
+    }
+    if (s->string == "linear") {
+      auto factor = r.Number(absl::StrCat(a, ".rope.scaling.factor"), 1.0);
+      if (!factor.ok()) return factor.status();
+      c.rope_scaling = RopeScaling::kLinear;
+      c.rope_factor = static_cast<float>(*factor);
+    } else if (s->string != "none") {
+      return absl::UnimplementedError(absl::StrCat(what, ": GGUF rope scaling '", s->string,
+                                                   "' (kvfold reads none and linear)"));
+    }
+  }
+  if (file.Tensor("rope_freqs.weight") != nullptr) {
+    return absl::UnimplementedError(absl::StrCat(
+        what,
+        ": GGUF rope_freqs (per-frequency RoPE factors, Llama 3.1 style) are not read; "
+        "load the model's Hugging Face directory instead"));
+  }
+  auto bos = r.Number("tokenizer.ggml.bos_token_id", 1);
+  auto eos = r.Number("tokenizer.ggml.eos_token_id", 2);
+  if (!bos.ok()) return bos.status();
+  if (!eos.ok()) return eos.status();
+  c.bos_token_id = static_cast<int>(*bos);
+  c.eos_token_ids = {static_cast<int>(*eos)};
+  const gguf::TensorInfo* embed = file.Tensor("token_embd.weight");
+  if (embed == nullptr || embed->dims.size() != 2) {
+    return absl::InvalidArgumentError(
+        absl::StrCat(what, ": GGUF token_embd.weight missing or not a matrix"));
+  }
+  c.vocab_size = static_cast<int>(embed->dims[1]);
+  c.tie_word_embeddings = file.Tensor("output.weight") == nullptr;
+  if (absl::Status s = c.CheckSupported(); !s.ok()) {
+    return absl::Status(s.code(), absl::StrCat(what, ": GGUF config: ", s.message()));
+  }
+  return c;
+}
+
+// The HF name of GGUF tensor `name`; empty when a llama model has no such tensor.
+std::string HfName(const std::string& name, int layers) {
+  if (name == "token_embd.weight") return "model.embed_tokens.weight";
+  if (name == "output_norm.weight") return "model.norm.weight";
+  if (name == "output.weight") return "lm_head.weight";
+  std::vector<std::string> parts = absl::StrSplit(name, '.');
+  int layer = 0;
+  if (parts.size() != 4 || parts[0] != "blk" || !absl::SimpleAtoi(parts[1], &layer) || layer < 0 ||
+      layer >= layers || parts[3] != "weight" || parts[1] != absl::StrCat(layer)) {
+    return "";
+  }
+  static const std::pair<const char*, const char*> kLayer[] = {
+      {"attn_norm", "input_layernorm.weight"},    {"attn_q", "self_attn.q_proj.weight"},
+      {"attn_k", "self_attn.k_proj.weight"},      {"attn_v", "self_attn.v_proj.weight"},
+      {"attn_output", "self_attn.o_proj.weight"}, {"ffn_norm", "post_attention_layernorm.weight"},
+      {"ffn_gate", "mlp.gate_proj.weight"},       {"ffn_up", "mlp.up_proj.weight"},
+      {"ffn_down", "mlp.down_proj.weight"},
+  };
+  for (const auto& [gguf_part, hf] : kLayer) {
+    if (parts[2] == gguf_part) return LayerTensorName(layer, hf);
+  }
+  return "";
+}
+
+// GGUF Q8_0 rows (blocks of an fp16 scale and 32 codes) as kvfold Q8 rows (every scale of
+// the row, then its codes).
+std::shared_ptr<std::vector<uint8_t>> RepackQ8_0(std::string_view data, int64_t rows,
+                                                 int64_t cols) {
+  const int64_t blocks = cols / 32;
+  const size_t row_bytes = core::Q8RowBytes(cols);
+  auto out = std::make_shared<std::vector<uint8_t>>(static_cast<size_t>(rows) * row_bytes);
+  for (int64_t r = 0; r < rows; ++r) {
+    const char* src = data.data() + r * blocks * 34;
+    uint8_t* scales = out->data() + r * row_bytes;
+    uint8_t* codes = scales + blocks * 2;
+    for (int64_t b = 0; b < blocks; ++b) {
+      std::memcpy(scales + 2 * b, src + 34 * b, 2);
+      std::memcpy(codes + 32 * b, src + 34 * b + 2, 32);
+    }
+  }
+  return out;
+}
+
+}  // namespace
+
+absl::StatusOr<ModelFile> ParseGgufModel(std::string_view bytes,
+                                         std::shared_ptr<const void> keepalive,
+                                         std::string_view what_view) {
+  const std::string what(what_view);
+  auto file = gguf::Parse(bytes, what);
+  if (!file.ok()) return file.status();
+  auto config = ConfigOf(*file, what);
+  if (!config.ok()) return config.status();
+  ModelFile m;
+  m.config = *config;
+  m.source_format = "gguf";
+  const ModelConfig& c = m.config;
+  for (const gguf::TensorInfo& t : file->tensors) {
+    const std::string name = HfName(t.name, c.num_layers);
+    if (name.empty()) {
+      return absl::InvalidArgumentError(
+          absl::StrCat(what, ": GGUF tensor '", t.name, "' is not part of a llama model"));
+    }
+    HostTensor h;
+    for (auto it = t.dims.rbegin(); it != t.dims.rend(); ++it) h.shape.push_back(*it);
+    const int64_t cols = t.dims[0], rows = h.numel() / cols;
+    switch (static_cast<TensorType>(t.type)) {
+      case TensorType::kF32:
+        h.dtype = DType::kF32;
+        break;
+      case TensorType::kF16:
+        h.dtype = DType::kF16;
+        break;
+      case TensorType::kBF16:
+        h.dtype = DType::kBF16;
+        break;
+      case TensorType::kQ8_0:
+        h.dtype = DType::kQ8;
+        if (t.dims.size() != 2) {
+          return absl::InvalidArgumentError(
+              absl::StrCat(what, ": GGUF tensor '", t.name, "' is Q8_0 but not a matrix"));
+        }
+        break;
+      default:
+        return absl::UnimplementedError(absl::StrCat(
+            what, ": GGUF tensor '", t.name, "' is ", gguf::TensorTypeName(t.type),
+            "; kvfold reads F32, F16, BF16 and Q8_0 (llama-quantize ... Q8_0 makes one)"));
+    }
+    h.keepalive = keepalive;
+    h.data = t.data.data();
+    h.size_bytes = t.data.size();
+    if (h.dtype == DType::kQ8) {
+      auto repacked = RepackQ8_0(t.data, rows, cols);
+      h.data = repacked->data();
+      h.size_bytes = repacked->size();
+      h.keepalive = std::move(repacked);
+    }
+    const bool q = name.ends_with("q_proj.weight"), k = name.ends_with("k_proj.weight");
+    if (q || k) {
+      const int heads = q ? c.num_heads : c.num_kv_heads;
+      if (rows != static_cast<int64_t>(heads) * c.head_dim) {
+        return absl::InvalidArgumentError(absl::StrCat(what, ": GGUF tensor '", t.name, "' has ",
+                                                       rows, " rows, not ", heads * c.head_dim));
+      }
+      auto permuted = PermuteRotaryRows(h.data, heads, c.head_dim, h.size_bytes / rows);
+      h.data = permuted->data();
+      h.keepalive = std::move(permuted);
+    }
+    m.tensors[name] = std::move(h);
+  }
+  return m;
+}
+
+absl::StatusOr<ModelFile> LoadGguf(const std::string& file) {
+  auto mapped = MapReadOnly(file);
+  if (!mapped.ok()) return mapped.status();
+  auto m = ParseGgufModel(mapped->bytes, mapped->keepalive, file);
+  if (!m.ok()) return m.status();
+  m->source_path = file;
+  return m;
+}
+
+}  // namespace kvfold::model

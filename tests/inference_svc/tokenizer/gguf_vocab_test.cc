@@ -1,0 +1,186 @@
+// The vocabulary inside a GGUF file: a SentencePiece model's pieces, scores and types
+// written as llama.cpp writes them encode real text exactly as the model does under
+// Llama's normalizer (the stories260K and Llama-2 vocabularies); Tokenizer::Load and
+// FindNextToModel take the GGUF file itself; malformed and unread vocabularies are precise errors.
+#include "inference_svc/tokenizer/gguf_vocab.h"
+
+#include <filesystem>
+#include <fstream>
+
+#include "gmock/gmock.h"
+#include "gtest/gtest.h"
+#include "inference_svc/tokenizer/chat_template.h"
+#include "inference_svc/tokenizer/sentencepiece_model.h"
+#include "tests/inference_svc/model/gguf_writer.h"
+#include "tests/inference_svc/tokenizer/test_util.h"
+
+namespace kvfold {
+namespace {
+
+namespace fs = std::filesystem;
+using ::kvfold::testing::FirstStories;
+using ::kvfold::testing::GgufWriter;
+using ::kvfold::testing::ReadAll;
+using ::kvfold::testing::SharedFile;
+using ::testing::HasSubstr;
+using M = tokenizer_internal::SentencePieceModelProto;
+
+// A GGUF file holding `model`'s vocabulary as llama.cpp's converters write one.
+GgufWriter VocabularyOf(const M& model, int bos, int eos) {
+  GgufWriter w;
+  w.String("general.architecture", "llama");
+  w.String("tokenizer.ggml.model", "llama");
+  std::vector<std::string> tokens;
+  std::vector<float> scores;
+  std::vector<int32_t> types;
+  for (const M::Piece& p : model.pieces) {
+    tokens.push_back(p.piece);
+    scores.push_back(p.score);
+    types.push_back(p.type);
+  }
+  w.Strings("tokenizer.ggml.tokens", tokens);
+  w.F32s("tokenizer.ggml.scores", scores);
+  w.I32s("tokenizer.ggml.token_type", types);
+  w.U32("tokenizer.ggml.bos_token_id", bos);
+  w.U32("tokenizer.ggml.eos_token_id", eos);
+  return w;
+}
+
+absl::StatusOr<std::unique_ptr<SentencePieceTokenizer>> FromBytes(const std::string& bytes) {
+  auto file = gguf::Parse(bytes, "vocab.gguf");
+  if (!file.ok()) return file.status();
+  return GgufTokenizer(*file, "vocab.gguf");
+}
+
+class GgufVocabularyTest : public ::testing::TestWithParam<const char*> {};
+
+TEST_P(GgufVocabularyTest, EncodesRealTextAsItsSentencePieceModel) {
+  const std::string path = SharedFile(GetParam());
+  const std::string stories = SharedFile("text/tinystories_train_sample.txt");
+  const std::string genesis = SharedFile("text/kjv_genesis.txt");
+  if (path.empty() || stories.empty() || genesis.empty()) GTEST_SKIP() << "shared files not found";
+  const std::string bytes = ReadAll(path);
+  auto model = tokenizer_internal::ParseSentencePieceModel(bytes);
+  ASSERT_TRUE(model.ok());
+  // GGUF keeps no remove_extra_whitespaces: a GGUF vocabulary keeps whitespace, as
+  // Llama's models do (llama2_32000.model) and llama.cpp does; stories260K's model removes
+  // extra whitespace, so its reference here is the same model keeping it.
+  if (std::string(GetParam()).find("llama2") != std::string::npos) {
+    EXPECT_FALSE(model->remove_extra_whitespaces);
+  }
+  M reference = *model;
+  reference.remove_extra_whitespaces = false;
+  auto sp = SentencePieceTokenizer::FromModel(reference);
+  ASSERT_TRUE(sp.ok()) << sp.status();
+  auto gguf = FromBytes(VocabularyOf(*model, (*sp)->bos_id(), (*sp)->eos_id()).Bytes());
+  ASSERT_TRUE(gguf.ok()) << gguf.status();
+  ASSERT_EQ((*gguf)->vocab_size(), (*sp)->vocab_size());
+  EXPECT_EQ((*gguf)->bos_id(), (*sp)->bos_id());
+  EXPECT_EQ((*gguf)->eos_id(), (*sp)->eos_id());
+  std::vector<std::string> texts = FirstStories(ReadAll(stories), 200);
+  texts.push_back(ReadAll(genesis).substr(0, 50000));
+  texts.push_back("  two  inner   spaces, tabs\tand\nlines; caf\xC3\xA9 \xF0\x9F\x98\x80 \xFF");
+  size_t tokens = 0;
+  for (const std::string& text : texts) {
+    auto want = (*sp)->Encode(text, true);
+    auto got = (*gguf)->Encode(text, true);
+    ASSERT_TRUE(want.ok() && got.ok());
+    ASSERT_EQ(*got, *want) << text.substr(0, 80);
+    EXPECT_EQ((*gguf)->Decode(*got), (*sp)->Decode(*want));
+    tokens += got->size();
+  }
+  EXPECT_GT(tokens, 10000u);
+}
+
+INSTANTIATE_TEST_SUITE_P(Shared, GgufVocabularyTest,
+                         ::testing::Values("models/stories260K/tok512.model",
+                                           "models/tokenizers/llama2_32000.model"));
+
+M SmallModel() {
+  M m;
+  m.model_type = M::kBpe;
+  m.pieces = {{"<unk>", 0, M::kUnknown}, {"<s>", 0, M::kControl}, {"</s>", 0, M::kControl}};
+  for (int b = 0; b < 256; ++b) {
+    char piece[8];
+    std::snprintf(piece, sizeof(piece), "<0x%02X>", b);
+    m.pieces.push_back({piece, 0, M::kByte});
+  }
+  for (const char* p : {"\xE2\x96\x81h", "i", "\xE2\x96\x81hi"})
+    m.pieces.push_back({p, -1, M::kNormal});
+  m.pieces.back().score = 0;
+  return m;
+}
+
+TEST(GgufVocabularyTest, LoadsFromTheModelFileItself) {
+  const fs::path dir = fs::path(::testing::TempDir()) / "gguf_vocab_load";
+  fs::create_directories(dir);
+  const fs::path file = dir / "model.gguf";
+  std::ofstream(file, std::ios::binary) << VocabularyOf(SmallModel(), 1, 2).Bytes();
+  std::ofstream(dir / "tokenizer.bin", std::ios::binary) << "not this one";
+  auto found = Tokenizer::FindNextToModel(file.string());
+  ASSERT_TRUE(found.ok()) << found.status();
+  EXPECT_EQ(*found, file.string());
+  auto tok = Tokenizer::Load(file.string());
+  ASSERT_TRUE(tok.ok()) << tok.status();
+  auto ids = (*tok)->Encode("hi hi", true);
+  ASSERT_TRUE(ids.ok());
+  EXPECT_EQ(*ids, (std::vector<int32_t>{1, 261, 261}));
+  EXPECT_EQ((*tok)->Decode(*ids), "hi hi");
+  fs::remove_all(dir);
+}
+
+// A GGUF file's tokenizer.chat_template picks the family as tokenizer_config.json's
+// would (here Llama 2's [INST] with <<SYS>>); without one the family is plain.
+TEST(GgufVocabularyTest, TheChatTemplateComesFromTheFile) {
+  const fs::path dir = fs::path(::testing::TempDir()) / "gguf_vocab_template";
+  fs::create_directories(dir);
+  GgufWriter with_template = VocabularyOf(SmallModel(), 1, 2);
+  with_template.String("tokenizer.chat_template",
+                       "{{ bos_token }}[INST] <<SYS>>{{ messages[0]['content'] }}<</SYS>> [/INST]");
+  const fs::path llama2 = dir / "llama2.gguf", plain = dir / "plain.gguf";
+  std::ofstream(llama2, std::ios::binary) << with_template.Bytes();
+  std::ofstream(plain, std::ios::binary) << VocabularyOf(SmallModel(), 1, 2).Bytes();
+  for (const auto& [file, family] : {std::pair{llama2, "llama2"}, std::pair{plain, "plain"}}) {
+    auto tok = Tokenizer::Load(file.string());
+    ASSERT_TRUE(tok.ok()) << tok.status();
+    auto chat = ChatTemplate::ForModel(file.string(), "", tok->get());
+    ASSERT_TRUE(chat.ok()) << chat.status();
+    EXPECT_EQ(chat->name(), family);
+  }
+  fs::remove_all(dir);
+}
+
+TEST(GgufVocabularyTest, MalformedOrUnreadVocabulariesArePreciseErrors) {
+  auto error = [](const GgufWriter& w) { return FromBytes(w.Bytes()).status(); };
+  GgufWriter bpe;
+  bpe.String("tokenizer.ggml.model", "gpt2");
+  EXPECT_EQ(error(bpe).code(), absl::StatusCode::kUnimplemented);
+  EXPECT_THAT(error(bpe).message(), HasSubstr("tokenizer.json"));
+  EXPECT_THAT(error(GgufWriter()).message(), HasSubstr("holds no tokenizer"));
+  GgufWriter no_tokens;
+  no_tokens.String("tokenizer.ggml.model", "llama");
+  EXPECT_THAT(error(no_tokens).message(), HasSubstr("tokenizer.ggml.tokens"));
+  GgufWriter short_scores = VocabularyOf(SmallModel(), 1, 2);
+  short_scores.F32s("tokenizer.ggml.scores", {0.5f});  // a second key of that name
+  EXPECT_THAT(error(short_scores).message(), HasSubstr("appears twice"));
+  M typed = SmallModel();
+  GgufWriter bad_type = VocabularyOf(typed, 1, 2);
+  bad_type.I32s("tokenizer.ggml.token_type_extra", {9});
+  EXPECT_TRUE(FromBytes(bad_type.Bytes()).ok());  // unknown keys are ignored
+  GgufWriter bos = VocabularyOf(SmallModel(), 100000, 2);
+  EXPECT_THAT(error(bos).message(), HasSubstr("bos_token_id is not a token id"));
+  // Lengths that disagree and types out of range, written field by field.
+  GgufWriter mismatch;
+  mismatch.String("tokenizer.ggml.model", "llama");
+  mismatch.Strings("tokenizer.ggml.tokens", {"<unk>", "a"});
+  mismatch.F32s("tokenizer.ggml.scores", {0});
+  EXPECT_THAT(error(mismatch).message(), HasSubstr("array of 2 numbers"));
+  GgufWriter out_of_range;
+  out_of_range.String("tokenizer.ggml.model", "llama");
+  out_of_range.Strings("tokenizer.ggml.tokens", {"<unk>", "a"});
+  out_of_range.I32s("tokenizer.ggml.token_type", {2, 9});
+  EXPECT_THAT(error(out_of_range).message(), HasSubstr("token 1 has type 9"));
+}
+
+}  // namespace
+}  // namespace kvfold
