@@ -10,6 +10,7 @@
 #include "common/gguf.h"
 #include "common/mapped_file.h"
 #include "inference_svc/tokenizer/chat_template.h"
+#include "inference_svc/tokenizer/gguf_vocab.h"
 #include "nlohmann/json.hpp"
 
 namespace kvfold {
@@ -78,10 +79,9 @@ std::string DefaultSystem(const std::string& jinja) {
   return "";
 }
 
-// A GGUF model file's template and special strings (tokenizer.chat_template and the
-// tokens of tokenizer.ggml.bos_token_id / eos_token_id) in tokenizer_config.json's form;
-// null for a file that is not GGUF.
-absl::StatusOr<json> GgufTokenizerConfig(const std::string& path) {
+// A GGUF model file's tokenizer_config.json fields (gguf_vocab.h); null for a file that
+// is not GGUF.
+absl::StatusOr<json> GgufTokenizerConfigOf(const std::string& path) {
   {
     std::ifstream in(path, std::ios::binary);
     char magic[4] = {};
@@ -93,21 +93,7 @@ absl::StatusOr<json> GgufTokenizerConfig(const std::string& path) {
   if (!mapped.ok()) return mapped.status();
   auto file = gguf::Parse(mapped->bytes, path);
   if (!file.ok()) return file.status();
-  json config = json::object();
-  if (const gguf::Value* t = file->Find("tokenizer.chat_template");
-      t != nullptr && t->type == gguf::ValueType::kString) {
-    config["chat_template"] = t->string;
-  }
-  const gguf::Value* tokens = file->Find("tokenizer.ggml.tokens");
-  for (auto [key, name] : {std::pair{"tokenizer.ggml.bos_token_id", "bos_token"},
-                           std::pair{"tokenizer.ggml.eos_token_id", "eos_token"}}) {
-    const gguf::Value* id = file->Find(key);
-    if (tokens != nullptr && id != nullptr && id->is_integer() && id->integer >= 0 &&
-        static_cast<size_t>(id->integer) < tokens->strings.size()) {
-      config[name] = tokens->strings[id->integer];
-    }
-  }
-  return config;
+  return GgufTokenizerConfig(*file);
 }
 
 }  // namespace
@@ -118,7 +104,7 @@ absl::StatusOr<ChatTemplate> ChatTemplate::ForModel(const std::string& model_pat
   std::error_code ec;
   fs::path dir(model_path);
   if (!fs::is_directory(dir, ec)) dir = dir.parent_path();
-  auto config = fs::is_regular_file(model_path, ec) ? GgufTokenizerConfig(model_path)
+  auto config = fs::is_regular_file(model_path, ec) ? GgufTokenizerConfigOf(model_path)
                                                     : absl::StatusOr<json>(json(nullptr));
   if (!config.ok()) return config.status();
   if (config->is_null()) config = ReadJsonIfPresent(dir / "tokenizer_config.json");

@@ -1,5 +1,7 @@
 #include "inference_svc/tokenizer/gguf_vocab.h"
 
+#include <filesystem>
+#include <fstream>
 #include <string>
 #include <utility>
 
@@ -15,6 +17,24 @@ using M = tokenizer_internal::SentencePieceModelProto;
 bool HasGgufVocabulary(const gguf::File& file) {
   const gguf::Value* model = file.Find("tokenizer.ggml.model");
   return model != nullptr && model->type == gguf::ValueType::kString && model->string == "llama";
+}
+
+nlohmann::json GgufTokenizerConfig(const gguf::File& file) {
+  nlohmann::json config = nlohmann::json::object();
+  if (const gguf::Value* t = file.Find("tokenizer.chat_template");
+      t != nullptr && t->type == gguf::ValueType::kString) {
+    config["chat_template"] = t->string;
+  }
+  const gguf::Value* tokens = file.Find("tokenizer.ggml.tokens");
+  for (auto [key, name] : {std::pair{"tokenizer.ggml.bos_token_id", "bos_token"},
+                           std::pair{"tokenizer.ggml.eos_token_id", "eos_token"}}) {
+    const gguf::Value* id = file.Find(key);
+    if (tokens != nullptr && id != nullptr && id->is_integer() && id->integer >= 0 &&
+        static_cast<size_t>(id->integer) < tokens->strings.size()) {
+      config[name] = tokens->strings[id->integer];
+    }
+  }
+  return config;
 }
 
 absl::StatusOr<std::unique_ptr<SentencePieceTokenizer>> GgufTokenizer(const gguf::File& file,
@@ -90,6 +110,28 @@ absl::StatusOr<std::unique_ptr<SentencePieceTokenizer>> GgufTokenizer(const gguf
                         absl::StrCat(what, ": GGUF vocabulary: ", tok.status().message()));
   }
   return tok;
+}
+
+absl::Status WriteGgufTokenizerFiles(const gguf::File& file, std::string_view what,
+                                     const std::string& dir) {
+  auto tokenizer = GgufTokenizer(file, what);
+  if (!tokenizer.ok()) return tokenizer.status();
+  auto write = [&](const char* name, const std::string& text) -> absl::Status {
+    const std::filesystem::path path = std::filesystem::path(dir) / name;
+    std::ofstream out(path, std::ios::binary);
+    out << text;
+    out.close();
+    if (!out) return absl::InternalError(absl::StrCat("cannot write ", path.string()));
+    return absl::OkStatus();
+  };
+  if (absl::Status s = write("tokenizer.model", tokenizer_internal::SerializeSentencePieceModel(
+                                                    (*tokenizer)->model()));
+      !s.ok()) {
+    return s;
+  }
+  const nlohmann::json config = GgufTokenizerConfig(file);
+  if (config.empty()) return absl::OkStatus();
+  return write("tokenizer_config.json", config.dump(2) + "\n");
 }
 
 }  // namespace kvfold

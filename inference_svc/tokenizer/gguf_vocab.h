@@ -8,11 +8,13 @@
 #define KVFOLD_INFERENCE_SVC_TOKENIZER_GGUF_VOCAB_H_
 
 #include <memory>
+#include <string>
 #include <string_view>
 
 #include "absl/status/statusor.h"
 #include "common/gguf.h"
 #include "inference_svc/tokenizer/sentencepiece_tokenizer.h"
+#include "nlohmann/json.hpp"
 
 namespace kvfold {
 
@@ -23,6 +25,18 @@ absl::StatusOr<std::unique_ptr<SentencePieceTokenizer>> GgufTokenizer(const gguf
 
 // Whether `file` holds a vocabulary GgufTokenizer reads.
 bool HasGgufVocabulary(const gguf::File& file);
+
+// The tokenizer_config.json fields `file` gives, those it has: chat_template
+// (tokenizer.chat_template), bos_token and eos_token (the pieces of its BOS and EOS ids).
+nlohmann::json GgufTokenizerConfig(const gguf::File& file);
+
+// `file`'s vocabulary written into directory `dir` as tokenizer.model (a SentencePiece
+// ModelProto: libsentencepiece and Tokenizer::Load read it), and its GgufTokenizerConfig,
+// when not empty, as tokenizer_config.json: what a converted model directory needs to
+// tokenize and chat as the GGUF file did. GgufTokenizer's errors; Internal when a file
+// cannot be written.
+absl::Status WriteGgufTokenizerFiles(const gguf::File& file, std::string_view what,
+                                     const std::string& dir);
 
 }  // namespace kvfold
 

@@ -158,4 +158,62 @@ absl::StatusOr<SentencePieceModelProto> ParseSentencePieceModel(const std::strin
   return model;
 }
 
+namespace {
+
+void PutVarint(std::string* out, uint64_t v) {
+  while (v >= 0x80) {
+    out->push_back(static_cast<char>(v | 0x80));
+    v >>= 7;
+  }
+  out->push_back(static_cast<char>(v));
+}
+
+void PutVarintField(std::string* out, uint32_t field, uint64_t v) {
+  PutVarint(out, uint64_t{field} << 3);
+  PutVarint(out, v);
+}
+
+void PutBytesField(std::string* out, uint32_t field, std::string_view bytes) {
+  PutVarint(out, (uint64_t{field} << 3) | 2);
+  PutVarint(out, bytes.size());
+  out->append(bytes);
+}
+
+void PutFloatField(std::string* out, uint32_t field, float v) {
+  PutVarint(out, (uint64_t{field} << 3) | 5);
+  char bytes[4];
+  std::memcpy(bytes, &v, 4);
+  out->append(bytes, 4);
+}
+
+}  // namespace
+
+std::string SerializeSentencePieceModel(const SentencePieceModelProto& model) {
+  std::string out;
+  for (const SentencePieceModelProto::Piece& p : model.pieces) {
+    std::string piece;
+    PutBytesField(&piece, 1, p.piece);
+    PutFloatField(&piece, 2, p.score);
+    PutVarintField(&piece, 3, p.type);
+    PutBytesField(&out, 1, piece);
+  }
+  std::string trainer;
+  PutVarintField(&trainer, 3, model.model_type);
+  PutVarintField(&trainer, 24, model.treat_whitespace_as_suffix);
+  PutVarintField(&trainer, 35, model.byte_fallback);
+  PutBytesField(&trainer, 44, model.unk_surface);
+  PutBytesField(&trainer, 46, model.bos_piece);
+  PutBytesField(&trainer, 47, model.eos_piece);
+  PutBytesField(&out, 2, trainer);
+  std::string normalizer;
+  PutBytesField(&normalizer, 1, model.normalizer_name);
+  if (!model.precompiled_charsmap.empty())
+    PutBytesField(&normalizer, 2, model.precompiled_charsmap);
+  PutVarintField(&normalizer, 3, model.add_dummy_prefix);
+  PutVarintField(&normalizer, 4, model.remove_extra_whitespaces);
+  PutVarintField(&normalizer, 5, model.escape_whitespaces);
+  PutBytesField(&out, 3, normalizer);
+  return out;
+}
+
 }  // namespace kvfold::tokenizer_internal

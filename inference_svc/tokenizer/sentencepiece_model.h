@@ -41,6 +41,11 @@ struct SentencePieceModelProto {
 // ModelProto with at least one piece.
 absl::StatusOr<SentencePieceModelProto> ParseSentencePieceModel(const std::string& bytes);
 
+// The ModelProto bytes of `model` (the fields above; what ParseSentencePieceModel reads
+// back, and what libsentencepiece loads): a vocabulary read elsewhere (a GGUF file's)
+// written as a .model file.
+std::string SerializeSentencePieceModel(const SentencePieceModelProto& model);
+
 }  // namespace kvfold::tokenizer_internal
 
 #endif  // KVFOLD_INFERENCE_SVC_TOKENIZER_SENTENCEPIECE_MODEL_H_

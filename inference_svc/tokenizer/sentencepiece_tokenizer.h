@@ -43,6 +43,8 @@ class SentencePieceTokenizer : public Tokenizer {
   int32_t bos_id() const override { return bos_id_; }
   int32_t eos_id() const override { return eos_id_; }
 
+  // The model's fields as read (SerializeSentencePieceModel writes them as a .model file).
+  const tokenizer_internal::SentencePieceModelProto& model() const { return model_; }
   // The piece as the model stores it (with U+2581), its score, and whether it is a
   // byte-fallback piece. Used to derive equivalent vocabularies in tests.
   const std::string& piece(int32_t id) const { return model_.pieces[id].piece; }

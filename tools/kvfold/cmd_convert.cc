@@ -4,13 +4,19 @@
 // HF tensor names and rotate_half q/k layout). With f32 (the default) the fingerprint of a
 // llama2.c source is unchanged. q8: weight matrices as Q8 (docs/model-format.md), norms
 // and biases F32. --tokenizer copies the tokenizer next to the model as tokenizer.json,
-// tokenizer.model or tokenizer.bin (by its extension), the names the lookup finds.
+// tokenizer.model or tokenizer.bin (by its extension), the names the lookup finds; a GGUF
+// source (or a GGUF --tokenizer) has its vocabulary written as tokenizer.model and its
+// chat template as tokenizer_config.json.
 #include <cstdio>
 #include <filesystem>
+#include <fstream>
 #include <memory>
 
 #include "common/command_line.h"
+#include "common/gguf.h"
+#include "common/mapped_file.h"
 #include "inference_svc/model/model_file.h"
+#include "inference_svc/tokenizer/gguf_vocab.h"
 #include "inference_svc/tokenizer/tokenizer.h"
 #include "tools/kvfold/cli_engine.h"
 #include "tools/kvfold/command.h"
@@ -25,6 +31,21 @@ struct ConvertFlags {
   std::string tokenizer;
   std::string dtype = "f32";
 };
+
+bool IsGgufFile(const std::string& path) {
+  std::ifstream in(path, std::ios::binary);
+  char magic[4] = {};
+  return in.read(magic, sizeof(magic)) && gguf::HasMagic(std::string_view(magic, sizeof(magic)));
+}
+
+// The vocabulary of GGUF file `path` (gguf_vocab.h, WriteGgufTokenizerFiles) into `dir`.
+absl::Status WriteGgufTokenizer(const std::string& path, const std::string& dir) {
+  auto mapped = MapReadOnly(path);
+  if (!mapped.ok()) return mapped.status();
+  auto file = gguf::Parse(mapped->bytes, path);
+  if (!file.ok()) return file.status();
+  return WriteGgufTokenizerFiles(*file, path, dir);
+}
 
 int RunConvert(const ConvertFlags& flags) {
   // A tokenizer that does not load is refused before anything is written.
@@ -52,7 +73,16 @@ int RunConvert(const ConvertFlags& flags) {
   if (absl::Status s = model::WriteHfDirectory(*m, flags.out, dtype); !s.ok()) {
     return FailWith("convert", s);
   }
-  if (!flags.tokenizer.empty()) {
+  // A GGUF file's vocabulary (the source's when no --tokenizer is given) becomes
+  // tokenizer.model, its chat template and special tokens tokenizer_config.json.
+  const std::string gguf_vocabulary = !flags.tokenizer.empty()
+                                          ? (IsGgufFile(flags.tokenizer) ? flags.tokenizer : "")
+                                          : (m->source_format == "gguf" ? m->source_path : "");
+  if (!gguf_vocabulary.empty()) {
+    if (absl::Status s = WriteGgufTokenizer(gguf_vocabulary, flags.out); !s.ok()) {
+      return FailWith("convert", s);
+    }
+  } else if (!flags.tokenizer.empty()) {
     namespace fs = std::filesystem;
     const fs::path src = flags.tokenizer;
     std::error_code ec;

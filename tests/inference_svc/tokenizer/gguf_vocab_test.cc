@@ -12,6 +12,7 @@
 #include "inference_svc/tokenizer/chat_template.h"
 #include "inference_svc/tokenizer/sentencepiece_model.h"
 #include "tests/inference_svc/model/gguf_writer.h"
+#include "tests/inference_svc/tokenizer/sentencepiece_reference.h"
 #include "tests/inference_svc/tokenizer/test_util.h"
 
 namespace kvfold {
@@ -21,6 +22,7 @@ namespace fs = std::filesystem;
 using ::kvfold::testing::FirstStories;
 using ::kvfold::testing::GgufWriter;
 using ::kvfold::testing::ReadAll;
+using ::kvfold::testing::SentencePieceReference;
 using ::kvfold::testing::SharedFile;
 using ::testing::HasSubstr;
 using M = tokenizer_internal::SentencePieceModelProto;
@@ -92,6 +94,40 @@ TEST_P(GgufVocabularyTest, EncodesRealTextAsItsSentencePieceModel) {
   EXPECT_GT(tokens, 10000u);
 }
 
+// A vocabulary written as a .model file (what `kvfold convert` writes for a GGUF source)
+// reads back with the same fields, and libsentencepiece loads it and encodes real text as
+// it encodes the original file.
+TEST_P(GgufVocabularyTest, WrittenAsAModelFileItIsTheSameModel) {
+  const std::string path = SharedFile(GetParam());
+  const std::string stories = SharedFile("text/tinystories_train_sample.txt");
+  if (path.empty() || stories.empty()) GTEST_SKIP() << "shared files not found";
+  auto model = tokenizer_internal::ParseSentencePieceModel(ReadAll(path));
+  ASSERT_TRUE(model.ok());
+  const std::string written = tokenizer_internal::SerializeSentencePieceModel(*model);
+  auto back = tokenizer_internal::ParseSentencePieceModel(written);
+  ASSERT_TRUE(back.ok()) << back.status();
+  ASSERT_EQ(back->pieces.size(), model->pieces.size());
+  for (size_t i = 0; i < model->pieces.size(); ++i) {
+    ASSERT_EQ(back->pieces[i].piece, model->pieces[i].piece) << i;
+    ASSERT_EQ(back->pieces[i].score, model->pieces[i].score) << i;
+    ASSERT_EQ(back->pieces[i].type, model->pieces[i].type) << i;
+  }
+  EXPECT_EQ(back->add_dummy_prefix, model->add_dummy_prefix);
+  EXPECT_EQ(back->remove_extra_whitespaces, model->remove_extra_whitespaces);
+  EXPECT_EQ(back->byte_fallback, model->byte_fallback);
+  EXPECT_EQ(back->bos_piece, model->bos_piece);
+  std::string error;
+  auto reference = SentencePieceReference::Load(written, &error);
+  ASSERT_NE(reference, nullptr) << error;
+  auto original = SentencePieceReference::LoadFile(path);
+  ASSERT_NE(original, nullptr);
+  EXPECT_EQ(reference->bos_id(), original->bos_id());
+  EXPECT_EQ(reference->eos_id(), original->eos_id());
+  for (const std::string& text : FirstStories(ReadAll(stories), 100)) {
+    ASSERT_EQ(reference->EncodeIds(text, true), original->EncodeIds(text, true));
+  }
+}
+
 INSTANTIATE_TEST_SUITE_P(Shared, GgufVocabularyTest,
                          ::testing::Values("models/stories260K/tok512.model",
                                            "models/tokenizers/llama2_32000.model"));
@@ -147,6 +183,37 @@ TEST(GgufVocabularyTest, TheChatTemplateComesFromTheFile) {
     ASSERT_TRUE(chat.ok()) << chat.status();
     EXPECT_EQ(chat->name(), family);
   }
+  fs::remove_all(dir);
+}
+
+// What `kvfold convert` writes for a GGUF source: tokenizer.model and tokenizer_config.json
+// that load, next to the converted weights, as the GGUF file's own tokenizer and template.
+TEST(GgufVocabularyTest, WrittenAsTokenizerFilesForAConvertedDirectory) {
+  const fs::path dir = fs::path(::testing::TempDir()) / "gguf_vocab_files";
+  fs::create_directories(dir);
+  GgufWriter w = VocabularyOf(SmallModel(), 1, 2);
+  w.String("tokenizer.chat_template", "[INST] <<SYS>> {{ bos_token }} [/INST]");
+  const std::string bytes = w.Bytes();
+  auto file = gguf::Parse(bytes, "vocab.gguf");
+  ASSERT_TRUE(file.ok());
+  ASSERT_TRUE(WriteGgufTokenizerFiles(*file, "vocab.gguf", dir.string()).ok());
+  auto from_files = Tokenizer::Load(dir.string());
+  auto from_gguf = FromBytes(bytes);
+  ASSERT_TRUE(from_files.ok() && from_gguf.ok()) << from_files.status();
+  for (const char* text : {"hi hi", " h  i\n", "\xC3\xA9"}) {
+    EXPECT_EQ(*(*from_files)->Encode(text, true), *(*from_gguf)->Encode(text, true)) << text;
+  }
+  auto chat = ChatTemplate::ForModel(dir.string(), "", from_files->get());
+  ASSERT_TRUE(chat.ok()) << chat.status();
+  EXPECT_EQ(chat->name(), "llama2");
+  GgufWriter gpt2;
+  gpt2.String("tokenizer.ggml.model", "gpt2");
+  auto unread = gguf::Parse(gpt2.Bytes(), "gpt2.gguf");
+  ASSERT_TRUE(unread.ok());
+  EXPECT_EQ(WriteGgufTokenizerFiles(*unread, "gpt2.gguf", dir.string()).code(),
+            absl::StatusCode::kUnimplemented);
+  EXPECT_EQ(WriteGgufTokenizerFiles(*file, "vocab.gguf", (dir / "missing" / "x").string()).code(),
+            absl::StatusCode::kInternal);
   fs::remove_all(dir);
 }
 
