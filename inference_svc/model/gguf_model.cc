@@ -1,8 +1,9 @@
-// llama.cpp's GGUF model files, architecture "llama": the config from the metadata, the
-// tensors under their HF names (docs/model-format.md, "GGUF"). F32, F16 and BF16 tensors
-// point into the mapped file; Q8_0 ones are repacked into kvfold's Q8 rows (the same
-// numbers: an fp16 scale per 32 int8 codes); q/k rows, which GGUF keeps in interleaved
-// rotary order, are permuted to rotate_half as a llama2.c checkpoint's are.
+// llama.cpp's GGUF model files, architectures "llama" and "qwen2": the config from the
+// metadata, the tensors under their HF names (docs/model-format.md, "GGUF"). F32, F16 and
+// BF16 tensors point into the mapped file; Q8_0 ones are repacked into kvfold's Q8 rows
+// (the same numbers: an fp16 scale per 32 int8 codes); a llama model's q/k rows, which
+// GGUF keeps in interleaved rotary order, are permuted to rotate_half as a llama2.c
+// checkpoint's are.
 #include <cstring>
 #include <utility>
 
@@ -62,15 +63,16 @@ absl::StatusOr<ModelConfig> ConfigOf(const gguf::File& file, const std::string& 
     return absl::InvalidArgumentError(
         absl::StrCat(what, ": GGUF metadata lacks general.architecture"));
   }
-  if (arch->string != "llama") {
-    return absl::UnimplementedError(
-        absl::StrCat(what, ": GGUF architecture '", arch->string, "' (kvfold reads \"llama\")"));
+  if (arch->string != "llama" && arch->string != "qwen2") {
+    return absl::UnimplementedError(absl::StrCat(what, ": GGUF architecture '", arch->string,
+                                                 "' (kvfold reads \"llama\" and \"qwen2\")"));
   }
   const std::string a = arch->string;
   ConfigReader r(file, a, what);
   ModelConfig c;
-  c.architecture = "LlamaForCausalLM";
-  c.model_type = "llama";
+  c.architecture = a == "qwen2" ? "Qwen2ForCausalLM" : "LlamaForCausalLM";
+  c.model_type = a;
+  c.qkv_bias = a == "qwen2";
   auto read = [&](const char* key, int* out, std::optional<int> fallback) -> absl::Status {
     auto v = r.Int(key, fallback);
     if (!v.ok()) return v.status();
@@ -148,17 +150,28 @@ absl::StatusOr<ModelConfig> ConfigOf(const gguf::File& file, const std::string& 
   return c;
 }
 
-// The HF name of GGUF tensor `name`; empty when a llama model has no such tensor.
-std::string HfName(const std::string& name, int layers) {
+// The HF name of GGUF tensor `name`; empty when the model (`qkv_bias`: q/k/v biases) has
+// no such tensor.
+std::string HfName(const std::string& name, int layers, bool qkv_bias) {
   if (name == "token_embd.weight") return "model.embed_tokens.weight";
   if (name == "output_norm.weight") return "model.norm.weight";
   if (name == "output.weight") return "lm_head.weight";
   std::vector<std::string> parts = absl::StrSplit(name, '.');
   int layer = 0;
   if (parts.size() != 4 || parts[0] != "blk" || !absl::SimpleAtoi(parts[1], &layer) || layer < 0 ||
-      layer >= layers || parts[3] != "weight" || parts[1] != absl::StrCat(layer)) {
+      layer >= layers || parts[1] != absl::StrCat(layer)) {
     return "";
   }
+  if (parts[3] == "bias") {
+    if (!qkv_bias) return "";
+    for (const char* p : {"q", "k", "v"}) {
+      if (parts[2] == absl::StrCat("attn_", p)) {
+        return LayerTensorName(layer, absl::StrCat("self_attn.", p, "_proj.bias").c_str());
+      }
+    }
+    return "";
+  }
+  if (parts[3] != "weight") return "";
   static const std::pair<const char*, const char*> kLayer[] = {
       {"attn_norm", "input_layernorm.weight"},    {"attn_q", "self_attn.q_proj.weight"},
       {"attn_k", "self_attn.k_proj.weight"},      {"attn_v", "self_attn.v_proj.weight"},
@@ -206,10 +219,10 @@ absl::StatusOr<ModelFile> ParseGgufModel(std::string_view bytes,
   m.source_format = "gguf";
   const ModelConfig& c = m.config;
   for (const gguf::TensorInfo& t : file->tensors) {
-    const std::string name = HfName(t.name, c.num_layers);
+    const std::string name = HfName(t.name, c.num_layers, c.qkv_bias);
     if (name.empty()) {
-      return absl::InvalidArgumentError(
-          absl::StrCat(what, ": GGUF tensor '", t.name, "' is not part of a llama model"));
+      return absl::InvalidArgumentError(absl::StrCat(
+          what, ": GGUF tensor '", t.name, "' is not part of a ", c.model_type, " model"));
     }
     HostTensor h;
     for (auto it = t.dims.rbegin(); it != t.dims.rend(); ++it) h.shape.push_back(*it);
@@ -245,8 +258,9 @@ absl::StatusOr<ModelFile> ParseGgufModel(std::string_view bytes,
       h.size_bytes = repacked->size();
       h.keepalive = std::move(repacked);
     }
+    // llama's q/k rows are interleaved in GGUF; qwen2's (NEOX rotation) are as in HF.
     const bool q = name.ends_with("q_proj.weight"), k = name.ends_with("k_proj.weight");
-    if (q || k) {
+    if ((q || k) && c.architecture == "LlamaForCausalLM") {
       const int heads = q ? c.num_heads : c.num_kv_heads;
       if (rows != static_cast<int64_t>(heads) * c.head_dim) {
         return absl::InvalidArgumentError(absl::StrCat(what, ": GGUF tensor '", t.name, "' has ",

@@ -10,7 +10,7 @@
 //                           tokenizer.bin / tok*.bin)
 //   LoadHfDirectory(dir)    config.json + model.safetensors | model.safetensors.index.json
 //   LoadLlama2c(file)       llama2.c "version 0" checkpoint (7 x int32 header, fp32)
-//   LoadGguf(file)          llama.cpp GGUF, architecture llama; F32/F16/BF16/Q8_0 tensors
+//   LoadGguf(file)          llama.cpp GGUF, architectures llama and qwen2; F32/F16/BF16/Q8_0
 // Tensor names are HF names, e.g. "model.layers.3.self_attn.q_proj.weight". llama2.c
 // and GGUF q/k rows are permuted to the HF rotate_half convention on load.
 #ifndef KVFOLD_INFERENCE_SVC_MODEL_MODEL_FILE_H_

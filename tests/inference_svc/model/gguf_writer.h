@@ -162,23 +162,31 @@ inline std::string GgufName(const std::string& name) {
   for (const auto& [hf, gguf_part] : kLayer) {
     if (rest == hf) return absl::StrCat("blk.", layer, ".", gguf_part, ".weight");
   }
+  for (const char* p : {"q", "k", "v"}) {
+    if (rest == absl::StrCat("self_attn.", p, "_proj.bias")) {
+      return absl::StrCat("blk.", layer, ".attn_", p, ".bias");
+    }
+  }
   return name;
 }
 
-// `m` (a llama model, every tensor F32, F16, BF16 or Q8) as a GGUF writer would write it,
-// with the llama metadata and no vocabulary (add one with the writer's calls).
+// `m` (a llama or qwen2 model, every tensor F32, F16, BF16 or Q8) as llama.cpp's
+// converters write it (llama's q/k rows interleaved), with the architecture's metadata and
+// no vocabulary (add one with the writer's calls).
 inline GgufWriter GgufOf(const model::ModelFile& m) {
   const model::ModelConfig& c = m.config;
   GgufWriter w;
-  w.String("general.architecture", "llama");
-  w.U32("llama.context_length", c.max_position_embeddings);
-  w.U32("llama.embedding_length", c.hidden_size);
-  w.U32("llama.feed_forward_length", c.intermediate_size);
-  w.U32("llama.block_count", c.num_layers);
-  w.U32("llama.attention.head_count", c.num_heads);
-  w.U32("llama.attention.head_count_kv", c.num_kv_heads);
-  w.F32("llama.attention.layer_norm_rms_epsilon", c.rms_norm_eps);
-  w.F32("llama.rope.freq_base", c.rope_theta);
+  const bool qwen2 = c.architecture == "Qwen2ForCausalLM";
+  const std::string a = qwen2 ? "qwen2" : "llama";
+  w.String("general.architecture", a);
+  w.U32(a + ".context_length", c.max_position_embeddings);
+  w.U32(a + ".embedding_length", c.hidden_size);
+  w.U32(a + ".feed_forward_length", c.intermediate_size);
+  w.U32(a + ".block_count", c.num_layers);
+  w.U32(a + ".attention.head_count", c.num_heads);
+  w.U32(a + ".attention.head_count_kv", c.num_kv_heads);
+  w.F32(a + ".attention.layer_norm_rms_epsilon", c.rms_norm_eps);
+  w.F32(a + ".rope.freq_base", c.rope_theta);
   w.U32("tokenizer.ggml.bos_token_id", c.bos_token_id);
   w.U32("tokenizer.ggml.eos_token_id", c.eos_token_ids.at(0));
   for (const auto& [name, t] : m.tensors) {
@@ -187,8 +195,9 @@ inline GgufWriter GgufOf(const model::ModelFile& m) {
     const size_t row_bytes = t.size_bytes / rows;
     std::string data(static_cast<const char*>(t.data), t.size_bytes);
     const bool q = name.ends_with("q_proj.weight"), k = name.ends_with("k_proj.weight");
-    if (q || k)
+    if ((q || k) && !qwen2) {
       data = InterleavedRows(t.data, q ? c.num_heads : c.num_kv_heads, c.head_dim, row_bytes);
+    }
     uint32_t type = static_cast<uint32_t>(gguf::TensorType::kF32);
     if (t.dtype == core::DType::kF16) type = static_cast<uint32_t>(gguf::TensorType::kF16);
     if (t.dtype == core::DType::kBF16) type = static_cast<uint32_t>(gguf::TensorType::kBF16);
