@@ -4,6 +4,7 @@
 // (the same numbers: an fp16 scale per 32 int8 codes); a llama model's q/k rows, which
 // GGUF keeps in interleaved rotary order, are permuted to rotate_half as a llama2.c
 // checkpoint's are.
+#include <cstdint>
 #include <cstring>
 #include <utility>
 
@@ -131,12 +132,16 @@ absl::StatusOr<ModelConfig> ConfigOf(const gguf::File& file, const std::string& 
         ": GGUF rope_freqs (per-frequency RoPE factors, Llama 3.1 style) are not read; "
         "load the model's Hugging Face directory instead"));
   }
-  auto bos = r.Number("tokenizer.ggml.bos_token_id", 1);
-  auto eos = r.Number("tokenizer.ggml.eos_token_id", 2);
-  if (!bos.ok()) return bos.status();
-  if (!eos.ok()) return eos.status();
-  c.bos_token_id = static_cast<int>(*bos);
-  c.eos_token_ids = {static_cast<int>(*eos)};
+  for (auto [key, out] : {std::pair{"tokenizer.ggml.bos_token_id", &c.bos_token_id},
+                          std::pair{"tokenizer.ggml.eos_token_id", &c.eos_token_ids[0]}}) {
+    const gguf::Value* v = file.Find(key);
+    if (v == nullptr) continue;  // the defaults, 1 and 2
+    if (!v->is_integer() || v->integer < 0 || v->integer > INT32_MAX) {
+      return absl::InvalidArgumentError(
+          absl::StrCat(what, ": GGUF ", key, " must be a token id (an integer >= 0)"));
+    }
+    *out = static_cast<int>(v->integer);
+  }
   const gguf::TensorInfo* embed = file.Tensor("token_embd.weight");
   if (embed == nullptr || embed->dims.size() != 2) {
     return absl::InvalidArgumentError(

@@ -163,6 +163,10 @@ TEST(GgufModelTest, MalformedFilesArePreciseErrors) {
   no_heads.String("general.architecture", "llama");
   no_heads.U32("llama.embedding_length", 64);
   EXPECT_THAT(error(no_heads.Bytes()).message(), HasSubstr("lacks llama.feed_forward_length"));
+  ModelFile no_eos = original;
+  no_eos.config.eos_token_ids = {-1};  // written as 4294967295, llama.cpp's "none"
+  EXPECT_THAT(error(GgufOf(no_eos).Bytes()).message(),
+              HasSubstr("eos_token_id must be a token id"));
   GgufWriter zero = GgufOf(original);
   zero.Tensor("blk.0.bad.weight", {0}, 0, "");
   EXPECT_THAT(error(zero.Bytes()).message(), HasSubstr("empty or too large"));
