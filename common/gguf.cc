@@ -110,18 +110,21 @@ absl::Status ReadScalar(Reader& r, ValueType type, int64_t* integer, double* num
       return take(r.Read<uint64_t>("a value"));
     case ValueType::kI64:
       return take(r.Read<int64_t>("a value"));
-    case ValueType::kF32: {
-      auto v = r.Read<float>("a value");
-      if (!v.ok()) return v.status();
-      *number = *v;
-      *integer = static_cast<int64_t>(*v);
-      return absl::OkStatus();
-    }
+    case ValueType::kF32:
     case ValueType::kF64: {
-      auto v = r.Read<double>("a value");
-      if (!v.ok()) return v.status();
-      *number = *v;
-      *integer = static_cast<int64_t>(*v);
+      double v = 0;
+      if (type == ValueType::kF32) {
+        auto f = r.Read<float>("a value");
+        if (!f.ok()) return f.status();
+        v = *f;
+      } else {
+        auto d = r.Read<double>("a value");
+        if (!d.ok()) return d.status();
+        v = *d;
+      }
+      *number = v;
+      // Truncated toward zero where that fits (NaN and huge values are not integers).
+      *integer = v > -9.2e18 && v < 9.2e18 ? static_cast<int64_t>(v) : 0;
       return absl::OkStatus();
     }
     default:
