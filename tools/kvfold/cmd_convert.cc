@@ -39,11 +39,21 @@ bool IsGgufFile(const std::string& path) {
 }
 
 // The vocabulary of GGUF file `path` (gguf_vocab.h, WriteGgufTokenizerFiles) into `dir`.
-absl::Status WriteGgufTokenizer(const std::string& path, const std::string& dir) {
+// `only_if_readable`: a file whose vocabulary kvfold does not read (a gpt2 BPE one) is
+// skipped with a note instead of failing.
+absl::Status WriteGgufTokenizer(const std::string& path, const std::string& dir,
+                                bool only_if_readable) {
   auto mapped = MapReadOnly(path);
   if (!mapped.ok()) return mapped.status();
   auto file = gguf::Parse(mapped->bytes, path);
   if (!file.ok()) return file.status();
+  if (only_if_readable && !HasGgufVocabulary(*file)) {
+    std::fprintf(stderr,
+                 "kvfold convert: %s's vocabulary is not one kvfold reads; no tokenizer written "
+                 "(pass --tokenizer with the model's tokenizer.json)\n",
+                 path.c_str());
+    return absl::OkStatus();
+  }
   return WriteGgufTokenizerFiles(*file, path, dir);
 }
 
@@ -79,7 +89,9 @@ int RunConvert(const ConvertFlags& flags) {
                                           ? (IsGgufFile(flags.tokenizer) ? flags.tokenizer : "")
                                           : (m->source_format == "gguf" ? m->source_path : "");
   if (!gguf_vocabulary.empty()) {
-    if (absl::Status s = WriteGgufTokenizer(gguf_vocabulary, flags.out); !s.ok()) {
+    if (absl::Status s = WriteGgufTokenizer(gguf_vocabulary, flags.out,
+                                            /*only_if_readable=*/flags.tokenizer.empty());
+        !s.ok()) {
       return FailWith("convert", s);
     }
   } else if (!flags.tokenizer.empty()) {
