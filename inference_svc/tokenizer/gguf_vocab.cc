@@ -86,7 +86,7 @@ absl::StatusOr<std::unique_ptr<SentencePieceTokenizer>> GgufTokenizer(const gguf
     p.score = *scores == nullptr ? 0.0f : static_cast<float>((**scores)[id]);
     // GGUF token types are SentencePiece's (0 = undefined is read as normal).
     const double type = *types == nullptr ? 1 : (**types)[id];
-    if (!(type >= 0 && type <= M::kByte) || type != static_cast<int>(type)) {
+    if (!(type >= 0 && type <= static_cast<double>(M::kByte)) || type != static_cast<int>(type)) {
       return bad(absl::StrCat("token ", id, " has type ", type, " (0..6)"));
     }
     p.type = type == 0 ? M::kNormal : static_cast<M::PieceType>(static_cast<int>(type));
