@@ -4,6 +4,7 @@
 // FindNextToModel take the GGUF file itself; malformed and unread vocabularies are precise errors.
 #include "inference_svc/tokenizer/gguf_vocab.h"
 
+#include <cstdio>
 #include <filesystem>
 #include <fstream>
 
