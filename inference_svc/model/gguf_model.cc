@@ -4,6 +4,8 @@
 // (the same numbers: an fp16 scale per 32 int8 codes); a llama model's q/k rows, which
 // GGUF keeps in interleaved rotary order, are permuted to rotate_half as a llama2.c
 // checkpoint's are.
+#include <algorithm>
+#include <cmath>
 #include <cstdint>
 #include <cstring>
 #include <utility>
@@ -57,6 +59,56 @@ class ConfigReader {
   std::string arch_;
   std::string what_;
 };
+
+// Llama 3's RoPE scaling from the per-frequency factors llama.cpp's converter writes
+// (`rope_freqs`: frequency i is divided by factor i): the factor is the largest, the
+// original context `original` (the file's `rope.scaling.original_context_length`, else
+// 8192), the low and high frequency factors Llama 3's 1 and 4. Every factor must be what
+// those give (within 1e-4, relative), else Unimplemented: kvfold computes the frequencies
+// from the config, as for the model's Hugging Face directory.
+absl::Status ReadLlama3Scaling(const gguf::TensorInfo& freqs, int original, const std::string& what,
+                               ModelConfig* c) {
+  const int half = c->head_dim / 2;
+  if (freqs.type != static_cast<uint32_t>(TensorType::kF32) || freqs.dims.size() != 1 ||
+      freqs.dims[0] != half) {
+    return absl::InvalidArgumentError(
+        absl::StrCat(what, ": GGUF rope_freqs must be ", half, " F32 factors (head_dim / 2)"));
+  }
+  if (c->rope_scaling != RopeScaling::kNone) {
+    return absl::InvalidArgumentError(
+        absl::StrCat(what, ": GGUF rope_freqs and a rope.scaling.type both given"));
+  }
+  std::vector<float> factors(half);
+  std::memcpy(factors.data(), freqs.data.data(), half * sizeof(float));
+  float largest = 1;
+  for (float f : factors) {
+    if (!(f >= 1 && f <= 1e6)) {
+      return absl::UnimplementedError(absl::StrCat(what, ": GGUF rope_freqs factor ", f,
+                                                   " (kvfold reads Llama 3's, all >= 1)"));
+    }
+    largest = std::max(largest, f);
+  }
+  ModelConfig scaled = *c;
+  scaled.rope_scaling = RopeScaling::kLlama3;
+  scaled.rope_factor = largest;
+  scaled.rope_low_freq_factor = 1;
+  scaled.rope_high_freq_factor = 4;
+  scaled.rope_original_max_position = original;
+  ModelConfig plain = *c;
+  plain.rope_scaling = RopeScaling::kNone;
+  const std::vector<float> base = RopeInvFreq(plain, 0), want = RopeInvFreq(scaled, 0);
+  for (int i = 0; i < half; ++i) {
+    const double expected = static_cast<double>(base[i]) / want[i];
+    if (std::abs(expected - factors[i]) > 1e-4 * expected) {
+      return absl::UnimplementedError(
+          absl::StrCat(what, ": GGUF rope_freqs factor ", i, " is ", factors[i], ", not ", expected,
+                       " as Llama 3's RoPE scaling (factor ", largest, ", original context ",
+                       original, ") gives; load the model's Hugging Face directory instead"));
+    }
+  }
+  *c = scaled;
+  return absl::OkStatus();
+}
 
 absl::StatusOr<ModelConfig> ConfigOf(const gguf::File& file, const std::string& what) {
   const gguf::Value* arch = file.Find("general.architecture");
@@ -126,11 +178,10 @@ absl::StatusOr<ModelConfig> ConfigOf(const gguf::File& file, const std::string& 
                                                    "' (kvfold reads none and linear)"));
     }
   }
-  if (file.Tensor("rope_freqs.weight") != nullptr) {
-    return absl::UnimplementedError(absl::StrCat(
-        what,
-        ": GGUF rope_freqs (per-frequency RoPE factors, Llama 3.1 style) are not read; "
-        "load the model's Hugging Face directory instead"));
+  if (const gguf::TensorInfo* freqs = file.Tensor("rope_freqs.weight"); freqs != nullptr) {
+    auto original = r.Int("rope.scaling.original_context_length", 8192);
+    if (!original.ok()) return original.status();
+    if (absl::Status s = ReadLlama3Scaling(*freqs, *original, what, &c); !s.ok()) return s;
   }
   for (auto [key, out] : {std::pair{"tokenizer.ggml.bos_token_id", &c.bos_token_id},
                           std::pair{"tokenizer.ggml.eos_token_id", &c.eos_token_ids[0]}}) {
@@ -224,6 +275,7 @@ absl::StatusOr<ModelFile> ParseGgufModel(std::string_view bytes,
   m.source_format = "gguf";
   const ModelConfig& c = m.config;
   for (const gguf::TensorInfo& t : file->tensors) {
+    if (t.name == "rope_freqs.weight") continue;  // read into the config (ConfigOf)
     const std::string name = HfName(t.name, c.num_layers, c.qkv_bias);
     if (name.empty()) {
       return absl::InvalidArgumentError(absl::StrCat(

@@ -72,6 +72,44 @@ TEST(GgufModelTest, AQwen2ModelLoadsBackAsTheSameModel) {
               HasSubstr("'blk.0.attn_q.bias' is not part of a llama model"));
 }
 
+// Llama 3's RoPE scaling, which llama.cpp's converter writes as per-frequency factors
+// (rope_freqs), reads back as the config it came from (the fingerprint holds the scaling's
+// parameters); factors no Llama 3 scaling gives are Unimplemented.
+TEST(GgufModelTest, Llama3RopeFactorsReadBackAsTheirScaling) {
+  for (auto [theta, original] : {std::pair{10000.0f, 64}, std::pair{500000.0f, 8192}}) {
+    ModelConfig c = *NamedShape("tiny");
+    c.rope_theta = theta;
+    c.rope_scaling = RopeScaling::kLlama3;
+    c.rope_factor = 8;
+    c.rope_low_freq_factor = 1;
+    c.rope_high_freq_factor = 4;
+    c.rope_original_max_position = original;
+    const ModelFile original_model = MakeRandomModel(c, 9, DType::kF32);
+    auto loaded = ParseBytes(GgufOf(original_model).Bytes());
+    ASSERT_TRUE(loaded.ok()) << loaded.status();
+    EXPECT_EQ(loaded->config.rope_scaling, RopeScaling::kLlama3);
+    EXPECT_EQ(loaded->config.rope_original_max_position, original);
+    EXPECT_EQ(Fingerprint(*loaded), Fingerprint(original_model)) << original;
+    EXPECT_EQ(RopeInvFreq(loaded->config, 0), RopeInvFreq(original_model.config, 0));
+  }
+  ModelConfig c = *NamedShape("tiny");
+  c.rope_scaling = RopeScaling::kLlama3;
+  c.rope_factor = 8;
+  c.rope_original_max_position = 64;
+  GgufWriter w = GgufOf(MakeRandomModel(c, 9, DType::kF32));
+  ModelConfig other = c;
+  other.rope_high_freq_factor = 2;  // factors of another scaling
+  ModelFile mismatched = MakeRandomModel(c, 9, DType::kF32);
+  mismatched.config = other;
+  auto status = ParseBytes(GgufOf(mismatched).Bytes()).status();
+  EXPECT_EQ(status.code(), absl::StatusCode::kUnimplemented) << status;
+  EXPECT_THAT(status.message(), HasSubstr("as Llama 3's RoPE scaling"));
+  GgufWriter twice = w;
+  twice.String("llama.rope.scaling.type", "linear");
+  EXPECT_THAT(ParseBytes(twice.Bytes()).status().message(),
+              HasSubstr("rope_freqs and a rope.scaling.type"));
+}
+
 TEST(GgufModelTest, LoadModelReadsAGgufFileByItsMagic) {
   const ModelFile original = Tiny(DType::kQ8);
   const fs::path dir = fs::path(::testing::TempDir()) / "gguf_load_model";
@@ -116,8 +154,9 @@ TEST(GgufModelTest, WhatKvfoldDoesNotReadIsUnimplemented) {
   EXPECT_THAT(q4.status().message(), HasSubstr("is Q4_K"));
 
   GgufWriter freqs = GgufOf(original);
-  freqs.Tensor("rope_freqs.weight", {8}, 0, std::string(32, '\0'));
-  EXPECT_THAT(ParseBytes(freqs.Bytes()).status().message(), HasSubstr("rope_freqs"));
+  freqs.Tensor("rope_freqs.weight", {8}, 0, std::string(32, '\0'));  // factors of 0
+  EXPECT_EQ(ParseBytes(freqs.Bytes()).status().code(), absl::StatusCode::kUnimplemented);
+  EXPECT_THAT(ParseBytes(freqs.Bytes()).status().message(), HasSubstr("rope_freqs factor 0"));
 
   GgufWriter scaled = GgufOf(original);
   scaled.String("llama.rope.scaling.type", "yarn");

@@ -6,6 +6,7 @@
 #ifndef KVFOLD_TESTS_INFERENCE_SVC_MODEL_GGUF_WRITER_H_
 #define KVFOLD_TESTS_INFERENCE_SVC_MODEL_GGUF_WRITER_H_
 
+#include <cmath>
 #include <cstdint>
 #include <cstring>
 #include <string>
@@ -170,6 +171,30 @@ inline std::string GgufName(const std::string& name) {
   return name;
 }
 
+// Llama 3's per-frequency RoPE factors as llama.cpp's converter computes them (F32 bytes).
+inline std::string Llama3RopeFactors(const model::ModelConfig& c) {
+  const double old_len = c.rope_original_max_position;
+  const double low_wavelen = old_len / c.rope_low_freq_factor;
+  const double high_wavelen = old_len / c.rope_high_freq_factor;
+  std::string out;
+  for (int i = 0; i < c.head_dim / 2; ++i) {
+    const double freq = 1.0 / std::pow(static_cast<double>(c.rope_theta),
+                                       2.0 * i / static_cast<double>(c.head_dim));
+    const double wavelen = 2 * 3.14159265358979323846 / freq;
+    double factor = 1;
+    if (wavelen > low_wavelen) {
+      factor = c.rope_factor;
+    } else if (wavelen >= high_wavelen) {
+      const double smooth = (old_len / wavelen - c.rope_low_freq_factor) /
+                            (c.rope_high_freq_factor - c.rope_low_freq_factor);
+      factor = 1 / ((1 - smooth) / c.rope_factor + smooth);
+    }
+    const float f = static_cast<float>(factor);
+    out.append(reinterpret_cast<const char*>(&f), sizeof(f));
+  }
+  return out;
+}
+
 // `m` (a llama or qwen2 model, every tensor F32, F16, BF16 or Q8) as llama.cpp's
 // converters write it (llama's q/k rows interleaved), with the architecture's metadata and
 // no vocabulary (add one with the writer's calls).
@@ -187,6 +212,12 @@ inline GgufWriter GgufOf(const model::ModelFile& m) {
   w.U32(a + ".attention.head_count_kv", c.num_kv_heads);
   w.F32(a + ".attention.layer_norm_rms_epsilon", c.rms_norm_eps);
   w.F32(a + ".rope.freq_base", c.rope_theta);
+  if (c.rope_scaling == model::RopeScaling::kLlama3) {
+    if (c.rope_original_max_position != 8192) {
+      w.U32(a + ".rope.scaling.original_context_length", c.rope_original_max_position);
+    }
+    w.Tensor("rope_freqs.weight", {c.head_dim / 2}, 0, Llama3RopeFactors(c));
+  }
   w.U32("tokenizer.ggml.bos_token_id", c.bos_token_id);
   w.U32("tokenizer.ggml.eos_token_id", c.eos_token_ids.at(0));
   for (const auto& [name, t] : m.tensors) {
