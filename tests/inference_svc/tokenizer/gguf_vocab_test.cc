@@ -4,14 +4,20 @@
 // FindNextToModel take the GGUF file itself; malformed and unread vocabularies are precise errors.
 #include "inference_svc/tokenizer/gguf_vocab.h"
 
+#include <algorithm>
+#include <cctype>
 #include <cstdio>
 #include <filesystem>
 #include <fstream>
+#include <map>
 
 #include "gmock/gmock.h"
 #include "gtest/gtest.h"
 #include "inference_svc/tokenizer/chat_template.h"
+#include "inference_svc/tokenizer/hf_tokenizer.h"
+#include "inference_svc/tokenizer/pretokenizer.h"
 #include "inference_svc/tokenizer/sentencepiece_model.h"
+#include "inference_svc/tokenizer/sentencepiece_tokenizer.h"
 #include "tests/inference_svc/model/gguf_writer.h"
 #include "tests/inference_svc/tokenizer/sentencepiece_reference.h"
 #include "tests/inference_svc/tokenizer/test_util.h"
@@ -49,7 +55,7 @@ GgufWriter VocabularyOf(const M& model, int bos, int eos) {
   return w;
 }
 
-absl::StatusOr<std::unique_ptr<SentencePieceTokenizer>> FromBytes(const std::string& bytes) {
+absl::StatusOr<std::unique_ptr<Tokenizer>> FromBytes(const std::string& bytes) {
   auto file = gguf::Parse(bytes, "vocab.gguf");
   if (!file.ok()) return file.status();
   return GgufTokenizer(*file, "vocab.gguf");
@@ -132,6 +138,154 @@ TEST_P(GgufVocabularyTest, WrittenAsAModelFileItIsTheSameModel) {
 INSTANTIATE_TEST_SUITE_P(Shared, GgufVocabularyTest,
                          ::testing::Values("models/stories260K/tok512.model",
                                            "models/tokenizers/llama2_32000.model"));
+
+// A byte-level BPE vocabulary over real words: the 256 byte characters, then for each of
+// the most frequent words of `text` (with its leading space, as "Ġword") the merges that
+// build it left to right, then special tokens: control "<|begin_of_text|>" and
+// "<|eot_id|>", user-defined "<tool>".
+struct ByteLevelVocab {
+  std::vector<std::string> tokens;
+  std::vector<int32_t> types;
+  std::vector<std::string> merges;
+};
+
+ByteLevelVocab MakeByteLevelVocab(const std::string& text, size_t words) {
+  ByteLevelVocab v;
+  std::map<std::string, int32_t> ids;
+  auto add = [&](const std::string& token, int32_t type) {
+    if (ids.count(token)) return;
+    ids[token] = static_cast<int32_t>(v.tokens.size());
+    v.tokens.push_back(token);
+    v.types.push_back(type);
+  };
+  for (int b = 0; b < 256; ++b) add(::kvfold::testing::ByteChar(b), M::kNormal);
+  std::map<std::string, int> counts;
+  std::string word;
+  for (char c : text + " ") {
+    if (std::isalpha(static_cast<unsigned char>(c))) {
+      word += c;
+    } else if (!word.empty()) {
+      ++counts[word];
+      word.clear();
+    }
+  }
+  std::vector<std::pair<int, std::string>> by_count;
+  for (const auto& [w, n] : counts) by_count.push_back({-n, w});
+  std::sort(by_count.begin(), by_count.end());
+  for (size_t i = 0; i < std::min(words, by_count.size()); ++i) {
+    std::vector<std::string> chars = {::kvfold::testing::ByteChar(' ')};
+    for (char c : by_count[i].second) chars.push_back(std::string(1, c));
+    std::string built = chars[0];
+    for (size_t k = 1; k < chars.size(); ++k) {
+      if (!ids.count(built + chars[k])) {
+        v.merges.push_back(built + " " + chars[k]);
+        add(built + chars[k], M::kNormal);
+      }
+      built += chars[k];
+    }
+  }
+  add("<|begin_of_text|>", M::kControl);
+  add("<|eot_id|>", M::kControl);
+  add("<tool>", M::kUserDefined);
+  return v;
+}
+
+// The same vocabulary as a tokenizer.json (the reference) and as GGUF metadata with
+// llama.cpp's name for each pre-tokenizer: the same ids for real text, special tokens and
+// the prefix space included; written back as tokenizer.json for a converted directory.
+TEST(GgufVocabularyTest, ByteLevelVocabulariesEncodeAsTheirTokenizerJson) {
+  const std::string stories = SharedFile("text/tinystories_train_sample.txt");
+  const std::string genesis = SharedFile("text/kjv_genesis.txt");
+  if (stories.empty() || genesis.empty()) GTEST_SKIP() << "shared files not found";
+  const std::string text = ReadAll(stories);
+  const ByteLevelVocab v = MakeByteLevelVocab(text.substr(0, 200000), 400);
+  std::vector<std::string> texts = FirstStories(text, 100);
+  texts.push_back(ReadAll(genesis).substr(0, 30000));
+  texts.push_back(
+      "<|begin_of_text|>Hi<|eot_id|> <tool>x \t 123456 caf\xC3\xA9 \xF0\x9F\x98\x80 \xFF");
+  struct Case {
+    const char* pre;
+    const char* regex;
+    bool ignore_merges;
+  };
+  for (const Case& c : {Case{"llama-bpe", tokenizer_internal::kLlama3Regex, true},
+                        Case{"qwen2", tokenizer_internal::kQwen2Regex, false},
+                        Case{"gpt-2", tokenizer_internal::kGpt2Regex, false}}) {
+    const char* pre = c.pre;
+    const char* regex = c.regex;
+    const bool ignore_merges = c.ignore_merges;
+    nlohmann::json vocab = nlohmann::json::object(), added = nlohmann::json::array();
+    for (size_t id = 0; id < v.tokens.size(); ++id) {
+      if (v.types[id] == M::kNormal) {
+        vocab[v.tokens[id]] = id;
+      } else {
+        added.push_back(
+            {{"id", id}, {"content", v.tokens[id]}, {"special", v.types[id] == M::kControl}});
+      }
+    }
+    const nlohmann::json reference = {
+        {"added_tokens", added},
+        {"pre_tokenizer",
+         {{"type", "Sequence"},
+          {"pretokenizers",
+           {{{"type", "Split"}, {"pattern", {{"Regex", regex}}}, {"behavior", "Isolated"}},
+            {{"type", "ByteLevel"}, {"add_prefix_space", false}, {"use_regex", false}}}}}},
+        {"decoder", {{"type", "ByteLevel"}}},
+        {"model",
+         {{"type", "BPE"},
+          {"vocab", vocab},
+          {"merges", v.merges},
+          {"ignore_merges", ignore_merges}}}};
+    auto want = HfTokenizer::Parse(reference.dump(), "");
+    ASSERT_TRUE(want.ok()) << want.status();
+    GgufWriter w;
+    w.String("tokenizer.ggml.model", "gpt2");
+    w.String("tokenizer.ggml.pre", pre);
+    w.Strings("tokenizer.ggml.tokens", v.tokens);
+    w.I32s("tokenizer.ggml.token_type", v.types);
+    w.Strings("tokenizer.ggml.merges", v.merges);
+    w.U32("tokenizer.ggml.bos_token_id", 256 + static_cast<uint32_t>(v.merges.size()));
+    w.Bool("tokenizer.ggml.add_bos_token", true);
+    const std::string bytes = w.Bytes();
+    auto got = FromBytes(bytes);
+    ASSERT_TRUE(got.ok()) << got.status();
+    ASSERT_EQ((*got)->vocab_size(), (*want)->vocab_size());
+    EXPECT_EQ((*got)->bos_id(), 256 + static_cast<int32_t>(v.merges.size())) << pre;
+    size_t tokens = 0, multi = 0;
+    for (const std::string& t : texts) {
+      auto a = (*want)->Encode(t, false);
+      auto b = (*got)->Encode(t, true);
+      ASSERT_TRUE(a.ok() && b.ok());
+      ASSERT_EQ(b->front(), (*got)->bos_id());
+      ASSERT_EQ(std::vector<int32_t>(b->begin() + 1, b->end()), *a)
+          << pre << ": " << t.substr(0, 60);
+      EXPECT_EQ((*got)->Decode(*b), (*want)->Decode(*a));
+      tokens += a->size();
+      for (int32_t id : *a) multi += id >= 256;
+    }
+    EXPECT_GT(multi, tokens / 4) << pre;  // the merges are used
+    // Written for a converted directory: a tokenizer.json that loads as the same tokenizer.
+    auto file = gguf::Parse(bytes, "vocab.gguf");
+    ASSERT_TRUE(file.ok());
+    auto written = GgufVocabularyFile(*file, "vocab.gguf");
+    ASSERT_TRUE(written.ok()) << written.status();
+    EXPECT_EQ(written->name, "tokenizer.json");
+    auto reread = HfTokenizer::Parse(written->contents, "");
+    ASSERT_TRUE(reread.ok()) << reread.status();
+    EXPECT_EQ(*(*reread)->Encode(texts[0], true), *(*got)->Encode(texts[0], true));
+  }
+  GgufWriter unknown;
+  unknown.String("tokenizer.ggml.model", "gpt2");
+  unknown.String("tokenizer.ggml.pre", "deepseek-llm");
+  unknown.Strings("tokenizer.ggml.tokens", v.tokens);
+  EXPECT_THAT(FromBytes(unknown.Bytes()).status().message(),
+              HasSubstr("pre-tokenizer 'deepseek-llm'"));
+  GgufWriter no_merges;
+  no_merges.String("tokenizer.ggml.model", "gpt2");
+  no_merges.String("tokenizer.ggml.pre", "qwen2");
+  no_merges.Strings("tokenizer.ggml.tokens", v.tokens);
+  EXPECT_THAT(FromBytes(no_merges.Bytes()).status().message(), HasSubstr("tokenizer.ggml.merges"));
+}
 
 M SmallModel() {
   M m;
