@@ -235,7 +235,9 @@ absl::StatusOr<GgufTokenizerFile> GgufVocabularyFile(const gguf::File& file,
   if (kind == "gpt2") {
     auto j = ByteLevelJsonOf(file, what);
     if (!j.ok()) return j.status();
-    return GgufTokenizerFile{"tokenizer.json", j->dump()};
+    // Strings that are not UTF-8 (a damaged file) become U+FFFD instead of throwing.
+    return GgufTokenizerFile{"tokenizer.json",
+                             j->dump(-1, ' ', false, nlohmann::json::error_handler_t::replace)};
   }
   return absl::UnimplementedError(absl::StrCat(
       what, ": GGUF vocabulary '", kind,
@@ -280,7 +282,8 @@ absl::Status WriteGgufTokenizerFiles(const gguf::File& file, std::string_view wh
   if (absl::Status s = write(vocabulary->name, vocabulary->contents); !s.ok()) return s;
   const nlohmann::json config = GgufTokenizerConfig(file);
   if (config.empty()) return absl::OkStatus();
-  return write("tokenizer_config.json", config.dump(2) + "\n");
+  return write("tokenizer_config.json",
+               config.dump(2, ' ', false, nlohmann::json::error_handler_t::replace) + "\n");
 }
 
 }  // namespace kvfold

@@ -280,6 +280,15 @@ TEST(GgufVocabularyTest, ByteLevelVocabulariesEncodeAsTheirTokenizerJson) {
   unknown.Strings("tokenizer.ggml.tokens", v.tokens);
   EXPECT_THAT(FromBytes(unknown.Bytes()).status().message(),
               HasSubstr("pre-tokenizer 'deepseek-llm'"));
+  // Tokens that are not UTF-8: an error, not an exception.
+  std::vector<std::string> broken = v.tokens;
+  broken[300] = "\xFF\xFE";
+  GgufWriter not_utf8;
+  not_utf8.String("tokenizer.ggml.model", "gpt2");
+  not_utf8.String("tokenizer.ggml.pre", "qwen2");
+  not_utf8.Strings("tokenizer.ggml.tokens", broken);
+  not_utf8.Strings("tokenizer.ggml.merges", v.merges);
+  EXPECT_FALSE(FromBytes(not_utf8.Bytes()).ok());
   GgufWriter no_merges;
   no_merges.String("tokenizer.ggml.model", "gpt2");
   no_merges.String("tokenizer.ggml.pre", "qwen2");
