@@ -16,7 +16,6 @@ namespace kvfold::testing {
 namespace {
 
 using json = nlohmann::json;
-using M = tokenizer_internal::SentencePieceModelProto;
 
 TEST_F(HttpApiTest, AGgufFileServesAsItsCheckpoint) {
   const std::filesystem::path sp = std::filesystem::path(Stories260K()) / "tok512.model";
@@ -30,18 +29,7 @@ TEST_F(HttpApiTest, AGgufFileServesAsItsCheckpoint) {
   auto vocab = tokenizer_internal::ParseSentencePieceModel(sp_bytes);
   ASSERT_TRUE(vocab.ok());
   GgufWriter w = GgufOf(*model);
-  w.String("tokenizer.ggml.model", "llama");
-  std::vector<std::string> tokens;
-  std::vector<float> scores;
-  std::vector<int32_t> types;
-  for (const M::Piece& p : vocab->pieces) {
-    tokens.push_back(p.piece);
-    scores.push_back(p.score);
-    types.push_back(p.type);
-  }
-  w.Strings("tokenizer.ggml.tokens", tokens);
-  w.F32s("tokenizer.ggml.scores", scores);
-  w.I32s("tokenizer.ggml.token_type", types);
+  AddSentencePieceVocabulary(*vocab, &w);
   Cluster gguf_cluster;
   const std::string file = gguf_cluster.MakeDir() + "/stories260K.gguf";
   std::ofstream(file, std::ios::binary) << w.Bytes();

@@ -17,6 +17,7 @@
 #include "common/gguf.h"
 #include "core/dtype.h"
 #include "inference_svc/model/model_file.h"
+#include "inference_svc/tokenizer/sentencepiece_model.h"
 
 namespace kvfold::testing {
 
@@ -112,6 +113,24 @@ class GgufWriter {
   uint64_t n_kv_ = 0;
   std::vector<Pending> tensors_;
 };
+
+// A SentencePiece model's pieces, scores and types as llama.cpp's converters write a
+// "llama" vocabulary.
+inline void AddSentencePieceVocabulary(const tokenizer_internal::SentencePieceModelProto& model,
+                                       GgufWriter* w) {
+  std::vector<std::string> tokens;
+  std::vector<float> scores;
+  std::vector<int32_t> types;
+  for (const auto& p : model.pieces) {
+    tokens.push_back(p.piece);
+    scores.push_back(p.score);
+    types.push_back(p.type);
+  }
+  w->String("tokenizer.ggml.model", "llama");
+  w->Strings("tokenizer.ggml.tokens", tokens);
+  w->F32s("tokenizer.ggml.scores", scores);
+  w->I32s("tokenizer.ggml.token_type", types);
+}
 
 // GGUF's interleaved rotary rows from the engine's rotate_half rows (the inverse of
 // model::PermuteRotaryRows): old row (h, 2i + p) = row (h, p, i).

@@ -38,18 +38,7 @@ using M = tokenizer_internal::SentencePieceModelProto;
 GgufWriter VocabularyOf(const M& model, int bos, int eos) {
   GgufWriter w;
   w.String("general.architecture", "llama");
-  w.String("tokenizer.ggml.model", "llama");
-  std::vector<std::string> tokens;
-  std::vector<float> scores;
-  std::vector<int32_t> types;
-  for (const M::Piece& p : model.pieces) {
-    tokens.push_back(p.piece);
-    scores.push_back(p.score);
-    types.push_back(p.type);
-  }
-  w.Strings("tokenizer.ggml.tokens", tokens);
-  w.F32s("tokenizer.ggml.scores", scores);
-  w.I32s("tokenizer.ggml.token_type", types);
+  ::kvfold::testing::AddSentencePieceVocabulary(model, &w);
   w.U32("tokenizer.ggml.bos_token_id", bos);
   w.U32("tokenizer.ggml.eos_token_id", eos);
   return w;
