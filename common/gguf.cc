@@ -2,6 +2,7 @@
 
 #include <algorithm>
 #include <cstring>
+#include <fstream>
 #include <set>
 #include <utility>
 
@@ -250,6 +251,20 @@ const TensorInfo* File::Tensor(const std::string& name) const {
 }
 
 bool HasMagic(std::string_view bytes) { return bytes.substr(0, 4) == "GGUF"; }
+
+bool IsGgufFile(const std::string& path) {
+  std::ifstream in(path, std::ios::binary);
+  char magic[4] = {};
+  return in.read(magic, sizeof(magic)) && HasMagic(std::string_view(magic, sizeof(magic)));
+}
+
+absl::StatusOr<Opened> Open(const std::string& path) {
+  auto mapping = MapReadOnly(path);
+  if (!mapping.ok()) return mapping.status();
+  auto file = Parse(mapping->bytes, path);
+  if (!file.ok()) return file.status();
+  return Opened{.mapping = *std::move(mapping), .file = *std::move(file)};
+}
 
 absl::StatusOr<File> Parse(std::string_view bytes, std::string_view what_view) {
   const std::string what(what_view);

@@ -16,6 +16,7 @@
 #include <vector>
 
 #include "absl/status/statusor.h"
+#include "common/mapped_file.h"
 
 namespace kvfold::gguf {
 
@@ -81,6 +82,8 @@ struct File {
 
 // True when `bytes` start with the GGUF magic.
 bool HasMagic(std::string_view bytes);
+// True when the file at `path` starts with it (false when it cannot be read).
+bool IsGgufFile(const std::string& path);
 
 // Parses `bytes` (which the caller keeps alive; tensors' data point into them). `what`
 // names the file in messages. Checks: magic, version 2 or 3, counts that fit the bytes,
@@ -88,6 +91,14 @@ bool HasMagic(std::string_view bytes);
 // dimensions whose product does not overflow, offsets aligned, and every readable tensor's
 // data inside the file and disjoint from the others.
 absl::StatusOr<File> Parse(std::string_view bytes, std::string_view what);
+
+// The file at `path` mapped (common/mapped_file.h) and parsed; `file`'s tensor data point
+// into `mapping`. MapReadOnly's and Parse's errors.
+struct Opened {
+  MappedFile mapping;
+  File file;
+};
+absl::StatusOr<Opened> Open(const std::string& path);
 
 }  // namespace kvfold::gguf
 

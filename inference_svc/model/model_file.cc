@@ -224,16 +224,6 @@ absl::StatusOr<std::string> FindLlama2cCheckpoint(const fs::path& dir) {
 
 }  // namespace
 
-namespace {
-
-bool IsGgufFile(const std::string& file) {
-  std::ifstream in(file, std::ios::binary);
-  char magic[4] = {};
-  return in.read(magic, sizeof(magic)) && gguf::HasMagic(std::string_view(magic, sizeof(magic)));
-}
-
-}  // namespace
-
 absl::StatusOr<ModelFile> LoadModel(const std::string& path) {
   std::error_code ec;
   std::string file = path;
@@ -244,7 +234,7 @@ absl::StatusOr<ModelFile> LoadModel(const std::string& path) {
     file = *checkpoint;
   }
   if (!fs::exists(file, ec)) return absl::NotFoundError(absl::StrCat("no such model: ", file));
-  absl::StatusOr<ModelFile> m = IsGgufFile(file) ? LoadGguf(file) : LoadLlama2c(file);
+  absl::StatusOr<ModelFile> m = gguf::IsGgufFile(file) ? LoadGguf(file) : LoadLlama2c(file);
   if (!m.ok()) return m.status();
   if (absl::Status s = m->ValidateTensors(); !s.ok()) return s;
   return m;

@@ -8,7 +8,6 @@
 
 #include "absl/strings/str_cat.h"
 #include "common/gguf.h"
-#include "common/mapped_file.h"
 #include "inference_svc/tokenizer/chat_template.h"
 #include "inference_svc/tokenizer/gguf_vocab.h"
 #include "nlohmann/json.hpp"
@@ -82,18 +81,10 @@ std::string DefaultSystem(const std::string& jinja) {
 // A GGUF model file's tokenizer_config.json fields (gguf_vocab.h); null for a file that
 // is not GGUF.
 absl::StatusOr<json> GgufTokenizerConfigOf(const std::string& path) {
-  {
-    std::ifstream in(path, std::ios::binary);
-    char magic[4] = {};
-    if (!in.read(magic, sizeof(magic)) || !gguf::HasMagic(std::string_view(magic, 4))) {
-      return json(nullptr);
-    }
-  }
-  auto mapped = MapReadOnly(path);
-  if (!mapped.ok()) return mapped.status();
-  auto file = gguf::Parse(mapped->bytes, path);
-  if (!file.ok()) return file.status();
-  return GgufTokenizerConfig(*file);
+  if (!gguf::IsGgufFile(path)) return json(nullptr);
+  auto opened = gguf::Open(path);
+  if (!opened.ok()) return opened.status();
+  return GgufTokenizerConfig(opened->file);
 }
 
 }  // namespace

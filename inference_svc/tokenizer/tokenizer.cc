@@ -8,7 +8,6 @@
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_join.h"
 #include "common/gguf.h"
-#include "common/mapped_file.h"
 #include "common/utf8.h"
 #include "inference_svc/tokenizer/gguf_vocab.h"
 #include "inference_svc/tokenizer/hf_tokenizer.h"
@@ -36,13 +35,6 @@ bool EndsWith(const std::string& s, std::string_view suffix) {
                                                 suffix.data(), suffix.size()) == 0;
 }
 
-// A GGUF file, by its magic.
-bool IsGguf(const std::string& path) {
-  std::ifstream in(path, std::ios::binary);
-  char magic[4] = {};
-  return in.read(magic, sizeof(magic)) && gguf::HasMagic(std::string_view(magic, sizeof(magic)));
-}
-
 template <typename T>
 absl::StatusOr<std::unique_ptr<Tokenizer>> Upcast(absl::StatusOr<std::unique_ptr<T>> t,
                                                   const std::string& path) {
@@ -61,13 +53,11 @@ absl::StatusOr<std::unique_ptr<Tokenizer>> Tokenizer::Load(const std::string& pa
     if (!found.ok()) return found.status();
     return Load(*found);
   }
-  if (IsGguf(path)) {
+  if (gguf::IsGgufFile(path)) {
     // The vocabulary of a GGUF model: the file is mapped (it holds the weights too).
-    auto mapped = MapReadOnly(path);
-    if (!mapped.ok()) return mapped.status();
-    auto file = gguf::Parse(mapped->bytes, path);
-    if (!file.ok()) return file.status();
-    return Upcast(GgufTokenizer(*file, path), path);
+    auto opened = gguf::Open(path);
+    if (!opened.ok()) return opened.status();
+    return Upcast(GgufTokenizer(opened->file, path), path);
   }
   auto bytes = ReadFile(path);
   if (!bytes.ok()) return bytes.status();
@@ -93,12 +83,9 @@ absl::StatusOr<std::unique_ptr<Tokenizer>> Tokenizer::Load(const std::string& pa
 absl::StatusOr<std::string> Tokenizer::FindNextToModel(const std::string& model_path) {
   std::error_code ec;
   // A GGUF model with a vocabulary kvfold reads is its own tokenizer.
-  if (fs::is_regular_file(model_path, ec) && IsGguf(model_path)) {
-    auto mapped = MapReadOnly(model_path);
-    if (mapped.ok()) {
-      auto file = gguf::Parse(mapped->bytes, model_path);
-      if (file.ok() && HasGgufVocabulary(*file)) return model_path;
-    }
+  if (fs::is_regular_file(model_path, ec) && gguf::IsGgufFile(model_path)) {
+    auto opened = gguf::Open(model_path);
+    if (opened.ok() && HasGgufVocabulary(opened->file)) return model_path;
   }
   fs::path dir(model_path);
   if (!fs::is_directory(dir, ec)) dir = dir.parent_path();

@@ -9,12 +9,10 @@
 // chat template as tokenizer_config.json.
 #include <cstdio>
 #include <filesystem>
-#include <fstream>
 #include <memory>
 
 #include "common/command_line.h"
 #include "common/gguf.h"
-#include "common/mapped_file.h"
 #include "inference_svc/model/model_file.h"
 #include "inference_svc/tokenizer/gguf_vocab.h"
 #include "inference_svc/tokenizer/tokenizer.h"
@@ -32,29 +30,21 @@ struct ConvertFlags {
   std::string dtype = "f32";
 };
 
-bool IsGgufFile(const std::string& path) {
-  std::ifstream in(path, std::ios::binary);
-  char magic[4] = {};
-  return in.read(magic, sizeof(magic)) && gguf::HasMagic(std::string_view(magic, sizeof(magic)));
-}
-
 // The vocabulary of GGUF file `path` (gguf_vocab.h, WriteGgufTokenizerFiles) into `dir`.
 // `only_if_readable`: a file whose vocabulary kvfold does not read (a gpt2 BPE one) is
 // skipped with a note instead of failing.
 absl::Status WriteGgufTokenizer(const std::string& path, const std::string& dir,
                                 bool only_if_readable) {
-  auto mapped = MapReadOnly(path);
-  if (!mapped.ok()) return mapped.status();
-  auto file = gguf::Parse(mapped->bytes, path);
-  if (!file.ok()) return file.status();
-  if (only_if_readable && !HasGgufVocabulary(*file)) {
+  auto opened = gguf::Open(path);
+  if (!opened.ok()) return opened.status();
+  if (only_if_readable && !HasGgufVocabulary(opened->file)) {
     std::fprintf(stderr,
                  "kvfold convert: %s's vocabulary is not one kvfold reads; no tokenizer written "
                  "(pass --tokenizer with the model's tokenizer.json)\n",
                  path.c_str());
     return absl::OkStatus();
   }
-  return WriteGgufTokenizerFiles(*file, path, dir);
+  return WriteGgufTokenizerFiles(opened->file, path, dir);
 }
 
 int RunConvert(const ConvertFlags& flags) {
@@ -85,9 +75,9 @@ int RunConvert(const ConvertFlags& flags) {
   }
   // A GGUF file's vocabulary (the source's when no --tokenizer is given) becomes
   // tokenizer.model, its chat template and special tokens tokenizer_config.json.
-  const std::string gguf_vocabulary = !flags.tokenizer.empty()
-                                          ? (IsGgufFile(flags.tokenizer) ? flags.tokenizer : "")
-                                          : (m->source_format == "gguf" ? m->source_path : "");
+  const std::string gguf_vocabulary =
+      !flags.tokenizer.empty() ? (gguf::IsGgufFile(flags.tokenizer) ? flags.tokenizer : "")
+                               : (m->source_format == "gguf" ? m->source_path : "");
   if (!gguf_vocabulary.empty()) {
     if (absl::Status s = WriteGgufTokenizer(gguf_vocabulary, flags.out,
                                             /*only_if_readable=*/flags.tokenizer.empty());
