@@ -245,32 +245,49 @@ absl::StatusOr<GgufTokenizerFile> GgufVocabularyFile(const gguf::File& file,
       "the model's tokenizer.json next to the file)"));
 }
 
-absl::StatusOr<std::unique_ptr<Tokenizer>> GgufTokenizer(const gguf::File& file,
-                                                         std::string_view what_view) {
-  const std::string what(what_view);
-  auto prefix = [&](absl::Status s) {
-    return absl::Status(s.code(), absl::StrCat(what, ": GGUF vocabulary: ", s.message()));
-  };
-  if (VocabularyKind(file) == "llama") {
-    auto m = SentencePieceModelOf(file, what);
-    if (!m.ok()) return m.status();
-    auto tok = SentencePieceTokenizer::FromModel(*std::move(m));
-    if (!tok.ok()) return prefix(tok.status());
-    return std::unique_ptr<Tokenizer>(std::move(*tok));
+namespace {
+
+// The tokenizer a vocabulary file gives (the parser of its name).
+absl::StatusOr<std::unique_ptr<Tokenizer>> TokenizerOf(const GgufTokenizerFile& vocabulary,
+                                                       const std::string& what) {
+  absl::StatusOr<std::unique_ptr<Tokenizer>> tok;
+  if (vocabulary.name == "tokenizer.model") {
+    auto sp = SentencePieceTokenizer::Parse(vocabulary.contents);
+    if (sp.ok())
+      tok = std::unique_ptr<Tokenizer>(std::move(*sp));
+    else
+      tok = sp.status();
+  } else {
+    auto hf = HfTokenizer::Parse(vocabulary.contents, "");
+    if (hf.ok())
+      tok = std::unique_ptr<Tokenizer>(std::move(*hf));
+    else
+      tok = hf.status();
   }
+  if (!tok.ok()) {
+    return absl::Status(tok.status().code(),
+                        absl::StrCat(what, ": GGUF vocabulary: ", tok.status().message()));
+  }
+  return tok;
+}
+
+}  // namespace
+
+absl::StatusOr<std::unique_ptr<Tokenizer>> GgufTokenizer(const gguf::File& file,
+                                                         std::string_view what) {
   auto vocabulary = GgufVocabularyFile(file, what);
   if (!vocabulary.ok()) return vocabulary.status();
-  auto tok = HfTokenizer::Parse(vocabulary->contents, "");
-  if (!tok.ok()) return prefix(tok.status());
-  return std::unique_ptr<Tokenizer>(std::move(*tok));
+  return TokenizerOf(*vocabulary, std::string(what));
 }
 
 absl::Status WriteGgufTokenizerFiles(const gguf::File& file, std::string_view what,
                                      const std::string& dir) {
-  auto tokenizer = GgufTokenizer(file, what);  // a vocabulary that does not load is not written
-  if (!tokenizer.ok()) return tokenizer.status();
   auto vocabulary = GgufVocabularyFile(file, what);
   if (!vocabulary.ok()) return vocabulary.status();
+  // A vocabulary that does not load is not written.
+  if (auto tokenizer = TokenizerOf(*vocabulary, std::string(what)); !tokenizer.ok()) {
+    return tokenizer.status();
+  }
   auto write = [&](const std::string& name, const std::string& text) -> absl::Status {
     const std::filesystem::path path = std::filesystem::path(dir) / name;
     std::ofstream out(path, std::ios::binary);
