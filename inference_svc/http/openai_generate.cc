@@ -354,10 +354,7 @@ void OpenAiFront::InputTokens(const Caller& caller, const HttpRequest& request,
       tail = *found;
     }
     const std::vector<std::string> tools = req.tools.Shown();
-    ChatRenderOptions render;
-    render.continuation = tail.total_tokens > 0;
-    const auto& eot = chat_->end_of_turn_ids();
-    render.previous_turn_closed = std::find(eot.begin(), eot.end(), tail.last_token) != eot.end();
+    ChatRenderOptions render = chat_->OptionsAfter(tail.total_tokens == 0, tail.last_token);
     render.tools = tools;
     auto ids = chat_->RenderIds(ResponseMessages(req, new_chain), render);
     if (!ids.ok()) return exchange->RespondError(ids.status());

@@ -231,12 +231,9 @@ absl::StatusOr<std::vector<int32_t>> Runtime::PromptIds(const TurnRequest& reque
     }
     // A session that holds tokens gets only the new messages, closing the assistant's
     // turn first unless the model ended it with its end-of-turn token.
-    ChatRenderOptions render;
-    render.continuation = !session_empty;
+    ChatRenderOptions render = deps_.chat_template->OptionsAfter(session_empty, last_token);
     render.continue_final_message = request.continue_final_message;
     render.add_generation_prompt = !request.continue_final_message;
-    const auto& eot = deps_.chat_template->end_of_turn_ids();
-    render.previous_turn_closed = std::find(eot.begin(), eot.end(), last_token) != eot.end();
     render.tools = request.tools;
     auto rendered = deps_.chat_template->RenderIds(request.messages, render);
     if (!rendered.ok()) return rendered.status();

@@ -156,6 +156,14 @@ absl::StatusOr<ChatFormat> DetectChatFormat(std::string_view jinja) {
       "[INST])");
 }
 
+ChatRenderOptions ChatTemplate::OptionsAfter(bool session_empty, int32_t last_token) const {
+  ChatRenderOptions render;
+  render.continuation = !session_empty;
+  render.previous_turn_closed = std::find(end_of_turn_ids_.begin(), end_of_turn_ids_.end(),
+                                          last_token) != end_of_turn_ids_.end();
+  return render;
+}
+
 absl::StatusOr<ChatTemplate> ChatTemplate::Create(ChatFormat format, const Tokenizer* tokenizer,
                                                   ChatSpecialTokens special) {
   if (tokenizer == nullptr) return absl::InvalidArgumentError("chat template needs a tokenizer");

@@ -147,6 +147,11 @@ class ChatTemplate {
   // Ids that end an assistant turn (EOS, <|eot_id|>, <|im_end|>, <end_of_turn>, plus the
   // model's generation_config eos ids when loaded with ForModel).
   const std::vector<int32_t>& end_of_turn_ids() const { return end_of_turn_ids_; }
+  // How new messages are rendered onto a session that ends with token `last_token` (-1:
+  // none) and holds tokens or not: a continuation of a non-empty one, closing the
+  // assistant's turn first unless `last_token` is an end-of-turn id. The other options keep
+  // their defaults (a generation prompt). Turns and their token counts render alike.
+  ChatRenderOptions OptionsAfter(bool session_empty, int32_t last_token) const;
   // Strings that end an assistant turn in text (the plain family's "\nUser:"); callers
   // add them to the request's stop strings.
   const std::vector<std::string>& stop_strings() const { return stop_strings_; }
