@@ -243,6 +243,18 @@ void OpenAiFront::Completions(const Caller& caller, const HttpRequest& request,
   });
 }
 
+namespace {
+
+// `s` as the answer about previous_response_id `id`: a session or version the store does
+// not have (NotFound) is that response not found; other errors stay as they are.
+absl::Status AsPreviousResponse(absl::Status s, const std::string& id) {
+  if (s.code() != absl::StatusCode::kNotFound) return s;
+  return WithParam(absl::NotFoundError(absl::StrCat("response '", id, "' not found")),
+                   "previous_response_id");
+}
+
+}  // namespace
+
 // A response continues the session version its previous_response_id names: at the head
 // the session itself advances; from an older version a fork of that version does, so
 // every response id stays valid and continuing from one never rewrites history.
@@ -250,13 +262,12 @@ absl::StatusOr<OpenAiFront::ChainPoint> OpenAiFront::FindChainPoint(
     const Caller& caller, const std::string& previous_response_id) {
   auto id = ParseResponseId(previous_response_id);
   if (!id.ok()) return WithParam(id.status(), "previous_response_id");
-  const absl::Status gone = WithParam(
-      absl::NotFoundError(absl::StrCat("response '", previous_response_id, "' not found")),
-      "previous_response_id");
   ChainPoint point{.session = id->first, .version = id->second, .head = 0};
   auto head = port_->HeadVersion(caller, point.session);
-  if (!head.ok()) return head.status().code() == absl::StatusCode::kNotFound ? gone : head.status();
-  if (point.version > *head) return gone;
+  if (!head.ok()) return AsPreviousResponse(head.status(), previous_response_id);
+  if (point.version > *head) {
+    return AsPreviousResponse(absl::NotFoundError("past the head"), previous_response_id);
+  }
   point.head = *head;
   return point;
 }
@@ -299,14 +310,7 @@ void OpenAiFront::Responses(const Caller& caller, const HttpRequest& request,
       if (point->version < point->head) {
         session = absl::StrCat("resp-", RandomHex());
         absl::Status s = port_->ForkSession(caller, point->session, point->version, session);
-        if (!s.ok()) {
-          return exchange->RespondError(
-              s.code() == absl::StatusCode::kNotFound
-                  ? WithParam(absl::NotFoundError(absl::StrCat(
-                                  "response '", req.previous_response_id, "' not found")),
-                              "previous_response_id")
-                  : s);
-        }
+        if (!s.ok()) return exchange->RespondError(AsPreviousResponse(s, req.previous_response_id));
       }
     }
     TurnSpec spec = SpecFor(session, req.params);

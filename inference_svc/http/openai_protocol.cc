@@ -401,7 +401,6 @@ absl::Status ParseResponseFormat(const json& j, std::string_view body, LogprobsF
 // `guided_choice` (texts), `structured_outputs` ({"json": ...} or {"choice": [...]}). One
 // way of giving a format per request.
 absl::Status ParseGuided(const json& j, std::string_view body, GenerationParams* p) {
-  auto has = [&j](const char* key) { return j.contains(key) && !j[key].is_null(); };
   const char* given = p->format != OutputFormat::kText ? "response_format" : nullptr;
   auto one = [&given](const char* param) -> absl::Status {
     if (given != nullptr) {
@@ -446,14 +445,15 @@ absl::Status ParseGuided(const json& j, std::string_view body, GenerationParams*
     p->format = OutputFormat::kChoice;
     return absl::OkStatus();
   };
-  if (has("guided_json")) {
+  if (Given(j, "guided_json")) {
     KVFOLD_RETURN_IF_ERROR(schema(j["guided_json"], "guided_json", {"guided_json"}));
   }
-  if (has("guided_choice")) KVFOLD_RETURN_IF_ERROR(choice(j["guided_choice"], "guided_choice"));
+  if (Given(j, "guided_choice"))
+    KVFOLD_RETURN_IF_ERROR(choice(j["guided_choice"], "guided_choice"));
   for (const char* key : {"guided_regex", "guided_grammar"}) {
-    if (has(key)) return Bad(key, absl::StrCat("'", key, "' is not supported by kvfold"));
+    if (Given(j, key)) return Bad(key, absl::StrCat("'", key, "' is not supported by kvfold"));
   }
-  if (has("structured_outputs")) {
+  if (Given(j, "structured_outputs")) {
     const json& so = j["structured_outputs"];
     if (!so.is_object()) {
       return Bad("structured_outputs", "'structured_outputs' must be an object");
