@@ -214,9 +214,9 @@ TEST(GgufModelTest, MalformedFilesArePreciseErrors) {
   EXPECT_THAT(error(odd_q8.Bytes()).message(), HasSubstr("not a multiple of 32"));
 }
 
-// Seeded mutations of a valid file: every one parses or is an error, never a crash (run
-// under the sanitizers by the ASan build).
-TEST(GgufModelTest, MutatedFilesNeverCrash) {
+// Seeded mutations of a valid file: every one parses or is InvalidArgument / Unimplemented
+// naming the file, never a crash (run under the sanitizers by the ASan build).
+TEST(GgufModelTest, MutatedFilesParseOrArePreciseErrors) {
   const std::string seed = GgufOf(Tiny(DType::kQ8)).Bytes();
   std::mt19937_64 rng(11);
   int parsed = 0;
@@ -239,7 +239,17 @@ TEST(GgufModelTest, MutatedFilesNeverCrash) {
       }
     }
     fuzz::FuzzGguf(reinterpret_cast<const uint8_t*>(b.data()), b.size());
-    parsed += ParseBytes(b).ok();
+    const absl::StatusOr<ModelFile> m = ParseBytes(b);
+    if (m.ok()) {
+      ++parsed;
+      continue;
+    }
+    // A precise error: malformed or unread, naming the file.
+    const absl::StatusCode code = m.status().code();
+    ASSERT_TRUE(code == absl::StatusCode::kInvalidArgument ||
+                code == absl::StatusCode::kUnimplemented)
+        << i << ": " << m.status();
+    ASSERT_THAT(m.status().message(), HasSubstr("test.gguf: ")) << i;
   }
   EXPECT_LT(parsed, 3000);
 }
