@@ -25,16 +25,16 @@ absl::StatusOr<std::unique_ptr<SentencePieceTokenizer>> SentencePieceTokenizer::
 
 absl::StatusOr<std::unique_ptr<SentencePieceTokenizer>> SentencePieceTokenizer::FromModel(
     tokenizer_internal::SentencePieceModelProto model_proto) {
-  const auto* model = &model_proto;
-  if (model->pieces.empty()) return absl::InvalidArgumentError("SentencePiece model: no pieces");
-  if (model->model_type != M::kBpe) {
-    return absl::UnimplementedError(absl::StrCat(
-        "SentencePiece model: model_type ", model->model_type,
-        " is not BPE (2); kvfold implements the BPE models of the Llama family"));
+  if (model_proto.pieces.empty())
+    return absl::InvalidArgumentError("SentencePiece model: no pieces");
+  if (model_proto.model_type != M::kBpe) {
+    return absl::UnimplementedError(
+        absl::StrCat("SentencePiece model: model_type ", model_proto.model_type,
+                     " is not BPE (2); kvfold implements the BPE models of the Llama family"));
   }
-  if (!model->precompiled_charsmap.empty()) {
+  if (!model_proto.precompiled_charsmap.empty()) {
     return absl::UnimplementedError(absl::StrCat(
-        "SentencePiece model: normalization rule '", model->normalizer_name,
+        "SentencePiece model: normalization rule '", model_proto.normalizer_name,
         "' needs a precompiled charsmap, which kvfold does not implement (identity only)"));
   }
   auto tok = std::unique_ptr<SentencePieceTokenizer>(new SentencePieceTokenizer());
