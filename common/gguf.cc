@@ -224,18 +224,51 @@ std::string TensorTypeName(uint32_t type) {
   return absl::StrCat("type ", type);
 }
 
-std::optional<uint64_t> TensorBytes(uint32_t type, uint64_t elements) {
+std::optional<BlockLayout> BlockOf(uint32_t type) {
   switch (static_cast<TensorType>(type)) {
     case TensorType::kF32:
-      return elements * 4;
+      return BlockLayout{1, 4};
     case TensorType::kF16:
     case TensorType::kBF16:
-      return elements * 2;
-    case TensorType::kQ8_0:  // blocks of 32: an fp16 scale and 32 int8 codes
-      return elements / 32 * 34;
+      return BlockLayout{1, 2};
+    // Blocks of 32: fp16 scale (and fp16 minimum for the _1 types), a fifth bit per element
+    // for Q5, then the codes.
+    case TensorType::kQ4_0:
+      return BlockLayout{32, 2 + 16};
+    case TensorType::kQ4_1:
+      return BlockLayout{32, 2 + 2 + 16};
+    case TensorType::kQ5_0:
+      return BlockLayout{32, 2 + 4 + 16};
+    case TensorType::kQ5_1:
+      return BlockLayout{32, 2 + 2 + 4 + 16};
+    case TensorType::kQ8_0:
+      return BlockLayout{32, 2 + 32};
+    // Super-blocks of 256 (ggml's K-quants).
+    case TensorType::kQ2_K:
+      return BlockLayout{256, 16 + 64 + 2 + 2};
+    case TensorType::kQ3_K:
+      return BlockLayout{256, 32 + 64 + 12 + 2};
+    case TensorType::kQ4_K:
+      return BlockLayout{256, 2 + 2 + 12 + 128};
+    case TensorType::kQ5_K:
+      return BlockLayout{256, 2 + 2 + 12 + 32 + 128};
+    case TensorType::kQ6_K:
+      return BlockLayout{256, 128 + 64 + 16 + 2};
+    // 4-bit indices into a fixed non-linear table of 16 int8 levels: blocks of 32 under an
+    // fp16 scale, or super-blocks of 256 with 6-bit sub-block scales.
+    case TensorType::kIQ4_NL:
+      return BlockLayout{32, 2 + 16};
+    case TensorType::kIQ4_XS:
+      return BlockLayout{256, 2 + 2 + 4 + 128};
     default:
       return std::nullopt;
   }
+}
+
+std::optional<uint64_t> TensorBytes(uint32_t type, uint64_t elements) {
+  const std::optional<BlockLayout> block = BlockOf(type);
+  if (!block.has_value()) return std::nullopt;
+  return elements / block->elements * block->bytes;
 }
 
 const Value* File::Find(const std::string& key) const {
@@ -343,9 +376,11 @@ absl::StatusOr<File> Parse(std::string_view bytes, std::string_view what_view) {
       return r.Bad(absl::StrCat("tensor '", t.name, "' offset ", t.offset, " is not a multiple of ",
                                 file.alignment));
     }
-    if (t.type == static_cast<uint32_t>(TensorType::kQ8_0) && t.dims[0] % 32 != 0) {
-      return r.Bad(absl::StrCat("tensor '", t.name, "' is Q8_0 with rows of ", t.dims[0],
-                                " elements (not a multiple of 32)"));
+    const std::optional<BlockLayout> block = BlockOf(t.type);
+    if (block.has_value() && t.dims[0] % block->elements != 0) {
+      return r.Bad(absl::StrCat("tensor '", t.name, "' is ", TensorTypeName(t.type),
+                                " with rows of ", t.dims[0], " elements (not a multiple of ",
+                                block->elements, ")"));
     }
     t.bytes = TensorBytes(t.type, elements).value_or(0);
     file.tensors.push_back(std::move(t));

@@ -53,11 +53,37 @@ struct Value {
   bool is_number() const;  // integers, floats
 };
 
-// The ggml tensor types kvfold reads; others keep their number and are refused by name.
-enum class TensorType : uint32_t { kF32 = 0, kF16 = 1, kQ8_0 = 8, kBF16 = 30 };
+// The ggml tensor types kvfold reads (ggml_type numbers); others keep their number and are
+// refused by name. The block-quantized ones are decoded by kernels/quant/ggml_blocks.h.
+enum class TensorType : uint32_t {
+  kF32 = 0,
+  kF16 = 1,
+  kQ4_0 = 2,
+  kQ4_1 = 3,
+  kQ5_0 = 6,
+  kQ5_1 = 7,
+  kQ8_0 = 8,
+  kQ2_K = 10,
+  kQ3_K = 11,
+  kQ4_K = 12,
+  kQ5_K = 13,
+  kQ6_K = 14,
+  kIQ4_NL = 20,
+  kIQ4_XS = 23,
+  kBF16 = 30,
+};
 // "F32", "Q4_K", ... for the error messages ("type 42" for unknown numbers).
 std::string TensorTypeName(uint32_t type);
-// Bytes of `elements` consecutive elements of `type` (a multiple of its block size);
+
+// A type's storage unit: `elements` consecutive elements of a row in `bytes` bytes (1 and
+// the element size for F32/F16/BF16; 32 or 256 for the block-quantized types).
+struct BlockLayout {
+  uint32_t elements = 1;
+  uint32_t bytes = 4;
+};
+// nullopt for types kvfold does not read.
+std::optional<BlockLayout> BlockOf(uint32_t type);
+// Bytes of `elements` consecutive elements of `type` (a multiple of its block's);
 // nullopt for types kvfold does not read.
 std::optional<uint64_t> TensorBytes(uint32_t type, uint64_t elements);
 
@@ -88,8 +114,9 @@ bool IsGgufFile(const std::string& path);
 // Parses `bytes` (which the caller keeps alive; tensors' data point into them). `what`
 // names the file in messages. Checks: magic, version 2 or 3, counts that fit the bytes,
 // strings and arrays inside the bytes, unique keys and tensor names, 1..4 positive
-// dimensions whose product does not overflow, offsets aligned, and every readable tensor's
-// data inside the file and disjoint from the others.
+// dimensions whose product does not overflow, offsets aligned, a block-quantized tensor's
+// rows a whole number of blocks, and every readable tensor's data inside the file and
+// disjoint from the others.
 absl::StatusOr<File> Parse(std::string_view bytes, std::string_view what);
 
 // The file at `path` mapped (common/mapped_file.h) and parsed; `file`'s tensor data point

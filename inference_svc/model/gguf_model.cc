@@ -1,14 +1,17 @@
 // llama.cpp's GGUF model files, architectures "llama" and "qwen2": the config from the
 // metadata, the tensors under their HF names (docs/model-format.md, "GGUF"). F32, F16 and
-// BF16 tensors point into the mapped file; Q8_0 ones are repacked into kvfold's Q8 rows
-// (the same numbers: an fp16 scale per 32 int8 codes); a llama model's q/k rows, which
-// GGUF keeps in interleaved rotary order, are permuted to rotate_half as a llama2.c
-// checkpoint's are.
+// BF16 tensors point into the mapped file. Block-quantized matrices become kvfold's Q8
+// rows: Q8_0, Q4_0, Q5_0 and IQ4_NL repacked (the same numbers: an fp16 scale per 32 small
+// integers), the others (Q4_1, Q5_1, Q2_K..Q6_K, IQ4_XS) decoded and quantized again; a quantized
+// vector is decoded to F32. A llama model's q/k rows, which GGUF keeps in interleaved
+// rotary order, are permuted to rotate_half as a llama2.c checkpoint's are.
 #include <algorithm>
 #include <cmath>
 #include <cstdint>
 #include <cstring>
+#include <thread>
 #include <utility>
+#include <vector>
 
 #include "absl/strings/numbers.h"
 #include "absl/strings/str_cat.h"
@@ -17,6 +20,8 @@
 #include "common/mapped_file.h"
 #include "inference_svc/model/model_file.h"
 #include "inference_svc/model/rotary_rows.h"
+#include "kernels/quant/ggml_blocks.h"
+#include "kernels/quant/weight_q8.h"
 
 namespace kvfold::model {
 namespace {
@@ -241,22 +246,50 @@ std::string HfName(const std::string& name, int layers, bool qkv_bias) {
   return "";
 }
 
-// GGUF Q8_0 rows (blocks of an fp16 scale and 32 codes) as kvfold Q8 rows (every scale of
-// the row, then its codes).
-std::shared_ptr<std::vector<uint8_t>> RepackQ8_0(std::string_view data, int64_t rows,
-                                                 int64_t cols) {
-  const int64_t blocks = cols / 32;
-  const size_t row_bytes = core::Q8RowBytes(cols);
-  auto out = std::make_shared<std::vector<uint8_t>>(static_cast<size_t>(rows) * row_bytes);
-  for (int64_t r = 0; r < rows; ++r) {
-    const char* src = data.data() + r * blocks * 34;
-    uint8_t* scales = out->data() + r * row_bytes;
-    uint8_t* codes = scales + blocks * 2;
-    for (int64_t b = 0; b < blocks; ++b) {
-      std::memcpy(scales + 2 * b, src + 34 * b, 2);
-      std::memcpy(codes + 32 * b, src + 34 * b + 2, 32);
-    }
+// Runs fn(begin, end) over [0, rows) split across the machine's cores: decoding a large
+// K-quant model is seconds of arithmetic per core.
+template <typename Fn>
+void ForRowRanges(int64_t rows, int64_t cols, Fn fn) {
+  constexpr int64_t kMinElementsPerThread = int64_t{1} << 20;
+  const int64_t by_size = std::max<int64_t>(1, rows * cols / kMinElementsPerThread);
+  const int64_t threads = std::min(
+      {by_size, rows, static_cast<int64_t>(std::max(1u, std::thread::hardware_concurrency()))});
+  std::vector<std::thread> pool;
+  for (int64_t t = 1; t < threads; ++t) {
+    pool.emplace_back(fn, rows * t / threads, rows * (t + 1) / threads);
   }
+  fn(0, rows / threads);
+  for (std::thread& th : pool) th.join();
+}
+
+// A block-quantized GGUF matrix (`rows` rows of `cols`) as kvfold Q8 rows: repacked when the
+// type holds the same numbers, else decoded and quantized again.
+std::shared_ptr<std::vector<uint8_t>> GgmlMatrixToQ8(const gguf::TensorInfo& t, int64_t rows,
+                                                     int64_t cols) {
+  const size_t row_bytes = core::Q8RowBytes(cols);
+  const uint64_t src_row_bytes = *gguf::TensorBytes(t.type, cols);
+  auto out = std::make_shared<std::vector<uint8_t>>(static_cast<size_t>(rows) * row_bytes);
+  const auto* src = reinterpret_cast<const uint8_t*>(t.data.data());
+  ForRowRanges(rows, cols, [&](int64_t begin, int64_t end) {
+    std::vector<float> values(quant::RepacksToQ8Exactly(t.type) ? 0 : cols);
+    for (int64_t r = begin; r < end; ++r) {
+      uint8_t* row = out->data() + r * row_bytes;
+      if (values.empty()) {
+        quant::RepackGgmlRowToQ8(t.type, src + r * src_row_bytes, cols, row);
+      } else {
+        quant::DequantizeGgmlBlocks(t.type, src + r * src_row_bytes, cols, values.data());
+        quant::QuantizeRowQ8(values.data(), cols, row);
+      }
+    }
+  });
+  return out;
+}
+
+// A block-quantized GGUF tensor of `n` elements as F32.
+std::shared_ptr<std::vector<uint8_t>> GgmlToF32(const gguf::TensorInfo& t, int64_t n) {
+  auto out = std::make_shared<std::vector<uint8_t>>(static_cast<size_t>(n) * sizeof(float));
+  quant::DequantizeGgmlBlocks(t.type, reinterpret_cast<const uint8_t*>(t.data.data()), n,
+                              reinterpret_cast<float*>(out->data()));
   return out;
 }
 
@@ -294,26 +327,24 @@ absl::StatusOr<ModelFile> ParseGgufModel(std::string_view bytes,
       case TensorType::kBF16:
         h.dtype = DType::kBF16;
         break;
-      case TensorType::kQ8_0:
-        h.dtype = DType::kQ8;
-        if (t.dims.size() != 2) {
-          return absl::InvalidArgumentError(
-              absl::StrCat(what, ": GGUF tensor '", t.name, "' is Q8_0 but not a matrix"));
-        }
-        break;
       default:
-        return absl::UnimplementedError(absl::StrCat(
-            what, ": GGUF tensor '", t.name, "' is ", gguf::TensorTypeName(t.type),
-            "; kvfold reads F32, F16, BF16 and Q8_0 (llama-quantize ... Q8_0 makes one)"));
+        if (!quant::IsGgmlBlockType(t.type)) {
+          return absl::UnimplementedError(absl::StrCat(
+              what, ": GGUF tensor '", t.name, "' is ", gguf::TensorTypeName(t.type),
+              "; kvfold reads F32, F16, BF16, Q8_0, Q4_0, Q4_1, Q5_0, Q5_1, Q2_K..Q6_K, IQ4_NL "
+              "and IQ4_XS"));
+        }
+        h.dtype = t.dims.size() == 2 ? DType::kQ8 : DType::kF32;
     }
     h.keepalive = keepalive;
     h.data = t.data.data();
     h.size_bytes = t.data.size();
-    if (h.dtype == DType::kQ8) {
-      auto repacked = RepackQ8_0(t.data, rows, cols);
-      h.data = repacked->data();
-      h.size_bytes = repacked->size();
-      h.keepalive = std::move(repacked);
+    if (quant::IsGgmlBlockType(t.type)) {
+      auto converted =
+          h.dtype == DType::kQ8 ? GgmlMatrixToQ8(t, rows, cols) : GgmlToF32(t, h.numel());
+      h.data = converted->data();
+      h.size_bytes = converted->size();
+      h.keepalive = std::move(converted);
     }
     // llama's q/k rows are interleaved in GGUF; qwen2's (NEOX rotation) are as in HF.
     const bool q = name.ends_with("q_proj.weight"), k = name.ends_with("k_proj.weight");

@@ -1,18 +1,24 @@
 // GGUF models: a model written as llama.cpp's converters write it loads back as the same
 // model (the same fingerprint: every tensor's bytes under its HF name, q/k rows back in
-// rotate_half order, the config) in F32, F16, BF16 and Q8_0; the real stories260K the same;
+// rotate_half order, the config) in F32, F16, BF16 and Q8_0; block-quantized matrices
+// (Q4_0..Q6_K, IQ4) as Q8 rows of their decoded values; the real stories260K the same;
 // malformed files and what kvfold does not read are precise errors.
+#include <cstring>
 #include <filesystem>
 #include <fstream>
 #include <random>
+#include <vector>
 
 #include "absl/strings/str_cat.h"
 #include "gmock/gmock.h"
 #include "gtest/gtest.h"
 #include "inference_svc/model/model_file.h"
 #include "inference_svc/model/random_model.h"
+#include "kernels/quant/ggml_blocks.h"
+#include "kernels/quant/weight_q8.h"
 #include "tests/inference_svc/model/fuzz/parsers_fuzz.h"
 #include "tests/inference_svc/model/gguf_writer.h"
+#include "tests/kernels/quant/ggml_test_blocks.h"
 #include "tests/testing/shared_dir.h"
 
 namespace kvfold::model {
@@ -137,6 +143,89 @@ TEST(GgufModelTest, Stories260KLoadsAsItsCheckpoint) {
   EXPECT_EQ(Fingerprint(*loaded), Fingerprint(*original));
 }
 
+// A model whose matrices are ggml block-quantized loads as kvfold Q8 rows: Q4_0, Q5_0 and
+// Q8_0 rows hold the blocks' numbers, the other types' rows are the decoded values
+// quantized again (QuantizeRowQ8), each where the F32 file of the decoded values puts it
+// (q/k rows permuted alike); a quantized vector loads as F32.
+TEST(GgufModelTest, BlockQuantizedTensorsLoadAsQ8Rows) {
+  ModelConfig c = *NamedShape("tiny");
+  c.hidden_size = 256;  // K-quant rows are whole super-blocks of 256
+  c.intermediate_size = 512;
+  c.num_layers = 1;
+  c.head_dim = 64;
+  const ModelFile shape = MakeRandomModel(c, 9, DType::kF32);
+  using gguf::TensorType;
+  for (TensorType type :
+       {TensorType::kQ4_0, TensorType::kQ4_1, TensorType::kQ5_0, TensorType::kQ5_1,
+        TensorType::kQ8_0, TensorType::kQ2_K, TensorType::kQ3_K, TensorType::kQ4_K,
+        TensorType::kQ5_K, TensorType::kQ6_K, TensorType::kIQ4_NL, TensorType::kIQ4_XS}) {
+    const uint32_t t = static_cast<uint32_t>(type);
+    SCOPED_TRACE(gguf::TensorTypeName(t));
+    // Every matrix and one norm vector in `type`; `decode` writes the decoded values as F32.
+    auto rewrite = [t](bool decode) {
+      return [t, decode](const std::string& name, const std::vector<int64_t>& dims,
+                         uint32_t* type_out, std::string* data) {
+        if (dims.size() != 2 && name != "blk.0.attn_norm.weight") return;
+        int64_t n = 1;
+        for (int64_t d : dims) n *= d;
+        const std::string blocks =
+            testing::PseudoRandomGgmlBlocks(t, n, static_cast<uint32_t>(name.size() * 7919));
+        *type_out = t;
+        *data = blocks;
+        if (!decode) return;
+        std::vector<float> values(n);
+        quant::DequantizeGgmlBlocks(t, reinterpret_cast<const uint8_t*>(blocks.data()), n,
+                                    values.data());
+        *type_out = static_cast<uint32_t>(TensorType::kF32);
+        data->assign(reinterpret_cast<const char*>(values.data()), n * sizeof(float));
+      };
+    };
+    auto quantized = ParseBytes(GgufOf(shape, rewrite(false)).Bytes());
+    auto decoded = ParseBytes(GgufOf(shape, rewrite(true)).Bytes());
+    ASSERT_TRUE(quantized.ok()) << quantized.status();
+    ASSERT_TRUE(decoded.ok()) << decoded.status();
+    EXPECT_TRUE(quantized->ValidateTensors().ok());
+    for (const auto& [name, f] : decoded->tensors) {
+      const HostTensor& q = quantized->tensors.at(name);
+      ASSERT_EQ(q.shape, f.shape) << name;
+      const auto* values = static_cast<const float*>(f.data);
+      if (f.shape.size() != 2) {
+        EXPECT_EQ(q.dtype, DType::kF32) << name;
+        EXPECT_EQ(std::memcmp(q.data, f.data, f.size_bytes), 0) << name;
+        continue;
+      }
+      ASSERT_EQ(q.dtype, DType::kQ8) << name;
+      const int64_t rows = f.shape[0], cols = f.shape[1];
+      const size_t row_bytes = core::Q8RowBytes(cols);
+      ASSERT_EQ(q.size_bytes, rows * row_bytes) << name;
+      std::vector<uint8_t> expected(row_bytes);
+      std::vector<float> row_values(cols);
+      for (int64_t r = 0; r < rows; ++r) {
+        const auto* row = static_cast<const uint8_t*>(q.data) + r * row_bytes;
+        if (quant::RepacksToQ8Exactly(t)) {
+          quant::DequantizeRowQ8(row, cols, row_values.data());
+          ASSERT_EQ(std::memcmp(row_values.data(), values + r * cols, cols * sizeof(float)), 0)
+              << name << " row " << r;
+        } else {
+          quant::QuantizeRowQ8(values + r * cols, cols, expected.data());
+          ASSERT_EQ(std::memcmp(row, expected.data(), row_bytes), 0) << name << " row " << r;
+        }
+      }
+    }
+  }
+
+  // A row that is not a whole number of blocks is malformed.
+  ModelFile bare = shape;
+  bare.tensors.clear();
+  GgufWriter partial = GgufOf(bare);
+  partial.Tensor("token_embd.weight", {128, 256}, static_cast<uint32_t>(gguf::TensorType::kQ4_K),
+                 std::string(128 * 144, '\0'));
+  auto bad = ParseBytes(partial.Bytes());
+  EXPECT_EQ(bad.status().code(), absl::StatusCode::kInvalidArgument) << bad.status();
+  EXPECT_THAT(bad.status().message(),
+              HasSubstr("is Q4_K with rows of 128 elements (not a multiple of 256)"));
+}
+
 TEST(GgufModelTest, WhatKvfoldDoesNotReadIsUnimplemented) {
   const ModelFile original = Tiny(DType::kF32);
   GgufWriter gemma;
@@ -148,10 +237,10 @@ TEST(GgufModelTest, WhatKvfoldDoesNotReadIsUnimplemented) {
   ModelFile bare = original;
   bare.tensors.clear();
   GgufWriter k_quant = GgufOf(bare);
-  k_quant.Tensor("token_embd.weight", {256, 64}, 12 /* Q4_K */, std::string(64 * 144, '\0'));
-  auto q4 = ParseBytes(k_quant.Bytes());
-  EXPECT_EQ(q4.status().code(), absl::StatusCode::kUnimplemented) << q4.status();
-  EXPECT_THAT(q4.status().message(), HasSubstr("is Q4_K"));
+  k_quant.Tensor("token_embd.weight", {256, 64}, 16 /* IQ2_XXS */, std::string(64 * 66, '\0'));
+  auto iq2 = ParseBytes(k_quant.Bytes());
+  EXPECT_EQ(iq2.status().code(), absl::StatusCode::kUnimplemented) << iq2.status();
+  EXPECT_THAT(iq2.status().message(), HasSubstr("is IQ2_XXS"));
 
   GgufWriter freqs = GgufOf(original);
   freqs.Tensor("rope_freqs.weight", {8}, 0, std::string(32, '\0'));  // factors of 0

@@ -9,6 +9,7 @@
 #include <cmath>
 #include <cstdint>
 #include <cstring>
+#include <functional>
 #include <string>
 #include <utility>
 #include <vector>
@@ -214,10 +215,15 @@ inline std::string Llama3RopeFactors(const model::ModelConfig& c) {
   return out;
 }
 
+// Rewrites a tensor as GgufOf is about to write it: its GGUF name, dimensions (fastest
+// first), ggml type and bytes (q/k rows already interleaved).
+using GgufTensorHook = std::function<void(const std::string& name, const std::vector<int64_t>& dims,
+                                          uint32_t* type, std::string* data)>;
+
 // `m` (a llama or qwen2 model, every tensor F32, F16, BF16 or Q8) as llama.cpp's
 // converters write it (llama's q/k rows interleaved), with the architecture's metadata and
-// no vocabulary (add one with the writer's calls).
-inline GgufWriter GgufOf(const model::ModelFile& m) {
+// no vocabulary (add one with the writer's calls); `hook`, when given, sees every tensor.
+inline GgufWriter GgufOf(const model::ModelFile& m, const GgufTensorHook& hook = {}) {
   const model::ModelConfig& c = m.config;
   GgufWriter w;
   const bool qwen2 = c.architecture == "Qwen2ForCausalLM";
@@ -255,6 +261,7 @@ inline GgufWriter GgufOf(const model::ModelFile& m) {
       type = static_cast<uint32_t>(gguf::TensorType::kQ8_0);
       data = Q8_0Blocks(data.data(), rows, cols);
     }
+    if (hook) hook(GgufName(name), dims, &type, &data);
     w.Tensor(GgufName(name), std::move(dims), type, std::move(data));
   }
   return w;
