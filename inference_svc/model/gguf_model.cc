@@ -6,6 +6,7 @@
 // vector is decoded to F32. A llama model's q/k rows, which GGUF keeps in interleaved
 // rotary order, are permuted to rotate_half as a llama2.c checkpoint's are.
 #include <algorithm>
+#include <atomic>
 #include <cmath>
 #include <cstdint>
 #include <cstring>
@@ -262,34 +263,77 @@ void ForRowRanges(int64_t rows, int64_t cols, Fn fn) {
   for (std::thread& th : pool) th.join();
 }
 
+// True when every value is finite (a block's fp16 scale can be NaN or infinite in a
+// damaged file; llama.cpp refuses such data too).
+bool AllFinite(const float* v, int64_t n) {
+  for (int64_t i = 0; i < n; ++i) {
+    if (!std::isfinite(v[i])) return false;
+  }
+  return true;
+}
+
+// True when every fp16 scale of a Q8 row of `cols` is finite (a decoded value beyond
+// 127 * 65504 would need a larger one).
+bool Q8ScalesFinite(const uint8_t* row, int64_t cols) {
+  for (int64_t b = 0; b < (cols + core::kQ8Block - 1) / core::kQ8Block; ++b) {
+    uint16_t h;
+    std::memcpy(&h, row + b * sizeof(h), sizeof(h));
+    if ((h & 0x7C00) == 0x7C00) return false;
+  }
+  return true;
+}
+
+absl::Status NonFinite(const std::string& what, const gguf::TensorInfo& t, int64_t row) {
+  return absl::InvalidArgumentError(
+      absl::StrCat(what, ": GGUF tensor '", t.name, "' (", gguf::TensorTypeName(t.type), ") row ",
+                   row, " decodes to a NaN, an infinity or a value no fp16 scale holds"));
+}
+
 // A block-quantized GGUF matrix (`rows` rows of `cols`) as kvfold Q8 rows: repacked when the
-// type holds the same numbers, else decoded and quantized again.
-std::shared_ptr<std::vector<uint8_t>> GgmlMatrixToQ8(const gguf::TensorInfo& t, int64_t rows,
-                                                     int64_t cols) {
+// type holds the same numbers, else decoded and quantized again. InvalidArgument (NonFinite)
+// for a row with a value that is not finite.
+absl::StatusOr<std::shared_ptr<std::vector<uint8_t>>> GgmlMatrixToQ8(const gguf::TensorInfo& t,
+                                                                     int64_t rows, int64_t cols,
+                                                                     const std::string& what) {
   const size_t row_bytes = core::Q8RowBytes(cols);
   const uint64_t src_row_bytes = *gguf::TensorBytes(t.type, cols);
   auto out = std::make_shared<std::vector<uint8_t>>(static_cast<size_t>(rows) * row_bytes);
   const auto* src = reinterpret_cast<const uint8_t*>(t.data.data());
+  std::atomic<int64_t> bad_row{rows};
   ForRowRanges(rows, cols, [&](int64_t begin, int64_t end) {
     std::vector<float> values(quant::RepacksToQ8Exactly(t.type) ? 0 : cols);
     for (int64_t r = begin; r < end; ++r) {
       uint8_t* row = out->data() + r * row_bytes;
+      bool ok = true;
       if (values.empty()) {
         quant::RepackGgmlRowToQ8(t.type, src + r * src_row_bytes, cols, row);
       } else {
         quant::DequantizeGgmlBlocks(t.type, src + r * src_row_bytes, cols, values.data());
-        quant::QuantizeRowQ8(values.data(), cols, row);
+        ok = AllFinite(values.data(), cols);
+        if (ok) quant::QuantizeRowQ8(values.data(), cols, row);
+      }
+      if (!ok || !Q8ScalesFinite(row, cols)) {
+        int64_t seen = bad_row.load();
+        while (r < seen && !bad_row.compare_exchange_weak(seen, r)) {
+        }
+        return;
       }
     }
   });
+  if (bad_row.load() < rows) return NonFinite(what, t, bad_row.load());
   return out;
 }
 
-// A block-quantized GGUF tensor of `n` elements as F32.
-std::shared_ptr<std::vector<uint8_t>> GgmlToF32(const gguf::TensorInfo& t, int64_t n) {
+// A block-quantized GGUF tensor of `n` elements (`cols` a row) as F32; NonFinite as above.
+absl::StatusOr<std::shared_ptr<std::vector<uint8_t>>> GgmlToF32(const gguf::TensorInfo& t,
+                                                                int64_t n, int64_t cols,
+                                                                const std::string& what) {
   auto out = std::make_shared<std::vector<uint8_t>>(static_cast<size_t>(n) * sizeof(float));
-  quant::DequantizeGgmlBlocks(t.type, reinterpret_cast<const uint8_t*>(t.data.data()), n,
-                              reinterpret_cast<float*>(out->data()));
+  auto* values = reinterpret_cast<float*>(out->data());
+  quant::DequantizeGgmlBlocks(t.type, reinterpret_cast<const uint8_t*>(t.data.data()), n, values);
+  for (int64_t r = 0; r < n / cols; ++r) {
+    if (!AllFinite(values + r * cols, cols)) return NonFinite(what, t, r);
+  }
   return out;
 }
 
@@ -340,11 +384,12 @@ absl::StatusOr<ModelFile> ParseGgufModel(std::string_view bytes,
     h.data = t.data.data();
     h.size_bytes = t.data.size();
     if (quant::IsGgmlBlockType(t.type)) {
-      auto converted =
-          h.dtype == DType::kQ8 ? GgmlMatrixToQ8(t, rows, cols) : GgmlToF32(t, h.numel());
-      h.data = converted->data();
-      h.size_bytes = converted->size();
-      h.keepalive = std::move(converted);
+      auto converted = h.dtype == DType::kQ8 ? GgmlMatrixToQ8(t, rows, cols, what)
+                                             : GgmlToF32(t, h.numel(), cols, what);
+      if (!converted.ok()) return converted.status();
+      h.data = (*converted)->data();
+      h.size_bytes = (*converted)->size();
+      h.keepalive = std::move(*converted);
     }
     // llama's q/k rows are interleaved in GGUF; qwen2's (NEOX rotation) are as in HF.
     const bool q = name.ends_with("q_proj.weight"), k = name.ends_with("k_proj.weight");

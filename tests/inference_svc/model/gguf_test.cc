@@ -224,6 +224,35 @@ TEST(GgufModelTest, BlockQuantizedTensorsLoadAsQ8Rows) {
   EXPECT_EQ(bad.status().code(), absl::StatusCode::kInvalidArgument) << bad.status();
   EXPECT_THAT(bad.status().message(),
               HasSubstr("is Q4_K with rows of 128 elements (not a multiple of 256)"));
+
+  // A NaN or infinite block scale, or values too large for any fp16 Q8 scale, are
+  // InvalidArgument naming the tensor and row (never codes cast from NaN).
+  const std::pair<gguf::TensorType, uint16_t> kBadScales[] = {
+      {gguf::TensorType::kQ4_K, 0x7E00},  // NaN
+      {gguf::TensorType::kQ4_0, 0x7C00},  // +inf, repacked as is
+      {gguf::TensorType::kQ6_K, 0x7BFF},  // 65504: d * 127 * 31 is beyond 127 * 65504
+  };
+  for (const auto& [type, bits] : kBadScales) {
+    const uint32_t t = static_cast<uint32_t>(type);
+    std::string blocks = testing::PseudoRandomGgmlBlocks(t, 256 * 256);
+    const gguf::BlockLayout layout = *gguf::BlockOf(t);
+    const int field = testing::GgmlHalfFields(t)[0];
+    const size_t per_row = 256 / layout.elements;
+    const size_t block = 3 * per_row + per_row - 1;  // row 3's last block
+    blocks[block * layout.bytes + field] = static_cast<char>(bits & 0xFF);
+    blocks[block * layout.bytes + field + 1] = static_cast<char>(bits >> 8);
+    if (type == gguf::TensorType::kQ6_K) {
+      for (int i = 0; i < 16; ++i) blocks[block * layout.bytes + 192 + i] = 127;
+    }
+    GgufWriter w = GgufOf(bare);
+    w.Tensor("token_embd.weight", {256, 256}, t, blocks);
+    auto loaded = ParseBytes(w.Bytes());
+    EXPECT_EQ(loaded.status().code(), absl::StatusCode::kInvalidArgument)
+        << gguf::TensorTypeName(t) << ": " << loaded.status();
+    EXPECT_THAT(loaded.status().message(),
+                HasSubstr(absl::StrCat("'token_embd.weight' (", gguf::TensorTypeName(t),
+                                       ") row 3 decodes to a NaN")));
+  }
 }
 
 TEST(GgufModelTest, WhatKvfoldDoesNotReadIsUnimplemented) {

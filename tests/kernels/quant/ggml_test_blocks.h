@@ -35,7 +35,8 @@ inline std::vector<int> GgmlHalfFields(uint32_t type) {
 
 // `elements` (a multiple of the type's block) elements of `type`: byte k of the stream is
 // the top byte of the k-th state of x = x * 1664525 + 1013904223 (mod 2^32) from
-// x = seed + type; block b's scale is fp16 bits 0x2000 + 37 b, its minimum 0x9C00 + 53 b.
+// x = seed + type; block b's scale is fp16 bits 0x2000 + (37 b mod 0x1000) (1/128 to 1/8),
+// its minimum 0x9C00 + (53 b mod 0x1000) (-1/256 to -1/16).
 inline std::string PseudoRandomGgmlBlocks(uint32_t type, int64_t elements, uint32_t seed = 12345) {
   const gguf::BlockLayout block = *gguf::BlockOf(type);
   uint32_t x = seed + type;
@@ -48,7 +49,7 @@ inline std::string PseudoRandomGgmlBlocks(uint32_t type, int64_t elements, uint3
     }
     const std::vector<int> fields = GgmlHalfFields(type);
     for (size_t f = 0; f < fields.size(); ++f) {
-      const uint32_t bits = (f == 0 ? 0x2000u + 37u * b : 0x9C00u + 53u * b) & 0xFFFFu;
+      const uint32_t bits = f == 0 ? 0x2000u + 37u * b % 0x1000u : 0x9C00u + 53u * b % 0x1000u;
       bytes[fields[f]] = static_cast<char>(bits & 0xFF);
       bytes[fields[f] + 1] = static_cast<char>(bits >> 8);
     }
