@@ -10,7 +10,8 @@
 namespace kvfold::bench {
 
 // Writes the processor into a benchmark's JSON: "cpu" = {"vendor", "family", "model",
-// "stepping", "brand"} from cpuid, and "cpu_isa" = the kernels' active path.
+// "stepping", "brand"} from cpuid, "cpu_isa" = the kernels' active path and
+// "cpu_row_prefetch" = whether one-row decode tiles prefetch (kernels/cpu/isa.h).
 inline void AddCpu(nlohmann::json& out) {
   const kernels::cpu::CpuIdentity& id = kernels::cpu::Cpu();
   out["cpu"] = {{"vendor", id.vendor},
@@ -19,6 +20,7 @@ inline void AddCpu(nlohmann::json& out) {
                 {"stepping", id.stepping},
                 {"brand", id.brand}};
   out["cpu_isa"] = kernels::cpu::IsaName(kernels::cpu::ActiveIsa());
+  out["cpu_row_prefetch"] = kernels::cpu::RowPrefetchActive();
 }
 
 }  // namespace kvfold::bench

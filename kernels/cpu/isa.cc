@@ -169,4 +169,14 @@ bool AmxActive() {
 
 void SetAmxForTesting(bool enabled) { AmxWanted().store(enabled, std::memory_order_relaxed); }
 
+bool RowPrefetchActive() {
+  static const bool active = [] {
+    const char* env = std::getenv("KVFOLD_CPU_ROW_PREFETCH");
+    if (env != nullptr) return std::strcmp(env, "0") != 0;
+    const CpuIdentity& id = Cpu();
+    return !(id.vendor == "AuthenticAMD" && id.family == 26);
+  }();
+  return active;
+}
+
 }  // namespace kvfold::kernels::cpu

@@ -42,6 +42,16 @@ bool CpuHasAmxInt8();
 bool AmxActive();
 void SetAmxForTesting(bool enabled);
 
+// Whether a single row's decode tiles (the F32 and VNNI panel kernels' one-row tiles, four
+// weight streams) issue software prefetches into L2 ahead of their loads. They do, except
+// on AMD family 26 (Zen 5), whose own L2 stream prefetchers keep those streams ahead: there
+// the prefetch instructions made a one-row decode 7-11 % (f32) and 10-18 % (q8) slower at
+// one thread, where on the earlier EPYC they made it 1.2-1.3x faster
+// (docs/engine-measurements.md, "Software prefetch for one row, by core"). Batched tiles
+// keep theirs. KVFOLD_CPU_ROW_PREFETCH=0|1 overrides (read once); numerics do not depend
+// on it.
+bool RowPrefetchActive();
+
 // Which processor this is, from cpuid: the benchmarks record it beside their figures,
 // because the same 2-vCPU machine type has come with different cores (an AMD EPYC of
 // family 25 retires one 512-bit vpdpbusd per cycle, one of family 26 two; docs/engine.md).

@@ -18,6 +18,7 @@
 #include <array>
 #include <utility>
 
+#include "kernels/cpu/isa.h"
 #include "kernels/cpu/matmul_tiles.h"
 
 namespace kvfold::kernels::cpu {
@@ -33,6 +34,7 @@ constexpr int kDecodePanels = 4;     // panels per tile of a single row (four we
 // the prefetches hold the core's L1 miss buffers for a whole memory latency, and a single
 // row stalled on them (on the EPYC, T2 made a one-row decode 1.3x faster at 1 thread and
 // 1.1x at 2, the 16-row step unchanged; docs/engine-measurements.md, "Panel prefetch into L2").
+// A one-row tile asks only where RowPrefetchActive() (isa.h: not on Zen 5).
 constexpr int64_t kPrefetchFloats = 256;
 
 // out[i0 .. i0 + R, j0 .. j0 + 16 P] from the P panels that start at column j0.
@@ -41,6 +43,7 @@ KVFOLD_AVX512 void PanelTile(const MatMulArgs& a, const float* panels, int64_t i
   const int64_t k = a.k;
   const float* w = panels + j0 * k;  // panel j0 / 16 starts at (j0 / 16) * 16 * k
   const float* x = a.x + i0 * k;
+  const bool prefetch = R > 1 || RowPrefetchActive();
   __m512 acc[R][P];
 #pragma GCC unroll 8
   for (int r = 0; r < R; ++r) {
@@ -52,7 +55,7 @@ KVFOLD_AVX512 void PanelTile(const MatMulArgs& a, const float* panels, int64_t i
 #pragma GCC unroll 4
     for (int p = 0; p < P; ++p) {
       const float* at = w + p * kCols * k + t * kCols;
-      _mm_prefetch(reinterpret_cast<const char*>(at + kPrefetchFloats), _MM_HINT_T2);
+      if (prefetch) _mm_prefetch(reinterpret_cast<const char*>(at + kPrefetchFloats), _MM_HINT_T2);
       wv[p] = _mm512_loadu_ps(at);
     }
 #pragma GCC unroll 8

@@ -23,6 +23,7 @@
 #include <cstring>
 #include <utility>
 
+#include "kernels/cpu/isa.h"
 #include "kernels/cpu/matmul_tiles.h"
 
 namespace kvfold::kernels::cpu {
@@ -148,6 +149,7 @@ KVFOLD_VNNI void PanelSetRows(const MatMulArgs& a, const VnniPanels& w, int64_t 
 // side (four streams, each asked for kRowPrefetchBlocks ahead) keep ~19, as the F32
 // panels' decode tile reads four (docs/engine-measurements.md, "Four panel streams for a few
 // rows"). Each code vector feeds the R rows' products, each broadcast of x the P panels'.
+// A single row asks only where RowPrefetchActive() (isa.h: not on Zen 5).
 constexpr int kRowPanels = 4;
 constexpr int64_t kRowPrefetchBlocks = 4;
 
@@ -159,6 +161,7 @@ KVFOLD_VNNI void RowPanels(const MatMulArgs& a, const VnniPanels& w, int64_t pan
   const int8_t* xc = xq.codes.data() + i * xk;
   const int32_t* xo = xq.block_offset.data() + i * xb;
   const float* xs = xq.scales.data() + i * xb;
+  const bool prefetch = R > 1 || RowPrefetchActive();
   __m512 acc[R][P];
   for (int r = 0; r < R; ++r)
     for (int p = 0; p < P; ++p) acc[r][p] = _mm512_setzero_ps();
@@ -172,8 +175,10 @@ KVFOLD_VNNI void RowPanels(const MatMulArgs& a, const VnniPanels& w, int64_t pan
     for (int p = 0; p < P; ++p) {
       const int64_t ahead_panel = panel + p + (wrap ? kRowPanels : 0);
       const char* ahead = reinterpret_cast<const char*>(w.Codes(ahead_panel, ahead_b));
-      for (int l = 0; l < kBlockBytes / 64; ++l) _mm_prefetch(ahead + 64 * l, _MM_HINT_T2);
-      _mm_prefetch(reinterpret_cast<const char*>(w.Scales(ahead_panel, ahead_b)), _MM_HINT_T2);
+      if (prefetch) {
+        for (int l = 0; l < kBlockBytes / 64; ++l) _mm_prefetch(ahead + 64 * l, _MM_HINT_T2);
+        _mm_prefetch(reinterpret_cast<const char*>(w.Scales(ahead_panel, ahead_b)), _MM_HINT_T2);
+      }
       for (int r = 0; r < R; ++r) d[r][p] = _mm512_set1_epi32(xo[r * xb + b]);
     }
     for (int q = 0; q < kGroups; ++q) {
