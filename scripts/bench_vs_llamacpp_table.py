@@ -35,6 +35,7 @@ def kvfold_values(doc):
         "long_context": long["context"],
         "triad_roofline": short.get("triad_roofline_tok_s"),
         "isa": doc.get("cpu_isa", "?"),
+        "row_prefetch": doc.get("cpu_row_prefetch"),
     }
 
 
@@ -168,6 +169,9 @@ def main():
         docs = load_reps(d, name, "kvfold", lambda doc: doc.get("cpu_isa"))
         isa = isa or next((v for v in docs.values() if v), None)
     isa = isa or "?"
+    prefetch = next((k[0]["row_prefetch"] for k in kv.values() if k), None)
+    if prefetch is not None:
+        isa += f", one-row prefetch {'on' if prefetch else 'off'}"
     reported = sorted({l.get("commit") for v in ll.values() for l in v} - {None, "", "unknown"})
     if reported:
         commit = ", ".join(reported)

@@ -20,7 +20,7 @@ import tempfile
 
 
 def kvfold_doc(decode_short, decode_long, prefill):
-    return {"cpu_isa": "avx512", "models": [{"results": [
+    return {"cpu_isa": "avx512", "cpu_row_prefetch": False, "models": [{"results": [
         {"mode": "full", "context": 1, "decode_tok_s": decode_short, "prefill_tok_s": 1.0,
          "triad_roofline_tok_s": 100.0},
         {"mode": "full", "context": 128, "decode_tok_s": decode_long, "prefill_tok_s": prefill},
@@ -74,6 +74,7 @@ def main():
         assert run.returncode == 0, run.stderr
         out = run.stdout
     assert "build_commit: abc1234" in out, out
+    assert "kvfold cpu isa: avx512, one-row prefetch off;" in out, out
     dec = row(out, "decode 32 tokens from an empty context, 1 thr")
     # kvfold: median of 101 .. 111 = 106; llama.cpp: median of 51 .. 61 without 57 = 55.5.
     assert dec[1] == "106.0" and dec[2] == "55.5", dec
