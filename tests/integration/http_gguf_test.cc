@@ -6,6 +6,7 @@
 #include <cstring>
 #include <filesystem>
 #include <fstream>
+#include <functional>
 #include <nlohmann/json.hpp>
 
 #include "common/fp16.h"
@@ -24,17 +25,44 @@ namespace {
 
 using json = nlohmann::json;
 
+// stories260K's SentencePiece vocabulary (tok512.model), or an error when it is absent.
+absl::StatusOr<tokenizer_internal::SentencePieceModelProto> Stories260KVocabulary(
+    const std::string& stories_dir) {
+  const std::filesystem::path sp = std::filesystem::path(stories_dir) / "tok512.model";
+  std::ifstream in(sp, std::ios::binary);
+  if (!in) return absl::NotFoundError(sp.string());
+  const std::string bytes((std::istreambuf_iterator<char>(in)), std::istreambuf_iterator<char>());
+  return tokenizer_internal::ParseSentencePieceModel(bytes);
+}
+
+// A greedy chat completion and a raw completion from `want(path, body)` and from the
+// replica at `got_port` (no auth): the same text and counts.
+void ExpectSameAnswers(const std::function<HttpReply(const char*, const json&)>& want,
+                       int got_port) {
+  const json chat = {{"messages", {{{"role", "user"}, {"content", "Once upon a time"}}}},
+                     {"max_tokens", 24},
+                     {"temperature", 0}};
+  const json completion = {{"prompt", "The cat sat"}, {"max_tokens", 24}, {"temperature", 0}};
+  for (const auto& [path, body] :
+       {std::pair{"/v1/chat/completions", chat}, std::pair{"/v1/completions", completion}}) {
+    HttpReply a_reply = want(path, body);
+    HttpReply b_reply = HttpCall(got_port, "POST", path, body.dump(), {});
+    ASSERT_EQ(a_reply.status, 200) << a_reply.body;
+    ASSERT_EQ(b_reply.status, 200) << b_reply.body;
+    const json a = Body(a_reply), b = Body(b_reply);
+    const char* field = std::string(path) == "/v1/completions" ? "text" : "message";
+    EXPECT_EQ(b["choices"][0][field], a["choices"][0][field]) << path;
+    EXPECT_EQ(b["usage"]["prompt_tokens"], a["usage"]["prompt_tokens"]) << path;
+    EXPECT_EQ(b["usage"]["completion_tokens"], a["usage"]["completion_tokens"]) << path;
+    EXPECT_GT(b["usage"]["completion_tokens"].get<int>(), 0) << path;
+  }
+}
+
 TEST_F(HttpApiTest, AGgufFileServesAsItsCheckpoint) {
-  const std::filesystem::path sp = std::filesystem::path(Stories260K()) / "tok512.model";
-  if (!std::filesystem::exists(sp))
-    GTEST_SKIP() << MissingShared("models/stories260K/tok512.model");
+  auto vocab = Stories260KVocabulary(Stories260K());
+  if (!vocab.ok()) GTEST_SKIP() << MissingShared("models/stories260K/tok512.model");
   auto model = model::LoadModel(SharedModel());
   ASSERT_TRUE(model.ok()) << model.status();
-  std::ifstream in(sp, std::ios::binary);
-  const std::string sp_bytes((std::istreambuf_iterator<char>(in)),
-                             std::istreambuf_iterator<char>());
-  auto vocab = tokenizer_internal::ParseSentencePieceModel(sp_bytes);
-  ASSERT_TRUE(vocab.ok());
   GgufWriter w = GgufOf(*model);
   AddSentencePieceVocabulary(*vocab, &w);
   Cluster gguf_cluster;
@@ -46,22 +74,8 @@ TEST_F(HttpApiTest, AGgufFileServesAsItsCheckpoint) {
   const int gguf_port = HttpPortOf(gguf_cluster.replica_process(0));
   ASSERT_GT(gguf_port, 0) << gguf_cluster.replica_process(0).output();
 
-  const json chat = {{"messages", {{{"role", "user"}, {"content", "Once upon a time"}}}},
-                     {"max_tokens", 24},
-                     {"temperature", 0}};
-  const json completion = {{"prompt", "The cat sat"}, {"max_tokens", 24}, {"temperature", 0}};
-  for (const auto& [path, body] :
-       {std::pair{"/v1/chat/completions", chat}, std::pair{"/v1/completions", completion}}) {
-    HttpReply want = Post(0, path, body);
-    HttpReply got = HttpCall(gguf_port, "POST", path, body.dump(), {});
-    ASSERT_EQ(want.status, 200) << want.body;
-    ASSERT_EQ(got.status, 200) << got.body;
-    const json a = Body(want), b = Body(got);
-    const char* field = std::string(path) == "/v1/completions" ? "text" : "message";
-    EXPECT_EQ(b["choices"][0][field], a["choices"][0][field]) << path;
-    EXPECT_EQ(b["usage"]["prompt_tokens"], a["usage"]["prompt_tokens"]) << path;
-    EXPECT_EQ(b["usage"]["completion_tokens"], a["usage"]["completion_tokens"]) << path;
-  }
+  ExpectSameAnswers([this](const char* path, const json& body) { return Post(0, path, body); },
+                    gguf_port);
   HttpReply models = HttpCall(gguf_port, "GET", "/v1/models", "", {});
   EXPECT_EQ(Body(models)["data"][0]["id"], "stories260K");
 }
@@ -71,14 +85,8 @@ TEST_F(HttpApiTest, AGgufFileServesAsItsCheckpoint) {
 // one on the directory `kvfold convert --model FILE --dtype q8` writes (the loader's Q8 rows,
 // the file's vocabulary) give the same greedy text and counts.
 TEST_F(HttpApiTest, AKQuantGgufServesAsItsQ8Conversion) {
-  const std::filesystem::path sp = std::filesystem::path(Stories260K()) / "tok512.model";
-  if (!std::filesystem::exists(sp))
-    GTEST_SKIP() << MissingShared("models/stories260K/tok512.model");
-  std::ifstream in(sp, std::ios::binary);
-  const std::string sp_bytes((std::istreambuf_iterator<char>(in)),
-                             std::istreambuf_iterator<char>());
-  auto vocab = tokenizer_internal::ParseSentencePieceModel(sp_bytes);
-  ASSERT_TRUE(vocab.ok());
+  auto vocab = Stories260KVocabulary(Stories260K());
+  if (!vocab.ok()) GTEST_SKIP() << MissingShared("models/stories260K/tok512.model");
   model::ModelConfig c = *model::NamedShape("tiny");
   c.hidden_size = 256;
   c.intermediate_size = 512;
@@ -123,23 +131,11 @@ TEST_F(HttpApiTest, AKQuantGgufServesAsItsQ8Conversion) {
   const int q8_port = HttpPortOf(q8_cluster.replica_process(0));
   ASSERT_GT(k_port, 0) << k_cluster.replica_process(0).output();
   ASSERT_GT(q8_port, 0) << q8_cluster.replica_process(0).output();
-  const json chat = {{"messages", {{{"role", "user"}, {"content", "Once upon a time"}}}},
-                     {"max_tokens", 24},
-                     {"temperature", 0}};
-  const json completion = {{"prompt", "The cat sat"}, {"max_tokens", 24}, {"temperature", 0}};
-  for (const auto& [path, body] :
-       {std::pair{"/v1/chat/completions", chat}, std::pair{"/v1/completions", completion}}) {
-    HttpReply want = HttpCall(q8_port, "POST", path, body.dump(), {});
-    HttpReply got = HttpCall(k_port, "POST", path, body.dump(), {});
-    ASSERT_EQ(want.status, 200) << want.body;
-    ASSERT_EQ(got.status, 200) << got.body;
-    const json a = Body(want), b = Body(got);
-    const char* field = std::string(path) == "/v1/completions" ? "text" : "message";
-    EXPECT_EQ(b["choices"][0][field], a["choices"][0][field]) << path;
-    EXPECT_EQ(b["usage"]["prompt_tokens"], a["usage"]["prompt_tokens"]) << path;
-    EXPECT_EQ(b["usage"]["completion_tokens"], a["usage"]["completion_tokens"]) << path;
-    EXPECT_GT(b["usage"]["completion_tokens"].get<int>(), 0) << path;
-  }
+  ExpectSameAnswers(
+      [q8_port](const char* path, const json& body) {
+        return HttpCall(q8_port, "POST", path, body.dump(), {});
+      },
+      k_port);
 }
 
 }  // namespace
