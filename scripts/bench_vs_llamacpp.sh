@@ -4,7 +4,7 @@
 #
 #   scripts/bench_vs_llamacpp.sh LLAMA_CPP_BIN_DIR [--reps N] [--long-reps N] [--scratch DIR]
 #        [--tokenizer-32k FILE] [--stories260k DIR_WITH_stories260K.bin_AND_tok512.bin]
-#        [--rows s110,q8,long,batch] [--threads 1,2]
+#        [--rows s110,q8,q4k,long,batch] [--threads 1,2]
 #
 # LLAMA_CPP_BIN_DIR holds llama-bench, llama-quantize and llama-convert-llama2c-to-ggml,
 # and for the batch row llama-batched-bench (without it that row is skipped with a note).
@@ -24,7 +24,9 @@
 # f32 prefill (128-token prompt) and decode (32 tokens) at 1 and 2 threads (decode from an
 # empty context on both sides, as llama-bench's tg test does: kvfold's context-1 row; its
 # decode after the 128-token prompt is shown beside it); stories110m q8
-# vs Q8_0 at 1 and 2 threads; stories260K 10240-token prompt, full mode, 1 and 2 threads; kvfold
+# vs Q8_0 at 1 and 2 threads; the q4k row (no target) serves one `llama-quantize ... Q4_K_M`
+# file on both sides (kvfold reads it as Q8); stories260K 10240-token prompt, full mode, 1
+# and 2 threads; kvfold
 # decode against the STREAM triad roofline (bench_engine's triad, same process: bytes/s /
 # bytes per token). Both sides time a warm prompt: llama-bench runs an untimed warm-up prompt
 # of the same length first, bench_engine the same with --prefill-warmup. The batch row
@@ -44,7 +46,7 @@ LONG_REPS=1
 SCRATCH="${KVFOLD_BENCH_DIR:-}"
 TOK32K="$ROOT/../shared/models/tokenizers/llama2_32000.bin"
 S260="$ROOT/../shared/models/stories260K"
-ROWS="s110,q8,long,batch"
+ROWS="s110,q8,q4k,long,batch"
 THREADS="1,2"
 while (($#)); do
   case "$1" in
@@ -55,7 +57,7 @@ while (($#)); do
     --stories260k) S260="$2"; shift 2 ;;
     --rows) ROWS="$2"; shift 2 ;;
     --threads) THREADS="$2"; shift 2 ;;
-    -h|--help) sed -n '2,34p' "$0"; exit 0 ;;
+    -h|--help) sed -n '2,36p' "$0"; exit 0 ;;
     *) echo "bench_vs_llamacpp: unknown argument $1" >&2; exit 2 ;;
   esac
 done
@@ -76,11 +78,14 @@ fi
 
 # ---- Models (built once). ----
 cd "$SCRATCH"
-if has_row s110 || has_row q8 || has_row batch; then
+if has_row s110 || has_row q8 || has_row q4k || has_row batch; then
   [ -f "$TOK32K" ] || { echo "bench_vs_llamacpp: no 32000-token tokenizer at $TOK32K" >&2; exit 1; }
   [ -f s110.bin ] || "$PY" "$ROOT/scripts/make_llama2c_checkpoint.py" --shape stories110m --out s110.bin
   [ -f s110.gguf ] || "$LLAMA/llama-convert-llama2c-to-ggml" --copy-vocab-from-model "$TOK32K" \
       --llama2c-model s110.bin --llama2c-output-model s110.gguf >convert.log 2>&1
+fi
+if has_row q4k; then
+  [ -f s110-q4_k_m.gguf ] || "$LLAMA/llama-quantize" s110.gguf s110-q4_k_m.gguf Q4_K_M >>quantize.log 2>&1
 fi
 if has_row q8 || has_row batch; then
   [ -f s110-q8_0.gguf ] || "$LLAMA/llama-quantize" s110.gguf s110-q8_0.gguf Q8_0 >quantize.log 2>&1
@@ -115,6 +120,10 @@ for t in ${THREADS//,/ }; do
   if has_row q8; then
     run_pair "s110_q8_t$t" "$REPS" --stories s110-q8 --contexts 1,128 --decode-steps 32 --threads "$t" \
       -- -m s110-q8_0.gguf -p 128 -n 32 -t "$t"
+  fi
+  if has_row q4k; then  # the same file on both sides; kvfold holds it as Q8
+    run_pair "s110_q4k_t$t" "$REPS" --stories s110-q4_k_m.gguf --contexts 1,128 --decode-steps 32 \
+      --threads "$t" -- -m s110-q4_k_m.gguf -p 128 -n 32 -t "$t"
   fi
 done
 # Batched decode: one and 16 sequences, each side's JSON per rep (llama-batched-bench's

@@ -206,6 +206,10 @@ def main():
     q8 = rows_for("s110_q8")
     if q8:
         table("stories110m shape, kvfold q8 vs llama.cpp Q8_0", "decode >= 1.0x", "phase (tok/s)", q8)
+    q4k = rows_for("s110_q4k")
+    if q4k:
+        table("stories110m shape, one Q4_K_M GGUF file on both sides (kvfold holds it as Q8)",
+              "none", "phase (tok/s)", q4k)
     long_rows = [(f"prefill, {t} thr", *pair(f"s260_10k_t{t}", "prefill"))
                  for t in (1, 2) if f"s260_10k_t{t}" in kv]
     if long_rows:

@@ -61,6 +61,11 @@ def main():
                 continue
             with open(os.path.join(d, f"s110_f32_t1.llama.{rep}.json"), "w") as f:
                 json.dump(llama_doc(50.0 + rep, 500.0), f)
+        # The Q4_K_M row at 2 threads, one rep: kvfold decode 300, llama.cpp 250.
+        with open(os.path.join(d, "s110_q4k_t2.kvfold.1.json"), "w") as f:
+            json.dump(kvfold_doc(300.0, 280.0, 2000.0), f)
+        with open(os.path.join(d, "s110_q4k_t2.llama.1.json"), "w") as f:
+            json.dump(llama_doc(250.0, 800.0), f)
         # Batch, q8 at 2 threads, reps 1 .. 5: kvfold one 200 + rep, 16 sequences 1000 + 100
         # * rep; llama.cpp one 100, 16 sequences 300 + rep, and nothing written for rep 3.
         for rep in range(1, 6):
@@ -75,6 +80,10 @@ def main():
         out = run.stdout
     assert "build_commit: abc1234" in out, out
     assert "kvfold cpu isa: avx512, one-row prefetch off;" in out, out
+    assert "### stories110m shape, one Q4_K_M GGUF file on both sides (kvfold holds it as Q8)" \
+        "  (target: none)" in out, out
+    q4k = row(out, "decode 32 tokens from an empty context, 2 thr")
+    assert q4k[1:4] == ["300.0", "250.0", "1.20x"], q4k
     dec = row(out, "decode 32 tokens from an empty context, 1 thr")
     # kvfold: median of 101 .. 111 = 106; llama.cpp: median of 51 .. 61 without 57 = 55.5.
     assert dec[1] == "106.0" and dec[2] == "55.5", dec
