@@ -8,12 +8,10 @@
 // Prints {"projector_fingerprint": ..., "model_fingerprint": ..., "embed_rms": ...}.
 // Exit codes: 0 ok, 1 runtime failure, 2 bad usage or input.
 #include <cstdio>
-#include <cstring>
 #include <string>
 #include <vector>
 
 #include "common/command_line.h"
-#include "common/fp16.h"
 #include "inference_svc/memory/projector.h"
 #include "inference_svc/memory/random_projector.h"
 #include "inference_svc/model/model_file.h"
@@ -56,19 +54,12 @@ void AddFlags(CLI::App& app, Flags& f) {
 
 using kvfold::model::DType;
 
-std::vector<float> ToFloats(const kvfold::model::HostTensor& t) {
-  std::vector<float> out(static_cast<size_t>(t.numel()));
-  const auto* bytes = static_cast<const unsigned char*>(t.data);
-  for (size_t i = 0; i < out.size(); ++i) {
-    if (t.dtype == DType::kF32) {
-      std::memcpy(&out[i], bytes + 4 * i, 4);
-    } else {
-      uint16_t h;
-      std::memcpy(&h, bytes + 2 * i, 2);
-      out[i] = t.dtype == DType::kF16 ? kvfold::Fp16ToFp32(h) : kvfold::Bf16ToFp32(h);
-    }
-  }
-  return out;
+// The tensor's values as floats, whatever its dtype (F32, F16, BF16 or Q8 rows).
+absl::StatusOr<std::vector<float>> ToFloats(const kvfold::model::HostTensor& t) {
+  auto f32 = kvfold::model::ConvertHostTensor(t, DType::kF32);
+  if (!f32.ok()) return f32.status();
+  const auto* values = static_cast<const float*>(f32->data);
+  return std::vector<float>(values, values + t.numel());
 }
 
 }  // namespace
@@ -117,7 +108,13 @@ int main(int argc, char** argv) {
     std::fprintf(stderr, "make_random_projector: %s\n", std::string(embed.status().message()).c_str());
     return 2;
   }
-  const float embed_rms = kvfold::memory::RootMeanSquare(ToFloats(**embed));
+  auto embed_values = ToFloats(**embed);
+  if (!embed_values.ok()) {
+    std::fprintf(stderr, "make_random_projector: %s\n",
+                 std::string(embed_values.status().message()).c_str());
+    return 2;
+  }
+  const float embed_rms = kvfold::memory::RootMeanSquare(*embed_values);
   const auto tensors = kvfold::memory::RandomProjectorTensors(config, embed_rms, flags.seed);
   auto fingerprint = kvfold::memory::SaveProjector(out_dir, config, tensors);
   if (!fingerprint.ok()) {

@@ -5,17 +5,19 @@ Token id lists (generate --prompt-ids, logits --tokens / --tokens-file, tokenize
 share one parser: empty ids between commas or at an end, non-integers and ids past int32
 are refused with their position; a bracketed list is accepted. An --out path that cannot
 be written names the path and the reason. Runs on a tiny random model (make_random_model),
-so it needs nothing outside the build.
+so it needs nothing outside the build. make_random_projector scales its projector by the
+embeddings' RMS, which it reads as values whatever the weights' dtype (q8 included).
 
-usage: cli_inputs_test.py KVFOLD MAKE_RANDOM_MODEL
+usage: cli_inputs_test.py KVFOLD MAKE_RANDOM_MODEL MAKE_RANDOM_PROJECTOR
 """
+import json
 import os
 import subprocess
 import sys
 import tempfile
 import unittest
 
-KVFOLD, MAKE_MODEL = sys.argv.pop(1), sys.argv.pop(1)
+KVFOLD, MAKE_MODEL, MAKE_PROJECTOR = sys.argv.pop(1), sys.argv.pop(1), sys.argv.pop(1)
 
 
 def run(*args):
@@ -34,6 +36,22 @@ class CliInputsTest(unittest.TestCase):
     @classmethod
     def tearDownClass(cls):
         cls.tmp.cleanup()
+
+    def test_projector_reads_q8_embeddings_as_values(self):
+        q8 = os.path.join(self.tmp.name, "tiny-q8")
+        r = run("convert", "--model", self.model, "--out", q8, "--dtype", "q8")
+        self.assertEqual(r.returncode, 0, r.stderr)
+        rms = {}
+        for name, model in (("f32", self.model), ("q8", q8)):
+            p = subprocess.run([MAKE_PROJECTOR, "--model", model, "--out",
+                                os.path.join(self.tmp.name, "projector-" + name), "--mem-slots", "8",
+                                "--window", "16", "--chunk", "8", "--heads", "4"],
+                               capture_output=True, text=True, timeout=120)
+            self.assertEqual(p.returncode, 0, p.stderr)
+            rms[name] = json.loads(p.stdout)["embed_rms"]
+        # Q8 rounds each weight by at most half a step of max |x| / 127 per 32.
+        self.assertGreater(rms["f32"], 0)
+        self.assertAlmostEqual(rms["q8"] / rms["f32"], 1.0, delta=0.01)
 
     def refused(self, r, *needles):
         self.assertEqual(r.returncode, 2, r.stdout + r.stderr)
