@@ -10,6 +10,7 @@
 #include <cmath>
 #include <cstdint>
 #include <cstring>
+#include <memory>
 #include <thread>
 #include <utility>
 #include <vector>
@@ -21,6 +22,7 @@
 #include "common/mapped_file.h"
 #include "inference_svc/model/model_file.h"
 #include "inference_svc/model/rotary_rows.h"
+#include "kernels/cpu/thread_pool.h"
 #include "kernels/quant/ggml_blocks.h"
 #include "kernels/quant/weight_q8.h"
 
@@ -247,22 +249,6 @@ std::string HfName(const std::string& name, int layers, bool qkv_bias) {
   return "";
 }
 
-// Runs fn(begin, end) over [0, rows) split across the machine's cores: decoding a large
-// K-quant model is seconds of arithmetic per core.
-template <typename Fn>
-void ForRowRanges(int64_t rows, int64_t cols, Fn fn) {
-  constexpr int64_t kMinElementsPerThread = int64_t{1} << 20;
-  const int64_t by_size = std::max<int64_t>(1, rows * cols / kMinElementsPerThread);
-  const int64_t threads = std::min(
-      {by_size, rows, static_cast<int64_t>(std::max(1u, std::thread::hardware_concurrency()))});
-  std::vector<std::thread> pool;
-  for (int64_t t = 1; t < threads; ++t) {
-    pool.emplace_back(fn, rows * t / threads, rows * (t + 1) / threads);
-  }
-  fn(0, rows / threads);
-  for (std::thread& th : pool) th.join();
-}
-
 // True when every value is finite (a block's fp16 scale can be NaN or infinite in a
 // damaged file; llama.cpp refuses such data too).
 bool AllFinite(const float* v, int64_t n) {
@@ -290,27 +276,31 @@ absl::Status NonFinite(const std::string& what, const gguf::TensorInfo& t, int64
 }
 
 // A block-quantized GGUF matrix (`rows` rows of `cols`) as kvfold Q8 rows: repacked when the
-// type holds the same numbers, else decoded and quantized again. InvalidArgument (NonFinite)
-// for a row with a value that is not finite.
-absl::StatusOr<std::shared_ptr<std::vector<uint8_t>>> GgmlMatrixToQ8(const gguf::TensorInfo& t,
-                                                                     int64_t rows, int64_t cols,
-                                                                     const std::string& what) {
+// type holds the same numbers, else decoded and quantized again, rows split over `pool`
+// (decoding a large K-quant model is seconds of arithmetic per core). InvalidArgument
+// (NonFinite) for a row with a value that is not finite.
+absl::StatusOr<std::shared_ptr<std::vector<uint8_t>>> GgmlMatrixToQ8(
+    const gguf::TensorInfo& t, int64_t rows, int64_t cols, const std::string& what,
+    kernels::cpu::ThreadPool& pool) {
   const size_t row_bytes = core::Q8RowBytes(cols);
   const uint64_t src_row_bytes = *gguf::TensorBytes(t.type, cols);
   auto out = std::make_shared<std::vector<uint8_t>>(static_cast<size_t>(rows) * row_bytes);
   const auto* src = reinterpret_cast<const uint8_t*>(t.data.data());
+  const bool repack = quant::RepacksToQ8Exactly(t.type);
+  std::vector<std::vector<float>> values(pool.num_threads());
   std::atomic<int64_t> bad_row{rows};
-  ForRowRanges(rows, cols, [&](int64_t begin, int64_t end) {
-    std::vector<float> values(quant::RepacksToQ8Exactly(t.type) ? 0 : cols);
+  auto body = [&](int64_t begin, int64_t end, int thread) {
+    std::vector<float>& row_values = values[thread];
+    if (!repack) row_values.resize(cols);
     for (int64_t r = begin; r < end; ++r) {
       uint8_t* row = out->data() + r * row_bytes;
       bool ok = true;
-      if (values.empty()) {
+      if (repack) {
         quant::RepackGgmlRowToQ8(t.type, src + r * src_row_bytes, cols, row);
       } else {
-        quant::DequantizeGgmlBlocks(t.type, src + r * src_row_bytes, cols, values.data());
-        ok = AllFinite(values.data(), cols);
-        if (ok) quant::QuantizeRowQ8(values.data(), cols, row);
+        quant::DequantizeGgmlBlocks(t.type, src + r * src_row_bytes, cols, row_values.data());
+        ok = AllFinite(row_values.data(), cols);
+        if (ok) quant::QuantizeRowQ8(row_values.data(), cols, row);
       }
       if (!ok || !Q8ScalesFinite(row, cols)) {
         int64_t seen = bad_row.load();
@@ -319,7 +309,9 @@ absl::StatusOr<std::shared_ptr<std::vector<uint8_t>>> GgmlMatrixToQ8(const gguf:
         return;
       }
     }
-  });
+  };
+  constexpr int64_t kGrainElements = int64_t{1} << 16;
+  pool.ParallelFor(rows, std::max<int64_t>(1, kGrainElements / cols), body);
   if (bad_row.load() < rows) return NonFinite(what, t, bad_row.load());
   return out;
 }
@@ -351,6 +343,7 @@ absl::StatusOr<ModelFile> ParseGgufModel(std::string_view bytes,
   m.config = *config;
   m.source_format = "gguf";
   const ModelConfig& c = m.config;
+  std::unique_ptr<kernels::cpu::ThreadPool> pool;  // made for the first quantized matrix
   for (const gguf::TensorInfo& t : file->tensors) {
     if (t.name == "rope_freqs.weight") continue;  // read into the config (ConfigOf)
     const std::string name = HfName(t.name, c.num_layers, c.qkv_bias);
@@ -384,7 +377,11 @@ absl::StatusOr<ModelFile> ParseGgufModel(std::string_view bytes,
     h.data = t.data.data();
     h.size_bytes = t.data.size();
     if (quant::IsGgmlBlockType(t.type)) {
-      auto converted = h.dtype == DType::kQ8 ? GgmlMatrixToQ8(t, rows, cols, what)
+      if (h.dtype == DType::kQ8 && pool == nullptr) {
+        pool = std::make_unique<kernels::cpu::ThreadPool>(
+            static_cast<int>(std::max(1u, std::thread::hardware_concurrency())));
+      }
+      auto converted = h.dtype == DType::kQ8 ? GgmlMatrixToQ8(t, rows, cols, what, *pool)
                                              : GgmlToF32(t, h.numel(), cols, what);
       if (!converted.ok()) return converted.status();
       h.data = (*converted)->data();
